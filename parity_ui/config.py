@@ -269,11 +269,17 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 # Presets shown in the app and accepted by `--preset`: each is a partial config over the defaults.
 PRESETS: dict[str, dict[str, Any]] = {
-    "greedy parity": {"temperature": 0.0, "max_new_tokens": 64, "logprobs": 5},
-    "fp32 exact": {"temperature": 0.0, "dtype": "float32", "max_new_tokens": 128, "logprobs": 5,
+    "greedy-parity": {"temperature": 0.0, "max_new_tokens": 64, "logprobs": 5},
+    "fp32-exact": {"temperature": 0.0, "dtype": "float32", "max_new_tokens": 128, "logprobs": 5,
                    "vllm": {"enforce_eager": True}},
-    "long context 9k (linear RoPE x2)": {
+    # The long-context seed: an 8k model stretched to 16k by linear RoPE scaling, 9k-token prompts.
+    "long-context-9k": {
         "temperature": 0.0, "max_new_tokens": 256, "logprobs": 5, "max_model_len": 16384,
         "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "batch_size": 1,
     },
+}
+PRESET_LABELS = {
+    "greedy-parity": "Greedy parity (defaults, 64 tokens)",
+    "fp32-exact": "fp32 exact (float32, eager)",
+    "long-context-9k": "Long context 9k (linear RoPE x2, 16k context)",
 }

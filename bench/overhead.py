@@ -1,0 +1,144 @@
+"""Overhead of parity-ui over the bare engines, measured in one run.
+
+1. bare vLLM: LLM(...).generate in its own process, with exactly the arguments parity-ui maps to;
+2. bare HF: model.generate(..., output_logits=True) in its own process, likewise;
+3. the same prompt through ParityService.run with warm workers (tokenize, both engines, compare,
+   decode, store).
+Prints medians and overhead = parity / (bare vLLM + bare HF): the engines run one after the
+other inside a parity run, so their sum is the fair reference.
+    python bench/overhead.py [--model demo] [--dtype bfloat16] [--max-new-tokens 128] [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PROMPT = "Give me a brief explanation of gravity in simple terms."
+
+
+def _prepare(args):
+    from parity_ui.config import build_config
+    from parity_ui.prompts import PromptSpec
+    from parity_ui.service import ParityService, RunRequest
+
+    cfg = build_config(None, [f"dtype={args.dtype}", f"max_new_tokens={args.max_new_tokens}", "ignore_eos=true",
+                              "chat=true", "cross_score=false"] if _has_cross_score() else
+                       [f"dtype={args.dtype}", f"max_new_tokens={args.max_new_tokens}", "ignore_eos=true", "chat=true"])
+    svc = ParityService(db_path=":memory:")
+    req = RunRequest(model=args.model, prompts=[PromptSpec(text=PROMPT)], config=cfg)
+    return svc, req, svc.prepare(req)
+
+
+def _has_cross_score() -> bool:
+    from parity_ui.config import ParityConfig
+
+    return "cross_score" in ParityConfig.__dataclass_fields__
+
+
+def bare_vllm(args, q) -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    _, _, prep = _prepare(args)
+    os.environ.update(prep.vllm.env)
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**prep.vllm.llm)
+    sp = SamplingParams(**prep.vllm.sampling)
+    ids = prep.prompts[0].token_ids
+    times = []
+    for i in range(args.repeats + 1):
+        t = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)
+        dt = time.perf_counter() - t
+        if i:
+            times.append(dt)
+    q.put({"times": times, "tokens": len(out[0].outputs[0].token_ids)})
+
+
+def bare_hf(args, q) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    _, _, prep = _prepare(args)
+    h = prep.hf
+    config = AutoConfig.from_pretrained(prep.model.path)
+    model = AutoModelForCausalLM.from_pretrained(prep.model.path, config=config,
+                                                 **{**h.load, "dtype": getattr(torch, h.load["dtype"])})
+    model.to(h.device).eval()
+    ids = torch.tensor([prep.prompts[0].token_ids], device=h.device)
+    gc = GenerationConfig(**h.generate, return_dict_in_generate=True, output_logits=True)
+    times = []
+    for i in range(args.repeats + 1):
+        t = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc)
+        if h.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t
+        if i:
+            times.append(dt)
+    q.put({"times": times, "tokens": int(out.sequences.shape[1] - ids.shape[1])})
+
+
+def _in_process(fn, args) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=fn, args=(args, q))
+    p.start()
+    res = q.get()
+    p.join()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="demo")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", help="write the figures as JSON here too")
+    args = ap.parse_args()
+
+    v = _in_process(bare_vllm, args)
+    h = _in_process(bare_hf, args)
+    svc, req, _ = _prepare(args)
+    with tempfile.TemporaryDirectory() as d:
+        svc.db_path = str(Path(d) / "runs.db")
+        from parity_ui.store import open_db
+
+        svc.db = open_db(svc.db_path)
+        walls, engine_sums = [], []
+        for i in range(args.repeats + 1):
+            t = time.perf_counter()
+            run = svc.run(req)
+            dt = time.perf_counter() - t
+            assert run.status in ("ok", "diverged"), run.error
+            if i:  # the first run loads the workers
+                walls.append(dt)
+                p = run.prompts[0]
+                engine_sums.append(p.vllm.timings.total_s + p.hf.timings.total_s)
+        svc.close()
+    mv, mh, mp_ = statistics.median(v["times"]), statistics.median(h["times"]), statistics.median(walls)
+    figures = {
+        "model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+        "device": run.device, "tokens": {"vllm": v["tokens"], "hf": h["tokens"]},
+        "median_s": {"bare_vllm": mv, "bare_hf": mh, "parity_run": mp_,
+                     "parity_engine_time": statistics.median(engine_sums)},
+        "overhead_ratio": mp_ / (mv + mh),
+    }
+    print(json.dumps(figures, indent=2))
+    print(f"overhead: parity run {mp_:.3f}s / (bare vLLM {mv:.3f}s + bare HF {mh:.3f}s) = {figures['overhead_ratio']:.3f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
