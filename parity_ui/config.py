@@ -68,6 +68,7 @@ class ParityConfig:
     logprobs: int = 5  # top-k alternatives recorded per position
     chat: bool = False  # apply the model's chat template once
     batch_size: int = 1
+    cross_score: bool = True  # after generating, each engine re-scores the other's tokens (teacher forcing)
     vllm: VllmOptions = field(default_factory=VllmOptions)
     hf: HfOptions = field(default_factory=HfOptions)
 

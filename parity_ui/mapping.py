@@ -48,6 +48,8 @@ NOTES: dict[str, str] = {
     "chat": "Applied ONCE by parity-ui; both engines receive the same token ids (no second BOS).",
     "batch_size": "Prompts per generate call. Batching HF pads on the left and changes HF's "
                   "own numerics: the reference itself moves.",
+    "cross_score": "parity-ui only: after generating, each engine teacher-forces the other's tokens "
+                   "(vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
     "eos_token_ids": "Resolved from generation_config.json and the tokenizer; passed to both.",
     "generation_config": "The model's generation_config.json sampling defaults are applied by "
                          "neither engine unless vllm.generation_config=auto.",

@@ -258,6 +258,10 @@ class ParityService:
         for pr in run.prompts:
             if pr.vllm is not None and pr.hf is not None:
                 pr.comparison = compare_streams(pr.vllm, pr.hf)
+        if cfg.cross_score:
+            from .crossscore import cross_score_run
+
+            cross_score_run(self.score, run, max(cfg.logprobs, 1))
         try:
             from .explain import explain_prompt
         except ImportError:  # pragma: no cover - explanations are optional during development
@@ -276,6 +280,20 @@ class ParityService:
                            for i, p in enumerate(prompts)])
         save_run(self.db, run)
         return run
+
+    # -- raw generation for determinism probes (used by parity_ui.probes) ---------------------
+
+    def generate_ids(self, prep: Prepared, engine: str, prompts: list[list[int]], batch_size: int,
+                     emit: EventCallback | None = None) -> tuple[list[EngineResult], dict[str, Any]]:
+        """Load (or reuse) both workers for `prep`, generate `prompts` on one engine in batches of
+        `batch_size`; nothing is compared or stored. Returns the results and both EngineInfos.
+        Raises EngineError."""
+        with self._lock:
+            _, infos = self._load_both(prep, emit or (lambda e: None))
+            sampling = prep.vllm.sampling if engine == "vllm" else prep.hf.generate
+            req = GenerateRequest(prompts=prompts, sampling=sampling, batch_size=batch_size, logprobs=1,
+                                  stream=False)
+            return self.pool.workers[engine].request("generate", req), infos
 
     # -- teacher forcing (used by parity_ui.crossscore) ---------------------------------------
 
