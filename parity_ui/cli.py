@@ -151,6 +151,10 @@ def format_summary(run: Run) -> str:
                 t = r.timings
                 lines.append(f"  {name:4s}: {len(r.token_ids)} tokens, finish={r.finish_reason}, "
                              f"load {_s(t.load_s)}, first token {_s(t.prefill_s)}, total {_s(t.total_s)}")
+        if p.cross_scores:
+            from .crossscore import summary_line
+
+            lines.append(f"  teacher-forced: {summary_line(p.cross_scores)}")
         if c is None:
             continue
         gap = f"{c.max_abs_gap:.3g}" if c.max_abs_gap is not None else "n/a"
@@ -231,6 +235,62 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _single_prompt(args: argparse.Namespace) -> PromptSpec:
+    if not args.prompt.strip():
+        raise PromptError("the prompt is empty", "give --prompt 'some text'")
+    return PromptSpec(text=args.prompt)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .probes import format_probe, run_probe
+
+    service = _service(args)
+    try:
+        run = run_probe(service, args.model, _single_prompt(args), _config(args), n=args.n, batch=args.batch,
+                        trust_remote_code=args.trust_remote_code,
+                        emit=_progress if not args.json and not args.quiet else None)
+    finally:
+        service.close()
+    if run.status == "error":
+        print(f"parity: error: {run.error}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(run_json(run)))
+    elif run.status != "error":
+        print(format_probe(run))
+    return _exit_code(run)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import format_sweep, parse_grid, run_sweep, summarize_sweep
+
+    grid = parse_grid(args.grid)
+    base = dict(PRESETS[args.preset]) if args.preset else {}
+    overrides = [*args.overrides, *(["chat=true"] if args.chat else [])]
+    service = _service(args)
+    try:
+        sweep = run_sweep(service, args.model, _single_prompt(args), grid, config_path=args.config,
+                          overrides=overrides, base=base, trust_remote_code=args.trust_remote_code,
+                          emit=_progress if not args.json and not args.quiet else None)
+    finally:
+        service.close()
+    summary = summarize_sweep(sweep)
+    print(json.dumps(summary) if args.json else format_sweep(summary))
+    statuses = {p["status"] for p in summary["points"]}
+    return EXIT_ERROR if statuses & {"error", "cancelled"} else \
+        (EXIT_DIVERGED if "diverged" in statuses else EXIT_IDENTICAL)
+
+
+def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--db", default=argparse.SUPPRESS)
+    _add_config_args(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="parity", description="Compare vLLM and HF transformers token by token.")
     ap.add_argument("--db", default=None, help="run database (default: $PARITY_DB or ./runs.db)")
@@ -273,6 +333,18 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true")
     sh.add_argument("--db", default=argparse.SUPPRESS)
     sh.set_defaults(func=cmd_runs_show)
+
+    pr = sub.add_parser("probe", help="determinism: one prompt N times alone and N times in batches, per engine")
+    _add_single_prompt_args(pr)
+    pr.add_argument("--n", type=int, default=4, help="repetitions per mode (>= 2)")
+    pr.add_argument("--batch", type=int, default=4, help="batch size for the batched repetitions (>= 2)")
+    pr.set_defaults(func=cmd_probe)
+
+    sw = sub.add_parser("sweep", help="one prompt across a grid of settings: which ones move the divergence")
+    _add_single_prompt_args(sw)
+    sw.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
+                    help="a config key and its values, e.g. dtype=float32,bfloat16; repeatable")
+    sw.set_defaults(func=cmd_sweep)
     return ap
 
 

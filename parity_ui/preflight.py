@@ -1,0 +1,348 @@
+"""Preflight: settings and model files that make vLLM and HF disagree, found before any engine runs.
+
+`run_preflight(prepared, cfg)` runs every check in `CHECKS` and returns their findings. Each check is a
+small function of the prepared run (model facts, the tokenizer, the encoded prompts, the mapped engine
+arguments) and the canonical config; it reads at most the model's config.json and never loads weights.
+Every finding has a stable `code`, a one-line message and the fix. Sources for each cause:
+/work/shared/research/divergence-causes.md (numbered there; cited as "cause N" below).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .config import ParityConfig
+from .types import Finding
+
+if TYPE_CHECKING:  # the service imports this module; avoid the cycle at run time
+    from .service import Prepared
+
+# The long-context seed found batches of up to 15 prompts stable in bf16 (cause 2); above that the
+# batch composition moved vLLM's own outputs.
+STABLE_BATCH_BOUND = 15
+
+# generation_config.json keys vLLM reads as request defaults when generation_config="auto" (its own
+# default): ModelConfig.get_diff_sampling_param in vLLM 0.32. vLLM ignores do_sample.
+VLLM_GENERATION_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty",
+                        "temperature", "top_k", "top_p", "min_p")
+# Keys HF generate applies only when do_sample is true.
+HF_SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+# The value at which each key changes nothing (a value listed here is not reported).
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "do_sample": (False, None), "temperature": (1.0, None), "top_p": (1.0, None), "top_k": (0, -1, None),
+    "min_p": (0.0, None), "typical_p": (1.0, None), "repetition_penalty": (1.0, None),
+    "presence_penalty": (0.0, None), "frequency_penalty": (0.0, None), "no_repeat_ngram_size": (0, None),
+    "epsilon_cutoff": (0.0, None), "eta_cutoff": (0.0, None), "encoder_repetition_penalty": (1.0, None),
+}
+
+Check = Callable[["Prepared", ParityConfig], list[Finding]]
+
+
+def _model_config(prepared: Prepared) -> dict[str, Any]:
+    """The model's config.json as written (the LM's part for multimodal configs); {} if unreadable."""
+    try:
+        cfg = json.loads((Path(prepared.model.path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int)]
+    return []
+
+
+# -- EOS / stop ids (cause 12) ------------------------------------------------------------------
+
+def check_eos(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    """EOS ids that differ between the tokenizer, generation_config.json and config.json."""
+    tokenizer = prepared.tokenizer.eos_token_ids
+    gen_file = _ids(prepared.model.generation_config.get("eos_token_id"))
+    config = _ids(_model_config(prepared).get("eos_token_id"))
+    # vLLM alone: the tokenizer's EOS plus generation_config's (it falls back to config.json when
+    # the file is absent). HF generate alone: model.generation_config only, never the tokenizer's.
+    gen_effective = gen_file or config
+    vllm_alone = sorted(set(tokenizer) | set(gen_effective))
+    hf_alone = sorted(set(gen_effective))
+    sources = {"tokenizer": sorted(set(tokenizer)), "generation_config.json": sorted(set(gen_file)),
+               "config.json": sorted(set(config))}
+    present = [v for v in sources.values() if v]
+    if len({tuple(v) for v in present}) <= 1 and vllm_alone == hf_alone:
+        return []
+    union = prepared.resolved.eos_token_ids
+    said = ", ".join(f"{k} {v}" for k, v in sources.items() if v)
+    return [Finding(
+        code="eos-mismatch", severity="warning" if vllm_alone != hf_alone else "info",
+        message=(f"EOS ids differ by source ({said}): alone, vLLM would stop on {vllm_alone} and HF "
+                 f"generate on {hf_alone}; parity-ui passes {union} to both"
+                 + (" (ignored: ignore_eos=true)" if cfg.ignore_eos else "") + "."),
+        fix="nothing to do here; when serving, pass the same stop ids to both (vLLM stop_token_ids, "
+            "HF eos_token_id) or fix generation_config.json's eos_token_id")]
+
+
+# -- BOS (cause 8) -------------------------------------------------------------------------------
+
+def check_bos(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    """A chat template that writes BOS for a tokenizer that adds one too; prompts with two BOS."""
+    tok = prepared.tokenizer.tok
+    bos_id, bos_text = tok.bos_token_id, tok.bos_token
+    if bos_id is None:
+        return []
+    out: list[Finding] = []
+    templated = cfg.chat or any(p.spec.messages for p in prepared.prompts)
+    adds_bos = tok("a", add_special_tokens=True)["input_ids"][:1] == [bos_id]
+    if templated and adds_bos and prepared.tokenizer.has_chat_template:
+        text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                       add_generation_prompt=True)
+        if bos_text and text.startswith(bos_text):
+            out.append(Finding(
+                code="template-bos", severity="info",
+                message=(f"the chat template already writes BOS {bos_text!r} and the tokenizer adds it "
+                         "again with add_special_tokens=True: a server that tokenizes the templated text "
+                         "(vllm #9519) gets two BOS; parity-ui tokenizes it once, without special tokens."),
+                fix="when serving, tokenize templated text with add_special_tokens=False "
+                    "(or drop {{ bos_token }} from the template)"))
+    doubled = [i for i, p in enumerate(prepared.prompts) if p.token_ids[:2] == [bos_id, bos_id]]
+    if doubled:
+        out.append(Finding(
+            code="double-bos", severity="warning",
+            message=f"prompt(s) {doubled} start with BOS {bos_text!r} twice: the text already holds BOS "
+                    "and the tokenizer added another; both engines see it, the model likely never did.",
+            fix=f"remove the leading {bos_text!r} from the prompt text (the tokenizer adds it)"))
+    return out
+
+
+# -- generation_config.json sampling defaults (cause 5) -------------------------------------------
+
+def _non_neutral(gen: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in gen.items() if k in NEUTRAL and v not in NEUTRAL[k]}
+
+
+def check_generation_config(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    """Sampling defaults in generation_config.json that one engine would apply and the other not."""
+    found = _non_neutral(prepared.model.generation_config)
+    if not found:
+        return []
+    shown = ", ".join(f"{k}={v!r}" for k, v in found.items())
+    samples = bool(found.get("do_sample"))
+    vllm_alone = [k for k in found if k in VLLM_GENERATION_KEYS]
+    hf_alone = [k for k in found if k not in ("presence_penalty", "frequency_penalty")
+                and (samples or k not in HF_SAMPLING_ONLY)]
+    alone = f"alone, vLLM would apply {vllm_alone or 'none'} (it ignores do_sample) and HF generate {hf_alone or 'none'}"
+    if cfg.vllm.generation_config != "auto":
+        return [Finding(
+            code="generation-config-defaults", severity="info",
+            message=f"generation_config.json sets {shown}; {alone}; parity-ui neutralises them for both "
+                    "(vllm.generation_config=vllm).",
+            fix="set the values you want explicitly in the canonical config; keep vllm.generation_config=vllm")]
+    # With "auto" HF generate fills every field parity-ui left unset (None) from the file, while vLLM
+    # gets explicit SamplingParams from parity-ui.
+    unset = [k for k in found if prepared.hf.generate.get(k) is None and k not in ("presence_penalty",
+                                                                                   "frequency_penalty")]
+    # Under greedy, do_sample=False is passed explicitly: filled sampling-only fields change nothing.
+    inert = not prepared.hf.generate.get("do_sample") and all(k in HF_SAMPLING_ONLY for k in unset)
+    return [Finding(
+        code="generation-config-applied", severity="info" if inert else "warning",
+        message=f"vllm.generation_config=auto: generation_config.json sets {shown}; HF generate fills the "
+                f"fields parity-ui left unset from it ({unset or 'none'}"
+                + (", inert under greedy" if inert and unset else "") + "), vLLM gets parity-ui's explicit "
+                f"sampling values; {alone}.",
+        fix="set vllm.generation_config=vllm (neutral) and put the values you want in the canonical config")]
+
+
+# -- sampling semantics (causes 6, 7) -------------------------------------------------------------
+
+def check_sampling(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    out: list[Finding] = []
+    if not cfg.greedy:
+        out.append(Finding(
+            code="sampled-streams", severity="warning",
+            message=f"temperature={cfg.temperature}: the engines draw from different random streams, so "
+                    "sampled tokens cannot match token for token (a seed does not align them).",
+            fix="set temperature=0 for a token-level comparison; compare logprobs or distributions otherwise"))
+        if cfg.top_k == 0:
+            out.append(Finding(
+                code="top-k-off", severity="info",
+                message="top_k=0 (off): parity-ui passes it to both; HF generate's own default would be "
+                        "top_k=50, vLLM's is off (-1/0).",
+                fix="set top_k explicitly when serving with HF, or it samples from the top 50 only"))
+        if cfg.top_k > 0 and cfg.top_p < 1.0:
+            out.append(Finding(
+                code="top-k-top-p-order", severity="info",
+                message="top_k and top_p together: the engines apply them in different orders and break "
+                        "ties differently (vllm #718); tokens near the cut-off can be kept by one only.",
+                fix="use one of top_k / top_p when comparing sampled runs"))
+    elif cfg.top_k > 0 or cfg.top_p < 1.0 or cfg.min_p > 0:
+        out.append(Finding(
+            code="greedy-ignores-filters", severity="info",
+            message="temperature=0 (greedy): top_k, top_p and min_p have no effect in either engine.",
+            fix="remove them, or set temperature > 0 to sample"))
+    if cfg.repetition_penalty != 1.0:
+        out.append(Finding(
+            code="repetition-penalty", severity="info",
+            message=f"repetition_penalty={cfg.repetition_penalty} penalises tokens of the PROMPT and the output "
+                    "in both engines (HF PR #1424 semantics); it is not frequency_penalty.",
+            fix="set repetition_penalty=1 to compare the models rather than the penalty"))
+    return out
+
+
+# -- dtype (cause 1) ------------------------------------------------------------------------------
+
+def check_dtype(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    out: list[Finding] = []
+    resolved = prepared.resolved.dtype
+    declared = (prepared.model.config_dtype or "").replace("torch.", "")
+    if cfg.dtype == "auto" and declared in ("", "float32"):
+        out.append(Finding(
+            code="dtype-auto", severity="info",
+            message=f"dtype=auto with a {declared or 'dtype-less'} checkpoint: vLLM alone would load it as "
+                    "bfloat16 on a GPU, HF as float32; parity-ui resolved 'auto' once, to "
+                    f"{resolved}, for both.",
+            fix="set dtype explicitly (float32 for identical streams, bfloat16 to match serving)"))
+    if resolved in ("bfloat16", "float16"):
+        out.append(Finding(
+            code="low-precision", severity="info",
+            message=f"{resolved}: the engines' kernels round differently, so greedy streams usually fork "
+                    "within tens of tokens at near-ties; float32 makes them (nearly) identical.",
+            fix="add --set dtype=float32 to see whether a divergence is numerical"))
+    return out
+
+
+# -- RoPE and context (cause 11) ------------------------------------------------------------------
+
+def _rope_kind(d: dict[str, Any]) -> str | None:
+    return d.get("rope_type", d.get("type"))
+
+
+def check_rope(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    out: list[Finding] = []
+    raw = _model_config(prepared)
+    legacy = raw.get("rope_scaling") if isinstance(raw.get("rope_scaling"), dict) else None
+    params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else None
+    if legacy and "type" in legacy and "rope_type" not in legacy:
+        out.append(Finding(
+            code="rope-legacy-type", severity="info",
+            message=f"config.json spells rope_scaling with 'type' ({legacy['type']!r}), the pre-4.45 key; "
+                    "transformers 5 reads rope_parameters.rope_type and vLLM normalises its own way.",
+            fix="rename 'type' to 'rope_type' in config.json, or set rope_scaling in the canonical config"))
+    if legacy and params and _rope_kind(params) not in (None, "default"):
+        a = (_rope_kind(legacy), legacy.get("factor"))
+        b = (_rope_kind(params), params.get("factor"))
+        if a != b:
+            out.append(Finding(
+                code="rope-conflict", severity="warning",
+                message=f"config.json holds rope_scaling {a} and rope_parameters {b}: transformers 5 reads "
+                        "rope_parameters, older readers rope_scaling, so engines can scale differently.",
+                fix="keep one of them in config.json, or set rope_scaling in the canonical config (both "
+                    "engines then get the same dict)"))
+    scaling = cfg.rope_scaling or prepared.model.rope_scaling or {}
+    if cfg.rope_scaling and prepared.model.rope_scaling and \
+            (_rope_kind(cfg.rope_scaling), cfg.rope_scaling.get("factor")) != \
+            (_rope_kind(prepared.model.rope_scaling), prepared.model.rope_scaling.get("factor")):
+        out.append(Finding(
+            code="rope-override", severity="info",
+            message=f"rope_scaling {cfg.rope_scaling} replaces the model's own {prepared.model.rope_scaling} "
+                    "for both engines.",
+            fix="remove rope_scaling from the config to use the model's own"))
+    if _rope_kind(scaling) == "yarn":
+        out.append(Finding(
+            code="rope-yarn", severity="info",
+            message="YaRN scaling: engines derive the attention factor and original context differently "
+                    "when original_max_position_embeddings is missing (vllm #10293).",
+            fix="give original_max_position_embeddings explicitly in rope_scaling"))
+    mpe = prepared.model.max_position_embeddings
+    if mpe:
+        longest = max(len(p.token_ids) for p in prepared.prompts) + cfg.max_new_tokens
+        if longest > mpe:
+            scaled = _rope_kind(scaling) not in (None, "default")
+            out.append(Finding(
+                code="context-over-unscaled", severity="warning",
+                message=f"up to {longest} positions, over the model's unscaled context of {mpe}: "
+                        + ("results rest on the RoPE scaling, which each engine implements itself."
+                           if scaled else "no RoPE scaling is set, so both extrapolate past the trained "
+                                          "positions (HF silently)."),
+                fix="shorten the prompt or max_new_tokens" + ("" if scaled else
+                                                               ", or set rope_scaling (e.g. linear, factor 2)")))
+    return out
+
+
+# -- batching, caching, chunking (causes 2, 3, 4) -------------------------------------------------
+
+def check_batching(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    out: list[Finding] = []
+    batched = min(cfg.batch_size, len(prepared.prompts))
+    if cfg.batch_size > STABLE_BATCH_BOUND:
+        out.append(Finding(
+            code="batch-size-unstable", severity="warning",
+            message=f"batch_size={cfg.batch_size} is above {STABLE_BATCH_BOUND}, the largest batch found "
+                    "stable: batch composition changes vLLM's kernels and its outputs.",
+            fix=f"set batch_size <= {STABLE_BATCH_BOUND}, or vllm.batch_invariant=true on a supported GPU"))
+    if batched > 1:
+        out.append(Finding(
+            code="hf-left-padding", severity="info",
+            message=f"{batched} prompts per generate call: HF pads on the left, which changes HF's own "
+                    "numerics versus batch 1 (transformers #26869), so the reference moves too.",
+            fix="set batch_size=1 for a reference that does not depend on the other prompts"))
+    v = cfg.vllm
+    if v.enable_prefix_caching:
+        out.append(Finding(
+            code="prefix-caching", severity="warning",
+            message="vllm.enable_prefix_caching=true: a request reusing cached blocks can flip near-ties "
+                    "against the first one (vllm #40896) and prompt_logprobs can be stale (#42019).",
+            fix="set vllm.enable_prefix_caching=false for parity"))
+    if v.enable_chunked_prefill:
+        out.append(Finding(
+            code="chunked-prefill", severity="warning",
+            message="vllm.enable_chunked_prefill=true: long prompts go through different kernels in chunks "
+                    "(vllm #5952).",
+            fix="set vllm.enable_chunked_prefill=false for parity"))
+    if v.batch_invariant:
+        from .probes import batch_invariant_support
+
+        ok, why = batch_invariant_support(prepared.resolved.on_gpu)
+        if not ok:
+            out.append(Finding(code="batch-invariant-unsupported", severity="warning",
+                               message=f"vllm.batch_invariant=true has no effect: {why}.",
+                               fix="run on an NVIDIA GPU of compute capability >= 8.0, or drop the key"))
+    return out
+
+
+# -- logprobs mode (cause 9) ----------------------------------------------------------------------
+
+def check_logprobs(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    processed = cfg.vllm.logprobs_mode.startswith("processed")
+    if processed and not cfg.greedy:
+        return [Finding(
+            code="processed-logprobs-sampling", severity="warning",
+            message="processed logprobs with sampling: values are after temperature/top-k/top-p (filtered "
+                    "tokens show -inf), and the engines apply those processors differently.",
+            fix="use vllm.logprobs_mode=raw_logprobs to compare the models' distributions")]
+    if processed:
+        return [Finding(
+            code="processed-logprobs", severity="info",
+            message="processed logprobs: both engines report scores after their processors; do not compare "
+                    "these values with runs made in raw mode.",
+            fix="use vllm.logprobs_mode=raw_logprobs (the default) for values comparable across runs")]
+    if not cfg.greedy or cfg.repetition_penalty != 1.0:
+        return [Finding(
+            code="raw-logprobs-processors", severity="info",
+            message="raw logprobs are before temperature/penalties: the token an engine chose can rank "
+                    "below 1 in its own recorded logprobs.",
+            fix="expected; read ranks with that in mind, or set vllm.logprobs_mode=processed_logprobs")]
+    return []
+
+
+CHECKS: tuple[Check, ...] = (check_eos, check_bos, check_generation_config, check_sampling, check_dtype,
+                             check_rope, check_batching, check_logprobs)
+
+
+def run_preflight(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
+    """Every check's findings, warnings first. Reads only small model files; never raises for a
+    model quirk (a check that cannot read something reports nothing)."""
+    findings = [f for check in CHECKS for f in check(prepared, cfg)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: order[f.severity])
