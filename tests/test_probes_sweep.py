@@ -1,0 +1,150 @@
+"""Determinism probes and setting sweeps: the pure parts on hand-built data, then both on real engines
+with one shared service (one vLLM load: the grid varies only batch_size, a runtime key)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from parity_ui.cli import main
+from parity_ui.config import build_config
+from parity_ui.errors import ConfigError
+from parity_ui.probes import companions, first_fork, run_probe, summarize_outputs
+from parity_ui.prompts import PromptSpec
+from parity_ui.service import ParityService
+from parity_ui.store import get_run, list_runs, open_db
+from parity_ui.sweep import (MAX_POINTS, Sweep, SweepPoint, grid_points, parse_grid, run_sweep,
+                             summarize_sweep)
+from parity_ui.types import Comparison, ModelInfo, PromptResult, Run
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import build_model  # noqa: E402
+
+PROMPT = "def main(args):"
+
+
+# -- pure parts ------------------------------------------------------------------------------------
+
+def test_first_fork_and_summary():
+    assert first_fork([[1, 2, 3], [1, 2, 3]]) is None
+    assert first_fork([[1, 2, 3], [1, 9, 3], [1, 2, 8]]) == 1
+    assert first_fork([[1, 2, 3], [1, 2]]) == 2  # a stream that ended early forks at its end
+    s = summarize_outputs([[1, 2], [1, 3], [1, 2]])
+    assert s == {"runs": 3, "distinct": 2, "first_fork": 1, "counts": [2, 1], "lengths": [2, 2]}
+
+
+def test_companions_are_longer_so_the_probed_prompt_is_padded():
+    ids = [5, 6, 7, 8]
+    others = companions(ids, 4)
+    assert len(others) == 3
+    assert all(len(o) > len(ids) and o[:4] == ids for o in others)
+
+
+def test_parse_grid_and_points():
+    grid = parse_grid(["batch_size=1,2", "dtype=float32,bfloat16", "vllm.enforce_eager=true,false"])
+    assert grid["vllm.enforce_eager"] == [True, False] and grid["batch_size"] == [1, 2]
+    points = grid_points(grid)
+    assert len(points) == 8
+    # the runtime key varies fastest, so consecutive points share loaded engines
+    assert [p["batch_size"] for p in points[:2]] == [1, 2]
+    assert points[0]["dtype"] == points[1]["dtype"]
+    for bad in (["dtype"], ["dtype="], ["dtype=a", "dtype=b"], [f"seed={','.join(map(str, range(MAX_POINTS + 1)))}"], []):
+        with pytest.raises(ConfigError):
+            parse_grid(bad)
+
+
+def _run(fd: int | None, status: str = "diverged") -> Run:
+    comp = Comparison(identical=fd is None, first_divergence=fd, compared=10, length_vllm=10, length_hf=10)
+    return Run(id=f"r{fd}", created_utc="", model=ModelInfo(name="m", path=""), config={}, status=status,
+               prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], comparison=comp,
+                                     explanation={"verdict": "numerical near-tie" if fd is not None else "identical"})])
+
+
+def test_summary_says_which_key_moves_the_divergence():
+    grid = {"dtype": ["float32", "bfloat16"], "batch_size": [1, 2]}
+    sweep = Sweep(group_id="g", grid=grid, points=[
+        SweepPoint({"dtype": "float32", "batch_size": 1}, _run(None, "ok")),
+        SweepPoint({"dtype": "float32", "batch_size": 2}, _run(None, "ok")),
+        SweepPoint({"dtype": "bfloat16", "batch_size": 1}, _run(7)),
+        SweepPoint({"dtype": "bfloat16", "batch_size": 2}, _run(7)),
+    ])
+    s = summarize_sweep(sweep)
+    effects = {e["key"]: e for e in s["effects"]}
+    assert effects["dtype"]["moves_divergence"] is True
+    assert effects["batch_size"]["moves_divergence"] is False
+    assert effects["dtype"]["first_divergence_by_value"] == {"float32": [None, None], "bfloat16": [7, 7]}
+    assert [p["verdict"] for p in s["points"]][2] == "numerical near-tie"
+
+
+def test_error_points_do_not_count_as_effects():
+    grid = {"batch_size": [1, 2]}
+    sweep = Sweep(group_id="g", grid=grid, points=[SweepPoint({"batch_size": 1}, _run(3)),
+                                                   SweepPoint({"batch_size": 2}, _run(None, "error"))])
+    assert summarize_sweep(sweep)["effects"][0]["moves_divergence"] is False
+
+
+def test_cli_rejects_a_bad_probe_and_a_bad_grid_without_engines(tmp_path, capsys):
+    db = str(tmp_path / "runs.db")
+    assert main(["--db", db, "sweep", "--prompt", PROMPT, "--grid", "dtype"]) == 2
+    assert "key=v1,v2" in capsys.readouterr().err
+    assert main(["--db", db, "probe", "--prompt", PROMPT, "--n", "1", "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "error" and "n >= 2" in out["error"]
+    assert get_run(open_db(db), out["run_id"]).kind == "probe"
+
+
+# -- real engines ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return build_model(tmp_path_factory.mktemp("ps") / "llama")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    s = ParityService(db_path=str(tmp_path_factory.mktemp("psdb") / "runs.db"))
+    yield s
+    s.close()
+
+
+@pytest.mark.engines
+def test_probe_counts_outputs_per_engine_and_mode(service, model):
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12"])
+    run = run_probe(service, str(model), PromptSpec(text=PROMPT), cfg, n=2, batch=3)
+    assert run.status in ("ok", "diverged"), run.error
+    stored = get_run(service.db, run.id)
+    assert stored.kind == "probe" and stored.probes == run.probes
+    p = run.probes
+    assert (p["n"], p["batch"]) == (2, 3)
+    for engine in ("vllm", "hf"):
+        for mode, runs in (("alone", 2), ("batched", 2), ("alone_vs_batched", 3)):
+            s = p[engine][mode]
+            assert s["runs"] == runs and 1 <= s["distinct"] <= runs and sum(s["counts"]) == runs
+            assert (s["distinct"] == 1) == (s["first_fork"] is None)
+        # the same prompt alone, twice, on the same warm engine, in float32: the same tokens
+        assert p[engine]["alone"]["distinct"] == 1
+        assert getattr(run.prompts[0], engine).token_ids
+    bi = p["batch_invariant"]
+    assert bi["supported"] == ("vllm_batch_invariant" in p)
+    if not service.on_gpu:
+        assert not bi["supported"] and "CPU" in bi["detail"]
+    assert (run.status == "ok") == all(p[e][m]["distinct"] == 1 for e in ("vllm", "hf")
+                                       for m in ("alone", "batched", "alone_vs_batched"))
+
+
+@pytest.mark.engines
+def test_sweep_stores_one_run_per_point_in_one_group(service, model):
+    grid = parse_grid(["batch_size=1,2"])
+    sweep = run_sweep(service, str(model), PromptSpec(text=PROMPT), grid,
+                      overrides=["dtype=float32", "max_new_tokens=12", "cross_score=false"])
+    runs = list_runs(service.db, group_id=sweep.group_id)
+    assert sorted(r.id for r in runs) == sorted(p.run.id for p in sweep.points) and len(runs) == 2
+    assert {r.kind for r in runs} == {"sweep"}
+    assert [len(p.run.prompts) for p in sweep.points] == [1, 2]  # batch_size=2 really batches
+    summary = summarize_sweep(sweep)
+    (effect,) = summary["effects"]
+    fds = effect["first_divergence_by_value"]
+    assert fds == {"1": [sweep.points[0].run.first_divergence], "2": [sweep.points[1].run.first_divergence]}
+    assert effect["moves_divergence"] == (fds["1"] != fds["2"])
