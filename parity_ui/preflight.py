@@ -282,10 +282,12 @@ def check_batching(prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
                     "stable: batch composition changes vLLM's kernels and its outputs.",
             fix=f"set batch_size <= {STABLE_BATCH_BOUND}, or vllm.batch_invariant=true on a supported GPU"))
     if batched > 1:
+        lengths = {len(p.token_ids) for p in prepared.prompts}
+        how = "pads shorter prompts on the left, which" if len(lengths) > 1 else "runs them as one matrix, which"
         out.append(Finding(
             code="hf-left-padding", severity="info",
-            message=f"{batched} prompts per generate call: HF pads on the left, which changes HF's own "
-                    "numerics versus batch 1 (transformers #26869), so the reference moves too.",
+            message=f"{batched} prompts per generate call: HF {how} changes HF's own numerics versus "
+                    "batch 1 (transformers #26869), so the reference moves too.",
             fix="set batch_size=1 for a reference that does not depend on the other prompts"))
     v = cfg.vllm
     if v.enable_prefix_caching:
