@@ -1,0 +1,169 @@
+"""The page's CSS and the one small script (token details on hover, pane scroll sync, scrolling
+the first divergence into view). Passed to launch(css=..., head=...)."""
+
+from .tokens import BLOCK
+
+CSS = """
+.pt-root { --m:#e8f0ea; --m-b:#cfe0d4; --d:#dc2626; --a:#fdecec; --a-b:#f5c2c2; font-size: 13px; }
+.pt-legend { display:flex; gap:8px; align-items:center; margin:2px 0 6px; color:#555; }
+.pt-key { border-radius:3px; padding:0 4px; border:1px solid transparent; }
+.pt-ws { color:#888; margin-left:8px; }
+.pt-note { color:#555; margin-bottom:4px; }
+.pt-panes { display:grid; grid-template-columns: 1fr 1fr; gap:10px; }
+.pt-pane { border:1px solid #d4d4d8; border-radius:8px; min-width:0; background:#fff; }
+.pt-head { font-weight:600; padding:6px 10px; border-bottom:1px solid #e4e4e7; background:#fafafa;
+  border-radius:8px 8px 0 0; display:flex; justify-content:space-between; color:#18181b; }
+.pt-count { font-weight:400; color:#71717a; }
+.pt-body { max-height:360px; overflow-y:auto; padding:8px 10px; line-height:1.9;
+  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color:#18181b; }
+.pt-body .b { content-visibility:auto; contain-intrinsic-size:auto 120px; }
+.pt-body .b + .b { border-top:1px dashed #eee; }
+.t { display:inline-block; white-space:pre; border-radius:3px; padding:0 1px; margin:1px 1px 1px 0;
+  cursor:pointer; border:1px solid transparent; line-height:1.45; }
+.t i { color:#a1a1aa; font-style:normal; }
+.t.m, .pt-key.m { background:var(--m); border-color:var(--m-b); }
+.t.n { background:#f4f4f5; border-color:#e4e4e7; }
+.t.d, .pt-key.d { background:var(--d); color:#fff; border-color:#991b1b; font-weight:700; }
+.t.d i { color:#fecaca; }
+.t.a, .pt-key.a { background:var(--a); border-color:var(--a-b); color:#7f1d1d; }
+.t.hl { outline:2px solid #2563eb; outline-offset:1px; }
+.pt-end { color:#991b1b; font-style:italic; margin-top:4px; }
+.pt-info { margin-top:8px; padding:8px 10px; border:1px solid #e4e4e7; border-radius:8px; background:#fafafa;
+  color:#3f3f46; min-height:2.5em; }
+.pt-info table { border-collapse:collapse; width:100%; font-size:12.5px; }
+.pt-info th, .pt-info td { padding:2px 8px; text-align:left; border-bottom:1px solid #eee; }
+.pt-info td.lp { font-family: ui-monospace, monospace; color:#52525b; }
+.pt-info code { background:#fff; border:1px solid #e4e4e7; border-radius:3px; padding:0 3px; }
+.pt-info .chosen { background:#dbeafe; }
+.pt-info .pos { font-weight:600; }
+.pc-card { border:1px solid #e4e4e7; border-radius:10px; padding:10px 14px; background:#fff; color:#18181b; }
+.pc-card + .pc-card { margin-top:8px; }
+.pc-title { font-weight:600; margin-bottom:4px; }
+.pc-error { border-color:#fca5a5; background:#fef2f2; color:#7f1d1d; }
+.pc-fix { margin-top:4px; color:#14532d; }
+.pc-notice { background:#f8fafc; color:#334155; }
+.pc-warn { margin-top:6px; color:#9a3412; font-weight:600; }
+.pc-kv { border-collapse:collapse; font-size:13px; border:none !important; }
+.pc-kv th, .pc-kv td { border:none !important; background:none !important; }
+.pc-card b { font-size:inherit; }
+.pc-kv th { text-align:left; font-weight:500; color:#71717a; padding:1px 12px 1px 0; vertical-align:top; }
+.pc-kv td { padding:1px 0; word-break:break-all; }
+.pc-head { display:flex; gap:12px; align-items:center; flex-wrap:wrap; margin-bottom:6px; }
+.pc-badge { font-weight:700; padding:3px 10px; border-radius:999px; font-size:13px; letter-spacing:.02em; }
+.pc-badge.ok { background:#dcfce7; color:#166534; }
+.pc-badge.div { background:#fee2e2; color:#991b1b; }
+.pc-badge.err { background:#7f1d1d; color:#fff; }
+.pc-badge.cancel { background:#e4e4e7; color:#3f3f46; }
+.pc-meta { color:#52525b; }
+.pc-tok { background:#f4f4f5; border-radius:3px; padding:0 4px; }
+.pc-verdict { margin:4px 0; padding:4px 8px; background:#fffbeb; border-left:3px solid #f59e0b; }
+.pc-findings { margin:6px 0 0 18px; padding:0; }
+.pc-findings .sev-warning { color:#9a3412; } .pc-findings .sev-error { color:#991b1b; }
+.pc-fixinline { color:#14532d; }
+.pc-foot { margin-top:6px; color:#71717a; font-size:12px; }
+.pp-row { display:flex; align-items:center; gap:8px; margin:3px 0; }
+.pp-name { width:40px; font-weight:600; }
+.pp-bar { flex:1; height:8px; background:#f4f4f5; border-radius:4px; overflow:hidden; max-width:420px; }
+.pp-bar span { display:block; height:100%; background:#2563eb; transition: width .2s; }
+.pp-n { color:#52525b; min-width:120px; }
+.pp-time { color:#71717a; font-weight:400; margin-left:8px; }
+.pp-log { margin:4px 0 0 18px; padding:0; color:#71717a; font-size:12px; }
+.field-error input, .field-error textarea, .field-error select { border-color:#dc2626 !important; }
+.field-error .info, .field-error [data-testid="block-info"] + div { color:#b91c1c !important; }
+#cfg-error, #prompt-count { min-height: 1em; }
+"""
+
+JS_TEMPLATE = r"""
+<script>
+(() => {
+  const BLOCK = __BLOCK__;
+  const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
+  const show = (s) => { if (s === '') return '∅'; return s.replace(/ /g,'·').replace(/\n/g,'⏎').replace(/\t/g,'→'); };
+  const fmt = (x) => (x === null || x === undefined) ? '–' : Number(x).toFixed(4);
+
+  function data(root) {
+    if (!root._pt) { root._pt = JSON.parse(root.querySelector('.pt-json').textContent); }
+    return root._pt;
+  }
+  // Chips are the .t children of their block (a <br> follows a newline token).
+  function indexOf(chip) {
+    const blk = chip.parentElement;
+    return Number(blk.dataset.o) + Array.prototype.indexOf.call(blk.querySelectorAll(':scope > .t'), chip);
+  }
+  function chipAt(pane, i) {
+    const blk = pane.querySelectorAll('.b')[Math.floor(i / BLOCK)];
+    return blk ? blk.querySelectorAll(':scope > .t')[i % BLOCK] : null;
+  }
+  function side(d, eng, i) {
+    const s = d[eng][i];
+    if (!s) return null;
+    const top = [];
+    for (let k = 0; k < s[3].length; k += 2) top.push([s[3][k], s[3][k + 1]]);
+    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top};
+  }
+  function render(root, i) {
+    const d = data(root);
+    const v = side(d, 'vllm', i), h = side(d, 'hf', i);
+    const div = root.dataset.div === undefined ? null : Number(root.dataset.div);
+    const tag = div === null ? '' : (i === div ? ' — <b style="color:#dc2626">first divergence</b>' : (i > div ? ' — after the divergence (contexts differ)' : ' — same token in both'));
+    const head = (x, name) => x ? `<b>${name}</b> chose <code>${esc(show(x.text))}</code> id ${x.id}, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}` : `<b>${name}</b>: no token here`;
+    const k = Math.max(v ? v.top.length : 0, h ? h.top.length : 0);
+    let rows = '';
+    for (let r = 0; r < k; r++) {
+      const cell = (x) => {
+        if (!x || !x.top[r]) return '<td></td><td></td>';
+        const [id, lp] = x.top[r];
+        const cls = id === x.id ? ' class="chosen"' : '';
+        return `<td${cls}><code>${esc(show(d.vocab[id] ?? ''))}</code> <span style="color:#a1a1aa">${id}</span></td><td class="lp">${fmt(lp)}</td>`;
+      };
+      rows += `<tr><td>${r + 1}</td>${cell(v)}${cell(h)}</tr>`;
+    }
+    const table = k ? `<table><tr><th>rank</th><th>vLLM top-k</th><th>logprob</th><th>HF top-k</th><th>logprob</th></tr>${rows}</table>` : '';
+    root.querySelector('.pt-info').innerHTML = `<div class="pos">Position ${i}${tag}</div><div>${head(v, 'vLLM')}</div><div>${head(h, 'HF')}</div>${table}`;
+    root.querySelectorAll('.t.hl').forEach((c) => c.classList.remove('hl'));
+    root.querySelectorAll('.pt-pane').forEach((p) => { const c = chipAt(p, i); if (c) c.classList.add('hl'); });
+  }
+  function init(root) {
+    root.dataset.init = '1';
+    const bodies = root.querySelectorAll('.pt-body');
+    let syncing = false;
+    bodies.forEach((b) => b.addEventListener('scroll', () => {
+      if (syncing) return; syncing = true;
+      bodies.forEach((o) => { if (o !== b) o.scrollTop = b.scrollTop; });
+      requestAnimationFrame(() => { syncing = false; });
+    }));
+    root.addEventListener('mouseover', (e) => {
+      const c = e.target.closest('.pt-body .t');
+      if (c && root._pin === undefined) render(root, indexOf(c));
+    });
+    root.addEventListener('click', (e) => {
+      const c = e.target.closest('.pt-body .t');
+      if (!c) return;
+      const i = indexOf(c);
+      root._pin = root._pin === i ? undefined : i;
+      render(root, i);
+    });
+    if (root.dataset.live) {
+      bodies.forEach((b) => { b.scrollTop = b.scrollHeight; });
+    } else if (root.dataset.div !== undefined) {
+      const i = Number(root.dataset.div);
+      // Twice: off-screen blocks are laid out (content-visibility) only once scrolled near.
+      const reveal = () => bodies.forEach((b) => {
+        const c = chipAt(b, i) || b.querySelector('.pt-end');
+        if (c) b.scrollTop += c.getBoundingClientRect().top - b.getBoundingClientRect().top - b.clientHeight / 3;
+      });
+      reveal(); requestAnimationFrame(reveal);
+      render(root, i);
+    }
+  }
+  const scan = () => document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
+  let queued = false;
+  new MutationObserver(() => {
+    if (queued) return; queued = true;
+    requestAnimationFrame(() => { queued = false; scan(); });
+  }).observe(document.documentElement, {childList: true, subtree: true});
+})();
+</script>
+"""
+
+JS = JS_TEMPLATE.replace("__BLOCK__", str(BLOCK))

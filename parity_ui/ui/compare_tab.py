@@ -1,0 +1,283 @@
+"""Compare tab: pick a model, give prompts, run both engines with live token streams.
+
+The run itself is the service's: `service.run` runs in a worker thread, its RunEvents come back
+through a queue, and the handler yields the live view at most every THROTTLE_S seconds.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Iterator
+
+import gradio as gr
+
+from ..config import ParityConfig
+from ..demo_model import DEMO_LABEL, DEMO_NAME
+from ..errors import ParityError, PromptError
+from ..models import local_models
+from ..prompts import MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, tokenizer_for
+from ..service import RunRequest, max_context
+from ..types import Run
+from . import cards
+from .config_tab import config_from_text, config_summary_html, default_yaml
+from .live import LiveRun
+from .result_view import ResultView
+
+THROTTLE_S = 0.2
+DEFAULT_PROMPT = "Give me a brief explanation of gravity in simple terms."
+
+
+class RunGate:
+    """Which session's run holds the engines, so Stop in one browser tab never cancels another's."""
+
+    def __init__(self, service: Any):
+        self.service = service
+        self._lock = threading.Lock()
+        self.session: str | None = None
+        self.stop_requested = False
+
+    def begin(self, session: str) -> None:
+        with self._lock:
+            self.session, self.stop_requested = session, False
+
+    def end(self, session: str) -> None:
+        with self._lock:
+            if self.session == session:
+                self.session, self.stop_requested = None, False
+
+    def stop(self, session: str) -> bool:
+        with self._lock:
+            if self.session != session:
+                return False
+            self.stop_requested = True
+        self.service.cancel()
+        return True
+
+    def reassert(self) -> None:
+        """The workers clear a cancel when a request starts; a Stop pressed while the models
+        were loading is repeated once generation has begun."""
+        if self.stop_requested:
+            self.service.cancel()
+
+
+def model_choices() -> list[tuple[str, str]]:
+    return [(DEMO_LABEL, DEMO_NAME)] + [(m, m) for m in local_models()]
+
+
+def _specs(prompt: str, file_prompts: list[dict] | None) -> list[PromptSpec]:
+    if file_prompts:
+        return [PromptSpec(**d) for d in file_prompts]
+    if not prompt or not prompt.strip():
+        raise PromptError("the prompt is empty", "type a prompt or upload a .txt/.jsonl file")
+    return [PromptSpec(text=prompt)]
+
+
+class CompareTab:
+    def __init__(self, service: Any, gate: RunGate):
+        self.service = service
+        self.gate = gate
+        self.view = ResultView("cmp")
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def create_ui(self) -> None:
+        with gr.Tab("Compare", id="compare"):
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=3):
+                    self._render_prompt()
+                with gr.Column(scale=2):
+                    self._render_model()
+            self._render_run()
+            self.view.create_ui()
+
+    def _render_model(self) -> None:
+        self.model = gr.Dropdown(choices=model_choices(), value=DEMO_NAME, allow_custom_value=True,
+                                 label="Model", elem_id="model-pick",
+                                 info="the bundled demo, a model in your Hugging Face cache, a local folder "
+                                      "path, or any Hugging Face id (org/name)")
+        self.trust = gr.Checkbox(value=False, label="trust_remote_code (runs the model's own Python code)",
+                                 elem_id="trust-remote-code")
+        self.model_info = gr.HTML(elem_id="model-info")
+
+    def _render_prompt(self) -> None:
+        self.prompt = gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=4, max_lines=14,
+                                 elem_id="prompt", placeholder="Type or paste a prompt; long ones are fine")
+        with gr.Row(equal_height=True):
+            self.prompt_file = gr.UploadButton("Upload prompts (.txt: one, .jsonl: one a line)",
+                                               file_types=list(PROMPT_FILE_TYPES), type="filepath", size="sm",
+                                               elem_id="prompt-file", scale=2)
+            self.clear_file_btn = gr.Button("Use the text box", size="sm", scale=1, visible=False)
+            self.prompt_info = gr.HTML(elem_id="prompt-count", container=False)
+        self.file_prompts = gr.State(None)
+        self.config_line = gr.HTML(config_summary_html(config_from_text(default_yaml())), elem_id="config-line")
+
+    def _render_run(self) -> None:
+        with gr.Row():
+            self.run_btn = gr.Button("Run both engines", variant="primary", elem_id="run-btn", scale=3)
+            self.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1)
+        self.stop_note = gr.HTML(elem_id="stop-note")
+        self.progress = gr.HTML(elem_id="progress")
+        self.run_id = gr.State(None)
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def describe(self, model: str, trust: bool) -> str:
+        try:
+            info = self.service.describe(model or DEMO_NAME, bool(trust))
+        except ParityError as e:
+            return cards.error_html(e.message, e.fix, "Model not usable")
+        return cards.model_html(info, DEMO_LABEL if (model or DEMO_NAME) == DEMO_NAME else model)
+
+    def count_tokens(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None,
+                     cfg_text: str) -> str:
+        """Token count of each prompt as the engines will see it, checked against the context."""
+        try:
+            cfg = config_from_text(cfg_text)
+            specs = _specs(prompt, file_prompts)
+            info = self.service.describe(model or DEMO_NAME, bool(trust))
+            tok = tokenizer_for(info.path, bool(trust))
+            counts = [tok.count(s, cfg.chat) for s in specs]
+        except ParityError as e:
+            return cards.error_html(e.message, e.fix, "Prompt not usable")
+        source = "Uploaded file: " if file_prompts else ""
+        return self._count_html(counts, max_context(cfg, info), cfg, source)
+
+    def count_file(self, model: str, trust: bool, file_prompts: list[dict] | None, cfg_text: str) -> Any:
+        """After an upload: the count, unless the upload was refused (keep its message)."""
+        if not file_prompts:
+            return gr.skip()
+        return self.count_tokens(model, trust, "", file_prompts, cfg_text)
+
+    @staticmethod
+    def _count_html(counts: list[int], limit: int | None, cfg: ParityConfig, source: str = "") -> str:
+        longest = max(counts)
+        what = source + (f"{counts[0]:,} prompt tokens" if len(counts) == 1 else
+                         f"{len(counts)} prompts, {sum(counts):,} tokens (longest {longest:,})")
+        if limit is not None and longest + cfg.max_new_tokens > limit:
+            return cards.error_html(
+                f"{what}: with max_new_tokens={cfg.max_new_tokens} the longest needs "
+                f"{longest + cfg.max_new_tokens:,} positions, over the context of {limit:,}.",
+                "shorten the prompt, lower max_new_tokens, or raise max_model_len with rope_scaling "
+                "(the 'long context 9k' preset)", "Prompt too long")
+        ctx = f" · context {limit:,}" if limit else ""
+        return f'<div class="pc-count">{what} + {cfg.max_new_tokens} new{ctx}</div>'
+
+    def upload(self, path: str | None) -> tuple[Any, Any, str]:
+        if not path:
+            return None, gr.Button(visible=False), ""
+        name = os.path.basename(path)
+        try:
+            if os.path.getsize(path) > MAX_PROMPT_FILE_BYTES:  # refuse before reading it into memory
+                raise PromptError(f"prompt file {name!r} is over the {MAX_PROMPT_FILE_BYTES // 2**20} MiB limit",
+                                  "split it into smaller files")
+            with open(path, "rb") as fh:
+                specs = parse_prompt_bytes(fh.read(), name)
+        except ParityError as e:
+            return None, gr.Button(visible=False), cards.error_html(e.message, e.fix, "Prompt file refused")
+        data = [{"text": s.text, "messages": s.messages} for s in specs]
+        return data, gr.Button(visible=True), cards.notice_html(
+            f"{len(specs)} prompt(s) from {name} run instead of the text box.")
+
+    def clear_file(self) -> tuple[None, Any, str]:
+        return None, gr.Button(visible=False), ""
+
+    def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
+            request: gr.Request) -> Iterator[tuple]:
+        """Run both engines; yields (progress, *view outputs, run id) as tokens arrive."""
+        model = model or DEMO_NAME
+        try:
+            specs = _specs(prompt, file_prompts)
+            cfg = config_from_text(cfg_text)
+        except ParityError as e:
+            specs = [PromptSpec(text=prompt or "")] if not file_prompts else [PromptSpec(**d) for d in file_prompts]
+            failed = self.service.record_failure(model, specs, {"yaml": cfg_text}, e)
+            yield ("", *self.view.values(failed), failed.id)
+            return
+        session = request.session_hash if request is not None else "api"
+        events: queue.Queue = queue.Queue()
+        req = RunRequest(model=model, prompts=specs, config=cfg, trust_remote_code=bool(trust))
+        worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-run")
+        live = LiveRun(len(specs), cfg.max_new_tokens)
+        self.gate.begin(session)
+        try:
+            worker.start()
+            yield from self._stream(live, events)
+        finally:
+            self.gate.end(session)
+
+    def _work(self, req: RunRequest, events: queue.Queue) -> None:
+        try:
+            events.put(self.service.run(req, events.put))
+        except BaseException as e:  # service.run stores user errors itself; this is a bug guard
+            traceback.print_exc(file=sys.stderr)
+            events.put(e)
+
+    def _stream(self, live: LiveRun, events: queue.Queue) -> Iterator[tuple]:
+        hidden = gr.Plot(visible=False, value=None)
+        yield (live.progress(), "", gr.Dropdown(visible=False), "", hidden, hidden, hidden, gr.skip())
+        keep = (gr.skip(),) * 3
+        last = time.monotonic()
+        while True:
+            try:
+                item = events.get(timeout=THROTTLE_S)
+            except queue.Empty:
+                item = None
+            if isinstance(item, Run):
+                yield ("", *self.view.values(item), item.id)
+                return
+            if isinstance(item, BaseException):
+                yield ("", *self.view.error_values(f"internal error: {type(item).__name__}: {item}",
+                                                   "the app keeps serving; please report this"), None)
+                return
+            if item is not None:
+                live.feed(item)
+                if item.kind == "token":
+                    self.gate.reassert()
+            if time.monotonic() - last >= THROTTLE_S:
+                last = time.monotonic()
+                yield (live.progress(), gr.skip(), gr.skip(), live.panes(), *keep, gr.skip())
+
+    def stop(self, request: gr.Request) -> str:
+        session = request.session_hash if request is not None else "api"
+        if self.gate.stop(session):
+            return cards.notice_html("Stopping: the run is stored as cancelled.")
+        return cards.notice_html("Nothing of yours is running (a queued run starts when the engines are free).")
+
+    # -- events --------------------------------------------------------------------------------
+
+    def create_event_handlers(self, cfg_yaml: Any) -> None:
+        ctx = [self.model, self.trust]
+        count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml]
+        self.model.change(self.describe, ctx, self.model_info, api_name="describe_model").then(
+            self.count_tokens, count_inputs, self.prompt_info, api_name=False, show_progress="hidden")
+        self.trust.change(self.describe, ctx, self.model_info, api_name=False)
+        self.prompt.change(self.count_tokens, count_inputs, self.prompt_info, api_name="count_tokens",
+                           trigger_mode="always_last", show_progress="hidden")
+        cfg_yaml.change(self.count_tokens, count_inputs, self.prompt_info, api_name=False,
+                        trigger_mode="always_last", show_progress="hidden")
+        file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info]
+        self.prompt_file.upload(self.upload, [self.prompt_file], file_outputs, api_name="upload_prompts").then(
+            self.count_file, [*ctx, self.file_prompts, cfg_yaml], self.prompt_info, api_name=False,
+            show_progress="hidden")
+        self.clear_file_btn.click(self.clear_file, None, file_outputs, api_name=False).then(
+            self.count_tokens, count_inputs, self.prompt_info, api_name=False, show_progress="hidden")
+        # One run at a time on the engines; every other click waits in gradio's queue.
+        self.run_btn.click(self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml],
+                           [self.progress, *self.view.outputs, self.run_id], api_name="run",
+                           concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
+        self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
+        self.view.prompt_pick.input(self.switch_prompt, [self.run_id, self.view.prompt_pick], self.view.outputs,
+                                    api_name=False)
+
+    def switch_prompt(self, run_id: str | None, index: int | None) -> tuple:
+        from ..store import get_run
+
+        run = get_run(self.service.db, run_id) if run_id else None
+        return self.view.values(run, int(index or 0))
+
+    def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> tuple[str, str]:
+        return self.describe(model, trust), self.count_tokens(model, trust, prompt, None, cfg_text)

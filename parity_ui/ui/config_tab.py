@@ -1,0 +1,221 @@
+"""Config tab: a form for the common canonical keys and a YAML editor for all of them, kept in
+sync; validation errors next to the field; the mapping table; presets; load and save files.
+
+The YAML text is the one source of truth: the form writes into it, and the Run button reads it.
+"""
+from __future__ import annotations
+
+import html
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import yaml
+
+from ..config import DTYPES, PRESETS, ParityConfig, config_from_dict, parse_config_text
+from ..errors import ConfigError, ParityError
+from . import cards
+
+MAX_CONFIG_BYTES = 1 * 2**20
+CONFIG_FILE_TYPES = (".yaml", ".yml", ".json")
+# Where the app starts: greedy, and chat on because the demo model is a chat model.
+APP_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "chat": True}
+
+# key -> (label, default info line). Order is the form's order.
+FORM_KEYS: dict[str, tuple[str, str]] = {
+    "dtype": ("dtype", "weights dtype for both engines; 'auto' = the model's own"),
+    "max_new_tokens": ("max_new_tokens", "tokens generated after the prompt"),
+    "temperature": ("temperature", "0 = greedy (the only setting where streams can match exactly)"),
+    "top_p": ("top_p", "nucleus sampling; 1 = off"),
+    "top_k": ("top_k", "0 = off"),
+    "seed": ("seed", "sampling seed"),
+    "logprobs": ("logprobs", "top-k alternatives recorded per position (0-20)"),
+    "max_model_len": ("max_model_len", "context limit; empty = the model's own"),
+    "batch_size": ("batch_size", "prompts per generate call"),
+    "chat": ("chat template", "apply the model's chat template once (both engines get the same ids)"),
+}
+
+
+def config_from_text(text: str) -> ParityConfig:
+    """Parse and validate the editor's YAML. Raises ConfigError naming the key."""
+    return config_from_dict(parse_config_text(text, "YAML"))
+
+
+def default_yaml() -> str:
+    return config_from_dict(APP_DEFAULTS).to_yaml()
+
+
+def preset_yaml(name: str) -> str:
+    return config_from_dict({**APP_DEFAULTS, **PRESETS[name]}).to_yaml()
+
+
+def config_summary_html(cfg: ParityConfig) -> str:
+    mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
+    parts = [f"dtype <b>{cfg.dtype}</b>", mode, f"max_new_tokens {cfg.max_new_tokens}",
+             f"chat template {'on' if cfg.chat else 'off'}", f"top-{cfg.logprobs} logprobs"]
+    if cfg.max_model_len:
+        parts.append(f"max_model_len {cfg.max_model_len}")
+    return f'<div class="pc-cfgline">Config: {" · ".join(parts)} <i>(edit in the Config tab)</i></div>'
+
+
+def mapping_html(rows: list[Any]) -> str:
+    head = "<tr><th>canonical key</th><th>value</th><th>vLLM gets</th><th>HF gets</th><th>note</th></tr>"
+    body = "".join(
+        f"<tr><td><code>{html.escape(r.key)}</code></td><td><code>{html.escape(repr(r.value))}</code></td>"
+        f"<td>{html.escape(r.vllm)}</td><td>{html.escape(r.hf)}</td><td>{html.escape(r.note)}</td></tr>"
+        for r in rows)
+    return f'<table class="pc-mapping">{head}{body}</table>'
+
+
+class ConfigTab:
+    def __init__(self, service: Any):
+        self.service = service
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def create_ui(self) -> None:
+        with gr.Tab("Config", id="config"):
+            with gr.Row():
+                self.preset = gr.Dropdown(label="Preset", choices=list(PRESETS), value=None, scale=3)
+                self.apply_preset_btn = gr.Button("Apply preset", scale=1)
+                self.reset_btn = gr.Button("Reset to defaults", scale=1)
+            with gr.Row():
+                with gr.Column(scale=1):
+                    self._render_form()
+                with gr.Column(scale=1):
+                    self.yaml = gr.Code(value=default_yaml(), language="yaml", label="Full config (YAML)",
+                                        lines=24, max_lines=40, interactive=True, elem_id="cfg-yaml")
+                    self.error = gr.HTML(elem_id="cfg-error")
+                    with gr.Row():
+                        self.load_file = gr.File(label="Load a config file (.yaml, .yml, .json)",
+                                                 file_types=list(CONFIG_FILE_TYPES), type="filepath", height=90)
+                        with gr.Column():
+                            self.save_btn = gr.Button("Save config as YAML")
+                            self.saved = gr.File(label="Saved config", interactive=False, height=90)
+            gr.Markdown("### How each key reaches the engines")
+            self.mapping = gr.HTML(elem_id="cfg-mapping")
+
+    def _render_form(self) -> None:
+        d = ParityConfig()
+        self.fields: dict[str, Any] = {
+            "dtype": gr.Dropdown(choices=list(DTYPES), value=d.dtype, label="dtype", info=FORM_KEYS["dtype"][1]),
+            "max_new_tokens": gr.Number(value=APP_DEFAULTS["max_new_tokens"], precision=0, label="max_new_tokens",
+                                        info=FORM_KEYS["max_new_tokens"][1]),
+            "temperature": gr.Number(value=d.temperature, label="temperature", info=FORM_KEYS["temperature"][1]),
+            "top_p": gr.Number(value=d.top_p, label="top_p", info=FORM_KEYS["top_p"][1]),
+            "top_k": gr.Number(value=d.top_k, precision=0, label="top_k", info=FORM_KEYS["top_k"][1]),
+            "seed": gr.Number(value=d.seed, precision=0, label="seed", info=FORM_KEYS["seed"][1]),
+            "logprobs": gr.Number(value=d.logprobs, precision=0, label="logprobs", info=FORM_KEYS["logprobs"][1]),
+            "max_model_len": gr.Number(value=None, precision=0, label="max_model_len",
+                                       info=FORM_KEYS["max_model_len"][1]),
+            "batch_size": gr.Number(value=d.batch_size, precision=0, label="batch_size",
+                                    info=FORM_KEYS["batch_size"][1]),
+            "chat": gr.Checkbox(value=APP_DEFAULTS["chat"], label="chat template", info=FORM_KEYS["chat"][1]),
+        }
+
+    @property
+    def field_list(self) -> list[Any]:
+        return list(self.fields.values())
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _field_updates(self, data: dict[str, Any] | None, bad_key: str | None, message: str) -> list[Any]:
+        out = []
+        for key, comp in self.fields.items():
+            label, info = FORM_KEYS[key]
+            bad = bad_key is not None and (bad_key == key or bad_key.startswith(key + "."))
+            kw: dict[str, Any] = {"info": f"⚠ {message}" if bad else info,
+                                  "elem_classes": ["field-error"] if bad else []}
+            if data is not None and key in data:
+                kw["value"] = data[key]
+            out.append(type(comp)(**kw))
+        return out
+
+    def _validate(self, text: str, model: str, trust: bool, *, set_fields: bool) -> list[Any]:
+        """Outputs: error box, summary line, mapping table, then every form field."""
+        try:
+            cfg = config_from_text(text)
+        except ConfigError as e:
+            box = cards.error_html(e.message, e.fix, "Invalid config")
+            return [box, gr.skip(), gr.skip(), *self._field_updates(None, e.key.split("[")[0], e.message)]
+        data = cfg.to_dict() if set_fields else None
+        try:
+            table = mapping_html(self.service.mapping(model or "demo", cfg, bool(trust)))
+        except ParityError as e:
+            table = cards.notice_html(f"The mapping table needs a resolvable model: {e.message}")
+        return ["", config_summary_html(cfg), table, *self._field_updates(data, None, "")]
+
+    def yaml_changed(self, text: str, model: str, trust: bool) -> list[Any]:
+        return self._validate(text, model, trust, set_fields=True)
+
+    def form_changed(self, text: str, model: str, trust: bool, *values: Any) -> list[Any]:
+        """A form field changed: write every form value into the YAML (keeping the other keys)."""
+        try:
+            data = parse_config_text(text, "YAML")
+        except ConfigError as e:
+            return [gr.skip(), cards.error_html(e.message, "fix the YAML first, then use the form",
+                                                "Invalid config"), gr.skip(), gr.skip(),
+                    *[gr.skip() for _ in self.fields]]
+        for key, value in zip(self.fields, values):
+            if isinstance(value, float) and value.is_integer() and key not in ("temperature", "top_p"):
+                value = int(value)
+            data[key] = value
+        new_text = yaml.safe_dump(data, sort_keys=False)
+        return [new_text, *self._validate(new_text, model, trust, set_fields=False)]
+
+    def apply_preset(self, name: str | None, model: str, trust: bool) -> list[Any]:
+        text = preset_yaml(name) if name in PRESETS else default_yaml()
+        return [text, *self._validate(text, model, trust, set_fields=True)]
+
+    def reset(self, model: str, trust: bool) -> list[Any]:
+        text = default_yaml()
+        return [text, None, *self._validate(text, model, trust, set_fields=True)]
+
+    def load(self, path: str | None, model: str, trust: bool) -> list[Any]:
+        if not path:
+            return [gr.skip()] * (4 + len(self.fields))
+        p = Path(path)
+        problem = None
+        if p.suffix.lower() not in CONFIG_FILE_TYPES:
+            problem = (f"config file {p.name!r} has type {p.suffix or '(none)'!r}", "use .yaml, .yml or .json")
+        elif p.stat().st_size > MAX_CONFIG_BYTES:
+            problem = (f"config file {p.name!r} is over 1 MiB", "a config is a few lines of YAML")
+        else:
+            try:
+                text = p.read_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                problem = (f"config file {p.name!r} is not UTF-8 text", "save it as UTF-8 YAML or JSON")
+        if problem:
+            return [gr.skip(), cards.error_html(*problem, "Cannot load config"), gr.skip(), gr.skip(),
+                    *[gr.skip() for _ in self.fields]]
+        try:  # show JSON files as YAML, like everything else in the editor
+            text = yaml.safe_dump(parse_config_text(text, p.name), sort_keys=False)
+        except ConfigError:
+            pass  # keep the text as is: the validation below names the problem
+        return [text, *self._validate(text, model, trust, set_fields=True)]
+
+    def save(self, text: str) -> str:
+        folder = Path(tempfile.mkdtemp(prefix="parity-config-"))
+        out = folder / "parity-config.yaml"
+        out.write_text(text, encoding="utf-8")
+        return str(out)
+
+    # -- events --------------------------------------------------------------------------------
+
+    def create_event_handlers(self, model: Any, trust: Any, summary: Any) -> None:
+        """`model`, `trust` and `summary` belong to the Compare tab (built before this is called)."""
+        checked = [self.error, summary, self.mapping, *self.field_list]
+        ctx = [model, trust]
+        self.yaml.input(self.yaml_changed, [self.yaml, *ctx], checked, api_name="validate_config",
+                        trigger_mode="always_last", show_progress="hidden")
+        for comp in self.field_list:
+            comp.input(self.form_changed, [self.yaml, *ctx, *self.field_list], [self.yaml, *checked],
+                       api_name=False, trigger_mode="always_last", show_progress="hidden")
+        self.apply_preset_btn.click(self.apply_preset, [self.preset, *ctx], [self.yaml, *checked],
+                                    api_name="apply_preset")
+        self.reset_btn.click(self.reset, ctx, [self.yaml, self.preset, *checked], api_name="reset_config")
+        self.load_file.upload(self.load, [self.load_file, *ctx], [self.yaml, *checked], api_name="load_config")
+        self.save_btn.click(self.save, [self.yaml], [self.saved], api_name="save_config")
+        for comp in (model, trust):
+            comp.change(self.yaml_changed, [self.yaml, *ctx], checked, api_name=False, show_progress="hidden")

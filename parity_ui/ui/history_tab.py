@@ -1,0 +1,133 @@
+"""History tab: every stored run, searchable and filterable; open one to see exactly its view;
+deep links `?run=ID`; export a run as the CLI's JSON."""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from ..store import distinct_models, get_run, list_runs
+from .result_view import ResultView
+
+STATUSES = ["ok", "diverged", "error", "cancelled"]
+PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
+COLUMNS = ["id", "time (UTC)", "model", "dtype", "status", "result", "prompt"]
+_RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
+
+
+def _result(r: Any) -> str:
+    if r.status == "error":
+        return "error: " + (r.error or "")[:80]
+    if r.status == "cancelled":
+        return "cancelled"
+    if r.identical:
+        return "identical"
+    return f"diverged at token {r.first_divergence}"
+
+
+def history_rows(db: Any, search: str = "", model: str | None = None, status: str | None = None,
+                 period: str = "any time", limit: int = 500) -> list[list[Any]]:
+    days = PERIODS.get(period)
+    since = (date.today() - timedelta(days=days)).isoformat() if days else None
+    runs = list_runs(db, search=search or None, model=model or None, status=status or None, since=since,
+                     limit=limit)
+    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.dtype or "", r.status, _result(r),
+             r.prompt_excerpt] for r in runs]
+
+
+class HistoryTab:
+    def __init__(self, service: Any):
+        self.service = service
+        self.view = ResultView("hist")
+
+    @property
+    def db(self) -> Any:
+        return self.service.db
+
+    def create_ui(self) -> None:
+        with gr.Tab("History", id="history") as self.tab:
+            with gr.Row():
+                self.search = gr.Textbox(label="Search", placeholder="id, model, prompt or error text", scale=3,
+                                         elem_id="hist-search")
+                self.model = gr.Dropdown(label="Model", choices=[], value=None, scale=2)
+                self.status = gr.Dropdown(label="Status", choices=STATUSES, value=None, scale=1)
+                self.period = gr.Dropdown(label="When", choices=list(PERIODS), value="any time", scale=1)
+                self.refresh_btn = gr.Button("Refresh", scale=1)
+            self.table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, wrap=True,
+                                      max_height=320, elem_id="hist-table", label="Runs (newest first; click one to open it)")
+            with gr.Row():
+                self.run_id = gr.Textbox(label="Run id", scale=3, elem_id="hist-run-id",
+                                         placeholder="click a row above, or paste an id")
+                self.open_btn = gr.Button("Open run", scale=1, elem_id="hist-open")
+                self.export_btn = gr.Button("Export as JSON", scale=1, elem_id="hist-export")
+                self.export_file = gr.File(label="Exported run", interactive=False, height=70, scale=2)
+            self.view.create_ui()
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def refresh(self, search: str, model: str | None, status: str | None, period: str) -> tuple[Any, Any]:
+        models = distinct_models(self.db)
+        return (gr.Dataframe(value=history_rows(self.db, search, model, status, period), headers=COLUMNS),
+                gr.Dropdown(choices=models, value=model if model in models else None))
+
+    def select(self, evt: gr.SelectData, table: Any) -> str:
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        try:
+            return str(table.iloc[row, 0]) if hasattr(table, "iloc") else str(table[row][0])
+        except (IndexError, KeyError):
+            return gr.skip()
+
+    def open(self, run_id: str) -> tuple:
+        run_id = (run_id or "").strip()
+        if not run_id:
+            return self.view.values(None, message="Pick a run in the table above.")
+        run = get_run(self.db, run_id) if _RUN_ID.match(run_id) else None
+        if run is None:
+            return self.view.error_values(f"no run with id {run_id!r} in this database",
+                                          "pick one from the table, or check the link")
+        return self.view.values(run)
+
+    def switch_prompt(self, run_id: str, index: int | None) -> tuple:
+        run = get_run(self.db, (run_id or "").strip())
+        return self.view.values(run, int(index or 0))
+
+    def export(self, run_id: str) -> str | None:
+        from ..cli import run_json
+
+        run = get_run(self.db, (run_id or "").strip()) if _RUN_ID.match((run_id or "").strip()) else None
+        if run is None:
+            raise gr.Error("Open a stored run first: no run with that id.")
+        out = Path(tempfile.mkdtemp(prefix="parity-export-")) / f"parity-run-{run.id}.json"
+        out.write_text(json.dumps(run_json(run), indent=2), encoding="utf-8")
+        return str(out)
+
+    def from_url(self, request: gr.Request) -> tuple:
+        """Page load: `?run=ID` opens that run in this tab."""
+        run_id = (request.query_params.get("run") or "").strip() if request is not None else ""
+        if not run_id:
+            return (gr.skip(), gr.skip(), *[gr.skip()] * len(self.view.outputs))
+        return (gr.Tabs(selected="history"), run_id, *self.open(run_id))
+
+    # -- events --------------------------------------------------------------------------------
+
+    def create_event_handlers(self, tabs: Any, app: Any) -> None:
+        filters = [self.search, self.model, self.status, self.period]
+        listing = [self.table, self.model]
+        self.tab.select(self.refresh, filters, listing, api_name="history")
+        self.refresh_btn.click(self.refresh, filters, listing, api_name=False)
+        self.search.submit(self.refresh, filters, listing, api_name=False)
+        for f in (self.model, self.status, self.period):
+            f.input(self.refresh, filters, listing, api_name=False)
+        self.table.select(self.select, [self.table], [self.run_id], api_name=False).then(
+            self.open, [self.run_id], self.view.outputs, api_name=False)
+        self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run")
+        self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False)
+        self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
+        self.view.prompt_pick.input(self.switch_prompt, [self.run_id, self.view.prompt_pick], self.view.outputs,
+                                    api_name=False)
+        app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)
