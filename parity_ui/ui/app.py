@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from typing import Any
 
 import gradio as gr
@@ -70,8 +71,13 @@ def warm_up(service: ServiceRunner) -> None:
         pass  # the page shows the problem when the demo is picked
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # gradio stops serving on it, and the finally below closes the engines
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     service = ServiceRunner(args.db)
     warm_up(service)
     try:

@@ -71,6 +71,8 @@ CSS = """
 .field-error input, .field-error textarea, .field-error select { border-color:#dc2626 !important; }
 .field-error .info, .field-error [data-testid="block-info"] + div { color:#b91c1c !important; }
 #cfg-error, #prompt-count { min-height: 1em; }
+.pc-cfgline { color:#3f3f46; padding:4px 2px; }
+.pc-cfgline.pc-bad { color:#991b1b; font-weight:600; }
 """
 
 JS_TEMPLATE = r"""

@@ -140,8 +140,8 @@ def _timings(p: PromptResult) -> str:
 
 def run_summary_html(run: Run, prompt_index: int = 0) -> str:
     """The card above the panes: verdict, what ran where, and the run's id and permalink."""
-    dtype = run.engines["hf"].dtype if "hf" in run.engines else run.config.get("dtype", "?")
-    meta = [f"model <b>{esc(run.model.name)}</b>", f"dtype {esc(dtype)}"]
+    dtype = run.engines["hf"].dtype if "hf" in run.engines else run.config.get("dtype")
+    meta = [f"model <b>{esc(run.model.name)}</b>"] + ([f"dtype {esc(dtype)}"] if dtype else [])
     if run.device:
         meta.append(f"device {esc(run.device)}")
     versions = " · ".join(f"{esc(k)} {esc(v)}" for k, v in run.versions.items() if k in ("vllm", "transformers", "torch"))

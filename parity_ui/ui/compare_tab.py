@@ -17,7 +17,7 @@ import gradio as gr
 
 from ..config import ParityConfig
 from ..demo_model import DEMO_LABEL, DEMO_NAME
-from ..errors import ParityError, PromptError
+from ..errors import ConfigError, ParityError, PromptError
 from ..models import local_models
 from ..prompts import MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, tokenizer_for
 from ..service import RunRequest, max_context
@@ -106,7 +106,7 @@ class CompareTab:
     def _render_prompt(self) -> None:
         self.prompt = gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=4, max_lines=14,
                                  elem_id="prompt", placeholder="Type or paste a prompt; long ones are fine")
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=False):
             self.prompt_file = gr.UploadButton("Upload prompts (.txt: one, .jsonl: one a line)",
                                                file_types=list(PROMPT_FILE_TYPES), type="filepath", size="sm",
                                                elem_id="prompt-file", scale=2)
@@ -141,6 +141,8 @@ class CompareTab:
             info = self.service.describe(model or DEMO_NAME, bool(trust))
             tok = tokenizer_for(info.path, bool(trust))
             counts = [tok.count(s, cfg.chat) for s in specs]
+        except ConfigError:
+            return ""  # the config line under the prompt already names the problem
         except ParityError as e:
             return cards.error_html(e.message, e.fix, "Prompt not usable")
         source = "Uploaded file: " if file_prompts else ""

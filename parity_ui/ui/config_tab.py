@@ -68,6 +68,25 @@ def mapping_html(rows: list[Any]) -> str:
     return f'<table class="pc-mapping">{head}{body}</table>'
 
 
+def _raw_form_values(text: str) -> dict[str, Any]:
+    """Form values from YAML that failed validation, where the field can show them (so the form
+    shows the value the error is about)."""
+    try:
+        data = parse_config_text(text, "YAML")
+    except ConfigError:
+        return {}
+    out: dict[str, Any] = {}
+    for key in FORM_KEYS:
+        v = data.get(key)
+        if key == "chat" and isinstance(v, bool):
+            out[key] = v
+        elif key == "dtype" and v in DTYPES:
+            out[key] = v
+        elif key not in ("chat", "dtype") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[key] = v
+    return out
+
+
 class ConfigTab:
     def __init__(self, service: Any):
         self.service = service
@@ -138,7 +157,9 @@ class ConfigTab:
             cfg = config_from_text(text)
         except ConfigError as e:
             box = cards.error_html(e.message, e.fix, "Invalid config")
-            return [box, gr.skip(), gr.skip(), *self._field_updates(None, e.key.split("[")[0], e.message)]
+            line = f'<div class="pc-cfgline pc-bad">Config not valid: {html.escape(e.message)} (fix it in the Config tab)</div>'
+            raw = _raw_form_values(text) if set_fields else None
+            return [box, line, gr.skip(), *self._field_updates(raw, e.key.split("[")[0], e.message)]
         data = cfg.to_dict() if set_fields else None
         try:
             table = mapping_html(self.service.mapping(model or "demo", cfg, bool(trust)))

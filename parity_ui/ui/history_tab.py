@@ -65,7 +65,7 @@ class HistoryTab:
                                          placeholder="click a row above, or paste an id")
                 self.open_btn = gr.Button("Open run", scale=1, elem_id="hist-open")
                 self.export_btn = gr.Button("Export as JSON", scale=1, elem_id="hist-export")
-                self.export_file = gr.File(label="Exported run", interactive=False, height=70, scale=2)
+                self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
             self.view.create_ui()
 
     # -- handlers ------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ class HistoryTab:
         run = get_run(self.db, (run_id or "").strip())
         return self.view.values(run, int(index or 0))
 
-    def export(self, run_id: str) -> str | None:
+    def export(self, run_id: str) -> Any:
         from ..cli import run_json
 
         run = get_run(self.db, (run_id or "").strip()) if _RUN_ID.match((run_id or "").strip()) else None
@@ -104,7 +104,7 @@ class HistoryTab:
             raise gr.Error("Open a stored run first: no run with that id.")
         out = Path(tempfile.mkdtemp(prefix="parity-export-")) / f"parity-run-{run.id}.json"
         out.write_text(json.dumps(run_json(run), indent=2), encoding="utf-8")
-        return str(out)
+        return gr.File(value=str(out), visible=True)
 
     def from_url(self, request: gr.Request) -> tuple:
         """Page load: `?run=ID` opens that run in this tab."""

@@ -1,0 +1,144 @@
+"""How the app feels, measured in headless Chromium against the real app. Prints figures; not a test.
+
+1. Click Run -> first token chip shown in the live pane (cold: engines load; warm: reused), on
+   a tiny real model with both real engines.
+2. A stored run of 16k tokens per engine (built synthetically into the app's runs.db): time for
+   the server to build the view, from clicking "Open run" to the panes being on screen and
+   interactive (the details JSON is parsed then), a hover, and frame times while scrolling a pane.
+
+    .venv/bin/python bench/ui_render.py [--tokens 16384] [--skip-engines]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from conftest_browser import ARTIFACTS, chromium, running_app  # noqa: E402
+
+
+def synthetic_run(n: int):
+    from parity_ui.compare import compare_streams
+    from parity_ui.store import new_run_id
+    from parity_ui.types import EngineResult, ModelInfo, PromptResult, Run, TokenStep, TopLogprob
+
+    rng = random.Random(0)
+    words = [" the", " cat", " sat", " on", "\n", " mat", ",", " and", "\t", " a", " dog", "."] + \
+        [f" w{i}" for i in range(400)]
+
+    def stream(name: str, fork: int) -> EngineResult:
+        steps = []
+        for i in range(n):
+            tid = (i * 7919) % len(words) if i < fork or name == "vllm" else (i * 31) % len(words)
+            lp = -rng.random() * 3
+            top = [TopLogprob(tid, lp, words[tid])] + [
+                TopLogprob(t, lp - 0.2 * (k + 1), words[t]) for k, t in enumerate(rng.sample(range(len(words)), 4))]
+            steps.append(TokenStep(position=i, token_id=tid, text=words[tid], logprob=lp, rank=1, top=top))
+        return EngineResult(engine=name, prompt_index=0, token_ids=[s.token_id for s in steps], steps=steps,
+                            finish_reason="length")
+
+    fork = int(n * 0.75)
+    v, h = stream("vllm", fork), stream("hf", fork)
+    p = PromptResult(index=0, prompt_text="synthetic", prompt_token_ids=[1], vllm=v, hf=h, comparison=compare_streams(v, h))
+    return Run(id=new_run_id(), created_utc="2026-01-01T00:00:00.000+00:00",
+               model=ModelInfo(name="synthetic-16k", path="/nowhere"), config={"dtype": "bfloat16"},
+               status="diverged", prompts=[p])
+
+
+def bench_first_token(page, url: str, model: str) -> list[float]:
+    page.goto(url)
+    page.wait_for_selector("#model-info .pc-model", timeout=60_000)
+    box = page.locator("#model-pick input")
+    box.click()
+    box.fill(model)
+    box.press("Enter")
+    page.wait_for_selector(f"#model-info:has-text('{model}')", timeout=30_000)
+    out = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        page.click("#run-btn")
+        page.wait_for_selector("#cmp-panes .pt-root[data-live] .pt-body .t", timeout=300_000)
+        out.append(time.perf_counter() - t0)
+        page.wait_for_selector("#cmp-summary .pc-summary", timeout=300_000)
+    return out
+
+
+def bench_stored(page, url: str, run_id: str, n: int) -> dict[str, float]:
+    page.goto(url)
+    page.get_by_role("tab", name="History").click()
+    page.fill("#hist-run-id textarea, #hist-run-id input", run_id)
+    t0 = time.perf_counter()
+    page.click("#hist-open")
+    page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=120_000)
+    shown = time.perf_counter() - t0
+    count = page.evaluate("document.querySelectorAll('#hist-panes .pt-body .t').length")
+    assert count == 2 * n, count
+    hover = page.evaluate("""() => {
+        const chips = document.querySelectorAll('#hist-panes [data-engine="hf"] .pt-body .t');
+        const t0 = performance.now();
+        chips[chips.length - 5].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+        const t1 = performance.now();
+        chips[10].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+        return [t1 - t0, performance.now() - t1];
+    }""")
+    page.locator("#hist-panes").scroll_into_view_if_needed()
+    jump, step = page.evaluate("""async () => {
+        const body = document.querySelector('#hist-panes .pt-body');
+        const frame = () => new Promise((r) => requestAnimationFrame(r));
+        let t0 = performance.now();
+        for (let k = 0; k < 20; k++) { body.scrollTop = body.scrollHeight * k / 20; await frame(); }
+        const jump = (performance.now() - t0) / 20;
+        t0 = performance.now();
+        for (let k = 0; k < 60; k++) { body.scrollTop += 60; await frame(); }
+        return [jump, (performance.now() - t0) / 60];
+    }""")
+    page.locator("#hist-panes").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.locator("#hist-panes").screenshot(path=str(ARTIFACTS / "bench-16k-panes.png"))
+    return {"open_s": shown, "first_hover_ms": hover[0], "next_hover_ms": hover[1], "jump_ms": jump, "step_ms": step}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--skip-engines", action="store_true", help="only the stored-run render")
+    args = ap.parse_args()
+    ARTIFACTS.mkdir(exist_ok=True)
+    from parity_ui.store import open_db, save_run
+    from parity_ui.ui.result_view import view_parts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "runs.db"
+        run = synthetic_run(args.tokens)
+        save_run(open_db(db), run)
+        t0 = time.perf_counter()
+        parts = view_parts(run)
+        build_s = time.perf_counter() - t0
+        print(f"stored run: {args.tokens} tokens per engine, first divergence at {run.first_divergence}")
+        print(f"  server: view built in {build_s:.2f} s; panes HTML {len(parts['panes']) / 2**20:.2f} MiB")
+        model = None
+        if not args.skip_engines:
+            from tiny_models import build_model
+
+            model = str(build_model(Path(tmp) / "tiny", "llama", dtype="bfloat16"))
+        with running_app(db, ARTIFACTS / "bench-app.log") as url, chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            r = bench_stored(page, url, run.id, args.tokens)
+            print(f"  browser: click Open -> panes shown and interactive {r['open_s']:.2f} s")
+            print(f"  hover a far token {r['first_hover_ms']:.1f} ms, a near one {r['next_hover_ms']:.1f} ms; "
+                  f"frame time scrolling a pane: 60 px steps {r['step_ms']:.1f} ms, 1/20-height jumps {r['jump_ms']:.1f} ms")
+            if model:
+                cold, warm = bench_first_token(page, url, model)
+                print(f"click Run -> first token shown (tiny Llama, both real engines, CPU): "
+                      f"cold {cold:.2f} s (engines load), warm {warm:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
