@@ -243,6 +243,9 @@ class CompareTab:
                 last = time.monotonic()
                 yield (live.progress(), gr.skip(), gr.skip(), live.panes(), *keep, gr.skip())
 
+    def clear_note(self) -> str:
+        return ""
+
     def stop(self, request: gr.Request) -> str:
         session = request.session_hash if request is not None else "api"
         if self.gate.stop(session):
@@ -272,6 +275,7 @@ class CompareTab:
                            [self.progress, *self.view.outputs, self.run_id], api_name="run",
                            concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
+        self.run_btn.click(self.clear_note, None, self.stop_note, api_name=False, queue=False)
         self.view.prompt_pick.input(self.switch_prompt, [self.run_id, self.view.prompt_pick], self.view.outputs,
                                     api_name=False)
 

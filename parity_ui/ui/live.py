@@ -55,5 +55,6 @@ class LiveRun:
         v = self.steps["vllm"].get(prompt_index, [])
         h = self.steps["hf"].get(prompt_index, [])
         div = first_difference([s.token_id for s in v], [s.token_id for s in h], finished=False)
-        note = f"Prompt {prompt_index} of {self.n_prompts}, live." if self.n_prompts > 1 else "Live."
+        note = "Streaming as the engines generate (vLLM first, then HF)"
+        note += f": prompt {prompt_index} of {self.n_prompts}." if self.n_prompts > 1 else "."
         return panes_html(v, h, divergence=div, live=True, note=note)
