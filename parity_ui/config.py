@@ -243,7 +243,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         target = out
         parts = key.split(".")
         for part in parts[:-1]:
-            target = target.setdefault(part, {})
+            if target.get(part) is None:  # `vllm:` with nothing under it loads as null
+                target[part] = {}
+            target = target[part]
             if not isinstance(target, dict):
                 raise ConfigError(key, "is not a section", "only vllm.* and hf.* keys are nested")
         target[parts[-1]] = value
