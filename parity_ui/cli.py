@@ -136,8 +136,10 @@ def _show_tok(text: str) -> str:
 
 
 def format_summary(run: Run) -> str:
-    lines = [f"run {run.id}: {run.status.upper()}  model={run.model.name}  dtype={run.config.get('dtype')}"
-             f"  device={run.device}"]
+    ran = run.engines["hf"].dtype if "hf" in run.engines else None
+    asked = run.config.get("dtype")
+    dtype = f"{ran} (auto)" if ran and asked == "auto" else (ran or asked)
+    lines = [f"run {run.id}: {run.status.upper()}  model={run.model.name}  dtype={dtype}  device={run.device}"]
     if run.versions:
         lines.append("  " + "  ".join(f"{k} {v}" for k, v in run.versions.items()))
     for w in run.warnings:

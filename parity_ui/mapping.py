@@ -51,8 +51,10 @@ NOTES: dict[str, str] = {
     "cross_score": "parity-ui only: after generating, each engine teacher-forces the other's tokens "
                    "(vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
     "eos_token_ids": "Resolved from generation_config.json and the tokenizer; passed to both.",
-    "generation_config": "The model's generation_config.json sampling defaults are applied by "
-                         "neither engine unless vllm.generation_config=auto.",
+
+    "vllm.generation_config": "'vllm': the model's generation_config.json sampling defaults are applied "
+                              "by neither engine (HF generates from a neutral GenerationConfig). 'auto': "
+                              "vLLM reads it and HF keeps the model's generation_config.",
     "vllm.gpu_memory_utilization": "vLLM only. HF shares the GPU.",
     "vllm.enforce_eager": "vLLM only. CUDA graphs vs eager moves bf16 divergence points.",
     "vllm.enable_prefix_caching": "vLLM only. Off for parity (near-tie flips, vllm #40896).",
@@ -157,10 +159,9 @@ def to_vllm(cfg: ParityConfig, r: Resolved) -> VllmArgs:
         "tensor_parallel_size": rec("vllm.tensor_parallel_size", "LLM", "tensor_parallel_size",
                                     v.tensor_parallel_size),
         "logprobs_mode": rec("vllm.logprobs_mode", "LLM", "logprobs_mode", v.logprobs_mode),
-        "generation_config": rec("generation_config", "LLM", "generation_config", v.generation_config),
+        "generation_config": rec("vllm.generation_config", "LLM", "generation_config", v.generation_config),
         "max_logprobs": max(cfg.logprobs, 1),
     }
-    rec("vllm.generation_config", "LLM", "generation_config", v.generation_config)
     if r.on_gpu:
         llm["gpu_memory_utilization"] = rec("vllm.gpu_memory_utilization", "LLM", "gpu_memory_utilization",
                                             v.gpu_memory_utilization)
@@ -251,7 +252,7 @@ def to_hf(cfg: ParityConfig, r: Resolved) -> HfArgs:
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     keep = cfg.vllm.generation_config == "auto"
-    rec("generation_config", "runtime", "model.generation_config",
+    rec("vllm.generation_config", "runtime", "model.generation_config",
         "model's generation_config.json" if keep else "neutral GenerationConfig")
     return HfArgs(load=load, config_overrides=overrides, generate=gen, device=device, seed=cfg.seed,
                   logprobs_source="scores" if processed else "logits",
@@ -270,8 +271,6 @@ class MappingRow:
 def _canonical_value(cfg: ParityConfig, key: str, r: Resolved) -> Any:
     if key == "eos_token_ids":
         return r.eos_token_ids
-    if key == "generation_config":
-        return cfg.vllm.generation_config
     obj: Any = cfg
     for part in key.split("."):
         obj = getattr(obj, part)

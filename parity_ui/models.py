@@ -101,7 +101,7 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         rope_full.setdefault("rope_theta", text_cfg["rope_theta"])
     if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in (None, "default"):
         rope = None  # transformers 5 writes rope_parameters even for plain RoPE
-    eos = _ids(gen.get("eos_token_id")) or _ids(text_cfg.get("eos_token_id"))
+    eos = list(dict.fromkeys(_ids(gen.get("eos_token_id")) + _ids(text_cfg.get("eos_token_id"))))
     archs = cfg.get("architectures") or []
     if not archs and not trust_remote_code:
         raise ModelError(f"{folder}/config.json names no architectures",

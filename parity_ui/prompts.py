@@ -15,7 +15,7 @@ from typing import Any
 from .errors import PromptError
 
 MAX_PROMPT_FILE_BYTES = 50 * 2**20
-PROMPT_FILE_TYPES = (".txt", ".md", ".jsonl", ".json")
+PROMPT_FILE_TYPES = (".txt", ".md", ".jsonl")
 
 
 @dataclass
@@ -63,7 +63,7 @@ def parse_prompt_bytes(data: bytes, filename: str) -> list[PromptSpec]:
     except UnicodeDecodeError as e:
         raise PromptError(f"prompt file {filename!r} is not UTF-8 text (byte {e.start})",
                           "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
-    if suffix in (".jsonl", ".json"):
+    if suffix == ".jsonl":
         specs = []
         for n, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -157,6 +157,15 @@ class PromptTokenizer:
         return self.tok.decode(ids)
 
 
+_tokenizer_lock = threading.Lock()
+
+
 @lru_cache(maxsize=4)
-def tokenizer_for(model_path: str, trust_remote_code: bool = False) -> PromptTokenizer:
+def _tokenizer_for(model_path: str, trust_remote_code: bool) -> PromptTokenizer:
     return PromptTokenizer(model_path, trust_remote_code)
+
+
+def tokenizer_for(model_path: str, trust_remote_code: bool = False) -> PromptTokenizer:
+    """One tokenizer per model folder. Serialised: transformers' first import is not thread-safe."""
+    with _tokenizer_lock:
+        return _tokenizer_for(model_path, trust_remote_code)

@@ -162,6 +162,7 @@ class ParityService:
         user or engine error (the run's status is then "error" with the message)."""
         emit = on_event or (lambda e: None)
         with self._lock:
+            self.pool.reset_cancel()  # a Stop pressed before this run began is not for it
             return self._run_locked(req, emit)
 
     def _run_locked(self, req: RunRequest, emit: EventCallback) -> Run:
@@ -178,6 +179,8 @@ class ParityService:
             run.warnings = prep.warnings
             for pr, enc in zip(run.prompts, prep.prompts):
                 pr.prompt_text, pr.prompt_token_ids = enc.text, enc.token_ids
+                if req.config.chat and pr.messages is None and enc.spec.text is not None:
+                    pr.messages = [{"role": "user", "content": enc.spec.text}]  # what the template got
             self._generate(prep, req.config, run, emit)
             self._finish(prep, req.config, run)
             run.status = "ok" if run.identical else "diverged"
@@ -210,6 +213,8 @@ class ParityService:
 
     def _generate(self, prep: Prepared, cfg: ParityConfig, run: Run, emit: EventCallback) -> None:
         load_s, infos = self._load_both(prep, emit)
+        if self.pool.cancelled:
+            raise CancelledError("the run was stopped while the models were loading", "")
         run.engines = infos
         run.device = infos["vllm"].device
         run.versions.update({"vllm": infos["vllm"].version, "transformers": infos["hf"].version,
@@ -278,7 +283,8 @@ class ParityService:
                   versions={"parity_ui": __version__, "python": platform.python_version()},
                   prompts=[PromptResult(index=i, prompt_text=p.text or "", prompt_token_ids=[], messages=p.messages)
                            for i, p in enumerate(prompts)])
-        save_run(self.db, run)
+        with self._lock:
+            save_run(self.db, run)
         return run
 
     # -- raw generation for determinism probes (used by parity_ui.probes) ---------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,8 @@ def open_db(path: str | Path | None = None) -> Database:
         db = Database(memory=True)
     else:
         Path(p).parent.mkdir(parents=True, exist_ok=True)
-        db = Database(p)
+        # Gradio calls handlers from a thread pool; the service serialises writes with its lock.
+        db = Database(sqlite3.connect(p, check_same_thread=False))
         db.execute("PRAGMA journal_mode=WAL")  # the app reads history while a run is written
     migrations.apply(db)
     return db
@@ -149,6 +151,7 @@ class RunSummary:
     error: str | None
     duration_ms: int | None
     group_id: str | None
+    error_code: str | None = None
 
 
 def list_runs(db: Database, *, search: str | None = None, model: str | None = None,
@@ -178,7 +181,7 @@ def list_runs(db: Database, *, search: str | None = None, model: str | None = No
         identical=None if r["identical"] is None else bool(r["identical"]),
         first_divergence=r["first_divergence"], model=r["model"], dtype=r["dtype"], device=r["device"] or "",
         n_prompts=r["n_prompts"] or 0, prompt_excerpt=r["prompt_excerpt"] or "", error=r["error"],
-        duration_ms=r["duration_ms"], group_id=r["group_id"],
+        duration_ms=r["duration_ms"], group_id=r["group_id"], error_code=r["error_code"],
     ) for r in db.query(sql, params)]
 
 

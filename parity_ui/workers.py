@@ -161,7 +161,8 @@ class EngineWorker:
     def request(self, kind: str, payload: Any, on_event: EventCallback | None = None) -> Any:
         if not self.alive:
             raise EngineError(f"{self.name} engine is not loaded", "load a model first")
-        self._cancel.clear()
+        # The cancel flag is NOT cleared here: a Stop pressed while the models were loading must
+        # still stop this request. EnginePool.reset_cancel() clears it when a run starts.
         self._conn.send((kind, payload))
         _, result = self._wait(self.request_timeout, on_event, f"running {kind}")
         if self._cancel.is_set():
@@ -170,6 +171,13 @@ class EngineWorker:
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def reset_cancel(self) -> None:
+        self._cancel.clear()
 
     def stop(self) -> None:
         proc, conn = self._proc, self._conn
@@ -210,6 +218,14 @@ class EnginePool:
     def cancel(self) -> None:
         for w in self.workers.values():
             w.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return any(w.cancelled for w in self.workers.values())
+
+    def reset_cancel(self) -> None:
+        for w in self.workers.values():
+            w.reset_cancel()
 
     def close(self) -> None:
         for w in self.workers.values():

@@ -1,0 +1,25 @@
+"""Shared test setup: runs go to a temporary database, engine caches to known places."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tiny_models
+
+
+@pytest.fixture(autouse=True)
+def _isolated_db(tmp_path, monkeypatch):
+    # No test may write the user's ./runs.db.
+    monkeypatch.setenv("PARITY_DB", str(tmp_path / "runs.db"))
+
+
+def pytest_configure(config):
+    cache = Path(os.environ.get("PARITY_CACHE_DIR") or Path.home() / ".cache" / "parity-ui")
+    # vLLM/inductor write compiled helpers here; keep them out of /tmp defaults shared with others.
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach a model hub
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
