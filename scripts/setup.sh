@@ -3,7 +3,7 @@
 # the app's packages, plus the bundled demo model converted once into the local cache.
 # Re-running it when nothing changed takes about a second: a stamp records what was installed.
 #   scripts/setup.sh          app + engines
-#   scripts/setup.sh --test   also the test tools and Debian's chromium for the browser tests
+#   scripts/setup.sh --test   also Debian's chromium for the browser tests
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -12,8 +12,8 @@ want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
 if nvidia-smi -L >/dev/null 2>&1; then engine_extra=gpu; else engine_extra=cpu; fi
-extras="ui,$engine_extra"
-[ $want_test = 1 ] && extras="$extras,test"
+# The test tools are small: installing them always keeps `make app` and `make test` on one stamp.
+extras="ui,$engine_extra,test"
 # The stamp changes whenever what we would install changes, so an edit to pyproject.toml re-runs pip.
 stamp="$venv/.setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$extras"
 
