@@ -19,7 +19,7 @@ from . import __version__
 from .compare import compare_streams
 from .config import ParityConfig
 from .engines.base import GenerateRequest, LoadRequest, ScoreRequest
-from .errors import CancelledError, EngineError, ParityError, PromptError
+from .errors import CancelledError, ParityError, PromptError
 from .mapping import HfArgs, Resolved, VllmArgs, mapping_table, resolve, to_hf, to_vllm
 from .models import describe_model
 from .prompts import EncodedPrompt, PromptSpec, PromptTokenizer, tokenizer_for

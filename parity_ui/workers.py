@@ -11,7 +11,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import sys
 import threading
 import time
 import traceback

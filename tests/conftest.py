@@ -23,3 +23,22 @@ def pytest_configure(config):
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach a model hub
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory):
+    """One ParityService for every real-engine test: workers stay warm across modules whenever
+    the load-time settings match, so each distinct (model, dtype, ...) pays one engine start."""
+    from parity_ui.service import ParityService
+
+    svc = ParityService(db_path=str(tmp_path_factory.mktemp("engine-db") / "runs.db"))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """The shared tiny Llama (seed 0): same folder for every module, so its workers are reused."""
+    from tiny_models import build_model
+
+    return build_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")

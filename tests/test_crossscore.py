@@ -3,7 +3,6 @@ on a tiny real model (one shared service: one vLLM load for the module)."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,8 @@ import pytest
 from parity_ui.config import build_config
 from parity_ui.crossscore import RATIO_BAND, cross_score_prompt, gap_stats, summary_line
 from parity_ui.prompts import PromptSpec
-from parity_ui.service import ParityService, RunRequest
+from parity_ui.service import RunRequest
 from parity_ui.types import EngineResult, PromptResult, TokenStep
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import build_model  # noqa: E402
 
 
 def steps(logprobs: list[float], ranks: list[int] | None = None) -> list[TokenStep]:
@@ -73,15 +69,8 @@ FP32 = ["dtype=float32", "max_new_tokens=16"]
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return build_model(tmp_path_factory.mktemp("xs") / "llama")
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    s = ParityService(db_path=str(tmp_path_factory.mktemp("xsdb") / "runs.db"))
-    yield s
-    s.close()
+def model(tiny_llama) -> Path:
+    return tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from parity_ui.config import build_config
 from parity_ui.prompts import PromptSpec
-from parity_ui.service import ParityService, RunRequest
+from parity_ui.service import RunRequest
 from parity_ui.store import get_run
 from tiny_models import build_model
 
@@ -23,16 +23,8 @@ CHAT_PROMPT = "Give me a brief explanation of gravity in simple terms."
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    svc = ParityService(db_path=str(tmp_path_factory.mktemp("db") / "runs.db"))
-    yield svc
-    svc.close()
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return {"llama": build_model(root / "llama", "llama"), "qwen2": build_model(root / "qwen2", "qwen2", seed=1)}
+def models(tmp_path_factory, tiny_llama):
+    return {"llama": tiny_llama, "qwen2": build_model(tmp_path_factory.mktemp("models") / "qwen2", "qwen2", seed=1)}
 
 
 def _run(service, model, prompts, *overrides, on_event=None):

@@ -3,7 +3,6 @@ with one shared service (one vLLM load: the grid varies only batch_size, a runti
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,10 @@ from parity_ui.config import build_config
 from parity_ui.errors import ConfigError
 from parity_ui.probes import companions, first_fork, run_probe, summarize_outputs
 from parity_ui.prompts import PromptSpec
-from parity_ui.service import ParityService
 from parity_ui.store import get_run, list_runs, open_db
 from parity_ui.sweep import (MAX_POINTS, Sweep, SweepPoint, grid_points, parse_grid, run_sweep,
                              summarize_sweep)
 from parity_ui.types import Comparison, ModelInfo, PromptResult, Run
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import build_model  # noqa: E402
 
 PROMPT = "def main(args):"
 
@@ -98,15 +93,8 @@ def test_cli_rejects_a_bad_probe_and_a_bad_grid_without_engines(tmp_path, capsys
 # -- real engines ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return build_model(tmp_path_factory.mktemp("ps") / "llama")
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    s = ParityService(db_path=str(tmp_path_factory.mktemp("psdb") / "runs.db"))
-    yield s
-    s.close()
+def model(tiny_llama) -> Path:
+    return tiny_llama
 
 
 @pytest.mark.engines

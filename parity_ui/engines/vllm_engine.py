@@ -11,7 +11,7 @@ import platform
 import time
 from typing import Any
 
-from ..types import EngineInfo, EngineResult, EngineTimings, TokenStep
+from ..types import EngineInfo, EngineResult, TokenStep
 from .base import Engine, GenerateRequest, LoadRequest, ScoreRequest, ShouldStop, StepCallback, make_step
 
 _ids = itertools.count()
