@@ -128,6 +128,8 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
     # Hovering a token in the identical prefix shows that position.
     page.locator("#cmp-panes [data-engine='hf'] .pt-body .t").nth(0).hover()
     assert "Position 0" in info.inner_text() and "same token in both" in info.inner_text()
+    # Plotly draws client-side after the data arrives: wait for it rather than race it.
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=30_000)
     assert page.locator("#cmp-panes ~ * .js-plotly-plot, .js-plotly-plot").count() >= 2
     _shot(page, "02-compare-result")
     _shot(page, "03-token-panes", "#cmp-panes")
