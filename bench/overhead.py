@@ -30,18 +30,12 @@ def _prepare(args):
     from parity_ui.prompts import PromptSpec
     from parity_ui.service import ParityService, RunRequest
 
+    # cross_score off: the bare engines do no teacher forcing either.
     cfg = build_config(None, [f"dtype={args.dtype}", f"max_new_tokens={args.max_new_tokens}", "ignore_eos=true",
-                              "chat=true", "cross_score=false"] if _has_cross_score() else
-                       [f"dtype={args.dtype}", f"max_new_tokens={args.max_new_tokens}", "ignore_eos=true", "chat=true"])
+                              "chat=true", "cross_score=false"])
     svc = ParityService(db_path=":memory:")
     req = RunRequest(model=args.model, prompts=[PromptSpec(text=PROMPT)], config=cfg)
     return svc, req, svc.prepare(req)
-
-
-def _has_cross_score() -> bool:
-    from parity_ui.config import ParityConfig
-
-    return "cross_score" in ParityConfig.__dataclass_fields__
 
 
 def bare_vllm(args, q) -> None:

@@ -17,6 +17,9 @@ from typing import Any, Callable
 
 from . import __version__
 from .compare import compare_streams
+from .crossscore import cross_score_run
+from .explain import explain_prompt
+from .preflight import run_preflight
 from .config import ParityConfig
 from .engines.base import GenerateRequest, LoadRequest, ScoreRequest
 from .errors import CancelledError, ParityError, PromptError
@@ -141,10 +144,6 @@ class ParityService:
         return prepared
 
     def _preflight(self, prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
-        try:
-            from .preflight import run_preflight
-        except ImportError:  # pragma: no cover - preflight is optional during development
-            return []
         return run_preflight(prepared, cfg)
 
     def mapping(self, model: str, cfg: ParityConfig, trust_remote_code: bool = False) -> list[Any]:
@@ -264,13 +263,7 @@ class ParityService:
             if pr.vllm is not None and pr.hf is not None:
                 pr.comparison = compare_streams(pr.vllm, pr.hf)
         if cfg.cross_score:
-            from .crossscore import cross_score_run
-
             cross_score_run(self.score, run, max(cfg.logprobs, 1))
-        try:
-            from .explain import explain_prompt
-        except ImportError:  # pragma: no cover - explanations are optional during development
-            return
         for pr in run.prompts:
             if pr.comparison is not None:
                 pr.explanation = explain_prompt(pr, cfg)

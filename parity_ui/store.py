@@ -6,7 +6,6 @@ Schema changes are append-only migrations. Columns follow one convention: `*_jso
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 import time
@@ -188,6 +187,3 @@ def list_runs(db: Database, *, search: str | None = None, model: str | None = No
 def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
-
-def db_path_from_env() -> str:
-    return os.environ.get("PARITY_DB") or str(default_db_path())
