@@ -115,11 +115,12 @@ class EngineWorker:
     def _wait(self, timeout: float, on_event: EventCallback | None, what: str) -> tuple[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
+            died = False
             if self._conn.poll(0.05):
                 try:
                     kind, payload = self._conn.recv()
-                except (EOFError, OSError):
-                    kind, payload = "died", None
+                except (EOFError, OSError):  # the pipe closed: the process is going away
+                    died, kind, payload = True, "", None
                 if kind == "token":
                     if on_event is not None:
                         on_event(payload)
@@ -131,9 +132,10 @@ class EngineWorker:
                     raise EngineError(f"{self.name} engine failed while {what}: {payload['type']}: "
                                       f"{payload['message']}{hint}",
                                       f"see the worker log {self.log_path}")
-                if kind != "died":
+                if not died:
                     return kind, payload
-            if not self._proc.is_alive() or (self._conn.closed if hasattr(self._conn, "closed") else False):
+            if died or not self._proc.is_alive():
+                self._proc.join(5)  # let it finish exiting so its exit code is known
                 code = self._proc.exitcode
                 self.stop()
                 killed = " (killed by the system: probably out of memory)" if code in (-9, 137) else ""
