@@ -60,8 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def warm_up(service: ServiceRunner) -> None:
-    """Load the demo model's tokenizer once before serving: transformers' lazy imports are not
-    safe when the first two requests import it from two threads at once."""
+    """Load the demo model's tokenizer (and transformers with it, ~5 s) before serving, so the
+    first page load does not pay for it."""
     from ..errors import ParityError
     from ..prompts import tokenizer_for
 

@@ -1,14 +1,11 @@
-"""The app's one ParityService, owned by one thread.
+"""The app's one ParityService, shared by every browser session (the engines are one GPU's worth).
 
-The service's SQLite connection may only be used by the thread that created it, and gradio calls
-handlers from a pool of threads. So the service is created, and every call that writes runs
-(`run`, `record_failure`), happens on one dedicated thread; the History tab reads through a
-connection per thread. The engines are shared by every browser session either way.
+Runs are serialised by the service's own lock and written through its connection. The History
+tab reads through one connection per handler thread: with WAL, reads never wait for a run's write.
 """
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..config import ParityConfig
@@ -20,17 +17,16 @@ from ..types import ModelInfo, Run
 
 class ServiceRunner:
     def __init__(self, db_path: str | None = None):
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="parity-engines")
-        self.service: ParityService = self._thread.submit(ParityService, db_path).result()
+        self.service = ParityService(db_path)
         self.db_path = db_path
         self._local = threading.local()
 
     def run(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
         """Blocking; the run is stored by the service. Calls queue behind each other."""
-        return self._thread.submit(self.service.run, req, on_event).result()
+        return self.service.run(req, on_event)
 
     def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Any) -> Run:
-        return self._thread.submit(self.service.record_failure, model, prompts, config, error).result()
+        return self.service.record_failure(model, prompts, config, error)
 
     def cancel(self) -> None:
         self.service.cancel()  # sets the workers' cancel events: safe from any thread
@@ -50,5 +46,4 @@ class ServiceRunner:
         return db
 
     def close(self) -> None:
-        self._thread.submit(self.service.close).result()
-        self._thread.shutdown()
+        self.service.close()
