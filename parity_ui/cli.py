@@ -131,10 +131,6 @@ def _report(run: Run, args: argparse.Namespace) -> int:
     return _exit_code(run)
 
 
-def _show_tok(text: str) -> str:
-    return repr(text)
-
-
 def format_summary(run: Run) -> str:
     ran = run.engines["hf"].dtype if "hf" in run.engines else None
     asked = run.config.get("dtype")
@@ -169,8 +165,8 @@ def format_summary(run: Run) -> str:
         if d is not None and d.reason == "length":
             lines.append(f"    one engine stopped: vLLM made {c.length_vllm} tokens, HF {c.length_hf}")
         elif d is not None:
-            lines.append(f"    vLLM chose {_show_tok(d.vllm_token_text)} (id {d.vllm_token_id}), "
-                         f"HF chose {_show_tok(d.hf_token_text)} (id {d.hf_token_id})")
+            lines.append(f"    vLLM chose {d.vllm_token_text!r} (id {d.vllm_token_id}), "
+                         f"HF chose {d.hf_token_text!r} (id {d.hf_token_id})")
             if d.accepted_by_vllm_rule is not None:
                 lines.append(f"    each in the other's top-k (vLLM's acceptance rule): "
                              f"{'yes' if d.accepted_by_vllm_rule else 'no'}")

@@ -141,6 +141,12 @@ def rope_override(cfg: ParityConfig, model: ModelInfo) -> dict[str, Any] | None:
     return {**model.rope_parameters, **cfg.rope_scaling}
 
 
+def stop_ids(cfg: ParityConfig, r: Resolved) -> list[int]:
+    """The ids that end generation, the same list for both engines: the model's EOS ids (unless
+    ignore_eos) plus the user's stop ids."""
+    return [*([] if cfg.ignore_eos else r.eos_token_ids), *cfg.stop_token_ids]
+
+
 def to_vllm(cfg: ParityConfig, r: Resolved) -> VllmArgs:
     rec = _Recorder()
     v = cfg.vllm
@@ -181,7 +187,7 @@ def to_vllm(cfg: ParityConfig, r: Resolved) -> VllmArgs:
     if v.batch_invariant:
         env["VLLM_BATCH_INVARIANT"] = rec("vllm.batch_invariant", "env", "VLLM_BATCH_INVARIANT", "1")
 
-    stops = [*([] if cfg.ignore_eos else r.eos_token_ids), *cfg.stop_token_ids]
+    stops = stop_ids(cfg, r)
     sampling: dict[str, Any] = {
         "max_tokens": rec("max_new_tokens", "SamplingParams", "max_tokens", cfg.max_new_tokens),
         "temperature": rec("temperature", "SamplingParams", "temperature", cfg.temperature),
@@ -238,7 +244,7 @@ def to_hf(cfg: ParityConfig, r: Resolved) -> HfArgs:
         gen["min_p"] = rec("min_p", "generate", "min_p", cfg.min_p if cfg.min_p > 0 else None)
     gen["repetition_penalty"] = rec("repetition_penalty", "generate", "repetition_penalty",
                                     cfg.repetition_penalty)
-    stops = [*([] if cfg.ignore_eos else r.eos_token_ids), *cfg.stop_token_ids]
+    stops = stop_ids(cfg, r)
     gen["eos_token_id"] = rec("eos_token_ids", "generate", "eos_token_id", stops or None)
     rec("stop_token_ids", "generate", "eos_token_id", stops or None)
     rec("ignore_eos", "generate", "eos_token_id", "without EOS" if cfg.ignore_eos else "with EOS")
