@@ -176,7 +176,9 @@ def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     editor.click()
     page.keyboard.press("Control+A")
     page.keyboard.type("temperature: hot\n")
-    err = page.wait_for_selector("#cfg-error .pc-error", timeout=30_000)
+    # Validation runs on every keystroke: wait for the error about the finished text, not a
+    # passing one about a half-typed line.
+    err = page.wait_for_selector("#cfg-error .pc-error:has-text('must be a number')", timeout=30_000)
     assert "temperature" in err.inner_text() and "must be a number" in err.inner_text()
     _shot(page, "06-config-yaml-error")
     # The form: an out-of-range value is flagged next to its field.
