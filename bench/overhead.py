@@ -5,8 +5,10 @@
 3. the same prompt through ParityService.run with warm workers (tokenize, both engines, compare,
    decode, store).
 Prints medians and overhead = parity / (bare vLLM + bare HF): the engines run one after the
-other inside a parity run, so their sum is the fair reference.
-    python bench/overhead.py [--model demo] [--dtype bfloat16] [--max-new-tokens 128] [--repeats 5]
+other inside a parity run, so their sum is the fair reference. Like for like: each bare engine must
+generate exactly the token ids the tool's side generated (asserted), with the same arguments.
+`--contention N` keeps N busy processes running meanwhile (shared cores: CI, a laptop in a demo).
+    python bench/overhead.py [--model demo] [--dtype bfloat16] [--max-new-tokens 128] [--repeats 5] [--contention 1]
 """
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bare_engines
+
+from bare_engines import in_fresh_process  # noqa: E402
 
 PROMPT = "Give me a brief explanation of gravity in simple terms."
 
@@ -41,11 +46,12 @@ def _prepare(args):
 def bare_vllm(args, q) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     _, _, prep = _prepare(args)
-    os.environ.update(prep.vllm.env)
+    v = prep.side("vllm").args
+    os.environ.update(v.env)
     from vllm import LLM, SamplingParams
 
-    llm = LLM(**prep.vllm.llm)
-    sp = SamplingParams(**prep.vllm.sampling)
+    llm = LLM(**v.llm)
+    sp = SamplingParams(**v.sampling)
     ids = prep.prompts[0].token_ids
     times = []
     for i in range(args.repeats + 1):
@@ -54,21 +60,17 @@ def bare_vllm(args, q) -> None:
         dt = time.perf_counter() - t
         if i:
             times.append(dt)
-    q.put({"times": times, "tokens": len(out[0].outputs[0].token_ids)})
+    q.put({"times": times, "token_ids": list(out[0].outputs[0].token_ids)})
 
 
 def bare_hf(args, q) -> None:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    from bare_engines import load_bare_hf
 
     _, _, prep = _prepare(args)
-    h = prep.hf
-    config = AutoConfig.from_pretrained(prep.model.path)
-    model = AutoModelForCausalLM.from_pretrained(prep.model.path, config=config,
-                                                 **{**h.load, "dtype": getattr(torch, h.load["dtype"])})
-    model.to(h.device).eval()
-    ids = torch.tensor([prep.prompts[0].token_ids], device=h.device)
-    gc = GenerationConfig(**h.generate, return_dict_in_generate=True, output_logits=True)
+    h = prep.side("hf").args
+    model, ids, gc = load_bare_hf(prep)
     times = []
     for i in range(args.repeats + 1):
         t = time.perf_counter()
@@ -79,17 +81,7 @@ def bare_hf(args, q) -> None:
         dt = time.perf_counter() - t
         if i:
             times.append(dt)
-    q.put({"times": times, "tokens": int(out.sequences.shape[1] - ids.shape[1])})
-
-
-def _in_process(fn, args) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=fn, args=(args, q))
-    p.start()
-    res = q.get()
-    p.join()
-    return res
+    q.put({"times": times, "token_ids": out.sequences[0, ids.shape[1]:].tolist()})
 
 
 def main() -> None:
@@ -99,10 +91,33 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="write the figures as JSON here too")
+    ap.add_argument("--contention", type=int, default=0, help="busy processes sharing the cores meanwhile")
     args = ap.parse_args()
 
-    v = _in_process(bare_vllm, args)
-    h = _in_process(bare_hf, args)
+    hogs = [mp.get_context("spawn").Process(target=_busy, daemon=True) for _ in range(args.contention)]
+    for h_ in hogs:
+        h_.start()
+    try:
+        figures = _measure(args)
+    finally:
+        for h_ in hogs:
+            h_.terminate()
+    print(json.dumps(figures, indent=2))
+    print(f"overhead: parity run {figures['median_s']['parity_run']:.3f}s / (bare vLLM "
+          f"{figures['median_s']['bare_vllm']:.3f}s + bare HF {figures['median_s']['bare_hf']:.3f}s) = "
+          f"{figures['overhead_ratio']:.3f} (contention: {args.contention} busy process(es))")
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=2))
+
+
+def _busy() -> None:
+    while True:
+        pass
+
+
+def _measure(args) -> dict:
+    v = in_fresh_process(bare_vllm, args)
+    h = in_fresh_process(bare_hf, args)
     svc, req, _ = _prepare(args)
     with tempfile.TemporaryDirectory() as d:
         svc.db_path = str(Path(d) / "runs.db")
@@ -118,20 +133,20 @@ def main() -> None:
             if i:  # the first run loads the workers
                 walls.append(dt)
                 p = run.prompts[0]
-                engine_sums.append(p.vllm.timings.total_s + p.hf.timings.total_s)
+                engine_sums.append(p.results["vllm"].timings.total_s + p.results["hf"].timings.total_s)
+                # Like for like: the bare engines made exactly the tokens the tool's sides made.
+                assert p.results["vllm"].token_ids == v["token_ids"], "bare vLLM generated other tokens than the tool"
+                assert p.results["hf"].token_ids == h["token_ids"], "bare HF generated other tokens than the tool"
         svc.close()
     mv, mh, mp_ = statistics.median(v["times"]), statistics.median(h["times"]), statistics.median(walls)
-    figures = {
+    return {
         "model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-        "device": run.device, "tokens": {"vllm": v["tokens"], "hf": h["tokens"]},
+        "contention": args.contention, "device": run.device,
+        "tokens": {"vllm": len(v["token_ids"]), "hf": len(h["token_ids"])},
         "median_s": {"bare_vllm": mv, "bare_hf": mh, "parity_run": mp_,
                      "parity_engine_time": statistics.median(engine_sums)},
         "overhead_ratio": mp_ / (mv + mh),
     }
-    print(json.dumps(figures, indent=2))
-    print(f"overhead: parity run {mp_:.3f}s / (bare vLLM {mv:.3f}s + bare HF {mh:.3f}s) = {figures['overhead_ratio']:.3f}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,16 +1,19 @@
-"""The `parity` command: thin commands over the service and the store.
+"""The `parity` command: thin commands over the service, the store and the report.
 
-Exit codes of `parity compare`: 0 identical, 1 diverged, 2 error (message on stderr).
+Exit codes of `parity compare`: 0 every side identical to the reference, 1 some diverged, 2 error
+(message and fix on stderr; the failed run is stored too).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from .config import PRESETS, ParityConfig, build_config, load_config_file, apply_overrides
+from .config import PRESETS, SIDE_PRESETS, ParityConfig, apply_overrides, apply_side_args, build_config, load_config_file
 from .errors import ParityError, PromptError
+from .images import MAX_IMAGES_PER_PROMPT, read_image
 from .prompts import PromptSpec, read_prompt_file
 from .types import Run, to_dict
 
@@ -20,33 +23,60 @@ EXIT_IDENTICAL, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="canonical config, YAML or JSON")
     p.add_argument("--preset", choices=sorted(PRESETS), help="start from a preset (before --config and --set)")
+    p.add_argument("--side", dest="sides", action="append", default=[], metavar="NAME=KIND[,key=value...]",
+                   help="a side; the first is the reference; repeatable (replaces the config's sides), e.g. "
+                        "--side ref=hf,dtype=float32 --side b=vllm,enforce_eager=false")
+    p.add_argument("--sides-preset", choices=sorted(SIDE_PRESETS), help="a common set of sides, e.g. eager-vs-graphs")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one key (dotted for sections: vllm.enforce_eager=true); repeatable")
+                   help="override one key (SIDE.option for a side's: b.enforce_eager=true); repeatable")
+
+
+def _base(args: argparse.Namespace) -> dict[str, Any]:
+    base = dict(PRESETS[args.preset]) if getattr(args, "preset", None) else {}
+    if getattr(args, "sides_preset", None):
+        base["sides"] = [dict(s) for s in SIDE_PRESETS[args.sides_preset]]
+    return base
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    return [*args.overrides, *(["chat=true"] if getattr(args, "chat", False) else [])]
 
 
 def _config(args: argparse.Namespace) -> ParityConfig:
-    base = dict(PRESETS[args.preset]) if getattr(args, "preset", None) else {}
-    overrides = list(args.overrides)
-    if getattr(args, "chat", False):
-        overrides.append("chat=true")
-    return build_config(args.config, overrides, base=base)
+    return build_config(args.config, _overrides(args), base=_base(args), sides=args.sides)
 
 
 def _raw_config(args: argparse.Namespace) -> dict[str, Any]:
     """What the user asked for, even when invalid, for the stored error row."""
     try:
-        data = load_config_file(args.config) if args.config else {}
-        return apply_overrides(data, args.overrides)
+        data = {**_base(args), **(load_config_file(args.config) if args.config else {})}
+        return apply_overrides(apply_side_args(data, args.sides), _overrides(args))
     except ParityError:
-        return {"overrides": args.overrides, "config_file": args.config}
+        return {"overrides": args.overrides, "sides": args.sides, "config_file": args.config}
 
 
 def _prompts(args: argparse.Namespace) -> list[PromptSpec]:
     if args.prompt is not None:
         if not args.prompt.strip():
             raise PromptError("the prompt is empty", "give --prompt 'some text' or --prompt-file FILE")
-        return [PromptSpec(text=args.prompt)]
+        images = [read_image(path) for path in getattr(args, "image", None) or []]
+        if len(images) > MAX_IMAGES_PER_PROMPT:
+            raise PromptError(f"{len(images)} images were given; parity-ui takes at most {MAX_IMAGES_PER_PROMPT} "
+                              "a prompt", "give fewer --image")
+        return [PromptSpec(text=args.prompt, images=images)]
+    if getattr(args, "image", None):
+        raise PromptError("--image goes with --prompt; a prompt file names its own images",
+                          'in the .jsonl file: {"prompt": "...", "images": ["cat.png"]} or image parts in '
+                          '"messages": {"type": "image", "path": "cat.png"}')
     return read_prompt_file(args.prompt_file)
+
+
+def _as_given(args: argparse.Namespace) -> list[PromptSpec]:
+    """The prompts as typed, for a run that failed before they could be read."""
+    if getattr(args, "prompt", None) is not None:
+        images = getattr(args, "image", None) or []
+        return [PromptSpec(text=args.prompt + "".join(f" [image {p}]" for p in images))]
+    return [PromptSpec(text=f"(prompt file {getattr(args, 'prompt_file', '')})")]
 
 
 def _service(args: argparse.Namespace) -> Any:
@@ -55,8 +85,17 @@ def _service(args: argparse.Namespace) -> Any:
     return ParityService(db_path=args.db)
 
 
+def _progress(event: Any) -> None:
+    if event.kind == "status":
+        print(f"[parity] {event.message}", file=sys.stderr)
+
+
+def _emit(args: argparse.Namespace) -> Any:
+    return _progress if not args.json and not args.quiet else None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .service import RunRequest
+    from .prepare import RunRequest
 
     service = _service(args)
     try:
@@ -64,122 +103,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
             prompts = _prompts(args)
             cfg = _config(args)
         except ParityError as e:
-            specs = [PromptSpec(text=args.prompt)] if args.prompt else \
-                [PromptSpec(text=f"(prompt file {args.prompt_file})")]
-            run = service.record_failure(args.model, specs, _raw_config(args), e)
-            return _report(run, args)
+            return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e), args)
         run = service.run(RunRequest(model=args.model, prompts=prompts, config=cfg,
-                                     trust_remote_code=args.trust_remote_code),
-                          on_event=_progress if not args.json and not args.quiet else None)
+                                     trust_remote_code=args.trust_remote_code), on_event=_emit(args))
         return _report(run, args)
     finally:
         service.close()
 
 
-def _progress(event: Any) -> None:
-    if event.kind == "status":
-        print(f"[parity] {event.message}", file=sys.stderr)
-
-
-def run_json(run: Run) -> dict[str, Any]:
-    """The --json object: stable top-level keys, per-engine streams under `prompts`."""
-    prompts = []
-    for p in run.prompts:
-        entry: dict[str, Any] = {
-            "index": p.index, "prompt_tokens": len(p.prompt_token_ids),
-            "identical": p.comparison.identical if p.comparison else None,
-            "first_divergence": p.comparison.first_divergence if p.comparison else None,
-            "comparison": to_dict(p.comparison), "explanation": p.explanation, "cross_scores": p.cross_scores,
-        }
-        for name in ("vllm", "hf"):
-            res = getattr(p, name)
-            entry[name] = None if res is None else {
-                "token_ids": res.token_ids, "text": res.text,
-                "logprobs": [s.logprob for s in res.steps], "finish_reason": res.finish_reason,
-                "timings": to_dict(res.timings), "error": res.error,
-                "top_logprobs": [[{"token_id": t.token_id, "logprob": t.logprob} for t in s.top] for s in res.steps],
-            }
-        prompts.append(entry)
-    first = prompts[0] if prompts else {}
-    return {
-        "run_id": run.id, "status": run.status, "identical": run.identical,
-        "first_divergence": run.first_divergence, "error": run.error, "config": run.config,
-        "model": to_dict(run.model), "device": run.device, "versions": run.versions,
-        "engines": to_dict(run.engines), "warnings": to_dict(run.warnings),
-        "explanation": first.get("explanation"), "cross_scores": first.get("cross_scores"),
-        "probes": run.probes, "duration_ms": run.duration_ms,
-        # The first prompt's streams at the top level: the common single-prompt case reads simply.
-        "vllm": first.get("vllm"), "hf": first.get("hf"),
-        "prompts": prompts,
-    }
-
-
 def _exit_code(run: Run) -> int:
-    if run.status in ("error", "cancelled"):
+    if run.status not in ("ok", "diverged"):
         return EXIT_ERROR
-    return EXIT_IDENTICAL if run.identical else EXIT_DIVERGED
+    return EXIT_IDENTICAL if run.status == "ok" else EXIT_DIVERGED
 
 
 def _report(run: Run, args: argparse.Namespace) -> int:
-    if run.status in ("error", "cancelled"):
+    from .report import format_summary, run_json
+
+    if run.status not in ("ok", "diverged"):
         print(f"parity: error: {run.error}", file=sys.stderr)
         print(f"parity: stored as run {run.id}", file=sys.stderr)
     if args.json:
-        print(json.dumps(run_json(run), indent=None))
-    elif run.status not in ("error", "cancelled"):
+        print(json.dumps(run_json(run)))
+    elif run.status in ("ok", "diverged"):
         print(format_summary(run))
     return _exit_code(run)
-
-
-def format_summary(run: Run) -> str:
-    ran = run.engines["hf"].dtype if "hf" in run.engines else None
-    asked = run.config.get("dtype")
-    dtype = f"{ran} (auto)" if ran and asked == "auto" else (ran or asked)
-    lines = [f"run {run.id}: {run.status.upper()}  model={run.model.name}  dtype={dtype}  device={run.device}"]
-    if run.versions:
-        lines.append("  " + "  ".join(f"{k} {v}" for k, v in run.versions.items()))
-    for w in run.warnings:
-        lines.append(f"  [{w.severity}] {w.code}: {w.message}" + (f" Fix: {w.fix}" if w.fix else ""))
-    for p in run.prompts:
-        c = p.comparison
-        lines.append(f"prompt {p.index}: {len(p.prompt_token_ids)} prompt tokens")
-        for name in ("vllm", "hf"):
-            r = getattr(p, name)
-            if r is not None:
-                t = r.timings
-                lines.append(f"  {name:4s}: {len(r.token_ids)} tokens, finish={r.finish_reason}, "
-                             f"load {_s(t.load_s)}, first token {_s(t.prefill_s)}, total {_s(t.total_s)}")
-        if p.cross_scores:
-            from .crossscore import summary_line
-
-            lines.append(f"  teacher-forced: {summary_line(p.cross_scores)}")
-        if c is None:
-            continue
-        gap = f"{c.max_abs_gap:.3g}" if c.max_abs_gap is not None else "n/a"
-        if c.identical:
-            lines.append(f"  IDENTICAL for all {c.compared} tokens; max |logprob gap| {gap}")
-            continue
-        d = c.divergence
-        lines.append(f"  FIRST DIVERGENCE at generated token {c.first_divergence} "
-                     f"(max |logprob gap| before it: {gap})")
-        if d is not None and d.reason == "length":
-            lines.append(f"    one engine stopped: vLLM made {c.length_vllm} tokens, HF {c.length_hf}")
-        elif d is not None:
-            lines.append(f"    vLLM chose {d.vllm_token_text!r} (id {d.vllm_token_id}), "
-                         f"HF chose {d.hf_token_text!r} (id {d.hf_token_id})")
-            if d.accepted_by_vllm_rule is not None:
-                lines.append(f"    each in the other's top-k (vLLM's acceptance rule): "
-                             f"{'yes' if d.accepted_by_vllm_rule else 'no'}")
-        if p.explanation and p.explanation.get("verdict"):
-            lines.append(f"    verdict: {p.explanation['verdict']}: {p.explanation.get('summary', '')}")
-        if p.vllm is not None and c.first_divergence:
-            prefix = "".join(s.text for s in p.vllm.steps[: c.first_divergence])
-            lines.append(f"    matched prefix: {prefix[-120:]!r}")
-    return "\n".join(lines)
-
-
-def _s(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.2f}s"
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -197,7 +145,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     except ParityError as e:
         print(f"parity: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    print(format_table(rows))
+    print(format_table(rows, {s.name: f"{s.name} ({s.kind})" for s in cfg.sides}))
     return 0
 
 
@@ -209,28 +157,87 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([to_dict(r) for r in rows]))
         return 0
-    print(f"{'id':26}  {'when (UTC)':19}  {'status':9}  {'first div':9}  {'model':24}  {'dtype':8}  prompt")
+    print(f"{'id':26}  {'when (UTC)':19}  {'status':11}  {'first div':9}  {'model':20}  {'sides':24}  prompt")
     for r in rows:
         fd = "-" if r.first_divergence is None else str(r.first_divergence)
-        print(f"{r.id:26}  {r.datetime_utc[:19]:19}  {r.status:9}  {fd:9}  {r.model[:24]:24}  "
-              f"{str(r.dtype or '')[:8]:8}  {r.prompt_excerpt[:50] if not r.error else 'ERROR: ' + r.error[:43]}")
+        tail = r.prompt_excerpt[:40] if not r.error else "ERROR: " + r.error[:60]
+        print(f"{r.id:26}  {r.datetime_utc[:19]:19}  {r.status:11}  {fd:9}  {r.model[:20]:20}  "
+              f"{r.sides[:24]:24}  {tail}")
     return 0
 
 
-def cmd_runs_show(args: argparse.Namespace) -> int:
+def _get(args: argparse.Namespace, run_id: str) -> Run | None:
     from .store import get_run, open_db
 
-    run = get_run(open_db(args.db), args.id)
+    run = get_run(open_db(args.db), run_id)
     if run is None:
-        print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
+        print(f"parity: error: no run with id {run_id!r} in {args.db or 'runs.db'}. "
               "Fix: list the ids with 'parity runs list'", file=sys.stderr)
+    return run
+
+
+def cmd_runs_show(args: argparse.Namespace) -> int:
+    from .report import format_summary, run_json
+
+    run = _get(args, args.id)
+    if run is None:
         return EXIT_ERROR
     if args.json:
         print(json.dumps(run_json(run)))
     else:
-        print(format_summary(run) if run.status not in ("error",) else
-              f"run {run.id}: ERROR ({run.error_code}): {run.error}")
+        print(format_summary(run))
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import html_report
+
+    run = _get(args, args.id)
+    if run is None:
+        return EXIT_ERROR
+    from .store import image_bytes, localisations_of, open_db
+
+    out = Path(args.output or f"parity-run-{run.id}.html")
+    db = open_db(args.db)
+    out.write_text(html_report(run, localisations_of(db, run.id), lambda sha: image_bytes(db, sha)),
+                   encoding="utf-8")
+    print(out)
+    return 0
+
+
+def _side_pair(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) != 2:
+        raise ParityError(f"--sides needs two side names, got {text!r}", "e.g. --sides ref,b")
+    return names[0], names[1]
+
+
+def cmd_layers(args: argparse.Namespace) -> int:
+    from .layers import failed, format_localisation, localise
+    from .store import save_localisation
+
+    run = _get(args, args.id)
+    if run is None:
+        return EXIT_ERROR
+    service = _service(args)
+    try:
+        try:
+            loc = localise(service, run, args.prompt, args.position, _side_pair(args.sides), emit=_emit(args))
+        except ParityError as e:
+            loc = failed(run, args.prompt, args.position, None, e)
+        save_localisation(service.db, loc)
+    finally:
+        service.close()
+    if loc.error:
+        print(f"parity: error: {loc.error}", file=sys.stderr)
+        print(f"parity: stored as localisation {loc.id} of run {run.id}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(loc.to_dict()))
+    elif not loc.error:
+        print(format_localisation(loc))
+    return EXIT_ERROR if loc.error else 0
 
 
 def _single_prompt(args: argparse.Namespace) -> PromptSpec:
@@ -244,14 +251,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     service = _service(args)
     try:
-        run = run_probe(service, args.model, _single_prompt(args), _config(args), n=args.n, batch=args.batch,
-                        trust_remote_code=args.trust_remote_code,
-                        emit=_progress if not args.json and not args.quiet else None)
+        try:
+            prompt, cfg = _single_prompt(args), _config(args)
+        except ParityError as e:
+            return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="probe"),
+                           args)
+        run = run_probe(service, args.model, prompt, cfg, n=args.n, batch=args.batch,
+                        trust_remote_code=args.trust_remote_code, emit=_emit(args))
     finally:
         service.close()
     if run.status == "error":
         print(f"parity: error: {run.error}", file=sys.stderr)
+        print(f"parity: stored as run {run.id}", file=sys.stderr)
     if args.json:
+        from .report import run_json
+
         print(json.dumps(run_json(run)))
     elif run.status != "error":
         print(format_probe(run))
@@ -261,20 +275,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import format_sweep, parse_grid, run_sweep, summarize_sweep
 
-    grid = parse_grid(args.grid)
-    base = dict(PRESETS[args.preset]) if args.preset else {}
-    overrides = [*args.overrides, *(["chat=true"] if args.chat else [])]
     service = _service(args)
     try:
-        sweep = run_sweep(service, args.model, _single_prompt(args), grid, config_path=args.config,
-                          overrides=overrides, base=base, trust_remote_code=args.trust_remote_code,
-                          emit=_progress if not args.json and not args.quiet else None)
+        try:
+            prompt, grid = _single_prompt(args), parse_grid(args.grid)
+            _config(args)  # the base config must be valid before any point runs
+        except ParityError as e:
+            return _report(service.record_failure(args.model, _as_given(args),
+                                                  {**_raw_config(args), "grid": args.grid}, e, kind="sweep"), args)
+        sweep = run_sweep(service, args.model, prompt, grid, config_path=args.config, overrides=_overrides(args),
+                          base=_base(args), sides=args.sides, trust_remote_code=args.trust_remote_code,
+                          emit=_emit(args))
     finally:
         service.close()
     summary = summarize_sweep(sweep)
     print(json.dumps(summary) if args.json else format_sweep(summary))
     statuses = {p["status"] for p in summary["points"]}
-    return EXIT_ERROR if statuses & {"error", "cancelled"} else \
+    return EXIT_ERROR if statuses - {"ok", "diverged"} else \
         (EXIT_DIVERGED if "diverged" in statuses else EXIT_IDENTICAL)
 
 
@@ -290,15 +307,18 @@ def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="parity", description="Compare vLLM and HF transformers token by token.")
+    ap = argparse.ArgumentParser(prog="parity", description="Compare engine setups (sides) token by token: "
+                                                            "vLLM vs HF transformers, vLLM vs vLLM, ...")
     ap.add_argument("--db", default=None, help="run database (default: $PARITY_DB or ./runs.db)")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("compare", help="run both engines on the same prompt(s), compare, store")
+    c = sub.add_parser("compare", help="run every side on the same prompt(s), compare with the reference, store")
     c.add_argument("--model", default="demo", help="'demo' (bundled SmolLM2-135M-Instruct), a folder, or an HF id")
     src = c.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text")
     src.add_argument("--prompt-file", help=".txt (one prompt) or .jsonl ({\"prompt\"} or {\"messages\"} a line)")
+    c.add_argument("--image", action="append", default=[], metavar="PATH",
+                   help="an image for the prompt (repeatable; a vision-language model; the chat template places it)")
     c.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     c.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -309,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cfg = sub.add_parser("config", help="the canonical config")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
-    show = cfg_sub.add_parser("show", help="print the mapping table canonical -> vLLM -> HF")
+    show = cfg_sub.add_parser("show", help="print the mapping table: canonical key -> what each side gets")
     show.add_argument("--model", default="demo")
     show.add_argument("--trust-remote-code", action="store_true")
     show.add_argument("--yaml", action="store_true", help="print the resolved config as YAML instead")
@@ -319,9 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", help="stored runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     ls = runs_sub.add_parser("list", help="newest first")
-    ls.add_argument("--search")
+    ls.add_argument("--search", help="matches id, model, sides, prompt and error text")
     ls.add_argument("--model")
-    ls.add_argument("--status", choices=["ok", "diverged", "error", "cancelled"])
+    ls.add_argument("--status", choices=["ok", "diverged", "error", "cancelled", "interrupted", "running"])
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--db", default=argparse.SUPPRESS)
@@ -332,7 +352,25 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--db", default=argparse.SUPPRESS)
     sh.set_defaults(func=cmd_runs_show)
 
-    pr = sub.add_parser("probe", help="determinism: one prompt N times alone and N times in batches, per engine")
+    rp = sub.add_parser("report", help="write a stored run as one self-contained HTML page")
+    rp.add_argument("id")
+    rp.add_argument("-o", "--output", help="file to write (default parity-run-ID.html)")
+    rp.add_argument("--db", default=argparse.SUPPRESS)
+    rp.set_defaults(func=cmd_report)
+
+    ly = sub.add_parser("layers", help="where inside the model two sides of a stored run part: per-layer errors "
+                                       "against a measured noise floor")
+    ly.add_argument("id", help="a stored run's id")
+    ly.add_argument("--prompt", type=int, default=0, help="which prompt of the run (default 0)")
+    ly.add_argument("--position", type=int, help="generated-token position to examine (default: the divergence)")
+    ly.add_argument("--sides", help="two side names, e.g. ref,b (default: the reference and the first side that "
+                                    "diverged)")
+    ly.add_argument("--json", action="store_true")
+    ly.add_argument("--quiet", action="store_true")
+    ly.add_argument("--db", default=argparse.SUPPRESS)
+    ly.set_defaults(func=cmd_layers)
+
+    pr = sub.add_parser("probe", help="determinism: one prompt N times alone and N times in batches, per side")
     _add_single_prompt_args(pr)
     pr.add_argument("--n", type=int, default=4, help="repetitions per mode (>= 2)")
     pr.add_argument("--batch", type=int, default=4, help="batch size for the batched repetitions (>= 2)")
@@ -341,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="one prompt across a grid of settings: which ones move the divergence")
     _add_single_prompt_args(sw)
     sw.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
-                    help="a config key and its values, e.g. dtype=float32,bfloat16; repeatable")
+                    help="a config key and its values, e.g. dtype=float32,bfloat16 or b.enforce_eager=true,false; "
+                         "repeatable")
     sw.set_defaults(func=cmd_sweep)
     return ap
 

@@ -1,13 +1,14 @@
-"""Token-level comparison of two engines' streams. Pure functions, no I/O.
+"""Token-level comparison of two sides' streams. Pure functions, no I/O, no engine names.
 
 Streams are compared by token id, position by position (no text diffing: two different id
 sequences can decode to the same text, and that is exactly the kind of difference we must show).
+`compare(a, b)` is symmetric: swapping the sides swaps every pair and negates the gaps.
 """
 from __future__ import annotations
 
 import math
 
-from .types import Comparison, Divergence, EngineResult, TokenStep
+from .types import Comparison, Divergence, SideResult, TokenStep
 
 
 def _topk_ids(step: TokenStep) -> set[int]:
@@ -20,29 +21,36 @@ def _in_topk(token_id: int, step: TokenStep) -> bool | None:
     return token_id in _topk_ids(step)
 
 
-def compare_streams(vllm: EngineResult, hf: EngineResult) -> Comparison:
-    """Compare two engines' outputs for the same prompt.
-
-    The logprob gap and top-k overlap are measured only where both streams hold the same token
-    (and so the same context); after the first divergence the contexts differ and free-running
-    numbers mean nothing (teacher-forced cross-scoring measures that part).
-    """
-    a, b = vllm.token_ids, hf.token_ids
+def first_mismatch(a: list[int], b: list[int]) -> int | None:
+    """The first index where two id streams differ; a shorter stream differs where it ended."""
     n = min(len(a), len(b))
     first = next((i for i in range(n) if a[i] != b[i]), None)
     if first is None and len(a) != len(b):
-        first = n  # one engine stopped while the other went on
+        first = n
+    return first
+
+
+def compare(a: SideResult, b: SideResult) -> Comparison:
+    """Compare side `b` with side `a` (the reference) for the same prompt.
+
+    The logprob gap (b - a) and top-k overlap are measured only where both streams hold the same
+    token (and so the same context); after the first divergence the contexts differ and
+    free-running numbers mean nothing (teacher-forced cross-scoring measures that part).
+    """
+    ia, ib = a.token_ids, b.token_ids
+    n = min(len(ia), len(ib))
+    first = first_mismatch(ia, ib)
     prefix = first if first is not None else n
 
     gaps: list[float | None] = []
     overlaps: list[float | None] = []
     for i in range(prefix):
-        sa = vllm.steps[i] if i < len(vllm.steps) else None
-        sb = hf.steps[i] if i < len(hf.steps) else None
+        sa = a.steps[i] if i < len(a.steps) else None
+        sb = b.steps[i] if i < len(b.steps) else None
         if sa is None or sb is None or sa.logprob is None or sb.logprob is None:
             gaps.append(None)
         else:
-            gaps.append(sa.logprob - sb.logprob)
+            gaps.append(sb.logprob - sa.logprob)
         if sa is None or sb is None or not sa.top or not sb.top:
             overlaps.append(None)
         else:
@@ -50,50 +58,35 @@ def compare_streams(vllm: EngineResult, hf: EngineResult) -> Comparison:
             overlaps.append(len(_topk_ids(sa) & _topk_ids(sb)) / k)
 
     finite = [abs(g) for g in gaps if g is not None and math.isfinite(g)]
-    divergence = _divergence(vllm, hf, first) if first is not None else None
     return Comparison(
+        a=a.side, b=b.side,
         identical=first is None,
         first_divergence=first,
         compared=n,
-        length_vllm=len(a),
-        length_hf=len(b),
+        lengths=[len(ia), len(ib)],
         logprob_gaps=gaps,
         topk_overlap=overlaps,
         max_abs_gap=max(finite) if finite else None,
         mean_abs_gap=sum(finite) / len(finite) if finite else None,
-        divergence=divergence,
+        divergence=divergence_at(a, b, first) if first is not None else None,
     )
 
 
-def _divergence(vllm: EngineResult, hf: EngineResult, i: int) -> Divergence:
-    sa = vllm.steps[i] if i < len(vllm.steps) else None
-    sb = hf.steps[i] if i < len(hf.steps) else None
+def divergence_at(a: SideResult, b: SideResult, i: int) -> Divergence:
+    sa = a.steps[i] if i < len(a.steps) else None
+    sb = b.steps[i] if i < len(b.steps) else None
     if sa is None or sb is None:
-        return Divergence(
-            index=i,
-            vllm_token_id=sa.token_id if sa else None,
-            hf_token_id=sb.token_id if sb else None,
-            vllm_token_text=sa.text if sa else "",
-            hf_token_text=sb.text if sb else "",
-            reason="length",
-        )
+        return Divergence(index=i, token_ids=[sa.token_id if sa else None, sb.token_id if sb else None],
+                          texts=[sa.text if sa else "", sb.text if sb else ""], reason="length")
     a_in_b = _in_topk(sa.token_id, sb)
     b_in_a = _in_topk(sb.token_id, sa)
     accepted = None if a_in_b is None or b_in_a is None else (a_in_b and b_in_a)
-    return Divergence(
-        index=i,
-        vllm_token_id=sa.token_id,
-        hf_token_id=sb.token_id,
-        vllm_token_text=sa.text,
-        hf_token_text=sb.text,
-        vllm_token_in_hf_topk=a_in_b,
-        hf_token_in_vllm_topk=b_in_a,
-        accepted_by_vllm_rule=accepted,
-    )
+    return Divergence(index=i, token_ids=[sa.token_id, sb.token_id], texts=[sa.text, sb.text],
+                      in_other_topk=[a_in_b, b_in_a], accepted=accepted)
 
 
 def top_margin(step: TokenStep) -> float | None:
-    """Logprob distance between the engine's best and second-best token at one position."""
+    """Logprob distance between a side's best and second-best token at one position."""
     if len(step.top) < 2:
         return None
     return step.top[0].logprob - step.top[1].logprob

@@ -1,38 +1,49 @@
-"""Teacher-forced cross-scoring: each engine re-scores the tokens the other one generated.
+"""Teacher-forced cross-scoring: the reference re-scores a side's tokens and the side the reference's.
 
 Free-running streams stop being comparable at their first fork (the contexts differ after it).
-Scoring vLLM's sequence with HF, and HF's with vLLM, compares both engines on the SAME context at
-every position, over the whole sequence (vLLM via prompt_logprobs, HF with one forward pass).
+Scoring side b's sequence with the reference a, and a's with b, compares both on the SAME context
+at every position, over the whole sequence (vLLM via prompt_logprobs, HF with one forward pass).
 
-Gap at a position = the generating engine's own logprob - the other engine's teacher-forced logprob
-of the same token. The importance ratio is TRL's: exp(logp_hf - logp_vllm).
+Gap at a position = the generating side's own logprob - the other side's teacher-forced logprob of
+the same token. The importance ratio is TRL's with the reference as the trainer:
+exp(logp_reference - logp_side).
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from .types import EngineResult, PromptResult, Run, TokenStep
+from .types import Comparison, SideResult, TokenStep
 
 # The batch-logprob-gap study's band: a position "moves" when exp(gap) leaves [0.9, 1.1].
 RATIO_BAND = (0.9, 1.1)
 # engines.base.clean_logprob stores -inf as -1e30: such a position was masked, not predicted.
 MASKED_LOGPROB = -1e20
 
-ScoreFn = Callable[[str, list[int], list[int], int], list[TokenStep]]
-OTHER = {"vllm": "hf", "hf": "vllm"}
+ScoreFn = Callable[[str, list[int], list[int], int], list[TokenStep]]  # (side, prompt, continuation, k)
+
+
+def key(generator: str, scorer: str) -> str:
+    return f"{generator}_by_{scorer}"
 
 
 def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
 
 
-def gap_stats(generator: str, own: list[TokenStep], scored: list[TokenStep]) -> dict[str, Any]:
+def _exp(x: float) -> float:
+    """exp that saturates: a gap of hundreds of nats (a logit masked to float16's minimum on one
+    side) is an infinite ratio, not an OverflowError that loses the whole comparison."""
+    return math.exp(min(x, 700.0))
+
+
+def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
+              scored: list[TokenStep]) -> dict[str, Any]:
     """Statistics of own-vs-teacher-forced logprobs for one generated sequence. Pure.
 
-    `own` are the generating engine's steps, `scored` the other engine's teacher-forced steps for
-    the same tokens (same length). Positions where either logprob is missing or masked are counted
-    in `skipped` and left out of the numbers."""
+    `own` are the generating side's steps, `scored` the other side's teacher-forced steps for the
+    same tokens (same length). Positions where either logprob is missing or masked are counted in
+    `skipped` and left out of the numbers."""
     gaps: list[float | None] = []
     ratios: list[float] = []
     other_rank: list[int | None] = []
@@ -43,14 +54,14 @@ def gap_stats(generator: str, own: list[TokenStep], scored: list[TokenStep]) -> 
             continue
         gap = a.logprob - b.logprob  # type: ignore[operator]
         gaps.append(gap)
-        lp_hf, lp_vllm = (a.logprob, b.logprob) if generator == "hf" else (b.logprob, a.logprob)
-        ratios.append(math.exp(lp_hf - lp_vllm))  # type: ignore[operator]
+        lp_ref, lp_side = (a.logprob, b.logprob) if generator == reference else (b.logprob, a.logprob)
+        ratios.append(_exp(lp_ref - lp_side))  # type: ignore[operator]
     vals = [g for g in gaps if g is not None]
     n = len(vals)
     lo, hi = RATIO_BAND
-    outside = sum(1 for g in vals if not lo <= math.exp(g) <= hi)
+    outside = sum(1 for g in vals if not lo <= _exp(g) <= hi)
     return {
-        "generator": generator, "scorer": OTHER[generator], "positions": len(gaps), "skipped": len(gaps) - n,
+        "generator": generator, "scorer": scorer, "positions": len(gaps), "skipped": len(gaps) - n,
         "gaps": gaps,  # per position, own - teacher-forced, nats
         "other_rank": other_rank,  # the scorer's rank of each token (1 = it would have chosen it too)
         "other_disagrees": sum(1 for r in other_rank if r is not None and r > 1),
@@ -65,46 +76,35 @@ def gap_stats(generator: str, own: list[TokenStep], scored: list[TokenStep]) -> 
     }
 
 
-def cross_score_prompt(score: ScoreFn, pr: PromptResult, logprobs: int) -> dict[str, Any]:
-    """Score each engine's sequence with the other. Keys "vllm_by_hf" and "hf_by_vllm"; a direction
-    is None when its generator made no tokens. Engine errors propagate (EngineError)."""
+def cross_score(score: ScoreFn, c: Comparison, prompt_ids: list[int], results: dict[str, SideResult],
+                logprobs: int, can_score: set[str]) -> dict[str, Any]:
+    """Score each side's sequence with the other (when the other can score). Keys "<gen>_by_<scorer>";
+    a direction is None when its generator made no tokens. Engine errors propagate."""
     out: dict[str, Any] = {}
-    for gen in ("vllm", "hf"):
-        res: EngineResult | None = getattr(pr, gen)
-        key = f"{gen}_by_{OTHER[gen]}"
-        if res is None or not res.token_ids or res.error:
-            out[key] = None
+    for gen, scorer in ((c.b, c.a), (c.a, c.b)):
+        res = results.get(gen)
+        if scorer not in can_score:
             continue
-        scored = score(OTHER[gen], pr.prompt_token_ids, res.token_ids, logprobs)
-        out[key] = gap_stats(gen, res.steps, scored)
+        if res is None or not res.token_ids or res.error:
+            out[key(gen, scorer)] = None
+            continue
+        scored = score(scorer, prompt_ids, res.token_ids, logprobs)
+        out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored)
     return out
 
 
-def cross_score_run(score: ScoreFn, run: Run, logprobs: int) -> None:
-    """Fill `cross_scores` of every prompt of a run in place. A failure is recorded in the prompt's
-    cross_scores as {"error": ...} rather than failing the run (the comparison already stands)."""
-    for pr in run.prompts:
-        if pr.vllm is None or pr.hf is None:
-            continue
-        try:
-            pr.cross_scores = cross_score_prompt(score, pr, logprobs)
-        except Exception as e:  # noqa: BLE001 - an EngineError or a worker crash: keep the run
-            pr.cross_scores = {"error": f"{type(e).__name__}: {e}"}
-
-
 def summary_line(cs: dict[str, Any] | None) -> str:
-    """One line for the CLI: both directions' RMS/max gap and the ratio range."""
+    """One line for the CLI: each direction's RMS/max gap and the ratio range."""
     if not cs:
         return ""
     if "error" in cs:
         return f"cross-scoring failed: {cs['error']}"
     parts = []
-    for key, label in (("vllm_by_hf", "vLLM's tokens scored by HF"), ("hf_by_vllm", "HF's tokens scored by vLLM")):
-        s = cs.get(key)
-        if not s or s["rms_gap"] is None:
+    for s in cs.values():
+        if not isinstance(s, dict) or s.get("rms_gap") is None:
             continue
         r = s["importance_ratio"]
-        parts.append(f"{label}: RMS gap {s['rms_gap']:.3g}, max {s['max_abs_gap']:.3g} nats, "
-                     f"{100 * s['share_outside_band']:.1f}% outside exp(gap) in [0.9, 1.1], "
-                     f"ratio {r['min']:.3f}..{r['max']:.3f}")
+        parts.append(f"{s['generator']}'s tokens scored by {s['scorer']}: RMS gap {s['rms_gap']:.3g}, "
+                     f"max {s['max_abs_gap']:.3g} nats, {100 * s['share_outside_band']:.1f}% outside exp(gap) in "
+                     f"[0.9, 1.1], ratio {r['min']:.3f}..{r['max']:.3f}")
     return "; ".join(parts)

@@ -32,6 +32,17 @@ class ConfigError(ParityError):
         self.key = key
 
 
+class SideError(ConfigError):
+    """A problem with one side of a run (its kind, an option, its model folder or environment)."""
+
+    code = "side"
+
+    def __init__(self, side: str, key: str, message: str, fix: str = ""):
+        ParityError.__init__(self, f"side '{side}': {message}", fix)
+        self.key = f"{side}.{key}" if key else side
+        self.side = side
+
+
 class ModelError(ParityError):
     code = "model"
 

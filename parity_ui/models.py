@@ -123,7 +123,21 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         rope_scaling=rope if isinstance(rope, dict) else None,
         rope_parameters=rope_full,
         trust_remote_code=trust_remote_code,
+        head_dim=_head_dim(text_cfg),
+        num_attention_heads=text_cfg.get("num_attention_heads"),
+        num_key_value_heads=text_cfg.get("num_key_value_heads", text_cfg.get("num_attention_heads")),
+        num_hidden_layers=text_cfg.get("num_hidden_layers"),
+        sliding_window=text_cfg.get("sliding_window") if text_cfg.get("use_sliding_window", True) else None,
+        vision=isinstance(cfg.get("vision_config"), dict),
+        image_token_id=cfg.get("image_token_id") if isinstance(cfg.get("image_token_id"), int) else None,
     )
+
+
+def _head_dim(cfg: dict[str, Any]) -> int | None:
+    if isinstance(cfg.get("head_dim"), int):
+        return cfg["head_dim"]
+    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    return hidden // heads if isinstance(heads, int) and isinstance(hidden, int) and heads else None
 
 
 def _first(*values: Any) -> int | None:

@@ -1,61 +1,27 @@
-"""Determinism probes: does an engine give the same tokens for the same prompt, alone and in a batch?
+"""Determinism probes: does a side give the same tokens for the same prompt, alone and in a batch?
 
 `run_probe` generates one prompt N times alone and N times inside a batch of B (the prompt plus B-1
-LONGER companions, so HF left-pads it), on vLLM and on HF, with and without vLLM's batch-invariant
-mode where the installed vLLM and device support it. It counts distinct outputs and the first
-position where they fork, and stores everything as a Run of kind "probe" (`Run.probes`).
+LONGER companions, so an HF side left-pads it), on every side of the config, and for each side whose
+kind has a batch-invariant mode also with it on, where the installed vLLM and device support it. It
+counts distinct outputs and the first position where they fork, and stores everything as a Run of
+kind "probe" (`Run.probes["sides"]`, one entry per probed setup).
 """
 from __future__ import annotations
 
-import dataclasses
-import platform
-import shutil
-import subprocess
 import time
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .config import ParityConfig
-from .errors import ParityError
+from .errors import ConfigError
+from .hardware import batch_invariant_support
+from .prepare import Prepared, RunRequest
 from .prompts import PromptSpec
+from .runlog import RunEvent, finish, new_run, record_failure
+from .service import decode_result, fill_side_info, side_info
 from .store import new_run_id, save_run
-from .types import EngineResult, ModelInfo, PromptResult, Run
+from .types import Run, SideResult
 
-# Where vLLM keeps its batch-invariant kernels (the module moved between releases).
-_BATCH_INVARIANT_MODULES = ("model_executor/determinism/batch_invariant.py",
-                            "model_executor/layers/batch_invariant.py")
-
-
-def batch_invariant_support(on_gpu: bool) -> tuple[bool, str]:
-    """(supported, why) for VLLM_BATCH_INVARIANT=1, decided without importing vllm or torch.
-
-    vLLM enables it only in its GPU worker, on CUDA compute capability >= 8.0."""
-    spec = find_spec("vllm")  # a top-level find_spec does not import the package
-    if spec is None or not spec.submodule_search_locations:
-        return False, "vLLM is not installed"
-    root = Path(list(spec.submodule_search_locations)[0])
-    if not any((root / m).is_file() for m in _BATCH_INVARIANT_MODULES):
-        return False, "unsupported on this vLLM (no batch-invariant kernels)"
-    if not on_gpu:
-        return False, "unsupported on this vLLM/device: vLLM's CPU worker never enables it"
-    cap = _compute_capability()
-    if cap is not None and cap < 8.0:
-        return False, f"unsupported on this device: compute capability {cap} < 8.0"
-    return True, "supported"
-
-
-def _compute_capability() -> float | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20).stdout.split()
-        return float(out[0]) if out else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
+INVARIANT = "+batch_invariant"  # suffix of a probed setup with batch-invariant mode on
 
 
 def first_fork(outputs: list[list[int]]) -> int | None:
@@ -91,9 +57,9 @@ def companions(ids: list[int], batch: int) -> list[list[int]]:
     return [ids + ids[: 1 + (j * len(ids)) // max(batch - 1, 1)] for j in range(batch - 1)]
 
 
-def _probe_engine(service: Any, prep: Any, engine: str, ids: list[int], n: int, batch: int,
-                  emit: Any) -> tuple[dict[str, Any], EngineResult, dict[str, Any]]:
-    alone, infos = service.generate_ids(prep, engine, [ids] * n, 1, emit)
+def _probe_side(service: Any, prep: Prepared, side: str, ids: list[int], n: int, batch: int,
+                emit: Any) -> tuple[dict[str, Any], SideResult]:
+    alone = service.generate_ids(prep, side, [ids] * n, 1, emit)
     prompts: list[list[int]] = []
     where: list[int] = []
     others = companions(ids, batch)
@@ -103,73 +69,63 @@ def _probe_engine(service: Any, prep: Any, engine: str, ids: list[int], n: int, 
         group.insert(slot, ids)
         where.append(len(prompts) + slot)
         prompts.extend(group)
-    batched, _ = service.generate_ids(prep, engine, prompts, batch, emit)
+    batched = service.generate_ids(prep, side, prompts, batch, emit)
     a = [res.token_ids for res in alone]
     b = [batched[i].token_ids for i in where]
     return {"alone": summarize_outputs(a), "batched": summarize_outputs(b),
-            "alone_vs_batched": summarize_outputs([a[0], *b])}, alone[0], infos
+            "alone_vs_batched": summarize_outputs([a[0], *b])}, alone[0]
 
 
 def run_probe(service: Any, model: str, prompt: PromptSpec, cfg: ParityConfig, *, n: int = 4, batch: int = 4,
               trust_remote_code: bool = False, emit: Any = None) -> Run:
-    """Probe both engines' determinism on one prompt; store and return a Run of kind "probe".
+    """Probe every side's determinism on one prompt; store and return a Run of kind "probe".
     Never raises for a user or engine error: the run is stored with status "error"."""
-    from .service import RunRequest, _utcnow
-
     t0 = time.perf_counter()
     emit = emit or (lambda e: None)
-    run = Run(id=new_run_id(), created_utc=_utcnow(), model=ModelInfo(name=model, path=""), kind="probe",
-              config=cfg.to_dict(), status="error", group_id=None,
-              versions={"parity_ui": __version__, "python": platform.python_version()},
-              prompts=[PromptResult(index=0, prompt_text=prompt.text or "", prompt_token_ids=[],
-                                    messages=prompt.messages)])
+    run = new_run(new_run_id(), model, cfg.to_dict(), [prompt], kind="probe")
+    save_run(service.db, run)
     try:
         if n < 2 or batch < 2:
-            raise ParityError(f"--n {n} --batch {batch}: a probe needs n >= 2 and batch >= 2",
-                              "e.g. --n 4 --batch 4", code="config")
+            raise ConfigError("probe", f"--n {n} --batch {batch}: a probe needs n >= 2 and batch >= 2",
+                              "e.g. --n 4 --batch 4")
         req = RunRequest(model=model, prompts=[prompt], config=cfg, trust_remote_code=trust_remote_code)
         prep = service.prepare(req)
         run.model, run.warnings = prep.model, prep.warnings
+        run.sides = [side_info(p, reference=i == 0) for i, p in enumerate(prep.sides)]
         pr = run.prompts[0]
         pr.prompt_text, pr.prompt_token_ids = prep.prompts[0].text, prep.prompts[0].token_ids
         ids = pr.prompt_token_ids
         supported, why = batch_invariant_support(prep.resolved.on_gpu)
-        probes: dict[str, Any] = {"n": n, "batch": batch, "batch_invariant": {"supported": supported,
-                                                                                "detail": why}}
-        modes = [False, True] if supported else [False]
-        for inv in modes:
-            c = dataclasses.replace(cfg, vllm=dataclasses.replace(cfg.vllm, batch_invariant=inv))
-            p = service.prepare(dataclasses.replace(req, config=c))
-            label = "vllm_batch_invariant" if inv else "vllm"
-            emit_status(emit, f"probing {label}: {n} alone, {n} in batches of {batch}")
-            probes[label], first, infos = _probe_engine(service, p, "vllm", ids, n, batch, emit)
-            if not inv:
-                pr.vllm = first
-                run.engines, run.device = infos, infos["vllm"].device
-        emit_status(emit, f"probing hf: {n} alone, {n} in batches of {batch}")
-        probes["hf"], pr.hf, _ = _probe_engine(service, prep, "hf", ids, n, batch, emit)
-        for res in (pr.vllm, pr.hf):
-            res.text = prep.tokenizer.decode(res.token_ids)
-            for step in res.steps:
-                step.text = prep.tokenizer.token_text(step.token_id)
-        run.versions.update({"vllm": run.engines["vllm"].version, "transformers": run.engines["hf"].version})
+        probes: dict[str, Any] = {"n": n, "batch": batch, "batch_invariant": {"supported": supported, "detail": why},
+                                  "sides": {}}
+        variants = []
+        for info, plan in zip(run.sides, prep.sides):
+            emit(RunEvent("status", f"probing {plan.name}: {n} alone, {n} in batches of {batch}"))
+            entry, first = _probe_side(service, prep, plan.name, ids, n, batch, emit)
+            probes["sides"][plan.name] = {**entry, "side": plan.name, "batch_invariant":
+                                          bool(getattr(plan.spec.options, "batch_invariant", False))}
+            decode_result(prep.tokenizer, first)
+            pr.results[plan.name] = first
+            fill_side_info(info, service.loaded_info(plan.name), 0.0)
+            if plan.kind.can_batch_invariant and supported and not plan.spec.options.batch_invariant:
+                variants.append(plan)
+        for plan in variants:  # after the plain sides: each variant replaces its side's worker
+            sides = [s.replace(batch_invariant=True) if s.name == plan.name else s for s in cfg.sides]
+            p2 = service.prepare(RunRequest(model=model, prompts=[prompt], config=cfg.with_sides(sides),
+                                            trust_remote_code=trust_remote_code))
+            label = plan.name + INVARIANT
+            emit(RunEvent("status", f"probing {label}: {n} alone, {n} in batches of {batch}"))
+            entry, _ = _probe_side(service, p2, plan.name, ids, n, batch, emit)
+            probes["sides"][label] = {**entry, "side": plan.name, "batch_invariant": True}
         run.probes = probes
-        stable = all(probes[k][m]["distinct"] == 1 for k in probes if isinstance(probes[k], dict)
-                     and "alone" in probes[k] for m in ("alone", "batched", "alone_vs_batched"))
+        stable = all(e[m]["distinct"] == 1 for e in probes["sides"].values()
+                     for m in ("alone", "batched", "alone_vs_batched"))
         run.status = "ok" if stable else "diverged"
-    except ParityError as e:
-        run.status, run.error, run.error_code = "error", str(e), e.code
-    except Exception as e:  # an internal bug: stored and reported
-        run.status, run.error, run.error_code = "error", f"internal error: {type(e).__name__}: {e}", "internal"
-    run.duration_ms = int((time.perf_counter() - t0) * 1000)
+    except Exception as e:  # noqa: BLE001 - stored as the run's error
+        record_failure(run, e)
+    finish(run, t0)
     save_run(service.db, run)
     return run
-
-
-def emit_status(emit: Any, message: str) -> None:
-    from .service import RunEvent
-
-    emit(RunEvent("status", message))
 
 
 def format_probe(run: Run) -> str:
@@ -179,15 +135,12 @@ def format_probe(run: Run) -> str:
     p = run.probes or {}
     lines = [f"probe {run.id}: {'DETERMINISTIC' if run.status == 'ok' else 'NOT DETERMINISTIC'}  "
              f"model={run.model.name}  dtype={run.config.get('dtype')}  n={p.get('n')}  batch={p.get('batch')}"]
-    for label in ("vllm", "vllm_batch_invariant", "hf"):
-        entry = p.get(label)
-        if not entry:
-            continue
+    for label, entry in (p.get("sides") or {}).items():
         for mode, what in (("alone", "alone"), ("batched", "in a batch"), ("alone_vs_batched", "alone vs batched")):
             s = entry[mode]
             fork = "" if s["first_fork"] is None else f", first fork at token {s['first_fork']}"
-            lines.append(f"  {label:20s} {what:17s}: {s['distinct']} distinct of {s['runs']}{fork}")
+            lines.append(f"  {label:24s} {what:17s}: {s['distinct']} distinct of {s['runs']}{fork}")
     bi = p.get("batch_invariant", {})
     if not bi.get("supported"):
-        lines.append(f"  vLLM batch-invariant mode: {bi.get('detail')}")
+        lines.append(f"  batch-invariant mode: {bi.get('detail')}")
     return "\n".join(lines)

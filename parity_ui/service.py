@@ -1,104 +1,48 @@
-"""run_parity: prepare, generate on both engines, compare, store. The CLI and the app call only this.
+"""ParityService.run: prepare, start every side, generate, compare each side with the reference,
+store. The CLI and the app call only this.
 
-Every run is stored, including one that fails: a bad config, a missing model or a crashed engine
-becomes a run with status "error", its message, and whatever was produced before the failure.
+Every run is stored when it starts (status "running"), flushed with the tokens streamed so far
+while it generates, and stored again when it ends, also when it fails: a bad config, a missing
+model or a crashed engine becomes a run with status "error", its message, and whatever was
+produced before the failure.
 """
 from __future__ import annotations
 
-import platform
-import sys
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from contextlib import nullcontext
+from typing import Any
 
-from . import __version__
-from .compare import compare_streams
-from .crossscore import cross_score_run
-from .explain import explain_prompt
-from .preflight import run_preflight
-from .config import ParityConfig
-from .engines.base import GenerateRequest, LoadRequest, ScoreRequest
-from .errors import CancelledError, ParityError, PromptError
-from .mapping import HfArgs, Resolved, VllmArgs, mapping_table, resolve, to_hf, to_vllm
+from .compare import compare
+from .crossscore import cross_score
+from .engines.base import CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreRequest
+from .errors import CancelledError, EngineError, ParityError
+from .explain import explain
+from .hardware import on_gpu
+from .mapping import mapping_table, resolve
 from .models import describe_model
-from .prompts import EncodedPrompt, PromptSpec, PromptTokenizer, tokenizer_for
-from .store import new_run_id, open_db, save_run
-from .types import EngineResult, Finding, ModelInfo, PromptResult, Run, TokenStep
-from .workers import EnginePool, load_key
+from .prepare import Prepared, RunRequest, SidePlan, plan_side, prepare
+from .prompts import PromptSpec, PromptTokenizer, tokenizer_for
+from .runlog import EventCallback, RunEvent, finish, new_run, phase, record_failure
+from .settings import differing
+from .store import new_run_id, open_db, save_images, save_run
+from .types import EngineInfo, Finding, ModelInfo, Run, SideInfo, SideResult, TokenStep
+from .workers import EnginePool, EngineWorker, Loaded
+
+__all__ = ["ParityService", "RunRequest", "RunEvent"]
+
+FLUSH_S = 3.0  # store the tokens streamed so far at most this often while generating
 
 
-@dataclass
-class RunRequest:
-    model: str
-    prompts: list[PromptSpec]
-    config: ParityConfig
-    trust_remote_code: bool = False
-    group_id: str | None = None
-    kind: str = "compare"
+class CapabilityError(ParityError):
+    """A side's engine cannot run this setup; found before the weights load."""
 
-
-@dataclass
-class RunEvent:
-    """Progress for a live view: status lines, and each token as an engine makes it."""
-
-    kind: str  # "status" | "token" | "engine_done"
-    message: str = ""
-    engine: str | None = None
-    prompt_index: int | None = None
-    step: TokenStep | None = None
-
-
-EventCallback = Callable[[RunEvent], None]
-
-
-@dataclass
-class Prepared:
-    model: ModelInfo
-    tokenizer: PromptTokenizer
-    prompts: list[EncodedPrompt]
-    resolved: Resolved
-    vllm: VllmArgs
-    hf: HfArgs
-    max_context: int | None
-    warnings: list[Finding] = field(default_factory=list)
-
-
-def _on_gpu() -> bool:
-    """An NVIDIA GPU is present, checked without importing torch or initialising CUDA here."""
-    import shutil
-    import subprocess
-
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return False
-    try:
-        return subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def max_context(cfg: ParityConfig, model: ModelInfo) -> int | None:
-    """The context both engines can serve: max_model_len, else the model's, scaled by RoPE."""
-    if cfg.max_model_len is not None:
-        return cfg.max_model_len
-    if model.max_position_embeddings is None:
-        return None
-    rope = cfg.rope_scaling or model.rope_scaling or {}
-    factor = float(rope.get("factor", 1.0)) if rope.get("rope_type", rope.get("type")) in (
-        "linear", "dynamic", "yarn") else 1.0
-    return int(model.max_position_embeddings * factor)
-
-
-def _utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    code = "capability"
 
 
 class ParityService:
-    """Owns the warm engine workers and the run database. One run at a time (a lock)."""
+    """Owns the warm side workers and the run database. One run at a time (a lock)."""
 
     def __init__(self, db_path: str | None = None, pool: EnginePool | None = None):
         self.db_path = db_path
@@ -106,11 +50,12 @@ class ParityService:
         self.pool = pool or EnginePool()
         self._lock = threading.Lock()
         self._gpu: bool | None = None
+        self._workers: dict[str, EngineWorker] = {}  # side name -> worker, for the prepared run
 
     @property
     def on_gpu(self) -> bool:
         if self._gpu is None:
-            self._gpu = _on_gpu()
+            self._gpu = on_gpu()
         return self._gpu
 
     # -- preparation (no engine involved) ---------------------------------------------------
@@ -119,37 +64,12 @@ class ParityService:
         return describe_model(model, trust_remote_code=trust_remote_code)
 
     def prepare(self, req: RunRequest) -> Prepared:
-        """Resolve the model, tokenize every prompt once, check lengths, map the config.
-        Raises ParityError (ModelError, PromptError, ConfigError) with a fix."""
-        if not req.prompts:
-            raise PromptError("no prompt was given", "type a prompt or upload a prompt file")
-        model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
-        tok = tokenizer_for(model.path, req.trust_remote_code)
-        cfg = req.config
-        encoded = [tok.encode(p, cfg.chat) for p in req.prompts]
-        limit = max_context(cfg, model)
-        if limit is not None:
-            for i, e in enumerate(encoded):
-                need = len(e.token_ids) + cfg.max_new_tokens
-                if need > limit:
-                    raise PromptError(
-                        f"prompt {i} has {len(e.token_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} "
-                        f"it needs {need} positions, over the context of {limit}",
-                        "shorten the prompt, lower max_new_tokens, or extend the context with "
-                        "max_model_len and rope_scaling (e.g. the 'long context 9k' preset)")
-        resolved = resolve(cfg, model, tok.eos_token_ids, self.on_gpu)
-        prepared = Prepared(model=model, tokenizer=tok, prompts=encoded, resolved=resolved,
-                            vllm=to_vllm(cfg, resolved), hf=to_hf(cfg, resolved), max_context=limit)
-        prepared.warnings = self._preflight(prepared, cfg)
-        return prepared
+        return prepare(req, self.on_gpu)
 
-    def _preflight(self, prepared: Prepared, cfg: ParityConfig) -> list[Finding]:
-        return run_preflight(prepared, cfg)
-
-    def mapping(self, model: str, cfg: ParityConfig, trust_remote_code: bool = False) -> list[Any]:
+    def mapping(self, model: str, cfg: Any, trust_remote_code: bool = False) -> list[Any]:
         info = describe_model(model, trust_remote_code=trust_remote_code)
         tok = tokenizer_for(info.path, trust_remote_code)
-        return mapping_table(cfg, resolve(cfg, info, tok.eos_token_ids, self.on_gpu))
+        return mapping_table(cfg, resolve(info, tok.eos_token_ids, self.on_gpu))
 
     # -- running ------------------------------------------------------------------------------
 
@@ -157,8 +77,8 @@ class ParityService:
         self.pool.cancel()
 
     def run(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
-        """Run both engines, compare, store. Always returns the stored Run; never raises for a
-        user or engine error (the run's status is then "error" with the message)."""
+        """Run every side, compare, store. Always returns the stored Run; never raises for a user
+        or engine error (the run's status is then "error" with the message)."""
         emit = on_event or (lambda e: None)
         with self._lock:
             self.pool.reset_cancel()  # a Stop pressed before this run began is not for it
@@ -166,138 +86,321 @@ class ParityService:
 
     def _run_locked(self, req: RunRequest, emit: EventCallback) -> Run:
         t0 = time.perf_counter()
-        run = Run(id=new_run_id(), created_utc=_utcnow(), model=ModelInfo(name=req.model, path=""),
-                  config=req.config.to_dict(), status="error", group_id=req.group_id, kind=req.kind,
-                  versions={"parity_ui": __version__, "python": platform.python_version()})
-        run.prompts = [PromptResult(index=i, prompt_text=p.text or "", prompt_token_ids=[], messages=p.messages)
-                       for i, p in enumerate(req.prompts)]
+        run = new_run(new_run_id(), req.model, req.config.to_dict(), req.prompts, kind=req.kind,
+                      group_id=req.group_id)
+        attach_images(run, req.prompts)
+        save_run(self.db, run)  # recorded when it starts: a killed process leaves a trace
+        save_images(self.db, run.id, req.prompts)
         try:
-            emit(RunEvent("status", "preparing: model, tokenizer, config"))
-            prep = self.prepare(req)
-            run.model = prep.model
-            run.warnings = prep.warnings
-            for pr, enc in zip(run.prompts, prep.prompts):
-                pr.prompt_text, pr.prompt_token_ids = enc.text, enc.token_ids
-                if req.config.chat and pr.messages is None and enc.spec.text is not None:
-                    pr.messages = [{"role": "user", "content": enc.spec.text}]  # what the template got
-            self._generate(prep, req.config, run, emit)
-            self._finish(prep, req.config, run)
+            emit(RunEvent("status", "preparing: model, tokenizer, config, sides"))
+            with phase(run, "prepare"):
+                prep = self.prepare(req)
+            self._fill_prepared(run, prep)
+            self.start_sides(prep, run, emit)
+            self._generate(prep, run, emit)
+            self._finish(prep, run, emit)
             run.status = "ok" if run.identical else "diverged"
-        except CancelledError as e:
-            run.status, run.error, run.error_code = "cancelled", str(e), e.code
-        except ParityError as e:
-            run.status, run.error, run.error_code = "error", str(e), e.code
-        except Exception as e:  # an internal bug: still stored and reported, never a dead app
-            run.status, run.error, run.error_code = "error", f"internal error: {type(e).__name__}: {e}", "internal"
-            traceback.print_exc(file=sys.stderr)
-        run.duration_ms = int((time.perf_counter() - t0) * 1000)
-        save_run(self.db, run)
+        except BaseException as e:  # noqa: BLE001 - stored, then re-raised only for Ctrl-C
+            record_failure(run, e)
+            if not isinstance(e, Exception):
+                self._store(run, t0)
+                raise
+        self._store(run, t0)
         emit(RunEvent("status", f"stored run {run.id}: {run.status}"))
         return run
 
-    def _load_both(self, prep: Prepared, emit: EventCallback) -> tuple[dict[str, float], dict[str, Any]]:
-        """Load (or reuse) both workers concurrently: vLLM's start dominates, HF's hides under it."""
-        specs = {
-            "vllm": (load_key(prep.model.path, prep.vllm.llm, prep.vllm.env),
-                     LoadRequest(prep.vllm, prep.model.path, prep.vllm.env)),
-            "hf": (load_key(prep.model.path, prep.hf.load, prep.hf.config_overrides, prep.hf.device,
-                            prep.hf.keep_model_generation_config),
-                   LoadRequest(prep.hf, prep.model.path)),
-        }
-        emit(RunEvent("status", "loading models (warm workers are reused)"))
-        with ThreadPoolExecutor(2) as ex:
-            futs = {name: ex.submit(self.pool.workers[name].ensure_loaded, *spec) for name, spec in specs.items()}
-            loaded = {name: f.result() for name, f in futs.items()}  # re-raises the first EngineError
-        return {name: le.load_s for name, le in loaded.items()}, {name: le.info for name, le in loaded.items()}
-
-    def _generate(self, prep: Prepared, cfg: ParityConfig, run: Run, emit: EventCallback) -> None:
-        load_s, infos = self._load_both(prep, emit)
-        if self.pool.cancelled:
-            raise CancelledError("the run was stopped while the models were loading", "")
-        run.engines = infos
-        run.device = infos["vllm"].device
-        run.versions.update({"vllm": infos["vllm"].version, "transformers": infos["hf"].version,
-                             "torch": infos["hf"].torch_version})
-        ids = [p.token_ids for p in prep.prompts]
-        for name in ("vllm", "hf"):
-            emit(RunEvent("status", f"{name}: generating {len(ids)} prompt(s)", engine=name))
-            sampling = prep.vllm.sampling if name == "vllm" else prep.hf.generate
-            greq = GenerateRequest(prompts=ids, sampling=sampling, batch_size=cfg.batch_size,
-                                   logprobs=max(cfg.logprobs, 1))
-
-            partial: dict[int, list[TokenStep]] = {}
-
-            def on_token(payload: Any, name: str = name) -> None:
-                i, step = payload
-                step.text = prep.tokenizer.token_text(step.token_id)
-                partial.setdefault(i, []).append(step)
-                emit(RunEvent("token", engine=name, prompt_index=i, step=step))
-
-            try:
-                results: list[EngineResult] = self.pool.workers[name].request("generate", greq, on_token)
-            except ParityError as e:
-                # Keep what was streamed before the failure: it is often where the story is.
-                for i, pr in enumerate(run.prompts):
-                    steps = partial.get(i, [])
-                    setattr(pr, name, EngineResult(
-                        engine=name, prompt_index=i, steps=steps, token_ids=[s.token_id for s in steps],
-                        text=prep.tokenizer.decode([s.token_id for s in steps]),
-                        finish_reason="cancelled" if isinstance(e, CancelledError) else "error", error=str(e)))
-                raise
-            for res in results:
-                res.timings.load_s = load_s[name]
-                self._decode(prep.tokenizer, res)
-                setattr(run.prompts[res.prompt_index], name, res)
-            emit(RunEvent("engine_done", f"{name} done", engine=name))
+    def _store(self, run: Run, t0: float) -> None:
+        with phase(run, "store"):
+            finish(run, t0)
+            save_run(self.db, run)
 
     @staticmethod
-    def _decode(tok: PromptTokenizer, res: EngineResult) -> None:
-        res.text = tok.decode(res.token_ids)
-        for s in res.steps:
-            s.text = tok.token_text(s.token_id)
-            for t in s.top:
-                object.__setattr__(t, "text", tok.token_text(t.token_id))
+    def _fill_prepared(run: Run, prep: Prepared) -> None:
+        run.model = prep.model
+        run.warnings = prep.warnings
+        run.sides = [side_info(p, reference=i == 0) for i, p in enumerate(prep.sides)]
+        for pr, enc in zip(run.prompts, prep.prompts):
+            pr.prompt_text, pr.prompt_token_ids = enc.text, enc.token_ids
+            if prep.config.chat and pr.messages is None and enc.spec.text is not None and not enc.images:
+                pr.messages = [{"role": "user", "content": enc.spec.text}]  # what the template got
+            for k, meta in enumerate(pr.images):  # each side's image token count for this image
+                meta["tokens"] = {p.name: prep.prompts_of(p.name)[pr.index].image_tokens[k] for p in prep.sides}
+                meta["pixels"] = {p.name: prep.prompts_of(p.name)[pr.index].pixels for p in prep.sides}
 
-    def _finish(self, prep: Prepared, cfg: ParityConfig, run: Run) -> None:
-        for pr in run.prompts:
-            if pr.vllm is not None and pr.hf is not None:
-                pr.comparison = compare_streams(pr.vllm, pr.hf)
-        if cfg.cross_score:
-            cross_score_run(self.score, run, max(cfg.logprobs, 1))
-        for pr in run.prompts:
-            if pr.comparison is not None:
-                pr.explanation = explain_prompt(pr, cfg)
+    # -- starting the sides ---------------------------------------------------------------------
 
-    def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any],
-                       error: ParityError, kind: str = "compare") -> Run:
+    def start_sides(self, prep: Prepared, run: Run | None = None, emit: EventCallback | None = None) -> dict[str, Loaded]:
+        """Start (or reuse) every side's worker, check what each engine can run BEFORE any weights
+        load, then load. Raises CapabilityError naming every side that cannot run, EngineError."""
+        emit = emit or (lambda e: None)
+        timed = (lambda name: phase(run, name)) if run is not None else (lambda name: nullcontext())
+        keys = {p.name: p.load_key for p in prep.sides}
+        self.pool.retain(set(keys.values()))  # free what this run does not need before loading
+        self._workers = {p.name: self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python, p.worker_env)
+                         for p in prep.sides}
+        unique = {keys[p.name]: p for p in prep.sides}  # sides with the same setup share one worker
+        cold = [p for p in unique.values() if self._workers[p.name].info is None]
+        if cold:
+            emit(RunEvent("status", "starting " + ", ".join(p.name for p in cold)))
+        with timed("start"), ThreadPoolExecutor(max(len(cold), 1)) as ex:
+            list(ex.map(lambda p: self._workers[p.name].alive or self._workers[p.name].start(), cold))
+        with timed("check"), ThreadPoolExecutor(max(len(cold), 1)) as ex:
+            checked = list(ex.map(lambda p: (p, self._check(p)), cold))
+        self._raise_capability(checked, run)
+        if cold:
+            emit(RunEvent("status", "loading " + ", ".join(p.name for p in cold) + " (warm sides are reused)"))
+        loaded: dict[str, Loaded] = {}
+        gpu_lock = threading.Lock()  # vLLM measures free GPU memory while it starts: one at a time
+
+        def load(p: SidePlan) -> None:
+            w = self._workers[p.name]
+            if w.info is not None:
+                loaded[keys[p.name]] = Loaded(w.info, 0.0)
+                return
+            serial = gpu_lock if prep.resolved.on_gpu and p.kind.gpu_memory == "share" else nullcontext()
+            with serial:
+                t = time.perf_counter()
+                w.info = w.request("load", self._load_request(p), timeout=w.load_timeout, what="loading the model",
+                                   on_progress=lambda m, name=p.name: emit(RunEvent("status", f"{name}: {m}", side=name)))
+                loaded[keys[p.name]] = Loaded(w.info, time.perf_counter() - t)
+
+        with timed("load"), ThreadPoolExecutor(max(len(unique), 1)) as ex:
+            for f in [ex.submit(load, p) for p in unique.values()]:
+                f.result()  # re-raises the first EngineError
+        by_side = {p.name: loaded[keys[p.name]] for p in prep.sides}
+        self._check_inputs(prep, run)
+        if run is not None:
+            for info, p in zip(run.sides, prep.sides):
+                fill_side_info(info, by_side[p.name].info, by_side[p.name].load_s)
+        if self.pool.cancelled:
+            raise CancelledError("the run was stopped while the sides were loading", "")
+        return by_side
+
+    def _check_inputs(self, prep: Prepared, run: Run | None) -> None:
+        """Sides that tokenize on their own (servers) must see the run's ids and fit its length."""
+        if not any(p.kind.tokenizes_itself for p in prep.sides):
+            return
+        texts = [e.text for e in prep.prompts]
+        req = InputCheck(texts=texts, text_ids=[prep.tokenizer.ids_of_text(t) for t in texts],
+                         ids=[e.token_ids for e in prep.prompts], max_new_tokens=prep.config.max_new_tokens)
+        checked = [(p, self._workers[p.name].request("check_input", req, timeout=600,
+                                                     what="checking the prompts against the server"))
+                   for p in prep.sides if p.kind.tokenizes_itself]
+        self._raise_capability(checked, run, "found before generating")
+
+    @staticmethod
+    def _load_request(p: SidePlan) -> LoadRequest:
+        return LoadRequest(kind=p.kind.name, model_path=p.model.path, args=p.load_args())
+
+    def _check(self, p: SidePlan) -> list[Problem]:
+        return self._workers[p.name].request("check", self._load_request(p), timeout=300,
+                                             what="checking what it can run")
+
+    @staticmethod
+    def _raise_capability(checked: list[tuple[SidePlan, list[Problem]]], run: Run | None,
+                          when: str = "found before loading the model") -> None:
+        errors = []
+        for p, problems in checked:
+            for pb in problems:
+                if pb.severity == "error":
+                    errors.append((p, pb))
+                elif run is not None:
+                    run.warnings.append(Finding(code=pb.code, severity="warning", side=p.name,
+                                                message=f"side {p.name}: {pb.message}", fix=pb.fix))
+        if errors:
+            msg = "; ".join(f"side {p.name} ({p.kind.label}): {pb.message}" for p, pb in errors)
+            fixes = "; ".join(dict.fromkeys(pb.fix for _, pb in errors))
+            raise CapabilityError(f"{msg} ({when})", fixes)
+
+    # -- generating ---------------------------------------------------------------------------
+
+    def _generate(self, prep: Prepared, run: Run, emit: EventCallback) -> None:
+        last_flush = [time.monotonic()]
+        with phase(run, "generate"):
+            for plan in prep.sides:
+                name = plan.name
+                ids = [p.token_ids for p in prep.prompts_of(name)]
+                emit(RunEvent("status", f"{name}: generating {len(ids)} prompt(s)", side=name))
+                greq = GenerateRequest(prompts=ids, sampling=plan.args.sampling, batch_size=prep.config.batch_size,
+                                       logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, name))
+                partial: dict[int, list[TokenStep]] = {}
+
+                def on_token(payload: Any, name: str = name) -> None:
+                    i, step = payload
+                    decode_step(prep.tokenizer, step)
+                    partial.setdefault(i, []).append(step)
+                    emit(RunEvent("token", side=name, prompt_index=i, step=step))
+                    if time.monotonic() - last_flush[0] > FLUSH_S:
+                        last_flush[0] = time.monotonic()
+                        self._keep_partial(prep, run, name, partial, None)
+                        save_run(self.db, run)
+
+                try:
+                    results: list[SideResult] = self._workers[name].request("generate", greq, on_token)
+                except ParityError as e:
+                    # Keep what was streamed before the failure: it is often where the story is.
+                    self._keep_partial(prep, run, name, partial, e)
+                    raise
+                load_s = next(s.load_s for s in run.sides if s.name == name)
+                for res in results:
+                    res.side = name
+                    res.timings.load_s = load_s
+                    decode_result(prep.tokenizer, res)
+                    run.prompts[res.prompt_index].results[name] = res
+                save_run(self.db, run)  # a process killed from here on leaves this side's tokens
+                last_flush[0] = time.monotonic()
+                emit(RunEvent("side_done", f"{name} done", side=name))
+
+    @staticmethod
+    def _keep_partial(prep: Prepared, run: Run, name: str, partial: dict[int, list[TokenStep]],
+                      error: ParityError | None) -> None:
+        reason = "cancelled" if isinstance(error, CancelledError) else ("error" if error else None)
+        for i, pr in enumerate(run.prompts):
+            steps = list(partial.get(i, []))
+            ids = [s.token_id for s in steps]
+            pr.results[name] = SideResult(side=name, prompt_index=i, steps=steps, token_ids=ids,
+                                          text=prep.tokenizer.decode(ids), finish_reason=reason,
+                                          error=str(error) if error else None)
+
+    # -- comparing -----------------------------------------------------------------------------
+
+    def _finish(self, prep: Prepared, run: Run, emit: EventCallback) -> None:
+        ref = prep.reference.name
+        others = [p.name for p in prep.sides[1:]]
+        with phase(run, "compare"):
+            for pr in run.prompts:
+                pr.comparisons = [compare(pr.results[ref], pr.results[b]) for b in others
+                                  if ref in pr.results and b in pr.results]
+        can_score = {p.name for p in prep.sides if p.kind.can_score}
+        if prep.config.cross_score:
+            emit(RunEvent("status", "cross-scoring: teacher-forced, each side against the reference"))
+            with phase(run, "cross_score"):
+                if any(pr.images for pr in run.prompts):  # teacher forcing does not carry images (yet)
+                    run.warnings.append(Finding(
+                        code="image-no-cross-score", severity="info",
+                        message="cross-scoring (teacher forcing) was skipped for the image prompts: it does not "
+                                "pass the images to the engines yet", fix="compare the streams; --set cross_score=false "
+                                                                          "silences this"))
+                for pr in run.prompts:
+                    for c in pr.comparisons:
+                        if pr.images:
+                            continue
+                        try:
+                            c.cross_scores = cross_score(self.score, c, pr.prompt_token_ids, pr.results,
+                                                         max(prep.config.logprobs, 1), can_score)
+                        except Exception as e:  # noqa: BLE001 - the comparison already stands
+                            c.cross_scores = {"error": f"{type(e).__name__}: {e}"}
+        with phase(run, "explain"):
+            for pr in run.prompts:
+                for c in pr.comparisons:
+                    c.explanation = explain(c, pr.results.get(c.a), pr.results.get(c.b), prep.config,
+                                            differing(run.sides, c.a, c.b))
+
+    def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: ParityError,
+                       kind: str = "compare", group_id: str | None = None) -> Run:
         """Store a run that failed before it could be prepared (a bad config or prompt file)."""
-        run = Run(id=new_run_id(), created_utc=_utcnow(), model=ModelInfo(name=model, path=""),
-                  config=config, status="error", error=str(error), error_code=error.code, kind=kind,
-                  versions={"parity_ui": __version__, "python": platform.python_version()},
-                  prompts=[PromptResult(index=i, prompt_text=p.text or "", prompt_token_ids=[], messages=p.messages)
-                           for i, p in enumerate(prompts)])
+        run = new_run(new_run_id(), model, config, prompts, kind=kind, group_id=group_id)
+        record_failure(run, error)
+        run.owner = None
         with self._lock:
             save_run(self.db, run)
         return run
 
-    # -- raw generation for determinism probes (used by parity_ui.probes) ---------------------
+    # -- raw generation for determinism probes (parity_ui.probes) --------------------------------
 
-    def generate_ids(self, prep: Prepared, engine: str, prompts: list[list[int]], batch_size: int,
-                     emit: EventCallback | None = None) -> tuple[list[EngineResult], dict[str, Any]]:
-        """Load (or reuse) both workers for `prep`, generate `prompts` on one engine in batches of
-        `batch_size`; nothing is compared or stored. Returns the results and both EngineInfos.
-        Raises EngineError."""
+    def generate_ids(self, prep: Prepared, side: str, prompts: list[list[int]], batch_size: int,
+                     emit: EventCallback | None = None) -> list[SideResult]:
+        """Start (or reuse) the sides of `prep`, generate `prompts` on one side in batches of
+        `batch_size`; nothing is compared or stored. Raises EngineError."""
         with self._lock:
-            _, infos = self._load_both(prep, emit or (lambda e: None))
-            sampling = prep.vllm.sampling if engine == "vllm" else prep.hf.generate
-            req = GenerateRequest(prompts=prompts, sampling=sampling, batch_size=batch_size, logprobs=1,
+            self.start_sides(prep, None, emit)
+            plan = prep.side(side)
+            req = GenerateRequest(prompts=prompts, sampling=plan.args.sampling, batch_size=batch_size, logprobs=1,
                                   stream=False)
-            return self.pool.workers[engine].request("generate", req), infos
+            results = self._workers[side].request("generate", req)
+            for r in results:
+                r.side = side
+            return results
 
-    # -- teacher forcing (used by parity_ui.crossscore) ---------------------------------------
+    def loaded_info(self, side: str) -> EngineInfo | None:
+        w = self._workers.get(side)
+        return w.info if w is not None else None
 
-    def score(self, engine: str, prompt: list[int], continuation: list[int], logprobs: int) -> list[TokenStep]:
-        return self.pool.workers[engine].request("score", ScoreRequest(prompt, continuation, logprobs))
+    # -- teacher forcing and layer capture (parity_ui.crossscore, parity_ui.layers) ------------
+
+    def score(self, side: str, prompt: list[int], continuation: list[int], logprobs: int) -> list[TokenStep]:
+        return self._workers[side].request("score", ScoreRequest(prompt, continuation, logprobs))
+
+    def capture_sides(self, prep: Prepared, requests: list[tuple[str, CaptureRequest]],
+                      emit: EventCallback | None = None) -> list[dict[str, Any]]:
+        """Start (or reuse) the sides of `prep` and run each capture request in order
+        (parity_ui.layers). Raises EngineError."""
+        emit = emit or (lambda e: None)
+        with self._lock:
+            self.pool.reset_cancel()
+            self.start_sides(prep, None, emit)
+            out = []
+            for side, req in requests:
+                emit(RunEvent("status", f"{side}: capturing {len(req.positions)} position(s) of every layer"
+                                        + (" (noise-floor run)" if req.noise_eps else ""), side=side))
+                out.append(self.capture(side, req))
+            return out
+
+    def capture(self, side: str, req: CaptureRequest) -> dict[str, Any]:
+        worker = self._workers.get(side)
+        if worker is None:
+            raise EngineError(f"side {side} is not running", "start the sides first")
+        return worker.request("capture", req, what="capturing layer activations")
 
     def close(self) -> None:
         self.pool.close()
+
+
+# -- records -----------------------------------------------------------------------------------
+
+def image_inputs(prep: Prepared, side: str) -> dict[str, Any]:
+    """A GenerateRequest's image fields for `side`: each prompt's images as plain bytes, the placeholder
+    id and the side's resize settings (the same ones its expected ids were made with)."""
+    if not prep.has_images:
+        return {}
+    prompts = prep.prompts_of(side)
+    px = next((e.pixels for e in prompts if e.pixels), None)
+    return {"images": [[{"name": i.name, "data": i.data, "sha256": i.sha256} for i in e.images] for e in prompts],
+            "image_token_id": prep.image_token_id, "image_pixels": px}
+
+
+def attach_images(run: Run, prompts: list[PromptSpec]) -> None:
+    """Record each prompt's images (name, hash, size) with the run; the bytes are stored apart."""
+    for pr, spec in zip(run.prompts, prompts):
+        pr.images = [img.meta() for img in getattr(spec, "images", None) or []]
+        if spec.images and not pr.prompt_text and spec.text:
+            pr.prompt_text = spec.text
+
+
+def side_info(p: SidePlan, reference: bool) -> SideInfo:
+    return SideInfo(name=p.name, kind=p.kind.name, reference=reference, options=p.spec.all_options(),
+                    model_path=p.model.path, python=p.spec.python, dtype=p.dtype)
+
+
+def fill_side_info(info: SideInfo, engine: EngineInfo, load_s: float) -> None:
+    info.version, info.device, info.dtype = engine.version, engine.device, engine.dtype
+    info.versions = dict(engine.versions)
+    info.resolved = dict(engine.resolved)
+    info.load_s = round(load_s, 3)
+
+
+def decode_step(tok: PromptTokenizer, step: TokenStep) -> None:
+    """Fill texts (and bytes where the text cannot show them) with the ONE tokenizer."""
+    step.text = tok.token_text(step.token_id)
+    step.raw = tok.token_raw(step.token_id)
+    step.top = [type(t)(t.token_id, t.logprob, tok.token_text(t.token_id), tok.token_raw(t.token_id))
+                for t in step.top]
+
+
+def decode_result(tok: PromptTokenizer, res: SideResult) -> None:
+    res.text = tok.decode(res.token_ids)
+    for s in res.steps:
+        decode_step(tok, s)
+
+
+__all__ += ["image_inputs", "attach_images", "CapabilityError", "plan_side", "side_info", "fill_side_info", "decode_step", "decode_result"]

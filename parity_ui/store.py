@@ -1,11 +1,18 @@
 """Every run in SQLite (runs.db) through sqlite-utils.
 
-Schema changes are append-only migrations. Columns follow one convention: `*_json` holds JSON text,
+Schema changes are append-only migrations, each in one transaction (sqlite-utils Migrations): a
+failure leaves the file as it was. Columns follow one convention: `*_json` holds JSON text,
 `datetime_utc` an ISO timestamp, `duration_ms` an integer; run ids are time-sortable ULIDs.
+
+Tables: `runs` (one row a run, its sides in `sides_json`), `prompt_results` (one a prompt),
+`side_results` (one per prompt and side), `comparisons` (one per prompt and non-reference side),
+`localisations` (layer localisations, several per run).
+Datasette reads the file as it is.
 """
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import sqlite3
 import time
@@ -16,8 +23,10 @@ from typing import Any
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
-from .types import Run, prompt_result_from_dict, run_from_dict, to_dict
+from .runlog import owner_alive
+from .types import Localisation, Run, comparison_from_dict, localisation_from_dict, prompt_result_from_dict, run_from_dict, side_result_from_dict, to_dict
 
 migrations = Migrations("parity_ui")
 
@@ -28,6 +37,26 @@ def new_run_id() -> str:
     """A ULID: 48-bit millisecond time + 80 random bits, Crockford base32, sorts by time."""
     value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
     return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in reversed(range(26)))
+
+
+def _jsonable(v: Any) -> Any:
+    """JSON has no infinities or NaN: a masked -inf logprob is stored as -1e30 (as the engines clean
+    it), NaN as null, so every *_json column is valid JSON for SQLite's json functions and Datasette."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else math.copysign(1e30, v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(_jsonable(to_dict(value)), allow_nan=False)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 @migrations()
@@ -48,31 +77,175 @@ def m001_runs(db: Database) -> None:
     }, pk=("run_id", "idx"), foreign_keys=[("run_id", "runs", "id")])
 
 
+@migrations()
+def m002_sides(db: Database) -> None:
+    """The fixed vLLM/HF pair becomes sides: a row per (prompt, side) and per comparison instead of
+    a column per engine. Old rows are rewritten once into the new shapes (parity_ui.legacy)."""
+    db["side_results"].create({
+        "run_id": str, "prompt_idx": int, "side": str, "n_tokens": int, "finish_reason": str, "error": str,
+        "result_json": str,
+    }, pk=("run_id", "prompt_idx", "side"), foreign_keys=[("run_id", "runs", "id")])
+    db["comparisons"].create({
+        "run_id": str, "prompt_idx": int, "a": str, "b": str, "identical": int, "first_divergence": int,
+        "verdict": str, "comparison_json": str, "explanation_json": str, "cross_scores_json": str,
+    }, pk=("run_id", "prompt_idx", "b"), foreign_keys=[("run_id", "runs", "id")])
+    for col in ("sides", "sides_json", "timings_json", "owner_json"):
+        db["runs"].add_column(col, str)
+    runs = {r["id"]: r for r in db.query("SELECT id, model_path, config_json, engines_json, probes_json FROM runs")}
+    load_s: dict[str, dict[str, float]] = {}
+    for p in list(db.query("SELECT * FROM prompt_results")):
+        for side, column in (("hf", "hf_json"), ("vllm", "vllm_json")):
+            res = _loads(p[column])
+            if res is None:
+                continue
+            res["side"] = res.pop("engine", side)
+            load_s.setdefault(p["run_id"], {}).setdefault(side, (res.get("timings") or {}).get("load_s"))
+            _insert_side_result(db, p["run_id"], p["idx"], res)
+        comp = _loads(p["comparison_json"])
+        if comp is not None:
+            new = legacy_comparison(comp)
+            new["explanation"] = legacy_explanation(_loads(p["explanation_json"]))
+            new["cross_scores"] = _loads(p["cross_scores_json"])
+            _insert_comparison(db, p["run_id"], p["idx"], new)
+    for run_id, r in runs.items():
+        config = _loads(r["config_json"]) or {}
+        sides = legacy_sides(config, _loads(r["engines_json"]) or {}, r["model_path"] or "", load_s.get(run_id, {}))
+        db.execute("UPDATE runs SET config_json = ?, sides_json = ?, sides = ?, probes_json = ? WHERE id = ?",
+                   [json.dumps(legacy_config(config)), json.dumps(sides), _sides_text(sides),
+                    _dumps(legacy_probes(_loads(r["probes_json"]))), run_id])
+    db["runs"].transform(drop={"engines_json"})
+    db["prompt_results"].transform(drop={"vllm_json", "hf_json", "comparison_json", "explanation_json",
+                                         "cross_scores_json"})
+    db["runs"].create_index(["status"])
+
+
+@migrations()
+def m003_localisations(db: Database) -> None:
+    """Layer localisations (parity_ui.layers): several per run, each with its figures."""
+    db["localisations"].create({
+        "id": str, "run_id": str, "prompt_idx": int, "datetime_utc": str, "a": str, "b": str, "position": int,
+        "first_divergent_layer": int, "first_divergent_block": str, "localisation_json": str,
+    }, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["localisations"].create_index(["run_id"])
+
+
+MAX_STORED_IMAGE_BYTES = 20 * 2**20  # an image over this keeps its record (hash, size) but not its bytes
+
+
+@migrations()
+def m004_images(db: Database) -> None:
+    """Image prompts: each image's bytes once per content hash (`images`), which prompt of which run used
+    it (`run_images`), and each prompt's image records (`prompt_results.images_json`)."""
+    db["images"].create({"sha256": str, "format": str, "width": int, "height": int, "n_bytes": int,
+                         "data": bytes}, pk="sha256")
+    db["run_images"].create({"run_id": str, "prompt_idx": int, "position": int, "sha256": str, "name": str},
+                            pk=("run_id", "prompt_idx", "position"), foreign_keys=[("run_id", "runs", "id")])
+    db["run_images"].create_index(["sha256"])
+    db["prompt_results"].add_column("images_json", str)
+
+
+def save_images(db: Database, run_id: str, prompts: list[Any]) -> None:
+    """Store the images of a run's prompts (PromptSpec.images): bytes once per hash, size-limited."""
+    rows = [(i, k, img) for i, p in enumerate(prompts) for k, img in enumerate(getattr(p, "images", None) or [])]
+    if not rows:
+        return
+    with db.atomic():
+        for i, k, img in rows:
+            keep = len(img.data) <= MAX_STORED_IMAGE_BYTES
+            db["images"].insert({"sha256": img.sha256, "format": img.format, "width": img.width, "height": img.height,
+                                 "n_bytes": len(img.data), "data": img.data if keep else None},
+                                pk="sha256", ignore=True)
+            db["run_images"].insert({"run_id": run_id, "prompt_idx": i, "position": k, "sha256": img.sha256,
+                                     "name": img.name}, pk=("run_id", "prompt_idx", "position"), replace=True)
+
+
+def image_bytes(db: Database, sha256: str) -> tuple[bytes, str] | None:
+    """A stored image's bytes and format (PNG, JPEG...), by content hash; None when not stored."""
+    rows = list(db.query("SELECT data, format FROM images WHERE sha256 = ?", [sha256]))
+    if not rows or rows[0]["data"] is None:
+        return None
+    return bytes(rows[0]["data"]), rows[0]["format"] or ""
+
+
+def save_localisation(db: Database, loc: Localisation) -> Localisation:
+    """Store a localisation with its run; fills its id and time."""
+    loc.id = loc.id or new_run_id()
+    loc.created_utc = loc.created_utc or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with db.conn:
+        db["localisations"].insert({
+            "id": loc.id, "run_id": loc.run_id, "prompt_idx": loc.prompt_index, "datetime_utc": loc.created_utc,
+            "a": loc.a, "b": loc.b, "position": loc.position, "first_divergent_layer": loc.first_divergent_layer,
+            "first_divergent_block": loc.first_divergent_block, "localisation_json": _dumps(loc.to_dict()),
+        }, replace=True)
+    return loc
+
+
+def localisations_of(db: Database, run_id: str) -> list[Localisation]:
+    """A run's localisations, oldest first."""
+    rows = db.query("SELECT localisation_json FROM localisations WHERE run_id = ? ORDER BY datetime_utc, id",
+                    [run_id])
+    return [localisation_from_dict(_loads(r["localisation_json"])) for r in rows]
+
+
+def _insert_side_result(db: Database, run_id: str, idx: int, res: dict[str, Any]) -> None:
+    db["side_results"].insert({
+        "run_id": run_id, "prompt_idx": idx, "side": res["side"], "n_tokens": len(res.get("token_ids") or []),
+        "finish_reason": res.get("finish_reason"), "error": res.get("error"), "result_json": _dumps(res),
+    }, pk=("run_id", "prompt_idx", "side"), replace=True)
+
+
+def _insert_comparison(db: Database, run_id: str, idx: int, comp: dict[str, Any]) -> None:
+    explanation = comp.pop("explanation", None)
+    cross = comp.pop("cross_scores", None)
+    db["comparisons"].insert({
+        "run_id": run_id, "prompt_idx": idx, "a": comp["a"], "b": comp["b"], "identical": int(comp["identical"]),
+        "first_divergence": comp.get("first_divergence"), "verdict": (explanation or {}).get("verdict"),
+        "comparison_json": _dumps(comp), "explanation_json": _dumps(explanation),
+        "cross_scores_json": _dumps(cross),
+    }, pk=("run_id", "prompt_idx", "b"), replace=True)
+
+
+def _sides_text(sides: list[dict[str, Any]]) -> str:
+    """`hf=hf, vllm=vllm` for the history list: name=kind, the reference first."""
+    return ", ".join(f"{s['name']}={s['kind']}" for s in sides)
+
+
 def open_db(path: str | Path | None = None) -> Database:
-    """Open (creating if needed) and migrate the run database. `:memory:` works for tests."""
+    """Open (creating if needed) and migrate the run database; runs left "running" by a process that
+    is gone are marked "interrupted". `:memory:` works for tests."""
     p = str(path or default_db_path())
     if p == ":memory:":
         db = Database(memory=True)
     else:
         Path(p).parent.mkdir(parents=True, exist_ok=True)
         # Gradio calls handlers from a thread pool; the service serialises writes with its lock.
-        db = Database(sqlite3.connect(p, check_same_thread=False))
+        db = Database(sqlite3.connect(p, check_same_thread=False, timeout=30))
         db.execute("PRAGMA journal_mode=WAL")  # the app reads history while a run is written
     migrations.apply(db)
+    mark_interrupted(db)
     return db
 
 
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(to_dict(value))
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def mark_interrupted(db: Database) -> list[str]:
+    """Runs whose writing process ended before they finished become "interrupted" (their streamed
+    tokens, flushed while they ran, are kept). Returns their ids."""
+    done = []
+    for r in list(db.query("SELECT id, owner_json FROM runs WHERE status = 'running'")):
+        owner = _loads(r["owner_json"])
+        if owner_alive(owner) is False:
+            pid = (owner or {}).get("pid")
+            with db.conn:
+                db.execute("UPDATE runs SET status = 'interrupted', error = ?, error_code = 'interrupted', "
+                           "owner_json = NULL WHERE id = ? AND status = 'running'",
+                           [f"interrupted: the process that ran it (pid {pid}) ended before the run finished; "
+                            "the tokens streamed until then are kept", r["id"]])
+            done.append(r["id"])
+    return done
 
 
 def save_run(db: Database, run: Run) -> None:
-    """Insert or replace the run and its prompt results, in one transaction."""
-    with db.conn:
+    """Insert or replace the run with its prompts, side results and comparisons, in one transaction."""
+    with db.atomic():
         db["runs"].upsert({
             "id": run.id, "datetime_utc": run.created_utc, "kind": run.kind, "group_id": run.group_id,
             "status": run.status,
@@ -81,22 +254,28 @@ def save_run(db: Database, run: Run) -> None:
             "dtype": _dtype(run), "device": run.device, "n_prompts": len(run.prompts),
             "prompt_excerpt": _excerpt(run), "error": run.error, "error_code": run.error_code,
             "duration_ms": run.duration_ms, "config_json": _dumps(run.config), "model_json": _dumps(run.model),
-            "engines_json": _dumps(run.engines), "versions_json": _dumps(run.versions),
-            "warnings_json": _dumps(run.warnings), "probes_json": _dumps(run.probes),
+            "versions_json": _dumps(run.versions), "warnings_json": _dumps(run.warnings),
+            "probes_json": _dumps(run.probes), "sides": _sides_text([to_dict(s) for s in run.sides]),
+            "sides_json": _dumps(run.sides), "timings_json": _dumps(run.timings), "owner_json": _dumps(run.owner),
         }, pk="id")
-        db.execute("DELETE FROM prompt_results WHERE run_id = ?", [run.id])
+        for table in ("prompt_results", "side_results", "comparisons"):
+            db.execute(f"DELETE FROM {table} WHERE run_id = ?", [run.id])
         db["prompt_results"].insert_all(({
             "run_id": run.id, "idx": p.index, "prompt_text": p.prompt_text,
             "prompt_token_ids_json": _dumps(p.prompt_token_ids), "messages_json": _dumps(p.messages),
-            "vllm_json": _dumps(p.vllm), "hf_json": _dumps(p.hf), "comparison_json": _dumps(p.comparison),
-            "explanation_json": _dumps(p.explanation), "cross_scores_json": _dumps(p.cross_scores),
+            "images_json": _dumps(p.images) if p.images else None,
         } for p in run.prompts), pk=("run_id", "idx"))
+        for p in run.prompts:
+            for res in p.results.values():
+                _insert_side_result(db, run.id, p.index, to_dict(res))
+            for c in p.comparisons:
+                _insert_comparison(db, run.id, p.index, to_dict(c))
 
 
 def _dtype(run: Run) -> str | None:
-    """The dtype the weights actually ran in ('auto' resolved), else what was asked for."""
-    hf = run.engines.get("hf")
-    return hf.dtype if hf is not None else run.config.get("dtype")
+    """The dtypes the sides' weights actually ran in ('auto' resolved), else what was asked for."""
+    dtypes = list(dict.fromkeys(s.dtype for s in run.sides if s.dtype))
+    return "/".join(dtypes) if dtypes else run.config.get("dtype")
 
 
 def _excerpt(run: Run, n: int = 120) -> str:
@@ -105,7 +284,11 @@ def _excerpt(run: Run, n: int = 120) -> str:
     p = run.prompts[0]
     text = p.prompt_text
     if p.messages:
-        text = " | ".join(m.get("content", "") for m in p.messages)
+        from .prompts import content_text  # image parts read as [image NAME]
+
+        text = " | ".join(content_text(m.get("content", "")) for m in p.messages)
+    if p.images and not p.messages:
+        text = f"[{len(p.images)} image{'s' if len(p.images) > 1 else ''}] " + text
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -115,20 +298,29 @@ def get_run(db: Database, run_id: str) -> Run | None:
     if not rows:
         return None
     r = rows[0]
+    results: dict[int, dict[str, Any]] = {}
+    for s in db.query("SELECT prompt_idx, side, result_json FROM side_results WHERE run_id = ? ORDER BY rowid",
+                      [run_id]):
+        results.setdefault(s["prompt_idx"], {})[s["side"]] = _loads(s["result_json"])
+    comparisons: dict[int, list[dict[str, Any]]] = {}
+    for c in db.query("SELECT * FROM comparisons WHERE run_id = ? ORDER BY rowid", [run_id]):
+        comparisons.setdefault(c["prompt_idx"], []).append({
+            **_loads(c["comparison_json"]), "explanation": _loads(c["explanation_json"]),
+            "cross_scores": _loads(c["cross_scores_json"])})
     prompts = [prompt_result_from_dict({
         "index": p["idx"], "prompt_text": p["prompt_text"],
-        "prompt_token_ids": _loads(p["prompt_token_ids_json"]) or [],
-        "messages": _loads(p["messages_json"]), "vllm": _loads(p["vllm_json"]), "hf": _loads(p["hf_json"]),
-        "comparison": _loads(p["comparison_json"]), "explanation": _loads(p["explanation_json"]),
-        "cross_scores": _loads(p["cross_scores_json"]),
+        "prompt_token_ids": _loads(p["prompt_token_ids_json"]) or [], "messages": _loads(p["messages_json"]),
+        "images": _loads(p.get("images_json")) or [],
+        "results": results.get(p["idx"], {}), "comparisons": comparisons.get(p["idx"], []),
     }) for p in db.query("SELECT * FROM prompt_results WHERE run_id = ? ORDER BY idx", [run_id])]
     run = run_from_dict({
         "id": r["id"], "created_utc": r["datetime_utc"], "model": _loads(r["model_json"]),
         "config": _loads(r["config_json"]) or {}, "status": r["status"], "error": r["error"],
         "error_code": r["error_code"], "warnings": _loads(r["warnings_json"]) or [],
-        "engines": _loads(r["engines_json"]) or {}, "versions": _loads(r["versions_json"]) or {},
-        "device": r["device"] or "", "duration_ms": r["duration_ms"], "group_id": r["group_id"],
-        "kind": r["kind"] or "compare", "probes": _loads(r["probes_json"]),
+        "sides": _loads(r["sides_json"]) or [], "versions": _loads(r["versions_json"]) or {},
+        "duration_ms": r["duration_ms"], "group_id": r["group_id"], "kind": r["kind"] or "compare",
+        "probes": _loads(r["probes_json"]), "timings": _loads(r["timings_json"]) or {},
+        "owner": _loads(r["owner_json"]),
     })
     run.prompts = prompts
     return run
@@ -151,17 +343,18 @@ class RunSummary:
     duration_ms: int | None
     group_id: str | None
     error_code: str | None = None
+    sides: str = ""
 
 
 def list_runs(db: Database, *, search: str | None = None, model: str | None = None,
               status: str | None = None, since: str | None = None, until: str | None = None,
               group_id: str | None = None, limit: int = 200, offset: int = 0) -> list[RunSummary]:
-    """Newest first. `search` matches the id, model, prompt excerpt and error; `since`/`until`
+    """Newest first. `search` matches the id, model, sides, prompt excerpt and error; `since`/`until`
     are ISO dates compared against datetime_utc."""
     where, params = [], []
     if search:
-        where.append("(id LIKE ? OR model LIKE ? OR prompt_excerpt LIKE ? OR error LIKE ?)")
-        params += [f"%{search}%"] * 4
+        where.append("(id LIKE ? OR model LIKE ? OR sides LIKE ? OR prompt_excerpt LIKE ? OR error LIKE ?)")
+        params += [f"%{search}%"] * 5
     for col, val in (("model", model), ("status", status), ("group_id", group_id)):
         if val:
             where.append(f"{col} = ?")
@@ -178,12 +371,15 @@ def list_runs(db: Database, *, search: str | None = None, model: str | None = No
     return [RunSummary(
         id=r["id"], datetime_utc=r["datetime_utc"], kind=r["kind"] or "compare", status=r["status"],
         identical=None if r["identical"] is None else bool(r["identical"]),
-        first_divergence=r["first_divergence"], model=r["model"], dtype=r["dtype"], device=r["device"] or "",
+        first_divergence=r["first_divergence"], model=r["model"] or "", dtype=r["dtype"], device=r["device"] or "",
         n_prompts=r["n_prompts"] or 0, prompt_excerpt=r["prompt_excerpt"] or "", error=r["error"],
-        duration_ms=r["duration_ms"], group_id=r["group_id"], error_code=r["error_code"],
+        duration_ms=r["duration_ms"], group_id=r["group_id"], error_code=r["error_code"], sides=r["sides"] or "",
     ) for r in db.query(sql, params)]
 
 
 def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
+
+__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "get_run", "list_runs",
+           "distinct_models", "RunSummary", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]

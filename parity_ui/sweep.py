@@ -14,12 +14,14 @@ import yaml
 
 from .config import build_config
 from .errors import ConfigError, ParityError
+from .prepare import RunRequest
 from .prompts import PromptSpec
-from .store import new_run_id, save_run
+from .store import new_run_id
 from .types import Run
 
 MAX_POINTS = 32  # each point may reload vLLM (tens of seconds on CPU): keep grids small
-# Keys that change neither engine's load: varied innermost, so warm workers are reused.
+# Keys that change no side's load: varied innermost, so warm workers are reused. Side options
+# (SIDE.key) and the rest change what a side loads.
 RUNTIME_KEYS = {"batch_size", "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                 "stop_token_ids", "ignore_eos", "logprobs", "chat", "cross_score", "seed"}
 
@@ -38,7 +40,8 @@ class Sweep:
 
 
 def parse_grid(items: list[str]) -> dict[str, list[Any]]:
-    """`["dtype=float32,bfloat16", "vllm.enforce_eager=true,false"]` -> {key: [values]} (YAML scalars).
+    """`["dtype=float32,bfloat16", "b.enforce_eager=true,false"]` -> {key: [values]} (YAML scalars); a
+    dotted key addresses a side's option by the side's name.
     Raises ConfigError for a malformed item, an empty value list, a repeated key or too many points."""
     grid: dict[str, list[Any]] = {}
     for item in items:
@@ -62,7 +65,7 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination, load-time keys outermost so consecutive points share loaded engines."""
+    """Every combination, load-time keys outermost so consecutive points share loaded sides."""
     keys = sorted(grid, key=lambda k: k in RUNTIME_KEYS)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
@@ -73,23 +76,21 @@ def _override(key: str, value: Any) -> str:
 
 def run_sweep(service: Any, model: str, prompt: PromptSpec, grid: dict[str, list[Any]], *,
               config_path: str | None = None, overrides: list[str] | None = None,
-              base: dict[str, Any] | None = None, trust_remote_code: bool = False, emit: Any = None) -> Sweep:
+              base: dict[str, Any] | None = None, sides: list[str] | None = None, trust_remote_code: bool = False,
+              emit: Any = None) -> Sweep:
     """Run every grid point as a stored run of kind "sweep" sharing one group_id.
 
     A point with batch_size=B runs the prompt B times in one batch (copies), so the batch size is
-    real; the point's divergence is the earliest over the copies. An invalid point (bad value) is
-    stored as an error run and the sweep goes on."""
-    from .service import RunRequest
-
+    real; the point's divergence is the earliest over the copies and sides. An invalid point (a bad
+    value) is stored as an error run and the sweep goes on."""
     sweep = Sweep(group_id=new_run_id(), grid=grid)
     for settings in grid_points(grid):
         ovr = [*(overrides or []), *(_override(k, v) for k, v in settings.items())]
         try:
-            cfg = build_config(config_path, ovr, base=base)
+            cfg = build_config(config_path, ovr, base=base, sides=sides)
         except ParityError as e:
-            run = service.record_failure(model, [prompt], {"overrides": ovr}, e, kind="sweep")
-            run.group_id = sweep.group_id
-            save_run(service.db, run)
+            run = service.record_failure(model, [prompt], {"overrides": ovr}, e, kind="sweep",
+                                         group_id=sweep.group_id)
             sweep.points.append(SweepPoint(settings, run))
             continue
         prompts = [prompt] * cfg.batch_size
@@ -112,11 +113,11 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
     points = []
     for p in sweep.points:
         r = p.run
-        expl = r.prompts[0].explanation if r.prompts else None
-        cs = r.prompts[0].cross_scores if r.prompts else None
-        rms = None
-        if cs and cs.get("vllm_by_hf"):
-            rms = cs["vllm_by_hf"].get("rms_gap")
+        comp = r.prompts[0].comparisons[0] if r.prompts and r.prompts[0].comparisons else None
+        expl = comp.explanation if comp else None
+        cs = (comp.cross_scores or {}) if comp else {}
+        stats = cs.get(f"{comp.b}_by_{comp.a}") if comp else None
+        rms = stats.get("rms_gap") if isinstance(stats, dict) else None
         points.append({"settings": p.settings, "run_id": r.id, "status": r.status,
                        "first_divergence": r.first_divergence, "verdict": (expl or {}).get("verdict"),
                        "cross_rms_gap": rms, "error": r.error})

@@ -1,7 +1,11 @@
-"""The records that flow end to end: engine output, comparison, run.
+"""The records that flow end to end: a side's output, the comparison of two sides, the run.
 
-Plain dataclasses with typed fields, picklable (they cross process boundaries) and convertible to
-JSON-ready dicts with `to_dict` / `from_dict` (they are stored in SQLite and printed by the CLI).
+Plain dataclasses with typed fields, picklable (they cross process boundaries, also into a worker
+that runs under another environment's interpreter: keep them plain data) and convertible to
+JSON-ready dicts with `to_dict` / `*_from_dict` (they are stored in SQLite and printed by the CLI).
+
+Nothing here names an engine: results are keyed by side name, and a comparison holds its two
+sides' names (`a` is the reference).
 """
 from __future__ import annotations
 
@@ -9,9 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-EngineName = Literal["vllm", "hf"]
-ENGINES: tuple[EngineName, ...] = ("vllm", "hf")
-RunStatus = Literal["ok", "diverged", "error", "cancelled"]
+RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
+RUN_STATUSES: tuple[str, ...] = ("running", "ok", "diverged", "error", "cancelled", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -19,104 +22,140 @@ class TopLogprob:
     token_id: int
     logprob: float
     text: str
+    raw: str | None = None  # the token's bytes as hex, set only when `text` cannot show them (U+FFFD)
 
 
 @dataclass
 class TokenStep:
-    """One generated position of one engine."""
+    """One generated position of one side."""
 
     position: int
     token_id: int
     text: str
-    logprob: float | None  # of the chosen token, float32 log-softmax of the engine's logits
-    rank: int | None  # 1 = the engine's own argmax
+    logprob: float | None  # of the chosen token, float32 log-softmax of the side's logits
+    rank: int | None  # 1 = the side's own argmax
     top: list[TopLogprob] = field(default_factory=list)  # best first
+    raw: str | None = None  # bytes as hex when `text` is lossy (a partial UTF-8 byte token)
 
 
 @dataclass
-class EngineTimings:
+class SideTimings:
     load_s: float | None = None  # model load (0 when the worker was already warm)
     prefill_s: float | None = None  # request start to first generated token
     total_s: float | None = None  # request start to last token
 
 
 @dataclass
-class EngineInfo:
-    name: EngineName
-    version: str
-    device: str  # "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu"
-    dtype: str  # what the model weights were loaded as
-    torch_version: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+class SideResult:
+    """One side's output for one prompt. On failure, `error` is set and `steps` holds what was made."""
 
-
-@dataclass
-class EngineResult:
-    """One engine's output for one prompt. On failure, `error` is set and `steps` holds what was made."""
-
-    engine: EngineName
+    side: str
     prompt_index: int
     token_ids: list[int] = field(default_factory=list)
     steps: list[TokenStep] = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None  # "stop" | "length" | "error" | "cancelled"
-    timings: EngineTimings = field(default_factory=EngineTimings)
+    timings: SideTimings = field(default_factory=SideTimings)
     error: str | None = None
 
 
 @dataclass
+class EngineInfo:
+    """What an engine reports after loading: versions, device, and its settings as it resolved them."""
+
+    kind: str
+    version: str  # the engine's own version (vLLM's, or transformers')
+    device: str  # "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu (x86_64)"
+    dtype: str  # what the weights were loaded as
+    versions: dict[str, str] = field(default_factory=dict)  # vllm / transformers / torch / python
+    # Runtime settings as the engine actually resolved them, in parity-ui's common vocabulary
+    # (see parity_ui.settings): what to diff between sides.
+    resolved: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SideInfo:
+    """One side of a run, as it ran: the setup asked for and what the engine made of it."""
+
+    name: str
+    kind: str
+    reference: bool = False
+    options: dict[str, Any] = field(default_factory=dict)  # the side's options (after defaults)
+    model_path: str = ""
+    python: str | None = None  # another environment's interpreter, or None for this one
+    url: str | None = None  # server kinds
+    version: str = ""
+    device: str = ""
+    dtype: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    resolved: dict[str, Any] = field(default_factory=dict)
+    load_s: float | None = None
+
+
+@dataclass
 class Divergence:
-    """The first position where the two greedy streams pick different tokens."""
+    """The first position where two greedy streams pick different tokens. Pairs are [a, b]."""
 
     index: int
-    vllm_token_id: int | None  # None: that stream ended here
-    hf_token_id: int | None
-    vllm_token_text: str = ""
-    hf_token_text: str = ""
+    token_ids: list[int | None]  # None: that stream ended here
+    texts: list[str]
     # vLLM's own acceptance rule (tests/models/utils.py::check_logprobs_close): at the first
-    # mismatch each engine's token must be in the other's top-k.
-    vllm_token_in_hf_topk: bool | None = None
-    hf_token_in_vllm_topk: bool | None = None
-    accepted_by_vllm_rule: bool | None = None
+    # mismatch each side's token must be in the other's top-k. [a's token in b's, b's in a's].
+    in_other_topk: list[bool | None] = field(default_factory=lambda: [None, None])
+    accepted: bool | None = None
     reason: str = "token"  # "token" | "length" (one stream stopped earlier)
 
 
 @dataclass
 class Comparison:
+    """Side `b` against the reference side `a` for one prompt (symmetric in a and b)."""
+
+    a: str
+    b: str
     identical: bool
     first_divergence: int | None
     compared: int  # positions compared (the shorter stream's length)
-    length_vllm: int
-    length_hf: int
+    lengths: list[int] = field(default_factory=lambda: [0, 0])  # [len a, len b]
     # Per position up to the divergence (where both chose the same token):
-    logprob_gaps: list[float | None] = field(default_factory=list)  # vllm - hf, chosen token
+    logprob_gaps: list[float | None] = field(default_factory=list)  # b - a, chosen token
     topk_overlap: list[float | None] = field(default_factory=list)  # |A & B| / k of top-k id sets
     max_abs_gap: float | None = None
     mean_abs_gap: float | None = None
     divergence: Divergence | None = None
+    explanation: dict[str, Any] | None = None  # parity_ui.explain
+    cross_scores: dict[str, Any] | None = None  # parity_ui.crossscore: "<gen>_by_<scorer>" -> stats
 
 
 @dataclass
 class PromptResult:
     index: int
-    prompt_text: str  # what the engines saw, decoded (chat template applied when chat=True)
+    prompt_text: str  # what the sides saw, decoded (chat template applied when chat=True)
     prompt_token_ids: list[int]
-    messages: list[dict[str, str]] | None = None
-    vllm: EngineResult | None = None
-    hf: EngineResult | None = None
-    comparison: Comparison | None = None
-    explanation: dict[str, Any] | None = None  # filled by parity_ui.explain
-    cross_scores: dict[str, Any] | None = None  # teacher-forced cross-scoring
+    messages: list[dict[str, Any]] | None = None
+    results: dict[str, SideResult] = field(default_factory=dict)  # side name -> result
+    # Image prompts: per image {name, sha256, width, height, format, bytes, tokens: {side: n}, resized}
+    # (the bytes themselves are stored apart, by hash: parity_ui.store.image_bytes)
+    images: list[dict[str, Any]] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)  # one per non-reference side
+
+    def comparison(self, b: str) -> Comparison | None:
+        return next((c for c in self.comparisons if c.b == b), None)
 
 
 @dataclass
 class Finding:
-    """A preflight or runtime observation with a stable code, e.g. 'eos-mismatch'."""
+    """A preflight or runtime observation with a stable code, e.g. 'eos-mismatch'.
+
+    `fix` is prose that fits anywhere; `setting` is the concrete change when there is one
+    ({"key": "dtype", "value": "float32"}, dotted for a side option: "b.enforce_eager"): the CLI
+    shows it as --set/--side, the app as the control to change."""
 
     code: str
     severity: Literal["info", "warning", "error"]
     message: str
     fix: str = ""
+    setting: dict[str, Any] | None = None
+    side: str | None = None  # the side the finding is about, if one
 
 
 @dataclass
@@ -124,7 +163,7 @@ class ModelInfo:
     """What a model resolves to, read from its folder without loading weights."""
 
     name: str  # what the user typed ("demo", an HF id, a path)
-    path: str  # local folder both engines load
+    path: str  # local folder the sides load (unless a side names its own)
     architecture: str = ""
     model_type: str = ""
     num_parameters: int | None = None
@@ -133,12 +172,19 @@ class ModelInfo:
     vocab_size: int | None = None
     has_chat_template: bool = False
     bos_token_id: int | None = None
-    eos_token_ids: list[int] = field(default_factory=list)  # union of generation_config and tokenizer
+    eos_token_ids: list[int] = field(default_factory=list)  # union of generation_config and config
     pad_token_id: int | None = None
     generation_config: dict[str, Any] = field(default_factory=dict)  # generation_config.json as is
     rope_scaling: dict[str, Any] | None = None  # scaling in effect in the model's own config
     rope_parameters: dict[str, Any] = field(default_factory=dict)  # the full dict, rope_theta included
     trust_remote_code: bool = False
+    head_dim: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    num_hidden_layers: int | None = None
+    sliding_window: int | None = None
+    vision: bool = False  # a vision-language model (its config has a vision_config)
+    image_token_id: int | None = None
 
 
 @dataclass
@@ -152,27 +198,44 @@ class Run:
     error: str | None = None
     error_code: str | None = None
     warnings: list[Finding] = field(default_factory=list)
-    engines: dict[str, EngineInfo] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    device: str = ""
+    sides: list[SideInfo] = field(default_factory=list)  # the reference first
+    versions: dict[str, str] = field(default_factory=dict)  # parity-ui's own and this python's
     duration_ms: int | None = None
     group_id: str | None = None  # runs of one sweep or probe share it
     kind: str = "compare"  # "compare" | "sweep" | "probe"
     probes: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.runlog.PHASES)
+    owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
+
+    @property
+    def reference(self) -> str | None:
+        return self.sides[0].name if self.sides else None
+
+    def side(self, name: str) -> SideInfo | None:
+        return next((s for s in self.sides if s.name == name), None)
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        return [c for p in self.prompts for c in p.comparisons]
 
     @property
     def identical(self) -> bool | None:
-        comps = [p.comparison for p in self.prompts if p.comparison is not None]
-        if not comps or len(comps) != len(self.prompts):
+        """True when every non-reference side matched the reference on every prompt; None when
+        some comparison is missing (an error)."""
+        expected = max(len(self.sides) - 1, 1)
+        if not self.prompts or any(len(p.comparisons) < expected for p in self.prompts):
             return None
-        return all(c.identical for c in comps)
+        return all(c.identical for c in self.comparisons)
 
     @property
     def first_divergence(self) -> int | None:
-        """The earliest first-divergence index over all prompts (None when none diverged)."""
-        idx = [p.comparison.first_divergence for p in self.prompts
-               if p.comparison is not None and p.comparison.first_divergence is not None]
+        """The earliest first-divergence index over all prompts and sides (None when none diverged)."""
+        idx = [c.first_divergence for c in self.comparisons if c.first_divergence is not None]
         return min(idx) if idx else None
+
+    @property
+    def device(self) -> str:
+        return ", ".join(dict.fromkeys(s.device for s in self.sides if s.device))
 
 
 def to_dict(obj: Any) -> Any:
@@ -186,40 +249,72 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def _build(cls: Any, data: Any) -> Any:
-    if data is None:
-        return None
-    return cls(**data)
+def _known(cls: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Only the fields `cls` has: a record written by a newer release still reads."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
 
 
-def engine_result_from_dict(d: dict[str, Any] | None) -> EngineResult | None:
-    if d is None:
-        return None
-    steps = [TokenStep(**{**s, "top": [TopLogprob(**t) for t in s.get("top", [])]})
-             for s in d.get("steps", [])]
-    return EngineResult(**{**d, "steps": steps, "timings": EngineTimings(**d.get("timings", {}))})
+def step_from_dict(s: dict[str, Any]) -> TokenStep:
+    return TokenStep(**{**_known(TokenStep, s), "top": [TopLogprob(**_known(TopLogprob, t))
+                                                         for t in s.get("top", [])]})
 
 
-def comparison_from_dict(d: dict[str, Any] | None) -> Comparison | None:
-    if d is None:
-        return None
-    return Comparison(**{**d, "divergence": _build(Divergence, d.get("divergence"))})
+def side_result_from_dict(d: dict[str, Any]) -> SideResult:
+    return SideResult(**{**_known(SideResult, d), "steps": [step_from_dict(s) for s in d.get("steps", [])],
+                         "timings": SideTimings(**_known(SideTimings, d.get("timings") or {}))})
+
+
+def comparison_from_dict(d: dict[str, Any]) -> Comparison:
+    div = d.get("divergence")
+    return Comparison(**{**_known(Comparison, d),
+                         "divergence": Divergence(**_known(Divergence, div)) if div else None})
 
 
 def prompt_result_from_dict(d: dict[str, Any]) -> PromptResult:
     return PromptResult(**{
-        **d,
-        "vllm": engine_result_from_dict(d.get("vllm")),
-        "hf": engine_result_from_dict(d.get("hf")),
-        "comparison": comparison_from_dict(d.get("comparison")),
+        **_known(PromptResult, d),
+        "results": {k: side_result_from_dict(v) for k, v in (d.get("results") or {}).items()},
+        "comparisons": [comparison_from_dict(c) for c in d.get("comparisons") or []],
     })
 
 
 def run_from_dict(d: dict[str, Any]) -> Run:
     return Run(**{
-        **d,
-        "model": ModelInfo(**d["model"]),
+        **_known(Run, d),
+        "model": ModelInfo(**_known(ModelInfo, d["model"])),
         "prompts": [prompt_result_from_dict(p) for p in d.get("prompts", [])],
-        "warnings": [Finding(**w) for w in d.get("warnings", [])],
-        "engines": {k: EngineInfo(**v) for k, v in d.get("engines", {}).items()},
+        "warnings": [Finding(**_known(Finding, w)) for w in d.get("warnings", [])],
+        "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
     })
+
+
+@dataclass
+class Localisation:
+    """Where inside the model two sides part (parity_ui.layers), stored with its run."""
+
+    run_id: str
+    prompt_index: int
+    a: str
+    b: str
+    position: int  # generated-token index whose prediction is examined
+    token_positions: list[int]  # indices into the teacher-forced ids; the first is the examined one
+    first_divergent_layer: int | None
+    first_divergent_block: str | None
+    noise_floor: dict[str, Any]  # method + per-layer residual floor at the examined position
+    per_layer: list[dict[str, Any]]  # one entry per BlockFigure
+    summary: str
+    logits: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None  # a localisation that could not run is stored too, with why
+    seconds: float = 0.0
+    id: str = ""
+    created_utc: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def localisation_from_dict(d: dict[str, Any]) -> Localisation:
+    names = {f.name for f in dataclasses.fields(Localisation)}
+    return Localisation(**{k: v for k, v in d.items() if k in names})

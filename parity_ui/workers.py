@@ -1,20 +1,26 @@
-"""One spawned process per engine, loaded once and kept warm.
+"""Worker processes, one per side setup, loaded once and kept warm.
 
-The parent never imports torch or vllm. Every failure in a worker (an exception, CUDA OOM, a
-crash, a hang past the timeout) comes back as `EngineError`; the worker is then stopped, and the
-next request starts a fresh one, so a broken CUDA context never serves another run.
+A worker is `python -m parity_ui.worker_main` started with the side's interpreter (this one, or
+another environment's `python=`), so each side runs the vLLM/transformers/torch of its own
+environment. The parent never imports torch or vllm. Every failure in a worker (an exception,
+CUDA OOM, a crash, a kill, a hang past the timeout) comes back as `EngineError` naming the side;
+the worker is then stopped, and the next request starts a fresh one, so a broken CUDA context
+never serves another run.
 """
 from __future__ import annotations
 
 import atexit
 import json
-import multiprocessing as mp
+import mmap
 import os
 import signal
+import socket
+import subprocess
+import tempfile
 import threading
 import time
-import traceback
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,50 +28,13 @@ from .errors import CancelledError, EngineError
 from .paths import cache_dir
 
 EventCallback = Callable[[Any], None]
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # holds parity_ui/: put on a worker's PYTHONPATH
 
 
 def _log_dir() -> Path:
     d = cache_dir() / "logs"
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def _is_oom(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}"
-    return "OutOfMemoryError" in text or "out of memory" in text.lower()
-
-
-def _worker_main(name: str, conn: Any, cancel: Any, log_path: str) -> None:
-    # Ctrl-C in the terminal reaches the whole process group; the parent decides when we stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    log = open(log_path, "a", buffering=1)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    from .engines import load_engine
-
-    engine = load_engine(name)
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            kind, payload = conn.recv()
-        except EOFError:  # the parent went away
-            return
-        if kind == "shutdown":
-            return
-        try:
-            if kind == "load":
-                result: Any = engine.load(payload)
-            elif kind == "generate":
-                result = engine.generate(payload, lambda i, s: conn.send(("token", (i, s))), cancel.is_set)
-            elif kind == "score":
-                result = engine.score(payload)
-            else:
-                raise ValueError(f"unknown request {kind!r}")
-            conn.send(("result", result))
-        except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
-            traceback.print_exc()
-            conn.send(("error", {"type": type(e).__name__, "message": str(e)[:2000], "oom": _is_oom(e),
-                                 "traceback": traceback.format_exc()[-4000:]}))
 
 
 def _tail(path: str, n: int = 8) -> str:
@@ -76,43 +45,149 @@ def _tail(path: str, n: int = 8) -> str:
     return "\n".join(lines[-n:])
 
 
+# -- why a process died ----------------------------------------------------------------------------
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills: this cgroup's (memory.events) where there is one, else the
+    machine's (/proc/vmstat). None when neither can be read."""
+    for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"), ("/proc/vmstat", "oom_kill")):
+        try:
+            for line in Path(path).read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _memory_now() -> str:
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        avail = int(info["MemAvailable"].split()[0]) / 2**20
+        total = int(info["MemTotal"].split()[0]) / 2**20
+        return f"{avail:.1f} of {total:.1f} GiB available now"
+    except (OSError, KeyError, ValueError):
+        return "memory unknown"
+
+
+def describe_exit(code: int | None, oom_before: int | None, oom_after: int | None) -> str:
+    """Why a worker's process ended, honestly: an OOM kill only when the kernel's counter says so."""
+    if code is None:
+        return "ended without an exit code"
+    if code >= 0:
+        return f"exited with code {code}"
+    sig = -code
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    if oom_before is not None and oom_after is not None and oom_after > oom_before:
+        return (f"was killed by the kernel's out-of-memory killer ({name}; OOM kills counted "
+                f"{oom_before} -> {oom_after}; {_memory_now()})")
+    if sig == signal.SIGKILL:
+        why = ("not an out-of-memory kill: the kernel's OOM counter did not change" if oom_before is not None
+               else "the OOM counter is not readable here")
+        return f"was killed by {name} from another process ({why}; {_memory_now()})"
+    if sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE):
+        return f"crashed with {name}"
+    return f"was stopped by {name} from another process"
+
+
+# -- the cancel flag ---------------------------------------------------------------------------
+
+class CancelFlag:
+    """One byte shared with every worker (parity_ui.worker_main.CancelFlag reads it). The file is
+    unlinked as soon as it is mapped and reaches the workers as an inherited descriptor: a killed
+    process leaves nothing behind."""
+
+    def __init__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="parity-cancel-")
+        os.unlink(path)
+        os.write(fd, b"\0")
+        self.fd = fd
+        self._map = mmap.mmap(fd, 1)
+
+    def set(self) -> None:
+        self._map[0] = 1
+
+    def clear(self) -> None:
+        self._map[0] = 0
+
+    def is_set(self) -> bool:
+        return self._map[0] == 1
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+            os.close(self.fd)
+        except (OSError, ValueError):
+            pass
+
+
+# -- one worker ----------------------------------------------------------------------------------
+
 @dataclass
-class LoadedEngine:
+class Loaded:
     info: Any  # EngineInfo
     load_s: float  # 0.0 when the worker was already warm
 
 
 class EngineWorker:
-    """A handle on one engine process. Not thread-safe: the service serialises calls."""
+    """A handle on one worker process. Not thread-safe: the service serialises calls to it."""
 
-    def __init__(self, name: str, *, start_timeout: float = 120.0, load_timeout: float = 1800.0,
-                 request_timeout: float = 3600.0):
-        self.name = name
+    def __init__(self, label: str, engine: str, python: str, env: dict[str, str], cancel: CancelFlag, *,
+                 start_timeout: float = 120.0, load_timeout: float = 1800.0, request_timeout: float = 3600.0):
+        self.label = label  # the side's name, for messages
+        self.engine, self.python, self.env, self.cancel_flag = engine, python, env, cancel
         self.start_timeout, self.load_timeout, self.request_timeout = start_timeout, load_timeout, request_timeout
-        self._ctx = mp.get_context("spawn")
-        self._proc: Any = None
-        self._conn: Any = None
-        self._cancel = self._ctx.Event()
-        self._load_key: str | None = None
-        self._info: Any = None
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._oom_before: int | None = None
+        self.ready: dict[str, Any] = {}
+        self.info: Any = None
         self.log_path = ""
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        return self._proc is not None and self._proc.poll() is None
 
-    def _start(self) -> None:
-        self.log_path = str(_log_dir() / f"{self.name}-{int(time.time() * 1000)}.log")
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker_main, args=(self.name, child, self._cancel, self.log_path),
-                                       name=f"parity-{self.name}", daemon=True)
-        self._proc.start()
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> dict[str, Any]:
+        """Start the process; returns its "ready" facts (python version, installed packages)."""
+        self.log_path = str(_log_dir() / f"{self.label}-{int(time.time() * 1000)}.log")
+        parent, child = socket.socketpair()
+        env = {**os.environ, **self.env}
+        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONUNBUFFERED"] = "1"
+        self._oom_before = oom_kill_count()
+        with open(self.log_path, "ab", buffering=0) as log:
+            # Fixed arguments only; the interpreter path was checked (parity_ui.environments).
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "parity_ui.worker_main", "--engine", self.engine, "--fd", str(child.fileno()),
+                 "--cancel-fd", str(self.cancel_flag.fd), "--parent", str(os.getpid())],
+                pass_fds=[child.fileno(), self.cancel_flag.fd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=env,
+                start_new_session=True)  # the terminal's Ctrl-C is the parent's to handle
         child.close()
-        self._conn = parent
-        kind, _ = self._wait(self.start_timeout, None, "starting")
-        assert kind == "ready"
+        self._conn = Connection(parent.detach())
+        _, self.ready = self._wait(self.start_timeout, None, "starting")
+        return self.ready
 
-    def _wait(self, timeout: float, on_event: EventCallback | None, what: str) -> tuple[str, Any]:
+    def _fail(self, message: str, fix: str) -> EngineError:
+        self.stop()
+        return EngineError(message, fix)
+
+    def _keep_or_stop(self, keep: bool) -> None:
+        if not keep:
+            self.stop()
+
+    def _wait(self, timeout: float, on_event: EventCallback | None, what: str,
+              on_progress: Callable[[str], None] | None = None, keep_worker: bool = False) -> tuple[str, Any]:
+        assert self._conn is not None and self._proc is not None
         deadline = time.monotonic() + timeout
         while True:
             died = False
@@ -121,87 +196,85 @@ class EngineWorker:
                     kind, payload = self._conn.recv()
                 except (EOFError, OSError):  # the pipe closed: the process is going away
                     died, kind, payload = True, "", None
-                if kind == "token":
+                if kind == "tokens":  # a batch of (prompt index, step), in order
                     if on_event is not None:
-                        on_event(payload)
+                        for item in payload:
+                            on_event(item)
+                    continue
+                if kind == "progress":
+                    if on_progress is not None:
+                        on_progress(payload)
                     continue
                 if kind == "error":
-                    self.stop()
-                    hint = " (out of memory: lower max_model_len, batch_size or vllm.gpu_memory_utilization)" \
-                        if payload["oom"] else ""
-                    raise EngineError(f"{self.name} engine failed while {what}: {payload['type']}: "
-                                      f"{payload['message']}{hint}",
-                                      f"see the worker log {self.log_path}")
+                    if self.cancel_flag.is_set() and payload["type"] == "CancelledByUser":
+                        self.stop()
+                        raise CancelledError(f"side {self.label}: stopped while {what}", "")
+                    if payload.get("fix"):  # the engine explained it (EngineFault): keep its words
+                        self._keep_or_stop(keep_worker and not payload.get("fatal"))
+                        raise EngineError(f"side {self.label}: {payload['message']}",
+                                          f"{payload['fix']} (worker log: {self.log_path})")
+                    hint = (" (out of memory: lower max_model_len or batch_size, or this side's "
+                            "gpu_memory_utilization)") if payload["oom"] else ""
+                    raise self._fail(f"side {self.label}: engine failed while {what}: {payload['type']}: "
+                                     f"{payload['message']}{hint}", f"see the worker log {self.log_path}")
                 if not died:
                     return kind, payload
-            if died or not self._proc.is_alive():
-                self._proc.join(5)  # let it finish exiting so its exit code is known
-                code = self._proc.exitcode
-                self.stop()
-                killed = " (killed by the system: probably out of memory)" if code in (-9, 137) else ""
-                raise EngineError(f"{self.name} engine process exited with code {code} while {what}{killed}. "
-                                  f"Last log lines:\n{_tail(self.log_path)}",
-                                  f"see the worker log {self.log_path}; a new worker starts on the next run")
+            if died or self._proc.poll() is not None:
+                try:
+                    code = self._proc.wait(5)  # let it finish exiting so its exit code is known
+                except subprocess.TimeoutExpired:
+                    code = None
+                why = describe_exit(code, self._oom_before, oom_kill_count())
+                raise self._fail(f"side {self.label}: the engine process {why} while {what}. "
+                                 f"Last log lines:\n{_tail(self.log_path)}",
+                                 f"see the worker log {self.log_path}; a new worker starts on the next run")
             if time.monotonic() > deadline:
-                self.stop()
-                raise EngineError(f"{self.name} engine did not answer within {timeout:.0f} s while {what}",
-                                  "the worker was stopped; retry, or raise the timeout for very long runs")
+                raise self._fail(f"side {self.label}: the engine did not answer within {timeout:.0f} s while {what}",
+                                 "the worker was stopped; retry, or raise the timeout for very long runs")
 
-    def ensure_loaded(self, load_key: str, load_request: Any) -> LoadedEngine:
-        """Load the model unless this worker already holds it with the same load-time settings."""
-        if self.alive and self._load_key == load_key:
-            return LoadedEngine(self._info, 0.0)
-        self.stop()  # a different model or load setting: free its memory first
-        t0 = time.perf_counter()
-        self._start()
-        self._conn.send(("load", load_request))
-        _, info = self._wait(self.load_timeout, None, "loading the model")
-        self._load_key, self._info = load_key, info
-        return LoadedEngine(info, time.perf_counter() - t0)
-
-    def request(self, kind: str, payload: Any, on_event: EventCallback | None = None) -> Any:
-        if not self.alive:
-            raise EngineError(f"{self.name} engine is not loaded", "load a model first")
-        # The cancel flag is NOT cleared here: a Stop pressed while the models were loading must
-        # still stop this request. EnginePool.reset_cancel() clears it when a run starts.
+    def request(self, kind: str, payload: Any, on_event: EventCallback | None = None,
+                timeout: float | None = None, what: str | None = None,
+                on_progress: Callable[[str], None] | None = None) -> Any:
+        if not self.alive or self._conn is None:
+            raise EngineError(f"side {self.label}: the engine is not running", "start the run again")
         self._conn.send((kind, payload))
-        _, result = self._wait(self.request_timeout, on_event, f"running {kind}")
-        if self._cancel.is_set():
-            raise CancelledError(f"{self.name} run was cancelled", "")
+        # An explained fault after the engine loaded (a server's HTTP error, a tokenizer mismatch)
+        # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
+        keep = kind in ("generate", "score", "check_input", "capture") and self.info is not None
+        _, result = self._wait(timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress,
+                               keep_worker=keep)
+        if kind == "generate" and self.cancel_flag.is_set():
+            raise CancelledError(f"side {self.label}: the run was cancelled", "")
         return result
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
-    def reset_cancel(self) -> None:
-        self._cancel.clear()
 
     def stop(self) -> None:
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
-        self._load_key = self._info = None
+        self.info = None
         if proc is None:
             return
         try:
-            if proc.is_alive():
+            if proc.poll() is None and conn is not None:
                 conn.send(("shutdown", None))
-                proc.join(10)
-        except (OSError, BrokenPipeError, ValueError):
+                proc.wait(10)
+        except (OSError, BrokenPipeError, ValueError, subprocess.TimeoutExpired):
             pass
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-        try:
-            conn.close()
-        except OSError:
-            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if proc.poll() is not None:
+                break
+            try:
+                os.killpg(proc.pid, sig)  # the worker and whatever it started (vLLM's TP workers)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
 
 
 def load_key(*parts: Any) -> str:
@@ -209,25 +282,52 @@ def load_key(*parts: Any) -> str:
 
 
 class EnginePool:
-    """The two warm workers the service runs on; closed at interpreter exit."""
+    """The warm workers, keyed by what they loaded (kind, interpreter, environment, arguments): a
+    side whose setup did not change since the last run reuses its worker. Closed at exit."""
 
     def __init__(self, **timeouts: float):
-        self.workers = {name: EngineWorker(name, **timeouts) for name in ("vllm", "hf")}
+        self.timeouts = timeouts
+        self.workers: dict[str, EngineWorker] = {}
+        self.cancel_flag = CancelFlag()
         self._lock = threading.Lock()
+        for stale in _log_dir().glob("parity-cancel-*"):  # left by releases that kept the flag as a file
+            if time.time() - stale.stat().st_mtime > 86400:  # a day old: no live process of theirs uses it
+                stale.unlink(missing_ok=True)
         atexit.register(self.close)
 
+    def worker(self, key: str, label: str, engine: str, python: str, env: dict[str, str]) -> EngineWorker:
+        """The worker for `key`, created (not started) when there is none."""
+        with self._lock:
+            w = self.workers.get(key)
+            if w is None:
+                w = self.workers[key] = EngineWorker(label, engine, python, env, self.cancel_flag, **self.timeouts)
+            w.label = label
+            return w
+
+    def retain(self, keys: set[str]) -> None:
+        """Stop the workers no run needs now: their memory is freed before other sides load."""
+        with self._lock:
+            drop = [k for k in self.workers if k not in keys]
+            stopping = [self.workers.pop(k) for k in drop]
+        for w in stopping:
+            w.stop()
+
+    def by_pid(self, pid: int) -> EngineWorker | None:
+        return next((w for w in self.workers.values() if w.pid == pid), None)
+
     def cancel(self) -> None:
-        for w in self.workers.values():
-            w.cancel()
+        self.cancel_flag.set()
 
     @property
     def cancelled(self) -> bool:
-        return any(w.cancelled for w in self.workers.values())
+        return self.cancel_flag.is_set()
 
     def reset_cancel(self) -> None:
-        for w in self.workers.values():
-            w.reset_cancel()
+        self.cancel_flag.clear()
 
     def close(self) -> None:
-        for w in self.workers.values():
+        with self._lock:
+            workers = list(self.workers.values())
+            self.workers.clear()
+        for w in workers:
             w.stop()

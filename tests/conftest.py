@@ -42,3 +42,12 @@ def tiny_llama(tmp_path_factory):
     from tiny_models import build_model
 
     return build_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
+
+
+@pytest.fixture(scope="session")
+def alt_env():
+    """A second Python environment with another transformers (tests/alt_env.py): (python, version)."""
+    from alt_env import alt_env as build
+
+    cache = Path(os.environ.get("PARITY_CACHE_DIR") or Path.home() / ".cache" / "parity-ui")
+    return build(cache / "test-envs")

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Iterator
@@ -30,31 +31,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180.0, ok: tuple[int, ...] = (200,)) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the app exited with code {proc.returncode} before serving")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
+                if r.status in ok:
                     return
+        except urllib.error.HTTPError as e:
+            if e.code in ok:
+                return
+            time.sleep(0.5)
         except OSError:
             time.sleep(0.5)
     raise TimeoutError(f"the app did not serve {url} within {timeout:.0f} s")
 
 
 @contextlib.contextmanager
-def running_app(db_path: Path, log_path: Path) -> Iterator[str]:
+def running_app(db_path: Path, log_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """`python app.py` on a free port with PARITY_DB=db_path; yields its base URL."""
     port = free_port()
-    env = {**os.environ, "PARITY_DB": str(db_path), "PARITY_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
+    env = {**os.environ, "PARITY_DB": str(db_path), "PARITY_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
+           **(env or {})}
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        wait_http(url, proc)
+        wait_http(url, proc, ok=(200, 401))
         yield url
     finally:
         proc.terminate()  # the app closes its engine workers on the way out

@@ -1,12 +1,11 @@
-"""The real app in real headless Chromium, with both real engines on a tiny model.
+"""The real app in real headless Chromium, with the real engines on a tiny model.
 
-One app process for the module (engines load once, ~40 s on CPU); the tests run in file order and
+One app process for the module (sides load once, ~40 s on CPU); the tests run in file order and
 share the run the first one makes. The tiny Llama in bf16 diverges from itself across the engines
 on this CPU, so there is a divergence to find. Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -82,7 +81,7 @@ def _divergent_chips(page, root: str) -> dict:
             const body = pane.querySelector('.pt-body').getBoundingClientRect();
             const d = chips.map((c, i) => c.classList.contains('d') ? i : -1).filter((i) => i >= 0);
             const r = d.length ? chips[d[0]].getBoundingClientRect() : null;
-            out[pane.dataset.engine] = {d, n: chips.length,
+            out[pane.dataset.side] = {d, n: chips.length,
                 visible: r ? (r.top >= body.top - 1 && r.bottom <= body.bottom + 1) : null};
         });
         return out;
@@ -108,6 +107,7 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
         if (document.querySelector('#cmp-panes .pt-root[data-live] .pt-body .t')) window.__sawLive++;
     }).observe(document.body, {childList: true, subtree: true}); }""")
     page.click("#run-btn")
+    page.mouse.move(0, 0)  # off the panes: the view scrolls when it ends, and a token under a resting pointer is "hovered"
     summary = page.wait_for_selector("#cmp-summary .pc-summary", timeout=RUN_TIMEOUT_MS)
     run_id = summary.get_attribute("data-run")
     run = _stored(app, run_id)
@@ -116,18 +116,23 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
     assert page.evaluate("window.__sawLive") > 0, "no live tokens were shown while the engines ran"
     assert page.locator(f"#cmp-panes .pt-root[data-div='{div}']").count() == 1
     chips = _divergent_chips(page, "#cmp-panes")
-    for engine in ("vllm", "hf"):
-        assert chips[engine]["d"] == [div], chips
-        assert chips[engine]["visible"], f"{engine}: the divergent chip was not scrolled into view"
-        assert chips[engine]["n"] == len(getattr(run.prompts[0], engine).steps)
+    for side in ("vllm", "hf"):
+        assert chips[side]["d"] == [div], chips
+        assert chips[side]["visible"], f"{side}: the divergent chip was not scrolled into view"
+        assert chips[side]["n"] == len(run.prompts[0].results[side].steps)
     assert f"DIVERGED at token {div}" in summary.inner_text()
-    # The details box opens on the divergence, with both engines' alternatives.
+    # The verdict was brought into view when the run ended.
+    page.wait_for_function("""() => { const r = document.querySelector('#cmp-summary .pc-summary').getBoundingClientRect();
+        return r.top >= -1 && r.top < window.innerHeight / 2; }""", timeout=10_000)
+    # Fixes on the page name the app's controls, not CLI flags.
+    assert "--set" not in summary.inner_text()
+    # The details box opens on the divergence, with every side's alternatives and the bytes.
     info = page.locator("#cmp-panes .pt-info")
     assert f"Position {div}" in info.inner_text() and "first divergence" in info.inner_text()
-    assert info.locator("table tr").count() > 2
+    assert info.locator("table tr").count() > 2 and "bytes" in info.inner_text()
     # Hovering a token in the identical prefix shows that position.
-    page.locator("#cmp-panes [data-engine='hf'] .pt-body .t").nth(0).hover()
-    assert "Position 0" in info.inner_text() and "same token in both" in info.inner_text()
+    page.locator("#cmp-panes [data-side='hf'] .pt-body .t").nth(0).hover()
+    assert "Position 0" in info.inner_text() and "same token on the compared sides" in info.inner_text()
     # Plotly draws client-side after the data arrives: wait for it rather than race it.
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=30_000)
     assert page.locator("#cmp-panes ~ * .js-plotly-plot, .js-plotly-plot").count() >= 2
@@ -148,8 +153,11 @@ def test_history_reopens_the_same_view(app, page, shared):
     chips = _divergent_chips(page, "#hist-panes")
     assert chips["vllm"]["d"] == [shared["div"]] and chips["hf"]["d"] == [shared["div"]]
     assert chips["vllm"]["visible"] and chips["hf"]["visible"]
+    assert "hf=hf, vllm=vllm" in page.locator("#hist-table").inner_text()  # the sides of each run
     page.click("#hist-export")
-    page.wait_for_selector("a[href*='parity-run-']", timeout=30_000)
+    page.wait_for_selector("a[href*='parity-run-'][href$='.json']", timeout=30_000)
+    page.click("#hist-report")
+    page.wait_for_selector("a[href*='parity-run-'][href$='.html']", timeout=30_000)
     _shot(page, "04-history")
 
 
@@ -164,6 +172,28 @@ def test_deep_link_opens_the_run(app, page, shared):
     page.wait_for_selector("#hist-summary .pc-error", timeout=30_000)
     assert "no run with id" in page.locator("#hist-summary").inner_text()
     _shot(page, "05-deep-link-unknown")
+
+
+def test_find_the_layer_localises_the_divergence_and_keeps_it_with_the_run(app, page, shared):
+    if "run_id" not in shared:
+        pytest.skip("needs the run of the first test")
+    from parity_ui.store import localisations_of, open_db
+
+    page.goto(app["url"] + f"?run={shared['run_id']}")
+    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=30_000)
+    page.click("#hist-layers-btn")
+    card = page.wait_for_selector("#hist-layers .pc-layers", timeout=RUN_TIMEOUT_MS)
+    text = card.inner_text()
+    assert "Where inside the model: vllm vs hf" in text and f"generated token {shared['div']}" in text
+    assert "Noise floor: measured" in text
+    (loc,) = localisations_of(open_db(app["db"]), shared["run_id"])
+    assert loc.error is None and loc.position == shared["div"] and loc.per_layer
+    verdict = "none (within the noise floor)" if loc.first_divergent_block is None else loc.first_divergent_block
+    assert verdict in text
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=30_000)
+    _shot(page, "06-find-the-layer", "#hist-layers")
+    page.reload()  # stored: reopening the run shows it again
+    page.wait_for_selector("#hist-layers .pc-layers", timeout=30_000)
 
 
 def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
@@ -206,5 +236,138 @@ def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     page.click("#run-btn")
     card = page.wait_for_selector("#cmp-summary .pc-summary:not([data-status='error'])", timeout=RUN_TIMEOUT_MS)
     run = _stored(app, card.get_attribute("data-run"))
-    assert run.status in ("ok", "diverged") and len(run.prompts[0].vllm.steps) == 8
-    assert re.search(r"load 0\.00s", page.locator("#cmp-summary").inner_text()), "engines were not reused"
+    assert run.status in ("ok", "diverged") and len(run.prompts[0].results["vllm"].steps) == 8
+    assert all(s.load_s == 0.0 for s in run.sides), f"the warm sides were not reused: {[(s.name, s.load_s) for s in run.sides]}, config {run.config}"
+
+
+def _type_into(page, selector: str, text: str) -> None:
+    box = page.locator(f"{selector} input, {selector} textarea").first
+    box.click()
+    box.press("Control+A")
+    box.press("Backspace")
+    box.type(text, delay=20)
+
+
+def test_the_sides_panel_adds_a_side_and_every_pane_is_labelled(app, page):
+    page.goto(app["url"])
+    page.wait_for_selector("#model-info .pc-model", timeout=60_000)
+    _set_model(page, app["model"])
+    page.click("#sides-panel >> text=Sides")
+    page.click("#sides-add")
+    page.wait_for_selector("#side-2-name", state="visible", timeout=30_000)
+    _type_into(page, "#side-2-name", "fp32")
+    _type_into(page, "#side-2-options", "dtype=float32")
+    # Every keystroke re-renders the YAML and recounts the prompt's tokens: give a loaded CI machine time.
+    page.wait_for_selector("#config-line:has-text('fp32 (vllm, dtype=float32)')", timeout=90_000)
+    _shot(page, "09-sides-panel")
+    page.click("#run-btn")
+    card = page.wait_for_selector("#cmp-summary .pc-summary:not([data-status='error'])", timeout=RUN_TIMEOUT_MS)
+    run = _stored(app, card.get_attribute("data-run"))
+    assert [s.name for s in run.sides] == ["hf", "vllm", "fp32"] and run.side("fp32").dtype == "float32"
+    panes = page.locator("#cmp-panes .pt-pane")
+    assert panes.count() == 3
+    assert [panes.nth(i).get_attribute("data-side") for i in range(3)] == ["hf", "vllm", "fp32"]
+    assert "reference" in panes.nth(0).locator(".pt-head").inner_text()
+    assert "fp32 vs hf" in card.inner_text()
+    _shot(page, "10-three-sides", "#cmp-panes")
+    # The YAML names the third side too: one source of truth.
+    page.get_by_role("tab", name="Config").click()
+    assert "name: fp32" in page.locator("#cfg-yaml .cm-content").inner_text()
+    # Back to the pair for the next tests.
+    page.get_by_role("tab", name="Compare").click()
+    page.click("#side-2-remove")
+    page.wait_for_selector("#config-line:not(:has-text('fp32'))", timeout=30_000)
+
+
+def _lossy_run(run_id: str):
+    """A stored run whose tokens include pieces of a multi-byte character (no engine needed: this
+    pins what the viewer shows)."""
+    from parity_ui.compare import compare
+    from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
+
+    def steps():
+        toks = [(10, "A", None), (300, "\ufffd", "e2"), (301, "\ufffd", "80a2"), (11, " b", None)]
+        return [TokenStep(position=i, token_id=t, text=x, logprob=-0.1, rank=1, raw=r,
+                          top=[TopLogprob(t, -0.1, x, r)]) for i, (t, x, r) in enumerate(toks)]
+    results = {n: SideResult(side=n, prompt_index=0, token_ids=[10, 300, 301, 11], steps=steps()) for n in ("ref", "b")}
+    return Run(id=run_id, created_utc="2026-11-22T00:00:00.000+00:00", model=ModelInfo(name="m", path="/m"),
+               config={}, status="ok", sides=[SideInfo(name="ref", kind="hf", reference=True),
+                                              SideInfo(name="b", kind="vllm")],
+               prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], results=results,
+                                     comparisons=[compare(results["ref"], results["b"])])])
+
+
+def test_byte_tokens_show_their_bytes_on_hover_and_as_bytes_on_demand(app, page):
+    from parity_ui.store import open_db, save_run
+
+    save_run(open_db(app["db"]), _lossy_run("01BYTES"))
+    page.goto(app["url"] + "?run=01BYTES")
+    page.wait_for_selector("#hist-summary .pc-summary[data-run='01BYTES']", timeout=30_000)
+    chip = page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(1)
+    assert chip.inner_text() == "\ufffd"
+    chip.hover()
+    assert "bytes e2" in page.locator("#hist-panes .pt-info").inner_text()
+    page.locator("#hist-panes .pt-bytes-cb").check()
+    assert chip.inner_text() == "e2"
+    assert page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(2).inner_text() == "80 a2"
+    assert page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(3).inner_text() == "·b"  # text stays text
+    _shot(page, "11-byte-view", "#hist-panes")
+
+
+def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(app, page):
+    """Long panes ship only the blocks around the divergence; the rest are built in the page from the
+    details JSON, with the same chip classes and texts the server would have written."""
+    import time as _time
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from ui_render import synthetic_run
+
+    from parity_ui.store import open_db, save_run
+
+    n = 16384
+    run = synthetic_run(n)
+    save_run(open_db(app["db"]), run)
+    page.goto(app["url"])
+    t0 = _time.perf_counter()
+    page.goto(app["url"] + f"?run={run.id}")
+    page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=60_000)
+    opened = _time.perf_counter() - t0
+    built = page.evaluate("document.querySelectorAll('#hist-panes .pt-body .t').length")
+    assert built < n // 4, built  # not 32k chips
+    chip = page.locator("#hist-panes [data-side='vllm'] .pt-body .t.d")
+    assert chip.count() == 1 and chip.is_visible()  # the divergence is built and scrolled into view
+    # Scroll the reference pane to the top: the first block is built with the right classes and text.
+    page.evaluate("document.querySelector('#hist-panes [data-side=\"hf\"] .pt-body').scrollTop = 0")
+    first = page.locator("#hist-panes [data-side='hf'] .pt-body .b").first
+    first.locator(".t").first.wait_for(timeout=10_000)
+    assert first.locator(".t.m").count() == 128
+    want = run.prompts[0].results["hf"].steps[0].text.replace(" ", "·")
+    assert first.locator(".t").first.inner_text() == want
+    first.locator(".t").nth(3).hover()
+    assert "Position 3" in page.locator("#hist-panes .pt-info").inner_text()
+    # After the divergence the other pane's lazily built chips are marked as after it.
+    page.evaluate("document.querySelector('#hist-panes [data-side=\"vllm\"] .pt-body').scrollTop = 1e9")
+    page.wait_for_function("document.querySelectorAll('#hist-panes [data-side=\"vllm\"] .t.a').length > 128",
+                           timeout=10_000)
+    print(f"16k run opened and usable in {opened:.2f} s; {built} chips built at open")
+    _shot(page, "12-16k-lazy", "#hist-panes")
+
+
+def test_a_login_is_required_when_auth_is_set(tmp_path_factory, browser):
+    # The module's browser: a second sync Playwright cannot start inside the first one's loop.
+    db = tmp_path_factory.mktemp("auth-db") / "runs.db"
+    with running_app(db, ARTIFACTS / "browser-auth.log", env={"PARITY_AUTH": "team:s3cret-demo"}) as url:
+        pg = browser.new_page()
+        pg.goto(url)
+        pg.wait_for_selector("input[type='password']", timeout=60_000)
+        assert pg.locator("#run-btn").count() == 0  # nothing of the app before logging in
+        pg.fill("input[type='text']", "team")
+        pg.fill("input[type='password']", "wrong")
+        pg.keyboard.press("Enter")
+        pg.wait_for_selector("text=/Incorrect|invalid/i", timeout=30_000)
+        assert pg.locator("#run-btn").count() == 0
+        pg.fill("input[type='text']", "team")
+        pg.fill("input[type='password']", "s3cret-demo")
+        pg.keyboard.press("Enter")
+        pg.wait_for_selector("#run-btn", timeout=60_000)
+        pg.screenshot(path=str(ARTIFACTS / "13-after-login.png"))

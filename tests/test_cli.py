@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from parity_ui.store import list_runs, open_db
+from parity_ui.store import get_run, list_runs, open_db
 from tiny_models import build_model
 
 
-def parity(*args, db):
-    proc = subprocess.run([sys.executable, "-m", "parity_ui.cli", "--db", str(db), *args],
-                          capture_output=True, text=True, timeout=600)
-    return proc
+def parity(*args, db, timeout=600):
+    return subprocess.run([sys.executable, "-m", "parity_ui.cli", "--db", str(db), *args],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def _only_run(db):
     ("max_new_tokens=0", "config key 'max_new_tokens'"),
     ("no_such_key=1", "config key 'no_such_key'"),
     ("max_new_tokens=many", "config key 'max_new_tokens': must be an integer"),
-    ("vllm.enforce_eager=maybe", "config key 'vllm.enforce_eager'"),
+    ("vllm.enforce_eager=maybe", "side 'vllm': option 'enforce_eager'"),
 ])
 def test_invalid_config_values(tmp_path, setting, needle):
     db = tmp_path / "runs.db"
@@ -49,6 +51,37 @@ def test_invalid_config_values(tmp_path, setting, needle):
     _assert_clean_error(proc, needle)
     row = _only_run(db)
     assert row.status == "error" and needle in row.error
+
+
+@pytest.mark.parametrize("sides, needle", [
+    (["a=nosuchkind", "b=hf"], "side 'a': unknown kind 'nosuchkind'"),
+    (["a=vllm", "a=hf"], "side 'a': two sides have this name"),
+    (["only=vllm"], "has 1 side; a comparison needs two or more"),
+    (["a=hf,enforce_eager=true", "b=vllm"], "side 'a': 'enforce_eager' is not an option of kind hf"),
+    (["a=hf", "b=vllm,python=/no/such/python"], "side 'b': '/no/such/python' is not an executable file"),
+    (["a=hf", "b=vllm,python=/bin/sh"], "side 'b'"),
+])
+def test_bad_sides_name_the_side_and_are_stored(tmp_path, tiny, sides, needle):
+    db = tmp_path / "runs.db"
+    args = [a for s in sides for a in ("--side", s)]
+    proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--set", "max_new_tokens=8", *args, db=db)
+    _assert_clean_error(proc, needle)
+    row = _only_run(db)
+    assert row.status == "error" and needle in row.error
+
+
+def test_a_python_without_the_kinds_engine_is_refused_before_anything_loads(tmp_path, tiny):
+    """An environment that has Python but no vLLM: the side is named, nothing starts."""
+    import venv
+
+    bare = tmp_path / "bare-env"
+    venv.create(bare, with_pip=False)
+    db = tmp_path / "runs.db"
+    proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--set", "max_new_tokens=8",
+                  "--side", "ref=hf", "--side", f"b=vllm,python={bare}/bin/python", db=db)
+    _assert_clean_error(proc, "side 'b'", "has no vllm installed")
+    run = get_run(open_db(db), _only_run(db).id)
+    assert "start" not in run.timings  # refused before any worker started
 
 
 def test_missing_model_path(tmp_path):
@@ -80,30 +113,105 @@ def test_prompt_longer_than_the_context(tmp_path, tiny):
     assert row.status == "error" and row.error_code == "prompt"
 
 
-def test_config_show_prints_the_mapping_table(tmp_path, tiny):
-    proc = parity("config", "show", "--model", str(tiny), "--set", "temperature=0.7", "--set", "top_k=0", db=tmp_path / "x.db")
+@pytest.mark.parametrize("command", [["probe", "--n", "2", "--batch", "2"], ["sweep", "--grid", "dtype=float32,bfloat16"]])
+def test_probe_and_sweep_store_a_failed_run_for_an_invalid_set(tmp_path, tiny, command):
+    db = tmp_path / "runs.db"
+    proc = parity(*command, "--model", str(tiny), "--prompt", "def f(x):", "--set", "top_p=7", db=db)
+    _assert_clean_error(proc, "config key 'top_p'")
+    row = _only_run(db)
+    assert row.status == "error" and row.kind == command[0] and "top_p" in row.error
+
+
+def test_sweep_stores_a_failed_run_for_an_invalid_grid(tmp_path, tiny):
+    db = tmp_path / "runs.db"
+    proc = parity("sweep", "--model", str(tiny), "--prompt", "def f(x):", "--grid", "dtype", db=db)
+    _assert_clean_error(proc, "is not of the form key=v1,v2")
+    assert _only_run(db).kind == "sweep"
+
+
+def test_config_show_prints_one_column_per_side(tmp_path, tiny):
+    proc = parity("config", "show", "--model", str(tiny), "--set", "temperature=0.7", "--set", "top_k=0",
+                  "--side", "ref=hf", "--side", "b=vllm,enforce_eager=false", db=tmp_path / "x.db")
     assert proc.returncode == 0, proc.stderr
-    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert "| ref (hf) | b (vllm) |" in lines[0]
+    rows = {line.split("|")[1].strip(): line for line in lines}
     assert "SamplingParams.top_k=0" in rows["top_k"] and "generate.top_k=0" in rows["top_k"]
     assert "generate.do_sample=True" in rows["temperature"]
+    assert "LLM.enforce_eager=False" in rows["b.enforce_eager"]
+
+
+def test_config_show_yaml_lists_the_sides(tmp_path):
+    proc = parity("config", "show", "--yaml", "--sides-preset", "eager-vs-graphs", db=tmp_path / "x.db")
+    assert proc.returncode == 0, proc.stderr
+    assert "name: eager" in proc.stdout and "enforce_eager: false" in proc.stdout
 
 
 @pytest.mark.engines
-def test_compare_json_runs_list_and_show(tmp_path, tiny):
+def test_compare_json_runs_list_show_and_report(tmp_path, tiny):
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--json", "--set", "dtype=float32",
                   "--set", "max_new_tokens=16", "--set", "ignore_eos=true", db=db)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    for key in ("run_id", "status", "identical", "first_divergence", "config", "warnings"):
+    for key in ("schema", "run_id", "status", "identical", "first_divergence", "config", "warnings", "sides",
+                "comparisons", "settings_diff", "timings"):
         assert key in out
+    assert out["schema"] == 2 and out["reference"] == "hf"
     assert out["status"] == "ok" and out["identical"] is True and out["first_divergence"] is None
-    for engine in ("vllm", "hf"):
-        assert len(out[engine]["token_ids"]) == len(out[engine]["logprobs"]) == 16
-        assert isinstance(out[engine]["text"], str)
+    assert [s["name"] for s in out["sides"]] == ["hf", "vllm"] and out["sides"][1]["resolved"]["engine"].startswith("vLLM")
+    (c,) = out["comparisons"]
+    assert (c["a"], c["b"], c["identical"], c["prompt"]) == ("hf", "vllm", True, 0)
+    for side in ("vllm", "hf"):
+        stream = out["prompts"][0]["sides"][side]
+        assert len(stream["token_ids"]) == len(stream["logprobs"]) == 16 and isinstance(stream["text"], str)
+    assert set(out["timings"]) >= {"prepare", "load", "generate", "compare"}
     listed = parity("runs", "list", db=db)
-    assert out["run_id"] in listed.stdout
+    assert out["run_id"] in listed.stdout and "hf=hf, vllm=vllm" in listed.stdout
     shown = parity("runs", "show", out["run_id"], "--json", db=db)
-    assert json.loads(shown.stdout)["vllm"]["token_ids"] == out["vllm"]["token_ids"]
+    assert json.loads(shown.stdout)["prompts"][0]["sides"]["vllm"]["token_ids"] == \
+        out["prompts"][0]["sides"]["vllm"]["token_ids"]
+    text = parity("runs", "show", out["run_id"], db=db)
+    assert "vllm vs hf: IDENTICAL for all 16 tokens" in text.stdout
+    report = tmp_path / "r.html"
+    made = parity("report", out["run_id"], "-o", str(report), db=db)
+    assert made.returncode == 0, made.stderr
+    page = report.read_text()
+    assert out["run_id"] in page and 'data-side="vllm"' in page and "resolved settings" in page
+    assert "<script" in page and 'src="http' not in page and 'href="http' not in page  # self-contained
     missing = parity("runs", "show", "NOPE", db=db)
     assert missing.returncode == 2 and "no run with id" in missing.stderr
+
+
+@pytest.mark.engines
+def test_a_cli_killed_mid_run_leaves_an_interrupted_run_and_no_worker(tmp_path, tiny_llama):
+    import psutil
+
+    db = tmp_path / "runs.db"
+    cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(db), "compare", "--model", str(tiny_llama), "--prompt",
+           "def f(x):", "--set", "dtype=float32", "--set", "max_new_tokens=600", "--set", "ignore_eos=true",
+           "--side", "a=vllm", "--side", "b=hf", "--side", "c=vllm,max_num_seqs=8", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    run_id = None
+    while time.monotonic() < deadline:  # wait until the first side has finished and been stored
+        assert proc.poll() is None, "the CLI ended before it could be killed mid-run"
+        rows = list_runs(open_db(db))
+        if rows and rows[0].status == "running":
+            run_id = rows[0].id
+            run = get_run(open_db(db), run_id)
+            if run.prompts and "a" in run.prompts[0].results:
+                break
+        time.sleep(0.2)
+    assert run_id is not None, "the run never showed as running"
+    workers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    _, alive = psutil.wait_procs([psutil.Process(p) for p in workers if psutil.pid_exists(p)], timeout=10)
+    assert not alive, f"workers left behind: {[p.pid for p in alive]}"
+    listed = parity("runs", "list", "--json", db=db)
+    (row,) = json.loads(listed.stdout)
+    assert row["id"] == run_id and row["status"] == "interrupted" and f"pid {proc.pid}" in row["error"]
+    run = get_run(open_db(db), run_id)
+    assert len(run.prompts[0].results["a"].token_ids) == 600  # what was made before the kill is kept

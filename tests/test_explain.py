@@ -1,14 +1,16 @@
-"""explain_prompt on hand-built engine results (pure code above the engines: no engine runs here)."""
+"""explain() on hand-built side results (pure code above the engines: no engine runs here)."""
 from __future__ import annotations
 
 import pytest
 
-from parity_ui.compare import compare_streams
+from parity_ui.compare import compare
 from parity_ui.config import build_config
-from parity_ui.explain import MASKED_LOGPROB, NEAR_TIE_NATS, NOISE_MULTIPLE, explain_prompt
-from parity_ui.types import EngineResult, PromptResult, TokenStep, TopLogprob
+from parity_ui.explain import MASKED_LOGPROB, NEAR_TIE_NATS, NOISE_MULTIPLE, explain
+from parity_ui.settings import LABELS, differing
+from parity_ui.types import SideInfo, SideResult, TokenStep, TopLogprob
 
 GREEDY = build_config()
+A, B = "ref", "cand"  # side names; the first is the reference
 
 
 def step(pos: int, tid: int, top: list[tuple[int, float]]) -> TokenStep:
@@ -17,115 +19,232 @@ def step(pos: int, tid: int, top: list[tuple[int, float]]) -> TokenStep:
                      top=[TopLogprob(t, v, f"<{t}>") for t, v in top])
 
 
-def result(engine: str, steps: list[TokenStep], finish: str = "length") -> EngineResult:
-    return EngineResult(engine=engine, prompt_index=0, token_ids=[s.token_id for s in steps], steps=steps,
-                        finish_reason=finish)
+def result(side: str, steps: list[TokenStep], finish: str = "length") -> SideResult:
+    return SideResult(side=side, prompt_index=0, token_ids=[s.token_id for s in steps], steps=steps,
+                      finish_reason=finish)
 
 
-def prompt(vllm: list[TokenStep], hf: list[TokenStep], vfinish: str = "length", hfinish: str = "length") -> PromptResult:
-    v, h = result("vllm", vllm, vfinish), result("hf", hf, hfinish)
-    return PromptResult(index=0, prompt_text="p", prompt_token_ids=[1, 2], vllm=v, hf=h,
-                        comparison=compare_streams(v, h))
+def sides(a: list[TokenStep], b: list[TokenStep], afinish: str = "length", bfinish: str = "length",
+          names: tuple[str, str] = (A, B)) -> tuple[SideResult, SideResult]:
+    return result(names[0], a, afinish), result(names[1], b, bfinish)
+
+
+def run_explain(a: SideResult, b: SideResult, cfg=GREEDY, differing_keys: list[str] | None = None) -> dict:
+    return explain(compare(a, b), a, b, cfg, differing_keys)
 
 
 def shared(n: int, gap: float = 0.0) -> tuple[list[TokenStep], list[TokenStep]]:
-    """n positions where both engines choose token 10+i, with a logprob gap of `gap`."""
+    """n positions where both sides choose token 10+i, with a logprob gap of `gap`."""
     a = [step(i, 10 + i, [(10 + i, -0.1), (99, -3.0)]) for i in range(n)]
     b = [step(i, 10 + i, [(10 + i, -0.1 - gap), (99, -3.0)]) for i in range(n)]
     return a, b
 
 
-def test_identical_streams_are_identical():
-    a, b = shared(4, gap=0.01)
-    out = explain_prompt(prompt(a, b), GREEDY)
-    assert out["verdict"] == "identical"
-    assert out["noise_before"] == pytest.approx(0.01)
-    assert "4 tokens" in out["summary"]
-
-
-def test_near_tie_is_numerical():
+def near_tie() -> tuple[list[TokenStep], list[TokenStep], float]:
     a, b = shared(3)
     m = NEAR_TIE_NATS / 2
     a.append(step(3, 50, [(50, -0.70), (51, -0.70 - m)]))
     b.append(step(3, 51, [(51, -0.69), (50, -0.69 - m / 2)]))
-    out = explain_prompt(prompt(a, b), GREEDY)
+    return a, b, m
+
+
+def test_identical_streams_are_identical():
+    a, b = shared(4, gap=0.01)
+    out = run_explain(*sides(a, b))
+    assert out["verdict"] == "identical"
+    assert out["sides"] == [A, B] and out["index"] is None
+    assert out["noise_before"] == pytest.approx(0.01)
+    assert "4 tokens" in out["summary"]
+    assert out["summary"].startswith(f"{B} matches {A} ")  # names both sides, the reference second
+
+
+def test_near_tie_is_numerical():
+    a, b, m = near_tie()
+    out = run_explain(*sides(a, b))
     assert out["verdict"] == "numerical near-tie"
-    assert out["index"] == 3
-    assert out["vllm"]["margin_over_other"] == pytest.approx(m)
-    assert out["hf"]["margin_over_other"] == pytest.approx(m / 2)
-    assert out["vllm"]["other_token_rank"] == 2 and out["hf"]["other_token_rank"] == 2
-    assert out["vllm"]["top12_margin"] == pytest.approx(m)
+    assert out["index"] == 3 and out["sides"] == [A, B]
+    assert out["a"]["name"] == A and out["b"]["name"] == B
+    assert (out["a"]["token_id"], out["b"]["token_id"]) == (50, 51)
+    assert out["a"]["margin_over_other"] == pytest.approx(m)
+    assert out["b"]["margin_over_other"] == pytest.approx(m / 2)
+    assert out["a"]["other_token_rank"] == 2 and out["b"]["other_token_rank"] == 2
+    assert out["a"]["top12_margin"] == pytest.approx(m)
+    assert out["a"]["recorded_k"] == 2
     assert out["accepted_by_vllm_rule"] is True
-    assert "near-tie" in out["summary"] and "<50>" in out["summary"]
+    assert out["largest_margin"] == pytest.approx(m) and out["tie_bound"] == pytest.approx(NEAR_TIE_NATS)
+    assert "near-tie" in out["summary"]
+    assert f"at token 3, {A} chose '<50>' and {B} '<51>'" in out["summary"]
+
+
+def test_explain_is_symmetric_in_the_sides():
+    a, b, m = near_tie()
+    ra, rb = sides(a, b)
+    ab = run_explain(ra, rb)
+    ba = run_explain(rb, ra)
+    assert ba["sides"] == [B, A]
+    assert ba["verdict"] == ab["verdict"] == "numerical near-tie"
+    assert ba["a"] == ab["b"] and ba["b"] == ab["a"]
+    assert ba["largest_margin"] == pytest.approx(ab["largest_margin"])
+    assert f"at token 3, {B} chose '<51>' and {A} '<50>'" in ba["summary"]
 
 
 def test_large_margin_is_a_real_disagreement():
     a, b = shared(2)
     a.append(step(2, 50, [(50, -0.1), (51, -3.0)]))
     b.append(step(2, 51, [(51, -0.1), (50, -2.5)]))
-    out = explain_prompt(prompt(a, b), GREEDY)
+    out = run_explain(*sides(a, b))
     assert out["verdict"] == "real disagreement"
     assert out["largest_margin"] == pytest.approx(2.9)
     assert out["largest_margin"] > out["tie_bound"]
+    assert "real disagreement" in out["summary"] and "outside the other's top-k" not in out["summary"]
 
 
 def test_other_token_outside_topk_is_a_real_disagreement_even_with_small_top_margin():
     a, b = shared(1)
     a.append(step(1, 50, [(50, -0.70), (52, -0.75)]))
     b.append(step(1, 51, [(51, -0.70), (53, -0.75)]))
-    out = explain_prompt(prompt(a, b), GREEDY)
-    assert out["vllm"]["other_token_rank"] is None
+    out = run_explain(*sides(a, b))
+    assert out["a"]["other_token_rank"] is None and out["b"]["other_token_rank"] is None
     assert out["accepted_by_vllm_rule"] is False
+    # no margin over the other's token on either side: the top-1/top-2 margins stand in
+    assert out["largest_margin"] == pytest.approx(0.05)
     assert out["verdict"] == "real disagreement"
     assert "outside the other's top-k" in out["summary"]
 
 
 def test_noise_widens_the_near_tie_bound():
-    gap = NEAR_TIE_NATS  # the engines already differ by this much on shared context
+    gap = NEAR_TIE_NATS  # the sides already differ by this much on shared context
     a, b = shared(3, gap=gap)
     m = NEAR_TIE_NATS * 1.5  # above the fixed bound, below NOISE_MULTIPLE * noise
     a.append(step(3, 50, [(50, -0.5), (51, -0.5 - m)]))
     b.append(step(3, 51, [(51, -0.5), (50, -0.5 - m)]))
-    out = explain_prompt(prompt(a, b), GREEDY)
+    out = run_explain(*sides(a, b))
+    assert out["noise_before"] == pytest.approx(gap)
     assert out["tie_bound"] == pytest.approx(NOISE_MULTIPLE * gap)
     assert out["verdict"] == "numerical near-tie"
 
 
-def test_masked_token_is_named():
+@pytest.mark.parametrize("masked_side", [A, B])
+def test_masked_token_names_the_side(masked_side):
     a, b = shared(2)
-    a.append(step(2, 2, [(2, -0.2), (60, -1.9)]))  # vLLM picks EOS (id 2)
-    b.append(step(2, 60, [(60, -0.3), (2, -1e30)]))  # HF's processors forbade it
-    out = explain_prompt(prompt(a, b), GREEDY)
-    assert out["hf"]["other_token_logprob"] <= MASKED_LOGPROB
+    picks_eos = step(2, 2, [(2, -0.2), (60, -1.9)])  # this side picks EOS (id 2)
+    forbade = step(2, 60, [(60, -0.3), (2, -1e30)])  # this side's processors forbade it
+    if masked_side == B:
+        a.append(picks_eos), b.append(forbade)
+    else:
+        a.append(forbade), b.append(picks_eos)
+    out = run_explain(*sides(a, b))
+    masked = out["b"] if masked_side == B else out["a"]
+    assert masked["other_token_logprob"] <= MASKED_LOGPROB
     assert out["verdict"] == "masked token"
-    assert "HF" in out["summary"]
+    assert f"{masked_side} recorded a masked logprob" in out["summary"]
 
 
-def test_one_engine_stopping_on_eos_is_length():
+@pytest.mark.parametrize("stopper", [A, B])
+def test_one_side_stopping_on_eos_is_length(stopper):
     a, b = shared(3)
     a[-1] = step(2, 2, [(2, -0.1), (99, -3.0)])
     b[-1] = step(2, 2, [(2, -0.1), (99, -3.0)])
-    b.append(step(3, 40, [(40, -0.2), (99, -3.0)]))
-    out = explain_prompt(prompt(a, b, vfinish="stop"), GREEDY)
+    other = B if stopper == A else A
+    if stopper == A:
+        b.append(step(3, 40, [(40, -0.2), (99, -3.0)]))
+        ra, rb = sides(a, b, afinish="stop")
+    else:
+        a.append(step(3, 40, [(40, -0.2), (99, -3.0)]))
+        ra, rb = sides(a, b, bfinish="stop")
+    out = run_explain(ra, rb)
     assert out["verdict"] == "length"
-    assert out["stopped_engine"] == "vllm" and out["stopped_after"] == 3 and out["continued_to"] == 4
-    assert out["stop_token_id"] == 2
-    assert "stop id only for vLLM" in out["summary"]
+    assert out["stopped_side"] == stopper and out["continued_side"] == other
+    assert out["stopped_after"] == 3 and out["continued_to"] == 4
+    assert out["stop_token_id"] == 2 and out["stopped_finish_reason"] == "stop"
+    assert f"{stopper} stopped after 3 tokens and {other} went on to 4" in out["summary"]
+    assert f"stop id only for {stopper}" in out["summary"]
+
+
+def test_length_limit_on_one_side_is_length():
+    a, b = shared(4)
+    out = run_explain(*sides(a[:2], b, afinish="length"))
+    assert out["verdict"] == "length"
+    assert out["stopped_side"] == A and out["stopped_after"] == 2 and out["continued_to"] == 4
+    assert out["summary"] == f"{A} ended after 2 tokens (finish=length) while {B} made 4."
 
 
 def test_sampled_runs_are_expected_to_differ():
     a, b = shared(1)
     a.append(step(1, 50, [(50, -0.1), (51, -3.0)]))
     b.append(step(1, 51, [(51, -0.1), (50, -3.0)]))
-    out = explain_prompt(prompt(a, b), build_config(overrides=["temperature=0.8"]))
+    out = run_explain(*sides(a, b), cfg=build_config(overrides=["temperature=0.8"]))
     assert out["verdict"] == "sampling"
+    assert "temperature=0.8" in out["summary"]
+    # the same fork under greedy decoding is judged on its margins instead
+    assert run_explain(*sides(a, b))["verdict"] == "real disagreement"
 
 
-def test_engine_error_and_missing_comparison():
+def test_side_error_and_missing_comparison():
     a, b = shared(3)
-    pr = prompt(a, b[:1])
-    pr.hf.error = "boom"
-    out = explain_prompt(pr, GREEDY)
-    assert out["verdict"] == "error" and "boom" in out["summary"]
-    empty = PromptResult(index=0, prompt_text="p", prompt_token_ids=[1])
-    assert explain_prompt(empty, GREEDY)["verdict"] == "error"
+    ra, rb = sides(a, b[:1])
+    rb.error = "boom"
+    out = run_explain(ra, rb)
+    assert out["verdict"] == "error"
+    assert out["summary"] == f"{B} failed after 1 tokens: boom"
+    missing = explain(None, None, None, GREEDY, ["dtype"])
+    assert missing["verdict"] == "error" and "no comparison" in missing["summary"]
+    assert missing["differing_settings"] == ["dtype"]
+
+
+# -- the settings the two sides differ in ---------------------------------------------------------
+
+def test_summary_names_the_settings_the_sides_differ_only_in():
+    a, b = shared(4, gap=0.01)
+    keys = ["engine", "dtype", "attention"]
+    out = run_explain(*sides(a, b), differing_keys=keys)
+    assert out["differing_settings"] == keys
+    # engine identity is left out: it tells the sides apart without changing numbers
+    assert out["summary"].endswith(f" The sides differ only in {LABELS['dtype']}, {LABELS['attention']}.")
+
+
+def test_identity_settings_alone_add_no_note():
+    a, b = shared(4, gap=0.01)
+    plain = run_explain(*sides(a, b))
+    out = run_explain(*sides(a, b), differing_keys=["engine", "torch", "python", "device"])
+    assert out["summary"] == plain["summary"] and "differ" not in out["summary"]
+    assert out["differing_settings"] == ["engine", "torch", "python", "device"]
+
+
+def test_many_differing_settings_are_not_called_only():
+    a, b = shared(2)
+    a.append(step(2, 50, [(50, -0.1), (51, -3.0)]))
+    b.append(step(2, 51, [(51, -0.1), (50, -2.5)]))
+    keys = ["dtype", "attention", "cuda_graphs", "prefix_caching"]
+    out = run_explain(*sides(a, b), differing_keys=keys)
+    assert out["verdict"] == "real disagreement"
+    assert " The sides differ in " in out["summary"] and "differ only in" not in out["summary"]
+    assert all(LABELS[k] in out["summary"] for k in keys)
+
+
+def test_near_tie_names_the_settings_from_the_sides_resolved_setups():
+    """settings.differing (what the service passes) over two sides' resolved settings, into explain."""
+    infos = [SideInfo(name=A, kind="hf", reference=True,
+                      resolved={"engine": "hf", "dtype": "bfloat16", "attention": "sdpa"}),
+             SideInfo(name=B, kind="vllm", resolved={"engine": "vllm", "dtype": "float32", "attention": "sdpa"}),
+             SideInfo(name="third", kind="vllm", resolved={"engine": "vllm", "dtype": "bfloat16",
+                                                           "attention": "flash"})]
+    a, b, _ = near_tie()
+    keys = differing(infos, A, B)
+    assert set(keys) == {"engine", "dtype"}  # the third side's attention is not this pair's business
+    out = run_explain(*sides(a, b), differing_keys=keys)
+    assert out["verdict"] == "numerical near-tie"
+    assert out["summary"].endswith(f" The sides differ only in {LABELS['dtype']}.")
+    other = run_explain(*sides(a, b, names=(A, "third")), differing_keys=differing(infos, A, "third"))
+    assert other["sides"] == [A, "third"]
+    assert other["summary"].endswith(f" The sides differ only in {LABELS['attention']}.")
+
+
+def test_side_name_containing_failed_does_not_make_a_length_fork_an_error():
+    a, b = shared(3)
+    a[-1] = step(2, 2, [(2, -0.1), (99, -3.0)])
+    b[-1] = step(2, 2, [(2, -0.1), (99, -3.0)])
+    b.append(step(3, 40, [(40, -0.2), (99, -3.0)]))
+    out = run_explain(*sides(a, b, afinish="stop", names=(A, "failed_fix")))
+    assert out["stopped_side"] == A and out["continued_side"] == "failed_fix"
+    assert out["verdict"] == "length"

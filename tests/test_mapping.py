@@ -1,8 +1,9 @@
-"""Canonical config -> vLLM / HF native arguments.
+"""Canonical config + a side -> that side's native vLLM / HF arguments.
 
-First a table test that pins where every canonical key goes (walking the config dataclasses, so a
-new key without a mapping and a NOTE fails here), then one test per semantic rule that differs
-between the engines.
+First a table test that pins where every canonical key goes for the default pair of sides (walking
+the config and the side kinds' option dataclasses, so a new key or option without a mapping and a
+NOTE fails here), then one test per semantic rule that differs between the engines, then the
+per-side options: overrides, fp32 logits, devices, a side's own model folder.
 """
 from __future__ import annotations
 
@@ -12,25 +13,41 @@ import re
 import pytest
 
 from parity_ui import mapping
-from parity_ui.config import HfOptions, ParityConfig, VllmOptions, config_from_dict
-from parity_ui.mapping import NOTES, format_table, mapping_table, resolve, to_hf, to_vllm
+from parity_ui.config import SIDE_PRESETS, ParityConfig, build_config, config_from_dict
+from parity_ui.errors import ConfigError
+from parity_ui.kinds import KINDS, HfOptions, VllmOptions
+from parity_ui.mapping import (
+    NOTES,
+    HfArgs,
+    VllmArgs,
+    format_table,
+    map_side,
+    mapping_table,
+    resolve,
+    side_dtype,
+)
 from parity_ui.types import ModelInfo
 
-SECTIONS = {"vllm": VllmOptions, "hf": HfOptions}
-# Rows that are not config keys but facts both engines must agree on.
+# The default sides: each named after its kind.
+SIDES = {"hf": HfOptions, "vllm": VllmOptions}
+# Rows that are not config keys but facts every side must agree on.
 RESOLVED_ROWS = {"eos_token_ids"}
-# Keys parity-ui acts on itself: neither engine gets an argument for them.
-PARITY_ONLY = {"cross_score"}
+# Shared sampling keys: every side's engine must get each of them explicitly.
+SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+            "stop_token_ids", "ignore_eos", "logprobs", "eos_token_ids")
+
+
+def shared_keys() -> list[str]:
+    return [f.name for f in dataclasses.fields(ParityConfig) if f.name != "sides"]
+
+
+def side_keys() -> list[str]:
+    # A side's dtype is not a row of its own: the shared dtype row shows what each side loads.
+    return [f"{side}.{f.name}" for side, cls in SIDES.items() for f in dataclasses.fields(cls) if f.name != "dtype"]
 
 
 def canonical_keys() -> list[str]:
-    keys = []
-    for f in dataclasses.fields(ParityConfig):
-        if f.name in SECTIONS:
-            keys += [f"{f.name}.{g.name}" for g in dataclasses.fields(SECTIONS[f.name])]
-        else:
-            keys.append(f.name)
-    return keys
+    return shared_keys() + side_keys()
 
 
 def model_info(**kw) -> ModelInfo:
@@ -40,14 +57,29 @@ def model_info(**kw) -> ModelInfo:
 
 
 def args(data: dict | None = None, *, model: ModelInfo | None = None, tokenizer_eos=(2,), on_gpu=False):
+    """(config, resolved, vLLM side's args, HF side's args) for the default pair."""
     cfg = config_from_dict(data or {})
-    r = resolve(cfg, model or model_info(), list(tokenizer_eos), on_gpu)
-    return cfg, r, to_vllm(cfg, r), to_hf(cfg, r)
+    r = resolve(model or model_info(), list(tokenizer_eos), on_gpu)
+    return cfg, r, map_side(cfg, cfg.side("vllm"), r), map_side(cfg, cfg.side("hf"), r)
+
+
+def side_args(data: dict, on_gpu: bool = False, model: ModelInfo | None = None) -> tuple[ParityConfig, dict]:
+    """Every side's args, by side name."""
+    cfg = config_from_dict(data)
+    r = resolve(model or model_info(), [2], on_gpu)
+    return cfg, {s.name: map_side(cfg, s, r) for s in cfg.sides}
 
 
 # Every key set to a value that makes its mapping show (max_model_len unset is not passed, ...).
-EVERYTHING = {"max_model_len": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-              "vllm": {"max_num_seqs": 4, "batch_invariant": True}, "hf": {"attn_implementation": "sdpa"}}
+EVERYTHING = {
+    "max_model_len": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "vllm": {"max_num_seqs": 4, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
+             "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
+             "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544},
+    "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
+           "image_min_pixels": 3136, "image_max_pixels": 12544},
+    "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
+}
 
 # canonical key -> (vLLM native arguments, HF native arguments), as "where.name". Greedy config;
 # device-dependent keys take the union of a CPU and a GPU run.
@@ -65,23 +97,39 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "max_model_len": ({"LLM.max_model_len"}, set()),
     "rope_scaling": ({"LLM.hf_overrides"}, {"config.rope_parameters"}),
     "logprobs": ({"SamplingParams.logprobs"}, {"generate.output_logits"}),
+    "logprobs_mode": ({"LLM.logprobs_mode"}, {"generate.output_logits"}),
+    "generation_config": ({"LLM.generation_config"}, {"runtime.model.generation_config"}),
     "chat": ({"runtime.prompt_token_ids"}, {"runtime.input_ids"}),
     "batch_size": ({"runtime.requests added per engine step loop"},
                    {"runtime.rows per generate call (left padded)"}),
-    "cross_score": (set(), set()),
+    "cross_score": ({"SamplingParams.prompt_logprobs"}, {"runtime.one forward pass over prompt + tokens"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
-    "vllm.gpu_memory_utilization": ({"LLM.gpu_memory_utilization"}, set()),
+    "vllm.device": ({"env.CUDA_VISIBLE_DEVICES"}, set()),
+    "vllm.fp32_logits": ({"LLM.hf_overrides"}, set()),
     "vllm.enforce_eager": ({"LLM.enforce_eager"}, set()),
+    "vllm.attention_backend": ({"LLM.attention_backend"}, set()),
     "vllm.enable_prefix_caching": ({"LLM.enable_prefix_caching"}, set()),
     "vllm.enable_chunked_prefill": ({"LLM.enable_chunked_prefill"}, set()),
-    "vllm.tensor_parallel_size": ({"LLM.tensor_parallel_size"}, set()),
-    "vllm.logprobs_mode": ({"LLM.logprobs_mode"}, {"generate.output_logits"}),
-    "vllm.generation_config": ({"LLM.generation_config"}, {"runtime.model.generation_config"}),
-    "vllm.kv_cache_gib": ({"LLM.kv_cache_memory_bytes"}, set()),
-    "vllm.max_num_seqs": ({"LLM.max_num_seqs"}, set()),
+    "vllm.async_scheduling": ({"LLM.async_scheduling"}, set()),
     "vllm.batch_invariant": ({"env.VLLM_BATCH_INVARIANT"}, set()),
+    "vllm.max_num_seqs": ({"LLM.max_num_seqs"}, set()),
+    "vllm.gpu_memory_utilization": ({"LLM.gpu_memory_utilization", "runtime.(not used on the CPU)"}, set()),
+    "vllm.kv_cache_gib": ({"LLM.kv_cache_memory_bytes", "runtime.(not used on a GPU)"}, set()),
+    "vllm.tensor_parallel_size": ({"LLM.tensor_parallel_size"}, set()),
+    "vllm.pipeline_parallel_size": ({"LLM.pipeline_parallel_size"}, set()),
+    "vllm.max_cudagraph_capture_size": ({"LLM.max_cudagraph_capture_size", "runtime.(not used on the CPU)"}, set()),
+    "hf.device": (set(), {"runtime.device_map", "env.CUDA_VISIBLE_DEVICES"}),
+    "hf.fp32_logits": (set(), {"runtime.lm_head in float32, input upcast"}),
     "hf.attn_implementation": (set(), {"from_pretrained.attn_implementation"}),
-    "hf.device_map": (set(), {"runtime.model.to"}),
+    "hf.decode": (set(), {"generate.cache_implementation", "runtime.torch.compile"}),
+    # image prompts (the keys show for a vision model)
+    "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
+    "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),
+    "max_images_per_prompt": ({"LLM.limit_mm_per_prompt"}, {"runtime.(no limit in HF; parity-ui checks it)"}),
+    "vllm.image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, set()),
+    "vllm.image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, set()),
+    "hf.image_min_pixels": (set(), {"processor.images_kwargs.min_pixels"}),
+    "hf.image_max_pixels": (set(), {"processor.images_kwargs.max_pixels"}),
 }
 
 
@@ -89,7 +137,7 @@ def _native(key: str) -> tuple[set[str], set[str]]:
     v_names: set[str] = set()
     h_names: set[str] = set()
     for on_gpu in (False, True):
-        _, _, v, h = args(EVERYTHING, on_gpu=on_gpu)
+        _, _, v, h = args(EVERYTHING, on_gpu=on_gpu, model=model_info(vision=True, image_token_id=6))
         v_names |= {f"{a.where}.{a.name}" for a in v.used.get(key, [])}
         h_names |= {f"{a.where}.{a.name}" for a in h.used.get(key, [])}
     return v_names, h_names
@@ -98,37 +146,64 @@ def _native(key: str) -> tuple[set[str], set[str]]:
 # --- the table ------------------------------------------------------------------------------
 
 
+def test_default_sides_are_the_pair_the_table_walks():
+    assert [(s.name, s.kind) for s in ParityConfig().sides] == [(n, n) for n in SIDES]
+    assert {n: KINDS[n].options for n in SIDES} == SIDES
+
+
 def test_table_covers_every_canonical_key():
     assert set(TABLE) == set(canonical_keys()) | RESOLVED_ROWS
 
 
-@pytest.mark.parametrize("key", canonical_keys())
-def test_every_canonical_key_has_a_note_and_a_row(key):
+@pytest.mark.parametrize("key", shared_keys())
+def test_every_shared_key_has_a_note(key):
     assert NOTES.get(key, "").strip(), f"{key} has no NOTE in parity_ui/mapping.py"
+
+
+@pytest.mark.parametrize("key", canonical_keys())
+def test_every_canonical_key_has_a_row(key):
     _, r, _, _ = args(EVERYTHING)
     rows = {row.key: row for row in mapping_table(config_from_dict(EVERYTHING), r)}
     assert key in rows, f"{key} has no mapping_table row"
+    assert rows[key].note.strip()
 
 
 def test_notes_hold_no_stale_keys():
-    assert set(NOTES) <= set(canonical_keys()) | RESOLVED_ROWS
+    assert set(NOTES) <= set(shared_keys()) | RESOLVED_ROWS
 
 
 @pytest.mark.parametrize("key", sorted(TABLE))
 def test_native_arguments_per_key(key):
     assert _native(key) == TABLE[key]
-    if key not in PARITY_ONLY:
-        assert TABLE[key] != (set(), set()), f"{key} reaches neither engine"
+    assert TABLE[key] != (set(), set()), f"{key} reaches neither engine"
 
 
 def test_mapping_table_rows_show_the_values():
-    cfg, r, _, _ = args({"temperature": 0.0, "stop_token_ids": [9]}, tokenizer_eos=[2, 7])
+    cfg, r, _, _ = args({"temperature": 0.0, "stop_token_ids": [9], "vllm": {"max_num_seqs": 4}},
+                        tokenizer_eos=[2, 7])
     rows = {row.key: row for row in mapping_table(cfg, r)}
     assert rows["eos_token_ids"].value == [2, 7]
     assert rows["stop_token_ids"].value == [9]
-    assert "SamplingParams.max_tokens=64" in rows["max_new_tokens"].vllm
-    assert "generate.do_sample=False" in rows["temperature"].hf
-    assert rows["hf.attn_implementation"].vllm == "(not used)"
+    assert list(rows["max_new_tokens"].sides) == ["hf", "vllm"]  # one cell per side, the reference first
+    assert "SamplingParams.max_tokens=64" in rows["max_new_tokens"].sides["vllm"]
+    assert "generate.max_new_tokens=64" in rows["max_new_tokens"].sides["hf"]
+    assert "generate.do_sample=False" in rows["temperature"].sides["hf"]
+    assert rows["hf.attn_implementation"].sides["vllm"] == "(not used)"
+    # A side option's row: that side's value, and a note naming the kind and what the option does.
+    assert rows["vllm.max_num_seqs"].value == 4 and rows["vllm.max_num_seqs"].sides["vllm"] == "LLM.max_num_seqs=4"
+    assert rows["vllm.max_num_seqs"].note.startswith(KINDS["vllm"].label + " option: ")
+    assert "sequences scheduled together" in rows["vllm.max_num_seqs"].note
+
+
+def test_every_sampling_key_reaches_every_kind():
+    cfg = config_from_dict({"sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm"},
+                                      {"name": "srv", "kind": "vllm-server"},
+                                      {"name": "remote", "kind": "openai", "url": "http://127.0.0.1:8000/v1"}]})
+    rows = {row.key: row for row in mapping_table(cfg, resolve(model_info(), [2], False))}
+    for key in SAMPLING:
+        assert set(rows[key].sides) == {"ref", "b", "srv", "remote"}
+        missing = [name for name, cell in rows[key].sides.items() if cell == "(not used)"]
+        assert not missing, f"{key} does not reach {missing}"
 
 
 # --- semantic rules -------------------------------------------------------------------------
@@ -137,34 +212,34 @@ def test_mapping_table_rows_show_the_values():
 def test_greedy():
     _, _, v, h = args({"temperature": 0.0, "top_p": 0.9, "top_k": 5, "min_p": 0.1})
     assert v.sampling["temperature"] == 0.0
-    assert h.generate["do_sample"] is False
+    assert h.sampling["do_sample"] is False
     for name in ("temperature", "top_p", "top_k", "min_p"):
-        assert name in h.generate and h.generate[name] is None, name  # HF rejects temperature=0
+        assert name in h.sampling and h.sampling[name] is None, name  # HF rejects temperature=0
 
 
 def test_sampling_passes_every_knob():
     _, _, v, h = args({"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 7})
     assert (v.sampling["temperature"], v.sampling["top_p"], v.sampling["top_k"], v.sampling["min_p"]) \
         == (0.7, 0.9, 40, 0.05)
-    assert h.generate["do_sample"] is True
-    assert (h.generate["temperature"], h.generate["top_p"], h.generate["top_k"], h.generate["min_p"]) \
+    assert h.sampling["do_sample"] is True
+    assert (h.sampling["temperature"], h.sampling["top_p"], h.sampling["top_k"], h.sampling["min_p"]) \
         == (0.7, 0.9, 40, 0.05)
-    assert v.sampling["seed"] == 7 and h.seed == 7
+    assert v.sampling["seed"] == 7 and v.llm["seed"] == 7 and h.seed == 7
 
 
 def test_sampling_top_k_off_is_explicit_zero_for_hf():
     _, _, v, h = args({"temperature": 0.7, "top_k": 0})
     assert v.sampling["top_k"] == 0
     # HF's GenerationConfig default is top_k=50: None would silently turn top-k ON.
-    assert h.generate["top_k"] == 0 and h.generate["top_k"] is not None
+    assert h.sampling["top_k"] == 0 and h.sampling["top_k"] is not None
 
 
-def test_eos_same_explicit_list_for_both():
+def test_eos_same_explicit_list_for_every_side():
     model = model_info(eos_token_ids=[2, 5])
     _, r, v, h = args({"stop_token_ids": [9]}, model=model, tokenizer_eos=[5, 7, 2])
     assert r.eos_token_ids == [2, 5, 7]  # generation_config first, tokenizer after, no duplicates
     assert v.sampling["stop_token_ids"] == [2, 5, 7, 9]
-    assert h.generate["eos_token_id"] == [2, 5, 7, 9]
+    assert h.sampling["eos_token_id"] == [2, 5, 7, 9]
     assert v.sampling["ignore_eos"] is False
 
 
@@ -173,15 +248,15 @@ def test_ignore_eos():
     _, _, v, h = args({"ignore_eos": True, "stop_token_ids": [9]}, model=model, tokenizer_eos=[7])
     assert v.sampling["ignore_eos"] is True
     assert v.sampling["stop_token_ids"] == [9]
-    assert h.generate["eos_token_id"] == [9]
-    assert h.generate["min_new_tokens"] is None  # never used: it masks EOS, changing the distribution
+    assert h.sampling["eos_token_id"] == [9]
+    assert h.sampling["min_new_tokens"] is None  # never used: it masks EOS, changing the distribution
 
 
 def test_ignore_eos_without_stop_ids_leaves_hf_no_eos():
     _, _, v, h = args({"ignore_eos": True}, tokenizer_eos=[2])
     assert v.sampling["stop_token_ids"] == []
-    assert h.generate["eos_token_id"] is None
-    assert h.generate["min_new_tokens"] is None
+    assert h.sampling["eos_token_id"] is None
+    assert h.sampling["min_new_tokens"] is None
 
 
 def test_model_generation_config_ignored_by_default():
@@ -190,10 +265,11 @@ def test_model_generation_config_ignored_by_default():
     assert h.keep_model_generation_config is False
 
 
-def test_model_generation_config_auto_applies_to_both():
-    _, _, v, h = args({"vllm": {"generation_config": "auto"}})
-    assert v.llm["generation_config"] == "auto"
-    assert h.keep_model_generation_config is True
+def test_model_generation_config_applies_to_every_side():
+    for data in ({"generation_config": "model"}, {"vllm": {"generation_config": "auto"}}):  # new and legacy
+        _, _, v, h = args(data)
+        assert v.llm["generation_config"] == "auto"
+        assert h.keep_model_generation_config is True
 
 
 @pytest.mark.parametrize("config_dtype, expected", [
@@ -201,17 +277,31 @@ def test_model_generation_config_auto_applies_to_both():
     ("float64", "float32"),
 ])
 def test_dtype_auto_resolves_from_model_config(config_dtype, expected):
-    _, r, v, h = args(model=model_info(config_dtype=config_dtype), on_gpu=True)
-    assert r.dtype == expected
+    model = model_info(config_dtype=config_dtype)
+    cfg, _, v, h = args(model=model, on_gpu=True)
+    assert {side_dtype(cfg, s, model) for s in cfg.sides} == {expected}
     assert v.llm["dtype"] == expected and h.load["dtype"] == expected
 
 
 def test_explicit_dtype_wins_over_model_config():
-    _, r, v, h = args({"dtype": "float16"}, model=model_info(config_dtype="bfloat16"))
+    _, _, v, h = args({"dtype": "float16"}, model=model_info(config_dtype="bfloat16"))
     assert v.llm["dtype"] == h.load["dtype"] == "float16"
 
 
-def test_rope_scaling_same_merged_dict_for_both():
+def test_a_sides_dtype_wins_over_the_runs_for_that_side_only():
+    cfg, a = side_args({"dtype": "float16", "sides": [{"name": "ref", "kind": "hf", "dtype": "float32"},
+                                                      {"name": "b", "kind": "vllm"},
+                                                      {"name": "c", "kind": "vllm", "dtype": "auto"}]},
+                       model=model_info(config_dtype="bfloat16"))
+    assert a["ref"].load["dtype"] == "float32"
+    assert a["b"].llm["dtype"] == "float16"  # no dtype of its own: the run's
+    assert a["c"].llm["dtype"] == "bfloat16"  # its own 'auto': the model's config
+    rows = {row.key: row for row in mapping_table(cfg, resolve(model_info(config_dtype="bfloat16"), [2], False))}
+    assert rows["dtype"].sides == {"ref": "from_pretrained.dtype='float32'", "b": "LLM.dtype='float16'",
+                                   "c": "LLM.dtype='bfloat16'"}
+
+
+def test_rope_scaling_same_merged_dict_for_every_side():
     model = model_info(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
     _, _, v, h = args({"rope_scaling": {"type": "linear", "factor": 2.0}}, model=model)
     merged = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 2.0}
@@ -227,7 +317,7 @@ def test_no_rope_scaling_no_overrides():
 
 def test_logprobs_mode_switches_hf_source():
     _, _, v_raw, h_raw = args()
-    _, _, v_proc, h_proc = args({"vllm": {"logprobs_mode": "processed_logprobs"}})
+    _, _, v_proc, h_proc = args({"logprobs_mode": "processed_logprobs"})
     assert (v_raw.llm["logprobs_mode"], h_raw.logprobs_source) == ("raw_logprobs", "logits")
     assert (v_proc.llm["logprobs_mode"], h_proc.logprobs_source) == ("processed_logprobs", "scores")
 
@@ -240,17 +330,34 @@ def test_logprobs_zero_still_asks_for_the_chosen_token():
 def test_cpu_defaults():
     _, _, v, h = args({"vllm": {"kv_cache_gib": 2.0}}, on_gpu=False)
     assert v.llm["kv_cache_memory_bytes"] == 2 * 2**30
-    assert "gpu_memory_utilization" not in v.llm
+    assert "gpu_memory_utilization" not in v.llm and "max_cudagraph_capture_size" not in v.llm
     assert v.llm["enforce_eager"] is True
     assert h.device == "cpu"
+    assert v.env == {} and h.env == {}
 
 
 def test_gpu_defaults():
     _, _, v, h = args(on_gpu=True)
-    assert v.llm["gpu_memory_utilization"] == 0.5
+    # Unset: parity_ui.memory_plan fills each vLLM side's share from the run's sides before loading.
+    assert "gpu_memory_utilization" in v.llm and v.llm["gpu_memory_utilization"] is None
     assert "kv_cache_memory_bytes" not in v.llm
     assert v.llm["enforce_eager"] is False
     assert h.device == "cuda"
+    assert v.env == {} and h.env == {}  # auto: no CUDA_VISIBLE_DEVICES of its own
+
+
+def test_explicit_gpu_share_and_capture_size_pass_through():
+    _, _, v, _ = args({"vllm": {"gpu_memory_utilization": 0.3, "max_cudagraph_capture_size": 64}}, on_gpu=True)
+    assert v.llm["gpu_memory_utilization"] == 0.3 and v.llm["max_cudagraph_capture_size"] == 64
+    _, _, eager, _ = args({"vllm": {"enforce_eager": True, "max_cudagraph_capture_size": 64}}, on_gpu=True)
+    assert "max_cudagraph_capture_size" not in eager.llm  # no graphs to capture
+
+
+@pytest.mark.parametrize("batch_size", [1, 24, 100])
+def test_captured_cuda_graphs_cover_the_runs_batch(batch_size):
+    _, _, v, _ = args({"batch_size": batch_size}, on_gpu=True)
+    # vLLM's own default (512) or a smaller size chosen for the run: never below the batch it runs.
+    assert v.llm.get("max_cudagraph_capture_size", 512) >= batch_size
 
 
 @pytest.mark.parametrize("on_gpu", [False, True])
@@ -268,7 +375,156 @@ def test_batch_invariant_is_an_env_var():
 
 def test_pad_falls_back_to_first_eos():
     _, _, _, h = args(model=model_info(pad_token_id=None, eos_token_ids=[4]), tokenizer_eos=[])
-    assert h.generate["pad_token_id"] == 4
+    assert h.sampling["pad_token_id"] == 4
+
+
+# --- per-side options -------------------------------------------------------------------------
+
+
+def test_each_side_gets_its_own_options():
+    cfg, a = side_args({"sides": SIDE_PRESETS["eager-vs-graphs"]}, on_gpu=True)
+    assert isinstance(a["eager"], VllmArgs) and isinstance(a["graphs"], VllmArgs)
+    assert (a["eager"].llm["enforce_eager"], a["graphs"].llm["enforce_eager"]) == (True, False)
+    assert "max_cudagraph_capture_size" in a["graphs"].llm and "max_cudagraph_capture_size" not in a["eager"].llm
+    # What the sides share is the same for both.
+    assert a["eager"].sampling == a["graphs"].sampling
+    assert a["eager"].llm["dtype"] == a["graphs"].llm["dtype"]
+
+
+def test_an_override_for_one_side_leaves_the_others_alone():
+    cfg = build_config(None, ["invariant.max_num_seqs=2"], base={"sides": SIDE_PRESETS["batch-invariant"]})
+    r = resolve(model_info(), [2], True)
+    default, inv = (map_side(cfg, s, r) for s in cfg.sides)
+    assert inv.env == {"VLLM_BATCH_INVARIANT": "1"} and default.env == {}
+    assert inv.llm["max_num_seqs"] == 2 and "max_num_seqs" not in default.llm
+    rows = {row.key: row for row in mapping_table(cfg, r)}
+    assert rows["invariant.batch_invariant"].sides == {"default": "(not used)",
+                                                       "invariant": "VLLM_BATCH_INVARIANT=1"}
+    assert rows["default.batch_invariant"].value is False and rows["invariant.batch_invariant"].value is True
+
+
+def test_three_sides_map_and_table_one_column_each():
+    cfg, a = side_args({"sides": SIDE_PRESETS["three-way"]})
+    assert isinstance(a["ref"], HfArgs) and a["ref"].load["dtype"] == "float32"
+    assert a["bf16"].llm["dtype"] == a["bf16-inv"].llm["dtype"] == "bfloat16"
+    assert a["bf16-inv"].env == {"VLLM_BATCH_INVARIANT": "1"} and a["bf16"].env == {}
+    rows = mapping_table(cfg, resolve(model_info(), [2], False))
+    assert all(list(row.sides) == ["ref", "bf16", "bf16-inv"] for row in rows)
+    lines = format_table(rows).splitlines()
+    assert all(len(_cells(line)) == 6 for line in lines)  # key, value, three sides, note
+
+
+def test_fp32_logits_vllm_is_a_float32_head():
+    _, _, off, _ = args()
+    _, _, on, _ = args({"vllm": {"fp32_logits": True}})
+    assert off.fp32_logits is False and "hf_overrides" not in off.llm
+    assert on.fp32_logits is True and on.llm["hf_overrides"] == {"head_dtype": "float32"}
+    assert on.llm["dtype"] == off.llm["dtype"]  # the weights keep their dtype
+
+
+def test_fp32_logits_vllm_keeps_the_rope_override():
+    _, _, v, _ = args({"vllm": {"fp32_logits": True}, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+    merged = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 2.0}
+    assert v.llm["hf_overrides"] == {"rope_scaling": merged, "rope_parameters": merged, "head_dtype": "float32"}
+
+
+def test_fp32_logits_hf_and_the_rl_preset():
+    _, _, _, off = args()
+    assert off.fp32_logits is False
+    _, a = side_args({"dtype": "bfloat16", "sides": SIDE_PRESETS["rl-rollout"]})
+    assert a["trainer"].fp32_logits is True and a["trainer"].load["dtype"] == "float32"
+    assert a["rollout"].fp32_logits is True and a["rollout"].llm["hf_overrides"] == {"head_dtype": "float32"}
+    assert a["rollout"].llm["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("device, visible", [("auto", None), ("cuda", None), ("cuda:1", "1"), ("cuda:0,1", "0,1"),
+                                             ("cuda:2,3", "2,3")])
+def test_vllm_device_becomes_cuda_visible_devices(device, visible):
+    _, _, v, _ = args({"vllm": {"device": device}}, on_gpu=True)
+    assert v.env.get("CUDA_VISIBLE_DEVICES") == visible
+    recorded = [a.value for a in v.used.get("vllm.device", [])]
+    assert recorded == ([] if visible is None else [visible])
+
+
+@pytest.mark.parametrize("device, on_gpu, where, env", [
+    ("auto", False, "cpu", {}), ("auto", True, "cuda", {}), ("cpu", True, "cpu", {}),
+    ("cuda:1", True, "cuda:1", {}),  # one GPU: the model goes there, every GPU stays visible
+    ("cuda:0,1", True, "balanced", {"CUDA_VISIBLE_DEVICES": "0,1"}),  # spread over the side's GPUs only
+])
+def test_hf_device(device, on_gpu, where, env):
+    _, _, _, h = args({"hf": {"device": device}}, on_gpu=on_gpu)
+    assert h.device == where and h.env == env
+
+
+def test_worker_env_of_two_sides_on_different_gpus():
+    _, a = side_args({"sides": [{"name": "ref", "kind": "hf", "device": "cuda:0,1"},
+                                {"name": "b", "kind": "vllm", "device": "cuda:2", "batch_invariant": True}]},
+                     on_gpu=True)
+    assert a["ref"].env == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert a["b"].env == {"VLLM_BATCH_INVARIANT": "1", "CUDA_VISIBLE_DEVICES": "2"}
+
+
+def test_vllm_side_told_to_use_the_cpu_is_not_put_on_the_gpu():
+    try:
+        cfg = config_from_dict({"vllm": {"device": "cpu"}})
+        v = map_side(cfg, cfg.side("vllm"), resolve(model_info(), [2], True))
+    except ConfigError as e:  # refusing device=cpu for vLLM on a GPU machine would do too
+        assert e.key == "vllm.device"
+        return
+    assert "gpu_memory_utilization" not in v.llm
+    assert v.used.get("vllm.device"), "device=cpu reaches vLLM nowhere"
+
+
+def test_parallel_sizes_use_the_multiprocessing_executor():
+    _, _, one, _ = args(on_gpu=True)
+    assert one.llm["tensor_parallel_size"] == 1
+    assert "pipeline_parallel_size" not in one.llm and "distributed_executor_backend" not in one.llm
+    _, _, tp, _ = args({"vllm": {"tensor_parallel_size": 2}}, on_gpu=True)
+    assert tp.llm["tensor_parallel_size"] == 2 and tp.llm["distributed_executor_backend"] == "mp"
+    _, _, pp, _ = args({"vllm": {"pipeline_parallel_size": 2}}, on_gpu=True)
+    assert pp.llm["pipeline_parallel_size"] == 2 and pp.llm["distributed_executor_backend"] == "mp"
+
+
+def test_optional_vllm_options_are_passed_only_when_set():
+    _, _, unset, _ = args()
+    for name in ("attention_backend", "async_scheduling", "max_num_seqs", "max_model_len"):
+        assert name not in unset.llm, name  # vLLM decides
+    _, _, v, _ = args({"vllm": {"attention_backend": "TRITON_ATTN", "async_scheduling": False,
+                                "enable_prefix_caching": True, "enable_chunked_prefill": True}})
+    assert v.llm["attention_backend"] == "TRITON_ATTN"
+    assert v.llm["async_scheduling"] is False  # an explicit false is passed, not dropped
+    assert v.llm["enable_prefix_caching"] is True and v.llm["enable_chunked_prefill"] is True
+
+
+@pytest.mark.parametrize("decode, cache", [("eager", None), ("static", "static"), ("compiled", "static")])
+def test_hf_decode_paths(decode, cache):
+    _, _, _, h = args({"hf": {"decode": decode}})
+    assert h.decode == decode
+    assert h.sampling.get("cache_implementation") == cache
+    compiles = any(a.name == "torch.compile" for a in h.used["hf.decode"])
+    assert compiles is (decode == "compiled")
+
+
+def test_hf_attn_implementation_auto_is_transformers_choice():
+    _, _, _, auto = args()
+    _, _, _, sdpa = args({"hf": {"attn_implementation": "sdpa"}})
+    assert "attn_implementation" not in auto.load
+    assert sdpa.load["attn_implementation"] == "sdpa"
+
+
+def test_a_side_with_its_own_model_folder():
+    cfg = config_from_dict({"sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "b", "kind": "vllm", "model": "/models/tiny-ft"}]})
+    run_model = model_info(config_dtype="float32")
+    own = model_info(path="/models/tiny-ft", config_dtype="bfloat16", eos_token_ids=[9])
+    r = resolve(run_model, [2], False)
+    b = map_side(cfg, cfg.side("b"), r, own)
+    assert b.llm["model"] == b.llm["tokenizer"] == "/models/tiny-ft"
+    assert b.llm["dtype"] == "bfloat16"  # 'auto' read from the side's own config
+    assert b.sampling["stop_token_ids"] == [2]  # the run's EOS list: the same for every side
+    assert map_side(cfg, cfg.side("b"), r).llm["model"] == "/models/tiny"  # without it: the run's model
+    rows = {row.key: row for row in mapping_table(cfg, r, models={"b": own})}
+    assert rows["dtype"].sides == {"ref": "from_pretrained.dtype='float32'", "b": "LLM.dtype='bfloat16'"}
 
 
 # --- format_table ---------------------------------------------------------------------------
@@ -278,17 +534,24 @@ def _cells(line: str) -> list[str]:
     return re.split(r"(?<!\\)\|", line.strip())[1:-1]
 
 
-def test_format_table_is_markdown_with_one_row_per_note():
+def test_format_table_is_markdown_with_one_row_per_note_then_per_side_option():
     cfg, r, _, _ = args(EVERYTHING)
     lines = format_table(mapping_table(cfg, r)).splitlines()
-    assert _cells(lines[0])[0].strip() == "canonical key"
+    head = [c.strip() for c in _cells(lines[0])]
+    assert head == ["canonical key", "value", "hf", "vllm", "note"]
     assert set(lines[1].replace("|", "")) == {"-"}
-    body = lines[2:]
-    assert [_cells(line)[0].strip() for line in body] == list(NOTES)
+    keys = [_cells(line)[0].strip() for line in lines[2:]]
+    assert keys == list(NOTES) + side_keys()
     assert all(len(_cells(line)) == 5 for line in lines), "a cell's '|' was not escaped"
 
 
+def test_format_table_labels_name_the_columns():
+    cfg, r, _, _ = args()
+    head = _cells(format_table(mapping_table(cfg, r), labels={"hf": "HF (reference)"}).splitlines()[0])
+    assert [c.strip() for c in head] == ["canonical key", "value", "HF (reference)", "vllm", "note"]
+
+
 def test_format_table_escapes_pipes():
-    row = mapping.MappingRow(key="k", value="a|b", vllm="x|y", hf="", note="n")
+    row = mapping.MappingRow(key="k", value="a|b", sides={"a": "x|y", "b": ""}, note="n")
     line = format_table([row]).splitlines()[2]
-    assert "a\\|b" in line and len(_cells(line)) == 5
+    assert "a\\|b" in line and "x\\|y" in line and len(_cells(line)) == 5

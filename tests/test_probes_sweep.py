@@ -1,5 +1,5 @@
 """Determinism probes and setting sweeps: the pure parts on hand-built data, then both on real engines
-with one shared service (one vLLM load: the grid varies only batch_size, a runtime key)."""
+with one shared service; the sweep addresses a side's option by the side's name."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from parity_ui.prompts import PromptSpec
 from parity_ui.store import get_run, list_runs, open_db
 from parity_ui.sweep import (MAX_POINTS, Sweep, SweepPoint, grid_points, parse_grid, run_sweep,
                              summarize_sweep)
-from parity_ui.types import Comparison, ModelInfo, PromptResult, Run
+from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo
 
 PROMPT = "def main(args):"
 
@@ -38,8 +38,8 @@ def test_companions_are_longer_so_the_probed_prompt_is_padded():
 
 
 def test_parse_grid_and_points():
-    grid = parse_grid(["batch_size=1,2", "dtype=float32,bfloat16", "vllm.enforce_eager=true,false"])
-    assert grid["vllm.enforce_eager"] == [True, False] and grid["batch_size"] == [1, 2]
+    grid = parse_grid(["batch_size=1,2", "dtype=float32,bfloat16", "b.enforce_eager=true,false"])
+    assert grid["b.enforce_eager"] == [True, False] and grid["batch_size"] == [1, 2]
     points = grid_points(grid)
     assert len(points) == 8
     # the runtime key varies fastest, so consecutive points share loaded engines
@@ -51,10 +51,12 @@ def test_parse_grid_and_points():
 
 
 def _run(fd: int | None, status: str = "diverged") -> Run:
-    comp = Comparison(identical=fd is None, first_divergence=fd, compared=10, length_vllm=10, length_hf=10)
+    comp = Comparison(a="ref", b="b", identical=fd is None, first_divergence=fd, compared=10, lengths=[10, 10],
+                      explanation={"verdict": "numerical near-tie" if fd is not None else "identical"},
+                      cross_scores={"b_by_ref": {"rms_gap": 0.5 if fd is not None else 0.001}})
     return Run(id=f"r{fd}", created_utc="", model=ModelInfo(name="m", path=""), config={}, status=status,
-               prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], comparison=comp,
-                                     explanation={"verdict": "numerical near-tie" if fd is not None else "identical"})])
+               sides=[SideInfo(name="ref", kind="hf", reference=True), SideInfo(name="b", kind="vllm")],
+               prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], comparisons=[comp])])
 
 
 def test_summary_says_which_key_moves_the_divergence():
@@ -71,6 +73,7 @@ def test_summary_says_which_key_moves_the_divergence():
     assert effects["batch_size"]["moves_divergence"] is False
     assert effects["dtype"]["first_divergence_by_value"] == {"float32": [None, None], "bfloat16": [7, 7]}
     assert [p["verdict"] for p in s["points"]][2] == "numerical near-tie"
+    assert [p["cross_rms_gap"] for p in s["points"]] == [0.001, 0.001, 0.5, 0.5]
 
 
 def test_error_points_do_not_count_as_effects():
@@ -98,27 +101,28 @@ def model(tiny_llama) -> Path:
 
 
 @pytest.mark.engines
-def test_probe_counts_outputs_per_engine_and_mode(service, model):
-    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12"])
+def test_probe_counts_outputs_per_side_and_mode(service, model):
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12"], sides=["ref=hf", "b=vllm"])
     run = run_probe(service, str(model), PromptSpec(text=PROMPT), cfg, n=2, batch=3)
     assert run.status in ("ok", "diverged"), run.error
     stored = get_run(service.db, run.id)
     assert stored.kind == "probe" and stored.probes == run.probes
+    assert [s.name for s in stored.sides] == ["ref", "b"] and stored.side("b").version
     p = run.probes
     assert (p["n"], p["batch"]) == (2, 3)
-    for engine in ("vllm", "hf"):
+    for side in ("ref", "b"):
         for mode, runs in (("alone", 2), ("batched", 2), ("alone_vs_batched", 3)):
-            s = p[engine][mode]
+            s = p["sides"][side][mode]
             assert s["runs"] == runs and 1 <= s["distinct"] <= runs and sum(s["counts"]) == runs
             assert (s["distinct"] == 1) == (s["first_fork"] is None)
         # the same prompt alone, twice, on the same warm engine, in float32: the same tokens
-        assert p[engine]["alone"]["distinct"] == 1
-        assert getattr(run.prompts[0], engine).token_ids
+        assert p["sides"][side]["alone"]["distinct"] == 1
+        assert run.prompts[0].results[side].token_ids
     bi = p["batch_invariant"]
-    assert bi["supported"] == ("vllm_batch_invariant" in p)
+    assert bi["supported"] == ("b+batch_invariant" in p["sides"])
     if not service.on_gpu:
         assert not bi["supported"] and "CPU" in bi["detail"]
-    assert (run.status == "ok") == all(p[e][m]["distinct"] == 1 for e in ("vllm", "hf")
+    assert (run.status == "ok") == all(e[m]["distinct"] == 1 for e in p["sides"].values()
                                        for m in ("alone", "batched", "alone_vs_batched"))
 
 
@@ -136,3 +140,16 @@ def test_sweep_stores_one_run_per_point_in_one_group(service, model):
     fds = effect["first_divergence_by_value"]
     assert fds == {"1": [sweep.points[0].run.first_divergence], "2": [sweep.points[1].run.first_divergence]}
     assert effect["moves_divergence"] == (fds["1"] != fds["2"])
+
+
+@pytest.mark.engines
+def test_sweep_addresses_a_side_option_by_the_sides_name(service, model):
+    grid = parse_grid(["b.dtype=float32,bfloat16"])
+    sweep = run_sweep(service, str(model), PromptSpec(text=PROMPT), grid, sides=["ref=hf,dtype=float32", "b=vllm"],
+                      overrides=["max_new_tokens=64", "ignore_eos=true", "cross_score=false"])
+    assert [p.settings for p in sweep.points] == [{"b.dtype": "float32"}, {"b.dtype": "bfloat16"}]
+    assert [p.run.side("b").dtype for p in sweep.points] == ["float32", "bfloat16"]
+    assert [p.run.side("ref").dtype for p in sweep.points] == ["float32", "float32"]
+    assert sweep.points[0].run.status == "ok" and sweep.points[1].run.status == "diverged"
+    (effect,) = summarize_sweep(sweep)["effects"]
+    assert effect["key"] == "b.dtype" and effect["moves_divergence"] is True

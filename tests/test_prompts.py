@@ -207,3 +207,22 @@ def test_token_text_decodes_single_ids(tok):
 
 def test_eos_token_ids(tok):
     assert tok.eos_token_ids == [tok.tok.convert_tokens_to_ids("</s>")]
+
+
+def test_a_byte_token_shows_its_bytes_where_its_text_cannot(tok):
+    """A byte-level BPE splits a character it never saw into byte pieces that decode to U+FFFD on
+    their own: the raw bytes are what a person needs to see."""
+    ids = tok.encode(PromptSpec(text="naïve €"), chat=False).token_ids[1:]
+    pieces = [(tok.token_text(i), tok.token_raw(i), tok.token_bytes(i)) for i in ids]
+    lossy = [(t, raw) for t, raw, _ in pieces if "\ufffd" in t]
+    assert lossy, pieces  # the tiny tokenizer never saw '€' as one token
+    assert all(raw and all(c in "0123456789abcdef" for c in raw) for _, raw in lossy)
+    assert b"".join(b for _, _, b in pieces) == "naïve €".encode("utf-8")  # the bytes add up to the text
+    clean = [t for t, raw, _ in pieces if raw is None]
+    assert clean and all("\ufffd" not in t for t in clean)
+
+
+def test_sentencepiece_byte_fallback_pieces_are_read_as_bytes(tok, monkeypatch):
+    monkeypatch.setattr(tok.tok, "convert_ids_to_tokens", lambda i: {5: "<0xE2>", 6: "\u2581hi"}[i])
+    assert tok.token_bytes(5) == b"\xe2"
+    assert tok.token_bytes(6) == b" hi"

@@ -1,19 +1,27 @@
-"""The run store: migrations, a full Run round trip, error runs, history filters, run ids."""
+"""The run store: migrations (also of a database made by parity-ui 0.1), a full Run round trip,
+error runs, interrupted runs, history filters, run ids."""
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from parity_ui import store
-from parity_ui.compare import compare_streams
-from parity_ui.config import ParityConfig
-from parity_ui.store import get_run, list_runs, new_run_id, open_db, save_run
-from parity_ui.types import (
-    EngineInfo, EngineResult, EngineTimings, Finding, ModelInfo, PromptResult, Run, TokenStep, TopLogprob,
-    to_dict,
-)
+from parity_ui.compare import compare
+from parity_ui.config import ParityConfig, config_from_dict
+from parity_ui.runlog import this_owner
+from parity_ui.store import get_run, list_runs, mark_interrupted, new_run_id, open_db, save_run
+from parity_ui.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, SideTimings, TokenStep,
+                             TopLogprob, to_dict)
+
+LEGACY_DB = Path(__file__).parent / "fixtures" / "runs-v0.1.0.db"  # made by parity-ui 0.1.0 (vLLM/HF pair)
 
 
 @pytest.fixture
@@ -23,45 +31,53 @@ def db():
     d.close()
 
 
-def engine_result(engine: str, index: int, ids: list[int]) -> EngineResult:
+def side_result(side: str, index: int, ids: list[int]) -> SideResult:
     steps = [TokenStep(position=i, token_id=t, text=f"tok{t}", logprob=-0.25 * (i + 1), rank=1,
-                       top=[TopLogprob(t, -0.25 * (i + 1), f"tok{t}"), TopLogprob(t + 100, -math.inf, "é")])
+                       top=[TopLogprob(t, -0.25 * (i + 1), f"tok{t}"), TopLogprob(t + 100, -1e30, "\ufffd", "e2")],
+                       raw="e2" if t == 7 else None)
              for i, t in enumerate(ids)]
-    return EngineResult(engine=engine, prompt_index=index, token_ids=ids, steps=steps, text="".join(s.text for s in steps),
-                        finish_reason="length", timings=EngineTimings(load_s=1.5, prefill_s=0.01, total_s=0.2))
+    return SideResult(side=side, prompt_index=index, token_ids=ids, steps=steps, text="".join(s.text for s in steps),
+                      finish_reason="length", timings=SideTimings(load_s=1.5, prefill_s=0.01, total_s=0.2))
 
 
-def prompt_result(index: int, vllm_ids: list[int], hf_ids: list[int], **kw) -> PromptResult:
-    v, h = engine_result("vllm", index, vllm_ids), engine_result("hf", index, hf_ids)
+def prompt_result(index: int, sides: dict[str, list[int]], **kw) -> PromptResult:
+    results = {name: side_result(name, index, ids) for name, ids in sides.items()}
+    ref, *others = results.values()
+    comps = [compare(ref, b) for b in others]
+    for c in comps:
+        c.explanation = {"verdict": "identical" if c.identical else "near-tie", "nested": {"x": [1, None]}}
+        c.cross_scores = {f"{c.b}_by_{c.a}": {"rms_gap": 0.1, "gaps": [0.1, None]}}
     return PromptResult(index=index, prompt_text=f"<s>prompt {index}", prompt_token_ids=[1, 10 + index],
-                        vllm=v, hf=h, comparison=compare_streams(v, h), **kw)
+                        results=results, comparisons=comps, **kw)
 
 
 def full_run(run_id: str = "01FULLRUN", created: str = "2026-01-02T10:00:00.000+00:00", **kw) -> Run:
     prompts = [
-        prompt_result(0, [5, 6, 7], [5, 6, 7], explanation={"verdict": "identical", "notes": ["a", "b"]}),
-        prompt_result(1, [5, 6, 7], [5, 8, 7], messages=[{"role": "user", "content": "héllo | there"}],
-                      explanation={"verdict": "near-tie", "margin": 0.01, "nested": {"x": [1, None]}},
-                      cross_scores={"vllm_on_hf": [-0.1, -0.2]}),
+        prompt_result(0, {"ref": [5, 6, 7], "a": [5, 6, 7], "b": [5, 6, 7]}),
+        prompt_result(1, {"ref": [5, 6, 7], "a": [5, 6, 7], "b": [5, 8, 7]},
+                      messages=[{"role": "user", "content": "héllo | there"}]),
     ]
+    sides = [SideInfo(name="ref", kind="hf", reference=True, options={"dtype": "float32"}, model_path="/models/demo",
+                      version="5.0.0", device="cpu", dtype="float32", versions={"transformers": "5.0.0"},
+                      resolved={"attention": "sdpa"}, load_s=1.5),
+             SideInfo(name="a", kind="vllm", dtype="float32", device="cpu", python="/opt/old/bin/python"),
+             SideInfo(name="b", kind="vllm", dtype="bfloat16", device="cpu", resolved={"cuda_graphs": "off"})]
     base = dict(
         id=run_id, created_utc=created,
         model=ModelInfo(name="demo", path="/models/demo", architecture="LlamaForCausalLM", model_type="llama",
                         config_dtype="bfloat16", eos_token_ids=[2, 3], generation_config={"temperature": 0.6},
-                        rope_parameters={"rope_theta": 10000.0}),
-        config=ParityConfig().to_dict(), status="diverged", prompts=prompts,
-        warnings=[Finding(code="eos-mismatch", severity="warning", message="EOS differs", fix="set it")],
-        engines={"vllm": EngineInfo(name="vllm", version="0.32.0", device="cpu", dtype="float32"),
-                 "hf": EngineInfo(name="hf", version="5.0.0", device="cpu", dtype="float32",
-                                  torch_version="2.9", details={"attn": "sdpa"})},
-        versions={"parity_ui": "0.1.0"}, device="cpu", duration_ms=1234, group_id="g1",
+                        rope_parameters={"rope_theta": 10000.0}, head_dim=64),
+        config=ParityConfig().to_dict(), status="diverged", prompts=prompts, sides=sides,
+        warnings=[Finding(code="prefix-caching", severity="warning", message="on", fix="off",
+                          setting={"key": "b.enable_prefix_caching", "value": False}, side="b")],
+        versions={"parity_ui": "0.2.0"}, duration_ms=1234, group_id="g1", timings={"load": 1.5, "generate": 0.4},
     )
     return Run(**{**base, **kw})
 
 
 def error_run(run_id: str = "01ERRRUN", created: str = "2026-01-01T09:00:00.000+00:00", **kw) -> Run:
     base = dict(id=run_id, created_utc=created, model=ModelInfo(name="broken", path="/models/broken"),
-                config={"dtype": "auto"}, status="error", error="vLLM worker ran out of memory",
+                config={"dtype": "auto"}, status="error", error="side b: the engine process was killed",
                 error_code="engine")
     return Run(**{**base, **kw})
 
@@ -76,11 +92,111 @@ def test_migrations_apply_twice_safely(tmp_path):
     store.migrations.apply(db)  # again on the same connection
     db.close()
     db = open_db(path)  # and again on reopening
-    assert {"runs", "prompt_results"} <= set(db.table_names())
+    assert {"runs", "prompt_results", "side_results", "comparisons"} <= set(db.table_names())
     applied = list(db.query("SELECT name FROM _sqlite_migrations WHERE migration_set = 'parity_ui'"))
-    assert [r["name"] for r in applied] == ["m001_runs"]
-    assert get_run(db, "01FULLRUN") is not None  # the data survived
+    assert [r["name"] for r in applied] == ["m001_runs", "m002_sides", "m003_localisations", "m004_images"]
+    assert to_dict(get_run(db, "01FULLRUN")) == to_dict(full_run())  # the data survived
     db.close()
+
+
+@pytest.fixture
+def legacy(tmp_path):
+    """A copy of the database parity-ui 0.1.0 wrote (kept as a fixture), before and after opening."""
+    path = tmp_path / "runs.db"
+    shutil.copy(LEGACY_DB, path)
+    raw = sqlite3.connect(path)
+    raw.row_factory = sqlite3.Row
+    before = {
+        "runs": [dict(r) for r in raw.execute("SELECT * FROM runs ORDER BY id")],
+        "prompts": [dict(r) for r in raw.execute("SELECT * FROM prompt_results ORDER BY run_id, idx")],
+    }
+    raw.close()
+    db = open_db(path)
+    yield before, db
+    db.close()
+
+
+def test_a_database_made_by_0_1_migrates_in_place_with_nothing_lost(legacy):
+    import json
+
+    before, db = legacy
+    assert "engines_json" in before["runs"][0] and "vllm_json" in before["prompts"][0]  # really the old schema
+    assert "engines_json" not in db["runs"].columns_dict and "vllm_json" not in db["prompt_results"].columns_dict
+    runs = {r.id: r for r in (get_run(db, row["id"]) for row in before["runs"])}
+    assert len(runs) == len(before["runs"]) == 8
+    for old in before["runs"]:
+        new = runs[old["id"]]
+        assert (new.status, new.kind, new.group_id, new.model.name) == (old["status"], old["kind"], old["group_id"],
+                                                                       old["model"])
+        assert (new.error, new.first_divergence, new.duration_ms) == (old["error"], old["first_divergence"],
+                                                                      old["duration_ms"])
+        if old["engines_json"] and json.loads(old["engines_json"]):  # a run that reached the engines
+            engines = json.loads(old["engines_json"])
+            assert [s.name for s in new.sides] == ["hf", "vllm"] and new.sides[0].reference
+            assert new.side("vllm").version == engines["vllm"]["version"]
+            assert new.side("hf").dtype == engines["hf"]["dtype"]
+    for old in before["prompts"]:
+        new = runs[old["run_id"]].prompts[old["idx"]]
+        assert new.prompt_token_ids == json.loads(old["prompt_token_ids_json"])
+        for side in ("vllm", "hf"):
+            stored = json.loads(old[f"{side}_json"]) if old[f"{side}_json"] else None
+            if stored is None:
+                assert side not in new.results
+                continue
+            res = new.results[side]
+            assert res.token_ids == stored["token_ids"] and res.side == side
+            assert [s.logprob for s in res.steps] == [s["logprob"] for s in stored["steps"]]
+        if old["comparison_json"]:
+            oc = json.loads(old["comparison_json"])
+            (c,) = new.comparisons
+            assert (c.a, c.b) == ("hf", "vllm")  # the reference is HF: gaps keep their sign (vLLM - HF)
+            assert c.first_divergence == oc["first_divergence"] and c.logprob_gaps == oc["logprob_gaps"]
+            assert c.lengths == [oc["length_hf"], oc["length_vllm"]]
+            if oc["divergence"]:
+                d = oc["divergence"]
+                assert c.divergence.token_ids == [d["hf_token_id"], d["vllm_token_id"]]
+                assert c.divergence.accepted == d["accepted_by_vllm_rule"]
+            expl = json.loads(old["explanation_json"])
+            assert c.explanation["verdict"] == expl["verdict"] and c.explanation["summary"] == expl["summary"]
+            if expl.get("vllm"):
+                assert c.explanation["b"]["token_id"] == expl["vllm"]["token_id"]
+            assert c.cross_scores == json.loads(old["cross_scores_json"])
+
+
+def test_migrated_configs_load_as_sides_configs(legacy):
+    before, db = legacy
+    compare_runs = [r for r in before["runs"] if r["status"] != "error"]
+    for row in compare_runs:
+        run = get_run(db, row["id"])
+        cfg = config_from_dict(run.config)  # a migrated config is a valid config: the run can be repeated
+        assert [s.name for s in cfg.sides] == ["hf", "vllm"]
+        assert cfg.generation_config == "neutral" and cfg.logprobs_mode == "raw_logprobs"
+
+
+def test_migrated_probe_keeps_its_per_side_counts(legacy):
+    before, db = legacy
+    (row,) = [r for r in before["runs"] if r["kind"] == "probe"]
+    import json
+
+    old = json.loads(row["probes_json"])
+    probes = get_run(db, row["id"]).probes
+    assert set(probes["sides"]) == {"hf", "vllm"}
+    assert probes["sides"]["vllm"]["alone"] == old["vllm"]["alone"]
+    assert probes["sides"]["hf"]["batched"] == old["hf"]["batched"]
+
+
+def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "runs.db"
+    shutil.copy(LEGACY_DB, path)
+    monkeypatch.setattr(store, "legacy_sides", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        open_db(path)
+    raw = sqlite3.connect(path)
+    assert "engines_json" in [r[1] for r in raw.execute("PRAGMA table_info(runs)")]
+    assert {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= {"runs", "prompt_results"}
+    assert "side_results" not in {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert [r[0] for r in raw.execute("SELECT name FROM _sqlite_migrations")] == ["m001_runs"]
+    raw.close()
 
 
 # --- round trips ----------------------------------------------------------------------------
@@ -92,8 +208,10 @@ def test_full_run_round_trip(db):
     back = get_run(db, run.id)
     assert to_dict(back) == to_dict(run)
     assert back.identical is False and back.first_divergence == 1
-    assert isinstance(back.prompts[1].vllm.steps[0].top[0], TopLogprob)
-    assert back.prompts[1].comparison.divergence.hf_token_id == 8
+    assert isinstance(back.prompts[1].results["b"].steps[0].top[0], TopLogprob)
+    assert back.prompts[1].comparison("b").divergence.token_ids == [6, 8]
+    assert back.prompts[1].results["b"].steps[2].raw == "e2"
+    assert back.warnings[0].setting == {"key": "b.enable_prefix_caching", "value": False}
 
 
 def test_full_run_round_trip_on_a_file(tmp_path):
@@ -106,13 +224,22 @@ def test_full_run_round_trip_on_a_file(tmp_path):
     db.close()
 
 
+def test_one_row_per_prompt_and_side_and_per_comparison(db):
+    save_run(db, full_run())
+    rows = list(db.query("SELECT prompt_idx, side, n_tokens FROM side_results ORDER BY prompt_idx, side"))
+    assert [(r["prompt_idx"], r["side"], r["n_tokens"]) for r in rows] == [
+        (0, "a", 3), (0, "b", 3), (0, "ref", 3), (1, "a", 3), (1, "b", 3), (1, "ref", 3)]
+    comps = list(db.query("SELECT prompt_idx, a, b, identical, first_divergence FROM comparisons ORDER BY rowid"))
+    assert [tuple(r.values()) for r in comps] == [(0, "ref", "a", 1, None), (0, "ref", "b", 1, None),
+                                                  (1, "ref", "a", 1, None), (1, "ref", "b", 0, 1)]
+
+
 def test_error_run_without_prompt_results(db):
     run = error_run()
     save_run(db, run)
     back = get_run(db, run.id)
     assert to_dict(back) == to_dict(run)
     assert back.prompts == [] and back.status == "error"
-    assert (back.error, back.error_code) == ("vLLM worker ran out of memory", "engine")
     (summary,) = list_runs(db)
     assert summary.identical is None and summary.first_divergence is None and summary.n_prompts == 0
 
@@ -126,6 +253,7 @@ def test_saving_again_replaces_prompt_results(db):
     back = get_run(db, run.id)
     assert len(back.prompts) == 1 and back.status == "ok" and back.identical is True
     assert len(list_runs(db)) == 1
+    assert db.execute("SELECT count(*) FROM comparisons").fetchone()[0] == 2
 
 
 def test_get_unknown_run_is_none(db):
@@ -136,8 +264,45 @@ def test_summary_columns(db):
     save_run(db, full_run())
     (s,) = list_runs(db)
     assert (s.id, s.status, s.identical, s.first_divergence) == ("01FULLRUN", "diverged", False, 1)
-    assert (s.model, s.dtype, s.device, s.n_prompts, s.duration_ms) == ("demo", "float32", "cpu", 2, 1234)
+    assert (s.model, s.dtype, s.device, s.n_prompts, s.duration_ms) == ("demo", "float32/bfloat16", "cpu", 2, 1234)
+    assert s.sides == "ref=hf, a=vllm, b=vllm"
     assert s.prompt_excerpt == "<s>prompt 0"
+
+
+# --- interrupted runs -----------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_running_run_of_a_process_that_is_gone_becomes_interrupted(tmp_path):
+    path = tmp_path / "runs.db"
+    db = open_db(path)
+    owner = {**this_owner(), "pid": _dead_pid()}
+    save_run(db, full_run("01DEAD", status="running", owner=owner))
+    save_run(db, full_run("01LIVE", status="running", owner=this_owner()))  # this process: still running
+    save_run(db, full_run("01ELSE", status="running", owner={**owner, "host": "another-host"}))
+    db.close()
+    db = open_db(path)  # opening marks what a dead process left
+    dead = get_run(db, "01DEAD")
+    assert dead.status == "interrupted" and f"pid {owner['pid']}" in dead.error
+    assert dead.prompts[1].results["b"].token_ids == [5, 8, 7]  # what was streamed is kept
+    assert get_run(db, "01LIVE").status == "running"
+    assert get_run(db, "01ELSE").status == "running"  # another machine's run is not ours to judge
+    assert mark_interrupted(db) == []
+    assert [r.id for r in list_runs(db, status="interrupted")] == ["01DEAD"]
+    db.close()
+
+
+def test_a_reused_pid_does_not_keep_a_dead_run_alive(tmp_path):
+    db = open_db(tmp_path / "runs.db")
+    owner = {**this_owner(), "start": "0"}  # our pid, but another process's start time
+    save_run(db, full_run("01REUSED", status="running", owner=owner))
+    assert mark_interrupted(db) == ["01REUSED"]
+    db.close()
 
 
 # --- history --------------------------------------------------------------------------------
@@ -163,10 +328,11 @@ def test_list_runs_newest_first(history):
 
 
 @pytest.mark.parametrize("filters, expected", [
-    ({"search": "out of memory"}, ["01B"]),  # the error text
+    ({"search": "process was killed"}, ["01B"]),  # the error text
     ({"search": "prompt 0"}, ["01D", "01C", "01A"]),  # the prompt excerpt
     ({"search": "01C"}, ["01C"]),  # the id
     ({"search": "qwe"}, ["01C"]),  # the model
+    ({"search": "b=vllm"}, ["01D", "01C", "01A"]),  # a side
     ({"model": "demo"}, ["01D", "01A"]),
     ({"status": "error"}, ["01B"]),
     ({"status": "ok"}, ["01C"]),
@@ -197,3 +363,28 @@ def test_new_run_id_sorts_by_time(monkeypatch):
     made = [new_run_id() for _ in range(4)]
     assert made == sorted(made)
     assert len(set(made)) == 4
+
+
+def test_datasette_style_plain_sqlite_reads_every_table(tmp_path):
+    path = tmp_path / "runs.db"
+    db = open_db(path)
+    save_run(db, full_run())
+    db.close()
+    raw = sqlite3.connect(path)  # what Datasette does: plain SQL, JSON in *_json text columns
+    assert raw.execute("SELECT sides FROM runs").fetchone()[0] == "ref=hf, a=vllm, b=vllm"
+    assert raw.execute("SELECT json_extract(result_json, '$.token_ids') FROM side_results WHERE side='b' "
+                       "AND prompt_idx=1").fetchone()[0] == "[5,8,7]"
+    raw.close()
+    assert os.path.getsize(path) > 0
+
+
+def test_non_finite_numbers_are_stored_as_valid_json(db):
+    run = full_run()
+    step = run.prompts[0].results["ref"].steps[0]
+    step.logprob = -math.inf
+    run.prompts[0].comparisons[0].explanation = {"noise": math.nan}
+    save_run(db, run)
+    back = get_run(db, run.id)
+    assert back.prompts[0].results["ref"].steps[0].logprob == -1e30
+    assert back.prompts[0].comparisons[0].explanation == {"noise": None}
+    assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(result_json) = 0").fetchone()[0] == 0

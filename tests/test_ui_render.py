@@ -1,7 +1,8 @@
-"""The view code that turns a stored Run into the two token panes, the cards and the plots.
+"""The view code that turns a stored Run into token panes (one per side), the cards and the plots.
 
 Runs are built by hand here: this is code above the engines, and these tests pin what a person
-sees (which chip is marked divergent, whitespace markers, escaping), not engine behaviour.
+sees (which chip is marked divergent, whitespace and byte markers, escaping, the words of a fix),
+not engine behaviour.
 """
 from __future__ import annotations
 
@@ -14,74 +15,102 @@ import pytest
 pytest.importorskip("gradio")
 pytest.importorskip("plotly")
 
-from parity_ui.compare import compare_streams  # noqa: E402
-from parity_ui.service import RunEvent  # noqa: E402
-from parity_ui.types import EngineResult, Finding, ModelInfo, PromptResult, Run, TokenStep, TopLogprob  # noqa: E402
-from parity_ui.ui import cards, plots, tokens  # noqa: E402
+from parity_ui.compare import compare  # noqa: E402
+from parity_ui.render import cards, tokens  # noqa: E402
+from parity_ui.report import html_report  # noqa: E402
+from parity_ui.runlog import RunEvent  # noqa: E402
+from parity_ui.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep,  # noqa: E402
+                             TopLogprob)
+from parity_ui.ui import plots  # noqa: E402
 from parity_ui.ui.live import LiveRun  # noqa: E402
 from parity_ui.ui.result_view import view_parts  # noqa: E402
 
 
-def _step(pos: int, tid: int, text: str, lp: float = -0.5, alt: tuple[int, str] = (999, "alt")) -> TokenStep:
-    return TokenStep(position=pos, token_id=tid, text=text, logprob=lp, rank=1,
-                     top=[TopLogprob(tid, lp, text), TopLogprob(alt[0], lp - 0.3, alt[1])])
+def _step(pos: int, tid: int, text: str, lp: float = -0.5, alt: tuple[int, str] = (999, "alt"),
+          raw: str | None = None) -> TokenStep:
+    return TokenStep(position=pos, token_id=tid, text=text, logprob=lp, rank=1, raw=raw,
+                     top=[TopLogprob(tid, lp, text, raw), TopLogprob(alt[0], lp - 0.3, alt[1])])
 
 
-def _engine(name: str, toks: list[tuple[int, str]]) -> EngineResult:
-    steps = [_step(i, tid, text) for i, (tid, text) in enumerate(toks)]
-    return EngineResult(engine=name, prompt_index=0, token_ids=[s.token_id for s in steps], steps=steps,
-                        text="".join(s.text for s in steps), finish_reason="length")
+def _side(name: str, toks: list[tuple], index: int = 0) -> SideResult:
+    steps = [_step(i, *t) for i, t in enumerate(toks)]
+    return SideResult(side=name, prompt_index=index, token_ids=[s.token_id for s in steps], steps=steps,
+                      text="".join(s.text for s in steps), finish_reason="length")
 
 
-def _run(v: list[tuple[int, str]], h: list[tuple[int, str]], n_prompts: int = 1) -> Run:
+def _run(streams: dict[str, list[tuple]], n_prompts: int = 1) -> Run:
+    """A run whose first stream is the reference."""
     prompts = []
     for i in range(n_prompts):
-        ve, he = _engine("vllm", v), _engine("hf", h)
-        ve.prompt_index = he.prompt_index = i
-        prompts.append(PromptResult(index=i, prompt_text="hi", prompt_token_ids=[1, 2], vllm=ve, hf=he,
-                                    comparison=compare_streams(ve, he)))
+        results = {name: _side(name, toks, i) for name, toks in streams.items()}
+        ref, *others = results.values()
+        prompts.append(PromptResult(index=i, prompt_text="hi", prompt_token_ids=[1, 2], results=results,
+                                    comparisons=[compare(ref, b) for b in others]))
+    names = list(streams)
     run = Run(id="01TESTRUN", created_utc="2026-01-01T00:00:00.000+00:00", model=ModelInfo(name="demo", path="/m"),
-              config={"dtype": "bfloat16"}, status="ok", prompts=prompts)
+              config={"dtype": "bfloat16"}, status="ok", prompts=prompts,
+              sides=[SideInfo(name=n, kind="hf" if i == 0 else "vllm", reference=i == 0, dtype="bfloat16",
+                              resolved={"cuda_graphs": "off" if n != "graphs" else "on"})
+                     for i, n in enumerate(names)], versions={"parity_ui": "0.2.0"})
     run.status = "ok" if run.identical else "diverged"
     return run
 
 
 def _chips(pane_html: str) -> list[tuple[str, str]]:
     """(class, inner html) of every token chip, in order."""
-    return re.findall(r'<span class="t ([a-z ]+)">(.*?)</span>', pane_html)
+    return re.findall(r'<span class="t ([a-z ]+)">(.*?)</span>(?!</span>)', pane_html)
 
 
 def _panes(page: str) -> dict[str, str]:
-    before, after = page.split('data-engine="hf"')
-    return {"vllm": before.split('data-engine="vllm"')[1], "hf": after.split('<div class="pt-info">')[0]}
+    parts = re.split(r'<div class="pt-pane" data-side="([^"]+)">', page)
+    return {parts[i]: parts[i + 1].split('<div class="pt-info">')[0] for i in range(1, len(parts), 2)}
+
+
+def _classes(pane: str) -> list[str]:
+    return [c.split()[0] for c, _ in _chips(pane)]
 
 
 SAME = [(10, "The"), (11, " cat"), (12, " sat")]
 
 
 def test_divergent_chip_is_marked_at_the_reported_index():
-    run = _run(SAME + [(13, " on"), (14, " the")], SAME + [(15, " in"), (14, " the")])
+    run = _run({"hf": SAME + [(13, " on"), (14, " the")], "vllm": SAME + [(15, " in"), (14, " the")]})
     assert run.first_divergence == 3
     page = view_parts(run)["panes"]
-    for name, pane in _panes(page).items():
-        classes = [c for c, _ in _chips(pane)]
-        assert classes == ["m", "m", "m", "d", "a"], name
-    assert 'data-div="3"' in page
+    panes = _panes(page)
+    assert list(panes) == ["hf", "vllm"]  # the reference first
+    for name, pane in panes.items():
+        assert _classes(pane) == ["m", "m", "m", "d", "a"], name
+    assert 'data-div="3"' in page and 'data-sel="vllm"' in page
+    assert "reference" in panes["hf"].split('<div class="pt-body">')[0]
+
+
+def test_three_sides_each_marked_against_the_reference():
+    run = _run({"ref": SAME + [(13, " on")], "same": SAME + [(13, " on")], "other": SAME[:1] + [(40, " dog"), (12, " sat"), (13, " on")]})
+    parts = view_parts(run)
+    panes = _panes(parts["panes"])
+    assert list(panes) == ["ref", "same", "other"]
+    assert _classes(panes["same"]) == ["m", "m", "m", "m"]
+    assert _classes(panes["other"]) == ["m", "d", "a", "a"]
+    assert _classes(panes["ref"]) == ["m", "d", "a", "a"]  # marked against the side that diverged
+    assert parts["side"] == "other" and 'style="--n:3"' in parts["panes"]
+    picked = view_parts(run, side="same")  # the reference against the other side
+    assert _classes(_panes(picked["panes"])["ref"]) == ["m", "m", "m", "m"]
+    assert "same vs ref" in picked["logprob"].layout.title.text
 
 
 def test_identical_streams_have_no_divergence():
-    run = _run(SAME, SAME)
+    run = _run({"hf": SAME, "vllm": SAME})
     page = view_parts(run)["panes"]
     assert "data-div" not in page
-    assert all(c == "m" for pane in _panes(page).values() for c, _ in _chips(pane))
+    assert all(c == "m" for pane in _panes(page).values() for c in _classes(pane))
     assert "IDENTICAL" in view_parts(run)["summary"]
 
 
 def test_shorter_stream_marks_where_it_ended():
-    run = _run(SAME + [(13, " on")], SAME)
-    page = view_parts(run)["panes"]
-    panes = _panes(page)
-    assert [c for c, _ in _chips(panes["vllm"])] == ["m", "m", "m", "d"]
+    run = _run({"hf": SAME, "vllm": SAME + [(13, " on")]})
+    panes = _panes(view_parts(run)["panes"])
+    assert _classes(panes["vllm"]) == ["m", "m", "m", "d"]
     assert "stream ended here" in panes["hf"] and "stream ended here" not in panes["vllm"]
 
 
@@ -89,14 +118,27 @@ def test_whitespace_is_visible():
     assert tokens.visible_text(" a\tb\n") == "<i>·</i>a<i>→</i>b<i>⏎</i>"
     assert tokens.visible_text("") == "<i>∅</i>"
     assert tokens.visible_text("\x0e") == "<i>\\x0e</i>"
-    run = _run([(1, "x\n"), (2, " y")], [(1, "x\n"), (2, " y")])
+    run = _run({"hf": [(1, "x\n"), (2, " y")], "vllm": [(1, "x\n"), (2, " y")]})
     pane = _panes(view_parts(run)["panes"])["vllm"]
     assert "x<i>⏎</i></span><br>" in pane  # a newline token also breaks the line
 
 
+def test_byte_tokens_carry_their_bytes_and_a_toggle_shows_them():
+    lossy = [(10, "The"), (300, "\ufffd", -0.5, (999, "alt"), "e2"), (301, "\ufffd", -0.5, (999, "alt"), "80a2")]
+    run = _run({"hf": lossy, "vllm": lossy})
+    page = view_parts(run)["panes"]
+    assert 'class="pt-bytes-cb"' in page  # the toggle appears when there are byte tokens
+    assert '<span class="t m r"><span class="tx">\ufffd</span><b class="x">e2</b></span>' in page
+    assert '<b class="x">80 a2</b>' in page
+    blob = re.search(r'<div class="pt-json" hidden>(.*?)</div>', page, re.S).group(1)
+    assert json.loads(html.unescape(blob))["raw"] == {"300": "e2", "301": "80a2"}
+    plain = view_parts(_run({"hf": SAME, "vllm": SAME}))["panes"]
+    assert "pt-bytes-cb" not in plain
+
+
 def test_token_text_is_escaped_everywhere():
     evil = "<script>alert(1)</script>"
-    run = _run([(66, evil)], [(67, '"><img src=x onerror=alert(2)>')])
+    run = _run({"hf": [(66, evil)], "vllm": [(67, '"><img src=x onerror=alert(2)>')]})
     parts = view_parts(run)
     page = parts["panes"] + parts["summary"]
     assert "<script>" not in page and "<img" not in page
@@ -105,84 +147,119 @@ def test_token_text_is_escaped_everywhere():
     blob = re.search(r'<div class="pt-json" hidden>(.*?)</div>', page, re.S).group(1)
     data = json.loads(html.unescape(blob))
     assert data["vocab"]["66"] == evil
-    assert data["vllm"][0][0] == 66 and data["hf"][0][0] == 67
+    assert data["steps"]["hf"][0][0] == 66 and data["steps"]["vllm"][0][0] == 67
 
 
-def test_details_json_holds_both_engines_topk():
-    run = _run(SAME, SAME[:2] + [(20, " ran")])
+def test_details_json_holds_every_sides_topk():
+    run = _run({"hf": SAME, "vllm": SAME[:2] + [(20, " ran")]})
     blob = re.search(r'<div class="pt-json" hidden>(.*?)</div>', view_parts(run)["panes"], re.S).group(1)
     data = json.loads(html.unescape(blob))
-    tid, lp, rank, top = data["hf"][2]
+    assert data["sides"] == ["hf", "vllm"]
+    tid, lp, rank, top = data["steps"]["vllm"][2]
     assert (tid, rank) == (20, 1) and lp == pytest.approx(-0.5)
     assert top == [20, -0.5, 999, pytest.approx(-0.8)]
     assert data["vocab"]["999"] == "alt"
 
 
-def test_16k_tokens_per_engine_render():
+def test_16k_tokens_per_side_render():
     n = 16384
     v = [(i % 500, f" w{i % 500}") for i in range(n)]
     h = list(v)
     h[12000] = (777, " other")
-    run = _run(v, h)
+    run = _run({"hf": v, "vllm": h})
     page = view_parts(run)["panes"]
-    assert page.count('class="t ') == 2 * n
+    # Every block is there, but only those around the divergence are built on the server: the page
+    # script builds the rest from the details JSON as they scroll near (a small DOM at 16k).
     assert page.count('<div class="b"') == 2 * (n // tokens.BLOCK)
+    built = 2 * (2 * tokens.NEAR + 1) * tokens.BLOCK
+    assert page.count('class="t ') == built
+    assert page.count('data-lazy="1"') == 2 * (n // tokens.BLOCK) - 2 * (2 * tokens.NEAR + 1)
+    div_block = f'<div class="b" data-o="{12000 // tokens.BLOCK * tokens.BLOCK}">'
+    assert page.count(div_block) == 2  # the divergence's block is built in both panes
     assert 'data-div="12000"' in page
+    assert '"vocab"' in page and page.count("w499") >= 1  # what the script builds from
 
 
-def test_summary_card_states_the_divergence_and_run_link():
-    run = _run(SAME + [(13, " on")], SAME + [(15, " in")])
-    run.prompts[0].explanation = {"verdict": "numerical near-tie", "summary": "a <b>tiny</b> margin"}
-    run.warnings = [Finding(code="low-precision", severity="warning", message="bf16", fix="use float32")]
-    html_ = view_parts(run)["summary"]
-    assert "DIVERGED at token 3" in html_
+def test_short_panes_are_built_whole():
+    v = [(i % 50, f" w{i % 50}") for i in range(tokens.LAZY_OVER)]
+    page = view_parts(_run({"hf": v, "vllm": list(v)}))["panes"]
+    assert page.count('class="t ') == 2 * tokens.LAZY_OVER and "data-lazy" not in page
+
+
+def test_summary_card_states_each_divergence_the_settings_and_the_run_link():
+    run = _run({"hf": SAME + [(13, " on")], "graphs": SAME + [(15, " in")]})
+    run.prompts[0].comparisons[0].explanation = {"verdict": "numerical near-tie", "summary": "a <b>tiny</b> margin"}
+    run.warnings = [Finding(code="low-precision", severity="warning", message="bf16", fix="see if it is numerical",
+                            setting={"key": "dtype", "value": "float32"}),
+                    Finding(code="prefix-caching", severity="warning", message="on", fix="turn it off",
+                            setting={"key": "graphs.enable_prefix_caching", "value": False}, side="graphs")]
+    html_ = view_parts(run, reveal=True)["summary"]
+    assert "DIVERGED at token 3" in html_ and "<b>graphs</b> vs <b>hf</b>" in html_
     assert "numerical near-tie" in html_ and "a &lt;b&gt;tiny&lt;/b&gt; margin" in html_
-    assert "low-precision" in html_ and "use float32" in html_
-    assert 'href="?run=01TESTRUN"' in html_
+    # Fixes in the app name the control to change, never a CLI flag.
+    assert "Config tab: dtype = float32" in html_ and "--set" not in html_
+    assert "Sides panel: side graphs, option enable_prefix_caching = false" in html_
+    assert 'href="?run=01TESTRUN"' in html_ and 'data-reveal="1"' in html_
+    assert '<tr class="diff"><th>CUDA graphs</th><td>off</td><td>on</td></tr>' in html_
 
 
 def test_error_run_shows_message_and_fix():
-    run = _run(SAME, SAME)
+    run = _run({"hf": SAME, "vllm": SAME})
     run.status, run.error = "error", "model 'x/y' not found Fix: check the id"
     html_ = cards.run_summary_html(run)
     assert "ERROR" in html_ and "model &#x27;x/y&#x27; not found" in html_ and "<b>Fix:</b> check the id" in html_
 
 
+def test_interrupted_run_says_so():
+    run = _run({"hf": SAME, "vllm": SAME[:1]})
+    run.status, run.error = "interrupted", "interrupted: the process that ran it (pid 7) ended"
+    html_ = cards.run_summary_html(run)
+    assert "INTERRUPTED" in html_ and "Run interrupted" in html_ and "pid 7" in html_
+
+
 def test_plots_mark_the_divergence():
-    run = _run(SAME + [(13, " on")], SAME + [(15, " in")])
+    run = _run({"hf": SAME + [(13, " on")], "vllm": SAME + [(15, " in")]})
     p = run.prompts[0]
-    fig = plots.logprob_figure(p)
-    names = [t.name for t in fig.data]
-    assert names == ["vLLM logprob", "HF logprob", "gap vLLM − HF"]
+    c = p.comparisons[0]
+    fig = plots.logprob_figure(c, p.results["hf"], p.results["vllm"])
+    assert [t.name for t in fig.data] == ["hf logprob", "vllm logprob", "gap vllm − hf"]
     assert list(fig.data[2].y) == pytest.approx([0.0, 0.0, 0.0])  # gaps only before the divergence
     assert any(s.x0 == 3 for s in fig.layout.shapes)
-    margin = plots.margin_figure(p)
+    margin = plots.margin_figure(c, p.results["hf"], p.results["vllm"])
     assert list(margin.data[0].y) == pytest.approx([0.3] * 4)
     assert any(s.x0 == 3 for s in margin.layout.shapes)
 
 
-def test_batch_plot_has_one_bar_per_prompt():
-    run = _run(SAME + [(13, " on")], SAME + [(15, " in")], n_prompts=3)
+def test_batch_plot_has_one_bar_per_prompt_and_side():
+    run = _run({"hf": SAME + [(13, " on")], "a": SAME + [(15, " in")], "b": SAME + [(13, " on")]}, n_prompts=3)
     parts = view_parts(run, prompt_index=2)
-    assert parts["batch"] is not None
-    assert list(parts["batch"].data[0].y) == [3, 3, 3]
+    assert [t.name for t in parts["batch"].data] == ["a", "b"]
+    assert list(parts["batch"].data[0].y) == [3, 3, 3] and list(parts["batch"].data[1].y) == [4, 4, 4]
     assert "Prompt 2 of 3" in parts["summary"]
 
 
 def test_live_view_marks_divergence_as_tokens_arrive():
-    live = LiveRun(n_prompts=1, max_new_tokens=8)
-    live.feed(RunEvent("status", "loading models (warm workers are reused)"))
+    live = LiveRun(["hf", "vllm"], n_prompts=1, max_new_tokens=8)
+    live.feed(RunEvent("status", "loading hf, vllm (warm sides are reused)"))
     for i, (tid, text) in enumerate(SAME):
-        live.feed(RunEvent("token", engine="vllm", prompt_index=0, step=_step(i, tid, text)))
-    live.feed(RunEvent("token", engine="hf", prompt_index=0, step=_step(0, 10, "The")))
-    live.feed(RunEvent("token", engine="hf", prompt_index=0, step=_step(1, 42, " dog")))
-    assert "Loading" in live.progress() and "3 / 8 tokens" in live.progress()
+        live.feed(RunEvent("token", side="hf", prompt_index=0, step=_step(i, tid, text)))
+    live.feed(RunEvent("token", side="vllm", prompt_index=0, step=_step(0, 10, "The")))
+    live.feed(RunEvent("token", side="vllm", prompt_index=0, step=_step(1, 42, " dog")))
+    assert "Starting the sides" in live.progress() and "3 / 8 tokens" in live.progress()
     page = live.panes()
     assert 'data-live="1"' in page and 'data-div="1"' in page
-    assert [c for c, _ in _chips(_panes(page)["hf"])] == ["m", "d"]
+    assert _classes(_panes(page)["vllm"]) == ["m", "d"]
 
 
 def test_first_difference_waits_for_a_shorter_stream_while_live():
     assert tokens.first_difference([1, 2, 3], [1, 2], finished=False) is None
     assert tokens.first_difference([1, 2, 3], [1, 2], finished=True) == 2
     assert tokens.first_difference([1, 5], [1, 2], finished=False) == 1
+
+
+def test_static_report_is_one_self_contained_page():
+    run = _run({"hf": SAME + [(13, " on")], "vllm": SAME + [(15, " in")]})
+    page = html_report(run)
+    assert page.startswith("<!doctype html>") and "parity-ui run 01TESTRUN" in page
+    assert 'data-side="vllm"' in page and "<script>" in page and "resolved settings" in page
+    assert 'src="http' not in page and 'href="http' not in page

@@ -1,17 +1,16 @@
 """The engines. Each runs inside its own worker process (parity_ui.workers); importing this
-package imports neither torch nor vllm: `load_engine` imports the chosen backend on demand."""
+package imports neither torch nor vllm: `load_engine` imports the chosen backend on demand, from
+the "module:Class" its kind names."""
 from __future__ import annotations
 
 import importlib
 
 from .base import Engine
 
-_BACKENDS = {"vllm": "parity_ui.engines.vllm_engine:VllmEngine",
-             "hf": "parity_ui.engines.hf_engine:HfEngine"}
 
-
-def load_engine(name: str) -> Engine:
-    module, cls = _BACKENDS[name].split(":")
+def load_engine(path: str) -> Engine:
+    """`path` is a kind's engine, "parity_ui.engines.vllm_engine:VllmEngine"."""
+    module, cls = path.split(":")
     return getattr(importlib.import_module(module), cls)()
 
 

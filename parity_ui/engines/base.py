@@ -1,28 +1,54 @@
-"""The interface both engines implement, with the same method names and the same result shapes.
+"""The interface every engine implements, with the same method names and the same result shapes.
 
-Engine-native arguments never cross this boundary as loose kwargs: `load` takes the mapper's
-output for that engine, `generate` the prompt ids and the per-engine sampling arguments.
+Engines run inside a worker process, possibly under another environment's interpreter: what
+crosses the pipe is plain data (dicts and the dataclasses of parity_ui.types and of this module),
+never the mapper's own classes. Native argument names stay inside the dicts the mapper made.
 """
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..types import EngineInfo, EngineResult, EngineName, TokenStep, TopLogprob
+from ..types import EngineInfo, SideResult, TokenStep, TopLogprob
 
 StepCallback = Callable[[int, TokenStep], None]  # (prompt index, step) as tokens are made
 ShouldStop = Callable[[], bool]
 
 
 @dataclass
+class LoadRequest:
+    kind: str
+    model_path: str
+    args: dict[str, Any]  # the mapper's output for this side (VllmArgs/HfArgs as a dict)
+
+
+@dataclass
+class Problem:
+    """Something the engine cannot do with this setup, found before loading the model."""
+
+    code: str
+    message: str
+    fix: str
+    severity: str = "error"  # "error" stops the run before anything loads; "warning" is reported
+
+
+@dataclass
 class GenerateRequest:
     prompts: list[list[int]]  # token ids, already templated/tokenized ONCE by the service
-    sampling: dict[str, Any]  # the mapper's output for this engine
+    sampling: dict[str, Any]  # the mapper's output for this side
     batch_size: int = 1
     logprobs: int = 5
     stream: bool = True
+    # Image prompts: per prompt, its images as plain data ({"name", "data": bytes, "sha256"}; [] for a text
+    # prompt), the image placeholder id the ids are expanded with, and this side's resize settings.
+    images: list[list[dict[str, Any]]] | None = None
+    image_token_id: int | None = None
+    image_pixels: dict[str, int] | None = None
+
+    def images_of(self, i: int) -> list[dict[str, Any]]:
+        return (self.images or [])[i] if self.images and i < len(self.images) else []
 
 
 @dataclass
@@ -36,26 +62,87 @@ class ScoreRequest:
 
 
 @dataclass
-class LoadRequest:
-    args: Any  # VllmArgs or HfArgs
-    model_path: str
-    env: dict[str, str] = field(default_factory=dict)
+class InputCheck:
+    """What a side that tokenizes on its own (a server) must agree with before generating: each
+    prompt's text (special tokens written out) with the ids the run's tokenizer makes of exactly that
+    text, and the run's prompt ids, whose lengths the side must serve."""
+
+    texts: list[str]
+    text_ids: list[list[int]]  # the run's tokenizer on `texts`, adding no special tokens
+    ids: list[list[int]]
+    max_new_tokens: int
+
+
+class EngineFault(Exception):
+    """A failure the engine can explain: the message says what happened, the fix what to do.
+    The worker sends both to the parent as they are (no "see the log" stand-in)."""
+
+    def __init__(self, message: str, fix: str, *, fatal: bool = False):
+        super().__init__(message)
+        self.message, self.fix = message, fix
+        self.fatal = fatal  # the engine cannot serve another request: the parent stops its worker
+
+
+class CancelledByUser(Exception):
+    """The user pressed stop while the engine was busy with something long (a server starting)."""
+
+
+@dataclass
+class CaptureRequest:
+    """Layer-by-layer capture (parity_ui.layers): one teacher-forced forward pass over `ids`, keeping
+    what each decoder layer made at `positions` (indices into ids)."""
+
+    ids: list[int]
+    positions: list[int]
+    noise_eps: float | None = None  # rounding-level noise after every layer (the noise-floor run)
+    seed: int = 0
 
 
 class Engine(ABC):
-    name: EngineName
+    kind: str
+    # Set by the worker: is the run being stopped? / a line of progress for the user (long loads).
+    should_stop: ShouldStop = staticmethod(lambda: False)
+    progress: Callable[[str], None] = staticmethod(lambda message: None)
+
+    def check(self, req: LoadRequest) -> list[Problem]:
+        """What this engine, as installed here, cannot do with this setup, found without loading
+        the model (cheap: tables and tiny kernel calls). The default finds nothing."""
+        return []
 
     @abstractmethod
     def load(self, req: LoadRequest) -> EngineInfo:
         """Load the model; raises on failure (the worker reports it)."""
 
+    def check_input(self, req: InputCheck) -> list[Problem]:
+        """After load: problems with this run's prompts on this engine (a server's tokenizer or
+        length limit). Engines fed the run's token ids directly find nothing."""
+        return []
+
     @abstractmethod
-    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[EngineResult]:
+    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         """Generate for every prompt; results in prompt order. Stops early when should_stop()."""
 
     @abstractmethod
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         """One TokenStep per continuation token, scored with this engine's forward pass."""
+
+    def capture(self, req: CaptureRequest) -> dict[str, Any]:
+        """Per-layer activations at the asked positions (parity_ui.layers). Engines that cannot
+        hook their layers raise NotImplementedError with the reason."""
+        raise NotImplementedError(f"{self.kind} cannot capture layer activations")
+
+
+def same_prompt_error(what: str, expected: list[int], got: list[int], image_token_id: int | None) -> EngineFault:
+    """The engine's own expansion of an image prompt differs from the run's processor: the sides would
+    not be compared on the same input."""
+    at = next((j for j, (x, y) in enumerate(zip(expected, got)) if x != y), min(len(expected), len(got)))
+    n_exp = expected.count(image_token_id) if image_token_id is not None else "?"
+    n_got = got.count(image_token_id) if image_token_id is not None else "?"
+    return EngineFault(f"the sides did not see the same prompt: {what} made {len(got)} prompt tokens "
+                       f"({n_got} image tokens), the run's processor {len(expected)} ({n_exp} image tokens); "
+                       f"first difference at token {at}",
+                       "pass the same min_pixels/max_pixels to every side and use one processor version "
+                       "(the engine's image processor resized the image differently)")
 
 
 def clean_logprob(x: float) -> float:
@@ -67,8 +154,21 @@ def make_step(position: int, token_id: int, logprob: float | None, rank: int | N
               top: list[tuple[int, float]]) -> TokenStep:
     return TokenStep(
         position=position, token_id=int(token_id),
-        text="",  # filled by the service with ONE tokenizer, so both panes decode alike
+        text="",  # filled by the service with ONE tokenizer, so every pane decodes alike
         logprob=None if logprob is None else clean_logprob(float(logprob)),
         rank=rank,
         top=[TopLogprob(int(t), clean_logprob(float(lp)), "") for t, lp in top],
     )
+
+
+def append_step(res: SideResult, step: TokenStep, elapsed: float) -> None:
+    """Add a generated token to a result; the first one stamps the time to the first token."""
+    res.steps.append(step)
+    res.token_ids.append(step.token_id)
+    if res.timings.prefill_s is None:
+        res.timings.prefill_s = elapsed
+
+
+def result(prompt_index: int, **kw: Any) -> SideResult:
+    """A SideResult whose side name the service fills in (an engine does not know its side's name)."""
+    return SideResult(side="", prompt_index=prompt_index, **kw)

@@ -7,19 +7,74 @@ processed logprobs, to match vLLM's processed_logprobs mode).
 from __future__ import annotations
 
 import platform
+import sys
 import time
 from typing import Any
 
-from ..types import EngineInfo, EngineResult, EngineTimings, TokenStep
-from .base import Engine, GenerateRequest, LoadRequest, ScoreRequest, ShouldStop, StepCallback, make_step
+from ..types import EngineInfo, SideResult, SideTimings, TokenStep
+from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
+                   StepCallback, make_step, result)
+
+
+def _fp32_head(model: Any) -> None:
+    """Compute the logits in float32: a float32 copy of the lm_head (untied: the embedding keeps its
+    dtype) fed with the final hidden state upcast to float32."""
+    import torch
+
+    head = model.get_output_embeddings()
+    fp32 = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
+                           device=head.weight.device, dtype=torch.float32)
+    with torch.no_grad():
+        fp32.weight.copy_(head.weight.float())
+        if head.bias is not None:
+            fp32.bias.copy_(head.bias.float())
+    fp32.register_forward_pre_hook(lambda mod, args: (args[0].float(), *args[1:]))
+    model.set_output_embeddings(fp32)
+    model.config.tie_word_embeddings = False
 
 
 class HfEngine(Engine):
-    name = "hf"
+    kind = "hf"
 
     def __init__(self) -> None:
         self.model: Any = None
-        self.args: Any = None
+        self.args: dict[str, Any] = {}
+        self.model_path = ""
+        self._image_processor: Any = None
+
+    def check(self, req: LoadRequest) -> list[Problem]:
+        import torch
+        from transformers import AutoConfig
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        a = req.args
+        problems = []
+        config = AutoConfig.from_pretrained(req.model_path, trust_remote_code=a["load"]["trust_remote_code"])
+        if not a["load"]["trust_remote_code"] and config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES \
+                and not any(arch.endswith("ForConditionalGeneration") for arch in config.architectures or []):
+            problems.append(Problem("hf-unknown-architecture",
+                                    f"transformers {_version()} has no causal LM for model_type {config.model_type!r}",
+                                    "use an environment with a newer transformers (python=), or "
+                                    "trust_remote_code when the model ships its own code"))
+        device = a["device"]
+        if device.startswith("cuda"):
+            n = torch.cuda.device_count()
+            index = int(device.split(":")[1]) if ":" in device and device != "balanced" else 0
+            if n == 0:
+                problems.append(Problem("no-gpu", f"device {device} asked for, but torch {torch.__version__} sees "
+                                                  "no CUDA device", "set this side's device=cpu, or run on a GPU"))
+            elif index >= n:
+                problems.append(Problem("no-such-gpu", f"device {device} asked for, but only {n} GPU(s) are visible",
+                                        f"pick a device from cuda:0 to cuda:{n - 1}"))
+        attn = a["load"].get("attn_implementation")
+        if attn == "flash_attention_2":
+            from transformers.utils import is_flash_attn_2_available
+
+            if not is_flash_attn_2_available():
+                problems.append(Problem("attn-unavailable", "attn_implementation=flash_attention_2 but the "
+                                                            "flash_attn package is not usable here",
+                                        "use sdpa or eager, or install flash-attn in this environment"))
+        return problems
 
     def load(self, req: LoadRequest) -> EngineInfo:
         import torch
@@ -27,28 +82,74 @@ class HfEngine(Engine):
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
         a = self.args = req.args
-        config = AutoConfig.from_pretrained(req.model_path, trust_remote_code=a.load["trust_remote_code"])
-        for key, value in a.config_overrides.items():
+        config = AutoConfig.from_pretrained(req.model_path, trust_remote_code=a["load"]["trust_remote_code"])
+        for key, value in a["config_overrides"].items():
             setattr(config, key, value)
-        kwargs = {**a.load, "dtype": getattr(torch, a.load["dtype"])}
-        model = AutoModelForCausalLM.from_pretrained(req.model_path, config=config, **kwargs)
-        model.to(a.device).eval()
-        if not a.keep_model_generation_config:
+        kwargs = {**a["load"], "dtype": getattr(torch, a["load"]["dtype"])}
+        self.model_path = req.model_path
+        auto: Any = AutoModelForCausalLM
+        if getattr(config, "vision_config", None) is not None:  # a vision-language model (Qwen2-VL...)
+            from transformers import AutoModelForImageTextToText as auto
+        if a["device"] == "balanced":
+            model = auto.from_pretrained(req.model_path, config=config, device_map="balanced", **kwargs)
+        else:
+            model = auto.from_pretrained(req.model_path, config=config, **kwargs)
+            model.to(a["device"])
+        model.eval()
+        if a["fp32_logits"]:
+            _fp32_head(model)
+        if not a["keep_model_generation_config"]:
             # generate() fills every None field from model.generation_config, then from global
             # defaults. A neutral one (no sampling values, and no EOS: the mapper passes the EOS ids
             # explicitly, and ignore_eos must not get them back) keeps the model's
             # generation_config.json out of the run.
-            model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id,
-                                                       pad_token_id=config.pad_token_id)
+            text_config = getattr(config, "text_config", None)  # vision-language configs nest the LM's
+            model.generation_config = GenerationConfig(
+                bos_token_id=getattr(config, "bos_token_id", getattr(text_config, "bos_token_id", None)),
+                pad_token_id=getattr(config, "pad_token_id", getattr(text_config, "pad_token_id", None)))
         self.model = model
+        warmup_s = self._warm_up(model)
         dev = str(model.device)
         if dev.startswith("cuda"):
             dev = f"{dev} ({torch.cuda.get_device_name(model.device)})"
         else:
             dev = f"cpu ({platform.machine()})"
-        return EngineInfo(name="hf", version=transformers.__version__, device=dev,
-                          dtype=str(model.dtype).replace("torch.", ""), torch_version=torch.__version__,
-                          details={"attn_implementation": getattr(model.config, "_attn_implementation", None)})
+        head = model.get_output_embeddings()
+        device_map = getattr(model, "hf_device_map", None)
+        return EngineInfo(
+            kind="hf", version=transformers.__version__, device=dev,
+            dtype=str(model.dtype).replace("torch.", ""),
+            versions={"transformers": transformers.__version__, "torch": torch.__version__,
+                      "python": sys.version.split()[0]},
+            resolved={
+                "dtype": str(model.dtype).replace("torch.", ""),
+                "device": dev if not device_map else f"spread: {sorted(set(map(str, device_map.values())))}",
+                "attention": getattr(model.config, "_attn_implementation", None),
+                "logits_dtype": str(head.weight.dtype).replace("torch.", ""),
+                "kv_cache": "static" if a["decode"] != "eager" else "dynamic",
+                "decode": a["decode"],
+                "cuda_graphs": "off" if a["decode"] != "compiled" else "torch.compile",
+                "logprobs_mode": "processed" if a["logprobs_source"] == "scores" else "raw",
+                "generation_config": "model" if a["keep_model_generation_config"] else "neutral",
+                "engine": f"transformers {transformers.__version__}",
+                "torch": torch.__version__,
+                "python": sys.version.split()[0],
+                "warmup_s": warmup_s,
+            })
+
+    @staticmethod
+    def _warm_up(model: Any) -> float | None:
+        """One short forward pass on a GPU at load time: the CUDA context, cuBLAS handles and kernel
+        selection otherwise land in the first generate's timings (seconds), not in the load's."""
+        import torch
+
+        if model.device.type != "cuda":
+            return None
+        t = time.perf_counter()
+        with torch.inference_mode():
+            model(input_ids=torch.zeros((1, 8), dtype=torch.long, device=model.device))
+        torch.cuda.synchronize()
+        return round(time.perf_counter() - t, 3)
 
     def _steps_from_logits(self, logits: list[Any], row: int, tokens: list[int], k: int) -> list[TokenStep]:
         import torch
@@ -62,7 +163,7 @@ class HfEngine(Engine):
             steps.append(make_step(i, tid, chosen, rank, list(zip(top_i.tolist(), top_v.tolist()))))
         return steps
 
-    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[EngineResult]:
+    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         import torch
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
@@ -70,15 +171,18 @@ class HfEngine(Engine):
         a = self.args
         gen = dict(req.sampling)
         stops = set(gen.get("eos_token_id") or [])
-        results: list[EngineResult] = []
+        results: list[SideResult] = []
         k = max(req.logprobs, 1)
 
         class _Cancel(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
                 return torch.full((input_ids.shape[0],), should_stop(), dtype=torch.bool, device=input_ids.device)
 
-        for start in range(0, len(req.prompts), req.batch_size):
-            chunk = list(range(start, min(start + req.batch_size, len(req.prompts))))
+        # Image prompts go one at a time (their pixel values are per prompt).
+        batch = 1 if req.images and any(req.images) else req.batch_size
+        for start in range(0, len(req.prompts), batch):
+            chunk = list(range(start, min(start + batch, len(req.prompts))))
+            vision = self._vision_inputs(req, chunk[0]) if batch == 1 else {}
             width = max(len(req.prompts[i]) for i in chunk)
             pad = gen["pad_token_id"]
             # Left padding: every row's next token sits at the same column.
@@ -111,19 +215,22 @@ class HfEngine(Engine):
                 def end(self) -> None:
                     pass
 
-            if a.seed is not None:
-                torch.manual_seed(a.seed)
-            gc = GenerationConfig(**gen, return_dict_in_generate=True,
-                                  output_logits=a.logprobs_source == "logits",
-                                  output_scores=a.logprobs_source == "scores")
+            if a["seed"] is not None:
+                torch.manual_seed(a["seed"])
+            # transformers compiles the decode step by itself when the cache is static (on a GPU):
+            # "static" means a static cache WITHOUT compilation, "compiled" lets it compile.
+            gc = GenerationConfig(**gen, return_dict_in_generate=True, disable_compile=a["decode"] != "compiled",
+                                  output_logits=a["logprobs_source"] == "logits",
+                                  output_scores=a["logprobs_source"] == "scores")
             with torch.inference_mode():
                 out = self.model.generate(
                     input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device),
+                    **{k: v.to(self.model.device) for k, v in vision.items()},
                     generation_config=gc, streamer=_Stream(),
                     stopping_criteria=StoppingCriteriaList([_Cancel()]),
                 )
             total = time.perf_counter() - t0
-            logits = out.logits if a.logprobs_source == "logits" else out.scores
+            logits = out.logits if a["logprobs_source"] == "logits" else out.scores
             cancelled = should_stop()
             for row, i in enumerate(chunk):
                 new = out.sequences[row, width:].tolist()
@@ -136,10 +243,47 @@ class HfEngine(Engine):
                 if cancelled and reason == "length" and len(tokens) < gen["max_new_tokens"]:
                     reason = "cancelled"
                 steps = self._steps_from_logits(logits, row, tokens, k)
-                results.append(EngineResult(
-                    engine="hf", prompt_index=i, token_ids=tokens, steps=steps, finish_reason=reason,
-                    timings=EngineTimings(prefill_s=first[0], total_s=total)))
+                results.append(result(i, token_ids=tokens, steps=steps, finish_reason=reason,
+                                      timings=SideTimings(prefill_s=first[0], total_s=total)))
         return results
+
+    def _vision_inputs(self, req: GenerateRequest, i: int) -> dict[str, Any]:
+        """pixel_values and image_grid_thw of prompt i's images, made by the model's image processor with
+        this side's resize settings; checked against the image tokens in the run's ids."""
+        images = req.images_of(i)
+        if not images:
+            return {}
+        from ..images import decode_image
+
+        if self._image_processor is None:
+            from transformers import AutoImageProcessor
+
+            self._image_processor = AutoImageProcessor.from_pretrained(
+                self.model_path, trust_remote_code=self.args["load"]["trust_remote_code"])
+        ip = self._image_processor
+        px = dict(req.image_pixels or self.args.get("image_pixels") or {})
+        enc = ip(images=[decode_image(x["data"]) for x in images], return_tensors="pt", **px)
+        merge = int(getattr(ip, "merge_size", 2) or 2)
+        grid = enc["image_grid_thw"]
+        expected = int((grid.prod(-1) // (merge * merge)).sum())
+        ids = list(req.prompts[i])
+        got = ids.count(req.image_token_id)
+        if got != expected:
+            from .base import EngineFault
+
+            raise EngineFault(f"the sides did not see the same prompt: transformers' image processor made "
+                              f"{expected} image tokens for prompt {i}, the run's processor {got}",
+                              "pass the same min_pixels/max_pixels to every side and use one processor version")
+        import inspect
+
+        import torch
+
+        out = {"pixel_values": enc["pixel_values"].to(self.model.dtype), "image_grid_thw": grid}
+        if "mm_token_type_ids" in inspect.signature(self.model.forward).parameters:
+            # transformers >= 5 places the image's 3-D rope positions (mrope) from these; without them
+            # generate() silently treats the image tokens as text positions (other tokens from token 0).
+            out["mm_token_type_ids"] = torch.tensor([[int(t == req.image_token_id) for t in ids]])
+        return out
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         import torch
@@ -151,3 +295,14 @@ class HfEngine(Engine):
         # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j.
         rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
         return self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
+
+    def capture(self, req: CaptureRequest) -> dict[str, Any]:
+        from .capture import capture_hf
+
+        return capture_hf(self.model, req, getattr(self.model.config, "num_hidden_layers", None), req.noise_eps)
+
+
+def _version() -> str:
+    import transformers
+
+    return transformers.__version__

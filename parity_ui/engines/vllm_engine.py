@@ -2,27 +2,23 @@
 
 Runs only inside a worker process. The engine core is kept in this process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0): the worker is already isolated, and it starts 5-10x faster.
+Works with vLLM 0.26 (the GPU machine) and 0.32 (the CPU build); version differences are handled
+here, next to the calls they concern.
 """
 from __future__ import annotations
 
 import itertools
 import os
-import platform
+import sys
 import time
 from typing import Any
 
-from ..types import EngineInfo, EngineResult, TokenStep
-from .base import Engine, GenerateRequest, LoadRequest, ScoreRequest, ShouldStop, StepCallback, make_step
+from ..types import EngineInfo, SideResult, TokenStep
+from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
+                   StepCallback, append_step, make_step, result, same_prompt_error)
+from .vllm_support import check_vllm, device_name, engine_input, resolved_settings
 
 _ids = itertools.count()
-
-
-def _device_name() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return f"cuda:0 ({torch.cuda.get_device_name(0)})"
-    return f"cpu ({platform.machine()})"
 
 
 def _step_from_logprobs(position: int, token_id: int, entry: dict[int, Any] | None, k: int) -> TokenStep:
@@ -36,27 +32,39 @@ def _step_from_logprobs(position: int, token_id: int, entry: dict[int, Any] | No
 
 
 class VllmEngine(Engine):
-    name = "vllm"
+    kind = "vllm"
 
     def __init__(self) -> None:
         self.llm: Any = None
+        self.args: dict[str, Any] = {}
+
+    def check(self, req: LoadRequest) -> list[Problem]:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        return check_vllm(req)
 
     def load(self, req: LoadRequest) -> EngineInfo:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        os.environ.update(req.env)
         import torch
         import vllm
         from vllm import LLM
 
-        self.llm = LLM(**req.args.llm)
+        self.args = req.args
+        self.llm = LLM(**req.args["llm"])
         mc = self.llm.llm_engine.model_config
+        resolved = resolved_settings(self.llm)
+        if req.args.get("fp32_logits") and resolved.get("logits_dtype") != "float32":
+            raise RuntimeError(
+                f"fp32_logits was asked for, but vLLM {vllm.__version__} did not take head_dtype=float32 "
+                f"(its logits are {resolved.get('logits_dtype')}); this vLLM cannot compute the lm_head in float32")
+        par = self.llm.llm_engine.vllm_config.parallel_config
+        width = par.tensor_parallel_size * par.pipeline_parallel_size
+        device = device_name() if width == 1 else (
+            f"{width} GPUs (TP {par.tensor_parallel_size} x PP {par.pipeline_parallel_size}; {device_name()})")
         return EngineInfo(
-            name="vllm", version=vllm.__version__, device=_device_name(),
-            dtype=str(mc.dtype).replace("torch.", ""), torch_version=torch.__version__,
-            details={"max_model_len": mc.max_model_len,
-                     "enforce_eager": bool(req.args.llm.get("enforce_eager")),
-                     "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT") == "1"},
-        )
+            kind="vllm", version=vllm.__version__, device=device,
+            dtype=str(mc.dtype).replace("torch.", ""),
+            versions={"vllm": vllm.__version__, "torch": torch.__version__, "python": sys.version.split()[0]},
+            resolved=resolved)
 
     def _sampling(self, sampling: dict[str, Any], **extra: Any) -> Any:
         from vllm import SamplingParams
@@ -66,17 +74,18 @@ class VllmEngine(Engine):
         sp.output_kind = RequestOutputKind.DELTA  # each step brings only the new tokens
         return sp
 
-    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[EngineResult]:
+    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         engine = self.llm.llm_engine
-        results = [EngineResult(engine="vllm", prompt_index=i) for i in range(len(req.prompts))]
+        results = [result(i) for i in range(len(req.prompts))]
         for start in range(0, len(req.prompts), req.batch_size):
             chunk = range(start, min(start + req.batch_size, len(req.prompts)))
             t0 = time.perf_counter()
             rid_to_idx: dict[str, int] = {}
+            checked: set[str] = set()
             for i in chunk:
                 rid = f"parity-{next(_ids)}"
                 rid_to_idx[rid] = i
-                engine.add_request(rid, {"prompt_token_ids": req.prompts[i]}, self._sampling(req.sampling))
+                engine.add_request(rid, engine_input(engine, self._prompt(req, i)), self._sampling(req.sampling))
             while engine.has_unfinished_requests():
                 if should_stop():
                     engine.abort_request(list(rid_to_idx))
@@ -88,15 +97,18 @@ class VllmEngine(Engine):
                     i = rid_to_idx.get(out.request_id)
                     if i is None:
                         continue
+                    if req.images_of(i) and out.request_id not in checked and out.prompt_token_ids is not None:
+                        checked.add(out.request_id)
+                        if list(out.prompt_token_ids) != list(req.prompts[i]):
+                            engine.abort_request(list(rid_to_idx))
+                            raise same_prompt_error(f"vLLM's processor (prompt {i})", req.prompts[i],
+                                                    list(out.prompt_token_ids), req.image_token_id)
                     res, comp = results[i], out.outputs[0]
                     now = time.perf_counter() - t0
                     lps = comp.logprobs or [None] * len(comp.token_ids)
                     for tid, entry in zip(comp.token_ids, lps):
                         step = _step_from_logprobs(len(res.steps), tid, entry, req.logprobs)
-                        res.steps.append(step)
-                        res.token_ids.append(step.token_id)
-                        if res.timings.prefill_s is None:
-                            res.timings.prefill_s = now
+                        append_step(res, step, now)
                         if req.stream:
                             on_step(i, step)
                     if out.finished:
@@ -104,13 +116,29 @@ class VllmEngine(Engine):
                         res.timings.total_s = now
         return results
 
+    @staticmethod
+    def _prompt(req: GenerateRequest, i: int) -> Any:
+        """Token ids, or for an image prompt the ids with ONE placeholder per image (vLLM expands it
+        itself, with this side's resize settings) plus the decoded images."""
+        images = req.images_of(i)
+        if not images:
+            return req.prompts[i]
+        from ..images import decode_image
+        from ..prompts import collapse_image_runs
+
+        prompt: dict[str, Any] = {"prompt_token_ids": collapse_image_runs(list(req.prompts[i]), req.image_token_id),
+                                  "multi_modal_data": {"image": [decode_image(x["data"]) for x in images]}}
+        if req.image_pixels:
+            prompt["mm_processor_kwargs"] = dict(req.image_pixels)
+        return prompt
+
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         ids = req.prompt + req.continuation
         sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False},
                             prompt_logprobs=max(req.logprobs, 1))
         engine = self.llm.llm_engine
         rid = f"score-{next(_ids)}"
-        engine.add_request(rid, {"prompt_token_ids": ids}, sp)
+        engine.add_request(rid, engine_input(engine, ids), sp)
         prompt_lps = None
         while engine.has_unfinished_requests():
             for out in engine.step():
@@ -122,3 +150,10 @@ class VllmEngine(Engine):
         base = len(req.prompt)
         return [_step_from_logprobs(j, req.continuation[j], prompt_lps[base + j], req.logprobs)
                 for j in range(len(req.continuation))]
+
+    def capture(self, req: CaptureRequest) -> dict[str, Any]:
+        from .capture import capture_vllm
+
+        hf_config = self.llm.llm_engine.model_config.hf_config
+        text_config = getattr(hf_config, "text_config", hf_config)
+        return capture_vllm(self.llm, req, getattr(text_config, "num_hidden_layers", None), req.noise_eps)

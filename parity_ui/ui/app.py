@@ -1,25 +1,27 @@
 """The Gradio app: build every tab, then wire every event; `main` parses flags and launches.
 
-One ParityService per process (in a ServiceRunner): the engines are shared by every browser session
-(the GPU is one), and runs queue on the gradio event with concurrency 1. Per-session data lives in
-gr.State.
+One ParityService per process (in a ServiceRunner): the sides' engines are shared by every browser
+session (the GPU is one), and runs queue on the gradio event with concurrency 1. Per-session data
+lives in gr.State.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import sys
 from typing import Any
 
 import gradio as gr
 
-from .assets import CSS, JS
+from ..render.assets import CSS, JS
 from .compare_tab import CompareTab, RunGate
 from .config_tab import ConfigTab
 from .history_tab import HistoryTab
 from .runner import ServiceRunner
 
-TITLE = "parity-ui: vLLM vs HF transformers, token by token"
+TITLE = "parity-ui: engine setups side by side, token by token"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def create_app(service: ServiceRunner) -> gr.Blocks:
@@ -27,19 +29,28 @@ def create_app(service: ServiceRunner) -> gr.Blocks:
     config = ConfigTab(service)
     history = HistoryTab(service)
     with gr.Blocks(title=TITLE) as app:
-        gr.Markdown(f"## {TITLE}\nRun the same prompt through both engines with the same canonical config "
-                    "and see the first token where they disagree.")
+        gr.Markdown(f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
+                    "versions or checkpoints) with one canonical config, and see the first token where a side "
+                    "leaves the reference.")
         with gr.Tabs() as tabs:
             compare.create_ui()
             config.create_ui()
             history.create_ui()
         compare.create_event_handlers(cfg_yaml=config.yaml)
         config.create_event_handlers(model=compare.model, trust=compare.trust, summary=compare.config_line)
+        validate = [config.yaml, compare.model, compare.trust]
+        checked = [config.error, compare.config_line, config.mapping, *config.field_list]
+
+        def after_yaml(event: Any) -> None:
+            event.then(config.yaml_changed, validate, checked, api_name=False, show_progress="hidden")
+
+        compare.sides.create_event_handlers(config.yaml, after_yaml)
+        for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
+            event.then(compare.sides.from_yaml, [config.yaml], compare.sides.shown, api_name=False)
         history.create_event_handlers(tabs=tabs, app=app)
         app.load(compare.initial, [compare.model, compare.trust, compare.prompt, config.yaml],
                  [compare.model_info, compare.prompt_info], api_name=False)
-        app.load(config.yaml_changed, [config.yaml, compare.model, compare.trust],
-                 [config.error, compare.config_line, config.mapping, *config.field_list], api_name=False)
+        app.load(config.yaml_changed, validate, checked, api_name=False)
     app.queue(default_concurrency_limit=4)
     return app
 
@@ -49,14 +60,36 @@ def launch_kwargs() -> dict[str, Any]:
     return {"css": CSS, "head": JS, "max_file_size": "50mb", "footer_links": ["api"]}
 
 
+def parse_auth(value: str | None) -> tuple[str, str] | None:
+    """`USER:PASSWORD` -> (user, password). Raises ValueError naming the problem."""
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise ValueError("--auth (or PARITY_AUTH) must be USER:PASSWORD, both non-empty")
+    return user, password
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="The parity-ui web app (vLLM vs HF transformers).")
+    ap = argparse.ArgumentParser(description="The parity-ui web app.")
     ap.add_argument("--host", default=os.environ.get("PARITY_HOST", "127.0.0.1"),
                     help="address to bind (default 127.0.0.1: this machine only)")
     ap.add_argument("--port", type=int, default=int(os.environ.get("PARITY_PORT", "7860")),
                     help="port (default $PARITY_PORT or 7860)")
     ap.add_argument("--db", default=None, help="run database (default $PARITY_DB or ./runs.db)")
+    ap.add_argument("--auth", default=None, metavar="USER:PASSWORD",
+                    help="require this login (Gradio's own authentication); default $PARITY_AUTH. Use it whenever "
+                         "--host is not 127.0.0.1")
     return ap.parse_args(argv)
+
+
+def bind_warning(host: str, auth: tuple[str, str] | None) -> str | None:
+    """The warning printed when the app is reachable from other machines without a login."""
+    if host in LOCAL_HOSTS or auth is not None:
+        return None
+    return (f"parity-ui: WARNING: serving on {host} without a login: anyone who can reach this machine can run "
+            "models on it and read every stored run. Add --auth USER:PASSWORD (or set PARITY_AUTH), and use it on "
+            "a trusted network only.")
 
 
 def warm_up(service: ServiceRunner) -> None:
@@ -77,10 +110,20 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    try:
+        auth = parse_auth(args.auth or os.environ.get("PARITY_AUTH"))
+    except ValueError as e:
+        sys.exit(f"parity-ui: error: {e}")
+    warning = bind_warning(args.host, auth)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
     service = ServiceRunner(args.db)
     warm_up(service)
     try:
-        create_app(service).launch(server_name=args.host, server_port=args.port, **launch_kwargs())
+        create_app(service).launch(server_name=args.host, server_port=args.port, auth=auth,
+                                   auth_message="parity-ui: log in with the user and password the host set "
+                                                "(--auth / PARITY_AUTH)" if auth else None,
+                                   **launch_kwargs())
     finally:
         service.close()

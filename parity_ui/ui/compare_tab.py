@@ -1,4 +1,4 @@
-"""Compare tab: pick a model, give prompts, run both engines with live token streams.
+"""Compare tab: pick a model and the sides, give prompts, run every side with live token streams.
 
 The run itself is the service's: `service.run` runs in a worker thread, its RunEvents come back
 through a queue, and the handler yields the live view at most every THROTTLE_S seconds.
@@ -18,14 +18,16 @@ import gradio as gr
 from ..config import ParityConfig
 from ..demo_model import DEMO_LABEL, DEMO_NAME
 from ..errors import ConfigError, ParityError, PromptError
+from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..models import local_models
+from ..prepare import RunRequest, max_context
 from ..prompts import MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, tokenizer_for
-from ..service import RunRequest, max_context
+from ..render import cards
 from ..types import Run
-from . import cards
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun
 from .result_view import ResultView
+from .sides_panel import SidesPanel
 
 THROTTLE_S = 0.2
 DEFAULT_PROMPT = "Give me a brief explanation of gravity in simple terms."
@@ -68,19 +70,57 @@ def model_choices() -> list[tuple[str, str]]:
     return [(DEMO_LABEL, DEMO_NAME)] + [(m, m) for m in local_models()]
 
 
-def _specs(prompt: str, file_prompts: list[dict] | None) -> list[PromptSpec]:
+def _specs(prompt: str, file_prompts: list[dict] | None, images: list[str] | None = None) -> list[PromptSpec]:
     if file_prompts:
+        if images:
+            raise PromptError("images were uploaded next to the prompt, and a prompt file is in use",
+                              "name the images in the .jsonl file, or press 'Use the text box'")
         return [PromptSpec(**d) for d in file_prompts]
     if not prompt or not prompt.strip():
         raise PromptError("the prompt is empty", "type a prompt or upload a .txt/.jsonl file")
-    return [PromptSpec(text=prompt)]
+    return [PromptSpec(text=prompt, images=read_images(images))]
+
+
+def _image_prompt_tokens(info: Any, trust: bool, cfg: ParityConfig, spec: PromptSpec) -> int:
+    """An image prompt's length as the reference side will see it (image tokens included)."""
+    if not info.vision:
+        raise PromptError(f"images were given, but {info.name} is a text-only model",
+                          "pick a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), or drop the images")
+    from ..prompts import vision_for
+
+    v = vision_for(info.path, trust)
+    px = {"min_pixels": cfg.image_min_pixels or v.min_pixels, "max_pixels": cfg.image_max_pixels or v.max_pixels}
+    return len(v.encode(spec, px).token_ids)
+
+
+def _paths(files: Any) -> list[str]:
+    """gr.File values (paths, or objects with .name) as paths."""
+    if not files:
+        return []
+    files = files if isinstance(files, list) else [files]
+    return [f if isinstance(f, str) else getattr(f, "name", str(f)) for f in files]
+
+
+def read_images(files: Any) -> list[Any]:
+    """The uploaded images, checked (type, size, pixels, decodable): PromptError naming the file."""
+    paths = _paths(files)
+    if len(paths) > MAX_IMAGES_PER_PROMPT:
+        raise PromptError(f"{len(paths)} images were uploaded; a prompt takes at most {MAX_IMAGES_PER_PROMPT}",
+                          "remove some images")
+    out = []
+    for path in paths:
+        img = read_image(path)
+        img.name = os.path.basename(path)  # not the upload's temporary folder
+        out.append(img)
+    return out
 
 
 class CompareTab:
     def __init__(self, service: Any, gate: RunGate):
         self.service = service
         self.gate = gate
-        self.view = ResultView("cmp")
+        self.view = ResultView("cmp", localisations=self._localisations, images=self._image)
+        self.sides = SidesPanel()
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -91,6 +131,7 @@ class CompareTab:
                     self._render_prompt()
                 with gr.Column(scale=2):
                     self._render_model()
+            self.sides.create_ui()
             self._render_run()
             self.view.create_ui()
 
@@ -112,12 +153,16 @@ class CompareTab:
                                                elem_id="prompt-file", scale=2)
             self.clear_file_btn = gr.Button("Use the text box", size="sm", scale=1, visible=False)
             self.prompt_info = gr.HTML(elem_id="prompt-count", container=False)
+        self.images = gr.File(label=f"Images for the prompt (vision-language models; at most {MAX_IMAGES_PER_PROMPT}, "
+                                    f"{MAX_IMAGE_BYTES // 2**20} MiB each)", file_count="multiple",
+                              file_types=list(IMAGE_TYPES), type="filepath", elem_id="prompt-images", height=120)
+        self.image_info = gr.HTML(elem_id="image-info", container=False)
         self.file_prompts = gr.State(None)
         self.config_line = gr.HTML(config_summary_html(config_from_text(default_yaml())), elem_id="config-line")
 
     def _render_run(self) -> None:
         with gr.Row():
-            self.run_btn = gr.Button("Run both engines", variant="primary", elem_id="run-btn", scale=3)
+            self.run_btn = gr.Button("Run every side", variant="primary", elem_id="run-btn", scale=3)
             self.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1)
         self.stop_note = gr.HTML(elem_id="stop-note")
         self.progress = gr.HTML(elem_id="progress")
@@ -140,7 +185,8 @@ class CompareTab:
             specs = _specs(prompt, file_prompts)
             info = self.service.describe(model or DEMO_NAME, bool(trust))
             tok = tokenizer_for(info.path, bool(trust))
-            counts = [tok.count(s, cfg.chat) for s in specs]
+            counts = [tok.count(s, cfg.chat) if not s.images else _image_prompt_tokens(info, bool(trust), cfg, s)
+                      for s in specs]
         except ConfigError:
             return ""  # the config line under the prompt already names the problem
         except ParityError as e:
@@ -180,30 +226,43 @@ class CompareTab:
                 specs = parse_prompt_bytes(fh.read(), name)
         except ParityError as e:
             return None, gr.Button(visible=False), cards.error_html(e.message, e.fix, "Prompt file refused")
-        data = [{"text": s.text, "messages": s.messages} for s in specs]
+        data = [{"text": s.text, "messages": s.messages, "images": s.images} for s in specs]
         return data, gr.Button(visible=True), cards.notice_html(
             f"{len(specs)} prompt(s) from {name} run instead of the text box.")
+
+    def check_images(self, files: Any) -> str:
+        """As soon as images are uploaded: each one checked, its size shown, or why it is refused."""
+        if not files:
+            return ""
+        try:
+            images = read_images(files)
+        except ParityError as e:
+            return cards.error_html(e.message, e.fix, "Image refused")
+        return cards.notice_html("; ".join(f"{i.name}: {i.width} x {i.height} {i.format}" for i in images)
+                                 + " (the model's processor resizes them; see the findings after the run)")
 
     def clear_file(self) -> tuple[None, Any, str]:
         return None, gr.Button(visible=False), ""
 
     def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
-            request: gr.Request) -> Iterator[tuple]:
-        """Run both engines; yields (progress, *view outputs, run id) as tokens arrive."""
+            images: Any = None, request: gr.Request = None) -> Iterator[tuple]:
+        """Run every side; yields (progress, *view outputs, run id) as tokens arrive."""
         model = model or DEMO_NAME
         try:
-            specs = _specs(prompt, file_prompts)
+            specs = _specs(prompt, file_prompts, images)
             cfg = config_from_text(cfg_text)
         except ParityError as e:
-            specs = [PromptSpec(text=prompt or "")] if not file_prompts else [PromptSpec(**d) for d in file_prompts]
+            names = "".join(f" [image {os.path.basename(p)}]" for p in _paths(images))
+            specs = [PromptSpec(text=(prompt or "") + names)] if not file_prompts else \
+                [PromptSpec(**d) for d in file_prompts]
             failed = self.service.record_failure(model, specs, {"yaml": cfg_text}, e)
-            yield ("", *self.view.values(failed), failed.id)
+            yield ("", *self.view.values(failed, reveal=True), failed.id)
             return
         session = request.session_hash if request is not None else "api"
         events: queue.Queue = queue.Queue()
         req = RunRequest(model=model, prompts=specs, config=cfg, trust_remote_code=bool(trust))
         worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-run")
-        live = LiveRun(len(specs), cfg.max_new_tokens)
+        live = LiveRun([side.name for side in cfg.sides], len(specs), cfg.max_new_tokens)
         self.gate.begin(session)
         try:
             worker.start()
@@ -220,8 +279,9 @@ class CompareTab:
 
     def _stream(self, live: LiveRun, events: queue.Queue) -> Iterator[tuple]:
         hidden = gr.Plot(visible=False, value=None)
-        yield (live.progress(), "", gr.Dropdown(visible=False), "", hidden, hidden, hidden, gr.skip())
-        keep = (gr.skip(),) * 3
+        yield (live.progress(), "", gr.Dropdown(visible=False), gr.Dropdown(visible=False), "", hidden, hidden,
+               hidden, *self.view.layer_values(None, 0), gr.skip())
+        keep = (gr.skip(),) * 6
         last = time.monotonic()
         while True:
             try:
@@ -229,7 +289,7 @@ class CompareTab:
             except queue.Empty:
                 item = None
             if isinstance(item, Run):
-                yield ("", *self.view.values(item), item.id)
+                yield ("", *self.view.values(item, reveal=True), item.id)
                 return
             if isinstance(item, BaseException):
                 yield ("", *self.view.error_values(f"internal error: {type(item).__name__}: {item}",
@@ -241,7 +301,7 @@ class CompareTab:
                     self.gate.reassert()
             if time.monotonic() - last >= THROTTLE_S:
                 last = time.monotonic()
-                yield (live.progress(), gr.skip(), gr.skip(), live.panes(), *keep, gr.skip())
+                yield (live.progress(), gr.skip(), gr.skip(), gr.skip(), live.panes(), *keep, gr.skip())
 
     def clear_note(self) -> str:
         return ""
@@ -271,19 +331,34 @@ class CompareTab:
         self.clear_file_btn.click(self.clear_file, None, file_outputs, api_name=False).then(
             self.count_tokens, count_inputs, self.prompt_info, api_name=False, show_progress="hidden")
         # One run at a time on the engines; every other click waits in gradio's queue.
-        self.run_btn.click(self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml],
+        self.images.change(self.check_images, [self.images], self.image_info, api_name=False,
+                           show_progress="hidden")
+        self.run_btn.click(self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images],
                            [self.progress, *self.view.outputs, self.run_id], api_name="run",
                            concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
         self.run_btn.click(self.clear_note, None, self.stop_note, api_name=False, queue=False)
-        self.view.prompt_pick.input(self.switch_prompt, [self.run_id, self.view.prompt_pick], self.view.outputs,
-                                    api_name=False)
+        picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
+        self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
+        self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
+        self.view.wire_layers(self.service, picks)
 
-    def switch_prompt(self, run_id: str | None, index: int | None) -> tuple:
+    def _image(self, sha256: str) -> Any:
+        from ..store import image_bytes
+
+        return image_bytes(self.service.db, sha256)
+
+    def _localisations(self, run_id: str) -> list[Any]:
+        from ..store import localisations_of
+
+        return localisations_of(self.service.db, run_id)
+
+    def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> tuple:
+        """Another prompt of the batch, or another side against the reference."""
         from ..store import get_run
 
         run = get_run(self.service.db, run_id) if run_id else None
-        return self.view.values(run, int(index or 0))
+        return self.view.values(run, int(index or 0), side)
 
     def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> tuple[str, str]:
         return self.describe(model, trust), self.count_tokens(model, trust, prompt, None, cfg_text)

@@ -13,9 +13,10 @@ from typing import Any
 import gradio as gr
 import yaml
 
-from ..config import DTYPES, PRESETS, ParityConfig, config_from_dict, parse_config_text
+from ..config import PRESETS, ParityConfig, config_from_dict, parse_config_text
 from ..errors import ConfigError, ParityError
-from . import cards
+from ..kinds import DTYPES
+from ..render import cards
 
 MAX_CONFIG_BYTES = 1 * 2**20
 CONFIG_FILE_TYPES = (".yaml", ".yml", ".json")
@@ -24,7 +25,7 @@ APP_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "chat": True}
 
 # key -> (label, default info line). Order is the form's order.
 FORM_KEYS: dict[str, tuple[str, str]] = {
-    "dtype": ("dtype", "weights dtype for both engines; 'auto' = the model's own"),
+    "dtype": ("dtype", "weights dtype of every side (a side's own dtype option wins); 'auto' = the model's own"),
     "max_new_tokens": ("max_new_tokens", "tokens generated after the prompt"),
     "temperature": ("temperature", "0 = greedy (the only setting where streams can match exactly)"),
     "top_p": ("top_p", "nucleus sampling; 1 = off"),
@@ -52,7 +53,8 @@ def preset_yaml(name: str) -> str:
 
 def config_summary_html(cfg: ParityConfig) -> str:
     mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
-    parts = [f"dtype <b>{cfg.dtype}</b>", mode, f"max_new_tokens {cfg.max_new_tokens}",
+    sides = " vs ".join(html.escape(s.describe()) for s in cfg.sides)
+    parts = [f"sides <b>{sides}</b>", f"dtype <b>{cfg.dtype}</b>", mode, f"max_new_tokens {cfg.max_new_tokens}",
              f"chat template {'on' if cfg.chat else 'off'}", f"top-{cfg.logprobs} logprobs"]
     if cfg.max_model_len:
         parts.append(f"max_model_len {cfg.max_model_len}")
@@ -60,11 +62,13 @@ def config_summary_html(cfg: ParityConfig) -> str:
 
 
 def mapping_html(rows: list[Any]) -> str:
-    head = "<tr><th>canonical key</th><th>value</th><th>vLLM gets</th><th>HF gets</th><th>note</th></tr>"
+    names = list(rows[0].sides) if rows else []
+    head = ("<tr><th>canonical key</th><th>value</th>" + "".join(f"<th>{html.escape(n)} gets</th>" for n in names)
+            + "<th>note</th></tr>")
     body = "".join(
         f"<tr><td><code>{html.escape(r.key)}</code></td><td><code>{html.escape(repr(r.value))}</code></td>"
-        f"<td>{html.escape(r.vllm)}</td><td>{html.escape(r.hf)}</td><td>{html.escape(r.note)}</td></tr>"
-        for r in rows)
+        + "".join(f"<td>{html.escape(r.sides[n])}</td>" for n in names)
+        + f"<td>{html.escape(r.note)}</td></tr>" for r in rows)
     return f'<table class="pc-mapping">{head}{body}</table>'
 
 
@@ -233,10 +237,13 @@ class ConfigTab:
         for comp in self.field_list:
             comp.input(self.form_changed, [self.yaml, *ctx, *self.field_list], [self.yaml, *checked],
                        api_name=False, trigger_mode="always_last", show_progress="hidden")
-        self.apply_preset_btn.click(self.apply_preset, [self.preset, *ctx], [self.yaml, *checked],
-                                    api_name="apply_preset")
-        self.reset_btn.click(self.reset, ctx, [self.yaml, self.preset, *checked], api_name="reset_config")
-        self.load_file.upload(self.load, [self.load_file, *ctx], [self.yaml, *checked], api_name="load_config")
+        # The events that rewrite the YAML wholesale: the app redraws the Sides panel after them.
+        self.yaml_rewrites = [
+            self.apply_preset_btn.click(self.apply_preset, [self.preset, *ctx], [self.yaml, *checked],
+                                        api_name="apply_preset"),
+            self.reset_btn.click(self.reset, ctx, [self.yaml, self.preset, *checked], api_name="reset_config"),
+            self.load_file.upload(self.load, [self.load_file, *ctx], [self.yaml, *checked], api_name="load_config"),
+        ]
         self.save_btn.click(self.save, [self.yaml], [self.saved], api_name="save_config")
         for comp in (model, trust):
             comp.change(self.yaml_changed, [self.yaml, *ctx], checked, api_name=False, show_progress="hidden")

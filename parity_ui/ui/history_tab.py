@@ -11,20 +11,20 @@ from typing import Any
 
 import gradio as gr
 
-from ..store import distinct_models, get_run, list_runs
+from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
 from .result_view import ResultView
 
-STATUSES = ["ok", "diverged", "error", "cancelled"]
+STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
 PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
-COLUMNS = ["id", "time (UTC)", "model", "dtype", "status", "result", "prompt"]
+COLUMNS = ["id", "time (UTC)", "model", "sides (reference first)", "dtype", "status", "result", "prompt"]
 _RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
 
 
 def _result(r: Any) -> str:
     if r.status == "error":
         return "error: " + (r.error or "")[:80]
-    if r.status == "cancelled":
-        return "cancelled"
+    if r.status in ("cancelled", "interrupted", "running"):
+        return r.status
     if r.identical:
         return "identical"
     return f"diverged at token {r.first_divergence}"
@@ -36,14 +36,15 @@ def history_rows(db: Any, search: str = "", model: str | None = None, status: st
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
     runs = list_runs(db, search=search or None, model=model or None, status=status or None, since=since,
                      limit=limit)
-    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.dtype or "", r.status, _result(r),
+    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status, _result(r),
              r.prompt_excerpt] for r in runs]
 
 
 class HistoryTab:
     def __init__(self, service: Any):
         self.service = service
-        self.view = ResultView("hist")
+        self.view = ResultView("hist", localisations=lambda run_id: localisations_of(self.db, run_id),
+                               images=lambda sha: image_bytes(self.db, sha))
 
     @property
     def db(self) -> Any:
@@ -52,7 +53,7 @@ class HistoryTab:
     def create_ui(self) -> None:
         with gr.Tab("History", id="history") as self.tab:
             with gr.Row():
-                self.search = gr.Textbox(label="Search", placeholder="id, model, prompt or error text", scale=3,
+                self.search = gr.Textbox(label="Search", placeholder="id, model, side, prompt or error text", scale=3,
                                          elem_id="hist-search")
                 self.model = gr.Dropdown(label="Model", choices=[], value=None, scale=2)
                 self.status = gr.Dropdown(label="Status", choices=STATUSES, value=None, scale=1)
@@ -65,6 +66,7 @@ class HistoryTab:
                                          placeholder="click a row above, or paste an id")
                 self.open_btn = gr.Button("Open run", scale=1, elem_id="hist-open")
                 self.export_btn = gr.Button("Export as JSON", scale=1, elem_id="hist-export")
+                self.report_btn = gr.Button("HTML report", scale=1, elem_id="hist-report")
                 self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
             self.view.create_ui()
 
@@ -92,18 +94,32 @@ class HistoryTab:
                                           "pick one from the table, or check the link")
         return self.view.values(run)
 
-    def switch_prompt(self, run_id: str, index: int | None) -> tuple:
+    def switch_view(self, run_id: str, index: int | None, side: str | None) -> tuple:
         run = get_run(self.db, (run_id or "").strip())
-        return self.view.values(run, int(index or 0))
+        return self.view.values(run, int(index or 0), side)
 
-    def export(self, run_id: str) -> Any:
-        from ..cli import run_json
-
-        run = get_run(self.db, (run_id or "").strip()) if _RUN_ID.match((run_id or "").strip()) else None
+    def _stored(self, run_id: str) -> Any:
+        run_id = (run_id or "").strip()
+        run = get_run(self.db, run_id) if _RUN_ID.match(run_id) else None
         if run is None:
             raise gr.Error("Open a stored run first: no run with that id.")
+        return run
+
+    def export(self, run_id: str) -> Any:
+        from ..report import run_json
+
+        run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-export-")) / f"parity-run-{run.id}.json"
         out.write_text(json.dumps(run_json(run), indent=2), encoding="utf-8")
+        return gr.File(value=str(out), visible=True)
+
+    def report(self, run_id: str) -> Any:
+        from ..report import html_report
+
+        run = self._stored(run_id)
+        out = Path(tempfile.mkdtemp(prefix="parity-report-")) / f"parity-run-{run.id}.html"
+        out.write_text(html_report(run, localisations_of(self.db, run.id), lambda sha: image_bytes(self.db, sha)),
+                       encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
     def from_url(self, request: gr.Request) -> tuple:
@@ -128,6 +144,9 @@ class HistoryTab:
         self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run")
         self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False)
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
-        self.view.prompt_pick.input(self.switch_prompt, [self.run_id, self.view.prompt_pick], self.view.outputs,
-                                    api_name=False)
+        self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
+        picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
+        self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
+        self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
+        self.view.wire_layers(self.service, picks)
         app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)

@@ -1,15 +1,16 @@
-"""Plotly figures for a stored run. Pure functions: a PromptResult or Run in, a Figure out."""
+"""Plotly figures for a stored run. Pure functions: a comparison and its two sides' results in, a
+Figure out."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..types import EngineResult, PromptResult, Run
+from ..types import Comparison, Localisation, Run, SideResult
 
-VLLM_COLOR, HF_COLOR, DIV_COLOR = "#2563eb", "#ea580c", "#dc2626"
+REF_COLOR, SIDE_COLOR, DIV_COLOR = "#ea580c", "#2563eb", "#dc2626"
 
 
-def _steps(r: EngineResult | None) -> list:
+def _steps(r: SideResult | None) -> list:
     return r.steps if r is not None else []
 
 
@@ -34,26 +35,25 @@ def _line(x: list, y: list, name: str, color: str, **kw) -> go.Scattergl:
                         line={"color": color, "width": 1.5}, marker={"size": 4}, **kw)
 
 
-def logprob_figure(p: PromptResult) -> go.Figure:
-    """Chosen-token logprob of both engines per position (top) and their gap vLLM - HF (bottom,
-    only where both chose the same token: after the divergence the contexts differ)."""
+def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) -> go.Figure:
+    """Chosen-token logprob of both sides per position (top) and their gap b - a (bottom, only where
+    both chose the same token: after the divergence the contexts differ)."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4])
-    for r, name, color in ((p.vllm, "vLLM", VLLM_COLOR), (p.hf, "HF", HF_COLOR)):
+    for r, name, color in ((a, c.a, REF_COLOR), (b, c.b, SIDE_COLOR)):
         steps = _steps(r)
         fig.add_trace(_line([s.position for s in steps], [s.logprob for s in steps], f"{name} logprob", color),
                       row=1, col=1)
-    gaps = p.comparison.logprob_gaps if p.comparison else []
-    fig.add_trace(go.Bar(x=list(range(len(gaps))), y=gaps, name="gap vLLM − HF", marker_color="#64748b"),
+    gaps = c.logprob_gaps
+    fig.add_trace(go.Bar(x=list(range(len(gaps))), y=gaps, name=f"gap {c.b} − {c.a}", marker_color="#64748b"),
                   row=2, col=1)
-    div = p.comparison.first_divergence if p.comparison else None
-    _mark_divergence(fig, div)
+    _mark_divergence(fig, c.first_divergence)
     fig.update_yaxes(title_text="logprob", row=1, col=1)
     fig.update_yaxes(title_text="gap", row=2, col=1)
     fig.update_xaxes(title_text="generated token position", row=2, col=1)
-    return _layout(fig, "Chosen-token logprob per position", 420)
+    return _layout(fig, f"Chosen-token logprob per position: {c.b} vs {c.a}", 420)
 
 
-def _margins(r: EngineResult | None) -> tuple[list[int], list[float]]:
+def _margins(r: SideResult | None) -> tuple[list[int], list[float]]:
     xs, ys = [], []
     for s in _steps(r):
         if len(s.top) >= 2:
@@ -62,35 +62,62 @@ def _margins(r: EngineResult | None) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def margin_figure(p: PromptResult) -> go.Figure:
+def margin_figure(c: Comparison, a: SideResult | None, b: SideResult | None) -> go.Figure:
     """Top-1 minus top-2 logprob per position: near zero is a near-tie, where a tiny numeric
     difference can flip the greedy choice."""
     fig = go.Figure()
-    for r, name, color in ((p.vllm, "vLLM", VLLM_COLOR), (p.hf, "HF", HF_COLOR)):
+    for r, name, color in ((a, c.a, REF_COLOR), (b, c.b, SIDE_COLOR)):
         x, y = _margins(r)
         fig.add_trace(_line(x, y, f"{name} top-1 − top-2", color))
-    _mark_divergence(fig, p.comparison.first_divergence if p.comparison else None)
+    _mark_divergence(fig, c.first_divergence)
     fig.update_yaxes(title_text="margin (nats)", rangemode="tozero")
     fig.update_xaxes(title_text="generated token position")
     return _layout(fig, "Top-1 / top-2 margin per position (small = near-tie)", 320)
 
 
 def batch_figure(run: Run) -> go.Figure:
-    """First-divergence position per prompt; identical prompts drawn at their compared length."""
-    xs, ys, colors, texts = [], [], [], []
-    for p in run.prompts:
-        c = p.comparison
-        if c is None:
-            continue
-        xs.append(f"prompt {p.index}")
-        if c.identical:
-            ys.append(c.compared)
-            colors.append("#16a34a")
-            texts.append("identical")
-        else:
-            ys.append(c.first_divergence)
-            colors.append(DIV_COLOR)
-            texts.append(f"diverged at {c.first_divergence}")
-    fig = go.Figure(go.Bar(x=xs, y=ys, marker_color=colors, text=texts, textposition="outside"))
+    """First divergence per prompt and side; identical ones drawn at their compared length."""
+    fig = go.Figure()
+    sides = [s.name for s in run.sides[1:]]
+    for side in sides:
+        xs, ys, texts = [], [], []
+        for p in run.prompts:
+            c = p.comparison(side)
+            if c is None:
+                continue
+            xs.append(f"prompt {p.index}")
+            ys.append(c.compared if c.identical else c.first_divergence)
+            texts.append("identical" if c.identical else f"diverged at {c.first_divergence}")
+        fig.add_trace(go.Bar(x=xs, y=ys, name=side, text=texts, textposition="outside"))
     fig.update_yaxes(title_text="first divergence (token position)", rangemode="tozero")
-    return _layout(fig, "First divergence per prompt (green: identical for all tokens)", 320)
+    return _layout(fig, "First divergence per prompt and side (identical: drawn at the compared length)", 320)
+
+
+def layers_figure(loc: Localisation) -> go.Figure | None:
+    """Relative error of side b against side a per decoder layer (log scale): the residual stream
+    at every captured position (the examined one bold), the attention and MLP outputs there, and
+    the threshold (10x the measured noise floor)."""
+    if loc.error or not loc.per_layer:
+        return None
+    fig = go.Figure()
+    stream = [f for f in loc.per_layer if f["block"] == "residual"]
+    xs = [f["layer"] for f in stream]
+    n = len(stream[0]["rel_l2"]) if stream else 0
+    for i in reversed(range(n)):
+        pos = loc.position - (loc.token_positions[0] - loc.token_positions[i])
+        fig.add_trace(go.Scatter(
+            x=xs, y=[max(f["rel_l2"][i], 1e-12) for f in stream], mode="lines+markers",
+            name=f"stream, token {pos}" + (" (examined)" if i == 0 else ""),
+            line={"color": DIV_COLOR if i == 0 else "#94a3b8", "width": 2.5 if i == 0 else 1},
+            opacity=1.0 if i == 0 else 0.6))
+    for block, color in (("attn", SIDE_COLOR), ("mlp", REF_COLOR)):
+        figs = [f for f in loc.per_layer if f["block"] == block]
+        fig.add_trace(go.Scatter(x=[f["layer"] for f in figs], y=[max(f["rel_l2"][0], 1e-12) for f in figs],
+                                 mode="markers", name=f"{block} output", marker={"color": color, "size": 7}))
+    fig.add_trace(go.Scatter(x=xs, y=[max(10 * f["floor"][0], 1e-12) for f in stream], mode="lines",
+                             name="10x noise floor", line={"color": "#52525b", "dash": "dash"}))
+    if loc.first_divergent_layer is not None:
+        fig.add_vline(x=loc.first_divergent_layer, line_color=DIV_COLOR, line_dash="dot")
+    fig.update_yaxes(type="log", title="relative L2 error")
+    fig.update_xaxes(title="decoder layer")
+    return _layout(fig, f"{loc.b} vs {loc.a}: error per layer at generated token {loc.position}", 340)

@@ -2,79 +2,148 @@
 run reopened later looks exactly as it did when it finished."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import gradio as gr
 
-from ..types import Run
-from . import cards, plots
-from .tokens import panes_html
+from ..render import cards
+from ..render.images import images_html
+from ..render.report_parts import localisation_html
+from ..render.tokens import Stream, panes_html
+from ..types import Localisation, Run
+from . import plots
 
 
 def prompt_choices(run: Run) -> list[tuple[str, int]]:
     out = []
     for p in run.prompts:
-        c = p.comparison
-        state = "—" if c is None else ("identical" if c.identical else f"diverged at {c.first_divergence}")
+        div = [c.first_divergence for c in p.comparisons if c.first_divergence is not None]
+        state = "—" if not p.comparisons else ("identical" if not div else f"diverged at {min(div)}")
         out.append((f"prompt {p.index}: {state}", p.index))
     return out
 
 
-def view_parts(run: Run, prompt_index: int = 0) -> dict[str, Any]:
-    """Everything the view shows for `run`, as plain values (HTML strings and figures)."""
+def side_choices(run: Run) -> list[tuple[str, str]]:
+    ref = run.reference or ""
+    return [(f"{s.name} vs {ref}", s.name) for s in run.sides[1:]]
+
+
+def view_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
+    """Everything the view shows for `run`, as plain values (HTML strings and figures). `side`
+    picks the comparison the plots and the reference pane show (default: the first to diverge)."""
     idx = prompt_index if 0 <= prompt_index < len(run.prompts) else 0
-    parts: dict[str, Any] = {"summary": cards.run_summary_html(run, idx), "panes": "", "logprob": None,
-                             "margin": None, "batch": None}
+    parts: dict[str, Any] = {"summary": cards.run_summary_html(run, idx, reveal=reveal), "panes": "",
+                             "logprob": None, "margin": None, "batch": None, "side": None}
     if not run.prompts:
         return parts
     p = run.prompts[idx]
-    v = p.vllm.steps if p.vllm else []
-    h = p.hf.steps if p.hf else []
-    if v or h:
-        div = p.comparison.first_divergence if p.comparison else None
-        parts["panes"] = panes_html(v, h, divergence=div)
-        parts["logprob"] = plots.logprob_figure(p)
-        parts["margin"] = plots.margin_figure(p)
+    divs = {c.b: c.first_divergence for c in p.comparisons}
+    streams = [Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
+               for s in run.sides if s.name in p.results]
+    comps = {c.b: c for c in p.comparisons}
+    if side not in comps and comps:
+        diverged = [c for c in p.comparisons if c.first_divergence is not None]
+        side = (min(diverged, key=lambda c: c.first_divergence) if diverged else p.comparisons[0]).b
+    parts["side"] = side
+    if any(s.steps for s in streams):
+        parts["panes"] = panes_html(streams, selected=side)
+    c = comps.get(side) if side else None
+    if c is not None:
+        parts["logprob"] = plots.logprob_figure(c, p.results.get(c.a), p.results.get(c.b))
+        parts["margin"] = plots.margin_figure(c, p.results.get(c.a), p.results.get(c.b))
     if len(run.prompts) > 1:
         parts["batch"] = plots.batch_figure(run)
     return parts
 
 
+def layers_parts(locs: list[Localisation], prompt_index: int) -> tuple[str, Any]:
+    """The stored localisations of one prompt (newest first) and the newest one's plot."""
+    mine = [x for x in locs if x.prompt_index == prompt_index][::-1]
+    html = "".join(localisation_html(x) for x in mine)
+    newest = next((x for x in mine if not x.error), None)
+    return html, plots.layers_figure(newest) if newest is not None else None
+
+
 @dataclass
 class ResultView:
-    """The components; create_ui() must be called inside a Blocks context."""
+    """The components; create_ui() must be called inside a Blocks context. `localisations` reads
+    a run's stored layer localisations (History and Compare show them under the panes)."""
 
     prefix: str
+    localisations: Callable[[str], list[Localisation]] = field(default=lambda run_id: [])
+    images: Callable[[str], Any] = field(default=lambda sha: None)  # sha256 -> (bytes, format) | None
 
     def create_ui(self) -> None:
         self.summary = gr.HTML(elem_id=f"{self.prefix}-summary")
-        self.prompt_pick = gr.Dropdown(label="Prompt of this batch", choices=[], visible=False,
-                                       interactive=True, elem_id=f"{self.prefix}-prompt-pick")
+        with gr.Row():
+            self.prompt_pick = gr.Dropdown(label="Prompt of this batch", choices=[], visible=False,
+                                           interactive=True, elem_id=f"{self.prefix}-prompt-pick")
+            self.side_pick = gr.Dropdown(label="Side compared with the reference (plots, reference pane)",
+                                         choices=[], visible=False, interactive=True,
+                                         elem_id=f"{self.prefix}-side-pick")
         self.panes = gr.HTML(elem_id=f"{self.prefix}-panes")
         self.batch_plot = gr.Plot(visible=False, show_label=False)
         with gr.Row():
             self.logprob_plot = gr.Plot(visible=False, show_label=False)
             self.margin_plot = gr.Plot(visible=False, show_label=False)
+        with gr.Row():
+            self.layers_btn = gr.Button("Find the layer", visible=False, size="sm", variant="secondary",
+                                        elem_id=f"{self.prefix}-layers-btn")
+        self.layers_html = gr.HTML(elem_id=f"{self.prefix}-layers")
+        self.layers_plot = gr.Plot(visible=False, show_label=False)
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.summary, self.prompt_pick, self.panes, self.logprob_plot, self.margin_plot, self.batch_plot]
+        return [self.summary, self.prompt_pick, self.side_pick, self.panes, self.logprob_plot, self.margin_plot,
+                self.batch_plot, self.layers_btn, self.layers_html, self.layers_plot]
 
-    def values(self, run: Run | None, prompt_index: int = 0, message: str = "") -> tuple:
+    def layer_values(self, run: Run | None, prompt_index: int) -> tuple:
+        """The "Find the layer" button (only for runs whose sides can be captured) and what is stored."""
+        hidden = (gr.Button(visible=False), "", gr.Plot(visible=False, value=None))
+        if run is None or run.status not in ("ok", "diverged") or len(run.sides) < 2:
+            return hidden
+        from ..kinds import KINDS
+
+        capturable = [s for s in run.sides if KINDS.get(s.kind) is not None and KINDS[s.kind].can_capture_layers]
+        html, fig = layers_parts(self.localisations(run.id), prompt_index)
+        return (gr.Button(visible=len(capturable) >= 2), html, gr.Plot(value=fig, visible=fig is not None))
+
+    def values(self, run: Run | None, prompt_index: int = 0, side: str | None = None, message: str = "",
+               reveal: bool = False) -> tuple:
         """Output values for `outputs`; `run=None` shows `message` instead."""
         if run is None:
             hidden = gr.Plot(visible=False, value=None)
             return (cards.notice_html(message) if message else "", gr.Dropdown(visible=False),
-                    "", hidden, hidden, hidden)
-        parts = view_parts(run, prompt_index)
+                    gr.Dropdown(visible=False), "", hidden, hidden, hidden, *self.layer_values(None, 0))
+        parts = view_parts(run, prompt_index, side, reveal)
+        if run.prompts:  # an image prompt shows its images beside the streams
+            p = run.prompts[prompt_index if 0 <= prompt_index < len(run.prompts) else 0]
+            parts["panes"] = images_html(p.images, self.images) + parts["panes"]
         many = len(run.prompts) > 1
         pick = gr.Dropdown(choices=prompt_choices(run), value=prompt_index, visible=many)
-        return (parts["summary"], pick, parts["panes"],
+        sides = side_choices(run)
+        side_pick = gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1)
+        return (parts["summary"], pick, side_pick, parts["panes"],
                 gr.Plot(value=parts["logprob"], visible=parts["logprob"] is not None),
                 gr.Plot(value=parts["margin"], visible=parts["margin"] is not None),
-                gr.Plot(value=parts["batch"], visible=parts["batch"] is not None))
+                gr.Plot(value=parts["batch"], visible=parts["batch"] is not None),
+                *self.layer_values(run, prompt_index))
 
     def error_values(self, message: str, fix: str = "") -> tuple:
         hidden = gr.Plot(visible=False, value=None)
-        return (cards.error_html(message, fix), gr.Dropdown(visible=False), "", hidden, hidden, hidden)
+        return (cards.error_html(message, fix), gr.Dropdown(visible=False), gr.Dropdown(visible=False), "",
+                hidden, hidden, hidden, *self.layer_values(None, 0))
+
+    def wire_layers(self, runner: Any, picks: list[Any]) -> None:
+        """"Find the layer": localise the picked comparison's divergence (parity_ui.layers), store it,
+        show every localisation of this prompt. Queued with the runs: it uses the same engines."""
+        def find(run_id: str | None, index: int | None, side: str | None) -> tuple:
+            if not run_id:
+                return gr.skip(), gr.skip()
+            loc = runner.localise(str(run_id).strip(), int(index or 0), side)
+            html, fig = layers_parts(self.localisations(loc.run_id), loc.prompt_index)
+            return html, gr.Plot(value=fig, visible=fig is not None)
+
+        self.layers_btn.click(find, picks, [self.layers_html, self.layers_plot], api_name=False,
+                              concurrency_limit=1, concurrency_id="engines", show_progress="full")

@@ -1,4 +1,5 @@
-"""The app's one ParityService, shared by every browser session (the engines are one GPU's worth).
+"""The app's one ParityService, shared by every browser session (the sides' engines are one
+machine's worth).
 
 Runs are serialised by the service's own lock and written through its connection. The History
 tab reads through one connection per handler thread: with WAL, reads never wait for a run's write.
@@ -9,10 +10,12 @@ import threading
 from typing import Any
 
 from ..config import ParityConfig
+from ..prepare import RunRequest
 from ..prompts import PromptSpec
-from ..service import EventCallback, ParityService, RunRequest
+from ..runlog import EventCallback
+from ..service import ParityService
 from ..store import open_db
-from ..types import ModelInfo, Run
+from ..types import Localisation, ModelInfo, Run
 
 
 class ServiceRunner:
@@ -27,6 +30,23 @@ class ServiceRunner:
 
     def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Any) -> Run:
         return self.service.record_failure(model, prompts, config, error)
+
+    def localise(self, run_id: str, prompt_index: int, side: str | None) -> Localisation:
+        """Layer localisation of a stored run's comparison (`side` against the reference); stored,
+        also when it fails (the failure says why and how to fix it)."""
+        from ..errors import ParityError
+        from ..layers import failed, localise
+        from ..store import get_run, save_localisation
+
+        run = get_run(self.service.db, run_id)
+        if run is None:
+            raise ParityError(f"no run {run_id!r}", "open a stored run first")
+        sides = (run.reference, side) if side and run.reference and side != run.reference else None
+        try:
+            loc = localise(self.service, run, prompt_index, None, sides)
+        except ParityError as e:
+            loc = failed(run, prompt_index, None, sides, e)
+        return save_localisation(self.service.db, loc)
 
     def cancel(self) -> None:
         self.service.cancel()  # sets the workers' cancel events: safe from any thread

@@ -1,5 +1,6 @@
 """The page's CSS and the one small script (token details on hover, pane scroll sync, scrolling
-the first divergence into view). Passed to launch(css=..., head=...)."""
+the first divergence into view, the byte view, bringing a finished run's verdict into view).
+Passed to launch(css=..., head=...) and inlined into the static report."""
 
 from .tokens import BLOCK
 
@@ -9,7 +10,7 @@ CSS = """
 .pt-key { border-radius:3px; padding:0 4px; border:1px solid transparent; }
 .pt-ws { color:#888; margin-left:8px; }
 .pt-note { color:#555; margin-bottom:4px; }
-.pt-panes { display:grid; grid-template-columns: 1fr 1fr; gap:10px; }
+.pt-panes { display:grid; grid-template-columns: repeat(var(--n, 2), minmax(0, 1fr)); gap:10px; }
 .pt-pane { border:1px solid #d4d4d8; border-radius:8px; min-width:0; background:#fff; }
 .pt-head { font-weight:600; padding:6px 10px; border-bottom:1px solid #e4e4e7; background:#fafafa;
   border-radius:8px 8px 0 0; display:flex; justify-content:space-between; color:#18181b; }
@@ -28,6 +29,12 @@ CSS = """
 .t.a, .pt-key.a { background:var(--a); border-color:var(--a-b); color:#7f1d1d; }
 .t.hl { outline:2px solid #2563eb; outline-offset:1px; }
 .pt-end { color:#991b1b; font-style:italic; margin-top:4px; }
+.pt-ref { font-weight:400; font-size:11px; color:#1d4ed8; background:#dbeafe; border-radius:3px; padding:0 4px; margin-left:4px; }
+.t .x { display:none; font-weight:400; font-family: ui-monospace, monospace; font-size:11px; }
+.pt-bytes .t.r .x { display:inline; } .pt-bytes .t.r .tx { display:none; }
+.t.r { text-decoration: underline dotted #a1a1aa; }
+.pt-bytes-toggle { margin-left:auto; color:#3f3f46; } .pt-hex { color:#71717a; font-family: ui-monospace, monospace; font-size:12px; }
+.pt-refnote { color:#71717a; font-weight:400; }
 .pt-info { margin-top:8px; padding:8px 10px; border:1px solid #e4e4e7; border-radius:8px; background:#fafafa;
   color:#3f3f46; min-height:2.5em; }
 .pt-info table { border-collapse:collapse; width:100%; font-size:12.5px; }
@@ -73,6 +80,16 @@ CSS = """
 #cfg-error, #prompt-count { min-height: 1em; }
 .pc-cfgline { color:#3f3f46; padding:4px 2px; }
 .pc-cfgline.pc-bad { color:#991b1b; font-weight:600; }
+.pc-sides, .pc-setting-table, .pc-phases { border-collapse:collapse; font-size:12.5px; margin:6px 0; }
+.pc-sides th, .pc-sides td, .pc-setting-table th, .pc-setting-table td, .pc-phases td {
+  border-bottom:1px solid #eee; padding:2px 8px; text-align:left; vertical-align:top; }
+.pc-setting-table tr.diff th, .pc-setting-table tr.diff td { background:#fff7ed; font-weight:600; }
+.pc-layers .pc-layers-verdict { font-size:15px; margin:6px 0; }
+.pc-layers tr.pc-over td { background:#fef2f2; font-weight:600; }
+.pc-layers-error { border-color:#fca5a5; }
+.pc-phases td { text-align:center; border:1px solid #eee; }
+.pc-muted { color:#71717a; }
+.pc-settings summary, .pc-timings summary, .pc-cross summary { cursor:pointer; color:#3f3f46; }
 """
 
 JS_TEMPLATE = r"""
@@ -82,10 +99,57 @@ JS_TEMPLATE = r"""
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
   const show = (s) => { if (s === '') return '∅'; return s.replace(/ /g,'·').replace(/\n/g,'⏎').replace(/\t/g,'→'); };
   const fmt = (x) => (x === null || x === undefined) ? '–' : Number(x).toFixed(4);
+  const utf8 = new TextEncoder();
+  // A token's bytes: the stored hex where its text cannot show them, else the text's UTF-8.
+  const bytesOf = (d, id) => {
+    const raw = d.raw[id];
+    if (raw) return raw.match(/../g).join(' ');
+    return Array.from(utf8.encode(d.vocab[id] ?? '')).map((b) => b.toString(16).padStart(2, '0')).join(' ');
+  };
 
   function data(root) {
     if (!root._pt) { root._pt = JSON.parse(root.querySelector('.pt-json').textContent); }
     return root._pt;
+  }
+  // Long panes arrive with only the blocks near the divergence built; the rest are built here from
+  // the details JSON when they scroll near (or when a position in them is shown).
+  const MARK = {' ': '·', '\n': '⏎', '\t': '→', '\r': '␍'};
+  function vis(text) {
+    if (text === '') return '<i>∅</i>';
+    let out = '';
+    for (const ch of text) {
+      const c = ch.codePointAt(0);
+      if (MARK[ch]) out += `<i>${MARK[ch]}</i>`;
+      else if (c < 32 || (c >= 0x7f && c < 0xa0)) out += `<i>\\x${c.toString(16).padStart(2, '0')}</i>`;
+      else out += esc(ch);
+    }
+    return out;
+  }
+  function fill(root, blk) {
+    if (!blk.dataset.lazy) return;
+    const d = data(root);
+    const name = blk.closest('.pt-pane').dataset.side;
+    const ref = d.sides[0];
+    const isRef = name === ref;
+    const other = d.steps[isRef ? (root.dataset.sel || ref) : ref];
+    const divRaw = isRef ? root.dataset.div : d.divs[name];
+    const div = (divRaw === undefined || divRaw === null) ? null : Number(divRaw);
+    const mine = d.steps[name];
+    const o = Number(blk.dataset.o), n = Number(blk.dataset.n);
+    let html = '';
+    for (let i = o; i < o + n; i++) {
+      const id = mine[i][0];
+      const cls = div !== null && i === div ? 'd' : (div !== null && i > div ? 'a'
+        : (i < other.length && other[i][0] === id ? 'm' : 'n'));
+      const text = d.vocab[id] ?? '';
+      const raw = d.raw[id];
+      html += raw ? `<span class="t ${cls} r"><span class="tx">${vis(text)}</span><b class="x">${raw.match(/../g).join(' ')}</b></span>`
+                  : `<span class="t ${cls}">${vis(text)}</span>`;
+      if (text.endsWith('\n')) html += '<br>';
+    }
+    blk.innerHTML = html;
+    blk.removeAttribute('data-lazy');
+    blk.style.minHeight = '';
   }
   // Chips are the .t children of their block (a <br> follows a newline token).
   function indexOf(chip) {
@@ -94,10 +158,11 @@ JS_TEMPLATE = r"""
   }
   function chipAt(pane, i) {
     const blk = pane.querySelectorAll('.b')[Math.floor(i / BLOCK)];
+    if (blk) fill(pane.closest('.pt-root'), blk);
     return blk ? blk.querySelectorAll(':scope > .t')[i % BLOCK] : null;
   }
-  function side(d, eng, i) {
-    const s = d[eng][i];
+  function side(d, name, i) {
+    const s = d.steps[name][i];
     if (!s) return null;
     const top = [];
     for (let k = 0; k < s[3].length; k += 2) top.push([s[3][k], s[3][k + 1]]);
@@ -105,23 +170,26 @@ JS_TEMPLATE = r"""
   }
   function render(root, i) {
     const d = data(root);
-    const v = side(d, 'vllm', i), h = side(d, 'hf', i);
+    const ref = d.sides[0];
     const div = root.dataset.div === undefined ? null : Number(root.dataset.div);
-    const tag = div === null ? '' : (i === div ? ' — <b style="color:#dc2626">first divergence</b>' : (i > div ? ' — after the divergence (contexts differ)' : ' — same token in both'));
-    const head = (x, name) => x ? `<b>${name}</b> chose <code>${esc(show(x.text))}</code> id ${x.id}, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}` : `<b>${name}</b>: no token here`;
-    const k = Math.max(v ? v.top.length : 0, h ? h.top.length : 0);
+    const sel = root.dataset.sel;
+    const tag = div === null ? '' : (i === div ? ` — <b style="color:#dc2626">first divergence of ${esc(sel)}</b>` : (i > div ? ' — after the divergence (contexts differ)' : ' — same token on the compared sides'));
+    const xs = d.sides.map((n) => side(d, n, i));
+    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}` : `<b>${esc(n)}</b>: no token here`;
+    const k = Math.max(0, ...xs.map((x) => x ? x.top.length : 0));
     let rows = '';
     for (let r = 0; r < k; r++) {
       const cell = (x) => {
         if (!x || !x.top[r]) return '<td></td><td></td>';
         const [id, lp] = x.top[r];
         const cls = id === x.id ? ' class="chosen"' : '';
-        return `<td${cls}><code>${esc(show(d.vocab[id] ?? ''))}</code> <span style="color:#a1a1aa">${id}</span></td><td class="lp">${fmt(lp)}</td>`;
+        return `<td${cls} title="bytes ${bytesOf(d, id)}"><code>${esc(show(d.vocab[id] ?? ''))}</code> <span style="color:#a1a1aa">${id}</span></td><td class="lp">${fmt(lp)}</td>`;
       };
-      rows += `<tr><td>${r + 1}</td>${cell(v)}${cell(h)}</tr>`;
+      rows += `<tr><td>${r + 1}</td>${xs.map(cell).join('')}</tr>`;
     }
-    const table = k ? `<table><tr><th>rank</th><th>vLLM top-k</th><th>logprob</th><th>HF top-k</th><th>logprob</th></tr>${rows}</table>` : '';
-    root.querySelector('.pt-info').innerHTML = `<div class="pos">Position ${i}${tag}</div><div>${head(v, 'vLLM')}</div><div>${head(h, 'HF')}</div>${table}`;
+    const th = d.sides.map((n) => `<th>${esc(n)} top-k</th><th>logprob</th>`).join('');
+    const table = k ? `<table><tr><th>rank</th>${th}</tr>${rows}</table>` : '';
+    root.querySelector('.pt-info').innerHTML = `<div class="pos">Position ${i}${tag} <span class="pt-refnote">(reference: ${esc(ref)})</span></div>` + xs.map((x, j) => `<div>${head(x, d.sides[j])}</div>`).join('') + table;
     root.querySelectorAll('.t.hl').forEach((c) => c.classList.remove('hl'));
     root.querySelectorAll('.pt-pane').forEach((p) => { const c = chipAt(p, i); if (c) c.classList.add('hl'); });
   }
@@ -133,7 +201,7 @@ JS_TEMPLATE = r"""
       if (syncing) return; syncing = true;
       bodies.forEach((o) => { if (o !== b) o.scrollTop = b.scrollTop; });
       requestAnimationFrame(() => { syncing = false; });
-    }));
+    }, {passive: true}));
     root.addEventListener('mouseover', (e) => {
       const c = e.target.closest('.pt-body .t');
       if (c && root._pin === undefined) render(root, indexOf(c));
@@ -145,6 +213,15 @@ JS_TEMPLATE = r"""
       root._pin = root._pin === i ? undefined : i;
       render(root, i);
     });
+    const lazy = root.querySelectorAll('.b[data-lazy]');
+    if (lazy.length) {
+      const io = new IntersectionObserver((entries) => entries.forEach((en) => {
+        if (en.isIntersecting) { fill(root, en.target); io.unobserve(en.target); }
+      }), {rootMargin: '800px 0px'});
+      lazy.forEach((b) => io.observe(b));
+    }
+    const cb = root.querySelector('.pt-bytes-cb');
+    if (cb) cb.addEventListener('change', () => root.classList.toggle('pt-bytes', cb.checked));
     if (root.dataset.live) {
       bodies.forEach((b) => { b.scrollTop = b.scrollHeight; });
     } else if (root.dataset.div !== undefined) {
@@ -158,7 +235,15 @@ JS_TEMPLATE = r"""
       render(root, i);
     }
   }
-  const scan = () => document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
+  // A run that just finished in this page brings its verdict into view (once per run).
+  function reveal(card) {
+    card.dataset.revealed = '1';
+    card.scrollIntoView({behavior: 'smooth', block: 'start'});
+  }
+  const scan = () => {
+    document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
+    document.querySelectorAll('.pc-summary[data-reveal]:not([data-revealed])').forEach(reveal);
+  };
   let queued = false;
   new MutationObserver(() => {
     if (queued) return; queued = true;

@@ -1,0 +1,177 @@
+"""Everything decided before an engine starts: the model, the prompt ids (tokenized ONCE), each
+side's native arguments, interpreter and model folder, the GPU memory plan, and the preflight.
+
+`prepare(request, gpu)` raises ParityError (ConfigError, ModelError, PromptError) with a fix, naming
+the side where a side is at fault. It reads small files and runs tokenizers; it loads no weights.
+"""
+from __future__ import annotations
+
+from .config import ParityConfig
+from .environments import PythonEnv, describe_python, require_package, this_python
+from .errors import ConfigError, PromptError, SideError
+from .kinds import Kind, get_kind
+from .mapping import Resolved, map_side, resolve, side_dtype, side_image_pixels
+from .memory_plan import plan_gpu_memory
+from .models import describe_model
+from .plan import Prepared, RunRequest, SidePlan
+from .preflight import run_preflight
+from .prompts import EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor, tokenizer_for, vision_for
+from .sides import SideSpec
+from .types import ModelInfo
+
+__all__ = ["prepare", "plan_side", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
+
+
+def max_context(cfg: ParityConfig, model: ModelInfo) -> int | None:
+    """The context every side can serve: max_model_len, else the model's, scaled by RoPE."""
+    if cfg.max_model_len is not None:
+        return cfg.max_model_len
+    if model.max_position_embeddings is None:
+        return None
+    rope = cfg.rope_scaling or model.rope_scaling or {}
+    factor = float(rope.get("factor", 1.0)) if rope.get("rope_type", rope.get("type")) in (
+        "linear", "dynamic", "yarn") else 1.0
+    return int(model.max_position_embeddings * factor)
+
+
+def _check_context(cfg: ParityConfig, model: ModelInfo, encoded: list[EncodedPrompt]) -> int | None:
+    limit = max_context(cfg, model)
+    if limit is not None:
+        for i, e in enumerate(encoded):
+            need = len(e.token_ids) + cfg.max_new_tokens
+            if need > limit:
+                raise PromptError(
+                    f"prompt {i} has {len(e.token_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} "
+                    f"it needs {need} positions, over the context of {limit}",
+                    "shorten the prompt, lower max_new_tokens, or extend the context with "
+                    "max_model_len and rope_scaling (e.g. the 'long context 9k' preset)")
+    return limit
+
+
+def _side_model(spec: SideSpec, run_model: ModelInfo, trust_remote_code: bool) -> ModelInfo:
+    if not spec.model:
+        return run_model
+    try:
+        return describe_model(spec.model, trust_remote_code=trust_remote_code)
+    except ConfigError:
+        raise
+    except Exception as e:  # ModelError: name the side
+        raise SideError(spec.name, "model", getattr(e, "message", str(e)),
+                          getattr(e, "fix", "") or "give a model folder") from None
+
+
+def check_same_tokens(spec: SideSpec, model: ModelInfo, ref_tok: PromptTokenizer, prompts: list[PromptSpec],
+                      encoded: list[EncodedPrompt], chat: bool, trust_remote_code: bool) -> None:
+    """A side with its own model folder must tokenize every prompt to the reference's ids: else the
+    sides would not be compared on the same input."""
+    try:
+        tok = tokenizer_for(model.path, trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - no or broken tokenizer files
+        raise SideError(spec.name, "model", f"{model.path} has no usable tokenizer ({type(e).__name__}: "
+                                                f"{str(e)[:160]})",
+                          "copy the reference model's tokenizer files (tokenizer.json, tokenizer_config.json, "
+                          "special_tokens_map.json) into it") from None
+    if len(tok.tok) != len(ref_tok.tok):
+        raise SideError(spec.name, "model", f"{model.path}'s tokenizer has {len(tok.tok)} tokens, the "
+                                                f"reference's {len(ref_tok.tok)}",
+                          "use checkpoints of the same model family, with the same tokenizer files")
+    for i, (spec_p, ref) in enumerate(zip(prompts, encoded)):
+        ids = tok.encode(spec_p, chat).token_ids
+        if ids != ref.token_ids:
+            at = next((j for j, (x, y) in enumerate(zip(ids, ref.token_ids)) if x != y), min(len(ids), len(ref.token_ids)))
+            raise SideError(spec.name, "model",
+                            f"{model.path} tokenizes prompt {i} differently from the reference (first at "
+                            f"token {at}: {ids[at] if at < len(ids) else 'end'} vs "
+                            f"{ref.token_ids[at] if at < len(ref.token_ids) else 'end'})",
+                            "copy the reference model's tokenizer files into the side's folder, or "
+                            "compare checkpoints of the same model")
+
+
+def _interpreter(spec: SideSpec, kind: Kind) -> tuple[str, PythonEnv | None]:
+    if not spec.python:
+        return this_python(), None
+    env = describe_python(spec.python, spec.name)
+    require_package(env, kind.package, spec.name, kind.name)
+    return spec.python, env
+
+
+def plan_side(cfg: ParityConfig, spec: SideSpec, resolved: Resolved, model: ModelInfo) -> SidePlan:
+    kind = get_kind(spec.kind)
+    python, env = _interpreter(spec, kind)
+    args = map_side(cfg, spec, resolved, model)
+    return SidePlan(spec=spec, kind=kind, model=model, dtype=side_dtype(cfg, spec, model), args=args,
+                    python=python, env=env, worker_env=dict(getattr(args, "env", {}) or {}))
+
+
+def prepare(req: RunRequest, gpu: bool) -> Prepared:
+    """Resolve the model, tokenize every prompt once, check lengths, plan every side, preflight."""
+    if not req.prompts:
+        raise PromptError("no prompt was given", "type a prompt or upload a prompt file")
+    cfg = req.config
+    model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+    tok = tokenizer_for(model.path, req.trust_remote_code)
+    vision = _check_images(req, model)
+    resolved = resolve(model, tok.eos_token_ids, gpu, vision.defaults if vision else None)
+    ref_px = side_image_pixels(cfg, cfg.sides[0], resolved) or {}
+    encoded = [vision.encode(p, ref_px) if p.images and vision else tok.encode(p, cfg.chat) for p in req.prompts]
+    side_prompts = _side_prompts(cfg, resolved, vision, req.prompts, encoded, ref_px)
+    limit = _check_context(cfg, model, encoded)
+    plans = []
+    text_only = [(p, e) for p, e in zip(req.prompts, encoded) if not p.images]
+    for spec in cfg.sides:
+        side_model = _side_model(spec, model, req.trust_remote_code)
+        if spec.model and text_only:
+            check_same_tokens(spec, side_model, tok, [p for p, _ in text_only], [e for _, e in text_only], cfg.chat,
+                              req.trust_remote_code)
+        plans.append(plan_side(cfg, spec, resolved, side_model))
+    warnings = plan_gpu_memory(plans, gpu, longest=max(len(e.token_ids) for e in encoded),
+                               max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
+    prepared = Prepared(config=cfg, model=model, tokenizer=tok, prompts=encoded, resolved=resolved, sides=plans,
+                        max_context=limit, side_prompts=side_prompts,
+                        image_token_id=vision.image_token_id if vision else None)
+    prepared.warnings = run_preflight(prepared) + warnings
+    if vision is not None:
+        from .images import image_findings
+
+        prepared.warnings += image_findings(prepared, vision)
+    return prepared
+
+
+def _check_images(req: RunRequest, model: ModelInfo) -> VisionProcessor | None:
+    """Image prompts need a vision model, sides that take images and at most the configured images a
+    prompt: refused here, before any engine starts. Returns the run's ONE processor when images are given."""
+    with_images = [(i, p) for i, p in enumerate(req.prompts) if p.images]
+    if not with_images:
+        return None
+    i, first = with_images[0]
+    if not model.vision:
+        raise PromptError(f"image {first.images[0].name!r} was given with prompt {i}, but {model.name} "
+                          f"({model.architecture or model.model_type}) is a text-only model",
+                          "drop the image (--image), or pick a vision-language model such as Qwen2-VL, "
+                          "Qwen2.5-VL or Qwen3-VL")
+    limit = req.config.max_images_per_prompt
+    for i, p in with_images:
+        if len(p.images) > limit:
+            raise PromptError(f"prompt {i} has {len(p.images)} images ({', '.join(x.name for x in p.images)}), "
+                              f"over max_images_per_prompt={limit} (vLLM's limit_mm_per_prompt)",
+                              f"attach at most {limit} images, or raise the limit: --set max_images_per_prompt="
+                              f"{len(p.images)}")
+    refusing = [s for s in req.config.sides if not get_kind(s.kind).accepts_images]
+    if refusing:
+        s = refusing[0]
+        raise SideError(s.name, "kind", f"kind {s.kind} ({get_kind(s.kind).label}) cannot take image prompts yet",
+                        "compare image prompts with vllm and hf sides; give this side's text prompts only")
+    return vision_for(model.path, req.trust_remote_code)
+
+
+def _side_prompts(cfg: ParityConfig, resolved: Resolved, vision: VisionProcessor | None, prompts: list[PromptSpec],
+                  encoded: list[EncodedPrompt], ref_px: dict[str, int]) -> dict[str, list[EncodedPrompt]]:
+    """The ids a side with its own resize settings will see (the same processor, its settings)."""
+    if vision is None:
+        return {}
+    out = {}
+    for spec in cfg.sides[1:]:
+        px = side_image_pixels(cfg, spec, resolved) or {}
+        if px != ref_px:
+            out[spec.name] = [vision.encode(p, px) if p.images else e for p, e in zip(prompts, encoded)]
+    return out

@@ -1,0 +1,2 @@
+"""Pure renderers: a stored run in, HTML out. Used by the app (parity_ui.ui) and the static report
+(parity_ui.report); they import neither gradio nor plotly."""

@@ -1,0 +1,240 @@
+"""Small HTML cards: run summary, sides, settings diff, error, model info, progress. Pure functions,
+everything escaped. Shared by the app and the static report."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ..crossscore import key as cross_key
+from ..fixes import Place, fix_text
+from ..runlog import PHASES
+from ..settings import settings_diff
+from ..types import Comparison, Finding, ModelInfo, PromptResult, Run
+
+_FIX = " Fix: "
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def split_fix(message: str) -> tuple[str, str]:
+    """ParityError's str() is 'message Fix: fix'; stored runs keep only that string."""
+    if _FIX in message:
+        msg, fix = message.split(_FIX, 1)
+        return msg, fix
+    return message, ""
+
+
+def error_html(message: str, fix: str = "", title: str = "Error") -> str:
+    fix_html = f'<div class="pc-fix"><b>Fix:</b> {esc(fix)}</div>' if fix else ""
+    return (f'<div class="pc-card pc-error" role="alert"><div class="pc-title">{esc(title)}</div>'
+            f'<div class="pc-msg">{esc(message)}</div>{fix_html}</div>')
+
+
+def notice_html(message: str) -> str:
+    return f'<div class="pc-card pc-notice">{esc(message)}</div>'
+
+
+def _params(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return str(n)
+
+
+def model_html(info: ModelInfo, label: str = "") -> str:
+    rows = [
+        ("architecture", info.architecture or info.model_type or "unknown"),
+        ("parameters", _params(info.num_parameters)),
+        ("dtype in config", info.config_dtype or "not stated"),
+        ("max context", f"{info.max_position_embeddings:,}" if info.max_position_embeddings else "not stated"),
+        ("chat template", "yes" if info.has_chat_template else "no"),
+        ("folder", info.path),
+    ]
+    cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    warn = ('<div class="pc-warn">trust_remote_code is ON: this model\'s own Python code will run.</div>'
+            if info.trust_remote_code else "")
+    return (f'<div class="pc-card pc-model"><div class="pc-title">{esc(label or info.name)}</div>'
+            f'<table class="pc-kv">{cells}</table>{warn}</div>')
+
+
+def _badge(run: Run) -> str:
+    if run.status == "ok":
+        return '<span class="pc-badge ok">IDENTICAL</span>'
+    if run.status == "diverged":
+        return f'<span class="pc-badge div">DIVERGED at token {run.first_divergence}</span>'
+    if run.status == "cancelled":
+        return '<span class="pc-badge cancel">CANCELLED</span>'
+    if run.status == "running":
+        return '<span class="pc-badge cancel">RUNNING</span>'
+    if run.status == "interrupted":
+        return '<span class="pc-badge cancel">INTERRUPTED</span>'
+    return '<span class="pc-badge err">ERROR</span>'
+
+
+def _tok(text: str) -> str:
+    return f'<code class="pc-tok">{esc(repr(text))}</code>'
+
+
+def divergence_line(c: Comparison) -> str:
+    pair = f"<b>{esc(c.b)}</b> vs <b>{esc(c.a)}</b>"
+    if c.identical:
+        gap = f"; max |logprob gap| {c.max_abs_gap:.3g}" if c.max_abs_gap is not None else ""
+        return f"<div>{pair}: all {c.compared} generated tokens identical{gap}.</div>"
+    d = c.divergence
+    gap = f" Max |logprob gap| before it: {c.max_abs_gap:.3g}." if c.max_abs_gap is not None else ""
+    if d is None:
+        return f"<div>{pair}: first divergence at generated token {c.first_divergence}.{gap}</div>"
+    if d.reason == "length":
+        return (f"<div>{pair}: one side stopped at token {c.first_divergence}: {esc(c.a)} made {c.lengths[0]} "
+                f"tokens, {esc(c.b)} {c.lengths[1]}.{gap}</div>")
+    rule = ""
+    if d.accepted is not None:
+        rule = (" Each token is in the other side's top-k (vLLM's own test rule accepts this)."
+                if d.accepted else " At least one token is NOT in the other side's top-k.")
+    return (f"<div>{pair}: at generated token <b>{c.first_divergence}</b> {esc(c.a)} chose {_tok(d.texts[0])} "
+            f"(id {d.token_ids[0]}), {esc(c.b)} chose {_tok(d.texts[1])} (id {d.token_ids[1]}).{rule}{gap}</div>")
+
+
+def _explanation(c: Comparison) -> str:
+    e = c.explanation
+    if not isinstance(e, dict) or not (e.get("verdict") or e.get("summary")):
+        return ""
+    return (f'<div class="pc-verdict"><b>{esc(e.get("verdict", ""))}</b> '
+            f'{esc(e.get("summary", ""))}</div>')
+
+
+def _cross_scores(c: Comparison) -> str:
+    cs = c.cross_scores
+    if not isinstance(cs, dict) or not cs:
+        return ""
+    if "error" in cs:
+        return f'<div class="pc-muted">cross-scoring failed: {esc(cs["error"])}</div>'
+    rows = []
+    for gen, scorer in ((c.b, c.a), (c.a, c.b)):
+        s = cs.get(cross_key(gen, scorer))
+        if not isinstance(s, dict) or s.get("rms_gap") is None:
+            continue
+        r = s.get("importance_ratio") or {}
+        rows.append(f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s['rms_gap']:.3g}, "
+                    f"max {s['max_abs_gap']:.3g} nats, {100 * s['share_outside_band']:.1f}% outside [0.9, 1.1], "
+                    f"ratio {r.get('min', 0):.3f}..{r.get('max', 0):.3f}, {s['other_disagrees']} positions where "
+                    f"{esc(scorer)} would pick another token</td></tr>")
+    if not rows:
+        return ""
+    return (f'<details class="pc-cross"><summary>teacher-forced cross-scores ({esc(c.b)} and {esc(c.a)})</summary>'
+            f'<table class="pc-kv">{"".join(rows)}</table></details>')
+
+
+def findings_html(findings: list[Finding], place: Place = "app") -> str:
+    if not findings:
+        return ""
+    items = []
+    for f in findings:
+        sev = f.severity if f.severity in ("info", "warning", "error") else "info"
+        fix = fix_text(f, place)
+        fix_html = f' <span class="pc-fixinline">Fix: {esc(fix)}</span>' if fix else ""
+        items.append(f'<li class="sev-{sev}"><b>{esc(f.code)}</b>: {esc(f.message)}{fix_html}</li>')
+    return f'<ul class="pc-findings">{"".join(items)}</ul>'
+
+
+def _timings(p: PromptResult) -> str:
+    out = []
+    for name, r in p.results.items():
+        t = r.timings
+        parts = [f"{len(r.token_ids)} tokens", f"finish {r.finish_reason or '?'}"]
+        for what, v in (("load", t.load_s), ("first token", t.prefill_s), ("total", t.total_s)):
+            if v is not None:
+                parts.append(f"{what} {v:.2f}s")
+        out.append(f"<div><b>{esc(name)}</b>: {esc(', '.join(parts))}</div>")
+    return "".join(out)
+
+
+def phases_html(run: Run) -> str:
+    """Where the run's time went, per phase."""
+    if not run.timings:
+        return ""
+    total = sum(run.timings.values()) or 1.0
+    cells = "".join(f"<td>{esc(name)}<br><b>{run.timings[name]:.2f}s</b><br>{100 * run.timings[name] / total:.0f}%</td>"
+                    for name in PHASES if name in run.timings)
+    return f'<table class="pc-phases"><tr>{cells}</tr></table>'
+
+
+def sides_html(run: Run) -> str:
+    """The sides as they ran: kind, model folder, environment, device, dtype, versions, load time."""
+    if not run.sides:
+        return ""
+    rows = []
+    for s in run.sides:
+        ref = ' <span class="pt-ref">reference</span>' if s.reference else ""
+        versions = ", ".join(f"{k} {v}" for k, v in s.versions.items())
+        load = f"{s.load_s:.1f}s" if s.load_s is not None else "–"
+        rows.append(f"<tr><th>{esc(s.name)}{ref}</th><td>{esc(s.kind)}</td><td>{esc(s.dtype)}</td>"
+                    f"<td>{esc(s.device)}</td><td>{esc(versions)}</td><td>{esc(s.python or 'this environment')}</td>"
+                    f"<td>{load}</td></tr>")
+    return ('<table class="pc-sides"><tr><th>side</th><th>kind</th><th>dtype</th><th>device</th><th>versions</th>'
+            f'<th>environment</th><th>load</th></tr>{"".join(rows)}</table>')
+
+
+def settings_html(run: Run, open_: bool = False) -> str:
+    """Resolved runtime settings side by side, the rows that differ first (and marked)."""
+    rows = settings_diff(run.sides)
+    if not rows or not any(s.resolved for s in run.sides):
+        return ""
+    names = [s.name for s in run.sides]
+    head = "".join(f"<th>{esc(n)}</th>" for n in names)
+    body = "".join(
+        f'<tr class="{"diff" if r.differs else ""}"><th>{esc(r.label)}</th>'
+        + "".join(f"<td>{esc(r.values[n])}</td>" for n in names) + "</tr>" for r in rows)
+    n_diff = sum(r.differs for r in rows)
+    return (f'<details class="pc-settings"{" open" if open_ else ""}><summary>resolved settings: {n_diff} differ '
+            f'between the sides</summary><table class="pc-setting-table"><tr><th>setting</th>{head}</tr>{body}'
+            "</table></details>")
+
+
+def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> str:
+    """The card above the panes: verdict per side, what ran where, and the run's id and permalink."""
+    dtypes = "/".join(dict.fromkeys(s.dtype for s in run.sides if s.dtype)) or run.config.get("dtype")
+    meta = [f"model <b>{esc(run.model.name)}</b>"] + ([f"dtype {esc(dtypes)}"] if dtypes else [])
+    if run.sides:
+        meta.append("sides " + " · ".join(esc(s.name) + (" (ref)" if s.reference else "") for s in run.sides))
+    if run.device:
+        meta.append(f"device {esc(run.device)}")
+    body = [f'<div class="pc-head">{_badge(run)}<span class="pc-meta">{" · ".join(meta)}</span></div>']
+    if run.status in ("error", "cancelled", "interrupted") and run.error:
+        msg, fix = split_fix(run.error)
+        title = {"error": "Run failed", "cancelled": "Run stopped", "interrupted": "Run interrupted"}[run.status]
+        body.append(error_html(msg, fix, title))
+    if run.prompts and 0 <= prompt_index < len(run.prompts):
+        p = run.prompts[prompt_index]
+        if len(run.prompts) > 1:
+            body.append(f"<div>Prompt {prompt_index} of {len(run.prompts)}.</div>")
+        for c in p.comparisons:
+            body += [divergence_line(c), _explanation(c), _cross_scores(c)]
+        body.append(f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
+                    f"{phases_html(run)}</details>")
+    body += [sides_html(run), settings_html(run), findings_html(run.warnings, "app")]
+    when = run.created_utc[:19].replace("T", " ")
+    body.append(f'<div class="pc-foot">run <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
+                f" · {esc(when)} UTC · parity-ui {esc(run.versions.get('parity_ui', ''))}</div>")
+    attrs = ' data-reveal="1"' if reveal else ""
+    return (f'<div class="pc-card pc-summary" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
+            f'{"".join(body)}</div>')
+
+
+def progress_html(phase: str, lines: list[str], counts: dict[str, int], expected: int | None,
+                  elapsed: float) -> str:
+    """The live status box: the current phase, tokens so far per side, elapsed time."""
+    bars = []
+    for name, n in counts.items():
+        pct = min(100, 100 * n / expected) if expected else 0
+        total = f" / {expected}" if expected else ""
+        bars.append(f'<div class="pp-row"><span class="pp-name">{esc(name)}</span>'
+                    f'<span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
+                    f'<span class="pp-n">{n}{total} tokens</span></div>')
+    log = "".join(f"<li>{esc(x)}</li>" for x in lines[-4:])
+    return (f'<div class="pc-card pc-progress"><div class="pc-title">{esc(phase)} '
+            f'<span class="pp-time">{elapsed:.1f}s</span></div>{"".join(bars)}<ul class="pp-log">{log}</ul></div>')

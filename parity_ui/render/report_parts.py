@@ -1,0 +1,79 @@
+"""Sections of the static report beyond the summary and the panes: probes and what later features
+store with a run. Pure functions."""
+from __future__ import annotations
+
+import math
+
+from ..types import Localisation, Run
+from .cards import esc
+
+
+def probes_html(run: Run) -> str:
+    p = run.probes or {}
+    sides = p.get("sides") or {}
+    if not sides:
+        return ""
+    rows = []
+    for label, entry in sides.items():
+        cells = []
+        for mode in ("alone", "batched", "alone_vs_batched"):
+            s = entry.get(mode) or {}
+            fork = "" if s.get("first_fork") is None else f", fork at {s['first_fork']}"
+            cells.append(f"<td>{s.get('distinct', '?')} distinct of {s.get('runs', '?')}{fork}</td>")
+        rows.append(f"<tr><th>{esc(label)}</th>{''.join(cells)}</tr>")
+    return (f"<h3>Determinism probe (n={esc(p.get('n'))}, batch={esc(p.get('batch'))})</h3>"
+            '<table class="pc-setting-table"><tr><th>setup</th><th>alone</th><th>in a batch</th>'
+            f"<th>alone vs batched</th></tr>{''.join(rows)}</table>")
+
+
+def extra_sections(run: Run, localisations: list[Localisation] | None = None) -> list[str]:
+    locs = [localisation_html(loc) for loc in localisations or []]
+    return [s for s in (probes_html(run), *locs) if s]
+
+
+def _svg_curve(loc: Localisation, width: int = 420, height: int = 110) -> str:
+    """log10 relative error of the residual stream per layer (solid) and 10x its floor (dashed), at
+    the examined position: an inline SVG, so the static report needs no script or network."""
+    stream = [f for f in loc.per_layer if f["block"] == "residual"]
+    if len(stream) < 2:
+        return ""
+    ys = [math.log10(max(f["rel_l2"][0], 1e-12)) for f in stream]
+    fl = [math.log10(max(10 * f["floor"][0], 1e-12)) for f in stream]
+    lo, hi = min(ys + fl), max(ys + fl)
+    span = (hi - lo) or 1.0
+
+    def pts(vals: list[float]) -> str:
+        n = len(vals) - 1
+        return " ".join(f"{8 + i * (width - 16) / n:.1f},{8 + (hi - v) * (height - 16) / span:.1f}"
+                        for i, v in enumerate(vals))
+
+    return (f'<svg class="pc-layer-svg" width="{width}" height="{height}" role="img" aria-label="error per layer">'
+            f'<polyline fill="none" stroke="#94a3b8" stroke-dasharray="4 3" points="{pts(fl)}"/>'
+            f'<polyline fill="none" stroke="#dc2626" stroke-width="2" points="{pts(ys)}"/>'
+            f'<text x="8" y="{height - 2}" font-size="10">layer 0</text>'
+            f'<text x="{width - 60}" y="{height - 2}" font-size="10">layer {stream[-1]["layer"]}</text></svg>')
+
+
+def localisation_html(loc: Localisation) -> str:
+    """One layer localisation: the verdict, how the floor was measured, a curve and every figure."""
+    when = esc(loc.created_utc or "")
+    if loc.error:
+        return (f'<div class="pc-card pc-layers pc-layers-error"><b>Layer localisation failed</b> {when}'
+                f"<p>{esc(loc.error)}</p></div>")
+    where = ("none (within the noise floor)" if loc.first_divergent_block is None else
+             f"layer {loc.first_divergent_layer}, {loc.first_divergent_block}" if loc.first_divergent_layer is not None
+             else loc.first_divergent_block)
+    rows = "".join(
+        f"<tr{' class=pc-over' if f['rel_l2'][0] > 10 * f['floor'][0] and f['rel_l2'][0] > 1e-6 else ''}>"
+        f"<td>{'-' if f['layer'] is None else f['layer']}</td><td>{esc(f['block'])}</td>"
+        f"<td>{f['rel_l2'][0]:.3e}</td><td>{f['floor'][0]:.3e}</td><td>{f['cosine'][0]:.6f}</td></tr>"
+        for f in loc.per_layer)
+    notes = "".join(f"<li>{esc(n)}</li>" for n in loc.notes)
+    return (f'<div class="pc-card pc-layers"><b>Where inside the model: {esc(loc.b)} vs {esc(loc.a)}</b> '
+            f"<span class=pc-muted>prompt {loc.prompt_index}, generated token {loc.position}, {when}</span>"
+            f"<p class=pc-layers-verdict>First layer over the noise floor: <b>{esc(where)}</b></p>"
+            f"<p>{esc(loc.summary)}</p>{f'<ul>{notes}</ul>' if notes else ''}"
+            f"{_svg_curve(loc)}<p class=pc-muted>Noise floor: {esc(loc.noise_floor.get('method', ''))}</p>"
+            f"<details><summary>every layer and block ({len(loc.per_layer)})</summary>"
+            '<table class="pc-setting-table"><tr><th>layer</th><th>block</th><th>rel L2</th><th>floor</th>'
+            f"<th>cosine</th></tr>{rows}</table></details></div>")

@@ -1,0 +1,194 @@
+"""Aligned token panes, one per side, as compact HTML. Pure functions: steps in, a string out.
+
+Built to stay light at 16k tokens per side: one bare <span> per token (no per-token tooltip
+markup), grouped in blocks of BLOCK tokens that the browser can skip laying out off screen
+(CSS content-visibility), and one JSON blob per view with every position's id, logprob, rank and
+top-k for every side, read by the small handler in assets.JS on hover or click.
+
+Chip classes, each side against the reference (the reference against the selected side): `m` same
+token, `d` the first divergent position, `a` after it, `n` not compared yet (live, the other side
+has not reached it); `r` marks a token whose text cannot show its bytes (a piece of a multi-byte
+character), which the byte view shows as hex. Whitespace is made visible: '·' space, '⏎' newline,
+'→' tab; other control characters as \\xNN.
+"""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..types import TokenStep
+
+BLOCK = 128  # tokens per content-visibility block: small enough to skip, big enough to be few
+LAZY_OVER = 2048  # a pane longer than this ships only the blocks near where the eye goes; the page
+#                   script builds the others from the details JSON as they scroll near (16k tokens
+#                   per side stay a small DOM)
+NEAR = 2  # blocks kept on either side of the divergence (or at the end of a live pane)
+_VISIBLE = {" ": "·", "\n": "⏎", "\t": "→", "\r": "␍"}
+
+
+@dataclass
+class Stream:
+    """One side's pane: its name, a label for people, its steps, and where it ended (if early)."""
+
+    name: str
+    label: str
+    steps: Sequence[TokenStep]
+    divergence: int | None = None  # this side's first divergence from the reference (None: none)
+
+
+def visible_text(text: str) -> str:
+    """HTML for one token's text: escaped, whitespace and control characters made visible."""
+    if text == "":
+        return '<i>∅</i>'
+    out = []
+    for ch in text:
+        mark = _VISIBLE.get(ch)
+        if mark is not None:
+            out.append(f"<i>{mark}</i>")
+        elif ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0:
+            out.append(f"<i>\\x{ord(ch):02x}</i>")
+        else:
+            out.append(html.escape(ch, quote=False))
+    return "".join(out)
+
+
+def hex_bytes(raw: str) -> str:
+    return " ".join(raw[i:i + 2] for i in range(0, len(raw), 2))
+
+
+def first_difference(a: Sequence[int], b: Sequence[int], *, finished: bool) -> int | None:
+    """The first index where two id streams differ. A shorter stream counts as differing at its
+    end only when both sides are finished (while streaming it may still catch up)."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    if finished and len(a) != len(b):
+        return n
+    return None
+
+
+def _chip_class(i: int, this: Sequence[int], other: Sequence[int], div: int | None) -> str:
+    if div is not None:
+        if i == div:
+            return "d"
+        if i > div:
+            return "a"
+    return "m" if i < len(other) and other[i] == this[i] else "n"
+
+
+def _chip(step: TokenStep, cls: str) -> str:
+    if step.raw:
+        return (f'<span class="t {cls} r"><span class="tx">{visible_text(step.text)}</span>'
+                f'<b class="x">{hex_bytes(step.raw)}</b></span>')
+    return f'<span class="t {cls}">{visible_text(step.text)}</span>'
+
+
+def _eager_blocks(n: int, focus: int | None, live: bool) -> set[int] | None:
+    """Which blocks a long pane renders on the server (None: all of them)."""
+    if n <= LAZY_OVER:
+        return None
+    last = (n - 1) // BLOCK
+    centre = last if live else min((focus or 0) // BLOCK, last)
+    return {b for b in range(centre - NEAR, centre + NEAR + 1) if 0 <= b <= last}
+
+
+def _pane(s: Stream, other_ids: Sequence[int], div: int | None, ended: str | None, reference: bool,
+          eager: set[int] | None = None) -> str:
+    ids = [st.token_id for st in s.steps]
+    tag = '<span class="pt-ref">reference</span>' if reference else ""
+    parts = [f'<div class="pt-pane" data-side="{html.escape(s.name)}"><div class="pt-head">'
+             f'<span>{html.escape(s.label)} {tag}</span><span class="pt-count">{len(s.steps)} tokens</span></div>'
+             '<div class="pt-body">']
+    for start in range(0, len(s.steps), BLOCK):
+        count = min(BLOCK, len(s.steps) - start)
+        if eager is not None and start // BLOCK not in eager:
+            # Built by the page script when scrolled near; its height is a guess until then.
+            parts.append(f'<div class="b" data-o="{start}" data-n="{count}" data-lazy="1" '
+                         f'style="min-height:{max(1, count // 9) * 24}px"></div>')
+            continue
+        parts.append(f'<div class="b" data-o="{start}">')
+        for i in range(start, min(start + BLOCK, len(s.steps))):
+            parts.append(_chip(s.steps[i], _chip_class(i, ids, other_ids, div)))
+            if s.steps[i].text.endswith("\n"):
+                parts.append("<br>")
+        parts.append("</div>")
+    if ended:
+        parts.append(f'<div class="pt-end">{html.escape(ended)}</div>')
+    parts.append("</div></div>")
+    return "".join(parts)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 5)
+
+
+def details_json(streams: Sequence[Stream]) -> str:
+    """Per-position details for the hover handler, compact: token texts (and bytes where the text
+    cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]]."""
+    vocab: dict[int, str] = {}
+    raw: dict[int, str] = {}
+
+    def enc(steps: Sequence[TokenStep]) -> list[list]:
+        rows = []
+        for s in steps:
+            vocab.setdefault(s.token_id, s.text)
+            if s.raw:
+                raw.setdefault(s.token_id, s.raw)
+            flat: list = []
+            for t in s.top:
+                vocab.setdefault(t.token_id, t.text)
+                if t.raw:
+                    raw.setdefault(t.token_id, t.raw)
+                flat += [t.token_id, _round(t.logprob)]
+            rows.append([s.token_id, _round(s.logprob), s.rank, flat])
+        return rows
+
+    data = {"sides": [s.name for s in streams], "labels": [s.label for s in streams],
+            "steps": {s.name: enc(s.steps) for s in streams},
+            "divs": {s.name: s.divergence for s in streams}}
+    data["vocab"] = {str(k): v for k, v in vocab.items()}
+    data["raw"] = {str(k): v for k, v in raw.items()}
+    return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+
+
+def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: bool = False, note: str = "") -> str:
+    """Every side's pane, the reference first, plus the details box. Each side's divergence is the
+    one the core reported (or computed live); the reference pane is marked against `selected`
+    (default: the side that diverged first)."""
+    if not streams:
+        return ""
+    ref, others = streams[0], list(streams[1:])
+    ref_ids = [s.token_id for s in ref.steps]
+    diverged = [s for s in others if s.divergence is not None]
+    sel = next((s for s in others if s.name == selected), None) or \
+        (min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None))
+    sel_div = sel.divergence if sel else None
+    focus = sel_div
+    panes = [_pane(ref, [t.token_id for t in sel.steps] if sel else ref_ids, sel_div,
+                   "stream ended here" if sel_div is not None and sel_div >= len(ref.steps) and not live else None,
+                   True, _eager_blocks(len(ref.steps), focus, live))]
+    for s in others:
+        ended = "stream ended here" if s.divergence is not None and s.divergence >= len(s.steps) and not live else None
+        panes.append(_pane(s, ref_ids, s.divergence, ended, False, _eager_blocks(len(s.steps), focus, live)))
+    attrs = f' data-div="{sel_div}"' if sel_div is not None else ""
+    attrs += f' data-sel="{html.escape(sel.name)}"' if sel else ""
+    attrs += ' data-live="1"' if live else ""
+    hint = ("Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "
+            "position; click to pin.")
+    has_raw = any(st.raw for s in streams for st in s.steps)
+    toggle = ('<label class="pt-bytes-toggle"><input type="checkbox" class="pt-bytes-cb"> show byte tokens as '
+              'bytes</label>') if has_raw else ""
+    return "".join([
+        f'<div class="pt-root"{attrs} style="--n:{len(streams)}">',
+        f'<div class="pt-note">{html.escape(note)}</div>' if note else "",
+        '<div class="pt-legend"><span class="pt-key m">same token as the reference</span>'
+        '<span class="pt-key d">first divergence</span><span class="pt-key a">after it</span>'
+        f'<span class="pt-ws">· space ⏎ newline → tab</span>{toggle}</div>',
+        '<div class="pt-panes">', *panes, "</div>",
+        f'<div class="pt-info">{hint}</div>',
+        f'<div class="pt-json" hidden>{html.escape(details_json(streams), quote=False)}</div>',
+        "</div>",
+    ])

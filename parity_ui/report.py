@@ -1,0 +1,143 @@
+"""A stored run for people and programs: the terminal summary, the `--json` object (schema 2) and
+the static HTML report. Shared by the CLI and the app; imports neither gradio nor plotly.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from .crossscore import summary_line
+from .fixes import fix_text
+from .settings import format_text, settings_diff
+from .types import Localisation, Run, to_dict
+
+SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
+
+
+def _s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}s"
+
+
+def format_summary(run: Run) -> str:
+    """The run as lines for a terminal: sides, the settings that differ, findings with their --set
+    fix, and per prompt every side against the reference."""
+    dtypes = "/".join(dict.fromkeys(s.dtype for s in run.sides if s.dtype)) or run.config.get("dtype")
+    lines = [f"run {run.id}: {run.status.upper()}  model={run.model.name}  dtype={dtypes}  device={run.device}"]
+    if run.error:
+        lines.append(f"  {run.error}")
+    for s in run.sides:
+        ref = " (reference)" if s.reference else ""
+        env = f"  python={s.python}" if s.python else ""
+        versions = "  ".join(f"{k} {v}" for k, v in s.versions.items())
+        lines.append(f"  side {s.name}{ref}: {s.kind}  {s.dtype}  {s.device}  {versions}  load {_s(s.load_s)}{env}")
+    rows = [r for r in settings_diff(run.sides) if r.differs]
+    if rows and any(s.resolved for s in run.sides):
+        lines.append("  resolved settings that differ:")
+        lines.append(format_text(rows))
+    for w in run.warnings:
+        fix = fix_text(w, "cli")
+        lines.append(f"  [{w.severity}] {w.code}: {w.message}" + (f" Fix: {fix}" if fix else ""))
+    for p in run.prompts:
+        lines.append(f"prompt {p.index}: {len(p.prompt_token_ids)} prompt tokens")
+        for img in p.images:
+            tokens = ", ".join(f"{k} {v}" for k, v in (img.get("tokens") or {}).items())
+            lines.append(f"  image {img.get('name')}: {img.get('width')} x {img.get('height')}"
+                         + (f", image tokens: {tokens}" if tokens else ""))
+        for name, r in p.results.items():
+            t = r.timings
+            lines.append(f"  {name:8s}: {len(r.token_ids)} tokens, finish={r.finish_reason}, "
+                         f"first token {_s(t.prefill_s)}, total {_s(t.total_s)}")
+        for c in p.comparisons:
+            gap = f"{c.max_abs_gap:.3g}" if c.max_abs_gap is not None else "n/a"
+            if c.identical:
+                lines.append(f"  {c.b} vs {c.a}: IDENTICAL for all {c.compared} tokens; max |logprob gap| {gap}")
+            else:
+                d = c.divergence
+                lines.append(f"  {c.b} vs {c.a}: FIRST DIVERGENCE at generated token {c.first_divergence} "
+                             f"(max |logprob gap| before it: {gap})")
+                if d is not None and d.reason == "length":
+                    lines.append(f"    one side stopped: {c.a} made {c.lengths[0]} tokens, {c.b} {c.lengths[1]}")
+                elif d is not None:
+                    lines.append(f"    {c.a} chose {d.texts[0]!r} (id {d.token_ids[0]}), "
+                                 f"{c.b} chose {d.texts[1]!r} (id {d.token_ids[1]})")
+                    if d.accepted is not None:
+                        lines.append(f"    each in the other's top-k (vLLM's acceptance rule): "
+                                     f"{'yes' if d.accepted else 'no'}")
+                res_a = p.results.get(c.a)
+                if res_a is not None and c.first_divergence:
+                    prefix = "".join(s.text for s in res_a.steps[: c.first_divergence])
+                    lines.append(f"    matched prefix: {prefix[-120:]!r}")
+            if c.explanation and c.explanation.get("verdict") and not c.identical:
+                lines.append(f"    verdict: {c.explanation['verdict']}: {c.explanation.get('summary', '')}")
+            if c.cross_scores:
+                lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
+    if run.timings:
+        lines.append("  time per phase: " + "  ".join(f"{k} {v:.2f}s" for k, v in run.timings.items()))
+    return "\n".join(lines)
+
+
+def _stream(res: Any) -> dict[str, Any]:
+    return {
+        "token_ids": res.token_ids, "text": res.text, "logprobs": [s.logprob for s in res.steps],
+        "finish_reason": res.finish_reason, "timings": to_dict(res.timings), "error": res.error,
+        "top_logprobs": [[{"token_id": t.token_id, "logprob": t.logprob} for t in s.top] for s in res.steps],
+    }
+
+
+def _comparison(c: Any, prompt: int) -> dict[str, Any]:
+    return {"prompt": prompt, **to_dict(c)}
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """The --json object: stable top-level keys; `sides` as they ran, `comparisons` (one per prompt
+    and non-reference side), per-side streams under `prompts`."""
+    prompts = []
+    for p in run.prompts:
+        prompts.append({
+            "index": p.index, "prompt_tokens": len(p.prompt_token_ids), "images": p.images,
+            "identical": all(c.identical for c in p.comparisons) if p.comparisons else None,
+            "first_divergence": min((c.first_divergence for c in p.comparisons if c.first_divergence is not None),
+                                    default=None),
+            "sides": {name: _stream(r) for name, r in p.results.items()},
+            "comparisons": [_comparison(c, p.index) for c in p.comparisons],
+        })
+    return {
+        "schema": SCHEMA_VERSION,
+        "run_id": run.id, "status": run.status, "identical": run.identical,
+        "first_divergence": run.first_divergence, "error": run.error, "error_code": run.error_code,
+        "kind": run.kind, "group_id": run.group_id, "config": run.config, "model": to_dict(run.model),
+        "device": run.device, "versions": run.versions, "reference": run.reference,
+        "sides": to_dict(run.sides),
+        "comparisons": [c for p in prompts for c in p["comparisons"]],
+        "settings_diff": [to_dict(r) for r in settings_diff(run.sides)],
+        "warnings": to_dict(run.warnings), "probes": run.probes, "timings": run.timings,
+        "duration_ms": run.duration_ms, "prompts": prompts,
+    }
+
+
+def html_report(run: Run, localisations: list[Localisation] | None = None, images: Any = None) -> str:
+    """One self-contained HTML page for a run (no network, no external files): the summary, the
+    sides and their resolved settings, each prompt's panes with hover details, the findings."""
+    from .render.assets import CSS, JS
+    from .render.cards import run_summary_html, settings_html
+    from .render.images import images_html
+    from .render.report_parts import extra_sections
+    from .render.tokens import Stream, panes_html
+
+    parts = [run_summary_html(run, 0), settings_html(run, open_=True)]
+    for p in run.prompts:
+        if len(run.prompts) > 1:
+            parts.append(f"<h3>Prompt {p.index}</h3>")
+        parts.append(f'<details class="pc-prompt"><summary>prompt: {len(p.prompt_token_ids)} tokens</summary>'
+                     f"<pre>{html.escape(p.prompt_text[:20000])}</pre></details>")
+        parts.append(images_html(p.images, images))  # `images`: sha256 -> (bytes, format), e.g. from the store
+        divs = {c.b: c.first_divergence for c in p.comparisons}
+        streams = [Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
+                   for s in run.sides if s.name in p.results]
+        if streams:
+            parts.append(panes_html(streams))
+    parts.extend(extra_sections(run, localisations))
+    title = f"parity-ui run {run.id}"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
+            f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>")

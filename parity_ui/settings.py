@@ -1,0 +1,95 @@
+"""Runtime settings as each side's engine resolved them, side by side, differing rows first.
+
+Engines report their settings in one vocabulary (the keys of LABELS, with values worded alike:
+"off" for no CUDA graphs, "raw"/"processed" logprobs), so a vLLM side and an HF side line up row by
+row; a setting an engine does not have reads "—" and is no difference. Pure functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .types import SideInfo
+
+# Key -> label, in display order (when nothing differs).
+LABELS: dict[str, str] = {
+    "engine": "engine",
+    "dtype": "weights dtype",
+    "logits_dtype": "logits / lm_head dtype",
+    "device": "device",
+    "attention": "attention backend",
+    "cuda_graphs": "CUDA graphs",
+    "compilation": "compilation",
+    "cuda_graph_sizes": "CUDA graph sizes",
+    "decode": "decode path",
+    "kv_cache": "KV cache",
+    "prefix_caching": "prefix caching",
+    "chunked_prefill": "chunked prefill",
+    "async_scheduling": "async scheduling",
+    "batch_invariant": "batch invariant",
+    "logprobs_mode": "logprobs mode",
+    "generation_config": "generation_config.json",
+    "max_num_seqs": "max_num_seqs",
+    "max_model_len": "max_model_len",
+    "kv_cache_blocks": "KV cache blocks",
+    "tensor_parallel": "tensor parallel",
+    "pipeline_parallel": "pipeline parallel",
+    "seed": "seed",
+    "model": "model folder",
+    "torch": "torch",
+    "python": "python",
+    "environment": "environment",
+}
+MISSING = "—"
+
+
+@dataclass
+class SettingRow:
+    key: str
+    label: str
+    values: dict[str, Any]  # side name -> value (MISSING when the side's engine has no such setting)
+    differs: bool
+
+
+def _value(side: SideInfo, key: str) -> Any:
+    if key == "model":
+        return side.model_path or MISSING
+    if key == "environment":
+        return side.python or "this environment"
+    v = side.resolved.get(key, MISSING)
+    return MISSING if v is None else v
+
+
+def settings_diff(sides: list[SideInfo]) -> list[SettingRow]:
+    """One row per setting any side reports; rows whose values differ first (in LABELS order)."""
+    keys = [k for k in LABELS if any(k in s.resolved for s in sides) or k in ("model", "environment")]
+    keys += sorted({k for s in sides for k in s.resolved} - set(keys))
+    rows = []
+    for key in keys:
+        values = {s.name: _value(s, key) for s in sides}
+        # A setting one engine does not have is no difference: only sides that report it disagree.
+        reported = {repr(v) for v in values.values() if v != MISSING}
+        rows.append(SettingRow(key, LABELS.get(key, key), values, len(reported) > 1))
+    return [r for r in rows if r.differs] + [r for r in rows if not r.differs]
+
+
+def differing(sides: list[SideInfo], a: str, b: str) -> list[str]:
+    """The setting keys in which sides a and b differ (engine identity aside)."""
+    pair = [s for s in sides if s.name in (a, b)]
+    if len(pair) != 2:
+        return []
+    return [r.key for r in settings_diff(pair) if r.differs]
+
+
+def format_text(rows: list[SettingRow], width: int = 28) -> str:
+    """The diff as aligned text for the CLI."""
+    if not rows:
+        return ""
+    names = list(rows[0].values)
+    head = f"  {'setting':24} " + " ".join(f"{n[:width]:{width}}" for n in names)
+    lines = [head]
+    for r in rows:
+        mark = "*" if r.differs else " "
+        cells = " ".join(f"{str(r.values[n])[:width]:{width}}" for n in names)
+        lines.append(f"{mark} {r.label[:24]:24} {cells}")
+    return "\n".join(lines)

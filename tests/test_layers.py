@@ -1,0 +1,222 @@
+"""Layer localisation (parity_ui.layers): the figures and the verdict on synthetic captures, the bad
+inputs refused before anything loads, and real engines on tiny models whose weights differ in one
+known layer and block."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from array import array
+
+import pytest
+
+from parity_ui.errors import ParityError
+from parity_ui.layers import BlockFigure, LayersError, figures, first_divergent, plan, positions_for, summarise
+from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, SideResult
+
+
+def _cap(rows: dict[str, list[list[float]]]) -> dict:
+    data = {n: array("f", [x for r in v for x in r]).tobytes() for n, v in rows.items()}
+    return {"positions": [5, 4], "names": list(rows), "data": data, "dims": {n: len(v[0]) for n, v in rows.items()}}
+
+
+BASE = {"L0.attn": [[1.0, 2.0], [1.0, 2.0]], "L0.mlp": [[3.0, 1.0], [3.0, 1.0]],
+        "L0.residual": [[2.0, 2.0], [2.0, 2.0]], "L1.attn": [[1.0, 0.5], [1.0, 0.5]],
+        "L1.mlp": [[0.5, 1.0], [0.5, 1.0]], "L1.residual": [[4.0, 1.0], [4.0, 1.0]],
+        "final_norm": [[1.0, 0.2], [1.0, 0.2]], "logits": [[2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]}
+
+
+def _with(changes: dict[str, float]) -> dict:
+    out = {n: [list(r) for r in v] for n, v in BASE.items()}
+    for name, delta in changes.items():
+        out[name][0][0] += delta
+    return _cap(out)
+
+
+def test_the_first_block_over_the_floor_is_named_in_forward_order():
+    floor = _with({n: 1e-6 for n in BASE})
+    b = _with({"L1.mlp": 0.2, "L1.residual": 0.2, "final_norm": 0.1, "logits": 0.3})
+    figs = figures(_cap(BASE), b, floor)
+    assert [(f.layer, f.block) for f in figs][:3] == [(0, "attn"), (0, "mlp"), (0, "residual")]
+    first = first_divergent(figs)
+    assert (first.layer, first.block) == (1, "mlp")
+    assert first.rel_l2[1] == 0 and first.rel_l2[0] > 0  # only the examined position moved: a local jump
+    layer, block, text = summarise(figs, {}, "ref", "b", diverged=False)
+    assert (layer, block) == (1, "mlp") and "layer 1's mlp" in text and "local jump" in text
+
+
+def test_within_the_floor_everywhere_names_no_layer():
+    floor = _with({n: 1e-3 for n in BASE})
+    b = _with({n: 1e-5 for n in BASE})
+    layer, block, text = summarise(figures(_cap(BASE), b, floor), {}, "ref", "b", diverged=False)
+    assert layer is None and block is None and "within the noise floor" in text
+
+
+def test_a_stream_over_the_floor_with_quiet_blocks_points_at_a_norm_and_logits_alone_at_the_head():
+    floor = _with({n: 1e-6 for n in BASE})
+    _, block, _ = summarise(figures(_cap(BASE), _with({"L0.residual": 0.5}), floor), {}, "a", "b", False)
+    assert block == "norm"
+    layer, block, text = summarise(figures(_cap(BASE), _with({"logits": 0.5}), floor), {}, "a", "b", False)
+    assert (layer, block) == (None, "logits") and "lm_head" in text
+
+
+def test_a_zero_floor_does_not_make_rounding_a_divergence():
+    zero = _cap(BASE)
+    f = figures(_cap(BASE), _with({"L0.attn": 1e-7}), zero)[0]
+    assert isinstance(f, BlockFigure) and f.floor[0] == 0 and not f.over_floor(0)
+
+
+def test_positions_examine_the_token_before_and_some_earlier():
+    assert positions_for(10, 3) == [12, 11, 10, 8, 4]
+    assert positions_for(2, 0) == [1, 0]
+
+
+# -- bad input, refused before any engine starts ----------------------------------------------------
+
+def _run(kinds=("hf", "vllm"), a_ids=(5, 6, 7, 8), b_ids=(5, 6, 9, 8), div=2) -> Run:
+    names = ["ref", "b"]
+    pr = PromptResult(index=0, prompt_text="p", prompt_token_ids=[1, 2, 3],
+                      results={n: SideResult(side=n, prompt_index=0, token_ids=list(ids))
+                               for n, ids in zip(names, (a_ids, b_ids))},
+                      comparisons=[Comparison(a="ref", b="b", identical=div is None, first_divergence=div,
+                                              compared=len(a_ids))])
+    return Run(id="R1", created_utc="", model=ModelInfo(name="m", path="/m"), config={}, status="diverged",
+               prompts=[pr], sides=[SideInfo(name=n, kind=k, reference=i == 0) for i, (n, k) in
+                                    enumerate(zip(names, kinds))])
+
+
+def test_plan_teacher_forces_the_prompt_and_the_common_prefix():
+    a, b, pos, ids, tokens, diverged = plan(_run(), 0, None, None)
+    assert (a, b, pos) == ("ref", "b", 2) and ids == [1, 2, 3, 5, 6] and tokens == (7, 9) and diverged
+
+
+@pytest.mark.parametrize("kw,needle,fix", [
+    (dict(run=_run(div=None, b_ids=(5, 6, 7, 8))), "never diverged", "--position"),
+    (dict(position=3), "after the divergence at 2", "from 0 to 2"),
+    (dict(run=_run(div=None, b_ids=(5, 6, 7, 8)), position=4), "past what both sides share (0..3)", "from 0 to 3"),
+    (dict(prompt=4), "no prompt 4", "--prompt 0..0"),
+    (dict(sides=("ref", "zz")), "no result for side 'zz'", "--sides"),
+    (dict(sides=("ref", "ref")), "the same", "two different sides"),
+    (dict(run=_run(kinds=("hf", "openai"))), "needs in-process access", "kinds vllm, hf"),
+])
+def test_bad_localisation_requests_are_refused_with_a_fix(kw, needle, fix):
+    with pytest.raises(LayersError) as e:
+        plan(kw.get("run", _run()), kw.get("prompt", 0), kw.get("position"), kw.get("sides"))
+    assert needle in e.value.message and fix in e.value.fix
+    assert isinstance(e.value, ParityError)
+
+
+def test_an_architecture_without_recognisable_layers_is_named():
+    import torch
+
+    from parity_ui.engines.base import EngineFault
+    from parity_ui.engines.capture import find_blocks
+
+    with pytest.raises(EngineFault, match="cannot find the decoder layers of Sequential") as e:
+        find_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 2)
+    assert "Llama" in e.value.fix
+
+
+# -- real engines ------------------------------------------------------------------------------------
+
+PROMPT = "def parse_args(self, args=None, namespace=None):"
+
+
+@pytest.fixture(scope="module")
+def perturbed(tmp_path_factory, tiny_llama):
+    from tiny_models import copy_model, perturb_weights
+
+    root = tmp_path_factory.mktemp("perturbed")
+    mlp = perturb_weights(copy_model(tiny_llama, root / "mlp"), "model.layers.1.mlp.down_proj.weight", scale=0.05)
+    attn = perturb_weights(copy_model(tiny_llama, root / "attn"), "model.layers.0.self_attn.o_proj.weight",
+                           scale=0.05)
+    return {"mlp": mlp, "attn": attn}
+
+
+def _compare(service, model, sides):
+    from parity_ui.config import build_config
+    from parity_ui.prepare import RunRequest
+    from parity_ui.prompts import PromptSpec
+
+    cfg = build_config(None, ["dtype=float32", "max_new_tokens=24", "ignore_eos=true"], sides=sides)
+    run = service.run(RunRequest(model=str(model), prompts=[PromptSpec(text=PROMPT)], config=cfg))
+    assert run.status in ("ok", "diverged"), run.error
+    return run
+
+
+def _localise(service, run, **kw):
+    from parity_ui.layers import localise
+
+    loc = localise(service, run, 0, **kw)
+    assert loc.per_layer and loc.noise_floor["method"].startswith("measured")
+    assert len({len(f["rel_l2"]) for f in loc.per_layer}) == 1  # every block at every captured position
+    return loc
+
+
+@pytest.mark.engines
+def test_vllm_and_hf_in_float32_stay_within_the_noise_floor_at_every_layer(service, tiny_llama):
+    run = _compare(service, tiny_llama, ["ref=hf", "b=vllm"])
+    assert run.status == "ok"
+    loc = _localise(service, run, position=12)
+    assert loc.first_divergent_layer is None and loc.first_divergent_block is None, loc.summary
+    assert all(f["rel_l2"][0] < 1e-4 for f in loc.per_layer)
+    assert all(f["floor"][0] > 0 for f in loc.per_layer)  # measured, not assumed zero
+    assert "within the noise floor" in loc.summary
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("sides,which,layer,block", [
+    (["ref=hf", "b=hf,model={mlp}"], "mlp", 1, "mlp"),
+    (["ref=hf", "b=vllm,model={mlp}"], "mlp", 1, "mlp"),
+    (["ref=vllm", "b=vllm,model={attn}"], "attn", 0, "attn"),
+])
+def test_a_checkpoint_perturbed_in_one_block_is_found_there(service, tiny_llama, perturbed, sides, which, layer, block):
+    run = _compare(service, tiny_llama, [s.format(**perturbed) for s in sides])
+    d = run.prompts[0].comparisons[0].first_divergence
+    loc = _localise(service, run, position=None if d is not None else 12)
+    assert (loc.first_divergent_layer, loc.first_divergent_block) == (layer, block), loc.summary
+    assert f"layer {layer}'s {block}" in loc.summary
+    before = [f for f in loc.per_layer if f["layer"] is not None and (f["layer"], f["block"]) < (layer, block)
+              and f["block"] in ("attn", "mlp")]
+    assert all(f["rel_l2"][0] <= 10 * f["floor"][0] + 1e-6 for f in before)  # clean before the culprit
+
+
+@pytest.mark.engines
+def test_parity_layers_cli_stores_each_localisation_and_failures_too(tmp_path, tiny_llama, perturbed):
+    from parity_ui.store import localisations_of, open_db
+
+    db = tmp_path / "runs.db"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "parity_ui.cli", "--db", str(db), *args], capture_output=True,
+                              text=True, timeout=600)
+
+    made = cli("compare", "--model", str(tiny_llama), "--prompt", PROMPT, "--set", "dtype=float32", "--set",
+               "max_new_tokens=16", "--set", "ignore_eos=true", "--side", "ref=hf", "--side", f"b=hf,model={perturbed['mlp']}",
+               "--json", "--quiet")
+    run_id = json.loads(made.stdout)["run_id"]
+    ok = cli("layers", run_id, "--position", "3", "--json", "--quiet")
+    assert ok.returncode == 0, ok.stderr
+    got = json.loads(ok.stdout)
+    assert got["first_divergent_layer"] == 1 and got["first_divergent_block"] == "mlp"
+    assert {"noise_floor", "per_layer", "first_divergent_layer", "first_divergent_block"} <= set(got)
+    text = cli("layers", run_id, "--position", "3", "--quiet")
+    assert "layer 1's mlp" in text.stdout and "noise floor: measured" in text.stdout
+    bad = cli("layers", run_id, "--position", "999")
+    assert bad.returncode == 2 and "Fix:" in bad.stderr and "Traceback" not in bad.stderr
+    stored = localisations_of(open_db(db), run_id)
+    assert len(stored) == 3 and stored[0].first_divergent_layer == 1 and stored[2].error
+
+
+def test_an_exact_tie_that_the_capture_does_not_reproduce_is_called_a_tie():
+    floor = _with({n: 1e-3 for n in BASE})
+    figs = figures(_cap(BASE), _with({}), floor)
+    tie = {"argmax_a": 3, "argmax_b": 3, "margin_a": 0.0, "margin_b": 0.0, "reproduces": False}
+    _, _, text = summarise(figs, tie, "hf", "vllm", diverged=True)
+    assert "tied exactly in hf's teacher-forced logits" in text and "batched" not in text
+    drift = {"argmax_a": 3, "argmax_b": 3, "margin_a": 0.4, "margin_b": 0.2, "reproduces": False}
+    _, _, text = summarise(figs, drift, "hf", "vllm", diverged=True)
+    assert "do not reproduce the fork" in text and "eagerly at batch 1" in text
+    fork = {"argmax_a": 3, "argmax_b": 4, "margin_a": 0.4, "margin_b": -0.2, "reproduces": True}
+    _, _, text = summarise(figs, fork, "hf", "vllm", diverged=True)
+    assert "reproduce the fork" in text and "near-tie that rounding alone can flip" in text
