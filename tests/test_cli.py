@@ -200,7 +200,8 @@ def test_a_cli_killed_mid_run_leaves_an_interrupted_run_and_no_worker(tmp_path, 
         if rows and rows[0].status == "running":
             run_id = rows[0].id
             run = get_run(open_db(db), run_id)
-            if run.prompts and "a" in run.prompts[0].results:
+            a = run.prompts[0].results.get("a") if run.prompts else None
+            if a is not None and a.finish_reason is not None:  # finished, not one of its streamed partial saves
                 break
         time.sleep(0.2)
     assert run_id is not None, "the run never showed as running"
