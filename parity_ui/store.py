@@ -23,6 +23,7 @@ from typing import Any
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from .bulk import gc_paused
 from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
 from .runlog import owner_alive
@@ -294,6 +295,11 @@ def _excerpt(run: Run, n: int = 120) -> str:
 
 
 def get_run(db: Database, run_id: str) -> Run | None:
+    with gc_paused():
+        return _get_run(db, run_id)
+
+
+def _get_run(db: Database, run_id: str) -> Run | None:
     rows = list(db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
     if not rows:
         return None

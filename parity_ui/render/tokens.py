@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..bulk import gc_paused
 from ..types import TokenStep
 
 BLOCK = 128  # tokens per content-visibility block: small enough to skip, big enough to be few
@@ -160,6 +161,11 @@ def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: 
     (default: the side that diverged first)."""
     if not streams:
         return ""
+    with gc_paused():
+        return _panes_html(streams, selected, live, note)
+
+
+def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, note: str) -> str:
     ref, others = streams[0], list(streams[1:])
     ref_ids = [s.token_id for s in ref.steps]
     diverged = [s for s in others if s.divergence is not None]
