@@ -230,6 +230,24 @@ def test_plots_mark_the_divergence():
     assert any(s.x0 == 3 for s in margin.layout.shapes)
 
 
+def test_long_traces_are_thinned_to_real_points_keeping_the_extremes():
+    import numpy as np
+
+    n = 16384
+    x = np.arange(n)
+    lp = np.full(n, -0.5)
+    lp[9999], lp[5] = -40.0, np.nan  # one deep dip, one missing logprob
+    xs, ys = plots.thin(x, lp, "min")
+    assert len(xs) <= plots.MAX_POINTS and 9999 in xs and ys.min() == -40.0
+    assert np.all(np.diff(xs) > 0) and np.all(lp[xs][~np.isnan(ys)] == ys[~np.isnan(ys)])  # real pairs, in order
+    gap = np.full(n, 1e-4)
+    gap[1234] = -2.0  # a spike below zero still counts by its magnitude
+    xs, ys = plots.thin(x, gap, "absmax")
+    assert 1234 in xs and ys.min() == -2.0
+    short = np.array([0.1234567891, -1.0])
+    assert list(plots.thin(np.arange(2), short, "min")[0]) == [0, 1]  # short traces keep every point
+
+
 def test_batch_plot_has_one_bar_per_prompt_and_side():
     run = _run({"hf": SAME + [(13, " on")], "a": SAME + [(15, " in")], "b": SAME + [(13, " on")]}, n_prompts=3)
     parts = view_parts(run, prompt_index=2)

@@ -2,6 +2,7 @@
 Figure out."""
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -29,10 +30,47 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
+MANY = 300  # points above which a trace drops its markers (and bars become a filled line)
+MAX_POINTS = 4096  # a longer trace keeps one point per bucket: the one a reader must not miss
+
+
+def _arrays(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    # Plotly validates a list element by element (about 1 s for a 16k-token pair) but takes a numpy
+    # array as it is; None (no logprob) becomes NaN, a gap in the line.
+    return np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.float64)
+
+
+def thin(x: np.ndarray, y: np.ndarray, keep: str) -> tuple[np.ndarray, np.ndarray]:
+    """At most about MAX_POINTS points, each a real (position, value) pair: per bucket of
+    consecutive positions the lowest value (keep="min": a logprob dip, a near-tie margin) or the
+    largest magnitude (keep="absmax": a logprob gap spike). A 16k-token pair otherwise sends ~2 MB
+    of figure JSON to the browser, more points than the plot has pixels."""
+    n = len(y)
+    if n <= MAX_POINTS:
+        return x, np.round(y, 6)
+    k = -(-n // MAX_POINTS)
+    pad = (-n) % k
+    score = -np.abs(y) if keep == "absmax" else y.copy()
+    score = np.concatenate([np.where(np.isnan(score), np.inf, score), np.full(pad, np.inf)]).reshape(-1, k)
+    idx = np.arange(0, n + pad, k) + score.argmin(axis=1)
+    idx = idx[idx < n]
+    return x[idx], np.round(y[idx], 6)
+
+
 def _line(x: list, y: list, name: str, color: str, **kw) -> go.Scattergl:
     # WebGL keeps 16k-point traces smooth.
-    return go.Scattergl(x=x, y=y, name=name, mode="lines+markers" if len(x) <= 300 else "lines",
+    xs, ys = thin(*_arrays(x, y), "min")
+    return go.Scattergl(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) <= MANY else "lines",
                         line={"color": color, "width": 1.5}, marker={"size": 4}, **kw)
+
+
+def _bars(y: list, name: str, color: str) -> go.Bar | go.Scattergl:
+    """Bars per position; past MANY positions a filled WebGL line, as thousands of SVG bars make the
+    browser lay out one element per bar."""
+    xs, ys = thin(*_arrays(list(range(len(y))), y), "absmax")
+    if len(ys) <= MANY:
+        return go.Bar(x=xs, y=ys, name=name, marker_color=color)
+    return go.Scattergl(x=xs, y=ys, name=name, mode="lines", fill="tozeroy", line={"color": color, "width": 1})
 
 
 def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) -> go.Figure:
@@ -44,8 +82,7 @@ def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) ->
         fig.add_trace(_line([s.position for s in steps], [s.logprob for s in steps], f"{name} logprob", color),
                       row=1, col=1)
     gaps = c.logprob_gaps
-    fig.add_trace(go.Bar(x=list(range(len(gaps))), y=gaps, name=f"gap {c.b} − {c.a}", marker_color="#64748b"),
-                  row=2, col=1)
+    fig.add_trace(_bars(gaps, f"gap {c.b} − {c.a}", "#64748b"), row=2, col=1)
     _mark_divergence(fig, c.first_divergence)
     fig.update_yaxes(title_text="logprob", row=1, col=1)
     fig.update_yaxes(title_text="gap", row=2, col=1)
