@@ -334,6 +334,9 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     opened = _time.perf_counter() - t0
     built = page.evaluate("document.querySelectorAll('#hist-panes .pt-body .t').length")
     assert built < n // 4, built  # not 32k chips
+    inline = page.evaluate("document.querySelector('#hist-panes .pt-json').textContent.length")
+    assert inline < 300_000, inline  # only the built positions' details came with the view
+    page.wait_for_selector("#hist-panes .pt-root[data-full='1']", timeout=30_000)  # the rest, fetched
     chip = page.locator("#hist-panes [data-side='vllm'] .pt-body .t.d")
     assert chip.count() == 1 and chip.is_visible()  # the divergence is built and scrolled into view
     # Scroll the reference pane to the top: the first block is built with the right classes and text.

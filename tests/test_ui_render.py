@@ -180,6 +180,40 @@ def test_16k_tokens_per_side_render():
     assert '"vocab"' in page and page.count("w499") >= 1  # what the script builds from
 
 
+def test_a_long_stored_view_inlines_only_the_built_positions_and_serves_the_rest_on_request():
+    import gradio as gr
+
+    from parity_ui.ui.result_view import pane_details
+
+    n = 16384
+    v = [(i % 500, f" w{i % 500}") for i in range(n)]
+    h = list(v)
+    h[12000] = (777, " other")
+    run = _run({"hf": v, "vllm": h})
+    page = view_parts(run)["panes"]
+    assert f'data-src="{run.id}:0"' in page
+    inline = json.loads(html.unescape(re.search(r'<div class="pt-json" hidden>(.*?)</div>', page, re.S).group(1)))
+    lo = (12000 // tokens.BLOCK - tokens.NEAR) * tokens.BLOCK
+    assert inline["off"] == lo and inline["len"] == {"hf": n, "vllm": n}
+    assert len(inline["steps"]["vllm"]) == (2 * tokens.NEAR + 1) * tokens.BLOCK
+    assert inline["steps"]["vllm"][12000 - lo][0] == 777  # the divergence's own row is inline
+    full = json.loads(pane_details(lambda rid: run if rid == run.id else None, f"{run.id}:0"))
+    assert "off" not in full and len(full["steps"]["hf"]) == n and full["steps"]["vllm"][12000][0] == 777
+    for bad in (f"{run.id}:1", f"{run.id}:x", "nope:0", ""):
+        with pytest.raises(gr.Error, match="no stored view"):
+            pane_details(lambda rid: run if rid == run.id else None, bad)
+
+
+def test_a_live_or_short_view_keeps_every_detail_inline():
+    n = 4096
+    v = [(i % 50, f" w{i % 50}") for i in range(n)]
+    streams = [tokens.Stream("hf", "hf", _run({"hf": v, "vllm": v}).prompts[0].results["hf"].steps)]
+    live = tokens.panes_html(streams * 2, live=True, details_src="r:0")
+    assert "data-src" not in live and '"off"' not in live
+    short = view_parts(_run({"hf": v[:100], "vllm": v[:100]}))["panes"]
+    assert "data-src" not in short
+
+
 def test_short_panes_are_built_whole():
     v = [(i % 50, f" w{i % 50}") for i in range(tokens.LAZY_OVER)]
     page = view_parts(_run({"hf": v, "vllm": list(v)}))["panes"]

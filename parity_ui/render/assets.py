@@ -111,6 +111,27 @@ JS_TEMPLATE = r"""
     if (!root._pt) { root._pt = JSON.parse(root.querySelector('.pt-json').textContent); }
     return root._pt;
   }
+  // A long stored view carries the details of the positions it built (from `off`); the rest
+  // come from the app's pane_details endpoint once it shows (data-src), then its lazy blocks build.
+  const row = (d, name, i) => (i < (d.off || 0)) ? undefined : d.steps[name][i - (d.off || 0)];
+  const count = (d, name) => d.len ? d.len[name] : d.steps[name].length;
+  const ready = (root) => !root.dataset.src || root.dataset.full === '1';
+  async function fetchDetails(root) {
+    const base = ((window.gradio_config && window.gradio_config.root) || '').replace(/\/$/, '');
+    const url = `${base}/gradio_api/call/pane_details`;
+    const r = await fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                body: JSON.stringify({data: [root.dataset.src]})});
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    const {event_id} = await r.json();
+    const text = await (await fetch(`${url}/${event_id}`)).text();
+    const lines = text.split('\n');
+    const at = lines.findIndex((l) => l === 'event: complete' || l === 'event: error');  // skips heartbeats
+    const kind = at >= 0 ? lines[at].slice(7).trim() : '';
+    const payload = lines.slice(at + 1).find((l) => l.startsWith('data: '));
+    if (kind !== 'complete' || !payload) throw new Error(payload ? payload.slice(6) : 'no answer');
+    root._pt = JSON.parse(JSON.parse(payload.slice(6))[0]);
+    root.dataset.full = '1';
+  }
   // Long panes arrive with only the blocks near the divergence built; the rest are built here from
   // the details JSON when they scroll near (or when a position in them is shown).
   const MARK = {' ': '·', '\n': '⏎', '\t': '→', '\r': '␍'};
@@ -126,21 +147,20 @@ JS_TEMPLATE = r"""
     return out;
   }
   function fill(root, blk) {
-    if (!blk.dataset.lazy) return;
+    if (!blk.dataset.lazy || !ready(root)) return;
     const d = data(root);
     const name = blk.closest('.pt-pane').dataset.side;
     const ref = d.sides[0];
     const isRef = name === ref;
-    const other = d.steps[isRef ? (root.dataset.sel || ref) : ref];
+    const other = isRef ? (root.dataset.sel || ref) : ref;
     const divRaw = isRef ? root.dataset.div : d.divs[name];
     const div = (divRaw === undefined || divRaw === null) ? null : Number(divRaw);
-    const mine = d.steps[name];
     const o = Number(blk.dataset.o), n = Number(blk.dataset.n);
     let html = '';
     for (let i = o; i < o + n; i++) {
-      const id = mine[i][0];
+      const id = row(d, name, i)[0];
       const cls = div !== null && i === div ? 'd' : (div !== null && i > div ? 'a'
-        : (i < other.length && other[i][0] === id ? 'm' : 'n'));
+        : (i < count(d, other) && row(d, other, i)[0] === id ? 'm' : 'n'));
       const text = d.vocab[id] ?? '';
       const raw = d.raw[id];
       html += raw ? `<span class="t ${cls} r"><span class="tx">${vis(text)}</span><b class="x">${raw.match(/../g).join(' ')}</b></span>`
@@ -162,7 +182,7 @@ JS_TEMPLATE = r"""
     return blk ? blk.querySelectorAll(':scope > .t')[i % BLOCK] : null;
   }
   function side(d, name, i) {
-    const s = d.steps[name][i];
+    const s = row(d, name, i);
     if (!s) return null;
     const top = [];
     for (let k = 0; k < s[3].length; k += 2) top.push([s[3][k], s[3][k + 1]]);
@@ -213,13 +233,20 @@ JS_TEMPLATE = r"""
       root._pin = root._pin === i ? undefined : i;
       render(root, i);
     });
-    const lazy = root.querySelectorAll('.b[data-lazy]');
-    if (lazy.length) {
+    const observe = () => {
+      const lazy = root.querySelectorAll('.b[data-lazy]');
+      if (!lazy.length) return;
       const io = new IntersectionObserver((entries) => entries.forEach((en) => {
         if (en.isIntersecting) { fill(root, en.target); io.unobserve(en.target); }
       }), {rootMargin: '800px 0px'});
       lazy.forEach((b) => io.observe(b));
-    }
+    };
+    if (ready(root)) observe();
+    else fetchDetails(root).then(observe).catch((err) => {
+      root.dataset.full = 'failed';
+      root.querySelector('.pt-info').insertAdjacentHTML('afterbegin',
+        `<div class="pt-note">Only the positions around the divergence have details: loading the rest failed (${esc(err.message)}). Reopen the run to retry.</div>`);
+    });
     const cb = root.querySelector('.pt-bytes-cb');
     if (cb) cb.addEventListener('change', () => root.classList.toggle('pt-bytes', cb.checked));
     if (root.dataset.live) {

@@ -126,15 +126,18 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
 
 
-def details_json(streams: Sequence[Stream]) -> str:
+def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = None) -> str:
     """Per-position details for the hover handler, compact: token texts (and bytes where the text
-    cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]]."""
+    cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]].
+    `window` (lo, hi) keeps only those positions (`off` says where they start, `len` each side's
+    length): a long view ships the part around the divergence and fetches the rest after it shows."""
     vocab: dict[int, str] = {}
     raw: dict[int, str] = {}
+    lo, hi = window if window is not None else (0, None)
 
     def enc(steps: Sequence[TokenStep]) -> list[list]:
         rows = []
-        for s in steps:
+        for s in steps[lo:hi]:
             vocab.setdefault(s.token_id, s.text)
             if s.raw:
                 raw.setdefault(s.token_id, s.raw)
@@ -150,22 +153,48 @@ def details_json(streams: Sequence[Stream]) -> str:
     data = {"sides": [s.name for s in streams], "labels": [s.label for s in streams],
             "steps": {s.name: enc(s.steps) for s in streams},
             "divs": {s.name: s.divergence for s in streams}}
+    if window is not None:
+        data["off"] = lo
+        data["len"] = {s.name: len(s.steps) for s in streams}
     data["vocab"] = {str(k): v for k, v in vocab.items()}
     data["raw"] = {str(k): v for k, v in raw.items()}
     return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
 
 
-def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: bool = False, note: str = "") -> str:
+def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: bool = False, note: str = "",
+               details_src: str | None = None) -> str:
     """Every side's pane, the reference first, plus the details box. Each side's divergence is the
     one the core reported (or computed live); the reference pane is marked against `selected`
-    (default: the side that diverged first)."""
+    (default: the side that diverged first). With `details_src` (the app's id of a stored view), a
+    long view carries only the details of the blocks it builds; the page script fetches the rest
+    from the app's `pane_details` endpoint once the panes show (a 16k-token pair's details are
+    ~2.5 MB, which used to travel before anything was shown). Without it (a static report, a
+    live view) every position's details are inline."""
     if not streams:
         return ""
     with gc_paused():
-        return _panes_html(streams, selected, live, note)
+        return _panes_html(streams, selected, live, note, details_src)
 
 
-def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, note: str) -> str:
+def _window(streams: Sequence[Stream], focus: int | None, live: bool) -> tuple[int, int] | None:
+    """The positions whose chips the server builds, over every pane (None: all of them, nothing
+    is left to fetch). A short pane next to a long one is built whole, so its range counts whole."""
+    ranges, lazy = [], False
+    for s in streams:
+        eager = _eager_blocks(len(s.steps), focus, live)
+        if eager is None:
+            ranges.append((0, len(s.steps)))
+        else:
+            lazy = True
+            if eager:
+                ranges.append((min(eager) * BLOCK, (max(eager) + 1) * BLOCK))
+    if not lazy or not ranges:
+        return None
+    return min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
+
+
+def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, note: str,
+                details_src: str | None) -> str:
     ref, others = streams[0], list(streams[1:])
     ref_ids = [s.token_id for s in ref.steps]
     diverged = [s for s in others if s.divergence is not None]
@@ -182,6 +211,9 @@ def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, not
     attrs = f' data-div="{sel_div}"' if sel_div is not None else ""
     attrs += f' data-sel="{html.escape(sel.name)}"' if sel else ""
     attrs += ' data-live="1"' if live else ""
+    window = _window(streams, focus, live) if details_src and not live else None
+    if window is not None:
+        attrs += f' data-src="{html.escape(details_src)}"'
     hint = ("Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "
             "position; click to pin.")
     has_raw = any(st.raw for s in streams for st in s.steps)
@@ -195,6 +227,6 @@ def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, not
         f'<span class="pt-ws">· space ⏎ newline → tab</span>{toggle}</div>',
         '<div class="pt-panes">', *panes, "</div>",
         f'<div class="pt-info">{hint}</div>',
-        f'<div class="pt-json" hidden>{html.escape(details_json(streams), quote=False)}</div>',
+        f'<div class="pt-json" hidden>{html.escape(details_json(streams, window), quote=False)}</div>',
         "</div>",
     ])

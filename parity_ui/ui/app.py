@@ -48,6 +48,8 @@ def create_app(service: ServiceRunner) -> gr.Blocks:
         for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
             event.then(compare.sides.from_yaml, [config.yaml], compare.sides.shown, api_name=False)
         history.create_event_handlers(tabs=tabs, app=app)
+        # A long view's page script fetches the rest of its hover details here once it shows.
+        gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")
         app.load(compare.initial, [compare.model, compare.trust, compare.prompt, config.yaml],
                  [compare.model_info, compare.prompt_info], api_name=False)
         app.load(config.yaml_changed, validate, checked, api_name=False)

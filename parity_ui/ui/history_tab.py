@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
-from .result_view import ResultView
+from .result_view import ResultView, pane_details
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
 PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
@@ -93,6 +93,10 @@ class HistoryTab:
             return self.view.error_values(f"no run with id {run_id!r} in this database",
                                           "pick one from the table, or check the link")
         return self.view.values(run)
+
+    def pane_details(self, src: str) -> str:
+        """The `pane_details` endpoint: the hover details a long view fetches after it shows."""
+        return pane_details(lambda rid: get_run(self.db, rid) if _RUN_ID.match(rid) else None, src)
 
     def switch_view(self, run_id: str, index: int | None, side: str | None) -> tuple:
         run = get_run(self.db, (run_id or "").strip())

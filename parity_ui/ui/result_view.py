@@ -10,7 +10,7 @@ import gradio as gr
 from ..render import cards
 from ..render.images import images_html
 from ..render.report_parts import localisation_html
-from ..render.tokens import Stream, panes_html
+from ..render.tokens import Stream, details_json, panes_html
 from ..types import Localisation, Run
 from . import plots
 
@@ -38,16 +38,14 @@ def view_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     if not run.prompts:
         return parts
     p = run.prompts[idx]
-    divs = {c.b: c.first_divergence for c in p.comparisons}
-    streams = [Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
-               for s in run.sides if s.name in p.results]
+    streams = _streams(run, idx)
     comps = {c.b: c for c in p.comparisons}
     if side not in comps and comps:
         diverged = [c for c in p.comparisons if c.first_divergence is not None]
         side = (min(diverged, key=lambda c: c.first_divergence) if diverged else p.comparisons[0]).b
     parts["side"] = side
     if any(s.steps for s in streams):
-        parts["panes"] = panes_html(streams, selected=side)
+        parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{idx}")
     c = comps.get(side) if side else None
     if c is not None:
         parts["logprob"] = plots.logprob_figure(c, p.results.get(c.a), p.results.get(c.b))
@@ -55,6 +53,23 @@ def view_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     if len(run.prompts) > 1:
         parts["batch"] = plots.batch_figure(run)
     return parts
+
+
+def _streams(run: Run, idx: int) -> list[Stream]:
+    p = run.prompts[idx]
+    divs = {c.b: c.first_divergence for c in p.comparisons}
+    return [Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
+            for s in run.sides if s.name in p.results]
+
+
+def pane_details(get_run: Callable[[str], Run | None], src: str) -> str:
+    """Every position's hover details of one stored view, `src` = "RUN_ID:PROMPT_INDEX" as
+    view_parts wrote it into the panes: what a long view's page script fetches once it shows."""
+    run_id, _, index = (src or "").partition(":")
+    run = get_run(run_id) if run_id and index.isdigit() else None
+    if run is None or not 0 <= int(index) < len(run.prompts):
+        raise gr.Error(f"no stored view {src!r}: reopen the run from the History tab")
+    return details_json(_streams(run, int(index)))
 
 
 def layers_parts(locs: list[Localisation], prompt_index: int) -> tuple[str, Any]:
