@@ -315,3 +315,26 @@ def test_static_report_is_one_self_contained_page():
     assert page.startswith("<!doctype html>") and "parity-ui run 01TESTRUN" in page
     assert 'data-side="vllm"' in page and "<script>" in page and "resolved settings" in page
     assert 'src="http' not in page and 'href="http' not in page
+
+
+def test_history_reads_a_finished_run_once_and_a_running_one_every_time(tmp_path):
+    from types import SimpleNamespace
+
+    from parity_ui.store import open_db, save_run
+    from parity_ui.ui.history_tab import HistoryTab
+
+    db = open_db(tmp_path / "runs.db")
+    tab = HistoryTab(SimpleNamespace(db=db))
+    runs = []
+    for i, status in enumerate(["diverged", "ok", "ok", "running"]):
+        run = _run({"hf": SAME + [(13, " on")], "vllm": SAME + [(15, " in")]})
+        run.id, run.status = f"01RUN{i}", status
+        save_run(db, run)
+        runs.append(run)
+    first = tab._load("01RUN0")
+    assert first is not None and first.status == "diverged"
+    assert tab._load(" 01RUN0 ") is first  # the view, its details fetch, a switch: one read
+    tab._load("01RUN1"), tab._load("01RUN2")
+    assert tab._load("01RUN0") is not first  # only the last RECENT finished runs are kept
+    assert tab._load("01RUN3") is not tab._load("01RUN3")  # a running run changes: read afresh
+    assert tab._load("../etc") is None and tab._load("01NOPE") is None

@@ -17,6 +17,7 @@ import gradio as gr
 from ..render.assets import CSS, JS
 from .compare_tab import CompareTab, RunGate
 from .config_tab import ConfigTab
+from . import plots
 from .history_tab import HistoryTab
 from .runner import ServiceRunner
 
@@ -54,6 +55,7 @@ def create_app(service: ServiceRunner) -> gr.Blocks:
                  [compare.model_info, compare.prompt_info], api_name=False)
         app.load(config.yaml_changed, validate, checked, api_name=False)
     app.queue(default_concurrency_limit=4)
+    plots.warm_up()
     return app
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import threading
+from collections import OrderedDict
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
+from ..types import Run
 from .result_view import ResultView, pane_details
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
@@ -41,8 +44,14 @@ def history_rows(db: Any, search: str = "", model: str | None = None, status: st
 
 
 class HistoryTab:
+    RECENT = 2  # finished runs kept parsed: a 16k-token pair takes ~0.5 s to read back
+
     def __init__(self, service: Any):
         self.service = service
+        # The view, its background details fetch and a prompt/side switch all read the same run
+        # within seconds; a finished run no longer changes, so it is read once.
+        self._recent: OrderedDict[str, Run] = OrderedDict()
+        self._recent_lock = threading.Lock()
         self.view = ResultView("hist", localisations=lambda run_id: localisations_of(self.db, run_id),
                                images=lambda sha: image_bytes(self.db, sha))
 
@@ -84,11 +93,27 @@ class HistoryTab:
         except (IndexError, KeyError):
             return gr.skip()
 
+    def _load(self, run_id: str) -> Run | None:
+        run_id = (run_id or "").strip()
+        if not _RUN_ID.match(run_id):
+            return None
+        with self._recent_lock:
+            if run_id in self._recent:
+                self._recent.move_to_end(run_id)
+                return self._recent[run_id]
+        run = get_run(self.db, run_id)
+        if run is not None and run.status != "running":
+            with self._recent_lock:
+                self._recent[run_id] = run
+                while len(self._recent) > self.RECENT:
+                    self._recent.popitem(last=False)
+        return run
+
     def open(self, run_id: str) -> tuple:
         run_id = (run_id or "").strip()
         if not run_id:
             return self.view.values(None, message="Pick a run in the table above.")
-        run = get_run(self.db, run_id) if _RUN_ID.match(run_id) else None
+        run = self._load(run_id)
         if run is None:
             return self.view.error_values(f"no run with id {run_id!r} in this database",
                                           "pick one from the table, or check the link")
@@ -96,15 +121,13 @@ class HistoryTab:
 
     def pane_details(self, src: str) -> str:
         """The `pane_details` endpoint: the hover details a long view fetches after it shows."""
-        return pane_details(lambda rid: get_run(self.db, rid) if _RUN_ID.match(rid) else None, src)
+        return pane_details(self._load, src)
 
     def switch_view(self, run_id: str, index: int | None, side: str | None) -> tuple:
-        run = get_run(self.db, (run_id or "").strip())
-        return self.view.values(run, int(index or 0), side)
+        return self.view.values(self._load(run_id), int(index or 0), side)
 
     def _stored(self, run_id: str) -> Any:
-        run_id = (run_id or "").strip()
-        run = get_run(self.db, run_id) if _RUN_ID.match(run_id) else None
+        run = self._load(run_id)
         if run is None:
             raise gr.Error("Open a stored run first: no run with that id.")
         return run

@@ -158,3 +158,11 @@ def layers_figure(loc: Localisation) -> go.Figure | None:
     fig.update_yaxes(type="log", title="relative L2 error")
     fig.update_xaxes(title="decoder layer")
     return _layout(fig, f"{loc.b} vs {loc.a}: error per layer at generated token {loc.position}", 340)
+
+
+def warm_up() -> None:
+    """Build and serialise one small figure, so plotly loads its templates and validators (~0.25 s
+    the first time) when the app starts rather than when someone opens the first run."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True)
+    fig.add_trace(_line([0, 1], [0.0, 1.0], "warm-up", REF_COLOR), row=1, col=1)
+    _layout(fig, "", 100).to_json()
