@@ -218,6 +218,18 @@ def test_a_worker_killed_by_another_process_is_named_so_and_a_new_worker_serves_
     assert again.status == "ok", again.error
 
 
+def test_workers_lead_their_own_process_group_but_stay_in_the_parents_session(service, models):
+    # Own group: Ctrl-C in a terminal is the parent's, and a worker's group is killed whole. Same
+    # session: under autogroup scheduling a new session is a new CPU share for all the engine's
+    # threads, which made generation ~10x slower on a busy machine (parity_ui.workers).
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4")
+    assert run.status in ("ok", "diverged"), run.error
+    assert service._workers
+    for name, w in service._workers.items():
+        assert os.getpgid(w.pid) == w.pid, name
+        assert os.getsid(w.pid) == os.getsid(0), name
+
+
 def test_demo_model_float32_is_identical_for_64_tokens(service):
     run = _run(service, "demo", [CHAT_PROMPT], "dtype=float32", "chat=true", "max_new_tokens=64", "ignore_eos=true")
     assert run.status == "ok", run.error
