@@ -20,6 +20,7 @@ Semantics that differ between the engines (and that hand-written tables get wron
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -139,6 +140,21 @@ class _Recorder:
     def __call__(self, key: str, where: str, name: str, value: Any) -> Any:
         self.used.setdefault(key, []).append(NativeArg(where, name, value))
         return value
+
+
+# OpenMP on a CPU that other work shares. libgomp's threads spin at every barrier (300k turns by
+# default) before they sleep. When a busy process elsewhere holds a core, the spinning thread keeps
+# its partner off the CPU and every barrier costs a scheduler slice: measured on 2 cores, demo
+# model, bf16, 64 tokens, bare HF 110-125 s with one busy process in another session against 12 s
+# with 10k turns (4.2-4.9 s fully passive), while an idle machine pays 1.07-1.1x for the 10k turns
+# (1.3x passive). A choice set by the user (OMP_WAIT_POLICY, GOMP_SPINCOUNT) is left alone.
+CPU_SPINCOUNT = "10000"
+
+
+def _cpu_threads_env(rec: _Recorder, p: str, on_cpu: bool) -> dict[str, str]:
+    if not on_cpu or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    return {"GOMP_SPINCOUNT": rec(p + "device", "env", "GOMP_SPINCOUNT", CPU_SPINCOUNT)}
 
 
 def _known_dtype(d: str) -> str:
@@ -290,6 +306,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     gpus = _visible_gpus(v.device)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", gpus)
+    env.update(_cpu_threads_env(rec, p, not r.on_gpu))
 
     stops = stop_ids(cfg, r)
     sampling: dict[str, Any] = {
@@ -345,6 +362,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec(p + "device", "runtime", "device_map" if device == "balanced" else "model.to", device)
     if env:
         rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
+    env = {**env, **_cpu_threads_env(rec, p, device == "cpu")}
     rec(p + "fp32_logits", "runtime", "lm_head in float32, input upcast", h.fp32_logits)
 
     gen: dict[str, Any] = {

@@ -63,6 +63,11 @@ def args(data: dict | None = None, *, model: ModelInfo | None = None, tokenizer_
     return cfg, r, map_side(cfg, cfg.side("vllm"), r), map_side(cfg, cfg.side("hf"), r)
 
 
+def _own(env: dict) -> dict:
+    """A side's env without the CPU OpenMP setting every CPU side gets (tested on its own)."""
+    return {k: v for k, v in env.items() if k != "GOMP_SPINCOUNT"}
+
+
 def side_args(data: dict, on_gpu: bool = False, model: ModelInfo | None = None) -> tuple[ParityConfig, dict]:
     """Every side's args, by side name."""
     cfg = config_from_dict(data)
@@ -104,7 +109,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
                    {"runtime.rows per generate call (left padded)"}),
     "cross_score": ({"SamplingParams.prompt_logprobs"}, {"runtime.one forward pass over prompt + tokens"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
-    "vllm.device": ({"env.CUDA_VISIBLE_DEVICES"}, set()),
+    "vllm.device": ({"env.CUDA_VISIBLE_DEVICES", "env.GOMP_SPINCOUNT"}, set()),
     "vllm.fp32_logits": ({"LLM.hf_overrides"}, set()),
     "vllm.enforce_eager": ({"LLM.enforce_eager"}, set()),
     "vllm.attention_backend": ({"LLM.attention_backend"}, set()),
@@ -333,7 +338,21 @@ def test_cpu_defaults():
     assert "gpu_memory_utilization" not in v.llm and "max_cudagraph_capture_size" not in v.llm
     assert v.llm["enforce_eager"] is True
     assert h.device == "cpu"
+    # Short OpenMP spinning on a CPU (mapping.CPU_SPINCOUNT), recorded like any other native argument.
+    assert v.env == h.env == {"GOMP_SPINCOUNT": mapping.CPU_SPINCOUNT}
+    assert [a.name for a in h.used["hf.device"] if a.where == "env"] == ["GOMP_SPINCOUNT"]
+
+
+@pytest.mark.parametrize("user_choice", ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT"])
+def test_a_users_openmp_choice_is_left_alone(monkeypatch, user_choice):
+    monkeypatch.setenv(user_choice, "PASSIVE" if user_choice == "OMP_WAIT_POLICY" else "0")
+    _, _, v, h = args(on_gpu=False)
     assert v.env == {} and h.env == {}
+
+
+def test_no_openmp_setting_on_a_gpu():
+    _, _, v, h = args(on_gpu=True)
+    assert "GOMP_SPINCOUNT" not in v.env and "GOMP_SPINCOUNT" not in h.env
 
 
 def test_gpu_defaults():
@@ -370,7 +389,7 @@ def test_explicit_enforce_eager_wins(on_gpu):
 def test_batch_invariant_is_an_env_var():
     _, _, off, _ = args()
     _, _, on, _ = args({"vllm": {"batch_invariant": True}})
-    assert off.env == {} and on.env == {"VLLM_BATCH_INVARIANT": "1"}
+    assert _own(off.env) == {} and _own(on.env) == {"VLLM_BATCH_INVARIANT": "1"}
 
 
 def test_pad_falls_back_to_first_eos():
@@ -407,7 +426,7 @@ def test_three_sides_map_and_table_one_column_each():
     cfg, a = side_args({"sides": SIDE_PRESETS["three-way"]})
     assert isinstance(a["ref"], HfArgs) and a["ref"].load["dtype"] == "float32"
     assert a["bf16"].llm["dtype"] == a["bf16-inv"].llm["dtype"] == "bfloat16"
-    assert a["bf16-inv"].env == {"VLLM_BATCH_INVARIANT": "1"} and a["bf16"].env == {}
+    assert _own(a["bf16-inv"].env) == {"VLLM_BATCH_INVARIANT": "1"} and _own(a["bf16"].env) == {}
     rows = mapping_table(cfg, resolve(model_info(), [2], False))
     assert all(list(row.sides) == ["ref", "bf16", "bf16-inv"] for row in rows)
     lines = format_table(rows).splitlines()
@@ -447,7 +466,8 @@ def test_vllm_device_becomes_cuda_visible_devices(device, visible):
 
 
 @pytest.mark.parametrize("device, on_gpu, where, env", [
-    ("auto", False, "cpu", {}), ("auto", True, "cuda", {}), ("cpu", True, "cpu", {}),
+    ("auto", False, "cpu", {"GOMP_SPINCOUNT": "10000"}), ("auto", True, "cuda", {}),
+    ("cpu", True, "cpu", {"GOMP_SPINCOUNT": "10000"}),  # HF on the CPU of a GPU machine
     ("cuda:1", True, "cuda:1", {}),  # one GPU: the model goes there, every GPU stays visible
     ("cuda:0,1", True, "balanced", {"CUDA_VISIBLE_DEVICES": "0,1"}),  # spread over the side's GPUs only
 ])
