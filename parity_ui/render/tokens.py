@@ -176,20 +176,14 @@ def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: 
         return _panes_html(streams, selected, live, note, details_src)
 
 
-def _window(streams: Sequence[Stream], focus: int | None, live: bool) -> tuple[int, int] | None:
-    """The positions whose chips the server builds, over every pane (None: all of them, nothing
-    is left to fetch). A short pane next to a long one is built whole, so its range counts whole."""
-    ranges, lazy = [], False
-    for s in streams:
-        eager = _eager_blocks(len(s.steps), focus, live)
-        if eager is None:
-            ranges.append((0, len(s.steps)))
-        else:
-            lazy = True
-            if eager:
-                ranges.append((min(eager) * BLOCK, (max(eager) + 1) * BLOCK))
-    if not lazy or not ranges:
+def _window(streams: Sequence[Stream], eager: Sequence[set[int] | None]) -> tuple[int, int] | None:
+    """The positions whose chips the server builds, over every pane given each pane's eager blocks
+    (None: all of them, nothing is left to fetch). A short pane next to a long one is built whole,
+    so its range counts whole."""
+    if all(e is None for e in eager):
         return None
+    ranges = [(0, len(s.steps)) if e is None else (min(e) * BLOCK, (max(e) + 1) * BLOCK)
+              for s, e in zip(streams, eager) if e is None or e]
     return min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
 
 
@@ -201,17 +195,17 @@ def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, not
     sel = next((s for s in others if s.name == selected), None) or \
         (min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None))
     sel_div = sel.divergence if sel else None
-    focus = sel_div
+    eager = [_eager_blocks(len(s.steps), sel_div, live) for s in streams]
     panes = [_pane(ref, [t.token_id for t in sel.steps] if sel else ref_ids, sel_div,
                    "stream ended here" if sel_div is not None and sel_div >= len(ref.steps) and not live else None,
-                   True, _eager_blocks(len(ref.steps), focus, live))]
-    for s in others:
+                   True, eager[0])]
+    for s, e in zip(others, eager[1:]):
         ended = "stream ended here" if s.divergence is not None and s.divergence >= len(s.steps) and not live else None
-        panes.append(_pane(s, ref_ids, s.divergence, ended, False, _eager_blocks(len(s.steps), focus, live)))
+        panes.append(_pane(s, ref_ids, s.divergence, ended, False, e))
     attrs = f' data-div="{sel_div}"' if sel_div is not None else ""
     attrs += f' data-sel="{html.escape(sel.name)}"' if sel else ""
     attrs += ' data-live="1"' if live else ""
-    window = _window(streams, focus, live) if details_src and not live else None
+    window = _window(streams, eager) if details_src and not live else None
     if window is not None:
         attrs += f' data-src="{html.escape(details_src)}"'
     hint = ("Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "
