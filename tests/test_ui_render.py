@@ -161,12 +161,20 @@ def test_details_json_holds_every_sides_topk():
     assert data["vocab"]["999"] == "alt"
 
 
-def test_16k_tokens_per_side_render():
-    n = 16384
-    v = [(i % 500, f" w{i % 500}") for i in range(n)]
+LONG = 16384
+
+
+def _long_run() -> Run:
+    """LONG tokens per side, the sides parting at 12000 (' other', id 777)."""
+    v = [(i % 500, f" w{i % 500}") for i in range(LONG)]
     h = list(v)
     h[12000] = (777, " other")
-    run = _run({"hf": v, "vllm": h})
+    return _run({"hf": v, "vllm": h})
+
+
+def test_16k_tokens_per_side_render():
+    n = LONG
+    run = _long_run()
     page = view_parts(run)["panes"]
     # Every block is there, but only those around the divergence are built on the server: the page
     # script builds the rest from the details JSON as they scroll near (a small DOM at 16k).
@@ -185,11 +193,8 @@ def test_a_long_stored_view_inlines_only_the_built_positions_and_serves_the_rest
 
     from parity_ui.ui.result_view import pane_details
 
-    n = 16384
-    v = [(i % 500, f" w{i % 500}") for i in range(n)]
-    h = list(v)
-    h[12000] = (777, " other")
-    run = _run({"hf": v, "vllm": h})
+    n = LONG
+    run = _long_run()
     page = view_parts(run)["panes"]
     assert f'data-src="{run.id}:0"' in page
     inline = json.loads(html.unescape(re.search(r'<div class="pt-json" hidden>(.*?)</div>', page, re.S).group(1)))
