@@ -60,6 +60,10 @@ class ParityConfig:
     batch_size: int = option(1, "prompts per generate call", _int_range(1, 1024))
     cross_score: bool = option(True, "after generating, each side re-scores the reference's tokens and "
                                      "the reference each side's (teacher forcing)")
+    generate_while_loading: str = option(
+        "gpu", "a side that has loaded generates while slower sides still load: gpu = on a GPU machine "
+               "(the first answer comes sooner), always, never (per-token timings of each side alone)",
+        one_of("gpu", "always", "never"))
     logprobs_mode: str = option("raw_logprobs", "raw: before sampling processors (comparable across runs); "
                                                 "processed: after them", one_of(*LOGPROBS_MODES))
     generation_config: str = option("neutral", "neutral: no side applies the model's generation_config.json "

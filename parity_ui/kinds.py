@@ -113,13 +113,15 @@ class Kind:
     in_worker: bool = True  # runs in a spawned worker process (and so may use another python=)
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
     tokenizes_itself: bool = False  # a server: check its tokenizer and limits before generating
+    head_start: bool = False  # its worker imports heavy libraries: start it while the parent prepares the run
 
 
 KINDS: dict[str, Kind] = {
     "vllm": Kind("vllm", "vLLM (offline LLM)", VllmOptions, "parity_ui.engines.vllm_engine:VllmEngine", "vllm",
-                 can_batch_invariant=True, can_capture_layers=True, accepts_images=True, gpu_memory="share"),
+                 can_batch_invariant=True, can_capture_layers=True, accepts_images=True, gpu_memory="share",
+                 head_start=True),
     "hf": Kind("hf", "HF transformers (generate)", HfOptions, "parity_ui.engines.hf_engine:HfEngine",
-               "transformers", can_capture_layers=True, accepts_images=True),
+               "transformers", can_capture_layers=True, accepts_images=True, head_start=True),
     "vllm-server": Kind("vllm-server", "vLLM server (vllm serve, started by parity-ui)", VllmServerOptions,
                         "parity_ui.engines.server_engine:VllmServerEngine", "vllm", can_batch_invariant=True,
                         gpu_memory="share", tokenizes_itself=True),

@@ -60,6 +60,10 @@ NOTES: dict[str, str] = {
                   "own numerics: the reference itself moves.",
     "cross_score": "parity-ui only: after generating, the reference and each side teacher-force each other's "
                    "tokens (vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
+    "generate_while_loading": "parity-ui only: when a side has loaded, it generates while slower sides still "
+                              "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
+                              "'never'. The tokens do not change; the timings of a side that generated early "
+                              "were taken beside another side's start.",
     "eos_token_ids": "Resolved from generation_config.json and the tokenizer; the same list for every side.",
     "image_min_pixels": "Image prompts: the resize floor. vLLM: mm_processor_kwargs; HF: the processor's "
                         "images_kwargs. null = the processor's default, resolved once and passed to every side.",
@@ -329,6 +333,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
+    rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
     for key in ("kv_cache_gib",) if r.on_gpu else ("gpu_memory_utilization", "max_cudagraph_capture_size"):
         rec(p + key, "runtime", "(not used " + ("on a GPU)" if r.on_gpu else "on the CPU)"), None)
     return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits)
@@ -402,6 +407,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
     keep = cfg.generation_config == "model"
     rec("generation_config", "runtime", "model.generation_config",
         "model's generation_config.json" if keep else "neutral GenerationConfig")

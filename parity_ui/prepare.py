@@ -19,7 +19,7 @@ from .prompts import EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor
 from .sides import SideSpec
 from .types import ModelInfo
 
-__all__ = ["prepare", "plan_side", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
+__all__ = ["prepare", "likely_workers", "plan_side", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
 
 
 def max_context(cfg: ParityConfig, model: ModelInfo) -> int | None:
@@ -101,6 +101,26 @@ def plan_side(cfg: ParityConfig, spec: SideSpec, resolved: Resolved, model: Mode
     args = map_side(cfg, spec, resolved, model)
     return SidePlan(spec=spec, kind=kind, model=model, dtype=side_dtype(cfg, spec, model), args=args,
                     python=python, env=env, worker_env=dict(getattr(args, "env", {}) or {}))
+
+
+def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict[str, str]]]:
+    """(side, engine, interpreter, environment) of the worker each side of `req` will most likely
+    run in, guessed from the model's config alone, before the tokenizer loads (a wrong guess costs a
+    process that is dropped). Sides on another interpreter, and kinds whose worker imports nothing
+    heavy, are left out; so is everything when the request would not prepare."""
+    try:
+        model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+        resolved = resolve(model, [], gpu)
+        out = []
+        for spec in req.config.sides:
+            kind = get_kind(spec.kind)
+            if spec.python or not kind.head_start:
+                continue
+            env = dict(getattr(map_side(req.config, spec, resolved, model), "env", {}) or {})
+            out.append((spec.name, kind.engine, this_python(), env))
+        return out
+    except Exception:  # noqa: BLE001 - prepare() reports the same problem, with its fix
+        return []
 
 
 def prepare(req: RunRequest, gpu: bool) -> Prepared:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import nullcontext
 from typing import Any
 
@@ -22,7 +22,7 @@ from .explain import explain
 from .hardware import on_gpu
 from .mapping import mapping_table, resolve
 from .models import describe_model
-from .prepare import Prepared, RunRequest, SidePlan, plan_side, prepare
+from .prepare import Prepared, RunRequest, SidePlan, likely_workers, plan_side, prepare
 from .prompts import PromptSpec, PromptTokenizer, tokenizer_for
 from .runlog import EventCallback, RunEvent, finish, new_run, phase, record_failure
 from .settings import differing
@@ -94,13 +94,18 @@ class ParityService:
         try:
             emit(RunEvent("status", "preparing: model, tokenizer, config, sides"))
             with phase(run, "prepare"):
+                self._head_start(req)
                 prep = self.prepare(req)
             self._fill_prepared(run, prep)
-            self.start_sides(prep, run, emit)
-            self._generate(prep, run, emit)
+            if generate_while_loading(prep):
+                self._load_and_generate(prep, run, emit)
+            else:
+                self.start_sides(prep, run, emit)
+                self._generate(prep, run, emit)
             self._finish(prep, run, emit)
             run.status = "ok" if run.identical else "diverged"
         except BaseException as e:  # noqa: BLE001 - stored, then re-raised only for Ctrl-C
+            self.pool.drop_spares()  # workers started ahead for a run that failed before taking them
             record_failure(run, e)
             if not isinstance(e, Exception):
                 self._store(run, t0)
@@ -113,6 +118,13 @@ class ParityService:
         with phase(run, "store"):
             finish(run, t0)
             save_run(self.db, run)
+
+    def _head_start(self, req: RunRequest) -> None:
+        """Start the workers the run will most likely need before preparing it: their engines'
+        imports (torch, vLLM: the longest part of a cold start) then run while this process loads
+        the tokenizer. start_sides takes them; a wrong guess is dropped."""
+        for side, engine, python, env in likely_workers(req, self.on_gpu):
+            self.pool.prestart(side, engine, python, env)
 
     @staticmethod
     def _fill_prepared(run: Run, prep: Prepared) -> None:
@@ -133,41 +145,17 @@ class ParityService:
         """Start (or reuse) every side's worker, check what each engine can run BEFORE any weights
         load, then load. Raises CapabilityError naming every side that cannot run, EngineError."""
         emit = emit or (lambda e: None)
-        timed = (lambda name: phase(run, name)) if run is not None else (lambda name: nullcontext())
-        keys = {p.name: p.load_key for p in prep.sides}
-        self.pool.retain(set(keys.values()))  # free what this run does not need before loading
-        self._workers = {p.name: self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python, p.worker_env)
-                         for p in prep.sides}
-        unique = {keys[p.name]: p for p in prep.sides}  # sides with the same setup share one worker
-        cold = [p for p in unique.values() if self._workers[p.name].info is None]
-        if cold:
-            emit(RunEvent("status", "starting " + ", ".join(p.name for p in cold)))
-        with timed("start"), ThreadPoolExecutor(max(len(cold), 1)) as ex:
-            list(ex.map(lambda p: self._workers[p.name].alive or self._workers[p.name].start(), cold))
-        with timed("check"), ThreadPoolExecutor(max(len(cold), 1)) as ex:
-            checked = list(ex.map(lambda p: (p, self._check(p)), cold))
-        self._raise_capability(checked, run)
-        if cold:
-            emit(RunEvent("status", "loading " + ", ".join(p.name for p in cold) + " (warm sides are reused)"))
+        unique = self._start_workers(prep, run, emit)
         loaded: dict[str, Loaded] = {}
-        gpu_lock = threading.Lock()  # vLLM measures free GPU memory while it starts: one at a time
+        gpu_lock = threading.Lock()
 
         def load(p: SidePlan) -> None:
-            w = self._workers[p.name]
-            if w.info is not None:
-                loaded[keys[p.name]] = Loaded(w.info, 0.0)
-                return
-            serial = gpu_lock if prep.resolved.on_gpu and p.kind.gpu_memory == "share" else nullcontext()
-            with serial:
-                t = time.perf_counter()
-                w.info = w.request("load", self._load_request(p), timeout=w.load_timeout, what="loading the model",
-                                   on_progress=lambda m, name=p.name: emit(RunEvent("status", f"{name}: {m}", side=name)))
-                loaded[keys[p.name]] = Loaded(w.info, time.perf_counter() - t)
+            loaded[p.load_key] = self._load(p, prep, emit, gpu_lock)
 
-        with timed("load"), ThreadPoolExecutor(max(len(unique), 1)) as ex:
-            for f in [ex.submit(load, p) for p in unique.values()]:
+        with phase(run, "load") if run is not None else nullcontext(), ThreadPoolExecutor(max(len(unique), 1)) as ex:
+            for f in [ex.submit(load, p) for p in unique]:
                 f.result()  # re-raises the first EngineError
-        by_side = {p.name: loaded[keys[p.name]] for p in prep.sides}
+        by_side = {p.name: loaded[p.load_key] for p in prep.sides}
         self._check_inputs(prep, run)
         if run is not None:
             for info, p in zip(run.sides, prep.sides):
@@ -176,16 +164,107 @@ class ParityService:
             raise CancelledError("the run was stopped while the sides were loading", "")
         return by_side
 
-    def _check_inputs(self, prep: Prepared, run: Run | None) -> None:
+    def _start_workers(self, prep: Prepared, run: Run | None, emit: EventCallback) -> list[SidePlan]:
+        """Start (or reuse) every side's worker and run the capability check on the cold ones.
+        Returns one plan per distinct setup (sides with the same setup share one worker)."""
+        timed = (lambda name: phase(run, name)) if run is not None else (lambda name: nullcontext())
+        keys = {p.name: p.load_key for p in prep.sides}
+        self.pool.retain(set(keys.values()))  # free what this run does not need before loading
+        self._workers = {p.name: self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python, p.worker_env)
+                         for p in prep.sides}
+        self.pool.drop_spares()  # started ahead for a setup the run did not end up with
+        unique = list({keys[p.name]: p for p in prep.sides}.values())
+        cold = [p for p in unique if self._workers[p.name].info is None]
+        if cold:
+            emit(RunEvent("status", "starting " + ", ".join(p.name for p in cold)))
+        with timed("start"), ThreadPoolExecutor(max(len(cold), 1)) as ex:
+            list(ex.map(lambda p: self._workers[p.name].ensure_started(), cold))
+        with timed("check"), ThreadPoolExecutor(max(len(cold), 1)) as ex:
+            checked = list(ex.map(lambda p: (p, self._check(p)), cold))
+        self._raise_capability(checked, run)
+        if cold:
+            emit(RunEvent("status", "loading " + ", ".join(p.name for p in cold) + " (warm sides are reused)"))
+        return unique
+
+    def _load(self, p: SidePlan, prep: Prepared, emit: EventCallback, gpu_lock: threading.Lock) -> Loaded:
+        """Load one setup's engine in its worker (a warm worker answers at once)."""
+        w = self._workers[p.name]
+        if w.info is not None:
+            return Loaded(w.info, 0.0)
+        # vLLM measures free GPU memory while it starts: two of them on one machine start one at a time.
+        serial = gpu_lock if prep.resolved.on_gpu and p.kind.gpu_memory == "share" else nullcontext()
+        with serial:
+            t = time.perf_counter()
+            w.info = w.request("load", self._load_request(p), timeout=w.load_timeout, what="loading the model",
+                               on_progress=lambda m, name=p.name: emit(RunEvent("status", f"{name}: {m}", side=name)))
+            took = time.perf_counter() - t
+        emit(RunEvent("status", f"{p.name}: loaded in {took:.1f} s", side=p.name))
+        return Loaded(w.info, took)
+
+    def _load_and_generate(self, prep: Prepared, run: Run, emit: EventCallback) -> None:
+        """Each setup generates as soon as it has loaded, while slower ones still load (a GPU run:
+        the HF reference is often done before vLLM has started). Sides still generate one at a time,
+        so no side's per-token timings include another side's generation; they may include another
+        side's start, which the run's warnings say. Phases: "load" until the last side has loaded,
+        "generate" from then on."""
+        unique = self._start_workers(prep, run, emit)
+        gpu_lock, generating = threading.Lock(), threading.Lock()
+        t0 = time.perf_counter()
+        loaded_at: list[float] = []
+        early: list[str] = []  # sides that generated while another still loaded
+        flush = [time.monotonic()]
+
+        def pipeline(p: SidePlan) -> None:
+            got = self._load(p, prep, emit, gpu_lock)
+            loaded_at.append(time.perf_counter())
+            mine = [s for s in prep.sides if s.load_key == p.load_key]
+            for s in mine:
+                fill_side_info(next(i for i in run.sides if i.name == s.name), got.info, got.load_s)
+            self._check_inputs(prep, run, mine)
+            for s in mine:
+                with generating:
+                    if self.pool.cancelled:
+                        raise CancelledError("the run was stopped while the sides were loading", "")
+                    if len(loaded_at) < len(unique):
+                        early.append(s.name)
+                    self._generate_side(prep, run, emit, s, flush)
+
+        errors: list[BaseException] = []
+        with ThreadPoolExecutor(len(unique)) as ex:
+            futures = [ex.submit(pipeline, p) for p in unique]
+            try:
+                for f in as_completed(futures):
+                    if f.exception() is not None:
+                        if not errors:
+                            self.pool.cancel()  # the other sides stop rather than finish a failed run
+                        errors.append(f.exception())
+            except BaseException:
+                self.pool.cancel()  # Ctrl-C: stop the sides before the executor waits for them
+                raise
+        if errors:
+            raise next((e for e in errors if not isinstance(e, CancelledError)), errors[0])
+        last = max(loaded_at)
+        run.timings["load"] = round(last - t0, 4)
+        run.timings["generate"] = round(time.perf_counter() - last, 4)
+        if early:
+            late = [p.name for p in prep.sides if p.name not in early]
+            run.warnings.append(Finding(
+                code="generated-while-loading", severity="info",
+                message=f"{' and '.join(early)} generated while {' and '.join(late)} was still loading: the first "
+                        f"answer came sooner, and the per-token timings of {' and '.join(early)} were taken beside "
+                        f"that start",
+                fix="for per-token timings of each side alone, --set generate_while_loading=never"))
+    def _check_inputs(self, prep: Prepared, run: Run | None, sides: list[SidePlan] | None = None) -> None:
         """Sides that tokenize on their own (servers) must see the run's ids and fit its length."""
-        if not any(p.kind.tokenizes_itself for p in prep.sides):
+        sides = prep.sides if sides is None else sides
+        if not any(p.kind.tokenizes_itself for p in sides):
             return
         texts = [e.text for e in prep.prompts]
         req = InputCheck(texts=texts, text_ids=[prep.tokenizer.ids_of_text(t) for t in texts],
                          ids=[e.token_ids for e in prep.prompts], max_new_tokens=prep.config.max_new_tokens)
         checked = [(p, self._workers[p.name].request("check_input", req, timeout=600,
                                                      what="checking the prompts against the server"))
-                   for p in prep.sides if p.kind.tokenizes_itself]
+                   for p in sides if p.kind.tokenizes_itself]
         self._raise_capability(checked, run, "found before generating")
 
     @staticmethod
@@ -215,41 +294,47 @@ class ParityService:
     # -- generating ---------------------------------------------------------------------------
 
     def _generate(self, prep: Prepared, run: Run, emit: EventCallback) -> None:
-        last_flush = [time.monotonic()]
+        flush = [time.monotonic()]
         with phase(run, "generate"):
             for plan in prep.sides:
-                name = plan.name
-                ids = [p.token_ids for p in prep.prompts_of(name)]
-                emit(RunEvent("status", f"{name}: generating {len(ids)} prompt(s)", side=name))
-                greq = GenerateRequest(prompts=ids, sampling=plan.args.sampling, batch_size=prep.config.batch_size,
-                                       logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, name))
-                partial: dict[int, list[TokenStep]] = {}
+                self._generate_side(prep, run, emit, plan, flush)
 
-                def on_token(payload: Any, name: str = name) -> None:
-                    i, step = payload
-                    decode_step(prep.tokenizer, step)
-                    partial.setdefault(i, []).append(step)
-                    emit(RunEvent("token", side=name, prompt_index=i, step=step))
-                    if time.monotonic() - last_flush[0] > FLUSH_S:
-                        last_flush[0] = time.monotonic()
-                        self._keep_partial(prep, run, name, partial, None)
-                        save_run(self.db, run)
+    def _generate_side(self, prep: Prepared, run: Run, emit: EventCallback, plan: SidePlan,
+                       last_flush: list[float]) -> None:
+        """One side's generation of every prompt, streamed as events, flushed to the store every
+        FLUSH_S (`last_flush`, shared by the run's sides), stored when done."""
+        name = plan.name
+        ids = [p.token_ids for p in prep.prompts_of(name)]
+        emit(RunEvent("status", f"{name}: generating {len(ids)} prompt(s)", side=name))
+        greq = GenerateRequest(prompts=ids, sampling=plan.args.sampling, batch_size=prep.config.batch_size,
+                               logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, name))
+        partial: dict[int, list[TokenStep]] = {}
 
-                try:
-                    results: list[SideResult] = self._workers[name].request("generate", greq, on_token)
-                except ParityError as e:
-                    # Keep what was streamed before the failure: it is often where the story is.
-                    self._keep_partial(prep, run, name, partial, e)
-                    raise
-                load_s = next(s.load_s for s in run.sides if s.name == name)
-                for res in results:
-                    res.side = name
-                    res.timings.load_s = load_s
-                    decode_result(prep.tokenizer, res)
-                    run.prompts[res.prompt_index].results[name] = res
-                save_run(self.db, run)  # a process killed from here on leaves this side's tokens
+        def on_token(payload: Any) -> None:
+            i, step = payload
+            decode_step(prep.tokenizer, step)
+            partial.setdefault(i, []).append(step)
+            emit(RunEvent("token", side=name, prompt_index=i, step=step))
+            if time.monotonic() - last_flush[0] > FLUSH_S:
                 last_flush[0] = time.monotonic()
-                emit(RunEvent("side_done", f"{name} done", side=name))
+                self._keep_partial(prep, run, name, partial, None)
+                save_run(self.db, run)
+
+        try:
+            results: list[SideResult] = self._workers[name].request("generate", greq, on_token)
+        except ParityError as e:
+            # Keep what was streamed before the failure: it is often where the story is.
+            self._keep_partial(prep, run, name, partial, e)
+            raise
+        load_s = next(s.load_s for s in run.sides if s.name == name)
+        for res in results:
+            res.side = name
+            res.timings.load_s = load_s
+            decode_result(prep.tokenizer, res)
+            run.prompts[res.prompt_index].results[name] = res
+        save_run(self.db, run)  # a process killed from here on leaves this side's tokens
+        last_flush[0] = time.monotonic()
+        emit(RunEvent("side_done", f"{name} done", side=name))
 
     @staticmethod
     def _keep_partial(prep: Prepared, run: Run, name: str, partial: dict[int, list[TokenStep]],
@@ -358,6 +443,13 @@ class ParityService:
 
 # -- records -----------------------------------------------------------------------------------
 
+def generate_while_loading(prep: Prepared) -> bool:
+    """Whether a side that has loaded generates while others still load (config
+    generate_while_loading): on a GPU by default, where the sides do not compete for the same cores."""
+    choice = prep.config.generate_while_loading
+    return len(prep.sides) > 1 and (choice == "always" or (choice == "gpu" and prep.resolved.on_gpu))
+
+
 def image_inputs(prep: Prepared, side: str) -> dict[str, Any]:
     """A GenerateRequest's image fields for `side`: each prompt's images as plain bytes, the placeholder
     id and the side's resize settings (the same ones its expected ids were made with)."""
@@ -403,4 +495,4 @@ def decode_result(tok: PromptTokenizer, res: SideResult) -> None:
         decode_step(tok, s)
 
 
-__all__ += ["image_inputs", "attach_images", "CapabilityError", "plan_side", "side_info", "fill_side_info", "decode_step", "decode_result"]
+__all__ += ["generate_while_loading", "image_inputs", "attach_images", "CapabilityError", "plan_side", "side_info", "fill_side_info", "decode_step", "decode_result"]

@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--cancel-fd", type=int, required=True)
     ap.add_argument("--parent", type=int, required=True)
+    ap.add_argument("--preload", action="store_true", help="import the engine's libraries before answering ready")
     args = ap.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -133,6 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     should_stop = CancelFlag(args.cancel_fd)
     engine.should_stop = should_stop
     engine.progress = lambda message: conn.send(("progress", message))
+    if args.preload:
+        try:
+            engine.preload()
+        except Exception:  # noqa: BLE001 - the check or load request that needs it reports it, with its fix
+            traceback.print_exc()
     conn.send(("ready", {"pid": os.getpid(), "python": sys.executable,
                          "python_version": sys.version.split()[0], "packages": _packages()}))
     try:

@@ -159,6 +159,11 @@ class EngineWorker:
         self.ready: dict[str, Any] = {}
         self.info: Any = None
         self.log_path = ""
+        self.preloaded = False  # started ahead of its run, its engine's libraries imported (a head start)
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
+        self._spawn_lock = threading.Lock()
+        self._abandoned = False
 
     @property
     def alive(self) -> bool:
@@ -168,7 +173,49 @@ class EngineWorker:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def start(self) -> dict[str, Any]:
+    def start_ahead(self) -> None:
+        """Start the process in a thread, importing the engine's libraries before it answers, so
+        that the imports (the longest part of a cold start) overlap the caller's own work;
+        ensure_started() waits for it."""
+        def go() -> None:
+            try:
+                self.start(preload=True)  # abandon() may kill it meanwhile: then this raises
+                self.preloaded = True
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits for this worker
+                self._start_error = e
+
+        self._starting = threading.Thread(target=go, name=f"parity-start-{self.label}", daemon=True)
+        self._starting.start()
+
+    def ensure_started(self) -> dict[str, Any]:
+        """The running process's "ready" facts: waits for a start begun by start_ahead(), starts one
+        when there is none (or it died)."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+            err, self._start_error = self._start_error, None
+            if err is not None:
+                raise err
+        return self.ready if self.alive else self.start()
+
+    @property
+    def starting(self) -> bool:
+        return self._starting is not None and self._starting.is_alive()
+
+    def abandon(self) -> None:
+        """Kill a worker nobody will use (one started ahead), at once, also while it is still
+        importing (it cannot answer a shutdown then) or about to be started."""
+        with self._spawn_lock:
+            self._abandoned = True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+
+    def start(self, preload: bool = False) -> dict[str, Any]:
         """Start the process; returns its "ready" facts (python version, installed packages)."""
         self.log_path = str(_log_dir() / f"{self.label}-{int(time.time() * 1000)}.log")
         parent, child = socket.socketpair()
@@ -176,16 +223,21 @@ class EngineWorker:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
         self._oom_before = oom_kill_count()
-        with open(self.log_path, "ab", buffering=0) as log:
+        with open(self.log_path, "ab", buffering=0) as log, self._spawn_lock:
+            if self._abandoned:
+                raise EngineError(f"side {self.label}: the worker started ahead was not needed", "")
             # Fixed arguments only; the interpreter path was checked (parity_ui.environments).
             self._proc = subprocess.Popen(
                 [self.python, "-m", "parity_ui.worker_main", "--engine", self.engine, "--fd", str(child.fileno()),
-                 "--cancel-fd", str(self.cancel_flag.fd), "--parent", str(os.getpid())],
+                 "--cancel-fd", str(self.cancel_flag.fd), "--parent", str(os.getpid())]
+                + (["--preload"] if preload else []),
                 pass_fds=[child.fileno(), self.cancel_flag.fd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=env, **OWN_PROCESS_GROUP)
         child.close()
         self._conn = Connection(parent.detach())
-        _, self.ready = self._wait(self.start_timeout, None, "starting")
+        # Importing an engine's libraries takes minutes on a slow disk or a busy machine.
+        _, self.ready = self._wait(self.load_timeout if preload else self.start_timeout, None,
+                                   "starting" + (" (importing its libraries)" if preload else ""))
         return self.ready
 
     def _fail(self, message: str, fix: str) -> EngineError:
@@ -299,6 +351,7 @@ class EnginePool:
     def __init__(self, **timeouts: float):
         self.timeouts = timeouts
         self.workers: dict[str, EngineWorker] = {}
+        self.spares: dict[str, EngineWorker] = {}  # started ahead (prestart), by process setup
         self.cancel_flag = CancelFlag()
         self._lock = threading.Lock()
         for stale in _log_dir().glob("parity-cancel-*"):  # left by releases that kept the flag as a file
@@ -307,13 +360,38 @@ class EnginePool:
         atexit.register(self.close)
 
     def worker(self, key: str, label: str, engine: str, python: str, env: dict[str, str]) -> EngineWorker:
-        """The worker for `key`, created (not started) when there is none."""
+        """The worker for `key`: a warm one, else one started ahead for the same process setup
+        (prestart), else a new one (not started)."""
         with self._lock:
             w = self.workers.get(key)
             if w is None:
-                w = self.workers[key] = EngineWorker(label, engine, python, env, self.cancel_flag, **self.timeouts)
+                w = self.spares.pop(load_key(engine, python, env), None) or EngineWorker(
+                    label, engine, python, env, self.cancel_flag, **self.timeouts)
+                self.workers[key] = w
             w.label = label
             return w
+
+    def prestart(self, label: str, engine: str, python: str, env: dict[str, str]) -> bool:
+        """Start a worker for a process setup a run is about to need, before the run knows its exact
+        key (parity_ui.service starts them while it tokenizes); worker() hands it out. Nothing is
+        started when a warm worker of that setup exists. Returns whether one was started."""
+        setup = load_key(engine, python, env)
+        with self._lock:
+            if setup in self.spares or any(load_key(w.engine, w.python, w.env) == setup
+                                           for w in self.workers.values()):
+                return False
+            w = self.spares[setup] = EngineWorker(label, engine, python, env, self.cancel_flag, **self.timeouts)
+        w.start_ahead()
+        return True
+
+    def drop_spares(self) -> None:
+        """Stop the workers started ahead that no run took (a guess that missed, a run that failed
+        before it started its sides), without waiting for them."""
+        with self._lock:
+            spares = list(self.spares.values())
+            self.spares.clear()
+        for w in spares:
+            w.abandon()
 
     def retain(self, keys: set[str]) -> None:
         """Stop the workers no run needs now: their memory is freed before other sides load."""
@@ -337,8 +415,11 @@ class EnginePool:
         self.cancel_flag.clear()
 
     def close(self) -> None:
+        self.drop_spares()
         with self._lock:
             workers = list(self.workers.values())
             self.workers.clear()
         for w in workers:
+            if w.starting:  # still importing its libraries: it cannot answer a shutdown
+                w.abandon()
             w.stop()

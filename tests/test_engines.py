@@ -292,3 +292,33 @@ def test_vllm_takes_pre_tokenized_prompts_without_a_deprecation_warning(service,
     assert "Loading weights" in log or "Model loading took" in log or "init engine" in log  # the worker's real log
     # vLLM 0.32's deprecation of raw prompts ends with this advice; the renderer path avoids it.
     assert "Renderer.render_cmpl() or Renderer.render_chat()" not in log, log[-2000:]
+
+
+def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_the_slower_side_loads(models, tmp_path):
+    # A service of its own: both sides start cold. Their workers are started ahead, before the parent
+    # loads the tokenizer, and taken by the run; the HF reference (loaded in about a second) then
+    # generates while vLLM still loads. The tokens are those of a run done one step after the other.
+    from parity_ui.service import ParityService
+
+    svc = ParityService(db_path=str(tmp_path / "runs.db"))
+    events = []
+    try:
+        run = _run(svc, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+                   "generate_while_loading=always", on_event=events.append)
+        assert run.status == "ok", run.error
+        assert {n: w.preloaded for n, w in svc._workers.items()} == {"hf": True, "vllm": True}
+        assert not svc.pool.spares
+        said = [(e.kind, e.side, e.message) for e in events if e.kind != "token"]
+        hf_done = said.index(("side_done", "hf", "hf done"))
+        vllm_loaded = next(i for i, (k, side, m) in enumerate(said) if side == "vllm" and m.startswith("vllm: loaded"))
+        assert hf_done < vllm_loaded, said
+        (note,) = [w for w in run.warnings if w.code == "generated-while-loading"]
+        assert note.message.startswith("hf generated while vllm was still loading")
+        assert set(run.timings) >= {"prepare", "start", "check", "load", "generate"}
+        serial = _run(svc, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+                      "generate_while_loading=never")
+        assert serial.status == "ok" and not any(w.code == "generated-while-loading" for w in serial.warnings)
+        for side in ("hf", "vllm"):
+            assert serial.prompts[0].results[side].token_ids == run.prompts[0].results[side].token_ids
+    finally:
+        svc.close()

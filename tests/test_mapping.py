@@ -108,6 +108,8 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "batch_size": ({"runtime.requests added per engine step loop"},
                    {"runtime.rows per generate call (left padded)"}),
     "cross_score": ({"SamplingParams.prompt_logprobs"}, {"runtime.one forward pass over prompt + tokens"}),
+    "generate_while_loading": ({"runtime.generates once loaded, while others load"},
+                               {"runtime.generates once loaded, while others load"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
     "vllm.device": ({"env.CUDA_VISIBLE_DEVICES", "env.GOMP_SPINCOUNT"}, set()),
     "vllm.fp32_logits": ({"LLM.hf_overrides"}, set()),

@@ -104,6 +104,10 @@ class Engine(ABC):
     should_stop: ShouldStop = staticmethod(lambda: False)
     progress: Callable[[str], None] = staticmethod(lambda message: None)
 
+    def preload(self) -> None:
+        """Import the engine's libraries ahead of any request (a worker started as a head start,
+        while the parent still prepares the run). The default imports nothing."""
+
     def check(self, req: LoadRequest) -> list[Problem]:
         """What this engine, as installed here, cannot do with this setup, found without loading
         the model (cheap: tables and tiny kernel calls). The default finds nothing."""

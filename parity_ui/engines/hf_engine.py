@@ -42,6 +42,10 @@ class HfEngine(Engine):
         self.model_path = ""
         self._image_processor: Any = None
 
+    def preload(self) -> None:
+        import torch  # noqa: F401 - the import is the work
+        from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: F401
+
     def check(self, req: LoadRequest) -> list[Problem]:
         import torch
         from transformers import AutoConfig

@@ -38,6 +38,11 @@ class VllmEngine(Engine):
         self.llm: Any = None
         self.args: dict[str, Any] = {}
 
+    def preload(self) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        import vllm  # noqa: F401 - the import is the work (torch, CUDA libraries, vLLM's modules)
+        from vllm import LLM, SamplingParams  # noqa: F401
+
     def check(self, req: LoadRequest) -> list[Problem]:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         return check_vllm(req)

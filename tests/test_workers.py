@@ -1,0 +1,58 @@
+"""Worker processes started ahead of a run (EnginePool.prestart): handed to the run that needs their
+setup, dropped at once when none does. Real processes, with the standard-library engine (openai)."""
+from __future__ import annotations
+
+import sys
+
+from parity_ui.config import build_config
+from parity_ui.hardware import on_gpu
+from parity_ui.prepare import RunRequest, likely_workers, prepare
+from parity_ui.prompts import PromptSpec
+from parity_ui.workers import EnginePool
+
+ENGINE = "parity_ui.engines.openai_engine:OpenAIEngine"
+
+
+def test_a_worker_started_ahead_is_handed_to_the_run_that_needs_its_setup():
+    pool = EnginePool()
+    try:
+        assert pool.prestart("a", ENGINE, sys.executable, {"PARITY_T": "1"})
+        assert not pool.prestart("a", ENGINE, sys.executable, {"PARITY_T": "1"})  # one per setup
+        w = pool.worker("key-1", "a", ENGINE, sys.executable, {"PARITY_T": "1"})
+        assert w.ensure_started()["pid"] == w.pid and w.alive and w.preloaded
+        assert not pool.spares
+        # A warm worker of that setup: nothing is started ahead of the next run.
+        assert not pool.prestart("a", ENGINE, sys.executable, {"PARITY_T": "1"})
+    finally:
+        pool.close()
+    assert not w.alive
+
+
+def test_a_worker_started_ahead_that_no_run_takes_is_killed_at_once():
+    pool = EnginePool()
+    try:
+        assert pool.prestart("a", ENGINE, sys.executable, {"PARITY_T": "2"})
+        (spare,) = pool.spares.values()
+        other = pool.worker("key-2", "a", ENGINE, sys.executable, {"PARITY_T": "3"})  # the guess missed
+        assert other is not spare and pool.spares
+        other.ensure_started()
+        pool.drop_spares()
+        assert not pool.spares
+        proc = spare._proc
+        assert proc is None or proc.poll() is not None  # killed (and reaped), started or not
+        spare._starting.join(timeout=30)
+        assert not spare.alive
+        assert other.alive  # the run's own worker is untouched
+    finally:
+        pool.close()
+
+
+def test_the_guess_made_before_tokenizing_is_the_setup_prepare_decides():
+    cfg = build_config(None, ["dtype=float32", "b.batch_invariant=true"],
+                       sides=["hf=hf", "vllm=vllm", "b=vllm", "srv=openai,url=http://127.0.0.1:9"])
+    req = RunRequest(model="demo", prompts=[PromptSpec(text="hello")], config=cfg)
+    gpu = on_gpu()
+    prep = prepare(req, gpu)
+    wanted = [(p.name, p.kind.engine, p.python, p.worker_env) for p in prep.sides if p.kind.head_start]
+    assert [w[0] for w in wanted] == ["hf", "vllm", "b"]  # the server side's worker imports nothing heavy
+    assert likely_workers(req, gpu) == wanted
