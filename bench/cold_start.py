@@ -1,28 +1,37 @@
-"""Cold start: a fresh `parity compare` process to its first result, per phase, against bare engines
-started fresh with exactly the arguments the tool maps to, in one run.
+"""Cold start: a fresh `parity compare` process to its first answer and to its result, per phase,
+against bare engines started fresh with exactly the arguments the tool maps to, in one run.
 
-    python bench/cold_start.py [--model demo] [--dtype bfloat16] [--max-new-tokens 256] [--out F.json]
+    python bench/cold_start.py [--model demo] [--dtype bfloat16] [--max-new-tokens 256]
+                               [--tool-root DIR --label before] [--no-bare] [--out F.json]
+
+vLLM keeps what it compiles across processes (torch.compile's graphs under VLLM_CACHE_ROOT, with
+Inductor's and Triton's kernel caches), so a fresh process is timed twice: "cold", every cache
+empty, and "warm", the caches its cold run left. The tool and the bare engine each get caches of
+their own: neither profits from the other's compile.
 
 Measured, each in a fresh process:
-  tool      `python -m parity_ui.cli compare --json` (wall clock; its phases and each side's load)
-  bare vLLM LLM(**the tool's arguments) + one generate (time to the first result)
+  tool      `python -m parity_ui.cli compare` (from --tool-root: another checkout, for a before/after):
+            wall clock, the moment its first side is done (its "[parity] NAME done" line), phases,
+            each side's load and generate time, read back from its run database
+  bare vLLM LLM(**the tool's arguments) + one generate (time to the result)
   bare HF   from_pretrained + .to(device) + one generate (likewise)
-Ratios: tool wall / (bare vLLM + bare HF) (the tool loads its sides in parallel where it can, the bare
-ones run one after the other), and the tool's vLLM load / bare vLLM start. The token ids of the bare
-runs must equal the tool's (asserted): the same work.
+The bare runs' token ids must equal the tool's (asserted): the same work.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bare_engines
 
 from bare_engines import in_fresh_process  # noqa: E402
@@ -33,6 +42,11 @@ PROMPT = "Give me a brief explanation of gravity in simple terms."
 def _overrides(args) -> list[str]:
     return [f"dtype={args.dtype}", f"max_new_tokens={args.max_new_tokens}", "ignore_eos=true", "chat=true",
             "cross_score=false"]
+
+
+def cache_env(root: Path) -> dict[str, str]:
+    return {"VLLM_CACHE_ROOT": str(root / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "TRITON_CACHE_DIR": str(root / "triton")}
 
 
 def _prep(args):
@@ -77,39 +91,101 @@ def bare_hf(args, q) -> None:
            "generate_s": time.perf_counter() - t_load, "token_ids": out.sequences[0, ids.shape[1]:].tolist()})
 
 
+def _bare(fn, args, caches: Path) -> dict:
+    saved = dict(os.environ)
+    os.environ.update(cache_env(caches))  # a spawned process starts with this environment
+    try:
+        return in_fresh_process(fn, args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_tool(args, caches: Path, workdir: Path) -> dict:
+    """One fresh CLI process; its stderr read line by line as it comes, each line timed."""
+    root = Path(args.tool_root).resolve()
+    db = workdir / f"runs-{time.monotonic_ns()}.db"
+    cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(db), "compare", "--model", args.model, "--prompt", PROMPT]
+    for o in _overrides(args):
+        cmd += ["--set", o]
+    env = {**os.environ, **cache_env(caches),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    lines: list[tuple[float, str]] = []
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append((time.perf_counter() - t, line.rstrip()))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out = proc.stdout.read()
+    proc.wait()
+    wall = time.perf_counter() - t
+    reader.join()
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"the tool failed ({proc.returncode}): {out[-1500:]}\n" + "\n".join(x for _, x in lines[-30:]))
+    from parity_ui.store import get_run, list_runs, open_db
+
+    store = open_db(db)
+    runs = list_runs(store, limit=1)
+    if not runs:
+        raise SystemExit(f"the tool stored no run: {out[-1500:]}\n" + "\n".join(x for _, x in lines[-30:]))
+    run = get_run(store, runs[0].id)
+    done = [(s, m.group(1)) for s, x in lines if (m := re.search(r"\[parity\] (\S+) done$", x))]
+    generating = [s for s, x in lines if re.search(r"\[parity\] \S+: generating", x)]
+    # A checkout that does not print "done" generated its sides one after the other: the first was
+    # done when the second began.
+    first_done = done[0][0] if done else (generating[1] if len(generating) > 1 else None)
+    results = run.prompts[0].results
+    return {"wall_s": round(wall, 2), "first_side_done_s": round(first_done, 2) if first_done else None,
+            "first_side": done[0][1] if done else run.sides[0].name, "phases_s": run.timings,
+            "side_load_s": {s.name: s.load_s for s in run.sides}, "devices": {s.name: s.device for s in run.sides},
+            "side_generate_s": {n: r.timings.total_s for n, r in results.items()},
+            "warnings": [w.code for w in run.warnings],
+            "token_ids": {n: r.token_ids for n, r in results.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="demo")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--tool-root", default=str(ROOT), help="the checkout whose CLI is timed")
+    ap.add_argument("--label", default="this checkout")
+    ap.add_argument("--no-bare", action="store_true", help="time the tool only")
     ap.add_argument("--out")
     args = ap.parse_args()
+    figures: dict = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
+                     "label": args.label}
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(Path(d) / "runs.db"), "compare", "--model",
-               args.model, "--prompt", PROMPT, "--json", "--quiet"]
-        for o in _overrides(args):
-            cmd += ["--set", o]
-        t = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        tool_wall = time.perf_counter() - t
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"the tool failed: {proc.stderr[-2000:]}")
-    run = json.loads(proc.stdout)
-    v = in_fresh_process(bare_vllm, args)
-    h = in_fresh_process(bare_hf, args)
-    sides = run["prompts"][0]["sides"]
-    assert sides["vllm"]["token_ids"] == v["token_ids"], "bare vLLM generated other tokens than the tool"
-    assert sides["hf"]["token_ids"] == h["token_ids"], "bare HF generated other tokens than the tool"
-    loads = {s["name"]: s.get("load_s") for s in run["sides"]}
-    figures = {
-        "model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "device": run.get("device"),
-        "tool": {"wall_s": tool_wall, "phases_s": run.get("timings"), "side_load_s": loads},
-        "bare_vllm": {k: v[k] for k in ("first_result_s", "load_s", "generate_s")},
-        "bare_hf": {k: h[k] for k in ("first_result_s", "load_s", "generate_s")},
-        "ratio_tool_wall_to_bare_sum": tool_wall / (v["first_result_s"] + h["first_result_s"]),
-        "ratio_vllm_load_tool_to_bare": (loads.get("vllm") or 0) / v["load_s"] if v["load_s"] else None,
-        "tokens": len(v["token_ids"]),
-    }
+        work = Path(d)
+        figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
+        if not args.no_bare:
+            figures["bare_vllm_cold"] = _bare(bare_vllm, args, work / "bare-caches")
+            figures["bare_hf"] = _bare(bare_hf, args, work / "bare-caches")
+        figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
+        if not args.no_bare:
+            figures["bare_vllm_warm"] = _bare(bare_vllm, args, work / "bare-caches")
+    ids = figures["tool_cold"]["token_ids"]
+    assert figures["tool_warm"]["token_ids"] == ids, "the warm run generated other tokens than the cold one"
+    if not args.no_bare:
+        for cache in ("cold", "warm"):
+            assert figures[f"bare_vllm_{cache}"]["token_ids"] == ids["vllm"], f"bare vLLM ({cache}) made other tokens"
+        assert figures["bare_hf"]["token_ids"] == ids["hf"], "bare HF generated other tokens than the tool"
+        for cache in ("cold", "warm"):
+            tool, bare_v = figures[f"tool_{cache}"], figures[f"bare_vllm_{cache}"]
+            figures[f"ratio_{cache}"] = {
+                "tool_wall_to_slowest_bare": tool["wall_s"] / max(bare_v["first_result_s"],
+                                                                  figures["bare_hf"]["first_result_s"]),
+                "tool_wall_to_bare_sum": tool["wall_s"] / (bare_v["first_result_s"] + figures["bare_hf"]["first_result_s"]),
+                "vllm_load_tool_to_bare": (tool["side_load_s"].get("vllm") or 0) / bare_v["load_s"],
+            }
+    for key in ("tool_cold", "tool_warm", "bare_vllm_cold", "bare_vllm_warm", "bare_hf"):
+        if key in figures:
+            figures[key].pop("token_ids", None)
+    figures["tokens"] = {n: len(v) for n, v in ids.items()}
     print("COLD-START " + json.dumps(figures))
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2))

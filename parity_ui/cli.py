@@ -86,7 +86,7 @@ def _service(args: argparse.Namespace) -> Any:
 
 
 def _progress(event: Any) -> None:
-    if event.kind == "status":
+    if event.kind in ("status", "side_done"):
         print(f"[parity] {event.message}", file=sys.stderr)
 
 
