@@ -101,12 +101,12 @@ def _bare(fn, args, caches: Path) -> dict:
         os.environ.update(saved)
 
 
-def run_tool(args, caches: Path, workdir: Path) -> dict:
+def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
     """One fresh CLI process; its stderr read line by line as it comes, each line timed."""
     root = Path(args.tool_root).resolve()
     db = workdir / f"runs-{time.monotonic_ns()}.db"
     cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(db), "compare", "--model", args.model, "--prompt", PROMPT]
-    for o in _overrides(args):
+    for o in [*_overrides(args), *extra]:
         cmd += ["--set", o]
     env = {**os.environ, **cache_env(caches),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
@@ -155,6 +155,8 @@ def main() -> None:
     ap.add_argument("--tool-root", default=str(ROOT), help="the checkout whose CLI is timed")
     ap.add_argument("--label", default="this checkout")
     ap.add_argument("--no-bare", action="store_true", help="time the tool only")
+    ap.add_argument("--serial", action="store_true",
+                    help="also time a warm run with generate_while_loading=never (each side loads, then generates)")
     ap.add_argument("--out")
     args = ap.parse_args()
     figures: dict = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
@@ -166,6 +168,8 @@ def main() -> None:
             figures["bare_vllm_cold"] = _bare(bare_vllm, args, work / "bare-caches")
             figures["bare_hf"] = _bare(bare_hf, args, work / "bare-caches")
         figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
+        if args.serial:
+            figures["tool_warm_serial"] = run_tool(args, work / "tool-caches", work, "generate_while_loading=never")
         if not args.no_bare:
             figures["bare_vllm_warm"] = _bare(bare_vllm, args, work / "bare-caches")
     ids = figures["tool_cold"]["token_ids"]
@@ -182,7 +186,9 @@ def main() -> None:
                 "tool_wall_to_bare_sum": tool["wall_s"] / (bare_v["first_result_s"] + figures["bare_hf"]["first_result_s"]),
                 "vllm_load_tool_to_bare": (tool["side_load_s"].get("vllm") or 0) / bare_v["load_s"],
             }
-    for key in ("tool_cold", "tool_warm", "bare_vllm_cold", "bare_vllm_warm", "bare_hf"):
+    if args.serial:
+        assert figures["tool_warm_serial"]["token_ids"] == ids, "the serial run generated other tokens"
+    for key in ("tool_cold", "tool_warm", "tool_warm_serial", "bare_vllm_cold", "bare_vllm_warm", "bare_hf"):
         if key in figures:
             figures[key].pop("token_ids", None)
     figures["tokens"] = {n: len(v) for n, v in ids.items()}

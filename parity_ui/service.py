@@ -168,12 +168,7 @@ class ParityService:
         """Start (or reuse) every side's worker and run the capability check on the cold ones.
         Returns one plan per distinct setup (sides with the same setup share one worker)."""
         timed = (lambda name: phase(run, name)) if run is not None else (lambda name: nullcontext())
-        keys = {p.name: p.load_key for p in prep.sides}
-        self.pool.retain(set(keys.values()))  # free what this run does not need before loading
-        self._workers = {p.name: self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python, p.worker_env)
-                         for p in prep.sides}
-        self.pool.drop_spares()  # started ahead for a setup the run did not end up with
-        unique = list({keys[p.name]: p for p in prep.sides}.values())
+        unique = self._assign_workers(prep)
         cold = [p for p in unique if self._workers[p.name].info is None]
         if cold:
             emit(RunEvent("status", "starting " + ", ".join(p.name for p in cold)))
@@ -185,6 +180,16 @@ class ParityService:
         if cold:
             emit(RunEvent("status", "loading " + ", ".join(p.name for p in cold) + " (warm sides are reused)"))
         return unique
+
+    def _assign_workers(self, prep: Prepared) -> list[SidePlan]:
+        """Give every side its worker: a warm one, one started ahead, or a new one (not started).
+        Returns one plan per distinct setup (sides with the same setup share one worker)."""
+        keys = {p.name: p.load_key for p in prep.sides}
+        self.pool.retain(set(keys.values()))  # free what this run does not need before loading
+        self._workers = {p.name: self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python, p.worker_env)
+                         for p in prep.sides}
+        self.pool.drop_spares()  # started ahead for a setup the run did not end up with
+        return list({keys[p.name]: p for p in prep.sides}.values())
 
     def _load(self, p: SidePlan, prep: Prepared, emit: EventCallback, gpu_lock: threading.Lock) -> Loaded:
         """Load one setup's engine in its worker (a warm worker answers at once)."""
@@ -202,21 +207,35 @@ class ParityService:
         return Loaded(w.info, took)
 
     def _load_and_generate(self, prep: Prepared, run: Run, emit: EventCallback) -> None:
-        """Each setup generates as soon as it has loaded, while slower ones still load (a GPU run:
-        the HF reference is often done before vLLM has started). Sides still generate one at a time,
-        so no side's per-token timings include another side's generation; they may include another
-        side's start, which the run's warnings say. Phases: "load" until the last side has loaded,
-        "generate" from then on."""
-        unique = self._start_workers(prep, run, emit)
+        """Each setup goes its own way: its worker starts, its engine is checked, loads, and
+        generates as soon as it has loaded, while slower setups still start or load (a GPU run: the
+        HF reference is often done before vLLM has started). A side whose check fails stops the
+        run as in the serial path, only without waiting for the other checks; a side loaded by
+        then stays warm for the next run. Sides still generate one at a time, so no side's
+        per-token timings include another side's generation; they may include another side's
+        start, which the run's warnings say. Phases are wall-clock milestones over all sides:
+        every worker started, every check done, every side loaded, then "generate" to the end."""
+        unique = self._assign_workers(prep)
         gpu_lock, generating = threading.Lock(), threading.Lock()
         t0 = time.perf_counter()
-        loaded_at: list[float] = []
+        at: dict[str, list[float]] = {"start": [], "check": [], "load": []}
         early: list[str] = []  # sides that generated while another still loaded
         flush = [time.monotonic()]
+        cold = [p.name for p in unique if self._workers[p.name].info is None]
+        if cold:
+            emit(RunEvent("status", "starting " + ", ".join(cold) + "; each generates once it has loaded"))
 
         def pipeline(p: SidePlan) -> None:
+            w = self._workers[p.name]
+            if w.info is None:
+                w.ensure_started()
+                at["start"].append(time.perf_counter())
+                self._raise_capability([(p, self._check(p))], run)
+                at["check"].append(time.perf_counter())
+            if self.pool.cancelled:  # another side's check failed, or Stop: load nothing more
+                raise CancelledError("the run was stopped while the sides were loading", "")
             got = self._load(p, prep, emit, gpu_lock)
-            loaded_at.append(time.perf_counter())
+            at["load"].append(time.perf_counter())
             mine = [s for s in prep.sides if s.load_key == p.load_key]
             for s in mine:
                 fill_side_info(next(i for i in run.sides if i.name == s.name), got.info, got.load_s)
@@ -225,7 +244,7 @@ class ParityService:
                 with generating:
                     if self.pool.cancelled:
                         raise CancelledError("the run was stopped while the sides were loading", "")
-                    if len(loaded_at) < len(unique):
+                    if len(at["load"]) < len(unique):
                         early.append(s.name)
                     self._generate_side(prep, run, emit, s, flush)
 
@@ -243,9 +262,11 @@ class ParityService:
                 raise
         if errors:
             raise next((e for e in errors if not isinstance(e, CancelledError)), errors[0])
-        last = max(loaded_at)
-        run.timings["load"] = round(last - t0, 4)
-        run.timings["generate"] = round(time.perf_counter() - last, 4)
+        marks = [t0]
+        for name in ("start", "check", "load"):
+            marks.append(max(at[name], default=marks[-1]))
+            run.timings[name] = round(marks[-1] - marks[-2], 4)
+        run.timings["generate"] = round(time.perf_counter() - marks[-1], 4)
         if early:
             late = [p.name for p in prep.sides if p.name not in early]
             run.warnings.append(Finding(
@@ -254,6 +275,7 @@ class ParityService:
                         f"answer came sooner, and the per-token timings of {' and '.join(early)} were taken beside "
                         f"that start",
                 fix="for per-token timings of each side alone, --set generate_while_loading=never"))
+
     def _check_inputs(self, prep: Prepared, run: Run | None, sides: list[SidePlan] | None = None) -> None:
         """Sides that tokenize on their own (servers) must see the run's ids and fit its length."""
         sides = prep.sides if sides is None else sides

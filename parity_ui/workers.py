@@ -419,7 +419,13 @@ class EnginePool:
         with self._lock:
             workers = list(self.workers.values())
             self.workers.clear()
-        for w in workers:
+        def stop(w: EngineWorker) -> None:
             if w.starting:  # still importing its libraries: it cannot answer a shutdown
                 w.abandon()
             w.stop()
+
+        stoppers = [threading.Thread(target=stop, args=(w,), name="parity-stop") for w in workers]
+        for t in stoppers:  # at once: a run's exit waits for the slowest worker, not for their sum
+            t.start()
+        for t in stoppers:
+            t.join()

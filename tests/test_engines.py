@@ -259,6 +259,11 @@ def test_a_head_size_the_cpu_kernel_cannot_run_is_refused_before_any_model_loads
     assert "side vllm" in run.error and "head size 24" in run.error and "before loading the model" in run.error
     assert "hf sides only" in run.error  # the way out
     assert "load" not in run.timings  # no side loaded its weights
+    # Each side on its own way (a GPU run's default): the same refusal, and vLLM loads nothing.
+    run = _run(service, model, [CODE_PROMPT], "dtype=float32", "max_new_tokens=8", "generate_while_loading=always")
+    assert run.status == "error" and run.error_code == "capability", run.error
+    assert "side vllm" in run.error and "head size 24" in run.error and "before loading the model" in run.error
+    assert not next(s for s in run.sides if s.name == "vllm").load_s
     hf_only = _run(service, model, [CODE_PROMPT], "dtype=float32", "max_new_tokens=8", sides=["ref=hf", "b=hf"])
     assert hf_only.status == "ok", hf_only.error
 
