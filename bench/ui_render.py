@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from conftest_browser import ARTIFACTS, chromium, running_app  # noqa: E402
 
 
-def synthetic_run(n: int):
+def synthetic_run(n: int, created: str = "2026-01-01T00:00:00.000+00:00"):
     from parity_ui.compare import compare
     from parity_ui.store import new_run_id
     from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
@@ -48,7 +48,7 @@ def synthetic_run(n: int):
     v, h = stream("vllm", fork), stream("hf", fork)
     p = PromptResult(index=0, prompt_text="synthetic", prompt_token_ids=[1], results={"hf": h, "vllm": v},
                      comparisons=[compare(h, v)])
-    return Run(id=new_run_id(), created_utc="2026-01-01T00:00:00.000+00:00",
+    return Run(id=new_run_id(), created_utc=created,
                model=ModelInfo(name="synthetic-16k", path="/nowhere"), config={"dtype": "bfloat16"},
                status="diverged", prompts=[p],
                sides=[SideInfo(name="hf", kind="hf", reference=True), SideInfo(name="vllm", kind="vllm")])
@@ -72,9 +72,15 @@ def bench_first_token(page, url: str, model: str) -> list[float]:
     return out
 
 
-def bench_stored(page, url: str, run_id: str, n: int) -> dict[str, float]:
+def bench_stored(page, url: str, run_id: str, n: int, read_list_s: float = 0.0) -> dict[str, float]:
+    """Open `run_id` from the History tab; `read_list_s`: the pause of a user reading the list
+    (shown) before clicking, in which the app reads the newest listed run ahead."""
     page.goto(url)
     page.get_by_role("tab", name="History").click()
+    if read_list_s:
+        page.wait_for_function("id => (document.querySelector('#hist-table') || {}).innerText?.includes(id)",
+                               arg=run_id, timeout=60_000)
+        page.wait_for_timeout(read_list_s * 1000)
     page.fill("#hist-run-id textarea, #hist-run-id input", run_id)
     t0 = time.perf_counter()
     page.click("#hist-open")
@@ -127,7 +133,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "runs.db"
         run = synthetic_run(args.tokens)
+        older = synthetic_run(args.tokens, created="2025-12-31T00:00:00.000+00:00")  # not the newest: not read ahead
         save_run(open_db(db), run)
+        save_run(open_db(db), older)
         t0 = time.perf_counter()
         parts = view_parts(run)
         build_s = time.perf_counter() - t0
@@ -140,8 +148,11 @@ def main() -> None:
             model = str(build_model(Path(tmp) / "tiny", "llama", dtype="bfloat16"))
         with running_app(db, ARTIFACTS / "bench-app.log") as url, chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            for label in ("first open in this app process", "opened again (a fresh page)"):
-                r = bench_stored(page, url, run.id, args.tokens)
+            for label, run_id, pause in (
+                    ("first open in this app process, an older run (not read ahead), clicked at once", older.id, 0.0),
+                    ("the newest run, clicked 1 s after the list showed (read ahead meanwhile)", run.id, 1.0),
+                    ("the newest run opened again (a fresh page), clicked at once", run.id, 0.0)):
+                r = bench_stored(page, url, run_id, args.tokens, pause)
                 print(f"  browser, {label}: click Open -> panes shown and interactive {r['open_s']:.2f} s")
                 print(f"  hover a far token {r['first_hover_ms']:.1f} ms, a near one {r['next_hover_ms']:.1f} ms; "
                       f"frame time scrolling a pane: 60 px steps {r['step_ms']:.1f} ms, 1/20-height jumps {r['jump_ms']:.1f} ms")

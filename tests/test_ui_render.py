@@ -343,3 +343,45 @@ def test_history_reads_a_finished_run_once_and_a_running_one_every_time(tmp_path
     assert tab._load("01RUN0") is not first  # only the last RECENT finished runs are kept
     assert tab._load("01RUN3") is not tab._load("01RUN3")  # a running run changes: read afresh
     assert tab._load("../etc") is None and tab._load("01NOPE") is None
+
+
+def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_open(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from parity_ui import store
+    from parity_ui.ui.history_tab import HistoryTab
+
+    db = store.open_db(tmp_path / "runs.db")
+    old, new = _run({"hf": [(1, "a"), (2, "b")], "vllm": [(1, "a"), (3, "c")]}), _long_run()
+    old.id, old.created_utc, new.id = "01OLDRUN", "2025-12-31T00:00:00.000+00:00", "01NEWRUN"
+    store.save_run(db, old)
+    store.save_run(db, new)
+    reads = []
+    real_get_run = store.get_run
+
+    def counting_get_run(d, run_id):
+        reads.append(run_id)
+        time.sleep(0.3)  # a long read: an open arriving meanwhile must wait for it, not read again
+        return real_get_run(d, run_id)
+
+    monkeypatch.setattr("parity_ui.ui.history_tab.get_run", counting_get_run)
+    tab = HistoryTab(type("Service", (), {"db": db})())
+    tab.PREFETCH_AFTER_S = 0.0
+
+    tab.refresh("", None, None, "any time")  # lists both, newest first: reads 01NEWRUN ahead
+    time.sleep(0.1)
+    opened = tab.open("01NEWRUN")  # arrives during the read ahead
+    assert reads == ["01NEWRUN"]  # read once, by the read ahead
+    assert "01NEWRUN:0" in opened[3]  # the panes of that run
+    for t in [t for t in threading.enumerate() if t.name == "parity-prefetch"]:
+        t.join(5)
+    assert ("01NEWRUN", 0, None, False) in tab.view._built  # its view was built once, and kept
+    assert tab.view.parts(tab._load("01NEWRUN")) is tab.view._built[("01NEWRUN", 0, None, False)]
+
+    # Right after an open, a new list reads nothing ahead: that open's page is still being built.
+    tab._recent.clear()
+    tab.refresh("", None, None, "any time")
+    for t in [t for t in threading.enumerate() if t.name == "parity-prefetch"]:
+        t.join(5)
+    assert reads == ["01NEWRUN"]

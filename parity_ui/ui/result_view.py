@@ -2,6 +2,8 @@
 run reopened later looks exactly as it did when it finished."""
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -88,6 +90,28 @@ class ResultView:
     prefix: str
     localisations: Callable[[str], list[Localisation]] = field(default=lambda run_id: [])
     images: Callable[[str], Any] = field(default=lambda sha: None)  # sha256 -> (bytes, format) | None
+    KEEP = 4  # finished views kept built: reopening one (or switching back to it) costs nothing
+
+    def __post_init__(self) -> None:
+        self._built: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+        self._built_lock = threading.Lock()
+
+    def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
+        """view_parts, kept for finished runs (a stored run no longer changes; a 16k-token pair
+        takes ~0.1-0.5 s to build)."""
+        if run.status == "running":
+            return view_parts(run, prompt_index, side, reveal)
+        key = (run.id, prompt_index, side, reveal)
+        with self._built_lock:
+            if key in self._built:
+                self._built.move_to_end(key)
+                return self._built[key]
+        parts = view_parts(run, prompt_index, side, reveal)
+        with self._built_lock:
+            self._built[key] = parts
+            while len(self._built) > self.KEEP:
+                self._built.popitem(last=False)
+        return parts
 
     def create_ui(self) -> None:
         self.summary = gr.HTML(elem_id=f"{self.prefix}-summary")
@@ -131,15 +155,16 @@ class ResultView:
             hidden = gr.Plot(visible=False, value=None)
             return (cards.notice_html(message) if message else "", gr.Dropdown(visible=False),
                     gr.Dropdown(visible=False), "", hidden, hidden, hidden, *self.layer_values(None, 0))
-        parts = view_parts(run, prompt_index, side, reveal)
+        parts = self.parts(run, prompt_index, side, reveal)
+        panes = parts["panes"]
         if run.prompts:  # an image prompt shows its images beside the streams
             p = run.prompts[prompt_index if 0 <= prompt_index < len(run.prompts) else 0]
-            parts["panes"] = images_html(p.images, self.images) + parts["panes"]
+            panes = images_html(p.images, self.images) + panes
         many = len(run.prompts) > 1
         pick = gr.Dropdown(choices=prompt_choices(run), value=prompt_index, visible=many)
         sides = side_choices(run)
         side_pick = gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1)
-        return (parts["summary"], pick, side_pick, parts["panes"],
+        return (parts["summary"], pick, side_pick, panes,
                 gr.Plot(value=parts["logprob"], visible=parts["logprob"] is not None),
                 gr.Plot(value=parts["margin"], visible=parts["margin"] is not None),
                 gr.Plot(value=parts["batch"], visible=parts["batch"] is not None),
