@@ -92,6 +92,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="write the figures as JSON here too")
     ap.add_argument("--contention", type=int, default=0, help="busy processes sharing the cores meanwhile")
+    ap.add_argument("--bare-env", choices=["tool", "default"], default="tool",
+                    help="tool: the bare engines start with the environment the tool gives each side's worker "
+                         "(e.g. GOMP_SPINCOUNT on a CPU): the tool's own overhead; default: with this shell's")
     args = ap.parse_args()
 
     hogs = [mp.get_context("spawn").Process(target=_busy, daemon=True) for _ in range(args.contention)]
@@ -105,7 +108,8 @@ def main() -> None:
     print(json.dumps(figures, indent=2))
     print(f"overhead: parity run {figures['median_s']['parity_run']:.3f}s / (bare vLLM "
           f"{figures['median_s']['bare_vllm']:.3f}s + bare HF {figures['median_s']['bare_hf']:.3f}s) = "
-          f"{figures['overhead_ratio']:.3f} (contention: {args.contention} busy process(es))")
+          f"{figures['overhead_ratio']:.3f} (contention: {args.contention} busy process(es); bare engines' "
+          f"environment: {args.bare_env})")
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2))
 
@@ -115,10 +119,23 @@ def _busy() -> None:
         pass
 
 
+def _bare(fn, args, env: dict[str, str]) -> dict:
+    """`fn` in a fresh process started with `env` on top of this one's: settings read when a library
+    loads (libgomp's GOMP_SPINCOUNT, read when torch loads) must be there from the start."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return in_fresh_process(fn, args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _measure(args) -> dict:
-    v = in_fresh_process(bare_vllm, args)
-    h = in_fresh_process(bare_hf, args)
-    svc, req, _ = _prepare(args)
+    svc, req, prep = _prepare(args)
+    envs = {name: (prep.side(name).worker_env if args.bare_env == "tool" else {}) for name in ("vllm", "hf")}
+    v = _bare(bare_vllm, args, envs["vllm"])
+    h = _bare(bare_hf, args, envs["hf"])
     with tempfile.TemporaryDirectory() as d:
         svc.db_path = str(Path(d) / "runs.db")
         from parity_ui.store import open_db
@@ -141,7 +158,7 @@ def _measure(args) -> dict:
     mv, mh, mp_ = statistics.median(v["times"]), statistics.median(h["times"]), statistics.median(walls)
     return {
         "model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-        "contention": args.contention, "device": run.device,
+        "contention": args.contention, "device": run.device, "bare_env": {args.bare_env: envs},
         "tokens": {"vllm": len(v["token_ids"]), "hf": len(h["token_ids"])},
         "median_s": {"bare_vllm": mv, "bare_hf": mh, "parity_run": mp_,
                      "parity_engine_time": statistics.median(engine_sums)},
