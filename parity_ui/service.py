@@ -248,25 +248,36 @@ class ParityService:
                         early.append(s.name)
                     self._generate_side(prep, run, emit, s, flush)
 
+        def stop_the_others() -> None:
+            self.pool.cancel()  # generating sides stop at their next token, loading ones before loading
+            for p in unique:  # a worker still importing its libraries would make the run wait for that
+                if self._workers[p.name].starting:
+                    self._workers[p.name].abandon()
+
         errors: list[BaseException] = []
-        with ThreadPoolExecutor(len(unique)) as ex:
-            futures = [ex.submit(pipeline, p) for p in unique]
-            try:
-                for f in as_completed(futures):
-                    if f.exception() is not None:
-                        if not errors:
-                            self.pool.cancel()  # the other sides stop rather than finish a failed run
-                        errors.append(f.exception())
-            except BaseException:
-                self.pool.cancel()  # Ctrl-C: stop the sides before the executor waits for them
-                raise
+        stopped_by_user = self.pool.cancelled
+        try:
+            with ThreadPoolExecutor(len(unique)) as ex:
+                futures = [ex.submit(pipeline, p) for p in unique]
+                try:
+                    for f in as_completed(futures):
+                        if f.exception() is not None:
+                            if not errors:
+                                stop_the_others()  # rather than finish a run that failed
+                            errors.append(f.exception())
+                except BaseException:
+                    stop_the_others()  # Ctrl-C: before the executor waits for the sides
+                    raise
+        finally:
+            if errors and not stopped_by_user:
+                self.pool.reset_cancel()  # set above for this run only: a Stop of the user's stays set
+            marks = [t0]
+            for name in ("start", "check", "load"):
+                marks.append(max(at[name], default=marks[-1]))
+                run.timings[name] = round(marks[-1] - marks[-2], 4)
+            run.timings["generate"] = round(time.perf_counter() - marks[-1], 4)
         if errors:
-            raise next((e for e in errors if not isinstance(e, CancelledError)), errors[0])
-        marks = [t0]
-        for name in ("start", "check", "load"):
-            marks.append(max(at[name], default=marks[-1]))
-            run.timings[name] = round(marks[-1] - marks[-2], 4)
-        run.timings["generate"] = round(time.perf_counter() - marks[-1], 4)
+            raise errors[0]  # the first failure; the others followed from stopping the run
         if early:
             late = [p.name for p in prep.sides if p.name not in early]
             run.warnings.append(Finding(
@@ -420,6 +431,7 @@ class ParityService:
         """Start (or reuse) the sides of `prep`, generate `prompts` on one side in batches of
         `batch_size`; nothing is compared or stored. Raises EngineError."""
         with self._lock:
+            self.pool.reset_cancel()
             self.start_sides(prep, None, emit)
             plan = prep.side(side)
             req = GenerateRequest(prompts=prompts, sampling=plan.args.sampling, batch_size=batch_size, logprobs=1,

@@ -224,8 +224,9 @@ class EngineWorker:
         env["PYTHONUNBUFFERED"] = "1"
         self._oom_before = oom_kill_count()
         with open(self.log_path, "ab", buffering=0) as log, self._spawn_lock:
-            if self._abandoned:
+            if preload and self._abandoned:  # abandon() came first: this start ahead is not wanted
                 raise EngineError(f"side {self.label}: the worker started ahead was not needed", "")
+            self._abandoned = False  # a start asked for now (a later run) stands
             # Fixed arguments only; the interpreter path was checked (parity_ui.environments).
             self._proc = subprocess.Popen(
                 [self.python, "-m", "parity_ui.worker_main", "--engine", self.engine, "--fd", str(child.fileno()),
@@ -333,6 +334,10 @@ class EngineWorker:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        try:  # what the worker started and left behind when it exited (it skips exit handlers)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         if conn is not None:
             try:
                 conn.close()

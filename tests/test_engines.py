@@ -264,6 +264,7 @@ def test_a_head_size_the_cpu_kernel_cannot_run_is_refused_before_any_model_loads
     assert run.status == "error" and run.error_code == "capability", run.error
     assert "side vllm" in run.error and "head size 24" in run.error and "before loading the model" in run.error
     assert not next(s for s in run.sides if s.name == "vllm").load_s
+    assert not service.pool.cancelled  # the run stopped its other side; the next request is not stopped
     hf_only = _run(service, model, [CODE_PROMPT], "dtype=float32", "max_new_tokens=8", sides=["ref=hf", "b=hf"])
     assert hf_only.status == "ok", hf_only.error
 

@@ -56,3 +56,23 @@ def test_the_guess_made_before_tokenizing_is_the_setup_prepare_decides():
     wanted = [(p.name, p.kind.engine, p.python, p.worker_env) for p in prep.sides if p.kind.head_start]
     assert [w[0] for w in wanted] == ["hf", "vllm", "b"]  # the server side's worker imports nothing heavy
     assert likely_workers(req, gpu) == wanted
+
+
+def test_a_worker_abandoned_while_it_started_ahead_starts_again_for_the_next_run():
+    # What a failed run does to a side still importing its libraries (it will not wait for them):
+    # that run sees the worker fail; the next run starts it afresh.
+    import pytest
+
+    from parity_ui.errors import EngineError
+
+    pool = EnginePool()
+    try:
+        assert pool.prestart("a", ENGINE, sys.executable, {"PARITY_T": "4"})
+        w = pool.worker("key-4", "a", ENGINE, sys.executable, {"PARITY_T": "4"})
+        w.abandon()
+        with pytest.raises(EngineError):
+            w.ensure_started()
+        assert not w.alive
+        assert w.ensure_started()["pid"] == w.pid and w.alive
+    finally:
+        pool.close()

@@ -152,12 +152,14 @@ class HistoryTab:
                 self._reading.pop(run_id).set()
 
     def open(self, run_id: str) -> tuple:
-        self._opened_at = time.monotonic()
-        self._opening += 1
+        with self._recent_lock:
+            self._opened_at = time.monotonic()
+            self._opening += 1
         try:
             return self._open(run_id)
         finally:
-            self._opening -= 1
+            with self._recent_lock:
+                self._opening -= 1
 
     def _open(self, run_id: str) -> tuple:
         run_id = (run_id or "").strip()

@@ -94,6 +94,7 @@ class ResultView:
 
     def __post_init__(self) -> None:
         self._built: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+        self._building: dict[tuple, threading.Event] = {}
         self._built_lock = threading.Lock()
 
     def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
@@ -102,16 +103,26 @@ class ResultView:
         if run.status == "running":
             return view_parts(run, prompt_index, side, reveal)
         key = (run.id, prompt_index, side, reveal)
-        with self._built_lock:
-            if key in self._built:
-                self._built.move_to_end(key)
-                return self._built[key]
-        parts = view_parts(run, prompt_index, side, reveal)
-        with self._built_lock:
-            self._built[key] = parts
-            while len(self._built) > self.KEEP:
-                self._built.popitem(last=False)
-        return parts
+        while True:
+            with self._built_lock:
+                if key in self._built:
+                    self._built.move_to_end(key)
+                    return self._built[key]
+                building = self._building.get(key)
+                if building is None:
+                    self._building[key] = threading.Event()
+                    break
+            building.wait()  # the same view is being built (History's read ahead): take that one
+        try:
+            parts = view_parts(run, prompt_index, side, reveal)
+            with self._built_lock:
+                self._built[key] = parts
+                while len(self._built) > self.KEEP:
+                    self._built.popitem(last=False)
+            return parts
+        finally:
+            with self._built_lock:
+                self._building.pop(key).set()
 
     def create_ui(self) -> None:
         self.summary = gr.HTML(elem_id=f"{self.prefix}-summary")
