@@ -248,14 +248,17 @@ class ParityService:
                         early.append(s.name)
                     self._generate_side(prep, run, emit, s, flush)
 
+        ours = []  # whether this run set the cancel flag (a failure), not the user's Stop
+
         def stop_the_others() -> None:
-            self.pool.cancel()  # generating sides stop at their next token, loading ones before loading
+            if not self.pool.cancelled:
+                ours.append(True)
+                self.pool.cancel()  # generating sides stop at their next token, loading ones before loading
             for p in unique:  # a worker still importing its libraries would make the run wait for that
                 if self._workers[p.name].starting:
                     self._workers[p.name].abandon()
 
         errors: list[BaseException] = []
-        stopped_by_user = self.pool.cancelled
         try:
             with ThreadPoolExecutor(len(unique)) as ex:
                 futures = [ex.submit(pipeline, p) for p in unique]
@@ -269,8 +272,8 @@ class ParityService:
                     stop_the_others()  # Ctrl-C: before the executor waits for the sides
                     raise
         finally:
-            if errors and not stopped_by_user:
-                self.pool.reset_cancel()  # set above for this run only: a Stop of the user's stays set
+            if ours:
+                self.pool.reset_cancel()  # it stopped this run's other sides; the next request is not stopped
             marks = [t0]
             for name in ("start", "check", "load"):
                 marks.append(max(at[name], default=marks[-1]))
