@@ -386,7 +386,7 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     for t in [t for t in threading.enumerate() if t.name == "parity-prefetch"]:
         t.join(5)
     assert builds == ["01NEWRUN"]  # its view was built once, by whichever came first, and kept
-    assert tab.view.parts(tab._load("01NEWRUN")) is tab.view._built[("01NEWRUN", 0, None, False)]
+    assert tab.view.parts(tab._load("01NEWRUN")) is tab.view.built.peek(("01NEWRUN", 0, None, False))
     assert builds == ["01NEWRUN"]
 
     # Right after an open, a new list reads nothing ahead: that open's page is still being built.

@@ -7,7 +7,6 @@ import re
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import gradio as gr
 
 from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
 from ..types import Run
+from .recent import Recent
 from .result_view import ResultView, pane_details
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
@@ -53,9 +53,8 @@ class HistoryTab:
         self.service = service
         # The view, its background details fetch and a prompt/side switch all read the same run
         # within seconds; a finished run no longer changes, so it is read once.
-        self._recent: OrderedDict[str, Run] = OrderedDict()
-        self._recent_lock = threading.Lock()
-        self._reading: dict[str, threading.Event] = {}  # run id -> set when its read ends
+        self._recent = Recent(self.RECENT)
+        self._opens_lock = threading.Lock()
         self._opened_at = -1e9  # time.monotonic() of the last open: a read ahead near it stands down
         self._opening = 0  # opens under way (handlers run in threads): a read ahead stands down meanwhile
         self.view = ResultView("hist", localisations=lambda run_id: localisations_of(self.db, run_id),
@@ -104,6 +103,7 @@ class HistoryTab:
         user opens a run first: two reads in one process share its CPU (and the GIL), which made
         an open of another run twice as slow."""
         time.sleep(self.PREFETCH_AFTER_S)
+
         def wanted() -> bool:  # no open under way, none since the list, none just before it
             return not self._opening and self._opened_at < listed_at - self.QUIET_S
 
@@ -125,40 +125,21 @@ class HistoryTab:
 
     def _load(self, run_id: str) -> Run | None:
         """The stored run, read once while it is recent; a read already under way for it (the
-        prefetch) is waited for, not repeated."""
+        prefetch) is waited for, not repeated. A run still running is read again each time."""
         run_id = (run_id or "").strip()
         if not _RUN_ID.match(run_id):
             return None
-        while True:
-            with self._recent_lock:
-                if run_id in self._recent:
-                    self._recent.move_to_end(run_id)
-                    return self._recent[run_id]
-                reading = self._reading.get(run_id)
-                if reading is None:
-                    self._reading[run_id] = threading.Event()
-                    break
-            reading.wait()  # then take it from the cache (or read it, if it was still running)
-        try:
-            run = get_run(self.db, run_id)
-            if run is not None and run.status != "running":
-                with self._recent_lock:
-                    self._recent[run_id] = run
-                    while len(self._recent) > self.RECENT:
-                        self._recent.popitem(last=False)
-            return run
-        finally:
-            with self._recent_lock:
-                self._reading.pop(run_id).set()
+        return self._recent.get(run_id, lambda: get_run(self.db, run_id),
+                                keep=lambda run: run is not None and run.status != "running")
 
     def open(self, run_id: str) -> tuple:
-        with self._recent_lock:
+        with self._opens_lock:
             self._opened_at = time.monotonic()
             self._opening += 1
         try:
             return self._open(run_id)
         finally:
-            with self._recent_lock:
+            with self._opens_lock:
                 self._opening -= 1
 
     def _open(self, run_id: str) -> tuple:

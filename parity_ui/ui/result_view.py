@@ -2,8 +2,6 @@
 run reopened later looks exactly as it did when it finished."""
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -15,6 +13,7 @@ from ..render.report_parts import localisation_html
 from ..render.tokens import Stream, details_json, panes_html
 from ..types import Localisation, Run
 from . import plots
+from .recent import Recent
 
 
 def prompt_choices(run: Run) -> list[tuple[str, int]]:
@@ -93,36 +92,15 @@ class ResultView:
     KEEP = 4  # finished views kept built: reopening one (or switching back to it) costs nothing
 
     def __post_init__(self) -> None:
-        self._built: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
-        self._building: dict[tuple, threading.Event] = {}
-        self._built_lock = threading.Lock()
+        self.built = Recent(self.KEEP)
 
     def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
         """view_parts, kept for finished runs (a stored run no longer changes; a 16k-token pair
-        takes ~0.1-0.5 s to build)."""
+        takes ~0.1-0.5 s to build); a view being built (History's read ahead) is waited for."""
         if run.status == "running":
             return view_parts(run, prompt_index, side, reveal)
-        key = (run.id, prompt_index, side, reveal)
-        while True:
-            with self._built_lock:
-                if key in self._built:
-                    self._built.move_to_end(key)
-                    return self._built[key]
-                building = self._building.get(key)
-                if building is None:
-                    self._building[key] = threading.Event()
-                    break
-            building.wait()  # the same view is being built (History's read ahead): take that one
-        try:
-            parts = view_parts(run, prompt_index, side, reveal)
-            with self._built_lock:
-                self._built[key] = parts
-                while len(self._built) > self.KEEP:
-                    self._built.popitem(last=False)
-            return parts
-        finally:
-            with self._built_lock:
-                self._building.pop(key).set()
+        return self.built.get((run.id, prompt_index, side, reveal),
+                              lambda: view_parts(run, prompt_index, side, reveal))
 
     def create_ui(self) -> None:
         self.summary = gr.HTML(elem_id=f"{self.prefix}-summary")
