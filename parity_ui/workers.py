@@ -199,6 +199,11 @@ class EngineWorker:
         return self.ready if self.alive else self.start()
 
     @property
+    def setup(self) -> str:
+        """Its process setup (engine, interpreter, environment): what a worker started ahead matches on."""
+        return load_key(self.engine, self.python, self.env)
+
+    @property
     def starting(self) -> bool:
         return self._starting is not None and self._starting.is_alive()
 
@@ -382,8 +387,7 @@ class EnginePool:
         started when a warm worker of that setup exists. Returns whether one was started."""
         setup = load_key(engine, python, env)
         with self._lock:
-            if setup in self.spares or any(load_key(w.engine, w.python, w.env) == setup
-                                           for w in self.workers.values()):
+            if setup in self.spares or any(w.setup == setup for w in self.workers.values()):
                 return False
             w = self.spares[setup] = EngineWorker(label, engine, python, env, self.cancel_flag, **self.timeouts)
         w.start_ahead()
