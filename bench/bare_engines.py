@@ -3,6 +3,7 @@ maps to, so they generate exactly the tokens the tool's sides generate (the benc
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from typing import Any
 
 
@@ -25,12 +26,20 @@ def load_bare_hf(prep: Any) -> tuple[Any, Any, Any]:
     return model, ids, GenerationConfig(**h.sampling, return_dict_in_generate=True, output_logits=True)
 
 
-def in_fresh_process(fn: Any, args: Any) -> dict:
-    """Run `fn(args, queue)` in a spawned process and return what it put on the queue."""
+def in_fresh_process(fn: Any, args: Any, env: dict[str, str] | None = None) -> dict:
+    """Run `fn(args, queue)` in a spawned process and return what it put on the queue. `env` goes on
+    top of this process's environment from the child's start: settings read when a library loads
+    (libgomp's GOMP_SPINCOUNT when torch loads, vLLM's cache directories) must be there by then."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=fn, args=(args, q))
-    p.start()
+    saved = dict(os.environ)
+    os.environ.update(env or {})  # a spawned process starts with this process's environment
+    try:
+        p.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     res = q.get()
     p.join()
     return res

@@ -91,16 +91,6 @@ def bare_hf(args, q) -> None:
            "generate_s": time.perf_counter() - t_load, "token_ids": out.sequences[0, ids.shape[1]:].tolist()})
 
 
-def _bare(fn, args, caches: Path) -> dict:
-    saved = dict(os.environ)
-    os.environ.update(cache_env(caches))  # a spawned process starts with this environment
-    try:
-        return in_fresh_process(fn, args)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
     """One fresh CLI process; its stderr read line by line as it comes, each line timed."""
     root = Path(args.tool_root).resolve()
@@ -165,13 +155,13 @@ def main() -> None:
         work = Path(d)
         figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
         if not args.no_bare:
-            figures["bare_vllm_cold"] = _bare(bare_vllm, args, work / "bare-caches")
-            figures["bare_hf"] = _bare(bare_hf, args, work / "bare-caches")
+            figures["bare_vllm_cold"] = in_fresh_process(bare_vllm, args, cache_env(work / "bare-caches"))
+            figures["bare_hf"] = in_fresh_process(bare_hf, args, cache_env(work / "bare-caches"))
         figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
         if args.serial:
             figures["tool_warm_serial"] = run_tool(args, work / "tool-caches", work, "generate_while_loading=never")
         if not args.no_bare:
-            figures["bare_vllm_warm"] = _bare(bare_vllm, args, work / "bare-caches")
+            figures["bare_vllm_warm"] = in_fresh_process(bare_vllm, args, cache_env(work / "bare-caches"))
     ids = figures["tool_cold"]["token_ids"]
     assert figures["tool_warm"]["token_ids"] == ids, "the warm run generated other tokens than the cold one"
     if not args.no_bare:

@@ -119,23 +119,11 @@ def _busy() -> None:
         pass
 
 
-def _bare(fn, args, env: dict[str, str]) -> dict:
-    """`fn` in a fresh process started with `env` on top of this one's: settings read when a library
-    loads (libgomp's GOMP_SPINCOUNT, read when torch loads) must be there from the start."""
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        return in_fresh_process(fn, args)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def _measure(args) -> dict:
     svc, req, prep = _prepare(args)
     envs = {name: (prep.side(name).worker_env if args.bare_env == "tool" else {}) for name in ("vllm", "hf")}
-    v = _bare(bare_vllm, args, envs["vllm"])
-    h = _bare(bare_hf, args, envs["hf"])
+    v = in_fresh_process(bare_vllm, args, envs["vllm"])
+    h = in_fresh_process(bare_hf, args, envs["hf"])
     with tempfile.TemporaryDirectory() as d:
         svc.db_path = str(Path(d) / "runs.db")
         from parity_ui.store import open_db
