@@ -147,6 +147,9 @@ def main() -> None:
     ap.add_argument("--no-bare", action="store_true", help="time the tool only")
     ap.add_argument("--serial", action="store_true",
                     help="also time a warm run with generate_while_loading=never (each side loads, then generates)")
+    ap.add_argument("--graphed", action="store_true",
+                    help="also time a warm run with the HF side on decode=graphed (its tokens may differ from "
+                         "generate's in bf16, so no bare run is held to them)")
     ap.add_argument("--out")
     args = ap.parse_args()
     figures: dict = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
@@ -160,6 +163,8 @@ def main() -> None:
         figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
         if args.serial:
             figures["tool_warm_serial"] = run_tool(args, work / "tool-caches", work, "generate_while_loading=never")
+        if args.graphed:
+            figures["tool_warm_graphed"] = run_tool(args, work / "tool-caches", work, "hf.decode=graphed")
         if not args.no_bare:
             figures["bare_vllm_warm"] = in_fresh_process(bare_vllm, args, cache_env(work / "bare-caches"))
     ids = figures["tool_cold"]["token_ids"]

@@ -17,7 +17,7 @@ Parts:
   tp-tiny     a tiny random Llama (8 heads, 4 KV heads, float32) built here: ref=hf vs
               b=vllm,tensor_parallel_size=2 in float32
   presets     eager-vs-graphs, fp32-reference, rl-rollout (the sides presets), with the settings diff
-  hf-paths    HF plain / static cache / compiled decode / eager attention vs vLLM, bf16 and fp32, 256 tokens
+  hf-paths    HF plain / static cache / graphed decode / eager attention vs vLLM, bf16 and fp32, 256 tokens
   cold        bench/profile_prepare.py and bench/cold_start.py (fresh processes)
   overhead    bench/overhead.py (warm, like for like)
 
@@ -359,11 +359,12 @@ def part_presets(ctx: "Ctx") -> None:
 
 
 def part_hf_paths(ctx: "Ctx") -> None:
-    """Issue 12's fast HF reference: plain generate (the reference) against a static cache and a
-    compiled decode step, and vLLM with CUDA graphs, in one run per dtype; HF with eager attention
-    too, to explain why bf16 decodes slower than fp32."""
-    sides = ["ref=hf", "static=hf,decode=static", "compiled=hf,decode=compiled", "attn-eager=hf,attn_implementation=eager",
-             "v=vllm"]
+    """Issue 12's fast HF reference: plain generate (the reference) against a static cache and
+    parity-ui's graphed decode (static cache + one CUDA graph per step), and vLLM with CUDA graphs,
+    in one run per dtype; HF with eager attention too. (decode=compiled, measured on 2026-11-23,
+    pays a compile of tens of seconds per process: bench/figures/gpu-2026-11-23/hf-paths-h100.md.)"""
+    sides = ["ref=hf", "static=hf,decode=static", "graphed=hf,decode=graphed",
+             "attn-eager=hf,attn_implementation=eager", "v=vllm"]
     for dtype in ("bfloat16", "float32"):
         ctx.put(f"hf_paths_{dtype}", compare(ctx.db, sides, dtype=dtype, max_new=256, timeout=1200))
 

@@ -16,7 +16,7 @@ from .validation import number_in, one_of, option
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-HF_DECODE_PATHS = ("eager", "static", "compiled")
+HF_DECODE_PATHS = ("eager", "static", "compiled", "graphed")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+(,\d+)*)?)$")
 
 
@@ -67,7 +67,10 @@ class VllmOptions(SideOptions):
 class HfOptions(SideOptions):
     attn_implementation: str = option("auto", "transformers' attention implementation", one_of(*ATTN_IMPLEMENTATIONS))
     decode: str = option("eager", "eager: plain generate (the reference); static: static KV cache; compiled: "
-                                  "static cache + torch.compile of the decode step", one_of(*HF_DECODE_PATHS))
+                                  "static cache + torch.compile of the decode step; graphed: greedy only, "
+                                  "static cache + the decode step as one CUDA graph (parity-ui's loop over "
+                                  "the model's forward; on the CPU the same loop without the graph)",
+                         one_of(*HF_DECODE_PATHS))
 
 
 @dataclass

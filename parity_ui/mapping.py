@@ -348,6 +348,26 @@ def _hf_device(device: str, on_gpu: bool) -> tuple[str, dict[str, str]]:
     return device, {}
 
 
+def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec) -> None:
+    """decode=graphed is a greedy argmax over raw logits: a setting that generate() would turn into a
+    logits processor or a sampler would be silently dropped there, so it is refused here."""
+    fix = "use decode=static (generate() with the same static cache), which supports it"
+    if not cfg.greedy:
+        raise SideError(side.name, "decode", f"decode=graphed decodes greedily only, and this run samples "
+                                             f"(temperature={cfg.temperature})", "set temperature=0, or " + fix)
+    if cfg.repetition_penalty != 1.0:
+        raise SideError(side.name, "decode", f"decode=graphed applies no repetition penalty, and this run sets "
+                                             f"repetition_penalty={cfg.repetition_penalty}",
+                        "set repetition_penalty=1, or " + fix)
+    if cfg.logprobs_mode.startswith("processed"):
+        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this run asks for "
+                                             f"logprobs_mode={cfg.logprobs_mode}", "use a raw logprobs_mode, or " + fix)
+    if cfg.generation_config == "model":
+        raise SideError(side.name, "decode", "decode=graphed ignores the model's generation_config.json, and "
+                                             "this run asks for it (generation_config=model)",
+                        "set generation_config=neutral, or " + fix)
+
+
 def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> HfArgs:
     rec = _Recorder()
     h: HfOptions = side.options  # type: ignore[assignment]
@@ -394,7 +414,11 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     pad = model.pad_token_id if model.pad_token_id is not None else (r.eos_token_ids or [0])[0]
     gen["pad_token_id"] = pad
     gen["bos_token_id"] = model.bos_token_id
-    if h.decode != "eager":
+    if h.decode == "graphed":
+        _refuse_graphed_settings(cfg, side)
+        rec(p + "decode", "runtime", "StaticCache + model.forward", "parity-ui's greedy loop, one prompt at a time")
+        rec(p + "decode", "runtime", "torch.cuda.CUDAGraph", "decode step (GPU)")
+    elif h.decode != "eager":
         gen["cache_implementation"] = rec(p + "decode", "generate", "cache_implementation", "static")
         if h.decode == "compiled":
             rec(p + "decode", "runtime", "torch.compile", "decode step")

@@ -350,7 +350,7 @@ def test_out_of_range_names_key_and_range(data, key, allowed):
     ({"vllm": {"max_num_seqs": 0}}, "vllm", "max_num_seqs", "from 1 to 4096"),
     ({"vllm": {"tensor_parallel_size": 0}}, "vllm", "tensor_parallel_size", "from 1 to 64"),
     ({"hf": {"attn_implementation": "fast"}}, "hf", "attn_implementation", "sdpa"),
-    ({"hf": {"decode": "turbo"}}, "hf", "decode", "eager, static, compiled"),
+    ({"hf": {"decode": "turbo"}}, "hf", "decode", "eager, static, compiled, graphed"),
     ({"hf": {"device": "tpu"}}, "hf", "device", "'cuda:N'"),
     ({"hf": {"dtype": "fp8"}}, "hf", "dtype", "auto, float32, bfloat16, float16"),
     ({"sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm", "device": "gpu0"}]},

@@ -162,6 +162,25 @@ def test_a_batch_of_prompts_runs_in_chunks_and_each_is_compared(service, models)
     assert len({tuple(p.prompt_token_ids) for p in run.prompts}) == 3
 
 
+def test_hf_graphed_decode_matches_generate_in_float32_and_says_which_path_ran(service, models):
+    """decode=graphed (parity-ui's loop; on a GPU one CUDA graph per step) against plain generate, through
+    the workers: a batch of 2 is decoded one prompt at a time, with the same tokens and logprobs."""
+    prompts = [CODE_PROMPT, "class Namespace(object):"]
+    run = _run(service, models["llama"], prompts, "dtype=float32", "max_new_tokens=32", "ignore_eos=true",
+               "batch_size=2", sides=["ref=hf", "graphed=hf,decode=graphed"])
+    assert run.status == "ok", run.error
+    for p in run.prompts:
+        ref, graphed = p.results["ref"], p.results["graphed"]
+        assert graphed.token_ids == ref.token_ids and len(ref.token_ids) == 32
+        c = p.comparison("graphed")
+        assert c.identical and c.max_abs_gap < 1e-4
+        assert [s.rank for s in graphed.steps] == [s.rank for s in ref.steps]
+        assert [[t.token_id for t in s.top] for s in graphed.steps] == [[t.token_id for t in s.top] for s in ref.steps]
+    side = run.side("graphed").resolved
+    assert side["decode"] == "graphed" and side["kv_cache"] == "static" and side["cuda_graphs"] == "off (CPU)"
+    assert run.side("ref").resolved["decode"] == "eager"
+
+
 def test_tokens_stream_live_and_match_the_final_streams(service, models):
     seen = {"vllm": [], "hf": []}
 

@@ -14,7 +14,7 @@ import pytest
 
 from parity_ui import mapping
 from parity_ui.config import SIDE_PRESETS, ParityConfig, build_config, config_from_dict
-from parity_ui.errors import ConfigError
+from parity_ui.errors import ConfigError, SideError
 from parity_ui.kinds import KINDS, HfOptions, VllmOptions
 from parity_ui.mapping import (
     NOTES,
@@ -525,6 +525,27 @@ def test_hf_decode_paths(decode, cache):
     assert h.sampling.get("cache_implementation") == cache
     compiles = any(a.name == "torch.compile" for a in h.used["hf.decode"])
     assert compiles is (decode == "compiled")
+
+
+def test_hf_graphed_decode_is_parity_uis_loop_and_passes_no_cache_implementation_to_generate():
+    _, _, _, h = args({"hf": {"decode": "graphed"}})
+    assert h.decode == "graphed" and "cache_implementation" not in h.sampling
+    assert {a.name for a in h.used["hf.decode"]} == {"StaticCache + model.forward", "torch.cuda.CUDAGraph"}
+
+
+@pytest.mark.parametrize("data, names, fix", [
+    ({"temperature": 0.7}, "temperature=0.7", "temperature=0"),
+    ({"repetition_penalty": 1.2}, "repetition_penalty=1.2", "repetition_penalty=1"),
+    ({"logprobs_mode": "processed_logprobs"}, "logprobs_mode=processed_logprobs", "raw logprobs_mode"),
+    ({"generation_config": "model"}, "generation_config=model", "generation_config=neutral"),
+])
+def test_hf_graphed_decode_refuses_what_it_would_silently_drop(data, names, fix):
+    """The graphed loop is a plain argmax: a sampler or a logits processor generate() would apply
+    must not vanish quietly."""
+    with pytest.raises(SideError) as e:
+        args({**data, "hf": {"decode": "graphed"}})
+    assert e.value.key == "hf.decode" and names in e.value.message
+    assert fix in e.value.fix and "decode=static" in e.value.fix
 
 
 def test_hf_attn_implementation_auto_is_transformers_choice():

@@ -41,6 +41,7 @@ class HfEngine(Engine):
         self.args: dict[str, Any] = {}
         self.model_path = ""
         self._image_processor: Any = None
+        self._greedy: Any = None  # the decode=graphed loop, kept: it holds the last captured graph
 
     def preload(self) -> None:
         import torch  # noqa: F401 - the import is the work
@@ -78,7 +79,25 @@ class HfEngine(Engine):
                 problems.append(Problem("attn-unavailable", "attn_implementation=flash_attention_2 but the "
                                                             "flash_attn package is not usable here",
                                         "use sdpa or eager, or install flash-attn in this environment"))
+        if a["decode"] == "graphed":
+            problems += self._graphed_problems(config, device)
         return problems
+
+    @staticmethod
+    def _graphed_problems(config: Any, device: str) -> list[Problem]:
+        fix = "use decode=static (a static cache without the graph) or decode=eager"
+        if getattr(config, "vision_config", None) is not None:
+            return [Problem("graphed-unsupported", "decode=graphed decodes text models only: a vision-language "
+                                                   "model places its positions from the images", fix)]
+        if device == "balanced":
+            return [Problem("graphed-unsupported", "decode=graphed runs on one device, not spread over GPUs", fix)]
+        if device.startswith("cuda"):
+            from .hf_greedy import graph_problem
+
+            why = graph_problem(config)
+            if why:
+                return [Problem("graphed-unsupported", f"decode=graphed: {why}", fix)]
+        return []
 
     def load(self, req: LoadRequest) -> EngineInfo:
         import torch
@@ -112,6 +131,7 @@ class HfEngine(Engine):
                 bos_token_id=getattr(config, "bos_token_id", getattr(text_config, "bos_token_id", None)),
                 pad_token_id=getattr(config, "pad_token_id", getattr(text_config, "pad_token_id", None)))
         self.model = model
+        self._greedy = None
         warmup_s = self._warm_up(model)
         dev = str(model.device)
         if dev.startswith("cuda"):
@@ -132,7 +152,9 @@ class HfEngine(Engine):
                 "logits_dtype": str(head.weight.dtype).replace("torch.", ""),
                 "kv_cache": "static" if a["decode"] != "eager" else "dynamic",
                 "decode": a["decode"],
-                "cuda_graphs": "off" if a["decode"] != "compiled" else "torch.compile",
+                "cuda_graphs": {"compiled": "torch.compile",
+                                "graphed": "one per decode step" if dev.startswith("cuda") else "off (CPU)"
+                                }.get(a["decode"], "off"),
                 "logprobs_mode": "processed" if a["logprobs_source"] == "scores" else "raw",
                 "generation_config": "model" if a["keep_model_generation_config"] else "neutral",
                 "engine": f"transformers {transformers.__version__}",
@@ -141,10 +163,16 @@ class HfEngine(Engine):
                 "warmup_s": warmup_s,
             })
 
-    @staticmethod
-    def _warm_up(model: Any) -> float | None:
+    def _warm_up(self, model: Any) -> float | None:
         """One short forward pass on a GPU at load time: the CUDA context, cuBLAS handles and kernel
-        selection otherwise land in the first generate's timings (seconds), not in the load's."""
+        selection otherwise land in the first generate's timings (seconds), not in the load's. The
+        graphed path also decodes a few tokens, so its first capture is not paid by the first prompt.
+
+        What no warm-up removes (measured on an H100, bench/hf_decode.py): in bf16, SDPA decodes with
+        cuDNN attention, which builds an execution plan for every new KV length, and a dynamic cache
+        grows by one each step. A fresh process's first 256-token generate took 16.5 s against 5.6 s
+        for the next one, 5.1 s with cuDNN attention off, and 19.6 s after an 8-token warm-up. The
+        reference keeps torch's kernel choice; decode=static/graphed have one length per prompt."""
         import torch
 
         if model.device.type != "cuda":
@@ -152,8 +180,17 @@ class HfEngine(Engine):
         t = time.perf_counter()
         with torch.inference_mode():
             model(input_ids=torch.zeros((1, 8), dtype=torch.long, device=model.device))
+            if self.args["decode"] == "graphed":
+                self._decoder(5).decode([0] * 8, 4, set(), lambda i, tid: None, lambda: False)
         torch.cuda.synchronize()
         return round(time.perf_counter() - t, 3)
+
+    def _decoder(self, k: int) -> Any:
+        from .hf_greedy import GreedyDecoder
+
+        if self._greedy is None or self._greedy.k != max(k, 1):
+            self._greedy = GreedyDecoder(self.model, k)
+        return self._greedy
 
     def _steps_from_logits(self, logits: list[Any], row: int, tokens: list[int], k: int) -> list[TokenStep]:
         import torch
@@ -182,6 +219,8 @@ class HfEngine(Engine):
             def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
                 return torch.full((input_ids.shape[0],), should_stop(), dtype=torch.bool, device=input_ids.device)
 
+        if a["decode"] == "graphed":
+            return self._generate_graphed(req, on_step, should_stop, stops, k)
         # Image prompts go one at a time (their pixel values are per prompt).
         batch = 1 if req.images and any(req.images) else req.batch_size
         for start in range(0, len(req.prompts), batch):
@@ -249,6 +288,32 @@ class HfEngine(Engine):
                 steps = self._steps_from_logits(logits, row, tokens, k)
                 results.append(result(i, token_ids=tokens, steps=steps, finish_reason=reason,
                                       timings=SideTimings(prefill_s=first[0], total_s=total)))
+        return results
+
+    def _generate_graphed(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop,
+                          stops: set[int], k: int) -> list[SideResult]:
+        """decode=graphed: one prompt at a time through parity-ui's greedy loop (hf_greedy)."""
+        if req.images and any(req.images):
+            from .base import EngineFault
+
+            raise EngineFault("decode=graphed decodes text prompts only, and this run has images",
+                              "use decode=eager or decode=static for image prompts")
+        decoder = self._decoder(k)
+        if self.args["seed"] is not None:
+            import torch
+
+            torch.manual_seed(self.args["seed"])  # as the other paths do, though greedy draws nothing
+        results = []
+        for i, prompt in enumerate(req.prompts):
+            def on_token(position: int, tid: int, i: int = i) -> None:
+                if req.stream:
+                    on_step(i, make_step(position, tid, None, None, []))
+
+            out = decoder.decode(prompt, req.sampling["max_new_tokens"], stops, on_token, should_stop)
+            steps = [make_step(j, tid, lp, rank, top)
+                     for j, (tid, lp, rank, top) in enumerate(zip(out.tokens, out.chosen, out.ranks, out.top))]
+            results.append(result(i, token_ids=out.tokens, steps=steps, finish_reason=out.stopped,
+                                  timings=SideTimings(prefill_s=out.first_token_s, total_s=out.total_s)))
         return results
 
     def _vision_inputs(self, req: GenerateRequest, i: int) -> dict[str, Any]:
