@@ -157,6 +157,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--child", choices=["plain", "decode-warmup", "no-cudnn-sdpa"])
     ap.add_argument("--fresh-only", action="store_true", help="only the fresh-process children")
+    ap.add_argument("--no-fresh", action="store_true", help="only the in-process paths")
     ap.add_argument("--out")
     args = ap.parse_args()
     if not args.model and not args.random_smollm2:
@@ -167,7 +168,7 @@ def main() -> None:
     result = {"paths": {} if args.fresh_only else paths(args), "fresh_process": {}}
     base = [sys.executable, __file__, "--device", args.device, "--tokens", str(args.tokens), "--dtypes", args.dtypes[0]]
     base += ["--model", args.model] if args.model else ["--random-smollm2"]
-    for kind in ("plain", "decode-warmup", "no-cudnn-sdpa"):
+    for kind in () if args.no_fresh else ("plain", "decode-warmup", "no-cudnn-sdpa"):
         t = time.perf_counter()
         p = subprocess.run([*base, "--child", kind], capture_output=True, text=True, check=True)
         line = next(x for x in p.stdout.splitlines() if x.startswith("RESULT "))

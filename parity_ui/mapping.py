@@ -75,7 +75,7 @@ NOTES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class NativeArg:
-    where: str  # "LLM", "SamplingParams", "env", "from_pretrained", "config", "generate", "runtime"
+    where: str  # "LLM", "SamplingParams", "env", "from_pretrained", "config", "generate", "greedy loop", "runtime"
     name: str
     value: Any
 
@@ -362,10 +362,26 @@ def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec) -> None:
     if cfg.logprobs_mode.startswith("processed"):
         raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this run asks for "
                                              f"logprobs_mode={cfg.logprobs_mode}", "use a raw logprobs_mode, or " + fix)
+    if side.options.attn_implementation not in ("auto", "sdpa", "eager"):  # type: ignore[attr-defined]
+        raise SideError(side.name, "decode", f"decode=graphed passes no 2-D attention mask, which "
+                                             f"attn_implementation={side.options.attn_implementation} needs "  # type: ignore[attr-defined]
+                                             "to cut the static cache to its filled length",
+                        "set attn_implementation=sdpa or eager, or " + fix)
     if cfg.generation_config == "model":
         raise SideError(side.name, "decode", "decode=graphed ignores the model's generation_config.json, and "
                                              "this run asks for it (generation_config=model)",
                         "set generation_config=neutral, or " + fix)
+
+
+def _as_greedy_loop(used: dict[str, list[NativeArg]]) -> dict[str, list[NativeArg]]:
+    """decode=graphed never calls generate(): the sampling values go to parity-ui's loop, which decodes
+    one prompt at a time (no left padding, whatever batch_size says)."""
+    def moved(key: str, a: NativeArg) -> NativeArg:
+        if key == "batch_size":
+            return NativeArg("runtime", "one prompt at a time (batch_size does not apply)", 1)
+        return NativeArg("greedy loop", a.name, a.value) if a.where == "generate" else a
+
+    return {key: [moved(key, a) for a in args] for key, args in used.items()}
 
 
 def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> HfArgs:
@@ -417,7 +433,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     if h.decode == "graphed":
         _refuse_graphed_settings(cfg, side)
         rec(p + "decode", "runtime", "StaticCache + model.forward", "parity-ui's greedy loop, one prompt at a time")
-        rec(p + "decode", "runtime", "torch.cuda.CUDAGraph", "decode step (GPU)")
+        rec(p + "decode", "runtime", "torch.cuda.CUDAGraph", "decode step, on a GPU (a CPU runs it uncaptured)")
     elif h.decode != "eager":
         gen["cache_implementation"] = rec(p + "decode", "generate", "cache_implementation", "static")
         if h.decode == "compiled":
@@ -439,9 +455,10 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     if px:
         _record_pixels(rec, side, px, "processor", "images_kwargs")
         rec("max_images_per_prompt", "runtime", "(no limit in HF; parity-ui checks it)", cfg.max_images_per_prompt)
+    used = _as_greedy_loop(rec.used) if h.decode == "graphed" else rec.used
     return HfArgs(load=load, config_overrides=overrides, sampling=gen, device=device, seed=cfg.seed,
                   logprobs_source="scores" if processed else "logits", keep_model_generation_config=keep,
-                  env=env, fp32_logits=h.fp32_logits, decode=h.decode, used=rec.used, image_pixels=px)
+                  env=env, fp32_logits=h.fp32_logits, decode=h.decode, used=used, image_pixels=px)
 
 
 def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict[str, Any]:

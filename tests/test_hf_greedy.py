@@ -64,16 +64,33 @@ def test_tokens_logprobs_ranks_and_top_k_equal_generates(model):
 
 
 def test_a_kept_cache_serves_later_prompts_as_a_fresh_one_would(model):
-    """The decoder keeps its cache (and on a GPU its graph) for the next prompt of the same length:
-    what the longer first prompt left in the cache must not leak into the next."""
+    """The decoder keeps its cache (and on a GPU its graph) while the next prompt needs the same cache:
+    what an earlier prompt left in it must not leak into the next."""
     decoder = GreedyDecoder(model, 2)
-    other = list(range(200, 230))
+    other = list(range(200, 235))  # as long as PROMPT, other tokens: the same cache, reused
     a, _ = _decode(decoder, PROMPT, 24)
-    b, _ = _decode(decoder, other, 29)  # 30 + 29 == 35 + 24: the same cache length, reused
-    c, _ = _decode(decoder, PROMPT[:10], 24)  # a shorter one: a new cache
-    assert b.tokens == _reference(model, other, 29)[0]
-    assert c.tokens == _reference(model, PROMPT[:10], 24)[0]
+    kept = decoder._cache
+    b, _ = _decode(decoder, other, 24)
+    assert decoder._cache is kept
+    assert b.tokens == _reference(model, other, 24)[0] != a.tokens
+    c, _ = _decode(decoder, PROMPT[:10], 24)  # shorter: a cache of its own
+    assert decoder._cache is not kept and c.tokens == _reference(model, PROMPT[:10], 24)[0]
     assert _decode(decoder, PROMPT, 24)[0].tokens == a.tokens == _reference(model, PROMPT, 24)[0]
+
+
+def test_one_cache_sized_for_the_longest_prompt_serves_a_shorter_one(model):
+    decoder = GreedyDecoder(model, 2)
+    long_len = decoder.cache_len(len(PROMPT), 16)
+    out = decoder.decode(PROMPT[:12], 16, set(), lambda i, t: None, lambda: False, cache_len=long_len)
+    assert out.tokens == _reference(model, PROMPT[:12], 16)[0]
+
+
+def test_one_token_and_a_first_token_that_stops(model):
+    ref = _reference(model, PROMPT, 1)[0]
+    one, _ = _decode(GreedyDecoder(model, 1), PROMPT, 1)
+    assert one.tokens == ref and one.stopped == "length"
+    stopped, seen = _decode(GreedyDecoder(model, 1), PROMPT, 20, stops=ref)
+    assert stopped.tokens == ref and stopped.stopped == "stop" and seen == [(0, ref[0])]
 
 
 def test_a_stop_token_ends_the_stream_after_it_like_generates_eos(model):
@@ -102,3 +119,47 @@ def test_sliding_window_caches_are_named_as_not_graphable():
     assert graph_problem(plain) is None
     why = graph_problem(sliding)
     assert why is not None and "StaticSlidingWindowLayer" in why
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: run on the lent H100")
+def test_on_a_gpu_graph_replay_equals_the_uncaptured_loop_across_reuse_and_changes(tmp_path):
+    """The captured graph against the same loop run eagerly on the same GPU: the same kernels, so the
+    same tokens and logprobs exactly, across a reused cache, a new max_new and a new top-k, with the
+    float32 lm_head hook that fp32_logits adds."""
+    from transformers import AutoModelForCausalLM
+
+    from parity_ui.engines.hf_engine import _fp32_head
+
+    path = build_model(tmp_path / "llama", "llama", seed=5, dtype="bfloat16")
+    m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to("cuda").eval()
+    _fp32_head(m)
+    graphed = GreedyDecoder(m, 3)
+    eager = GreedyDecoder(m, 3)
+    eager.use_graph = False
+    for prompt, n in [(PROMPT, 40), (list(range(300, 335)), 40), (PROMPT, 17), (PROMPT[:9], 64)]:
+        g, e = _decode(graphed, prompt, n)[0], _decode(eager, prompt, n)[0]
+        assert graphed._graph is not None
+        assert g.tokens == e.tokens and g.chosen == e.chosen and g.ranks == e.ranks and g.top == e.top
+    g5 = GreedyDecoder(m, 5)
+    assert _decode(g5, PROMPT, 20)[0].tokens == _decode(eager, PROMPT, 20)[0].tokens
+
+
+def test_the_engine_refuses_graphed_for_what_a_graph_cannot_hold_before_loading():
+    """HfEngine.check's part for decode=graphed: problems with a code and a fix, before any weights load."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    from parity_ui.engines.hf_engine import HfEngine
+
+    small = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                 intermediate_size=128, vocab_size=256)
+    sliding = Qwen2Config(**small, use_sliding_window=True, sliding_window=16, max_window_layers=0)
+    dynamic = LlamaConfig(**small, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    vision = LlamaConfig(**small)
+    vision.vision_config = {"depth": 1}
+    cases = {"cuda": [sliding, dynamic, vision], "balanced": [LlamaConfig(**small)], "cpu": [vision]}
+    for device, configs in cases.items():
+        for config in configs:
+            (p,) = HfEngine._graphed_problems(config, device)
+            assert p.code == "graphed-unsupported" and "decode=static" in p.fix
+    assert HfEngine._graphed_problems(sliding, "cpu") == []  # the uncaptured loop keeps Python state fine
+    assert HfEngine._graphed_problems(LlamaConfig(**small), "cuda:0") == []

@@ -527,10 +527,13 @@ def test_hf_decode_paths(decode, cache):
     assert compiles is (decode == "compiled")
 
 
-def test_hf_graphed_decode_is_parity_uis_loop_and_passes_no_cache_implementation_to_generate():
-    _, _, _, h = args({"hf": {"decode": "graphed"}})
+def test_hf_graphed_decode_is_parity_uis_loop_and_the_table_says_generate_is_not_called():
+    _, _, _, h = args({"hf": {"decode": "graphed"}, "batch_size": 8})
     assert h.decode == "graphed" and "cache_implementation" not in h.sampling
     assert {a.name for a in h.used["hf.decode"]} == {"StaticCache + model.forward", "torch.cuda.CUDAGraph"}
+    assert not any(a.where == "generate" for used in h.used.values() for a in used)
+    assert [a.where for a in h.used["max_new_tokens"]] == ["greedy loop"]
+    assert "one prompt at a time" in h.used["batch_size"][0].name
 
 
 @pytest.mark.parametrize("data, names, fix", [
@@ -538,12 +541,14 @@ def test_hf_graphed_decode_is_parity_uis_loop_and_passes_no_cache_implementation
     ({"repetition_penalty": 1.2}, "repetition_penalty=1.2", "repetition_penalty=1"),
     ({"logprobs_mode": "processed_logprobs"}, "logprobs_mode=processed_logprobs", "raw logprobs_mode"),
     ({"generation_config": "model"}, "generation_config=model", "generation_config=neutral"),
+    ({"hf": {"attn_implementation": "flash_attention_2"}}, "attn_implementation=flash_attention_2",
+     "attn_implementation=sdpa"),
 ])
 def test_hf_graphed_decode_refuses_what_it_would_silently_drop(data, names, fix):
     """The graphed loop is a plain argmax: a sampler or a logits processor generate() would apply
     must not vanish quietly."""
     with pytest.raises(SideError) as e:
-        args({**data, "hf": {"decode": "graphed"}})
+        args({**data, "hf": {**data.get("hf", {}), "decode": "graphed"}})
     assert e.value.key == "hf.decode" and names in e.value.message
     assert fix in e.value.fix and "decode=static" in e.value.fix
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..types import EngineInfo, SideResult, SideTimings, TokenStep
 from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
                    StepCallback, make_step, result)
+
+if TYPE_CHECKING:
+    from .hf_greedy import GreedyDecoder
 
 
 def _fp32_head(model: Any) -> None:
@@ -80,6 +83,8 @@ class HfEngine(Engine):
                                                             "flash_attn package is not usable here",
                                         "use sdpa or eager, or install flash-attn in this environment"))
         if a["decode"] == "graphed":
+            for key, value in a["config_overrides"].items():  # a RoPE override decides what a graph can hold
+                setattr(config, key, value)
             problems += self._graphed_problems(config, device)
         return problems
 
@@ -132,6 +137,14 @@ class HfEngine(Engine):
                 pad_token_id=getattr(config, "pad_token_id", getattr(text_config, "pad_token_id", None)))
         self.model = model
         self._greedy = None
+        attn = getattr(model.config, "_attn_implementation", None)
+        if a["decode"] == "graphed" and attn not in ("sdpa", "eager"):
+            from .base import EngineFault
+
+            # flash attention cuts a static cache to its filled length from the 2-D attention mask,
+            # which the loop does not pass: it would attend over the empty slots.
+            raise EngineFault(f"decode=graphed runs with sdpa or eager attention, and this model resolved to {attn}",
+                              "set attn_implementation=sdpa on this side, or use decode=static", fatal=True)
         warmup_s = self._warm_up(model)
         dev = str(model.device)
         if dev.startswith("cuda"):
@@ -166,7 +179,8 @@ class HfEngine(Engine):
     def _warm_up(self, model: Any) -> float | None:
         """One short forward pass on a GPU at load time: the CUDA context, cuBLAS handles and kernel
         selection otherwise land in the first generate's timings (seconds), not in the load's. The
-        graphed path also decodes a few tokens, so its first capture is not paid by the first prompt.
+        graphed path also decodes a few tokens through a captured graph, so the one-time costs of a
+        first capture (cuBLAS workspaces, kernel loading) are paid here; each run captures its own.
 
         What no warm-up removes (measured on an H100, bench/hf_decode.py): in bf16, SDPA decodes with
         cuDNN attention, which builds an execution plan for every new KV length, and a dynamic cache
@@ -185,7 +199,7 @@ class HfEngine(Engine):
         torch.cuda.synchronize()
         return round(time.perf_counter() - t, 3)
 
-    def _decoder(self, k: int) -> Any:
+    def _decoder(self, k: int) -> "GreedyDecoder":
         from .hf_greedy import GreedyDecoder
 
         if self._greedy is None or self._greedy.k != max(k, 1):
@@ -215,12 +229,13 @@ class HfEngine(Engine):
         results: list[SideResult] = []
         k = max(req.logprobs, 1)
 
+        if a["decode"] == "graphed":
+            return self._generate_graphed(req, on_step, should_stop, stops, k)
+
         class _Cancel(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
                 return torch.full((input_ids.shape[0],), should_stop(), dtype=torch.bool, device=input_ids.device)
 
-        if a["decode"] == "graphed":
-            return self._generate_graphed(req, on_step, should_stop, stops, k)
         # Image prompts go one at a time (their pixel values are per prompt).
         batch = 1 if req.images and any(req.images) else req.batch_size
         for start in range(0, len(req.prompts), batch):
@@ -303,13 +318,16 @@ class HfEngine(Engine):
             import torch
 
             torch.manual_seed(self.args["seed"])  # as the other paths do, though greedy draws nothing
+        max_new = req.sampling["max_new_tokens"]
+        # One cache (and one capture) for the whole request, sized as generate() would for its longest prompt.
+        length = max(decoder.cache_len(len(p), max_new) for p in req.prompts)
         results = []
         for i, prompt in enumerate(req.prompts):
             def on_token(position: int, tid: int, i: int = i) -> None:
                 if req.stream:
                     on_step(i, make_step(position, tid, None, None, []))
 
-            out = decoder.decode(prompt, req.sampling["max_new_tokens"], stops, on_token, should_stop)
+            out = decoder.decode(prompt, max_new, stops, on_token, should_stop, cache_len=length)
             steps = [make_step(j, tid, lp, rank, top)
                      for j, (tid, lp, rank, top) in enumerate(zip(out.tokens, out.chosen, out.ranks, out.top))]
             results.append(result(i, token_ids=out.tokens, steps=steps, finish_reason=out.stopped,

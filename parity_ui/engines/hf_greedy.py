@@ -18,8 +18,10 @@ Runs only inside a worker process (imports torch lazily).
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .base import EngineFault
@@ -47,12 +49,12 @@ class _Buffers:
     ranks: Any  # [max_new] its rank among the raw logprobs
     top_v: Any  # [max_new, k]
     top_i: Any  # [max_new, k]
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class GreedyDecoder:
-    """One model, many prompts: `decode(prompt, ...)` per prompt. A graph is kept for the last cache
-    length and reused when the next prompt needs the same length (prompt + max_new_tokens)."""
+    """One model, many prompts: `decode(prompt, ...)` per prompt. The cache (and on a GPU the captured
+    graph, which holds the cache's addresses) is kept and reused while the next prompt asks for the
+    same cache length and max_new; `cache_len` lets a caller size one cache for a whole batch."""
 
     def __init__(self, model: Any, top_k: int) -> None:
         import torch
@@ -62,6 +64,7 @@ class GreedyDecoder:
         self.device = model.device
         self.use_graph = self.device.type == "cuda"
         self._torch = torch
+        self._keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._length: tuple[int, int] | None = None  # (cache length, max_new) of the kept cache
         self._cache: Any = None
         self._bufs: _Buffers | None = None
@@ -70,17 +73,24 @@ class GreedyDecoder:
     def describe(self) -> str:
         return "one CUDA graph per decode step" if self.use_graph else "off (CPU: the same loop, not captured)"
 
+    @staticmethod
+    def cache_len(prompt_len: int, max_new: int) -> int:
+        """generate()'s own static cache size: the last token is never fed back."""
+        return prompt_len + max(max_new, 1) - 1
+
     # -- one prompt -------------------------------------------------------------------------------
     def decode(self, prompt: list[int], max_new: int, stops: set[int],
-               on_token: Callable[[int, int], None], should_stop: Callable[[], bool]) -> GreedyOutput:
+               on_token: Callable[[int, int], None], should_stop: Callable[[], bool],
+               cache_len: int | None = None) -> GreedyOutput:
         torch = self._torch
+        length = max(cache_len or 0, self.cache_len(len(prompt), max_new))
+        # On cuda:N the graph must be captured on N's streams: capture uses the current device's.
+        on_device = torch.cuda.device(self.device) if self.use_graph else contextlib.nullcontext()
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            bufs = self._prepare(len(prompt) + max_new, max_new)
+        with torch.inference_mode(), on_device:
+            bufs = self._prepare(length, max_new)
             self._reset(bufs)
-            ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-            logits = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=1).logits
-            self._pick(logits, bufs)
+            self._prefill(prompt, bufs)
             first = self._sync_token(bufs, 0)
             first_s = time.perf_counter() - t0
             tokens = [first]
@@ -107,6 +117,18 @@ class GreedyDecoder:
                                first_token_s=first_s, total_s=0.0, stopped=stopped)
         out.total_s = time.perf_counter() - t0
         return out
+
+    def _prefill(self, prompt: list[int], bufs: _Buffers) -> None:
+        torch = self._torch
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        extra = {"logits_to_keep": 1} if self._keep_last else {}  # as generate() passes it
+        logits = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, **extra).logits
+        seen = int(self._cache.get_seq_length())
+        if seen != len(prompt):  # a forward that ignores the cache would decode without any history
+            raise EngineFault(f"decode=graphed: the model's forward left {seen} positions in the static cache "
+                              f"for a {len(prompt)}-token prompt (it does not use transformers' cache)",
+                              "use decode=eager", fatal=True)
+        self._pick(logits, bufs)
 
     def _sync_token(self, bufs: _Buffers, i: int) -> int:
         return int(bufs.ids[i].item())  # the one host sync per token: streaming and stop checks need it
@@ -195,14 +217,23 @@ class GreedyDecoder:
 
 
 def graph_problem(config: Any) -> str | None:
-    """Why this model's static cache cannot be replayed as a CUDA graph, or None. A graph replays
+    """Why this model's decode step cannot be replayed as a CUDA graph, or None. A graph replays
     device work only: every layer must keep its length in a device tensor (transformers' StaticLayer
-    does since 5.x); sliding-window layers also keep a Python counter, which a graph would freeze."""
+    does since 5.x); sliding-window layers also keep a Python counter, and dynamic RoPE rescales by
+    the longest position seen, a host-side decision: a graph would freeze both."""
     import torch
+    import transformers
     from transformers import StaticCache
 
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    kind = rope.get("rope_type") or rope.get("type") if isinstance(rope, dict) else None
+    if kind in ("dynamic", "longrope"):
+        return f"its RoPE scaling ({kind}) is recomputed from the positions seen, which a CUDA graph cannot do"
     cache = StaticCache(config=config, max_cache_len=1)
-    odd = sorted({type(layer).__name__ for layer in cache.layers
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        return f"transformers {transformers.__version__}'s static cache has no per-layer state (needs 5.x)"
+    odd = sorted({type(layer).__name__ for layer in layers
                   if type(layer).__name__ != "StaticLayer"
                   or not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)})
     if odd:
