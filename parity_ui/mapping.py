@@ -348,7 +348,7 @@ def _hf_device(device: str, on_gpu: bool) -> tuple[str, dict[str, str]]:
     return device, {}
 
 
-def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec) -> None:
+def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec, h: HfOptions) -> None:
     """decode=graphed is a greedy argmax over raw logits: a setting that generate() would turn into a
     logits processor or a sampler would be silently dropped there, so it is refused here."""
     fix = "use decode=static (generate() with the same static cache), which supports it"
@@ -362,9 +362,9 @@ def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec) -> None:
     if cfg.logprobs_mode.startswith("processed"):
         raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this run asks for "
                                              f"logprobs_mode={cfg.logprobs_mode}", "use a raw logprobs_mode, or " + fix)
-    if side.options.attn_implementation not in ("auto", "sdpa", "eager"):  # type: ignore[attr-defined]
+    if h.attn_implementation not in ("auto", "sdpa", "eager"):
         raise SideError(side.name, "decode", f"decode=graphed passes no 2-D attention mask, which "
-                                             f"attn_implementation={side.options.attn_implementation} needs "  # type: ignore[attr-defined]
+                                             f"attn_implementation={h.attn_implementation} needs "
                                              "to cut the static cache to its filled length",
                         "set attn_implementation=sdpa or eager, or " + fix)
     if cfg.generation_config == "model":
@@ -431,7 +431,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     gen["pad_token_id"] = pad
     gen["bos_token_id"] = model.bos_token_id
     if h.decode == "graphed":
-        _refuse_graphed_settings(cfg, side)
+        _refuse_graphed_settings(cfg, side, h)
         rec(p + "decode", "runtime", "StaticCache + model.forward", "parity-ui's greedy loop, one prompt at a time")
         rec(p + "decode", "runtime", "torch.cuda.CUDAGraph", "decode step, on a GPU (a CPU runs it uncaptured)")
     elif h.decode != "eager":

@@ -52,12 +52,11 @@ class HfEngine(Engine):
 
     def check(self, req: LoadRequest) -> list[Problem]:
         import torch
-        from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
         a = req.args
         problems = []
-        config = AutoConfig.from_pretrained(req.model_path, trust_remote_code=a["load"]["trust_remote_code"])
+        config = _config(req)
         if not a["load"]["trust_remote_code"] and config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES \
                 and not any(arch.endswith("ForConditionalGeneration") for arch in config.architectures or []):
             problems.append(Problem("hf-unknown-architecture",
@@ -82,9 +81,7 @@ class HfEngine(Engine):
                 problems.append(Problem("attn-unavailable", "attn_implementation=flash_attention_2 but the "
                                                             "flash_attn package is not usable here",
                                         "use sdpa or eager, or install flash-attn in this environment"))
-        if a["decode"] == "graphed":
-            for key, value in a["config_overrides"].items():  # a RoPE override decides what a graph can hold
-                setattr(config, key, value)
+        if a["decode"] == "graphed":  # on the config as loaded: a RoPE override decides what a graph can hold
             problems += self._graphed_problems(config, device)
         return problems
 
@@ -107,12 +104,10 @@ class HfEngine(Engine):
     def load(self, req: LoadRequest) -> EngineInfo:
         import torch
         import transformers
-        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+        from transformers import AutoModelForCausalLM, GenerationConfig
 
         a = self.args = req.args
-        config = AutoConfig.from_pretrained(req.model_path, trust_remote_code=a["load"]["trust_remote_code"])
-        for key, value in a["config_overrides"].items():
-            setattr(config, key, value)
+        config = _config(req)
         kwargs = {**a["load"], "dtype": getattr(torch, a["load"]["dtype"])}
         self.model_path = req.model_path
         auto: Any = AutoModelForCausalLM
@@ -387,6 +382,16 @@ class HfEngine(Engine):
         from .capture import capture_hf
 
         return capture_hf(self.model, req, getattr(self.model.config, "num_hidden_layers", None), req.noise_eps)
+
+
+def _config(req: LoadRequest) -> Any:
+    """The model's config with the run's overrides (RoPE scaling) set, as the weights will load with it."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(req.model_path, trust_remote_code=req.args["load"]["trust_remote_code"])
+    for key, value in req.args["config_overrides"].items():
+        setattr(config, key, value)
+    return config
 
 
 def _version() -> str:
