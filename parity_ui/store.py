@@ -5,18 +5,21 @@ failure leaves the file as it was. Columns follow one convention: `*_json` holds
 `datetime_utc` an ISO timestamp, `duration_ms` an integer; run ids are time-sortable ULIDs.
 
 Tables: `runs` (one row a run, its sides in `sides_json`), `prompt_results` (one a prompt),
-`side_results` (one per prompt and side), `comparisons` (one per prompt and non-reference side),
+`side_results` (one per prompt and side; its generated steps as columns in `steps_json`), `comparisons` (one per prompt and non-reference side),
 `localisations` (layer localisations, several per run).
 Datasette reads the file as it is.
 """
 from __future__ import annotations
 
+import base64
 import json
 import math
 import secrets
 import sqlite3
+import sys
 import time
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,8 @@ from .bulk import gc_paused
 from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
 from .runlog import owner_alive
-from .types import Localisation, Run, comparison_from_dict, localisation_from_dict, prompt_result_from_dict, run_from_dict, side_result_from_dict, to_dict
+from .types import (Localisation, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
+                    prompt_result_from_dict, run_from_dict, side_result_from_dict, step_from_dict, to_dict)
 
 migrations = Migrations("parity_ui")
 
@@ -53,7 +57,14 @@ def _jsonable(v: Any) -> Any:
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(_jsonable(to_dict(value)), allow_nan=False)
+    return None if value is None else _json(to_dict(value))
+
+
+def _json(value: Any) -> str:
+    try:  # the usual case: nothing to clean, and no walk over a 16k-token pair's columns
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_jsonable(value), allow_nan=False)
 
 
 def _loads(text: str | None) -> Any:
@@ -101,7 +112,10 @@ def m002_sides(db: Database) -> None:
                 continue
             res["side"] = res.pop("engine", side)
             load_s.setdefault(p["run_id"], {}).setdefault(side, (res.get("timings") or {}).get("load_s"))
-            _insert_side_result(db, p["run_id"], p["idx"], res)
+            db["side_results"].insert({  # the steps stay in result_json until m005 moves them
+                "run_id": p["run_id"], "prompt_idx": p["idx"], "side": res["side"],
+                "n_tokens": len(res.get("token_ids") or []), "finish_reason": res.get("finish_reason"),
+                "error": res.get("error"), "result_json": _dumps(res)}, pk=("run_id", "prompt_idx", "side"), replace=True)
         comp = _loads(p["comparison_json"])
         if comp is not None:
             new = legacy_comparison(comp)
@@ -143,6 +157,53 @@ def m004_images(db: Database) -> None:
                             pk=("run_id", "prompt_idx", "position"), foreign_keys=[("run_id", "runs", "id")])
     db["run_images"].create_index(["sha256"])
     db["prompt_results"].add_column("images_json", str)
+
+
+@migrations()
+def m005_step_columns(db: Database) -> None:
+    """A side's steps move out of `result_json` into `steps_json`, as columns (types.StepColumns):
+    a stored 16k-token pair reads back in a few hundredths of a second instead of ~0.6 s."""
+    db["side_results"].add_column("steps_json", str)
+    for r in list(db.query("SELECT rowid, result_json FROM side_results")):
+        res = _loads(r["result_json"]) or {}
+        steps = [step_from_dict(s) for s in res.pop("steps", None) or []]
+        db.execute("UPDATE side_results SET result_json = ?, steps_json = ? WHERE rowid = ?",
+                   [_json(res), _steps_json(steps), r["rowid"]])
+
+
+PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
+
+
+def _steps_json(steps: Any) -> str:
+    """A side's steps as the JSON of their columns (types.StepColumns). The top-k logprobs are
+    packed: base64 of little-endian float64, exact, and read 7x faster than JSON numbers (a
+    16k-token side: ~6 ms against ~40 ms); the rest stays plain JSON that SQL and Datasette read.
+    Like every *_json column, infinities are stored as +-1e30 and NaN as null (here: a NaN)."""
+    cols = StepColumns.from_steps(steps).columns()
+    values = array("d", (_finite(x) for x in cols[PACKED]))
+    if sys.byteorder != "little":
+        values.byteswap()
+    cols[PACKED] = {"f64le": base64.b64encode(values.tobytes()).decode("ascii")}
+    return _json(cols)
+
+
+def _finite(x: float | None) -> float:
+    if x is None or math.isnan(x):
+        return math.nan
+    return x if math.isfinite(x) else math.copysign(1e30, x)
+
+
+def _unpack_steps(cols: dict[str, Any]) -> dict[str, Any]:
+    packed = cols.get(PACKED)
+    if isinstance(packed, dict):
+        values = array("d")
+        values.frombytes(base64.b64decode(packed["f64le"]))
+        if sys.byteorder != "little":
+            values.byteswap()
+        floats = values.tolist()
+        total = sum(floats)  # NaN only when one is (the others are finite), found in C
+        cols[PACKED] = [None if x != x else x for x in floats] if total != total else floats
+    return cols
 
 
 def save_images(db: Database, run_id: str, prompts: list[Any]) -> None:
@@ -188,11 +249,22 @@ def localisations_of(db: Database, run_id: str) -> list[Localisation]:
     return [localisation_from_dict(_loads(r["localisation_json"])) for r in rows]
 
 
-def _insert_side_result(db: Database, run_id: str, idx: int, res: dict[str, Any]) -> None:
+def _insert_side_result(db: Database, run_id: str, idx: int, res: dict[str, Any], steps_json: str | None = None) -> None:
+    """`res` a side result's dict; its steps go to `steps_json` as columns (given, or made from res["steps"])."""
+    if steps_json is None:
+        steps = [step_from_dict(s) for s in res.pop("steps", None) or []]
+        steps_json = _steps_json(steps)
     db["side_results"].insert({
         "run_id": run_id, "prompt_idx": idx, "side": res["side"], "n_tokens": len(res.get("token_ids") or []),
         "finish_reason": res.get("finish_reason"), "error": res.get("error"), "result_json": _dumps(res),
+        "steps_json": steps_json,
     }, pk=("run_id", "prompt_idx", "side"), replace=True)
+
+
+def _side_result_row(db: Database, run_id: str, idx: int, res: SideResult) -> None:
+    # Columns straight from the steps: no dict per step and top-k entry on the way to JSON.
+    _insert_side_result(db, run_id, idx, to_dict(replace(res, steps=[])),
+                        _steps_json(res.steps))
 
 
 def _insert_comparison(db: Database, run_id: str, idx: int, comp: dict[str, Any]) -> None:
@@ -268,7 +340,7 @@ def save_run(db: Database, run: Run) -> None:
         } for p in run.prompts), pk=("run_id", "idx"))
         for p in run.prompts:
             for res in p.results.values():
-                _insert_side_result(db, run.id, p.index, to_dict(res))
+                _side_result_row(db, run.id, p.index, res)
             for c in p.comparisons:
                 _insert_comparison(db, run.id, p.index, to_dict(c))
 
@@ -305,9 +377,12 @@ def _get_run(db: Database, run_id: str) -> Run | None:
         return None
     r = rows[0]
     results: dict[int, dict[str, Any]] = {}
-    for s in db.query("SELECT prompt_idx, side, result_json FROM side_results WHERE run_id = ? ORDER BY rowid",
-                      [run_id]):
-        results.setdefault(s["prompt_idx"], {})[s["side"]] = _loads(s["result_json"])
+    for s in db.query("SELECT prompt_idx, side, result_json, steps_json FROM side_results WHERE run_id = ? "
+                      "ORDER BY rowid", [run_id]):
+        res = _loads(s["result_json"])
+        if s["steps_json"] is not None:  # else a row an older release wrote: its steps are in result_json
+            res["steps"] = _unpack_steps(_loads(s["steps_json"]))
+        results.setdefault(s["prompt_idx"], {})[s["side"]] = res
     comparisons: dict[int, list[dict[str, Any]]] = {}
     for c in db.query("SELECT * FROM comparisons WHERE run_id = ? ORDER BY rowid", [run_id]):
         comparisons.setdefault(c["prompt_idx"], []).append({

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from itertools import accumulate
+from typing import Any, Literal, overload
 
 RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = ("running", "ok", "diverged", "error", "cancelled", "interrupted")
@@ -39,6 +41,133 @@ class TokenStep:
     raw: str | None = None  # bytes as hex when `text` is lossy (a partial UTF-8 byte token)
 
 
+class StepColumns(Sequence[TokenStep]):
+    """A side's steps held as columns: how the store keeps them and reads them back.
+
+    Reopening a stored 16k-token pair used to build 32k TokenSteps and 164k TopLogprobs (~0.4 s)
+    before the view could read a single one. Here the views read whole columns (`column`,
+    `top_logprobs`) and a TokenStep, with its top-k, is built only for a position read as one
+    (and kept). It is a read-only Sequence[TokenStep], equal to the list it was made from; engines
+    build plain lists. Plain data: it pickles and crosses processes like the records around it.
+
+    Columns: position, token_id, text, logprob, rank (one entry per step); the top-k flat, best
+    first per step (top_token_id, top_logprob, top_text), `top_n` entries for each step; the few
+    byte strings (`raw`, `top_raw`) sparse, as {index: hex}."""
+
+    STEP = ("position", "token_id", "text", "logprob", "rank")
+    TOP = ("top_token_id", "top_logprob", "top_text")
+    __slots__ = (*STEP, *TOP, "top_n", "raw", "top_raw", "_starts", "_built")
+
+    def __init__(self, columns: dict[str, Any]):
+        for name in (*self.STEP, *self.TOP, "top_n"):
+            setattr(self, name, columns[name])
+        # JSON object keys are strings: the sparse byte columns are keyed by int here.
+        self.raw = {int(k): v for k, v in (columns.get("raw") or {}).items()}
+        self.top_raw = {int(k): v for k, v in (columns.get("top_raw") or {}).items()}
+        if len({len(columns[n]) for n in (*self.STEP, "top_n")}) != 1 or \
+                len({len(columns[n]) for n in self.TOP} | {sum(self.top_n)}) != 1:
+            raise ValueError("step columns of different lengths: the stored steps are damaged")
+        self._starts: list[int] | None = None
+        self._built: dict[int, TokenStep] = {}
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[TokenStep]) -> StepColumns:
+        if isinstance(steps, StepColumns):
+            return steps
+        tops = [t for s in steps for t in s.top]
+        return cls({
+            "position": [s.position for s in steps], "token_id": [s.token_id for s in steps],
+            "text": [s.text for s in steps], "logprob": [s.logprob for s in steps],
+            "rank": [s.rank for s in steps], "top_n": [len(s.top) for s in steps],
+            "top_token_id": [t.token_id for t in tops], "top_logprob": [t.logprob for t in tops],
+            "top_text": [t.text for t in tops],
+            "raw": {i: s.raw for i, s in enumerate(steps) if s.raw},
+            "top_raw": {i: t.raw for i, t in enumerate(tops) if t.raw},
+        })
+
+    def columns(self) -> dict[str, Any]:
+        """JSON-ready columns (what from_steps or the store made it from)."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in (*self.STEP, "top_n", *self.TOP)}
+        out["raw"] = {str(k): v for k, v in self.raw.items()}
+        out["top_raw"] = {str(k): v for k, v in self.top_raw.items()}
+        return out
+
+    def column(self, name: str) -> list[Any]:
+        """One step field for every position: "token_id", "text", "logprob", "rank", "position"."""
+        if name not in self.STEP:
+            raise KeyError(f"no step column {name!r}; columns: {', '.join(self.STEP)}")
+        return getattr(self, name)
+
+    def top_logprobs(self, j: int) -> list[float | None]:
+        """Every position's j-th best logprob (0 = best), None where its top-k is shorter."""
+        starts, lp = self.top_starts(), self.top_logprob
+        return [lp[o + j] if j < n else None for o, n in zip(starts, self.top_n)]
+
+    @property
+    def has_raw(self) -> bool:
+        return bool(self.raw)
+
+    def top_starts(self) -> list[int]:
+        """Where each position's top-k starts in the flat top_* columns (one more: the end)."""
+        if self._starts is None:
+            self._starts = [0, *accumulate(self.top_n)]
+        return self._starts
+
+    def _step(self, i: int) -> TokenStep:
+        built = self._built.get(i)
+        if built is None:
+            o = self.top_starts()[i]
+            top = [TopLogprob(self.top_token_id[k], self.top_logprob[k], self.top_text[k], self.top_raw.get(k))
+                   for k in range(o, o + self.top_n[i])]
+            built = self._built[i] = TokenStep(self.position[i], self.token_id[i], self.text[i], self.logprob[i],
+                                               self.rank[i], top, self.raw.get(i))
+        return built
+
+    def __len__(self) -> int:
+        return len(self.token_id)
+
+    @overload
+    def __getitem__(self, i: int) -> TokenStep: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[TokenStep]: ...
+
+    def __getitem__(self, i: int | slice) -> TokenStep | list[TokenStep]:
+        if isinstance(i, slice):
+            return [self._step(k) for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("step index out of range")
+        return self._step(i % n)
+
+    def __iter__(self):
+        return (self._step(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StepColumns):
+            return self.columns() == other.columns()
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.columns()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"StepColumns({len(self)} steps)"
+
+
+def step_column(steps: Sequence[TokenStep], name: str) -> list[Any]:
+    """One field of every step, read from the columns when the steps are stored ones."""
+    if isinstance(steps, StepColumns):
+        return steps.column(name)
+    return [getattr(s, name) for s in steps]
+
+
 @dataclass
 class SideTimings:
     load_s: float | None = None  # model load (0 when the worker was already warm)
@@ -53,7 +182,8 @@ class SideResult:
     side: str
     prompt_index: int
     token_ids: list[int] = field(default_factory=list)
-    steps: list[TokenStep] = field(default_factory=list)
+    # A list while an engine makes it; a stored result reads back as StepColumns (the same steps).
+    steps: list[TokenStep] | StepColumns = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None  # "stop" | "length" | "error" | "cancelled"
     timings: SideTimings = field(default_factory=SideTimings)
@@ -240,10 +370,10 @@ class Run:
 
 
 def to_dict(obj: Any) -> Any:
-    """A JSON-ready copy of a dataclass tree."""
+    """A JSON-ready copy of a dataclass tree (stored steps as the list of steps they hold)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, StepColumns)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
@@ -276,7 +406,10 @@ def step_from_dict(s: dict[str, Any]) -> TokenStep:
 
 
 def side_result_from_dict(d: dict[str, Any]) -> SideResult:
-    return SideResult(**{**_known(SideResult, d), "steps": [step_from_dict(s) for s in d.get("steps", [])],
+    """`steps` as a list of step dicts, or as StepColumns.columns() (how the store keeps them)."""
+    steps = d.get("steps") or []
+    return SideResult(**{**_known(SideResult, d),
+                         "steps": StepColumns(steps) if isinstance(steps, dict) else [step_from_dict(s) for s in steps],
                          "timings": SideTimings(**_known(SideTimings, d.get("timings") or {}))})
 
 

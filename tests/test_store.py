@@ -94,7 +94,8 @@ def test_migrations_apply_twice_safely(tmp_path):
     db = open_db(path)  # and again on reopening
     assert {"runs", "prompt_results", "side_results", "comparisons"} <= set(db.table_names())
     applied = list(db.query("SELECT name FROM _sqlite_migrations WHERE migration_set = 'parity_ui'"))
-    assert [r["name"] for r in applied] == ["m001_runs", "m002_sides", "m003_localisations", "m004_images"]
+    assert [r["name"] for r in applied] == ["m001_runs", "m002_sides", "m003_localisations", "m004_images",
+                                            "m005_step_columns"]
     assert to_dict(get_run(db, "01FULLRUN")) == to_dict(full_run())  # the data survived
     db.close()
 
@@ -183,6 +184,36 @@ def test_migrated_probe_keeps_its_per_side_counts(legacy):
     assert set(probes["sides"]) == {"hf", "vllm"}
     assert probes["sides"]["vllm"]["alone"] == old["vllm"]["alone"]
     assert probes["sides"]["hf"]["batched"] == old["hf"]["batched"]
+
+
+def test_steps_stored_in_result_json_move_to_columns_with_nothing_lost(tmp_path):
+    """A database written before m005 (steps inside result_json) migrates in place; a row an older
+    release writes afterwards (no steps_json) still reads."""
+    import json
+
+    path = tmp_path / "runs.db"
+    db = open_db(path)
+    run = full_run()
+    save_run(db, run)
+    # Back to the layout before m005: every side result's steps inside its result_json.
+    for p in run.prompts:
+        for res in p.results.values():
+            db.execute("UPDATE side_results SET result_json = ? WHERE run_id = ? AND prompt_idx = ? AND side = ?",
+                       [store._dumps(res), run.id, p.index, res.side])
+    db["side_results"].transform(drop={"steps_json"})
+    db.execute("DELETE FROM _sqlite_migrations WHERE name = 'm005_step_columns'")
+    db.conn.commit()
+    db.close()
+    db = open_db(path)
+    assert to_dict(get_run(db, run.id)) == to_dict(run)
+    row = db.execute("SELECT result_json, steps_json FROM side_results WHERE side='b' AND prompt_idx=1").fetchone()
+    assert "steps" not in json.loads(row[0])
+    assert json.loads(row[1])["token_id"] == [5, 8, 7] and json.loads(row[1])["raw"] == {"2": "e2"}
+    older = to_dict(run.prompts[0].results["a"])  # what an older release writes into this file
+    db.execute("UPDATE side_results SET result_json = ?, steps_json = NULL WHERE side = 'a' AND prompt_idx = 0",
+               [json.dumps(older)])
+    assert to_dict(get_run(db, run.id)) == to_dict(run)
+    db.close()
 
 
 def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path, monkeypatch):
@@ -382,9 +413,46 @@ def test_non_finite_numbers_are_stored_as_valid_json(db):
     run = full_run()
     step = run.prompts[0].results["ref"].steps[0]
     step.logprob = -math.inf
+    step.top = [TopLogprob(1, math.nan, "a"), TopLogprob(2, -math.inf, "b"), TopLogprob(3, -0.5, "c")]
     run.prompts[0].comparisons[0].explanation = {"noise": math.nan}
     save_run(db, run)
     back = get_run(db, run.id)
     assert back.prompts[0].results["ref"].steps[0].logprob == -1e30
+    assert [t.logprob for t in back.prompts[0].results["ref"].steps[0].top] == [None, -1e30, -0.5]  # as JSON stores them
     assert back.prompts[0].comparisons[0].explanation == {"noise": None}
     assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(result_json) = 0").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(steps_json) = 0").fetchone()[0] == 0
+
+
+# --- stored steps as columns ----------------------------------------------------------------
+
+
+def test_stored_steps_read_back_as_columns_equal_to_the_steps(db):
+    import pickle
+
+    from parity_ui.types import StepColumns, step_column
+
+    run = full_run()
+    save_run(db, run)
+    made = run.prompts[1].results["b"].steps
+    back = get_run(db, run.id).prompts[1].results["b"].steps
+    assert isinstance(back, StepColumns) and back == made and made == back and len(back) == 3
+    assert back[-1] == made[-1] and back[1:] == made[1:] and list(back) == made
+    assert back[2] is back[2]  # built once
+    with pytest.raises(IndexError):
+        back[3]
+    assert step_column(back, "token_id") == [5, 8, 7] == step_column(made, "token_id")
+    assert back.top_logprobs(1) == [-1e30] * 3 and back.top_logprobs(2) == [None] * 3
+    assert back.top_raw == {1: "e2", 3: "e2", 5: "e2"} and back.has_raw
+    assert pickle.loads(pickle.dumps(back)) == made
+    with pytest.raises(KeyError, match="no step column 'top'"):
+        back.column("top")
+
+
+def test_damaged_step_columns_are_refused_with_what_is_wrong():
+    from parity_ui.types import StepColumns
+
+    cols = StepColumns.from_steps(side_result("a", 0, [1, 2]).steps).columns()
+    cols["top_logprob"] = cols["top_logprob"][:-1]
+    with pytest.raises(ValueError, match="different lengths"):
+        StepColumns(cols)
