@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..bulk import gc_paused
-from ..types import TokenStep
+from ..types import StepColumns, TokenStep, step_column
 
 BLOCK = 128  # tokens per content-visibility block: small enough to skip, big enough to be few
 LAZY_OVER = 2048  # a pane longer than this ships only the blocks near where the eye goes; the page
@@ -98,7 +98,7 @@ def _eager_blocks(n: int, focus: int | None, live: bool) -> set[int] | None:
 
 def _pane(s: Stream, other_ids: Sequence[int], div: int | None, ended: str | None, reference: bool,
           eager: set[int] | None = None) -> str:
-    ids = [st.token_id for st in s.steps]
+    ids = step_column(s.steps, "token_id")
     tag = '<span class="pt-ref">reference</span>' if reference else ""
     parts = [f'<div class="pt-pane" data-side="{html.escape(s.name)}"><div class="pt-head">'
              f'<span>{html.escape(s.label)} {tag}</span><span class="pt-count">{len(s.steps)} tokens</span></div>'
@@ -136,18 +136,22 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
     lo, hi = window if window is not None else (0, None)
 
     def enc(steps: Sequence[TokenStep]) -> list[list]:
+        # From the columns (a stored run's steps are columns already): no TokenStep per position.
+        c = StepColumns.from_steps(steps)
+        starts, top_id, top_lp, top_text = c.top_starts(), c.top_token_id, c.top_logprob, c.top_text
         rows = []
-        for s in steps[lo:hi]:
-            vocab.setdefault(s.token_id, s.text)
-            if s.raw:
-                raw.setdefault(s.token_id, s.raw)
+        for i in range(lo, len(c) if hi is None else min(hi, len(c))):
+            tid = c.token_id[i]
+            vocab.setdefault(tid, c.text[i])
+            if i in c.raw:
+                raw.setdefault(tid, c.raw[i])
             flat: list = []
-            for t in s.top:
-                vocab.setdefault(t.token_id, t.text)
-                if t.raw:
-                    raw.setdefault(t.token_id, t.raw)
-                flat += [t.token_id, _round(t.logprob)]
-            rows.append([s.token_id, _round(s.logprob), s.rank, flat])
+            for k in range(starts[i], starts[i + 1]):
+                vocab.setdefault(top_id[k], top_text[k])
+                if k in c.top_raw:
+                    raw.setdefault(top_id[k], c.top_raw[k])
+                flat += [top_id[k], _round(top_lp[k])]
+            rows.append([tid, _round(c.logprob[i]), c.rank[i], flat])
         return rows
 
     data = {"sides": [s.name for s in streams], "labels": [s.label for s in streams],
@@ -190,13 +194,13 @@ def _window(streams: Sequence[Stream], eager: Sequence[set[int] | None]) -> tupl
 def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, note: str,
                 details_src: str | None) -> str:
     ref, others = streams[0], list(streams[1:])
-    ref_ids = [s.token_id for s in ref.steps]
+    ref_ids = step_column(ref.steps, "token_id")
     diverged = [s for s in others if s.divergence is not None]
     sel = next((s for s in others if s.name == selected), None) or \
         (min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None))
     sel_div = sel.divergence if sel else None
     eager = [_eager_blocks(len(s.steps), sel_div, live) for s in streams]
-    panes = [_pane(ref, [t.token_id for t in sel.steps] if sel else ref_ids, sel_div,
+    panes = [_pane(ref, step_column(sel.steps, "token_id") if sel else ref_ids, sel_div,
                    "stream ended here" if sel_div is not None and sel_div >= len(ref.steps) and not live else None,
                    True, eager[0])]
     for s, e in zip(others, eager[1:]):
@@ -210,7 +214,8 @@ def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, not
         attrs += f' data-src="{html.escape(details_src)}"'
     hint = ("Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "
             "position; click to pin.")
-    has_raw = any(st.raw for s in streams for st in s.steps)
+    has_raw = any(s.steps.has_raw if isinstance(s.steps, StepColumns) else any(st.raw for st in s.steps)
+                  for s in streams)
     toggle = ('<label class="pt-bytes-toggle"><input type="checkbox" class="pt-bytes-cb"> show byte tokens as '
               'bytes</label>') if has_raw else ""
     return "".join([

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from ..types import Comparison, Localisation, Run, SideResult
+from ..types import Comparison, Localisation, Run, SideResult, StepColumns, step_column
 
 REF_COLOR, SIDE_COLOR, DIV_COLOR = "#ea580c", "#2563eb", "#dc2626"
+
+# Every figure here is plotly_white. As the default it is set once, unvalidated; named in each
+# figure's layout it was deep-copied and validated per figure (~15-25 ms each, two per opened run).
+pio.templates.default = "plotly_white"
 
 
 def _steps(r: SideResult | None) -> list:
@@ -24,7 +29,7 @@ def _mark_divergence(fig: go.Figure, div: int | None) -> None:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, template="plotly_white",
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height,
                       margin={"l": 50, "r": 20, "t": 50, "b": 40}, hovermode="x unified",
                       legend={"orientation": "h", "y": -0.18})
     return fig
@@ -57,20 +62,21 @@ def thin(x: np.ndarray, y: np.ndarray, keep: str) -> tuple[np.ndarray, np.ndarra
     return x[idx], np.round(y[idx], 6)
 
 
-def _line(x: list, y: list, name: str, color: str, **kw) -> go.Scattergl:
-    # WebGL keeps 16k-point traces smooth.
+def _line(x: list, y: list, name: str, color: str, **kw) -> go.Scatter:
+    # SVG, not WebGL: thinned to MAX_POINTS a trace is one <path>, which a page without a GPU (a
+    # headless or remote browser) draws in ~0.1 s where WebGL took 0.4-0.7 s per figure.
     xs, ys = thin(*_arrays(x, y), "min")
-    return go.Scattergl(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) <= MANY else "lines",
-                        line={"color": color, "width": 1.5}, marker={"size": 4}, **kw)
+    return go.Scatter(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) <= MANY else "lines",
+                      line={"color": color, "width": 1.5}, marker={"size": 4}, **kw)
 
 
-def _bars(y: list, name: str, color: str) -> go.Bar | go.Scattergl:
-    """Bars per position; past MANY positions a filled WebGL line, as thousands of SVG bars make the
+def _bars(y: list, name: str, color: str) -> go.Bar | go.Scatter:
+    """Bars per position; past MANY positions a filled line, as thousands of SVG bars make the
     browser lay out one element per bar."""
     xs, ys = thin(*_arrays(list(range(len(y))), y), "absmax")
     if len(ys) <= MANY:
         return go.Bar(x=xs, y=ys, name=name, marker_color=color)
-    return go.Scattergl(x=xs, y=ys, name=name, mode="lines", fill="tozeroy", line={"color": color, "width": 1})
+    return go.Scatter(x=xs, y=ys, name=name, mode="lines", fill="tozeroy", line={"color": color, "width": 1})
 
 
 def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) -> go.Figure:
@@ -79,7 +85,7 @@ def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) ->
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4])
     for r, name, color in ((a, c.a, REF_COLOR), (b, c.b, SIDE_COLOR)):
         steps = _steps(r)
-        fig.add_trace(_line([s.position for s in steps], [s.logprob for s in steps], f"{name} logprob", color),
+        fig.add_trace(_line(step_column(steps, "position"), step_column(steps, "logprob"), f"{name} logprob", color),
                       row=1, col=1)
     gaps = c.logprob_gaps
     fig.add_trace(_bars(gaps, f"gap {c.b} − {c.a}", "#64748b"), row=2, col=1)
@@ -91,12 +97,10 @@ def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) ->
 
 
 def _margins(r: SideResult | None) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
-    for s in _steps(r):
-        if len(s.top) >= 2:
-            xs.append(s.position)
-            ys.append(s.top[0].logprob - s.top[1].logprob)
-    return xs, ys
+    c = StepColumns.from_steps(_steps(r))
+    pairs = [(x, first - second) for x, first, second in zip(c.position, c.top_logprobs(0), c.top_logprobs(1))
+             if first is not None and second is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
 
 
 def margin_figure(c: Comparison, a: SideResult | None, b: SideResult | None) -> go.Figure:
@@ -158,6 +162,11 @@ def layers_figure(loc: Localisation) -> go.Figure | None:
     fig.update_yaxes(type="log", title="relative L2 error")
     fig.update_xaxes(title="decoder layer")
     return _layout(fig, f"{loc.b} vs {loc.a}: error per layer at generated token {loc.position}", 340)
+
+
+def tiny_figure() -> go.Figure:
+    """Two points: what the page draws off screen on load so plotly.js is loaded before it is needed."""
+    return go.Figure(go.Scatter(x=[0, 1], y=[0, 0], mode="lines"), layout={"height": 40, "width": 80})
 
 
 def warm_up() -> None:
