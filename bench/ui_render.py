@@ -54,6 +54,20 @@ def synthetic_run(n: int, created: str = "2026-01-01T00:00:00.000+00:00"):
                sides=[SideInfo(name="hf", kind="hf", reference=True), SideInfo(name="vllm", kind="vllm")])
 
 
+# The page's own clock: the click event's time, the moment the panes' script initialised them, and
+# the main thread's long tasks (the browser cannot answer a hover during one).
+PAGE_CLOCK = """() => {
+  const c = window._clock = {click: null, init: null, long: []};
+  document.addEventListener('click', (e) => { if (c.click === null) c.click = e.timeStamp; }, {capture: true});
+  new PerformanceObserver((l) => l.getEntries().forEach((e) => c.long.push([e.startTime, e.duration])))
+    .observe({entryTypes: ['longtask']});
+  const mo = new MutationObserver(() => {
+    if (c.init === null && document.querySelector('#hist-panes .pt-root[data-init]')) { c.init = performance.now(); mo.disconnect(); }
+  });
+  mo.observe(document.documentElement, {childList: true, subtree: true, attributes: true});
+}"""
+
+
 def bench_first_token(page, url: str, model: str) -> list[float]:
     page.goto(url)
     page.wait_for_selector("#model-info .pc-model", timeout=60_000)
@@ -82,13 +96,21 @@ def bench_stored(page, url: str, run_id: str, n: int, read_list_s: float = 0.0) 
                                arg=run_id, timeout=60_000)
         page.wait_for_timeout(read_list_s * 1000)
     page.fill("#hist-run-id textarea, #hist-run-id input", run_id)
+    page.evaluate(PAGE_CLOCK)
     t0 = time.perf_counter()
     page.click("#hist-open")
     page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=120_000)
     shown = time.perf_counter() - t0
+
     page.wait_for_selector("#hist-panes .pt-root[data-full='1'], #hist-panes .pt-root:not([data-src])",
                            timeout=120_000)
     full = time.perf_counter() - t0
+    page.wait_for_timeout(max(0.0, 2.0 - (time.perf_counter() - t0 - shown)) * 1000)
+    clock = page.evaluate("window._clock")
+    in_page = clock["init"] - clock["click"]
+    busy = sum(d for start, d in clock["long"] if clock["init"] <= start < clock["init"] + 2000)
+    print(f"  page clock: click event -> panes initialised {in_page / 1000:.2f} s; then the page was busy "
+          f"{busy:.0f} ms in long tasks over the next 2 s (figures drawn, details fetched)")
     inline = page.evaluate("document.querySelector('#hist-panes .pt-json').textContent.length")
     print(f"  details inline at open: {inline / 2**10:.0f} KiB; every position's details in the page after {full:.2f} s")
     count = page.evaluate("document.querySelectorAll('#hist-panes .pt-body .t').length")
@@ -118,7 +140,7 @@ def bench_stored(page, url: str, run_id: str, n: int, read_list_s: float = 0.0) 
     page.locator("#hist-panes").screenshot(path=str(ARTIFACTS / "bench-16k-panes.png"))
     built = page.evaluate("document.querySelectorAll('#hist-panes .pt-body .t').length")
     print(f"  after scrolling through: {built} chips built")
-    return {"open_s": shown, "first_hover_ms": hover[0], "next_hover_ms": hover[1], "jump_ms": jump, "step_ms": step}
+    return {"open_s": shown, "page_clock_s": in_page / 1000, "first_hover_ms": hover[0], "next_hover_ms": hover[1], "jump_ms": jump, "step_ms": step}
 
 
 def main() -> None:

@@ -367,14 +367,19 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
         return real_get_run(d, run_id)
 
     monkeypatch.setattr("parity_ui.ui.history_tab.get_run", counting_get_run)
-    builds = []
-    real_view_parts = result_view.view_parts
+    builds, figures = [], []
+    real_pane_parts, real_plot_parts = result_view.pane_parts, result_view.plot_parts
 
-    def counting_view_parts(run, *a, **kw):
+    def counting_pane_parts(run, *a, **kw):
         builds.append(run.id)
-        return real_view_parts(run, *a, **kw)
+        return real_pane_parts(run, *a, **kw)
 
-    monkeypatch.setattr(result_view, "view_parts", counting_view_parts)
+    def counting_plot_parts(run, *a, **kw):
+        figures.append(run.id)
+        return real_plot_parts(run, *a, **kw)
+
+    monkeypatch.setattr(result_view, "pane_parts", counting_pane_parts)
+    monkeypatch.setattr(result_view, "plot_parts", counting_plot_parts)
     tab = HistoryTab(type("Service", (), {"db": db})())
     tab.PREFETCH_AFTER_S = 0.0
 
@@ -388,6 +393,13 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     assert builds == ["01NEWRUN"]  # its view was built once, by whichever came first, and kept
     assert tab.view.parts(tab._load("01NEWRUN")) is tab.view.built.peek(("01NEWRUN", 0, None, False))
     assert builds == ["01NEWRUN"]
+    # The open sent no figures: they follow in their own event, built once and kept, whichever
+    # side name (None: the one that diverged first) asks for them.
+    assert opened[4].visible is False and opened[5].visible is False
+    logprob, margin, _ = tab.figures("01NEWRUN", 0, None)
+    assert logprob.visible and margin.visible and logprob.value is not None
+    assert tab.figures("01NEWRUN", 0, "vllm")[0].value == logprob.value
+    assert figures == ["01NEWRUN"]
 
     # Right after an open, a new list reads nothing ahead: that open's page is still being built.
     tab._recent.clear()

@@ -5,6 +5,7 @@ Passed to launch(css=..., head=...) and inlined into the static report."""
 from .tokens import BLOCK
 
 CSS = """
+.pc-offscreen { position:absolute !important; left:-10000px; top:0; width:120px; height:60px; overflow:hidden; }
 .pt-root { --m:#e8f0ea; --m-b:#cfe0d4; --d:#dc2626; --a:#fdecec; --a-b:#f5c2c2; font-size: 13px; }
 .pt-legend { display:flex; gap:8px; align-items:center; margin:2px 0 6px; color:#555; }
 .pt-key { border-radius:3px; padding:0 4px; border:1px solid transparent; }

@@ -54,6 +54,11 @@ def create_app(service: ServiceRunner) -> gr.Blocks:
         app.load(compare.initial, [compare.model, compare.trust, compare.prompt, config.yaml],
                  [compare.model_info, compare.prompt_info], api_name=False)
         app.load(config.yaml_changed, validate, checked, api_name=False)
+        # The page loads plotly.js (~3.5 MB, a 1-1.5 s freeze of a headless page) with its first
+        # figure. A tiny figure drawn off screen when the page loads pays that while the reader is
+        # still reading, rather than just after a run's panes show, when they reach for a token.
+        warm_plot = gr.Plot(show_label=False, elem_classes=["pc-offscreen"], container=False)
+        app.load(plots.tiny_figure, None, warm_plot, api_name=False, show_progress="hidden")
     app.queue(default_concurrency_limit=4)
     plots.warm_up()
     return app

@@ -113,6 +113,8 @@ class HistoryTab:
             run = self._load(run_id)
             if run is not None and wanted():
                 self.view.parts(run)
+            if run is not None and wanted():
+                self.view.figures(run)
         except Exception:  # noqa: BLE001 - a guess; opening the run reports whatever is wrong with it
             pass
 
@@ -150,7 +152,12 @@ class HistoryTab:
         if run is None:
             return self.view.error_values(f"no run with id {run_id!r} in this database",
                                           "pick one from the table, or check the link")
-        return self.view.values(run)
+        return self.view.values(run, plots=False)  # the figures follow (`figures`), once the panes show
+
+    def figures(self, run_id: str, index: int | None, side: str | None) -> tuple:
+        """The opened run's figures, sent after its panes (`open`)."""
+        run = self._load((run_id or "").strip())
+        return self.view.plot_values(run, int(index or 0), side)
 
     def pane_details(self, src: str) -> str:
         """The `pane_details` endpoint: the hover details a long view fetches after it shows."""
@@ -199,14 +206,18 @@ class HistoryTab:
         self.search.submit(self.refresh, filters, listing, api_name=False)
         for f in (self.model, self.status, self.period):
             f.input(self.refresh, filters, listing, api_name=False)
-        self.table.select(self.select, [self.table], [self.run_id], api_name=False).then(
-            self.open, [self.run_id], self.view.outputs, api_name=False)
-        self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run")
-        self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False)
+        picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
+
+        def then_figures(event: Any) -> None:
+            event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden")
+
+        then_figures(self.table.select(self.select, [self.table], [self.run_id], api_name=False).then(
+            self.open, [self.run_id], self.view.outputs, api_name=False))
+        then_figures(self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run"))
+        then_figures(self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False))
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
-        picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)
-        app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)
+        then_figures(app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False))

@@ -33,27 +33,49 @@ def side_choices(run: Run) -> list[tuple[str, str]]:
 def view_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
     """Everything the view shows for `run`, as plain values (HTML strings and figures). `side`
     picks the comparison the plots and the reference pane show (default: the first to diverge)."""
-    idx = prompt_index if 0 <= prompt_index < len(run.prompts) else 0
-    parts: dict[str, Any] = {"summary": cards.run_summary_html(run, idx, reveal=reveal), "panes": "",
-                             "logprob": None, "margin": None, "batch": None, "side": None}
+    return {**pane_parts(run, prompt_index, side, reveal), **plot_parts(run, prompt_index, side)}
+
+
+def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
+    """The summary card, the side shown and the token panes: what a reader needs first."""
+    idx = _index(run, prompt_index)
+    parts: dict[str, Any] = {"summary": cards.run_summary_html(run, idx, reveal=reveal), "panes": "", "side": None}
     if not run.prompts:
         return parts
-    p = run.prompts[idx]
     streams = _streams(run, idx)
-    comps = {c.b: c for c in p.comparisons}
-    if side not in comps and comps:
-        diverged = [c for c in p.comparisons if c.first_divergence is not None]
-        side = (min(diverged, key=lambda c: c.first_divergence) if diverged else p.comparisons[0]).b
-    parts["side"] = side
+    parts["side"] = side = _picked_side(run, idx, side)
     if any(s.steps for s in streams):
         parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{idx}")
-    c = comps.get(side) if side else None
+    return parts
+
+
+def plot_parts(run: Run, prompt_index: int = 0, side: str | None = None) -> dict[str, Any]:
+    """The figures: logprob and margin of the picked comparison, and one bar per prompt of a batch."""
+    parts: dict[str, Any] = {"logprob": None, "margin": None, "batch": None}
+    if not run.prompts:
+        return parts
+    idx = _index(run, prompt_index)
+    p = run.prompts[idx]
+    c = p.comparison(_picked_side(run, idx, side) or "")
     if c is not None:
         parts["logprob"] = plots.logprob_figure(c, p.results.get(c.a), p.results.get(c.b))
         parts["margin"] = plots.margin_figure(c, p.results.get(c.a), p.results.get(c.b))
     if len(run.prompts) > 1:
         parts["batch"] = plots.batch_figure(run)
     return parts
+
+
+def _index(run: Run, prompt_index: int) -> int:
+    return prompt_index if 0 <= prompt_index < len(run.prompts) else 0
+
+
+def _picked_side(run: Run, idx: int, side: str | None) -> str | None:
+    """`side` if it was compared on this prompt, else the side that diverged first (or the first)."""
+    comps = run.prompts[idx].comparisons
+    if side in {c.b for c in comps} or not comps:
+        return side
+    diverged = [c for c in comps if c.first_divergence is not None]
+    return (min(diverged, key=lambda c: c.first_divergence) if diverged else comps[0]).b
 
 
 def _streams(run: Run, idx: int) -> list[Stream]:
@@ -89,18 +111,25 @@ class ResultView:
     prefix: str
     localisations: Callable[[str], list[Localisation]] = field(default=lambda run_id: [])
     images: Callable[[str], Any] = field(default=lambda sha: None)  # sha256 -> (bytes, format) | None
-    KEEP = 4  # finished views kept built: reopening one (or switching back to it) costs nothing
+    KEEP = 8  # finished views (panes and figures apart) kept built: reopening one costs nothing
 
     def __post_init__(self) -> None:
         self.built = Recent(self.KEEP)
 
     def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
-        """view_parts, kept for finished runs (a stored run no longer changes; a 16k-token pair
-        takes ~0.1-0.5 s to build); a view being built (History's read ahead) is waited for."""
+        """pane_parts, kept for finished runs (a stored run no longer changes; a 16k-token pair's
+        panes take ~0.05-0.1 s to build); a view being built (History's read ahead) is waited for."""
         if run.status == "running":
-            return view_parts(run, prompt_index, side, reveal)
+            return pane_parts(run, prompt_index, side, reveal)
         return self.built.get((run.id, prompt_index, side, reveal),
-                              lambda: view_parts(run, prompt_index, side, reveal))
+                              lambda: pane_parts(run, prompt_index, side, reveal))
+
+    def figures(self, run: Run, prompt_index: int = 0, side: str | None = None) -> dict[str, Any]:
+        """plot_parts, kept like `parts` (by the side they show: None and the side it defaults to are one)."""
+        if run.status == "running" or not run.prompts:
+            return plot_parts(run, prompt_index, side)
+        side = _picked_side(run, _index(run, prompt_index), side)
+        return self.built.get(("plots", run.id, prompt_index, side), lambda: plot_parts(run, prompt_index, side))
 
     def create_ui(self) -> None:
         self.summary = gr.HTML(elem_id=f"{self.prefix}-summary")
@@ -138,26 +167,35 @@ class ResultView:
         return (gr.Button(visible=len(capturable) >= 2), html, gr.Plot(value=fig, visible=fig is not None))
 
     def values(self, run: Run | None, prompt_index: int = 0, side: str | None = None, message: str = "",
-               reveal: bool = False) -> tuple:
-        """Output values for `outputs`; `run=None` shows `message` instead."""
+               reveal: bool = False, plots: bool = True) -> tuple:
+        """Output values for `outputs`; `run=None` shows `message` instead. `plots=False` hides the
+        figures, for an event that sends them next (`plot_values`): the panes show without waiting
+        for the figures to be built, sent and drawn (~0.3 s of a 16k-token pair's first open)."""
+        hidden = gr.Plot(visible=False, value=None)
         if run is None:
-            hidden = gr.Plot(visible=False, value=None)
             return (cards.notice_html(message) if message else "", gr.Dropdown(visible=False),
                     gr.Dropdown(visible=False), "", hidden, hidden, hidden, *self.layer_values(None, 0))
         parts = self.parts(run, prompt_index, side, reveal)
         panes = parts["panes"]
         if run.prompts:  # an image prompt shows its images beside the streams
-            p = run.prompts[prompt_index if 0 <= prompt_index < len(run.prompts) else 0]
-            panes = images_html(p.images, self.images) + panes
+            panes = images_html(run.prompts[_index(run, prompt_index)].images, self.images) + panes
         many = len(run.prompts) > 1
         pick = gr.Dropdown(choices=prompt_choices(run), value=prompt_index, visible=many)
         sides = side_choices(run)
         side_pick = gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1)
-        return (parts["summary"], pick, side_pick, panes,
-                gr.Plot(value=parts["logprob"], visible=parts["logprob"] is not None),
-                gr.Plot(value=parts["margin"], visible=parts["margin"] is not None),
-                gr.Plot(value=parts["batch"], visible=parts["batch"] is not None),
-                *self.layer_values(run, prompt_index))
+        figures = self.plot_values(run, prompt_index, parts["side"]) if plots else (hidden, hidden, hidden)
+        return (parts["summary"], pick, side_pick, panes, *figures, *self.layer_values(run, prompt_index))
+
+    @property
+    def plot_outputs(self) -> list[Any]:
+        return [self.logprob_plot, self.margin_plot, self.batch_plot]
+
+    def plot_values(self, run: Run | None, prompt_index: int = 0, side: str | None = None) -> tuple:
+        """Output values for `plot_outputs` (hidden where there is no figure)."""
+        if run is None:
+            return tuple(gr.Plot(visible=False, value=None) for _ in range(3))
+        figs = self.figures(run, prompt_index, side)
+        return tuple(gr.Plot(value=figs[k], visible=figs[k] is not None) for k in ("logprob", "margin", "batch"))
 
     def error_values(self, message: str, fix: str = "") -> tuple:
         hidden = gr.Plot(visible=False, value=None)
