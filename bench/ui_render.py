@@ -156,8 +156,9 @@ def main() -> None:
         db = Path(tmp) / "runs.db"
         run = synthetic_run(args.tokens)
         older = synthetic_run(args.tokens, created="2025-12-31T00:00:00.000+00:00")  # not the newest: not read ahead
-        save_run(open_db(db), run)
-        save_run(open_db(db), older)
+        oldest = synthetic_run(args.tokens, created="2025-12-30T00:00:00.000+00:00")
+        for r in (run, older, oldest):
+            save_run(open_db(db), r)
         t0 = time.perf_counter()
         parts = view_parts(run)
         build_s = time.perf_counter() - t0
@@ -172,6 +173,8 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for label, run_id, pause in (
                     ("first open in this app process, an older run (not read ahead), clicked at once", older.id, 0.0),
+                    ("an older run (not read ahead, not opened before), clicked 1 s after the list showed",
+                     oldest.id, 1.0),
                     ("the newest run, clicked 1 s after the list showed (read ahead meanwhile)", run.id, 1.0),
                     ("the newest run opened again (a fresh page), clicked at once", run.id, 0.0)):
                 r = bench_stored(page, url, run_id, args.tokens, pause)
