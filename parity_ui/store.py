@@ -164,11 +164,12 @@ def m005_step_columns(db: Database) -> None:
     """A side's steps move out of `result_json` into `steps_json`, as columns (types.StepColumns):
     a stored 16k-token pair reads back in a few hundredths of a second instead of ~0.6 s."""
     db["side_results"].add_column("steps_json", str)
-    for r in list(db.query("SELECT rowid, result_json FROM side_results")):
-        res = _loads(r["result_json"]) or {}
+    # One row at a time: a database of long runs holds gigabytes of steps.
+    for (rowid,) in db.execute("SELECT rowid FROM side_results WHERE result_json IS NOT NULL").fetchall():
+        res = _loads(db.execute("SELECT result_json FROM side_results WHERE rowid = ?", [rowid]).fetchone()[0])
         steps = [step_from_dict(s) for s in res.pop("steps", None) or []]
         db.execute("UPDATE side_results SET result_json = ?, steps_json = ? WHERE rowid = ?",
-                   [_json(res), _steps_json(steps), r["rowid"]])
+                   [_json(res), _steps_json(steps), rowid])
 
 
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
