@@ -21,6 +21,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from parity_ui.types import plain
+
 WATCH_S = 0.5
 
 
@@ -92,7 +94,7 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
     handlers = {
         "check": engine.check,
         "check_input": engine.check_input,
-        "load": engine.load,
+        "load": lambda p: plain(engine.load(p)),  # what the engine resolved, as builtins: see plain()
         "generate": lambda p: _generate(conn, engine, p, should_stop),
         "score": engine.score,
         "capture": engine.capture,

@@ -82,6 +82,20 @@ def test_vllm_against_vllm_with_other_settings_and_the_resolved_diff(service, mo
     assert "max_num_seqs" in differing(run.sides, "a", "b")
     assert "engine" not in differing(run.sides, "a", "b")
     assert [f.code for f in run.warnings if f.side == "b"] == ["sides-differ"]
+    # What the workers resolved reached the parent as builtins: unpickling it imports nothing (a vLLM
+    # enum in it made the parent import vLLM, ~5 s of every load on an H100).
+    import io
+    import pickle
+
+    modules = set()
+
+    class Spy(pickle.Unpickler):
+        def find_class(self, module, name):
+            modules.add(module)
+            return super().find_class(module, name)
+
+    Spy(io.BytesIO(pickle.dumps([(s.resolved, s.versions, s.version) for s in run.sides]))).load()
+    assert modules == set(), modules
 
 
 def test_three_sides_in_one_run(service, models):

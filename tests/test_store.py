@@ -456,3 +456,4 @@ def test_damaged_step_columns_are_refused_with_what_is_wrong():
     cols["top_logprob"] = cols["top_logprob"][:-1]
     with pytest.raises(ValueError, match="different lengths"):
         StepColumns(cols)
+

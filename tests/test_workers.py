@@ -76,3 +76,42 @@ def test_a_worker_abandoned_while_it_started_ahead_starts_again_for_the_next_run
         assert w.ensure_started()["pid"] == w.pid and w.alive
     finally:
         pool.close()
+
+
+def test_plain_turns_engine_objects_into_builtins():
+    """What a worker answers must unpickle without the engine's libraries (see types.plain)."""
+    import enum
+    import pickle
+    from fractions import Fraction
+
+    from parity_ui.types import EngineInfo, plain
+
+    class Mode(enum.IntEnum):
+        COMPILE = 3
+
+    class Version(str):
+        pass
+
+    class Scalar(float):
+        pass
+
+    info = EngineInfo(kind="vllm", version=Version("0.26.0"), device="cpu", dtype="float32",
+                      versions={"torch": Version("2.11.0")},
+                      resolved={"compilation": Mode.COMPILE, "sizes": (1, Mode.COMPILE), "gap": Scalar(0.5),
+                                "ratio": Fraction(1, 3), "flag": True, "none": None})
+    out = plain(info)
+    assert out == EngineInfo(kind="vllm", version="0.26.0", device="cpu", dtype="float32", versions={"torch": "2.11.0"},
+                             resolved={"compilation": "COMPILE", "sizes": (1, "COMPILE"), "gap": 0.5,
+                                       "ratio": Fraction(1, 3), "flag": True, "none": None})
+    assert type(out.version) is str and type(out.resolved["gap"]) is float and out.resolved["flag"] is True
+    seen = set()
+
+    class Spy(pickle.Unpickler):
+        def find_class(self, module, name):
+            seen.add(module)
+            return super().find_class(module, name)
+
+    import io
+
+    Spy(io.BytesIO(pickle.dumps({k: v for k, v in out.resolved.items() if k != "ratio"}))).load()
+    assert seen == set()  # nothing but builtins: no module to import

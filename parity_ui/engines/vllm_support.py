@@ -6,6 +6,7 @@ machine, 0.32 on the CPU build), and a missing attribute must read as "unknown",
 """
 from __future__ import annotations
 
+import enum
 import json
 import os
 from pathlib import Path
@@ -23,7 +24,10 @@ def _get(obj: Any, *path: str) -> Any:
 
 
 def _name(value: Any) -> Any:
-    """Enums as their names, torch dtypes without 'torch.'."""
+    """Enums as their names (an IntEnum too: it is an int, but unpickling it in the parent imports
+    vLLM), torch dtypes without 'torch.'."""
+    if isinstance(value, enum.Enum):
+        return value.name
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if hasattr(value, "name") and not callable(value.name):
