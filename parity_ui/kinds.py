@@ -17,6 +17,9 @@ from .validation import number_in, one_of, option
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 HF_DECODE_PATHS = ("eager", "static", "compiled", "graphed")
+SDPA_KERNELS = ("auto", "no-cudnn", "flash", "efficient", "math", "cudnn")
+SDPA_ENABLED = {"no-cudnn": ["flash", "efficient", "math"], "flash": ["flash"], "efficient": ["efficient"],
+                "math": ["math"], "cudnn": ["cudnn"]}  # sdpa_kernels -> the kernels left enabled (auto: all)
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+(,\d+)*)?)$")
 
 
@@ -71,6 +74,10 @@ class HfOptions(SideOptions):
                                   "static cache + the decode step as one CUDA graph (parity-ui's loop over "
                                   "the model's forward; on the CPU the same loop without the graph)",
                          one_of(*HF_DECODE_PATHS))
+    sdpa_kernels: str = option("auto", "which kernels torch's scaled_dot_product_attention may pick (sdpa "
+                                       "attention): auto (torch's choice), no-cudnn, or only flash, efficient, "
+                                       "math or cudnn; another kernel is another reference",
+                               one_of(*SDPA_KERNELS))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from .config import ParityConfig
 from .errors import SideError
-from .kinds import HfOptions, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
+from .kinds import SDPA_ENABLED, HfOptions, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
 from .sides import SideSpec
 from .types import ModelInfo
 from .validation import doc_of
@@ -114,6 +114,7 @@ class HfArgs:
     env: dict[str, str] = field(default_factory=dict)
     fp32_logits: bool = False
     decode: str = "eager"
+    sdpa_kernels: list[str] | None = None  # the SDPA kernels the worker leaves enabled (None: torch's choice)
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
 
@@ -405,6 +406,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
     env = {**env, **_cpu_threads_env(rec, p, device == "cpu")}
     rec(p + "fp32_logits", "runtime", "lm_head in float32, input upcast", h.fp32_logits)
+    _sdpa_kernels(rec, side, h)
 
     gen: dict[str, Any] = {
         "max_new_tokens": rec("max_new_tokens", "generate", "max_new_tokens", cfg.max_new_tokens),
@@ -458,7 +460,26 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     used = _as_greedy_loop(rec.used) if h.decode == "graphed" else rec.used
     return HfArgs(load=load, config_overrides=overrides, sampling=gen, device=device, seed=cfg.seed,
                   logprobs_source="scores" if processed else "logits", keep_model_generation_config=keep,
-                  env=env, fp32_logits=h.fp32_logits, decode=h.decode, used=used, image_pixels=px)
+                  env=env, fp32_logits=h.fp32_logits, decode=h.decode, sdpa_kernels=SDPA_ENABLED.get(h.sdpa_kernels), used=used,
+                  image_pixels=px)
+
+
+
+def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
+    """Which SDPA kernels the worker leaves enabled (torch.backends.cuda.enable_*_sdp, process-wide in
+    the side's worker). A kernel choice is a numerics choice: it can move a near-tie, and torch's
+    own pick differs by GPU, dtype and version. no-cudnn also spares a bf16 reference cuDNN's plan
+    for every new KV length, most of a fresh process's first generate (16.5 s -> 5.1 s, H100)."""
+    if h.sdpa_kernels == "auto":
+        rec(side.name + ".sdpa_kernels", "runtime", "scaled_dot_product_attention", "torch's choice")
+        return
+    if h.attn_implementation not in ("auto", "sdpa"):
+        raise SideError(side.name, "sdpa_kernels", f"sdpa_kernels={h.sdpa_kernels} chooses among the kernels of "
+                                                   f"sdpa attention, and this side asks for "
+                                                   f"attn_implementation={h.attn_implementation}",
+                        "set attn_implementation=sdpa (or auto) on this side, or leave sdpa_kernels=auto")
+    rec(side.name + ".sdpa_kernels", "runtime", "torch.backends.cuda.enable_*_sdp",
+        "only " + ", ".join(SDPA_ENABLED[h.sdpa_kernels]))
 
 
 def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict[str, Any]:

@@ -195,6 +195,26 @@ def test_hf_graphed_decode_matches_generate_in_float32_and_says_which_path_ran(s
     assert run.side("ref").resolved["decode"] == "eager"
 
 
+def test_hf_sdpa_kernels_pick_the_attention_kernel_and_say_so_or_refuse_one_torch_lacks(service, models):
+    """sdpa_kernels=math against torch's choice on the CPU (its flash kernel): the same tokens in float32,
+    each side's resolved settings name the kernels left enabled; a kernel the CPU lacks is refused
+    before anything loads, with the kernels that exist."""
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               sides=["ref=hf", "math=hf,sdpa_kernels=math"])
+    assert run.status == "ok", run.error
+    c = run.prompts[0].comparison("math")
+    assert c.identical and c.max_abs_gap < 1e-4
+    assert run.side("math").resolved["sdpa_kernels"] == "math"
+    assert run.side("ref").resolved["sdpa_kernels"] == "torch's choice"
+    from parity_ui.settings import differing
+
+    assert "sdpa_kernels" in differing(run.sides, "ref", "math")
+    refused = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4",
+                   sides=["ref=hf", "eff=hf,sdpa_kernels=efficient"])
+    assert refused.status == "error" and "no efficient attention kernel for the CPU" in refused.error, refused.error
+    assert "sdpa_kernels=flash or math" in refused.error and not any(p.results for p in refused.prompts)
+
+
 def test_tokens_stream_live_and_match_the_final_streams(service, models):
     seen = {"vllm": [], "hf": []}
 

@@ -129,6 +129,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.fp32_logits": (set(), {"runtime.lm_head in float32, input upcast"}),
     "hf.attn_implementation": (set(), {"from_pretrained.attn_implementation"}),
     "hf.decode": (set(), {"generate.cache_implementation", "runtime.torch.compile"}),
+    "hf.sdpa_kernels": (set(), {"runtime.scaled_dot_product_attention"}),
     # image prompts (the keys show for a vision model)
     "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
     "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),
@@ -551,6 +552,23 @@ def test_hf_graphed_decode_refuses_what_it_would_silently_drop(data, names, fix)
         args({**data, "hf": {**data.get("hf", {}), "decode": "graphed"}})
     assert e.value.key == "hf.decode" and names in e.value.message
     assert fix in e.value.fix and "decode=static" in e.value.fix
+
+
+@pytest.mark.parametrize("choice, enabled", [("auto", None), ("no-cudnn", ["flash", "efficient", "math"]),
+                                             ("math", ["math"]), ("cudnn", ["cudnn"])])
+def test_hf_sdpa_kernels_name_the_kernels_the_worker_leaves_enabled(choice, enabled):
+    _, _, _, h = args({"hf": {"sdpa_kernels": choice}})
+    assert h.sdpa_kernels == enabled
+    (used,) = h.used["hf.sdpa_kernels"]
+    assert used.value == ("torch's choice" if enabled is None else "only " + ", ".join(enabled))
+
+
+def test_hf_sdpa_kernels_apply_to_sdpa_attention_only():
+    with pytest.raises(SideError) as e:
+        args({"hf": {"sdpa_kernels": "math", "attn_implementation": "eager"}})
+    assert e.value.key == "hf.sdpa_kernels" and "attn_implementation=eager" in e.value.message
+    assert "attn_implementation=sdpa" in e.value.fix
+    assert args({"hf": {"sdpa_kernels": "math", "attn_implementation": "sdpa"}})[3].sdpa_kernels == ["math"]
 
 
 def test_hf_attn_implementation_auto_is_transformers_choice():

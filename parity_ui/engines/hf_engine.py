@@ -83,6 +83,14 @@ class HfEngine(Engine):
                                         "use sdpa or eager, or install flash-attn in this environment"))
         if a["decode"] == "graphed":  # on the config as loaded: a RoPE override decides what a graph can hold
             problems += self._graphed_problems(config, device)
+        kernels = a.get("sdpa_kernels")
+        if kernels:
+            usable = _usable_sdpa_kernels(device, a["load"]["dtype"])
+            if not usable & set(kernels):
+                where = "the CPU" if device == "cpu" else f"{a['load']['dtype']} on a GPU"
+                problems.append(Problem("sdpa-kernel-unavailable",
+                                        f"sdpa_kernels: torch has no {' or '.join(kernels)} attention kernel for {where}",
+                                        f"use sdpa_kernels={' or '.join(sorted(usable))}, or no-cudnn"))
         return problems
 
     @staticmethod
@@ -140,6 +148,7 @@ class HfEngine(Engine):
             # which the loop does not pass: it would attend over the empty slots.
             raise EngineFault(f"decode=graphed runs with sdpa or eager attention, and this model resolved to {attn}",
                               "set attn_implementation=sdpa on this side, or use decode=static", fatal=True)
+        _enable_sdpa_kernels(a.get("sdpa_kernels"))
         warmup_s = self._warm_up(model)
         dev = str(model.device)
         if dev.startswith("cuda"):
@@ -157,6 +166,7 @@ class HfEngine(Engine):
                 "dtype": str(model.dtype).replace("torch.", ""),
                 "device": dev if not device_map else f"spread: {sorted(set(map(str, device_map.values())))}",
                 "attention": getattr(model.config, "_attn_implementation", None),
+                "sdpa_kernels": _sdpa_kernels_enabled() if a.get("sdpa_kernels") else "torch's choice",
                 "logits_dtype": str(head.weight.dtype).replace("torch.", ""),
                 "kv_cache": "static" if a["decode"] != "eager" else "dynamic",
                 "decode": a["decode"],
@@ -398,3 +408,32 @@ def _version() -> str:
     import transformers
 
     return transformers.__version__
+
+
+SDPA_SWITCHES = {"flash": "flash", "efficient": "mem_efficient", "math": "math", "cudnn": "cudnn"}
+
+
+def _enable_sdpa_kernels(kernels: list[str] | None) -> None:
+    """Leave only `kernels` enabled for scaled_dot_product_attention, in this worker process (the
+    switches are process-wide; the worker serves this side alone). None: torch's choice."""
+    if not kernels:
+        return
+    import torch
+
+    for name, switch in SDPA_SWITCHES.items():
+        getattr(torch.backends.cuda, f"enable_{switch}_sdp")(name in kernels)
+
+
+def _usable_sdpa_kernels(device: str, dtype: str) -> set[str]:
+    """The SDPA kernels torch has for a device and dtype (the fused ones also have shape limits,
+    which SDPA reports itself when it finds no kernel)."""
+    if device == "cpu":
+        return {"flash", "math"}
+    return {"efficient", "math"} if dtype == "float32" else set(SDPA_SWITCHES)
+
+
+def _sdpa_kernels_enabled() -> str:
+    import torch
+
+    return ", ".join(name for name, switch in SDPA_SWITCHES.items()
+                     if getattr(torch.backends.cuda, f"{switch}_sdp_enabled")())
