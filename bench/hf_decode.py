@@ -6,7 +6,7 @@ max |Δ logprob| of the chosen tokens against eager up to the first divergence.
 It also answers "why is HF's first generate slow in a fresh process": each fresh child loads the model,
 does the tool's load-time warm-up (one 8-token forward), then times generate twice (with when each
 token arrived); a second kind of child adds a short decode warm-up (generate 8 tokens) first, a third
-turns SDPA's cuDNN attention off. (H100, bf16: 16.5 / 19.6 / 5.1 s for the first call, ~5.5 s for
+turns SDPA's cuDNN attention off as a side with sdpa_kernels=no-cudnn does. (H100, bf16: 16.5 / 19.6 / 5.1 s for the first call, ~5.5 s for
 the second: cuDNN attention plans each new KV length once per process.)
 
 Needs only torch + transformers (no vLLM), so it runs on the lent GPU without the bundle:
@@ -127,8 +127,13 @@ def child(args) -> dict:
     """A fresh process: load, the tool's load warm-up, optionally a decode warm-up, then two generates."""
     import torch
 
-    if args.child == "no-cudnn-sdpa":
-        torch.backends.cuda.enable_cudnn_sdp(False)
+    kernels = None
+    if args.child == "no-cudnn-sdpa":  # as a side with sdpa_kernels=no-cudnn: the worker's own switch
+        from parity_ui.engines.hf_engine import _enable_sdpa_kernels, _sdpa_kernels_enabled
+        from parity_ui.kinds import SDPA_ENABLED
+
+        _enable_sdpa_kernels(SDPA_ENABLED["no-cudnn"])
+        kernels = _sdpa_kernels_enabled()
     t = time.perf_counter()
     m = _model(args, args.dtypes[0])
     with torch.inference_mode():
@@ -143,7 +148,7 @@ def child(args) -> dict:
     first = _generate(m, args.tokens, stamps=stamps1)[0]
     second = _generate(m, args.tokens, stamps=stamps2)[0]
     marks = [n for n in (1, 2, 8, 32, 64, 128, 256) if n < len(stamps1)]  # stamps[0] is the prompt
-    return {"load_s": load, "decode_warmup_s": warm, "first_generate_s": first, "second_generate_s": second,
+    return {"sdpa_kernels": kernels or "torch's choice", "load_s": load, "decode_warmup_s": warm, "first_generate_s": first, "second_generate_s": second,
             "first_call_s_at_token": {n: round(stamps1[n], 3) for n in marks},
             "second_call_s_at_token": {n: round(stamps2[n], 3) for n in marks}}
 
