@@ -31,3 +31,17 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "\nmake test\n" in readme and "make test" in ci
+
+
+def test_bench_summary_reads_every_figure_file_it_names():
+    """bench/summary.py's table comes from the committed figure files: each goal of issue 12 has rows,
+    every row an after figure, and no cell breaks the Markdown table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_summary", ROOT / "bench" / "summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    rows = summary.rows()
+    assert {r[0].split()[0] for r in rows} == {"1", "2", "4", "5"}
+    assert all(r[3] for r in rows) and not any("|" in cell for r in rows for cell in r)
+    assert sum(r[0] == "4 16k view" for r in rows) == 4
