@@ -250,22 +250,15 @@ def localisations_of(db: Database, run_id: str) -> list[Localisation]:
     return [localisation_from_dict(_loads(r["localisation_json"])) for r in rows]
 
 
-def _insert_side_result(db: Database, run_id: str, idx: int, res: dict[str, Any], steps_json: str | None = None) -> None:
-    """`res` a side result's dict; its steps go to `steps_json` as columns (given, or made from res["steps"])."""
-    if steps_json is None:
-        steps = [step_from_dict(s) for s in res.pop("steps", None) or []]
-        steps_json = _steps_json(steps)
+def _insert_side_result(db: Database, run_id: str, idx: int, res: SideResult) -> None:
+    # The steps go to `steps_json` as columns straight from the steps: no dict per step and top-k
+    # entry on the way to JSON.
+    row = to_dict(replace(res, steps=[]))
     db["side_results"].insert({
-        "run_id": run_id, "prompt_idx": idx, "side": res["side"], "n_tokens": len(res.get("token_ids") or []),
-        "finish_reason": res.get("finish_reason"), "error": res.get("error"), "result_json": _dumps(res),
-        "steps_json": steps_json,
+        "run_id": run_id, "prompt_idx": idx, "side": row["side"], "n_tokens": len(row.get("token_ids") or []),
+        "finish_reason": row.get("finish_reason"), "error": row.get("error"), "result_json": _dumps(row),
+        "steps_json": _steps_json(res.steps),
     }, pk=("run_id", "prompt_idx", "side"), replace=True)
-
-
-def _side_result_row(db: Database, run_id: str, idx: int, res: SideResult) -> None:
-    # Columns straight from the steps: no dict per step and top-k entry on the way to JSON.
-    _insert_side_result(db, run_id, idx, to_dict(replace(res, steps=[])),
-                        _steps_json(res.steps))
 
 
 def _insert_comparison(db: Database, run_id: str, idx: int, comp: dict[str, Any]) -> None:
@@ -341,7 +334,7 @@ def save_run(db: Database, run: Run) -> None:
         } for p in run.prompts), pk=("run_id", "idx"))
         for p in run.prompts:
             for res in p.results.values():
-                _side_result_row(db, run.id, p.index, res)
+                _insert_side_result(db, run.id, p.index, res)
             for c in p.comparisons:
                 _insert_comparison(db, run.id, p.index, to_dict(c))
 
