@@ -118,6 +118,28 @@ def _check_image_count(images: list[ImageInput], where: str) -> None:
                           "a prompt", "split the prompt, or attach fewer images")
 
 
+def prompt_from_object(obj: Any, where: str, base: Path | None = None) -> PromptSpec:
+    """One JSONL line's object as a prompt: {"prompt": "..."} (with {"images": [paths]}) or
+    {"messages": [...]} (image parts in the messages; their files are read from `base`).
+    PromptError naming `where` and the fix when the object is neither, or a message or image is bad."""
+    images: list[ImageInput] = []
+    extra = obj.get("images", []) if isinstance(obj, dict) else []
+    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
+        raise PromptError(f"{where}: 'images' must be a list of file paths", 'e.g. "images": ["cat.png"]')
+    if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+        images += [read_image(x, base) for x in extra]
+        _check_image_count(images, where)
+        return PromptSpec(text=obj["prompt"], images=images)
+    if isinstance(obj, dict) and "messages" in obj:
+        if extra:
+            raise PromptError(f"{where}: with 'messages', put the images in the messages", _PARTS_FIX)
+        messages = _check_messages(obj["messages"], where, base, images)
+        _check_image_count(images, where)
+        return PromptSpec(messages=messages, images=images)
+    raise PromptError(f"{where} has neither a string 'prompt' nor 'messages'",
+                      'write {"prompt": "..."} or {"messages": [...]}')
+
+
 def parse_prompt_bytes(data: bytes, filename: str, base: Path | None = None) -> list[PromptSpec]:
     """A .txt/.md file is one prompt; a .jsonl file one prompt a line ({"prompt"} or {"messages"}, with
     {"images": [paths]} or image parts in the messages). `base`: the folder image paths start from."""
@@ -144,24 +166,7 @@ def parse_prompt_bytes(data: bytes, filename: str, base: Path | None = None) -> 
             except json.JSONDecodeError as e:
                 raise PromptError(f"{where} is not valid JSON: {e.msg}",
                                   'one JSON object a line: {"prompt": "..."} or {"messages": [...]}') from None
-            images: list[ImageInput] = []
-            extra = obj.get("images", []) if isinstance(obj, dict) else []
-            if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
-                raise PromptError(f"{where}: 'images' must be a list of file paths", 'e.g. "images": ["cat.png"]')
-            if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
-                images += [read_image(x, base) for x in extra]
-                _check_image_count(images, where)
-                specs.append(PromptSpec(text=obj["prompt"], images=images))
-            elif isinstance(obj, dict) and "messages" in obj:
-                if extra:
-                    raise PromptError(f"{where}: with 'messages', put the images in the messages",
-                                      _PARTS_FIX)
-                messages = _check_messages(obj["messages"], where, base, images)
-                _check_image_count(images, where)
-                specs.append(PromptSpec(messages=messages, images=images))
-            else:
-                raise PromptError(f"{where} has neither a string 'prompt' nor 'messages'",
-                                  'write {"prompt": "..."} or {"messages": [...]}')
+            specs.append(prompt_from_object(obj, where, base))
         if not specs:
             raise PromptError(f"prompt file {filename!r} holds no prompts", "add one JSON object a line")
         return specs
