@@ -1,0 +1,1 @@
+"""Workloads: many prompts run through the same sides, and the statistics pooled over them."""
