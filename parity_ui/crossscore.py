@@ -11,8 +11,9 @@ exp(logp_reference - logp_side).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
+from .records import CrossScores, GapStats, RatioRange
 from .types import Comparison, SideResult, TokenStep
 
 # The batch-logprob-gap study's band: a position "moves" when exp(gap) leaves [0.9, 1.1].
@@ -38,7 +39,7 @@ def _exp(x: float) -> float:
 
 
 def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
-              scored: list[TokenStep]) -> dict[str, Any]:
+              scored: list[TokenStep]) -> GapStats:
     """Statistics of own-vs-teacher-forced logprobs for one generated sequence. Pure.
 
     `own` are the generating side's steps, `scored` the other side's teacher-forced steps for the
@@ -60,27 +61,26 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     n = len(vals)
     lo, hi = RATIO_BAND
     outside = sum(1 for g in vals if not lo <= _exp(g) <= hi)
-    return {
-        "generator": generator, "scorer": scorer, "positions": len(gaps), "skipped": len(gaps) - n,
-        "gaps": gaps,  # per position, own - teacher-forced, nats
-        "other_rank": other_rank,  # the scorer's rank of each token (1 = it would have chosen it too)
-        "other_disagrees": sum(1 for r in other_rank if r is not None and r > 1),
-        "mean_gap": sum(vals) / n if n else None,
-        "mean_abs_gap": sum(abs(g) for g in vals) / n if n else None,
-        "max_abs_gap": max((abs(g) for g in vals), default=None),
-        "rms_gap": math.sqrt(sum(g * g for g in vals) / n) if n else None,
-        "share_outside_band": outside / n if n else None,
-        "ratio_band": list(RATIO_BAND),
-        "importance_ratio": {"min": min(ratios), "mean": sum(ratios) / len(ratios), "max": max(ratios)}
-        if ratios else None,
-    }
+    return GapStats(
+        generator=generator, scorer=scorer, positions=len(gaps), skipped=len(gaps) - n,
+        gaps=gaps,  # per position, own - teacher-forced, nats
+        other_rank=other_rank,
+        other_disagrees=sum(1 for r in other_rank if r is not None and r > 1),
+        mean_gap=sum(vals) / n if n else None,
+        mean_abs_gap=sum(abs(g) for g in vals) / n if n else None,
+        max_abs_gap=max((abs(g) for g in vals), default=None),
+        rms_gap=math.sqrt(sum(g * g for g in vals) / n) if n else None,
+        share_outside_band=outside / n if n else None,
+        ratio_band=list(RATIO_BAND),
+        importance_ratio=RatioRange(min(ratios), sum(ratios) / len(ratios), max(ratios)) if ratios else None,
+    )
 
 
 def cross_score(score: ScoreFn, c: Comparison, prompt_ids: list[int], results: dict[str, SideResult],
-                logprobs: int, can_score: set[str]) -> dict[str, Any]:
+                logprobs: int, can_score: set[str]) -> CrossScores:
     """Score each side's sequence with the other (when the other can score). Keys "<gen>_by_<scorer>";
     a direction is None when its generator made no tokens. Engine errors propagate."""
-    out: dict[str, Any] = {}
+    out: dict[str, GapStats | None] = {}
     for gen, scorer in ((c.b, c.a), (c.a, c.b)):
         res = results.get(gen)
         if scorer not in can_score:
@@ -90,21 +90,22 @@ def cross_score(score: ScoreFn, c: Comparison, prompt_ids: list[int], results: d
             continue
         scored = score(scorer, prompt_ids, res.token_ids, logprobs)
         out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored)
-    return out
+    return CrossScores(directions=out)
 
 
-def summary_line(cs: dict[str, Any] | None) -> str:
+def summary_line(cs: CrossScores | None) -> str:
     """One line for the CLI: each direction's RMS/max gap and the ratio range."""
-    if not cs:
+    if cs is None:
         return ""
-    if "error" in cs:
-        return f"cross-scoring failed: {cs['error']}"
+    if cs.error is not None:
+        return f"cross-scoring failed: {cs.error}"
     parts = []
-    for s in cs.values():
-        if not isinstance(s, dict) or s.get("rms_gap") is None:
+    for s in cs.directions.values():
+        if s is None or s.rms_gap is None:
             continue
-        r = s["importance_ratio"]
-        parts.append(f"{s['generator']}'s tokens scored by {s['scorer']}: RMS gap {s['rms_gap']:.3g}, "
-                     f"max {s['max_abs_gap']:.3g} nats, {100 * s['share_outside_band']:.1f}% outside exp(gap) in "
-                     f"[0.9, 1.1], ratio {r['min']:.3f}..{r['max']:.3f}")
+        r = s.importance_ratio
+        ratio = f", ratio {r.min:.3f}..{r.max:.3f}" if r is not None else ""
+        parts.append(f"{s.generator}'s tokens scored by {s.scorer}: RMS gap {s.rms_gap:.3g}, "
+                     f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside exp(gap) in "
+                     f"[0.9, 1.1]{ratio}")
     return "; ".join(parts)

@@ -1,7 +1,8 @@
 """Why did two sides' streams fork? A verdict at the first divergence, from what both recorded there.
 
 `explain(comparison, a, b, cfg, differing)` is a pure function of one comparison (both sides' steps,
-the comparison, and the settings in which the two sides differ). It returns a JSON-ready dict:
+the comparison, and the settings in which the two sides differ). It returns an Explanation
+(parity_ui.records):
 
 - `verdict`: "identical" | "numerical near-tie" | "real disagreement" | "masked token" | "length"
   | "sampling" | "error"
@@ -13,10 +14,12 @@ the comparison, and the settings in which the two sides differ). It returns a JS
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from .compare import rank_of, top_margin
 from .config import ParityConfig
+from .records import Explanation, SideAtFork
 from .settings import LABELS
 from .types import Comparison, SideResult, TokenStep
 
@@ -48,24 +51,18 @@ def _logprob_of(token_id: int | None, step: TokenStep | None) -> float | None:
     return next((t.logprob for t in step.top if t.token_id == token_id), None)
 
 
-def _side(name: str, step: TokenStep | None, other_token: int | None) -> dict[str, Any]:
+def _side(name: str, step: TokenStep | None, other_token: int | None) -> SideAtFork:
     """One side at the divergence: its choice, its confidence, where it put the other's token."""
     if step is None:
-        return {"name": name, "token_id": None, "text": "", "logprob": None, "top12_margin": None,
-                "other_token_rank": None, "other_token_logprob": None, "margin_over_other": None}
+        return SideAtFork(name=name)
     other_lp = _logprob_of(other_token, step)
     margin = None
     if step.logprob is not None and other_lp is not None:
         margin = step.logprob - other_lp
-    return {
-        "name": name, "token_id": step.token_id, "text": step.text, "logprob": step.logprob,
-        "top12_margin": top_margin(step),
-        # 1-based within the recorded top-k; None means outside it (rank > k)
-        "other_token_rank": None if other_token is None else rank_of(other_token, step),
-        "other_token_logprob": other_lp,
-        "margin_over_other": margin,
-        "recorded_k": len(step.top),
-    }
+    return SideAtFork(name=name, token_id=step.token_id, text=step.text, logprob=step.logprob,
+                      top12_margin=top_margin(step),
+                      other_token_rank=None if other_token is None else rank_of(other_token, step),
+                      other_token_logprob=other_lp, margin_over_other=margin, recorded_k=len(step.top))
 
 
 def _masked(*values: float | None) -> bool:
@@ -104,58 +101,58 @@ def _settings_note(differing: list[str]) -> str:
 
 
 def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cfg: ParityConfig,
-            differing: list[str] | None = None) -> dict[str, Any]:
+            differing: list[str] | None = None) -> Explanation:
     """The verdict for one comparison's first divergence (see the module docstring). Never raises
     on missing data: fields it cannot compute are None."""
-    base: dict[str, Any] = {"thresholds": {"near_tie_nats": NEAR_TIE_NATS, "noise_multiple": NOISE_MULTIPLE,
-                                           "masked_logprob": MASKED_LOGPROB},
-                            "differing_settings": list(differing or [])}
+    base = Explanation(verdict="", summary="", differing_settings=list(differing or []),
+                       thresholds={"near_tie_nats": NEAR_TIE_NATS, "noise_multiple": NOISE_MULTIPLE,
+                                   "masked_logprob": MASKED_LOGPROB})
     if c is None:
-        return {**base, "verdict": "error", "summary": "no comparison: a side produced no result."}
+        return replace(base, verdict="error", summary="no comparison: a side produced no result.")
     noise = c.max_abs_gap
     note = _settings_note(differing or [])
-    base.update(index=c.first_divergence, noise_before=noise, sides=[c.a, c.b])
+    base = replace(base, index=c.first_divergence, noise_before=noise, sides=[c.a, c.b])
     if c.identical:
         gap = "n/a" if noise is None else f"{noise:.3g}"
-        return {**base, "verdict": "identical",
-                "summary": f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
-                           + note}
+        return replace(base, verdict="identical",
+                       summary=f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
+                               + note)
     d, i = c.divergence, c.first_divergence
     if d is not None and d.reason == "length":
         summary, fields = _stopped_summary(c, a, b)
         failed = {c.a: a, c.b: b}.get(fields["stopped_side"])
         verdict = "error" if failed is not None and failed.error else "length"
-        return {**base, **fields, "verdict": verdict, "summary": summary}
+        return replace(base, **fields, verdict=verdict, summary=summary)
     sa, sb = _step(a, i), _step(b, i)
     side_a = _side(c.a, sa, sb.token_id if sb else None)
     side_b = _side(c.b, sb, sa.token_id if sa else None)
-    out = {**base, "a": side_a, "b": side_b, "accepted_by_vllm_rule": d.accepted if d else None}
-    at = f"at token {i}, {c.a} chose {side_a['text']!r} and {c.b} {side_b['text']!r}"
+    out = replace(base, a=side_a, b=side_b, accepted_by_vllm_rule=d.accepted if d else None)
+    at = f"at token {i}, {c.a} chose {side_a.text!r} and {c.b} {side_b.text!r}"
     if not cfg.greedy:
-        return {**out, "verdict": "sampling",
-                "summary": f"{at}: temperature={cfg.temperature}, each side draws from its own random "
-                           "stream, so sampled tokens are expected to differ."}
-    if _masked(side_a["logprob"], side_b["logprob"], side_a["other_token_logprob"], side_b["other_token_logprob"]):
-        who = c.a if _masked(side_a["logprob"], side_a["other_token_logprob"]) else c.b
-        return {**out, "verdict": "masked token",
-                "summary": f"{at}: {who} recorded a masked logprob (-inf) there: a logits processor "
-                           "forbade a token (e.g. EOS under min_new_tokens), so the models were not "
-                           "compared on equal terms."}
-    margins = [m for m in (side_a["margin_over_other"], side_b["margin_over_other"]) if m is not None]
+        return replace(out, verdict="sampling",
+                       summary=f"{at}: temperature={cfg.temperature}, each side draws from its own random "
+                               "stream, so sampled tokens are expected to differ.")
+    if _masked(side_a.logprob, side_b.logprob, side_a.other_token_logprob, side_b.other_token_logprob):
+        who = c.a if _masked(side_a.logprob, side_a.other_token_logprob) else c.b
+        return replace(out, verdict="masked token",
+                       summary=f"{at}: {who} recorded a masked logprob (-inf) there: a logits processor "
+                               "forbade a token (e.g. EOS under min_new_tokens), so the models were not "
+                               "compared on equal terms.")
+    margins = [m for m in (side_a.margin_over_other, side_b.margin_over_other) if m is not None]
     if not margins:  # the other's token is outside one's top-k: fall back to the top-1/top-2 margins
-        margins = [m for m in (side_a["top12_margin"], side_b["top12_margin"]) if m is not None]
+        margins = [m for m in (side_a.top12_margin, side_b.top12_margin) if m is not None]
     worst = max(margins) if margins else None
     tie_bound = max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) \
         else NEAR_TIE_NATS
-    out.update(largest_margin=worst, tie_bound=tie_bound)
+    out = replace(out, largest_margin=worst, tie_bound=tie_bound)
     in_topk = d is not None and d.accepted
     if worst is not None and worst <= tie_bound and in_topk:
-        return {**out, "verdict": "numerical near-tie",
-                "summary": f"{at}: a near-tie; each side preferred its token by at most {worst:.3g} nats "
-                           f"(bound {tie_bound:.3g}) and each token is in the other's top-k, so rounding "
-                           "alone can flip it. float32 usually removes it." + note}
+        return replace(out, verdict="numerical near-tie",
+                       summary=f"{at}: a near-tie; each side preferred its token by at most {worst:.3g} nats "
+                               f"(bound {tie_bound:.3g}) and each token is in the other's top-k, so rounding "
+                               "alone can flip it. float32 usually removes it." + note)
     margin_text = "unknown" if worst is None else f"{worst:.3g} nats"
-    return {**out, "verdict": "real disagreement",
-            "summary": f"{at}: a real disagreement; margin {margin_text} (near-tie bound {tie_bound:.3g})"
-                       + ("" if in_topk else ", and a token is outside the other's top-k")
-                       + ". Look for a config difference (see warnings) or a model-loading difference." + note}
+    return replace(out, verdict="real disagreement",
+                   summary=f"{at}: a real disagreement; margin {margin_text} (near-tie bound {tie_bound:.3g})"
+                           + ("" if in_topk else ", and a token is outside the other's top-k")
+                           + ". Look for a config difference (see warnings) or a model-loading difference." + note)

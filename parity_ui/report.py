@@ -67,8 +67,8 @@ def format_summary(run: Run) -> str:
                 if res_a is not None and c.first_divergence:
                     prefix = "".join(s.text for s in res_a.steps[: c.first_divergence])
                     lines.append(f"    matched prefix: {prefix[-120:]!r}")
-            if c.explanation and c.explanation.get("verdict") and not c.identical:
-                lines.append(f"    verdict: {c.explanation['verdict']}: {c.explanation.get('summary', '')}")
+            if c.explanation and c.explanation.verdict and not c.identical:
+                lines.append(f"    verdict: {c.explanation.verdict}: {c.explanation.summary}")
             if c.cross_scores:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
     if run.timings:
@@ -110,7 +110,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "sides": to_dict(run.sides),
         "comparisons": [c for p in prompts for c in p["comparisons"]],
         "settings_diff": [to_dict(r) for r in settings_diff(run.sides)],
-        "warnings": to_dict(run.warnings), "probes": run.probes, "timings": run.timings,
+        "warnings": to_dict(run.warnings), "probes": to_dict(run.probes), "timings": run.timings,
         "duration_ms": run.duration_ms, "prompts": prompts,
     }
 

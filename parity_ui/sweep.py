@@ -115,11 +115,10 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
         r = p.run
         comp = r.prompts[0].comparisons[0] if r.prompts and r.prompts[0].comparisons else None
         expl = comp.explanation if comp else None
-        cs = (comp.cross_scores or {}) if comp else {}
-        stats = cs.get(f"{comp.b}_by_{comp.a}") if comp else None
-        rms = stats.get("rms_gap") if isinstance(stats, dict) else None
+        stats = comp.cross_scores.get(f"{comp.b}_by_{comp.a}") if comp and comp.cross_scores else None
+        rms = stats.rms_gap if stats is not None else None
         points.append({"settings": p.settings, "run_id": r.id, "status": r.status,
-                       "first_divergence": r.first_divergence, "verdict": (expl or {}).get("verdict"),
+                       "first_divergence": r.first_divergence, "verdict": expl.verdict if expl else None,
                        "cross_rms_gap": rms, "error": r.error})
     ok = [p for p in sweep.points if p.run.status in ("ok", "diverged")]
     effects = []

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Literal, overload
 
+from .records import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
+                      probe_report_from_json)
+
 RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = ("running", "ok", "diverged", "error", "cancelled", "interrupted")
 
@@ -254,8 +257,8 @@ class Comparison:
     max_abs_gap: float | None = None
     mean_abs_gap: float | None = None
     divergence: Divergence | None = None
-    explanation: dict[str, Any] | None = None  # parity_ui.explain
-    cross_scores: dict[str, Any] | None = None  # parity_ui.crossscore: "<gen>_by_<scorer>" -> stats
+    explanation: Explanation | None = None  # parity_ui.explain
+    cross_scores: CrossScores | None = None  # parity_ui.crossscore: each direction's teacher-forced figures
 
 
 @dataclass
@@ -335,7 +338,7 @@ class Run:
     duration_ms: int | None = None
     group_id: str | None = None  # runs of one sweep or probe share it
     kind: str = "compare"  # "compare" | "sweep" | "probe"
-    probes: dict[str, Any] | None = None
+    probes: ProbeReport | None = None  # a probe run's findings (parity_ui.probes)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
 
@@ -371,7 +374,11 @@ class Run:
 
 
 def to_dict(obj: Any) -> Any:
-    """A JSON-ready copy of a dataclass tree (stored steps as the list of steps they hold)."""
+    """A JSON-ready copy of a dataclass tree (stored steps as the list of steps they hold; a record
+    with its own stored shape, parity_ui.records, as its to_json())."""
+    to_json = getattr(obj, "to_json", None)
+    if to_json is not None and not isinstance(obj, type):
+        return to_json()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple, StepColumns)):
@@ -439,8 +446,11 @@ def side_result_from_dict(d: dict[str, Any]) -> SideResult:
 
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     div = d.get("divergence")
+    expl, cross = d.get("explanation"), d.get("cross_scores")
     return Comparison(**{**_known(Comparison, d),
-                         "divergence": Divergence(**_known(Divergence, div)) if div else None})
+                         "divergence": Divergence(**_known(Divergence, div)) if div else None,
+                         "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
+                         "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross)})
 
 
 def prompt_result_from_dict(d: dict[str, Any]) -> PromptResult:
@@ -458,6 +468,7 @@ def run_from_dict(d: dict[str, Any]) -> Run:
         "prompts": [prompt_result_from_dict(p) for p in d.get("prompts", [])],
         "warnings": [Finding(**_known(Finding, w)) for w in d.get("warnings", [])],
         "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
+        "probes": d["probes"] if isinstance(d.get("probes"), ProbeReport) else probe_report_from_json(d.get("probes")),
     })
 
 

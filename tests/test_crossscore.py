@@ -11,7 +11,21 @@ from parity_ui.config import build_config
 from parity_ui.crossscore import RATIO_BAND, cross_score, gap_stats, key, summary_line
 from parity_ui.prepare import RunRequest
 from parity_ui.prompts import PromptSpec
-from parity_ui.types import SideResult, TokenStep
+from parity_ui.records import cross_scores_from_json
+from parity_ui.types import SideResult, TokenStep, to_dict
+
+
+# The figures as they are stored (the typed records' JSON), which is what these tests read.
+def stats(*args):
+    return to_dict(gap_stats(*args))
+
+
+def cross(*args):
+    return cross_score(*args).to_json()
+
+
+def line(cs):
+    return summary_line(None if cs is None else cross_scores_from_json(cs))
 
 
 def steps(logprobs: list[float], ranks: list[int] | None = None, first_id: int = 100) -> list[TokenStep]:
@@ -43,7 +57,7 @@ def test_key():
 def test_gap_stats_numbers():
     own = steps([-0.1, -0.5, -2.0, -1.0])
     other = steps([-0.1, -0.4, -2.3, -1e30], ranks=[1, 1, 3, 9])  # the last one masked by the scorer
-    s = gap_stats("cand", "ref", "ref", own, other)
+    s = stats("cand", "ref", "ref", own, other)
     gaps = [0.0, -0.1, 0.3]  # own - teacher-forced
     assert (s["generator"], s["scorer"]) == ("cand", "ref")
     assert s["positions"] == 4 and s["skipped"] == 1 and s["gaps"][3] is None
@@ -67,32 +81,32 @@ def test_gap_stats_numbers():
 def test_importance_ratio_direction_follows_the_reference():
     own, other = steps([-1.0]), steps([-1.5])
     # the reference generated: its own logprob is logp_reference
-    assert gap_stats("ref", "cand", "ref", own, other)["importance_ratio"]["max"] == pytest.approx(math.exp(0.5))
+    assert stats("ref", "cand", "ref", own, other)["importance_ratio"]["max"] == pytest.approx(math.exp(0.5))
     # a side generated and the reference scored: the scored logprob is logp_reference
-    assert gap_stats("cand", "ref", "ref", own, other)["importance_ratio"]["max"] == pytest.approx(math.exp(-0.5))
+    assert stats("cand", "ref", "ref", own, other)["importance_ratio"]["max"] == pytest.approx(math.exp(-0.5))
     # the gap itself is own - scored whoever generated
-    assert gap_stats("ref", "cand", "ref", own, other)["gaps"] == pytest.approx([0.5])
-    assert gap_stats("cand", "ref", "ref", own, other)["gaps"] == pytest.approx([0.5])
+    assert stats("ref", "cand", "ref", own, other)["gaps"] == pytest.approx([0.5])
+    assert stats("cand", "ref", "ref", own, other)["gaps"] == pytest.approx([0.5])
 
 
 def test_gap_stats_with_nothing_comparable():
-    s = gap_stats("cand", "ref", "ref", steps([-0.1, -math.inf]), steps([-1e30, -0.2], ranks=[None, 2]))
+    s = stats("cand", "ref", "ref", steps([-0.1, -math.inf]), steps([-1e30, -0.2], ranks=[None, 2]))
     assert s["positions"] == 2 and s["skipped"] == 2 and s["gaps"] == [None, None]
     assert s["mean_gap"] is None and s["rms_gap"] is None and s["max_abs_gap"] is None
     assert s["share_outside_band"] is None and s["importance_ratio"] is None
     assert s["other_disagrees"] == 1
-    assert summary_line({key("cand", "ref"): s}) == ""  # nothing to report
+    assert line({key("cand", "ref"): s}) == ""  # nothing to report
 
 
 def test_gap_stats_survives_a_huge_finite_gap():
-    s = gap_stats("cand", "ref", "ref", steps([-0.1, -0.2]), steps([-0.1, -65504.0]))
+    s = stats("cand", "ref", "ref", steps([-0.1, -0.2]), steps([-0.1, -65504.0]))
     assert s["positions"] == 2 and s["share_outside_band"] == pytest.approx(0.5)
 
 
 def test_cross_score_scores_each_sequence_with_the_other_side():
     a, b = side("ref", [-0.1, -0.3], first_id=7), side("cand", [-0.2, -0.25, -0.4], first_id=20)
     score, calls = recorder(-0.2)
-    out = cross_score(score, compare(a, b), [1, 2], {"ref": a, "cand": b}, 5, {"ref", "cand"})
+    out = cross(score, compare(a, b), [1, 2], {"ref": a, "cand": b}, 5, {"ref", "cand"})
     # the side's tokens scored by the reference, then the reference's by the side; prompt and k passed on
     assert calls == [("ref", (1, 2), (20, 21, 22), 5), ("cand", (1, 2), (7, 8), 5)]
     assert list(out) == ["cand_by_ref", "ref_by_cand"]
@@ -110,11 +124,11 @@ def test_cross_score_skips_a_generator_without_tokens():
     a = SideResult(side="ref", prompt_index=0)
     b = side("cand", [-0.1, -0.1], first_id=7)
     score, calls = recorder()
-    out = cross_score(score, compare(a, b), [1, 2], {"ref": a, "cand": b}, 5, {"ref", "cand"})
+    out = cross(score, compare(a, b), [1, 2], {"ref": a, "cand": b}, 5, {"ref", "cand"})
     assert [(c[0], c[2]) for c in calls] == [("ref", (7, 8))]
     assert out["ref_by_cand"] is None and out["cand_by_ref"]["scorer"] == "ref"
-    assert "cand's tokens scored by ref" in summary_line(out)
-    assert "ref's tokens scored by cand" not in summary_line(out)
+    assert "cand's tokens scored by ref" in line(out)
+    assert "ref's tokens scored by cand" not in line(out)
 
 
 def test_cross_score_skips_a_failed_or_missing_generator():
@@ -122,11 +136,11 @@ def test_cross_score_skips_a_failed_or_missing_generator():
     b.error = "worker died"
     score, calls = recorder()
     c = compare(a, b)
-    out = cross_score(score, c, [1], {"ref": a, "cand": b}, 5, {"ref", "cand"})
+    out = cross(score, c, [1], {"ref": a, "cand": b}, 5, {"ref", "cand"})
     assert out["cand_by_ref"] is None and out["ref_by_cand"]["positions"] == 1
     assert [x[0] for x in calls] == ["cand"]
     calls.clear()
-    out = cross_score(score, c, [1], {"ref": a}, 5, {"ref", "cand"})  # no result for cand at all
+    out = cross(score, c, [1], {"ref": a}, 5, {"ref", "cand"})  # no result for cand at all
     assert out["cand_by_ref"] is None and out["ref_by_cand"] is not None
 
 
@@ -134,7 +148,7 @@ def test_cross_score_skips_a_failed_or_missing_generator():
 def test_cross_score_only_asks_sides_that_can_score(cannot):
     a, b = side("ref", [-0.1], first_id=7), side("cand", [-0.2], first_id=8)
     score, calls = recorder()
-    out = cross_score(score, compare(a, b), [1], {"ref": a, "cand": b}, 5, {"ref", "cand"} - {cannot})
+    out = cross(score, compare(a, b), [1], {"ref": a, "cand": b}, 5, {"ref", "cand"} - {cannot})
     assert [x[0] for x in calls] == [b.side if cannot == "ref" else a.side]
     assert all(x[0] != cannot for x in calls)
     # the direction that needs the non-scoring side is left out, not recorded as None
@@ -145,7 +159,7 @@ def test_three_sides_are_each_cross_scored_against_the_reference():
     res = {"ref": side("ref", [-0.1, -0.2], first_id=7), "b": side("b", [-0.1, -0.3], first_id=7),
            "c": side("c", [-0.4], first_id=9)}
     score, calls = recorder()
-    outs = {n: cross_score(score, compare(res["ref"], res[n]), [1], res, 5, set(res)) for n in ("b", "c")}
+    outs = {n: cross(score, compare(res["ref"], res[n]), [1], res, 5, set(res)) for n in ("b", "c")}
     assert set(outs["b"]) == {"b_by_ref", "ref_by_b"}
     assert set(outs["c"]) == {"c_by_ref", "ref_by_c"}
     assert all(s["scorer"] == sc for o in outs.values() for k, s in o.items() for sc in [k.split("_by_")[1]])
@@ -161,21 +175,21 @@ def test_cross_score_lets_engine_errors_propagate():
         raise RuntimeError("scorer crashed")
 
     with pytest.raises(RuntimeError, match="scorer crashed"):
-        cross_score(score, compare(a, b), [1], {"ref": a, "cand": b}, 5, {"ref", "cand"})
+        cross(score, compare(a, b), [1], {"ref": a, "cand": b}, 5, {"ref", "cand"})
 
 
 def test_summary_line():
     own, other = steps([-0.1, -0.5]), steps([-0.1, -0.2])
-    cs = {key("cand", "ref"): gap_stats("cand", "ref", "ref", own, other),
-          key("ref", "cand"): gap_stats("ref", "cand", "ref", other, own)}
-    line = summary_line(cs)
-    first, second = line.split("; ")
+    cs = {key("cand", "ref"): stats("cand", "ref", "ref", own, other),
+          key("ref", "cand"): stats("ref", "cand", "ref", other, own)}
+    text = line(cs)
+    first, second = text.split("; ")
     assert first.startswith("cand's tokens scored by ref: RMS gap ")
     assert second.startswith("ref's tokens scored by cand: RMS gap ")
     assert f"RMS gap {math.sqrt(0.09 / 2):.3g}, max 0.3 nats, 50.0% outside" in first
-    assert summary_line(None) == "" and summary_line({}) == ""
-    assert summary_line({"error": "boom"}) == "cross-scoring failed: boom"
-    assert summary_line({key("cand", "ref"): None, key("ref", "cand"): cs[key("ref", "cand")]}) == second
+    assert line(None) == "" and line({}) == ""
+    assert line({"error": "boom"}) == "cross-scoring failed: boom"
+    assert line({key("cand", "ref"): None, key("ref", "cand"): cs[key("ref", "cand")]}) == second
 
 
 # -- real engines ----------------------------------------------------------------------------------
@@ -198,7 +212,7 @@ def test_run_stores_cross_scores_for_both_directions(service, run):
     (c,) = stored.comparisons
     assert (c.a, c.b) == ("hf", "vllm")
     for k, gen, scorer in (("vllm_by_hf", "vllm", "hf"), ("hf_by_vllm", "hf", "vllm")):
-        s = c.cross_scores[k]
+        s = to_dict(c.cross_scores.get(k))
         assert (s["generator"], s["scorer"]) == (gen, scorer)
         assert s["positions"] == len(stored.results[gen].token_ids) > 0
         # float32 on both engines: teacher forcing reproduces the other's logprobs to rounding
@@ -206,14 +220,23 @@ def test_run_stores_cross_scores_for_both_directions(service, run):
         assert 0.999 < s["importance_ratio"]["min"] <= s["importance_ratio"]["max"] < 1.001
 
 
+def _score(service, model, side, prompt, tokens, k=5):
+    """`side` of the run's setup teacher-forcing `tokens` (its warm worker from the run serves it)."""
+    from parity_ui.engines.base import ScoreRequest
+    from parity_ui.prepare import plan_sides
+
+    with service.sides(plan_sides(str(model), build_config(overrides=FP32), service.on_gpu)) as sides:
+        return sides.score(side, ScoreRequest(prompt, tokens, k))
+
+
 @pytest.mark.engines
-def test_each_engine_scores_its_own_greedy_tokens_as_it_generated_them(service, run):
+def test_each_engine_scores_its_own_greedy_tokens_as_it_generated_them(service, run, tiny_llama):
     """`score` is aligned: side X teacher-forcing X's own greedy output gives X's generate logprobs
     and rank 1 at every position."""
     pr = run.prompts[0]
     for name in ("vllm", "hf"):
         res = pr.results[name]
-        scored = service.score(name, pr.prompt_token_ids, res.token_ids, 5)
+        scored = _score(service, tiny_llama, name, pr.prompt_token_ids, res.token_ids, 5)
         assert [s.token_id for s in scored] == res.token_ids
         assert [s.rank for s in scored] == [1] * len(res.token_ids)
         for got, want in zip(scored, res.steps):
@@ -221,13 +244,13 @@ def test_each_engine_scores_its_own_greedy_tokens_as_it_generated_them(service, 
 
 
 @pytest.mark.engines
-def test_both_engines_agree_on_an_unlikely_continuation(service, run):
+def test_both_engines_agree_on_an_unlikely_continuation(service, run, tiny_llama):
     """Off-distribution tokens (the prompt reversed): both engines give the same logprob and rank at
     each position, so neither `score` is shifted by one."""
     pr = run.prompts[0]
     tokens = list(reversed(pr.prompt_token_ids))[:6]
-    v = service.score("vllm", pr.prompt_token_ids, tokens, 5)
-    h = service.score("hf", pr.prompt_token_ids, tokens, 5)
+    v = _score(service, tiny_llama, "vllm", pr.prompt_token_ids, tokens, 5)
+    h = _score(service, tiny_llama, "hf", pr.prompt_token_ids, tokens, 5)
     assert any(s.rank > 1 for s in h)  # really unlikely tokens, not the greedy path
     assert [s.rank for s in v] == [s.rank for s in h]
     for a, b in zip(v, h):

@@ -30,7 +30,8 @@ def sides(a: list[TokenStep], b: list[TokenStep], afinish: str = "length", bfini
 
 
 def run_explain(a: SideResult, b: SideResult, cfg=GREEDY, differing_keys: list[str] | None = None) -> dict:
-    return explain(compare(a, b), a, b, cfg, differing_keys)
+    """The explanation as it is stored (its JSON), which is what these tests read."""
+    return explain(compare(a, b), a, b, cfg, differing_keys).to_json()
 
 
 def shared(n: int, gap: float = 0.0) -> tuple[list[TokenStep], list[TokenStep]]:
@@ -187,7 +188,7 @@ def test_side_error_and_missing_comparison():
     out = run_explain(ra, rb)
     assert out["verdict"] == "error"
     assert out["summary"] == f"{B} failed after 1 tokens: boom"
-    missing = explain(None, None, None, GREEDY, ["dtype"])
+    missing = explain(None, None, None, GREEDY, ["dtype"]).to_json()
     assert missing["verdict"] == "error" and "no comparison" in missing["summary"]
     assert missing["differing_settings"] == ["dtype"]
 

@@ -15,7 +15,8 @@ from parity_ui.prompts import PromptSpec
 from parity_ui.store import get_run, list_runs, open_db
 from parity_ui.sweep import (MAX_POINTS, Sweep, SweepPoint, grid_points, parse_grid, run_sweep,
                              summarize_sweep)
-from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo
+from parity_ui.records import cross_scores_from_json, explanation_from_json
+from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, to_dict
 
 PROMPT = "def main(args):"
 
@@ -26,7 +27,7 @@ def test_first_fork_and_summary():
     assert first_fork([[1, 2, 3], [1, 2, 3]]) is None
     assert first_fork([[1, 2, 3], [1, 9, 3], [1, 2, 8]]) == 1
     assert first_fork([[1, 2, 3], [1, 2]]) == 2  # a stream that ended early forks at its end
-    s = summarize_outputs([[1, 2], [1, 3], [1, 2]])
+    s = to_dict(summarize_outputs([[1, 2], [1, 3], [1, 2]]))
     assert s == {"runs": 3, "distinct": 2, "first_fork": 1, "counts": [2, 1], "lengths": [2, 2]}
 
 
@@ -52,8 +53,9 @@ def test_parse_grid_and_points():
 
 def _run(fd: int | None, status: str = "diverged") -> Run:
     comp = Comparison(a="ref", b="b", identical=fd is None, first_divergence=fd, compared=10, lengths=[10, 10],
-                      explanation={"verdict": "numerical near-tie" if fd is not None else "identical"},
-                      cross_scores={"b_by_ref": {"rms_gap": 0.5 if fd is not None else 0.001}})
+                      explanation=explanation_from_json({"verdict": "numerical near-tie" if fd is not None
+                                                         else "identical"}),
+                      cross_scores=cross_scores_from_json({"b_by_ref": {"rms_gap": 0.5 if fd is not None else 0.001}}))
     return Run(id=f"r{fd}", created_utc="", model=ModelInfo(name="m", path=""), config={}, status=status,
                sides=[SideInfo(name="ref", kind="hf", reference=True), SideInfo(name="b", kind="vllm")],
                prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], comparisons=[comp])])
@@ -108,7 +110,7 @@ def test_probe_counts_outputs_per_side_and_mode(service, model):
     stored = get_run(service.db, run.id)
     assert stored.kind == "probe" and stored.probes == run.probes
     assert [s.name for s in stored.sides] == ["ref", "b"] and stored.side("b").version
-    p = run.probes
+    p = to_dict(run.probes)  # the report as stored
     assert (p["n"], p["batch"]) == (2, 3)
     for side in ("ref", "b"):
         for mode, runs in (("alone", 2), ("batched", 2), ("alone_vs_batched", 3)):

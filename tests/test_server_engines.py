@@ -18,6 +18,7 @@ from parity_ui.config import build_config
 from parity_ui.prepare import RunRequest
 from parity_ui.prompts import PromptSpec, tokenizer_for
 from parity_ui.store import get_run
+from parity_ui.types import to_dict
 
 pytestmark = pytest.mark.engines
 
@@ -58,7 +59,7 @@ def test_vllm_serve_matches_hf_and_offline_vllm_in_float32_and_is_reused(service
     api = next(s for s in run2.sides if s.name == "api")
     assert api.version.startswith("0.") and api.resolved["served_model"] == str(tiny_llama)
     assert next(s for s in run2.sides if s.name == "srv").resolved["server_pid"] == pid  # reused, not restarted
-    scores = p.comparisons[1].cross_scores  # teacher forcing through the server's prompt_logprobs
+    scores = to_dict(p.comparisons[1].cross_scores)  # teacher forcing through the server's prompt_logprobs
     assert "error" not in scores and any(k.endswith("_by_api") for k in scores)
     assert get_run(service.db, run2.id).sides[2].kind == "openai"
 

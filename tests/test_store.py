@@ -16,6 +16,7 @@ import pytest
 from parity_ui import store
 from parity_ui.compare import compare
 from parity_ui.config import ParityConfig, config_from_dict
+from parity_ui.records import CrossScores, Explanation, GapStats, SideAtFork
 from parity_ui.runlog import this_owner
 from parity_ui.store import get_run, list_runs, mark_interrupted, new_run_id, open_db, save_run
 from parity_ui.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, SideTimings, TokenStep,
@@ -45,8 +46,12 @@ def prompt_result(index: int, sides: dict[str, list[int]], **kw) -> PromptResult
     ref, *others = results.values()
     comps = [compare(ref, b) for b in others]
     for c in comps:
-        c.explanation = {"verdict": "identical" if c.identical else "near-tie", "nested": {"x": [1, None]}}
-        c.cross_scores = {f"{c.b}_by_{c.a}": {"rms_gap": 0.1, "gaps": [0.1, None]}}
+        c.explanation = Explanation(verdict="identical" if c.identical else "near-tie", summary="s",
+                                    thresholds={"x": 1.0}, differing_settings=["dtype"], sides=[c.a, c.b],
+                                    a=SideAtFork(name=c.a, token_id=5, other_token_rank=None))
+        c.cross_scores = CrossScores(directions={f"{c.b}_by_{c.a}": GapStats(c.b, c.a, 2, 1, rms_gap=0.1,
+                                                                             gaps=[0.1, None]),
+                                                 f"{c.a}_by_{c.b}": None})
     return PromptResult(index=index, prompt_text=f"<s>prompt {index}", prompt_token_ids=[1, 10 + index],
                         results=results, comparisons=comps, **kw)
 
@@ -158,10 +163,10 @@ def test_a_database_made_by_0_1_migrates_in_place_with_nothing_lost(legacy):
                 assert c.divergence.token_ids == [d["hf_token_id"], d["vllm_token_id"]]
                 assert c.divergence.accepted == d["accepted_by_vllm_rule"]
             expl = json.loads(old["explanation_json"])
-            assert c.explanation["verdict"] == expl["verdict"] and c.explanation["summary"] == expl["summary"]
+            assert c.explanation.verdict == expl["verdict"] and c.explanation.summary == expl["summary"]
             if expl.get("vllm"):
-                assert c.explanation["b"]["token_id"] == expl["vllm"]["token_id"]
-            assert c.cross_scores == json.loads(old["cross_scores_json"])
+                assert c.explanation.b.token_id == expl["vllm"]["token_id"]
+            assert to_dict(c.cross_scores) == json.loads(old["cross_scores_json"])
 
 
 def test_migrated_configs_load_as_sides_configs(legacy):
@@ -180,7 +185,7 @@ def test_migrated_probe_keeps_its_per_side_counts(legacy):
     import json
 
     old = json.loads(row["probes_json"])
-    probes = get_run(db, row["id"]).probes
+    probes = to_dict(get_run(db, row["id"]).probes)
     assert set(probes["sides"]) == {"hf", "vllm"}
     assert probes["sides"]["vllm"]["alone"] == old["vllm"]["alone"]
     assert probes["sides"]["hf"]["batched"] == old["hf"]["batched"]
@@ -414,12 +419,12 @@ def test_non_finite_numbers_are_stored_as_valid_json(db):
     step = run.prompts[0].results["ref"].steps[0]
     step.logprob = -math.inf
     step.top = [TopLogprob(1, math.nan, "a"), TopLogprob(2, -math.inf, "b"), TopLogprob(3, -0.5, "c")]
-    run.prompts[0].comparisons[0].explanation = {"noise": math.nan}
+    run.prompts[0].comparisons[0].explanation = Explanation(verdict="v", summary="", noise_before=math.nan)
     save_run(db, run)
     back = get_run(db, run.id)
     assert back.prompts[0].results["ref"].steps[0].logprob == -1e30
     assert [t.logprob for t in back.prompts[0].results["ref"].steps[0].top] == [None, -1e30, -0.5]  # as JSON stores them
-    assert back.prompts[0].comparisons[0].explanation == {"noise": None}
+    assert back.prompts[0].comparisons[0].explanation == Explanation(verdict="v", summary="", noise_before=None)
     assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(result_json) = 0").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(steps_json) = 0").fetchone()[0] == 0
 

@@ -19,6 +19,7 @@ from parity_ui.compare import compare  # noqa: E402
 from parity_ui.render import cards, tokens  # noqa: E402
 from parity_ui.report import html_report  # noqa: E402
 from parity_ui.runlog import RunEvent  # noqa: E402
+from parity_ui.records import Explanation  # noqa: E402
 from parity_ui.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep,  # noqa: E402
                              TopLogprob)
 from parity_ui.ui import plots  # noqa: E402
@@ -227,7 +228,7 @@ def test_short_panes_are_built_whole():
 
 def test_summary_card_states_each_divergence_the_settings_and_the_run_link():
     run = _run({"hf": SAME + [(13, " on")], "graphs": SAME + [(15, " in")]})
-    run.prompts[0].comparisons[0].explanation = {"verdict": "numerical near-tie", "summary": "a <b>tiny</b> margin"}
+    run.prompts[0].comparisons[0].explanation = Explanation(verdict="numerical near-tie", summary="a <b>tiny</b> margin")
     run.warnings = [Finding(code="low-precision", severity="warning", message="bf16", fix="see if it is numerical",
                             setting={"key": "dtype", "value": "float32"}),
                     Finding(code="prefix-caching", severity="warning", message="on", fix="turn it off",

@@ -101,28 +101,28 @@ def divergence_line(c: Comparison) -> str:
 
 def _explanation(c: Comparison) -> str:
     e = c.explanation
-    if not isinstance(e, dict) or not (e.get("verdict") or e.get("summary")):
+    if e is None or not (e.verdict or e.summary):
         return ""
-    return (f'<div class="pc-verdict"><b>{esc(e.get("verdict", ""))}</b> '
-            f'{esc(e.get("summary", ""))}</div>')
+    return f'<div class="pc-verdict"><b>{esc(e.verdict)}</b> {esc(e.summary)}</div>'
+
 
 
 def _cross_scores(c: Comparison) -> str:
     cs = c.cross_scores
-    if not isinstance(cs, dict) or not cs:
+    if cs is None or not (cs.directions or cs.error):
         return ""
-    if "error" in cs:
-        return f'<div class="pc-muted">cross-scoring failed: {esc(cs["error"])}</div>'
+    if cs.error is not None:
+        return f'<div class="pc-muted">cross-scoring failed: {esc(cs.error)}</div>'
     rows = []
     for gen, scorer in ((c.b, c.a), (c.a, c.b)):
         s = cs.get(cross_key(gen, scorer))
-        if not isinstance(s, dict) or s.get("rms_gap") is None:
+        if s is None or s.rms_gap is None:
             continue
-        r = s.get("importance_ratio") or {}
-        rows.append(f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s['rms_gap']:.3g}, "
-                    f"max {s['max_abs_gap']:.3g} nats, {100 * s['share_outside_band']:.1f}% outside [0.9, 1.1], "
-                    f"ratio {r.get('min', 0):.3f}..{r.get('max', 0):.3f}, {s['other_disagrees']} positions where "
-                    f"{esc(scorer)} would pick another token</td></tr>")
+        r = s.importance_ratio
+        ratio = f"ratio {r.min:.3f}..{r.max:.3f}, " if r is not None else ""
+        rows.append(f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s.rms_gap:.3g}, "
+                    f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside [0.9, 1.1], "
+                    f"{ratio}{s.other_disagrees} positions where {esc(scorer)} would pick another token</td></tr>")
     if not rows:
         return ""
     return (f'<details class="pc-cross"><summary>teacher-forced cross-scores ({esc(c.b)} and {esc(c.a)})</summary>'

@@ -9,19 +9,17 @@ from .cards import esc
 
 
 def probes_html(run: Run) -> str:
-    p = run.probes or {}
-    sides = p.get("sides") or {}
-    if not sides:
+    p = run.probes
+    if p is None or not p.sides:
         return ""
     rows = []
-    for label, entry in sides.items():
+    for label, entry in p.sides.items():
         cells = []
-        for mode in ("alone", "batched", "alone_vs_batched"):
-            s = entry.get(mode) or {}
-            fork = "" if s.get("first_fork") is None else f", fork at {s['first_fork']}"
-            cells.append(f"<td>{s.get('distinct', '?')} distinct of {s.get('runs', '?')}{fork}</td>")
+        for s in (entry.alone, entry.batched, entry.alone_vs_batched):
+            fork = "" if s.first_fork is None else f", fork at {s.first_fork}"
+            cells.append(f"<td>{s.distinct} distinct of {s.runs}{fork}</td>")
         rows.append(f"<tr><th>{esc(label)}</th>{''.join(cells)}</tr>")
-    return (f"<h3>Determinism probe (n={esc(p.get('n'))}, batch={esc(p.get('batch'))})</h3>"
+    return (f"<h3>Determinism probe (n={esc(p.n)}, batch={esc(p.batch)})</h3>"
             '<table class="pc-setting-table"><tr><th>setup</th><th>alone</th><th>in a batch</th>'
             f"<th>alone vs batched</th></tr>{''.join(rows)}</table>")
 
