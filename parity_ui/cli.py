@@ -9,13 +9,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import PRESETS, SIDE_PRESETS, ParityConfig, apply_overrides, apply_side_args, build_config, load_config_file
 from .errors import ParityError, PromptError
 from .images import MAX_IMAGES_PER_PROMPT, read_image
 from .prompts import PromptSpec, read_prompt_file
 from .types import Run, to_dict
+
+if TYPE_CHECKING:
+    from .service import ParityService
 
 EXIT_IDENTICAL, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -79,7 +82,7 @@ def _as_given(args: argparse.Namespace) -> list[PromptSpec]:
     return [PromptSpec(text=f"(prompt file {getattr(args, 'prompt_file', '')})")]
 
 
-def _service(args: argparse.Namespace) -> Any:
+def _service(args: argparse.Namespace) -> ParityService:
     from .service import ParityService
 
     return ParityService(db_path=args.db)
@@ -205,29 +208,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _side_pair(text: str | None) -> tuple[str, str] | None:
-    if not text:
-        return None
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if len(names) != 2:
-        raise ParityError(f"--sides needs two side names, got {text!r}", "e.g. --sides ref,b")
-    return names[0], names[1]
-
-
 def cmd_layers(args: argparse.Namespace) -> int:
-    from .layers import failed, format_localisation, localise
-    from .store import save_localisation
+    from .layers import format_localisation
 
     run = _get(args, args.id)
     if run is None:
         return EXIT_ERROR
     service = _service(args)
     try:
-        try:
-            loc = localise(service, run, args.prompt, args.position, _side_pair(args.sides), emit=_emit(args))
-        except ParityError as e:
-            loc = failed(run, args.prompt, args.position, None, e)
-        save_localisation(service.db, loc)
+        loc = service.localise(run, args.prompt, args.position, args.sides, emit=_emit(args))
     finally:
         service.close()
     if loc.error:

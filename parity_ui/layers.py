@@ -19,15 +19,19 @@ import math
 import time
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import config_from_dict
 from .engines.base import CaptureRequest
 from .errors import ParityError
 from .kinds import VllmOptions, get_kind
-from .prepare import RunRequest
-from .prompts import PromptSpec
+from .prepare import plan_sides
+from .runlog import EventCallback, RunEvent
 from .types import Localisation, Run
+from .worker_client import Capture
+
+if TYPE_CHECKING:
+    from .service import ParityService
 
 EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
 FLOOR_MULTIPLE = 10.0  # an error this many times the measured floor has left it
@@ -54,10 +58,10 @@ class BlockFigure:
 
 # -- figures ---------------------------------------------------------------------------------------
 
-def _rows(capture: dict[str, Any], name: str) -> list[array]:
+def _rows(capture: Capture, name: str) -> list[array]:
     flat = array("f")
-    flat.frombytes(capture["data"][name])
-    dim = capture["dims"][name]
+    flat.frombytes(capture.data[name])
+    dim = capture.dims[name]
     return [flat[i * dim:(i + 1) * dim] for i in range(len(flat) // dim)]
 
 
@@ -80,10 +84,10 @@ def _block_of(name: str) -> tuple[int | None, str]:
     return None, {"final_norm": "norm"}.get(name, name)
 
 
-def figures(cap_a: dict[str, Any], cap_b: dict[str, Any], floor: dict[str, Any]) -> list[BlockFigure]:
+def figures(cap_a: Capture, cap_b: Capture, floor: Capture) -> list[BlockFigure]:
     """Per captured block, in forward order: b against a, and a's noisy run against a."""
     out = []
-    for name in cap_a["names"]:
+    for name in cap_a.names:
         ra, rb, rf = _rows(cap_a, name), _rows(cap_b, name), _rows(floor, name)
         layer, block = _block_of(name)
         out.append(BlockFigure(layer, block, [rel_l2(x, y) for x, y in zip(ra, rb)],
@@ -126,7 +130,7 @@ def _drift(figs: list[BlockFigure], start: BlockFigure) -> str:
     return "some earlier positions are over the floor too: drift building up before the divergence"
 
 
-def _logits(cap_a: dict[str, Any], cap_b: dict[str, Any], tokens: tuple[int | None, int | None]) -> dict[str, Any]:
+def _logits(cap_a: Capture, cap_b: Capture, tokens: tuple[int | None, int | None]) -> dict[str, Any]:
     la, lb = _rows(cap_a, "logits")[0], _rows(cap_b, "logits")[0]
     ta, tb = max(range(len(la)), key=la.__getitem__), max(range(len(lb)), key=lb.__getitem__)
     out: dict[str, Any] = {"argmax_a": ta, "argmax_b": tb, "rel_l2": rel_l2(la, lb)}
@@ -181,9 +185,32 @@ def positions_for(prompt_len: int, position: int) -> list[int]:
     return [target, *(target - k for k in BEFORE if target - k >= 0)]
 
 
-def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | None) -> tuple[
-        str, str, int, list[int], tuple[int | None, int | None], bool]:
-    """(a, b, position, ids, (a's token, b's token) there, diverged) with every bad input refused."""
+@dataclass
+class LayerPlan:
+    """What one localisation captures: sides `a` and `b` teacher-forced with `ids` (the prompt and the
+    common prefix) up to generated token `position`, where a chose tokens[0] and b tokens[1]."""
+
+    a: str
+    b: str
+    position: int
+    ids: list[int]
+    tokens: tuple[int | None, int | None]
+    diverged: bool  # `position` is the sides' first divergence
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """"ref,b" (the CLI's --sides) -> ("ref", "b"). Raises LayersError."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) != 2:
+        raise LayersError(f"--sides needs two side names, got {text!r}", "e.g. --sides ref,b")
+    return names[0], names[1]
+
+
+def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | str | None) -> LayerPlan:
+    """The capture for a stored run's comparison, with every bad input refused (LayersError).
+    `sides`: the two sides, as a pair or as "a,b"; None: the reference and the first that diverged."""
+    if isinstance(sides, str):
+        sides = parse_pair(sides) if sides.strip() else None
     if not 0 <= prompt_index < len(run.prompts):
         raise LayersError(f"run {run.id} has {len(run.prompts)} prompt(s); there is no prompt {prompt_index}",
                           f"use --prompt 0..{len(run.prompts) - 1}")
@@ -227,7 +254,7 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
     ids = list(pr.prompt_token_ids) + list(ra.token_ids[:position])
     tok = (ra.token_ids[position] if position < len(ra.token_ids) else None,
            rb.token_ids[position] if position < len(rb.token_ids) else None)
-    return a, b, position, ids, tok, diverged and position == d
+    return LayerPlan(a, b, position, ids, tok, diverged and position == d)
 
 
 def _eager(spec: Any) -> Any:
@@ -235,11 +262,13 @@ def _eager(spec: Any) -> Any:
     return spec.replace(enforce_eager=True) if isinstance(spec.options, VllmOptions) else spec
 
 
-def localise(service: Any, run: Run, prompt_index: int = 0, position: int | None = None,
-             sides: tuple[str, str] | None = None, emit: Any = None) -> Localisation:
+def localise(service: ParityService, run: Run, prompt_index: int = 0, position: int | None = None,
+             sides: tuple[str, str] | str | None = None, emit: EventCallback | None = None) -> Localisation:
     """Capture both sides and name where they part. Raises ParityError (LayersError, EngineError)."""
     t0 = time.perf_counter()
-    a, b, position, ids, tokens, diverged = plan(run, prompt_index, position, sides)
+    emit = emit or (lambda e: None)
+    lp = plan(run, prompt_index, position, sides)
+    a, b = lp.a, lp.b
     cfg = config_from_dict(run.config)
     specs = {s.name: s for s in cfg.sides}
     chosen = [_eager(specs[a]), _eager(specs[b])]
@@ -250,20 +279,24 @@ def localise(service: Any, run: Run, prompt_index: int = 0, position: int | None
         if s is not orig and would_graph:
             notes.append(f"side {s.name} was captured with enforce_eager=true (hooks do not fire inside CUDA graphs); "
                          "a divergence that only CUDA graphs or compilation cause does not show here")
-    cfg = dataclasses.replace(cfg, sides=chosen)
-    req = RunRequest(model=run.model.path, prompts=[PromptSpec(text="layer capture")], config=cfg)
-    prep = service.prepare(req)
-    positions = positions_for(len(run.prompts[prompt_index].prompt_token_ids), position)
-    dtype = prep.side(a).dtype
+    plans = plan_sides(run.model.path, dataclasses.replace(cfg, sides=chosen), service.on_gpu)
+    positions = positions_for(len(run.prompts[prompt_index].prompt_token_ids), lp.position)
+    dtype = plans[0].dtype
     eps = EPS.get(dtype, EPS["float32"]) / 2
-    caps = service.capture_sides(prep, [(a, CaptureRequest(ids, positions)), (b, CaptureRequest(ids, positions)),
-                                        (a, CaptureRequest(ids, positions, noise_eps=eps, seed=1))], emit)
+    asked = [(a, CaptureRequest(lp.ids, positions)), (b, CaptureRequest(lp.ids, positions)),
+             (a, CaptureRequest(lp.ids, positions, noise_eps=eps, seed=1))]
+    with service.sides(plans, emit=emit) as running:
+        caps = []
+        for side, req in asked:
+            emit(RunEvent("status", f"{side}: capturing {len(req.positions)} position(s) of every layer"
+                                    + (" (noise-floor run)" if req.noise_eps else ""), side=side))
+            caps.append(running.capture(side, req))
     figs = figures(caps[0], caps[1], caps[2])
-    logits = _logits(caps[0], caps[1], tokens)
-    layer, block, summary = summarise(figs, logits, a, b, diverged)
+    logits = _logits(caps[0], caps[1], lp.tokens)
+    layer, block, summary = summarise(figs, logits, a, b, lp.diverged)
     stream = [f for f in figs if f.block == "residual"]
     return Localisation(
-        run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=position, token_positions=positions,
+        run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=lp.position, token_positions=positions,
         first_divergent_layer=layer, first_divergent_block=block,
         noise_floor={"method": f"measured: side {a} against itself with rounding-level noise (relative {eps:.2e}, half "
                                f"of {dtype}'s epsilon) injected into the residual stream entering every layer; a block "
@@ -273,10 +306,10 @@ def localise(service: Any, run: Run, prompt_index: int = 0, position: int | None
         seconds=round(time.perf_counter() - t0, 3))
 
 
-def failed(run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | None,
+def failed(run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | str | None,
            error: ParityError) -> Localisation:
     """A localisation that could not run, to be stored with its run (nothing the user asked is lost)."""
-    a, b = sides or (run.reference or "", "")
+    a, b = sides if isinstance(sides, tuple) else (run.reference or "", "")
     return Localisation(run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=-1 if position is None else position,
                         token_positions=[], first_divergent_layer=None, first_divergent_block=None, noise_floor={},
                         per_layer=[], summary=str(error), error=str(error))

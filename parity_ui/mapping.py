@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from .config import ParityConfig
 from .errors import SideError
-from .kinds import SDPA_ENABLED, HfOptions, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
+from .kinds import KINDS, SDPA_ENABLED, HfOptions, Kind, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
 from .sides import SideSpec
 from .types import ModelInfo
 from .validation import doc_of
@@ -538,13 +538,13 @@ def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) 
     rec = _Recorder()
     sampling = completions_sampling(cfg, r, rec)
     p = f"{side.name}."
-    for name in ("url", "served_model", "api_key_env", "timeout_s", "verify_tls", "check_tokenizer"):
+    for name in ("url", "served_model", "api_key_env", "timeout_s", "verify_tls", "check_tokenizer", "max_in_flight"):
         rec(p + name, "client", name, getattr(o, name))
     for key, why in (("dtype", "the server's"), ("generation_config", "every sampling field is sent explicitly"),
                      ("logprobs_mode", "the server's")):
         rec(key, "server", "(set when the server started)", why)
     return OpenAIArgs(connection={k: getattr(o, k) for k in ("url", "served_model", "api_key_env", "timeout_s",
-                                                           "verify_tls", "check_tokenizer")},
+                                                           "verify_tls", "check_tokenizer", "max_in_flight")},
                       sampling=sampling, used=rec.used)
 
 
@@ -554,6 +554,19 @@ _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]
     "vllm-server": to_vllm_server,
     "openai": to_openai,
 }
+
+
+def register_kind(kind: Kind, mapper: Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]) -> Callable[[], None]:
+    """Add a kind and its mapper (the tests' fake engine registers itself here; users never see one
+    that was not registered). Returns the function that removes it again."""
+    KINDS[kind.name] = kind
+    _MAPPERS[kind.name] = mapper
+
+    def unregister() -> None:
+        KINDS.pop(kind.name, None)
+        _MAPPERS.pop(kind.name, None)
+
+    return unregister
 
 
 def map_side(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo | None = None) -> Any:

@@ -19,7 +19,7 @@ from .prompts import EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor
 from .sides import SideSpec
 from .types import ModelInfo
 
-__all__ = ["prepare", "likely_workers", "plan_side", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
+__all__ = ["prepare", "likely_workers", "plan_side", "plan_sides", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
 
 
 def max_context(cfg: ParityConfig, model: ModelInfo) -> int | None:
@@ -101,6 +101,14 @@ def plan_side(cfg: ParityConfig, spec: SideSpec, resolved: Resolved, model: Mode
     args = map_side(cfg, spec, resolved, model)
     return SidePlan(spec=spec, kind=kind, model=model, dtype=side_dtype(cfg, spec, model), args=args,
                     python=python, env=env, worker_env=dict(getattr(args, "env", {}) or {}))
+
+
+def plan_sides(model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code: bool = False) -> list[SidePlan]:
+    """Every side's plan for `cfg` on a model, without prompts (a layer capture replays ids it already
+    has). Raises ParityError like prepare()."""
+    model = describe_model(model_name, trust_remote_code=trust_remote_code)
+    resolved = resolve(model, tokenizer_for(model.path, trust_remote_code).eos_token_ids, gpu)
+    return [plan_side(cfg, spec, resolved, _side_model(spec, model, trust_remote_code)) for spec in cfg.sides]
 
 
 def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict[str, str]]]:

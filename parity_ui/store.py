@@ -30,7 +30,7 @@ from .bulk import gc_paused
 from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
 from .runlog import owner_alive
-from .types import (Localisation, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
+from .types import (Localisation, PromptResult, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
                     prompt_result_from_dict, run_from_dict, side_result_from_dict, step_from_dict, to_dict)
 
 migrations = Migrations("parity_ui")
@@ -281,8 +281,8 @@ def open_db(path: str | Path | None = None) -> Database:
     """Open (creating if needed) and migrate the run database; runs left "running" by a process that
     is gone are marked "interrupted". `:memory:` works for tests."""
     p = str(path or default_db_path())
-    if p == ":memory:":
-        db = Database(memory=True)
+    if p == ":memory:":  # written from a run's side threads too (serialised by the service)
+        db = Database(sqlite3.connect(":memory:", check_same_thread=False))
     else:
         Path(p).parent.mkdir(parents=True, exist_ok=True)
         # Gradio calls handlers from a thread pool; the service serialises writes with its lock.
@@ -311,32 +311,55 @@ def mark_interrupted(db: Database) -> list[str]:
 
 
 def save_run(db: Database, run: Run) -> None:
-    """Insert or replace the run with its prompts, side results and comparisons, in one transaction."""
+    """Insert or replace the whole run with its prompts, side results and comparisons, in one
+    transaction (rows the run no longer has are removed). A run being made is written in parts
+    instead (save_run_row, save_prompt_rows, save_side_result, save_comparisons: what changed)."""
     with db.atomic():
-        db["runs"].upsert({
-            "id": run.id, "datetime_utc": run.created_utc, "kind": run.kind, "group_id": run.group_id,
-            "status": run.status,
-            "identical": None if run.identical is None else int(run.identical),
-            "first_divergence": run.first_divergence, "model": run.model.name, "model_path": run.model.path,
-            "dtype": _dtype(run), "device": run.device, "n_prompts": len(run.prompts),
-            "prompt_excerpt": _excerpt(run), "error": run.error, "error_code": run.error_code,
-            "duration_ms": run.duration_ms, "config_json": _dumps(run.config), "model_json": _dumps(run.model),
-            "versions_json": _dumps(run.versions), "warnings_json": _dumps(run.warnings),
-            "probes_json": _dumps(run.probes), "sides": _sides_text([to_dict(s) for s in run.sides]),
-            "sides_json": _dumps(run.sides), "timings_json": _dumps(run.timings), "owner_json": _dumps(run.owner),
-        }, pk="id")
+        save_run_row(db, run)
         for table in ("prompt_results", "side_results", "comparisons"):
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", [run.id])
-        db["prompt_results"].insert_all(({
-            "run_id": run.id, "idx": p.index, "prompt_text": p.prompt_text,
-            "prompt_token_ids_json": _dumps(p.prompt_token_ids), "messages_json": _dumps(p.messages),
-            "images_json": _dumps(p.images) if p.images else None,
-        } for p in run.prompts), pk=("run_id", "idx"))
+        save_prompt_rows(db, run)
         for p in run.prompts:
             for res in p.results.values():
                 _insert_side_result(db, run.id, p.index, res)
-            for c in p.comparisons:
-                _insert_comparison(db, run.id, p.index, to_dict(c))
+            save_comparisons(db, run.id, p)
+
+
+def save_run_row(db: Database, run: Run) -> None:
+    """The run's own row (status, figures, config, sides, timings): what every flush writes."""
+    db["runs"].upsert({
+        "id": run.id, "datetime_utc": run.created_utc, "kind": run.kind, "group_id": run.group_id,
+        "status": run.status,
+        "identical": None if run.identical is None else int(run.identical),
+        "first_divergence": run.first_divergence, "model": run.model.name, "model_path": run.model.path,
+        "dtype": _dtype(run), "device": run.device, "n_prompts": len(run.prompts),
+        "prompt_excerpt": _excerpt(run), "error": run.error, "error_code": run.error_code,
+        "duration_ms": run.duration_ms, "config_json": _dumps(run.config), "model_json": _dumps(run.model),
+        "versions_json": _dumps(run.versions), "warnings_json": _dumps(run.warnings),
+        "probes_json": _dumps(run.probes), "sides": _sides_text([to_dict(s) for s in run.sides]),
+        "sides_json": _dumps(run.sides), "timings_json": _dumps(run.timings), "owner_json": _dumps(run.owner),
+    }, pk="id")
+
+
+def save_prompt_rows(db: Database, run: Run, indices: Any = None) -> None:
+    """The prompts' rows (text, token ids, messages, images): all, or those at `indices`."""
+    prompts = run.prompts if indices is None else [run.prompts[i] for i in indices]
+    db["prompt_results"].insert_all(({
+        "run_id": run.id, "idx": p.index, "prompt_text": p.prompt_text,
+        "prompt_token_ids_json": _dumps(p.prompt_token_ids), "messages_json": _dumps(p.messages),
+        "images_json": _dumps(p.images) if p.images else None,
+    } for p in prompts), pk=("run_id", "idx"), replace=True)
+
+
+def save_side_result(db: Database, run_id: str, res: SideResult) -> None:
+    """One side's result for one prompt (replacing what a flush wrote of it before)."""
+    _insert_side_result(db, run_id, res.prompt_index, res)
+
+
+def save_comparisons(db: Database, run_id: str, prompt: PromptResult) -> None:
+    """One prompt's comparisons, each side against the reference."""
+    for c in prompt.comparisons:
+        _insert_comparison(db, run_id, prompt.index, to_dict(c))
 
 
 def _dtype(run: Run) -> str | None:
@@ -456,5 +479,5 @@ def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
 
-__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "get_run", "list_runs",
+__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "get_run", "list_runs",
            "distinct_models", "RunSummary", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]

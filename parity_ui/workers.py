@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
@@ -138,12 +137,6 @@ class CancelFlag:
 
 
 # -- one worker ----------------------------------------------------------------------------------
-
-@dataclass
-class Loaded:
-    info: Any  # EngineInfo
-    load_s: float  # 0.0 when the worker was already warm
-
 
 class EngineWorker:
     """A handle on one worker process. Not thread-safe: the service serialises calls to it."""
@@ -309,7 +302,7 @@ class EngineWorker:
         self._conn.send((kind, payload))
         # An explained fault after the engine loaded (a server's HTTP error, a tokenizer mismatch)
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
-        keep = kind in ("generate", "score", "check_input", "capture") and self.info is not None
+        keep = kind in ("generate", "score", "score_batch", "check_input", "capture") and self.info is not None
         _, result = self._wait(timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress,
                                keep_worker=keep)
         if kind == "generate" and self.cancel_flag.is_set():
@@ -412,6 +405,11 @@ class EnginePool:
 
     def by_pid(self, pid: int) -> EngineWorker | None:
         return next((w for w in self.workers.values() if w.pid == pid), None)
+
+    def by_side(self) -> dict[str, EngineWorker]:
+        """The warm workers by the side name each last served (for tests and diagnostics)."""
+        with self._lock:
+            return {w.label: w for w in self.workers.values()}
 
     def cancel(self) -> None:
         self.cancel_flag.set()

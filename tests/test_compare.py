@@ -252,15 +252,18 @@ def test_three_sides_give_two_comparisons_against_the_reference():
 
 
 def test_service_compares_every_side_with_the_reference():
-    """The service's compare step (ParityService._finish) on stand-ins: no engine, no worker. Each
-    non-reference side gets one comparison against the reference, with cross-scores only in the
+    """The service's compare step (compare_run.finish_comparisons) on stand-ins: no engine, no worker.
+    Each non-reference side gets one comparison against the reference, with cross-scores only in the
     directions a scorer can score, and an explanation naming the pair's own differing settings."""
-    from parity_ui.service import ParityService
+    from parity_ui.compare_run import finish_comparisons
+    from parity_ui.recorder import RunRecorder
+    from parity_ui.store import open_db
 
     res = _three_sides()
     calls = []
 
-    def score(side, prompt, continuation, k):
+    def score(side, req):
+        prompt, continuation, k = req.prompt, req.continuation, req.logprobs
         calls.append((side, tuple(continuation)))
         return [TokenStep(position=i, token_id=t, text="", logprob=-0.3, rank=1) for i, t in enumerate(continuation)]
 
@@ -275,16 +278,16 @@ def test_service_compares_every_side_with_the_reference():
     run = Run(id="r", created_utc="", model=ModelInfo(name="m", path="/m"), config={}, status="running",
               prompts=[pr], sides=sides)
 
-    ParityService._finish(SimpleNamespace(score=score), prep, run, lambda e: None)
+    finish_comparisons(prep, RunRecorder(open_db(":memory:"), run), SimpleNamespace(score=score), lambda e: None)
 
     assert [(c.a, c.b) for c in pr.comparisons] == [("ref", "same"), ("ref", "fork")]
     same, fork = pr.comparisons
     assert same.identical and not fork.identical and fork.first_divergence == 1
-    assert set(same.cross_scores) == {"same_by_ref", "ref_by_same"}
-    assert set(fork.cross_scores) == {"fork_by_ref"}  # fork's kind cannot score the reference's tokens
+    assert set(same.cross_scores.directions) == {"same_by_ref", "ref_by_same"}
+    assert set(fork.cross_scores.directions) == {"fork_by_ref"}  # fork's kind cannot score the reference's tokens
     assert sorted(calls) == sorted([("ref", (5, 6, 7, 8)), ("same", (5, 6, 7, 8)), ("ref", (5, 9, 7))])
-    assert same.explanation["sides"] == ["ref", "same"] and same.explanation["verdict"] == "identical"
-    assert fork.explanation["sides"] == ["ref", "fork"]
-    assert "dtype" in fork.explanation["differing_settings"]
-    assert "dtype" not in same.explanation["differing_settings"]
+    assert same.explanation.sides == ["ref", "same"] and same.explanation.verdict == "identical"
+    assert fork.explanation.sides == ["ref", "fork"]
+    assert "dtype" in fork.explanation.differing_settings
+    assert "dtype" not in same.explanation.differing_settings
     assert set(run.timings) >= {"compare", "cross_score", "explain"}

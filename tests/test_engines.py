@@ -65,7 +65,7 @@ def test_bfloat16_divergence_is_reported_with_its_index(service, models):
     assert c.first_divergence == index == run.first_divergence
     assert c.divergence.token_ids == [a[index], b[index]]
     assert len(c.logprob_gaps) == index  # gaps only over the shared prefix
-    assert c.explanation["verdict"] in ("numerical near-tie", "real disagreement")
+    assert c.explanation.verdict in ("numerical near-tie", "real disagreement")
 
 
 def test_vllm_against_vllm_with_other_settings_and_the_resolved_diff(service, models):
@@ -108,8 +108,8 @@ def test_three_sides_in_one_run(service, models):
     assert p.comparison("fp32").identical and not p.comparison("bf16").identical
     assert run.first_divergence == p.comparison("bf16").first_divergence
     assert [s.dtype for s in run.sides] == ["float32", "float32", "bfloat16"]
-    assert "bf16_by_ref" in p.comparison("bf16").cross_scores and "ref_by_bf16" in p.comparison("bf16").cross_scores
-    assert "dtype" in p.comparison("bf16").explanation["differing_settings"]
+    assert "bf16_by_ref" in p.comparison("bf16").cross_scores.directions and "ref_by_bf16" in p.comparison("bf16").cross_scores.directions
+    assert "dtype" in p.comparison("bf16").explanation.differing_settings
     back = get_run(service.db, run.id)
     assert [(c.a, c.b, c.first_divergence) for c in back.comparisons] == \
            [(c.a, c.b, c.first_divergence) for c in run.comparisons]
@@ -256,7 +256,7 @@ def test_a_worker_killed_by_another_process_is_named_so_and_a_new_worker_serves_
     def on_event(e):
         if e.kind == "token" and e.side == "vllm" and not killed:
             killed["at"] = e.step.position
-            os.kill(service._workers["vllm"].pid, signal.SIGKILL)  # as `kill -9` from a shell would
+            os.kill(service.pool.by_side()["vllm"].pid, signal.SIGKILL)  # as `kill -9` from a shell would
 
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=1900", "ignore_eos=true",
                on_event=on_event)
@@ -277,8 +277,8 @@ def test_workers_lead_their_own_process_group_but_stay_in_the_parents_session(se
     # threads, which made generation ~10x slower on a busy machine (parity_ui.workers).
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4")
     assert run.status in ("ok", "diverged"), run.error
-    assert service._workers
-    for name, w in service._workers.items():
+    assert service.pool.by_side()
+    for name, w in service.pool.by_side().items():
         assert os.getpgid(w.pid) == w.pid, name
         assert os.getsid(w.pid) == os.getsid(0), name
 
@@ -341,13 +341,13 @@ def test_fp32_logits_on_both_kinds_of_a_bf16_model(service, tmp_path):
     assert run.side("rollout").resolved["logits_dtype"] == "float32"
     assert run.side("plain").resolved["logits_dtype"] == "bfloat16"
     assert run.side("trainer").dtype == run.side("rollout").dtype == "bfloat16"  # the weights stay bf16
-    assert "logits_dtype" in run.comparisons[1].explanation["differing_settings"]  # plain vs trainer
+    assert "logits_dtype" in run.comparisons[1].explanation.differing_settings  # plain vs trainer
 
 
 def test_vllm_takes_pre_tokenized_prompts_without_a_deprecation_warning(service, models):
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4")
     assert run.status == "ok", run.error
-    log = open(service._workers["vllm"].log_path).read()
+    log = open(service.pool.by_side()["vllm"].log_path).read()
     assert "Loading weights" in log or "Model loading took" in log or "init engine" in log  # the worker's real log
     # vLLM 0.32's deprecation of raw prompts ends with this advice; the renderer path avoids it.
     assert "Renderer.render_cmpl() or Renderer.render_chat()" not in log, log[-2000:]
@@ -365,7 +365,7 @@ def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_t
         run = _run(svc, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
                    "generate_while_loading=always", on_event=events.append)
         assert run.status == "ok", run.error
-        assert {n: w.preloaded for n, w in svc._workers.items()} == {"hf": True, "vllm": True}
+        assert {n: w.preloaded for n, w in svc.pool.by_side().items()} == {"hf": True, "vllm": True}
         assert not svc.pool.spares
         said = [(e.kind, e.side, e.message) for e in events if e.kind != "token"]
         hf_done = said.index(("side_done", "hf", "hf done"))

@@ -13,11 +13,12 @@ import pytest
 from parity_ui.errors import ParityError
 from parity_ui.layers import BlockFigure, LayersError, figures, first_divergent, plan, positions_for, summarise
 from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, SideResult
+from parity_ui.worker_client import Capture
 
 
-def _cap(rows: dict[str, list[list[float]]]) -> dict:
+def _cap(rows: dict[str, list[list[float]]]) -> Capture:
     data = {n: array("f", [x for r in v for x in r]).tobytes() for n, v in rows.items()}
-    return {"positions": [5, 4], "names": list(rows), "data": data, "dims": {n: len(v[0]) for n, v in rows.items()}}
+    return Capture(positions=[5, 4], names=list(rows), data=data, dims={n: len(v[0]) for n, v in rows.items()})
 
 
 BASE = {"L0.attn": [[1.0, 2.0], [1.0, 2.0]], "L0.mlp": [[3.0, 1.0], [3.0, 1.0]],
@@ -26,7 +27,7 @@ BASE = {"L0.attn": [[1.0, 2.0], [1.0, 2.0]], "L0.mlp": [[3.0, 1.0], [3.0, 1.0]],
         "final_norm": [[1.0, 0.2], [1.0, 0.2]], "logits": [[2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]}
 
 
-def _with(changes: dict[str, float]) -> dict:
+def _with(changes: dict[str, float]) -> Capture:
     out = {n: [list(r) for r in v] for n, v in BASE.items()}
     for name, delta in changes.items():
         out[name][0][0] += delta
@@ -86,8 +87,9 @@ def _run(kinds=("hf", "vllm"), a_ids=(5, 6, 7, 8), b_ids=(5, 6, 9, 8), div=2) ->
 
 
 def test_plan_teacher_forces_the_prompt_and_the_common_prefix():
-    a, b, pos, ids, tokens, diverged = plan(_run(), 0, None, None)
-    assert (a, b, pos) == ("ref", "b", 2) and ids == [1, 2, 3, 5, 6] and tokens == (7, 9) and diverged
+    p = plan(_run(), 0, None, None)
+    assert (p.a, p.b, p.position) == ("ref", "b", 2) and p.ids == [1, 2, 3, 5, 6] and p.tokens == (7, 9)
+    assert p.diverged
 
 
 @pytest.mark.parametrize("kw,needle,fix", [

@@ -35,18 +35,13 @@ class ServiceRunner:
         """Layer localisation of a stored run's comparison (`side` against the reference); stored,
         also when it fails (the failure says why and how to fix it)."""
         from ..errors import ParityError
-        from ..layers import failed, localise
-        from ..store import get_run, save_localisation
+        from ..store import get_run
 
         run = get_run(self.service.db, run_id)
         if run is None:
             raise ParityError(f"no run {run_id!r}", "open a stored run first")
-        sides = (run.reference, side) if side and run.reference and side != run.reference else None
-        try:
-            loc = localise(self.service, run, prompt_index, None, sides)
-        except ParityError as e:
-            loc = failed(run, prompt_index, None, sides, e)
-        return save_localisation(self.service.db, loc)
+        pair = (run.reference, side) if side and run.reference and side != run.reference else None
+        return self.service.localise(run, prompt_index, None, pair)
 
     def cancel(self) -> None:
         self.service.cancel()  # sets the workers' cancel events: safe from any thread

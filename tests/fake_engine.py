@@ -1,0 +1,172 @@
+"""A fake engine kind for the unit tests of the code ABOVE the engines (the service, the pipeline, the
+recorder, workloads, bisect, the gate): a deterministic arithmetic "model" in a real worker process,
+so the service's flush, cancel, generate-while-loading, failure storage and recording paths run in
+seconds. Tests register it (`registered()`); users never see it. Real-engine tests do not use it.
+
+The "model": at each context the top-k next tokens and their logprobs are a fixed function of the
+last four ids and the length. Options plant what a real engine would do: `shift` moves every logprob
+(a numerical gap), `noise` varies it by position, `swap_at` makes the side pick its second choice at
+one generated position (a divergence), `delay_ms` slows each token, `fail_at` crashes mid-stream,
+`load_s`/`fail_load` slow or break the load, `refuse` fails the capability check.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parity_ui.engines.base import (Engine, EngineFault, GenerateRequest, LoadRequest, Problem, ScoreRequest,
+                                    append_step, make_step, result)
+from parity_ui.kinds import SideOptions
+from parity_ui.types import EngineInfo, SideResult, TokenStep
+from parity_ui.validation import number_in, option
+
+TESTS = str(Path(__file__).resolve().parent)
+FIRST_ID = 8  # tiny_models.SPECIALS take ids 0-7: the fake never picks one (EOS only when asked)
+
+
+@dataclass
+class FakeOptions(SideOptions):
+    shift: float = option(0.0, "added to every logprob (a numerical gap)", number_in(-10, 10))
+    noise: float = option(0.0, "a gap that varies with the position, up to this many nats", number_in(0, 10))
+    swap_at: int | None = option(None, "generated position where the side picks its second choice",
+                                 number_in(0, 10**6, "an integer"))
+    eos_at: int | None = option(None, "generated position where the side emits EOS", number_in(0, 10**6, "an integer"))
+    delay_ms: float = option(0.0, "sleep after each token", number_in(0, 10**5))
+    fail_at: int | None = option(None, "generated position where the engine crashes", number_in(0, 10**6, "an integer"))
+    load_s: float = option(0.0, "how long the load takes", number_in(0, 3600))
+    fail_load: bool = option(False, "the load raises")
+    refuse: str | None = option(None, "the capability check refuses with this message")
+    flag: str | None = option(None, "a setting the engine reports resolved as it was given (bisect tests)")
+    ignored_flag: str | None = option(None, "a setting the engine accepts but does not apply (a flag that does "
+                                            "not take effect: bisect must report it)")
+
+
+@dataclass
+class FakeArgs:
+    load: dict[str, Any]
+    sampling: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)
+    used: dict[str, Any] = field(default_factory=dict)
+
+
+def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
+    o: FakeOptions = side.options
+    load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
+                                        "fail_load", "refuse", "flag", "ignored_flag")}
+    load["vocab_size"] = model.vocab_size or 1024
+    load["dtype"] = o.dtype or cfg.dtype
+    sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
+                "eos_token_ids": list(r.eos_token_ids)}
+    # The worker imports this module by name: the tests folder goes on its path.
+    return FakeArgs(load=load, sampling=sampling, env={"PYTHONPATH": TESTS})
+
+
+def fake_kind() -> Any:
+    from parity_ui.kinds import Kind
+
+    return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False)
+
+
+class registered:
+    """`with registered():` the fake kind exists (and is removed again after)."""
+
+    def __enter__(self) -> None:
+        from parity_ui.mapping import register_kind
+
+        self._undo = register_kind(fake_kind(), to_fake)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._undo()
+
+
+def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int = 4096) -> Path:
+    """A model folder with a real tokenizer and a config, but no weights: what prepare() reads."""
+    from tiny_models import build_tokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(folder, vocab_size)
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": len(tok),
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
+        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}))
+    return folder
+
+
+class FakeEngine(Engine):
+    kind = "fake"
+
+    def check(self, req: LoadRequest) -> list[Problem]:
+        refuse = req.args["load"]["refuse"]
+        return [Problem("fake-refusal", refuse, "drop the fake side's refuse option")] if refuse else []
+
+    def load(self, req: LoadRequest) -> EngineInfo:
+        a = self.args = req.args["load"]
+        time.sleep(a["load_s"])
+        if a["fail_load"]:
+            raise EngineFault("the fake engine was told to fail its load", "drop fail_load", fatal=True)
+        resolved = {k: a[k] for k in ("shift", "noise", "swap_at", "eos_at") if a[k]}
+        if a["flag"] is not None:
+            resolved["flag"] = a["flag"]
+        return EngineInfo(kind="fake", version="0", device="cpu (fake)", dtype=a["dtype"],
+                          versions={"fake": "0", "pid": str(os.getpid())}, resolved=resolved)
+
+    # -- the "model" ---------------------------------------------------------------------------------
+
+    def _top(self, ctx: list[int], pos: int, k: int) -> list[tuple[int, float]]:
+        a = self.args
+        h = (len(ctx) * 7919 + sum((t + 1) * 31 ** j for j, t in enumerate(ctx[-4:]))) % 2**31
+        span = a["vocab_size"] - FIRST_ID
+        # 37 is prime: the k candidates are distinct for any vocabulary not a multiple of it.
+        ids = [FIRST_ID + (h + 37 * r) % span for r in range(max(k, 2))]
+        jitter = a["noise"] * (((h >> 3) % 13) - 6) / 6
+        lps = [-(0.05 + 0.8 * i + 0.01 * (h % 7)) + a["shift"] + jitter for i in range(len(ids))]
+        if a["swap_at"] is not None and pos == a["swap_at"]:
+            ids[0], ids[1] = ids[1], ids[0]
+        return list(zip(ids, lps))
+
+    def generate(self, req: GenerateRequest, on_step: Any, should_stop: Any) -> list[SideResult]:
+        a, s = self.args, req.sampling
+        out = []
+        for i, prompt in enumerate(req.prompts):
+            res = result(i, finish_reason="length")
+            ctx, t0 = list(prompt), time.perf_counter()
+            for pos in range(s["max_new_tokens"]):
+                if should_stop():
+                    res.finish_reason = "cancelled"
+                    break
+                if a["fail_at"] is not None and pos == a["fail_at"]:
+                    raise RuntimeError(f"the fake engine crashed at token {pos}, as it was told to")
+                top = self._top(ctx, pos, req.logprobs)
+                token, lp = top[0]
+                if a["eos_at"] is not None and pos == a["eos_at"] and s["eos_token_ids"]:
+                    token, lp = s["eos_token_ids"][0], -0.01
+                step = make_step(pos, token, lp, 1 if token == top[0][0] else None, top[:req.logprobs])
+                append_step(res, step, time.perf_counter() - t0)
+                if req.stream:
+                    on_step(i, step)
+                ctx.append(token)
+                if a["delay_ms"]:
+                    time.sleep(a["delay_ms"] / 1000)
+                if token in s["eos_token_ids"] and not s["ignore_eos"]:
+                    res.finish_reason = "stop"
+                    break
+            res.timings.total_s = time.perf_counter() - t0
+            out.append(res)
+        return out
+
+    def score(self, req: ScoreRequest) -> list[TokenStep]:
+        ctx, steps = list(req.prompt), []
+        for pos, token in enumerate(req.continuation):
+            top = self._top(ctx, pos, req.logprobs)
+            ids = [t for t, _ in top]
+            lp = dict(top).get(token, -12.0)
+            steps.append(make_step(pos, token, lp, ids.index(token) + 1 if token in ids else len(ids) + 1,
+                                   top[:req.logprobs]))
+            ctx.append(token)
+        return steps
