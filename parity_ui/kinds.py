@@ -104,6 +104,8 @@ class OpenAIOptions:
                                            "itself is never stored)")
     timeout_s: float = option(600.0, "longest wait for one answer", number_in(1, 86400, "seconds"))
     verify_tls: bool = option(True, "check the server's TLS certificate (https)")
+    max_in_flight: int = option(8, "requests sent to the server at once when it scores a workload's sequences",
+                                number_in(1, 1024, "an integer"))
     check_tokenizer: bool = option(True, "before generating, ask the server's /tokenize for the prompts' ids and "
                                          "refuse to compare when they differ from the run's")
 

@@ -5,7 +5,7 @@ given as `python=`), so it imports only the standard library, parity_ui.types an
 other environment needs vLLM or transformers, not parity-ui's own dependencies.
 
 Requests and answers are pickled tuples over the inherited socket `--fd`:
-("check" | "load" | "check_input" | "generate" | "score" | "capture" | "shutdown", payload) in;
+("check" | "load" | "check_input" | "generate" | "score" | "score_batch" | "capture" | "shutdown", payload) in;
 ("ready" | "tokens" | "progress" | "result" | "error", payload) out.
 """
 from __future__ import annotations
@@ -97,6 +97,7 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
         "load": lambda p: plain(engine.load(p)),  # what the engine resolved, as builtins: see plain()
         "generate": lambda p: _generate(conn, engine, p, should_stop),
         "score": engine.score,
+        "score_batch": engine.score_batch,
         "capture": engine.capture,
     }
     while True:

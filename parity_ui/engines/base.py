@@ -62,6 +62,15 @@ class ScoreRequest:
 
 
 @dataclass
+class ScoreBatch:
+    """Many teacher-forced scorings in one request (a workload's reference scoring every generated
+    sequence): each item is scored alone, exactly as a ScoreRequest would be; engines only save the
+    round trips, and vLLM schedules the items together."""
+
+    items: list[ScoreRequest]
+
+
+@dataclass
 class InputCheck:
     """What a side that tokenizes on its own (a server) must agree with before generating: each
     prompt's text (special tokens written out) with the ids the run's tokenizer makes of exactly that
@@ -129,6 +138,16 @@ class Engine(ABC):
     @abstractmethod
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         """One TokenStep per continuation token, scored with this engine's forward pass."""
+
+    def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
+        """Each item's steps, in order (one forward pass per item: the same numbers as `score`).
+        Stops between items when the run is stopped (the parent then reports the Stop)."""
+        out = []
+        for item in req.items:
+            if self.should_stop():
+                break
+            out.append(self.score(item))
+        return out
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         """Per-layer activations at the asked positions (parity_ui.layers). Engines that cannot

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ..types import EngineInfo, SideResult, TokenStep
-from .base import (Engine, EngineFault, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreRequest,
-                   ShouldStop, StepCallback, append_step, make_step, result)
+from .base import (Engine, EngineFault, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreBatch,
+                   ScoreRequest, ShouldStop, StepCallback, append_step, make_step, result)
 from .http_client import HttpClient
 
 TOKEN_PREFIX = "token_id:"
@@ -225,6 +225,22 @@ class OpenAIEngine(Engine):
         if choice.get("finish_reason"):
             res.finish_reason = choice["finish_reason"]
             res.timings.total_s = now
+
+    def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
+        """The items as concurrent requests, at most `max_in_flight` at a time (the server batches
+        them as it would production traffic); answers in order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(1, int(self.conn.get("max_in_flight") or 8))) as pool:
+            futures = [pool.submit(self.score, item) for item in req.items]
+            out = []
+            for f in futures:
+                if self.should_stop():
+                    for rest in futures:
+                        rest.cancel()
+                    break
+                out.append(f.result())
+            return out
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         ids = req.prompt + req.continuation

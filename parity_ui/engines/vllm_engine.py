@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ..types import EngineInfo, SideResult, TokenStep
-from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
-                   StepCallback, append_step, make_step, result, same_prompt_error)
+from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
+                   ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
 from .vllm_support import check_vllm, device_name, engine_input, resolved_settings
 
 _ids = itertools.count()
@@ -155,6 +155,36 @@ class VllmEngine(Engine):
         base = len(req.prompt)
         return [_step_from_logprobs(j, req.continuation[j], prompt_lps[base + j], req.logprobs)
                 for j in range(len(req.continuation))]
+
+    def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
+        """Every item as its own request, scheduled together (prompt_logprobs are per request, so
+        each item's numbers are those `score` gives it alone, up to vLLM's batch variance)."""
+        if not req.items:
+            return []
+        engine = self.llm.llm_engine
+        k = max(max(r.logprobs for r in req.items), 1)
+        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False}, prompt_logprobs=k)
+        rids = {}
+        for i, r in enumerate(req.items):
+            rid = f"score-{next(_ids)}"
+            rids[rid] = i
+            engine.add_request(rid, engine_input(engine, r.prompt + r.continuation), sp)
+        got: dict[int, list[Any]] = {}
+        while engine.has_unfinished_requests():
+            if self.should_stop():
+                engine.abort_request(list(rids))
+                return []
+            for out in engine.step():
+                if out.request_id in rids and out.prompt_logprobs is not None:
+                    got.setdefault(rids[out.request_id], []).extend(out.prompt_logprobs)
+        steps = []
+        for i, r in enumerate(req.items):
+            if i not in got:
+                raise RuntimeError(f"vLLM returned no prompt_logprobs for item {i}")
+            base = len(r.prompt)
+            steps.append([_step_from_logprobs(j, r.continuation[j], got[i][base + j], r.logprobs)
+                          for j in range(len(r.continuation))])
+        return steps
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm
