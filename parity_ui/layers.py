@@ -251,7 +251,8 @@ def localise(service: Any, run: Run, prompt_index: int = 0, position: int | None
             notes.append(f"side {s.name} was captured with enforce_eager=true (hooks do not fire inside CUDA graphs); "
                          "a divergence that only CUDA graphs or compilation cause does not show here")
     cfg = dataclasses.replace(cfg, sides=chosen)
-    req = RunRequest(model=run.model.path, prompts=[PromptSpec(text="layer capture")], config=cfg)
+    req = RunRequest(model=run.model.path, prompts=[PromptSpec(text="layer capture")], config=cfg,
+                     min_context=len(ids) + 1)  # the capture feeds the stored ids and generates one token
     prep = service.prepare(req)
     positions = positions_for(len(run.prompts[prompt_index].prompt_token_ids), position)
     dtype = prep.side(a).dtype
