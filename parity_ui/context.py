@@ -147,6 +147,9 @@ class KvPerToken:
     kv_heads: int  # on this rank (tensor parallel splits them; vLLM replicates when TP exceeds them)
     head_dim: int
     dtype_bytes: int
+    # A sliding-window layer holds one block more: its window may start mid-block (vLLM's
+    # SlidingWindowSpec). Counted for every layer of a windowed model: at most one block too many.
+    extra_blocks: int = 0
 
     @property
     def bytes(self) -> int:
@@ -165,14 +168,20 @@ def kv_per_token(model: ModelInfo, dtype_bytes: int, tp: int = 1, pp: int = 1) -
     if model.kv_layout != "standard" or not all(isinstance(x, int) and x > 0 for x in (layers, kv, hd)):
         return None
     return KvPerToken(layers=-(-layers // max(pp, 1)), kv_heads=max(1, kv // max(tp, 1)), head_dim=hd,
-                      dtype_bytes=dtype_bytes)
+                      dtype_bytes=dtype_bytes, extra_blocks=1 if model.sliding_window else 0)
 
 
 def kv_bytes(tokens: int, per_token: KvPerToken, block: int) -> int:
     """Bytes one request of `tokens` positions takes: vLLM allocates whole blocks of `block` tokens."""
-    return -(-tokens // block) * block * per_token.bytes
+    return (-(-tokens // block) + per_token.extra_blocks) * block * per_token.bytes
+
+
+def pool_bytes(tokens: int, per_token: KvPerToken, block: int) -> int:
+    """The KV cache that serves one request of `tokens` positions: its blocks plus the null block
+    vLLM's block pool holds back (v1/core/kv_cache_utils.py checks against the memory less it)."""
+    return kv_bytes(tokens, per_token, block) + block * per_token.bytes
 
 
 def tokens_that_fit(budget: float, per_token: KvPerToken, block: int) -> int:
-    """The longest request (a whole number of blocks) whose KV fits in `budget` bytes."""
-    return max(int(budget // (block * per_token.bytes)), 0) * block
+    """The longest request (a whole number of blocks) a KV cache of `budget` bytes serves."""
+    return max(int(budget // (block * per_token.bytes)) - 1 - per_token.extra_blocks, 0) * block

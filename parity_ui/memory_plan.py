@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .context import KvPerToken, kv_bytes, kv_per_token, tokens_that_fit
+from .context import KvPerToken, kv_bytes, kv_per_token, pool_bytes, tokens_that_fit
 from .errors import ConfigError, SideError
 from .hardware import gpus
 from .types import Finding
@@ -159,7 +159,7 @@ def _kv_budget(plan: "SidePlan", devices: dict[int, int]) -> tuple[float, str, s
 def _raise_target(plan: "SidePlan", need_bytes: int, setting: str, devices: dict[int, int]) -> str:
     """The value of `setting` that would hold `need_bytes` of KV, as a --set the user can type."""
     if setting == "kv_cache_gib":
-        value = -(-need_bytes * 8 // GIB) / 8  # up to 1/8 GiB
+        value = math.ceil(need_bytes / GIB * 100) / 100
         return f"raise this side's kv_cache_gib to {value:g} (--set {plan.name}.kv_cache_gib={value:g})"
     idx = side_gpus(plan)
     total = min(devices[i] for i in idx)
@@ -202,7 +202,7 @@ def fit_contexts(plans: list["SidePlan"], gpu: bool, needs: dict[str, int], expl
 def _refuse(plan: "SidePlan", context: int, need: int, explicit: bool, per_token: KvPerToken, block: int, fits: int,
             budget: tuple[float, str, str], devices: dict[int, int]) -> None:
     tokens = context if explicit else need
-    need_bytes = kv_bytes(tokens, per_token, block)
+    need_bytes, pool = kv_bytes(tokens, per_token, block), pool_bytes(tokens, per_token, block)
     what = (f"max_model_len={tokens:,}" if explicit else
             f"this run needs {tokens:,} positions (its longest prompt plus max_new_tokens), and one request of that "
             "length")
@@ -210,10 +210,10 @@ def _refuse(plan: "SidePlan", context: int, need: int, explicit: bool, per_token
                "refuse to start after loading the weights")
     if explicit and need <= fits:
         fix = (f"lower max_model_len to {fits:,} or less (this run needs {need:,}; or unset it: each vLLM side then "
-               f"gets what the run needs), or {_raise_target(plan, need_bytes, budget[2], devices)}")
+               f"gets what the run needs), or {_raise_target(plan, pool, budget[2], devices)}")
     elif explicit:
-        fix = (f"{_raise_target(plan, need_bytes, budget[2], devices)}; lowering max_model_len alone does not do: the "
+        fix = (f"{_raise_target(plan, pool, budget[2], devices)}; lowering max_model_len cannot help: the "
                f"run itself needs {need:,} positions ({kv_bytes(need, per_token, block) / GIB:.2f} GiB)")
     else:
-        fix = f"{_raise_target(plan, need_bytes, budget[2], devices)}, or shorten the prompt or lower max_new_tokens"
+        fix = f"{_raise_target(plan, pool, budget[2], devices)}, or shorten the prompt or lower max_new_tokens"
     raise SideError(plan.name, budget[2], message, fix)

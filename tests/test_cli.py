@@ -132,7 +132,8 @@ def test_max_model_len_over_a_cpu_sides_kv_cache_is_refused_before_anything_load
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(model), "--prompt", "def f(x):", "--set", "max_model_len=131072", db=db)
     _assert_clean_error(proc, "side 'vllm': max_model_len=131,072 needs 1.50 GiB of KV cache",
-                        "over this side's kv_cache_gib=1", "lower max_model_len to", "--set vllm.kv_cache_gib=1.5")
+                        "over this side's kv_cache_gib=1", "lower max_model_len to 87,168",
+                        "--set vllm.kv_cache_gib=1.51")
     assert "worker log" not in proc.stderr
     run = get_run(open_db(db), _only_run(db).id)
     assert run.status == "error" and run.error_code == "side" and "load" not in run.timings

@@ -8,6 +8,7 @@ The real-engine run of a long-context model is in test_engines.py; the CLI refus
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -20,6 +21,7 @@ from parity_ui.context import (
     kv_bytes,
     kv_layout,
     kv_per_token,
+    pool_bytes,
     positions_limit,
     sized_context,
     tokens_that_fit,
@@ -77,7 +79,8 @@ def test_one_context_check_for_the_app_and_prepare():
     assert check_context([12], 48, 32768, max_model_len=4096).vllm_context == 4096
     over = check_context([10, 600, 700], 64, 512)
     assert over.over == 1  # the first prompt over the limit
-    assert over.message == "prompt 1 has 600 tokens; with max_new_tokens=64 it needs 664 positions, over the context of 512"
+    assert over.message == ("prompt 1 has 600 tokens; with max_new_tokens=64 it needs 664 positions, over the "
+                            "context of 512")
     assert "shorten the prompt" in over.fix and "max_model_len" in over.fix
     assert check_context([600], 64, 512).message.startswith("the prompt has 600 tokens")
     assert check_context([10**6], 64, None).over is None  # unknown context: nothing to check
@@ -104,10 +107,18 @@ def test_kv_figures_match_vllms_for_the_issue_model():
     assert per.bytes == 2 * 18 * 1 * 256 * 4 and per.extra_blocks == 1
     assert str(round(kv_bytes(32768, per, 128) / GIB, 2)) == "1.13"  # vLLM's format_gib
     fits = tokens_that_fit(GIB, per, 128)
-    assert fits % 128 == 0 and kv_bytes(fits, per, 128) <= GIB < kv_bytes(fits + 1, per, 128)
+    assert fits % 128 == 0 and pool_bytes(fits, per, 128) <= GIB < pool_bytes(fits + 1, per, 128)
     plain = kv_per_token(_model(num_hidden_layers=18, num_key_value_heads=1, head_dim=256), 4)
     assert kv_bytes(32768, plain, 128) == GIB * 9 // 8  # without a window: exactly 256 blocks
     assert kv_bytes(129, plain, 128) == 2 * 128 * plain.bytes  # whole blocks
+
+
+def test_the_length_that_fits_is_the_one_vllm_estimates():
+    """3 layers, 4 KV heads of 128, float32, 1 GiB: vLLM 0.32 refused 131,072 positions saying "the
+    estimated maximum model length is 87168" (its block pool holds one block back)."""
+    per = kv_per_token(_model(num_hidden_layers=3, num_key_value_heads=4, head_dim=128), 4)
+    assert tokens_that_fit(GIB, per, 128) == 87168
+    assert f"{kv_bytes(131072, per, 128) / GIB:.2f}" == "1.50"
 
 
 def test_kv_per_rank_under_tensor_and_pipeline_parallel():
@@ -154,7 +165,8 @@ def test_each_vllm_side_gets_the_runs_need_bucketed(long_model):
     assert kv_bytes(131072, per, memory_plan.CPU_BLOCK) > GIB  # the model's own context would not fit
     # A slightly longer prompt: the same context, so the warm worker's load key does not change.
     longer = _prepare(long_model, "max_new_tokens=48", prompts=(PROMPT + " x = 1",), sides=["ref=hf", "a=vllm"])
-    assert longer.side("a").load_key == _prepare(long_model, "max_new_tokens=48", sides=["ref=hf", "a=vllm"]).side("a").load_key
+    same = _prepare(long_model, "max_new_tokens=48", sides=["ref=hf", "a=vllm"])
+    assert longer.side("a").load_key == same.side("a").load_key
 
 
 def test_a_longer_need_from_the_caller_counts(long_model):
@@ -194,11 +206,20 @@ def test_max_model_len_over_the_kv_cache_is_refused_with_the_length_that_fits(lo
     assert "max_model_len=131,072 needs 1.50 GiB of KV cache" in err.message
     assert "12.0 KiB a token" in err.message and "kv_cache_gib=1" in err.message
     assert f"lower max_model_len to {fits:,} or less" in err.fix
-    assert "raise this side's kv_cache_gib to 1.5 (--set vllm.kv_cache_gib=1.5)" in err.fix
+    gib = _suggested_gib(err.fix)
+    assert 1.5 < gib <= 1.51  # 1.5 GiB of blocks plus the one vLLM's pool holds back
     # The fix works: either number is accepted.
     assert _prepare(long_model, f"max_model_len={fits}").side("vllm").args.llm["max_model_len"] == fits
-    assert _prepare(long_model, "max_model_len=131072", "vllm.kv_cache_gib=1.5").side("vllm").args.llm[
+    assert _prepare(long_model, "max_model_len=131072", f"vllm.kv_cache_gib={gib}").side("vllm").args.llm[
         "max_model_len"] == 131072
+    with pytest.raises(SideError):
+        _prepare(long_model, "max_model_len=131072", "vllm.kv_cache_gib=1.5")
+
+
+def _suggested_gib(fix: str) -> float:
+    m = re.search(r"raise this side's kv_cache_gib to ([0-9.]+) \(--set vllm\.kv_cache_gib=\1\)", fix)
+    assert m, fix
+    return float(m.group(1))
 
 
 def describe(model):
@@ -225,8 +246,10 @@ def test_a_run_whose_own_need_overflows_the_kv_cache_is_refused(long_model):
         _prepare(long_model, "max_new_tokens=8", "vllm.kv_cache_gib=0.0625", prompts=(_long_prompt(6000),))
     err = e.value
     assert err.side == "vllm" and "this run needs" in err.message and "positions" in err.message
-    assert "over this side's kv_cache_gib=0.0625" in err.message
-    assert "raise this side's kv_cache_gib to 0.125" in err.fix and "shorten the prompt" in err.fix
+    assert "over this side's kv_cache_gib=0.0625" in err.message and "shorten the prompt" in err.fix
+    gib = _suggested_gib(err.fix)
+    prep = _prepare(long_model, "max_new_tokens=8", f"vllm.kv_cache_gib={gib}", prompts=(_long_prompt(6000),))
+    assert prep.side("vllm").args.llm["max_model_len"] >= prep.resolved.context_need["vllm"]
 
 
 def test_a_prompt_past_the_context_is_the_same_check_the_app_shows(tmp_path):

@@ -197,7 +197,7 @@ def test_the_context_counts_each_sides_expanded_image_tokens(vlm, pic):
                     "max_new_tokens=8", sides=["ref=hf", "b=vllm,image_max_pixels=7056", "c=vllm"])
     need = {name: len(prep.prompts_of(name)[0].token_ids) + 8 for name in ("ref", "b", "c")}
     assert prep.resolved.context_need == need and need["b"] == need["c"] - 6  # 6 image tokens fewer on b
-    assert prep.side("b").args.llm["max_model_len"] >= need["b"] and prep.side("c").args.llm["max_model_len"] >= need["c"]
+    assert all(prep.side(name).args.llm["max_model_len"] >= need[name] for name in ("b", "c"))
 
 
 def test_a_heavily_downscaled_image_says_by_how_much(vlm, tmp_path):
