@@ -51,9 +51,10 @@ class ParityConfig:
                                        allowed=(lambda v: all(t >= 0 for t in v), "a list of token ids >= 0"))
     ignore_eos: bool = option(False, "keep generating past EOS")
     dtype: str = option("auto", "weights dtype of every side (a side may override it)", one_of(*DTYPES))
-    max_model_len: int | None = option(None, "context limit; null = the model's own",
+    max_model_len: int | None = option(None, "context limit of the vLLM sides; null = what the run needs "
+                                             "(longest prompt + max_new_tokens, rounded up), at most the model's own",
                                        (lambda v: v is None or 16 <= v <= 10_000_000,
-                                        "an integer >= 16, or null for the model's own"))
+                                        "an integer >= 16, or null to size it to the run"))
     rope_scaling: dict[str, Any] | None = option(None, "e.g. {rope_type: linear, factor: 2.0}")
     logprobs: int = option(5, "top-k alternatives recorded per position", _int_range(0, MAX_LOGPROBS))
     chat: bool = option(False, "apply the model's chat template once")

@@ -279,7 +279,9 @@ def localise(service: ParityService, run: Run, prompt_index: int = 0, position: 
         if s is not orig and would_graph:
             notes.append(f"side {s.name} was captured with enforce_eager=true (hooks do not fire inside CUDA graphs); "
                          "a divergence that only CUDA graphs or compilation cause does not show here")
-    plans = plan_sides(run.model.path, dataclasses.replace(cfg, sides=chosen), service.on_gpu)
+    # The capture feeds the stored ids and predicts one token: that is the context each side needs.
+    plans = plan_sides(run.model.path, dataclasses.replace(cfg, sides=chosen), service.on_gpu,
+                       context_need=len(lp.ids) + 1)
     positions = positions_for(len(run.prompts[prompt_index].prompt_token_ids), lp.position)
     dtype = plans[0].dtype
     eps = EPS.get(dtype, EPS["float32"]) / 2

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .config import ParityConfig
-from .errors import SideError
+from .context import CONTEXT_FLOOR, positions_limit, rope_factor, sized_context
+from .errors import ConfigError, SideError
 from .kinds import KINDS, SDPA_ENABLED, HfOptions, Kind, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
 from .sides import SideSpec
 from .types import ModelInfo
@@ -47,7 +48,10 @@ NOTES: dict[str, str] = {
     "ignore_eos": "vLLM ignore_eos=True; HF: EOS removed from eos_token_id. NOT min_new_tokens, "
                   "which masks EOS and changes the distribution.",
     "dtype": "'auto' is resolved once from the model's config; a side's own dtype overrides it.",
-    "max_model_len": "vLLM's context limit; HF has none (parity-ui enforces it on the prompt).",
+    "max_model_len": "vLLM's context limit; HF has none (parity-ui enforces it on the prompt). Unset: each vLLM "
+                     "side gets what the run needs (longest prompt + max_new_tokens, rounded up to 1024, 2048, "
+                     "4096...), at most the model's positions and what its KV cache holds. Set: checked before "
+                     "loading against the model's positions (RoPE-scaled) and the side's KV cache.",
     "rope_scaling": "vLLM: hf_overrides; HF: the loaded config's rope parameters. Every side reads the SAME dict.",
     "logprobs": "Top-k alternatives per position. HF: log_softmax(float32) of raw logits "
                 "(output_logits), as vLLM's own tests do.",
@@ -91,6 +95,9 @@ class Resolved:
     eos_token_ids: list[int]  # model generation_config + tokenizer EOS, deduplicated
     on_gpu: bool
     image_pixels: dict[str, int] | None = None  # the processor's min/max pixels (vision models)
+    # side -> positions its longest prompt plus max_new_tokens need; prepare fills it once the prompts
+    # are tokenized (empty before: `parity config show`, a worker started ahead).
+    context_need: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -285,8 +292,13 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     else:
         llm["kv_cache_memory_bytes"] = rec(p + "kv_cache_gib", "LLM", "kv_cache_memory_bytes",
                                            int(v.kv_cache_gib * 2**30))
-    if cfg.max_model_len is not None:
-        llm["max_model_len"] = rec("max_model_len", "LLM", "max_model_len", cfg.max_model_len)
+    context = vllm_context(cfg, side, r, model)
+    if context is not None:
+        llm["max_model_len"] = rec("max_model_len", "LLM", "max_model_len", context)
+    else:
+        limit = positions_limit(model, cfg.rope_scaling)
+        rec("max_model_len", "LLM", "max_model_len", f"the run's need, rounded up to {CONTEXT_FLOOR}, 2048, 4096..."
+                                                     + (f" (at most {limit})" if limit else ""))
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
     overrides: dict[str, Any] = {}
@@ -338,6 +350,37 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     for key in ("kv_cache_gib",) if r.on_gpu else ("gpu_memory_utilization", "max_cudagraph_capture_size"):
         rec(p + key, "runtime", "(not used " + ("on a GPU)" if r.on_gpu else "on the CPU)"), None)
     return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits)
+
+
+def _long_context_allowed() -> bool:
+    """vLLM's own switch for a max_model_len past the model's positions (its workers inherit it)."""
+    return os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in ("1", "true")
+
+
+def vllm_context(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> int | None:
+    """The max_model_len a vLLM side starts with: the config's, checked against the positions the
+    side's model serves (vLLM refuses more, after loading), else the run's need for this side
+    bucketed by `sized_context`. None when the need is not known yet (no prompts)."""
+    limit = positions_limit(model, cfg.rope_scaling)
+    factor = rope_factor(model, cfg.rope_scaling)
+    served = (f"{limit:,} positions ({model.max_position_embeddings:,} x RoPE factor {factor:g})"
+              if factor != 1 else f"{limit:,} positions (max_position_embeddings)") if limit else ""
+    if cfg.max_model_len is not None:
+        if limit is not None and cfg.max_model_len > limit and not _long_context_allowed():
+            raise ConfigError("max_model_len", f"{cfg.max_model_len:,} is over the {served} that {model.path} "
+                                               f"serves; vLLM (side '{side.name}') would refuse it after loading",
+                              f"lower max_model_len to {limit} or less, or unset it (each vLLM side then gets what "
+                              "the run needs), or extend the context with rope_scaling (e.g. {rope_type: linear, "
+                              "factor: 2.0})")
+        return cfg.max_model_len
+    need = r.context_need.get(side.name)
+    if need is None:
+        return None
+    if limit is not None and need > limit:  # the run's model passed prepare's check: a side's own model or images
+        raise SideError(side.name, "model", f"its prompts need {need:,} positions (the longest plus max_new_tokens), "
+                                            f"over the {served} that {model.path} serves",
+                        "shorten the prompt or lower max_new_tokens, or give this side a model with a longer context")
+    return sized_context(need, limit)
 
 
 def _hf_device(device: str, on_gpu: bool) -> tuple[str, dict[str, str]]:

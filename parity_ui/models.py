@@ -12,6 +12,7 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
+from .context import kv_layout
 from .demo_model import DEMO_NAME, ensure_demo_model
 from .errors import ModelError
 from .types import ModelInfo
@@ -128,6 +129,7 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         num_key_value_heads=text_cfg.get("num_key_value_heads", text_cfg.get("num_attention_heads")),
         num_hidden_layers=text_cfg.get("num_hidden_layers"),
         sliding_window=text_cfg.get("sliding_window") if text_cfg.get("use_sliding_window", True) else None,
+        kv_layout=kv_layout(text_cfg),
         vision=isinstance(cfg.get("vision_config"), dict),
         image_token_id=cfg.get("image_token_id") if isinstance(cfg.get("image_token_id"), int) else None,
     )

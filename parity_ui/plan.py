@@ -24,6 +24,9 @@ class RunRequest:
     trust_remote_code: bool = False
     group_id: str | None = None
     kind: str = "compare"
+    # Positions every side must serve whatever the prompts need: a caller that feeds a side longer ids
+    # than `prompts` (a layer capture of a stored run's prompt and tokens) says how many here.
+    min_context: int = 0
 
 
 @dataclass

@@ -7,11 +7,12 @@ the side where a side is at fault. It reads small files and runs tokenizers; it 
 from __future__ import annotations
 
 from .config import ParityConfig
+from .context import check_context, max_context
 from .environments import PythonEnv, describe_python, require_package, this_python
 from .errors import ConfigError, PromptError, SideError
 from .kinds import Kind, get_kind
 from .mapping import Resolved, map_side, resolve, side_dtype, side_image_pixels
-from .memory_plan import plan_gpu_memory
+from .memory_plan import fit_contexts, plan_gpu_memory
 from .models import describe_model
 from .plan import Prepared, RunRequest, SidePlan
 from .preflight import run_preflight
@@ -22,30 +23,21 @@ from .types import ModelInfo
 __all__ = ["prepare", "likely_workers", "plan_side", "plan_sides", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
 
 
-def max_context(cfg: ParityConfig, model: ModelInfo) -> int | None:
-    """The context every side can serve: max_model_len, else the model's, scaled by RoPE."""
-    if cfg.max_model_len is not None:
-        return cfg.max_model_len
-    if model.max_position_embeddings is None:
-        return None
-    rope = cfg.rope_scaling or model.rope_scaling or {}
-    factor = float(rope.get("factor", 1.0)) if rope.get("rope_type", rope.get("type")) in (
-        "linear", "dynamic", "yarn") else 1.0
-    return int(model.max_position_embeddings * factor)
-
-
 def _check_context(cfg: ParityConfig, model: ModelInfo, encoded: list[EncodedPrompt]) -> int | None:
+    """The run's context (max_context); PromptError when a prompt plus max_new_tokens passes it."""
     limit = max_context(cfg, model)
-    if limit is not None:
-        for i, e in enumerate(encoded):
-            need = len(e.token_ids) + cfg.max_new_tokens
-            if need > limit:
-                raise PromptError(
-                    f"prompt {i} has {len(e.token_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} "
-                    f"it needs {need} positions, over the context of {limit}",
-                    "shorten the prompt, lower max_new_tokens, or extend the context with "
-                    "max_model_len and rope_scaling (e.g. the 'long context 9k' preset)")
+    check = check_context([len(e.token_ids) for e in encoded], cfg.max_new_tokens, limit, cfg.max_model_len)
+    if check.over is not None:
+        raise PromptError(check.message, check.fix)
     return limit
+
+
+def _context_needs(cfg: ParityConfig, encoded: list[EncodedPrompt], side_prompts: dict[str, list[EncodedPrompt]],
+                   at_least: int) -> dict[str, int]:
+    """Per side, the positions its longest prompt (its own image expansion where it has one) plus
+    max_new_tokens need, and at least `at_least`."""
+    return {s.name: max(at_least, max(len(e.token_ids) for e in side_prompts.get(s.name, encoded)) + cfg.max_new_tokens)
+            for s in cfg.sides}
 
 
 def _side_model(spec: SideSpec, run_model: ModelInfo, trust_remote_code: bool) -> ModelInfo:
@@ -103,12 +95,18 @@ def plan_side(cfg: ParityConfig, spec: SideSpec, resolved: Resolved, model: Mode
                     python=python, env=env, worker_env=dict(getattr(args, "env", {}) or {}))
 
 
-def plan_sides(model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code: bool = False) -> list[SidePlan]:
+def plan_sides(model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code: bool = False, *,
+               context_need: int | None = None) -> list[SidePlan]:
     """Every side's plan for `cfg` on a model, without prompts (a layer capture replays ids it already
-    has). Raises ParityError like prepare()."""
+    has; `context_need` is the positions it feeds). Raises ParityError like prepare()."""
     model = describe_model(model_name, trust_remote_code=trust_remote_code)
     resolved = resolve(model, tokenizer_for(model.path, trust_remote_code).eos_token_ids, gpu)
-    return [plan_side(cfg, spec, resolved, _side_model(spec, model, trust_remote_code)) for spec in cfg.sides]
+    if context_need is not None:
+        resolved.context_need = {s.name: context_need for s in cfg.sides}
+    plans = [plan_side(cfg, spec, resolved, _side_model(spec, model, trust_remote_code)) for spec in cfg.sides]
+    if context_need is not None:
+        fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)
+    return plans
 
 
 def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict[str, str]]]:
@@ -132,7 +130,8 @@ def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict
 
 
 def prepare(req: RunRequest, gpu: bool) -> Prepared:
-    """Resolve the model, tokenize every prompt once, check lengths, plan every side, preflight."""
+    """Resolve the model, tokenize every prompt once, check lengths, plan every side (each vLLM side's
+    context sized to the run and checked against its KV cache), preflight."""
     if not req.prompts:
         raise PromptError("no prompt was given", "type a prompt or upload a prompt file")
     cfg = req.config
@@ -144,6 +143,7 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
     encoded = [vision.encode(p, ref_px) if p.images and vision else tok.encode(p, cfg.chat) for p in req.prompts]
     side_prompts = _side_prompts(cfg, resolved, vision, req.prompts, encoded, ref_px)
     limit = _check_context(cfg, model, encoded)
+    resolved.context_need = _context_needs(cfg, encoded, side_prompts, req.min_context)
     plans = []
     text_only = [(p, e) for p, e in zip(req.prompts, encoded) if not p.images]
     for spec in cfg.sides:
@@ -154,6 +154,7 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
         plans.append(plan_side(cfg, spec, resolved, side_model))
     warnings = plan_gpu_memory(plans, gpu, longest=max(len(e.token_ids) for e in encoded),
                                max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
+    fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)
     prepared = Prepared(config=cfg, model=model, tokenizer=tok, prompts=encoded, resolved=resolved, sides=plans,
                         max_context=limit, side_prompts=side_prompts,
                         image_token_id=vision.image_token_id if vision else None)

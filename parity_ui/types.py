@@ -318,6 +318,7 @@ class ModelInfo:
     num_key_value_heads: int | None = None
     num_hidden_layers: int | None = None
     sliding_window: int | None = None
+    kv_layout: str = "standard"  # "standard" (K and V per KV head), "mla" or "hybrid": parity_ui.context
     vision: bool = False  # a vision-language model (its config has a vision_config)
     image_token_id: int | None = None
 

@@ -113,6 +113,32 @@ def test_prompt_longer_than_the_context(tmp_path, tiny):
     assert row.status == "error" and row.error_code == "prompt"
 
 
+def test_max_model_len_past_the_models_positions_is_refused_before_anything_loads(tmp_path):
+    """vLLM used to load, then fail with its raw ValidationError and 'see the worker log'."""
+    model = build_model(tmp_path / "m512", "llama", max_position_embeddings=512)
+    db = tmp_path / "runs.db"
+    proc = parity("compare", "--model", str(model), "--prompt", "def f(x):", "--set", "max_model_len=2100", db=db)
+    _assert_clean_error(proc, "config key 'max_model_len': 2,100 is over the 512 positions",
+                        "lower max_model_len to 512 or less")
+    assert "worker log" not in proc.stderr
+    run = get_run(open_db(db), _only_run(db).id)
+    assert run.status == "error" and run.error_code == "config" and "load" not in run.timings
+
+
+def test_max_model_len_over_a_cpu_sides_kv_cache_is_refused_before_anything_loads(tmp_path):
+    """12 KiB of KV a token: 131,072 positions need 1.5 GiB, over a CPU vLLM side's 1 GiB."""
+    model = build_model(tmp_path / "long", "llama", max_position_embeddings=131072, num_hidden_layers=3,
+                        num_key_value_heads=4, head_dim=128)
+    db = tmp_path / "runs.db"
+    proc = parity("compare", "--model", str(model), "--prompt", "def f(x):", "--set", "max_model_len=131072", db=db)
+    _assert_clean_error(proc, "side 'vllm': max_model_len=131,072 needs 1.50 GiB of KV cache",
+                        "over this side's kv_cache_gib=1", "lower max_model_len to 87,168",
+                        "--set vllm.kv_cache_gib=1.51")
+    assert "worker log" not in proc.stderr
+    run = get_run(open_db(db), _only_run(db).id)
+    assert run.status == "error" and run.error_code == "side" and "load" not in run.timings
+
+
 @pytest.mark.parametrize("command", [["probe", "--n", "2", "--batch", "2"], ["sweep", "--grid", "dtype=float32,bfloat16"]])
 def test_probe_and_sweep_store_a_failed_run_for_an_invalid_set(tmp_path, tiny, command):
     db = tmp_path / "runs.db"

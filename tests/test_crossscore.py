@@ -225,7 +225,9 @@ def _score(service, model, side, prompt, tokens, k=5):
     from parity_ui.engines.base import ScoreRequest
     from parity_ui.prepare import plan_sides
 
-    with service.sides(plan_sides(str(model), build_config(overrides=FP32), service.on_gpu)) as sides:
+    plans = plan_sides(str(model), build_config(overrides=FP32), service.on_gpu,
+                       context_need=len(prompt) + len(tokens))
+    with service.sides(plans) as sides:
         return sides.score(side, ScoreRequest(prompt, tokens, k))
 
 

@@ -98,6 +98,26 @@ def test_vllm_against_vllm_with_other_settings_and_the_resolved_diff(service, mo
     assert modules == set(), modules
 
 
+def test_a_long_context_model_compares_with_default_settings(service, tmp_path):
+    """131,072 positions and 12 KiB of float32 KV a token: vLLM left to size itself takes the whole
+    context (1.5 GiB of KV) and refuses to start, after loading, on a CPU side's 1 GiB. Each vLLM
+    side now gets what the run needs, and its resolved settings say how much."""
+    from parity_ui.context import CONTEXT_FLOOR, kv_bytes, kv_per_token
+    from parity_ui.memory_plan import CPU_BLOCK
+    from parity_ui.models import describe_model
+    from parity_ui.settings import MISSING, settings_diff
+
+    model = build_model(tmp_path / "long", "llama", max_position_embeddings=131072, num_hidden_layers=3,
+                        num_key_value_heads=4, head_dim=128)
+    assert kv_bytes(131072, kv_per_token(describe_model(str(model)), 4), CPU_BLOCK) > 2**30
+    run = _run(service, model, [CODE_PROMPT], "max_new_tokens=8")  # the default sides, dtype and KV cache
+    assert run.status in ("ok", "diverged"), run.error
+    assert len(run.prompts[0].results["vllm"].token_ids) > 0
+    assert run.side("vllm").resolved["max_model_len"] == CONTEXT_FLOOR
+    (row,) = [r for r in settings_diff(run.sides) if r.key == "max_model_len"]
+    assert row.values == {"hf": MISSING, "vllm": CONTEXT_FLOOR}  # HF has no context limit
+
+
 def test_three_sides_in_one_run(service, models):
     run = _run(service, models["llama"], [CODE_PROMPT], "max_new_tokens=32", "ignore_eos=true",
                sides=["ref=hf,dtype=float32", "fp32=vllm,dtype=float32", "bf16=vllm,dtype=bfloat16"])

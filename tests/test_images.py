@@ -191,6 +191,15 @@ def test_the_resize_trap_is_a_preflight_warning_with_each_sides_token_count(vlm,
     assert prep.side("b").args.llm["mm_processor_kwargs"]["max_pixels"] == 7056
 
 
+def test_the_context_counts_each_sides_expanded_image_tokens(vlm, pic):
+    """The need a vLLM side is sized to counts the image tokens of the ids IT receives."""
+    prep = _prepare(vlm, [PromptSpec(text="x", images=[read_image(pic)])], "image_max_pixels=12544",
+                    "max_new_tokens=8", sides=["ref=hf", "b=vllm,image_max_pixels=7056", "c=vllm"])
+    need = {name: len(prep.prompts_of(name)[0].token_ids) + 8 for name in ("ref", "b", "c")}
+    assert prep.resolved.context_need == need and need["b"] == need["c"] - 6  # 6 image tokens fewer on b
+    assert all(prep.side(name).args.llm["max_model_len"] >= need[name] for name in ("b", "c"))
+
+
 def test_a_heavily_downscaled_image_says_by_how_much(vlm, tmp_path):
     p = tmp_path / "wide.png"
     gradient(1120, 840).save(p)

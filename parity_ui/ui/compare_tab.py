@@ -202,16 +202,16 @@ class CompareTab:
 
     @staticmethod
     def _count_html(counts: list[int], limit: int | None, cfg: ParityConfig, source: str = "") -> str:
-        longest = max(counts)
+        from ..context import check_context  # the check prepare refuses with, shown here as a card
+
+        check = check_context(counts, cfg.max_new_tokens, limit, cfg.max_model_len)
         what = source + (f"{counts[0]:,} prompt tokens" if len(counts) == 1 else
-                         f"{len(counts)} prompts, {sum(counts):,} tokens (longest {longest:,})")
-        if limit is not None and longest + cfg.max_new_tokens > limit:
-            return cards.error_html(
-                f"{what}: with max_new_tokens={cfg.max_new_tokens} the longest needs "
-                f"{longest + cfg.max_new_tokens:,} positions, over the context of {limit:,}.",
-                "shorten the prompt, lower max_new_tokens, or raise max_model_len with rope_scaling "
-                "(the 'long context 9k' preset)", "Prompt too long")
+                         f"{len(counts)} prompts, {sum(counts):,} tokens (longest {check.longest:,})")
+        if check.over is not None:
+            return cards.error_html(f"{what}: {check.message}.", check.fix, "Prompt too long")
         ctx = f" · context {limit:,}" if limit else ""
+        if check.vllm_context != limit:
+            ctx += f" (a vLLM side gets {check.vllm_context:,})"
         return f'<div class="pc-count">{what} + {cfg.max_new_tokens} new{ctx}</div>'
 
     def upload(self, path: str | None) -> tuple[Any, Any, str]:
