@@ -89,12 +89,38 @@ def _service(args: argparse.Namespace) -> ParityService:
 
 
 def _progress(event: Any) -> None:
-    if event.kind in ("status", "side_done"):
+    if event.kind in ("status", "side_done", "progress"):
         print(f"[parity] {event.message}", file=sys.stderr)
 
 
 def _emit(args: argparse.Namespace) -> Any:
     return _progress if not args.json and not args.quiet else None
+
+
+def _is_workload_file(path: str | None) -> bool:
+    return bool(path) and Path(path).suffix.lower() in (".jsonl", ".parquet")
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    """The prompt file read as a workload (parity_ui.workload.source), or None for a single prompt."""
+    if not _is_workload_file(getattr(args, "prompt_file", None)):
+        return None
+    from .workload.source import load_workload
+
+    return load_workload(args.prompt_file, field=args.field, limit=args.limit, sample=args.sample, seed=args.seed,
+                         on_bad=args.on_bad)
+
+
+def _workload_options(args: argparse.Namespace, source: Any) -> Any:
+    from .workload.report import WorkloadOptions
+
+    return WorkloadOptions(mode=args.mode, floor=args.floor, floor_batch_size=args.floor_batch_size,
+                           too_long=args.too_long, chunk=args.chunk,
+                           source={"path": str(source.source), "format": source.format, "field": source.field,
+                                   "rows": source.total_rows, "prompts": len(source.prompts),
+                                   "sampled": source.sampled, "seed": source.seed, "limit": source.limit,
+                                   "skipped_rows": source.skipped_count, "content_hash": source.content_hash,
+                                   "description": source.describe()})
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -103,13 +129,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
     service = _service(args)
     try:
         try:
-            prompts = _prompts(args)
+            source = _workload(args)
+            prompts = source.prompts if source is not None else _prompts(args)
             cfg = _config(args)
         except ParityError as e:
-            return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e), args)
+            return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e,
+                                                  kind="workload" if _is_workload_file(args.prompt_file) else "compare"),
+                           args)
+        if source is not None and (len(prompts) > 1 or source.format == "parquet"):
+            from .workload.run import WorkloadRequest, run_workload
+
+            if not args.json and not args.quiet:
+                print(f"[parity] workload: {source.describe()}", file=sys.stderr)
+                for bad in source.skipped[:5]:
+                    print(f"[parity] skipped {bad.where}: {bad.message}", file=sys.stderr)
+            run = run_workload(service, WorkloadRequest(model=args.model, prompts=prompts, config=cfg,
+                                                        options=_workload_options(args, source),
+                                                        trust_remote_code=args.trust_remote_code), _emit(args))
+            return _report(run, args, service.db)
         run = service.run(RunRequest(model=args.model, prompts=prompts, config=cfg,
                                      trust_remote_code=args.trust_remote_code), on_event=_emit(args))
         return _report(run, args)
+    finally:
+        service.close()
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .workload.run import resume_workload
+
+    service = _service(args)
+    try:
+        run = resume_workload(service, args.id, _emit(args))
+        return _report(run, args, service.db)
     finally:
         service.close()
 
@@ -120,14 +171,24 @@ def _exit_code(run: Run) -> int:
     return EXIT_IDENTICAL if run.status == "ok" else EXIT_DIVERGED
 
 
-def _report(run: Run, args: argparse.Namespace) -> int:
+def _report(run: Run, args: argparse.Namespace, db: Any = None) -> int:
+    """Print the run (a workload as one screen, its prompts with --per-prompt) and its exit code."""
     from .report import format_summary, run_json
 
     if run.status not in ("ok", "diverged"):
         print(f"parity: error: {run.error}", file=sys.stderr)
         print(f"parity: stored as run {run.id}", file=sys.stderr)
+    if run.workload is not None and db is not None and getattr(args, "per_prompt", False):
+        from .store import get_run
+
+        run = get_run(db, run.id) or run  # every prompt, read back from the store
     if args.json:
         print(json.dumps(run_json(run)))
+    elif run.workload is not None:
+        from .workload.report import format_workload
+
+        print(format_summary(run, prompts=getattr(args, "per_prompt", False)))
+        print(format_workload(run.workload, run.id, run.status))
     elif run.status in ("ok", "diverged"):
         print(format_summary(run))
     return _exit_code(run)
@@ -181,15 +242,32 @@ def _get(args: argparse.Namespace, run_id: str) -> Run | None:
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
     from .report import format_summary, run_json
+    from .store import get_run, open_db
 
-    run = _get(args, args.id)
+    only = None if args.prompt is None else [args.prompt]
+    run = get_run(open_db(args.db), args.id, prompts=only)
     if run is None:
+        print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
+              "Fix: list the ids with 'parity runs list'", file=sys.stderr)
+        return EXIT_ERROR
+    if only and not run.prompts:
+        print(f"parity: error: run {args.id} has no prompt {args.prompt}. Fix: give --prompt from 0 to "
+              f"{_n_prompts(args, run) - 1}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
         print(json.dumps(run_json(run)))
+    elif run.workload is not None and only is None:
+        from .workload.report import format_workload
+
+        print(format_summary(run, prompts=False))
+        print(format_workload(run.workload, run.id, run.status))
     else:
         print(format_summary(run))
     return 0
+
+
+def _n_prompts(args: argparse.Namespace, run: Run) -> int:
+    return run.workload.n_prompts if run.workload is not None else len(run.prompts)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -295,6 +373,30 @@ def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     _add_config_args(p)
 
 
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("workload (a .jsonl or .parquet --prompt-file of several prompts)")
+    w.add_argument("--field", help="the key or column holding the prompt (text or chat messages); default: "
+                                   "prompt, messages, text, question or input")
+    pick = w.add_mutually_exclusive_group()
+    pick.add_argument("--limit", type=int, help="the first N prompts")
+    pick.add_argument("--sample", type=int, help="a random N prompts (reproducible with --seed)")
+    w.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    w.add_argument("--on-bad", choices=["stop", "skip"], default="stop",
+                   help="a broken line or row: stop with its number, or skip it and count it")
+    w.add_argument("--too-long", choices=["skip", "stop"], default="skip",
+                   help="a prompt longer than the context: skip it and count it (default), or stop")
+    w.add_argument("--mode", choices=["free", "scored"], default="free",
+                   help="free: every side generates; scored: the reference teacher-forces the other sides' tokens "
+                        "(its cost is a prefill per sequence, not a decode)")
+    w.add_argument("--floor", choices=["auto", "batch", "order", "kernel", "none"], default="auto",
+                   help="the reference's own noise: batch (again at another batch size and order), order, kernel "
+                        "(an HF reference with another attention kernel), none; auto (default): batch when free, "
+                        "kernel when scored with an HF reference, else none")
+    w.add_argument("--floor-batch-size", type=int, default=8, help="the batch floor's batch size (default 8)")
+    w.add_argument("--chunk", type=int, default=64, help="prompts done and stored together (default 64)")
+    w.add_argument("--per-prompt", action="store_true", help="also list every prompt, as a single run does")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="parity", description="Compare engine setups (sides) token by token: "
                                                             "vLLM vs HF transformers, vLLM vs vLLM, ...")
@@ -314,7 +416,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(c)
+    _add_workload_args(c)
     c.set_defaults(func=cmd_compare)
+
+    rs = sub.add_parser("resume", help="go on with a stopped, failed or interrupted workload run")
+    rs.add_argument("id", help="the workload run's id")
+    rs.add_argument("--json", action="store_true")
+    rs.add_argument("--quiet", action="store_true")
+    rs.add_argument("--per-prompt", action="store_true", help="also list every prompt")
+    rs.add_argument("--db", default=argparse.SUPPRESS)
+    rs.set_defaults(func=cmd_resume)
 
     cfg = sub.add_parser("config", help="the canonical config")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
@@ -337,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_runs_list)
     sh = runs_sub.add_parser("show", help="one run")
     sh.add_argument("id")
+    sh.add_argument("--prompt", type=int, help="only this prompt (a workload's: its token-level comparison)")
     sh.add_argument("--json", action="store_true")
     sh.add_argument("--db", default=argparse.SUPPRESS)
     sh.set_defaults(func=cmd_runs_show)

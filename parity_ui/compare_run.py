@@ -72,7 +72,7 @@ def generate_side(sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, e
     goes; its results stored when done, or what it made before a failure."""
     ids = [e.token_ids for e in prep.prompts_of(p.name)]
     emit(RunEvent("status", f"{p.name}: generating {len(ids)} prompt(s)", side=p.name))
-    greq = GenerateRequest(prompts=ids, sampling=p.args.sampling, batch_size=prep.config.batch_size,
+    greq = GenerateRequest(prompts=ids, sampling=p.args.sampling, batch_size=p.spec.batch_size(prep.config.batch_size),
                            logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, p.name))
     try:
         results = sides.generate(p.name, greq, rec.stream(p.name, prep.tokenizer, emit))

@@ -38,6 +38,9 @@ class SideOptions:
     device: str = option("auto", "where this side runs: auto (the first GPU, else the CPU), cpu, cuda:N, "
                                  "or cuda:N,M to spread it over several GPUs", _DEVICE_ALLOWED)
     fp32_logits: bool = option(False, "compute the lm_head and the logits in float32 (an RL trainer's setup)")
+    batch_size: int | None = option(None, "prompts per generate call for this side; unset = the run's batch_size "
+                                          "(a workload keeps its reference at 1 while the others batch as in "
+                                          "production)", number_in(1, 1024, "an integer"))
     image_min_pixels: int | None = option(None, "image prompts: this side's own min_pixels (to reproduce a resize "
                                                 "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
     image_max_pixels: int | None = option(None, "image prompts: this side's own max_pixels (to reproduce a resize "

@@ -286,7 +286,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         if not eager:
             # vLLM captures a CUDA graph per batch size up to 512 by default: most of a cold start
             # for a run that sends batches of 1..batch_size. Capture what the run can use.
-            cap = v.max_cudagraph_capture_size or default_capture_size(cfg.batch_size)
+            cap = v.max_cudagraph_capture_size or default_capture_size(side.batch_size(cfg.batch_size))
             llm["max_cudagraph_capture_size"] = rec(p + "max_cudagraph_capture_size", "LLM",
                                                     "max_cudagraph_capture_size", cap)
     else:
@@ -301,6 +301,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
                                                      + (f" (at most {limit})" if limit else ""))
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
+    rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
     overrides: dict[str, Any] = {}
     rope = rope_override(cfg, model)
     if rope is not None:
@@ -449,6 +450,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
     env = {**env, **_cpu_threads_env(rec, p, device == "cpu")}
     rec(p + "fp32_logits", "runtime", "lm_head in float32, input upcast", h.fp32_logits)
+    rec(p + "batch_size", "runtime", "rows per generate call (this side; left padded)", side.batch_size(cfg.batch_size))
     _sdpa_kernels(rec, side, h)
 
     gen: dict[str, Any] = {

@@ -27,6 +27,9 @@ class RunRequest:
     # Positions every side must serve whatever the prompts need: a caller that feeds a side longer ids
     # than `prompts` (a layer capture of a stored run's prompt and tokens) says how many here.
     min_context: int = 0
+    # A prompt longer than the context: "stop" refuses the run (PromptError), "skip" leaves the prompt
+    # out and counts it (Prepared.skipped_too_long), as a workload over many prompts wants.
+    too_long: str = "stop"
 
 
 @dataclass
@@ -76,6 +79,13 @@ class Prepared:
     # resize trap) gets the ids the same processor makes under ITS settings; every other side `prompts`.
     side_prompts: dict[str, list[EncodedPrompt]] = field(default_factory=dict)
     image_token_id: int | None = None
+    # The request's prompts each of `prompts` is (its index there), and those left out as too long.
+    kept: list[int] = field(default_factory=list)
+    skipped_too_long: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.kept:
+            self.kept = list(range(len(self.prompts)))
 
     def side(self, name: str) -> SidePlan:
         return next(s for s in self.sides if s.name == name)

@@ -344,7 +344,9 @@ def check_batching(prepared: Prepared) -> list[Finding]:
                     "stable: batch composition changes vLLM's kernels and its outputs.",
             fix=f"set batch_size <= {STABLE_BATCH_BOUND}, or batch_invariant on a supported GPU",
             setting=_setting("batch_size", STABLE_BATCH_BOUND)))
-    if batched > 1 and _sides_of(prepared, "hf"):
+    hf_batched = [min(p.spec.batch_size(cfg.batch_size), len(prepared.prompts)) for p in _sides_of(prepared, "hf")]
+    batched = max([b for b in hf_batched if b > 1], default=batched)
+    if any(b > 1 for b in hf_batched):
         lengths = {len(p.token_ids) for p in prepared.prompts}
         how = "pads shorter prompts on the left, which" if len(lengths) > 1 else "runs them as one matrix, which"
         out.append(Finding(

@@ -140,12 +140,16 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
     vision = _check_images(req, model)
     resolved = resolve(model, tok.eos_token_ids, gpu, vision.defaults if vision else None)
     ref_px = side_image_pixels(cfg, cfg.sides[0], resolved) or {}
-    encoded = [vision.encode(p, ref_px) if p.images and vision else tok.encode(p, cfg.chat) for p in req.prompts]
-    side_prompts = _side_prompts(cfg, resolved, vision, req.prompts, encoded, ref_px)
+    prompts = list(req.prompts)
+    encoded = [vision.encode(p, ref_px) if p.images and vision else tok.encode(p, cfg.chat) for p in prompts]
+    kept, skipped = _too_long(req, model, encoded)
+    if skipped:
+        prompts, encoded = [prompts[i] for i in kept], [encoded[i] for i in kept]
+    side_prompts = _side_prompts(cfg, resolved, vision, prompts, encoded, ref_px)
     limit = _check_context(cfg, model, encoded)
     resolved.context_need = _context_needs(cfg, encoded, side_prompts, req.min_context)
     plans = []
-    text_only = [(p, e) for p, e in zip(req.prompts, encoded) if not p.images]
+    text_only = [(p, e) for p, e in zip(prompts, encoded) if not p.images]
     for spec in cfg.sides:
         side_model = _side_model(spec, model, req.trust_remote_code)
         if spec.model and text_only:
@@ -157,13 +161,31 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
     fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)
     prepared = Prepared(config=cfg, model=model, tokenizer=tok, prompts=encoded, resolved=resolved, sides=plans,
                         max_context=limit, side_prompts=side_prompts,
-                        image_token_id=vision.image_token_id if vision else None)
+                        image_token_id=vision.image_token_id if vision else None, kept=kept,
+                        skipped_too_long=skipped)
     prepared.warnings = run_preflight(prepared) + warnings
     if vision is not None:
         from .images import image_findings
 
         prepared.warnings += image_findings(prepared, vision)
     return prepared
+
+
+def _too_long(req: RunRequest, model: ModelInfo, encoded: list[EncodedPrompt]) -> tuple[list[int], list[int]]:
+    """(kept, skipped): with too_long="skip", the prompts that fit the context and those that do not.
+    With "stop" every prompt is kept and the context check refuses the run. PromptError when every
+    prompt is too long."""
+    limit = max_context(req.config, model)
+    if req.too_long != "skip" or limit is None:
+        return list(range(len(encoded))), []
+    need = req.config.max_new_tokens
+    kept = [i for i, e in enumerate(encoded) if len(e.token_ids) + need <= limit]
+    keep = set(kept)
+    skipped = [i for i in range(len(encoded)) if i not in keep]
+    if not kept:
+        raise PromptError(f"every one of the {len(encoded)} prompts is longer than the context of {limit} with "
+                          f"max_new_tokens={need}", "lower max_new_tokens, or raise max_model_len with rope_scaling")
+    return kept, skipped
 
 
 def _check_images(req: RunRequest, model: ModelInfo) -> VisionProcessor | None:

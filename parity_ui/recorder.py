@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from sqlite_utils import Database
 
 from .errors import CancelledError, ParityError
 from .plan import Prepared, SidePlan
 from .prompts import PromptTokenizer
-from .runlog import EventCallback, RunEvent, finish, record_failure
+from .runlog import EventCallback, RunEvent, finish, record_failure, this_owner
 from .store import save_comparisons, save_images, save_prompt_rows, save_run_row, save_side_result
 from .types import EngineInfo, PromptResult, Run, SideInfo, SideResult, TokenStep
 
@@ -38,6 +39,7 @@ class RunRecorder:
         self._last_flush = time.monotonic()
         self._dirty: set[tuple[str, int]] = set()  # (side, prompt index) streamed since the last flush
         self._partial: dict[str, dict[int, list[TokenStep]]] = {}  # side -> prompt index -> steps so far
+        self._earlier_ms = 0  # a resumed run's time before this process took it up
 
     # -- the run's parts ------------------------------------------------------------------------------
 
@@ -48,6 +50,19 @@ class RunRecorder:
             save_prompt_rows(self.db, self.run)
             if prompts:
                 save_images(self.db, self.run.id, prompts)
+
+    def resume(self) -> None:
+        """Take up a stored run again: running, owned by this process, its error cleared."""
+        self.run.status, self.run.error, self.run.error_code = "running", None, None
+        self.run.owner = this_owner()
+        self._earlier_ms = self.run.duration_ms or 0
+        self.save_header()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """Rows a command writes itself (a workload's chunk), in one transaction with the recorder's writes."""
+        with self._write, self.db.atomic():
+            yield self.db
 
     def save_header(self) -> None:
         """The run's own row: status, figures, sides, warnings, timings."""
@@ -60,13 +75,14 @@ class RunRecorder:
         run.model = prep.model
         run.warnings = prep.warnings
         run.sides = [side_info(p, reference=i == 0) for i, p in enumerate(prep.sides)]
-        for pr, enc in zip(run.prompts, prep.prompts):
+        for j, (i, enc) in enumerate(zip(prep.kept, prep.prompts)):
+            pr = run.prompts[i]
             pr.prompt_text, pr.prompt_token_ids = enc.text, enc.token_ids
             if prep.config.chat and pr.messages is None and enc.spec.text is not None and not enc.images:
                 pr.messages = [{"role": "user", "content": enc.spec.text}]  # what the template got
             for k, meta in enumerate(pr.images):  # each side's image token count for this image
-                meta["tokens"] = {p.name: prep.prompts_of(p.name)[pr.index].image_tokens[k] for p in prep.sides}
-                meta["pixels"] = {p.name: prep.prompts_of(p.name)[pr.index].pixels for p in prep.sides}
+                meta["tokens"] = {p.name: prep.prompts_of(p.name)[j].image_tokens[k] for p in prep.sides}
+                meta["pixels"] = {p.name: prep.prompts_of(p.name)[j].pixels for p in prep.sides}
         with self._write, self.db.atomic():
             save_run_row(self.db, run)
             save_prompt_rows(self.db, run)
@@ -150,6 +166,7 @@ class RunRecorder:
     def finish(self) -> None:
         """Stamp the duration, release the run (owner none) and write its row."""
         finish(self.run, self._t0)
+        self.run.duration_ms = (self.run.duration_ms or 0) + self._earlier_ms
         self.save_header()
 
 

@@ -18,9 +18,9 @@ def _s(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}s"
 
 
-def format_summary(run: Run) -> str:
+def format_summary(run: Run, prompts: bool = True) -> str:
     """The run as lines for a terminal: sides, the settings that differ, findings with their --set
-    fix, and per prompt every side against the reference."""
+    fix, and (with `prompts`) per prompt every side against the reference."""
     dtypes = "/".join(dict.fromkeys(s.dtype for s in run.sides if s.dtype)) or run.config.get("dtype")
     lines = [f"run {run.id}: {run.status.upper()}  model={run.model.name}  dtype={dtypes}  device={run.device}"]
     if run.error:
@@ -37,7 +37,7 @@ def format_summary(run: Run) -> str:
     for w in run.warnings:
         fix = fix_text(w, "cli")
         lines.append(f"  [{w.severity}] {w.code}: {w.message}" + (f" Fix: {fix}" if fix else ""))
-    for p in run.prompts:
+    for p in run.prompts if prompts else []:
         lines.append(f"prompt {p.index}: {len(p.prompt_token_ids)} prompt tokens")
         for img in p.images:
             tokens = ", ".join(f"{k} {v}" for k, v in (img.get("tokens") or {}).items())
@@ -111,6 +111,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "comparisons": [c for p in prompts for c in p["comparisons"]],
         "settings_diff": [to_dict(r) for r in settings_diff(run.sides)],
         "warnings": to_dict(run.warnings), "probes": to_dict(run.probes), "timings": run.timings,
+        "workload": to_dict(run.workload),
         "duration_ms": run.duration_ms, "prompts": prompts,
     }
 

@@ -28,7 +28,7 @@ PHASES = ("prepare", "start", "check", "load", "generate", "compare", "cross_sco
 class RunEvent:
     """Progress for a live view: status lines, and each token as a side makes it."""
 
-    kind: str  # "status" | "token" | "side_done"
+    kind: str  # "status" | "token" | "side_done" | "progress" (a workload: prompt_index = prompts done)
     message: str = ""
     side: str | None = None
     prompt_index: int | None = None
@@ -71,7 +71,18 @@ def new_run(run_id: str, model: str, config: dict[str, Any], prompts: list[Any],
                status="running", group_id=group_id, kind=kind, owner=this_owner(),
                versions={"parity_ui": __version__, "python": platform.python_version()},
                prompts=[PromptResult(index=i, prompt_text=getattr(p, "text", None) or "", prompt_token_ids=[],
-                                     messages=getattr(p, "messages", None)) for i, p in enumerate(prompts)])
+                                     messages=getattr(p, "messages", None), given=_given(p))
+                        for i, p in enumerate(prompts)])
+
+
+def _given(spec: Any) -> dict[str, Any] | None:
+    """The prompt as the user gave it, for a run that must be repeated or resumed: text or messages
+    (images by name and hash; their bytes are stored apart)."""
+    if spec is None:
+        return None
+    images = [img.meta() for img in getattr(spec, "images", None) or []]
+    return {"text": getattr(spec, "text", None), "messages": getattr(spec, "messages", None),
+            **({"images": images} if images else {})}
 
 
 def record_failure(run: Run, exc: BaseException) -> None:

@@ -76,16 +76,20 @@ class ParityService:
 
     @contextmanager
     def recording(self, model: str, config: dict[str, Any], prompts: list[PromptSpec], *, kind: str = "compare",
-                  group_id: str | None = None) -> Iterator[RunRecorder]:
-        """A new run, stored as it starts. An Exception raised in the block becomes the run's status
-        ("error", or "cancelled" on Stop) with its message, is stored, and does NOT propagate: read
-        `rec.run.status`. Ctrl-C is stored as "interrupted", then raised. A Stop pressed before the
-        block began is not for it."""
+                  group_id: str | None = None, resume: Run | None = None) -> Iterator[RunRecorder]:
+        """A new run, stored as it starts (or `resume`, a stored run taken up again by this process).
+        An Exception raised in the block becomes the run's status ("error", or "cancelled" on Stop)
+        with its message, is stored, and does NOT propagate: read `rec.run.status`. Ctrl-C is stored
+        as "interrupted", then raised. A Stop pressed before the block began is not for it."""
         with self._lock:
             self.pool.reset_cancel()
-            rec = RunRecorder(self.db, new_run(new_run_id(), model, config, prompts, kind=kind, group_id=group_id))
-            attach_images(rec.run, prompts)
-            rec.begin(prompts)
+            if resume is not None:
+                rec = RunRecorder(self.db, resume)
+                rec.resume()
+            else:
+                rec = RunRecorder(self.db, new_run(new_run_id(), model, config, prompts, kind=kind, group_id=group_id))
+                attach_images(rec.run, prompts)
+                rec.begin(prompts)
             try:
                 yield rec
             except BaseException as e:  # noqa: BLE001 - stored, then re-raised only for Ctrl-C

@@ -53,6 +53,10 @@ class SideSpec:
     def replace(self, **options: Any) -> "SideSpec":
         return dataclasses.replace(self, options=dataclasses.replace(self.options, **options))
 
+    def batch_size(self, run_batch_size: int) -> int:
+        """Prompts per generate call for this side: its own batch_size, else the run's."""
+        return getattr(self.options, "batch_size", None) or run_batch_size
+
     def describe(self) -> str:
         """`name (kind, key=value, ...)` for messages."""
         extra = ", ".join(f"{k}={v}" for k, v in self.to_dict().items() if k not in ("name", "kind"))

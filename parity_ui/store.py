@@ -21,7 +21,7 @@ import time
 from array import array
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
@@ -30,6 +30,7 @@ from .bulk import gc_paused
 from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
 from .runlog import owner_alive
+from .workload.stats import PairSample
 from .types import (Localisation, PromptResult, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
                     prompt_result_from_dict, run_from_dict, side_result_from_dict, step_from_dict, to_dict)
 
@@ -170,6 +171,20 @@ def m005_step_columns(db: Database) -> None:
         steps = [step_from_dict(s) for s in res.pop("steps", None) or []]
         db.execute("UPDATE side_results SET result_json = ?, steps_json = ? WHERE rowid = ?",
                    [_json(res), _steps_json(steps), rowid])
+
+
+@migrations()
+def m006_workloads(db: Database) -> None:
+    """Workload runs: each (prompt, side) pair's logprobs against the reference's, packed
+    (`pair_samples`: what the pooled figures are computed from, read back one row at a time), and on
+    the run its pooled report (`workload_json`) and a one-line headline for the history list."""
+    db["runs"].add_column("workload_json", str)
+    db["runs"].add_column("headline", str)
+    db["prompt_results"].add_column("given_json", str)  # the prompt as the user gave it (text, messages)
+    db["pair_samples"].create({
+        "run_id": str, "side": str, "prompt_idx": int, "identical": int, "first_divergence": int, "length": int,
+        "verdict": str, "logp_side": bytes, "logp_ref": bytes, "positions": bytes,
+    }, pk=("run_id", "side", "prompt_idx"), foreign_keys=[("run_id", "runs", "id")])
 
 
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
@@ -338,6 +353,7 @@ def save_run_row(db: Database, run: Run) -> None:
         "versions_json": _dumps(run.versions), "warnings_json": _dumps(run.warnings),
         "probes_json": _dumps(run.probes), "sides": _sides_text([to_dict(s) for s in run.sides]),
         "sides_json": _dumps(run.sides), "timings_json": _dumps(run.timings), "owner_json": _dumps(run.owner),
+        "workload_json": _dumps(run.workload), "headline": run.workload.headline if run.workload else None,
     }, pk="id")
 
 
@@ -347,7 +363,7 @@ def save_prompt_rows(db: Database, run: Run, indices: Any = None) -> None:
     db["prompt_results"].insert_all(({
         "run_id": run.id, "idx": p.index, "prompt_text": p.prompt_text,
         "prompt_token_ids_json": _dumps(p.prompt_token_ids), "messages_json": _dumps(p.messages),
-        "images_json": _dumps(p.images) if p.images else None,
+        "images_json": _dumps(p.images) if p.images else None, "given_json": _dumps(p.given),
     } for p in prompts), pk=("run_id", "idx"), replace=True)
 
 
@@ -383,34 +399,42 @@ def _excerpt(run: Run, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def get_run(db: Database, run_id: str) -> Run | None:
+def get_run(db: Database, run_id: str, prompts: list[int] | None = None) -> Run | None:
+    """The stored run, or None. `prompts`: only these prompts' rows (a workload of 10,000 prompts is
+    opened one prompt at a time); the run's own row always."""
     with gc_paused():
-        return _get_run(db, run_id)
+        return _get_run(db, run_id, prompts)
 
 
-def _get_run(db: Database, run_id: str) -> Run | None:
+def _get_run(db: Database, run_id: str, only: list[int] | None = None) -> Run | None:
     rows = list(db.query("SELECT * FROM runs WHERE id = ?", [run_id]))
     if not rows:
         return None
     r = rows[0]
+    where, params = "", [run_id]
+    if only is not None:
+        where = f"AND {{col}} IN ({', '.join('?' * len(only))})"
+        params += [int(i) for i in only]
     results: dict[int, dict[str, Any]] = {}
     for s in db.query("SELECT prompt_idx, side, result_json, steps_json FROM side_results WHERE run_id = ? "
-                      "ORDER BY rowid", [run_id]):
+                      f"{where.format(col='prompt_idx')} ORDER BY rowid", params):
         res = _loads(s["result_json"])
         if s["steps_json"] is not None:  # else a row an older release wrote: its steps are in result_json
             res["steps"] = _unpack_steps(_loads(s["steps_json"]))
         results.setdefault(s["prompt_idx"], {})[s["side"]] = res
     comparisons: dict[int, list[dict[str, Any]]] = {}
-    for c in db.query("SELECT * FROM comparisons WHERE run_id = ? ORDER BY rowid", [run_id]):
+    for c in db.query(f"SELECT * FROM comparisons WHERE run_id = ? {where.format(col='prompt_idx')} ORDER BY rowid",
+                      params):
         comparisons.setdefault(c["prompt_idx"], []).append({
             **_loads(c["comparison_json"]), "explanation": _loads(c["explanation_json"]),
             "cross_scores": _loads(c["cross_scores_json"])})
     prompts = [prompt_result_from_dict({
         "index": p["idx"], "prompt_text": p["prompt_text"],
         "prompt_token_ids": _loads(p["prompt_token_ids_json"]) or [], "messages": _loads(p["messages_json"]),
-        "images": _loads(p.get("images_json")) or [],
+        "images": _loads(p.get("images_json")) or [], "given": _loads(p.get("given_json")),
         "results": results.get(p["idx"], {}), "comparisons": comparisons.get(p["idx"], []),
-    }) for p in db.query("SELECT * FROM prompt_results WHERE run_id = ? ORDER BY idx", [run_id])]
+    }) for p in db.query(f"SELECT * FROM prompt_results WHERE run_id = ? {where.format(col='idx')} ORDER BY idx",
+                         params)]
     run = run_from_dict({
         "id": r["id"], "created_utc": r["datetime_utc"], "model": _loads(r["model_json"]),
         "config": _loads(r["config_json"]) or {}, "status": r["status"], "error": r["error"],
@@ -418,10 +442,60 @@ def _get_run(db: Database, run_id: str) -> Run | None:
         "sides": _loads(r["sides_json"]) or [], "versions": _loads(r["versions_json"]) or {},
         "duration_ms": r["duration_ms"], "group_id": r["group_id"], "kind": r["kind"] or "compare",
         "probes": _loads(r["probes_json"]), "timings": _loads(r["timings_json"]) or {},
-        "owner": _loads(r["owner_json"]),
+        "owner": _loads(r["owner_json"]), "workload": _loads(r.get("workload_json")),
     })
     run.prompts = prompts
     return run
+
+
+# -- workloads: each (prompt, side) pair's logprobs, packed ------------------------------------------
+
+def _pack(values: Any, code: str) -> bytes:
+    arr = array(code, values)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _unpack(data: bytes | None, code: str) -> list[Any]:
+    arr = array(code)
+    if data:
+        arr.frombytes(data)
+        if sys.byteorder != "little":
+            arr.byteswap()
+    return arr.tolist()
+
+
+def save_pair_samples(db: Database, run_id: str, side: str, samples: list[PairSample]) -> None:
+    """One row per (prompt, side): the side's and the reference's logprobs of the same tokens as
+    float64 (a missing one as NaN), with the first divergence and the verdict."""
+    db["pair_samples"].insert_all(({
+        "run_id": run_id, "side": side, "prompt_idx": s.prompt_index, "identical": int(s.identical),
+        "first_divergence": s.first_divergence, "length": s.length, "verdict": s.verdict,
+        "logp_side": _pack((math.nan if x is None else x for x in s.logp_side), "d"),
+        "logp_ref": _pack((math.nan if x is None else x for x in s.logp_ref), "d"),
+        "positions": _pack(s.positions, "i"),
+    } for s in samples), pk=("run_id", "side", "prompt_idx"), replace=True)
+
+
+def pair_samples(db: Database, run_id: str, side: str) -> Iterator[PairSample]:
+    """A side's stored samples, prompt by prompt, read one row at a time (bounded memory)."""
+    for r in db.query("SELECT * FROM pair_samples WHERE run_id = ? AND side = ? ORDER BY prompt_idx",
+                      [run_id, side]):
+        yield PairSample(prompt_index=r["prompt_idx"], identical=bool(r["identical"]),
+                         first_divergence=r["first_divergence"], length=r["length"] or 0, verdict=r["verdict"],
+                         logp_side=_unpack(r["logp_side"], "d"), logp_ref=_unpack(r["logp_ref"], "d"),
+                         positions=_unpack(r["positions"], "i"))
+
+
+def prompts_done(db: Database, run_id: str, sides: list[str]) -> set[int]:
+    """The prompts whose samples are stored for every one of `sides` (a resumed workload skips them)."""
+    if not sides:
+        return set()
+    rows = db.execute("SELECT prompt_idx FROM pair_samples WHERE run_id = ? AND side IN ("
+                      + ", ".join("?" * len(sides)) + ") GROUP BY prompt_idx HAVING count(DISTINCT side) = ?",
+                      [run_id, *sides, len(sides)]).fetchall()
+    return {r[0] for r in rows}
 
 
 @dataclass
@@ -479,5 +553,5 @@ def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
 
-__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "get_run", "list_runs",
+__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "prompts_done", "get_run", "list_runs",
            "distinct_models", "RunSummary", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]

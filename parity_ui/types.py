@@ -15,10 +15,13 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .records import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
                       probe_report_from_json)
+
+if TYPE_CHECKING:
+    from .workload.report import WorkloadReport
 
 RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = ("running", "ok", "diverged", "error", "cancelled", "interrupted")
@@ -272,6 +275,7 @@ class PromptResult:
     # (the bytes themselves are stored apart, by hash: parity_ui.store.image_bytes)
     images: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)  # one per non-reference side
+    given: dict[str, Any] | None = None  # the prompt as the user gave it: {"text", "messages"} (a rerun needs it)
 
     def comparison(self, b: str) -> Comparison | None:
         return next((c for c in self.comparisons if c.b == b), None)
@@ -342,6 +346,7 @@ class Run:
     probes: ProbeReport | None = None  # a probe run's findings (parity_ui.probes)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
+    workload: WorkloadReport | None = None  # a workload run's pooled figures (parity_ui.workload.report)
 
     @property
     def reference(self) -> str | None:
@@ -357,7 +362,10 @@ class Run:
     @property
     def identical(self) -> bool | None:
         """True when every non-reference side matched the reference on every prompt; None when
-        some comparison is missing (an error)."""
+        some comparison is missing (an error). A workload's, from its pooled figures (its prompts'
+        steps are in the store, not in memory)."""
+        if self.workload is not None:
+            return self.workload.identical
         expected = max(len(self.sides) - 1, 1)
         if not self.prompts or any(len(p.comparisons) < expected for p in self.prompts):
             return None
@@ -366,6 +374,8 @@ class Run:
     @property
     def first_divergence(self) -> int | None:
         """The earliest first-divergence index over all prompts and sides (None when none diverged)."""
+        if self.workload is not None:
+            return self.workload.first_divergence
         idx = [c.first_divergence for c in self.comparisons if c.first_divergence is not None]
         return min(idx) if idx else None
 
@@ -470,7 +480,16 @@ def run_from_dict(d: dict[str, Any]) -> Run:
         "warnings": [Finding(**_known(Finding, w)) for w in d.get("warnings", [])],
         "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
         "probes": d["probes"] if isinstance(d.get("probes"), ProbeReport) else probe_report_from_json(d.get("probes")),
+        "workload": _workload(d.get("workload")),
     })
+
+
+def _workload(data: Any) -> Any:
+    if data is None or not isinstance(data, dict):
+        return data
+    from .workload.report import report_from_json  # the workload package sits above this module
+
+    return report_from_json(data)
 
 
 @dataclass

@@ -40,6 +40,9 @@ class FakeOptions(SideOptions):
     load_s: float = option(0.0, "how long the load takes", number_in(0, 3600))
     fail_load: bool = option(False, "the load raises")
     refuse: str | None = option(None, "the capability check refuses with this message")
+    batch_noise: float = option(0.0, "a gap that appears only when prompts are batched (a batch-variant engine)",
+                                number_in(0, 10))
+    fail_after: int | None = option(None, "prompts this worker generates before it crashes", number_in(0, 10**6, "an integer"))
     flag: str | None = option(None, "a setting the engine reports resolved as it was given (bisect tests)")
     ignored_flag: str | None = option(None, "a setting the engine accepts but does not apply (a flag that does "
                                             "not take effect: bisect must report it)")
@@ -56,7 +59,7 @@ class FakeArgs:
 def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     o: FakeOptions = side.options
     load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
-                                        "fail_load", "refuse", "flag", "ignored_flag")}
+                                        "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after")}
     load["vocab_size"] = model.vocab_size or 1024
     load["dtype"] = o.dtype or cfg.dtype
     sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
@@ -118,14 +121,18 @@ class FakeEngine(Engine):
 
     # -- the "model" ---------------------------------------------------------------------------------
 
-    def _top(self, ctx: list[int], pos: int, k: int) -> list[tuple[int, float]]:
+    made = 0  # prompts this worker has generated (fail_after)
+
+    def _top(self, ctx: list[int], pos: int, k: int, batched: bool = False) -> list[tuple[int, float]]:
         a = self.args
         h = (len(ctx) * 7919 + sum((t + 1) * 31 ** j for j, t in enumerate(ctx[-4:]))) % 2**31
         span = a["vocab_size"] - FIRST_ID
         # 37 is prime: the k candidates are distinct for any vocabulary not a multiple of it.
         ids = [FIRST_ID + (h + 37 * r) % span for r in range(max(k, 2))]
         jitter = a["noise"] * (((h >> 3) % 13) - 6) / 6
-        lps = [-(0.05 + 0.8 * i + 0.01 * (h % 7)) + a["shift"] + jitter for i in range(len(ids))]
+        if batched:
+            jitter -= a["batch_noise"] * ((h >> 5) % 5) / 4
+        lps = [-(0.45 + 0.8 * i + 0.01 * (h % 7)) + a["shift"] + jitter for i in range(len(ids))]
         if a["swap_at"] is not None and pos == a["swap_at"]:
             ids[0], ids[1] = ids[1], ids[0]
         return list(zip(ids, lps))
@@ -134,6 +141,9 @@ class FakeEngine(Engine):
         a, s = self.args, req.sampling
         out = []
         for i, prompt in enumerate(req.prompts):
+            if a["fail_after"] is not None and FakeEngine.made >= a["fail_after"]:
+                raise RuntimeError(f"the fake engine crashed after {FakeEngine.made} prompts, as it was told to")
+            FakeEngine.made += 1
             res = result(i, finish_reason="length")
             ctx, t0 = list(prompt), time.perf_counter()
             for pos in range(s["max_new_tokens"]):
@@ -142,7 +152,7 @@ class FakeEngine(Engine):
                     break
                 if a["fail_at"] is not None and pos == a["fail_at"]:
                     raise RuntimeError(f"the fake engine crashed at token {pos}, as it was told to")
-                top = self._top(ctx, pos, req.logprobs)
+                top = self._top(ctx, pos, req.logprobs, batched=req.batch_size > 1)
                 token, lp = top[0]
                 if a["eos_at"] is not None and pos == a["eos_at"] and s["eos_token_ids"]:
                     token, lp = s["eos_token_ids"][0], -0.01

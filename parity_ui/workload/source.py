@@ -173,8 +173,10 @@ class WorkloadReader:
 
     def _bad(self, number: int, where: str, err: PromptError) -> None:
         """Stop (re-raise) or count and, for the first few, name the row."""
-        if self.on_bad == "stop":
-            raise err
+        if self.on_bad == "stop":  # the way on past it, beside the row's own fix
+            raise PromptError(err.message, f"{err.fix}; or skip such rows and count them (--on-bad skip, "
+                                           f"on_bad=\"skip\")" if err.fix else "skip such rows and count them "
+                                                                               "(--on-bad skip)")
         self.skipped_count += 1
         if len(self.skipped) < BAD_ROWS_KEPT:
             self.skipped.append(BadRow(number, where, err.message))

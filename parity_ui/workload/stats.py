@@ -501,7 +501,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
         pairs=n, skipped=skipped,
         abs_dlogp_mean=total("sum_abs_d") / n,
         abs_dlogp_p50=_abs_quantile(runs, n, 0.50), abs_dlogp_p95=_abs_quantile(runs, n, 0.95),
-        abs_dlogp_p99=_abs_quantile(runs, n, 0.99), abs_dlogp_max=max(-d_min, d_max),
+        abs_dlogp_p99=_abs_quantile(runs, n, 0.99), abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
         abs_dprob_mean=total("sum_dp") / n, abs_dprob_max=max(p.max_dp for p in parts),
         kl=total("sum_d") / n,
         k3=max(0.0, (s_em1 - total("sum_log_rho")) / n),
@@ -678,6 +678,24 @@ class FloorVerdict:
             if f["factor"] is not None and math.isinf(f["factor"]):
                 f["factor"] = None
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FloorVerdict:
+        """The inverse of to_dict (an infinite factor comes back as inf where the floor was zero)."""
+        def wilson(w: Mapping[str, Any] | None) -> Wilson | None:
+            return Wilson(**w) if w else None
+
+        figures = []
+        for f in d["figures"]:
+            f = dict(f)
+            if f["factor"] is None and f["floor_is_zero"] and f["side"]:
+                f["factor"] = math.inf
+            figures.append(FigureCheck(**f))
+        i = d["identical"]
+        ident = IdenticalCheck(side_share=i["side_share"], floor_share=i["floor_share"], side_ci=wilson(i["side_ci"]),
+                               floor_ci=wilson(i["floor_ci"]), worse=i["worse"])
+        return cls(verdict=d["verdict"], tolerance=d["tolerance"], figures=figures, exceeded=list(d["exceeded"]),
+                   identical=ident, summary=d["summary"])
 
 
 def _check(name: str, side: float | None, floor: float | None, eps: float, limit: float) -> FigureCheck:
