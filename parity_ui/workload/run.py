@@ -178,9 +178,10 @@ class Workload:
         run, o = self.rec.run, self.opts
         self.emit(RunEvent("status", f"preparing {len(self.req.prompts)} prompts"))
         with phase(run, "prepare"):
-            prep = self.service.prepare(RunRequest(model=self.req.model, prompts=self.req.prompts,
-                                                   config=self.req.config, trust_remote_code=self.req.trust_remote_code,
-                                                   too_long=o.too_long))
+            rreq = RunRequest(model=self.req.model, prompts=self.req.prompts, config=self.req.config,
+                              trust_remote_code=self.req.trust_remote_code, too_long=o.too_long)
+            self.service.head_start(rreq)  # the engines import while this process tokenizes every prompt
+            prep = self.service.prepare(rreq)
         self.prep = prep
         self.rec.prepared(prep)
         floor, spec = floor_plan(prep, o)
