@@ -125,7 +125,7 @@ def test_the_other_qwen_vl_families_are_identical_in_float32(service, vlms, pic,
 def test_a_side_that_expands_the_image_differently_is_an_error_naming_it(service, vlm, pic, monkeypatch):
     """The engine checks the prompt ids it actually used against the processor's: told to resize one way
     while its expected ids were made another, vLLM refuses instead of comparing different inputs."""
-    from parity_ui import service as service_mod
+    from parity_ui import compare_run as service_mod  # where a comparison builds its generate requests
 
     real = service_mod.image_inputs
 
