@@ -28,6 +28,7 @@ from .runlog import EventCallback, RunEvent, finish, new_run, phase, record_fail
 from .settings import differing
 from .store import new_run_id, open_db, save_images, save_run
 from .types import EngineInfo, Finding, ModelInfo, Run, SideInfo, SideResult, TokenStep
+from .window_check import settle_sliding_window
 from .workers import EnginePool, EngineWorker, Loaded
 
 __all__ = ["ParityService", "RunRequest", "RunEvent"]
@@ -416,6 +417,7 @@ class ParityService:
                 for c in pr.comparisons:
                     c.explanation = explain(c, pr.results.get(c.a), pr.results.get(c.b), prep.config,
                                             differing(run.sides, c.a, c.b))
+            settle_sliding_window(run)  # a guess made before loading, replaced by what the run measured
 
     def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: ParityError,
                        kind: str = "compare", group_id: str | None = None) -> Run:
