@@ -18,6 +18,7 @@ from .recorder import RunRecorder
 from .runlog import EventCallback, RunEvent, phase
 from .settings import differing
 from .types import Finding, TokenStep
+from .window_check import settle_sliding_window
 
 if TYPE_CHECKING:
     from .service import ParityService
@@ -100,6 +101,7 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
             for c in pr.comparisons:
                 c.explanation = explain(c, pr.results.get(c.a), pr.results.get(c.b), prep.config,
                                         differing(run.sides, c.a, c.b))
+        settle_sliding_window(run)  # a guess made before loading, replaced by what the run measured
     rec.compared(run.prompts)
 
 

@@ -341,6 +341,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         # Always ask for at least 1: the chosen token's logprob is what the comparison needs.
         "logprobs": rec("logprobs", "SamplingParams", "logprobs", max(cfg.logprobs, 1)),
         "skip_special_tokens": False,  # show <|im_end|> and friends as the tokens they are
+        # parity-ui decodes with the run's one tokenizer (parity_ui.prompts.decode_as_is); vLLM's own
+        # text is never read. Its detokenizer would also decode every top-k token of every step, and
+        # print transformers' clean_up_tokenization_spaces warning into the worker's log.
+        "detokenize": False,
         "n": 1,
     }
     rec("eos_token_ids", "SamplingParams", "stop_token_ids", stops)

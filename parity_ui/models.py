@@ -128,11 +128,24 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         num_attention_heads=text_cfg.get("num_attention_heads"),
         num_key_value_heads=text_cfg.get("num_key_value_heads", text_cfg.get("num_attention_heads")),
         num_hidden_layers=text_cfg.get("num_hidden_layers"),
-        sliding_window=text_cfg.get("sliding_window") if text_cfg.get("use_sliding_window", True) else None,
+        sliding_window=sliding_window_of(text_cfg),
         kv_layout=kv_layout(text_cfg),
         vision=isinstance(cfg.get("vision_config"), dict),
         image_token_id=cfg.get("image_token_id") if isinstance(cfg.get("image_token_id"), int) else None,
     )
+
+
+def sliding_window_of(cfg: dict[str, Any]) -> int | None:
+    """The attention window a (text) config.json dict puts on at least one layer, else None: off when
+    use_sliding_window is false (Qwen2), and when layer_types (transformers 5) lists no
+    "sliding_attention" layer -- a config can carry a sliding_window that no layer uses."""
+    window = cfg.get("sliding_window")
+    if not isinstance(window, int) or window <= 0 or not cfg.get("use_sliding_window", True):
+        return None
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types and "sliding_attention" not in types:
+        return None
+    return window
 
 
 def _head_dim(cfg: dict[str, Any]) -> int | None:

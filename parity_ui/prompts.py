@@ -185,8 +185,19 @@ def read_prompt_file(path: str | Path) -> list[PromptSpec]:
     return parse_prompt_bytes(p.read_bytes(), p.name, base=p.parent)
 
 
+def decode_as_is(tok: Any, ids: list[int]) -> str:
+    """`ids` as text exactly as the tokens spell it: special tokens kept, and no "clean-up" of the
+    spaces. A tokenizer_config.json with clean_up_tokenization_spaces: true (GGUF conversions of Llama 3
+    style tokenizers write it) would otherwise make transformers strip spaces before punctuation -- or,
+    for a BPE tokenizer, skip that but print "Ignoring clean_up_tokenization_spaces=True for BPE
+    tokenizer ..." on the first decode of every process (transformers 5.17+). parity-ui shows tokens as
+    they are, so it never cleans up: asked explicitly, transformers neither cleans nor warns."""
+    return tok.decode(ids, clean_up_tokenization_spaces=False)
+
+
 class PromptTokenizer:
-    """The model's own HF tokenizer, loaded once per model folder."""
+    """The model's own HF tokenizer, loaded once per model folder. Every decode goes through
+    decode_as_is (no space clean-up, whatever the tokenizer's config says)."""
 
     def __init__(self, model_path: str, trust_remote_code: bool = False):
         from transformers import AutoTokenizer  # lazy: pulls in torch (no CUDA is touched)
@@ -231,7 +242,7 @@ class PromptTokenizer:
             ids = self.tok(text, add_special_tokens=True)["input_ids"]
         if not ids:
             raise PromptError("the prompt tokenizes to no tokens", "give a non-empty prompt")
-        return EncodedPrompt(spec=spec, token_ids=list(ids), text=self.tok.decode(ids))
+        return EncodedPrompt(spec=spec, token_ids=list(ids), text=decode_as_is(self.tok, ids))
 
     def ids_of_text(self, text: str) -> list[int]:
         """This tokenizer on `text` as written (special tokens spelled out, none added): what a
@@ -245,11 +256,11 @@ class PromptTokenizer:
         t = self._cache.get(token_id)
         if t is None:
             with self._decode_lock:
-                t = self._cache[token_id] = self.tok.decode([token_id])
+                t = self._cache[token_id] = decode_as_is(self.tok, [token_id])
         return t
 
     def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids)
+        return decode_as_is(self.tok, ids)
 
     def token_bytes(self, token_id: int) -> bytes | None:
         """The raw bytes a token stands for (None when the tokenizer cannot say): byte-level BPE
@@ -369,7 +380,7 @@ class VisionProcessor:
         if ids.count(self.image_token_id) != sum(counts):
             raise PromptError(f"the processor made {ids.count(self.image_token_id)} image tokens for image grids "
                               f"that need {sum(counts)}", "check the model's processor files")
-        return EncodedPrompt(spec=spec, token_ids=ids, text=self.proc.tokenizer.decode(ids), image_tokens=counts,
+        return EncodedPrompt(spec=spec, token_ids=ids, text=decode_as_is(self.proc.tokenizer, ids), image_tokens=counts,
                              image_grids=grids, pixels=dict(pixels))
 
 

@@ -126,7 +126,7 @@ def test_stop_keeps_every_token_made_before_it(service, model):
 @pytest.mark.parametrize("mode", ["always", "never"])
 def test_a_loaded_side_generates_while_a_slower_one_loads_only_when_asked(service, model, mode):
     said = []
-    run = _run(service, model, "ref=fake", "b=fake,load_s=1.5", overrides=[f"generate_while_loading={mode}"],
+    run = _run(service, model, "ref=fake", "b=fake,load_s=4", overrides=[f"generate_while_loading={mode}"],
                on_event=lambda e: e.kind != "token" and said.append((e.kind, e.side, e.message)))
     assert run.status == "ok", run.error
     ref_done = said.index(("side_done", "ref", "ref done"))
@@ -136,7 +136,7 @@ def test_a_loaded_side_generates_while_a_slower_one_loads_only_when_asked(servic
         assert ref_done < b_loaded and early and early[0].message.startswith("ref generated while b")
     else:
         assert b_loaded < ref_done and not early
-    assert run.timings["load"] >= 1.4 and set(run.timings) >= {"start", "check", "load", "generate"}
+    assert run.timings["load"] >= 3.9 and set(run.timings) >= {"start", "check", "load", "generate"}
 
 
 @pytest.mark.parametrize("mode", ["always", "never"])

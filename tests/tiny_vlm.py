@@ -11,10 +11,15 @@ Sizes: text hidden 128 x 2 layers (4 heads, 2 KV heads, head_dim 32, mrope), vis
 patch 14 (Qwen3-VL: 16), spatial merge 2 -- a 112x84 image is 12 image tokens. Weights are scaled up
 (initializer_range, as in tests/tiny_models.py) so greedy near-ties are rare in float32.
 
-Two things this CPU environment (no torchvision: scripts/setup.sh removes PyPI's CUDA build) needs:
-  * loading the processor needs trust_remote_code=True (HF and vLLM): the folder ships a stand-in video
-    processor (see VIDEO_STUB_SOURCE);
+The video processor: transformers 5.x builds one for every Qwen-VL processor, and every real video
+processor needs torchvision. With torchvision (the GPU machine) the folder names the real one
+(Qwen2VLVideoProcessor / Qwen3VLVideoProcessor) and nothing else is needed. Without it (this CPU
+environment: scripts/setup.sh removes PyPI's CUDA torchvision, which breaks `import vllm` next to
+torch+cpu) the folder ships a stand-in instead (VIDEO_STUB_SOURCE), so:
+  * loading the processor needs trust_remote_code=True (HF and vLLM) -- `needs_remote_code(folder)`;
   * the process that starts vLLM needs `write_vllm_cpu_shim(dir)` on PYTHONPATH (see SHIM_SOURCE).
+Nothing here looks anything up on the network: every load is local_files_only (a test checks it with
+the sockets refused).
 Comparing engines: give vLLM the prompt with ONE <|image_pad|> per image (text, or token ids) plus the
 image; vLLM expands it itself. Token ids that are already expanded (HF's input_ids) get expanded again,
 silently. Pass the same min_pixels/max_pixels to both sides, in the same form.
@@ -51,27 +56,28 @@ ARCHS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_V
 CONFIGS = {"qwen2_vl": "Qwen2VLConfig", "qwen2_5_vl": "Qwen2_5_VLConfig", "qwen3_vl": "Qwen3VLConfig"}
 PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
 
-# transformers 5.x loads a video processor for every Qwen-VL processor (Qwen2VLProcessor.__init__ takes
-# image_processor, tokenizer, video_processor) and every video processor requires torchvision, which the
-# CPU setup uninstalls (scripts/setup.sh); and without torchvision ProcessorMixin.__init__ cannot even
-# type-check a video processor (transformers.VideoProcessorMixin is not exported). So the folder ships
-# this stand-in, found through auto_map in video_preprocessor_config.json: loading the processor then
-# needs trust_remote_code=True (HF's AutoProcessor and vLLM's LLM alike). It carries the sizes vLLM
-# reads; calling it (videos) raises. With torchvision installed it is harmless.
+# The stand-in video processor, for environments without torchvision (see the module docstring). Found
+# through auto_map in video_preprocessor_config.json, so loading the processor then needs
+# trust_remote_code=True. ProcessorMixin.__init__ type-checks the video_processor argument against a
+# class it looks up on the transformers module, and without torchvision that class is unusable:
+#   * transformers >= 5.18 checks VideoProcessorMixin (torchvision-free, but not exported then);
+#   * transformers 5.17 checks BaseVideoProcessor (there only as a torchvision dummy then).
+# The stand-in derives from what exists and puts itself (or the mixin) where the check looks, only
+# when that name is missing or a dummy. It carries the sizes vLLM reads; calling it (videos) raises.
 VIDEO_STUB_MODULE = "tiny_vlm_video"
 VIDEO_STUB_SOURCE = '''"""Stand-in video processor for a test model: images only, no torchvision needed."""
 import transformers
 from transformers.processing_utils import VideosKwargs
-from transformers.video_processing_utils import VideoProcessorMixin
 
-# Without torchvision, transformers does not export VideoProcessorMixin, yet ProcessorMixin.__init__
-# looks it up there to type-check the video_processor argument: export it (the class itself needs no
-# torchvision). Runs when this module is loaded, i.e. before the processor is constructed.
-if not hasattr(transformers, "VideoProcessorMixin"):
-    setattr(transformers, "VideoProcessorMixin", VideoProcessorMixin)
+try:  # transformers >= 5.18
+    from transformers.video_processing_utils import VideoProcessorMixin as _Base
+    _CHECKED = "VideoProcessorMixin"
+except ImportError:  # transformers 5.17: no mixin; the check names BaseVideoProcessor
+    from transformers.image_processing_utils import BaseImageProcessor as _Base
+    _CHECKED = "BaseVideoProcessor"
 
 
-class NoVideoProcessor(VideoProcessorMixin):
+class NoVideoProcessor(_Base):
     valid_kwargs = VideosKwargs
     model_input_names = ["pixel_values_videos", "video_grid_thw"]
     patch_size = 14
@@ -90,7 +96,30 @@ class NoVideoProcessor(VideoProcessorMixin):
 
     def preprocess(self, *args, **kwargs):
         raise NotImplementedError("this test model's processor has no video support (no torchvision)")
+
+
+# Runs when this module is loaded, i.e. before the processor is constructed.
+_current = getattr(transformers, _CHECKED, None)
+if _current is None or type(_current).__name__ == "DummyObject":
+    setattr(transformers, _CHECKED, _Base if _CHECKED == "VideoProcessorMixin" else NoVideoProcessor)
 '''
+
+# arch -> the real video processor class (used when torchvision is installed)
+VIDEO_PROCESSORS = {"qwen2_vl": "Qwen2VLVideoProcessor", "qwen2_5_vl": "Qwen2VLVideoProcessor",
+                    "qwen3_vl": "Qwen3VLVideoProcessor"}
+
+
+def torchvision_available() -> bool:
+    """Whether transformers will use torchvision here (its own test, so the two always agree)."""
+    from transformers.utils import is_torchvision_available
+
+    return bool(is_torchvision_available())
+
+
+def needs_remote_code(folder: Path) -> bool:
+    """Whether the model in `folder` ships the stand-in video processor, so that loading its processor
+    (HF's AutoProcessor, vLLM's LLM) needs trust_remote_code=True."""
+    return (Path(folder) / f"{VIDEO_STUB_MODULE}.py").is_file()
 
 
 # vLLM 0.32's qwen2_vl.py (and qwen2_5_vl / qwen3_vl, which import it) does
@@ -252,7 +281,7 @@ def build_vlm(folder: Path, arch: str = "qwen2_vl", seed: int = 0, *, init_range
     (folder / "generation_config.json").write_text(json.dumps(gen, indent=2))
 
     # Processor files, written by hand: preprocessor_config.json (the image processor, which falls back
-    # to Qwen2VLImageProcessorPil without torchvision), the chat template, and the video stand-in.
+    # to Qwen2VLImageProcessorPil without torchvision), the chat template, and the video processor.
     mean, std = (([0.5] * 3, [0.5] * 3) if arch == "qwen3_vl" else
                  ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]))
     pre = {
@@ -264,9 +293,28 @@ def build_vlm(folder: Path, arch: str = "qwen2_vl", seed: int = 0, *, init_range
     }
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
     (folder / "chat_template.jinja").write_text(VLM_CHAT_TEMPLATE)
-    (folder / f"{VIDEO_STUB_MODULE}.py").write_text(VIDEO_STUB_SOURCE.replace("patch_size = 14", f"patch_size = {patch}"))
-    video = {"video_processor_type": "NoVideoProcessor", "processor_class": PROCESSORS[arch],
-             "auto_map": {"AutoVideoProcessor": f"{VIDEO_STUB_MODULE}.NoVideoProcessor"}}
-    (folder / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
-    AutoProcessor.from_pretrained(folder, trust_remote_code=True)  # fail here if the folder is incomplete
+    write_video_processor(folder, arch, patch, mean, std)
+    # Fail here if the folder is incomplete; local files only: nothing may be looked up on the network.
+    AutoProcessor.from_pretrained(folder, trust_remote_code=needs_remote_code(folder), local_files_only=True)
     return folder
+
+
+def write_video_processor(folder: Path, arch: str, patch: int, mean: list[float], std: list[float],
+                          stand_in: bool | None = None) -> None:
+    """video_preprocessor_config.json: the real video processor when torchvision is installed, else
+    the stand-in module beside it (`stand_in` forces one or the other; None: decide by torchvision)."""
+    folder = Path(folder)
+    if stand_in is None:
+        stand_in = not torchvision_available()
+    stub = folder / f"{VIDEO_STUB_MODULE}.py"
+    common = {"processor_class": PROCESSORS[arch], "patch_size": patch, "temporal_patch_size": 2, "merge_size": 2}
+    if stand_in:
+        stub.write_text(VIDEO_STUB_SOURCE.replace("patch_size = 14", f"patch_size = {patch}"))
+        video = {"video_processor_type": "NoVideoProcessor", **common,
+                 "auto_map": {"AutoVideoProcessor": f"{VIDEO_STUB_MODULE}.NoVideoProcessor"}}
+    else:
+        stub.unlink(missing_ok=True)
+        video = {"video_processor_type": VIDEO_PROCESSORS[arch], **common, "do_resize": True, "do_rescale": True,
+                 "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": mean, "image_std": std,
+                 "do_convert_rgb": True, "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}}
+    (folder / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))

@@ -139,7 +139,7 @@ class VllmEngine(Engine):
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         ids = req.prompt + req.continuation
-        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False},
+        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
                             prompt_logprobs=max(req.logprobs, 1))
         engine = self.llm.llm_engine
         rid = f"score-{next(_ids)}"

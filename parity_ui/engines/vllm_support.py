@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..models import sliding_window_of
 from .base import LoadRequest, Problem
 
 
@@ -105,12 +106,15 @@ def check_vllm(req: LoadRequest) -> list[Problem]:
                                                         f"{major}.{minor}", "use dtype float16 or float32"))
     if head_dim:
         problems.extend(_attention_problems(head_dim, dtype, on_gpu, version))
-    sliding = cfg.get("sliding_window")
-    if sliding and not on_gpu and cfg.get("use_sliding_window", True):
+    sliding = sliding_window_of(cfg)
+    if sliding and not on_gpu:
+        # Not known before the run: parity_ui.window_check replaces this with what the run measured on
+        # the tokens whose context ran past the window.
         problems.append(Problem(
-            "sliding-window-cpu", f"the model uses a sliding window of {sliding}; the CPU attention backend may "
-                                  "not apply it like HF does", "compare on the GPU, or with prompts shorter than "
-                                                                "the window", severity="warning"))
+            "sliding-window-cpu", f"the model uses a sliding window of {sliding} tokens, which vLLM's CPU attention "
+                                  "applies with its own kernel: not measured yet (the run compares the tokens whose "
+                                  "context runs past the window)", "compare with prompts shorter than the window, "
+                                                                   "or run the vLLM side on a GPU", severity="warning"))
 
     if (llm.get("hf_overrides") or {}).get("head_dtype") and not _has_head_dtype():
         problems.append(Problem(
