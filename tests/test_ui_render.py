@@ -407,3 +407,22 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     for t in [t for t in threading.enumerate() if t.name == "parity-prefetch"]:
         t.join(5)
     assert reads == ["01NEWRUN"]
+
+
+def test_the_app_says_where_its_defaults_differ_from_a_bare_cli_run():
+    from parity_ui.cli import _config, build_parser
+    from parity_ui.config import build_config
+    from parity_ui.ui.config_tab import (APP_DEFAULTS, CLI_FLAGS, app_defaults_note, config_from_text,
+                                         config_summary_html, default_yaml)
+
+    app, cli = config_from_text(default_yaml()).to_dict(), build_config().to_dict()
+    # Every difference is declared (and so said on the page); nothing else differs.
+    assert {k for k in app if app[k] != cli[k]} == set(APP_DEFAULTS) == {"chat"}
+    line = config_summary_html(config_from_text(default_yaml()))
+    assert "chat template on <i>(the CLI&#x27;s default is off: --chat)</i>" in line
+    assert app_defaults_note() == ('<div class="pc-cfgline">The app starts from the CLI&#x27;s defaults, except: '
+                                   'chat template on (the CLI&#x27;s default is off: --chat).</div>')
+    assert "CLI" not in config_summary_html(build_config())  # a config like the CLI's: nothing to say
+    # The flags named give a CLI run the app's values.
+    args = build_parser().parse_args(["compare", "--model", "m", "--prompt", "p", *CLI_FLAGS.values()])
+    assert {k: _config(args).to_dict()[k] for k in APP_DEFAULTS} == APP_DEFAULTS

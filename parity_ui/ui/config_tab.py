@@ -20,8 +20,13 @@ from ..render import cards
 
 MAX_CONFIG_BYTES = 1 * 2**20
 CONFIG_FILE_TYPES = (".yaml", ".yml", ".json")
-# Where the app starts: greedy, and chat on because the demo model is a chat model.
-APP_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "chat": True}
+# Where the app starts, where it differs from a bare CLI run (ParityConfig's defaults; everything
+# else is the same). Chat on: the bundled demo is a chat model and the Compare tab opens on a
+# question, which such a model answers as intended only through its template. The CLI keeps it off:
+# it also runs raw-text prompt files and base models, and a changed default would change the ids of
+# every scripted run. The page says so (the config line, the Config tab) instead of differing silently.
+APP_DEFAULTS: dict[str, Any] = {"chat": True}
+CLI_FLAGS: dict[str, str] = {"chat": "--chat"}  # how a CLI run gets each of APP_DEFAULTS
 
 # key -> (label, default info line). Order is the form's order.
 FORM_KEYS: dict[str, tuple[str, str]] = {
@@ -51,11 +56,36 @@ def preset_yaml(name: str) -> str:
     return config_from_dict({**APP_DEFAULTS, **PRESETS[name]}).to_yaml()
 
 
+def _shown(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def cli_default_note(key: str, value: Any) -> str:
+    """'' unless `key` is one of APP_DEFAULTS and `value` differs from a bare CLI run's; then the
+    CLI's default and its flag, e.g. "the CLI's default is off: --chat"."""
+    if key not in APP_DEFAULTS:
+        return ""
+    cli = getattr(ParityConfig(), key)
+    return "" if value == cli else f"the CLI's default is {_shown(cli)}: {CLI_FLAGS[key]}"
+
+
+def app_defaults_note() -> str:
+    """The Config tab's line naming where the app's starting config differs from a bare CLI run."""
+    diffs = [f"{FORM_KEYS[k][0]} {_shown(v)} ({cli_default_note(k, v)})" for k, v in APP_DEFAULTS.items()
+             if cli_default_note(k, v)]
+    if not diffs:
+        return ""
+    text = "The app starts from the CLI's defaults, except: " + "; ".join(diffs) + "."
+    return f'<div class="pc-cfgline">{html.escape(text)}</div>'
+
+
 def config_summary_html(cfg: ParityConfig) -> str:
     mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
     sides = " vs ".join(html.escape(s.describe()) for s in cfg.sides)
+    chat_note = cli_default_note("chat", cfg.chat)
     parts = [f"sides <b>{sides}</b>", f"dtype <b>{cfg.dtype}</b>", mode, f"max_new_tokens {cfg.max_new_tokens}",
-             f"chat template {'on' if cfg.chat else 'off'}", f"top-{cfg.logprobs} logprobs"]
+             f"chat template {_shown(cfg.chat)}" + (f" <i>({html.escape(chat_note)})</i>" if chat_note else ""),
+             f"top-{cfg.logprobs} logprobs"]
     if cfg.max_model_len:
         parts.append(f"max_model_len {cfg.max_model_len}")
     return f'<div class="pc-cfgline">Config: {" · ".join(parts)} <i>(edit in the Config tab)</i></div>'
@@ -103,6 +133,7 @@ class ConfigTab:
                 self.preset = gr.Dropdown(label="Preset", choices=list(PRESETS), value=None, scale=3)
                 self.apply_preset_btn = gr.Button("Apply preset", scale=1)
                 self.reset_btn = gr.Button("Reset to defaults", scale=1)
+            gr.HTML(app_defaults_note(), elem_id="cfg-app-defaults")
             with gr.Row():
                 with gr.Column(scale=1):
                     self._render_form()
@@ -123,7 +154,7 @@ class ConfigTab:
         d = ParityConfig()
         self.fields: dict[str, Any] = {
             "dtype": gr.Dropdown(choices=list(DTYPES), value=d.dtype, label="dtype", info=FORM_KEYS["dtype"][1]),
-            "max_new_tokens": gr.Number(value=APP_DEFAULTS["max_new_tokens"], precision=0, label="max_new_tokens",
+            "max_new_tokens": gr.Number(value=d.max_new_tokens, precision=0, label="max_new_tokens",
                                         info=FORM_KEYS["max_new_tokens"][1]),
             "temperature": gr.Number(value=d.temperature, label="temperature", info=FORM_KEYS["temperature"][1]),
             "top_p": gr.Number(value=d.top_p, label="top_p", info=FORM_KEYS["top_p"][1]),
