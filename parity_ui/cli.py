@@ -76,10 +76,10 @@ def _prompts(args: argparse.Namespace) -> list[PromptSpec]:
 
 def _as_given(args: argparse.Namespace) -> list[PromptSpec]:
     """The prompts as typed, for a run that failed before they could be read."""
-    if getattr(args, "prompt", None) is not None:
-        images = getattr(args, "image", None) or []
-        return [PromptSpec(text=args.prompt + "".join(f" [image {p}]" for p in images))]
-    return [PromptSpec(text=f"(prompt file {getattr(args, 'prompt_file', '')})")]
+    from .prompts import prompts_as_given
+
+    return prompts_as_given(getattr(args, "prompt", None), getattr(args, "image", None) or [],
+                            prompt_file=getattr(args, "prompt_file", None))
 
 
 def _service(args: argparse.Namespace) -> ParityService:

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import PromptError
 from .images import MAX_IMAGES_PER_PROMPT, ImageInput, decode_image, read_image
@@ -193,6 +193,23 @@ def decode_as_is(tok: Any, ids: list[int]) -> str:
     tokenizer ..." on the first decode of every process (transformers 5.17+). parity-ui shows tokens as
     they are, so it never cleans up: asked explicitly, transformers neither cleans nor warns."""
     return tok.decode(ids, clean_up_tokenization_spaces=False)
+
+
+def prompts_as_given(text: str | None, image_names: Sequence[str] = (),
+                     file_prompts: Sequence[PromptSpec] | None = None,
+                     prompt_file: str | None = None) -> list[PromptSpec]:
+    """The prompts to store with a run that failed before its prompts could be read (an empty
+    prompt, an image refused, a bad config): what the user gave, so the stored error row says
+    what it was about. The CLI and the app both call this.
+
+    `file_prompts` (a prompt file already read) win; else `text`, each image named after it as
+    `[image NAME]` (`image_names` as the user named them: the CLI's paths as typed, an upload's
+    file name); else a note naming `prompt_file` (a file that could not be read). Raises nothing."""
+    if file_prompts:
+        return list(file_prompts)
+    if text is not None:
+        return [PromptSpec(text=text + "".join(f" [image {name}]" for name in image_names))]
+    return [PromptSpec(text=f"(prompt file {prompt_file or ''})")]
 
 
 class PromptTokenizer:

@@ -20,7 +20,13 @@ pytest.importorskip("playwright")
 if not chromium_available():
     pytest.skip("Debian chromium is not installed (scripts/setup.sh --test installs it)", allow_module_level=True)
 
-RUN_TIMEOUT_MS = 200_000
+# Caps on waits for a state, not waits for a time (each returns as soon as its state shows): high
+# enough for a machine whose cores are busy with other work, where a page of the app takes up to a
+# minute to load and a server reply tens of seconds.
+RUN_TIMEOUT_MS = 200_000  # a run of the sides, or a layer localisation
+PAGE_MS = 180_000  # a page of the app loaded (after goto, after a login)
+REPLY_MS = 90_000  # a server round trip's result on the page (a check, a count, an opened run)
+CLIENT_MS = 30_000  # the page's own work (scrolling, building blocks, drawing a figure's data)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +54,7 @@ def browser():
 def page(browser):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = ctx.new_page()
+    pg.set_default_timeout(PAGE_MS)  # clicks and reads wait for their element: a page may still be loading
     yield pg
     ctx.close()
 
@@ -60,7 +67,8 @@ def shared():
 def _shot(page, name: str, selector: str | None = None) -> None:
     if selector:
         page.locator(selector).scroll_into_view_if_needed()
-        page.wait_for_timeout(300)  # let content-visibility lay out what just came into view
+        # Two frames: content-visibility lays out what just came into view, then it is painted.
+        page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
         page.locator(selector).screenshot(path=str(ARTIFACTS / f"{name}.png"))
     else:
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
@@ -93,15 +101,15 @@ def _set_model(page, path: str) -> None:
     box.click()
     box.fill(path)
     box.press("Enter")
-    page.wait_for_selector(f"#model-info:has-text('{path}')", timeout=30_000)
+    page.wait_for_selector(f"#model-info:has-text('{path}')", timeout=REPLY_MS)
 
 
 def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
     page.goto(app["url"])
-    page.wait_for_selector("#model-info .pc-model", timeout=60_000)  # the demo is preselected
+    page.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)  # the demo is preselected
     _shot(page, "01-start")
     _set_model(page, app["model"])
-    page.wait_for_selector("#prompt-count:has-text('prompt tokens')", timeout=30_000)
+    page.wait_for_selector("#prompt-count:has-text('prompt tokens')", timeout=REPLY_MS)
     # Record whether live token panes appeared before the final view (the run takes seconds).
     page.evaluate("""() => { window.__sawLive = 0; new MutationObserver(() => {
         if (document.querySelector('#cmp-panes .pt-root[data-live] .pt-body .t')) window.__sawLive++;
@@ -123,7 +131,7 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
     assert f"DIVERGED at token {div}" in summary.inner_text()
     # The verdict was brought into view when the run ended.
     page.wait_for_function("""() => { const r = document.querySelector('#cmp-summary .pc-summary').getBoundingClientRect();
-        return r.top >= -1 && r.top < window.innerHeight / 2; }""", timeout=10_000)
+        return r.top >= -1 && r.top < window.innerHeight / 2; }""", timeout=CLIENT_MS)
     # Fixes on the page name the app's controls, not CLI flags.
     assert "--set" not in summary.inner_text()
     # The details box opens on the divergence, with every side's alternatives and the bytes.
@@ -134,7 +142,7 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
     page.locator("#cmp-panes [data-side='hf'] .pt-body .t").nth(0).hover()
     assert "Position 0" in info.inner_text() and "same token on the compared sides" in info.inner_text()
     # Plotly draws client-side after the data arrives: wait for it rather than race it.
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=30_000)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=REPLY_MS)
     assert page.locator("#cmp-panes ~ * .js-plotly-plot, .js-plotly-plot").count() >= 2
     _shot(page, "02-compare-result")
     _shot(page, "03-token-panes", "#cmp-panes")
@@ -147,17 +155,17 @@ def test_history_reopens_the_same_view(app, page, shared):
     page.goto(app["url"])
     page.get_by_role("tab", name="History").click()
     row = page.locator("#hist-table [data-testid^='cell-']").filter(has_text=shared["run_id"]).first
-    row.wait_for(timeout=30_000)
+    row.wait_for(timeout=REPLY_MS)
     row.click()
-    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=30_000)
+    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=REPLY_MS)
     chips = _divergent_chips(page, "#hist-panes")
     assert chips["vllm"]["d"] == [shared["div"]] and chips["hf"]["d"] == [shared["div"]]
     assert chips["vllm"]["visible"] and chips["hf"]["visible"]
     assert "hf=hf, vllm=vllm" in page.locator("#hist-table").inner_text()  # the sides of each run
     page.click("#hist-export")
-    page.wait_for_selector("a[href*='parity-run-'][href$='.json']", timeout=30_000)
+    page.wait_for_selector("a[href*='parity-run-'][href$='.json']", timeout=REPLY_MS)
     page.click("#hist-report")
-    page.wait_for_selector("a[href*='parity-run-'][href$='.html']", timeout=30_000)
+    page.wait_for_selector("a[href*='parity-run-'][href$='.html']", timeout=REPLY_MS)
     _shot(page, "04-history")
 
 
@@ -165,11 +173,11 @@ def test_deep_link_opens_the_run(app, page, shared):
     if "run_id" not in shared:
         pytest.skip("needs the run of the first test")
     page.goto(app["url"] + f"?run={shared['run_id']}")
-    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=30_000)
+    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=PAGE_MS)
     assert page.get_by_role("tab", name="History").get_attribute("aria-selected") == "true"
     assert page.locator(f"#hist-panes .pt-root[data-div='{shared['div']}']").count() == 1
     page.goto(app["url"] + "?run=NOSUCHRUN")
-    page.wait_for_selector("#hist-summary .pc-error", timeout=30_000)
+    page.wait_for_selector("#hist-summary .pc-error", timeout=PAGE_MS)
     assert "no run with id" in page.locator("#hist-summary").inner_text()
     _shot(page, "05-deep-link-unknown")
 
@@ -180,7 +188,7 @@ def test_find_the_layer_localises_the_divergence_and_keeps_it_with_the_run(app, 
     from parity_ui.store import localisations_of, open_db
 
     page.goto(app["url"] + f"?run={shared['run_id']}")
-    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=30_000)
+    page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=PAGE_MS)
     page.click("#hist-layers-btn")
     card = page.wait_for_selector("#hist-layers .pc-layers", timeout=RUN_TIMEOUT_MS)
     text = card.inner_text()
@@ -190,15 +198,15 @@ def test_find_the_layer_localises_the_divergence_and_keeps_it_with_the_run(app, 
     assert loc.error is None and loc.position == shared["div"] and loc.per_layer
     verdict = "none (within the noise floor)" if loc.first_divergent_block is None else loc.first_divergent_block
     assert verdict in text
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=30_000)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 3", timeout=REPLY_MS)
     _shot(page, "06-find-the-layer", "#hist-layers")
     page.reload()  # stored: reopening the run shows it again
-    page.wait_for_selector("#hist-layers .pc-layers", timeout=30_000)
+    page.wait_for_selector("#hist-layers .pc-layers", timeout=PAGE_MS)
 
 
 def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     page.goto(app["url"])
-    page.wait_for_selector("#model-info .pc-model", timeout=60_000)
+    page.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)
     _set_model(page, app["model"])
     page.get_by_role("tab", name="Config").click()
     # The YAML editor: a wrong type names the key.
@@ -206,23 +214,24 @@ def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     editor.click()
     page.keyboard.press("Control+A")
     page.keyboard.type("temperature: hot\n")
-    # Validation runs on every keystroke: wait for the error about the finished text, not a
-    # passing one about a half-typed line.
-    err = page.wait_for_selector("#cfg-error .pc-error:has-text('must be a number')", timeout=30_000)
+    editor.blur()  # the YAML is checked when the editor is left, not on every key
+    err = page.wait_for_selector("#cfg-error .pc-error:has-text('must be a number')", timeout=REPLY_MS)
     assert "temperature" in err.inner_text() and "must be a number" in err.inner_text()
     _shot(page, "06-config-yaml-error")
     # The form: an out-of-range value is flagged next to its field.
+    editor.click()
     page.keyboard.press("Control+A")
     page.keyboard.type("max_new_tokens: 0\n")
-    page.wait_for_selector("#cfg-error:has-text('max_new_tokens')", timeout=30_000)
+    editor.blur()
+    page.wait_for_selector("#cfg-error:has-text('max_new_tokens')", timeout=REPLY_MS)
     field = page.locator(".field-error")
-    field.first.wait_for(timeout=30_000)
+    field.first.wait_for(timeout=REPLY_MS)
     assert "from 1 to 131072" in field.first.inner_text()
     _shot(page, "07-config-field-error")
     # Running with it shows a readable error, and stores it.
     page.get_by_role("tab", name="Compare").click()
     page.click("#run-btn")
-    card = page.wait_for_selector("#cmp-summary .pc-summary[data-status='error']", timeout=30_000)
+    card = page.wait_for_selector("#cmp-summary .pc-summary[data-status='error']", timeout=REPLY_MS)
     assert "max_new_tokens" in card.inner_text() and "Fix:" in card.inner_text()
     assert _stored(app, card.get_attribute("data-run")).status == "error"
     _shot(page, "08-run-with-bad-config")
@@ -230,8 +239,8 @@ def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     page.get_by_role("tab", name="Config").click()
     number = page.locator(".field-error input").first
     number.fill("8")
-    number.press("Enter")
-    page.wait_for_selector(".field-error", state="detached", timeout=30_000)
+    number.press("Enter")  # a number field is written into the YAML on Enter or when it is left
+    page.wait_for_selector(".field-error", state="detached", timeout=REPLY_MS)
     page.get_by_role("tab", name="Compare").click()
     page.click("#run-btn")
     card = page.wait_for_selector("#cmp-summary .pc-summary:not([data-status='error'])", timeout=RUN_TIMEOUT_MS)
@@ -248,35 +257,52 @@ def _type_into(page, selector: str, text: str) -> None:
     box.type(text, delay=20)
 
 
+def _pick_kind(page, slot: int, label: str) -> None:
+    page.click(f"#side-{slot}-kind input")
+    page.get_by_role("option", name=label).click()
+
+
 def test_the_sides_panel_adds_a_side_and_every_pane_is_labelled(app, page):
     page.goto(app["url"])
-    page.wait_for_selector("#model-info .pc-model", timeout=60_000)
+    page.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)
     _set_model(page, app["model"])
     page.click("#sides-panel >> text=Sides")
     page.click("#sides-add")
-    page.wait_for_selector("#side-2-name", state="visible", timeout=30_000)
+    page.wait_for_selector("#side-2-name", state="visible", timeout=REPLY_MS)
+    # A slot reaches the YAML (and the config line under the prompt) when it is left, not on
+    # every key: each write is a server round trip, and per key they queued up on a busy machine.
     _type_into(page, "#side-2-name", "fp32")
+    page.keyboard.press("Tab")
+    page.wait_for_selector("#config-line:has-text('fp32 (vllm)')", timeout=REPLY_MS)
+    # Run pressed straight from a slot: the run takes what the slot holds, not the YAML of a
+    # moment before. A real click leaves the slot first, but its write is still on its way when the
+    # run reads the YAML; a click that leaves the focus where it is (as a script's) has no write at
+    # all. Either way only the run's own commit of the panel can bring the edit in time.
     _type_into(page, "#side-2-options", "dtype=float32")
-    # Every keystroke re-renders the YAML and recounts the prompt's tokens: give a loaded CI machine time.
-    page.wait_for_selector("#config-line:has-text('fp32 (vllm, dtype=float32)')", timeout=90_000)
-    _shot(page, "09-sides-panel")
-    page.click("#run-btn")
+    page.locator("#run-btn").dispatch_event("click")
     card = page.wait_for_selector("#cmp-summary .pc-summary:not([data-status='error'])", timeout=RUN_TIMEOUT_MS)
     run = _stored(app, card.get_attribute("data-run"))
     assert [s.name for s in run.sides] == ["hf", "vllm", "fp32"] and run.side("fp32").dtype == "float32"
+    page.wait_for_selector("#config-line:has-text('fp32 (vllm, dtype=float32)')", timeout=REPLY_MS)
+    _shot(page, "09-sides-panel")
     panes = page.locator("#cmp-panes .pt-pane")
     assert panes.count() == 3
     assert [panes.nth(i).get_attribute("data-side") for i in range(3)] == ["hf", "vllm", "fp32"]
     assert "reference" in panes.nth(0).locator(".pt-head").inner_text()
     assert "fp32 vs hf" in card.inner_text()
     _shot(page, "10-three-sides", "#cmp-panes")
+    # A kind picked is written at once (no field to leave).
+    _pick_kind(page, 2, "HF transformers (generate)")
+    page.wait_for_selector("#config-line:has-text('fp32 (hf, dtype=float32)')", timeout=REPLY_MS)
+    _pick_kind(page, 2, "vLLM (offline LLM)")
+    page.wait_for_selector("#config-line:has-text('fp32 (vllm, dtype=float32)')", timeout=REPLY_MS)
     # The YAML names the third side too: one source of truth.
     page.get_by_role("tab", name="Config").click()
-    assert "name: fp32" in page.locator("#cfg-yaml .cm-content").inner_text()
+    page.wait_for_selector("#cfg-yaml .cm-content:has-text('name: fp32')", timeout=REPLY_MS)
     # Back to the pair for the next tests.
     page.get_by_role("tab", name="Compare").click()
     page.click("#side-2-remove")
-    page.wait_for_selector("#config-line:not(:has-text('fp32'))", timeout=30_000)
+    page.wait_for_selector("#config-line:not(:has-text('fp32'))", timeout=REPLY_MS)
 
 
 def _lossy_run(run_id: str):
@@ -302,7 +328,7 @@ def test_byte_tokens_show_their_bytes_on_hover_and_as_bytes_on_demand(app, page)
 
     save_run(open_db(app["db"]), _lossy_run("01BYTES"))
     page.goto(app["url"] + "?run=01BYTES")
-    page.wait_for_selector("#hist-summary .pc-summary[data-run='01BYTES']", timeout=30_000)
+    page.wait_for_selector("#hist-summary .pc-summary[data-run='01BYTES']", timeout=PAGE_MS)
     chip = page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(1)
     assert chip.inner_text() == "\ufffd"
     chip.hover()
@@ -330,19 +356,19 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     page.goto(app["url"])
     t0 = _time.perf_counter()
     page.goto(app["url"] + f"?run={run.id}")
-    page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=60_000)
+    page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=PAGE_MS)
     opened = _time.perf_counter() - t0
     built = page.evaluate("document.querySelectorAll('#hist-panes .pt-body .t').length")
     assert built < n // 4, built  # not 32k chips
     inline = page.evaluate("document.querySelector('#hist-panes .pt-json').textContent.length")
     assert inline < 300_000, inline  # only the built positions' details came with the view
-    page.wait_for_selector("#hist-panes .pt-root[data-full='1']", timeout=30_000)  # the rest, fetched
+    page.wait_for_selector("#hist-panes .pt-root[data-full='1']", timeout=REPLY_MS)  # the rest, fetched
     chip = page.locator("#hist-panes [data-side='vllm'] .pt-body .t.d")
     assert chip.count() == 1 and chip.is_visible()  # the divergence is built and scrolled into view
     # Scroll the reference pane to the top: the first block is built with the right classes and text.
     page.evaluate("document.querySelector('#hist-panes [data-side=\"hf\"] .pt-body').scrollTop = 0")
     first = page.locator("#hist-panes [data-side='hf'] .pt-body .b").first
-    first.locator(".t").first.wait_for(timeout=10_000)
+    first.locator(".t").first.wait_for(timeout=CLIENT_MS)
     assert first.locator(".t.m").count() == 128
     want = run.prompts[0].results["hf"].steps[0].text.replace(" ", "·")
     assert first.locator(".t").first.inner_text() == want
@@ -351,7 +377,7 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     # After the divergence the other pane's lazily built chips are marked as after it.
     page.evaluate("document.querySelector('#hist-panes [data-side=\"vllm\"] .pt-body').scrollTop = 1e9")
     page.wait_for_function("document.querySelectorAll('#hist-panes [data-side=\"vllm\"] .t.a').length > 128",
-                           timeout=10_000)
+                           timeout=CLIENT_MS)
     print(f"16k run opened and usable in {opened:.2f} s; {built} chips built at open")
     _shot(page, "12-16k-lazy", "#hist-panes")
 
@@ -361,16 +387,17 @@ def test_a_login_is_required_when_auth_is_set(tmp_path_factory, browser):
     db = tmp_path_factory.mktemp("auth-db") / "runs.db"
     with running_app(db, ARTIFACTS / "browser-auth.log", env={"PARITY_AUTH": "team:s3cret-demo"}) as url:
         pg = browser.new_page()
+        pg.set_default_timeout(PAGE_MS)
         pg.goto(url)
-        pg.wait_for_selector("input[type='password']", timeout=60_000)
+        pg.wait_for_selector("input[type='password']", timeout=PAGE_MS)
         assert pg.locator("#run-btn").count() == 0  # nothing of the app before logging in
         pg.fill("input[type='text']", "team")
         pg.fill("input[type='password']", "wrong")
         pg.keyboard.press("Enter")
-        pg.wait_for_selector("text=/Incorrect|invalid/i", timeout=30_000)
+        pg.wait_for_selector("text=/Incorrect|invalid/i", timeout=REPLY_MS)
         assert pg.locator("#run-btn").count() == 0
         pg.fill("input[type='text']", "team")
         pg.fill("input[type='password']", "s3cret-demo")
         pg.keyboard.press("Enter")
-        pg.wait_for_selector("#run-btn", timeout=60_000)
+        pg.wait_for_selector("#run-btn", timeout=PAGE_MS)
         pg.screenshot(path=str(ARTIFACTS / "13-after-login.png"))

@@ -149,11 +149,15 @@ def test_the_app_runs_an_uploaded_image_and_shows_it_beside_the_streams(service,
     pytest.importorskip("gradio")
     from parity_ui.ui.compare_tab import CompareTab, RunGate
 
+    import gradio as gr
+
     tab = CompareTab(service, RunGate(service))
+    with gr.Blocks():
+        tab.create_ui()
     cfg = build_config(None, ["dtype=float32", "max_new_tokens=8", "ignore_eos=true", "max_model_len=1024", *PIXELS])
     outputs = list(tab.run(str(vlm), True, "Describe the picture.", None, cfg.to_yaml(), [str(pic)], None))
     final = outputs[-1]
-    run = get_run(service.db, final[-1])
+    run = get_run(service.db, final[tab.run_id])
     assert run.status == "ok", run.error
-    panes = final[4]  # progress, summary, prompt pick, side pick, panes, ...
+    panes = final[tab.view.panes]
     assert "data:image/png;base64," in panes and "gradient.png" in panes and "hf: 12, vllm: 12" in panes

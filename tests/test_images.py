@@ -328,8 +328,13 @@ def test_the_app_checks_uploads_and_shows_the_images_beside_the_streams(tmp_path
     with pytest.raises(PromptError):
         _specs("hi", [{"text": "x"}], [str(pic)])
     db, run, img = _stored_image_run(tmp_path, pic)
-    values = ResultView("t", images=lambda sha: image_bytes(db, sha)).values(run)
-    assert "data:image/png;base64," in values[3] and "grad.png" in values[3]
+    import gradio as gr
+
+    view = ResultView("t", images=lambda sha: image_bytes(db, sha))
+    with gr.Blocks():
+        view.create_ui()
+    values = view.values(run)
+    assert "data:image/png;base64," in values[view.panes] and "grad.png" in values[view.panes]
 
 
 def test_the_app_builds_with_the_image_upload(tmp_path):

@@ -226,3 +226,14 @@ def test_sentencepiece_byte_fallback_pieces_are_read_as_bytes(tok, monkeypatch):
     monkeypatch.setattr(tok.tok, "convert_ids_to_tokens", lambda i: {5: "<0xE2>", 6: "\u2581hi"}[i])
     assert tok.token_bytes(5) == b"\xe2"
     assert tok.token_bytes(6) == b" hi"
+
+
+def test_prompts_as_given_for_a_run_that_failed_before_reading_them():
+    from parity_ui.prompts import prompts_as_given
+
+    assert prompts_as_given("hi", ["a.png", "dir/b.png"]) == [PromptSpec(text="hi [image a.png] [image dir/b.png]")]
+    assert prompts_as_given("", []) == [PromptSpec(text="")]
+    read = [PromptSpec(text="one"), PromptSpec(messages=[{"role": "user", "content": "two"}])]
+    assert prompts_as_given("the text box", ["x.png"], read) == read  # a prompt file read wins
+    assert prompts_as_given(None, prompt_file="p.jsonl") == [PromptSpec(text="(prompt file p.jsonl)")]
+    assert prompts_as_given("hi", [], []) == [PromptSpec(text="hi")]  # no file prompts: the text

@@ -145,10 +145,14 @@ def test_a_side_that_crashes_mid_stream_is_stored_with_what_it_made(service, mod
                prompts=PROMPTS[:1])
     assert run.status == "error" and run.error_code == "engine"
     assert "side b" in run.error and "crashed at token 5" in run.error and "worker log" in run.error
-    b, ref = run.prompts[0].results["b"], run.prompts[0].results["ref"]
+    b, ref = run.prompts[0].results["b"], run.prompts[0].results.get("ref")
     assert b.error and len(b.token_ids) == 5
-    # In side order the reference has finished first; on their own ways it may have been stopped by b's crash.
-    assert len(ref.token_ids) == 12 if mode == "never" else (len(ref.token_ids) == 12 or ref.error)
+    # In side order the reference has finished first; on their own ways b may have crashed before the
+    # reference began (no result), or stopped it mid-stream (what it made is kept, with why).
+    if mode == "never":
+        assert len(ref.token_ids) == 12
+    else:
+        assert ref is None or len(ref.token_ids) == 12 or ref.error
     assert get_run(service.db, run.id).prompts[0].results["b"].token_ids == b.token_ids
     assert not service.pool.cancelled
     assert _run(service, model, "ref=fake", "b=fake").status == "ok"  # a fresh worker serves the next run

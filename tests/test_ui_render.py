@@ -350,6 +350,8 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     import threading
     import time
 
+    import gradio as gr
+
     from parity_ui import store
     from parity_ui.ui import result_view
     from parity_ui.ui.history_tab import HistoryTab
@@ -382,13 +384,15 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     monkeypatch.setattr(result_view, "pane_parts", counting_pane_parts)
     monkeypatch.setattr(result_view, "plot_parts", counting_plot_parts)
     tab = HistoryTab(type("Service", (), {"db": db})())
+    with gr.Blocks():
+        tab.create_ui()
     tab.PREFETCH_AFTER_S = 0.0
 
     tab.refresh("", None, None, "any time")  # lists both, newest first: reads 01NEWRUN ahead
     time.sleep(0.1)
     opened = tab.open("01NEWRUN")  # arrives during the read ahead
     assert reads == ["01NEWRUN"]  # read once, by the read ahead
-    assert "01NEWRUN:0" in opened[3]  # the panes of that run
+    assert "01NEWRUN:0" in opened[tab.view.panes]  # the panes of that run
     for t in [t for t in threading.enumerate() if t.name == "parity-prefetch"]:
         t.join(5)
     assert builds == ["01NEWRUN"]  # its view was built once, by whichever came first, and kept
@@ -396,10 +400,11 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     assert builds == ["01NEWRUN"]
     # The open sent no figures: they follow in their own event, built once and kept, whichever
     # side name (None: the one that diverged first) asks for them.
-    assert opened[4].visible is False and opened[5].visible is False
-    logprob, margin, _ = tab.figures("01NEWRUN", 0, None)
+    assert opened[tab.view.logprob_plot].visible is False and opened[tab.view.margin_plot].visible is False
+    figures_sent = tab.figures("01NEWRUN", 0, None)
+    logprob, margin = figures_sent[tab.view.logprob_plot], figures_sent[tab.view.margin_plot]
     assert logprob.visible and margin.visible and logprob.value is not None
-    assert tab.figures("01NEWRUN", 0, "vllm")[0].value == logprob.value
+    assert tab.figures("01NEWRUN", 0, "vllm")[tab.view.logprob_plot].value == logprob.value
     assert figures == ["01NEWRUN"]
 
     # Right after an open, a new list reads nothing ahead: that open's page is still being built.
@@ -408,3 +413,184 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     for t in [t for t in threading.enumerate() if t.name == "parity-prefetch"]:
         t.join(5)
     assert reads == ["01NEWRUN"]
+
+
+# --- the app's handlers and wiring (built, not launched) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built_app(tmp_path_factory):
+    from parity_ui.ui.app import create_app
+    from parity_ui.ui.runner import ServiceRunner
+
+    runner = ServiceRunner(str(tmp_path_factory.mktemp("app") / "runs.db"))
+    yield create_app(runner)
+    runner.close()
+
+
+def test_no_text_field_reaches_the_server_on_every_key(built_app):
+    """Typing runs no server handler: a text field is read when it is left (or on Enter); per key only
+    the page's own edit counter moves. Per-keystroke round trips queued up on a busy machine."""
+    types = {c["id"]: c["type"] for c in built_app.config["components"]}
+    per_key = [(d["api_name"], types.get(t), event) for d in built_app.config["dependencies"] if d["backend_fn"]
+               for t, event in d["targets"] if event in ("input", "change", "key_up")
+               and types.get(t) in ("textbox", "code", "number")]
+    assert per_key == []
+    counted = [d for d in built_app.config["dependencies"] if not d["backend_fn"] and d["js"]
+               and any(types.get(t) == "textbox" and e == "input" for t, e in d["targets"])]
+    assert counted, "the slots' keystrokes are no longer counted in the page"
+    left = {(types.get(t), e) for d in built_app.config["dependencies"] if d["backend_fn"] for t, e in d["targets"]}
+    assert {("textbox", "blur"), ("textbox", "submit"), ("code", "blur"), ("number", "blur")} <= left
+
+
+def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
+    """API clients (gradio_client, the browser tests) see the same endpoints, inputs and outputs,
+    whatever the handlers return inside."""
+    eps = built_app.get_api_info()["named_endpoints"]
+    assert sorted(eps) == ["/add_side", "/apply_preset", "/count_tokens", "/describe_model", "/export_run", "/history",
+                           "/load_config", "/open_run", "/report_run", "/reset_config", "/run", "/save_config",
+                           "/sides_preset", "/stop", "/upload_prompts", "/validate_config"]
+
+    def shape(name):
+        return ([p["parameter_name"] for p in eps[name]["parameters"]], [r["component"] for r in eps[name]["returns"]])
+
+    view = ["Html", "Dropdown", "Dropdown", "Html", "Plot", "Plot", "Plot", "Html", "Plot"]
+    assert shape("/run") == (["model", "trust", "prompt", "cfg_text", "images"], ["Html", *view])
+    assert shape("/open_run") == (["run_id"], view)
+    assert shape("/count_tokens") == (["model", "trust", "prompt", "cfg_text"], ["Html"])
+    form = ["Dropdown", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Checkbox"]
+    assert shape("/validate_config") == (["text", "model", "trust"], ["Html", "Html", "Html", *form])
+    assert shape("/upload_prompts") == (["path"], ["Html"])
+    slots = ["Textbox", "Dropdown", "Textbox", "Textbox", "Textbox"] * 4
+    assert shape("/add_side")[1] == ["Code", *slots]
+
+
+def _sides_panel():
+    import gradio as gr
+
+    from parity_ui.ui.sides_panel import SidesPanel
+
+    panel = SidesPanel()
+    with gr.Blocks():
+        panel.create_ui()
+        yaml_box = gr.Code(language="yaml")
+        panel.create_event_handlers(yaml_box, lambda event: None)
+    return panel
+
+
+def _slot_values(sides):
+    from parity_ui.ui.sides_panel import slots_from_sides
+
+    return slots_from_sides(sides)
+
+
+def test_a_sides_slot_writes_the_yaml_when_left_and_only_after_an_edit():
+    import gradio as gr
+
+    from parity_ui.ui.config_tab import default_yaml
+
+    panel = _sides_panel()
+    text = default_yaml() + "# my note\n"
+    count, values = _slot_values([{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}])
+    # Left without an edit: nothing is written (the YAML keeps its comment), nothing else changes.
+    assert panel.flush(text, 3, 3, count, *values) == gr.skip()
+    values[7] = "dtype=float32"  # side 2's options, typed: 13 keystrokes counted by the page
+    out = panel.flush(text, 16, 3, count, *values)
+    assert "dtype: float32" in out[panel.yaml] and out[panel.error] == "" and out[panel.counter.synced] == 16
+    assert list(out) == [panel.yaml, panel.error, panel.counter.synced]  # the count lands after the YAML
+    values[5] = ""  # side 2's name, cleared: the error box says so and the edits stay pending
+    out = panel.flush(text, 17, 16, count, *values)
+    assert panel.yaml not in out and panel.counter.synced not in out and "has no name" in out[panel.error]
+
+
+def test_run_takes_the_slots_edits_the_yaml_has_not_had_yet():
+    import gradio as gr
+
+    from parity_ui.ui.config_tab import config_from_text, default_yaml
+
+    panel = _sides_panel()
+    text = default_yaml()
+    count, values = _slot_values([{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}])
+    values[7] = "dtype=float32"
+    assert panel.commit(text, 5, 5, count, *values) == gr.skip()  # written already: the YAML is as new
+    out = panel.commit(text, 6, 5, count, *values)  # Run pressed while the box still had the focus
+    assert config_from_text(out[panel.yaml]).side("vllm").options.dtype == "float32"
+    assert out[panel.counter.synced] == 6
+    values[5] = ""
+    with pytest.raises(gr.Error, match="has no name"):
+        panel.commit(text, 7, 6, count, *values)  # no run with the old sides while the panel says otherwise
+    # A YAML edit redraws the panel, so the panel is as new as the YAML.
+    redrawn = panel.from_yaml(text, 9)
+    assert redrawn[panel.counter.synced] == 9 and redrawn[panel.slots[5]] == "vllm"
+
+
+def test_the_form_writes_the_yaml_only_after_an_edit(tmp_path):
+    import gradio as gr
+
+    from parity_ui.ui.config_tab import ConfigTab, default_yaml
+    from parity_ui.ui.runner import ServiceRunner
+
+    runner = ServiceRunner(str(tmp_path / "runs.db"))
+    tab = ConfigTab(runner)
+    with gr.Blocks():
+        tab.create_ui()
+        model, trust, line = gr.Textbox(), gr.Checkbox(), gr.HTML()
+        tab.create_event_handlers(model, trust, line)
+    text = default_yaml() + "# kept\n"
+    values = [comp.value for comp in tab.field_list]
+    assert tab.form_changed(text, 2, 2, "demo", False, *values) == gr.skip()  # a field left unedited
+    values[1] = 8  # max_new_tokens
+    out = tab.form_changed(text, 3, 2, "demo", False, *values)
+    assert "max_new_tokens: 8" in out[tab.yaml] and out[tab.counter.synced] == 3
+    assert "max_new_tokens 8" in out[line]
+    runner.close()
+
+
+def test_the_app_says_where_its_defaults_differ_from_a_bare_cli_run():
+    from parity_ui.cli import _config, build_parser
+    from parity_ui.config import build_config
+    from parity_ui.ui.config_tab import (APP_DEFAULTS, CLI_FLAGS, app_defaults_note, config_from_text,
+                                         config_summary_html, default_yaml)
+
+    app, cli = config_from_text(default_yaml()).to_dict(), build_config().to_dict()
+    # Every difference is declared (and so said on the page); nothing else differs.
+    assert {k for k in app if app[k] != cli[k]} == set(APP_DEFAULTS) == {"chat"}
+    line = config_summary_html(config_from_text(default_yaml()))
+    assert "chat template on <i>(the CLI&#x27;s default is off: --chat)</i>" in line
+    assert app_defaults_note() == ('<div class="pc-cfgline">The app starts from the CLI&#x27;s defaults, except: '
+                                   'chat template on (the CLI&#x27;s default is off: --chat).</div>')
+    assert "CLI" not in config_summary_html(build_config())  # a config like the CLI's: nothing to say
+    # The flags named give a CLI run the app's values.
+    args = build_parser().parse_args(["compare", "--model", "m", "--prompt", "p", *CLI_FLAGS.values()])
+    assert {k: _config(args).to_dict()[k] for k in APP_DEFAULTS} == APP_DEFAULTS
+
+
+def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
+    """While tokens stream, each update sets the progress and the panes only (the rest is left as it
+    is); the end sets the whole view and the run id."""
+    import queue
+
+    import gradio as gr
+
+    from parity_ui.ui import compare_tab
+    from parity_ui.ui.compare_tab import CompareTab, RunGate
+
+    from types import SimpleNamespace
+
+    from parity_ui.store import open_db
+
+    service = SimpleNamespace(db=open_db(tmp_path / "runs.db"))
+    tab = CompareTab(service, RunGate(service))
+    with gr.Blocks():
+        tab.create_ui()
+    monkeypatch.setattr(compare_tab, "THROTTLE_S", 0.0)
+    run = _run({"hf": SAME, "vllm": SAME})
+    events: queue.Queue = queue.Queue()
+    events.put(RunEvent("token", side="hf", prompt_index=0, step=_step(0, 10, "The")))
+    events.put(run)
+    first, *streaming, last = list(tab._stream(LiveRun(["hf", "vllm"], 1, 8), events))
+    assert tab.run_id not in first and first[tab.view.panes] == "" and tab.progress in first
+    assert streaming and all(set(u) == {tab.progress, tab.view.panes} for u in streaming)
+    assert 'data-live="1"' in streaming[-1][tab.view.panes]
+    assert last[tab.run_id] == run.id and last[tab.progress] == "" and set(tab.view.outputs) <= set(last)
+    assert "IDENTICAL" in last[tab.view.summary]

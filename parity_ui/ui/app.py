@@ -43,11 +43,18 @@ def create_app(service: ServiceRunner) -> gr.Blocks:
         checked = [config.error, compare.config_line, config.mapping, *config.field_list]
 
         def after_yaml(event: Any) -> None:
-            event.then(config.yaml_changed, validate, checked, api_name=False, show_progress="hidden")
+            # The last one asked wins, one after the other: the config line shows the newest YAML.
+            compare.recount(event.then(config.yaml_changed, validate, checked, api_name=False,
+                                       trigger_mode="always_last", show_progress="hidden",
+                                       concurrency_limit=1, concurrency_id="validate"))
 
         compare.sides.create_event_handlers(config.yaml, after_yaml)
+        after_yaml(compare.commit_sides)  # Run wrote the panel's last edits into the YAML
+        for event in config.validations:  # the YAML editor left, a form field, a preset: a new config
+            compare.recount(event)
         for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
-            event.then(compare.sides.from_yaml, [config.yaml], compare.sides.shown, api_name=False)
+            event.then(compare.sides.from_yaml, [config.yaml, compare.sides.counter.edits], compare.sides.redrawn,
+                       api_name=False, trigger_mode="always_last")
         history.create_event_handlers(tabs=tabs, app=app)
         # A long view's page script fetches the rest of its hover details here once it shows.
         gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")

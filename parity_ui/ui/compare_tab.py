@@ -21,7 +21,8 @@ from ..errors import ConfigError, ParityError, PromptError
 from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..models import local_models
 from ..prepare import RunRequest, max_context
-from ..prompts import MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, tokenizer_for
+from ..prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
+                       tokenizer_for)
 from ..render import cards
 from ..types import Run
 from .config_tab import config_from_text, config_summary_html, default_yaml
@@ -214,9 +215,13 @@ class CompareTab:
             ctx += f" (a vLLM side gets {check.vllm_context:,})"
         return f'<div class="pc-count">{what} + {cfg.max_new_tokens} new{ctx}</div>'
 
-    def upload(self, path: str | None) -> tuple[Any, Any, str]:
+    def _file_values(self, prompts: list[dict] | None, note: str) -> dict[Any, Any]:
+        return {self.file_prompts: prompts, self.clear_file_btn: gr.Button(visible=prompts is not None),
+                self.prompt_info: note}
+
+    def upload(self, path: str | None) -> dict[Any, Any]:
         if not path:
-            return None, gr.Button(visible=False), ""
+            return self._file_values(None, "")
         name = os.path.basename(path)
         try:
             if os.path.getsize(path) > MAX_PROMPT_FILE_BYTES:  # refuse before reading it into memory
@@ -225,10 +230,10 @@ class CompareTab:
             with open(path, "rb") as fh:
                 specs = parse_prompt_bytes(fh.read(), name)
         except ParityError as e:
-            return None, gr.Button(visible=False), cards.error_html(e.message, e.fix, "Prompt file refused")
+            return self._file_values(None, cards.error_html(e.message, e.fix, "Prompt file refused"))
         data = [{"text": s.text, "messages": s.messages, "images": s.images} for s in specs]
-        return data, gr.Button(visible=True), cards.notice_html(
-            f"{len(specs)} prompt(s) from {name} run instead of the text box.")
+        return self._file_values(data, cards.notice_html(f"{len(specs)} prompt(s) from {name} run instead of "
+                                                         "the text box."))
 
     def check_images(self, files: Any) -> str:
         """As soon as images are uploaded: each one checked, its size shown, or why it is refused."""
@@ -241,22 +246,21 @@ class CompareTab:
         return cards.notice_html("; ".join(f"{i.name}: {i.width} x {i.height} {i.format}" for i in images)
                                  + " (the model's processor resizes them; see the findings after the run)")
 
-    def clear_file(self) -> tuple[None, Any, str]:
-        return None, gr.Button(visible=False), ""
+    def clear_file(self) -> dict[Any, Any]:
+        return self._file_values(None, "")
 
     def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
-            images: Any = None, request: gr.Request = None) -> Iterator[tuple]:
-        """Run every side; yields (progress, *view outputs, run id) as tokens arrive."""
+            images: Any = None, request: gr.Request = None) -> Iterator[dict[Any, Any]]:
+        """Run every side; yields the progress card, the view and the run id as tokens arrive
+        (each yield sets only what changed)."""
         model = model or DEMO_NAME
         try:
             specs = _specs(prompt, file_prompts, images)
             cfg = config_from_text(cfg_text)
         except ParityError as e:
-            names = "".join(f" [image {os.path.basename(p)}]" for p in _paths(images))
-            specs = [PromptSpec(text=(prompt or "") + names)] if not file_prompts else \
-                [PromptSpec(**d) for d in file_prompts]
-            failed = self.service.record_failure(model, specs, {"yaml": cfg_text}, e)
-            yield ("", *self.view.values(failed, reveal=True), failed.id)
+            given = prompts_as_given(prompt or "", [os.path.basename(p) for p in _paths(images)],
+                                     [PromptSpec(**d) for d in file_prompts or []])
+            yield self._finished(self.service.record_failure(model, given, {"yaml": cfg_text}, e))
             return
         session = request.session_hash if request is not None else "api"
         events: queue.Queue = queue.Queue()
@@ -277,11 +281,11 @@ class CompareTab:
             traceback.print_exc(file=sys.stderr)
             events.put(e)
 
-    def _stream(self, live: LiveRun, events: queue.Queue) -> Iterator[tuple]:
-        hidden = gr.Plot(visible=False, value=None)
-        yield (live.progress(), "", gr.Dropdown(visible=False), gr.Dropdown(visible=False), "", hidden, hidden,
-               hidden, *self.view.layer_values(None, 0), gr.skip())
-        keep = (gr.skip(),) * 6
+    def _finished(self, run: Run) -> dict[Any, Any]:
+        return {self.progress: "", **self.view.values(run, reveal=True), self.run_id: run.id}
+
+    def _stream(self, live: LiveRun, events: queue.Queue) -> Iterator[dict[Any, Any]]:
+        yield {**self.view.cleared(), self.progress: live.progress()}
         last = time.monotonic()
         while True:
             try:
@@ -289,11 +293,12 @@ class CompareTab:
             except queue.Empty:
                 item = None
             if isinstance(item, Run):
-                yield ("", *self.view.values(item, reveal=True), item.id)
+                yield self._finished(item)
                 return
             if isinstance(item, BaseException):
-                yield ("", *self.view.error_values(f"internal error: {type(item).__name__}: {item}",
-                                                   "the app keeps serving; please report this"), None)
+                yield {self.progress: "", **self.view.error_values(f"internal error: {type(item).__name__}: {item}",
+                                                                   "the app keeps serving; please report this"),
+                       self.run_id: None}
                 return
             if item is not None:
                 live.feed(item)
@@ -301,7 +306,7 @@ class CompareTab:
                     self.gate.reassert()
             if time.monotonic() - last >= THROTTLE_S:
                 last = time.monotonic()
-                yield (live.progress(), gr.skip(), gr.skip(), gr.skip(), live.panes(), *keep, gr.skip())
+                yield {self.progress: live.progress(), self.view.panes: live.panes()}
 
     def clear_note(self) -> str:
         return ""
@@ -315,33 +320,45 @@ class CompareTab:
     # -- events --------------------------------------------------------------------------------
 
     def create_event_handlers(self, cfg_yaml: Any) -> None:
+        """The prompt is counted when the box is left (or on Shift+Enter), not on every key: each
+        count is a server round trip (the tokenizer, the image processor), and per keystroke they
+        queued up on a busy machine. A new config recounts it through `recount`."""
         ctx = [self.model, self.trust]
-        count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml]
-        self.model.change(self.describe, ctx, self.model_info, api_name="describe_model").then(
-            self.count_tokens, count_inputs, self.prompt_info, api_name=False, show_progress="hidden")
+        self.count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml]
+        self.recount(self.model.change(self.describe, ctx, self.model_info, api_name="describe_model"))
         self.trust.change(self.describe, ctx, self.model_info, api_name=False)
-        self.prompt.change(self.count_tokens, count_inputs, self.prompt_info, api_name="count_tokens",
-                           trigger_mode="always_last", show_progress="hidden")
-        cfg_yaml.change(self.count_tokens, count_inputs, self.prompt_info, api_name=False,
-                        trigger_mode="always_last", show_progress="hidden")
+        gr.on([self.prompt.blur, self.prompt.submit], self.count_tokens, self.count_inputs, self.prompt_info,
+              api_name="count_tokens", trigger_mode="always_last", show_progress="hidden",
+              concurrency_limit=1, concurrency_id="count")
         file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info]
         self.prompt_file.upload(self.upload, [self.prompt_file], file_outputs, api_name="upload_prompts").then(
             self.count_file, [*ctx, self.file_prompts, cfg_yaml], self.prompt_info, api_name=False,
             show_progress="hidden")
-        self.clear_file_btn.click(self.clear_file, None, file_outputs, api_name=False).then(
-            self.count_tokens, count_inputs, self.prompt_info, api_name=False, show_progress="hidden")
-        # One run at a time on the engines; every other click waits in gradio's queue.
+        self.recount(self.clear_file_btn.click(self.clear_file, None, file_outputs, api_name=False))
         self.images.change(self.check_images, [self.images], self.image_info, api_name=False,
                            show_progress="hidden")
-        self.run_btn.click(self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images],
-                           [self.progress, *self.view.outputs, self.run_id], api_name="run",
-                           concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
+        # Edits of the Sides panel the YAML has not had yet go in first (Run pressed straight from
+        # a slot); then one run at a time on the engines, every other click waiting in gradio's queue.
+        self.commit_sides = self.run_btn.click(self.sides.commit, [cfg_yaml, *self.sides.state],
+                                               [cfg_yaml, self.sides.error, self.sides.counter.synced],
+                                               api_name=False, queue=False, show_progress="hidden")
+        self.commit_sides.success(
+            self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images],
+            [self.progress, *self.view.outputs, self.run_id], api_name="run",
+            concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
         self.run_btn.click(self.clear_note, None, self.stop_note, api_name=False, queue=False)
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)
+
+    def recount(self, event: Any) -> None:
+        """Count the prompt again once `event` is done (a new model, a new config): the last one
+        asked wins, and counts run one after the other so an older one never lands last."""
+        event.then(self.count_tokens, self.count_inputs, self.prompt_info, api_name=False,
+                   trigger_mode="always_last", show_progress="hidden", concurrency_limit=1,
+                   concurrency_id="count")
 
     def _image(self, sha256: str) -> Any:
         from ..store import image_bytes
@@ -353,12 +370,13 @@ class CompareTab:
 
         return localisations_of(self.service.db, run_id)
 
-    def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> tuple:
+    def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> dict[Any, Any]:
         """Another prompt of the batch, or another side against the reference."""
         from ..store import get_run
 
         run = get_run(self.service.db, run_id) if run_id else None
         return self.view.values(run, int(index or 0), side)
 
-    def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> tuple[str, str]:
-        return self.describe(model, trust), self.count_tokens(model, trust, prompt, None, cfg_text)
+    def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> dict[Any, Any]:
+        return {self.model_info: self.describe(model, trust),
+                self.prompt_info: self.count_tokens(model, trust, prompt, None, cfg_text)}

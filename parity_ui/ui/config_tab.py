@@ -17,11 +17,17 @@ from ..config import PRESETS, ParityConfig, config_from_dict, parse_config_text
 from ..errors import ConfigError, ParityError
 from ..kinds import DTYPES
 from ..render import cards
+from .edits import EditCounter, pending
 
 MAX_CONFIG_BYTES = 1 * 2**20
 CONFIG_FILE_TYPES = (".yaml", ".yml", ".json")
-# Where the app starts: greedy, and chat on because the demo model is a chat model.
-APP_DEFAULTS: dict[str, Any] = {"max_new_tokens": 64, "chat": True}
+# Where the app starts, where it differs from a bare CLI run (ParityConfig's defaults; everything
+# else is the same). Chat on: the bundled demo is a chat model and the Compare tab opens on a
+# question, which such a model answers as intended only through its template. The CLI keeps it off:
+# it also runs raw-text prompt files and base models, and a changed default would change the ids of
+# every scripted run. The page says so (the config line, the Config tab) instead of differing silently.
+APP_DEFAULTS: dict[str, Any] = {"chat": True}
+CLI_FLAGS: dict[str, str] = {"chat": "--chat"}  # how a CLI run gets each of APP_DEFAULTS
 
 # key -> (label, default info line). Order is the form's order.
 FORM_KEYS: dict[str, tuple[str, str]] = {
@@ -51,11 +57,36 @@ def preset_yaml(name: str) -> str:
     return config_from_dict({**APP_DEFAULTS, **PRESETS[name]}).to_yaml()
 
 
+def _shown(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def cli_default_note(key: str, value: Any) -> str:
+    """'' unless `key` is one of APP_DEFAULTS and `value` differs from a bare CLI run's; then the
+    CLI's default and its flag, e.g. "the CLI's default is off: --chat"."""
+    if key not in APP_DEFAULTS:
+        return ""
+    cli = getattr(ParityConfig(), key)
+    return "" if value == cli else f"the CLI's default is {_shown(cli)}: {CLI_FLAGS[key]}"
+
+
+def app_defaults_note() -> str:
+    """The Config tab's line naming where the app's starting config differs from a bare CLI run."""
+    diffs = [f"{FORM_KEYS[k][0]} {_shown(v)} ({cli_default_note(k, v)})" for k, v in APP_DEFAULTS.items()
+             if cli_default_note(k, v)]
+    if not diffs:
+        return ""
+    text = "The app starts from the CLI's defaults, except: " + "; ".join(diffs) + "."
+    return f'<div class="pc-cfgline">{html.escape(text)}</div>'
+
+
 def config_summary_html(cfg: ParityConfig) -> str:
     mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
     sides = " vs ".join(html.escape(s.describe()) for s in cfg.sides)
+    chat_note = cli_default_note("chat", cfg.chat)
     parts = [f"sides <b>{sides}</b>", f"dtype <b>{cfg.dtype}</b>", mode, f"max_new_tokens {cfg.max_new_tokens}",
-             f"chat template {'on' if cfg.chat else 'off'}", f"top-{cfg.logprobs} logprobs"]
+             f"chat template {_shown(cfg.chat)}" + (f" <i>({html.escape(chat_note)})</i>" if chat_note else ""),
+             f"top-{cfg.logprobs} logprobs"]
     if cfg.max_model_len:
         parts.append(f"max_model_len {cfg.max_model_len}")
     return f'<div class="pc-cfgline">Config: {" · ".join(parts)} <i>(edit in the Config tab)</i></div>'
@@ -103,6 +134,7 @@ class ConfigTab:
                 self.preset = gr.Dropdown(label="Preset", choices=list(PRESETS), value=None, scale=3)
                 self.apply_preset_btn = gr.Button("Apply preset", scale=1)
                 self.reset_btn = gr.Button("Reset to defaults", scale=1)
+            gr.HTML(app_defaults_note(), elem_id="cfg-app-defaults")
             with gr.Row():
                 with gr.Column(scale=1):
                     self._render_form()
@@ -123,7 +155,7 @@ class ConfigTab:
         d = ParityConfig()
         self.fields: dict[str, Any] = {
             "dtype": gr.Dropdown(choices=list(DTYPES), value=d.dtype, label="dtype", info=FORM_KEYS["dtype"][1]),
-            "max_new_tokens": gr.Number(value=APP_DEFAULTS["max_new_tokens"], precision=0, label="max_new_tokens",
+            "max_new_tokens": gr.Number(value=d.max_new_tokens, precision=0, label="max_new_tokens",
                                         info=FORM_KEYS["max_new_tokens"][1]),
             "temperature": gr.Number(value=d.temperature, label="temperature", info=FORM_KEYS["temperature"][1]),
             "top_p": gr.Number(value=d.top_p, label="top_p", info=FORM_KEYS["top_p"][1]),
@@ -136,6 +168,7 @@ class ConfigTab:
                                     info=FORM_KEYS["batch_size"][1]),
             "chat": gr.Checkbox(value=APP_DEFAULTS["chat"], label="chat template", info=FORM_KEYS["chat"][1]),
         }
+        self.counter = EditCounter("form")
 
     @property
     def field_list(self) -> list[Any]:
@@ -143,8 +176,8 @@ class ConfigTab:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    def _field_updates(self, data: dict[str, Any] | None, bad_key: str | None, message: str) -> list[Any]:
-        out = []
+    def _field_updates(self, data: dict[str, Any] | None, bad_key: str | None, message: str) -> dict[Any, Any]:
+        out = {}
         for key, comp in self.fields.items():
             label, info = FORM_KEYS[key]
             bad = bad_key is not None and (bad_key == key or bad_key.startswith(key + "."))
@@ -152,54 +185,59 @@ class ConfigTab:
                                   "elem_classes": ["field-error"] if bad else []}
             if data is not None and key in data:
                 kw["value"] = data[key]
-            out.append(type(comp)(**kw))
+            out[comp] = type(comp)(**kw)
         return out
 
-    def _validate(self, text: str, model: str, trust: bool, *, set_fields: bool) -> list[Any]:
-        """Outputs: error box, summary line, mapping table, then every form field."""
+    def _validate(self, text: str, model: str, trust: bool, *, set_fields: bool) -> dict[Any, Any]:
+        """The error box, the summary line, the mapping table and every form field."""
         try:
             cfg = config_from_text(text)
         except ConfigError as e:
             box = cards.error_html(e.message, e.fix, "Invalid config")
             line = f'<div class="pc-cfgline pc-bad">Config not valid: {html.escape(e.message)} (fix it in the Config tab)</div>'
             raw = _raw_form_values(text) if set_fields else None
-            return [box, line, gr.skip(), *self._field_updates(raw, e.key.split("[")[0], e.message)]
+            return {self.error: box, self.summary: line, **self._field_updates(raw, e.key.split("[")[0], e.message)}
         data = cfg.to_dict() if set_fields else None
         try:
             table = mapping_html(self.service.mapping(model or "demo", cfg, bool(trust)))
         except ParityError as e:
             table = cards.notice_html(f"The mapping table needs a resolvable model: {e.message}")
-        return ["", config_summary_html(cfg), table, *self._field_updates(data, None, "")]
+        return {self.error: "", self.summary: config_summary_html(cfg), self.mapping: table,
+                **self._field_updates(data, None, "")}
 
-    def yaml_changed(self, text: str, model: str, trust: bool) -> list[Any]:
+    def yaml_changed(self, text: str, model: str, trust: bool) -> dict[Any, Any]:
         return self._validate(text, model, trust, set_fields=True)
 
-    def form_changed(self, text: str, model: str, trust: bool, *values: Any) -> list[Any]:
-        """A form field changed: write every form value into the YAML (keeping the other keys)."""
+    def form_changed(self, text: str, edits: int | None, synced: int | None, model: str, trust: bool,
+                     *values: Any) -> Any:
+        """A form field was left (or Enter pressed, or a dtype or chat picked) after an edit: write
+        every form value into the YAML (keeping the other keys). Leaving a field unedited writes
+        nothing (the YAML keeps its own formatting and comments)."""
+        if not pending(edits, synced):
+            return gr.skip()
         try:
             data = parse_config_text(text, "YAML")
         except ConfigError as e:
-            return [gr.skip(), cards.error_html(e.message, "fix the YAML first, then use the form",
-                                                "Invalid config"), gr.skip(), gr.skip(),
-                    *[gr.skip() for _ in self.fields]]
+            return {self.error: cards.error_html(e.message, "fix the YAML first, then use the form", "Invalid config")}
         for key, value in zip(self.fields, values):
             if isinstance(value, float) and value.is_integer() and key not in ("temperature", "top_p"):
                 value = int(value)
             data[key] = value
         new_text = yaml.safe_dump(data, sort_keys=False)
-        return [new_text, *self._validate(new_text, model, trust, set_fields=False)]
+        return {self.yaml: new_text, self.counter.synced: edits,
+                **self._validate(new_text, model, trust, set_fields=False)}
 
-    def apply_preset(self, name: str | None, model: str, trust: bool) -> list[Any]:
+    def apply_preset(self, name: str | None, model: str, trust: bool) -> dict[Any, Any]:
         text = preset_yaml(name) if name in PRESETS else default_yaml()
-        return [text, *self._validate(text, model, trust, set_fields=True)]
+        return {self.yaml: text, **self._validate(text, model, trust, set_fields=True)}
 
-    def reset(self, model: str, trust: bool) -> list[Any]:
+    def reset(self, model: str, trust: bool) -> dict[Any, Any]:
         text = default_yaml()
-        return [text, None, *self._validate(text, model, trust, set_fields=True)]
+        return {self.yaml: text, self.preset: None, **self._validate(text, model, trust, set_fields=True)}
 
-    def load(self, path: str | None, model: str, trust: bool) -> list[Any]:
+    def load(self, path: str | None, model: str, trust: bool) -> Any:
         if not path:
-            return [gr.skip()] * (4 + len(self.fields))
+            return gr.skip()
         p = Path(path)
         problem = None
         if p.suffix.lower() not in CONFIG_FILE_TYPES:
@@ -212,13 +250,12 @@ class ConfigTab:
             except UnicodeDecodeError:
                 problem = (f"config file {p.name!r} is not UTF-8 text", "save it as UTF-8 YAML or JSON")
         if problem:
-            return [gr.skip(), cards.error_html(*problem, "Cannot load config"), gr.skip(), gr.skip(),
-                    *[gr.skip() for _ in self.fields]]
+            return {self.error: cards.error_html(*problem, "Cannot load config")}
         try:  # show JSON files as YAML, like everything else in the editor
             text = yaml.safe_dump(parse_config_text(text, p.name), sort_keys=False)
         except ConfigError:
             pass  # keep the text as is: the validation below names the problem
-        return [text, *self._validate(text, model, trust, set_fields=True)]
+        return {self.yaml: text, **self._validate(text, model, trust, set_fields=True)}
 
     def save(self, text: str) -> str:
         folder = Path(tempfile.mkdtemp(prefix="parity-config-"))
@@ -229,14 +266,25 @@ class ConfigTab:
     # -- events --------------------------------------------------------------------------------
 
     def create_event_handlers(self, model: Any, trust: Any, summary: Any) -> None:
-        """`model`, `trust` and `summary` belong to the Compare tab (built before this is called)."""
+        """`model`, `trust` and `summary` belong to the Compare tab (built before this is called).
+        The YAML editor and the number fields are checked when left (or on Enter), not on every
+        key: each check is a server round trip (the mapping table resolves the model), and per
+        keystroke they queued up on a busy machine. `validations` lists the events after which
+        the config is new (the app recounts the prompt after each)."""
+        self.summary = summary
         checked = [self.error, summary, self.mapping, *self.field_list]
         ctx = [model, trust]
-        self.yaml.input(self.yaml_changed, [self.yaml, *ctx], checked, api_name="validate_config",
-                        trigger_mode="always_last", show_progress="hidden")
-        for comp in self.field_list:
-            comp.input(self.form_changed, [self.yaml, *ctx, *self.field_list], [self.yaml, *checked],
-                       api_name=False, trigger_mode="always_last", show_progress="hidden")
+        self.validations = [self.yaml.blur(self.yaml_changed, [self.yaml, *ctx], checked, api_name="validate_config",
+                                           trigger_mode="always_last", show_progress="hidden",
+                                           concurrency_limit=1, concurrency_id="validate")]
+        numbers = [c for c in self.field_list if isinstance(c, gr.Number)]
+        picks = [c for c in self.field_list if not isinstance(c, gr.Number)]
+        self.counter.count(self.field_list)  # before the write: a pick triggers both
+        self.validations.append(gr.on(
+            [*[c.blur for c in numbers], *[c.submit for c in numbers], *[c.input for c in picks]],
+            self.form_changed, [self.yaml, self.counter.edits, self.counter.synced, *ctx, *self.field_list],
+            [self.yaml, self.counter.synced, *checked], api_name=False, trigger_mode="always_last",
+            show_progress="hidden", concurrency_limit=1, concurrency_id="validate"))
         # The events that rewrite the YAML wholesale: the app redraws the Sides panel after them.
         self.yaml_rewrites = [
             self.apply_preset_btn.click(self.apply_preset, [self.preset, *ctx], [self.yaml, *checked],
@@ -244,6 +292,7 @@ class ConfigTab:
             self.reset_btn.click(self.reset, ctx, [self.yaml, self.preset, *checked], api_name="reset_config"),
             self.load_file.upload(self.load, [self.load_file, *ctx], [self.yaml, *checked], api_name="load_config"),
         ]
+        self.validations += self.yaml_rewrites
         self.save_btn.click(self.save, [self.yaml], [self.saved], api_name="save_config")
         for comp in (model, trust):
             comp.change(self.yaml_changed, [self.yaml, *ctx], checked, api_name=False, show_progress="hidden")

@@ -86,15 +86,15 @@ class HistoryTab:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    def refresh(self, search: str, model: str | None, status: str | None, period: str) -> tuple[Any, Any]:
+    def refresh(self, search: str, model: str | None, status: str | None, period: str) -> dict[Any, Any]:
         models = distinct_models(self.db)
         rows = history_rows(self.db, search, model, status, period)
         newest = next((r[0] for r in rows if r[5] != "running"), None)
         if newest is not None:
             threading.Thread(target=self.prefetch, args=(newest, time.monotonic()), name="parity-prefetch",
                              daemon=True).start()
-        return (gr.Dataframe(value=rows, headers=COLUMNS),
-                gr.Dropdown(choices=models, value=model if model in models else None))
+        return {self.table: gr.Dataframe(value=rows, headers=COLUMNS),
+                self.model: gr.Dropdown(choices=models, value=model if model in models else None)}
 
     def prefetch(self, run_id: str, listed_at: float) -> None:
         """Read the newest listed run and build its view while the user looks at the list: the run
@@ -134,7 +134,7 @@ class HistoryTab:
         return self._recent.get(run_id, lambda: get_run(self.db, run_id),
                                 keep=lambda run: run is not None and run.status != "running")
 
-    def open(self, run_id: str) -> tuple:
+    def open(self, run_id: str) -> dict[Any, Any]:
         with self._opens_lock:
             self._opened_at = time.monotonic()
             self._opening += 1
@@ -144,7 +144,7 @@ class HistoryTab:
             with self._opens_lock:
                 self._opening -= 1
 
-    def _open(self, run_id: str) -> tuple:
+    def _open(self, run_id: str) -> dict[Any, Any]:
         run_id = (run_id or "").strip()
         if not run_id:
             return self.view.values(None, message="Pick a run in the table above.")
@@ -154,7 +154,7 @@ class HistoryTab:
                                           "pick one from the table, or check the link")
         return self.view.values(run, plots=False)  # the figures follow (`figures`), once the panes show
 
-    def figures(self, run_id: str, index: int | None, side: str | None) -> tuple:
+    def figures(self, run_id: str, index: int | None, side: str | None) -> dict[Any, Any]:
         """The opened run's figures, sent after its panes (`open`)."""
         run = self._load((run_id or "").strip())
         return self.view.plot_values(run, int(index or 0), side)
@@ -163,7 +163,7 @@ class HistoryTab:
         """The `pane_details` endpoint: the hover details a long view fetches after it shows."""
         return pane_details(self._load, src)
 
-    def switch_view(self, run_id: str, index: int | None, side: str | None) -> tuple:
+    def switch_view(self, run_id: str, index: int | None, side: str | None) -> dict[Any, Any]:
         return self.view.values(self._load(run_id), int(index or 0), side)
 
     def _stored(self, run_id: str) -> Any:
@@ -189,16 +189,17 @@ class HistoryTab:
                        encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
-    def from_url(self, request: gr.Request) -> tuple:
+    def from_url(self, request: gr.Request) -> Any:
         """Page load: `?run=ID` opens that run in this tab."""
         run_id = (request.query_params.get("run") or "").strip() if request is not None else ""
         if not run_id:
-            return (gr.skip(), gr.skip(), *[gr.skip()] * len(self.view.outputs))
-        return (gr.Tabs(selected="history"), run_id, *self.open(run_id))
+            return gr.skip()
+        return {self.tabs: gr.Tabs(selected="history"), self.run_id: run_id, **self.open(run_id)}
 
     # -- events --------------------------------------------------------------------------------
 
     def create_event_handlers(self, tabs: Any, app: Any) -> None:
+        self.tabs = tabs
         filters = [self.search, self.model, self.status, self.period]
         listing = [self.table, self.model]
         self.tab.select(self.refresh, filters, listing, api_name="history")
@@ -208,11 +209,12 @@ class HistoryTab:
             f.input(self.refresh, filters, listing, api_name=False)
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
 
-        def then_figures(event: Any) -> None:
-            event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden")
+        def then_figures(event: Any) -> None:  # the last run opened wins (its figures, not an earlier one's)
+            event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden",
+                       trigger_mode="always_last")
 
         then_figures(self.table.select(self.select, [self.table], [self.run_id], api_name=False).then(
-            self.open, [self.run_id], self.view.outputs, api_name=False))
+            self.open, [self.run_id], self.view.outputs, api_name=False, trigger_mode="always_last"))
         then_figures(self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run"))
         then_figures(self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False))
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")

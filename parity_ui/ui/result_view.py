@@ -152,65 +152,74 @@ class ResultView:
 
     @property
     def outputs(self) -> list[Any]:
+        """Every component `values` may set, in the order the events list them (their API order)."""
         return [self.summary, self.prompt_pick, self.side_pick, self.panes, self.logprob_plot, self.margin_plot,
                 self.batch_plot, self.layers_btn, self.layers_html, self.layers_plot]
 
-    def layer_values(self, run: Run | None, prompt_index: int) -> tuple:
+    def layer_values(self, run: Run | None, prompt_index: int) -> dict[Any, Any]:
         """The "Find the layer" button (only for runs whose sides can be captured) and what is stored."""
-        hidden = (gr.Button(visible=False), "", gr.Plot(visible=False, value=None))
+        hidden = {self.layers_btn: gr.Button(visible=False), self.layers_html: "",
+                  self.layers_plot: gr.Plot(visible=False, value=None)}
         if run is None or run.status not in ("ok", "diverged") or len(run.sides) < 2:
             return hidden
         from ..kinds import KINDS
 
         capturable = [s for s in run.sides if KINDS.get(s.kind) is not None and KINDS[s.kind].can_capture_layers]
         html, fig = layers_parts(self.localisations(run.id), prompt_index)
-        return (gr.Button(visible=len(capturable) >= 2), html, gr.Plot(value=fig, visible=fig is not None))
+        return {self.layers_btn: gr.Button(visible=len(capturable) >= 2), self.layers_html: html,
+                self.layers_plot: gr.Plot(value=fig, visible=fig is not None)}
+
+    def cleared(self, summary: str = "") -> dict[Any, Any]:
+        """No run shown: `summary` (a notice or an error card) and every other part empty or hidden."""
+        hidden = gr.Plot(visible=False, value=None)
+        return {self.summary: summary, self.prompt_pick: gr.Dropdown(visible=False),
+                self.side_pick: gr.Dropdown(visible=False), self.panes: "", self.logprob_plot: hidden,
+                self.margin_plot: hidden, self.batch_plot: hidden, **self.layer_values(None, 0)}
 
     def values(self, run: Run | None, prompt_index: int = 0, side: str | None = None, message: str = "",
-               reveal: bool = False, plots: bool = True) -> tuple:
-        """Output values for `outputs`; `run=None` shows `message` instead. `plots=False` hides the
-        figures, for an event that sends them next (`plot_values`): the panes show without waiting
-        for the figures to be built, sent and drawn (~0.3 s of a 16k-token pair's first open)."""
-        hidden = gr.Plot(visible=False, value=None)
+               reveal: bool = False, plots: bool = True) -> dict[Any, Any]:
+        """Every component of `outputs` with its value; `run=None` shows `message` instead. `plots=False`
+        hides the figures, for an event that sends them next (`plot_values`): the panes show without
+        waiting for the figures to be built, sent and drawn (~0.3 s of a 16k-token pair's first open)."""
         if run is None:
-            return (cards.notice_html(message) if message else "", gr.Dropdown(visible=False),
-                    gr.Dropdown(visible=False), "", hidden, hidden, hidden, *self.layer_values(None, 0))
+            return self.cleared(cards.notice_html(message) if message else "")
         parts = self.parts(run, prompt_index, side, reveal)
         panes = parts["panes"]
         if run.prompts:  # an image prompt shows its images beside the streams
             panes = images_html(run.prompts[_index(run, prompt_index)].images, self.images) + panes
-        many = len(run.prompts) > 1
-        pick = gr.Dropdown(choices=prompt_choices(run), value=prompt_index, visible=many)
         sides = side_choices(run)
-        side_pick = gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1)
-        figures = self.plot_values(run, prompt_index, parts["side"]) if plots else (hidden, hidden, hidden)
-        return (parts["summary"], pick, side_pick, panes, *figures, *self.layer_values(run, prompt_index))
+        return {self.summary: parts["summary"],
+                self.prompt_pick: gr.Dropdown(choices=prompt_choices(run), value=prompt_index,
+                                              visible=len(run.prompts) > 1),
+                self.side_pick: gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1),
+                self.panes: panes,
+                **(self.plot_values(run, prompt_index, parts["side"]) if plots else self.plot_values(None)),
+                **self.layer_values(run, prompt_index)}
 
     @property
     def plot_outputs(self) -> list[Any]:
         return [self.logprob_plot, self.margin_plot, self.batch_plot]
 
-    def plot_values(self, run: Run | None, prompt_index: int = 0, side: str | None = None) -> tuple:
-        """Output values for `plot_outputs` (hidden where there is no figure)."""
+    def plot_values(self, run: Run | None, prompt_index: int = 0, side: str | None = None) -> dict[Any, Any]:
+        """The figures of `plot_outputs` (hidden where there is none, and all hidden for `run=None`)."""
         if run is None:
-            return tuple(gr.Plot(visible=False, value=None) for _ in range(3))
+            return {plot: gr.Plot(visible=False, value=None) for plot in self.plot_outputs}
         figs = self.figures(run, prompt_index, side)
-        return tuple(gr.Plot(value=figs[k], visible=figs[k] is not None) for k in ("logprob", "margin", "batch"))
+        return {plot: gr.Plot(value=figs[k], visible=figs[k] is not None)
+                for plot, k in zip(self.plot_outputs, ("logprob", "margin", "batch"))}
 
-    def error_values(self, message: str, fix: str = "") -> tuple:
-        hidden = gr.Plot(visible=False, value=None)
-        return (cards.error_html(message, fix), gr.Dropdown(visible=False), gr.Dropdown(visible=False), "",
-                hidden, hidden, hidden, *self.layer_values(None, 0))
+    def error_values(self, message: str, fix: str = "") -> dict[Any, Any]:
+        return self.cleared(cards.error_html(message, fix))
 
     def wire_layers(self, runner: Any, picks: list[Any]) -> None:
         """"Find the layer": localise the picked comparison's divergence (parity_ui.layers), store it,
         show every localisation of this prompt. Queued with the runs: it uses the same engines."""
-        def find(run_id: str | None, index: int | None, side: str | None) -> tuple:
+        def find(run_id: str | None, index: int | None, side: str | None) -> Any:
             if not run_id:
-                return gr.skip(), gr.skip()
+                return gr.skip()
             loc = runner.localise(str(run_id).strip(), int(index or 0), side)
             html, fig = layers_parts(self.localisations(loc.run_id), loc.prompt_index)
-            return html, gr.Plot(value=fig, visible=fig is not None)
+            return {self.layers_html: html, self.layers_plot: gr.Plot(value=fig, visible=fig is not None)}
 
         self.layers_btn.click(find, picks, [self.layers_html, self.layers_plot], api_name=False,
                               concurrency_limit=1, concurrency_id="engines", show_progress="full")

@@ -17,6 +17,7 @@ from ..config import SIDE_PRESET_LABELS, SIDE_PRESETS, parse_config_text
 from ..errors import ConfigError
 from ..kinds import KINDS
 from ..sides import DEFAULT_SIDES, SIDE_KEYS, parse_side_arg
+from .edits import EditCounter, pending
 
 MAX_UI_SIDES = 4  # slots on the page; the YAML and the CLI take up to parity_ui.sides.MAX_SIDES
 FIELDS = ("name", "kind", "options", "model", "python")
@@ -83,6 +84,10 @@ def sides_in_yaml(text: str) -> list[dict[str, Any]]:
 
 
 class SidesPanel:
+    """The slots. A slot writes into the YAML when it is left (or on Enter, or a kind is picked),
+    not on every key (parity_ui.ui.edits says why); the edit counter says whether the panel is
+    newer than the YAML when Run is pressed straight from a slot."""
+
     def create_ui(self) -> None:
         with gr.Accordion("Sides: what is compared (the first is the reference)", open=False, elem_id="sides-panel"):
             with gr.Row():
@@ -113,79 +118,125 @@ class SidesPanel:
                 self.slots += [name, kind, opts, model, python]
                 self.remove_btns.append(rm)
             self.error = gr.HTML(elem_id="sides-error")
+            self.counter = EditCounter("sides")
 
     # -- handlers ------------------------------------------------------------------------------
 
-    def _show(self, count: int, values: list[str]) -> list[Any]:
-        rows = [gr.Row(visible=i < count) for i in range(MAX_UI_SIDES)]
-        return [count, *rows, *values]
+    def _show(self, count: int, values: list[str]) -> dict[Any, Any]:
+        return {self.count: count, **{row: gr.Row(visible=i < count) for i, row in enumerate(self.rows)},
+                **dict(zip(self.slots, values))}
 
-    def from_yaml(self, text: str) -> list[Any]:
-        """A YAML edit (or preset, reset, load): redraw the slots from its sides."""
-        try:
-            sides = sides_in_yaml(text)
-        except ConfigError:
-            return [gr.skip()] * (1 + MAX_UI_SIDES + len(self.slots))
-        count, values = slots_from_sides(sides)
-        return self._show(count, values)
-
-    def to_yaml(self, text: str, count: int, *values: str) -> tuple[str, str]:
-        """A slot changed: write the sides into the YAML, or say what is wrong with them."""
+    def _written(self, text: str, count: int, values: list[str]) -> dict[Any, Any]:
+        """The slots' sides written into the YAML, or the error box saying what is wrong with them."""
         from ..render.cards import error_html
 
         try:
-            return yaml_with_sides(text, sides_from_slots(count, list(values))), ""
+            return {self.yaml: yaml_with_sides(text, sides_from_slots(count, values)), self.error: ""}
         except ConfigError as e:
-            return gr.skip(), error_html(e.message, e.fix, "Sides not usable")
+            return {self.error: error_html(e.message, e.fix, "Sides not usable")}
 
-    def add(self, text: str, count: int, *values: str) -> list[Any]:
+    def from_yaml(self, text: str, edits: int | None) -> Any:
+        """A YAML edit (or preset, reset, load): redraw the slots from its sides (so the panel is
+        as new as the YAML: `synced` catches up with `edits`)."""
+        try:
+            sides = sides_in_yaml(text)
+        except ConfigError:
+            return gr.skip()
+        count, values = slots_from_sides(sides)
+        return {**self._show(count, values), self.counter.synced: edits}
+
+    def flush(self, text: str, edits: int | None, synced: int | None, count: int, *values: str) -> Any:
+        """A slot was left (or Enter pressed, or a kind picked): its edits since the last write go
+        into the YAML, or the error box says what is wrong (and they stay pending)."""
+        if not pending(edits, synced):
+            return gr.skip()
+        out = self._written(text, count, list(values))
+        if self.yaml in out:
+            out[self.counter.synced] = edits  # after the YAML in `outputs`: a Run reading between sees it pending
+        return out
+
+    def commit(self, text: str, edits: int | None, synced: int | None, count: int, *values: str) -> Any:
+        """Before a run: edits the YAML has not had yet go in. Pressing Run straight from a slot
+        leaves it, but that write is still on its way when the run reads the YAML. Raises gr.Error
+        when those edits do not make valid sides (the run would otherwise use the old ones)."""
+        if not pending(edits, synced):
+            return gr.skip()
+        try:
+            sides = sides_from_slots(count, list(values))
+        except ConfigError as e:
+            raise gr.Error(f"Sides not usable: {e.message}. Fix: {e.fix}", title="Sides not usable") from None
+        try:
+            text = yaml_with_sides(text, sides)
+        except ConfigError:
+            return gr.skip()  # the YAML itself does not parse: the run says so, and stores it
+        return {self.yaml: text, self.error: "", self.counter.synced: edits}
+
+    def add(self, text: str, count: int, *values: str) -> Any:
         if count >= MAX_UI_SIDES:
-            return [gr.skip()] * (2 + MAX_UI_SIDES + len(self.slots))
+            return gr.skip()
         names = {values[5 * i] for i in range(count)}
         new = next(f"s{j}" for j in range(2, 99) if f"s{j}" not in names)
         vals = list(values)
         vals[5 * count: 5 * count + 5] = [new, "vllm", "", "", ""]
-        shown = self._show(count + 1, vals)
-        text_out, _ = self.to_yaml(text, count + 1, *vals)
-        return [text_out, *shown]
+        out = self._show(count + 1, vals)
+        written = self._written(text, count + 1, vals)
+        if self.yaml in written:
+            out[self.yaml] = written[self.yaml]
+        return out
 
-    def remove(self, index: int, text: str, count: int, *values: str) -> list[Any]:
+    def remove(self, index: int, text: str, count: int, *values: str) -> Any:
         if count <= 2:
             from ..render.cards import notice_html
 
-            return [gr.skip(), *([gr.skip()] * (1 + MAX_UI_SIDES + len(self.slots))),
-                    notice_html("A comparison needs two sides: change this one instead of removing it.")]
+            return {self.error: notice_html("A comparison needs two sides: change this one instead of removing it.")}
         vals = list(values)
         del vals[5 * index: 5 * index + 5]
         vals += ["", "vllm", "", "", ""]
-        text_out, err = self.to_yaml(text, count - 1, *vals)
-        return [text_out, *self._show(count - 1, vals), err]
+        return {**self._written(text, count - 1, vals), **self._show(count - 1, vals)}
 
-    def apply_preset(self, name: str | None, text: str) -> list[Any]:
+    def apply_preset(self, name: str | None, text: str) -> Any:
         if name not in SIDE_PRESETS:
-            return [gr.skip()] * (1 + 1 + MAX_UI_SIDES + len(self.slots))
+            return gr.skip()
         sides = [dict(s) for s in SIDE_PRESETS[name]]
         count, values = slots_from_sides(sides)
-        return [yaml_with_sides(text, sides), *self._show(count, values)]
+        return {self.yaml: yaml_with_sides(text, sides), **self._show(count, values)}
 
     # -- events --------------------------------------------------------------------------------
 
     def create_event_handlers(self, cfg_yaml: Any, after_yaml: Any) -> None:
         """`after_yaml(event)` chains the config's validation after the panel rewrote the YAML."""
+        self.yaml = cfg_yaml
         shown = [self.count, *self.rows, *self.slots]
-        for comp in self.slots:
-            after_yaml(comp.input(self.to_yaml, [cfg_yaml, self.count, *self.slots], [cfg_yaml, self.error],
-                                  api_name=False, trigger_mode="always_last", show_progress="hidden"))
-        after_yaml(self.add_btn.click(self.add, [cfg_yaml, self.count, *self.slots], [cfg_yaml, *shown],
-                                      api_name="add_side"))
-        for i, btn in enumerate(self.remove_btns):
-            after_yaml(btn.click(partial(self.remove, i), [cfg_yaml, self.count, *self.slots],
-                                 [cfg_yaml, *shown, self.error], api_name=False))
-        after_yaml(self.apply_btn.click(self.apply_preset, [self.preset, cfg_yaml], [cfg_yaml, *shown],
-                                        api_name="sides_preset"))
-        cfg_yaml.input(self.from_yaml, [cfg_yaml], shown, api_name=False, trigger_mode="always_last",
-                       show_progress="hidden")
+        texts = [c for c in self.slots if isinstance(c, gr.Textbox)]
+        kinds = [c for c in self.slots if not isinstance(c, gr.Textbox)]
+        self.counter.count(self.slots)  # before `flush`: a kind's pick triggers both
+        after_yaml(gr.on([*[c.blur for c in texts], *[c.submit for c in texts], *[c.input for c in kinds]],
+                         self.flush, [cfg_yaml, *self.state], [cfg_yaml, self.error, self.counter.synced],
+                         api_name=False, trigger_mode="always_last", show_progress="hidden"))
+        rewrites = [self.add_btn.click(self.add, [cfg_yaml, self.count, *self.slots], [cfg_yaml, *shown],
+                                       api_name="add_side")]
+        rewrites += [btn.click(partial(self.remove, i), [cfg_yaml, self.count, *self.slots],
+                               [cfg_yaml, *shown, self.error], api_name=False)
+                     for i, btn in enumerate(self.remove_btns)]
+        rewrites.append(self.apply_btn.click(self.apply_preset, [self.preset, cfg_yaml], [cfg_yaml, *shown],
+                                             api_name="sides_preset"))
+        for event in rewrites:
+            event.then(self.counter.caught_up, [self.counter.edits], [self.counter.synced], api_name=False,
+                       queue=False)  # the slots were written whole: nothing is pending
+            after_yaml(event)
+        cfg_yaml.blur(self.from_yaml, [cfg_yaml, self.counter.edits], self.redrawn, api_name=False,
+                      trigger_mode="always_last", show_progress="hidden")
+
+    @property
+    def state(self) -> list[Any]:
+        """What `flush` and `commit` read after the YAML: the two counters, the slots."""
+        return [self.counter.edits, self.counter.synced, self.count, *self.slots]
 
     @property
     def shown(self) -> list[Any]:
         return [self.count, *self.rows, *self.slots]
+
+    @property
+    def redrawn(self) -> list[Any]:
+        """What `from_yaml` sets: the slots shown, and the counter of edits written."""
+        return [*self.shown, self.counter.synced]
