@@ -134,6 +134,8 @@ def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
             "side_load_s": {s.name: s.load_s for s in run.sides}, "devices": {s.name: s.device for s in run.sides},
             "side_generate_s": {n: r.timings.total_s for n, r in results.items()},
             "warnings": [w.code for w in run.warnings],
+            # What else the CLI printed on stderr (a library's warning between the progress lines)
+            "stray_lines": [x for _, x in lines if x.strip() and not x.startswith("[parity]")],
             "token_ids": {n: r.token_ids for n, r in results.items()}}
 
 
@@ -150,16 +152,22 @@ def main() -> None:
     ap.add_argument("--graphed", action="store_true",
                     help="also time a warm run with the HF side on decode=graphed (its tokens may differ from "
                          "generate's in bf16, so no bare run is held to them)")
+    ap.add_argument("--bare-first", action="store_true",
+                    help="time the bare engines' cold start before the tool's (on a fresh machine the first "
+                         "process also pays for reading the libraries from disk)")
     ap.add_argument("--out")
     args = ap.parse_args()
     figures: dict = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
                      "label": args.label}
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
+        if not args.bare_first:
+            figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
         if not args.no_bare:
             figures["bare_vllm_cold"] = in_fresh_process(bare_vllm, args, cache_env(work / "bare-caches"))
             figures["bare_hf"] = in_fresh_process(bare_hf, args, cache_env(work / "bare-caches"))
+        if args.bare_first:
+            figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
         figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
         if args.serial:
             figures["tool_warm_serial"] = run_tool(args, work / "tool-caches", work, "generate_while_loading=never")
