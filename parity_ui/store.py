@@ -183,7 +183,7 @@ def m006_workloads(db: Database) -> None:
     db["prompt_results"].add_column("given_json", str)  # the prompt as the user gave it (text, messages)
     db["pair_samples"].create({
         "run_id": str, "side": str, "prompt_idx": int, "identical": int, "first_divergence": int, "length": int,
-        "verdict": str, "logp_side": bytes, "logp_ref": bytes, "positions": bytes,
+        "verdict": str, "max_abs_dlogp": float, "logp_side": bytes, "logp_ref": bytes, "positions": bytes,
     }, pk=("run_id", "side", "prompt_idx"), foreign_keys=[("run_id", "runs", "id")])
 
 
@@ -472,10 +472,24 @@ def save_pair_samples(db: Database, run_id: str, side: str, samples: list[PairSa
     db["pair_samples"].insert_all(({
         "run_id": run_id, "side": side, "prompt_idx": s.prompt_index, "identical": int(s.identical),
         "first_divergence": s.first_divergence, "length": s.length, "verdict": s.verdict,
+        "max_abs_dlogp": _max_abs_gap(s),
         "logp_side": _pack((math.nan if x is None else x for x in s.logp_side), "d"),
         "logp_ref": _pack((math.nan if x is None else x for x in s.logp_ref), "d"),
         "positions": _pack(s.positions, "i"),
     } for s in samples), pk=("run_id", "side", "prompt_idx"), replace=True)
+
+
+def _max_abs_gap(s: PairSample) -> float | None:
+    """The prompt's largest |logp_side - logp_ref| (finite, unmasked pairs): the prompt table's column."""
+    gaps = [abs(a - b) for a, b in zip(s.logp_side, s.logp_ref)
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and a > -1e20 and b > -1e20]
+    return max(gaps) if gaps else None
+
+
+def pair_rows(db: Database, run_id: str) -> list[dict[str, Any]]:
+    """Every (prompt, side) of a workload without its logprobs: what a prompt table lists."""
+    return list(db.query("SELECT prompt_idx, side, identical, first_divergence, length, verdict, max_abs_dlogp "
+                         "FROM pair_samples WHERE run_id = ? ORDER BY prompt_idx, side", [run_id]))
 
 
 def pair_samples(db: Database, run_id: str, side: str) -> Iterator[PairSample]:
@@ -553,5 +567,5 @@ def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
 
-__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "prompts_done", "get_run", "list_runs",
+__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "pair_rows", "prompts_done", "get_run", "list_runs",
            "distinct_models", "RunSummary", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]
