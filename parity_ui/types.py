@@ -175,6 +175,14 @@ def step_column(steps: Sequence[TokenStep], name: str) -> list[Any]:
     return [getattr(s, name) for s in steps]
 
 
+def top_ids(steps: Sequence[TokenStep], i: int) -> list[int]:
+    """Position i's top-k token ids, best first, without building its step from columns."""
+    if isinstance(steps, StepColumns):
+        starts = steps.top_starts()
+        return steps.top_token_id[starts[i]:starts[i + 1]]
+    return [t.token_id for t in steps[i].top]
+
+
 @dataclass
 class SideTimings:
     load_s: float | None = None  # model load (0 when the worker was already warm)
@@ -384,18 +392,24 @@ class Run:
         return ", ".join(dict.fromkeys(s.device for s in self.sides if s.device))
 
 
+_LEAVES = (int, float, str, bool, type(None))
+
+
 def to_dict(obj: Any) -> Any:
     """A JSON-ready copy of a dataclass tree (stored steps as the list of steps they hold; a record
     with its own stored shape, parity_ui.records, as its to_json())."""
+    if type(obj) in _LEAVES:
+        return obj
     to_json = getattr(obj, "to_json", None)
     if to_json is not None and not isinstance(obj, type):
         return to_json()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple, StepColumns)):
-        return [to_dict(v) for v in obj]
+        # A workload's token ids and gaps are long lists of numbers: no call per number.
+        return [v if type(v) in _LEAVES else to_dict(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
+        return {k: v if type(v) in _LEAVES else to_dict(v) for k, v in obj.items()}
     return obj
 
 

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..compare import compare
@@ -37,11 +38,11 @@ from ..pipeline import Sides
 from ..plan import Prepared, RunRequest, SidePlan
 from ..prepare import plan_side
 from ..prompts import PromptSpec
-from ..recorder import RunRecorder, decode_result, decode_step, side_info
+from ..recorder import RunRecorder, decode_columns, decode_result, side_info
 from ..runlog import EventCallback, RunEvent, new_run, phase
 from ..settings import differing
 from ..store import get_run, prompts_done, save_comparisons, save_pair_samples, save_side_result
-from ..types import Comparison, Run, SideResult, TokenStep
+from ..types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
 from .report import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport, pooled
 from .stats import PairSample
 
@@ -314,37 +315,42 @@ def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:
     n = c.first_divergence if c.first_divergence is not None else c.compared
     return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
                       length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
-                      logp_side=[s.logprob for s in side.steps[:n]], logp_ref=[s.logprob for s in ref.steps[:n]],
+                      logp_side=step_column(side.steps, "logprob")[:n], logp_ref=step_column(ref.steps, "logprob")[:n],
                       positions=list(range(n)))
 
 
-def scored_sample(c: Comparison, side: SideResult, scored: list[TokenStep]) -> PairSample:
+def scored_sample(c: Comparison, side: SideResult, scored: Sequence[TokenStep]) -> PairSample:
     """Scored: the side's own logprobs against the reference's teacher-forced ones, every token."""
+    lr = step_column(scored, "logprob")
     return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
                       length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
-                      logp_side=[s.logprob for s in side.steps], logp_ref=[s.logprob for s in scored],
-                      positions=list(range(len(scored))))
+                      logp_side=step_column(side.steps, "logprob"), logp_ref=lr, positions=list(range(len(lr))))
 
 
-def reference_view(name: str, side: SideResult, scored: list[TokenStep], prep: Prepared) -> SideResult:
+def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], prep: Prepared) -> SideResult:
     """What the scorer would have chosen at each position of the side's sequence (its top-1 given the
     side's prefix): the side's own sequence up to where the scorer ranks a token second or worse,
-    which is where a greedy scorer would have forked."""
-    steps = []
-    for s in scored:
-        best = s.top[0] if s.top else None
-        step = TokenStep(s.position, best.token_id if best else s.token_id, "", best.logprob if best else s.logprob,
-                         1, list(s.top))
-        decode_step(prep.tokenizer, step)
-        steps.append(step)
-    ids = [s.token_id for s in steps]
-    return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=steps,
+    which is where a greedy scorer would have forked. Built as columns from the scored columns."""
+    cols = StepColumns.from_steps(scored)
+    decode_columns(prep.tokenizer, cols)
+    starts = cols.top_starts()
+    first = [starts[i] if cols.top_n[i] else None for i in range(len(cols))]
+    ids = [cols.top_token_id[k] if k is not None else cols.token_id[i] for i, k in enumerate(first)]
+    view = StepColumns({
+        "position": list(cols.position), "token_id": ids,
+        "text": [cols.top_text[k] if k is not None else cols.text[i] for i, k in enumerate(first)],
+        "logprob": [cols.top_logprob[k] if k is not None else cols.logprob[i] for i, k in enumerate(first)],
+        "rank": [1] * len(cols), "top_n": list(cols.top_n), "top_token_id": list(cols.top_token_id),
+        "top_logprob": list(cols.top_logprob), "top_text": list(cols.top_text),
+        "raw": {i: cols.top_raw[k] for i, k in enumerate(first) if k is not None and k in cols.top_raw},
+        "top_raw": dict(cols.top_raw)})
+    return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=view,
                       text=prep.tokenizer.decode(ids), finish_reason="scored")
 
 
-def _as_result(side: SideResult, scored: list[TokenStep]) -> SideResult:
+def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
     """The floor scorer's logprobs of the side's tokens, as a result whose steps carry them."""
-    return dataclasses.replace(side, steps=list(scored))
+    return dataclasses.replace(side, steps=scored)
 
 
 def _duration(seconds: float) -> str:
