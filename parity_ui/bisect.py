@@ -196,8 +196,8 @@ def check_flip(f: Factor, trial: SideInfo | None, ref: SideInfo | None, side: Si
     if want is not _ABSENT and was is not _ABSENT and want == was:
         return FlipCheck(f.key, NO_VISIBLE_DIFFERENCE, f.reference, got,
                          f"{label}: the stored run's sides resolved it alike ({want!r}) although they asked "
-                         f"{asked} and {own}: the side's own setting did not take effect, so flipping "
-                         "it changes nothing visible")
+                         f"{asked} and {own}: the side's own setting did not take effect (or means the same here), "
+                         "so flipping it changes nothing visible")
     if want is not _ABSENT and got == want:
         return FlipCheck(f.key, APPLIED, f.reference, got, f"{label}: now {got!r}, as on the reference")
     if was is not _ABSENT and got == was:
@@ -276,8 +276,8 @@ class Search:
                           "side": _shown(resolved_value(self.side_info, f.resolved_key))}
             if f.resolved["reference"] is not None and f.resolved["reference"] == f.resolved["side"] and not f.note:
                 f.note = (f"asked {show_value(f.reference)} and {show_value(f.side)}, both sides resolved "
-                          f"{show_value(f.resolved['side'])}: "
-                          "the side's own setting did not take effect in the stored run")
+                          f"{show_value(f.resolved['side'])} in the stored run: the side's own setting did not take "
+                          "effect, or means the same here")
         # Settings that need no reload innermost: they end up together in the parts ddmin splits off,
         # so trials that differ only in them reuse one warm worker.
         report.factors = sorted(factors, key=lambda f: f.runtime_only)
@@ -345,8 +345,8 @@ class Search:
         if not self.cfg.greedy:
             exact = "(the run samples: no pair is exact)"
         return (f"{exact}; otherwise the trial side within the reference's own noise floor (every figure at most "
-                "1.5x the floor's, the share identical not below it), the floor measured once in the first trial "
-                "and reused")
+                "1.5x the floor's, the share identical not below it, some token compared before the forks), the "
+                "floor measured once in the first trial and reused")
 
     # -- trials ----------------------------------------------------------------------------------------
 
@@ -448,13 +448,19 @@ class Search:
                                    if w.first_divergence is not None), None)
         verdict = compare_to_floor(stats, self.floor)
         t.verdict, t.exceeded = verdict.verdict, list(verdict.exceeded)
+        if stats.tokens.pairs == 0 and self.floor.tokens.pairs > 0:
+            # Every prompt forked at its first token: no token figure to weigh, and over a few prompts the
+            # share identical alone (Wilson intervals) cannot tell 0/3 from 3/3. Far outside any noise.
+            t.verdict = "exceeds noise"
+            t.exceeded = [f"forks at the first token on every prompt (the floor compared {self.floor.tokens.pairs} "
+                          "tokens)"] + t.exceeded
         ref_info = run.side(self.ref.name)
         if self.cfg.greedy and all(_dtype(i) == "float32" for i in (ref_info, trial_info)):
             t.oracle = "identical tokens"
             restores = seq.identical == seq.n
         else:
             t.oracle = "noise floor"
-            restores = verdict.verdict == "within noise"
+            restores = t.verdict == "within noise"
         t.outcome = RESTORES if restores else DIVERGES
         return t
 

@@ -223,6 +223,16 @@ def test_the_exact_oracle_demands_identical_tokens(service, model):
     assert _trial(b).identical == 0 and _trial(b).first_divergence == 3
 
 
+def test_a_side_forking_at_its_first_token_everywhere_is_not_within_noise(service, model):
+    """Free-running figures stop at each fork: a fork at token 0 leaves no token to weigh, and over two
+    prompts the Wilson intervals of 0/2 and 2/2 overlap. The oracle still calls it a divergence."""
+    run = _compare(service, model, "ref=fake", "b=fake,swap_at=0,flag=x")
+    b, _ = _bisect(service, run)
+    assert b.status == "ok" and b.bisect.culprit == ["swap_at"], b.error
+    base = _trial(b)
+    assert base.outcome == DIVERGES and base.verdict == "exceeds noise" and "first token" in base.exceeded[0]
+
+
 def test_a_trial_that_fails_counts_as_not_restoring_and_the_search_goes_on(service, model):
     """flag=r on the reference, fail_with_flag on b: a trial that flips flag but not fail_with_flag cannot
     load. The divergence itself is b's batch noise at batch 4 (flipping batch_size or batch_noise ends it)."""
