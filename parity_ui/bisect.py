@@ -417,6 +417,9 @@ class Search:
         self.warm_key = self._load_key(flipped)
         report.trials.append(t)
         report.elapsed_s = round(time.perf_counter() - self.t0, 3)
+        if len(report.trials) == 3 and report.estimate is not None:  # the first trial of the search proper
+            report.estimate.seconds_per_trial = t.seconds
+            self._say("estimate, at the time of a trial of the search: " + report.estimate.line())
         self.rec.save_header()
         doubts = [f"{c.key} {c.status}" for c in t.checks if c.status != APPLIED]
         self._say(f"trial {index}: {t.outcome.upper()} ({t.seconds:.1f} s" + (", warm worker" if t.warm else "")
@@ -478,7 +481,8 @@ class Search:
                               f"{how} the reference {report.reference} ({trial_figures(base)})",
                               "give more prompts (--prompts N) if the run diverged on others; else the sides agree")
         report.estimate.seconds_per_trial = base.seconds
-        self._say("estimate: " + report.estimate.line())
+        self._say("estimate: " + report.estimate.line() + " (the first trial also started the reference and "
+                  "measured its noise floor: later ones take less)")
         whole = self.trial(frozenset(keys), "every setting flipped")
         if not whole.restores:
             if whole.outcome == FAILED:
@@ -565,7 +569,8 @@ def _names(keys: Any) -> str:
 
 
 def _found(report: BisectReport, minimal: tuple[str, ...]) -> str:
-    values = "; ".join(f"{k}: {report.factor(k).side!r} -> {report.factor(k).reference!r}" for k in minimal)
+    values = "; ".join(f"{k}: {show_value(report.factor(k).side)} -> {show_value(report.factor(k).reference)}"
+                       for k in minimal)
     proof = next((t for t in reversed(report.trials) if t.restores and set(t.flipped) == set(minimal)), None)
     where = f" (trial {proof.index})" if proof else ""
     if len(minimal) == 1:

@@ -220,11 +220,12 @@ def format_bisect(report: BisectReport, bisect_id: str = "", status: str = "") -
     rows = trial_rows(report)
     if rows:
         w = max(10, min(48, max(len(r["flipped"]) for r in rows)))
-        lines.append(f"  {'#':>3}  {'flipped to the reference':{w}}  {'outcome':15}  {'s':>6}  {'warm':4}  "
-                     f"{'run':26}  figures")
+        lines.append(f"  {'#':>3}  {'flipped to the reference':{w}}  {'outcome':15}  {'oracle':9}  {'s':>6}  "
+                     f"{'warm':4}  {'run':26}  figures")
         for r in rows:
-            lines.append(f"  {r['trial']:>3}  {r['flipped'][:w]:{w}}  {r['outcome']:15}  {r['seconds']:>6}  "
-                         f"{r['warm']:4}  {r['run']:26}  {r['figures']}")
+            oracle = {"identical tokens": "identical", "noise floor": "floor"}.get(r["oracle"], r["oracle"])
+            lines.append(f"  {r['trial']:>3}  {r['flipped'][:w]:{w}}  {r['outcome']:15}  {oracle:9}  "
+                         f"{r['seconds']:>6}  {r['warm']:4}  {r['run']:26}  {r['figures']}")
     for c in report.unconfirmed():
         lines.append(f"  NOT CONFIRMED: {c.message}")
     done = len(report.trials)
