@@ -56,7 +56,8 @@ from .workload.stats import WorkloadStats, compare_to_floor
 if TYPE_CHECKING:
     from .service import ParityService
 
-__all__ = ["BisectRequest", "bisect_run", "differences", "worst_prompts", "TRIAL_KIND", "KIND"]
+__all__ = ["BisectRequest", "bisect_run", "bisects_of", "check_flip", "differences", "worst_prompts", "TRIAL_KIND",
+           "KIND"]
 
 KIND, TRIAL_KIND = "bisect", "bisect-trial"
 DEFAULT_PROMPTS = 8
@@ -104,6 +105,13 @@ def bisect_run(service: ParityService, req: BisectRequest, emit: EventCallback |
         Search(service, rec, stored, req, group, emit).run()
     emit(RunEvent("status", f"stored bisect {rec.run.id}: {rec.run.status}"))
     return rec.run
+
+
+def bisects_of(service: ParityService, run_id: str) -> list[Run]:
+    """The stored bisects of a run, newest first (their records; their prompts are not read)."""
+    rows = service.db.query("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
+                            "ORDER BY datetime_utc DESC, id DESC", [KIND, run_id])
+    return [run for r in rows if (run := get_run(service.db, r["id"], prompts=[])) is not None]
 
 
 # -- the differences ----------------------------------------------------------------------------------

@@ -311,7 +311,6 @@ def cmd_layers(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     """Exit 0: a minimal set of settings explains the divergence; 1: no flippable subset restores parity
     (the engine itself); 2: an error (stored with the trials so far)."""
-    from .bisect import BisectRequest, bisect_run
     from .bisect_report import format_bisect
 
     sides = None
@@ -320,8 +319,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         sides = tuple(names) if len(names) == 2 else (args.sides,)
     service = _service(args)
     try:
-        run = bisect_run(service, BisectRequest(run_id=args.id, sides=sides, prompts=args.prompts,
-                                                max_trials=args.max_trials), _emit(args))
+        run = service.bisect(args.id, sides, prompts=args.prompts, max_trials=args.max_trials, emit=_emit(args))
     finally:
         service.close()
     if run.status not in ("ok", "diverged"):
@@ -331,6 +329,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         print(json.dumps({"bisect_id": run.id, "status": run.status, "error": run.error, "error_code": run.error_code,
                           "group_id": run.group_id, "bisect": to_dict(run.bisect)}))
     elif run.bisect is not None:
+        from .settings import format_text, settings_diff
+
+        rows = [r for r in settings_diff(run.sides) if r.differs]
+        if rows:
+            print("resolved settings that differ in the stored run:\n" + format_text(rows))
         print(format_bisect(run.bisect, run.id, run.status))
     return _exit_code(run)
 

@@ -129,6 +129,14 @@ def html_report(run: Run, localisations: list[Localisation] | None = None, image
     from .render.report_parts import extra_sections
     from .render.tokens import Stream, panes_html
 
+    if run.bisect is not None:  # a bisect's page is its trials; its prompts carry no tokens of their own
+        from .render.report_parts import bisect_html
+
+        parts = [bisect_html(run), settings_html(run, open_=True)]
+        title = f"parity-ui bisect {run.id}"
+        return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
+                f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>")
     parts = [run_summary_html(run, 0), settings_html(run, open_=True)]
     for p in run.prompts:
         if len(run.prompts) > 1:

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from fake_engine import fake_model, registered, registered_other
-from parity_ui.bisect import BisectRequest, bisect_run, check_flip, differences
+from parity_ui.bisect import BisectRequest, bisect_run, bisects_of, check_flip, differences
 from parity_ui.bisect_report import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
                                      NOT_APPLIED, NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, Factor, report_from_json)
 from parity_ui.cli import main
@@ -336,3 +336,7 @@ def test_the_cli_prints_the_table_exits_by_the_answer_and_writes_the_report(serv
     assert "Which setting is it?" in page and "engine or kernel itself" in page and "flipped to the reference" in page
     assert main(["--db", db, "runs", "show", bisect_id]) == 0
     assert "bisect " + bisect_id in capsys.readouterr().out
+    # What the app calls: the service's door, and a run's bisects for its history view.
+    again = service.bisect(engine.id, ("ref", "b"), prompts=2)
+    assert again.kind == "bisect" and again.bisect.outcome == ENGINE
+    assert [x.id for x in bisects_of(service, engine.id)] == [again.id, bisect_id]
