@@ -54,6 +54,7 @@ from .workload.run import WorkloadRequest, given_prompts, run_workload
 from .workload.stats import WorkloadStats, compare_to_floor
 
 if TYPE_CHECKING:
+    from .recorder import RunRecorder
     from .service import ParityService
 
 __all__ = ["BisectRequest", "bisect_run", "bisects_of", "check_flip", "differences", "worst_prompts", "TRIAL_KIND",
@@ -156,7 +157,8 @@ def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelIn
     fixed: list[Factor] = []
     if rk.name != sk.name:
         only = [f"{side.name}: {k}={v}" for k, v in _kind_only(side, ref_fields).items()]
-        only += [f"{ref.name}: {k}={v}" for k, v in _kind_only(ref, {f.name for f in dataclasses.fields(sk.options)}).items()]
+        side_fields = {f.name for f in dataclasses.fields(sk.options)}
+        only += [f"{ref.name}: {k}={v}" for k, v in _kind_only(ref, side_fields).items()]
         fixed.append(Factor(key="engine", reference=f"{rk.name} ({rk.label})", side=f"{sk.name} ({sk.label})",
                             flippable=False, resolved_key="engine",
                             note="another kind of engine cannot be flipped"
@@ -238,7 +240,7 @@ def worst_prompts(service: ParityService, run_id: str, side: str, n: int) -> tup
 class Search:
     """One bisect inside its recording (see the module docstring)."""
 
-    def __init__(self, service: ParityService, rec: Any, stored: Run, req: BisectRequest, group: str,
+    def __init__(self, service: ParityService, rec: RunRecorder, stored: Run, req: BisectRequest, group: str,
                  emit: EventCallback):
         self.service, self.rec, self.stored, self.req, self.group, self.emit = service, rec, stored, req, group, emit
         self.floor: WorkloadStats | None = None
@@ -267,6 +269,7 @@ class Search:
             raise ParityError(f"run {stored.id}'s stored config no longer reads: {e.message}", e.fix) from None
         self.ref, self.side = self.cfg.side(ref_name), self.cfg.side(side_name)
         self.model = self._check_folders()
+        self.model_name = stored.model.path or stored.model.name  # the folder checked above, whatever the cwd
         self.ref_info, self.side_info = stored.side(ref_name), stored.side(side_name)
         factors, fixed = differences(self.cfg, self.ref, self.side, self.model, self.service.on_gpu)
         report.fixed = fixed
@@ -299,7 +302,8 @@ class Search:
         if req.max_trials is not None and req.max_trials < 2:
             raise ParityError(f"--max-trials {req.max_trials} is too small: the search runs the side as it ran and "
                               "with every setting flipped before anything else",
-                              f"give --max-trials {report.estimate.worst} (ddmin's most for {n} settings) or leave it out")
+                              f"give --max-trials {report.estimate.worst} (ddmin's most for {n} settings) "
+                              "or leave it out")
         report.oracle = self._oracle_text()
         self._say(f"bisect of run {stored.id}: {side_name} against the reference {ref_name}, on {len(self.prompts)} "
                   f"prompt(s) (worst first: {', '.join(map(str, report.prompts[:8]))})")
@@ -326,8 +330,11 @@ class Search:
         diverged = {r["b"] for r in self.service.db.query(
             "SELECT b FROM comparisons WHERE run_id = ? AND a = ? AND identical = 0", [stored.id, names[0]])}
         ref = stored.sides[0]
-        differs = [s.name for s in stored.sides[1:]
-                   if (s.kind, s.options, s.model_path, s.python) != (ref.kind, ref.options, ref.model_path, ref.python)]
+
+        def setup(s: SideInfo) -> tuple:
+            return s.kind, s.options, s.model_path, s.python
+
+        differs = [s.name for s in stored.sides[1:] if setup(s) != setup(ref)]
         return names[0], next((n for n in names[1:] if n in diverged), differs[0] if differs else names[1])
 
     def _check_folders(self) -> ModelInfo:
@@ -407,11 +414,12 @@ class Search:
                                source={"bisect": self.rec.run.id, "flipped": names, "purpose": purpose,
                                        "description": f"bisect {self.rec.run.id}, trial {index}: "
                                                       + (", ".join(names) or "nothing") + " flipped"})
-        self._say(f"trial {index}: {purpose}: flipping " + (", ".join(names) or "nothing") + " to the reference's values")
+        self._say(f"trial {index}: {purpose}: flipping " + (", ".join(names) or "nothing")
+                  + " to the reference's values")
         loaded_before = {w.pid for w in self.service.pool.by_side().values() if w.info is not None}
         t0 = time.perf_counter()
         run = run_workload(self.service, WorkloadRequest(
-            model=self.stored.model.name, prompts=self.prompts, config=cfg, options=opts,
+            model=self.model_name, prompts=self.prompts, config=cfg, options=opts,
             trust_remote_code=self.stored.model.trust_remote_code, group_id=self.group, kind=TRIAL_KIND),
             emit=lambda e: self.emit(RunEvent(e.kind, f"  trial {index}: {e.message}", e.side, e.prompt_index, e.step))
             if e.kind == "status" else None)
@@ -420,8 +428,10 @@ class Search:
             raise CancelledError(f"the bisect was stopped during trial {index}", "")
         t = self._judge(run, index, names, purpose, first)
         t.seconds = round(seconds, 3)
-        worker = self.service.pool.by_side().get(self.side.name)  # the worker that served the trial side
-        t.warm = worker is not None and worker.pid is not None and worker.pid in loaded_before
+        info = run.side(self.side.name)
+        if info is not None and info.load_s is not None:  # it loaded: the worker that served it is labelled so
+            worker = self.service.pool.by_side().get(self.side.name)
+            t.warm = worker is not None and worker.pid is not None and worker.pid in loaded_before
         self.warm_key = self._load_key(flipped)
         report.trials.append(t)
         report.elapsed_s = round(time.perf_counter() - self.t0, 3)
@@ -454,7 +464,8 @@ class Search:
                                  "stats": floor.stats.to_dict()}
         stats = figures.stats
         seq = stats.sequences
-        t.identical, t.abs_dlogp_p99, t.abs_dlogp_max = seq.identical, stats.tokens.abs_dlogp_p99, stats.tokens.abs_dlogp_max
+        t.identical = seq.identical
+        t.abs_dlogp_p99, t.abs_dlogp_max = stats.tokens.abs_dlogp_p99, stats.tokens.abs_dlogp_max
         t.first_divergence = next((w.first_divergence for w in stats.worst_by_divergence
                                    if w.first_divergence is not None), None)
         verdict = compare_to_floor(stats, self.floor)
@@ -504,17 +515,18 @@ class Search:
         result = ddmin(keys, lambda s: self.trial(s, "ddmin").restores, budget=budget, known=outcomes,
                        arrange=self._arrange)
         report.cache_hits = result.cache_hits
-        report.culprit, report.needed, report.undecided = list(result.minimal), list(result.needed), list(result.undecided)
+        report.culprit, report.needed = list(result.minimal), list(result.needed)
+        report.undecided = list(result.undecided)
         report.elapsed_s = round(time.perf_counter() - self.t0, 3)
         if not result.complete:
             report.outcome = BUDGET
             report.summary = (f"the budget of {report.max_trials} trials ran out: flipping {_names(result.minimal)} "
-                              f"restores parity (the best set so far); shown needed: {_names(result.needed) or 'none'}; "
-                              f"still undecided: {_names(result.undecided)}")
+                              "restores parity (the best set so far); shown needed: "
+                              f"{_names(result.needed) or 'none'}; still undecided: {_names(result.undecided)}")
             self.rec.save_header()
-            raise ParityError(report.summary + ".", f"run it again with --max-trials {report.estimate.worst} "
-                                                    f"(ddmin's most for {len(keys)} settings) or leave --max-trials out",
-                              code="bisect-budget")
+            raise ParityError(report.summary + ".",
+                              f"run it again with --max-trials {report.estimate.worst} (ddmin's most for {len(keys)} "
+                              "settings) or leave --max-trials out", code="bisect-budget")
         report.outcome = FOUND
         report.summary = _found(report, result.minimal)
         self._finish("ok")

@@ -121,7 +121,8 @@ def test_a_setting_the_stored_sides_resolved_alike_is_reported_as_not_visible():
 
 def test_differences_are_taken_as_asked_with_the_runs_values_filled_in():
     model = ModelInfo(name="m", path="/models/m", config_dtype="float32")
-    cfg = build_config(None, ["dtype=float32"], sides=["ref=vllm", "b=vllm,dtype=float32,max_num_seqs=4,python=/x/python",
+    cfg = build_config(None, ["dtype=float32"], sides=["ref=vllm",
+                                                       "b=vllm,dtype=float32,max_num_seqs=4,python=/x/python",
                                                        "c=hf,dtype=bfloat16,attn_implementation=eager,model=/other"])
     flips, fixed = differences(cfg, cfg.side("ref"), cfg.side("b"), model, on_gpu=False)
     assert [f.key for f in flips] == ["max_num_seqs", "python"] and not fixed  # dtype float32 is the run's
@@ -214,6 +215,24 @@ def test_two_settings_needed_together_are_named_as_the_pair(service, model):
     assert len(alone.bisect.trials) == 2 + 5
 
 
+def test_another_interpreter_is_one_flippable_factor(service, model):
+    """b's worker under another path to this venv's Python (python=): the interpreter as a whole is one
+    setting; flipping it moves the side to the reference's, and the resolved settings show that."""
+    import sys
+    from pathlib import Path
+
+    other = str(Path(sys.executable).with_name("python3.11"))
+    run = _compare(service, model, "ref=fake", f"b=fake,shift=0.3,python={other}")
+    assert run.status == "ok", run.error
+    b, _ = _bisect(service, run)
+    r = b.bisect
+    assert b.status == "ok" and r.culprit == ["shift"], b.error
+    python = next(f for f in r.factors if f.key == "python")
+    assert (python.reference, python.side) == ("this environment", other) and python.flippable
+    checks = [c for t in r.trials for c in t.checks if c.key == "python"]
+    assert checks and all(c.status == APPLIED and c.resolved == "this environment" for c in checks)
+
+
 def test_the_exact_oracle_demands_identical_tokens(service, model):
     run = _compare(service, model, "ref=fake,dtype=float32", "b=fake,dtype=float32,swap_at=3,flag=x,delay_ms=1")
     assert run.status == "diverged"
@@ -249,7 +268,8 @@ def test_a_trial_that_fails_counts_as_not_restoring_and_the_search_goes_on(servi
 
 
 def test_a_budget_too_small_reports_the_best_set_so_far_and_what_is_undecided(service, model, tmp_path):
-    run = _compare(service, model, "ref=fake", "b=fake,flag=x,shift=0.2,delay_ms=1,noise=0.2,batch_size=2,ignored_flag=y")
+    run = _compare(service, model, "ref=fake",
+                   "b=fake,flag=x,shift=0.2,delay_ms=1,noise=0.2,batch_size=2,ignored_flag=y")
     b, _ = _bisect(service, run, max_trials=4)
     r = b.bisect
     assert b.status == "error" and b.error_code == "bisect-budget" and r.outcome == BUDGET
@@ -257,7 +277,8 @@ def test_a_budget_too_small_reports_the_best_set_so_far_and_what_is_undecided(se
     assert "best set so far" in b.error and "undecided" in b.error and "--max-trials" in b.error
     assert get_run(service.db, b.id).bisect.trials == r.trials  # nothing lost
     too_small, _ = _bisect(service, run, max_trials=1)
-    assert too_small.status == "error" and "--max-trials 1 is too small" in too_small.error and not too_small.bisect.trials
+    assert too_small.status == "error" and "--max-trials 1 is too small" in too_small.error
+    assert not too_small.bisect.trials
 
 
 def test_when_only_the_engine_can_explain_it_the_search_says_so(service, model):

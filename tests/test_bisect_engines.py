@@ -101,8 +101,9 @@ def test_the_generation_config_trap_on_one_side_is_named(service, tiny_llama, tm
     plain = _compare(service, model, "ref=hf", "b=hf")
     assert plain.status == "ok", plain.error
     picked = plain.prompts[0].results["ref"].token_ids[2]
-    gen = json.loads((model / "generation_config.json").read_text()) if (model / "generation_config.json").exists() else {}
-    (model / "generation_config.json").write_text(json.dumps({**gen, "suppress_tokens": [picked]}))
+    path = model / "generation_config.json"
+    gen = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**gen, "suppress_tokens": [picked]}))
     run = _compare(service, model, "ref=hf", "b=hf,generation_config=model,device=cpu")
     assert run.status == "diverged", run.error
     b, r = _bisect(service, run)

@@ -38,11 +38,13 @@ def bisect_html(run: Run) -> str:
     b = run.bisect
     if b is None:
         return ""
-    factors = "".join(f"<tr><th>{esc(f.key)}</th><td>{esc(show_value(f.reference))}</td><td>{esc(show_value(f.side))}</td>"
+    factors = "".join(f"<tr><th>{esc(f.key)}</th><td>{esc(show_value(f.reference))}</td>"
+                      f"<td>{esc(show_value(f.side))}</td>"
                       f"<td>{'yes' if f.flippable else 'no'}{' (runtime only)' if f.runtime_only else ''}</td>"
                       f"<td>{esc(f.note)}</td></tr>" for f in b.factors + b.fixed)
     trials = "".join(
-        f"<tr class=pc-bisect-{esc(r['outcome'].replace(' ', '-'))}><td>{esc(r['trial'])}</td><td>{esc(r['flipped'])}</td>"
+        f"<tr class=pc-bisect-{esc(r['outcome'].replace(' ', '-'))}><td>{esc(r['trial'])}</td>"
+        f"<td>{esc(r['flipped'])}</td>"
         f"<td><b>{esc(r['outcome'])}</b></td><td>{esc(r['oracle'])}</td><td>{esc(r['figures'])}</td>"
         f"<td>{esc(r['seconds'])}</td><td>{esc(r['warm'])}</td><td>{esc(r['notes'])}</td>"
         f"<td><code>{esc(r['run'])}</code></td></tr>" for r in trial_rows(b))
@@ -50,7 +52,8 @@ def bisect_html(run: Run) -> str:
     answer = esc(b.summary or run.error or "")
     est = f"<p class=pc-muted>Estimate: {esc(b.estimate.line())}</p>" if b.estimate else ""
     return (f'<div class="pc-card pc-bisect"><b>Which setting is it? {esc(b.side)} against {esc(b.reference)}</b> '
-            f"<span class=pc-muted>bisect of run {esc(b.run_id)}, {len(b.trials)} trial(s), group {esc(b.group_id)}</span>"
+            f"<span class=pc-muted>bisect of run {esc(b.run_id)}, {len(b.trials)} trial(s), "
+            f"group {esc(b.group_id)}</span>"
             f"<p class=pc-bisect-answer><b>{esc(b.outcome or run.status)}</b>: {answer}</p>"
             f"<p class=pc-muted>Oracle: {esc(b.oracle)}</p>{est}"
             '<table class="pc-setting-table"><tr><th>setting</th><th>reference</th><th>side</th><th>flippable</th>'
