@@ -305,8 +305,8 @@ class Search:
                               f"give --max-trials {report.estimate.worst} (ddmin's most for {n} settings) "
                               "or leave it out")
         report.oracle = self._oracle_text()
-        self._say(f"bisect of run {stored.id}: {side_name} against the reference {ref_name}, on {len(self.prompts)} "
-                  f"prompt(s) (worst first: {', '.join(map(str, report.prompts[:8]))})")
+        self._say(f"bisect {self.rec.run.id} of run {stored.id}: {side_name} against the reference {ref_name}, on "
+                  f"{len(self.prompts)} prompt(s) (worst first: {', '.join(map(str, report.prompts[:8]))})")
         self._say("settings that differ: " + "; ".join(f.describe() for f in report.factors)
                   + "".join(f"; not flippable: {f.describe()}" for f in fixed))
         self._say("estimate: " + report.estimate.line()

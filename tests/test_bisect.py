@@ -193,6 +193,7 @@ def test_a_planted_cause_among_harmless_differences_is_named_alone(service, mode
     assert [p.given["text"] for p in stored.prompts] == [PROMPTS[i].text for i in r.prompts]
     assert [s.name for s in stored.sides] == ["ref", "b"]
     # Shown before and after: the estimate, each trial, the answer.
+    assert said[0].startswith(f"bisect {b.id} of run {run.id}: b against the reference ref")  # the id to follow
     assert any(m.startswith("estimate: 10 flippable setting(s)") for m in said)
     assert any("RESULT: shift explains the divergence" in m for m in said)
     # ignored_flag is accepted by the engine but never shows in its resolved settings: reported.
