@@ -1,7 +1,8 @@
 """The `parity` command: thin commands over the service, the store and the report.
 
 Exit codes of `parity compare`: 0 every side identical to the reference, 1 some diverged, 2 error
-(message and fix on stderr; the failed run is stored too).
+(message and fix on stderr; the failed run is stored too). `parity bisect`: 0 a minimal set of settings
+found, 1 none restores parity (the engine itself), 2 error.
 """
 from __future__ import annotations
 
@@ -307,6 +308,36 @@ def cmd_layers(args: argparse.Namespace) -> int:
     return EXIT_ERROR if loc.error else 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """Exit 0: a minimal set of settings explains the divergence; 1: no flippable subset restores parity
+    (the engine itself); 2: an error (stored with the trials so far)."""
+    from .bisect_report import format_bisect
+
+    sides = None
+    if args.sides:
+        names = [s.strip() for s in args.sides.split(",") if s.strip()]
+        sides = tuple(names) if len(names) == 2 else (args.sides,)
+    service = _service(args)
+    try:
+        run = service.bisect(args.id, sides, prompts=args.prompts, max_trials=args.max_trials, emit=_emit(args))
+    finally:
+        service.close()
+    if run.status not in ("ok", "diverged"):
+        print(f"parity: error: {run.error}", file=sys.stderr)
+        print(f"parity: stored as bisect {run.id}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"bisect_id": run.id, "status": run.status, "error": run.error, "error_code": run.error_code,
+                          "group_id": run.group_id, "bisect": to_dict(run.bisect)}))
+    elif run.bisect is not None:
+        from .settings import format_text, settings_diff
+
+        rows = [r for r in settings_diff(run.sides) if r.differs]
+        if rows:
+            print("resolved settings that differ in the stored run:\n" + format_text(rows))
+        print(format_bisect(run.bisect, run.id, run.status))
+    return _exit_code(run)
+
+
 def _single_prompt(args: argparse.Namespace) -> PromptSpec:
     if not args.prompt.strip():
         raise PromptError("the prompt is empty", "give --prompt 'some text'")
@@ -470,6 +501,19 @@ def build_parser() -> argparse.ArgumentParser:
     ly.add_argument("--quiet", action="store_true")
     ly.add_argument("--db", default=argparse.SUPPRESS)
     ly.set_defaults(func=cmd_layers)
+
+    bi = sub.add_parser("bisect", help="which setting is it? the smallest set of the two sides' differing settings "
+                                       "whose flipping to the reference's values restores parity (delta debugging)")
+    bi.add_argument("id", help="a stored run's id")
+    bi.add_argument("--sides", help="the reference and the diverging side, e.g. ref,b (default: the reference and the "
+                                    "first side that diverged)")
+    bi.add_argument("--prompts", type=int, default=8, help="the run's worst N prompts each trial runs (default 8)")
+    bi.add_argument("--max-trials", type=int, help="stop after this many trials (the best set so far and what is "
+                                                   "undecided are reported)")
+    bi.add_argument("--json", action="store_true")
+    bi.add_argument("--quiet", action="store_true")
+    bi.add_argument("--db", default=argparse.SUPPRESS)
+    bi.set_defaults(func=cmd_bisect)
 
     pr = sub.add_parser("probe", help="determinism: one prompt N times alone and N times in batches, per side")
     _add_single_prompt_args(pr)

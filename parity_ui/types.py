@@ -21,6 +21,7 @@ from .records import (CrossScores, Explanation, ProbeReport, cross_scores_from_j
                       probe_report_from_json)
 
 if TYPE_CHECKING:
+    from .bisect_report import BisectReport
     from .workload.report import WorkloadReport
 
 RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
@@ -355,6 +356,7 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
     workload: WorkloadReport | None = None  # a workload run's pooled figures (parity_ui.workload.report)
+    bisect: BisectReport | None = None  # a bisect's trials and answer (parity_ui.bisect_report)
 
     @property
     def reference(self) -> str | None:
@@ -495,7 +497,16 @@ def run_from_dict(d: dict[str, Any]) -> Run:
         "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
         "probes": d["probes"] if isinstance(d.get("probes"), ProbeReport) else probe_report_from_json(d.get("probes")),
         "workload": _workload(d.get("workload")),
+        "bisect": _bisect(d.get("bisect")),
     })
+
+
+def _bisect(data: Any) -> Any:
+    if data is None or not isinstance(data, dict):
+        return data
+    from .bisect_report import report_from_json
+
+    return report_from_json(data)
 
 
 def _workload(data: Any) -> Any:

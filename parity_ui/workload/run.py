@@ -60,14 +60,15 @@ class WorkloadRequest:
     options: WorkloadOptions = dataclasses.field(default_factory=WorkloadOptions)
     trust_remote_code: bool = False
     group_id: str | None = None
+    kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.bisect)
 
 
 def run_workload(service: ParityService, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
-    """Run the workload and store it as a run of kind "workload" (run.workload: the report). Never
-    raises for a user or engine error: the run is stored with its status, its finished prompts and
-    their pooled figures."""
+    """Run the workload and store it as a run of kind "workload" (or `req.kind`; run.workload: the
+    report). Never raises for a user or engine error: the run is stored with its status, its finished
+    prompts and their pooled figures."""
     emit = emit or (lambda e: None)
-    with service.recording(req.model, req.config.to_dict(), req.prompts, kind="workload",
+    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
                            group_id=req.group_id) as rec:
         _check_options(req.options, req.config)
         Workload(service, rec, req, emit).run(done=set())
