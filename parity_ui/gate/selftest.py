@@ -36,7 +36,7 @@ cases:
       - {name: ref, kind: hf, dtype: float32}
       - {name: vllm, kind: vllm, dtype: float32}
     prompts: {texts: @PROMPTS@}
-    config: {max_new_tokens: ${SELFTEST_TOKENS}, chat: true, ignore_eos: true}
+    config: {max_new_tokens: "${SELFTEST_TOKENS}", chat: true, ignore_eos: true}
     floor: none
     thresholds:
       abs_dlogp_p99: 0.02      # float32 against float32: rounding only
