@@ -270,9 +270,12 @@ def _config(case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Cal
         return config_from_dict(apply_overrides(data, overrides))
     except ConfigError as e:
         top = e.key.split(".")[0]
-        where = line if prefix else (case.line_of("sides") if (hasattr(e, "side") or top == "sides") and "sides" in case.lines
-                                     else case.line_of("sides_preset") if "sides_preset" in case.lines and hasattr(e, "side")
-                                     else line)
+        where = line
+        if not prefix:  # the line of the key itself where the spec has it
+            side = getattr(e, "side", None)
+            where = (case.config_lines.get(top) or case.config_lines.get(side or "")
+                     or (case.lines.get("sides") if side or top == "sides" else None)
+                     or (case.lines.get("sides_preset") if side else None) or line)
         bad(where, prefix + e.message, e.fix)
     except ParityError as e:
         bad(line, prefix + e.message, e.fix)

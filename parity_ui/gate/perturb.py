@@ -51,10 +51,13 @@ def perturbed_model(model_path: str, layer: int | None, scale: float, seed: int)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        # Fixed arguments: paths and numbers, no shell.
+        # Fixed arguments: paths and numbers, no shell. PYTHONPATH: this checkout's parity_ui, from
+        # whatever folder the check runs in.
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         proc = subprocess.run([sys.executable, "-m", "parity_ui.gate.perturb", str(src), str(tmp),
                                "-1" if layer is None else str(layer), repr(float(scale)), str(seed)],
-                              capture_output=True, text=True, timeout=1800)
+                              capture_output=True, text=True, timeout=1800, env=env)
         if proc.returncode != 0:
             raise ParityError(f"building the control model from {src} failed: {proc.stderr.strip()[-600:]}",
                               "check the layer number, or use control: {set: {...}}")

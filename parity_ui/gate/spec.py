@@ -169,6 +169,7 @@ class CaseSpec:
     baseline: BaselineSpec | None = None
     control: ControlSpec | None = None
     lines: dict[str, int] = field(default_factory=dict)  # key -> line (for errors found later)
+    config_lines: dict[str, int] = field(default_factory=dict)  # config key -> line
 
     def line_of(self, key: str) -> int:
         return self.lines.get(key, self.line)
@@ -293,7 +294,8 @@ class _Validator:
             return None
         return CaseSpec(name=name, line=m.line, model=model.strip(), config=config, prompts=prompts, mode=mode,
                         floor=floor, floor_batch_size=fbs, trust_remote_code=trust, check_sides=check_sides,
-                        thresholds=thresholds, baseline=baseline, control=control, lines=dict(m.lines))
+                        thresholds=thresholds, baseline=baseline, control=control, lines=dict(m.lines),
+                        config_lines=dict(getattr(m.get("config"), "lines", {}) or {}))
 
     # -- parts ------------------------------------------------------------------------------------------
 

@@ -72,8 +72,9 @@ def text(check: CheckResult) -> str:
             out.append(f"         {o.status:7} {o.name}: {o.message}")
         if c.control:
             o = c.control.outcome
-            out.append(f"         {'ok' if o.status == 'pass' else o.status:7} control ({c.control.description}): "
-                       f"{'its thresholds failed, as they must' if o.status == 'pass' else o.message}")
+            said = (f"control ({c.control.description}): its thresholds failed, as they must" if o.status == "pass"
+                    else o.message)
+            out.append(f"         {'ok' if o.status == 'pass' else o.status:7} {said}")
     table = upgrade_rows(check)
     if table:
         header, rows = table
