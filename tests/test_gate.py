@@ -226,6 +226,20 @@ def test_the_noise_floor_threshold_fails_a_gap_above_the_floor(tmp_path, model, 
     assert msg.startswith("side c: exceeds noise: ") and "abs_dlogp_p50 2 vs" in msg
 
 
+def test_per_figure_floor_factors(tmp_path, model, prompts):
+    spec = _spec(tmp_path, "cases:\n" + _case(
+        model, sides="[{name: ref, kind: fake, batch_noise: 0.2}, {name: c, kind: fake, shift: -2.0}]",
+        thresholds="{within_floor: {abs_dlogp_p99: 1000, abs_dlogp_p50: 1.5}}",
+        extra="    floor: batch\n    floor_batch_size: 4\n"))
+    junit = tmp_path / "junit.xml"
+    assert _check(tmp_path, spec, "--junit", str(junit))[0] == 1
+    (tc,) = _validate_junit(junit).iter("testcase")
+    assert tc.get("name") == "within the noise floor (abs_dlogp_p99 1000x, abs_dlogp_p50 1.5x) [c]"
+    msg = tc.find("failure").get("message")
+    assert msg.startswith("side c: abs_dlogp_p50 2 vs floor ") and "limit 1.5x): exceeds" in msg
+    assert "abs_dlogp_p99" not in msg  # within its factor of 1000: only what failed is named
+
+
 def test_exit_codes_and_an_engine_error_is_an_error_in_junit(tmp_path, model, prompts):
     ok = _spec(tmp_path, "cases:\n" + _case(model), "ok.yaml")
     assert _check(tmp_path, ok)[0] == 0
