@@ -393,6 +393,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         (EXIT_DIVERGED if "diverged" in statuses else EXIT_IDENTICAL)
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .gate.command import check_command
+
+    return check_command(args, _emit(args))
+
+
 def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
     p.add_argument("--prompt", required=True, help="the prompt text")
@@ -527,6 +533,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a config key and its values, e.g. dtype=float32,bfloat16 or b.enforce_eager=true,false; "
                          "repeatable")
     sw.set_defaults(func=cmd_sweep)
+
+    ck = sub.add_parser("check", help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
+                                      "JUnit and Markdown out; exit 0 pass, 1 fail, 2 error")
+    ck.add_argument("spec", nargs="?", help="the gate spec (YAML; see README 'Gate an upgrade in CI')")
+    ck.add_argument("--self-test", action="store_true",
+                    help="run a built-in spec (HF fp32 vs vLLM fp32; control: vLLM bf16) that must pass, and whose "
+                         "control must fail")
+    ck.add_argument("--model", help="the self-test's model (default demo)")
+    ck.add_argument("--only", action="append", default=[], metavar="CASE",
+                    help="run only this case (repeatable, or comma-separated)")
+    ck.add_argument("--junit", metavar="FILE", help="write JUnit XML (a test per case x threshold x side)")
+    ck.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (also appended to "
+                                                       "$GITHUB_STEP_SUMMARY when that is set)")
+    ck.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key in every case (e.g. max_new_tokens=8); repeatable")
+    ck.add_argument("--limit", type=int, help="at most N prompts per case (a quick local run of a CI spec)")
+    ck.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ck.add_argument("--db", default=argparse.SUPPRESS)
+    ck.set_defaults(func=cmd_check)
     return ap
 
 
