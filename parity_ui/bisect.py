@@ -12,7 +12,7 @@ fixed factor: when flipping everything flippable does not restore parity, the an
 
 The oracle: token-identical on every prompt where the pair is exact (greedy, both sides' weights in
 float32), else the trial side's pooled figures within the reference's own noise floor
-(parity_ui.workload.stats.compare_to_floor), so a near-tie that flips back and forth decides nothing.
+(parity_ui.pooled.compare_to_floor), so a near-tie that flips back and forth decides nothing.
 The floor is the reference against itself under a change that must not matter (again at another batch
 size, its prompts in reverse order). The reference and the prompts are the same in every trial, so the
 floor is measured ONCE, in the first trial (the side as it ran), and every later trial is judged against
@@ -51,11 +51,11 @@ from .store import get_run, new_run_id
 from .types import ModelInfo, Run, SideInfo
 from .workload.report import WorkloadOptions
 from .workload.run import WorkloadRequest, given_prompts, run_workload
-from .workload.stats import WorkloadStats, compare_to_floor
+from .pooled import WorkloadStats, compare_to_floor
 
 if TYPE_CHECKING:
     from .recorder import RunRecorder
-    from .service import ParityService
+    from .service_api import Service
 
 __all__ = ["BisectRequest", "bisect_run", "bisects_of", "check_flip", "differences", "worst_prompts", "TRIAL_KIND",
            "KIND"]
@@ -87,7 +87,7 @@ class BisectRequest:
     strategy: str = "ddmin"  # "one-at-a-time": each setting alone (a baseline for bench/bisect_trials.py)
 
 
-def bisect_run(service: ParityService, req: BisectRequest, emit: EventCallback | None = None) -> Run:
+def bisect_run(service: Service, req: BisectRequest, emit: EventCallback | None = None) -> Run:
     """Search the smallest set of the two sides' differences that explains their divergence (see the
     module docstring) and return the stored bisect (a Run of kind "bisect", `run.bisect` its record;
     its trials are runs of kind "bisect-trial" with its group_id). Status "ok": a minimal set was found;
@@ -108,7 +108,7 @@ def bisect_run(service: ParityService, req: BisectRequest, emit: EventCallback |
     return rec.run
 
 
-def bisects_of(service: ParityService, run_id: str) -> list[Run]:
+def bisects_of(service: Service, run_id: str) -> list[Run]:
     """The stored bisects of a run, newest first (their records; their prompts are not read)."""
     rows = service.db.query("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
                             "ORDER BY datetime_utc DESC, id DESC", [KIND, run_id])
@@ -223,7 +223,7 @@ def check_flip(f: Factor, trial: SideInfo | None, ref: SideInfo | None, side: Si
 
 # -- the prompts --------------------------------------------------------------------------------------
 
-def worst_prompts(service: ParityService, run_id: str, side: str, n: int) -> tuple[list[int], list[PromptSpec]]:
+def worst_prompts(service: Service, run_id: str, side: str, n: int) -> tuple[list[int], list[PromptSpec]]:
     """The run's n prompts on which `side` did worst against the reference (diverged first, earliest
     divergence first), with their specs as given. Raises ParityError for prompts not stored as given."""
     rows = list(service.db.query("SELECT prompt_idx, identical, first_divergence FROM comparisons "
@@ -240,7 +240,7 @@ def worst_prompts(service: ParityService, run_id: str, side: str, n: int) -> tup
 class Search:
     """One bisect inside its recording (see the module docstring)."""
 
-    def __init__(self, service: ParityService, rec: RunRecorder, stored: Run, req: BisectRequest, group: str,
+    def __init__(self, service: Service, rec: RunRecorder, stored: Run, req: BisectRequest, group: str,
                  emit: EventCallback):
         self.service, self.rec, self.stored, self.req, self.group, self.emit = service, rec, stored, req, group, emit
         self.floor: WorkloadStats | None = None

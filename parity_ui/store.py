@@ -31,7 +31,7 @@ from .bulk import gc_paused
 from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
 from .runlog import owner_alive
-from .workload.stats import PairSample
+from .pooled import PairSample
 from .types import (Localisation, PromptResult, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
                     prompt_result_from_dict, run_from_dict, side_result_from_dict, step_from_dict, to_dict)
 

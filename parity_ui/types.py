@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from .records import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
                       probe_report_from_json)
 
+from .workload_record import WorkloadReport, report_from_json
+
 if TYPE_CHECKING:
     from .bisect_report import BisectReport
-    from .workload.report import WorkloadReport
 
 RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = ("running", "ok", "diverged", "error", "cancelled", "interrupted")
@@ -355,7 +356,7 @@ class Run:
     probes: ProbeReport | None = None  # a probe run's findings (parity_ui.probes)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
-    workload: WorkloadReport | None = None  # a workload run's pooled figures (parity_ui.workload.report)
+    workload: WorkloadReport | None = None  # a workload run's pooled figures (parity_ui.workload_record)
     bisect: BisectReport | None = None  # a bisect's trials and answer (parity_ui.bisect_report)
 
     @property
@@ -510,11 +511,7 @@ def _bisect(data: Any) -> Any:
 
 
 def _workload(data: Any) -> Any:
-    if data is None or not isinstance(data, dict):
-        return data
-    from .workload.report import report_from_json  # the workload package sits above this module
-
-    return report_from_json(data)
+    return report_from_json(data) if isinstance(data, dict) else data
 
 
 @dataclass

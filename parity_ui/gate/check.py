@@ -30,7 +30,7 @@ from .record import last_pass, save_check
 from .spec import LAST_PASS, CaseSpec, GateSpec, Problem, SpecError
 
 if TYPE_CHECKING:
-    from ..service import ParityService
+    from ..service_api import Service
     from ..types import Run
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
@@ -154,7 +154,7 @@ def select(spec: GateSpec, only: list[str] | None) -> list[CaseSpec]:
     return [c for c in spec.cases if c.name in names]
 
 
-def prepare_cases(service: ParityService, spec: GateSpec, cases: list[CaseSpec], *, overrides: list[str] = (),
+def prepare_cases(service: Service, spec: GateSpec, cases: list[CaseSpec], *, overrides: list[str] = (),
                   limit: int | None = None) -> list[PreparedCase]:
     """Everything a case needs before it runs, checked. `overrides` (KEY=VALUE, as --set) apply to
     every case's config; `limit` caps every case's prompts. Raises SpecError listing each problem."""
@@ -171,7 +171,7 @@ def prepare_cases(service: ParityService, spec: GateSpec, cases: list[CaseSpec],
     return out
 
 
-def _prepare(service: ParityService, spec: GateSpec, case: CaseSpec, overrides: list[str], limit: int | None,
+def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[str], limit: int | None,
              problems: list[Problem]) -> PreparedCase | None:
     from ..models import describe_model
 
@@ -282,7 +282,7 @@ def _config(case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Cal
     return None
 
 
-def _baseline(service: ParityService, case: CaseSpec, model: str, model_path: str, content_hash: str,
+def _baseline(service: Service, case: CaseSpec, model: str, model_path: str, content_hash: str,
               sides: list[str], bad: Callable[..., None]) -> Baseline | None:
     b = case.baseline
     if b.run == LAST_PASS:
@@ -325,7 +325,7 @@ def _options(case: CaseSpec, source: dict[str, Any]) -> WorkloadOptions:
 # -- running -------------------------------------------------------------------------------------------
 
 
-def run_check(service: ParityService, spec: GateSpec, cases: list[PreparedCase], *, say: Say | None = None,
+def run_check(service: Service, spec: GateSpec, cases: list[PreparedCase], *, say: Say | None = None,
               emit: Any = None) -> CheckResult:
     """Run every prepared case (and its control) in this service, judge, store. Never raises for an
     engine or user error inside a case: the case is then an error."""
@@ -354,7 +354,7 @@ def run_check(service: ParityService, spec: GateSpec, cases: list[PreparedCase],
     return check
 
 
-def _workload(service: ParityService, case: PreparedCase, cfg: ParityConfig, group: str, emit: Any) -> Run:
+def _workload(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: Any) -> Run:
     from ..workload.run import WorkloadRequest, run_workload
 
     return run_workload(service, WorkloadRequest(model=case.model, prompts=case.prompts, config=cfg,
@@ -376,7 +376,7 @@ def _judged(case: PreparedCase, run: Run) -> list[Outcome]:
     return outcomes
 
 
-def _run_case(service: ParityService, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
+def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
     t0 = time.perf_counter()
     run = _workload(service, case, case.config, group, emit)
     result = CaseResult(name=case.name, model=case.model, run_id=run.id, outcomes=_judged(case, run),
@@ -390,7 +390,7 @@ def _run_case(service: ParityService, case: PreparedCase, group: str, say: Say, 
     return result
 
 
-def _control(service: ParityService, case: PreparedCase, group: str, say: Say, emit: Any) -> ControlResult:
+def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> ControlResult:
     spec = case.spec.control
     desc = spec.describe()
     label = "control: the thresholds fail"

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ..workload.report import WorkloadReport
-from ..workload.stats import NOT_IDENTICAL, WorkloadStats, compare_to_floor
+from ..pooled import NOT_IDENTICAL, WorkloadStats, compare_to_floor
 from .metrics import METRICS, WITHIN_FLOOR, fmt
 from .spec import BaselineSpec, Slack, Threshold
 

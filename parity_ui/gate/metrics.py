@@ -2,14 +2,14 @@
 
 Each metric has ONE direction, so a spec says only the limit: `share_identical: 0.95` means ">=
 0.95", `abs_dlogp_p99: 0.05` means "<= 0.05". `within_floor` is not here: it judges every figure
-against the reference's own noise (parity_ui.workload.stats.compare_to_floor).
+against the reference's own noise (parity_ui.pooled.compare_to_floor).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from ..workload.stats import RHO_BANDS, WorkloadStats
+from ..pooled import RHO_BANDS, WorkloadStats
 
 
 @dataclass(frozen=True)

@@ -7,106 +7,12 @@ a stopped, failed or resumed run reports exactly what is in the database.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
-
 from sqlite_utils import Database
 
 from ..store import pair_samples
-from .stats import Accumulator, FloorVerdict, WorkloadStats, compare_to_floor
-
-MODES = ("free", "scored")
-FLOORS = ("auto", "batch", "order", "kernel", "none")
-
-
-@dataclass
-class WorkloadOptions:
-    """How the workload runs; stored with it, so `parity resume` goes on the same way."""
-
-    mode: str = "free"  # "free": every side generates; "scored": the reference teacher-forces the others
-    floor: str = "auto"  # the change the reference's own noise is measured under (FLOORS; auto: see run.py)
-    floor_batch_size: int = 8  # floor "batch": the reference again at this batch size
-    too_long: str = "skip"  # a prompt longer than the context: "skip" (counted) or "stop"
-    chunk: int = 64  # prompts generated, compared and stored together (Stop keeps finished chunks)
-    source: dict[str, Any] = field(default_factory=dict)  # the file: path, field, rows, sample, content hash
-
-
-@dataclass
-class FloorSpec:
-    change: str  # FLOORS
-    side: str | None  # the floor's side in run.sides (the reference under the change); None: no floor
-    description: str  # for people: "the reference again at batch 8, its prompts in reverse order"
-
-
-@dataclass
-class SideFigures:
-    side: str
-    stats: WorkloadStats
-    verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
-
-
-@dataclass
-class WorkloadReport:
-    options: WorkloadOptions
-    floor: FloorSpec
-    n_prompts: int  # as given
-    done: int = 0  # prompts every side has finished (stored)
-    skipped_too_long: list[int] = field(default_factory=list)  # prompt indices left out (too_long=skip)
-    sides: dict[str, SideFigures] = field(default_factory=dict)  # each compared side (not the floor)
-    floor_figures: SideFigures | None = None
-    headline: str = ""
-    rate: float | None = None  # prompts per second while generating (progress, ETA)
-
-    @property
-    def identical(self) -> bool | None:
-        """Every side token-identical on every finished prompt; None before any figure."""
-        if not self.sides:
-            return None
-        return all(f.stats.sequences.n and f.stats.sequences.identical == f.stats.sequences.n
-                   for f in self.sides.values())
-
-    @property
-    def first_divergence(self) -> int | None:
-        firsts = [f.stats.worst_by_divergence[0].first_divergence for f in self.sides.values()
-                  if f.stats.worst_by_divergence]
-        firsts = [x for x in firsts if x is not None]
-        return min(firsts) if firsts else None
-
-    @property
-    def within_noise(self) -> bool | None:
-        """Every side within the floor (None without a floor or figures)."""
-        verdicts = [f.verdict for f in self.sides.values()]
-        if not verdicts or any(v is None for v in verdicts):
-            return None
-        return all(v.verdict == "within noise" for v in verdicts)
-
-    def to_json(self) -> dict[str, Any]:
-        def figures(f: SideFigures | None) -> dict[str, Any] | None:
-            if f is None:
-                return None
-            return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None}
-
-        return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
-                "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
-                "sides": {k: figures(v) for k, v in self.sides.items()}, "floor_figures": figures(self.floor_figures),
-                "headline": self.headline, "rate": self.rate}
-
-
-def report_from_json(d: dict[str, Any]) -> WorkloadReport:
-    def figures(f: dict[str, Any] | None) -> SideFigures | None:
-        if not f:
-            return None
-        return SideFigures(side=f["side"], stats=WorkloadStats.from_dict(f["stats"]),
-                           verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None)
-
-    opts = {k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}}
-    return WorkloadReport(options=WorkloadOptions(**opts), floor=FloorSpec(**d["floor"]), n_prompts=d["n_prompts"],
-                          done=d.get("done", 0), skipped_too_long=list(d.get("skipped_too_long") or []),
-                          sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
-                          floor_figures=figures(d.get("floor_figures")), headline=d.get("headline", ""),
-                          rate=d.get("rate"))
-
+from ..workload_record import (FLOORS, MODES, FloorSpec, SideFigures, WorkloadOptions, WorkloadReport,  # noqa: F401
+                     report_from_json)
+from ..pooled import Accumulator, FloorVerdict, WorkloadStats, compare_to_floor
 
 def side_stats(db: Database, run_id: str, side: str) -> WorkloadStats:
     """A side's pooled figures, read from its stored pair samples one prompt at a time."""

@@ -44,10 +44,10 @@ from ..settings import differing
 from ..store import get_run, prompts_done, save_comparisons, save_pair_samples, save_side_result
 from ..types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
 from .report import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport, pooled
-from .stats import PairSample
+from ..pooled import PairSample
 
 if TYPE_CHECKING:
-    from ..service import ParityService
+    from ..service_api import Service
 
 FLOOR = "floor"  # the floor side's name (suffixed when a user's side has it)
 
@@ -63,7 +63,7 @@ class WorkloadRequest:
     kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.bisect)
 
 
-def run_workload(service: ParityService, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
+def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
     """Run the workload and store it as a run of kind "workload" (or `req.kind`; run.workload: the
     report). Never raises for a user or engine error: the run is stored with its status, its finished
     prompts and their pooled figures."""
@@ -76,7 +76,7 @@ def run_workload(service: ParityService, req: WorkloadRequest, emit: EventCallba
     return rec.run
 
 
-def resume_workload(service: ParityService, run_id: str, emit: EventCallback | None = None) -> Run:
+def resume_workload(service: Service, run_id: str, emit: EventCallback | None = None) -> Run:
     """Go on with a stopped, failed or interrupted workload run: the prompts it has not finished,
     with the same sides, options and prompts (as given). Raises ParityError when there is nothing to
     resume (no such run, not a workload, already finished, or it is running in another process)."""
@@ -105,7 +105,7 @@ def resume_workload(service: ParityService, run_id: str, emit: EventCallback | N
     return rec.run
 
 
-def given_prompts(service: ParityService, run_id: str) -> list[PromptSpec]:
+def given_prompts(service: Service, run_id: str) -> list[PromptSpec]:
     """A stored run's prompts as the user gave them (text or messages). Raises ParityError for a run
     stored before prompts were kept as given, or with image prompts (their bytes are not re-read)."""
     rows = service.db.query("SELECT idx, given_json FROM prompt_results WHERE run_id = ? ORDER BY idx", [run_id])
@@ -172,7 +172,7 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
 class Workload:
     """One workload run inside its recording (see the module docstring)."""
 
-    def __init__(self, service: ParityService, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
+    def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
 
