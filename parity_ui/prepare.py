@@ -104,9 +104,39 @@ def plan_sides(model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code:
     if context_need is not None:
         resolved.context_need = {s.name: context_need for s in cfg.sides}
     plans = [plan_side(cfg, spec, resolved, _side_model(spec, model, trust_remote_code)) for spec in cfg.sides]
-    if context_need is not None:
-        fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)
+    plan_memory(plans, gpu, resolved, cfg, longest=context_need or 0, max_new=1, batch=1)
     return plans
+
+
+def plan_memory(plans: list[SidePlan], gpu: bool, resolved: Resolved, cfg: ParityConfig, *, longest: int,
+                max_new: int, batch: int, scored: bool = False) -> list:
+    """Plan the GPU memory of sides that run together (each vLLM side's unset gpu_memory_utilization
+    filled) and check each vLLM side's context against the KV cache that leaves it. Planning again
+    with one more side re-divides the shares this plan filled; shares a user set stay. Returns the
+    plan's findings; raises ParityError when the sides do not fit."""
+    for p in plans:  # a share filled by an earlier plan is not the user's: divide it again
+        llm = getattr(p.args, "llm", None)
+        if p.kind.gpu_memory == "share" and isinstance(llm, dict) and "gpu_memory_utilization" in llm:
+            llm["gpu_memory_utilization"] = getattr(p.spec.options, "gpu_memory_utilization", None)
+    findings = plan_gpu_memory(plans, gpu, longest=longest, max_new=max_new, batch=batch, scored=scored)
+    if resolved.context_need:
+        fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)
+    return findings
+
+
+def plan_extra_side(prep: Prepared, spec: SideSpec, like: str) -> SidePlan:
+    """One more side for a prepared run that is not the user's (a workload's noise floor), on the run's
+    model: its context sized like side `like`'s, and the GPU memory planned again over every side so
+    that it gets a share too (a vLLM side left out of the plan starts with no gpu_memory_utilization)."""
+    if like in prep.resolved.context_need:
+        prep.resolved.context_need[spec.name] = prep.resolved.context_need[like]
+    plan = plan_side(prep.config, spec, prep.resolved, prep.side(like).model)
+    cfg = prep.config
+    findings = plan_memory([*prep.sides, plan], prep.resolved.on_gpu, prep.resolved, cfg,
+                           longest=max((len(e.token_ids) for e in prep.prompts), default=0),
+                           max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
+    prep.warnings = [w for w in prep.warnings if w.code != "memory-plan"] + findings
+    return plan
 
 
 def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict[str, str]]]:
@@ -156,9 +186,8 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
             check_same_tokens(spec, side_model, tok, [p for p, _ in text_only], [e for _, e in text_only], cfg.chat,
                               req.trust_remote_code)
         plans.append(plan_side(cfg, spec, resolved, side_model))
-    warnings = plan_gpu_memory(plans, gpu, longest=max(len(e.token_ids) for e in encoded),
-                               max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
-    fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)
+    warnings = plan_memory(plans, gpu, resolved, cfg, longest=max(len(e.token_ids) for e in encoded),
+                           max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
     prepared = Prepared(config=cfg, model=model, tokenizer=tok, prompts=encoded, resolved=resolved, sides=plans,
                         max_context=limit, side_prompts=side_prompts,
                         image_token_id=vision.image_token_id if vision else None, kept=kept,

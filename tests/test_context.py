@@ -274,6 +274,44 @@ def test_on_a_gpu_the_kv_check_uses_the_memory_plans_share(long_model, monkeypat
     assert "lower max_model_len to" in err.fix and "raise this side's gpu_memory_utilization to" in err.fix
 
 
+def _on_a_gpu(monkeypatch, gib=80):
+    monkeypatch.setattr(memory_plan, "gpus", lambda: [{"index": "0", "name": "test", "memory_mib": str(gib * 1024),
+                                                       "compute_cap": "9.0"}])
+
+
+def test_a_workloads_floor_side_gets_a_gpu_share_planned_with_the_others(long_model, monkeypatch):
+    # Found on an H100: a vLLM reference's floor side, added after prepare(), started with
+    # gpu_memory_utilization=None and vLLM refused it (a bisect's first trial, any --floor batch run).
+    from parity_ui.workload.run import floor_plan
+    from parity_ui.workload_record import WorkloadOptions
+
+    _on_a_gpu(monkeypatch)
+    prep = _prepare(long_model, "max_new_tokens=8", sides=["ref=vllm", "b=vllm,gpu_memory_utilization=0.2"], gpu=True)
+    assert prep.side("ref").args.llm["gpu_memory_utilization"] == 0.5  # alone with b's 0.2: the auto cap
+    floor, spec = floor_plan(prep, WorkloadOptions(mode="free", floor="batch"))
+    ref_share = prep.side("ref").args.llm["gpu_memory_utilization"]
+    floor_share = floor.args.llm["gpu_memory_utilization"]
+    assert spec.side == floor.name == "floor"
+    assert floor_share == ref_share and 0 < ref_share < 0.5  # the two unset shares now split what b leaves
+    assert ref_share + floor_share + 0.2 <= memory_plan.HEADROOM
+    assert prep.side("b").args.llm["gpu_memory_utilization"] == 0.2  # the user's share stays
+    assert floor.args.llm["max_model_len"] == prep.side("ref").args.llm["max_model_len"]
+    assert prep.resolved.context_need["floor"] == prep.resolved.context_need["ref"]
+    plans = [w for w in prep.warnings if w.code == "memory-plan"]
+    assert len(plans) == 1 and "floor" in plans[0].message
+
+
+def test_sides_planned_without_prompts_get_gpu_shares_too(long_model, monkeypatch):
+    # A layer localisation plans its two sides with plan_sides(): on a GPU each vLLM side needs a share.
+    from parity_ui.prepare import plan_sides
+
+    _on_a_gpu(monkeypatch)
+    cfg = build_config(None, ["dtype=float32"], sides=["a=vllm", "b=vllm"])
+    plans = plan_sides(str(long_model), cfg, True, context_need=100)
+    shares = [p.args.llm["gpu_memory_utilization"] for p in plans]
+    assert shares[0] == shares[1] and 0 < shares[0] <= memory_plan.HEADROOM / 2
+
+
 # -- the mapping table -------------------------------------------------------------------------------------
 
 def test_the_mapping_table_says_where_an_unset_max_model_len_comes_from(long_model):

@@ -36,7 +36,7 @@ from ..errors import ConfigError, ParityError
 from ..explain import explain
 from ..pipeline import Sides
 from ..plan import Prepared, RunRequest, SidePlan
-from ..prepare import plan_side
+from ..prepare import plan_extra_side
 from ..prompts import PromptSpec
 from ..recorder import RunRecorder, decode_columns, decode_result, side_info
 from ..runlog import EventCallback, RunEvent, new_run, phase
@@ -141,7 +141,8 @@ def _check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
 
 
 def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, FloorSpec]:
-    """The reference under the floor's change, as one more side (or none)."""
+    """The reference under the floor's change, as one more side (or none), planned into `prep` (its GPU
+    memory shared with the other sides)."""
     ref = prep.reference
     names = {p.name for p in prep.sides}
     name = next(n for n in (FLOOR, FLOOR + "_", FLOOR + "2") if n not in names)
@@ -166,7 +167,7 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
         spec = dataclasses.replace(ref.spec.replace(batch_size=floor_bs), name=name)
         desc = (f"the reference {ref.name} again at batch {floor_bs} (it runs at {bs}), its prompts in reverse order"
                 if change == "batch" else f"the reference {ref.name} again, its prompts in reverse order")
-    return plan_side(prep.config, spec, prep.resolved, ref.model), FloorSpec(change, name, desc)
+    return plan_extra_side(prep, spec, like=ref.name), FloorSpec(change, name, desc)
 
 
 class Workload:
