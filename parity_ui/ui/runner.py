@@ -28,8 +28,21 @@ class ServiceRunner:
         """Blocking; the run is stored by the service. Calls queue behind each other."""
         return self.service.run(req, on_event)
 
-    def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Any) -> Run:
-        return self.service.record_failure(model, prompts, config, error)
+    def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Any,
+                       kind: str = "compare") -> Run:
+        return self.service.record_failure(model, prompts, config, error, kind=kind)
+
+    def run_workload(self, req: Any, on_event: EventCallback | None = None) -> Run:
+        """A workload (parity_ui.workload.run.run_workload): blocking, stored as it goes; queues like `run`."""
+        from ..workload.run import run_workload
+
+        return run_workload(self.service, req, on_event)
+
+    def resume_workload(self, run_id: str, on_event: EventCallback | None = None) -> Run:
+        """Go on with a stopped or failed workload. Raises ParityError when there is nothing to resume."""
+        from ..workload.run import resume_workload
+
+        return resume_workload(self.service, run_id, on_event)
 
     def localise(self, run_id: str, prompt_index: int, side: str | None) -> Localisation:
         """Layer localisation of a stored run's comparison (`side` against the reference); stored,
