@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from types import SimpleNamespace
-
 import pytest
 
 pytest.importorskip("gradio")
@@ -234,7 +232,8 @@ def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the
 
     monkeypatch.setattr(compare_tab, "THROTTLE_S", 0.05)
     # Chunks of 5 prompts (the app runs 64 at a time): progress lines to see in 20 prompts.
-    monkeypatch.setattr(WorkloadPick, "options", lambda self: WorkloadOptions(mode=self.mode, floor=self.floor, chunk=5))
+    monkeypatch.setattr(WorkloadPick, "options",
+                        lambda self: WorkloadOptions(mode=self.mode, floor=self.floor, chunk=5))
     tab = _compare(runner)
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 20), WorkloadPick())[tab.workload]
     pick = tab.workload_options(pick, "free", "order", "", None, None, False)[tab.workload]

@@ -92,6 +92,10 @@ CSS = """
 .pc-phases td { text-align:center; border:1px solid #eee; }
 .pc-muted { color:#71717a; }
 .pc-settings summary, .pc-timings summary, .pc-cross summary { cursor:pointer; color:#3f3f46; }
+/* A card under the upload button (a workload described, a file refused) takes the row's whole width. */
+div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
+#prompt-count:has(.pc-card) { flex:1 1 100% !important; min-width:100% !important; }
+.wl-pick ul { margin:4px 0 0 18px; }
 .wl-headline { font-size:15px; font-weight:600; margin:6px 0 2px; }
 .wl-verdict { margin:6px 0; padding:4px 8px; border-left:3px solid #a1a1aa; }
 .wl-verdict.ok { border-color:#16a34a; background:#f0fdf4; }

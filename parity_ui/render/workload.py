@@ -304,7 +304,8 @@ def histogram_shares(h: DlogpHistogram) -> tuple[list[float], list[float]]:
     return h.edges()[:-1], [c / total for c in h.counts]
 
 
-def _svg_frame(width: int, height: int, title: str, xlabel: str, ylabel: str, body: str, legend: list[tuple[str, str, bool]],
+def _svg_frame(width: int, height: int, title: str, xlabel: str, ylabel: str, body: str,
+               legend: list[tuple[str, str, bool]],
                xticks: list[tuple[float, str]], yticks: list[tuple[float, str]]) -> str:
     ticks = "".join(f'<text x="{x:.1f}" y="{height - 22}" font-size="10" text-anchor="middle">{esc(t)}</text>'
                     for x, t in xticks)
@@ -380,7 +381,8 @@ def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -
     xticks = [(x0 + (x1 - x0) * (e - lo) / (hi - lo), f"1e{e:+.0f}".replace("+", ""))
               for e in range(math.ceil(lo), math.floor(hi) + 1)]
     yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
-    return _svg_frame(width, height, "|Δlogprob| per token, each side against the floor", "|Δlogprob| (nats, log scale)",
+    return _svg_frame(width, height, "|Δlogprob| per token, each side against the floor",
+                      "|Δlogprob| (nats, log scale)",
                       "share of tokens", "".join(lines), legend, xticks, yticks)
 
 

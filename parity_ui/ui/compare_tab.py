@@ -186,8 +186,9 @@ class CompareTab:
             with gr.Row():
                 self.wl_field = gr.Textbox(label="Prompt field", placeholder="auto: prompt, messages, text, question, "
                                            "input", elem_id="wl-field")
-                self.wl_limit = gr.Number(None, precision=0, label="Only the first N prompts", elem_id="wl-limit")
-                self.wl_sample = gr.Number(None, precision=0, label="A random N prompts (seed 0)", elem_id="wl-sample")
+                self.wl_limit = gr.Number(0, precision=0, label="Only the first N prompts (0: all)", elem_id="wl-limit")
+                self.wl_sample = gr.Number(0, precision=0, label="A random N prompts, seed 0 (0: all)",
+                                           elem_id="wl-sample")
                 self.wl_skip = gr.Checkbox(False, label="Skip broken lines or rows (counted and named)",
                                            elem_id="wl-skip")
         self.workload = gr.State(WorkloadPick())

@@ -105,16 +105,17 @@ def cleared(pick: WorkloadPick) -> WorkloadPick:
 
 
 def _count(label: str, value: Any) -> int | None:
-    """A gr.Number's value as a count of prompts: None when empty. PromptError for a fraction or < 1."""
-    if value is None or value == "":
+    """A gr.Number's value as a count of prompts: None when empty or 0 (the page sends an emptied
+    number as 0). PromptError for a fraction or a negative number."""
+    if value is None or value == "" or value == 0:
         return None
     try:
         n = float(value)
     except (TypeError, ValueError):
         raise PromptError(f"{label} is {value!r}", f"give {label} as a whole number of prompts, or leave it empty")
     if n != int(n) or n < 1:
-        raise PromptError(f"{label} is {value!r}", f"give {label} as a whole number of prompts, 1 or more, or leave "
-                                                  "it empty")
+        raise PromptError(f"{label} is {value!r}", f"give {label} as a whole number of prompts, 1 or more, or 0 "
+                                                  "(all of them)")
     return int(n)
 
 

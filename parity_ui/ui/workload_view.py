@@ -124,7 +124,8 @@ class WorkloadView:
         """No workload shown."""
         return {self.box: gr.Column(visible=False), self.card: "", self.resume_btn: gr.Button(visible=False),
                 self.stop_btn: gr.Button(visible=False), self.progress: "",
-                self.survival_plot: gr.Plot(visible=False, value=None), self.hist_plot: gr.Plot(visible=False, value=None),
+                self.survival_plot: gr.Plot(visible=False, value=None),
+                self.hist_plot: gr.Plot(visible=False, value=None),
                 self.figures: "", self.table: "", self.run_id: None}
 
     def parts(self, run_id: str, reveal: bool = False) -> dict[str, Any] | None:
@@ -157,7 +158,8 @@ class WorkloadView:
             return self.hidden()
         return {self.box: gr.Column(visible=True), self.card: parts["card"],
                 self.resume_btn: gr.Button(visible=resumable(parts["run"])), self.stop_btn: gr.Button(visible=False),
-                self.progress: "", self.survival_plot: gr.Plot(value=parts["survival"], visible=parts["survival"] is not None),
+                self.progress: "",
+                self.survival_plot: gr.Plot(value=parts["survival"], visible=parts["survival"] is not None),
                 self.hist_plot: gr.Plot(value=parts["hist"], visible=parts["hist"] is not None),
                 self.figures: parts["figures"], self.table: parts["table"], self.run_id: run_id}
 
