@@ -103,6 +103,12 @@ def test_the_prompt_table_has_a_row_per_prompt_with_sortable_values(runner):
     assert float(re.search(r'data-v="([^"]+)"', cells[3][0]).group(1)) == pytest.approx(0.2)
 
 
+def test_a_huge_workloads_table_lists_its_first_rows_and_says_so(runner):
+    rows = prompt_rows(store.pair_rows(runner.db, runner.stored.id), {})
+    html = prompt_table_html(rows, ["b", "c"], limit=10)
+    assert html.count("<tr data-i=") == 10 and f"the first 10 of {N} prompts" in html
+
+
 def test_the_charts_are_inline_svg_for_the_report(runner):
     run = store.get_run(runner.db, runner.stored.id, prompts=[])
     surv = survival_svg(run)

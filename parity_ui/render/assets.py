@@ -108,7 +108,11 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .wl-table { border-collapse:collapse; font-size:12.5px; width:100%; }
 .wl-table th { position:sticky; top:0; background:#fafafa; cursor:pointer; text-align:left; padding:3px 8px;
   border-bottom:1px solid #e4e4e7; white-space:nowrap; user-select:none; }
-.wl-table th[aria-sort=ascending]::after { content:" \25B2"; } .wl-table th[aria-sort=descending]::after { content:" \25BC"; }
+/* The sort direction as a CSS triangle: no glyph a page's fonts might lack. */
+.wl-table th[aria-sort]::after { content:""; display:inline-block; margin-left:5px; vertical-align:middle;
+  border-left:4px solid transparent; border-right:4px solid transparent; }
+.wl-table th[aria-sort=ascending]::after { border-bottom:6px solid currentColor; }
+.wl-table th[aria-sort=descending]::after { border-top:6px solid currentColor; }
 .wl-table td { padding:2px 8px; border-bottom:1px solid #f4f4f5; white-space:nowrap; font-variant-numeric:tabular-nums; }
 .wl-table td.div { color:#991b1b; font-weight:600; }
 .wl-table[data-pick] tbody tr { cursor:pointer; }

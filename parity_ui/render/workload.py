@@ -21,6 +21,9 @@ SIDE_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#be123c")
 # fork (ascending: the earliest forks first), a fork at an unknown position just before them.
 IDENTICAL_KEY, UNKNOWN_KEY = 1e12, 1e11
 EXCERPT_CHARS = 90
+# Rows the prompt table holds at most: ~0.4 kB of HTML each, sorted in the page. A larger workload
+# lists its first ones (the CLI opens any prompt: parity runs show RUN --prompt N).
+MAX_TABLE_ROWS = 10_000
 
 # The figures table's rows (FIGURE_ROWS' keys) and the floor check that judges each.
 CHECK_OF_ROW = {"abs_dlogp_mean": "abs_dlogp_mean", "abs_dlogp_p50": "abs_dlogp_p50", "abs_dlogp_p95": "abs_dlogp_p95",
@@ -189,8 +192,9 @@ def figures_table_html(report: WorkloadReport) -> str:
     rows = [row("prompts", [str(f.stats.sequences.n) for f in sets]),
             row("identical (95% interval)", [ident(f) for f in sets], NOT_IDENTICAL),
             row("median first divergence", [_g(f.stats.sequences.median_first_divergence) for f in sets])]
-    rows += [row(name, [_g(getattr(f.stats.tokens, key)) for f in sets], CHECK_OF_ROW.get(key))
-             for name, key in FIGURE_ROWS]
+    # Pearson r near 1 differs in its later digits (the floor checks 1 - r).
+    rows += [row(name, [_g(getattr(f.stats.tokens, key), ".7g" if key == "pearson" else ".3g") for f in sets],
+                 CHECK_OF_ROW.get(key)) for name, key in FIGURE_ROWS]
     for i, (lo, hi) in enumerate(RHO_BANDS):
         rows.append(row(f"rho outside [{lo:g}, {hi:g}]",
                         [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–"
@@ -239,12 +243,13 @@ def _fork(cell: PairCell | None) -> tuple[str, str]:
 
 
 def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None = None,
-                      floor: str | None = None) -> str:
+                      floor: str | None = None, limit: int = MAX_TABLE_ROWS) -> str:
     """Every prompt, a row: its index, the start of its text, and per side (then the floor) where it
     first left the reference, its largest |dlogp| and the explanation's verdict. The page's script
     sorts it by any column in the page (each cell's sort value in data-v), and with `pick` (the
-    view's prefix) a click on a row opens that prompt's token view."""
+    view's prefix) a click on a row opens that prompt's token view. At most `limit` rows (the first)."""
     names = [*sides, *([floor] if floor else [])]
+    total, rows = len(rows), rows[:limit]
     head = ['<th data-sort="num" title="prompt index">#</th>', '<th data-sort="text">prompt</th>']
     for name in names:
         who = "floor" if name == floor else name
@@ -269,7 +274,9 @@ def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None 
         body.append(f'<tr data-i="{r.index}">{"".join(cells)}</tr>')
     attrs = f' data-pick="{esc(pick)}"' if pick else ""
     hint = "click a column to sort" + ("; a row to open its tokens below" if pick else "")
-    return (f'<div class="wl-prompts"><div class="pc-muted">{len(rows):,} prompts ({hint})</div>'
+    count = f"{total:,} prompts" if total == len(rows) else \
+        f"the first {len(rows):,} of {total:,} prompts (open any other with parity runs show RUN --prompt N)"
+    return (f'<div class="wl-prompts"><div class="pc-muted">{esc(count)} ({hint})</div>'
             f'<div class="wl-scroll"><table class="wl-table"{attrs}><thead><tr>{"".join(head)}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div></div>')
 
