@@ -187,7 +187,8 @@ def child_run(args: argparse.Namespace) -> dict[str, Any]:
             "compared": c.compared, "max_abs_gap_before": c.max_abs_gap, "mean_abs_gap_before": c.mean_abs_gap,
             "tokens_there": c.divergence.token_ids if c.divergence else None,
             "texts_there": c.divergence.texts if c.divergence else None,
-            "verdict": (c.explanation or {}).get("verdict"), "summary": (c.explanation or {}).get("summary")}
+            "verdict": c.explanation.verdict if c.explanation else None,
+            "summary": c.explanation.summary if c.explanation else None}
             for c in p.comparisons]
     out["run_json"] = d
     return out

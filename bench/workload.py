@@ -164,8 +164,24 @@ def tool(args, mode: str, db: str) -> dict:
             "timings": run.timings, "tokens": tokens, "ref_logprobs": ref_lp, "headline": run.workload.headline}
 
 
+def warm_vllm(args, q) -> None:
+    """Load the vLLM side once with the tool's arguments: its torch.compile and Triton caches are then
+    warm for the tool and the bare engine alike (whichever ran first would otherwise pay the compile)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    prep = _prepare(args, args.mode)
+    os.environ.update(prep.side("b").args.env)
+    from vllm import LLM
+
+    t = time.perf_counter()
+    LLM(**prep.side("b").args.llm)
+    q.put({"load_s": time.perf_counter() - t})
+
+
 def measure(args, mode: str) -> dict:
     args.mode = mode
+    if not args.cold:
+        print(f"[{mode}] warming vLLM's compile caches", flush=True)
+        in_fresh_process(warm_vllm, args, _prepare(args, mode).side("b").worker_env)
     print(f"[{mode}] tool: {args.prompts} prompts x {args.tokens} tokens", flush=True)
     t = tool(args, mode, str(Path(args.work) / f"{mode}.db"))
     prep = _prepare(args, mode)
@@ -208,6 +224,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256, help="the vLLM side's batch size")
     ap.add_argument("--chunk", type=int, default=1000, help="the workload's chunk")
     ap.add_argument("--memory", action="store_true", help="the parent's peak RSS only (no bare engines)")
+    ap.add_argument("--cold", action="store_true", help="no warm-up load (whoever runs first pays vLLM's compile)")
     ap.add_argument("--work", default="/tmp/parity-bench-workload", help="a folder for the databases")
     ap.add_argument("--out", help="write the figures as JSON here too")
     args = ap.parse_args()

@@ -1,7 +1,8 @@
 """The `parity` command: thin commands over the service, the store and the report.
 
 Exit codes of `parity compare`: 0 every side identical to the reference, 1 some diverged, 2 error
-(message and fix on stderr; the failed run is stored too).
+(message and fix on stderr; the failed run is stored too). `parity bisect`: 0 a minimal set of settings
+found, 1 none restores parity (the engine itself), 2 error.
 """
 from __future__ import annotations
 
@@ -271,17 +272,18 @@ def _n_prompts(args: argparse.Namespace, run: Run) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import html_report
+    from .report import stored_html_report
+    from .store import open_db
 
-    run = _get(args, args.id)
-    if run is None:
+    # stored_html_report reads a workload's header, prompt rows and earliest forks only, not every
+    # prompt's tokens (a 10,000-prompt run); any other run whole
+    page = stored_html_report(open_db(args.db), args.id)
+    if page is None:
+        print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
+              "Fix: list the ids with 'parity runs list'", file=sys.stderr)
         return EXIT_ERROR
-    from .store import image_bytes, localisations_of, open_db
-
-    out = Path(args.output or f"parity-run-{run.id}.html")
-    db = open_db(args.db)
-    out.write_text(html_report(run, localisations_of(db, run.id), lambda sha: image_bytes(db, sha)),
-                   encoding="utf-8")
+    out = Path(args.output or f"parity-run-{args.id}.html")
+    out.write_text(page, encoding="utf-8")
     print(out)
     return 0
 
@@ -305,6 +307,36 @@ def cmd_layers(args: argparse.Namespace) -> int:
     elif not loc.error:
         print(format_localisation(loc))
     return EXIT_ERROR if loc.error else 0
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """Exit 0: a minimal set of settings explains the divergence; 1: no flippable subset restores parity
+    (the engine itself); 2: an error (stored with the trials so far)."""
+    from .bisect_report import format_bisect
+
+    sides = None
+    if args.sides:
+        names = [s.strip() for s in args.sides.split(",") if s.strip()]
+        sides = tuple(names) if len(names) == 2 else (args.sides,)
+    service = _service(args)
+    try:
+        run = service.bisect(args.id, sides, prompts=args.prompts, max_trials=args.max_trials, emit=_emit(args))
+    finally:
+        service.close()
+    if run.status not in ("ok", "diverged"):
+        print(f"parity: error: {run.error}", file=sys.stderr)
+        print(f"parity: stored as bisect {run.id}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"bisect_id": run.id, "status": run.status, "error": run.error, "error_code": run.error_code,
+                          "group_id": run.group_id, "bisect": to_dict(run.bisect)}))
+    elif run.bisect is not None:
+        from .settings import format_text, settings_diff
+
+        rows = [r for r in settings_diff(run.sides) if r.differs]
+        if rows:
+            print("resolved settings that differ in the stored run:\n" + format_text(rows))
+        print(format_bisect(run.bisect, run.id, run.status))
+    return _exit_code(run)
 
 
 def _single_prompt(args: argparse.Namespace) -> PromptSpec:
@@ -360,6 +392,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     statuses = {p["status"] for p in summary["points"]}
     return EXIT_ERROR if statuses - {"ok", "diverged"} else \
         (EXIT_DIVERGED if "diverged" in statuses else EXIT_IDENTICAL)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .gate.command import check_command
+
+    return check_command(args, _emit(args))
 
 
 def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
@@ -471,6 +509,19 @@ def build_parser() -> argparse.ArgumentParser:
     ly.add_argument("--db", default=argparse.SUPPRESS)
     ly.set_defaults(func=cmd_layers)
 
+    bi = sub.add_parser("bisect", help="which setting is it? the smallest set of the two sides' differing settings "
+                                       "whose flipping to the reference's values restores parity (delta debugging)")
+    bi.add_argument("id", help="a stored run's id")
+    bi.add_argument("--sides", help="the reference and the diverging side, e.g. ref,b (default: the reference and the "
+                                    "first side that diverged)")
+    bi.add_argument("--prompts", type=int, default=8, help="the run's worst N prompts each trial runs (default 8)")
+    bi.add_argument("--max-trials", type=int, help="stop after this many trials (the best set so far and what is "
+                                                   "undecided are reported)")
+    bi.add_argument("--json", action="store_true")
+    bi.add_argument("--quiet", action="store_true")
+    bi.add_argument("--db", default=argparse.SUPPRESS)
+    bi.set_defaults(func=cmd_bisect)
+
     pr = sub.add_parser("probe", help="determinism: one prompt N times alone and N times in batches, per side")
     _add_single_prompt_args(pr)
     pr.add_argument("--n", type=int, default=4, help="repetitions per mode (>= 2)")
@@ -483,6 +534,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a config key and its values, e.g. dtype=float32,bfloat16 or b.enforce_eager=true,false; "
                          "repeatable")
     sw.set_defaults(func=cmd_sweep)
+
+    ck = sub.add_parser("check", help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
+                                      "JUnit and Markdown out; exit 0 pass, 1 fail, 2 error")
+    ck.add_argument("spec", nargs="?", help="the gate spec (YAML; see README 'Gate an upgrade in CI')")
+    ck.add_argument("--self-test", action="store_true",
+                    help="run a built-in spec (HF fp32 vs vLLM fp32; control: vLLM bf16) that must pass, and whose "
+                         "control must fail")
+    ck.add_argument("--model", help="the self-test's model (default demo)")
+    ck.add_argument("--only", action="append", default=[], metavar="CASE",
+                    help="run only this case (repeatable, or comma-separated)")
+    ck.add_argument("--junit", metavar="FILE", help="write JUnit XML (a test per case x threshold x side)")
+    ck.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (also appended to "
+                                                       "$GITHUB_STEP_SUMMARY when that is set)")
+    ck.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key in every case (e.g. max_new_tokens=8); repeatable")
+    ck.add_argument("--limit", type=int, help="at most N prompts per case (a quick local run of a CI spec)")
+    ck.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ck.add_argument("--db", default=argparse.SUPPRESS)
+    ck.set_defaults(func=cmd_check)
     return ap
 
 

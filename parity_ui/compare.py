@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .types import Comparison, Divergence, SideResult, TokenStep
+from .types import Comparison, Divergence, SideResult, TokenStep, step_column, top_ids
 
 
 def _topk_ids(step: TokenStep) -> set[int]:
@@ -44,18 +44,20 @@ def compare(a: SideResult, b: SideResult) -> Comparison:
 
     gaps: list[float | None] = []
     overlaps: list[float | None] = []
+    # Read as columns: a workload's steps arrive as StepColumns, and building a step object per
+    # position just to read two of its fields cost more than the comparison itself.
+    la, lb = step_column(a.steps, "logprob"), step_column(b.steps, "logprob")
     for i in range(prefix):
-        sa = a.steps[i] if i < len(a.steps) else None
-        sb = b.steps[i] if i < len(b.steps) else None
-        if sa is None or sb is None or sa.logprob is None or sb.logprob is None:
+        if i >= len(la) or i >= len(lb) or la[i] is None or lb[i] is None:
             gaps.append(None)
         else:
-            gaps.append(sb.logprob - sa.logprob)
-        if sa is None or sb is None or not sa.top or not sb.top:
+            gaps.append(lb[i] - la[i])
+        ta = top_ids(a.steps, i) if i < len(la) else []
+        tb = top_ids(b.steps, i) if i < len(lb) else []
+        if not ta or not tb:
             overlaps.append(None)
         else:
-            k = max(len(sa.top), len(sb.top))
-            overlaps.append(len(_topk_ids(sa) & _topk_ids(sb)) / k)
+            overlaps.append(len(set(ta) & set(tb)) / max(len(ta), len(tb)))
 
     finite = [abs(g) for g in gaps if g is not None and math.isfinite(g)]
     return Comparison(

@@ -21,10 +21,10 @@ from .types import Finding, TokenStep
 from .window_check import settle_sliding_window
 
 if TYPE_CHECKING:
-    from .service import ParityService
+    from .service_api import Service
 
 
-def compare_sides(service: ParityService, rec: RunRecorder, req: RunRequest, emit: EventCallback) -> None:
+def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: EventCallback) -> None:
     """Fill `rec.run` with every side's tokens, the comparisons and their explanations. Raises
     ParityError (stored by the recording around it)."""
     run = rec.run

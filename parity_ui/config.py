@@ -31,6 +31,14 @@ MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 # Keys that moved from the vllm: section to the top level when the pair became sides, and how
 # their old values read now.
 _MOVED_UP = {"logprobs_mode": {}, "generation_config": {"vllm": "neutral", "auto": "model"}}
+# generation_config is a side option again (a side of its own reproduces one engine taking the
+# file's defaults): only 0.1's spelling of it ("vllm", "auto") in a section still means the run's.
+_SIDE_OPTION_TOO = {"generation_config": ("neutral", "model")}
+
+
+def _lifted(key: str, value: Any) -> bool:
+    """Whether a side section's `key: value` is 0.1's run-wide key (moved up) rather than the side's own."""
+    return key in _MOVED_UP and value not in _SIDE_OPTION_TOO.get(key, ())
 _RENAMED = {"device_map": "device"}
 
 
@@ -143,7 +151,7 @@ def _split_sections(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
                               "its name (b: {enforce_eager: false}) or in sides:")
     for name, section in sections.items():
         for key, translate in _MOVED_UP.items():
-            if key in section:
+            if key in section and _lifted(key, section[key]):
                 value = section.pop(key)
                 top.setdefault(key, translate.get(value, value))
         for old, new in _RENAMED.items():
@@ -202,7 +210,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         except yaml.YAMLError:
             value = raw
         parts = key.split(".")
-        if len(parts) == 2 and parts[0] not in TOP_KEYS and parts[1] in _MOVED_UP:
+        if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value):
             # An old-style `--set vllm.generation_config=auto` is a run-wide key now; as a later
             # layer it must win over the file's value (not be dropped behind it).
             translate = _MOVED_UP[parts[1]]

@@ -13,13 +13,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from .records import CrossScores, GapStats, RatioRange
+from .records import MASKED_LOGPROB, CrossScores, GapStats, RatioRange
 from .types import Comparison, SideResult, TokenStep
 
 # The batch-logprob-gap study's band: a position "moves" when exp(gap) leaves [0.9, 1.1].
 RATIO_BAND = (0.9, 1.1)
-# engines.base.clean_logprob stores -inf as -1e30: such a position was masked, not predicted.
-MASKED_LOGPROB = -1e20
 
 ScoreFn = Callable[[str, list[int], list[int], int], list[TokenStep]]  # (side, prompt, continuation, k)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from .compare import rank_of, top_margin
 from .config import ParityConfig
-from .records import Explanation, SideAtFork
+from .records import MASKED_LOGPROB, Explanation, SideAtFork
 from .settings import LABELS
 from .types import Comparison, SideResult, TokenStep
 
@@ -30,9 +30,6 @@ NEAR_TIE_NATS = 0.25
 # A margin is also a near-tie when it is within this multiple of the largest logprob gap the two
 # sides showed on the same context before the fork: the noise they demonstrably have.
 NOISE_MULTIPLE = 2.0
-# engines.base.clean_logprob stores a masked (-inf) logprob as -1e30; anything below this was masked
-# by a logits processor, not predicted.
-MASKED_LOGPROB = -1e20
 # Settings that tell sides apart without changing numbers.
 _IDENTITY = {"engine", "torch", "python", "environment", "model", "kv_cache_blocks", "max_num_seqs", "device"}
 

@@ -45,6 +45,10 @@ class SideOptions:
                                                 "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
     image_max_pixels: int | None = option(None, "image prompts: this side's own max_pixels (to reproduce a resize "
                                                 "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
+    generation_config: str | None = option(None, "this side's own generation_config handling: neutral (the model's "
+                                                 "generation_config.json is not applied) or model (it is: the trap "
+                                                 "of one side silently taking the file's defaults); unset = the run's",
+                                           one_of("neutral", "model"))
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .types import Localisation, Run
 from .worker_client import Capture
 
 if TYPE_CHECKING:
-    from .service import ParityService
+    from .service_api import Service
 
 EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
 FLOOR_MULTIPLE = 10.0  # an error this many times the measured floor has left it
@@ -262,7 +262,7 @@ def _eager(spec: Any) -> Any:
     return spec.replace(enforce_eager=True) if isinstance(spec.options, VllmOptions) else spec
 
 
-def localise(service: ParityService, run: Run, prompt_index: int = 0, position: int | None = None,
+def localise(service: Service, run: Run, prompt_index: int = 0, position: int | None = None,
              sides: tuple[str, str] | str | None = None, emit: EventCallback | None = None) -> Localisation:
     """Capture both sides and name where they part. Raises ParityError (LayersError, EngineError)."""
     t0 = time.perf_counter()

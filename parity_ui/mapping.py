@@ -183,6 +183,13 @@ def side_dtype(cfg: ParityConfig, side: SideSpec, model: ModelInfo) -> str:
     return _known_dtype(model.config_dtype) if asked == "auto" else asked
 
 
+def side_generation_config(cfg: ParityConfig, side: SideSpec) -> str:
+    """How a side treats the model's generation_config.json: its own setting, else the run's. A side
+    of its own ("model" on one side only) reproduces the trap of one engine silently taking the
+    file's defaults while the other does not."""
+    return getattr(side.options, "generation_config", None) or cfg.generation_config
+
+
 def resolve(model: ModelInfo, tokenizer_eos: list[int], on_gpu: bool,
             image_pixels: dict[str, int] | None = None) -> Resolved:
     eos: list[int] = []
@@ -266,9 +273,11 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
                                     v.tensor_parallel_size),
         "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", cfg.logprobs_mode),
         "generation_config": rec("generation_config", "LLM", "generation_config",
-                                 "vllm" if cfg.generation_config == "neutral" else "auto"),
+                                 "vllm" if side_generation_config(cfg, side) == "neutral" else "auto"),
         "max_logprobs": max(cfg.logprobs, 1),
     }
+    if getattr(v, "generation_config", None):
+        rec(p + "generation_config", "LLM", "generation_config", llm["generation_config"])
     if v.pipeline_parallel_size > 1:
         llm["pipeline_parallel_size"] = rec(p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size",
                                             v.pipeline_parallel_size)
@@ -416,9 +425,9 @@ def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec, h: HfOptions) ->
                                              f"attn_implementation={h.attn_implementation} needs "
                                              "to cut the static cache to its filled length",
                         "set attn_implementation=sdpa or eager, or " + fix)
-    if cfg.generation_config == "model":
+    if side_generation_config(cfg, side) == "model":
         raise SideError(side.name, "decode", "decode=graphed ignores the model's generation_config.json, and "
-                                             "this run asks for it (generation_config=model)",
+                                             "this side asks for it (generation_config=model)",
                         "set generation_config=neutral, or " + fix)
 
 
@@ -499,9 +508,12 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
     rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
-    keep = cfg.generation_config == "model"
+    keep = side_generation_config(cfg, side) == "model"
     rec("generation_config", "runtime", "model.generation_config",
         "model's generation_config.json" if keep else "neutral GenerationConfig")
+    if h.generation_config:
+        rec(p + "generation_config", "runtime", "model.generation_config",
+            "model's generation_config.json" if keep else "neutral GenerationConfig")
     px = side_image_pixels(cfg, side, r)
     if px:
         _record_pixels(rec, side, px, "processor", "images_kwargs")

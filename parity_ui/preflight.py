@@ -166,7 +166,9 @@ def check_generation_config(prepared: Prepared) -> list[Finding]:
     hf_alone = [k for k in found if k not in ("presence_penalty", "frequency_penalty")
                 and (samples or k not in HF_SAMPLING_ONLY)]
     alone = f"alone, vLLM would apply {vllm_alone or 'none'} (it ignores do_sample) and HF generate {hf_alone or 'none'}"
-    if prepared.config.generation_config != "model":
+    applying = [p for p in prepared.sides
+                if (getattr(p.spec.options, "generation_config", None) or prepared.config.generation_config) == "model"]
+    if not applying:
         return [Finding(
             code="generation-config-defaults", severity="info",
             message=f"generation_config.json sets {shown}; {alone}; parity-ui neutralises them for every side "
@@ -174,7 +176,8 @@ def check_generation_config(prepared: Prepared) -> list[Finding]:
             fix="set the values you want explicitly in the canonical config; keep generation_config neutral")]
     # With "model", HF generate fills every field parity-ui left unset (None) from the file, while
     # vLLM gets explicit SamplingParams from parity-ui.
-    hf_sides = _sides_of(prepared, "hf")
+    names = {p.name for p in applying}
+    hf_sides = [p for p in _sides_of(prepared, "hf") if p.name in names]  # a side of its own: only that side
     if not hf_sides:
         return []
     sampling = hf_sides[0].args.sampling
@@ -188,7 +191,9 @@ def check_generation_config(prepared: Prepared) -> list[Finding]:
                 + (", inert under greedy" if inert and unset else "") + "), vLLM gets parity-ui's explicit "
                 f"sampling values; {alone}.",
         fix="put the values you want in the canonical config and keep the model's defaults out",
-        setting=_setting("generation_config", "neutral"))]
+        side=None if prepared.config.generation_config == "model" else hf_sides[0].name,
+        setting=_setting("generation_config" if prepared.config.generation_config == "model"
+                         else f"{hf_sides[0].name}.generation_config", "neutral"))]
 
 
 # -- sampling semantics (causes 6, 7) -------------------------------------------------------------

@@ -23,7 +23,7 @@ from .runlog import EventCallback, RunEvent
 from .types import Run, SideResult
 
 if TYPE_CHECKING:
-    from .service import ParityService
+    from .service_api import Service
 
 INVARIANT = "+batch_invariant"  # suffix of a probed setup with batch-invariant mode on
 
@@ -85,7 +85,7 @@ def _probe_side(sides: Sides, plan: SidePlan, ids: list[int], n: int, batch: int
     return probe, alone[0]
 
 
-def run_probe(service: ParityService, model: str, prompt: PromptSpec, cfg: ParityConfig, *, n: int = 4,
+def run_probe(service: Service, model: str, prompt: PromptSpec, cfg: ParityConfig, *, n: int = 4,
               batch: int = 4, trust_remote_code: bool = False, emit: EventCallback | None = None) -> Run:
     """Probe every side's determinism on one prompt; store and return a Run of kind "probe".
     Never raises for a user or engine error: the run is stored with status "error"."""

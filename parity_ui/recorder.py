@@ -24,7 +24,7 @@ from .plan import Prepared, SidePlan
 from .prompts import PromptTokenizer
 from .runlog import EventCallback, RunEvent, finish, record_failure, this_owner
 from .store import save_comparisons, save_images, save_prompt_rows, save_run_row, save_side_result
-from .types import EngineInfo, PromptResult, Run, SideInfo, SideResult, TokenStep
+from .types import EngineInfo, PromptResult, Run, SideInfo, SideResult, StepColumns, TokenStep
 
 FLUSH_S = 3.0  # store the tokens streamed so far at most this often while generating
 
@@ -150,8 +150,11 @@ class RunRecorder:
         for res in results:
             res.side = side
             res.timings.load_s = load_s
-            seen = streamed.get(res.prompt_index, [])
-            res.steps = [_decoded(tok, s, seen[i] if i < len(seen) else None) for i, s in enumerate(res.steps)]
+            if isinstance(res.steps, StepColumns):  # as a worker sends them: texts from the tokenizer's cache
+                decode_columns(tok, res.steps)
+            else:
+                seen = streamed.get(res.prompt_index, [])
+                res.steps = [_decoded(tok, s, seen[i] if i < len(seen) else None) for i, s in enumerate(res.steps)]
             res.text = tok.decode(res.token_ids)
         with self._write:
             self._dirty = {d for d in self._dirty if d[0] != side}
@@ -217,7 +220,20 @@ def _decoded(tok: PromptTokenizer, final: TokenStep, streamed: TokenStep | None)
     return final
 
 
+def decode_columns(tok: PromptTokenizer, cols: StepColumns) -> None:
+    """Fill a column store's texts (and the bytes where a text cannot show them) in place."""
+    text, raw = tok.token_text, tok.token_raw
+    cols.text = [text(t) for t in cols.token_id]
+    cols.top_text = [text(t) for t in cols.top_token_id]
+    cols.raw = {i: r for i, t in enumerate(cols.token_id) if (r := raw(t))}
+    cols.top_raw = {i: r for i, t in enumerate(cols.top_token_id) if (r := raw(t))}
+    cols._built = {}
+
+
 def decode_result(tok: PromptTokenizer, res: SideResult) -> None:
     res.text = tok.decode(res.token_ids)
+    if isinstance(res.steps, StepColumns):
+        decode_columns(tok, res.steps)
+        return
     for s in res.steps:
         decode_step(tok, s)

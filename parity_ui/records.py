@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# engines.base.clean_logprob stores a masked (-inf) logprob as -1e30: anything below this was masked by a
+# logits processor, not predicted (explain, crossscore and the workload statistics leave it out).
+MASKED_LOGPROB = -1e20
+
+
 def _fields(cls: Any, data: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in names}

@@ -37,7 +37,7 @@ def format_summary(run: Run, prompts: bool = True) -> str:
     for w in run.warnings:
         fix = fix_text(w, "cli")
         lines.append(f"  [{w.severity}] {w.code}: {w.message}" + (f" Fix: {fix}" if fix else ""))
-    for p in run.prompts if prompts else []:
+    for p in run.prompts if prompts and run.bisect is None else []:  # a bisect: its trials have the tokens
         lines.append(f"prompt {p.index}: {len(p.prompt_token_ids)} prompt tokens")
         for img in p.images:
             tokens = ", ".join(f"{k} {v}" for k, v in (img.get("tokens") or {}).items())
@@ -73,6 +73,10 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
     if run.timings:
         lines.append("  time per phase: " + "  ".join(f"{k} {v:.2f}s" for k, v in run.timings.items()))
+    if run.bisect is not None:
+        from .bisect_report import format_bisect
+
+        lines.append(format_bisect(run.bisect, run.id, run.status))
     return "\n".join(lines)
 
 
@@ -111,7 +115,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "comparisons": [c for p in prompts for c in p["comparisons"]],
         "settings_diff": [to_dict(r) for r in settings_diff(run.sides)],
         "warnings": to_dict(run.warnings), "probes": to_dict(run.probes), "timings": run.timings,
-        "workload": to_dict(run.workload),
+        "workload": to_dict(run.workload), "bisect": to_dict(run.bisect),
         "duration_ms": run.duration_ms, "prompts": prompts,
     }
 
@@ -167,6 +171,14 @@ def html_report(run: Run, localisations: list[Localisation] | None = None, image
     from .render.report_parts import extra_sections
     from .render.tokens import Stream, panes_html
 
+    if run.bisect is not None:  # a bisect's page is its trials; its prompts carry no tokens of their own
+        from .render.report_parts import bisect_html
+
+        parts = [bisect_html(run), settings_html(run, open_=True)]
+        title = f"parity-ui bisect {run.id}"
+        return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
+                f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>")
     prompts = run.prompts
     if run.workload is not None:
         from .render.workload import workload_section_html

@@ -156,6 +156,15 @@ class ParityService:
                 loc = failed(run, prompt_index, position, pair, e)
             return save_localisation(self.db, loc)
 
+    def bisect(self, run_id: str, sides: tuple[str, str] | None = None, *, prompts: int = 8,
+               max_trials: int | None = None, emit: EventCallback | None = None) -> Run:
+        """Which setting is it (parity_ui.bisect): the smallest set of the two sides' differing settings
+        whose flipping restores parity. Returns the stored bisect (kind "bisect", `run.bisect` its
+        record; status ok / diverged / error / cancelled). Raises ParityError only for an unknown run id."""
+        from .bisect import BisectRequest, bisect_run
+
+        return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)
+
     def cancel(self) -> None:
         self.pool.cancel()
 

@@ -6,7 +6,8 @@ failure leaves the file as it was. Columns follow one convention: `*_json` holds
 
 Tables: `runs` (one row a run, its sides in `sides_json`), `prompt_results` (one a prompt),
 `side_results` (one per prompt and side; its generated steps as columns in `steps_json`), `comparisons` (one per prompt and non-reference side),
-`localisations` (layer localisations, several per run).
+`localisations` (layer localisations, several per run); a bisect's record is a run of kind "bisect"
+(`runs.bisect_json`).
 Datasette reads the file as it is.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .bulk import gc_paused
 from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from .paths import default_db_path
 from .runlog import owner_alive
-from .workload.stats import PairSample
+from .pooled import PairSample
 from .types import (Localisation, PromptResult, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
                     prompt_result_from_dict, run_from_dict, side_result_from_dict, step_from_dict, to_dict)
 
@@ -185,6 +186,12 @@ def m006_workloads(db: Database) -> None:
         "run_id": str, "side": str, "prompt_idx": int, "identical": int, "first_divergence": int, "length": int,
         "verdict": str, "max_abs_dlogp": float, "logp_side": bytes, "logp_ref": bytes, "positions": bytes,
     }, pk=("run_id", "side", "prompt_idx"), foreign_keys=[("run_id", "runs", "id")])
+
+
+@migrations()
+def m007_bisect(db: Database) -> None:
+    """A bisect (parity_ui.bisect) is a run of kind "bisect": its trials and answer in `bisect_json`."""
+    db["runs"].add_column("bisect_json", str)
 
 
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
@@ -354,6 +361,7 @@ def save_run_row(db: Database, run: Run) -> None:
         "probes_json": _dumps(run.probes), "sides": _sides_text([to_dict(s) for s in run.sides]),
         "sides_json": _dumps(run.sides), "timings_json": _dumps(run.timings), "owner_json": _dumps(run.owner),
         "workload_json": _dumps(run.workload), "headline": run.workload.headline if run.workload else None,
+        "bisect_json": _dumps(run.bisect),
     }, pk="id")
 
 
@@ -443,6 +451,7 @@ def _get_run(db: Database, run_id: str, only: list[int] | None = None) -> Run | 
         "duration_ms": r["duration_ms"], "group_id": r["group_id"], "kind": r["kind"] or "compare",
         "probes": _loads(r["probes_json"]), "timings": _loads(r["timings_json"]) or {},
         "owner": _loads(r["owner_json"]), "workload": _loads(r.get("workload_json")),
+        "bisect": _loads(r.get("bisect_json")),
     })
     run.prompts = prompts
     return run

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from .records import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
                       probe_report_from_json)
 
+from .workload_record import WorkloadReport, report_from_json
+
 if TYPE_CHECKING:
-    from .workload.report import WorkloadReport
+    from .bisect_report import BisectReport
 
 RunStatus = Literal["running", "ok", "diverged", "error", "cancelled", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = ("running", "ok", "diverged", "error", "cancelled", "interrupted")
@@ -173,6 +175,14 @@ def step_column(steps: Sequence[TokenStep], name: str) -> list[Any]:
     if isinstance(steps, StepColumns):
         return steps.column(name)
     return [getattr(s, name) for s in steps]
+
+
+def top_ids(steps: Sequence[TokenStep], i: int) -> list[int]:
+    """Position i's top-k token ids, best first, without building its step from columns."""
+    if isinstance(steps, StepColumns):
+        starts = steps.top_starts()
+        return steps.top_token_id[starts[i]:starts[i + 1]]
+    return [t.token_id for t in steps[i].top]
 
 
 @dataclass
@@ -346,7 +356,8 @@ class Run:
     probes: ProbeReport | None = None  # a probe run's findings (parity_ui.probes)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
-    workload: WorkloadReport | None = None  # a workload run's pooled figures (parity_ui.workload.report)
+    workload: WorkloadReport | None = None  # a workload run's pooled figures (parity_ui.workload_record)
+    bisect: BisectReport | None = None  # a bisect's trials and answer (parity_ui.bisect_report)
 
     @property
     def reference(self) -> str | None:
@@ -384,18 +395,24 @@ class Run:
         return ", ".join(dict.fromkeys(s.device for s in self.sides if s.device))
 
 
+_LEAVES = (int, float, str, bool, type(None))
+
+
 def to_dict(obj: Any) -> Any:
     """A JSON-ready copy of a dataclass tree (stored steps as the list of steps they hold; a record
     with its own stored shape, parity_ui.records, as its to_json())."""
+    if type(obj) in _LEAVES:
+        return obj
     to_json = getattr(obj, "to_json", None)
     if to_json is not None and not isinstance(obj, type):
         return to_json()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple, StepColumns)):
-        return [to_dict(v) for v in obj]
+        # A workload's token ids and gaps are long lists of numbers: no call per number.
+        return [v if type(v) in _LEAVES else to_dict(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
+        return {k: v if type(v) in _LEAVES else to_dict(v) for k, v in obj.items()}
     return obj
 
 
@@ -481,15 +498,20 @@ def run_from_dict(d: dict[str, Any]) -> Run:
         "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
         "probes": d["probes"] if isinstance(d.get("probes"), ProbeReport) else probe_report_from_json(d.get("probes")),
         "workload": _workload(d.get("workload")),
+        "bisect": _bisect(d.get("bisect")),
     })
 
 
-def _workload(data: Any) -> Any:
+def _bisect(data: Any) -> Any:
     if data is None or not isinstance(data, dict):
         return data
-    from .workload.report import report_from_json  # the workload package sits above this module
+    from .bisect_report import report_from_json
 
     return report_from_json(data)
+
+
+def _workload(data: Any) -> Any:
+    return report_from_json(data) if isinstance(data, dict) else data
 
 
 @dataclass

@@ -218,6 +218,11 @@ class EngineWorker:
         self.log_path = str(_log_dir() / f"{self.label}-{int(time.time() * 1000)}.log")
         parent, child = socket.socketpair()
         env = {**os.environ, **self.env}
+        # vLLM reports usage to stats.vllm.ai from a background thread (and finds its own address by
+        # connecting to 8.8.8.8): a comparison tool does not phone home for its user, and on a machine
+        # without a network those lookups showed in every vLLM worker. A user's own setting wins.
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("DO_NOT_TRACK", "1")
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
         self._oom_before = oom_kill_count()

@@ -7,7 +7,9 @@ The "model": at each context the top-k next tokens and their logprobs are a fixe
 last four ids and the length. Options plant what a real engine would do: `shift` moves every logprob
 (a numerical gap), `noise` varies it by position, `swap_at` makes the side pick its second choice at
 one generated position (a divergence), `delay_ms` slows each token, `fail_at` crashes mid-stream,
-`load_s`/`fail_load` slow or break the load, `refuse` fails the capability check.
+`load_s`/`fail_load` slow or break the load, `refuse` fails the capability check; `flag`,
+`ignored_flag` and `fail_with_flag` are settings for the bisect tests (reported, accepted but not
+applied, incompatible with `flag`), and `registered_other()` adds a second kind with its own numerics.
 """
 from __future__ import annotations
 
@@ -46,6 +48,17 @@ class FakeOptions(SideOptions):
     flag: str | None = option(None, "a setting the engine reports resolved as it was given (bisect tests)")
     ignored_flag: str | None = option(None, "a setting the engine accepts but does not apply (a flag that does "
                                             "not take effect: bisect must report it)")
+    fail_with_flag: bool = option(False, "the load fails when `flag` is set too (two settings that cannot go "
+                                         "together: a bisect trial that fails)")
+
+
+@dataclass
+class OtherFakeOptions(FakeOptions):
+    other_only: bool = option(False, "an option only the other fake kind has (bisect: part of the engine factor)")
+
+
+# The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
+OTHER_ENGINE_SHIFT = 0.3
 
 
 @dataclass
@@ -59,7 +72,8 @@ class FakeArgs:
 def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     o: FakeOptions = side.options
     load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
-                                        "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after")}
+                                        "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after",
+                                        "fail_with_flag")}
     load["vocab_size"] = model.vocab_size or 1024
     load["dtype"] = o.dtype or cfg.dtype
     sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
@@ -81,6 +95,28 @@ class registered:
         from parity_ui.mapping import register_kind
 
         self._undo = register_kind(fake_kind(), to_fake)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._undo()
+
+
+def to_other_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
+    args = to_fake(cfg, side, r, model)
+    args.load["shift"] += OTHER_ENGINE_SHIFT
+    args.load["other_only"] = side.options.other_only
+    return args
+
+
+class registered_other:
+    """`with registered_other():` a second fake kind, "fake-other": the same model with its own numerics
+    (OTHER_ENGINE_SHIFT) and an option of its own, for what differs with the engine itself."""
+
+    def __enter__(self) -> None:
+        from parity_ui.kinds import Kind
+        from parity_ui.mapping import register_kind
+
+        self._undo = register_kind(Kind("fake-other", "another fake engine (tests only)", OtherFakeOptions,
+                                        "fake_engine:FakeEngine", "", head_start=False), to_other_fake)
 
     def __exit__(self, *exc: Any) -> None:
         self._undo()
@@ -113,6 +149,9 @@ class FakeEngine(Engine):
         time.sleep(a["load_s"])
         if a["fail_load"]:
             raise EngineFault("the fake engine was told to fail its load", "drop fail_load", fatal=True)
+        if a.get("fail_with_flag") and a["flag"] is not None:
+            raise EngineFault(f"the fake engine cannot load with flag={a['flag']} and fail_with_flag together",
+                              "drop one of them", fatal=True)
         resolved = {k: a[k] for k in ("shift", "noise", "swap_at", "eos_at") if a[k]}
         if a["flag"] is not None:
             resolved["flag"] = a["flag"]

@@ -48,7 +48,7 @@ def test_tiny_models_are_identical_in_float32(service, models, arch):
     (c,) = p.comparisons
     assert (c.a, c.b) == ("hf", "vllm") and c.identical and c.first_divergence is None
     assert c.max_abs_gap < 1e-3  # float32 on the same CPU: rounding-level gaps only
-    assert all(s.logprob is not None and s.top for s in vllm.steps + hf.steps)
+    assert all(s.logprob is not None and s.top for s in [*vllm.steps, *hf.steps])
     stored = get_run(service.db, run.id)
     assert stored.prompts[0].results["vllm"].token_ids == vllm.token_ids and stored.status == "ok"
     assert [s.name for s in stored.sides] == ["hf", "vllm"] and stored.sides[0].reference

@@ -80,9 +80,10 @@ EVERYTHING = {
     "max_model_len": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
     "vllm": {"max_num_seqs": 4, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
              "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
-             "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544},
+             "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
+             "generation_config": "model"},
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
-           "image_min_pixels": 3136, "image_max_pixels": 12544},
+           "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral"},
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
 
@@ -140,6 +141,8 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "vllm.image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, set()),
     "hf.image_min_pixels": (set(), {"processor.images_kwargs.min_pixels"}),
     "hf.image_max_pixels": (set(), {"processor.images_kwargs.max_pixels"}),
+    "vllm.generation_config": ({"LLM.generation_config"}, set()),
+    "hf.generation_config": (set(), {"runtime.model.generation_config"}),
 }
 
 
@@ -280,6 +283,27 @@ def test_model_generation_config_applies_to_every_side():
         _, _, v, h = args(data)
         assert v.llm["generation_config"] == "auto"
         assert h.keep_model_generation_config is True
+
+
+def test_a_side_may_take_the_models_generation_config_on_its_own():
+    """The trap of one engine silently applying generation_config.json while the other does not, as
+    a side's own option (parity bisect flips it like any other): the side's value wins over the
+    run's, `--set b.generation_config=model` addresses the side, 0.1's `vllm.generation_config=auto`
+    still means the whole run."""
+    cfg, sides = side_args({"sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "b", "kind": "hf", "generation_config": "model"},
+                                      {"name": "v", "kind": "vllm", "generation_config": "model"}]})
+    assert sides["ref"].keep_model_generation_config is False and sides["b"].keep_model_generation_config is True
+    assert sides["v"].llm["generation_config"] == "auto" and cfg.generation_config == "neutral"
+    cfg = build_config(None, ["b.generation_config=model"], sides=["ref=hf", "b=hf"])
+    assert (cfg.generation_config, cfg.side("b").options.generation_config) == ("neutral", "model")
+    cfg, sides = side_args({"generation_config": "model", "sides": [{"name": "ref", "kind": "hf"},
+                                                                    {"name": "b", "kind": "hf",
+                                                                     "generation_config": "neutral"}]})
+    assert sides["ref"].keep_model_generation_config is True and sides["b"].keep_model_generation_config is False
+    assert build_config(None, ["vllm.generation_config=auto"]).generation_config == "model"
+    with pytest.raises(ConfigError, match="generation_config"):
+        build_config(None, sides=["ref=hf", "b=hf,generation_config=yes"])
 
 
 @pytest.mark.parametrize("config_dtype, expected", [

@@ -209,6 +209,11 @@ def test_generation_config_model_says_what_hf_fills(variant):
     assert "generation-config-applied" in findings(model, "vllm.generation_config=auto")
 
 
+def test_one_side_taking_the_models_generation_config_is_named_with_its_own_fix(variant):
+    f = findings(variant(generation=TRAP), sides=["ref=hf", "b=hf,generation_config=model"])["generation-config-applied"]
+    assert f.side == "b" and f.setting == {"key": "b.generation_config", "value": "neutral"}
+
+
 def test_generation_config_model_without_an_hf_side_has_nothing_to_fill(variant):
     found = findings(variant(generation=TRAP), "generation_config=model", sides=["a=vllm", "b=vllm"])
     assert "generation-config-applied" not in found and "generation-config-defaults" not in found

@@ -1,5 +1,5 @@
-"""Sections of the static report beyond the summary and the panes: probes and what later features
-store with a run. Pure functions."""
+"""Sections of the static report beyond the summary and the panes: probes, a bisect's trials and
+what later features store with a run. Pure functions."""
 from __future__ import annotations
 
 import math
@@ -26,7 +26,42 @@ def probes_html(run: Run) -> str:
 
 def extra_sections(run: Run, localisations: list[Localisation] | None = None) -> list[str]:
     locs = [localisation_html(loc) for loc in localisations or []]
-    return [s for s in (probes_html(run), *locs) if s]
+    return [s for s in (probes_html(run), bisect_html(run), *locs) if s]
+
+
+def bisect_html(run: Run) -> str:
+    """A bisect's record (parity_ui.bisect): the settings that differ, the oracle, the table of trials
+    (what each flipped, its outcome and figures, whether its flips showed in the resolved settings) and
+    the answer."""
+    from ..bisect_report import show_value, trial_rows
+
+    b = run.bisect
+    if b is None:
+        return ""
+    factors = "".join(f"<tr><th>{esc(f.key)}</th><td>{esc(show_value(f.reference))}</td>"
+                      f"<td>{esc(show_value(f.side))}</td>"
+                      f"<td>{'yes' if f.flippable else 'no'}{' (runtime only)' if f.runtime_only else ''}</td>"
+                      f"<td>{esc(f.note)}</td></tr>" for f in b.factors + b.fixed)
+    trials = "".join(
+        f"<tr class=pc-bisect-{esc(r['outcome'].replace(' ', '-'))}><td>{esc(r['trial'])}</td>"
+        f"<td>{esc(r['flipped'])}</td>"
+        f"<td><b>{esc(r['outcome'])}</b></td><td>{esc(r['oracle'])}</td><td>{esc(r['figures'])}</td>"
+        f"<td>{esc(r['seconds'])}</td><td>{esc(r['warm'])}</td><td>{esc(r['notes'])}</td>"
+        f"<td><code>{esc(r['run'])}</code></td></tr>" for r in trial_rows(b))
+    doubts = "".join(f"<li>{esc(c.message)}</li>" for c in b.unconfirmed())
+    answer = esc(b.summary or run.error or "")
+    est = f"<p class=pc-muted>Estimate: {esc(b.estimate.line())}</p>" if b.estimate else ""
+    return (f'<div class="pc-card pc-bisect"><b>Which setting is it? {esc(b.side)} against {esc(b.reference)}</b> '
+            f"<span class=pc-muted>bisect of run {esc(b.run_id)}, {len(b.trials)} trial(s), "
+            f"group {esc(b.group_id)}</span>"
+            f"<p class=pc-bisect-answer><b>{esc(b.outcome or run.status)}</b>: {answer}</p>"
+            f"<p class=pc-muted>Oracle: {esc(b.oracle)}</p>{est}"
+            '<table class="pc-setting-table"><tr><th>setting</th><th>reference</th><th>side</th><th>flippable</th>'
+            f"<th>note</th></tr>{factors}</table>"
+            + (f"<p>Flips the resolved settings did not confirm:</p><ul>{doubts}</ul>" if doubts else "")
+            + '<table class="pc-setting-table"><tr><th>#</th><th>flipped to the reference</th><th>outcome</th>'
+              "<th>oracle</th><th>figures</th><th>s</th><th>warm</th><th>not confirmed</th><th>run</th></tr>"
+            f"{trials}</table></div>")
 
 
 def _svg_curve(loc: Localisation, width: int = 420, height: int = 110) -> str:

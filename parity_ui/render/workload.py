@@ -10,9 +10,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..pooled import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
 from ..types import Run
-from ..workload.report import FIGURE_ROWS, DlogpHistogram, SideFigures, WorkloadReport
-from ..workload.stats import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
+from ..workload.report import FIGURE_ROWS
+from ..workload_record import DlogpHistogram, SideFigures, WorkloadReport
 from .cards import error_html, esc, findings_html, settings_html, sides_html, split_fix
 
 FLOOR_COLOR = "#64748b"

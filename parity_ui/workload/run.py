@@ -26,6 +26,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..compare import compare
@@ -37,16 +38,16 @@ from ..pipeline import Sides
 from ..plan import Prepared, RunRequest, SidePlan
 from ..prepare import plan_side
 from ..prompts import PromptSpec
-from ..recorder import RunRecorder, decode_result, decode_step, side_info
+from ..recorder import RunRecorder, decode_columns, decode_result, side_info
 from ..runlog import EventCallback, RunEvent, new_run, phase
 from ..settings import differing
 from ..store import get_run, prompts_done, save_comparisons, save_pair_samples, save_side_result
-from ..types import Comparison, Run, SideResult, TokenStep
+from ..types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
 from .report import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport, pooled
-from .stats import PairSample
+from ..pooled import PairSample
 
 if TYPE_CHECKING:
-    from ..service import ParityService
+    from ..service_api import Service
 
 FLOOR = "floor"  # the floor side's name (suffixed when a user's side has it)
 
@@ -59,14 +60,15 @@ class WorkloadRequest:
     options: WorkloadOptions = dataclasses.field(default_factory=WorkloadOptions)
     trust_remote_code: bool = False
     group_id: str | None = None
+    kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.bisect)
 
 
-def run_workload(service: ParityService, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
-    """Run the workload and store it as a run of kind "workload" (run.workload: the report). Never
-    raises for a user or engine error: the run is stored with its status, its finished prompts and
-    their pooled figures."""
+def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
+    """Run the workload and store it as a run of kind "workload" (or `req.kind`; run.workload: the
+    report). Never raises for a user or engine error: the run is stored with its status, its finished
+    prompts and their pooled figures."""
     emit = emit or (lambda e: None)
-    with service.recording(req.model, req.config.to_dict(), req.prompts, kind="workload",
+    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
                            group_id=req.group_id) as rec:
         _check_options(req.options, req.config)
         Workload(service, rec, req, emit).run(done=set())
@@ -74,7 +76,7 @@ def run_workload(service: ParityService, req: WorkloadRequest, emit: EventCallba
     return rec.run
 
 
-def resume_workload(service: ParityService, run_id: str, emit: EventCallback | None = None) -> Run:
+def resume_workload(service: Service, run_id: str, emit: EventCallback | None = None) -> Run:
     """Go on with a stopped, failed or interrupted workload run: the prompts it has not finished,
     with the same sides, options and prompts (as given). Raises ParityError when there is nothing to
     resume (no such run, not a workload, already finished, or it is running in another process)."""
@@ -103,7 +105,7 @@ def resume_workload(service: ParityService, run_id: str, emit: EventCallback | N
     return rec.run
 
 
-def given_prompts(service: ParityService, run_id: str) -> list[PromptSpec]:
+def given_prompts(service: Service, run_id: str) -> list[PromptSpec]:
     """A stored run's prompts as the user gave them (text or messages). Raises ParityError for a run
     stored before prompts were kept as given, or with image prompts (their bytes are not re-read)."""
     rows = service.db.query("SELECT idx, given_json FROM prompt_results WHERE run_id = ? ORDER BY idx", [run_id])
@@ -170,7 +172,7 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
 class Workload:
     """One workload run inside its recording (see the module docstring)."""
 
-    def __init__(self, service: ParityService, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
+    def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
 
@@ -314,37 +316,42 @@ def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:
     n = c.first_divergence if c.first_divergence is not None else c.compared
     return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
                       length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
-                      logp_side=[s.logprob for s in side.steps[:n]], logp_ref=[s.logprob for s in ref.steps[:n]],
+                      logp_side=step_column(side.steps, "logprob")[:n], logp_ref=step_column(ref.steps, "logprob")[:n],
                       positions=list(range(n)))
 
 
-def scored_sample(c: Comparison, side: SideResult, scored: list[TokenStep]) -> PairSample:
+def scored_sample(c: Comparison, side: SideResult, scored: Sequence[TokenStep]) -> PairSample:
     """Scored: the side's own logprobs against the reference's teacher-forced ones, every token."""
+    lr = step_column(scored, "logprob")
     return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
                       length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
-                      logp_side=[s.logprob for s in side.steps], logp_ref=[s.logprob for s in scored],
-                      positions=list(range(len(scored))))
+                      logp_side=step_column(side.steps, "logprob"), logp_ref=lr, positions=list(range(len(lr))))
 
 
-def reference_view(name: str, side: SideResult, scored: list[TokenStep], prep: Prepared) -> SideResult:
+def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], prep: Prepared) -> SideResult:
     """What the scorer would have chosen at each position of the side's sequence (its top-1 given the
     side's prefix): the side's own sequence up to where the scorer ranks a token second or worse,
-    which is where a greedy scorer would have forked."""
-    steps = []
-    for s in scored:
-        best = s.top[0] if s.top else None
-        step = TokenStep(s.position, best.token_id if best else s.token_id, "", best.logprob if best else s.logprob,
-                         1, list(s.top))
-        decode_step(prep.tokenizer, step)
-        steps.append(step)
-    ids = [s.token_id for s in steps]
-    return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=steps,
+    which is where a greedy scorer would have forked. Built as columns from the scored columns."""
+    cols = StepColumns.from_steps(scored)
+    decode_columns(prep.tokenizer, cols)
+    starts = cols.top_starts()
+    first = [starts[i] if cols.top_n[i] else None for i in range(len(cols))]
+    ids = [cols.top_token_id[k] if k is not None else cols.token_id[i] for i, k in enumerate(first)]
+    view = StepColumns({
+        "position": list(cols.position), "token_id": ids,
+        "text": [cols.top_text[k] if k is not None else cols.text[i] for i, k in enumerate(first)],
+        "logprob": [cols.top_logprob[k] if k is not None else cols.logprob[i] for i, k in enumerate(first)],
+        "rank": [1] * len(cols), "top_n": list(cols.top_n), "top_token_id": list(cols.top_token_id),
+        "top_logprob": list(cols.top_logprob), "top_text": list(cols.top_text),
+        "raw": {i: cols.top_raw[k] for i, k in enumerate(first) if k is not None and k in cols.top_raw},
+        "top_raw": dict(cols.top_raw)})
+    return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=view,
                       text=prep.tokenizer.decode(ids), finish_reason="scored")
 
 
-def _as_result(side: SideResult, scored: list[TokenStep]) -> SideResult:
+def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
     """The floor scorer's logprobs of the side's tokens, as a result whose steps carry them."""
-    return dataclasses.replace(side, steps=list(scored))
+    return dataclasses.replace(side, steps=scored)
 
 
 def _duration(seconds: float) -> str:

@@ -45,7 +45,7 @@ from operator import le, mul, neg, sub
 from statistics import NormalDist, median
 from typing import Any
 
-from ..crossscore import MASKED_LOGPROB
+from .records import MASKED_LOGPROB
 
 # Position buckets: each value starts a bucket, the last one is open-ended.
 DEFAULT_BUCKETS: tuple[int, ...] = (0, 16, 64, 256)
