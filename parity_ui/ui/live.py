@@ -2,15 +2,18 @@
 
 Pure (no gradio): the Compare tab feeds it the service's events from a queue and renders it at a
 throttled rate. Sides generate one after the other, the reference first. A workload streams no
-tokens: its live view (WorkloadLive) is a progress card with the prompts done and an ETA.
+tokens: its live view (WorkloadLive) is a progress card with the prompts done and an ETA; a bisect's
+(BisectLive), the trial under way and the trials done.
 """
 from __future__ import annotations
 
 import queue
+import re
 import time
 from typing import Callable, Iterator
 
 from ..render.cards import progress_html
+from ..render.report_parts import bisect_progress_html
 from ..render.workload import workload_progress_html
 from ..render.tokens import Stream, first_difference, panes_html
 from ..runlog import RunEvent
@@ -107,6 +110,51 @@ class WorkloadLive:
     def progress(self) -> str:
         return workload_progress_html(self.phase, self.done, self.n_prompts, self.eta, self.log,
                                       time.monotonic() - self.t0, self.source)
+
+
+class BisectLive:
+    """A bisect in progress (parity_ui.bisect's status lines): its own id (its first line names it, so
+    the view can read its stored record as trials finish), the trial under way, the trials done, the
+    estimate, the last lines. A trial's own lines come indented ("  trial 3: ...")."""
+    streams_tokens = False
+    _OPENS = re.compile(r"^bisect (\w+) of run ")
+    _DONE = re.compile(r"^trial (\d+): (RESTORES|DIVERGES|FAILED)")
+    _STARTS = re.compile(r"^trial (\d+): ")
+
+    def __init__(self, pair: str = ""):
+        self.pair = pair
+        self.bisect_id: str | None = None
+        self.trials = 0
+        self.changed = False  # a trial finished since `take_changed` was last asked
+        self.estimate = ""
+        self.phase = "Queued: waiting for the engines"
+        self.log: list[str] = []
+        self.t0 = time.monotonic()
+
+    def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "token" or not ev.message:
+            return
+        m = ev.message
+        self.log.append(m.strip())
+        if (opened := self._OPENS.match(m)) is not None:
+            self.bisect_id = opened.group(1)
+            self.phase = f"Which setting? {self.pair}: checking the settings that differ"
+        elif m.startswith("estimate"):
+            self.estimate = m.partition(": ")[2]
+        elif (done := self._DONE.match(m)) is not None:
+            self.trials, self.changed = int(done.group(1)), True
+        elif (start := self._STARTS.match(m)) is not None:
+            self.phase = f"Trial {start.group(1)}: {m.partition(': ')[2]}"
+        elif m.startswith("RESULT"):
+            self.phase = "Stored"
+
+    def take_changed(self) -> bool:
+        """Whether a trial finished since the last call (the view then reads the stored record)."""
+        changed, self.changed = self.changed, False
+        return changed
+
+    def progress(self) -> str:
+        return bisect_progress_html(self.phase, self.trials, self.estimate, self.log, time.monotonic() - self.t0)
 
 
 def follow(events: queue.Queue, feed: Callable[[RunEvent], None], every: float) -> Iterator[object]:

@@ -44,6 +44,19 @@ class ServiceRunner:
 
         return resume_workload(self.service, run_id, on_event)
 
+    def bisect(self, run_id: str, sides: Any = None, prompts: Any = None,
+               on_event: EventCallback | None = None) -> Run:
+        """Which setting? (parity_ui.bisect) for a pair of a stored comparison or workload: `sides` one
+        of its pairs that differ (parity_ui.which_setting; None: the reference and the first side that
+        differs), on its `prompts` worst prompts (None: 8). Blocking; queues like `run`. Returns the
+        stored bisect (kind "bisect"; status ok / diverged / error / cancelled, an error naming its
+        fix). Raises ParityError naming the problem and the fix, with nothing stored, for an unknown
+        run, a run with no pair that differs, or a pair or number of prompts it cannot take."""
+        from ..which_setting import checked_request
+
+        pair, n = checked_request(self.db, run_id, sides, prompts)
+        return self.service.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
+
     def localise(self, run_id: str, prompt_index: int, side: str | None) -> Localisation:
         """Layer localisation of a stored run's comparison (`side` against the reference); stored,
         also when it fails (the failure says why and how to fix it)."""
