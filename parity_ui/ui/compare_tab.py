@@ -3,7 +3,8 @@
 The run itself is the service's: `service.run` runs in a worker thread, its RunEvents come back
 through a queue, and the handler yields the live view at most every THROTTLE_S seconds. A workload
 file (.jsonl, .parquet; parity_ui.ui.workload_input) runs the same way through `run_workload`, its
-progress shown with an ETA, and then its view (parity_ui.ui.workload_view) above the token view.
+progress shown with an ETA, and then its view (parity_ui.ui.workload_view) above the token view. A
+stored run whose sides differ gets Which setting? under it (parity_ui.ui.which_setting_view).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .result_view import ResultView
 from .sides_panel import SidesPanel
+from .which_setting_view import WhichSettingView
 from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, source_record, uploaded, \
     with_options
 from .workload_view import WorkloadView, read_for_view
@@ -133,6 +135,7 @@ class CompareTab:
         self.view = ResultView("cmp", localisations=self._localisations, images=self._image)
         self.sides = SidesPanel()
         self.wview = WorkloadView("cmp", service, gate, self.view)
+        self.which = WhichSettingView("cmp", service, gate)
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -147,6 +150,7 @@ class CompareTab:
             self._render_run()
             self.wview.create_ui()
             self.view.create_ui()
+            self.which.create_ui()
 
     def _render_model(self) -> None:
         self.model = gr.Dropdown(choices=model_choices(), value=DEMO_NAME, allow_custom_value=True,
@@ -448,14 +452,18 @@ class CompareTab:
         # A workload's view once it is stored (hidden for any other run): the run's own outputs stay
         # those of every run, as API clients know them.
         ran.then(self.wview.revealed, [self.run_id], self.wview.outputs, api_name=False, show_progress="hidden")
+        # Which setting? under a stored run whose sides differ (hidden for any other).
+        ran.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
         self.run_btn.click(self.clear_note, None, self.stop_note, api_name=False, queue=False)
         self.run_btn.click(self.wview.hidden, None, self.wview.outputs, api_name=False, queue=False)
+        self.run_btn.click(self.which.hidden, None, self.which.outputs, api_name=False, queue=False)
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)
         self.wview.create_event_handlers()
+        self.which.create_event_handlers()
 
     def recount(self, event: Any) -> None:
         """Count the prompt again once `event` is done (a new model, a new config): the last one

@@ -1,7 +1,8 @@
 """History tab: every stored run, searchable and filterable; open one to see exactly its view;
 deep links `?run=ID`; export a run as the CLI's JSON. A workload run is listed with its headline and
 opens in the workload view (parity_ui.ui.workload_view): its header and pair rows only, a prompt's
-tokens read when its row is clicked."""
+tokens read when its row is clicked. A run whose sides differ has Which setting? under it
+(parity_ui.ui.which_setting_view); a bisect is listed with its answer and opens as its record."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,9 @@ import gradio as gr
 from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
 from ..types import Run
 from .recent import Recent
+from ..which_setting import bisect_lines
 from .result_view import ResultView, pane_details
+from .which_setting_view import WhichSettingView, bisect_result_html
 from .workload_view import WorkloadView, is_workload
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
@@ -27,7 +30,9 @@ COLUMNS = ["id", "time (UTC)", "model", "sides (reference first)", "dtype", "sta
 _RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
 
 
-def _result(r: Any) -> str:
+def _result(r: Any, bisects: dict[str, str]) -> str:
+    if r.id in bisects:
+        return bisects[r.id]
     if r.kind == "workload" and r.headline:
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + f"workload: {r.headline}"
     if r.status == "error":
@@ -45,8 +50,9 @@ def history_rows(db: Any, search: str = "", model: str | None = None, status: st
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
     runs = list_runs(db, search=search or None, model=model or None, status=status or None, since=since,
                      limit=limit)
-    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status, _result(r),
-             r.prompt_excerpt] for r in runs]
+    bisects = bisect_lines(db, [r.id for r in runs if r.kind == "bisect"])
+    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status,
+             _result(r, bisects), r.prompt_excerpt] for r in runs]
 
 
 class HistoryTab:
@@ -68,6 +74,7 @@ class HistoryTab:
         self.view = ResultView("hist", localisations=lambda run_id: localisations_of(self.db, run_id),
                                images=lambda sha: image_bytes(self.db, sha))
         self.wview = WorkloadView("hist", service, self.gate, self.view)
+        self.which = WhichSettingView("hist", service, self.gate)
 
     @property
     def db(self) -> Any:
@@ -93,6 +100,7 @@ class HistoryTab:
                 self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
             self.wview.create_ui()
             self.view.create_ui()
+            self.which.create_ui()
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -121,6 +129,8 @@ class HistoryTab:
             if not wanted():
                 return
             run = self._load(run_id)
+            if run is not None and run.kind == "bisect":
+                return  # its record is the whole view: nothing to build ahead
             if run is not None and run.workload is not None:
                 if wanted():
                     self.wview.parts(run.id)  # its view: what an open shows (no prompt is read)
@@ -184,6 +194,8 @@ class HistoryTab:
         if run is None:
             return self.view.error_values(f"no run with id {run_id!r} in this database",
                                           "pick one from the table, or check the link")
+        if run.kind == "bisect":  # its record: the trials and the answer (its prompts have no tokens of their own)
+            return self.view.cleared(bisect_result_html(run))
         if run.workload is not None:  # its view shows above (`wview.show`); a prompt's tokens on a click there
             return self.view.values(None, message="A workload run: pick a prompt in its table above to see its "
                                                   "tokens here.")
@@ -251,9 +263,11 @@ class HistoryTab:
                        trigger_mode="always_last")
 
         def workload(event: Any) -> None:
-            # The workload view of the run (hidden for any other), beside the open: both read only
-            # the run's header, so neither waits for the other.
+            # The workload view of the run (hidden for any other) and Which setting? (for a run whose
+            # sides differ), beside the open: they read only the run's header and flags, so none waits.
             event.then(self.wview.show, [self.run_id], self.wview.outputs, api_name=False, show_progress="hidden",
+                       trigger_mode="always_last")
+            event.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden",
                        trigger_mode="always_last")
 
         picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)
@@ -263,8 +277,12 @@ class HistoryTab:
         then_figures(self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run"))
         self.open_btn.click(self.wview.show, [self.run_id], self.wview.outputs, api_name=False,
                             show_progress="hidden", trigger_mode="always_last")
+        self.open_btn.click(self.which.show, [self.run_id], self.which.outputs, api_name=False,
+                            show_progress="hidden", trigger_mode="always_last")
         then_figures(self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False))
         self.run_id.submit(self.wview.show, [self.run_id], self.wview.outputs, api_name=False,
+                           show_progress="hidden", trigger_mode="always_last")
+        self.run_id.submit(self.which.show, [self.run_id], self.which.outputs, api_name=False,
                            show_progress="hidden", trigger_mode="always_last")
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
@@ -272,6 +290,7 @@ class HistoryTab:
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)
         self.wview.create_event_handlers()
+        self.which.create_event_handlers()
         from_url = app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)
         then_figures(from_url)
         workload(from_url)
