@@ -157,8 +157,9 @@ class WhichSettingView:
     # -- events ---------------------------------------------------------------------------------
 
     def create_event_handlers(self) -> None:
-        """The button (queued with the runs: it uses the same engines) and Stop."""
+        """The button (queued with the runs: it uses the same engines) and Stop. No API endpoint, as
+        Find the layer and Resume: API clients bisect through `parity bisect` or the service."""
         self.btn.click(self.search, [self.run_id, self.pair, self.prompts],
-                       [self.btn, self.stop_btn, self.progress, self.result], api_name=f"{self.prefix}_which_setting",
+                       [self.btn, self.stop_btn, self.progress, self.result], api_name=False,
                        concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
         self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
