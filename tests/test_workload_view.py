@@ -127,9 +127,29 @@ def test_the_static_report_opens_with_the_workload_and_shows_only_the_earliest_f
     shown = workload_report_prompts(store.get_run(runner.db, runner.stored.id, prompts=[]))
     assert 1 <= len(shown) <= 8 and page.count('class="pt-root"') == len(shown)
     assert 'src="http' not in page and 'href="http' not in page and 'table class="wl-table" data-pick' not in page
-    # The CLI's path (the whole run, no rows): the same section, the same few panes.
+    # html_report on the whole run (no rows): the same section, the same few panes.
     whole = html_report(store.get_run(runner.db, runner.stored.id))
     assert 'class="wl-section"' in whole and whole.count('class="pt-root"') == len(shown)
+
+
+def test_parity_report_writes_a_workloads_page_from_its_rows(runner, tmp_path, monkeypatch):
+    """`parity report` goes through stored_html_report: the prompt table, the earliest forks' panes,
+    and no other prompt's tokens read."""
+    from parity_ui.cli import main
+
+    shown = workload_report_prompts(store.get_run(runner.db, runner.stored.id, prompts=[]))
+    real = store.get_run
+
+    def few_prompts(db, run_id, prompts=None):
+        assert prompts is not None and len(prompts) <= len(shown), "the report read every prompt"
+        return real(db, run_id, prompts=prompts)
+
+    monkeypatch.setattr(store, "get_run", few_prompts)
+    out = tmp_path / "w.html"
+    assert main(["--db", runner.db_path, "report", runner.stored.id, "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.count("<tr data-i=") == N and page.count('class="pt-root"') == len(shown)
+    assert main(["--db", runner.db_path, "report", "01NOSUCHRUN"]) == 2
 
 
 def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_that_prompt(runner, monkeypatch):
