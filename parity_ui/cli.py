@@ -272,17 +272,18 @@ def _n_prompts(args: argparse.Namespace, run: Run) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import html_report
+    from .report import stored_html_report
+    from .store import open_db
 
-    run = _get(args, args.id)
-    if run is None:
+    # stored_html_report reads a workload's header, prompt rows and earliest forks only, not every
+    # prompt's tokens (a 10,000-prompt run); any other run whole
+    page = stored_html_report(open_db(args.db), args.id)
+    if page is None:
+        print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
+              "Fix: list the ids with 'parity runs list'", file=sys.stderr)
         return EXIT_ERROR
-    from .store import image_bytes, localisations_of, open_db
-
-    out = Path(args.output or f"parity-run-{run.id}.html")
-    db = open_db(args.db)
-    out.write_text(html_report(run, localisations_of(db, run.id), lambda sha: image_bytes(db, sha)),
-                   encoding="utf-8")
+    out = Path(args.output or f"parity-run-{args.id}.html")
+    out.write_text(page, encoding="utf-8")
     print(out)
     return 0
 

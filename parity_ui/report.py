@@ -120,9 +120,51 @@ def run_json(run: Run) -> dict[str, Any]:
     }
 
 
-def html_report(run: Run, localisations: list[Localisation] | None = None, images: Any = None) -> str:
+WORKLOAD_PANES = 8  # a workload's report shows the token panes of this many prompts: the earliest forks
+
+
+def workload_report_prompts(run: Run, n: int = WORKLOAD_PANES) -> list[int]:
+    """The prompts whose token panes a workload's report shows: each side's earliest forks in turn
+    (from its pooled report), up to `n`."""
+    w = run.workload
+    if w is None:
+        return []
+    queues = [[x.prompt_index for x in f.stats.worst_by_divergence] for f in w.sides.values()]
+    out: list[int] = []
+    for k in range(max((len(q) for q in queues), default=0)):
+        for q in queues:
+            if k < len(q) and q[k] not in out and len(out) < n:
+                out.append(q[k])
+    return out or ([0] if w.done else [])  # nothing forked: the first prompt, as a sample
+
+
+def stored_html_report(db: Any, run_id: str) -> str | None:
+    """The static report of a stored run, read for it: a workload's header, its prompt rows and the
+    few prompts whose panes it shows (not every prompt's tokens); any other run whole. None when
+    there is no such run."""
+    from .store import get_run, image_bytes, localisations_of, pair_rows, prompt_excerpts
+
+    run = get_run(db, run_id, prompts=[])
+    if run is None:
+        return None
+    rows = None
+    if run.workload is not None:
+        from .render.workload import prompt_rows
+
+        run = get_run(db, run_id, prompts=workload_report_prompts(run)) or run
+        rows = prompt_rows(pair_rows(db, run_id), prompt_excerpts(db, run_id))
+    else:
+        run = get_run(db, run_id) or run
+    return html_report(run, localisations_of(db, run_id), lambda sha: image_bytes(db, sha), rows=rows)
+
+
+def html_report(run: Run, localisations: list[Localisation] | None = None, images: Any = None,
+                rows: list[Any] | None = None) -> str:
     """One self-contained HTML page for a run (no network, no external files): the summary, the
-    sides and their resolved settings, each prompt's panes with hover details, the findings."""
+    sides and their resolved settings, each prompt's panes with hover details, the findings. A
+    workload's page opens with its section (render.workload: the card, the survival curve and the
+    |dlogp| histograms as inline SVG, the figures table and, given its `rows`, the sortable prompt
+    table) and shows the panes of its earliest forks only (workload_report_prompts)."""
     from .render.assets import CSS, JS
     from .render.cards import run_summary_html, settings_html
     from .render.images import images_html
@@ -137,9 +179,20 @@ def html_report(run: Run, localisations: list[Localisation] | None = None, image
         return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
                 f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
                 f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>")
-    parts = [run_summary_html(run, 0), settings_html(run, open_=True)]
-    for p in run.prompts:
-        if len(run.prompts) > 1:
+    prompts = run.prompts
+    if run.workload is not None:
+        from .render.workload import workload_section_html
+
+        shown = set(workload_report_prompts(run))
+        prompts = [p for p in run.prompts if p.index in shown]
+        parts = [workload_section_html(run, rows), settings_html(run, open_=True)]
+        if prompts:
+            parts.append(f"<h3>The {len(prompts)} prompt(s) that fork earliest</h3><p class=pc-muted>Open any other "
+                         f"with <code>parity runs show {html.escape(run.id)} --prompt N</code>.</p>")
+    else:
+        parts = [run_summary_html(run, 0), settings_html(run, open_=True)]
+    for p in prompts:
+        if len(run.prompts) > 1 or run.workload is not None:
             parts.append(f"<h3>Prompt {p.index}</h3>")
         parts.append(f'<details class="pc-prompt"><summary>prompt: {len(p.prompt_token_ids)} tokens</summary>'
                      f"<pre>{html.escape(p.prompt_text[:20000])}</pre></details>")

@@ -501,6 +501,16 @@ def pair_rows(db: Database, run_id: str) -> list[dict[str, Any]]:
                          "FROM pair_samples WHERE run_id = ? ORDER BY prompt_idx, side", [run_id]))
 
 
+def prompt_excerpts(db: Database, run_id: str, n: int = 160) -> dict[int, str]:
+    """Each prompt's first `n` characters as the user gave it (text, or the last message's text
+    content), else as the engines saw it: what a prompt table lists, without reading token ids."""
+    rows = db.execute(
+        "SELECT idx, substr(coalesce(json_extract(given_json, '$.text'), "
+        "json_extract(given_json, '$.messages[#-1].content'), prompt_text), 1, ?) FROM prompt_results "
+        "WHERE run_id = ? ORDER BY idx", [n, run_id]).fetchall()
+    return {idx: text if isinstance(text, str) else "" for idx, text in rows}
+
+
 def pair_samples(db: Database, run_id: str, side: str) -> Iterator[PairSample]:
     """A side's stored samples, prompt by prompt, read one row at a time (bounded memory)."""
     for r in db.query("SELECT * FROM pair_samples WHERE run_id = ? AND side = ? ORDER BY prompt_idx",
@@ -539,6 +549,7 @@ class RunSummary:
     group_id: str | None
     error_code: str | None = None
     sides: str = ""
+    headline: str | None = None  # a workload's one line (its prompts, each side's share identical and verdict)
 
 
 def list_runs(db: Database, *, search: str | None = None, model: str | None = None,
@@ -569,6 +580,7 @@ def list_runs(db: Database, *, search: str | None = None, model: str | None = No
         first_divergence=r["first_divergence"], model=r["model"] or "", dtype=r["dtype"], device=r["device"] or "",
         n_prompts=r["n_prompts"] or 0, prompt_excerpt=r["prompt_excerpt"] or "", error=r["error"],
         duration_ms=r["duration_ms"], group_id=r["group_id"], error_code=r["error_code"], sides=r["sides"] or "",
+        headline=r.get("headline"),
     ) for r in db.query(sql, params)]
 
 
@@ -576,5 +588,5 @@ def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
 
-__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "pair_rows", "prompts_done", "get_run", "list_runs",
+__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "pair_rows", "prompt_excerpts", "prompts_done", "get_run", "list_runs",
            "distinct_models", "RunSummary", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]

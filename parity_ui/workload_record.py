@@ -5,10 +5,13 @@ figures from the store and printing them is parity_ui.workload.report's.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .pooled import FloorVerdict, WorkloadStats
+from .records import MASKED_LOGPROB
 
 MODES = ("free", "scored")
 FLOORS = ("auto", "batch", "order", "kernel", "none")
@@ -33,11 +36,64 @@ class FloorSpec:
     description: str  # for people: "the reference again at batch 8, its prompts in reverse order"
 
 
+# The |dlogp| histogram's bins, in log10 nats: 1e-7 (float32 rounding of a log-softmax is ~1e-6) to
+# 1e2, a quarter decade each. Fixed, so every side's and the floor's bars line up in one chart.
+HIST_LOW, HIST_HIGH, HIST_WIDTH = -7.0, 2.0, 0.25
+
+
+@dataclass
+class DlogpHistogram:
+    """A side's |dlogp| = |logp_side - logp_ref| over the same scorable pairs as its token figures,
+    binned by log10: counts[i] holds low + i*width <= log10|dlogp| < low + (i+1)*width. Exact zeros
+    have no logarithm (`zero`); `below` and `above` count what falls outside the bins. Computed once
+    when the figures are pooled, so a view draws it without reading any logprob."""
+    low: float = HIST_LOW
+    width: float = HIST_WIDTH
+    counts: list[int] = field(default_factory=lambda: [0] * round((HIST_HIGH - HIST_LOW) / HIST_WIDTH))
+    zero: int = 0
+    below: int = 0
+    above: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts) + self.zero + self.below + self.above
+
+    def edges(self) -> list[float]:
+        """The bins' log10 edges (one more than counts)."""
+        return [self.low + i * self.width for i in range(len(self.counts) + 1)]
+
+    def add(self, logp_side: Sequence[float | None], logp_ref: Sequence[float | None]) -> None:
+        """Count one sample's pairs; a pair with a missing, non-finite or masked logprob is skipped,
+        as the token figures skip it."""
+        n, low, width, counts = len(self.counts), self.low, self.width, self.counts
+        for a, b in zip(logp_side, logp_ref):
+            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) \
+                    or a <= MASKED_LOGPROB or b <= MASKED_LOGPROB:
+                continue
+            d = abs(a - b)
+            if d == 0.0:
+                self.zero += 1
+                continue
+            i = math.floor((math.log10(d) - low) / width)
+            if i < 0:
+                self.below += 1
+            elif i >= n:
+                self.above += 1
+            else:
+                counts[i] += 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> DlogpHistogram | None:
+        return None if not d else cls(low=d["low"], width=d["width"], counts=list(d["counts"]), zero=d["zero"],
+                                      below=d["below"], above=d["above"])
+
+
 @dataclass
 class SideFigures:
     side: str
     stats: WorkloadStats
     verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
+    hist: DlogpHistogram | None = None  # None in a report stored before histograms were pooled
 
 
 @dataclass
@@ -79,7 +135,8 @@ class WorkloadReport:
         def figures(f: SideFigures | None) -> dict[str, Any] | None:
             if f is None:
                 return None
-            return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None}
+            return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None,
+                    "hist": dataclasses.asdict(f.hist) if f.hist else None}
 
         return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
                 "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
@@ -92,7 +149,8 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
         if not f:
             return None
         return SideFigures(side=f["side"], stats=WorkloadStats.from_dict(f["stats"]),
-                           verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None)
+                           verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
+                           hist=DlogpHistogram.from_dict(f.get("hist")))
 
     opts = {k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}}
     return WorkloadReport(options=WorkloadOptions(**opts), floor=FloorSpec(**d["floor"]), n_prompts=d["n_prompts"],

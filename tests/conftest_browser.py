@@ -50,13 +50,15 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180.0, ok: tupl
 
 
 @contextlib.contextmanager
-def running_app(db_path: Path, log_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`python app.py` on a free port with PARITY_DB=db_path; yields its base URL."""
+def running_app(db_path: Path, log_path: Path, env: dict[str, str] | None = None,
+                script: Path = ROOT / "app.py") -> Iterator[str]:
+    """`python app.py` (or `script`: tests/fake_app.py has the fake engine kinds) on a free port with
+    PARITY_DB=db_path; yields its base URL."""
     port = free_port()
     env = {**os.environ, "PARITY_DB": str(db_path), "PARITY_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
            **(env or {})}
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=log,
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:

@@ -382,6 +382,56 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     _shot(page, "12-16k-lazy", "#hist-panes")
 
 
+def test_a_stored_workload_opens_in_history_sorts_in_the_page_and_a_row_opens_its_tokens(app, page):
+    """A workload (60 prompts, written with the store's functions) opens in History in its view: the
+    headline, the survival curve, the prompt table; the table sorts in the page; a row opens that
+    prompt's token view, its divergence marked where the table said."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from ui_render import synthetic_workload
+
+    from parity_ui.store import open_db, pair_rows
+
+    run = synthetic_workload(open_db(app["db"]), 60, 32, created="2027-01-01T00:00:00.000+00:00")
+    forks = {r["prompt_idx"]: r["first_divergence"] for r in pair_rows(open_db(app["db"]), run.id) if r["side"] == "b"}
+    page.goto(app["url"])
+    page.get_by_role("tab", name="History").click()
+    row = page.locator("#hist-table [data-testid^='cell-']").filter(has_text=run.id).first
+    row.wait_for(timeout=REPLY_MS)
+    assert "workload: 60 prompts, free-running: b" in page.locator("#hist-table").inner_text()  # its headline
+    row.click()
+    card = page.wait_for_selector(f"#hist-wl-card .pc-workload[data-run='{run.id}']", timeout=REPLY_MS)
+    assert run.workload.headline in card.inner_text() and "EXCEEDS NOISE" in card.inner_text()
+    page.wait_for_selector("#hist-wl-survival .js-plotly-plot .main-svg", timeout=REPLY_MS)
+    assert page.locator("#hist-wl-survival .scatterlayer .trace").count() == 2  # b and the floor
+    page.wait_for_selector("#hist-wl-hist .js-plotly-plot .main-svg", timeout=REPLY_MS)
+    table = "#hist-wl-prompts table.wl-table[data-init]"
+    page.wait_for_selector(table, timeout=REPLY_MS)
+    assert page.locator(f"{table} tbody tr").count() == 60
+    assert "pick a prompt" in page.locator("#hist-summary").inner_text()  # no prompt read yet
+    _shot(page, "14-workload-view", "#hist-wl")
+
+    def order() -> list[int]:
+        return page.evaluate(f"Array.from(document.querySelectorAll('{table} tbody tr'), (r) => Number(r.dataset.i))")
+
+    # Sorted in the page by b's first divergence: the earliest forks first, identical prompts last.
+    page.click(f"{table} th[data-col='fork:b']")
+    assert page.locator(f"{table} th[data-col='fork:b']").get_attribute("aria-sort") == "ascending"
+    want = sorted(forks, key=lambda i: (1e12 if forks[i] is None else forks[i], i))
+    assert order() == want
+    page.click(f"{table} th[data-col='fork:b']")
+    assert order()[:5] == sorted(forks, key=lambda i: (-(1e12 if forks[i] is None else forks[i]), i))[:5]
+    page.click(f"{table} th[data-col='fork:b']")
+    # A row opens that prompt's tokens below, its divergence where the table said.
+    first = want[0]
+    page.locator(f"{table} tbody tr").first.click()
+    page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=REPLY_MS)
+    page.wait_for_selector(f"#hist-summary:has-text('Prompt {first} of workload')", timeout=REPLY_MS)
+    chips = _divergent_chips(page, "#hist-panes")
+    assert chips["b"]["d"] == [forks[first]] and chips["b"]["n"] == 32
+    assert page.locator(f"{table} tbody tr.sel").get_attribute("data-i") == str(first)
+    _shot(page, "15-workload-prompt", "#hist-panes")
+
+
 def test_a_login_is_required_when_auth_is_set(tmp_path_factory, browser):
     # The module's browser: a second sync Playwright cannot start inside the first one's loop.
     db = tmp_path_factory.mktemp("auth-db") / "runs.db"

@@ -1,6 +1,7 @@
 """The page's CSS and the one small script (token details on hover, pane scroll sync, scrolling
-the first divergence into view, the byte view, bringing a finished run's verdict into view).
-Passed to launch(css=..., head=...) and inlined into the static report."""
+the first divergence into view, the byte view, bringing a finished run's verdict into view, sorting
+a workload's prompt table and opening a prompt from it). Passed to launch(css=..., head=...) and
+inlined into the static report."""
 
 from .tokens import BLOCK
 
@@ -91,6 +92,33 @@ CSS = """
 .pc-phases td { text-align:center; border:1px solid #eee; }
 .pc-muted { color:#71717a; }
 .pc-settings summary, .pc-timings summary, .pc-cross summary { cursor:pointer; color:#3f3f46; }
+/* A card under the upload button (a workload described, a file refused) takes the row's whole width. */
+div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
+#prompt-count:has(.pc-card) { flex:1 1 100% !important; min-width:100% !important; }
+.wl-pick ul { margin:4px 0 0 18px; }
+.wl-headline { font-size:15px; font-weight:600; margin:6px 0 2px; }
+.wl-verdict { margin:6px 0; padding:4px 8px; border-left:3px solid #a1a1aa; }
+.wl-verdict.ok { border-color:#16a34a; background:#f0fdf4; }
+.wl-verdict.div { border-color:#dc2626; background:#fef2f2; }
+.wl-checks { margin:4px 0 0; }
+.wl-resume { margin-top:6px; color:#1e3a8a; }
+.wl-figures td.pc-over { background:#fef2f2; color:#991b1b; font-weight:600; }
+.wl-figures td { text-align:right; font-variant-numeric:tabular-nums; }
+.wl-scroll { max-height:420px; overflow:auto; border:1px solid #e4e4e7; border-radius:8px; margin-top:4px; }
+.wl-table { border-collapse:collapse; font-size:12.5px; width:100%; }
+.wl-table th { position:sticky; top:0; background:#fafafa; cursor:pointer; text-align:left; padding:3px 8px;
+  border-bottom:1px solid #e4e4e7; white-space:nowrap; user-select:none; }
+/* The sort direction as a CSS triangle: no glyph a page's fonts might lack. */
+.wl-table th[aria-sort]::after { content:""; display:inline-block; margin-left:5px; vertical-align:middle;
+  border-left:4px solid transparent; border-right:4px solid transparent; }
+.wl-table th[aria-sort=ascending]::after { border-bottom:6px solid currentColor; }
+.wl-table th[aria-sort=descending]::after { border-top:6px solid currentColor; }
+.wl-table td { padding:2px 8px; border-bottom:1px solid #f4f4f5; white-space:nowrap; font-variant-numeric:tabular-nums; }
+.wl-table td.div { color:#991b1b; font-weight:600; }
+.wl-table[data-pick] tbody tr { cursor:pointer; }
+.wl-table tbody tr:hover { background:#eff6ff; } .wl-table tbody tr.sel { background:#dbeafe; }
+.wl-charts { display:flex; gap:16px; flex-wrap:wrap; margin:8px 0; }
+.wl-svg { background:#fff; border:1px solid #e4e4e7; border-radius:8px; }
 """
 
 JS_TEMPLATE = r"""
@@ -268,9 +296,56 @@ JS_TEMPLATE = r"""
     card.dataset.revealed = '1';
     card.scrollIntoView({behavior: 'smooth', block: 'start'});
   }
+  // A workload's prompt table: sorted here by any column (each cell's value in data-v, else its
+  // text; ties in prompt order), so a click on a header costs no server call, also for 1,000s of
+  // rows. In the app (data-pick) a click on a row writes its prompt into the view's off-screen box
+  // and presses its button: the server opens that prompt's token view.
+  function sortTable(table, th) {
+    const col = th.cellIndex;
+    const asc = th.getAttribute('aria-sort') !== 'ascending';
+    table.querySelectorAll('thead th[aria-sort]').forEach((h) => h.removeAttribute('aria-sort'));
+    th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
+    const num = th.dataset.sort === 'num';
+    const body = table.tBodies[0];
+    const keyed = Array.from(body.rows, (r) => {
+      const td = r.cells[col];
+      const v = td.dataset.v !== undefined ? td.dataset.v : td.textContent;
+      return [num ? Number(v) : v.toLowerCase(), Number(r.dataset.i), r];
+    });
+    const dir = asc ? 1 : -1;
+    keyed.sort((a, b) => (a[0] < b[0] ? -dir : a[0] > b[0] ? dir : 0) || a[1] - b[1]);
+    const frag = document.createDocumentFragment();
+    keyed.forEach((k) => frag.appendChild(k[2]));
+    body.appendChild(frag);
+    table.dataset.sorted = `${col}:${asc ? 'asc' : 'desc'}`;
+  }
+  function pickRow(table, tr) {
+    const pick = table.dataset.pick;
+    if (!pick) return;
+    table.querySelectorAll('tbody tr.sel').forEach((r) => r.classList.remove('sel'));
+    tr.classList.add('sel');
+    const box = document.querySelector(`#${pick}-wl-pick textarea, #${pick}-wl-pick input`);
+    const btn = document.querySelector(`#${pick}-wl-open`);
+    if (!box || !btn) return;
+    box.value = tr.dataset.i;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+    btn.click();
+  }
+  function initTable(table) {
+    table.dataset.init = '1';
+    table.tHead.addEventListener('click', (e) => {
+      const th = e.target.closest('th[data-sort]');
+      if (th) sortTable(table, th);
+    });
+    table.tBodies[0].addEventListener('click', (e) => {
+      const tr = e.target.closest('tr[data-i]');
+      if (tr) pickRow(table, tr);
+    });
+  }
   const scan = () => {
     document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
-    document.querySelectorAll('.pc-summary[data-reveal]:not([data-revealed])').forEach(reveal);
+    document.querySelectorAll('.pc-summary[data-reveal]:not([data-revealed]), .pc-workload[data-reveal]:not([data-revealed])').forEach(reveal);
+    document.querySelectorAll('table.wl-table:not([data-init])').forEach(initTable);
   };
   let queued = false;
   new MutationObserver(() => {

@@ -110,3 +110,13 @@ def localisation_html(loc: Localisation) -> str:
             f"<details><summary>every layer and block ({len(loc.per_layer)})</summary>"
             '<table class="pc-setting-table"><tr><th>layer</th><th>block</th><th>rel L2</th><th>floor</th>'
             f"<th>cosine</th></tr>{rows}</table></details></div>")
+
+
+def bisect_progress_html(phase: str, trials: int, estimate: str, lines: list[str], elapsed: float) -> str:
+    """A bisect in progress (the app's live view): the trial under way, how many are done against the
+    estimate, the last status lines."""
+    done = f"{trials} trial(s) done" + (f"; {estimate}" if estimate else "")
+    log = "".join(f"<li>{esc(x)}</li>" for x in lines[-5:])
+    return (f'<div class="pc-card pc-progress pc-bisect-progress"><div class="pc-title">{esc(phase)} '
+            f'<span class="pp-time">{elapsed:.1f}s</span></div><div class=pc-muted>{esc(done)}</div>'
+            f'<ul class="pp-log">{log}</ul></div>')

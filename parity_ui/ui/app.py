@@ -26,9 +26,10 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def create_app(service: ServiceRunner) -> gr.Blocks:
-    compare = CompareTab(service, RunGate(service))
+    gate = RunGate(service)  # one engine set: Stop (and Resume) in either tab acts on the same runs
+    compare = CompareTab(service, gate)
     config = ConfigTab(service)
-    history = HistoryTab(service)
+    history = HistoryTab(service, gate)
     with gr.Blocks(title=TITLE) as app:
         gr.Markdown(f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
                     "versions or checkpoints) with one canonical config, and see the first token where a side "

@@ -1,7 +1,10 @@
 """Compare tab: pick a model and the sides, give prompts, run every side with live token streams.
 
 The run itself is the service's: `service.run` runs in a worker thread, its RunEvents come back
-through a queue, and the handler yields the live view at most every THROTTLE_S seconds.
+through a queue, and the handler yields the live view at most every THROTTLE_S seconds. A workload
+file (.jsonl, .parquet; parity_ui.ui.workload_input) runs the same way through `run_workload`, its
+progress shown with an ETA, and then its view (parity_ui.ui.workload_view) above the token view. A
+stored run whose sides differ gets Which setting? under it (parity_ui.ui.which_setting_view).
 """
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import os
 import queue
 import sys
 import threading
-import time
 import traceback
 from typing import Any, Iterator
 
@@ -25,12 +27,22 @@ from ..prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, par
                        tokenizer_for)
 from ..render import cards
 from ..types import Run
+from ..workload.report import FLOORS
 from .config_tab import config_from_text, config_summary_html, default_yaml
-from .live import LiveRun
+from .live import LiveRun, WorkloadLive, follow
 from .result_view import ResultView
 from .sides_panel import SidesPanel
+from .which_setting_view import WhichSettingView
+from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, source_record, uploaded, \
+    with_options
+from .workload_view import WorkloadView, read_for_view
 
 THROTTLE_S = 0.2
+UPLOAD_TYPES = (*PROMPT_FILE_TYPES, ".parquet")
+MODE_CHOICES = [("free: every side generates", "free"),
+                ("scored: the reference teacher-forces the others' tokens", "scored")]
+FLOOR_CHOICES = [("auto (batch when free; kernel when scored with an HF reference)", "auto"),
+                 *((f, f) for f in FLOORS if f != "auto")]
 DEFAULT_PROMPT = "Give me a brief explanation of gravity in simple terms."
 
 
@@ -122,6 +134,8 @@ class CompareTab:
         self.gate = gate
         self.view = ResultView("cmp", localisations=self._localisations, images=self._image)
         self.sides = SidesPanel()
+        self.wview = WorkloadView("cmp", service, gate, self.view)
+        self.which = WhichSettingView("cmp", service, gate)
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -134,7 +148,9 @@ class CompareTab:
                     self._render_model()
             self.sides.create_ui()
             self._render_run()
+            self.wview.create_ui()
             self.view.create_ui()
+            self.which.create_ui()
 
     def _render_model(self) -> None:
         self.model = gr.Dropdown(choices=model_choices(), value=DEMO_NAME, allow_custom_value=True,
@@ -149,17 +165,37 @@ class CompareTab:
         self.prompt = gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=4, max_lines=14,
                                  elem_id="prompt", placeholder="Type or paste a prompt; long ones are fine")
         with gr.Row(equal_height=False):
-            self.prompt_file = gr.UploadButton("Upload prompts (.txt: one, .jsonl: one a line)",
-                                               file_types=list(PROMPT_FILE_TYPES), type="filepath", size="sm",
+            self.prompt_file = gr.UploadButton("Upload prompts (.txt: one; .jsonl, .parquet: a workload)",
+                                               file_types=list(UPLOAD_TYPES), type="filepath", size="sm",
                                                elem_id="prompt-file", scale=2)
-            self.clear_file_btn = gr.Button("Use the text box", size="sm", scale=1, visible=False)
+            self.clear_file_btn = gr.Button("Use the text box", size="sm", scale=1, visible=False,
+                                            elem_id="clear-file")
             self.prompt_info = gr.HTML(elem_id="prompt-count", container=False)
+        self._render_workload_options()
         self.images = gr.File(label=f"Images for the prompt (vision-language models; at most {MAX_IMAGES_PER_PROMPT}, "
                                     f"{MAX_IMAGE_BYTES // 2**20} MiB each)", file_count="multiple",
                               file_types=list(IMAGE_TYPES), type="filepath", elem_id="prompt-images", height=120)
         self.image_info = gr.HTML(elem_id="image-info", container=False)
         self.file_prompts = gr.State(None)
         self.config_line = gr.HTML(config_summary_html(config_from_text(default_yaml())), elem_id="config-line")
+
+    def _render_workload_options(self) -> None:
+        """How a workload file's prompts are chosen and run; kept in `self.workload` (a gr.State)."""
+        with gr.Accordion("Workload options (a .jsonl or .parquet file of several prompts)", open=False,
+                          elem_id="wl-options"):
+            with gr.Row():
+                self.wl_mode = gr.Dropdown(MODE_CHOICES, value="free", label="Mode", elem_id="wl-mode")
+                self.wl_floor = gr.Dropdown(FLOOR_CHOICES, value="auto", label="Noise floor (the reference against "
+                                            "itself under a change that must not matter)", elem_id="wl-floor")
+            with gr.Row():
+                self.wl_field = gr.Textbox(label="Prompt field", placeholder="auto: prompt, messages, text, question, "
+                                           "input", elem_id="wl-field")
+                self.wl_limit = gr.Number(0, precision=0, label="Only the first N prompts (0: all)", elem_id="wl-limit")
+                self.wl_sample = gr.Number(0, precision=0, label="A random N prompts, seed 0 (0: all)",
+                                           elem_id="wl-sample")
+                self.wl_skip = gr.Checkbox(False, label="Skip broken lines or rows (counted and named)",
+                                           elem_id="wl-skip")
+        self.workload = gr.State(WorkloadPick())
 
     def _render_run(self) -> None:
         with gr.Row():
@@ -179,8 +215,11 @@ class CompareTab:
         return cards.model_html(info, DEMO_LABEL if (model or DEMO_NAME) == DEMO_NAME else model)
 
     def count_tokens(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None,
-                     cfg_text: str) -> str:
-        """Token count of each prompt as the engines will see it, checked against the context."""
+                     cfg_text: str, workload: WorkloadPick | None = None) -> str:
+        """Token count of each prompt as the engines will see it, checked against the context; for a
+        workload file, what it holds and how it runs (its prompts are checked when it runs)."""
+        if workload is not None and workload.active:
+            return note_html(workload)
         try:
             cfg = config_from_text(cfg_text)
             specs = _specs(prompt, file_prompts)
@@ -219,10 +258,17 @@ class CompareTab:
         return {self.file_prompts: prompts, self.clear_file_btn: gr.Button(visible=prompts is not None),
                 self.prompt_info: note}
 
-    def upload(self, path: str | None) -> dict[Any, Any]:
+    def upload(self, path: str | None, workload: WorkloadPick | None = None) -> dict[Any, Any]:
+        """A file given: .txt/.md one prompt; .jsonl/.parquet a workload, read and described (or
+        refused, with the problem and the fix) before anything runs."""
+        pick = workload if isinstance(workload, WorkloadPick) else WorkloadPick()
         if not path:
-            return self._file_values(None, "")
+            return {**self._file_values(None, ""), self.workload: cleared(pick)}
         name = os.path.basename(path)
+        if is_workload_file(name):
+            pick = uploaded(pick, path)
+            return {self.file_prompts: None, self.clear_file_btn: gr.Button(visible=True),
+                    self.prompt_info: note_html(pick), self.workload: pick}
         try:
             if os.path.getsize(path) > MAX_PROMPT_FILE_BYTES:  # refuse before reading it into memory
                 raise PromptError(f"prompt file {name!r} is over the {MAX_PROMPT_FILE_BYTES // 2**20} MiB limit",
@@ -230,10 +276,20 @@ class CompareTab:
             with open(path, "rb") as fh:
                 specs = parse_prompt_bytes(fh.read(), name)
         except ParityError as e:
-            return self._file_values(None, cards.error_html(e.message, e.fix, "Prompt file refused"))
+            return {**self._file_values(None, cards.error_html(e.message, e.fix, "Prompt file refused")),
+                    self.workload: cleared(pick)}
         data = [{"text": s.text, "messages": s.messages, "images": s.images} for s in specs]
-        return self._file_values(data, cards.notice_html(f"{len(specs)} prompt(s) from {name} run instead of "
-                                                         "the text box."))
+        return {**self._file_values(data, cards.notice_html(f"{len(specs)} prompt(s) from {name} run instead of "
+                                                            "the text box.")), self.workload: cleared(pick)}
+
+    def workload_options(self, workload: WorkloadPick | None, mode: str, floor: str, field: str | None, limit: Any,
+                         sample: Any, skip_bad: bool) -> dict[Any, Any]:
+        """An option of the workload changed: kept, and the file read again when it picks other prompts."""
+        pick = with_options(workload if isinstance(workload, WorkloadPick) else WorkloadPick(), mode, floor, field,
+                            limit, sample, skip_bad)
+        shown = note_html(pick) if pick.active else cards.error_html(pick.error, pick.fix, "Workload option refused") \
+            if pick.error else gr.skip()
+        return {self.workload: pick, self.prompt_info: shown}
 
     def check_images(self, files: Any) -> str:
         """As soon as images are uploaded: each one checked, its size shown, or why it is refused."""
@@ -246,27 +302,43 @@ class CompareTab:
         return cards.notice_html("; ".join(f"{i.name}: {i.width} x {i.height} {i.format}" for i in images)
                                  + " (the model's processor resizes them; see the findings after the run)")
 
-    def clear_file(self) -> dict[Any, Any]:
-        return self._file_values(None, "")
+    def clear_file(self, workload: WorkloadPick | None = None) -> dict[Any, Any]:
+        pick = workload if isinstance(workload, WorkloadPick) else WorkloadPick()
+        return {**self._file_values(None, ""), self.workload: cleared(pick)}
 
     def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
-            images: Any = None, request: gr.Request = None) -> Iterator[dict[Any, Any]]:
+            images: Any = None, workload: WorkloadPick | None = None,
+            request: gr.Request = None) -> Iterator[dict[Any, Any]]:
         """Run every side; yields the progress card, the view and the run id as tokens arrive
-        (each yield sets only what changed)."""
+        (each yield sets only what changed). With a workload file: the workload, its progress with
+        the prompts done and the time left."""
         model = model or DEMO_NAME
+        pick = workload if isinstance(workload, WorkloadPick) and workload.active else None
         try:
-            specs = _specs(prompt, file_prompts, images)
-            cfg = config_from_text(cfg_text)
+            if pick is not None:
+                req: Any = self._workload_request(pick, model, bool(trust), cfg_text, images)
+                specs = req.prompts
+            else:
+                specs = _specs(prompt, file_prompts, images)
+                req = RunRequest(model=model, prompts=specs, config=config_from_text(cfg_text),
+                                 trust_remote_code=bool(trust))
         except ParityError as e:
-            given = prompts_as_given(prompt or "", [os.path.basename(p) for p in _paths(images)],
-                                     [PromptSpec(**d) for d in file_prompts or []])
-            yield self._finished(self.service.record_failure(model, given, {"yaml": cfg_text}, e))
+            if pick is not None:
+                given = prompts_as_given(None, prompt_file=pick.name)
+            else:
+                given = prompts_as_given(prompt or "", [os.path.basename(p) for p in _paths(images)],
+                                         [PromptSpec(**d) for d in file_prompts or []])
+            kind = {"kind": "workload"} if pick is not None else {}
+            yield self._finished(self.service.record_failure(model, given, {"yaml": cfg_text}, e, **kind))
             return
+        cfg = req.config
         session = request.session_hash if request is not None else "api"
         events: queue.Queue = queue.Queue()
-        req = RunRequest(model=model, prompts=specs, config=cfg, trust_remote_code=bool(trust))
         worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-run")
-        live = LiveRun([side.name for side in cfg.sides], len(specs), cfg.max_new_tokens)
+        if isinstance(req, RunRequest):
+            live: Any = LiveRun([side.name for side in cfg.sides], len(specs), cfg.max_new_tokens)
+        else:
+            live = WorkloadLive(len(specs), req.options.source.get("description", ""))
         self.gate.begin(session)
         try:
             worker.start()
@@ -274,24 +346,53 @@ class CompareTab:
         finally:
             self.gate.end(session)
 
-    def _work(self, req: RunRequest, events: queue.Queue) -> None:
+    def _workload_request(self, pick: WorkloadPick, model: str, trust: bool, cfg_text: str, images: Any) -> Any:
+        """The picked file read again (as it runs), as a workload request, or as one comparison's for a
+        .jsonl file of one prompt (the CLI's rule). Raises ParityError naming the problem and the fix."""
+        from ..workload.run import WorkloadRequest
+
+        if pick.error:
+            raise PromptError(pick.error, pick.fix)
+        if _paths(images):
+            raise PromptError("images were uploaded next to the prompt, and a workload file is in use",
+                              "name the images in the .jsonl file, or press 'Use the text box'")
+        cfg = config_from_text(cfg_text)
+        source = load(pick)
+        if len(source.prompts) < 2 and source.format != "parquet":
+            return RunRequest(model=model, prompts=source.prompts, config=cfg, trust_remote_code=trust)
+        options = pick.options()
+        options.source = source_record(source, pick.name)
+        return WorkloadRequest(model=model, prompts=source.prompts, config=cfg, options=options,
+                               trust_remote_code=trust)
+
+    def _work(self, req: Any, events: queue.Queue) -> None:
         try:
-            events.put(self.service.run(req, events.put))
+            if isinstance(req, RunRequest):
+                events.put(self.service.run(req, events.put))
+            else:
+                events.put(self.service.run_workload(req, events.put))
         except BaseException as e:  # service.run stores user errors itself; this is a bug guard
             traceback.print_exc(file=sys.stderr)
             events.put(e)
 
     def _finished(self, run: Run) -> dict[Any, Any]:
+        if run.workload is not None:  # its view follows (workload_view), a prompt's tokens on a click there
+            note = "Pick a prompt in the workload's table above to see its tokens here."
+            return {self.progress: "", **self.view.values(None, message=note), self.run_id: run.id}
         return {self.progress: "", **self.view.values(run, reveal=True), self.run_id: run.id}
 
-    def _stream(self, live: LiveRun, events: queue.Queue) -> Iterator[dict[Any, Any]]:
+    def _stream(self, live: Any, events: queue.Queue) -> Iterator[dict[Any, Any]]:
+        """The live view (a LiveRun, or a WorkloadLive: progress only) until the run is done."""
         yield {**self.view.cleared(), self.progress: live.progress()}
-        last = time.monotonic()
-        while True:
-            try:
-                item = events.get(timeout=THROTTLE_S)
-            except queue.Empty:
-                item = None
+
+        def feed(ev: Any) -> None:
+            live.feed(ev)
+            # The workers clear a cancel when a request starts: a Stop pressed while the sides loaded
+            # is repeated once they generate (a workload streams no tokens: at every event).
+            if ev.kind == "token" or not live.streams_tokens:
+                self.gate.reassert()
+
+        for item in follow(events, feed, THROTTLE_S):
             if isinstance(item, Run):
                 yield self._finished(item)
                 return
@@ -300,13 +401,7 @@ class CompareTab:
                                                                    "the app keeps serving; please report this"),
                        self.run_id: None}
                 return
-            if item is not None:
-                live.feed(item)
-                if item.kind == "token":
-                    self.gate.reassert()
-            if time.monotonic() - last >= THROTTLE_S:
-                last = time.monotonic()
-                yield {self.progress: live.progress(), self.view.panes: live.panes()}
+            yield {self.progress: live.progress(), **({self.view.panes: live.panes()} if live.streams_tokens else {})}
 
     def clear_note(self) -> str:
         return ""
@@ -324,17 +419,25 @@ class CompareTab:
         count is a server round trip (the tokenizer, the image processor), and per keystroke they
         queued up on a busy machine. A new config recounts it through `recount`."""
         ctx = [self.model, self.trust]
-        self.count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml]
+        self.count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.workload]
         self.recount(self.model.change(self.describe, ctx, self.model_info, api_name="describe_model"))
         self.trust.change(self.describe, ctx, self.model_info, api_name=False)
         gr.on([self.prompt.blur, self.prompt.submit], self.count_tokens, self.count_inputs, self.prompt_info,
               api_name="count_tokens", trigger_mode="always_last", show_progress="hidden",
               concurrency_limit=1, concurrency_id="count")
-        file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info]
-        self.prompt_file.upload(self.upload, [self.prompt_file], file_outputs, api_name="upload_prompts").then(
+        file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info, self.workload]
+        self.prompt_file.upload(self.upload, [self.prompt_file, self.workload], file_outputs,
+                                api_name="upload_prompts").then(
             self.count_file, [*ctx, self.file_prompts, cfg_yaml], self.prompt_info, api_name=False,
             show_progress="hidden")
-        self.recount(self.clear_file_btn.click(self.clear_file, None, file_outputs, api_name=False))
+        self.recount(self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False))
+        # Workload options: a pick at once, a typed one when it is left (or on Enter).
+        options = [self.workload, self.wl_mode, self.wl_floor, self.wl_field, self.wl_limit, self.wl_sample,
+                   self.wl_skip]
+        gr.on([self.wl_mode.input, self.wl_floor.input, self.wl_skip.input, self.wl_field.blur, self.wl_field.submit,
+               self.wl_limit.blur, self.wl_limit.submit, self.wl_sample.blur, self.wl_sample.submit],
+              self.workload_options, options, [self.workload, self.prompt_info], api_name=False,
+              show_progress="hidden", trigger_mode="always_last", concurrency_limit=1, concurrency_id="wl-options")
         self.images.change(self.check_images, [self.images], self.image_info, api_name=False,
                            show_progress="hidden")
         # Edits of the Sides panel the YAML has not had yet go in first (Run pressed straight from
@@ -342,16 +445,25 @@ class CompareTab:
         self.commit_sides = self.run_btn.click(self.sides.commit, [cfg_yaml, *self.sides.state],
                                                [cfg_yaml, self.sides.error, self.sides.counter.synced],
                                                api_name=False, queue=False, show_progress="hidden")
-        self.commit_sides.success(
-            self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images],
+        ran = self.commit_sides.success(
+            self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images, self.workload],
             [self.progress, *self.view.outputs, self.run_id], api_name="run",
             concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
+        # A workload's view once it is stored (hidden for any other run): the run's own outputs stay
+        # those of every run, as API clients know them.
+        ran.then(self.wview.revealed, [self.run_id], self.wview.outputs, api_name=False, show_progress="hidden")
+        # Which setting? under a stored run whose sides differ (hidden for any other).
+        ran.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
         self.run_btn.click(self.clear_note, None, self.stop_note, api_name=False, queue=False)
+        self.run_btn.click(self.wview.hidden, None, self.wview.outputs, api_name=False, queue=False)
+        self.run_btn.click(self.which.hidden, None, self.which.outputs, api_name=False, queue=False)
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)
+        self.wview.create_event_handlers()
+        self.which.create_event_handlers()
 
     def recount(self, event: Any) -> None:
         """Count the prompt again once `event` is done (a new model, a new config): the last one
@@ -371,10 +483,9 @@ class CompareTab:
         return localisations_of(self.service.db, run_id)
 
     def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> dict[Any, Any]:
-        """Another prompt of the batch, or another side against the reference."""
-        from ..store import get_run
-
-        run = get_run(self.service.db, run_id) if run_id else None
+        """Another prompt of the batch, or another side against the reference (a workload's prompt
+        is read alone)."""
+        run = read_for_view(self.service.db, run_id, int(index or 0)) if run_id else None
         return self.view.values(run, int(index or 0), side)
 
     def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> dict[Any, Any]:

@@ -1,5 +1,8 @@
 """History tab: every stored run, searchable and filterable; open one to see exactly its view;
-deep links `?run=ID`; export a run as the CLI's JSON."""
+deep links `?run=ID`; export a run as the CLI's JSON. A workload run is listed with its headline and
+opens in the workload view (parity_ui.ui.workload_view): its header and pair rows only, a prompt's
+tokens read when its row is clicked. A run whose sides differ has Which setting? under it
+(parity_ui.ui.which_setting_view); a bisect is listed with its answer and opens as its record."""
 from __future__ import annotations
 
 import json
@@ -16,7 +19,10 @@ import gradio as gr
 from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
 from ..types import Run
 from .recent import Recent
+from ..which_setting import bisect_lines
 from .result_view import ResultView, pane_details
+from .which_setting_view import WhichSettingView, bisect_result_html
+from .workload_view import WorkloadView, is_workload
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
 PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
@@ -24,7 +30,11 @@ COLUMNS = ["id", "time (UTC)", "model", "sides (reference first)", "dtype", "sta
 _RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
 
 
-def _result(r: Any) -> str:
+def _result(r: Any, bisects: dict[str, str]) -> str:
+    if r.id in bisects:
+        return bisects[r.id]
+    if r.kind == "workload" and r.headline:
+        return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + f"workload: {r.headline}"
     if r.status == "error":
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):
@@ -40,8 +50,9 @@ def history_rows(db: Any, search: str = "", model: str | None = None, status: st
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
     runs = list_runs(db, search=search or None, model=model or None, status=status or None, since=since,
                      limit=limit)
-    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status, _result(r),
-             r.prompt_excerpt] for r in runs]
+    bisects = bisect_lines(db, [r.id for r in runs if r.kind == "bisect"])
+    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status,
+             _result(r, bisects), r.prompt_excerpt] for r in runs]
 
 
 class HistoryTab:
@@ -49,8 +60,11 @@ class HistoryTab:
     PREFETCH_AFTER_S = 0.4  # a listed run is read ahead after this long without an open (no one clicks faster)
     QUIET_S = 2.0  # nor when a run was opened this shortly before the list: its page is still being built
 
-    def __init__(self, service: Any):
+    def __init__(self, service: Any, gate: Any = None):
+        from .compare_tab import RunGate
+
         self.service = service
+        self.gate = gate if gate is not None else RunGate(service)
         # The view, its background details fetch and a prompt/side switch all read the same run
         # within seconds; a finished run no longer changes, so it is read once.
         self._recent = Recent(self.RECENT)
@@ -59,6 +73,8 @@ class HistoryTab:
         self._opening = 0  # opens under way (handlers run in threads): a read ahead stands down meanwhile
         self.view = ResultView("hist", localisations=lambda run_id: localisations_of(self.db, run_id),
                                images=lambda sha: image_bytes(self.db, sha))
+        self.wview = WorkloadView("hist", service, self.gate, self.view)
+        self.which = WhichSettingView("hist", service, self.gate)
 
     @property
     def db(self) -> Any:
@@ -82,7 +98,9 @@ class HistoryTab:
                 self.export_btn = gr.Button("Export as JSON", scale=1, elem_id="hist-export")
                 self.report_btn = gr.Button("HTML report", scale=1, elem_id="hist-report")
                 self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
+            self.wview.create_ui()
             self.view.create_ui()
+            self.which.create_ui()
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -111,6 +129,12 @@ class HistoryTab:
             if not wanted():
                 return
             run = self._load(run_id)
+            if run is not None and run.kind == "bisect":
+                return  # its record is the whole view: nothing to build ahead
+            if run is not None and run.workload is not None:
+                if wanted():
+                    self.wview.parts(run.id)  # its view: what an open shows (no prompt is read)
+                return
             if run is not None and wanted():
                 self.view.parts(run)
             if run is not None and wanted():
@@ -127,12 +151,30 @@ class HistoryTab:
 
     def _load(self, run_id: str) -> Run | None:
         """The stored run, read once while it is recent; a read already under way for it (the
-        prefetch) is waited for, not repeated. A run still running is read again each time."""
+        prefetch) is waited for, not repeated. A run still running is read again each time. A
+        workload is read without its prompts (its view reads its pair rows; a prompt, alone)."""
         run_id = (run_id or "").strip()
         if not _RUN_ID.match(run_id):
             return None
-        return self._recent.get(run_id, lambda: get_run(self.db, run_id),
-                                keep=lambda run: run is not None and run.status != "running")
+
+        def read() -> Run | None:
+            if is_workload(self.db, run_id):
+                return get_run(self.db, run_id, prompts=[])
+            return get_run(self.db, run_id)
+
+        def keep(run: Run | None) -> bool:  # a stopped workload may be resumed: its header changes
+            if run is None:
+                return False
+            return run.status in ("ok", "diverged") if run.workload is not None else run.status != "running"
+
+        return self._recent.get(run_id, read, keep=keep)
+
+    def _view_run(self, run_id: str, index: int) -> Run | None:
+        """The run a token view shows: a workload's prompt `index` alone, any other run whole."""
+        run = self._load(run_id)
+        if run is not None and run.workload is not None:
+            return self.wview.prompt_run(run.id, index)
+        return run
 
     def open(self, run_id: str) -> dict[Any, Any]:
         with self._opens_lock:
@@ -152,6 +194,11 @@ class HistoryTab:
         if run is None:
             return self.view.error_values(f"no run with id {run_id!r} in this database",
                                           "pick one from the table, or check the link")
+        if run.kind == "bisect":  # its record: the trials and the answer (its prompts have no tokens of their own)
+            return self.view.cleared(bisect_result_html(run))
+        if run.workload is not None:  # its view shows above (`wview.show`); a prompt's tokens on a click there
+            return self.view.values(None, message="A workload run: pick a prompt in its table above to see its "
+                                                  "tokens here.")
         return self.view.values(run, plots=False)  # the figures follow (`figures`), once the panes show
 
     def figures(self, run_id: str, index: int | None, side: str | None) -> dict[Any, Any]:
@@ -161,10 +208,11 @@ class HistoryTab:
 
     def pane_details(self, src: str) -> str:
         """The `pane_details` endpoint: the hover details a long view fetches after it shows."""
-        return pane_details(self._load, src)
+        _, _, index = (src or "").partition(":")
+        return pane_details(lambda run_id: self._view_run(run_id, int(index) if index.isdigit() else 0), src)
 
     def switch_view(self, run_id: str, index: int | None, side: str | None) -> dict[Any, Any]:
-        return self.view.values(self._load(run_id), int(index or 0), side)
+        return self.view.values(self._view_run(run_id, int(index or 0)), int(index or 0), side)
 
     def _stored(self, run_id: str) -> Any:
         run = self._load(run_id)
@@ -181,12 +229,13 @@ class HistoryTab:
         return gr.File(value=str(out), visible=True)
 
     def report(self, run_id: str) -> Any:
-        from ..report import html_report
+        from ..report import html_report, stored_html_report
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-report-")) / f"parity-run-{run.id}.html"
-        out.write_text(html_report(run, localisations_of(self.db, run.id), lambda sha: image_bytes(self.db, sha)),
-                       encoding="utf-8")
+        page = stored_html_report(self.db, run.id) if run.workload is not None else \
+            html_report(run, localisations_of(self.db, run.id), lambda sha: image_bytes(self.db, sha))
+        out.write_text(page, encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
     def from_url(self, request: gr.Request) -> Any:
@@ -213,13 +262,35 @@ class HistoryTab:
             event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden",
                        trigger_mode="always_last")
 
-        then_figures(self.table.select(self.select, [self.table], [self.run_id], api_name=False).then(
-            self.open, [self.run_id], self.view.outputs, api_name=False, trigger_mode="always_last"))
+        def workload(event: Any) -> None:
+            # The workload view of the run (hidden for any other) and Which setting? (for a run whose
+            # sides differ), beside the open: they read only the run's header and flags, so none waits.
+            event.then(self.wview.show, [self.run_id], self.wview.outputs, api_name=False, show_progress="hidden",
+                       trigger_mode="always_last")
+            event.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden",
+                       trigger_mode="always_last")
+
+        picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)
+        then_figures(picked.then(self.open, [self.run_id], self.view.outputs, api_name=False,
+                                 trigger_mode="always_last"))
+        workload(picked)
         then_figures(self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run"))
+        self.open_btn.click(self.wview.show, [self.run_id], self.wview.outputs, api_name=False,
+                            show_progress="hidden", trigger_mode="always_last")
+        self.open_btn.click(self.which.show, [self.run_id], self.which.outputs, api_name=False,
+                            show_progress="hidden", trigger_mode="always_last")
         then_figures(self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False))
+        self.run_id.submit(self.wview.show, [self.run_id], self.wview.outputs, api_name=False,
+                           show_progress="hidden", trigger_mode="always_last")
+        self.run_id.submit(self.which.show, [self.run_id], self.which.outputs, api_name=False,
+                           show_progress="hidden", trigger_mode="always_last")
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)
-        then_figures(app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False))
+        self.wview.create_event_handlers()
+        self.which.create_event_handlers()
+        from_url = app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)
+        then_figures(from_url)
+        workload(from_url)

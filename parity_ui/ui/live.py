@@ -1,19 +1,28 @@
 """The live view of a run in progress: RunEvents in, progress card and token panes out.
 
 Pure (no gradio): the Compare tab feeds it the service's events from a queue and renders it at a
-throttled rate. Sides generate one after the other, the reference first.
+throttled rate. Sides generate one after the other, the reference first. A workload streams no
+tokens: its live view (WorkloadLive) is a progress card with the prompts done and an ETA; a bisect's
+(BisectLive), the trial under way and the trials done.
 """
 from __future__ import annotations
 
+import queue
+import re
 import time
+from typing import Callable, Iterator
 
 from ..render.cards import progress_html
+from ..render.report_parts import bisect_progress_html
+from ..render.workload import workload_progress_html
 from ..render.tokens import Stream, first_difference, panes_html
 from ..runlog import RunEvent
 from ..types import TokenStep
 
 
 class LiveRun:
+    streams_tokens = True  # its panes change as tokens arrive
+
     def __init__(self, sides: list[str], n_prompts: int, max_new_tokens: int | None):
         self.sides = sides
         self.n_prompts = n_prompts
@@ -61,3 +70,108 @@ class LiveRun:
         note = "Streaming as the sides generate (the reference first, then each side)"
         note += f": prompt {prompt_index} of {self.n_prompts}." if self.n_prompts > 1 else "."
         return panes_html(streams, live=True, note=note)
+
+
+class WorkloadLive:
+    """A workload in progress: the phase, prompts done of all (the runner's "progress" events carry
+    them in prompt_index, and their message the rate and the time left), the last status lines."""
+    streams_tokens = False  # chunks are generated whole: nothing to show between progress lines
+
+    def __init__(self, n_prompts: int, source: str = ""):
+        self.n_prompts = n_prompts
+        self.source = source
+        self.done = 0
+        self.eta = ""  # the newest progress line: "128/1000 prompts done, 2.1 prompts/s, about 6 min left"
+        self.phase = "Queued: waiting for the engines"
+        self.log: list[str] = []
+        self.t0 = time.monotonic()
+
+    def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "progress":
+            self.done = ev.prompt_index or 0
+            self.eta = ev.message
+            self.phase = "Generating, comparing and storing, a chunk at a time"
+            return
+        if ev.kind == "token":
+            return
+        if ev.message:
+            self.log.append(ev.message)
+        m = ev.message
+        if ev.kind == "status":
+            if m.startswith("preparing"):
+                self.phase = "Preparing: tokenizing every prompt"
+            elif m.startswith("resuming"):
+                self.phase = "Resuming: the prompts not done yet"
+            elif m.startswith(("starting", "loading")) or ev.side is not None:
+                self.phase = "Starting the sides (a warm side is reused)"
+            elif m.startswith("stored"):
+                self.phase = "Stored"
+
+    def progress(self) -> str:
+        return workload_progress_html(self.phase, self.done, self.n_prompts, self.eta, self.log,
+                                      time.monotonic() - self.t0, self.source)
+
+
+class BisectLive:
+    """A bisect in progress (parity_ui.bisect's status lines): its own id (its first line names it, so
+    the view can read its stored record as trials finish), the trial under way, the trials done, the
+    estimate, the last lines. A trial's own lines come indented ("  trial 3: ...")."""
+    streams_tokens = False
+    _OPENS = re.compile(r"^bisect (\w+) of run ")
+    _DONE = re.compile(r"^trial (\d+): (RESTORES|DIVERGES|FAILED)")
+    _STARTS = re.compile(r"^trial (\d+): ")
+
+    def __init__(self, pair: str = ""):
+        self.pair = pair
+        self.bisect_id: str | None = None
+        self.trials = 0
+        self.changed = False  # a trial finished since `take_changed` was last asked
+        self.estimate = ""
+        self.phase = "Queued: waiting for the engines"
+        self.log: list[str] = []
+        self.t0 = time.monotonic()
+
+    def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "token" or not ev.message:
+            return
+        m = ev.message
+        self.log.append(m.strip())
+        if (opened := self._OPENS.match(m)) is not None:
+            self.bisect_id = opened.group(1)
+            self.phase = f"Which setting? {self.pair}: checking the settings that differ"
+        elif m.startswith("estimate"):
+            self.estimate = m.partition(": ")[2]
+        elif (done := self._DONE.match(m)) is not None:
+            self.trials, self.changed = int(done.group(1)), True
+        elif (start := self._STARTS.match(m)) is not None:
+            self.phase = f"Trial {start.group(1)}: {m.partition(': ')[2]}"
+        elif m.startswith("RESULT"):
+            self.phase = "Stored"
+
+    def take_changed(self) -> bool:
+        """Whether a trial finished since the last call (the view then reads the stored record)."""
+        changed, self.changed = self.changed, False
+        return changed
+
+    def progress(self) -> str:
+        return bisect_progress_html(self.phase, self.trials, self.estimate, self.log, time.monotonic() - self.t0)
+
+
+def follow(events: queue.Queue, feed: Callable[[RunEvent], None], every: float) -> Iterator[object]:
+    """What a worker thread puts on `events`: each RunEvent goes to `feed`; yields None at most
+    every `every` seconds (time to redraw), then the final item (a Run, or the exception the worker
+    hit) and stops."""
+    last = time.monotonic()
+    while True:
+        try:
+            item = events.get(timeout=every)
+        except queue.Empty:
+            item = None
+        if item is not None and not isinstance(item, RunEvent):
+            yield item
+            return
+        if item is not None:
+            feed(item)
+        if time.monotonic() - last >= every:
+            last = time.monotonic()
+            yield None

@@ -45,7 +45,7 @@ def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     streams = _streams(run, idx)
     parts["side"] = side = _picked_side(run, idx, side)
     if any(s.steps for s in streams):
-        parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{idx}")
+        parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{run.prompts[idx].index}")
     return parts
 
 
@@ -65,8 +65,17 @@ def plot_parts(run: Run, prompt_index: int = 0, side: str | None = None) -> dict
     return parts
 
 
+def _position(run: Run, prompt_index: int) -> int | None:
+    """Where prompt `prompt_index` (its own .index) is in run.prompts: a workload's prompt is read
+    alone (store.get_run(..., prompts=[i])) and keeps its index; None when it is not there."""
+    if 0 <= prompt_index < len(run.prompts) and run.prompts[prompt_index].index == prompt_index:
+        return prompt_index
+    return next((k for k, p in enumerate(run.prompts) if p.index == prompt_index), None)
+
+
 def _index(run: Run, prompt_index: int) -> int:
-    return prompt_index if 0 <= prompt_index < len(run.prompts) else 0
+    pos = _position(run, prompt_index)
+    return pos if pos is not None else prompt_index if 0 <= prompt_index < len(run.prompts) else 0
 
 
 def _picked_side(run: Run, idx: int, side: str | None) -> str | None:
@@ -90,9 +99,10 @@ def pane_details(get_run: Callable[[str], Run | None], src: str) -> str:
     view_parts wrote it into the panes: what a long view's page script fetches once it shows."""
     run_id, _, index = (src or "").partition(":")
     run = get_run(run_id) if run_id and index.isdigit() else None
-    if run is None or not 0 <= int(index) < len(run.prompts):
+    pos = _position(run, int(index)) if run is not None else None
+    if pos is None:
         raise gr.Error(f"no stored view {src!r}: reopen the run from the History tab")
-    return details_json(_streams(run, int(index)))
+    return details_json(_streams(run, pos))
 
 
 def layers_parts(locs: list[Localisation], prompt_index: int) -> tuple[str, Any]:

@@ -10,28 +10,36 @@ from __future__ import annotations
 from sqlite_utils import Database
 
 from ..store import pair_samples
-from ..workload_record import (FLOORS, MODES, FloorSpec, SideFigures, WorkloadOptions, WorkloadReport,  # noqa: F401
-                     report_from_json)
+from ..workload_record import (FLOORS, MODES, DlogpHistogram, FloorSpec, SideFigures,  # noqa: F401
+                               WorkloadOptions, WorkloadReport, report_from_json)
 from ..pooled import Accumulator, FloorVerdict, WorkloadStats, compare_to_floor
+
 
 def side_stats(db: Database, run_id: str, side: str) -> WorkloadStats:
     """A side's pooled figures, read from its stored pair samples one prompt at a time."""
-    acc = Accumulator()
+    return side_figures(db, run_id, side).stats
+
+
+def side_figures(db: Database, run_id: str, side: str) -> SideFigures:
+    """A side's pooled figures and its |dlogp| histogram, in one read of its stored pair samples
+    (one prompt at a time); no verdict."""
+    acc, hist = Accumulator(), DlogpHistogram()
     for sample in pair_samples(db, run_id, side):
         acc.add(sample)
-    return acc.result()
+        hist.add(sample.logp_side, sample.logp_ref)
+    return SideFigures(side, acc.result(), hist=hist)
 
 
 def pooled(db: Database, run_id: str, report: WorkloadReport, sides: list[str]) -> WorkloadReport:
     """The report with every side's figures (and the floor's) computed from the store, each side
     judged against the floor, and the headline."""
     floor = report.floor.side
-    report.floor_figures = SideFigures(floor, side_stats(db, run_id, floor)) if floor else None
+    report.floor_figures = side_figures(db, run_id, floor) if floor else None
     report.sides = {}
     for name in sides:
-        stats = side_stats(db, run_id, name)
-        verdict = compare_to_floor(stats, report.floor_figures.stats) if report.floor_figures else None
-        report.sides[name] = SideFigures(name, stats, verdict)
+        figs = side_figures(db, run_id, name)
+        figs.verdict = compare_to_floor(figs.stats, report.floor_figures.stats) if report.floor_figures else None
+        report.sides[name] = figs
     report.headline = headline(report)
     return report
 

@@ -1,0 +1,435 @@
+"""A workload run for people: its card (status, headline, each side's verdict against the floor),
+the figures table (each side next to the floor), the sortable prompt table, and, for the static
+report, the survival curve and the |dlogp| histograms as inline SVG. Pure functions over a stored
+run's header (its WorkloadReport) and its pair rows (store.pair_rows): no logprob is read here.
+Shared by the app (parity_ui.ui.workload_view) and the static report (parity_ui.report).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..pooled import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
+from ..types import Run
+from ..workload.report import FIGURE_ROWS
+from ..workload_record import DlogpHistogram, SideFigures, WorkloadReport
+from .cards import error_html, esc, findings_html, settings_html, sides_html, split_fix
+
+FLOOR_COLOR = "#64748b"
+SIDE_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#be123c")
+# Sort keys of a prompt's first divergence that is not a position: identical ones sort after every
+# fork (ascending: the earliest forks first), a fork at an unknown position just before them.
+IDENTICAL_KEY, UNKNOWN_KEY = 1e12, 1e11
+EXCERPT_CHARS = 90
+# Rows the prompt table holds at most: ~0.4 kB of HTML each, sorted in the page. A larger workload
+# lists its first ones (the CLI opens any prompt: parity runs show RUN --prompt N).
+MAX_TABLE_ROWS = 10_000
+
+# The figures table's rows (FIGURE_ROWS' keys) and the floor check that judges each.
+CHECK_OF_ROW = {"abs_dlogp_mean": "abs_dlogp_mean", "abs_dlogp_p50": "abs_dlogp_p50", "abs_dlogp_p95": "abs_dlogp_p95",
+                "abs_dlogp_p99": "abs_dlogp_p99", "abs_dlogp_max": "abs_dlogp_max", "abs_dprob_mean": "abs_dprob_mean",
+                "abs_dprob_max": "abs_dprob_max", "kl": "abs_kl", "k3": "k3", "pearson": "one_minus_pearson",
+                "token_mult_prob_error": "token_mult_prob_error_minus_1"}
+
+
+def _g(x: float | None, fmt: str = ".3g") -> str:
+    return "–" if x is None else format(x + 0.0, fmt)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def side_colors(report: WorkloadReport) -> dict[str, str]:
+    """A color per compared side, the floor gray: the same in every chart of the view."""
+    out = {name: SIDE_COLORS[i % len(SIDE_COLORS)] for i, name in enumerate(report.sides)}
+    if report.floor_figures is not None:
+        out[report.floor_figures.side] = FLOOR_COLOR
+    return out
+
+
+def figure_sets(report: WorkloadReport) -> list[SideFigures]:
+    """Every side's figures, then the floor's (when there is one)."""
+    return [*report.sides.values(), *([report.floor_figures] if report.floor_figures else [])]
+
+
+def label(report: WorkloadReport, name: str) -> str:
+    """A side's name in a legend: the floor is called what it is."""
+    return "floor (reference vs itself)" if report.floor_figures and name == report.floor_figures.side else name
+
+
+def resumable(run: Run) -> bool:
+    """A stopped, failed or interrupted workload with prompts left to do."""
+    w = run.workload
+    return (w is not None and run.status in ("cancelled", "error", "interrupted")
+            and w.done + len(w.skipped_too_long) < w.n_prompts)
+
+
+# -- the card ---------------------------------------------------------------------------------------
+
+def badge_html(run: Run) -> str:
+    """The run's state in a word: against the floor when it finished, else how it ended."""
+    cls, text = {"running": ("cancel", "RUNNING"), "cancelled": ("cancel", "STOPPED"),
+                 "interrupted": ("cancel", "INTERRUPTED"), "error": ("err", "ERROR")}.get(run.status, ("", ""))
+    if not text:
+        w = run.workload
+        within = w.within_noise if w is not None else None
+        if within is True:
+            cls, text = "ok", "WITHIN NOISE" if not run.identical else "IDENTICAL"
+        elif within is False:
+            cls, text = "div", "EXCEEDS NOISE"
+        else:
+            cls, text = ("ok", "IDENTICAL") if run.identical else ("div", "DIVERGED")
+    return f'<span class="pc-badge {cls}">{text}</span>'
+
+
+def check_rows(v: FloorVerdict) -> str:
+    """The figures over the floor, the largest factor first: figure, side, floor, factor."""
+    over = sorted((c for c in v.figures if c.exceeds), key=lambda c: -(c.factor if c.factor is not None else math.inf))
+    rows = []
+    for c in over:
+        if c.name == NOT_IDENTICAL and v.identical.side_ci and v.identical.floor_ci:
+            i = v.identical
+            side = f"{_pct(i.side_share)} identical [{_pct(i.side_ci.low)}–{_pct(i.side_ci.high)}]"
+            floor = f"{_pct(i.floor_share)} [{_pct(i.floor_ci.low)}–{_pct(i.floor_ci.high)}]"
+            factor = "95% intervals apart"
+        else:
+            side, floor = _g(c.side), _g(c.floor)
+            factor = "floor is zero" if c.floor_is_zero else f"{c.factor:.3g}×"
+        rows.append(f"<tr><th>{esc(c.name)}</th><td>{esc(side)}</td><td>{esc(floor)}</td><td>{esc(factor)}</td></tr>")
+    if not rows:
+        return ""
+    return ('<table class="pc-setting-table wl-checks"><tr><th>figure over the floor</th><th>side</th><th>floor</th>'
+            f'<th>factor</th></tr>{"".join(rows)}</table>')
+
+
+def verdicts_html(report: WorkloadReport) -> str:
+    """Per side: within the reference's noise or not, and the figures that exceed it with their factors."""
+    out = []
+    for name, f in report.sides.items():
+        v = f.verdict
+        if v is None:
+            out.append(f'<div class="wl-verdict" data-side="{esc(name)}"><b>{esc(name)}</b>: no floor to judge '
+                       f"against ({_pct(f.stats.sequences.share_identical)} of prompts identical)</div>")
+            continue
+        cls = {"within noise": "ok", "exceeds noise": "div"}.get(v.verdict, "")
+        word = {"within noise": "within the reference's noise", "exceeds noise": "EXCEEDS the reference's noise"}.get(
+            v.verdict, v.verdict)
+        out.append(f'<div class="wl-verdict {cls}" data-side="{esc(name)}" data-verdict="{esc(v.verdict)}">'
+                   f"<b>{esc(name)}</b>: {esc(word)}"
+                   f'{"" if v.verdict == "exceeds noise" else f" <span class=pc-muted>({esc(v.summary)})</span>"}'
+                   f"{check_rows(v)}</div>")
+    return "".join(out)
+
+
+def workload_card_html(run: Run, reveal: bool = False) -> str:
+    """The card a workload opens with: state, headline, how it ran, each side's verdict, the sides
+    and settings, the findings and the run's link."""
+    w = run.workload
+    sides = " · ".join(esc(s.name) + (" (ref)" if s.reference else "") for s in run.sides)
+    meta = [f"model <b>{esc(run.model.name)}</b>", f"sides {sides}"] if run.sides else \
+        [f"model <b>{esc(run.model.name)}</b>"]
+    body = [f'<div class="pc-head">{badge_html(run)}<span class="pc-meta">{" · ".join(meta)}</span></div>']
+    if run.status in ("error", "cancelled", "interrupted") and run.error:
+        msg, fix = split_fix(run.error)
+        title = {"error": "Run failed", "cancelled": "Run stopped", "interrupted": "Run interrupted"}[run.status]
+        body.append(error_html(msg, fix, title))
+    if w is not None:
+        body.append(f'<div class="wl-headline">{esc(w.headline)}</div>')
+        opts = w.options
+        how = [f"mode {esc(opts.mode)}", f"floor: {esc(w.floor.description)}"]
+        src = opts.source.get("description") or opts.source.get("path")
+        if src:
+            how.append(f"source: {esc(src)}")
+        if w.rate:
+            how.append(f"{w.rate:.2f} prompts/s")
+        body.append(f'<div class="pc-muted">{"; ".join(how)}</div>')
+        if w.skipped_too_long:
+            shown = ", ".join(map(str, w.skipped_too_long[:10])) + (" …" if len(w.skipped_too_long) > 10 else "")
+            body.append(f'<div class="pc-muted">{len(w.skipped_too_long)} prompt(s) skipped as longer than the '
+                        f"context: {esc(shown)}</div>")
+        body.append(verdicts_html(w))
+        if resumable(run):
+            body.append(f'<div class="wl-resume">{w.done} of {w.n_prompts} prompts are done and kept: Resume goes '
+                        f"on with the rest (CLI: <code>parity resume {esc(run.id)}</code>).</div>")
+    body += [sides_html(run), settings_html(run), findings_html(run.warnings, "app")]
+    when = run.created_utc[:19].replace("T", " ")
+    body.append(f'<div class="pc-foot">workload run <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
+                f" · {esc(when)} UTC · parity-ui {esc(run.versions.get('parity_ui', ''))}</div>")
+    attrs = ' data-reveal="1"' if reveal else ""
+    return (f'<div class="pc-card pc-workload" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
+            f'{"".join(body)}</div>')
+
+
+# -- the figures table ------------------------------------------------------------------------------
+
+def figures_table_html(report: WorkloadReport) -> str:
+    """The rows `parity` prints for a workload, each side next to the floor; a side's figure over
+    the floor is marked, its factor on hover."""
+    sets = figure_sets(report)
+    if not sets:
+        return ""
+    checks: dict[str, dict[str, FigureCheck]] = {
+        f.side: {c.name: c for c in f.verdict.figures} for f in report.sides.values() if f.verdict}
+    head = "".join(f"<th>{esc(label(report, f.side))}</th>" for f in sets)
+
+    def row(name: str, cells: list[str], check: str | None = None) -> str:
+        tds = []
+        for f, cell in zip(sets, cells):
+            c = checks.get(f.side, {}).get(check) if check else None
+            if c is not None and c.exceeds:
+                how = "floor is zero" if c.floor_is_zero else f"{c.factor:.3g}x the floor's"
+                tds.append(f'<td class="pc-over" title="{esc(how)}">{esc(cell)}</td>')
+            else:
+                tds.append(f"<td>{esc(cell)}</td>")
+        return f"<tr><th>{esc(name)}</th>{''.join(tds)}</tr>"
+
+    def ident(f: SideFigures) -> str:
+        s = f.stats.sequences
+        ci = f" [{_pct(s.identical_ci.low)}–{_pct(s.identical_ci.high)}]" if s.identical_ci else ""
+        return _pct(s.share_identical) + ci
+
+    rows = [row("prompts", [str(f.stats.sequences.n) for f in sets]),
+            row("identical (95% interval)", [ident(f) for f in sets], NOT_IDENTICAL),
+            row("median first divergence", [_g(f.stats.sequences.median_first_divergence) for f in sets])]
+    # Pearson r near 1 differs in its later digits (the floor checks 1 - r).
+    rows += [row(name, [_g(getattr(f.stats.tokens, key), ".7g" if key == "pearson" else ".3g") for f in sets],
+                 CHECK_OF_ROW.get(key)) for name, key in FIGURE_ROWS]
+    for i, (lo, hi) in enumerate(RHO_BANDS):
+        rows.append(row(f"rho outside [{lo:g}, {hi:g}]",
+                        [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–"
+                         for f in sets], f"outside_{lo:g}_{hi:g}"))
+    return (f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>')
+
+
+# -- the prompt table -------------------------------------------------------------------------------
+
+@dataclass
+class PairCell:
+    identical: bool
+    first_divergence: int | None
+    max_abs_dlogp: float | None
+    verdict: str | None
+
+
+@dataclass
+class PromptRow:
+    index: int
+    excerpt: str
+    pairs: dict[str, PairCell] = field(default_factory=dict)  # side -> its comparison with the reference
+
+
+def prompt_rows(pair_rows: list[dict[str, Any]], excerpts: dict[int, str]) -> list[PromptRow]:
+    """store.pair_rows (one per prompt and side) as one row per prompt, in prompt order."""
+    rows: dict[int, PromptRow] = {}
+    for r in pair_rows:
+        i = r["prompt_idx"]
+        row = rows.get(i)
+        if row is None:
+            row = rows[i] = PromptRow(i, excerpts.get(i, ""))
+        row.pairs[r["side"]] = PairCell(bool(r["identical"]), r["first_divergence"], r["max_abs_dlogp"], r["verdict"])
+    return [rows[i] for i in sorted(rows)]
+
+
+def _fork(cell: PairCell | None) -> tuple[str, str]:
+    """(shown, sort key) of a first divergence."""
+    if cell is None:
+        return "", str(IDENTICAL_KEY * 10)
+    if cell.identical:
+        return "identical", f"{IDENTICAL_KEY:g}"
+    if cell.first_divergence is None:
+        return "diverged", f"{UNKNOWN_KEY:g}"
+    return str(cell.first_divergence), str(cell.first_divergence)
+
+
+def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None = None,
+                      floor: str | None = None, limit: int = MAX_TABLE_ROWS) -> str:
+    """Every prompt, a row: its index, the start of its text, and per side (then the floor) where it
+    first left the reference, its largest |dlogp| and the explanation's verdict. The page's script
+    sorts it by any column in the page (each cell's sort value in data-v), and with `pick` (the
+    view's prefix) a click on a row opens that prompt's token view. At most `limit` rows (the first)."""
+    names = [*sides, *([floor] if floor else [])]
+    total, rows = len(rows), rows[:limit]
+    head = ['<th data-sort="num" title="prompt index">#</th>', '<th data-sort="text">prompt</th>']
+    for name in names:
+        who = "floor" if name == floor else name
+        head += [f'<th data-sort="num" data-col="fork:{esc(name)}" title="{esc(who)}: first divergence from the '
+                 f'reference (identical ones last)">{esc(who)} fork</th>',
+                 f'<th data-sort="num" data-col="gap:{esc(name)}" title="{esc(who)}: largest |logprob gap| of the '
+                 f'compared tokens">{esc(who)} max |Δlp|</th>',
+                 f'<th data-sort="text" data-col="verdict:{esc(name)}">{esc(who)} verdict</th>']
+    body = []
+    for r in rows:
+        text = " ".join(r.excerpt.split())
+        text = text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS - 1] + "…"
+        cells = [f"<td>{r.index}</td>", f"<td>{esc(text)}</td>"]
+        for name in names:
+            c = r.pairs.get(name)
+            shown, key = _fork(c)
+            cls = ' class="div"' if c is not None and not c.identical else ""
+            gap = c.max_abs_dlogp if c is not None else None
+            cells += [f'<td data-v="{key}"{cls}>{shown}</td>',
+                      f'<td data-v="{-1 if gap is None else repr(gap)}">{_g(gap)}</td>',
+                      f"<td>{esc((c.verdict if c and not c.identical else '') or '')}</td>"]
+        body.append(f'<tr data-i="{r.index}">{"".join(cells)}</tr>')
+    attrs = f' data-pick="{esc(pick)}"' if pick else ""
+    hint = "click a column to sort" + ("; a row to open its tokens below" if pick else "")
+    count = f"{total:,} prompts" if total == len(rows) else \
+        f"the first {len(rows):,} of {total:,} prompts (open any other with parity runs show RUN --prompt N)"
+    return (f'<div class="wl-prompts"><div class="pc-muted">{esc(count)} ({hint})</div>'
+            f'<div class="wl-scroll"><table class="wl-table"{attrs}><thead><tr>{"".join(head)}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div></div>')
+
+
+# -- the charts, as inline SVG (the static report) --------------------------------------------------
+
+def survival_points(f: SideFigures, max_k: int) -> list[tuple[float, float]] | None:
+    """The survival curve as step points (k, share still identical after k tokens), 0..max_k."""
+    s = f.stats.sequences.survival
+    if s is None or not s.n:
+        return None
+    pts = [(0.0, 1.0)]
+    for k, share in zip(s.at, s.share):
+        if k > max_k:
+            break
+        pts += [(float(k), pts[-1][1]), (float(k), share)]
+    pts.append((float(max_k), pts[-1][1]))
+    return pts
+
+
+def survival_max_k(run: Run) -> int:
+    """The survival curve's x range: the tokens each side was asked for, else the last fork."""
+    n = run.config.get("max_new_tokens") if isinstance(run.config, dict) else None
+    forks = [k for f in figure_sets(run.workload) if f.stats.sequences.survival for k in f.stats.sequences.survival.at]
+    return int(n) if isinstance(n, int) and n > 0 else max(forks, default=0) + 1
+
+
+def histogram_shares(h: DlogpHistogram) -> tuple[list[float], list[float]]:
+    """(bin left edges, share of all the side's pairs in each bin): sides with different numbers of
+    pairs compare on one scale."""
+    total = h.total or 1
+    return h.edges()[:-1], [c / total for c in h.counts]
+
+
+def _svg_frame(width: int, height: int, title: str, xlabel: str, ylabel: str, body: str,
+               legend: list[tuple[str, str, bool]],
+               xticks: list[tuple[float, str]], yticks: list[tuple[float, str]]) -> str:
+    ticks = "".join(f'<text x="{x:.1f}" y="{height - 22}" font-size="10" text-anchor="middle">{esc(t)}</text>'
+                    for x, t in xticks)
+    ticks += "".join(f'<text x="40" y="{y + 3:.1f}" font-size="10" text-anchor="end">{esc(t)}</text>'
+                     f'<line x1="44" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>' for y, t in yticks)
+    dash = ' stroke-dasharray="4 3"'
+    keys = "".join(f'<g transform="translate({60 + 170 * i},14)"><line x1="0" x2="18" y1="-4" y2="-4" stroke="{c}" '
+                   f'stroke-width="2"{dash if dashed else ""}/><text x="22" y="0" '
+                   f'font-size="11">{esc(n)}</text></g>' for i, (n, c, dashed) in enumerate(legend))
+    return (f'<svg class="wl-svg" width="{width}" height="{height}" role="img" aria-label="{esc(title)}">'
+            f'<title>{esc(title)}</title>{ticks}{keys}{body}'
+            f'<text x="{width / 2:.0f}" y="{height - 6}" font-size="11" text-anchor="middle">{esc(xlabel)}</text>'
+            f'<text x="10" y="{height / 2:.0f}" font-size="11" transform="rotate(-90 10 {height / 2:.0f})" '
+            f'text-anchor="middle">{esc(ylabel)}</text></svg>')
+
+
+def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
+    """Share of prompts still identical after k tokens, each side and the floor (dashed)."""
+    report = run.workload
+    max_k = max(survival_max_k(run), 1)
+    colors = side_colors(report)
+    x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
+
+    def xy(k: float, s: float) -> str:
+        return f"{x0 + (x1 - x0) * k / max_k:.1f},{y1 - (y1 - y0) * s:.1f}"
+
+    lines, legend = [], []
+    for f in figure_sets(report):
+        pts = survival_points(f, max_k)
+        if pts is None:
+            continue
+        floor = f.side == (report.floor.side or "")
+        dash = ' stroke-dasharray="5 4"' if floor else ""
+        lines.append(f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="2"{dash} '
+                     f'points="{" ".join(xy(k, s) for k, s in pts)}" data-side="{esc(f.side)}"/>')
+        legend.append((label(report, f.side), colors[f.side], floor))
+    if not lines:
+        return ""
+    xticks = [(x0 + (x1 - x0) * k / max_k, str(k)) for k in _nice_ticks(max_k)]
+    yticks = [(y1 - (y1 - y0) * s, f"{100 * s:.0f}%") for s in (0, 0.25, 0.5, 0.75, 1.0)]
+    return _svg_frame(width, height, "Prompts still identical after k tokens", "generated tokens k",
+                      "share identical", "".join(lines), legend, xticks, yticks)
+
+
+def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -> str:
+    """Each side's |dlogp| distribution against the floor's (dashed): the share of its pairs per
+    quarter decade of |dlogp|; exact zeros are counted in the legend (no logarithm)."""
+    sets = [f for f in figure_sets(report) if f.hist is not None and f.hist.total]
+    if not sets:
+        return ""
+    colors = side_colors(report)
+    h0 = sets[0].hist
+    lo, hi = h0.low, h0.low + h0.width * len(h0.counts)
+    top = max(max(histogram_shares(f.hist)[1]) for f in sets) or 1.0
+    x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
+
+    def xy(x: float, s: float) -> str:
+        return f"{x0 + (x1 - x0) * (x - lo) / (hi - lo):.1f},{y1 - (y1 - y0) * s / top:.1f}"
+
+    lines, legend = [], []
+    for f in sets:
+        edges, shares = histogram_shares(f.hist)
+        pts = [xy(lo, 0.0)]
+        for e, s in zip(edges, shares):
+            pts += [xy(e, s), xy(e + f.hist.width, s)]
+        pts.append(xy(hi, 0.0))
+        floor = f.side == (report.floor.side or "")
+        dash = ' stroke-dasharray="5 4"' if floor else ""
+        lines.append(f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
+                     f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>')
+        zeros = f" ({_pct(f.hist.zero / f.hist.total)} exactly 0)" if f.hist.zero else ""
+        legend.append((label(report, f.side) + zeros, colors[f.side], floor))
+    xticks = [(x0 + (x1 - x0) * (e - lo) / (hi - lo), f"1e{e:+.0f}".replace("+", ""))
+              for e in range(math.ceil(lo), math.floor(hi) + 1)]
+    yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
+    return _svg_frame(width, height, "|Δlogprob| per token, each side against the floor",
+                      "|Δlogprob| (nats, log scale)",
+                      "share of tokens", "".join(lines), legend, xticks, yticks)
+
+
+def _nice_ticks(n: int) -> list[int]:
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6)
+                if n / s <= 8)
+    return list(range(0, n + 1, step))
+
+
+# -- the static report's section --------------------------------------------------------------------
+
+def workload_section_html(run: Run, rows: list[PromptRow] | None = None) -> str:
+    """The workload as the static report shows it: the card, the two charts, the figures table and,
+    given its rows, the sortable prompt table."""
+    w = run.workload
+    if w is None:
+        return ""
+    charts = survival_svg(run) + histogram_svg(w)
+    parts = [workload_card_html(run), f'<div class="wl-charts">{charts}</div>' if charts else "",
+             "<h3>Figures, each side next to the floor</h3>" + figures_table_html(w) if figure_sets(w) else ""]
+    if rows:
+        floor = w.floor_figures.side if w.floor_figures else None
+        parts.append("<h3>Prompts</h3>" + prompt_table_html(rows, list(w.sides), pick=None, floor=floor))
+    return f'<section class="wl-section">{"".join(parts)}</section>'
+
+
+# -- while it runs ----------------------------------------------------------------------------------
+
+def workload_progress_html(phase: str, done: int, n_prompts: int, eta: str, lines: list[str], elapsed: float,
+                           source: str = "") -> str:
+    """The live card of a workload: the phase, prompts done of all with the rate and the time left
+    (the runner's progress line), the last status lines."""
+    pct = min(100.0, 100.0 * done / n_prompts) if n_prompts else 0.0
+    line = eta or f"{done:,}/{n_prompts:,} prompts done"
+    log = "".join(f"<li>{esc(x)}</li>" for x in lines[-4:])
+    src = f'<div class="pc-muted">{esc(source)}</div>' if source else ""
+    return (f'<div class="pc-card pc-progress wl-progress" data-done="{done}" data-n="{n_prompts}">'
+            f'<div class="pc-title">{esc(phase)} <span class="pp-time">{elapsed:.1f}s</span></div>{src}'
+            f'<div class="pp-row"><span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
+            f'<span class="pp-n wl-eta">{esc(line)}</span></div>'
+            f'<div class="pc-muted">Stop keeps every finished prompt and the figures so far; Resume goes on '
+            f'from there.</div><ul class="pp-log">{log}</ul></div>')

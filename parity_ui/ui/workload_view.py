@@ -1,0 +1,263 @@
+"""The view of a workload run, shared by Compare (after a workload ran) and History (when one is
+opened): its card (headline, each side's verdict against the floor), the survival curve and the
+|Δlogprob| histograms, the figures table, and the prompt table whose rows open a prompt's token view
+(the tab's ResultView, that one prompt read alone). A stopped or failed workload has Resume.
+
+Opening one reads the run's header (its pooled report, histograms included) and its pair rows
+(store.pair_rows): no logprob and no token step, whatever the workload's size. The prompt table is
+sorted in the page (parity_ui.render.assets), not by a server call per click.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import gradio as gr
+
+from ..errors import ParityError
+from ..render import cards
+from ..render.workload import PromptRow, figures_table_html, prompt_rows, prompt_table_html, resumable, \
+    workload_card_html
+from ..store import get_run, pair_rows, prompt_excerpts
+from ..types import Run
+from . import plots
+from .live import WorkloadLive, follow
+from .recent import Recent
+from .result_view import ResultView
+
+THROTTLE_S = 0.25
+
+
+@dataclass
+class WorkloadData:
+    """What the view shows of a workload: its header (no prompt rows) and one row per prompt."""
+    run: Run
+    rows: list[PromptRow]
+
+
+def read_workload(db: Any, run_id: str) -> WorkloadData | None:
+    """The stored workload's header and prompt rows; None when there is no such run or it is not a
+    workload with a report (a workload that failed before it started has none: a plain error run)."""
+    run = get_run(db, run_id, prompts=[])
+    if run is None or run.workload is None:
+        return None
+    return WorkloadData(run, prompt_rows(pair_rows(db, run_id), prompt_excerpts(db, run_id)))
+
+
+def is_workload(db: Any, run_id: str) -> bool:
+    """Whether the stored run is a workload with a report (one query on the runs row)."""
+    row = db.execute("SELECT kind, workload_json IS NOT NULL FROM runs WHERE id = ?", [run_id]).fetchone()
+    return bool(row and row[0] == "workload" and row[1])
+
+
+def prompt_view(run: Run) -> Run:
+    """A workload's prompt read alone (store.get_run(db, id, prompts=[i])), as the token view shows
+    it: judged by its own comparisons, not by the workload's pooled figures."""
+    div = any(not c.identical for p in run.prompts for c in p.comparisons)
+    status = ("diverged" if div else "ok") if run.status in ("ok", "diverged", "cancelled", "error", "interrupted") \
+        else run.status
+    return dataclasses.replace(run, workload=None, status=status, error=None, error_code=None)
+
+
+def read_for_view(db: Any, run_id: str, prompt_index: int) -> Run | None:
+    """The run a token view shows: a workload's prompt `prompt_index` alone (prompt_view), any other
+    run whole."""
+    if is_workload(db, run_id):
+        run = get_run(db, run_id, prompts=[int(prompt_index)])
+        return prompt_view(run) if run is not None and run.prompts else None
+    return get_run(db, run_id)
+
+
+class WorkloadView:
+    """The components (create_ui() inside a Blocks, before the tab's ResultView: the token view of a
+    prompt shows under the workload). `runner`: the app's ServiceRunner (reads, Resume); `gate`: the
+    RunGate of the engines (Stop)."""
+
+    KEEP = 4  # finished workloads' views kept built: History and Compare reopen the same one
+
+    def __init__(self, prefix: str, runner: Any, gate: Any, result_view: ResultView):
+        self.prefix, self.runner, self.gate, self.result_view = prefix, runner, gate, result_view
+        self.built = Recent(self.KEEP)
+        self._prompts = Recent(self.KEEP)  # prompt runs read alone, by (run id, index)
+
+    @property
+    def db(self) -> Any:
+        return self.runner.db
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    def create_ui(self) -> None:
+        p = self.prefix
+        with gr.Column(visible=False, elem_id=f"{p}-wl") as self.box:
+            self.card = gr.HTML(elem_id=f"{p}-wl-card")
+            with gr.Row():
+                self.resume_btn = gr.Button("Resume: run the prompts not done yet", visible=False, size="sm",
+                                            variant="primary", elem_id=f"{p}-wl-resume", scale=3)
+                self.stop_btn = gr.Button("Stop", visible=False, size="sm", variant="stop", elem_id=f"{p}-wl-stop",
+                                          scale=1)
+            self.progress = gr.HTML(elem_id=f"{p}-wl-progress")
+            with gr.Row(equal_height=False):
+                self.survival_plot = gr.Plot(visible=False, show_label=False, elem_id=f"{p}-wl-survival")
+                self.hist_plot = gr.Plot(visible=False, show_label=False, elem_id=f"{p}-wl-hist")
+            self.figures = gr.HTML(elem_id=f"{p}-wl-figures")
+            self.table = gr.HTML(elem_id=f"{p}-wl-prompts")
+            # A row clicked in the table writes its prompt here and presses the button (the page's
+            # script; both off screen): one server call opens that prompt's token view.
+            self.pick = gr.Textbox(show_label=False, container=False, elem_id=f"{p}-wl-pick",
+                                   elem_classes=["pc-offscreen"])
+            self.pick_btn = gr.Button("open the prompt", elem_id=f"{p}-wl-open", elem_classes=["pc-offscreen"])
+        self.run_id = gr.State(None)
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [self.box, self.card, self.resume_btn, self.stop_btn, self.progress, self.survival_plot,
+                self.hist_plot, self.figures, self.table, self.run_id]
+
+    # -- values ---------------------------------------------------------------------------------
+
+    def hidden(self) -> dict[Any, Any]:
+        """No workload shown."""
+        return {self.box: gr.Column(visible=False), self.card: "", self.resume_btn: gr.Button(visible=False),
+                self.stop_btn: gr.Button(visible=False), self.progress: "",
+                self.survival_plot: gr.Plot(visible=False, value=None),
+                self.hist_plot: gr.Plot(visible=False, value=None),
+                self.figures: "", self.table: "", self.run_id: None}
+
+    def parts(self, run_id: str, reveal: bool = False) -> dict[str, Any] | None:
+        """The view's parts (HTML and figures) of a stored workload, built once per stored state (a
+        stopped workload resumed, here or by the CLI, is built again); None when `run_id` is not a
+        workload with a report."""
+        row = self.db.execute("SELECT status, duration_ms, headline FROM runs WHERE id = ?", [run_id]).fetchone()
+        if row is None:
+            return None
+
+        def build() -> dict[str, Any] | None:
+            data = read_workload(self.db, run_id)
+            if data is None:
+                return None
+            run, w = data.run, data.run.workload
+            floor = w.floor_figures.side if w.floor_figures else None
+            return {"run": run, "card": workload_card_html(run, reveal=reveal),
+                    "survival": plots.survival_figure(run), "hist": plots.dlogp_histogram_figure(run),
+                    "figures": figures_table_html(w),
+                    "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor)}
+
+        return self.built.get((run_id, tuple(row), reveal), build,
+                              keep=lambda parts: parts is not None and parts["run"].status != "running")
+
+    def values(self, run_id: str | None, reveal: bool = False) -> dict[Any, Any]:
+        """Every component of `outputs`: the workload `run_id`, or hidden when it is not one."""
+        run_id = str(run_id or "").strip()
+        parts = self.parts(run_id, reveal) if run_id else None
+        if parts is None:
+            return self.hidden()
+        return {self.box: gr.Column(visible=True), self.card: parts["card"],
+                self.resume_btn: gr.Button(visible=resumable(parts["run"])), self.stop_btn: gr.Button(visible=False),
+                self.progress: "",
+                self.survival_plot: gr.Plot(value=parts["survival"], visible=parts["survival"] is not None),
+                self.hist_plot: gr.Plot(value=parts["hist"], visible=parts["hist"] is not None),
+                self.figures: parts["figures"], self.table: parts["table"], self.run_id: run_id}
+
+    def show(self, run_id: str | None) -> dict[Any, Any]:
+        """The workload `run_id` (or nothing, for any other run): what an opened run shows."""
+        return self.values(run_id)
+
+    def revealed(self, run_id: str | None) -> dict[Any, Any]:
+        """As `show`, its card brought into view: a workload that just finished in this page."""
+        return self.values(run_id, reveal=True)
+
+    def prompt_run(self, run_id: str, index: int) -> Run | None:
+        """The workload's prompt `index` read alone, as the token view shows it (kept while recent)."""
+        def read() -> Run | None:
+            run = get_run(self.db, run_id, prompts=[index])
+            done = run is not None and run.prompts and run.prompts[0].results
+            return prompt_view(run) if done else None
+
+        return self._prompts.get((run_id, index), read, keep=lambda run: run is not None)
+
+    def open_prompt(self, run_id: str | None, index: str | None) -> dict[Any, Any]:
+        """A row of the prompt table clicked: that prompt's token view (the tab's ResultView)."""
+        try:
+            i = int(str(index or "").strip())
+        except ValueError:
+            return gr.skip()
+        run = self.prompt_run(str(run_id or ""), i) if run_id else None
+        if run is None:
+            return self.result_view.error_values(f"prompt {i} of run {run_id} has no stored tokens",
+                                                 "pick another prompt (a prompt skipped as too long, or not done "
+                                                 "yet when the run stopped, has none)")
+        out = self.result_view.values(run, i)
+        note = cards.notice_html(f"Prompt {i} of workload {run.id}: its tokens, each side against the reference.")
+        out[self.result_view.summary] = note + out[self.result_view.summary]
+        return out
+
+    # -- Resume ---------------------------------------------------------------------------------
+
+    def resume(self, run_id: str | None, request: gr.Request = None) -> Iterator[dict[Any, Any]]:
+        """Go on with a stopped or failed workload (workload.run.resume_workload) in a worker thread,
+        its progress shown as it goes; then the view of the run as it now stands."""
+        run_id = str(run_id or "").strip()
+        if not run_id:
+            yield gr.skip()
+            return
+        before = self.parts(run_id)
+        w = before["run"].workload if before else None
+        session = request.session_hash if request is not None else "api"
+        events: queue.Queue = queue.Queue()
+        live = WorkloadLive(w.n_prompts if w else 0, (w.options.source.get("description") or "") if w else "")
+        worker = threading.Thread(target=self._resume_work, args=(run_id, events), daemon=True, name="parity-resume")
+        self.gate.begin(session)
+        try:
+            worker.start()
+            yield {self.resume_btn: gr.Button(visible=False), self.stop_btn: gr.Button(visible=True),
+                   self.progress: live.progress()}
+            for item in follow(events, lambda ev: self._feed(live, ev), THROTTLE_S):
+                if isinstance(item, Run):
+                    yield self.values(item.id)
+                    return
+                if isinstance(item, ParityError):
+                    yield {self.resume_btn: gr.Button(visible=True), self.stop_btn: gr.Button(visible=False),
+                           self.progress: cards.error_html(item.message, item.fix, "Nothing to resume")}
+                    return
+                if isinstance(item, BaseException):
+                    yield {self.stop_btn: gr.Button(visible=False),
+                           self.progress: cards.error_html(f"internal error: {type(item).__name__}: {item}",
+                                                           "the app keeps serving; please report this")}
+                    return
+                yield {self.progress: live.progress()}
+        finally:
+            self.gate.end(session)
+
+    def _feed(self, live: WorkloadLive, ev: Any) -> None:
+        live.feed(ev)
+        self.gate.reassert()  # no token events in a workload: a Stop pressed while it started is repeated
+
+    def _resume_work(self, run_id: str, events: queue.Queue) -> None:
+        try:
+            events.put(self.runner.resume_workload(run_id, events.put))
+        except ParityError as e:  # nothing to resume (finished, running elsewhere, not a workload)
+            events.put(e)
+        except BaseException as e:  # resume_workload stores engine and user errors itself: a bug guard
+            traceback.print_exc(file=sys.stderr)
+            events.put(e)
+
+    def stop(self, request: gr.Request = None) -> None:
+        self.gate.stop(request.session_hash if request is not None else "api")
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def create_event_handlers(self, on_prompt: Callable[[Any], None] | None = None) -> None:
+        """Resume and Stop, and a row of the prompt table opening its prompt (`on_prompt(event)`:
+        what the tab chains after the token view is shown)."""
+        ev = self.pick_btn.click(self.open_prompt, [self.run_id, self.pick], self.result_view.outputs,
+                                 api_name=False, show_progress="hidden", trigger_mode="always_last")
+        if on_prompt is not None:
+            on_prompt(ev)
+        self.resume_btn.click(self.resume, [self.run_id], self.outputs, api_name=False, concurrency_limit=1,
+                              concurrency_id="engines", show_progress="minimal")
+        self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
