@@ -224,6 +224,20 @@ def test_the_noise_floor_threshold_fails_a_gap_above_the_floor(tmp_path, model, 
     assert cases["within 1.5x the noise floor [b]"].find("failure") is None
     msg = cases["within 1.5x the noise floor [c]"].find("failure").get("message")
     assert msg.startswith("side c: exceeds noise: ") and "abs_dlogp_p50 2 vs" in msg
+    assert "absolute limits" not in msg  # the floor moved: its factor means something
+
+
+def test_a_zero_floor_fails_any_difference_and_the_message_says_to_use_absolute_limits(tmp_path, model, prompts):
+    # Seen on an H100: vLLM eager at batch 8 was bit-identical to eager at batch 1, so CUDA graphs'
+    # small gap "exceeded" a zero floor on every figure.
+    spec = _spec(tmp_path, "cases:\n" + _case(
+        model, sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
+        thresholds="{within_floor: 1.5}", extra="    floor: batch\n    floor_batch_size: 4\n"))
+    junit = tmp_path / "junit.xml"
+    assert _check(tmp_path, spec, "--junit", str(junit))[0] == 1
+    (tc,) = _validate_junit(junit).iter("testcase")
+    msg = tc.find("failure").get("message")
+    assert "(floor is zero)" in msg and "gate this pair on absolute limits" in msg
 
 
 def test_per_figure_floor_factors(tmp_path, model, prompts):

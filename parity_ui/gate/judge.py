@@ -82,7 +82,8 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
             return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}", None, t.limit, t.line)
         worst = max((c for c in v.figures if c.exceeds), key=lambda c: c.factor if c.factor is not None else 0)
         factor = worst.factor if worst.factor is not None and math.isfinite(worst.factor) else None
-        return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}", factor, t.limit, t.line)
+        return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}{_zero_floor(v)}",
+                       factor, t.limit, t.line)
     failed, passed = [], []
     for name, factor in t.figures.items():
         v = compare_to_floor(stats, floor.stats, tolerance=factor)
@@ -92,6 +93,17 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
     status = "fail" if failed else "pass"
     return Outcome("floor", t.label(), side, status, f"side {side}: " + "; ".join(failed or passed) + (where if failed else ""),
                    None, None, t.line)
+
+
+def _zero_floor(v: Any) -> str:
+    """The fix when only a zero floor was exceeded: a reference that is bit-identical under the floor's
+    change (measured: vLLM eager at another batch on an H100) fails any difference at all, however small."""
+    exceeded = [c for c in v.figures if c.exceeds]
+    if not exceeded or not all(c.floor_is_zero for c in exceeded):
+        return ""
+    return (". The floor is zero on every figure that exceeds it (the reference gave the same numbers bit for bit "
+            "under the floor's change), so a factor of it fails any difference: gate this pair on absolute limits "
+            "instead (e.g. abs_dlogp_p99: 0.3, kl: 0.02) or pick a floor that moves the reference (floor: kernel)")
 
 
 def _figure_text(c: Any, v: Any, factor: float) -> str:
