@@ -216,12 +216,18 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
             body += [divergence_line(c), _explanation(c), _cross_scores(c)]
         body.append(f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
                     f"{phases_html(run)}</details>")
-    body += [sides_html(run), settings_html(run), findings_html(run.warnings, "app")]
+    return finish_card(run, body, "run", "pc-summary", reveal)
+
+
+def finish_card(run: Run, body: list[str], label: str, css: str, reveal: bool) -> str:
+    """A run card's common end (its sides, settings, findings and a footer linking the run), wrapped:
+    `label` names the run in the footer, `css` the card's kind."""
+    body = [*body, sides_html(run), settings_html(run), findings_html(run.warnings, "app")]
     when = run.created_utc[:19].replace("T", " ")
-    body.append(f'<div class="pc-foot">run <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
+    body.append(f'<div class="pc-foot">{esc(label)} <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
                 f" · {esc(when)} UTC · parity-ui {esc(run.versions.get('parity_ui', ''))}</div>")
     attrs = ' data-reveal="1"' if reveal else ""
-    return (f'<div class="pc-card pc-summary" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
+    return (f'<div class="pc-card {css}" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
             f'{"".join(body)}</div>')
 
 

@@ -14,7 +14,7 @@ from ..pooled import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
 from ..types import Run
 from ..workload.report import FIGURE_ROWS
 from ..workload_record import DlogpHistogram, SideFigures, WorkloadReport
-from .cards import error_html, esc, findings_html, settings_html, sides_html, split_fix
+from .cards import error_html, esc, finish_card, split_fix
 
 FLOOR_COLOR = "#64748b"
 SIDE_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#be123c")
@@ -153,13 +153,7 @@ def workload_card_html(run: Run, reveal: bool = False) -> str:
         if resumable(run):
             body.append(f'<div class="wl-resume">{w.done} of {w.n_prompts} prompts are done and kept: Resume goes '
                         f"on with the rest (CLI: <code>parity resume {esc(run.id)}</code>).</div>")
-    body += [sides_html(run), settings_html(run), findings_html(run.warnings, "app")]
-    when = run.created_utc[:19].replace("T", " ")
-    body.append(f'<div class="pc-foot">workload run <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
-                f" · {esc(when)} UTC · parity-ui {esc(run.versions.get('parity_ui', ''))}</div>")
-    attrs = ' data-reveal="1"' if reveal else ""
-    return (f'<div class="pc-card pc-workload" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
-            f'{"".join(body)}</div>')
+    return finish_card(run, body, "workload run", "pc-workload", reveal)
 
 
 # -- the figures table ------------------------------------------------------------------------------
