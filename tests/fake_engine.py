@@ -100,6 +100,28 @@ class registered:
         self._undo()
 
 
+class fake_service:
+    """`with fake_service(db_path) as svc:` a ParityService over `db_path` with the fake kind registered
+    (and `other`: the second fake kind too); closed, and the kinds removed, after."""
+
+    def __init__(self, db_path: Any, other: bool = False):
+        self.db_path, self.other = str(db_path), other
+
+    def __enter__(self) -> Any:
+        from parity_ui.service import ParityService  # not at import: engine workers import this module
+
+        self._kinds = [registered()] + ([registered_other()] if self.other else [])
+        for k in self._kinds:
+            k.__enter__()
+        self.service = ParityService(db_path=self.db_path)
+        return self.service
+
+    def __exit__(self, *exc: Any) -> None:
+        self.service.close()
+        for k in reversed(self._kinds):
+            k.__exit__(*exc)
+
+
 def to_other_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     args = to_fake(cfg, side, r, model)
     args.load["shift"] += OTHER_ENGINE_SHIFT

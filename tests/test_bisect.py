@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from fake_engine import fake_model, registered, registered_other
+from fake_engine import fake_model, fake_service, registered
 from parity_ui.bisect import BisectRequest, bisect_run, bisects_of, check_flip, differences
 from parity_ui.bisect_report import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
                                      NOT_APPLIED, NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, Factor, report_from_json)
@@ -20,7 +20,6 @@ from parity_ui.ddmin import best_case_trials, ddmin, split, worst_case_trials
 from parity_ui.errors import ParityError
 from parity_ui.prepare import RunRequest
 from parity_ui.prompts import PromptSpec
-from parity_ui.service import ParityService
 from parity_ui.store import get_run, list_runs
 from parity_ui.types import ModelInfo, SideInfo
 
@@ -142,10 +141,8 @@ def model(tmp_path_factory):
 
 @pytest.fixture
 def service(model, tmp_path):
-    with registered(), registered_other():
-        svc = ParityService(db_path=str(tmp_path / "runs.db"))
+    with fake_service(tmp_path / "runs.db", other=True) as svc:
         yield svc
-        svc.close()
 
 
 def _compare(svc, model, *sides, overrides=("max_new_tokens=8",)):

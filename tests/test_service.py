@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fake_engine import fake_model, registered
+from fake_engine import fake_model, fake_service, registered
 from parity_ui import recorder as recorder_mod
 from parity_ui.config import build_config
 from parity_ui.engines.base import GenerateRequest, ScoreRequest
@@ -16,7 +16,6 @@ from parity_ui.plan import RunRequest
 from parity_ui.prepare import plan_sides
 from parity_ui.prompts import PromptSpec
 from parity_ui.records import ProbeReport
-from parity_ui.service import ParityService
 from parity_ui.store import get_run, list_runs, localisations_of, open_db
 from parity_ui.types import to_dict
 
@@ -32,10 +31,8 @@ def model(tmp_path_factory):
 
 @pytest.fixture
 def service(model, tmp_path):
-    with registered():
-        svc = ParityService(db_path=str(tmp_path / "runs.db"))
+    with fake_service(tmp_path / "runs.db") as svc:
         yield svc
-        svc.close()
 
 
 def _run(svc, model, *sides, overrides=(), prompts=PROMPTS, on_event=None):

@@ -8,11 +8,10 @@ import json
 
 import pytest
 
-from fake_engine import fake_model, registered
+from fake_engine import fake_model, fake_service, registered
 from parity_ui.cli import main
 from parity_ui.config import build_config
 from parity_ui.prompts import PromptSpec
-from parity_ui.service import ParityService
 from parity_ui.store import get_run, pair_samples
 from parity_ui.workload.report import WorkloadOptions, report_from_json
 from parity_ui.workload.run import WorkloadRequest, resume_workload, run_workload
@@ -28,10 +27,8 @@ def model(tmp_path_factory):
 
 @pytest.fixture
 def service(model, tmp_path):
-    with registered():
-        svc = ParityService(db_path=str(tmp_path / "runs.db"))
+    with fake_service(tmp_path / "runs.db") as svc:
         yield svc
-        svc.close()
 
 
 def _workload(svc, model, *sides, prompts=PROMPTS, overrides=(), emit=None, **options):
