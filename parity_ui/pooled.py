@@ -73,6 +73,11 @@ class PairSample:
     logp_ref: Sequence[float | None]  # the reference's logprob of the same tokens, same context
     positions: Sequence[int]  # generated-token index of each pair (for the position buckets)
 
+    def max_abs_gap(self) -> float | None:
+        """The largest |logp_side - logp_ref| over the pairs the figures pool (both scorable), else None."""
+        gaps = [abs(a - b) for a, b in zip(self.logp_side, self.logp_ref) if scorable(a) and scorable(b)]
+        return max(gaps) if gaps else None
+
 
 @dataclass
 class Wilson:
@@ -248,7 +253,8 @@ def _exp(x: float) -> float:
     return math.exp(min(x, EXP_CAP))
 
 
-def _scorable(x: float | None) -> bool:
+def scorable(x: float | None) -> bool:
+    """A logprob the figures pool: present, finite and not masked (MASKED_LOGPROB)."""
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
 
 
@@ -343,7 +349,7 @@ class Accumulator:
         for a, b, p in zip(ls, lr, pos):
             if p < 0:
                 raise ValueError(f"{where}: position {p} is negative")
-            if not (_scorable(a) and _scorable(b)):
+            if not (scorable(a) and scorable(b)):
                 skipped[bisect_right(self.buckets, p) - 1] += 1
                 continue
             if a > LOGPROB_SLACK or b > LOGPROB_SLACK:  # type: ignore[operator]

@@ -481,18 +481,11 @@ def save_pair_samples(db: Database, run_id: str, side: str, samples: list[PairSa
     db["pair_samples"].insert_all(({
         "run_id": run_id, "side": side, "prompt_idx": s.prompt_index, "identical": int(s.identical),
         "first_divergence": s.first_divergence, "length": s.length, "verdict": s.verdict,
-        "max_abs_dlogp": _max_abs_gap(s),
+        "max_abs_dlogp": s.max_abs_gap(),  # the prompt table's column
         "logp_side": _pack((math.nan if x is None else x for x in s.logp_side), "d"),
         "logp_ref": _pack((math.nan if x is None else x for x in s.logp_ref), "d"),
         "positions": _pack(s.positions, "i"),
     } for s in samples), pk=("run_id", "side", "prompt_idx"), replace=True)
-
-
-def _max_abs_gap(s: PairSample) -> float | None:
-    """The prompt's largest |logp_side - logp_ref| (finite, unmasked pairs): the prompt table's column."""
-    gaps = [abs(a - b) for a, b in zip(s.logp_side, s.logp_ref)
-            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and a > -1e20 and b > -1e20]
-    return max(gaps) if gaps else None
 
 
 def pair_rows(db: Database, run_id: str) -> list[dict[str, Any]]:

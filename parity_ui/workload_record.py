@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pooled import FloorVerdict, WorkloadStats
-from .records import MASKED_LOGPROB
+from .pooled import FloorVerdict, WorkloadStats, scorable
 
 MODES = ("free", "scored")
 FLOORS = ("auto", "batch", "order", "kernel", "none")
@@ -67,8 +66,7 @@ class DlogpHistogram:
         as the token figures skip it."""
         n, low, width, counts = len(self.counts), self.low, self.width, self.counts
         for a, b in zip(logp_side, logp_ref):
-            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) \
-                    or a <= MASKED_LOGPROB or b <= MASKED_LOGPROB:
+            if not (scorable(a) and scorable(b)):
                 continue
             d = abs(a - b)
             if d == 0.0:
