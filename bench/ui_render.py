@@ -67,7 +67,8 @@ def synthetic_workload(db, n: int, tokens: int, created: str = "2026-01-02T00:00
     from parity_ui.compare import compare
     from parity_ui.store import new_run_id, save_pair_samples, save_run, save_run_row
     from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
-    from parity_ui.workload.report import FloorSpec, WorkloadOptions, WorkloadReport, pooled
+    from parity_ui.workload.report import pooled
+    from parity_ui.workload_record import FloorSpec, WorkloadOptions, WorkloadReport
     from parity_ui.workload.run import free_sample
 
     rng = random.Random(1)

@@ -144,7 +144,7 @@ def tool(args, mode: str, db: str) -> dict:
     from parity_ui.prompts import PromptSpec
     from parity_ui.service import ParityService
     from parity_ui.store import get_run, pair_samples
-    from parity_ui.workload.report import WorkloadOptions
+    from parity_ui.workload_record import WorkloadOptions
     from parity_ui.workload.run import WorkloadRequest, run_workload
 
     t0 = time.perf_counter()

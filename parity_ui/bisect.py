@@ -49,7 +49,7 @@ from .runlog import EventCallback, RunEvent, new_run
 from .sides import SideSpec
 from .store import get_run, new_run_id
 from .types import ModelInfo, Run, SideInfo
-from .workload.report import WorkloadOptions
+from .workload_record import WorkloadOptions
 from .workload.run import WorkloadRequest, given_prompts, run_workload
 from .pooled import WorkloadStats, compare_to_floor
 

@@ -113,7 +113,7 @@ def _workload(args: argparse.Namespace) -> Any:
 
 
 def _workload_options(args: argparse.Namespace, source: Any) -> Any:
-    from .workload.report import WorkloadOptions
+    from .workload_record import WorkloadOptions
 
     return WorkloadOptions(mode=args.mode, floor=args.floor, floor_batch_size=args.floor_batch_size,
                            too_long=args.too_long, chunk=args.chunk,

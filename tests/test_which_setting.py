@@ -24,7 +24,7 @@ from parity_ui.runlog import RunEvent  # noqa: E402
 from parity_ui.ui.live import BisectLive  # noqa: E402
 from parity_ui.ui.runner import ServiceRunner  # noqa: E402
 from parity_ui.which_setting import bisect_choice, checked_request, latest_bisect, parse_pair  # noqa: E402
-from parity_ui.workload.report import WorkloadOptions  # noqa: E402
+from parity_ui.workload_record import WorkloadOptions  # noqa: E402
 from parity_ui.workload.run import WorkloadRequest, run_workload  # noqa: E402
 
 PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(3)]

@@ -10,7 +10,7 @@ import pytest
 
 from parity_ui.config import build_config
 from parity_ui.store import pair_samples
-from parity_ui.workload.report import WorkloadOptions
+from parity_ui.workload_record import WorkloadOptions
 from parity_ui.workload.run import WorkloadRequest, resume_workload, run_workload
 from parity_ui.workload.source import load_workload
 

@@ -24,7 +24,7 @@ from parity_ui.report import html_report, stored_html_report, workload_report_pr
 from parity_ui.runlog import RunEvent  # noqa: E402
 from parity_ui.ui.live import WorkloadLive  # noqa: E402
 from parity_ui.ui.runner import ServiceRunner  # noqa: E402
-from parity_ui.workload.report import WorkloadOptions, report_from_json  # noqa: E402
+from parity_ui.workload_record import WorkloadOptions, report_from_json  # noqa: E402
 from parity_ui.workload.run import WorkloadRequest, run_workload  # noqa: E402
 
 N = 24

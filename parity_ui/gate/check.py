@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..config import ParityConfig, apply_overrides, config_from_dict
 from ..errors import ConfigError, ParityError, PromptError
 from ..prompts import PromptSpec
-from ..runlog import utcnow
 from ..store import get_run, new_run_id
-from ..workload.report import WorkloadOptions, WorkloadReport
+from ..workload_record import WorkloadOptions, WorkloadReport
 from ..workload.source import load_workload, prompts_hash
 from .judge import Outcome, corridor, judge
 from .record import last_pass, save_check

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from ..workload.report import WorkloadReport
+from ..workload_record import WorkloadReport
 from ..pooled import NOT_IDENTICAL, WorkloadStats, compare_to_floor
 from .metrics import METRICS, WITHIN_FLOOR, fmt
 from .spec import BaselineSpec, Slack, Threshold

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from ..config import SIDE_PRESETS
 from ..errors import ParityError
-from ..workload.report import FLOORS, MODES
+from ..workload_record import FLOORS, MODES
 from ..pooled import FLOOR_FIGURE_NAMES, NOT_IDENTICAL
 from .metrics import METRICS, WITHIN_FLOOR
 from .yamlnodes import Map, Seq, YamlReadError, read_yaml

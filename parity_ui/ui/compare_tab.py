@@ -27,7 +27,7 @@ from ..prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, par
                        tokenizer_for)
 from ..render import cards
 from ..types import Run
-from ..workload.report import FLOORS
+from ..workload_record import FLOORS
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .result_view import ResultView

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ParityError, PromptError
 from ..prompts import MAX_PROMPT_FILE_BYTES
 from ..render.cards import error_html, esc
-from ..workload.report import FLOORS, MODES, WorkloadOptions
+from ..workload_record import FLOORS, MODES, WorkloadOptions
 from ..workload.source import WORKLOAD_FILE_TYPES, Workload, load_workload
 
 # An upload is held whole by the app (gradio writes it to a temporary file first): the app's upload

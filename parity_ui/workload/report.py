@@ -10,14 +10,8 @@ from __future__ import annotations
 from sqlite_utils import Database
 
 from ..store import pair_samples
-from ..workload_record import (FLOORS, MODES, DlogpHistogram, FloorSpec, SideFigures,  # noqa: F401
-                               WorkloadOptions, WorkloadReport, report_from_json)
-from ..pooled import Accumulator, FloorVerdict, WorkloadStats, compare_to_floor
-
-
-def side_stats(db: Database, run_id: str, side: str) -> WorkloadStats:
-    """A side's pooled figures, read from its stored pair samples one prompt at a time."""
-    return side_figures(db, run_id, side).stats
+from ..pooled import Accumulator, FloorVerdict, compare_to_floor
+from ..workload_record import DlogpHistogram, SideFigures, WorkloadReport
 
 
 def side_figures(db: Database, run_id: str, side: str) -> SideFigures:

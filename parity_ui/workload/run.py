@@ -43,7 +43,8 @@ from ..runlog import EventCallback, RunEvent, new_run, phase
 from ..settings import differing
 from ..store import get_run, prompts_done, save_comparisons, save_pair_samples, save_side_result
 from ..types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
-from .report import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport, pooled
+from .report import pooled
+from ..workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ..pooled import PairSample
 
 if TYPE_CHECKING:
