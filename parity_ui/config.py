@@ -209,22 +209,28 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
-        parts = key.split(".")
-        if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value):
-            # An old-style `--set vllm.generation_config=auto` is a run-wide key now; as a later
-            # layer it must win over the file's value (not be dropped behind it).
-            translate = _MOVED_UP[parts[1]]
-            parts, value = [parts[1]], translate.get(value, value)
-        target = out
-        for part in parts[:-1]:
-            if target.get(part) is None:  # `vllm:` with nothing under it loads as null
-                target[part] = {}
-            target = target[part]
-            if not isinstance(target, dict):
-                raise ConfigError(key, "is not a section",
-                                  "only a side's options (SIDE.option) and rope_scaling.* are nested")
-        target[parts[-1]] = value
+        set_key(out, key, value)
     return out
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set one dotted `key` (SIDE.option, rope_scaling.factor) of a config's plain data to `value`, in
+    place, as a later layer over it. Raises ConfigError when a part before the last is not a section."""
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value):
+        # An old-style `--set vllm.generation_config=auto` is a run-wide key now; as a later
+        # layer it must win over the file's value (not be dropped behind it).
+        translate = _MOVED_UP[parts[1]]
+        parts, value = [parts[1]], translate.get(value, value)
+    target = data
+    for part in parts[:-1]:
+        if target.get(part) is None:  # `vllm:` with nothing under it loads as null
+            target[part] = {}
+        target = target[part]
+        if not isinstance(target, dict):
+            raise ConfigError(key, "is not a section",
+                              "only a side's options (SIDE.option) and rope_scaling.* are nested")
+    target[parts[-1]] = value
 
 
 def apply_side_args(data: dict[str, Any], side_args: list[str]) -> dict[str, Any]:

@@ -353,6 +353,13 @@ def test_a_control_that_changes_nothing_is_a_spec_error(tmp_path, model, prompts
     assert "gate.yaml:8: case 'c': the control's set changes nothing" in capsys.readouterr().err
 
 
+def test_a_control_set_into_a_value_that_is_not_a_section_is_a_spec_error(tmp_path, model, prompts, capsys):
+    # The control's set goes through the same dotted-key rule as --set (config.set_key).
+    spec = _spec(tmp_path, "cases:\n" + _case(model, extra="    control: {set: {max_new_tokens.x: 1}}\n"))
+    assert _check(tmp_path, spec)[0] == 2
+    assert "gate.yaml:8: case 'c': control: config key 'max_new_tokens.x': is not a section" in capsys.readouterr().err
+
+
 # -- upgrades: sides in two environments ------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..config import ParityConfig, apply_overrides, config_from_dict
+from ..config import ParityConfig, apply_overrides, config_from_dict, set_key
 from ..errors import ConfigError, ParityError, PromptError
 from ..prompts import PromptSpec
 from ..store import get_run, new_run_id
@@ -201,17 +201,21 @@ def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[s
             bad(case.line_of("sides"), f"side {s.name}: python {s.python!r} is not an executable file",
                 "give the interpreter of the environment (e.g. envs/old/bin/python), or set the variable it names")
     try:
-        from ..workload.run import _check_options  # the same rules a workload run applies
+        from ..workload.run import check_options  # the same rules a workload run applies
 
-        _check_options(_options(case, {}), cfg)
+        check_options(_options(case, {}), cfg)
     except ConfigError as e:
         bad(case.line_of("mode" if "mode" in e.key or "temperature" in e.key else "floor"), e.message, e.fix)
     control = None
     if case.control is not None:
         data = copy.deepcopy(case.config)
-        for key, value in case.control.set.items():
-            data = _set(data, str(key), value)
-        control = _config(case, data, overrides, bad, case.control.line, "control: ")
+        try:
+            for key, value in case.control.set.items():
+                set_key(data, str(key), value)
+        except ConfigError as e:
+            bad(case.control.line, f"control: {e.message}", e.fix)
+        else:
+            control = _config(case, data, overrides, bad, case.control.line, "control: ")
         if case.control.perturb and case.control.perturb.sides:
             for s in case.control.perturb.sides:
                 if s not in names:
@@ -249,18 +253,6 @@ def _prompts(case: CaseSpec, limit: int | None, bad: Callable[..., None]) -> tup
     return w.prompts, {"path": str(w.source), "format": w.format, "field": w.field, "rows": w.total_rows,
                        "prompts": len(w.prompts), "sampled": w.sampled, "seed": w.seed, "limit": w.limit,
                        "skipped_rows": w.skipped_count, "content_hash": w.content_hash, "description": w.describe()}
-
-
-def _set(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """`key` (dotted: SIDE.option) set to `value` in a config's data, typed as written in the spec."""
-    parts = key.split(".")
-    target = data
-    for part in parts[:-1]:
-        if not isinstance(target.get(part), dict):
-            target[part] = {}
-        target = target[part]
-    target[parts[-1]] = value
-    return data
 
 
 def _config(case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int,

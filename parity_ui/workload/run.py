@@ -71,7 +71,7 @@ def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | N
     emit = emit or (lambda e: None)
     with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
                            group_id=req.group_id) as rec:
-        _check_options(req.options, req.config)
+        check_options(req.options, req.config)
         Workload(service, rec, req, emit).run(done=set())
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
     return rec.run
@@ -121,7 +121,9 @@ def given_prompts(service: Service, run_id: str) -> list[PromptSpec]:
     return out
 
 
-def _check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
+def check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
+    """The rules a workload's options must meet with its config (a gate's spec is checked by the same).
+    Raises ConfigError naming the key."""
     if o.mode not in MODES:
         raise ConfigError("mode", f"is {o.mode!r}, must be one of {', '.join(MODES)}", "e.g. --mode scored")
     if o.floor not in FLOORS:
