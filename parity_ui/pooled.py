@@ -677,6 +677,13 @@ class FloorVerdict:
     identical: IdenticalCheck
     summary: str
 
+    @property
+    def zero_floor_only(self) -> bool:
+        """Every figure that exceeds does so over a zero floor: the reference gave the same numbers bit
+        for bit under the floor's change, so any difference at all exceeds it, however small."""
+        exceeded = [c for c in self.figures if c.exceeds]
+        return bool(exceeded) and all(c.floor_is_zero for c in exceeded)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: an infinite factor (over a zero floor) is written as None; floor_is_zero says so."""
         d = asdict(self)
