@@ -46,6 +46,11 @@ FLOOR_CHOICES = [("auto (batch when free; kernel when scored with an HF referenc
 DEFAULT_PROMPT = "Give me a brief explanation of gravity in simple terms."
 
 
+def _pick(workload: Any) -> WorkloadPick:
+    """The workload state as a handler gets it (None from an API client that leaves it out)."""
+    return workload if isinstance(workload, WorkloadPick) else WorkloadPick()
+
+
 class RunGate:
     """Which session's run holds the engines, so Stop in one browser tab never cancels another's."""
 
@@ -261,7 +266,7 @@ class CompareTab:
     def upload(self, path: str | None, workload: WorkloadPick | None = None) -> dict[Any, Any]:
         """A file given: .txt/.md one prompt; .jsonl/.parquet a workload, read and described (or
         refused, with the problem and the fix) before anything runs."""
-        pick = workload if isinstance(workload, WorkloadPick) else WorkloadPick()
+        pick = _pick(workload)
         if not path:
             return {**self._file_values(None, ""), self.workload: cleared(pick)}
         name = os.path.basename(path)
@@ -285,8 +290,7 @@ class CompareTab:
     def workload_options(self, workload: WorkloadPick | None, mode: str, floor: str, field: str | None, limit: Any,
                          sample: Any, skip_bad: bool) -> dict[Any, Any]:
         """An option of the workload changed: kept, and the file read again when it picks other prompts."""
-        pick = with_options(workload if isinstance(workload, WorkloadPick) else WorkloadPick(), mode, floor, field,
-                            limit, sample, skip_bad)
+        pick = with_options(_pick(workload), mode, floor, field, limit, sample, skip_bad)
         shown = note_html(pick) if pick.active else cards.error_html(pick.error, pick.fix, "Workload option refused") \
             if pick.error else gr.skip()
         return {self.workload: pick, self.prompt_info: shown}
@@ -303,7 +307,7 @@ class CompareTab:
                                  + " (the model's processor resizes them; see the findings after the run)")
 
     def clear_file(self, workload: WorkloadPick | None = None) -> dict[Any, Any]:
-        pick = workload if isinstance(workload, WorkloadPick) else WorkloadPick()
+        pick = _pick(workload)
         return {**self._file_values(None, ""), self.workload: cleared(pick)}
 
     def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
@@ -313,7 +317,9 @@ class CompareTab:
         (each yield sets only what changed). With a workload file: the workload, its progress with
         the prompts done and the time left."""
         model = model or DEMO_NAME
-        pick = workload if isinstance(workload, WorkloadPick) and workload.active else None
+        pick: WorkloadPick | None = _pick(workload)
+        if not pick.active:
+            pick = None
         try:
             if pick is not None:
                 req: Any = self._workload_request(pick, model, bool(trust), cfg_text, images)

@@ -262,28 +262,22 @@ class HistoryTab:
             event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden",
                        trigger_mode="always_last")
 
-        def workload(event: Any) -> None:
+        def beside_open(listen: Any) -> None:
             # The workload view of the run (hidden for any other) and Which setting? (for a run whose
             # sides differ), beside the open: they read only the run's header and flags, so none waits.
-            event.then(self.wview.show, [self.run_id], self.wview.outputs, api_name=False, show_progress="hidden",
-                       trigger_mode="always_last")
-            event.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden",
+            # `listen`: what starts the open (an event's .then, a button's .click, a box's .submit).
+            for view in (self.wview, self.which):
+                listen(view.show, [self.run_id], view.outputs, api_name=False, show_progress="hidden",
                        trigger_mode="always_last")
 
         picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)
         then_figures(picked.then(self.open, [self.run_id], self.view.outputs, api_name=False,
                                  trigger_mode="always_last"))
-        workload(picked)
+        beside_open(picked.then)
         then_figures(self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run"))
-        self.open_btn.click(self.wview.show, [self.run_id], self.wview.outputs, api_name=False,
-                            show_progress="hidden", trigger_mode="always_last")
-        self.open_btn.click(self.which.show, [self.run_id], self.which.outputs, api_name=False,
-                            show_progress="hidden", trigger_mode="always_last")
+        beside_open(self.open_btn.click)
         then_figures(self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False))
-        self.run_id.submit(self.wview.show, [self.run_id], self.wview.outputs, api_name=False,
-                           show_progress="hidden", trigger_mode="always_last")
-        self.run_id.submit(self.which.show, [self.run_id], self.which.outputs, api_name=False,
-                           show_progress="hidden", trigger_mode="always_last")
+        beside_open(self.run_id.submit)
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
@@ -293,4 +287,4 @@ class HistoryTab:
         self.which.create_event_handlers()
         from_url = app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)
         then_figures(from_url)
-        workload(from_url)
+        beside_open(from_url.then)
