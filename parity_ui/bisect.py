@@ -62,6 +62,7 @@ __all__ = ["BisectRequest", "bisect_run", "bisects_of", "check_flip", "differenc
 
 KIND, TRIAL_KIND = "bisect", "bisect-trial"
 DEFAULT_PROMPTS = 8
+MAX_PROMPTS = 10_000  # a trial runs this many of the run's prompts at most
 STRATEGIES = ("ddmin", "one-at-a-time")
 # Option -> its row in the resolved settings (parity_ui.settings.LABELS). An option not listed is
 # looked up under its own name (the tests' fake kind reports its options so).
@@ -261,8 +262,9 @@ class Search:
         self.rec.save_header()
         if req.strategy not in STRATEGIES:
             raise ParityError(f"unknown bisect strategy {req.strategy!r}", f"use one of {', '.join(STRATEGIES)}")
-        if not 1 <= req.prompts <= 10_000:
-            raise ParityError(f"--prompts {req.prompts} is out of range", "give a number of prompts from 1 to 10000")
+        if not 1 <= req.prompts <= MAX_PROMPTS:
+            raise ParityError(f"--prompts {req.prompts} is out of range",
+                              f"give a number of prompts from 1 to {MAX_PROMPTS}")
         try:
             self.cfg = config_from_dict(stored.config)
         except ParityError as e:

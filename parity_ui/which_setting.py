@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bisect import DEFAULT_PROMPTS, KIND, TRIAL_KIND
+from .bisect import DEFAULT_PROMPTS, KIND, MAX_PROMPTS, TRIAL_KIND
 from .errors import ParityError
 from .store import get_run
 from .types import Run
 
-MAX_PROMPTS = 10_000  # as parity_ui.bisect checks
 BISECTABLE_KINDS = ("compare", "workload")
 
 __all__ = ["BisectChoice", "bisect_choice", "checked_request", "pair_value", "parse_pair", "bisect_lines",
-           "latest_bisect", "DEFAULT_PROMPTS"]
+           "latest_bisect", "DEFAULT_PROMPTS", "MAX_PROMPTS"]
 
 
 @dataclass

@@ -20,7 +20,7 @@ from ..render import cards
 from ..render.report_parts import bisect_html
 from ..store import get_run
 from ..types import Run
-from ..which_setting import DEFAULT_PROMPTS, bisect_choice, latest_bisect, pair_value, parse_pair
+from ..which_setting import DEFAULT_PROMPTS, MAX_PROMPTS, bisect_choice, latest_bisect, pair_value, parse_pair
 from .live import BisectLive, follow
 
 THROTTLE_S = 0.25
@@ -59,7 +59,7 @@ class WhichSettingView:
             with gr.Row(equal_height=True):
                 self.pair = gr.Dropdown(label="Which setting? The pair to search (reference first)", choices=[],
                                         interactive=True, scale=3, elem_id=f"{p}-ws-pair")
-                self.prompts = gr.Number(DEFAULT_PROMPTS, precision=0, minimum=1, maximum=10_000,
+                self.prompts = gr.Number(DEFAULT_PROMPTS, precision=0, minimum=1, maximum=MAX_PROMPTS,
                                          label="Prompts (the run's worst first)", scale=1, elem_id=f"{p}-ws-prompts")
                 self.btn = gr.Button("Which setting?", variant="secondary", scale=1, elem_id=f"{p}-ws-btn")
                 self.stop_btn = gr.Button("Stop", visible=False, variant="stop", scale=1, elem_id=f"{p}-ws-stop")
