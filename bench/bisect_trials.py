@@ -2,7 +2,7 @@
 against flipping one setting at a time (issue 22).
 
 Two tables:
-1. ddmin alone (parity_ui.ddmin, a synthetic oracle, no engine): the trials for a single cause at every
+1. ddmin alone (parity_ui.analysis.ddmin, a synthetic oracle, no engine): the trials for a single cause at every
    position and for every pair, mean and most, next to one at a time (n trials, and no pair ever
    found) and ddmin's bounds.
 2. Whole searches on the tests' fake engine kind, in real worker processes (a trial is a stored run,
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the fake engine kind
 
-from parity_ui.ddmin import best_case_trials, ddmin, worst_case_trials  # noqa: E402
+from parity_ui.analysis.ddmin import best_case_trials, ddmin, worst_case_trials  # noqa: E402
 
 # Differences the fake computes nothing from (several change its load key, as real options do).
 HARMLESS = ["flag=x", "ignored_flag=y", "delay_ms=1", "load_s=0.001", "dtype=bfloat16", "fp32_logits=true",
@@ -52,10 +52,10 @@ def pure_counts(n: int) -> dict[str, float]:
 
 def engine_rows(sizes: list[int], prompts: int, folder: Path) -> list[dict]:
     from fake_engine import fake_model, registered
-    from parity_ui.bisect import BisectRequest, bisect_run
-    from parity_ui.config import build_config
-    from parity_ui.prepare import RunRequest
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.commands.bisect_search import BisectRequest, bisect_run
+    from parity_ui.core.config import build_config
+    from parity_ui.run.prepare import RunRequest
+    from parity_ui.inputs.prompts import PromptSpec
     from parity_ui.service import ParityService
 
     specs = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(prompts)]

@@ -50,10 +50,10 @@ def cache_env(root: Path) -> dict[str, str]:
 
 
 def _prep(args):
-    from parity_ui.config import build_config
-    from parity_ui.hardware import on_gpu
-    from parity_ui.prepare import RunRequest, prepare
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.core.config import build_config
+    from parity_ui.run.hardware import on_gpu
+    from parity_ui.run.prepare import RunRequest, prepare
+    from parity_ui.inputs.prompts import PromptSpec
 
     cfg = build_config(None, _overrides(args))
     return prepare(RunRequest(model=args.model, prompts=[PromptSpec(text=PROMPT)], config=cfg), on_gpu())
@@ -116,7 +116,7 @@ def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
     reader.join()
     if proc.returncode not in (0, 1):
         raise SystemExit(f"the tool failed ({proc.returncode}): {out[-1500:]}\n" + "\n".join(x for _, x in lines[-30:]))
-    from parity_ui.store import get_run, list_runs, open_db
+    from parity_ui.store.runs import get_run, list_runs, open_db
 
     store = open_db(db)
     runs = list_runs(store, limit=1)

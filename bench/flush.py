@@ -3,7 +3,7 @@ wrote only what changed (issue 20).
 
 Before: every flush (each FLUSH_S while a side streamed, after each side, at start and at the end)
 called store.save_run, which deletes and re-inserts every prompt, side-result and comparison row of
-the run. After: parity_ui.recorder.RunRecorder.flush writes the run's row and the rows of the
+the run. After: parity_ui.run.recorder.RunRecorder.flush writes the run's row and the rows of the
 prompts that streamed since the last flush. Both are timed here in one process, on the same run (two
 sides x 128 tokens x top-5 a prompt, the last side mid-stream), on a database file with WAL, as the
 service opens it. Prints a table and, with --out, writes the figures as JSON.
@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from parity_ui.compare import compare  # noqa: E402
-from parity_ui.recorder import RunRecorder  # noqa: E402
-from parity_ui.runlog import new_run  # noqa: E402
-from parity_ui.store import new_run_id, open_db, save_run  # noqa: E402
-from parity_ui.types import SideInfo, SideResult, TokenStep, TopLogprob  # noqa: E402
+from parity_ui.analysis.compare import compare  # noqa: E402
+from parity_ui.run.recorder import RunRecorder  # noqa: E402
+from parity_ui.core.runlog import new_run  # noqa: E402
+from parity_ui.store.runs import new_run_id, open_db, save_run  # noqa: E402
+from parity_ui.core.types import SideInfo, SideResult, TokenStep, TopLogprob  # noqa: E402
 
 TOKENS, TOP = 128, 5
 

@@ -144,11 +144,11 @@ def child_run(args: argparse.Namespace) -> dict[str, Any]:
     """One image prompt, HF (reference) vs vLLM, through ParityService; the figures of the run."""
     _child_setup(args, "log")
     t0 = time.perf_counter()
-    from parity_ui.config import build_config
-    from parity_ui.images import read_image
-    from parity_ui.prepare import RunRequest
-    from parity_ui.prompts import PromptSpec
-    from parity_ui.report import format_summary, run_json
+    from parity_ui.core.config import build_config
+    from parity_ui.inputs.images import read_image
+    from parity_ui.run.prepare import RunRequest
+    from parity_ui.inputs.prompts import PromptSpec
+    from parity_ui.render.report import format_summary, run_json
     from parity_ui.service import ParityService
     from tiny_vlm import needs_remote_code  # type: ignore[import-not-found]
 
@@ -351,7 +351,7 @@ class Ctx:
         self.work = Path(args.work)
         self.work.mkdir(parents=True, exist_ok=True)
         cache = self.work / "cache"
-        self.logs = cache / "logs"  # parity-ui's worker logs (parity_ui.paths.cache_dir)
+        self.logs = cache / "logs"  # parity-ui's worker logs (parity_ui.core.paths.cache_dir)
         site = write_site(self.work / "site")
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "PARITY_CACHE_DIR": str(cache),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))}

@@ -130,7 +130,7 @@ def child(args) -> dict:
     kernels = None
     if args.child == "no-cudnn-sdpa":  # as a side with sdpa_kernels=no-cudnn: the worker's own switch
         from parity_ui.engines.hf_engine import _enable_sdpa_kernels, _sdpa_kernels_enabled
-        from parity_ui.kinds import SDPA_ENABLED
+        from parity_ui.core.kinds import SDPA_ENABLED
 
         _enable_sdpa_kernels(SDPA_ENABLED["no-cudnn"])
         kernels = _sdpa_kernels_enabled()

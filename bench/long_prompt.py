@@ -28,8 +28,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only-long", action="store_true")
     args = ap.parse_args()
-    from parity_ui.models import describe_model
-    from parity_ui.prompts import tokenizer_for
+    from parity_ui.inputs.models import describe_model
+    from parity_ui.inputs.prompts import tokenizer_for
 
     tok = tokenizer_for(describe_model(args.model).path).tok
     body = long_text(tok, args.tokens)

@@ -31,8 +31,8 @@ PROMPT = "Give me a brief explanation of gravity in simple terms."
 
 
 def _prepare(args):
-    from parity_ui.config import build_config
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.core.config import build_config
+    from parity_ui.inputs.prompts import PromptSpec
     from parity_ui.service import ParityService, RunRequest
 
     # cross_score off: the bare engines do no teacher forcing either.
@@ -126,7 +126,7 @@ def _measure(args) -> dict:
     h = in_fresh_process(bare_hf, args, envs["hf"])
     with tempfile.TemporaryDirectory() as d:
         svc.db_path = str(Path(d) / "runs.db")
-        from parity_ui.store import open_db
+        from parity_ui.store.runs import open_db
 
         svc.db = open_db(svc.db_path)
         walls, engine_sums = [], []

@@ -24,10 +24,10 @@ def main() -> None:
     t0 = time.perf_counter()
     prof = cProfile.Profile()
     prof.enable()
-    from parity_ui.config import build_config
-    from parity_ui.hardware import on_gpu
-    from parity_ui.prepare import RunRequest, prepare
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.core.config import build_config
+    from parity_ui.run.hardware import on_gpu
+    from parity_ui.run.prepare import RunRequest, prepare
+    from parity_ui.inputs.prompts import PromptSpec
 
     t_import = time.perf_counter()
     gpu = on_gpu()

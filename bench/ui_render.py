@@ -30,9 +30,9 @@ from conftest_browser import ARTIFACTS, chromium, running_app  # noqa: E402
 
 
 def synthetic_run(n: int, created: str = "2026-01-01T00:00:00.000+00:00"):
-    from parity_ui.compare import compare
-    from parity_ui.store import new_run_id
-    from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
+    from parity_ui.analysis.compare import compare
+    from parity_ui.store.runs import new_run_id
+    from parity_ui.core.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
 
     rng = random.Random(0)
     words = [" the", " cat", " sat", " on", "\n", " mat", ",", " and", "\t", " a", " dog", "."] + \
@@ -64,12 +64,12 @@ def synthetic_workload(db, n: int, tokens: int, created: str = "2026-01-02T00:00
     written straight into `db` with the store's functions (what run_workload stores, without
     engines): b forks at a different token on most prompts (a third identical), the floor on a few,
     every logprob a little apart; the report pooled from the stored samples. Returns the Run."""
-    from parity_ui.compare import compare
-    from parity_ui.store import new_run_id, save_pair_samples, save_run, save_run_row
-    from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
-    from parity_ui.workload.report import pooled
-    from parity_ui.workload_record import FloorSpec, WorkloadOptions, WorkloadReport
-    from parity_ui.workload.run import free_sample
+    from parity_ui.analysis.compare import compare
+    from parity_ui.store.runs import new_run_id, save_pair_samples, save_run, save_run_row
+    from parity_ui.core.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
+    from parity_ui.commands.workload.report import pooled
+    from parity_ui.core.workload_record import FloorSpec, WorkloadOptions, WorkloadReport
+    from parity_ui.commands.workload.run import free_sample
 
     rng = random.Random(1)
     words = [" the", " cat", " sat", " on", "\n", " mat", ",", " and", " a", " dog", "."] + [f" w{i}" for i in range(200)]
@@ -258,7 +258,7 @@ def main() -> None:
     ap.add_argument("--only-workload", action="store_true", help="only the workload case")
     args = ap.parse_args()
     ARTIFACTS.mkdir(exist_ok=True)
-    from parity_ui.store import open_db, save_run
+    from parity_ui.store.runs import open_db, save_run
     from parity_ui.ui.result_view import view_parts
 
     with tempfile.TemporaryDirectory() as tmp:

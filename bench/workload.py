@@ -50,16 +50,16 @@ def prompts(n: int) -> list[str]:
 
 
 def _config(args, mode: str):
-    from parity_ui.config import build_config
+    from parity_ui.core.config import build_config
 
     return build_config(None, [f"dtype={args.dtype}", f"max_new_tokens={args.tokens}", "ignore_eos=true", "chat=true",
                                "logprobs=5"], sides=["ref=hf", f"b=vllm,batch_size={args.batch}"])
 
 
 def _prepare(args, mode: str):
-    from parity_ui.plan import RunRequest
-    from parity_ui.prepare import prepare
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.run.plan import RunRequest
+    from parity_ui.run.prepare import prepare
+    from parity_ui.inputs.prompts import PromptSpec
 
     req = RunRequest(model=args.model, prompts=[PromptSpec(text=p) for p in prompts(args.prompts)],
                      config=_config(args, mode))
@@ -67,7 +67,7 @@ def _prepare(args, mode: str):
 
 
 def _gpu() -> bool:
-    from parity_ui.hardware import on_gpu
+    from parity_ui.run.hardware import on_gpu
 
     return on_gpu()
 
@@ -141,11 +141,11 @@ def _as_hf(prep):
 # -- the tool ---------------------------------------------------------------------------------------
 
 def tool(args, mode: str, db: str) -> dict:
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.inputs.prompts import PromptSpec
     from parity_ui.service import ParityService
-    from parity_ui.store import get_run, pair_samples
-    from parity_ui.workload_record import WorkloadOptions
-    from parity_ui.workload.run import WorkloadRequest, run_workload
+    from parity_ui.store.runs import get_run, pair_samples
+    from parity_ui.core.workload_record import WorkloadOptions
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
 
     t0 = time.perf_counter()
     svc = ParityService(db_path=db)

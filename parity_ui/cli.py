@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import PRESETS, SIDE_PRESETS, ParityConfig, apply_overrides, apply_side_args, build_config, load_config_file
-from .errors import ParityError, PromptError
-from .images import MAX_IMAGES_PER_PROMPT, read_image
-from .prompts import PromptSpec, read_prompt_file
-from .types import Run, to_dict
+from .core.config import PRESETS, SIDE_PRESETS, ParityConfig, apply_overrides, apply_side_args, build_config, load_config_file
+from .core.errors import ParityError, PromptError
+from .inputs.images import MAX_IMAGES_PER_PROMPT, read_image
+from .inputs.prompts import PromptSpec, read_prompt_file
+from .core.types import Run, to_dict
 
 if TYPE_CHECKING:
     from .service import ParityService
@@ -77,7 +77,7 @@ def _prompts(args: argparse.Namespace) -> list[PromptSpec]:
 
 def _as_given(args: argparse.Namespace) -> list[PromptSpec]:
     """The prompts as typed, for a run that failed before they could be read."""
-    from .prompts import prompts_as_given
+    from .inputs.prompts import prompts_as_given
 
     return prompts_as_given(getattr(args, "prompt", None), getattr(args, "image", None) or [],
                             prompt_file=getattr(args, "prompt_file", None))
@@ -103,17 +103,17 @@ def _is_workload_file(path: str | None) -> bool:
 
 
 def _workload(args: argparse.Namespace) -> Any:
-    """The prompt file read as a workload (parity_ui.workload.source), or None for a single prompt."""
+    """The prompt file read as a workload (parity_ui.inputs.workload_source), or None for a single prompt."""
     if not _is_workload_file(getattr(args, "prompt_file", None)):
         return None
-    from .workload.source import load_workload
+    from .inputs.workload_source import load_workload
 
     return load_workload(args.prompt_file, field=args.field, limit=args.limit, sample=args.sample, seed=args.seed,
                          on_bad=args.on_bad)
 
 
 def _workload_options(args: argparse.Namespace, source: Any) -> Any:
-    from .workload_record import WorkloadOptions
+    from .core.workload_record import WorkloadOptions
 
     return WorkloadOptions(mode=args.mode, floor=args.floor, floor_batch_size=args.floor_batch_size,
                            too_long=args.too_long, chunk=args.chunk,
@@ -125,7 +125,7 @@ def _workload_options(args: argparse.Namespace, source: Any) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .prepare import RunRequest
+    from .run.prepare import RunRequest
 
     service = _service(args)
     try:
@@ -138,7 +138,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                                   kind="workload" if _is_workload_file(args.prompt_file) else "compare"),
                            args)
         if source is not None and (len(prompts) > 1 or source.format == "parquet"):
-            from .workload.run import WorkloadRequest, run_workload
+            from .commands.workload.run import WorkloadRequest, run_workload
 
             if not args.json and not args.quiet:
                 print(f"[parity] workload: {source.describe()}", file=sys.stderr)
@@ -156,7 +156,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .workload.run import resume_workload
+    from .commands.workload.run import resume_workload
 
     service = _service(args)
     try:
@@ -174,19 +174,19 @@ def _exit_code(run: Run) -> int:
 
 def _report(run: Run, args: argparse.Namespace, db: Any = None) -> int:
     """Print the run (a workload as one screen, its prompts with --per-prompt) and its exit code."""
-    from .report import format_summary, run_json
+    from .render.report import format_summary, run_json
 
     if run.status not in ("ok", "diverged"):
         print(f"parity: error: {run.error}", file=sys.stderr)
         print(f"parity: stored as run {run.id}", file=sys.stderr)
     if run.workload is not None and db is not None and getattr(args, "per_prompt", False):
-        from .store import get_run
+        from .store.runs import get_run
 
         run = get_run(db, run.id) or run  # every prompt, read back from the store
     if args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None:
-        from .workload.report import format_workload
+        from .commands.workload.report import format_workload
 
         print(format_summary(run, prompts=getattr(args, "per_prompt", False)))
         print(format_workload(run.workload, run.id, run.status))
@@ -196,7 +196,7 @@ def _report(run: Run, args: argparse.Namespace, db: Any = None) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from .mapping import format_table
+    from .core.mapping import format_table
 
     try:
         cfg = _config(args)
@@ -215,7 +215,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
-    from .store import list_runs, open_db
+    from .store.runs import list_runs, open_db
 
     db = open_db(args.db)
     rows = list_runs(db, search=args.search, model=args.model, status=args.status, limit=args.limit)
@@ -232,7 +232,7 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace, run_id: str) -> Run | None:
-    from .store import get_run, open_db
+    from .store.runs import get_run, open_db
 
     run = get_run(open_db(args.db), run_id)
     if run is None:
@@ -242,8 +242,8 @@ def _get(args: argparse.Namespace, run_id: str) -> Run | None:
 
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
-    from .report import format_summary, run_json
-    from .store import get_run, open_db
+    from .render.report import format_summary, run_json
+    from .store.runs import get_run, open_db
 
     only = None if args.prompt is None else [args.prompt]
     run = get_run(open_db(args.db), args.id, prompts=only)
@@ -258,7 +258,7 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None and only is None:
-        from .workload.report import format_workload
+        from .commands.workload.report import format_workload
 
         print(format_summary(run, prompts=False))
         print(format_workload(run.workload, run.id, run.status))
@@ -272,8 +272,8 @@ def _n_prompts(args: argparse.Namespace, run: Run) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import stored_html_report
-    from .store import open_db
+    from .render.report import stored_html_report
+    from .store.runs import open_db
 
     # stored_html_report reads a workload's header, prompt rows and earliest forks only, not every
     # prompt's tokens (a 10,000-prompt run); any other run whole
@@ -289,7 +289,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from .layers import format_localisation
+    from .commands.layers import format_localisation
 
     run = _get(args, args.id)
     if run is None:
@@ -312,7 +312,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     """Exit 0: a minimal set of settings explains the divergence; 1: no flippable subset restores parity
     (the engine itself); 2: an error (stored with the trials so far)."""
-    from .bisect_report import format_bisect
+    from .core.bisect_record import format_bisect
 
     sides = None
     if args.sides:
@@ -330,7 +330,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         print(json.dumps({"bisect_id": run.id, "status": run.status, "error": run.error, "error_code": run.error_code,
                           "group_id": run.group_id, "bisect": to_dict(run.bisect)}))
     elif run.bisect is not None:
-        from .settings import format_text, settings_diff
+        from .core.settings import format_text, settings_diff
 
         rows = [r for r in settings_diff(run.sides) if r.differs]
         if rows:
@@ -346,7 +346,7 @@ def _single_prompt(args: argparse.Namespace) -> PromptSpec:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from .probes import format_probe, run_probe
+    from .commands.probes import format_probe, run_probe
 
     service = _service(args)
     try:
@@ -363,7 +363,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"parity: error: {run.error}", file=sys.stderr)
         print(f"parity: stored as run {run.id}", file=sys.stderr)
     if args.json:
-        from .report import run_json
+        from .render.report import run_json
 
         print(json.dumps(run_json(run)))
     elif run.status != "error":
@@ -372,7 +372,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import format_sweep, parse_grid, run_sweep, summarize_sweep
+    from .commands.sweep import format_sweep, parse_grid, run_sweep, summarize_sweep
 
     service = _service(args)
     try:
@@ -395,7 +395,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .gate.command import check_command
+    from .commands.gate.command import check_command
 
     return check_command(args, _emit(args))
 

@@ -1,16 +1,16 @@
 """ParityService: the one door to the engines and the run database. The CLI and the app call only
 this.
 
-It owns the warm side workers (parity_ui.workers.EnginePool) and the database, and hands out two
+It owns the warm side workers (parity_ui.run.workers.EnginePool) and the database, and hands out two
 contexts every command is built from:
 
 - `recording(...)`: a new run, stored when it starts, flushed as it is made and stored when it
-  ends, whatever ends it (parity_ui.recorder). A bad config, a missing model or a crashed engine
+  ends, whatever ends it (parity_ui.run.recorder). A bad config, a missing model or a crashed engine
   inside it becomes a run with status "error", its message, and whatever was produced before.
 - `sides(plans)`: the side setups started, checked and loaded, answering typed verbs
-  (parity_ui.pipeline.Sides). Nothing outlives the block but warm workers.
+  (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
-A comparison (`run`, parity_ui.compare_run), a probe, a sweep point and a layer localisation are
+A comparison (`run`, parity_ui.commands.compare), a probe, a sweep point and a layer localisation are
 each a few lines over those two. One command at a time: the service's lock.
 """
 from __future__ import annotations
@@ -19,19 +19,19 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from .engines.base import InputCheck
-from .hardware import on_gpu
-from .mapping import mapping_table, resolve
-from .models import describe_model
-from .pipeline import CapabilityError, Loaded, Sides
-from .plan import Prepared, RunRequest, SidePlan
-from .prepare import likely_workers, prepare
-from .prompts import PromptSpec, tokenizer_for
-from .recorder import RunRecorder
-from .runlog import EventCallback, RunEvent, new_run
-from .store import new_run_id, open_db, save_localisation
-from .types import Finding, Localisation, ModelInfo, Run
-from .workers import EnginePool
+from .core.requests import InputCheck
+from .run.hardware import on_gpu
+from .core.mapping import mapping_table, resolve
+from .inputs.models import describe_model
+from .run.pipeline import CapabilityError, Loaded, Sides
+from .run.plan import Prepared, RunRequest, SidePlan
+from .run.prepare import likely_workers, prepare
+from .inputs.prompts import PromptSpec, tokenizer_for
+from .run.recorder import RunRecorder
+from .core.runlog import EventCallback, RunEvent, new_run
+from .store.runs import new_run_id, open_db, save_localisation
+from .core.types import Finding, Localisation, ModelInfo, Run
+from .run.workers import EnginePool
 
 __all__ = ["ParityService", "RunRequest", "RunEvent", "CapabilityError", "attach_images"]
 
@@ -106,7 +106,7 @@ class ParityService:
               then: Callable[[Sides, SidePlan], None] | None = None,
               on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
               findings: list[Finding] | None = None, timings: dict[str, float] | None = None) -> Iterator[Sides]:
-        """Start, check and load every side of `plans` (parity_ui.pipeline: `gated` or not, `then`
+        """Start, check and load every side of `plans` (parity_ui.run.pipeline: `gated` or not, `then`
         run for each side once it may generate), then yield them for typed verbs. `findings` and
         `timings` (a run's) receive the engines' warnings and the phases, also when starting fails.
         Raises CapabilityError, CancelledError, EngineError."""
@@ -125,7 +125,7 @@ class ParityService:
     def run(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
         """Run every side, compare, store. Always returns the stored Run; never raises for a user
         or engine error (the run's status is then "error" with the message)."""
-        from .compare_run import compare_sides
+        from .commands.compare import compare_sides
 
         emit = on_event or (lambda e: None)
         with self.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
@@ -143,10 +143,10 @@ class ParityService:
 
     def localise(self, run: Run, prompt_index: int = 0, position: int | None = None,
                  pair: tuple[str, str] | str | None = None, emit: EventCallback | None = None) -> Localisation:
-        """Where inside the model two sides of a stored run part (parity_ui.layers), stored with the
+        """Where inside the model two sides of a stored run part (parity_ui.commands.layers), stored with the
         run, also when it cannot run (the stored localisation then says why and how to fix it)."""
-        from .errors import ParityError
-        from .layers import failed, localise
+        from .core.errors import ParityError
+        from .commands.layers import failed, localise
 
         with self._lock:
             self.pool.reset_cancel()
@@ -158,10 +158,10 @@ class ParityService:
 
     def bisect(self, run_id: str, sides: tuple[str, str] | None = None, *, prompts: int = 8,
                max_trials: int | None = None, emit: EventCallback | None = None) -> Run:
-        """Which setting is it (parity_ui.bisect): the smallest set of the two sides' differing settings
+        """Which setting is it (parity_ui.commands.bisect_search): the smallest set of the two sides' differing settings
         whose flipping restores parity. Returns the stored bisect (kind "bisect", `run.bisect` its
         record; status ok / diverged / error / cancelled). Raises ParityError only for an unknown run id."""
-        from .bisect import BisectRequest, bisect_run
+        from .commands.bisect_search import BisectRequest, bisect_run
 
         return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)
 

@@ -36,4 +36,4 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-"$venv/bin/python" -m parity_ui.demo_model --quiet
+"$venv/bin/python" -m parity_ui.inputs.demo_model --quiet

@@ -22,9 +22,9 @@ from typing import Any
 
 from parity_ui.engines.base import (Engine, EngineFault, GenerateRequest, LoadRequest, Problem, ScoreRequest,
                                     append_step, make_step, result)
-from parity_ui.kinds import SideOptions
-from parity_ui.types import EngineInfo, SideResult, TokenStep
-from parity_ui.validation import number_in, option
+from parity_ui.core.kinds import SideOptions
+from parity_ui.core.types import EngineInfo, SideResult, TokenStep
+from parity_ui.core.validation import number_in, option
 
 TESTS = str(Path(__file__).resolve().parent)
 FIRST_ID = 8  # tiny_models.SPECIALS take ids 0-7: the fake never picks one (EOS only when asked)
@@ -83,7 +83,7 @@ def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
 
 
 def fake_kind() -> Any:
-    from parity_ui.kinds import Kind
+    from parity_ui.core.kinds import Kind
 
     return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False)
 
@@ -92,7 +92,7 @@ class registered:
     """`with registered():` the fake kind exists (and is removed again after)."""
 
     def __enter__(self) -> None:
-        from parity_ui.mapping import register_kind
+        from parity_ui.core.mapping import register_kind
 
         self._undo = register_kind(fake_kind(), to_fake)
 
@@ -134,8 +134,8 @@ class registered_other:
     (OTHER_ENGINE_SHIFT) and an option of its own, for what differs with the engine itself."""
 
     def __enter__(self) -> None:
-        from parity_ui.kinds import Kind
-        from parity_ui.mapping import register_kind
+        from parity_ui.core.kinds import Kind
+        from parity_ui.core.mapping import register_kind
 
         self._undo = register_kind(Kind("fake-other", "another fake engine (tests only)", OtherFakeOptions,
                                         "fake_engine:FakeEngine", "", head_start=False), to_other_fake)

@@ -11,17 +11,17 @@ import shutil
 import pytest
 
 from fake_engine import fake_model, fake_service, registered
-from parity_ui.bisect import BisectRequest, bisect_run, bisects_of, check_flip, differences
-from parity_ui.bisect_report import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
+from parity_ui.commands.bisect_search import BisectRequest, bisect_run, bisects_of, check_flip, differences
+from parity_ui.core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
                                      NOT_APPLIED, NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, Factor, report_from_json)
 from parity_ui.cli import main
-from parity_ui.config import build_config
-from parity_ui.ddmin import best_case_trials, ddmin, split, worst_case_trials
-from parity_ui.errors import ParityError
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec
-from parity_ui.store import get_run, list_runs
-from parity_ui.types import ModelInfo, SideInfo
+from parity_ui.core.config import build_config
+from parity_ui.analysis.ddmin import best_case_trials, ddmin, split, worst_case_trials
+from parity_ui.core.errors import ParityError
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import get_run, list_runs
+from parity_ui.core.types import ModelInfo, SideInfo
 
 PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(3)]
 # Differences that change nothing the fake computes (a reported flag, one it ignores, a delay, a batch

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from parity_ui.bisect import BisectRequest, bisect_run
-from parity_ui.bisect_report import APPLIED, DIVERGES, FOUND, NO_VISIBLE_DIFFERENCE, RESTORES
-from parity_ui.config import build_config
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec
-from parity_ui.store import get_run
+from parity_ui.commands.bisect_search import BisectRequest, bisect_run
+from parity_ui.core.bisect_record import APPLIED, DIVERGES, FOUND, NO_VISIBLE_DIFFERENCE, RESTORES
+from parity_ui.core.config import build_config
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import get_run
 
 pytestmark = pytest.mark.engines
 

@@ -75,7 +75,7 @@ def _shot(page, name: str, selector: str | None = None) -> None:
 
 
 def _stored(app, run_id):
-    from parity_ui.store import get_run, open_db
+    from parity_ui.store.runs import get_run, open_db
 
     return get_run(open_db(app["db"]), run_id)
 
@@ -185,7 +185,7 @@ def test_deep_link_opens_the_run(app, page, shared):
 def test_find_the_layer_localises_the_divergence_and_keeps_it_with_the_run(app, page, shared):
     if "run_id" not in shared:
         pytest.skip("needs the run of the first test")
-    from parity_ui.store import localisations_of, open_db
+    from parity_ui.store.runs import localisations_of, open_db
 
     page.goto(app["url"] + f"?run={shared['run_id']}")
     page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{shared['run_id']}']", timeout=PAGE_MS)
@@ -308,8 +308,8 @@ def test_the_sides_panel_adds_a_side_and_every_pane_is_labelled(app, page):
 def _lossy_run(run_id: str):
     """A stored run whose tokens include pieces of a multi-byte character (no engine needed: this
     pins what the viewer shows)."""
-    from parity_ui.compare import compare
-    from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
+    from parity_ui.analysis.compare import compare
+    from parity_ui.core.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
 
     def steps():
         toks = [(10, "A", None), (300, "\ufffd", "e2"), (301, "\ufffd", "80a2"), (11, " b", None)]
@@ -324,7 +324,7 @@ def _lossy_run(run_id: str):
 
 
 def test_byte_tokens_show_their_bytes_on_hover_and_as_bytes_on_demand(app, page):
-    from parity_ui.store import open_db, save_run
+    from parity_ui.store.runs import open_db, save_run
 
     save_run(open_db(app["db"]), _lossy_run("01BYTES"))
     page.goto(app["url"] + "?run=01BYTES")
@@ -348,7 +348,7 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from ui_render import synthetic_run
 
-    from parity_ui.store import open_db, save_run
+    from parity_ui.store.runs import open_db, save_run
 
     n = 16384
     run = synthetic_run(n)
@@ -389,7 +389,7 @@ def test_a_stored_workload_opens_in_history_sorts_in_the_page_and_a_row_opens_it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from ui_render import synthetic_workload
 
-    from parity_ui.store import open_db, pair_rows
+    from parity_ui.store.runs import open_db, pair_rows
 
     run = synthetic_workload(open_db(app["db"]), 60, 32, created="2027-01-01T00:00:00.000+00:00")
     forks = {r["prompt_idx"]: r["first_divergence"] for r in pair_rows(open_db(app["db"]), run.id) if r["side"] == "b"}

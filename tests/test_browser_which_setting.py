@@ -25,9 +25,9 @@ SEARCH_MS = 240_000  # the bisect: a few trials, each a worker started on the fa
 def stored(tmp_path_factory):
     """A diverged comparison in a fresh database, made in this process with the fake kind."""
     from fake_engine import fake_model, registered
-    from parity_ui.config import build_config
-    from parity_ui.plan import RunRequest
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.core.config import build_config
+    from parity_ui.run.plan import RunRequest
+    from parity_ui.inputs.prompts import PromptSpec
     from parity_ui.service import ParityService
 
     db = tmp_path_factory.mktemp("db") / "runs.db"

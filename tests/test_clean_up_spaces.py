@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from parity_ui.config import build_config
-from parity_ui.prepare import RunRequest, prepare
-from parity_ui.prompts import PromptSpec, decode_as_is
-from parity_ui.recorder import decode_result
-from parity_ui.types import SideResult, TokenStep
+from parity_ui.core.config import build_config
+from parity_ui.run.prepare import RunRequest, prepare
+from parity_ui.inputs.prompts import PromptSpec, decode_as_is
+from parity_ui.run.recorder import decode_result
+from parity_ui.core.types import SideResult, TokenStep
 
 WARNING = "clean_up_tokenization_spaces"
 TEXT = "Hello , world . Is it ? Yes ! do n't"

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from parity_ui.store import get_run, list_runs, open_db
+from parity_ui.store.runs import get_run, list_runs, open_db
 from tiny_models import build_model
 
 

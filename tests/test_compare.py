@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from parity_ui.compare import compare, first_mismatch, rank_of, top_margin
-from parity_ui.config import build_config
-from parity_ui.kinds import KINDS
-from parity_ui.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
+from parity_ui.analysis.compare import compare, first_mismatch, rank_of, top_margin
+from parity_ui.core.config import build_config
+from parity_ui.core.kinds import KINDS
+from parity_ui.core.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
 
 
 def step(pos: int, token_id: int, logprob: float | None = -0.5,
@@ -255,9 +255,9 @@ def test_service_compares_every_side_with_the_reference():
     """The service's compare step (compare_run.finish_comparisons) on stand-ins: no engine, no worker.
     Each non-reference side gets one comparison against the reference, with cross-scores only in the
     directions a scorer can score, and an explanation naming the pair's own differing settings."""
-    from parity_ui.compare_run import finish_comparisons
-    from parity_ui.recorder import RunRecorder
-    from parity_ui.store import open_db
+    from parity_ui.commands.compare import finish_comparisons
+    from parity_ui.run.recorder import RunRecorder
+    from parity_ui.store.runs import open_db
 
     res = _three_sides()
     calls = []

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from parity_ui.config import (
+from parity_ui.core.config import (
     MAX_LOGPROBS,
     PRESET_LABELS,
     PRESETS,
@@ -24,9 +24,9 @@ from parity_ui.config import (
     load_config_file,
     parse_config_text,
 )
-from parity_ui.errors import ConfigError, SideError
-from parity_ui.kinds import KINDS, HfOptions, SideOptions, VllmOptions
-from parity_ui.sides import DEFAULT_SIDES, MAX_SIDES, SideSpec, parse_side_arg
+from parity_ui.core.errors import ConfigError, SideError
+from parity_ui.core.kinds import KINDS, HfOptions, SideOptions, VllmOptions
+from parity_ui.core.sides import DEFAULT_SIDES, MAX_SIDES, SideSpec, parse_side_arg
 
 
 def reject(data: dict) -> ConfigError:

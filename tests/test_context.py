@@ -13,9 +13,9 @@ import shutil
 
 import pytest
 
-from parity_ui import memory_plan
-from parity_ui.config import build_config
-from parity_ui.context import (
+from parity_ui.run import memory_plan
+from parity_ui.core.config import build_config
+from parity_ui.core.context import (
     CONTEXT_FLOOR,
     check_context,
     kv_bytes,
@@ -26,11 +26,11 @@ from parity_ui.context import (
     sized_context,
     tokens_that_fit,
 )
-from parity_ui.errors import ConfigError, PromptError, SideError
-from parity_ui.mapping import mapping_table, resolve
-from parity_ui.prepare import RunRequest, prepare
-from parity_ui.prompts import PromptSpec
-from parity_ui.types import ModelInfo
+from parity_ui.core.errors import ConfigError, PromptError, SideError
+from parity_ui.core.mapping import mapping_table, resolve
+from parity_ui.run.prepare import RunRequest, prepare
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.core.types import ModelInfo
 from tiny_models import build_model
 
 GIB = 2**30
@@ -223,7 +223,7 @@ def _suggested_gib(fix: str) -> float:
 
 
 def describe(model):
-    from parity_ui.models import describe_model
+    from parity_ui.inputs.models import describe_model
 
     return describe_model(str(model))
 
@@ -256,7 +256,7 @@ def test_a_prompt_past_the_context_is_the_same_check_the_app_shows(tmp_path):
     short = build_model(tmp_path / "short", "llama", max_position_embeddings=64)
     with pytest.raises(PromptError) as e:
         _prepare(short, "max_new_tokens=8", prompts=(_long_prompt(200),))
-    from parity_ui.prompts import tokenizer_for
+    from parity_ui.inputs.prompts import tokenizer_for
 
     n = tokenizer_for(str(short), False).count(PromptSpec(text=_long_prompt(200)), False)
     assert e.value.message == check_context([n], 8, 64).message
@@ -282,8 +282,8 @@ def _on_a_gpu(monkeypatch, gib=80):
 def test_a_workloads_floor_side_gets_a_gpu_share_planned_with_the_others(long_model, monkeypatch):
     # Found on an H100: a vLLM reference's floor side, added after prepare(), started with
     # gpu_memory_utilization=None and vLLM refused it (a bisect's first trial, any --floor batch run).
-    from parity_ui.workload.run import floor_plan
-    from parity_ui.workload_record import WorkloadOptions
+    from parity_ui.commands.workload.run import floor_plan
+    from parity_ui.core.workload_record import WorkloadOptions
 
     _on_a_gpu(monkeypatch)
     prep = _prepare(long_model, "max_new_tokens=8", sides=["ref=vllm", "b=vllm,gpu_memory_utilization=0.2"], gpu=True)
@@ -303,7 +303,7 @@ def test_a_workloads_floor_side_gets_a_gpu_share_planned_with_the_others(long_mo
 
 def test_sides_planned_without_prompts_get_gpu_shares_too(long_model, monkeypatch):
     # A layer localisation plans its two sides with plan_sides(): on a GPU each vLLM side needs a share.
-    from parity_ui.prepare import plan_sides
+    from parity_ui.run.prepare import plan_sides
 
     _on_a_gpu(monkeypatch)
     cfg = build_config(None, ["dtype=float32"], sides=["a=vllm", "b=vllm"])

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from parity_ui.compare import compare
-from parity_ui.config import build_config
-from parity_ui.crossscore import RATIO_BAND, cross_score, gap_stats, key, summary_line
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec
-from parity_ui.records import cross_scores_from_json
-from parity_ui.types import SideResult, TokenStep, to_dict
+from parity_ui.analysis.compare import compare
+from parity_ui.core.config import build_config
+from parity_ui.analysis.crossscore import RATIO_BAND, cross_score, gap_stats, key, summary_line
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.core.findings import cross_scores_from_json
+from parity_ui.core.types import SideResult, TokenStep, to_dict
 
 
 # The figures as they are stored (the typed records' JSON), which is what these tests read.
@@ -205,7 +205,7 @@ def run(service, tiny_llama):
 
 @pytest.mark.engines
 def test_run_stores_cross_scores_for_both_directions(service, run):
-    from parity_ui.store import get_run
+    from parity_ui.store.runs import get_run
 
     assert run.status in ("ok", "diverged"), run.error
     stored = get_run(service.db, run.id).prompts[0]
@@ -223,7 +223,7 @@ def test_run_stores_cross_scores_for_both_directions(service, run):
 def _score(service, model, side, prompt, tokens, k=5):
     """`side` of the run's setup teacher-forcing `tokens` (its warm worker from the run serves it)."""
     from parity_ui.engines.base import ScoreRequest
-    from parity_ui.prepare import plan_sides
+    from parity_ui.run.prepare import plan_sides
 
     plans = plan_sides(str(model), build_config(overrides=FP32), service.on_gpu,
                        context_need=len(prompt) + len(tokens))

@@ -10,10 +10,10 @@ import signal
 
 import pytest
 
-from parity_ui.config import build_config
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec
-from parity_ui.store import get_run
+from parity_ui.core.config import build_config
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import get_run
 from tiny_models import build_model
 
 pytestmark = pytest.mark.engines
@@ -77,7 +77,7 @@ def test_vllm_against_vllm_with_other_settings_and_the_resolved_diff(service, mo
     a, b = run.side("a"), run.side("b")
     assert a.resolved["max_num_seqs"] != b.resolved["max_num_seqs"] == 4
     assert a.resolved["engine"] == b.resolved["engine"]
-    from parity_ui.settings import differing
+    from parity_ui.core.settings import differing
 
     assert "max_num_seqs" in differing(run.sides, "a", "b")
     assert "engine" not in differing(run.sides, "a", "b")
@@ -102,10 +102,10 @@ def test_a_long_context_model_compares_with_default_settings(service, tmp_path):
     """131,072 positions and 12 KiB of float32 KV a token: vLLM left to size itself takes the whole
     context (1.5 GiB of KV) and refuses to start, after loading, on a CPU side's 1 GiB. Each vLLM
     side now gets what the run needs, and its resolved settings say how much."""
-    from parity_ui.context import CONTEXT_FLOOR, kv_bytes, kv_per_token
-    from parity_ui.memory_plan import CPU_BLOCK
-    from parity_ui.models import describe_model
-    from parity_ui.settings import MISSING, settings_diff
+    from parity_ui.core.context import CONTEXT_FLOOR, kv_bytes, kv_per_token
+    from parity_ui.run.memory_plan import CPU_BLOCK
+    from parity_ui.inputs.models import describe_model
+    from parity_ui.core.settings import MISSING, settings_diff
 
     model = build_model(tmp_path / "long", "llama", max_position_embeddings=131072, num_hidden_layers=3,
                         num_key_value_heads=4, head_dim=128)
@@ -226,7 +226,7 @@ def test_hf_sdpa_kernels_pick_the_attention_kernel_and_say_so_or_refuse_one_torc
     assert c.identical and c.max_abs_gap < 1e-4
     assert run.side("math").resolved["sdpa_kernels"] == "math"
     assert run.side("ref").resolved["sdpa_kernels"] == "torch's choice"
-    from parity_ui.settings import differing
+    from parity_ui.core.settings import differing
 
     assert "sdpa_kernels" in differing(run.sides, "ref", "math")
     refused = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4",
@@ -294,7 +294,7 @@ def test_a_worker_killed_by_another_process_is_named_so_and_a_new_worker_serves_
 def test_workers_lead_their_own_process_group_but_stay_in_the_parents_session(service, models):
     # Own group: Ctrl-C in a terminal is the parent's, and a worker's group is killed whole. Same
     # session: under autogroup scheduling a new session is a new CPU share for all the engine's
-    # threads, which made generation ~10x slower on a busy machine (parity_ui.workers).
+    # threads, which made generation ~10x slower on a busy machine (parity_ui.run.workers).
     run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4")
     assert run.status in ("ok", "diverged"), run.error
     assert service.pool.by_side()

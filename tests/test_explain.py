@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from parity_ui.compare import compare
-from parity_ui.config import build_config
-from parity_ui.explain import MASKED_LOGPROB, NEAR_TIE_NATS, NOISE_MULTIPLE, explain
-from parity_ui.settings import LABELS, differing
-from parity_ui.types import SideInfo, SideResult, TokenStep, TopLogprob
+from parity_ui.analysis.compare import compare
+from parity_ui.core.config import build_config
+from parity_ui.analysis.explain import MASKED_LOGPROB, NEAR_TIE_NATS, NOISE_MULTIPLE, explain
+from parity_ui.core.settings import LABELS, differing
+from parity_ui.core.types import SideInfo, SideResult, TokenStep, TopLogprob
 
 GREEDY = build_config()
 A, B = "ref", "cand"  # side names; the first is the reference

@@ -16,9 +16,9 @@ import pytest
 
 from fake_engine import fake_model, registered
 from parity_ui.cli import main
-from parity_ui.gate.record import check_result
-from parity_ui.gate.spec import SpecError, parse_spec
-from parity_ui.store import get_run, list_runs, open_db
+from parity_ui.commands.gate.record import check_result
+from parity_ui.commands.gate.spec import SpecError, parse_spec
+from parity_ui.store.runs import get_run, list_runs, open_db
 
 ROOT = Path(__file__).resolve().parents[1]
 XSD = Path(__file__).parent / "fixtures" / "junit-ant.xsd"

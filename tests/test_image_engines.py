@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from parity_ui.config import build_config
-from parity_ui.images import read_image
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec
-from parity_ui.store import get_run, image_bytes
+from parity_ui.core.config import build_config
+from parity_ui.inputs.images import read_image
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import get_run, image_bytes
 
 pytestmark = pytest.mark.engines
 
@@ -125,7 +125,7 @@ def test_the_other_qwen_vl_families_are_identical_in_float32(service, vlms, pic,
 def test_a_side_that_expands_the_image_differently_is_an_error_naming_it(service, vlm, pic, monkeypatch):
     """The engine checks the prompt ids it actually used against the processor's: told to resize one way
     while its expected ids were made another, vLLM refuses instead of comparing different inputs."""
-    from parity_ui import compare_run as service_mod  # where a comparison builds its generate requests
+    from parity_ui.commands import compare as service_mod  # where a comparison builds its generate requests
 
     real = service_mod.image_inputs
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from parity_ui.config import build_config
-from parity_ui.errors import ParityError, PromptError
-from parity_ui.images import (MAX_IMAGE_BYTES, image_from_bytes, image_tokens, read_image, smart_resize)
-from parity_ui.mapping import map_side, resolve
-from parity_ui.prepare import RunRequest, prepare
-from parity_ui.prompts import PromptSpec, collapse_image_runs, parse_prompt_bytes, read_prompt_file
+from parity_ui.core.config import build_config
+from parity_ui.core.errors import ParityError, PromptError
+from parity_ui.inputs.images import (MAX_IMAGE_BYTES, image_from_bytes, image_tokens, read_image, smart_resize)
+from parity_ui.core.mapping import map_side, resolve
+from parity_ui.run.prepare import RunRequest, prepare
+from parity_ui.inputs.prompts import PromptSpec, collapse_image_runs, parse_prompt_bytes, read_prompt_file
 from parity_ui.service import ParityService
-from parity_ui.store import get_run, image_bytes, list_runs
+from parity_ui.store.runs import get_run, image_bytes, list_runs
 
 
 def gradient(w: int = 112, h: int = 84) -> Image.Image:
@@ -231,7 +231,7 @@ def test_a_server_side_refuses_images_before_anything_starts(vlm, pic):
 
 def test_text_prompts_on_a_vision_model_map_no_pixels(vlm):
     cfg = build_config(None, [])
-    from parity_ui.models import describe_model
+    from parity_ui.inputs.models import describe_model
 
     model = describe_model(str(vlm), trust_remote_code=True)
     assert model.vision and model.image_token_id is not None
@@ -268,7 +268,7 @@ def test_cli_image_errors_name_the_file_and_store_the_run(tmp_path, capsys):
     code = main(["--db", str(db), "compare", "--model", "demo", "--prompt", "hi", "--image", str(bad), "--quiet"])
     err = capsys.readouterr().err
     assert code != 0 and "notes.png" in err and "not an image" in err
-    from parity_ui.store import open_db
+    from parity_ui.store.runs import open_db
 
     (r,) = list_runs(open_db(db))
     assert r.status == "error" and "notes.png" in r.error and "notes.png" in r.prompt_excerpt
@@ -286,9 +286,9 @@ def test_cli_image_goes_with_prompt_not_prompt_file(tmp_path, pic, capsys):
 # -- shown with the run: the report, the app's view, the upload check ----------------------------------
 
 def _stored_image_run(tmp_path, pic):
-    from parity_ui.runlog import new_run
+    from parity_ui.core.runlog import new_run
     from parity_ui.service import attach_images
-    from parity_ui.store import open_db, save_images, save_run
+    from parity_ui.store.runs import open_db, save_images, save_run
 
     db = open_db(tmp_path / "runs.db")
     spec = PromptSpec(text="Describe the picture.", images=[read_image(pic)])
@@ -304,7 +304,7 @@ def _stored_image_run(tmp_path, pic):
 def test_the_static_report_and_summary_show_the_images(tmp_path, pic):
     import base64
 
-    from parity_ui.report import format_summary, html_report, run_json
+    from parity_ui.render.report import format_summary, html_report, run_json
 
     db, run, img = _stored_image_run(tmp_path, pic)
     page = html_report(run, [], lambda sha: image_bytes(db, sha))
@@ -347,7 +347,7 @@ def test_the_app_builds_with_the_image_upload(tmp_path):
 
 
 def test_layer_localisation_refuses_image_prompts(tmp_path, pic):
-    from parity_ui.layers import LayersError, plan
+    from parity_ui.commands.layers import LayersError, plan
 
     _, run, _ = _stored_image_run(tmp_path, pic)
     with pytest.raises(LayersError) as e:
@@ -366,8 +366,8 @@ def test_history_lists_image_prompts_with_their_images(tmp_path, pic):
     db, run, _ = _stored_image_run(tmp_path, pic)
     (row,) = list_runs(db)
     assert row.prompt_excerpt.startswith("[1 image] Describe the picture.")
-    from parity_ui.runlog import new_run
-    from parity_ui.store import save_run
+    from parity_ui.core.runlog import new_run
+    from parity_ui.store.runs import save_run
 
     spec = PromptSpec(messages=[{"role": "user", "content": [{"type": "image", "name": "grad.png"},
                                                             {"type": "text", "text": "and this?"}]}])

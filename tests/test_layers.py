@@ -1,4 +1,4 @@
-"""Layer localisation (parity_ui.layers): the figures and the verdict on synthetic captures, the bad
+"""Layer localisation (parity_ui.commands.layers): the figures and the verdict on synthetic captures, the bad
 inputs refused before anything loads, and real engines on tiny models whose weights differ in one
 known layer and block."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ from array import array
 
 import pytest
 
-from parity_ui.errors import ParityError
-from parity_ui.layers import BlockFigure, LayersError, figures, first_divergent, plan, positions_for, summarise
-from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, SideResult
-from parity_ui.worker_client import Capture
+from parity_ui.core.errors import ParityError
+from parity_ui.commands.layers import BlockFigure, LayersError, figures, first_divergent, plan, positions_for, summarise
+from parity_ui.core.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, SideResult
+from parity_ui.run.worker_client import Capture
 
 
 def _cap(rows: dict[str, list[list[float]]]) -> Capture:
@@ -136,9 +136,9 @@ def perturbed(tmp_path_factory, tiny_llama):
 
 
 def _compare(service, model, sides):
-    from parity_ui.config import build_config
-    from parity_ui.prepare import RunRequest
-    from parity_ui.prompts import PromptSpec
+    from parity_ui.core.config import build_config
+    from parity_ui.run.prepare import RunRequest
+    from parity_ui.inputs.prompts import PromptSpec
 
     cfg = build_config(None, ["dtype=float32", "max_new_tokens=24", "ignore_eos=true"], sides=sides)
     run = service.run(RunRequest(model=str(model), prompts=[PromptSpec(text=PROMPT)], config=cfg))
@@ -147,7 +147,7 @@ def _compare(service, model, sides):
 
 
 def _localise(service, run, **kw):
-    from parity_ui.layers import localise
+    from parity_ui.commands.layers import localise
 
     loc = localise(service, run, 0, **kw)
     assert loc.per_layer and loc.noise_floor["method"].startswith("measured")
@@ -185,7 +185,7 @@ def test_a_checkpoint_perturbed_in_one_block_is_found_there(service, tiny_llama,
 
 @pytest.mark.engines
 def test_parity_layers_cli_stores_each_localisation_and_failures_too(tmp_path, tiny_llama, perturbed):
-    from parity_ui.store import localisations_of, open_db
+    from parity_ui.store.runs import localisations_of, open_db
 
     db = tmp_path / "runs.db"
 

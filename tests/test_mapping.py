@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-from parity_ui import mapping
-from parity_ui.config import SIDE_PRESETS, ParityConfig, build_config, config_from_dict
-from parity_ui.errors import ConfigError, SideError
-from parity_ui.kinds import KINDS, HfOptions, VllmOptions
-from parity_ui.mapping import (
+from parity_ui.core import mapping
+from parity_ui.core.config import SIDE_PRESETS, ParityConfig, build_config, config_from_dict
+from parity_ui.core.errors import ConfigError, SideError
+from parity_ui.core.kinds import KINDS, HfOptions, VllmOptions
+from parity_ui.core.mapping import (
     NOTES,
     HfArgs,
     VllmArgs,
@@ -26,7 +26,7 @@ from parity_ui.mapping import (
     resolve,
     side_dtype,
 )
-from parity_ui.types import ModelInfo
+from parity_ui.core.types import ModelInfo
 
 # The default sides: each named after its kind.
 SIDES = {"hf": HfOptions, "vllm": VllmOptions}
@@ -170,7 +170,7 @@ def test_table_covers_every_canonical_key():
 
 @pytest.mark.parametrize("key", shared_keys())
 def test_every_shared_key_has_a_note(key):
-    assert NOTES.get(key, "").strip(), f"{key} has no NOTE in parity_ui/mapping.py"
+    assert NOTES.get(key, "").strip(), f"{key} has no NOTE in parity_ui/core/mapping.py"
 
 
 @pytest.mark.parametrize("key", canonical_keys())
@@ -386,7 +386,7 @@ def test_no_openmp_setting_on_a_gpu():
 
 def test_gpu_defaults():
     _, _, v, h = args(on_gpu=True)
-    # Unset: parity_ui.memory_plan fills each vLLM side's share from the run's sides before loading.
+    # Unset: parity_ui.run.memory_plan fills each vLLM side's share from the run's sides before loading.
     assert "gpu_memory_utilization" in v.llm and v.llm["gpu_memory_utilization"] is None
     assert "kv_cache_memory_bytes" not in v.llm
     assert v.llm["enforce_eager"] is False

@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from parity_ui import hardware, preflight
-from parity_ui.config import SIDE_PRESETS, build_config
-from parity_ui.fixes import setting_words
-from parity_ui.preflight import STABLE_BATCH_BOUND, run_preflight
-from parity_ui.prepare import prepare
-from parity_ui.prompts import PromptSpec
+from parity_ui.run import hardware
+
+from parity_ui.run import preflight
+from parity_ui.core.config import SIDE_PRESETS, build_config
+from parity_ui.core.fixes import setting_words
+from parity_ui.run.preflight import STABLE_BATCH_BOUND, run_preflight
+from parity_ui.run.prepare import prepare
+from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.service import ParityService, RunRequest
-from parity_ui.types import Finding
+from parity_ui.core.types import Finding
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import build_model  # noqa: E402
@@ -432,8 +434,8 @@ def test_findings_are_sorted_warnings_first(variant):
 def test_trap_model_findings_reach_the_stored_run_and_neutralised_defaults_keep_parity(variant, tmp_path):
     """A model whose generation_config.json asks for sampling and a different EOS: the run is still
     greedy and identical in float32 (parity-ui neutralises both), and says why in `warnings`."""
-    from parity_ui.report import run_json
-    from parity_ui.store import get_run
+    from parity_ui.render.report import run_json
+    from parity_ui.store.runs import get_run
 
     model = variant(generation={**TRAP, "eos_token_id": 4})
     svc = ParityService(db_path=str(tmp_path / "runs.db"))

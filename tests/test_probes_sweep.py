@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from parity_ui.cli import main
-from parity_ui.config import build_config
-from parity_ui.errors import ConfigError
-from parity_ui.probes import companions, first_fork, run_probe, summarize_outputs
-from parity_ui.prompts import PromptSpec
-from parity_ui.store import get_run, list_runs, open_db
-from parity_ui.sweep import (MAX_POINTS, Sweep, SweepPoint, grid_points, parse_grid, run_sweep,
+from parity_ui.core.config import build_config
+from parity_ui.core.errors import ConfigError
+from parity_ui.commands.probes import companions, first_fork, run_probe, summarize_outputs
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import get_run, list_runs, open_db
+from parity_ui.commands.sweep import (MAX_POINTS, Sweep, SweepPoint, grid_points, parse_grid, run_sweep,
                              summarize_sweep)
-from parity_ui.records import cross_scores_from_json, explanation_from_json
-from parity_ui.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, to_dict
+from parity_ui.core.findings import cross_scores_from_json, explanation_from_json
+from parity_ui.core.types import Comparison, ModelInfo, PromptResult, Run, SideInfo, to_dict
 
 PROMPT = "def main(args):"
 

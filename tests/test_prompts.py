@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from parity_ui import prompts
-from parity_ui.errors import PromptError
-from parity_ui.prompts import PromptSpec, PromptTokenizer, parse_prompt_bytes, read_prompt_file
+from parity_ui.inputs import prompts
+from parity_ui.core.errors import PromptError
+from parity_ui.inputs.prompts import PromptSpec, PromptTokenizer, parse_prompt_bytes, read_prompt_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import build_tokenizer  # noqa: E402
@@ -229,7 +229,7 @@ def test_sentencepiece_byte_fallback_pieces_are_read_as_bytes(tok, monkeypatch):
 
 
 def test_prompts_as_given_for_a_run_that_failed_before_reading_them():
-    from parity_ui.prompts import prompts_as_given
+    from parity_ui.inputs.prompts import prompts_as_given
 
     assert prompts_as_given("hi", ["a.png", "dir/b.png"]) == [PromptSpec(text="hi [image a.png] [image dir/b.png]")]
     assert prompts_as_given("", []) == [PromptSpec(text="")]

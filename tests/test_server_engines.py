@@ -14,11 +14,11 @@ import psutil
 import pytest
 
 from misbehaving_server import FakeServer
-from parity_ui.config import build_config
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec, tokenizer_for
-from parity_ui.store import get_run
-from parity_ui.types import to_dict
+from parity_ui.core.config import build_config
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec, tokenizer_for
+from parity_ui.store.runs import get_run
+from parity_ui.core.types import to_dict
 
 pytestmark = pytest.mark.engines
 

@@ -8,13 +8,13 @@ import socket
 import pytest
 
 from misbehaving_server import MODEL, FakeServer
-from parity_ui.config import build_config
+from parity_ui.core.config import build_config
 from parity_ui.engines.base import EngineFault, GenerateRequest, InputCheck, LoadRequest, ScoreRequest
 from parity_ui.engines.openai_engine import OpenAIEngine, config_from_server_info, step_from_choice
 from parity_ui.engines.server_engine import engine_config_from_log, server_argv, why_not_started
-from parity_ui.errors import ConfigError, SideError
-from parity_ui.mapping import map_side, resolve
-from parity_ui.types import ModelInfo
+from parity_ui.core.errors import ConfigError, SideError
+from parity_ui.core.mapping import map_side, resolve
+from parity_ui.core.types import ModelInfo
 
 
 def _tok(text: str) -> list[int]:

@@ -9,15 +9,15 @@ import time
 import pytest
 
 from fake_engine import fake_model, fake_service, registered
-from parity_ui import recorder as recorder_mod
-from parity_ui.config import build_config
+from parity_ui.run import recorder as recorder_mod
+from parity_ui.core.config import build_config
 from parity_ui.engines.base import GenerateRequest, ScoreRequest
-from parity_ui.plan import RunRequest
-from parity_ui.prepare import plan_sides
-from parity_ui.prompts import PromptSpec
-from parity_ui.records import ProbeReport
-from parity_ui.store import get_run, list_runs, localisations_of, open_db
-from parity_ui.types import to_dict
+from parity_ui.run.plan import RunRequest
+from parity_ui.run.prepare import plan_sides
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.core.findings import ProbeReport
+from parity_ui.store.runs import get_run, list_runs, localisations_of, open_db
+from parity_ui.core.types import to_dict
 
 PROMPTS = [PromptSpec(text="def parse(args):"), PromptSpec(text="import os\nimport sys"),
            PromptSpec(text="class Path:")]
@@ -194,7 +194,7 @@ def test_sides_answer_typed_verbs_without_an_earlier_run(service, model):
 
 
 def test_a_probe_is_a_recorded_run_with_a_typed_report(service, model):
-    from parity_ui.probes import run_probe
+    from parity_ui.commands.probes import run_probe
 
     cfg = build_config(None, ["max_new_tokens=6"], sides=["ref=fake", "b=fake,swap_at=2"])
     run = run_probe(service, model, PROMPTS[0], cfg, n=2, batch=2)
@@ -207,7 +207,7 @@ def test_a_probe_is_a_recorded_run_with_a_typed_report(service, model):
 
 
 def test_a_sweep_point_is_a_recorded_run_of_its_group(service, model):
-    from parity_ui.sweep import parse_grid, run_sweep, summarize_sweep
+    from parity_ui.commands.sweep import parse_grid, run_sweep, summarize_sweep
 
     sweep = run_sweep(service, model, PROMPTS[0], parse_grid(["b.swap_at=2,5"]), sides=["ref=fake", "b=fake"],
                       overrides=["max_new_tokens=8"])

@@ -13,13 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from parity_ui import store
-from parity_ui.compare import compare
-from parity_ui.config import ParityConfig, config_from_dict
-from parity_ui.records import CrossScores, Explanation, GapStats, SideAtFork
-from parity_ui.runlog import this_owner
-from parity_ui.store import get_run, list_runs, mark_interrupted, new_run_id, open_db, save_run
-from parity_ui.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, SideTimings, TokenStep,
+from parity_ui.store import runs as store
+from parity_ui.analysis.compare import compare
+from parity_ui.core.config import ParityConfig, config_from_dict
+from parity_ui.core.findings import CrossScores, Explanation, GapStats, SideAtFork
+from parity_ui.core.runlog import this_owner
+from parity_ui.store.runs import get_run, list_runs, mark_interrupted, new_run_id, open_db, save_run
+from parity_ui.core.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, SideTimings, TokenStep,
                              TopLogprob, to_dict)
 
 LEGACY_DB = Path(__file__).parent / "fixtures" / "runs-v0.1.0.db"  # made by parity-ui 0.1.0 (vLLM/HF pair)
@@ -435,7 +435,7 @@ def test_non_finite_numbers_are_stored_as_valid_json(db):
 def test_stored_steps_read_back_as_columns_equal_to_the_steps(db):
     import pickle
 
-    from parity_ui.types import StepColumns, step_column
+    from parity_ui.core.types import StepColumns, step_column
 
     run = full_run()
     save_run(db, run)
@@ -455,7 +455,7 @@ def test_stored_steps_read_back_as_columns_equal_to_the_steps(db):
 
 
 def test_damaged_step_columns_are_refused_with_what_is_wrong():
-    from parity_ui.types import StepColumns
+    from parity_ui.core.types import StepColumns
 
     cols = StepColumns.from_steps(side_result("a", 0, [1, 2]).steps).columns()
     cols["top_logprob"] = cols["top_logprob"][:-1]

@@ -24,7 +24,7 @@ except OSError as e:
 from tiny_vlm import build_vlm, needs_remote_code
 from transformers import AutoProcessor, AutoTokenizer
 folder = build_vlm({folder!r}, arch="qwen2_vl")
-# The loads the tool itself makes (parity_ui.prompts), without local_files_only:
+# The loads the tool itself makes (parity_ui.inputs.prompts), without local_files_only:
 AutoProcessor.from_pretrained(folder, trust_remote_code=needs_remote_code(folder))
 AutoTokenizer.from_pretrained(folder)
 print("BUILT-OFFLINE")

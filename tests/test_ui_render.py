@@ -15,12 +15,12 @@ import pytest
 pytest.importorskip("gradio")
 pytest.importorskip("plotly")
 
-from parity_ui.compare import compare  # noqa: E402
+from parity_ui.analysis.compare import compare  # noqa: E402
 from parity_ui.render import cards, tokens  # noqa: E402
-from parity_ui.report import html_report  # noqa: E402
-from parity_ui.runlog import RunEvent  # noqa: E402
-from parity_ui.records import Explanation  # noqa: E402
-from parity_ui.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep,  # noqa: E402
+from parity_ui.render.report import html_report  # noqa: E402
+from parity_ui.core.runlog import RunEvent  # noqa: E402
+from parity_ui.core.findings import Explanation  # noqa: E402
+from parity_ui.core.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep,  # noqa: E402
                              TopLogprob)
 from parity_ui.ui import plots  # noqa: E402
 from parity_ui.ui.live import LiveRun  # noqa: E402
@@ -326,7 +326,7 @@ def test_static_report_is_one_self_contained_page():
 def test_history_reads_a_finished_run_once_and_a_running_one_every_time(tmp_path):
     from types import SimpleNamespace
 
-    from parity_ui.store import open_db, save_run
+    from parity_ui.store.runs import open_db, save_run
     from parity_ui.ui.history_tab import HistoryTab
 
     db = open_db(tmp_path / "runs.db")
@@ -352,7 +352,7 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
 
     import gradio as gr
 
-    from parity_ui import store
+    from parity_ui.store import runs as store
     from parity_ui.ui import result_view
     from parity_ui.ui.history_tab import HistoryTab
 
@@ -548,7 +548,7 @@ def test_the_form_writes_the_yaml_only_after_an_edit(tmp_path):
 
 def test_the_app_says_where_its_defaults_differ_from_a_bare_cli_run():
     from parity_ui.cli import _config, build_parser
-    from parity_ui.config import build_config
+    from parity_ui.core.config import build_config
     from parity_ui.ui.config_tab import (APP_DEFAULTS, CLI_FLAGS, app_defaults_note, config_from_text,
                                          config_summary_html, default_yaml)
 
@@ -577,7 +577,7 @@ def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
 
     from types import SimpleNamespace
 
-    from parity_ui.store import open_db
+    from parity_ui.store.runs import open_db
 
     service = SimpleNamespace(db=open_db(tmp_path / "runs.db"))
     tab = CompareTab(service, RunGate(service))

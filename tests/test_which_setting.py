@@ -15,17 +15,17 @@ pytest.importorskip("gradio")
 import gradio as gr  # noqa: E402
 
 from fake_engine import fake_model, registered, registered_other  # noqa: E402
-from parity_ui import store  # noqa: E402
-from parity_ui.config import build_config  # noqa: E402
-from parity_ui.errors import ParityError  # noqa: E402
-from parity_ui.plan import RunRequest  # noqa: E402
-from parity_ui.prompts import PromptSpec  # noqa: E402
-from parity_ui.runlog import RunEvent  # noqa: E402
+from parity_ui.store import runs as store  # noqa: E402
+from parity_ui.core.config import build_config  # noqa: E402
+from parity_ui.core.errors import ParityError  # noqa: E402
+from parity_ui.run.plan import RunRequest  # noqa: E402
+from parity_ui.inputs.prompts import PromptSpec  # noqa: E402
+from parity_ui.core.runlog import RunEvent  # noqa: E402
 from parity_ui.ui.live import BisectLive  # noqa: E402
 from parity_ui.ui.runner import ServiceRunner  # noqa: E402
-from parity_ui.which_setting import bisect_choice, checked_request, latest_bisect, parse_pair  # noqa: E402
-from parity_ui.workload_record import WorkloadOptions  # noqa: E402
-from parity_ui.workload.run import WorkloadRequest, run_workload  # noqa: E402
+from parity_ui.commands.which_setting import bisect_choice, checked_request, latest_bisect, parse_pair  # noqa: E402
+from parity_ui.core.workload_record import WorkloadOptions  # noqa: E402
+from parity_ui.commands.workload.run import WorkloadRequest, run_workload  # noqa: E402
 
 PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(3)]
 # b forks at token 3 where `same` does not; the pair is exact (float32, greedy): identical tokens decide.

@@ -7,14 +7,14 @@ import shutil
 
 import pytest
 
-from parity_ui.compare import compare
-from parity_ui.config import build_config
-from parity_ui.explain import explain
-from parity_ui.models import describe_model, sliding_window_of
-from parity_ui.prepare import RunRequest
-from parity_ui.prompts import PromptSpec
-from parity_ui.types import Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
-from parity_ui.window_check import CODE, FP32_NOISE_NATS, settle_sliding_window
+from parity_ui.analysis.compare import compare
+from parity_ui.core.config import build_config
+from parity_ui.analysis.explain import explain
+from parity_ui.inputs.models import describe_model, sliding_window_of
+from parity_ui.run.prepare import RunRequest
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.core.types import Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
+from parity_ui.analysis.window_check import CODE, FP32_NOISE_NATS, settle_sliding_window
 
 PRE_RUN = Finding(code=CODE, severity="warning", side="vllm", message="side vllm: not measured yet")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from parity_ui.config import build_config
-from parity_ui.hardware import on_gpu
-from parity_ui.prepare import RunRequest, likely_workers, prepare
-from parity_ui.prompts import PromptSpec
-from parity_ui.workers import EnginePool
+from parity_ui.core.config import build_config
+from parity_ui.run.hardware import on_gpu
+from parity_ui.run.prepare import RunRequest, likely_workers, prepare
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.run.workers import EnginePool
 
 ENGINE = "parity_ui.engines.openai_engine:OpenAIEngine"
 
@@ -63,7 +63,7 @@ def test_a_worker_abandoned_while_it_started_ahead_starts_again_for_the_next_run
     # that run sees the worker fail; the next run starts it afresh.
     import pytest
 
-    from parity_ui.errors import EngineError
+    from parity_ui.core.errors import EngineError
 
     pool = EnginePool()
     try:
@@ -84,7 +84,7 @@ def test_plain_turns_engine_objects_into_builtins():
     import pickle
     from fractions import Fraction
 
-    from parity_ui.types import EngineInfo, plain
+    from parity_ui.core.types import EngineInfo, plain
 
     class Mode(enum.IntEnum):
         COMPILE = 3

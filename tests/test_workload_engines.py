@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from parity_ui.config import build_config
-from parity_ui.store import pair_samples
-from parity_ui.workload_record import WorkloadOptions
-from parity_ui.workload.run import WorkloadRequest, resume_workload, run_workload
-from parity_ui.workload.source import load_workload
+from parity_ui.core.config import build_config
+from parity_ui.store.runs import pair_samples
+from parity_ui.core.workload_record import WorkloadOptions
+from parity_ui.commands.workload.run import WorkloadRequest, resume_workload, run_workload
+from parity_ui.inputs.workload_source import load_workload
 
 pytestmark = pytest.mark.engines
 

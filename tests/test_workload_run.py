@@ -10,11 +10,11 @@ import pytest
 
 from fake_engine import fake_model, fake_service, registered
 from parity_ui.cli import main
-from parity_ui.config import build_config
-from parity_ui.prompts import PromptSpec
-from parity_ui.store import get_run, pair_samples
-from parity_ui.workload_record import WorkloadOptions, report_from_json
-from parity_ui.workload.run import WorkloadRequest, resume_workload, run_workload
+from parity_ui.core.config import build_config
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import get_run, pair_samples
+from parity_ui.core.workload_record import WorkloadOptions, report_from_json
+from parity_ui.commands.workload.run import WorkloadRequest, resume_workload, run_workload
 
 PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(30)]
 

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parity_ui.errors import PromptError
-from parity_ui.prompts import PromptSpec, read_prompt_file
-from parity_ui.workload import source
-from parity_ui.workload.source import (BAD_ROWS_KEPT, WorkloadReader, canonical_prompt, load_workload,
+from parity_ui.core.errors import PromptError
+from parity_ui.inputs.prompts import PromptSpec, read_prompt_file
+from parity_ui.inputs import workload_source as source
+from parity_ui.inputs.workload_source import (BAD_ROWS_KEPT, WorkloadReader, canonical_prompt, load_workload,
                                        prompts_hash)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,8 +339,8 @@ def test_core_imports_and_reads_jsonl_without_pyarrow(tmp_path):
     path = write_jsonl(tmp_path / "w.jsonl", [{"prompt": "hi"}])
     write_parquet(tmp_path / "w.parquet", [{"prompt": "hi"}])
     code = ("import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None\n"
-            "from parity_ui.errors import PromptError\n"
-            "from parity_ui.workload.source import load_workload\n"
+            "from parity_ui.core.errors import PromptError\n"
+            "from parity_ui.inputs.workload_source import load_workload\n"
             f"assert load_workload({str(path)!r}).prompts[0].text == 'hi'\n"
             "try:\n"
             f"    load_workload({str(tmp_path / 'w.parquet')!r})\n"
@@ -366,7 +366,7 @@ def random_text(n_rows: int, width: int) -> list[str]:
 _MEASURE = """
 import json, sys
 import pyarrow as pa
-from parity_ui.workload.source import WorkloadReader, load_workload
+from parity_ui.inputs.workload_source import WorkloadReader, load_workload
 def hwm():
     with open("/proc/self/status") as f:
         return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))

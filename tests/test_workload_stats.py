@@ -1,4 +1,4 @@
-"""Workload statistics (parity_ui.pooled): Wilson intervals, the survival curve, exact
+"""Workload statistics (parity_ui.core.pooled): Wilson intervals, the survival curve, exact
 quantiles, the token figures against hand computations, position buckets, masked positions,
 streaming equals all-at-once, JSON, and the verdict against a noise floor. Pure and fast."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from parity_ui.pooled import (
+from parity_ui.core.pooled import (
     DEFAULT_BUCKETS, FLOOR_FIGURE_NAMES, RHO_BANDS, Accumulator, PairSample, WorkloadStats, compare_to_floor,
     quantile, token_stats, wilson, wilson_interval, wilson_lower, workload_stats,
 )

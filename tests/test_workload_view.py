@@ -15,17 +15,17 @@ pytest.importorskip("gradio")
 import gradio as gr  # noqa: E402
 
 from fake_engine import fake_model, registered  # noqa: E402
-from parity_ui import store  # noqa: E402
-from parity_ui.config import build_config  # noqa: E402
-from parity_ui.prompts import PromptSpec  # noqa: E402
+from parity_ui.store import runs as store  # noqa: E402
+from parity_ui.core.config import build_config  # noqa: E402
+from parity_ui.inputs.prompts import PromptSpec  # noqa: E402
 from parity_ui.render.workload import (histogram_svg, prompt_rows, prompt_table_html, survival_svg,  # noqa: E402
                                        workload_card_html)
-from parity_ui.report import html_report, stored_html_report, workload_report_prompts  # noqa: E402
-from parity_ui.runlog import RunEvent  # noqa: E402
+from parity_ui.render.report import html_report, stored_html_report, workload_report_prompts  # noqa: E402
+from parity_ui.core.runlog import RunEvent  # noqa: E402
 from parity_ui.ui.live import WorkloadLive  # noqa: E402
 from parity_ui.ui.runner import ServiceRunner  # noqa: E402
-from parity_ui.workload_record import WorkloadOptions, report_from_json  # noqa: E402
-from parity_ui.workload.run import WorkloadRequest, run_workload  # noqa: E402
+from parity_ui.core.workload_record import WorkloadOptions, report_from_json  # noqa: E402
+from parity_ui.commands.workload.run import WorkloadRequest, run_workload  # noqa: E402
 
 N = 24
 PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(N)]

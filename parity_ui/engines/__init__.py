@@ -1,6 +1,8 @@
-"""The engines. Each runs inside its own worker process (parity_ui.workers); importing this
+"""The engines. Each runs inside its own worker process (parity_ui.run.workers); importing this
 package imports neither torch nor vllm: `load_engine` imports the chosen backend on demand, from
-the "module:Class" its kind names."""
+the "module:Class" its kind names.
+
+May import: core, inputs."""
 from __future__ import annotations
 
 import importlib

@@ -1,7 +1,7 @@
 """The interface every engine implements, with the same method names and the same result shapes.
 
 Engines run inside a worker process, possibly under another environment's interpreter: what
-crosses the pipe is plain data (dicts and the dataclasses of parity_ui.types and of this module),
+crosses the pipe is plain data (dicts and the dataclasses of parity_ui.core.types and parity_ui.core.requests),
 never the mapper's own classes. Native argument names stay inside the dicts the mapper made.
 """
 from __future__ import annotations
@@ -11,75 +11,18 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..types import EngineInfo, SideResult, TokenStep, TopLogprob
+from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem,  # noqa: F401
+                             ScoreBatch, ScoreRequest)  # what an engine is asked: defined in core, used here
+from ..core.types import EngineInfo, SideResult, TokenStep, TopLogprob
 
 StepCallback = Callable[[int, TokenStep], None]  # (prompt index, step) as tokens are made
 ShouldStop = Callable[[], bool]
 
 
-@dataclass
-class LoadRequest:
-    kind: str
-    model_path: str
-    args: dict[str, Any]  # the mapper's output for this side (VllmArgs/HfArgs as a dict)
 
 
-@dataclass
-class Problem:
-    """Something the engine cannot do with this setup, found before loading the model."""
-
-    code: str
-    message: str
-    fix: str
-    severity: str = "error"  # "error" stops the run before anything loads; "warning" is reported
 
 
-@dataclass
-class GenerateRequest:
-    prompts: list[list[int]]  # token ids, already templated/tokenized ONCE by the service
-    sampling: dict[str, Any]  # the mapper's output for this side
-    batch_size: int = 1
-    logprobs: int = 5
-    stream: bool = True
-    # Image prompts: per prompt, its images as plain data ({"name", "data": bytes, "sha256"}; [] for a text
-    # prompt), the image placeholder id the ids are expanded with, and this side's resize settings.
-    images: list[list[dict[str, Any]]] | None = None
-    image_token_id: int | None = None
-    image_pixels: dict[str, int] | None = None
-
-    def images_of(self, i: int) -> list[dict[str, Any]]:
-        return (self.images or [])[i] if self.images and i < len(self.images) else []
-
-
-@dataclass
-class ScoreRequest:
-    """Teacher forcing: the logprob of each `continuation` token given the prompt and the
-    continuation before it, plus the engine's own top-k there."""
-
-    prompt: list[int]
-    continuation: list[int]
-    logprobs: int = 5
-
-
-@dataclass
-class ScoreBatch:
-    """Many teacher-forced scorings in one request (a workload's reference scoring every generated
-    sequence): each item is scored alone, exactly as a ScoreRequest would be; engines only save the
-    round trips, and vLLM schedules the items together."""
-
-    items: list[ScoreRequest]
-
-
-@dataclass
-class InputCheck:
-    """What a side that tokenizes on its own (a server) must agree with before generating: each
-    prompt's text (special tokens written out) with the ids the run's tokenizer makes of exactly that
-    text, and the run's prompt ids, whose lengths the side must serve."""
-
-    texts: list[str]
-    text_ids: list[list[int]]  # the run's tokenizer on `texts`, adding no special tokens
-    ids: list[list[int]]
-    max_new_tokens: int
 
 
 class EngineFault(Exception):
@@ -95,16 +38,6 @@ class EngineFault(Exception):
 class CancelledByUser(Exception):
     """The user pressed stop while the engine was busy with something long (a server starting)."""
 
-
-@dataclass
-class CaptureRequest:
-    """Layer-by-layer capture (parity_ui.layers): one teacher-forced forward pass over `ids`, keeping
-    what each decoder layer made at `positions` (indices into ids)."""
-
-    ids: list[int]
-    positions: list[int]
-    noise_eps: float | None = None  # rounding-level noise after every layer (the noise-floor run)
-    seed: int = 0
 
 
 class Engine(ABC):
@@ -150,7 +83,7 @@ class Engine(ABC):
         return out
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
-        """Per-layer activations at the asked positions (parity_ui.layers). Engines that cannot
+        """Per-layer activations at the asked positions (parity_ui.commands.layers). Engines that cannot
         hook their layers raise NotImplementedError with the reason."""
         raise NotImplementedError(f"{self.kind} cannot capture layer activations")
 

@@ -1,4 +1,4 @@
-"""Layer-by-layer capture inside an engine's own process (parity_ui.layers compares two captures).
+"""Layer-by-layer capture inside an engine's own process (parity_ui.commands.layers compares two captures).
 
 One teacher-forced forward pass over the given ids; forward hooks keep, at the asked positions
 only (so a 9k-token prompt costs a few vectors per layer, not 9k), for every decoder layer:

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..types import EngineInfo, SideResult, SideTimings, TokenStep
+from ..core.types import EngineInfo, SideResult, SideTimings, TokenStep
 from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
                    StepCallback, make_step, result)
 
@@ -351,7 +351,7 @@ class HfEngine(Engine):
         images = req.images_of(i)
         if not images:
             return {}
-        from ..images import decode_image
+        from ..inputs.images import decode_image
 
         if self._image_processor is None:
             from transformers import AutoImageProcessor

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from ..types import EngineInfo, SideResult, TokenStep
+from ..core.types import EngineInfo, SideResult, TokenStep
 from .base import (Engine, EngineFault, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreBatch,
                    ScoreRequest, ShouldStop, StepCallback, append_step, make_step, result)
 from .http_client import HttpClient

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..types import EngineInfo
+from ..core.types import EngineInfo
 from .base import CancelledByUser, EngineFault, GenerateRequest, LoadRequest, Problem, ShouldStop, StepCallback
 from .openai_engine import OpenAIEngine
 
@@ -128,7 +128,7 @@ class VllmServerEngine(OpenAIEngine):
         return info
 
     def _start(self, llm: dict[str, Any], port: int, timeout_s: float) -> None:
-        from ..paths import cache_dir
+        from ..core.paths import cache_dir
 
         logs = cache_dir() / "logs"
         logs.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from ..types import EngineInfo, SideResult, TokenStep
+from ..core.types import EngineInfo, SideResult, TokenStep
 from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
                    ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
 from .vllm_support import check_vllm, device_name, engine_input, resolved_settings
@@ -128,8 +128,8 @@ class VllmEngine(Engine):
         images = req.images_of(i)
         if not images:
             return req.prompts[i]
-        from ..images import decode_image
-        from ..prompts import collapse_image_runs
+        from ..inputs.images import decode_image
+        from ..inputs.prompts import collapse_image_runs
 
         prompt: dict[str, Any] = {"prompt_token_ids": collapse_image_runs(list(req.prompts[i]), req.image_token_id),
                                   "multi_modal_data": {"image": [decode_image(x["data"]) for x in images]}}

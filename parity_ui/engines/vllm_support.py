@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..models import sliding_window_of
+from ..inputs.models import sliding_window_of
 from .base import LoadRequest, Problem
 
 
@@ -108,7 +108,7 @@ def check_vllm(req: LoadRequest) -> list[Problem]:
         problems.extend(_attention_problems(head_dim, dtype, on_gpu, version))
     sliding = sliding_window_of(cfg)
     if sliding and not on_gpu:
-        # Not known before the run: parity_ui.window_check replaces this with what the run measured on
+        # Not known before the run: parity_ui.analysis.window_check replaces this with what the run measured on
         # the tokens whose context ran past the window.
         problems.append(Problem(
             "sliding-window-cpu", f"the model uses a sliding window of {sliding} tokens, which vLLM's CPU attention "
@@ -155,7 +155,7 @@ def _attention_problems(head_dim: int, dtype: str | None, on_gpu: bool, version:
 
 
 def resolved_settings(llm: Any) -> dict[str, Any]:
-    """The settings vLLM actually resolved, in parity-ui's common vocabulary (parity_ui.settings)."""
+    """The settings vLLM actually resolved, in parity-ui's common vocabulary (parity_ui.core.settings)."""
     import torch
     import vllm
 

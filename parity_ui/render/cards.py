@@ -5,11 +5,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..crossscore import key as cross_key
-from ..fixes import Place, fix_text
-from ..runlog import PHASES
-from ..settings import settings_diff
-from ..types import Comparison, Finding, ModelInfo, PromptResult, Run
+from ..analysis.crossscore import key as cross_key
+from ..core.fixes import Place, fix_text
+from ..core.runlog import PHASES
+from ..core.settings import settings_diff
+from ..core.types import Comparison, Finding, ModelInfo, PromptResult, Run
 
 _FIX = " Fix: "
 

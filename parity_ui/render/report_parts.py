@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..types import Localisation, Run
+from ..core.types import Localisation, Run
 from .cards import esc
 
 
@@ -30,10 +30,10 @@ def extra_sections(run: Run, localisations: list[Localisation] | None = None) ->
 
 
 def bisect_html(run: Run) -> str:
-    """A bisect's record (parity_ui.bisect): the settings that differ, the oracle, the table of trials
+    """A bisect's record (parity_ui.commands.bisect_search): the settings that differ, the oracle, the table of trials
     (what each flipped, its outcome and figures, whether its flips showed in the resolved settings) and
     the answer."""
-    from ..bisect_report import show_value, trial_rows
+    from ..core.bisect_record import show_value, trial_rows
 
     b = run.bisect
     if b is None:

@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..bulk import gc_paused
-from ..types import StepColumns, TokenStep, step_column
+from ..core.bulk import gc_paused
+from ..core.types import StepColumns, TokenStep, step_column
 
 BLOCK = 128  # tokens per content-visibility block: small enough to skip, big enough to be few
 LAZY_OVER = 2048  # a pane longer than this ships only the blocks near where the eye goes; the page

@@ -2,7 +2,7 @@
 the figures table (each side next to the floor), the sortable prompt table, and, for the static
 report, the survival curve and the |dlogp| histograms as inline SVG. Pure functions over a stored
 run's header (its WorkloadReport) and its pair rows (store.pair_rows): no logprob is read here.
-Shared by the app (parity_ui.ui.workload_view) and the static report (parity_ui.report).
+Shared by the app (parity_ui.ui.workload_view) and the static report (parity_ui.render.report).
 """
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..pooled import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
-from ..types import Run
-from ..workload.report import FIGURE_ROWS
-from ..workload_record import DlogpHistogram, SideFigures, WorkloadReport
+from ..core.pooled import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
+from ..core.types import Run
+from ..commands.workload.report import FIGURE_ROWS
+from ..core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
 from .cards import error_html, esc, finish_card, split_fix
 
 FLOOR_COLOR = "#64748b"

@@ -112,8 +112,8 @@ def bind_warning(host: str, auth: tuple[str, str] | None) -> str | None:
 def warm_up(service: ServiceRunner) -> None:
     """Load the demo model's tokenizer (and transformers with it, ~5 s) before serving, so the
     first page load does not pay for it."""
-    from ..errors import ParityError
-    from ..prompts import tokenizer_for
+    from ..core.errors import ParityError
+    from ..inputs.prompts import tokenizer_for
 
     try:
         tokenizer_for(service.describe("demo").path)

@@ -17,17 +17,17 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from ..config import ParityConfig
-from ..demo_model import DEMO_LABEL, DEMO_NAME
-from ..errors import ConfigError, ParityError, PromptError
-from ..images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
-from ..models import local_models
-from ..prepare import RunRequest, max_context
-from ..prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
+from ..core.config import ParityConfig
+from ..inputs.demo_model import DEMO_LABEL, DEMO_NAME
+from ..core.errors import ConfigError, ParityError, PromptError
+from ..inputs.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
+from ..inputs.models import local_models
+from ..run.prepare import RunRequest, max_context
+from ..inputs.prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
                        tokenizer_for)
 from ..render import cards
-from ..types import Run
-from ..workload_record import FLOORS
+from ..core.types import Run
+from ..core.workload_record import FLOORS
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .result_view import ResultView
@@ -104,7 +104,7 @@ def _image_prompt_tokens(info: Any, trust: bool, cfg: ParityConfig, spec: Prompt
     if not info.vision:
         raise PromptError(f"images were given, but {info.name} is a text-only model",
                           "pick a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), or drop the images")
-    from ..prompts import vision_for
+    from ..inputs.prompts import vision_for
 
     v = vision_for(info.path, trust)
     px = {"min_pixels": cfg.image_min_pixels or v.min_pixels, "max_pixels": cfg.image_max_pixels or v.max_pixels}
@@ -247,7 +247,7 @@ class CompareTab:
 
     @staticmethod
     def _count_html(counts: list[int], limit: int | None, cfg: ParityConfig, source: str = "") -> str:
-        from ..context import check_context  # the check prepare refuses with, shown here as a card
+        from ..core.context import check_context  # the check prepare refuses with, shown here as a card
 
         check = check_context(counts, cfg.max_new_tokens, limit, cfg.max_model_len)
         what = source + (f"{counts[0]:,} prompt tokens" if len(counts) == 1 else
@@ -355,7 +355,7 @@ class CompareTab:
     def _workload_request(self, pick: WorkloadPick, model: str, trust: bool, cfg_text: str, images: Any) -> Any:
         """The picked file read again (as it runs), as a workload request, or as one comparison's for a
         .jsonl file of one prompt (the CLI's rule). Raises ParityError naming the problem and the fix."""
-        from ..workload.run import WorkloadRequest
+        from ..commands.workload.run import WorkloadRequest
 
         if pick.error:
             raise PromptError(pick.error, pick.fix)
@@ -479,12 +479,12 @@ class CompareTab:
                    concurrency_id="count")
 
     def _image(self, sha256: str) -> Any:
-        from ..store import image_bytes
+        from ..store.runs import image_bytes
 
         return image_bytes(self.service.db, sha256)
 
     def _localisations(self, run_id: str) -> list[Any]:
-        from ..store import localisations_of
+        from ..store.runs import localisations_of
 
         return localisations_of(self.service.db, run_id)
 

@@ -13,9 +13,9 @@ from typing import Any
 import gradio as gr
 import yaml
 
-from ..config import PRESETS, ParityConfig, config_from_dict, parse_config_text
-from ..errors import ConfigError, ParityError
-from ..kinds import DTYPES
+from ..core.config import PRESETS, ParityConfig, config_from_dict, parse_config_text
+from ..core.errors import ConfigError, ParityError
+from ..core.kinds import DTYPES
 from ..render import cards
 from .edits import EditCounter, pending
 

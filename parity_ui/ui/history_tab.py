@@ -16,10 +16,10 @@ from typing import Any
 
 import gradio as gr
 
-from ..store import distinct_models, get_run, image_bytes, list_runs, localisations_of
-from ..types import Run
+from ..store.runs import distinct_models, get_run, image_bytes, list_runs, localisations_of
+from ..core.types import Run
 from .recent import Recent
-from ..which_setting import bisect_lines
+from ..commands.which_setting import bisect_lines
 from .result_view import ResultView, pane_details
 from .which_setting_view import WhichSettingView, bisect_result_html
 from .workload_view import WorkloadView, is_workload
@@ -221,7 +221,7 @@ class HistoryTab:
         return run
 
     def export(self, run_id: str) -> Any:
-        from ..report import run_json
+        from ..render.report import run_json
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-export-")) / f"parity-run-{run.id}.json"
@@ -229,7 +229,7 @@ class HistoryTab:
         return gr.File(value=str(out), visible=True)
 
     def report(self, run_id: str) -> Any:
-        from ..report import html_report, stored_html_report
+        from ..render.report import html_report, stored_html_report
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-report-")) / f"parity-run-{run.id}.html"

@@ -16,8 +16,8 @@ from ..render.cards import progress_html
 from ..render.report_parts import bisect_progress_html
 from ..render.workload import workload_progress_html
 from ..render.tokens import Stream, first_difference, panes_html
-from ..runlog import RunEvent
-from ..types import TokenStep
+from ..core.runlog import RunEvent
+from ..core.types import TokenStep
 
 
 class LiveRun:
@@ -113,7 +113,7 @@ class WorkloadLive:
 
 
 class BisectLive:
-    """A bisect in progress (parity_ui.bisect's status lines): its own id (its first line names it, so
+    """A bisect in progress (parity_ui.commands.bisect_search's status lines): its own id (its first line names it, so
     the view can read its stored record as trials finish), the trial under way, the trials done, the
     estimate, the last lines. A trial's own lines come indented ("  trial 3: ...")."""
     streams_tokens = False

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from ..types import Comparison, Localisation, Run, SideResult, StepColumns, step_column
+from ..core.types import Comparison, Localisation, Run, SideResult, StepColumns, step_column
 
 REF_COLOR, SIDE_COLOR, DIV_COLOR = "#ea580c", "#2563eb", "#dc2626"
 

@@ -11,7 +11,7 @@ from ..render import cards
 from ..render.images import images_html
 from ..render.report_parts import localisation_html
 from ..render.tokens import Stream, details_json, panes_html
-from ..types import Localisation, Run
+from ..core.types import Localisation, Run
 from . import plots
 from .recent import Recent
 
@@ -172,7 +172,7 @@ class ResultView:
                   self.layers_plot: gr.Plot(visible=False, value=None)}
         if run is None or run.status not in ("ok", "diverged") or len(run.sides) < 2:
             return hidden
-        from ..kinds import KINDS
+        from ..core.kinds import KINDS
 
         capturable = [s for s in run.sides if KINDS.get(s.kind) is not None and KINDS[s.kind].can_capture_layers]
         html, fig = layers_parts(self.localisations(run.id), prompt_index)
@@ -222,7 +222,7 @@ class ResultView:
         return self.cleared(cards.error_html(message, fix))
 
     def wire_layers(self, runner: Any, picks: list[Any]) -> None:
-        """"Find the layer": localise the picked comparison's divergence (parity_ui.layers), store it,
+        """"Find the layer": localise the picked comparison's divergence (parity_ui.commands.layers), store it,
         show every localisation of this prompt. Queued with the runs: it uses the same engines."""
         def find(run_id: str | None, index: int | None, side: str | None) -> Any:
             if not run_id:

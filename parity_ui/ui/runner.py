@@ -9,13 +9,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..config import ParityConfig
-from ..prepare import RunRequest
-from ..prompts import PromptSpec
-from ..runlog import EventCallback
+from ..core.config import ParityConfig
+from ..run.prepare import RunRequest
+from ..inputs.prompts import PromptSpec
+from ..core.runlog import EventCallback
 from ..service import ParityService
-from ..store import open_db
-from ..types import Localisation, ModelInfo, Run
+from ..store.runs import open_db
+from ..core.types import Localisation, ModelInfo, Run
 
 
 class ServiceRunner:
@@ -33,26 +33,26 @@ class ServiceRunner:
         return self.service.record_failure(model, prompts, config, error, kind=kind)
 
     def run_workload(self, req: Any, on_event: EventCallback | None = None) -> Run:
-        """A workload (parity_ui.workload.run.run_workload): blocking, stored as it goes; queues like `run`."""
-        from ..workload.run import run_workload
+        """A workload (parity_ui.commands.workload.run.run_workload): blocking, stored as it goes; queues like `run`."""
+        from ..commands.workload.run import run_workload
 
         return run_workload(self.service, req, on_event)
 
     def resume_workload(self, run_id: str, on_event: EventCallback | None = None) -> Run:
         """Go on with a stopped or failed workload. Raises ParityError when there is nothing to resume."""
-        from ..workload.run import resume_workload
+        from ..commands.workload.run import resume_workload
 
         return resume_workload(self.service, run_id, on_event)
 
     def bisect(self, run_id: str, sides: Any = None, prompts: Any = None,
                on_event: EventCallback | None = None) -> Run:
-        """Which setting? (parity_ui.bisect) for a pair of a stored comparison or workload: `sides` one
-        of its pairs that differ (parity_ui.which_setting; None: the reference and the first side that
+        """Which setting? (parity_ui.commands.bisect_search) for a pair of a stored comparison or workload: `sides` one
+        of its pairs that differ (parity_ui.commands.which_setting; None: the reference and the first side that
         differs), on its `prompts` worst prompts (None: 8). Blocking; queues like `run`. Returns the
         stored bisect (kind "bisect"; status ok / diverged / error / cancelled, an error naming its
         fix). Raises ParityError naming the problem and the fix, with nothing stored, for an unknown
         run, a run with no pair that differs, or a pair or number of prompts it cannot take."""
-        from ..which_setting import checked_request
+        from ..commands.which_setting import checked_request
 
         pair, n = checked_request(self.db, run_id, sides, prompts)
         return self.service.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
@@ -60,8 +60,8 @@ class ServiceRunner:
     def localise(self, run_id: str, prompt_index: int, side: str | None) -> Localisation:
         """Layer localisation of a stored run's comparison (`side` against the reference); stored,
         also when it fails (the failure says why and how to fix it)."""
-        from ..errors import ParityError
-        from ..store import get_run
+        from ..core.errors import ParityError
+        from ..store.runs import get_run
 
         run = get_run(self.service.db, run_id)
         if run is None:

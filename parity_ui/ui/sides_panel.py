@@ -13,13 +13,13 @@ from typing import Any
 import gradio as gr
 import yaml
 
-from ..config import SIDE_PRESET_LABELS, SIDE_PRESETS, parse_config_text
-from ..errors import ConfigError
-from ..kinds import KINDS
-from ..sides import DEFAULT_SIDES, SIDE_KEYS, parse_side_arg
+from ..core.config import SIDE_PRESET_LABELS, SIDE_PRESETS, parse_config_text
+from ..core.errors import ConfigError
+from ..core.kinds import KINDS
+from ..core.sides import DEFAULT_SIDES, SIDE_KEYS, parse_side_arg
 from .edits import EditCounter, pending
 
-MAX_UI_SIDES = 4  # slots on the page; the YAML and the CLI take up to parity_ui.sides.MAX_SIDES
+MAX_UI_SIDES = 4  # slots on the page; the YAML and the CLI take up to parity_ui.core.sides.MAX_SIDES
 FIELDS = ("name", "kind", "options", "model", "python")
 
 

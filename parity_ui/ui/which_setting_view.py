@@ -3,7 +3,7 @@ pair (the reference and the first side that differs by default), a number of pro
 button. The bisect runs through the ServiceRunner in a worker thread; its progress shows as it goes
 (the trials table grows as each trial is stored), then its record (render.report_parts.bisect_html).
 Shared by Compare (after a run) and History (an opened run, which also shows its newest stored bisect).
-Which pairs are offered and what is refused: parity_ui.which_setting.
+Which pairs are offered and what is refused: parity_ui.commands.which_setting.
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from ..errors import ParityError
+from ..core.errors import ParityError
 from ..render import cards
 from ..render.report_parts import bisect_html
-from ..store import get_run
-from ..types import Run
-from ..which_setting import DEFAULT_PROMPTS, MAX_PROMPTS, bisect_choice, latest_bisect, pair_value, parse_pair
+from ..store.runs import get_run
+from ..core.types import Run
+from ..commands.which_setting import DEFAULT_PROMPTS, MAX_PROMPTS, bisect_choice, latest_bisect, pair_value, parse_pair
 from .live import BisectLive, follow
 
 THROTTLE_S = 0.25

@@ -3,7 +3,7 @@ how (the "Workload options"), read and described before anything runs, and the r
 
 Pure (no gradio): the Compare tab keeps a `WorkloadPick` in a gr.State and calls these. The rule is
 the CLI's: a file of two or more prompts, or any .parquet file, runs as a workload
-(parity_ui.workload.run); a .jsonl file of one prompt runs as one comparison.
+(parity_ui.commands.workload.run); a .jsonl file of one prompt runs as one comparison.
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ParityError, PromptError
-from ..prompts import MAX_PROMPT_FILE_BYTES
+from ..core.errors import ParityError, PromptError
+from ..inputs.prompts import MAX_PROMPT_FILE_BYTES
 from ..render.cards import error_html, esc
-from ..workload_record import FLOORS, MODES, WorkloadOptions
-from ..workload.source import WORKLOAD_FILE_TYPES, Workload, load_workload
+from ..core.workload_record import FLOORS, MODES, WorkloadOptions
+from ..inputs.workload_source import WORKLOAD_FILE_TYPES, Workload, load_workload
 
 # An upload is held whole by the app (gradio writes it to a temporary file first): the app's upload
 # limit (launch max_file_size), refused again here with a fix that names the CLI for larger files.

@@ -19,12 +19,12 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from ..errors import ParityError
+from ..core.errors import ParityError
 from ..render import cards
 from ..render.workload import PromptRow, figures_table_html, prompt_rows, prompt_table_html, resumable, \
     workload_card_html
-from ..store import get_run, pair_rows, prompt_excerpts
-from ..types import Run
+from ..store.runs import get_run, pair_rows, prompt_excerpts
+from ..core.types import Run
 from . import plots
 from .live import WorkloadLive, follow
 from .recent import Recent

@@ -1,0 +1,109 @@
+"""Teacher-forced cross-scoring: the reference re-scores a side's tokens and the side the reference's.
+
+Free-running streams stop being comparable at their first fork (the contexts differ after it).
+Scoring side b's sequence with the reference a, and a's with b, compares both on the SAME context
+at every position, over the whole sequence (vLLM via prompt_logprobs, HF with one forward pass).
+
+Gap at a position = the generating side's own logprob - the other side's teacher-forced logprob of
+the same token. The importance ratio is TRL's with the reference as the trainer:
+exp(logp_reference - logp_side).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..core.findings import MASKED_LOGPROB, CrossScores, GapStats, RatioRange
+from ..core.types import Comparison, SideResult, TokenStep
+
+# The batch-logprob-gap study's band: a position "moves" when exp(gap) leaves [0.9, 1.1].
+RATIO_BAND = (0.9, 1.1)
+
+ScoreFn = Callable[[str, list[int], list[int], int], list[TokenStep]]  # (side, prompt, continuation, k)
+
+
+def key(generator: str, scorer: str) -> str:
+    return f"{generator}_by_{scorer}"
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
+
+
+def _exp(x: float) -> float:
+    """exp that saturates: a gap of hundreds of nats (a logit masked to float16's minimum on one
+    side) is an infinite ratio, not an OverflowError that loses the whole comparison."""
+    return math.exp(min(x, 700.0))
+
+
+def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
+              scored: list[TokenStep]) -> GapStats:
+    """Statistics of own-vs-teacher-forced logprobs for one generated sequence. Pure.
+
+    `own` are the generating side's steps, `scored` the other side's teacher-forced steps for the
+    same tokens (same length). Positions where either logprob is missing or masked are counted in
+    `skipped` and left out of the numbers."""
+    gaps: list[float | None] = []
+    ratios: list[float] = []
+    other_rank: list[int | None] = []
+    for a, b in zip(own, scored):
+        other_rank.append(b.rank)
+        if not (_finite(a.logprob) and _finite(b.logprob)):
+            gaps.append(None)
+            continue
+        gap = a.logprob - b.logprob  # type: ignore[operator]
+        gaps.append(gap)
+        lp_ref, lp_side = (a.logprob, b.logprob) if generator == reference else (b.logprob, a.logprob)
+        ratios.append(_exp(lp_ref - lp_side))  # type: ignore[operator]
+    vals = [g for g in gaps if g is not None]
+    n = len(vals)
+    lo, hi = RATIO_BAND
+    outside = sum(1 for g in vals if not lo <= _exp(g) <= hi)
+    return GapStats(
+        generator=generator, scorer=scorer, positions=len(gaps), skipped=len(gaps) - n,
+        gaps=gaps,  # per position, own - teacher-forced, nats
+        other_rank=other_rank,
+        other_disagrees=sum(1 for r in other_rank if r is not None and r > 1),
+        mean_gap=sum(vals) / n if n else None,
+        mean_abs_gap=sum(abs(g) for g in vals) / n if n else None,
+        max_abs_gap=max((abs(g) for g in vals), default=None),
+        rms_gap=math.sqrt(sum(g * g for g in vals) / n) if n else None,
+        share_outside_band=outside / n if n else None,
+        ratio_band=list(RATIO_BAND),
+        importance_ratio=RatioRange(min(ratios), sum(ratios) / len(ratios), max(ratios)) if ratios else None,
+    )
+
+
+def cross_score(score: ScoreFn, c: Comparison, prompt_ids: list[int], results: dict[str, SideResult],
+                logprobs: int, can_score: set[str]) -> CrossScores:
+    """Score each side's sequence with the other (when the other can score). Keys "<gen>_by_<scorer>";
+    a direction is None when its generator made no tokens. Engine errors propagate."""
+    out: dict[str, GapStats | None] = {}
+    for gen, scorer in ((c.b, c.a), (c.a, c.b)):
+        res = results.get(gen)
+        if scorer not in can_score:
+            continue
+        if res is None or not res.token_ids or res.error:
+            out[key(gen, scorer)] = None
+            continue
+        scored = score(scorer, prompt_ids, res.token_ids, logprobs)
+        out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored)
+    return CrossScores(directions=out)
+
+
+def summary_line(cs: CrossScores | None) -> str:
+    """One line for the CLI: each direction's RMS/max gap and the ratio range."""
+    if cs is None:
+        return ""
+    if cs.error is not None:
+        return f"cross-scoring failed: {cs.error}"
+    parts = []
+    for s in cs.directions.values():
+        if s is None or s.rms_gap is None:
+            continue
+        r = s.importance_ratio
+        ratio = f", ratio {r.min:.3f}..{r.max:.3f}" if r is not None else ""
+        parts.append(f"{s.generator}'s tokens scored by {s.scorer}: RMS gap {s.rms_gap:.3g}, "
+                     f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside exp(gap) in "
+                     f"[0.9, 1.1]{ratio}")
+    return "; ".join(parts)

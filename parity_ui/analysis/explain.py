@@ -1,0 +1,155 @@
+"""Why did two sides' streams fork? A verdict at the first divergence, from what both recorded there.
+
+`explain(comparison, a, b, cfg, differing)` is a pure function of one comparison (both sides' steps,
+the comparison, and the settings in which the two sides differ). It returns an Explanation
+(parity_ui.core.findings):
+
+- `verdict`: "identical" | "numerical near-tie" | "real disagreement" | "masked token" | "length"
+  | "sampling" | "error"
+- `summary`: one or two sentences for a human, naming the sides
+- `a`, `b`: per side the chosen token, its top-1/top-2 margin, its margin over the other side's
+  token, its rank of the other's token; `noise_before`: the largest gap before the fork;
+  `differing_settings`: what differs between the two sides' resolved setups.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from .compare import rank_of, top_margin
+from ..core.config import ParityConfig
+from ..core.findings import MASKED_LOGPROB, Explanation, SideAtFork
+from ..core.settings import LABELS
+from ..core.types import Comparison, SideResult, TokenStep
+
+# Two bf16 ulps at the logit magnitudes of small LMs (|logit| in [16, 32) has a bf16 step of 0.125):
+# two tokens closer than this can swap on rounding alone. Measured on the demo model: the bf16 fork
+# at token 27 had a vLLM margin of 0.125 and an exact HF tie.
+NEAR_TIE_NATS = 0.25
+# A margin is also a near-tie when it is within this multiple of the largest logprob gap the two
+# sides showed on the same context before the fork: the noise they demonstrably have.
+NOISE_MULTIPLE = 2.0
+# Settings that tell sides apart without changing numbers.
+_IDENTITY = {"engine", "torch", "python", "environment", "model", "kv_cache_blocks", "max_num_seqs", "device"}
+
+
+def _step(res: SideResult | None, i: int) -> TokenStep | None:
+    if res is None or i >= len(res.steps):
+        return None
+    return res.steps[i]
+
+
+def _logprob_of(token_id: int | None, step: TokenStep | None) -> float | None:
+    if token_id is None or step is None:
+        return None
+    if step.token_id == token_id:
+        return step.logprob
+    return next((t.logprob for t in step.top if t.token_id == token_id), None)
+
+
+def _side(name: str, step: TokenStep | None, other_token: int | None) -> SideAtFork:
+    """One side at the divergence: its choice, its confidence, where it put the other's token."""
+    if step is None:
+        return SideAtFork(name=name)
+    other_lp = _logprob_of(other_token, step)
+    margin = None
+    if step.logprob is not None and other_lp is not None:
+        margin = step.logprob - other_lp
+    return SideAtFork(name=name, token_id=step.token_id, text=step.text, logprob=step.logprob,
+                      top12_margin=top_margin(step),
+                      other_token_rank=None if other_token is None else rank_of(other_token, step),
+                      other_token_logprob=other_lp, margin_over_other=margin, recorded_k=len(step.top))
+
+
+def _masked(*values: float | None) -> bool:
+    return any(v is not None and v <= MASKED_LOGPROB for v in values)
+
+
+def _stopped_summary(c: Comparison, a: SideResult | None, b: SideResult | None) -> tuple[str, dict[str, Any]]:
+    sides = {c.a: a, c.b: b}
+    short, long_ = (c.a, c.b) if c.lengths[0] < c.lengths[1] else (c.b, c.a)
+    s_res, l_res = sides[short], sides[long_]
+    last = s_res.token_ids[-1] if s_res and s_res.token_ids else None
+    fields = {"stopped_side": short, "stopped_after": len(s_res.token_ids) if s_res else 0,
+              "stopped_finish_reason": s_res.finish_reason if s_res else None, "stop_token_id": last,
+              "continued_side": long_, "continued_to": len(l_res.token_ids) if l_res else 0}
+    if s_res is not None and s_res.error:
+        return f"{short} failed after {fields['stopped_after']} tokens: {s_res.error}", fields
+    if s_res is not None and s_res.finish_reason == "stop" and last is not None:
+        text = s_res.steps[-1].text if s_res.steps else ""
+        if c.compared and l_res is not None and l_res.token_ids[c.compared - 1] == last:
+            why = (f"both made {text!r} (id {last}) there, but it is a stop id only for {short}: "
+                   "the sides were given different EOS/stop ids")
+        else:
+            why = f"it stopped on {text!r} (id {last})"
+        return (f"{short} stopped after {fields['stopped_after']} tokens and {long_} went on "
+                f"to {fields['continued_to']}: {why}."), fields
+    return (f"{short} ended after {fields['stopped_after']} tokens (finish={fields['stopped_finish_reason']}) "
+            f"while {long_} made {fields['continued_to']}."), fields
+
+
+def _settings_note(differing: list[str]) -> str:
+    numeric = [k for k in differing if k not in _IDENTITY]
+    if not numeric:
+        return ""
+    names = ", ".join(LABELS.get(k, k) for k in numeric)
+    return f" The sides differ only in {names}." if len(numeric) <= 3 else f" The sides differ in {names}."
+
+
+def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cfg: ParityConfig,
+            differing: list[str] | None = None) -> Explanation:
+    """The verdict for one comparison's first divergence (see the module docstring). Never raises
+    on missing data: fields it cannot compute are None."""
+    base = Explanation(verdict="", summary="", differing_settings=list(differing or []),
+                       thresholds={"near_tie_nats": NEAR_TIE_NATS, "noise_multiple": NOISE_MULTIPLE,
+                                   "masked_logprob": MASKED_LOGPROB})
+    if c is None:
+        return replace(base, verdict="error", summary="no comparison: a side produced no result.")
+    noise = c.max_abs_gap
+    note = _settings_note(differing or [])
+    base = replace(base, index=c.first_divergence, noise_before=noise, sides=[c.a, c.b])
+    if c.identical:
+        gap = "n/a" if noise is None else f"{noise:.3g}"
+        return replace(base, verdict="identical",
+                       summary=f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
+                               + note)
+    d, i = c.divergence, c.first_divergence
+    if d is not None and d.reason == "length":
+        summary, fields = _stopped_summary(c, a, b)
+        failed = {c.a: a, c.b: b}.get(fields["stopped_side"])
+        verdict = "error" if failed is not None and failed.error else "length"
+        return replace(base, **fields, verdict=verdict, summary=summary)
+    sa, sb = _step(a, i), _step(b, i)
+    side_a = _side(c.a, sa, sb.token_id if sb else None)
+    side_b = _side(c.b, sb, sa.token_id if sa else None)
+    out = replace(base, a=side_a, b=side_b, accepted_by_vllm_rule=d.accepted if d else None)
+    at = f"at token {i}, {c.a} chose {side_a.text!r} and {c.b} {side_b.text!r}"
+    if not cfg.greedy:
+        return replace(out, verdict="sampling",
+                       summary=f"{at}: temperature={cfg.temperature}, each side draws from its own random "
+                               "stream, so sampled tokens are expected to differ.")
+    if _masked(side_a.logprob, side_b.logprob, side_a.other_token_logprob, side_b.other_token_logprob):
+        who = c.a if _masked(side_a.logprob, side_a.other_token_logprob) else c.b
+        return replace(out, verdict="masked token",
+                       summary=f"{at}: {who} recorded a masked logprob (-inf) there: a logits processor "
+                               "forbade a token (e.g. EOS under min_new_tokens), so the models were not "
+                               "compared on equal terms.")
+    margins = [m for m in (side_a.margin_over_other, side_b.margin_over_other) if m is not None]
+    if not margins:  # the other's token is outside one's top-k: fall back to the top-1/top-2 margins
+        margins = [m for m in (side_a.top12_margin, side_b.top12_margin) if m is not None]
+    worst = max(margins) if margins else None
+    tie_bound = max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) \
+        else NEAR_TIE_NATS
+    out = replace(out, largest_margin=worst, tie_bound=tie_bound)
+    in_topk = d is not None and d.accepted
+    if worst is not None and worst <= tie_bound and in_topk:
+        return replace(out, verdict="numerical near-tie",
+                       summary=f"{at}: a near-tie; each side preferred its token by at most {worst:.3g} nats "
+                               f"(bound {tie_bound:.3g}) and each token is in the other's top-k, so rounding "
+                               "alone can flip it. float32 usually removes it." + note)
+    margin_text = "unknown" if worst is None else f"{worst:.3g} nats"
+    return replace(out, verdict="real disagreement",
+                   summary=f"{at}: a real disagreement; margin {margin_text} (near-tie bound {tie_bound:.3g})"
+                           + ("" if in_topk else ", and a token is outside the other's top-k")
+                           + ". Look for a config difference (see warnings) or a model-loading difference." + note)

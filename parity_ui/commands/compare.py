@@ -1,0 +1,139 @@
+"""A comparison's steps inside its recording: prepare, bring up every side and let each generate
+(parity_ui.run.pipeline decides when), then compare each side with the reference, cross-score and
+explain. ParityService.run calls it; the recorder stores every step as it is made.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..analysis.compare import compare
+from ..analysis.crossscore import cross_score
+from ..core.requests import GenerateRequest, InputCheck, ScoreRequest
+from ..core.errors import ParityError
+from ..analysis.explain import explain
+from ..run.pipeline import Sides
+from ..core.findings import CrossScores
+from ..run.plan import Prepared, RunRequest, SidePlan
+from ..run.recorder import RunRecorder
+from ..core.runlog import EventCallback, RunEvent, phase
+from ..core.settings import differing
+from ..core.types import Finding, TokenStep
+from ..analysis.window_check import settle_sliding_window
+
+if TYPE_CHECKING:
+    from .service_api import Service
+
+
+def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: EventCallback) -> None:
+    """Fill `rec.run` with every side's tokens, the comparisons and their explanations. Raises
+    ParityError (stored by the recording around it)."""
+    run = rec.run
+    emit(RunEvent("status", "preparing: model, tokenizer, config, sides"))
+    with phase(run, "prepare"):
+        service.head_start(req)
+        prep = service.prepare(req)
+    rec.prepared(prep)
+
+    def generate(sides: Sides, p: SidePlan) -> None:
+        generate_side(sides, p, prep, rec, emit)
+
+    with service.sides(prep.sides, gpu=prep.resolved.on_gpu, gated=not generate_while_loading(prep), emit=emit,
+                       inputs=lambda: input_check(prep), then=generate,
+                       on_loaded=lambda p, got: rec.loaded(p.name, got.info, got.load_s),
+                       findings=run.warnings, timings=run.timings) as sides:
+        if sides.generated_early:
+            early = sides.generated_early
+            late = [p.name for p in prep.sides if p.name not in early]
+            run.warnings.append(Finding(
+                code="generated-while-loading", severity="info",
+                message=f"{' and '.join(early)} generated while {' and '.join(late)} was still loading: the first "
+                        f"answer came sooner, and the per-token timings of {' and '.join(early)} were taken beside "
+                        f"that start",
+                fix="for per-token timings of each side alone, --set generate_while_loading=never"))
+        finish_comparisons(prep, rec, sides, emit)
+    run.status = "ok" if run.identical else "diverged"
+
+
+def generate_while_loading(prep: Prepared) -> bool:
+    """Whether a side that has loaded generates while others still load (config
+    generate_while_loading): on a GPU by default, where the sides do not compete for the same cores."""
+    choice = prep.config.generate_while_loading
+    return len(prep.sides) > 1 and (choice == "always" or (choice == "gpu" and prep.resolved.on_gpu))
+
+
+def input_check(prep: Prepared) -> InputCheck:
+    """What a side that tokenizes on its own (a server) must agree with before generating."""
+    texts = [e.text for e in prep.prompts]
+    return InputCheck(texts=texts, text_ids=[prep.tokenizer.ids_of_text(t) for t in texts],
+                      ids=[e.token_ids for e in prep.prompts], max_new_tokens=prep.config.max_new_tokens)
+
+
+def generate_side(sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback) -> None:
+    """One side's generation of every prompt, streamed as events and flushed to the store as it
+    goes; its results stored when done, or what it made before a failure."""
+    ids = [e.token_ids for e in prep.prompts_of(p.name)]
+    emit(RunEvent("status", f"{p.name}: generating {len(ids)} prompt(s)", side=p.name))
+    greq = GenerateRequest(prompts=ids, sampling=p.args.sampling, batch_size=p.spec.batch_size(prep.config.batch_size),
+                           logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, p.name))
+    try:
+        results = sides.generate(p.name, greq, rec.stream(p.name, prep.tokenizer, emit))
+    except ParityError as e:
+        rec.keep_partial(p.name, prep.tokenizer, e)
+        raise
+    rec.finished_side(p.name, results, prep.tokenizer, sides.loaded[p.name].load_s)
+    emit(RunEvent("side_done", f"{p.name} done", side=p.name))
+
+
+def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: EventCallback) -> None:
+    """Each side against the reference on every prompt, cross-scored and explained, stored."""
+    run = rec.run
+    ref, others = prep.reference.name, [p.name for p in prep.sides[1:]]
+    with phase(run, "compare"):
+        for pr in run.prompts:
+            pr.comparisons = [compare(pr.results[ref], pr.results[b]) for b in others
+                              if ref in pr.results and b in pr.results]
+    if prep.config.cross_score:
+        emit(RunEvent("status", "cross-scoring: teacher-forced, each side against the reference"))
+        with phase(run, "cross_score"):
+            _cross_score(prep, run, sides)
+    with phase(run, "explain"):
+        for pr in run.prompts:
+            for c in pr.comparisons:
+                c.explanation = explain(c, pr.results.get(c.a), pr.results.get(c.b), prep.config,
+                                        differing(run.sides, c.a, c.b))
+        settle_sliding_window(run)  # a guess made before loading, replaced by what the run measured
+    rec.compared(run.prompts)
+
+
+def _cross_score(prep: Prepared, run: Any, sides: Sides) -> None:
+    can_score = {p.name for p in prep.sides if p.kind.can_score}
+    k = max(prep.config.logprobs, 1)
+
+    def score(side: str, prompt: list[int], continuation: list[int], logprobs: int) -> list[TokenStep]:
+        return sides.score(side, ScoreRequest(prompt, continuation, logprobs))
+
+    if any(pr.images for pr in run.prompts):  # teacher forcing does not carry images (yet)
+        run.warnings.append(Finding(
+            code="image-no-cross-score", severity="info",
+            message="cross-scoring (teacher forcing) was skipped for the image prompts: it does not "
+                    "pass the images to the engines yet",
+            fix="compare the streams; --set cross_score=false silences this"))
+    for pr in run.prompts:
+        if pr.images:
+            continue
+        for c in pr.comparisons:
+            try:
+                c.cross_scores = cross_score(score, c, pr.prompt_token_ids, pr.results, k, can_score)
+            except Exception as e:  # noqa: BLE001 - the comparison already stands
+                c.cross_scores = CrossScores(error=f"{type(e).__name__}: {e}")
+
+
+def image_inputs(prep: Prepared, side: str) -> dict[str, Any]:
+    """A GenerateRequest's image fields for `side`: each prompt's images as plain bytes, the placeholder
+    id and the side's resize settings (the same ones its expected ids were made with)."""
+    if not prep.has_images:
+        return {}
+    prompts = prep.prompts_of(side)
+    px = next((e.pixels for e in prompts if e.pixels), None)
+    return {"images": [[{"name": i.name, "data": i.data, "sha256": i.sha256} for i in e.images] for e in prompts],
+            "image_token_id": prep.image_token_id, "image_pixels": px}

@@ -1,0 +1,540 @@
+"""A gate spec: the YAML file `parity check SPEC` reads, and its validation.
+
+```yaml
+defaults:                        # optional: keys every case starts from (a case's own win)
+  model: demo
+  config: {max_new_tokens: 32}
+cases:
+  - name: fp32-vllm              # letters, digits, . _ -; unique
+    model: ${GATE_MODEL:-demo}   # 'demo', a folder or an HF id; ${VAR} / ${VAR:-default} from the environment
+    sides_preset: fp32-reference # or sides: [{name: ref, kind: hf, dtype: float32}, {name: b, kind: vllm}]
+    prompts: {file: prompts.jsonl, field: prompt, limit: 16}   # or sample: N, seed: S; or texts: [...]
+    config: {max_new_tokens: 64}  # canonical config keys (a side's options under its name)
+    mode: free                    # free | scored
+    floor: batch                  # auto | batch | order | kernel | none
+    check_sides: [vllm]           # default: every side but the reference
+    thresholds:
+      share_identical: 0.5        # >=
+      abs_dlogp_p99: 0.1          # <=
+      within_floor: 2.0           # every figure within 2x the reference's own noise (or {figure: factor})
+    baseline:                     # optional: no worse than a stored run
+      run: last-pass              # or a run id
+      slack: {abs_dlogp_p99: 20%, share_identical: 0.05}
+    control:                      # a perturbation the thresholds MUST fail
+      set: {vllm.dtype: float16}  # config keys, or:
+      perturb: {layer: 0, scale: 0.1}   # the checked sides on a copy of the model, one layer's weights noised
+```
+
+`load_spec(path)` reads and checks the structure (keys, types, metrics, names) and raises SpecError
+listing every problem with the case and the LINE. What needs the machine (the model, the prompt
+file, a baseline run, an interpreter) is checked by `parity_ui.commands.gate.check.prepare_cases` before
+anything runs. Nothing here touches an engine.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ...core.config import SIDE_PRESETS
+from ...core.errors import ParityError
+from ...core.workload_record import FLOORS, MODES
+from ...core.pooled import FLOOR_FIGURE_NAMES, NOT_IDENTICAL
+from .metrics import METRICS, WITHIN_FLOOR
+from .yamlnodes import Map, Seq, YamlReadError, read_yaml
+
+SPEC_KEYS = ("version", "defaults", "cases")
+CASE_KEYS = ("name", "model", "sides", "sides_preset", "prompts", "config", "mode", "floor", "floor_batch_size",
+             "trust_remote_code", "check_sides", "thresholds", "baseline", "control")
+PROMPT_KEYS = ("file", "field", "limit", "sample", "seed", "texts")
+BASELINE_KEYS = ("run", "slack")
+CONTROL_KEYS = ("set", "perturb")
+PERTURB_KEYS = ("sides", "layer", "scale", "seed")
+LAST_PASS = "last-pass"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+FLOOR_FACTOR_NAMES = (*FLOOR_FIGURE_NAMES, NOT_IDENTICAL)
+
+
+@dataclass
+class Problem:
+    line: int | None
+    case: str | None
+    message: str
+    fix: str = ""
+
+    def text(self, path: str) -> str:
+        where = f"{path}:{self.line}" if self.line else path
+        who = f" case {self.case!r}:" if self.case else ""
+        return f"{where}:{who} {self.message}" + (f" Fix: {self.fix}" if self.fix else "")
+
+
+class SpecError(ParityError):
+    """The spec does not validate: every problem found, each with its line and case."""
+
+    code = "spec"
+
+    def __init__(self, path: str, problems: list[Problem]):
+        self.path, self.problems = path, problems
+        head = f"the gate spec {path} has {len(problems)} problem{'s' if len(problems) > 1 else ''}"
+        super().__init__(head + ":\n" + "\n".join("  " + p.text(path) for p in problems))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Threshold:
+    metric: str  # a METRICS name, or WITHIN_FLOOR
+    limit: float | None  # the metric's limit; WITHIN_FLOOR: the tolerance k (None when per figure)
+    line: int
+    figures: dict[str, float] = field(default_factory=dict)  # WITHIN_FLOOR per figure: name -> factor
+
+    def label(self) -> str:
+        if self.metric == WITHIN_FLOOR:
+            if self.figures:
+                return "within the noise floor (" + ", ".join(f"{k} {v:g}x" for k, v in self.figures.items()) + ")"
+            return f"within {self.limit:g}x the noise floor"
+        return f"{self.metric} {METRICS[self.metric].op} {self.limit:g}"
+
+
+@dataclass
+class Slack:
+    metric: str
+    amount: float
+    relative: bool  # amount is a fraction of the baseline's value ("20%" -> 0.2)
+    line: int
+
+    def label(self) -> str:
+        return f"{self.amount * 100:g}%" if self.relative else f"{self.amount:g}"
+
+
+@dataclass
+class BaselineSpec:
+    run: str  # a run id, or LAST_PASS
+    slack: list[Slack]
+    line: int
+
+
+@dataclass
+class PerturbSpec:
+    sides: list[str] | None  # default: the case's checked sides
+    layer: int | None  # default: the middle layer
+    scale: float  # noise std as a fraction of each weight's std
+    seed: int
+    line: int
+
+
+@dataclass
+class ControlSpec:
+    set: dict[str, Any]  # config keys (dotted: SIDE.option) -> value
+    perturb: PerturbSpec | None
+    line: int
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.set.items()]
+        if self.perturb is not None:
+            p = self.perturb
+            layer = "the middle layer" if p.layer is None else f"layer {p.layer}"
+            parts.append(f"{'/'.join(p.sides) if p.sides else 'the checked sides'} on a copy of the model "
+                         f"with {layer}'s weights noised ({p.scale:g} x their std)")
+        return "; ".join(parts)
+
+
+@dataclass
+class PromptsSpec:
+    file: str | None  # resolved against the spec's folder
+    field: str | None
+    limit: int | None
+    sample: int | None
+    seed: int
+    texts: list[str] | None
+    line: int
+
+
+@dataclass
+class CaseSpec:
+    name: str
+    line: int
+    model: str
+    config: dict[str, Any]  # a ParityConfig's data, sides included (validated by prepare_cases)
+    prompts: PromptsSpec
+    mode: str = "free"
+    floor: str = "auto"
+    floor_batch_size: int = 8
+    trust_remote_code: bool = False
+    check_sides: list[str] | None = None
+    thresholds: list[Threshold] = field(default_factory=list)
+    baseline: BaselineSpec | None = None
+    control: ControlSpec | None = None
+    lines: dict[str, int] = field(default_factory=dict)  # key -> line (for errors found later)
+    config_lines: dict[str, int] = field(default_factory=dict)  # config key -> line
+
+    def line_of(self, key: str) -> int:
+        return self.lines.get(key, self.line)
+
+
+@dataclass
+class GateSpec:
+    path: str
+    cases: list[CaseSpec]
+    data: dict[str, Any]  # the spec as read (stored with the check)
+
+    def case(self, name: str) -> CaseSpec:
+        return next(c for c in self.cases if c.name == name)
+
+
+def load_spec(path: str | Path, env: Mapping[str, str] | None = None) -> GateSpec:
+    """Read and check a spec file. Raises SpecError naming every problem (case and line)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(p), [Problem(None, None, "file not found", "check the path given to parity check")]) from None
+    except (UnicodeDecodeError, IsADirectoryError) as e:
+        raise SpecError(str(p), [Problem(None, None, f"cannot be read as UTF-8 text ({type(e).__name__})",
+                                         "give a YAML file")]) from None
+    return parse_spec(text, str(p), base=p.parent, env=env)
+
+
+def parse_spec(text: str, path: str = "spec", base: Path | None = None, env: Mapping[str, str] | None = None) -> GateSpec:
+    """As load_spec, from text; relative prompt files resolve against `base` (default: the cwd)."""
+    try:
+        doc = read_yaml(text, env)
+    except YamlReadError as e:
+        raise SpecError(path, [Problem(e.problem.line, None, e.problem.message)]) from None
+    v = _Validator(path, base or Path("."))
+    spec = v.spec(doc)
+    if v.problems:
+        raise SpecError(path, v.problems)
+    return spec
+
+
+class _Validator:
+    def __init__(self, path: str, base: Path):
+        self.path, self.base = path, base
+        self.problems: list[Problem] = []
+        self.case: str | None = None
+
+    def bad(self, line: int | None, message: str, fix: str = "") -> None:
+        self.problems.append(Problem(line, self.case, message, fix))
+
+    def keys(self, m: Map, allowed: tuple[str, ...], what: str) -> None:
+        for k in m:
+            if k not in allowed:
+                close = [a for a in allowed if a.replace("_", "") == k.replace("_", "").replace("-", "")]
+                self.bad(m.line_of(k), f"unknown key {k!r} in {what}",
+                         f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}")
+
+    # -- the document ----------------------------------------------------------------------------------
+
+    def spec(self, doc: Any) -> GateSpec:
+        if not isinstance(doc, Map):
+            self.bad(getattr(doc, "line", 1) or 1, "the spec must be a mapping with a 'cases' list",
+                     "start the file with 'cases:'")
+            return GateSpec(self.path, [], {})
+        self.keys(doc, SPEC_KEYS, "the spec")
+        if "version" in doc and doc["version"] != 1:
+            self.bad(doc.line_of("version"), f"version {doc['version']!r} is not supported", "write version: 1")
+        defaults = doc.get("defaults") or Map()
+        if not isinstance(defaults, Map):
+            self.bad(doc.line_of("defaults"), "defaults must be a mapping of case keys", "e.g. defaults: {model: demo}")
+            defaults = Map()
+        else:
+            self.keys(defaults, tuple(k for k in CASE_KEYS if k != "name"), "defaults")
+        cases = doc.get("cases")
+        if not isinstance(cases, Seq) or not cases:
+            self.bad(doc.line_of("cases") if "cases" in doc else doc.line, "the spec has no cases",
+                     "give a list: cases: [{name: ..., model: ..., prompts: ..., thresholds: ...}]")
+            return GateSpec(self.path, [], dict(doc))
+        out, seen = [], {}
+        for i, raw in enumerate(cases):
+            self.case = None
+            if not isinstance(raw, Map):
+                self.bad(cases.line_of(i), f"case {i + 1} must be a mapping", "e.g. - {name: fp32, model: demo, ...}")
+                continue
+            case = self.one_case(_with_defaults(raw, defaults), i)
+            if case is None:
+                continue
+            if case.name in seen:
+                self.bad(case.line, f"two cases are named {case.name!r} (the other on line {seen[case.name]})",
+                         "give every case its own name")
+            seen[case.name] = case.line
+            out.append(case)
+        return GateSpec(self.path, out, _plain(doc))
+
+    def one_case(self, m: Map, i: int) -> CaseSpec | None:
+        name = m.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            self.bad(m.line_of("name"), f"case {i + 1} has {'no name' if name is None else f'the name {name!r}'}",
+                     "name: letters, digits, '.', '_' and '-' (at most 64), e.g. name: fp32-vllm")
+            name = f"#{i + 1}"
+        self.case = name
+        self.keys(m, CASE_KEYS, "a case")
+        model = m.get("model")
+        if not isinstance(model, str) or not model.strip():
+            self.bad(m.line_of("model"), "has no model" if model is None else f"model {model!r} is not a name",
+                     "model: demo, a model folder, or an HF id")
+            model = ""
+        config = self.config(m)
+        prompts = self.prompts(m)
+        mode = self.choice(m, "mode", MODES, "free")
+        floor = self.choice(m, "floor", FLOORS, "auto")
+        fbs = self.integer(m, "floor_batch_size", 8, 1, 1024)
+        trust = self.boolean(m, "trust_remote_code")
+        check_sides = self.names(m, "check_sides")
+        thresholds = self.thresholds(m, floor)
+        baseline = self.baseline(m)
+        control = self.control(m)
+        if not thresholds and baseline is None:
+            self.bad(m.line, "has no thresholds and no baseline: it cannot fail",
+                     "add thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1} or a baseline")
+        if prompts is None:
+            return None
+        return CaseSpec(name=name, line=m.line, model=model.strip(), config=config, prompts=prompts, mode=mode,
+                        floor=floor, floor_batch_size=fbs, trust_remote_code=trust, check_sides=check_sides,
+                        thresholds=thresholds, baseline=baseline, control=control, lines=dict(m.lines),
+                        config_lines=dict(getattr(m.get("config"), "lines", {}) or {}))
+
+    # -- parts ------------------------------------------------------------------------------------------
+
+    def config(self, m: Map) -> dict[str, Any]:
+        cfg = m.get("config") or Map()
+        if not isinstance(cfg, Map):
+            self.bad(m.line_of("config"), "config must be a mapping of canonical config keys",
+                     "e.g. config: {max_new_tokens: 64, dtype: bfloat16}")
+            cfg = Map()
+        data = _plain(cfg)
+        if "sides" in data:
+            self.bad(cfg.line_of("sides"), "the sides go in the case's own 'sides' (or 'sides_preset'), not in config",
+                     "move them up one level")
+        if "sides" in m and "sides_preset" in m:
+            self.bad(m.line_of("sides_preset"), "has both sides and sides_preset", "keep one of them")
+        elif "sides_preset" in m:
+            preset = m["sides_preset"]
+            if preset not in SIDE_PRESETS:
+                self.bad(m.line_of("sides_preset"), f"sides_preset {preset!r} is not a preset",
+                         f"one of: {', '.join(SIDE_PRESETS)}")
+            else:
+                data["sides"] = [dict(s) for s in SIDE_PRESETS[preset]]
+        elif "sides" in m:
+            sides = m["sides"]
+            if not isinstance(sides, Seq) or not all(isinstance(s, Map) for s in sides):
+                self.bad(m.line_of("sides"), "sides must be a list of mappings with name and kind",
+                         "e.g. sides: [{name: ref, kind: hf, dtype: float32}, {name: b, kind: vllm}]")
+            else:
+                data["sides"] = [_plain(s) for s in sides]
+        return data
+
+    def prompts(self, m: Map) -> PromptsSpec | None:
+        p = m.get("prompts")
+        if p is None:
+            self.bad(m.line, "has no prompts", "prompts: {file: prompts.jsonl, limit: 16} or prompts: {texts: [...]}")
+            return None
+        if isinstance(p, str):  # prompts: FILE
+            p = Map({"file": p}, line=m.line_of("prompts"), lines={"file": m.line_of("prompts")})
+        if not isinstance(p, Map):
+            self.bad(m.line_of("prompts"), "prompts must be a file name or a mapping",
+                     "prompts: {file: prompts.jsonl, limit: 16}")
+            return None
+        self.keys(p, PROMPT_KEYS, "prompts")
+        file, texts = p.get("file"), p.get("texts")
+        if (file is None) == (texts is None):
+            self.bad(p.line, "prompts needs exactly one of file and texts",
+                     "file: a .jsonl or .parquet workload (relative to the spec), or texts: a list of prompts")
+            return None
+        if file is not None and (not isinstance(file, str) or not file.strip()):
+            self.bad(p.line_of("file"), f"prompts file {file!r} is not a path", "file: prompts.jsonl")
+            return None
+        if texts is not None and (not isinstance(texts, Seq) or not texts
+                                  or not all(isinstance(t, str) and t.strip() for t in texts)):
+            self.bad(p.line_of("texts"), "texts must be a list of non-empty prompts", 'texts: ["Explain gravity."]')
+            return None
+        field_ = p.get("field")
+        if field_ is not None and not isinstance(field_, str):
+            self.bad(p.line_of("field"), f"field {field_!r} is not a name", "field: prompt")
+        limit = self.integer(p, "limit", None, 1, 100_000)
+        sample = self.integer(p, "sample", None, 1, 100_000)
+        if limit is not None and sample is not None:
+            self.bad(p.line_of("sample"), "prompts has both limit and sample", "keep one: limit N or sample N")
+        seed = self.integer(p, "seed", 0, 0, 2**31)
+        resolved = None
+        if file is not None:
+            fp = Path(file.strip()).expanduser()
+            resolved = str(fp if fp.is_absolute() else self.base / fp)
+        return PromptsSpec(file=resolved, field=field_ if isinstance(field_, str) else None, limit=limit,
+                           sample=sample, seed=seed, texts=list(texts) if texts is not None else None, line=p.line)
+
+    def choice(self, m: Map, key: str, allowed: tuple[str, ...], default: str) -> str:
+        v = m.get(key, default)
+        if v not in allowed:
+            self.bad(m.line_of(key), f"{key} {v!r} is not one of {', '.join(allowed)}", f"e.g. {key}: {default}")
+            return default
+        return v
+
+    def integer(self, m: Map, key: str, default: int | None, lo: int, hi: int) -> int | None:
+        v = m.get(key, default)
+        if v is None:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            self.bad(m.line_of(key), f"{key} is {v!r}, must be a whole number from {lo} to {hi}", f"e.g. {key}: {lo}")
+            return default
+        return v
+
+    def boolean(self, m: Map, key: str) -> bool:
+        v = m.get(key, False)
+        if not isinstance(v, bool):
+            self.bad(m.line_of(key), f"{key} is {v!r}, must be true or false", f"{key}: true")
+            return False
+        return v
+
+    def names(self, m: Map, key: str) -> list[str] | None:
+        v = m.get(key)
+        if v is None:
+            return None
+        if isinstance(v, str):
+            v = Seq([v], line=m.line_of(key), lines=[m.line_of(key)])
+        if not isinstance(v, Seq) or not v or not all(isinstance(x, str) for x in v):
+            self.bad(m.line_of(key), f"{key} must be a list of side names", f"{key}: [b]")
+            return None
+        return list(v)
+
+    def number(self, v: Any, line: int, what: str, lo: float | None = None) -> float | None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.bad(line, f"{what} is {v!r} ({type(v).__name__}), must be a number", f"e.g. {what.split()[-1]}: 0.1")
+            return None
+        if lo is not None and v < lo:
+            self.bad(line, f"{what} is {v!r}, must be >= {lo:g}")
+            return None
+        return float(v)
+
+    def thresholds(self, m: Map, floor: str) -> list[Threshold]:
+        t = m.get("thresholds")
+        if t is None:
+            return []
+        if not isinstance(t, Map):
+            self.bad(m.line_of("thresholds"), "thresholds must be a mapping of metric to limit",
+                     "e.g. thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1}")
+            return []
+        out = []
+        for name, value in t.items():
+            line = t.line_of(name)
+            if name == WITHIN_FLOOR:
+                if floor == "none":
+                    self.bad(line, "within_floor needs the reference's noise floor, and floor is none",
+                             "set floor: batch (or order, kernel, auto), or drop within_floor")
+                if isinstance(value, Map):
+                    figures = {}
+                    for fig, factor in value.items():
+                        if fig not in FLOOR_FACTOR_NAMES:
+                            self.bad(value.line_of(fig), f"unknown floor figure {fig!r}",
+                                     f"figures: {', '.join(FLOOR_FACTOR_NAMES)}")
+                            continue
+                        f = self.number(factor, value.line_of(fig), f"within_floor factor of {fig}", 1.0)
+                        if f is not None:
+                            figures[fig] = f
+                    if figures:
+                        out.append(Threshold(WITHIN_FLOOR, None, line, figures))
+                    elif not value:
+                        self.bad(line, "within_floor names no figure", "within_floor: 1.5, or {abs_dlogp_p99: 2.0}")
+                    continue
+                k = self.number(value, line, "within_floor", 1.0)
+                if k is not None:
+                    out.append(Threshold(WITHIN_FLOOR, k, line))
+                continue
+            if name not in METRICS:
+                self.bad(line, f"unknown metric {name!r}", f"metrics: {', '.join([*METRICS, WITHIN_FLOOR])}")
+                continue
+            limit = self.number(value, line, f"threshold {name}")
+            if limit is not None:
+                out.append(Threshold(name, limit, line))
+        return out
+
+    def baseline(self, m: Map) -> BaselineSpec | None:
+        b = m.get("baseline")
+        if b is None:
+            return None
+        if isinstance(b, str):
+            b = Map({"run": b}, line=m.line_of("baseline"), lines={"run": m.line_of("baseline")})
+        if not isinstance(b, Map):
+            self.bad(m.line_of("baseline"), "baseline must be a mapping", "baseline: {run: last-pass, slack: {abs_dlogp_p99: 20%}}")
+            return None
+        self.keys(b, BASELINE_KEYS, "baseline")
+        run = b.get("run")
+        if not isinstance(run, str) or not run.strip():
+            self.bad(b.line_of("run"), f"baseline run {run!r} is not a run id or {LAST_PASS}",
+                     f"run: {LAST_PASS} (this case's last passing run) or a run id from 'parity runs list'")
+            return None
+        slack_raw = b.get("slack")
+        if not isinstance(slack_raw, Map) or not slack_raw:
+            self.bad(b.line_of("slack") if "slack" in b else b.line, "baseline needs slack: how much worse than it is allowed, per metric",
+                     "slack: {abs_dlogp_p99: 20%, share_identical: 0.05} (absolute, or a percentage of the baseline's value)")
+            return None
+        slack = []
+        for name, value in slack_raw.items():
+            line = slack_raw.line_of(name)
+            if name not in METRICS:
+                self.bad(line, f"unknown metric {name!r} in baseline slack", f"metrics: {', '.join(METRICS)}")
+                continue
+            if isinstance(value, str) and (pm := _PERCENT.match(value)):
+                slack.append(Slack(name, float(pm.group(1)) / 100, True, line))
+                continue
+            amount = self.number(value, line, f"slack of {name}", 0.0)
+            if amount is not None:
+                slack.append(Slack(name, amount, False, line))
+        return BaselineSpec(run=run.strip(), slack=slack, line=b.line_of("run"))
+
+    def control(self, m: Map) -> ControlSpec | None:
+        c = m.get("control")
+        if c is None:
+            return None
+        if not isinstance(c, Map) or not c:
+            self.bad(m.line_of("control"), "control must be a mapping with set and/or perturb",
+                     "control: {set: {b.dtype: bfloat16}} or control: {perturb: {layer: 0, scale: 0.1}}")
+            return None
+        self.keys(c, CONTROL_KEYS, "control")
+        sets = c.get("set") or Map()
+        if not isinstance(sets, Map):
+            self.bad(c.line_of("set"), "control set must be a mapping of config keys to values", "set: {b.dtype: bfloat16}")
+            sets = Map()
+        perturb = None
+        if "perturb" in c:
+            p = c["perturb"]
+            if p is True or p is None:
+                p = Map(line=c.line_of("perturb"))
+            if not isinstance(p, Map):
+                self.bad(c.line_of("perturb"), "control perturb must be a mapping", "perturb: {layer: 0, scale: 0.1}")
+            else:
+                self.keys(p, PERTURB_KEYS, "control perturb")
+                scale = self.number(p.get("scale", 0.1), p.line_of("scale"), "perturb scale", 0.0)
+                perturb = PerturbSpec(sides=self.names(p, "sides"), layer=self.integer(p, "layer", None, 0, 10_000),
+                                      scale=scale if scale is not None else 0.1,
+                                      seed=self.integer(p, "seed", 0, 0, 2**31) or 0, line=p.line)
+        if not sets and perturb is None:
+            self.bad(c.line, "control changes nothing", "give set: {SIDE.dtype: bfloat16} or perturb: {layer: 0}")
+            return None
+        return ControlSpec(set=_plain(sets), perturb=perturb, line=c.line)
+
+
+def _with_defaults(case: Map, defaults: Map) -> Map:
+    """The case over the defaults: its own keys win; config, prompts and thresholds merge one level."""
+    out = Map(defaults, line=case.line, lines=dict(defaults.lines))
+    for k, v in case.items():
+        if k in ("config", "prompts", "thresholds") and isinstance(v, Map) and isinstance(out.get(k), Map):
+            merged = Map(out[k], line=v.line, lines=dict(out[k].lines))
+            merged.update(v)
+            merged.lines.update(v.lines)
+            v = merged
+        out[k] = v
+        out.lines[k] = case.line_of(k)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    """Map/Seq as plain dicts and lists (for configs and storage)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v

@@ -1,0 +1,151 @@
+"""Sweeps: one prompt across a small grid of settings; which settings move the divergence point?
+
+Each grid point is a normal stored run (kind "sweep") sharing one group_id. `summarize_sweep` is a
+pure function of the points' runs: for each grid key, whether changing only that key moved the first
+divergence.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..core.config import build_config
+from ..core.errors import ConfigError, ParityError
+from ..run.prepare import RunRequest
+from ..inputs.prompts import PromptSpec
+from ..store.runs import new_run_id
+from ..core.types import Run
+
+MAX_POINTS = 32  # each point may reload vLLM (tens of seconds on CPU): keep grids small
+# Keys that change no side's load: varied innermost, so warm workers are reused. Side options
+# (SIDE.key) and the rest change what a side loads.
+RUNTIME_KEYS = {"batch_size", "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                "stop_token_ids", "ignore_eos", "logprobs", "chat", "cross_score", "seed"}
+
+
+@dataclass
+class SweepPoint:
+    settings: dict[str, Any]  # grid key -> value at this point
+    run: Run
+
+
+@dataclass
+class Sweep:
+    group_id: str
+    grid: dict[str, list[Any]]
+    points: list[SweepPoint] = field(default_factory=list)
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """`["dtype=float32,bfloat16", "b.enforce_eager=true,false"]` -> {key: [values]} (YAML scalars); a
+    dotted key addresses a side's option by the side's name.
+    Raises ConfigError for a malformed item, an empty value list, a repeated key or too many points."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(item, "is not of the form key=v1,v2", "e.g. --grid dtype=float32,bfloat16")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+        if not values:
+            raise ConfigError(key, "has no values in --grid", f"e.g. --grid {key}=a,b")
+        if key in grid:
+            raise ConfigError(key, "is given twice in --grid", "put all its values in one --grid item")
+        grid[key] = values
+    if not grid:
+        raise ConfigError("grid", "is empty", "give at least one --grid key=v1,v2")
+    n = 1
+    for v in grid.values():
+        n *= len(v)
+    if n > MAX_POINTS:
+        raise ConfigError("grid", f"has {n} points, over the limit of {MAX_POINTS}", "drop a key or some values")
+    return grid
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, load-time keys outermost so consecutive points share loaded sides."""
+    keys = sorted(grid, key=lambda k: k in RUNTIME_KEYS)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _override(key: str, value: Any) -> str:
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+
+
+def run_sweep(service: Any, model: str, prompt: PromptSpec, grid: dict[str, list[Any]], *,
+              config_path: str | None = None, overrides: list[str] | None = None,
+              base: dict[str, Any] | None = None, sides: list[str] | None = None, trust_remote_code: bool = False,
+              emit: Any = None) -> Sweep:
+    """Run every grid point as a stored run of kind "sweep" sharing one group_id.
+
+    A point with batch_size=B runs the prompt B times in one batch (copies), so the batch size is
+    real; the point's divergence is the earliest over the copies and sides. An invalid point (a bad
+    value) is stored as an error run and the sweep goes on."""
+    sweep = Sweep(group_id=new_run_id(), grid=grid)
+    for settings in grid_points(grid):
+        ovr = [*(overrides or []), *(_override(k, v) for k, v in settings.items())]
+        try:
+            cfg = build_config(config_path, ovr, base=base, sides=sides)
+        except ParityError as e:
+            run = service.record_failure(model, [prompt], {"overrides": ovr}, e, kind="sweep",
+                                         group_id=sweep.group_id)
+            sweep.points.append(SweepPoint(settings, run))
+            continue
+        prompts = [prompt] * cfg.batch_size
+        run = service.run(RunRequest(model=model, prompts=prompts, config=cfg, trust_remote_code=trust_remote_code,
+                                     group_id=sweep.group_id, kind="sweep"), on_event=emit)
+        sweep.points.append(SweepPoint(settings, run))
+    return sweep
+
+
+def _div(run: Run) -> float:
+    """The first divergence as a number; identical runs sort after every divergence."""
+    fd = run.first_divergence
+    return float("inf") if fd is None else float(fd)
+
+
+def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
+    """Per point: settings, run id, status, first divergence, verdict. Per grid key: whether changing
+    that key alone (every other key fixed) moved the first divergence, and the divergence by value.
+    Pure; error points are left out of the effects."""
+    points = []
+    for p in sweep.points:
+        r = p.run
+        comp = r.prompts[0].comparisons[0] if r.prompts and r.prompts[0].comparisons else None
+        expl = comp.explanation if comp else None
+        stats = comp.cross_scores.get(f"{comp.b}_by_{comp.a}") if comp and comp.cross_scores else None
+        rms = stats.rms_gap if stats is not None else None
+        points.append({"settings": p.settings, "run_id": r.id, "status": r.status,
+                       "first_divergence": r.first_divergence, "verdict": expl.verdict if expl else None,
+                       "cross_rms_gap": rms, "error": r.error})
+    ok = [p for p in sweep.points if p.run.status in ("ok", "diverged")]
+    effects = []
+    for key, values in sweep.grid.items():
+        by_value = {str(v): [p.run.first_divergence for p in ok if p.settings[key] == v] for v in values}
+        moved = False
+        for a, b in itertools.combinations(ok, 2):
+            same_rest = all(a.settings[k] == b.settings[k] for k in sweep.grid if k != key)
+            if same_rest and a.settings[key] != b.settings[key] and _div(a.run) != _div(b.run):
+                moved = True
+        effects.append({"key": key, "moves_divergence": moved, "first_divergence_by_value": by_value})
+    return {"group_id": sweep.group_id, "grid": {k: [str(v) for v in vs] for k, vs in sweep.grid.items()},
+            "points": points, "effects": effects}
+
+
+def format_sweep(summary: dict[str, Any]) -> str:
+    """The sweep summary as lines for a terminal."""
+    lines = [f"sweep {summary['group_id']}: {len(summary['points'])} points"]
+    for p in summary["points"]:
+        s = "  ".join(f"{k}={v}" for k, v in p["settings"].items())
+        fd = "identical" if p["first_divergence"] is None and p["status"] == "ok" else \
+            (f"diverges at {p['first_divergence']}" if p["first_divergence"] is not None else p["status"])
+        extra = f" ({p['verdict']})" if p["verdict"] and p["verdict"] != "identical" else ""
+        err = f": {p['error'][:100]}" if p["error"] else ""
+        lines.append(f"  {s:50s} {fd}{extra}{err}   run {p['run_id']}")
+    for e in summary["effects"]:
+        by = ", ".join(f"{v} -> {['-' if x is None else x for x in fds]}" for v, fds in
+                       e["first_divergence_by_value"].items())
+        lines.append(f"  {e['key']}: {'MOVES' if e['moves_divergence'] else 'does not move'} the divergence ({by})")
+    return "\n".join(lines)

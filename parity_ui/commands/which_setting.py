@@ -1,0 +1,163 @@
+"""Which setting? in the app: which pairs of a stored run's sides a bisect (parity_ui.commands.bisect_search) can start
+from, the request checked before anything runs, and the bisects stored for a run.
+
+A pair differs when its side left the reference: in a comparison, tokens not identical on some
+prompt; in a workload, its pooled figures beyond the reference's noise floor (or, without a floor,
+tokens not identical on some prompt). Only such a pair is offered: a pair that agrees has nothing to
+search, and saying so before any trial runs is cheaper than a stored error after two. Reads the store
+only; the bisect itself is the service's (`ServiceRunner.bisect` calls both).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .bisect_search import DEFAULT_PROMPTS, KIND, MAX_PROMPTS, TRIAL_KIND
+from ..core.errors import ParityError
+from ..store.runs import get_run
+from ..core.types import Run
+
+BISECTABLE_KINDS = ("compare", "workload")
+
+__all__ = ["BisectChoice", "bisect_choice", "checked_request", "pair_value", "parse_pair", "bisect_lines",
+           "latest_bisect", "DEFAULT_PROMPTS", "MAX_PROMPTS"]
+
+
+@dataclass
+class BisectChoice:
+    """The pairs of a stored run a bisect can search: (reference, side) for each side that differs
+    from the reference, in the run's side order. None of them: `problem` and `fix` say why."""
+
+    run_id: str
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    problem: str = ""
+    fix: str = ""
+
+    @property
+    def default(self) -> tuple[str, str] | None:
+        """The reference against the first side that differs."""
+        return self.pairs[0] if self.pairs else None
+
+    def error(self) -> ParityError:
+        return ParityError(self.problem, self.fix, code="bisect-pair")
+
+
+def pair_value(pair: tuple[str, str]) -> str:
+    """A pair as one string (a dropdown's value): side names cannot hold a comma (parity_ui.core.sides)."""
+    return f"{pair[0]},{pair[1]}"
+
+
+def parse_pair(value: Any) -> tuple[str, str] | None:
+    """A pair from pair_value's string, a 2-item list or tuple, or None/"" (the default pair).
+    Raises ParityError for anything else."""
+    if value is None or value == "":
+        return None
+    names = [str(x).strip() for x in (value.split(",") if isinstance(value, str) else value)]
+    if len(names) != 2 or not all(names):
+        raise ParityError(f"the pair {value!r} is not two side names", "pick a pair like 'ref,b' (reference first)")
+    return names[0], names[1]
+
+
+def _differing_sides(db: Any, run: Run) -> list[str]:
+    ref = run.reference
+    if run.workload is not None:
+        out = []
+        for name, figs in run.workload.sides.items():
+            v = figs.verdict.verdict if figs.verdict is not None else None
+            seq = figs.stats.sequences
+            if v == "exceeds noise" or (v != "within noise" and seq.n and seq.identical < seq.n):
+                out.append(name)
+    else:
+        out = [r["b"] for r in db.query("SELECT DISTINCT b FROM comparisons WHERE run_id = ? AND a = ? "
+                                        "AND identical = 0", [run.id, ref])]
+    order = [s.name for s in run.sides]
+    return sorted((s for s in out if s in order and s != ref), key=order.index)
+
+
+def bisect_choice(db: Any, run_id: str) -> BisectChoice:
+    """The pairs of run `run_id` a bisect can search (see the module docstring); reads the run's row
+    and its comparison flags, no token. An unknown run, a run of another kind, one still running or
+    with nothing finished, or one whose sides all agree with the reference gives no pair, and says why."""
+    run_id = (run_id or "").strip()
+    run = get_run(db, run_id, prompts=[]) if run_id else None
+    choice = BisectChoice(run_id)
+    if run is None:
+        choice.problem = f"no run with id {run_id!r} in this database"
+        choice.fix = "open a stored run in the History tab (or pick one from its table)"
+        return choice
+    if run.kind not in BISECTABLE_KINDS:
+        choice.problem = f"run {run.id} is a {run.kind} run: Which setting? searches a comparison or a workload"
+        choice.fix = ("open the comparison or workload it belongs to" if run.kind in (KIND, TRIAL_KIND)
+                      else "run a comparison of the sides, then ask which setting it is")
+        return choice
+    done = run.workload.done if run.workload is not None else run.status in ("ok", "diverged")
+    if run.status == "running" or not done:
+        choice.problem = (f"run {run.id} is still running" if run.status == "running" else
+                          f"run {run.id} ended {run.status} before any prompt finished: there is nothing to search")
+        choice.fix = ("wait until it is stored" if run.status == "running" else
+                      "run the comparison again (its error card says what to fix first)")
+        return choice
+    if len(run.sides) < 2:
+        choice.problem = f"run {run.id} has {len(run.sides)} side: a bisect needs two sides that differ"
+        choice.fix = "run a comparison with two sides, e.g. the reference and the setup you suspect"
+        return choice
+    choice.pairs = [(run.reference, s) for s in _differing_sides(db, run)]
+    if not choice.pairs:
+        what = "within the reference's noise floor" if run.workload is not None else "token-identical"
+        choice.problem = (f"every side of run {run.id} is {what} against the reference {run.reference}: no pair "
+                          "differs, so there is no setting to find")
+        choice.fix = ("nothing to fix; to look for a gap anyway, run `parity bisect` on the command line, whose "
+                      "oracle also weighs logprobs against the noise floor")
+    return choice
+
+
+def checked_request(db: Any, run_id: str, sides: Any = None, prompts: Any = DEFAULT_PROMPTS) -> tuple[tuple[str, str],
+                                                                                                          int]:
+    """The (pair, number of prompts) a bisect of `run_id` starts with: `sides` one of the run's
+    differing pairs (None: the default pair), `prompts` a whole number from 1 to 10,000 (None: 8).
+    Raises ParityError naming the problem and the fix; nothing is stored then."""
+    choice = bisect_choice(db, run_id)
+    if not choice.pairs:
+        raise choice.error()
+    pair = parse_pair(sides) or choice.default
+    if pair not in choice.pairs:
+        offered = "; ".join(f"{a} vs {b}" for a, b in choice.pairs)
+        raise ParityError(f"the pair {pair[0]} vs {pair[1]} is not one of run {run_id}'s pairs that differ",
+                          f"pick one of: {offered}", code="bisect-pair")
+    if prompts is None or prompts == "":
+        n = DEFAULT_PROMPTS
+    else:
+        try:
+            n = int(prompts)
+            whole = float(prompts) == n
+        except (TypeError, ValueError):
+            whole = False
+        if not whole or not 1 <= n <= MAX_PROMPTS:
+            raise ParityError(f"the number of prompts {prompts!r} is not a whole number from 1 to {MAX_PROMPTS:,}",
+                              f"give a number of prompts from 1 to {MAX_PROMPTS:,} ({DEFAULT_PROMPTS}: the run's "
+                              f"{DEFAULT_PROMPTS} worst)", code="bisect-prompts")
+    return pair, n
+
+
+def latest_bisect(db: Any, run_id: str) -> Run | None:
+    """The newest stored bisect of run `run_id` (its record; its prompts are not read), or None."""
+    row = db.execute("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
+                     "ORDER BY datetime_utc DESC, id DESC LIMIT 1", [KIND, run_id]).fetchone()
+    return get_run(db, row[0], prompts=[]) if row else None
+
+
+def bisect_lines(db: Any, ids: list[str]) -> dict[str, str]:
+    """Each listed bisect's one line for a runs table: the pair, the run searched and the answer (or
+    its error)."""
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    out = {}
+    for r in db.query("SELECT id, status, error, json_extract(bisect_json, '$.run_id') AS of, "
+                      "json_extract(bisect_json, '$.side') AS side, json_extract(bisect_json, '$.reference') AS ref, "
+                      f"json_extract(bisect_json, '$.summary') AS summary FROM runs WHERE id IN ({marks})", ids):
+        pair = f"{r['side']} vs {r['ref']} of {r['of']}: " if r["of"] else ""
+        answer = r["summary"] if r["status"] in ("ok", "diverged") and r["summary"] else \
+            r["status"] + (f": {r['error']}" if r["error"] else "")
+        out[r["id"]] = f"which setting? {pair}{answer}"
+    return out

@@ -1,0 +1,367 @@
+"""A workload run: many prompts through the same sides, in chunks, each chunk generated, compared and
+stored before the next; the pooled figures judged against the reference's own noise floor.
+
+Two ways to run it, with the same pooled report:
+- free-running ("free"): every side generates, each at its own batch size (the reference can stay
+  at batch 1 while the others batch as in production); token figures up to each first divergence.
+- scored ("scored"): the sides under test generate; the reference teacher-forces their tokens, one
+  forward pass per sequence (what an RL trainer does to compute the mismatch), so its cost is a
+  prefill, not a decode. Under greedy decoding the reference would have made a side's sequence
+  exactly where it ranks every one of its tokens first, so share identical and first divergence
+  are defined here too; the token figures cover whole sequences.
+
+The floor is the reference under a change that should not matter, run as one more side ("floor")
+and compared like the others: "batch" the reference again at another batch size, its prompts in
+another order; "order" the same batch size, another order; "kernel" (an HF reference) another SDPA
+attention kernel; "none". In scored mode the floor side scores the same tokens ("kernel" only:
+scoring is per sequence, so order and batch change nothing there).
+
+Memory stays bounded: a chunk's steps go to the store and leave memory; the pooled figures are read
+back from the store (parity_ui.commands.workload.report.pooled). Stop keeps every finished chunk and computes
+the figures so far; `resume_workload` takes a stopped, failed or interrupted run up again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ...analysis.compare import compare
+from ...core.config import ParityConfig, config_from_dict
+from ...core.requests import GenerateRequest, ScoreRequest
+from ...core.errors import ConfigError, ParityError
+from ...analysis.explain import explain
+from ...run.pipeline import Sides
+from ...run.plan import Prepared, RunRequest, SidePlan
+from ...run.prepare import plan_extra_side
+from ...inputs.prompts import PromptSpec
+from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
+from ...core.runlog import EventCallback, RunEvent, new_run, phase
+from ...core.settings import differing
+from ...store.runs import get_run, prompts_done, save_comparisons, save_pair_samples, save_side_result
+from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
+from .report import pooled
+from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
+from ...core.pooled import PairSample
+
+if TYPE_CHECKING:
+    from ..service_api import Service
+
+FLOOR = "floor"  # the floor side's name (suffixed when a user's side has it)
+
+
+@dataclass
+class WorkloadRequest:
+    model: str
+    prompts: list[PromptSpec]
+    config: ParityConfig
+    options: WorkloadOptions = dataclasses.field(default_factory=WorkloadOptions)
+    trust_remote_code: bool = False
+    group_id: str | None = None
+    kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.commands.bisect_search)
+
+
+def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
+    """Run the workload and store it as a run of kind "workload" (or `req.kind`; run.workload: the
+    report). Never raises for a user or engine error: the run is stored with its status, its finished
+    prompts and their pooled figures."""
+    emit = emit or (lambda e: None)
+    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
+                           group_id=req.group_id) as rec:
+        check_options(req.options, req.config)
+        Workload(service, rec, req, emit).run(done=set())
+    emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
+    return rec.run
+
+
+def resume_workload(service: Service, run_id: str, emit: EventCallback | None = None) -> Run:
+    """Go on with a stopped, failed or interrupted workload run: the prompts it has not finished,
+    with the same sides, options and prompts (as given). Raises ParityError when there is nothing to
+    resume (no such run, not a workload, already finished, or it is running in another process)."""
+    emit = emit or (lambda e: None)
+    stored = get_run(service.db, run_id, prompts=[])
+    if stored is None:
+        raise ParityError(f"no run with id {run_id!r}", "list the ids with 'parity runs list'")
+    if stored.kind != "workload" or stored.workload is None:
+        raise ParityError(f"run {run_id} is a {stored.kind} run, not a workload", "resume a workload run")
+    if stored.status == "running":
+        raise ParityError(f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
+                          "wait for it, or stop it first")
+    report = stored.workload
+    if stored.status in ("ok", "diverged") and report.done + len(report.skipped_too_long) >= report.n_prompts:
+        raise ParityError(f"run {run_id} finished every prompt", "start a new run to measure again")
+    prompts = given_prompts(service, run_id)
+    req = WorkloadRequest(model=stored.model.name, prompts=prompts, config=config_from_dict(stored.config),
+                          options=report.options, group_id=stored.group_id)
+    stored.prompts = new_run(run_id, stored.model.name, stored.config, prompts).prompts  # the rows are re-filled
+    with service.recording(req.model, req.config.to_dict(), prompts, resume=stored) as rec:
+        sides = [s.name for s in stored.sides[1:]]
+        done = prompts_done(service.db, run_id, sides)
+        emit(RunEvent("status", f"resuming run {run_id}: {len(done)} of {report.n_prompts} prompts are done"))
+        Workload(service, rec, req, emit).run(done=done)
+    emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
+    return rec.run
+
+
+def given_prompts(service: Service, run_id: str) -> list[PromptSpec]:
+    """A stored run's prompts as the user gave them (text or messages). Raises ParityError for a run
+    stored before prompts were kept as given, or with image prompts (their bytes are not re-read)."""
+    rows = service.db.query("SELECT idx, given_json FROM prompt_results WHERE run_id = ? ORDER BY idx", [run_id])
+    out = []
+    for r in rows:
+        given = json.loads(r["given_json"]) if r["given_json"] else None
+        if not given or given.get("images"):
+            raise ParityError(f"prompt {r['idx']} of run {run_id} is not stored as given"
+                              + (" (it has images)" if given else " (an older release made the run)"),
+                              "start a new run with the same prompt file")
+        out.append(PromptSpec(text=given.get("text"), messages=given.get("messages")))
+    return out
+
+
+def check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
+    """The rules a workload's options must meet with its config (a gate's spec is checked by the same).
+    Raises ConfigError naming the key."""
+    if o.mode not in MODES:
+        raise ConfigError("mode", f"is {o.mode!r}, must be one of {', '.join(MODES)}", "e.g. --mode scored")
+    if o.floor not in FLOORS:
+        raise ConfigError("floor", f"is {o.floor!r}, must be one of {', '.join(FLOORS)}", "e.g. --floor batch")
+    if o.too_long not in ("skip", "stop"):
+        raise ConfigError("too_long", f"is {o.too_long!r}, must be skip or stop", "e.g. --too-long skip")
+    if not 1 <= o.chunk <= 100_000 or not 1 <= o.floor_batch_size <= 1024:
+        raise ConfigError("chunk", "chunk must be 1..100000 and floor_batch_size 1..1024", "e.g. --chunk 64")
+    if len(cfg.sides) < 2:
+        raise ConfigError("sides", "a workload compares at least two sides", "add a side: --side b=vllm")
+    if o.mode == "scored":
+        if not cfg.greedy:
+            raise ConfigError("temperature", "scored mode compares greedy sequences (temperature 0)",
+                              "set temperature=0, or use --mode free")
+        if o.floor in ("batch", "order"):
+            raise ConfigError("floor", f"{o.floor!r} changes nothing in scored mode: the reference scores one "
+                                       "sequence at a time", "use --floor kernel (an HF reference) or --floor none")
+
+
+def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, FloorSpec]:
+    """The reference under the floor's change, as one more side (or none), planned into `prep` (its GPU
+    memory shared with the other sides)."""
+    ref = prep.reference
+    names = {p.name for p in prep.sides}
+    name = next(n for n in (FLOOR, FLOOR + "_", FLOOR + "2") if n not in names)
+    change = o.floor
+    if change == "auto":  # free: the batch floor; scored: another kernel where the reference has one to switch
+        change = "batch" if o.mode == "free" else ("kernel" if ref.kind.name == "hf" else "none")
+    if change == "none":
+        return None, FloorSpec("none", None, "no floor: the sides' figures stand alone")
+    if change == "kernel":
+        if ref.kind.name != "hf":
+            raise ConfigError("floor", f"the kernel floor switches an HF reference's attention kernel; the reference "
+                                       f"{ref.name} is {ref.kind.label}", "use --floor batch or order, or none")
+        now = ref.spec.options.sdpa_kernels
+        other = "math" if now != "math" else "auto"
+        spec = dataclasses.replace(ref.spec.replace(sdpa_kernels=other), name=name)
+        desc = f"the reference {ref.name} with SDPA kernels {other!r} instead of {now!r}"
+    else:
+        bs = ref.spec.batch_size(prep.config.batch_size)
+        floor_bs = o.floor_batch_size if change == "batch" else bs
+        if change == "batch" and floor_bs == bs:
+            floor_bs = 1 if bs > 1 else o.floor_batch_size
+        spec = dataclasses.replace(ref.spec.replace(batch_size=floor_bs), name=name)
+        desc = (f"the reference {ref.name} again at batch {floor_bs} (it runs at {bs}), its prompts in reverse order"
+                if change == "batch" else f"the reference {ref.name} again, its prompts in reverse order")
+    return plan_extra_side(prep, spec, like=ref.name), FloorSpec(change, name, desc)
+
+
+class Workload:
+    """One workload run inside its recording (see the module docstring)."""
+
+    def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
+        self.service, self.rec, self.req, self.emit = service, rec, req, emit
+        self.opts = req.options
+
+    def run(self, done: set[int]) -> None:
+        run, o = self.rec.run, self.opts
+        self.emit(RunEvent("status", f"preparing {len(self.req.prompts)} prompts"))
+        with phase(run, "prepare"):
+            rreq = RunRequest(model=self.req.model, prompts=self.req.prompts, config=self.req.config,
+                              trust_remote_code=self.req.trust_remote_code, too_long=o.too_long)
+            self.service.head_start(rreq)  # the engines import while this process tokenizes every prompt
+            prep = self.service.prepare(rreq)
+        self.prep = prep
+        self.rec.prepared(prep)
+        floor, spec = floor_plan(prep, o)
+        if floor is not None:
+            run.sides.append(side_info(floor, reference=False))
+        report = run.workload if run.workload is not None and done else \
+            WorkloadReport(options=o, floor=spec, n_prompts=len(self.req.prompts))
+        report.skipped_too_long = [i for i in prep.skipped_too_long]
+        report.floor = spec
+        run.workload = report
+        self.floor = floor
+        self.compared = [p.name for p in prep.sides[1:]] + ([floor.name] if floor else [])
+        todo = [j for j, i in enumerate(prep.kept) if i not in done]
+        report.done = len(prep.kept) - len(todo)
+        self.rec.save_header()
+        plans = prep.sides + ([floor] if floor else [])
+        try:
+            with self.service.sides(plans, gpu=prep.resolved.on_gpu, emit=self.emit, findings=run.warnings,
+                                    timings=run.timings,
+                                    on_loaded=lambda p, got: self.rec.loaded(p.name, got.info, got.load_s)) as sides:
+                with phase(run, "generate"):
+                    self._chunks(sides, todo)
+        finally:
+            with phase(run, "pool"):  # also after a Stop or a failure: the figures of what finished
+                pooled(self.service.db, run.id, report, [p.name for p in prep.sides[1:]])
+                self.rec.save_header()
+        run.status = "ok" if run.identical else "diverged"
+
+    # -- the chunks ---------------------------------------------------------------------------------
+
+    def _chunks(self, sides: Sides, todo: list[int]) -> None:
+        report = self.rec.run.workload
+        t0, finished = time.perf_counter(), 0
+        for start in range(0, len(todo), self.opts.chunk):
+            chunk = todo[start:start + self.opts.chunk]
+            if self.opts.mode == "scored":
+                self._scored(sides, chunk)
+            else:
+                self._free(sides, chunk)
+            finished += len(chunk)
+            report.done += len(chunk)
+            report.rate = finished / max(time.perf_counter() - t0, 1e-9)
+            left = (len(todo) - finished) / report.rate
+            self.emit(RunEvent("progress", f"{report.done}/{report.n_prompts} prompts done, "
+                                           f"{report.rate:.2f} prompts/s, about {_duration(left)} left",
+                               prompt_index=report.done))
+            self.rec.save_header()
+
+    def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False) -> dict[int, SideResult]:
+        """One side's results for the chunk's prompts, by prompt position (decoded)."""
+        prep = self.prep
+        order = list(reversed(chunk)) if reverse else chunk
+        prompts = prep.prompts_of(p.name)
+        greq = GenerateRequest(prompts=[prompts[j].token_ids for j in order], sampling=p.args.sampling,
+                               batch_size=p.spec.batch_size(prep.config.batch_size),
+                               logprobs=max(prep.config.logprobs, 1), stream=False)
+        out = {}
+        for res, j in zip(sides.generate(p.name, greq), order):
+            res.prompt_index = prep.kept[j]
+            decode_result(prep.tokenizer, res)
+            out[j] = res
+        return out
+
+    def _free(self, sides: Sides, chunk: list[int]) -> None:
+        ref = self.prep.reference
+        results = {ref.name: self._generate(sides, ref, chunk)}
+        for p in self.prep.sides[1:]:
+            results[p.name] = self._generate(sides, p, chunk)
+        if self.floor is not None:
+            results[self.floor.name] = self._generate(sides, self.floor, chunk, reverse=True)
+        comparisons = {j: [self._explained(compare(results[ref.name][j], results[n][j]), results, j)
+                           for n in self.compared] for j in chunk}
+        samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
+                       for c in comparisons[j] if c.b == n] for n in self.compared}
+        self._store(chunk, results, comparisons, samples)
+
+    def _scored(self, sides: Sides, chunk: list[int]) -> None:
+        prep, ref = self.prep, self.prep.reference
+        k = max(prep.config.logprobs, 1)
+        gen = {p.name: self._generate(sides, p, chunk) for p in prep.sides[1:]}
+        results: dict[str, dict[int, SideResult]] = {n: dict(r) for n, r in gen.items()}
+        comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
+        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared}
+        first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
+        for p in prep.sides[1:]:
+            items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k) for j in chunk]
+            scored = dict(zip(chunk, sides.score_batch(ref.name, items)))
+            floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, items))) \
+                if self.floor is not None and p.name == first else {}
+            for j in chunk:
+                view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
+                if p.name == first:
+                    results.setdefault(ref.name, {})[j] = view
+                c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                comparisons[j].append(c)
+                samples[p.name].append(scored_sample(c, gen[p.name][j], scored[j]))
+                if j in floor_scored:
+                    fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
+                    results.setdefault(self.floor.name, {})[j] = fview
+                    fc = self._explained(compare(view, fview), {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
+                    comparisons[j].append(fc)
+                    samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
+                                                                  scored[j]))
+        self._store(chunk, results, comparisons, samples)
+
+    def _explained(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
+        run = self.rec.run
+        c.explanation = explain(c, results[c.a][j], results[c.b][j], self.prep.config, differing(run.sides, c.a, c.b))
+        return c
+
+    def _store(self, chunk: list[int], results: dict[str, dict[int, SideResult]],
+               comparisons: dict[int, list[Comparison]], samples: dict[str, list[PairSample]]) -> None:
+        """The chunk's rows in one transaction; then its steps leave memory (the store has them)."""
+        run = self.rec.run
+        with self.rec.transaction() as db:
+            for by_prompt in results.values():
+                for res in by_prompt.values():
+                    save_side_result(db, run.id, res)
+            for j in chunk:
+                pr = run.prompts[self.prep.kept[j]]
+                pr.comparisons = comparisons[j]
+                save_comparisons(db, run.id, pr)
+                pr.comparisons = []
+            for side, s in samples.items():
+                save_pair_samples(db, run.id, side, s)
+
+
+def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:
+    """Free-running: the two sides' own logprobs on the same context, up to the first divergence."""
+    n = c.first_divergence if c.first_divergence is not None else c.compared
+    return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
+                      length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
+                      logp_side=step_column(side.steps, "logprob")[:n], logp_ref=step_column(ref.steps, "logprob")[:n],
+                      positions=list(range(n)))
+
+
+def scored_sample(c: Comparison, side: SideResult, scored: Sequence[TokenStep]) -> PairSample:
+    """Scored: the side's own logprobs against the reference's teacher-forced ones, every token."""
+    lr = step_column(scored, "logprob")
+    return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
+                      length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
+                      logp_side=step_column(side.steps, "logprob"), logp_ref=lr, positions=list(range(len(lr))))
+
+
+def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], prep: Prepared) -> SideResult:
+    """What the scorer would have chosen at each position of the side's sequence (its top-1 given the
+    side's prefix): the side's own sequence up to where the scorer ranks a token second or worse,
+    which is where a greedy scorer would have forked. Built as columns from the scored columns."""
+    cols = StepColumns.from_steps(scored)
+    decode_columns(prep.tokenizer, cols)
+    starts = cols.top_starts()
+    first = [starts[i] if cols.top_n[i] else None for i in range(len(cols))]
+    ids = [cols.top_token_id[k] if k is not None else cols.token_id[i] for i, k in enumerate(first)]
+    view = StepColumns({
+        "position": list(cols.position), "token_id": ids,
+        "text": [cols.top_text[k] if k is not None else cols.text[i] for i, k in enumerate(first)],
+        "logprob": [cols.top_logprob[k] if k is not None else cols.logprob[i] for i, k in enumerate(first)],
+        "rank": [1] * len(cols), "top_n": list(cols.top_n), "top_token_id": list(cols.top_token_id),
+        "top_logprob": list(cols.top_logprob), "top_text": list(cols.top_text),
+        "raw": {i: cols.top_raw[k] for i, k in enumerate(first) if k is not None and k in cols.top_raw},
+        "top_raw": dict(cols.top_raw)})
+    return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=view,
+                      text=prep.tokenizer.decode(ids), finish_reason="scored")
+
+
+def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
+    """The floor scorer's logprobs of the side's tokens, as a result whose steps carry them."""
+    return dataclasses.replace(side, steps=scored)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+

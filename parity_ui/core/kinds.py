@@ -1,0 +1,158 @@
+"""Side kinds: a small registry. A kind names its options (typed, validated, documented), what it can
+do, and where its engine lives ("module:Class", imported only inside a worker process).
+
+Code above the engines asks a kind what it can do (`kind.can_score`, `kind.can_capture_layers`...);
+it never tests a kind's name. Adding a kind is an entry here, a mapper in parity_ui.core.mapping and an
+engine in parity_ui.engines.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+from .validation import number_in, one_of, option
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+HF_DECODE_PATHS = ("eager", "static", "compiled", "graphed")
+SDPA_KERNELS = ("auto", "no-cudnn", "flash", "efficient", "math", "cudnn")
+SDPA_ENABLED = {"no-cudnn": ["flash", "efficient", "math"], "flash": ["flash"], "efficient": ["efficient"],
+                "math": ["math"], "cudnn": ["cudnn"]}  # sdpa_kernels -> the kernels left enabled (auto: all)
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+(,\d+)*)?)$")
+
+
+def _device_ok(v: Any) -> bool:
+    return v is None or bool(_DEVICE.match(str(v)))
+
+
+_DEVICE_ALLOWED = (_device_ok, "'auto', 'cpu', 'cuda', 'cuda:N' or 'cuda:N,M' (GPUs this side may use)")
+
+
+@dataclass
+class SideOptions:
+    """What every kind accepts."""
+
+    dtype: str | None = option(None, "weights dtype of this side; unset = the run's dtype", one_of(*DTYPES))
+    device: str = option("auto", "where this side runs: auto (the first GPU, else the CPU), cpu, cuda:N, "
+                                 "or cuda:N,M to spread it over several GPUs", _DEVICE_ALLOWED)
+    fp32_logits: bool = option(False, "compute the lm_head and the logits in float32 (an RL trainer's setup)")
+    batch_size: int | None = option(None, "prompts per generate call for this side; unset = the run's batch_size "
+                                          "(a workload keeps its reference at 1 while the others batch as in "
+                                          "production)", number_in(1, 1024, "an integer"))
+    image_min_pixels: int | None = option(None, "image prompts: this side's own min_pixels (to reproduce a resize "
+                                                "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
+    image_max_pixels: int | None = option(None, "image prompts: this side's own max_pixels (to reproduce a resize "
+                                                "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
+    generation_config: str | None = option(None, "this side's own generation_config handling: neutral (the model's "
+                                                 "generation_config.json is not applied) or model (it is: the trap "
+                                                 "of one side silently taking the file's defaults); unset = the run's",
+                                           one_of("neutral", "model"))
+
+
+@dataclass
+class VllmOptions(SideOptions):
+    enforce_eager: bool | None = option(None, "no CUDA graphs / compilation; unset: eager on CPU, graphs on GPU")
+    attention_backend: str | None = option(None, "force an attention backend (e.g. FLASH_ATTN, TRITON_ATTN, "
+                                                 "FLEX_ATTENTION); unset: vLLM picks")
+    enable_prefix_caching: bool = option(False, "reuse KV blocks across requests (a known cause of near-tie "
+                                                "flips, vllm #40896)")
+    enable_chunked_prefill: bool = option(False, "prefill long prompts in chunks (other kernels, vllm #5952)")
+    async_scheduling: bool | None = option(None, "overlap scheduling with execution; unset: vLLM's default")
+    batch_invariant: bool = option(False, "VLLM_BATCH_INVARIANT=1: batch 1 == batch N bitwise (GPU, cc >= 8.0)")
+    max_num_seqs: int | None = option(None, "sequences scheduled together", number_in(1, 4096, "an integer"))
+    gpu_memory_utilization: float | None = option(
+        None, "share of the GPU's memory this side may take; unset: planned from the run's sides",
+        number_in(0.05, 0.98))
+    kv_cache_gib: float = option(1.0, "CPU only: KV cache size in GiB", number_in(0.0625, 1024, "a number of GiB"))
+    tensor_parallel_size: int = option(1, "GPUs that split each layer", number_in(1, 64, "an integer"))
+    pipeline_parallel_size: int = option(1, "GPUs that split the layers", number_in(1, 64, "an integer"))
+    max_cudagraph_capture_size: int | None = option(
+        None, "largest batch captured as a CUDA graph; unset: the run's batch size, at least 16 "
+              "(vLLM's own default captures sizes up to 512, which only costs start-up here)", number_in(1, 4096, "an integer"))
+
+
+@dataclass
+class HfOptions(SideOptions):
+    attn_implementation: str = option("auto", "transformers' attention implementation", one_of(*ATTN_IMPLEMENTATIONS))
+    decode: str = option("eager", "eager: plain generate (the reference); static: static KV cache; compiled: "
+                                  "static cache + torch.compile of the decode step; graphed: greedy only, "
+                                  "static cache + the decode step as one CUDA graph (parity-ui's loop over "
+                                  "the model's forward; on the CPU the same loop without the graph)",
+                         one_of(*HF_DECODE_PATHS))
+    sdpa_kernels: str = option("auto", "which kernels torch's scaled_dot_product_attention may pick (sdpa "
+                                       "attention): auto (torch's choice), no-cudnn, or only flash, efficient, "
+                                       "math or cudnn; another kernel is another reference",
+                               one_of(*SDPA_KERNELS))
+
+
+@dataclass
+class VllmServerOptions(VllmOptions):
+    """vLLM's OpenAI-compatible server, started by parity-ui for the run's model with these options."""
+
+    port: int | None = option(None, "port on 127.0.0.1; unset: a free one", number_in(1024, 65535, "a port number"))
+    startup_timeout_s: float = option(900.0, "how long the server may take to come up", number_in(10, 7200, "seconds"))
+
+
+def _url_ok(v: Any) -> bool:
+    return isinstance(v, str) and bool(re.match(r"^https?://[^\s/]+(/\S*)?$", v))
+
+
+@dataclass
+class OpenAIOptions:
+    """A running OpenAI-compatible vLLM server. Its dtype, device and engine settings are the
+    server's: what it reports is recorded with the run."""
+
+    url: str = option("", "the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+                      (_url_ok, "an http:// or https:// URL such as http://127.0.0.1:8000/v1"))
+    served_model: str | None = option(None, "the model name to ask for; unset: the server's only model")
+    api_key_env: str | None = option(None, "name of the environment variable holding the API key (the key "
+                                           "itself is never stored)")
+    timeout_s: float = option(600.0, "longest wait for one answer", number_in(1, 86400, "seconds"))
+    verify_tls: bool = option(True, "check the server's TLS certificate (https)")
+    max_in_flight: int = option(8, "requests sent to the server at once when it scores a workload's sequences",
+                                number_in(1, 1024, "an integer"))
+    check_tokenizer: bool = option(True, "before generating, ask the server's /tokenize for the prompts' ids and "
+                                         "refuse to compare when they differ from the run's")
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    label: str  # for people: "vLLM (offline LLM)"
+    options: type
+    engine: str  # "module:Class", imported only inside the side's worker
+    package: str  # what a `python=` environment must be able to import
+    can_stream: bool = True
+    can_score: bool = True  # teacher-forced scoring (cross-scores)
+    can_batch_invariant: bool = False
+    can_capture_layers: bool = False
+    accepts_images: bool = False
+    in_worker: bool = True  # runs in a spawned worker process (and so may use another python=)
+    gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
+    tokenizes_itself: bool = False  # a server: check its tokenizer and limits before generating
+    head_start: bool = False  # its worker imports heavy libraries: start it while the parent prepares the run
+
+
+KINDS: dict[str, Kind] = {
+    "vllm": Kind("vllm", "vLLM (offline LLM)", VllmOptions, "parity_ui.engines.vllm_engine:VllmEngine", "vllm",
+                 can_batch_invariant=True, can_capture_layers=True, accepts_images=True, gpu_memory="share",
+                 head_start=True),
+    "hf": Kind("hf", "HF transformers (generate)", HfOptions, "parity_ui.engines.hf_engine:HfEngine",
+               "transformers", can_capture_layers=True, accepts_images=True, head_start=True),
+    "vllm-server": Kind("vllm-server", "vLLM server (vllm serve, started by parity-ui)", VllmServerOptions,
+                        "parity_ui.engines.server_engine:VllmServerEngine", "vllm", can_batch_invariant=True,
+                        gpu_memory="share", tokenizes_itself=True),
+    "openai": Kind("openai", "OpenAI-compatible vLLM server at a URL", OpenAIOptions,
+                   "parity_ui.engines.openai_engine:OpenAIEngine", "", gpu_memory="none", tokenizes_itself=True),
+}
+
+
+def get_kind(name: str, where: str = "kind") -> Kind:
+    """The kind registered as `name`; ConfigError naming the available ones otherwise."""
+    kind = KINDS.get(str(name))
+    if kind is None:
+        raise ConfigError(where, f"unknown kind {name!r}; available: {', '.join(KINDS)}",
+                          "e.g. --side ref=hf --side b=vllm")
+    return kind

@@ -1,0 +1,684 @@
+"""Canonical config + a side -> that side's native arguments. The ONLY module that knows their names.
+
+Each kind has a mapper (`_MAPPERS`) returning its arguments plus, per canonical key, the native
+arguments it became; `mapping_table` joins the sides, so the table a user reads is produced by the
+code that runs.
+
+Semantics that differ between the engines (and that hand-written tables get wrong):
+- greedy: vLLM `temperature=0`; HF `do_sample=False` with temperature/top_p/top_k unset (HF
+  rejects temperature=0).
+- top_k off: vLLM `top_k=0` (0 or -1 disable); HF `top_k=0` too (HF's GenerationConfig default is
+  50, so "unset" would NOT be off).
+- EOS: every side gets the same explicit id list (model generation_config + tokenizer), so none
+  falls back to its own guess.
+- ignore_eos: vLLM `ignore_eos=True`; HF: no EOS in `eos_token_id`. Never HF `min_new_tokens`,
+  which MASKS EOS and changes the distribution.
+- generation_config.json: vLLM `generation_config="vllm"`, and HF generates from a neutral
+  GenerationConfig: no side merges the model's sampling defaults behind the user's back.
+- dtype "auto": resolved once from the model's config (HF's rule); vLLM would otherwise pick
+  bfloat16 for a float32 checkpoint on GPU.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .config import ParityConfig
+from .context import CONTEXT_FLOOR, positions_limit, rope_factor, sized_context
+from .errors import ConfigError, SideError
+from .kinds import KINDS, SDPA_ENABLED, HfOptions, Kind, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
+from .sides import SideSpec
+from .types import ModelInfo
+from .validation import doc_of
+
+# Shared canonical keys in display order, with what a reader must know about each mapping.
+NOTES: dict[str, str] = {
+    "max_new_tokens": "Same meaning: tokens generated after the prompt.",
+    "temperature": "0 = greedy. HF rejects temperature=0: greedy there is do_sample=False with "
+                   "temperature/top_p/top_k unset.",
+    "top_p": "Nucleus sampling; 1 = off. Ignored under greedy.",
+    "top_k": "0 = off everywhere. HF's own default is 50 (vLLM's is off): parity-ui always passes it.",
+    "min_p": "0 = off.",
+    "repetition_penalty": "Penalizes prompt AND generated tokens (HF PR #1424 semantics; not "
+                          "frequency_penalty).",
+    "seed": "vLLM: per-request seed. HF: torch.manual_seed before generate. Sampled streams still "
+            "differ (different RNG streams); only greedy runs can match token for token.",
+    "stop_token_ids": "Extra stop ids, on top of the model's EOS ids.",
+    "ignore_eos": "vLLM ignore_eos=True; HF: EOS removed from eos_token_id. NOT min_new_tokens, "
+                  "which masks EOS and changes the distribution.",
+    "dtype": "'auto' is resolved once from the model's config; a side's own dtype overrides it.",
+    "max_model_len": "vLLM's context limit; HF has none (parity-ui enforces it on the prompt). Unset: each vLLM "
+                     "side gets what the run needs (longest prompt + max_new_tokens, rounded up to 1024, 2048, "
+                     "4096...), at most the model's positions and what its KV cache holds. Set: checked before "
+                     "loading against the model's positions (RoPE-scaled) and the side's KV cache.",
+    "rope_scaling": "vLLM: hf_overrides; HF: the loaded config's rope parameters. Every side reads the SAME dict.",
+    "logprobs": "Top-k alternatives per position. HF: log_softmax(float32) of raw logits "
+                "(output_logits), as vLLM's own tests do.",
+    "logprobs_mode": "raw = before sampling processors. processed_logprobs: vLLM's processed mode and HF's "
+                     "processed scores (output_scores).",
+    "generation_config": "'neutral': the model's generation_config.json sampling defaults are applied by no "
+                         "side (HF generates from a neutral GenerationConfig). 'model': every side applies them.",
+    "chat": "Applied ONCE by parity-ui; every side receives the same token ids (no second BOS).",
+    "batch_size": "Prompts per generate call. Batching HF pads on the left and changes HF's "
+                  "own numerics: the reference itself moves.",
+    "cross_score": "parity-ui only: after generating, the reference and each side teacher-force each other's "
+                   "tokens (vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
+    "generate_while_loading": "parity-ui only: when a side has loaded, it generates while slower sides still "
+                              "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
+                              "'never'. The tokens do not change; the timings of a side that generated early "
+                              "were taken beside another side's start.",
+    "eos_token_ids": "Resolved from generation_config.json and the tokenizer; the same list for every side.",
+    "image_min_pixels": "Image prompts: the resize floor. vLLM: mm_processor_kwargs; HF: the processor's "
+                        "images_kwargs. null = the processor's default, resolved once and passed to every side.",
+    "image_max_pixels": "Image prompts: the resize ceiling (same paths). Sides that differ see different image "
+                        "token counts (the resize trap).",
+    "max_images_per_prompt": "vLLM: limit_mm_per_prompt (video 0); HF has no limit (parity-ui enforces it).",
+}
+
+
+@dataclass(frozen=True)
+class NativeArg:
+    where: str  # "LLM", "SamplingParams", "env", "from_pretrained", "config", "generate", "greedy loop", "runtime"
+    name: str
+    value: Any
+
+    def __str__(self) -> str:
+        return f"{self.where}.{self.name}={self.value!r}" if self.where != "env" else f"{self.name}={self.value}"
+
+
+@dataclass
+class Resolved:
+    """Facts every side's mapper needs, decided once so that every side gets the same answer."""
+
+    model: ModelInfo  # the run's model
+    eos_token_ids: list[int]  # model generation_config + tokenizer EOS, deduplicated
+    on_gpu: bool
+    image_pixels: dict[str, int] | None = None  # the processor's min/max pixels (vision models)
+    # side -> positions its longest prompt plus max_new_tokens need; prepare fills it once the prompts
+    # are tokenized (empty before: `parity config show`, a worker started ahead).
+    context_need: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class VllmArgs:
+    llm: dict[str, Any]
+    sampling: dict[str, Any]
+    env: dict[str, str]
+    used: dict[str, list[NativeArg]] = field(default_factory=dict)
+    fp32_logits: bool = False
+
+
+@dataclass
+class HfArgs:
+    load: dict[str, Any]  # from_pretrained kwargs (dtype as a string: the worker maps it to torch)
+    config_overrides: dict[str, Any]  # set on the loaded config before the weights load
+    sampling: dict[str, Any]  # GenerationConfig fields
+    device: str  # "cpu" | "cuda" | "cuda:N"; "balanced" spreads over the visible GPUs
+    seed: int
+    logprobs_source: str  # "logits" (raw) | "scores" (processed)
+    keep_model_generation_config: bool
+    env: dict[str, str] = field(default_factory=dict)
+    fp32_logits: bool = False
+    decode: str = "eager"
+    sdpa_kernels: list[str] | None = None  # the SDPA kernels the worker leaves enabled (None: torch's choice)
+    used: dict[str, list[NativeArg]] = field(default_factory=dict)
+    image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
+
+
+@dataclass
+class VllmServerArgs(VllmArgs):
+    """vllm serve started by the side's worker: `llm` becomes its command-line flags, `sampling`
+    the body of every completions request."""
+
+    server: dict[str, Any] = field(default_factory=dict)  # port, startup_timeout_s
+
+
+@dataclass
+class OpenAIArgs:
+    connection: dict[str, Any]  # url, served_model, api_key_env, timeout_s, verify_tls, check_tokenizer
+    sampling: dict[str, Any]  # the completions request body's sampling fields, every one explicit
+    env: dict[str, str] = field(default_factory=dict)
+    used: dict[str, list[NativeArg]] = field(default_factory=dict)
+
+
+SideArgs = VllmArgs | HfArgs | VllmServerArgs | OpenAIArgs
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.used: dict[str, list[NativeArg]] = {}
+
+    def __call__(self, key: str, where: str, name: str, value: Any) -> Any:
+        self.used.setdefault(key, []).append(NativeArg(where, name, value))
+        return value
+
+
+# OpenMP on a CPU that other work shares. libgomp's threads spin at every barrier (300k turns by
+# default) before they sleep. When a busy process elsewhere holds a core, the spinning thread keeps
+# its partner off the CPU and every barrier costs a scheduler slice: measured on 2 cores, demo
+# model, bf16, 64 tokens, bare HF 110-125 s with one busy process in another session against 12 s
+# with 10k turns (4.2-4.9 s fully passive), while an idle machine pays 1.07-1.1x for the 10k turns
+# (1.3x passive). A choice set by the user (OMP_WAIT_POLICY, GOMP_SPINCOUNT) is left alone.
+CPU_SPINCOUNT = "10000"
+
+
+def _cpu_threads_env(rec: _Recorder, p: str, on_cpu: bool) -> dict[str, str]:
+    if not on_cpu or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return {}
+    return {"GOMP_SPINCOUNT": rec(p + "device", "env", "GOMP_SPINCOUNT", CPU_SPINCOUNT)}
+
+
+def _known_dtype(d: str) -> str:
+    d = (d or "").replace("torch.", "")
+    return d if d in ("float32", "bfloat16", "float16") else "float32"
+
+
+def side_dtype(cfg: ParityConfig, side: SideSpec, model: ModelInfo) -> str:
+    """The explicit dtype a side loads its weights in: its own, else the run's; 'auto' from the
+    model's config (HF's rule: float32 when the config says nothing)."""
+    if not hasattr(side.options, "dtype"):
+        return "as served"  # a server's own dtype: recorded from what it reports
+    asked = side.options.dtype or cfg.dtype
+    return _known_dtype(model.config_dtype) if asked == "auto" else asked
+
+
+def side_generation_config(cfg: ParityConfig, side: SideSpec) -> str:
+    """How a side treats the model's generation_config.json: its own setting, else the run's. A side
+    of its own ("model" on one side only) reproduces the trap of one engine silently taking the
+    file's defaults while the other does not."""
+    return getattr(side.options, "generation_config", None) or cfg.generation_config
+
+
+def resolve(model: ModelInfo, tokenizer_eos: list[int], on_gpu: bool,
+            image_pixels: dict[str, int] | None = None) -> Resolved:
+    eos: list[int] = []
+    for t in [*model.eos_token_ids, *tokenizer_eos]:
+        if t not in eos:
+            eos.append(t)
+    return Resolved(model=model, eos_token_ids=eos, on_gpu=on_gpu, image_pixels=image_pixels)
+
+
+def side_image_pixels(cfg: ParityConfig, side: SideSpec, r: Resolved) -> dict[str, int] | None:
+    """The resize settings a side passes to its processor: its own override, else the run's, else the
+    processor's defaults (resolved once). None for a text-only model."""
+    if not r.model.vision:
+        return None
+    defaults = r.image_pixels or {}
+    out = {}
+    for key, name in (("min_pixels", "image_min_pixels"), ("max_pixels", "image_max_pixels")):
+        v = getattr(side.options, name, None) or getattr(cfg, name) or defaults.get(key)
+        if v is not None:
+            out[key] = int(v)
+    if out.get("min_pixels", 0) > out.get("max_pixels", 1 << 62):
+        raise SideError(side.name, "image_min_pixels", f"resizes images with min_pixels={out['min_pixels']} over "
+                                                       f"max_pixels={out['max_pixels']}",
+                        "set image_min_pixels at most image_max_pixels (the processor's defaults fill the unset one)")
+    return out
+
+
+def _record_pixels(rec: "_Recorder", side: SideSpec, px: dict[str, int], where: str, name: str) -> None:
+    for key, native in (("image_min_pixels", "min_pixels"), ("image_max_pixels", "max_pixels")):
+        if native in px:
+            rec(key, where, f"{name}.{native}", px[native])
+            if getattr(side.options, key, None) is not None:
+                rec(f"{side.name}.{key}", where, f"{name}.{native}", px[native])
+
+
+def rope_override(cfg: ParityConfig, model: ModelInfo) -> dict[str, Any] | None:
+    """The full rope dict every side gets: the model's own (rope_theta etc.) plus the user's scaling."""
+    if cfg.rope_scaling is None:
+        return None
+    return {**model.rope_parameters, **cfg.rope_scaling}
+
+
+def stop_ids(cfg: ParityConfig, r: Resolved) -> list[int]:
+    """The ids that end generation, the same list for every side: the model's EOS ids (unless
+    ignore_eos) plus the user's stop ids."""
+    return [*([] if cfg.ignore_eos else r.eos_token_ids), *cfg.stop_token_ids]
+
+
+def _visible_gpus(device: str) -> str | None:
+    """`cuda:1` / `cuda:0,1` -> the CUDA_VISIBLE_DEVICES value for the side's worker."""
+    return device.split(":", 1)[1] if device.startswith("cuda:") else None
+
+
+def default_capture_size(batch_size: int) -> int:
+    """The largest CUDA-graph batch a side captures when the user does not say: the run's batch size,
+    at least 16 (determinism probes batch a few copies), rounded up to a multiple of 8."""
+    return max(16, -(-batch_size // 8) * 8)
+
+
+def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmArgs:
+    rec = _Recorder()
+    v: VllmOptions = side.options  # type: ignore[assignment]
+    p = f"{side.name}."
+    if v.device == "cpu" and r.on_gpu:
+        raise SideError(side.name, "device", "device=cpu: the vLLM installed here is its GPU build, which cannot "
+                                             "run a side on the CPU", "drop device=cpu for this vLLM side, or use "
+                                                                      "an hf side with device=cpu")
+    eager = v.enforce_eager if v.enforce_eager is not None else not r.on_gpu
+    llm: dict[str, Any] = {
+        "model": model.path,
+        "tokenizer": model.path,
+        "trust_remote_code": model.trust_remote_code,
+        "dtype": rec("dtype", "LLM", "dtype", side_dtype(cfg, side, model)),
+        "seed": rec("seed", "LLM", "seed", cfg.seed),
+        "enforce_eager": rec(p + "enforce_eager", "LLM", "enforce_eager", eager),
+        "enable_prefix_caching": rec(p + "enable_prefix_caching", "LLM", "enable_prefix_caching",
+                                     v.enable_prefix_caching),
+        "enable_chunked_prefill": rec(p + "enable_chunked_prefill", "LLM", "enable_chunked_prefill",
+                                      v.enable_chunked_prefill),
+        "tensor_parallel_size": rec(p + "tensor_parallel_size", "LLM", "tensor_parallel_size",
+                                    v.tensor_parallel_size),
+        "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", cfg.logprobs_mode),
+        "generation_config": rec("generation_config", "LLM", "generation_config",
+                                 "vllm" if side_generation_config(cfg, side) == "neutral" else "auto"),
+        "max_logprobs": max(cfg.logprobs, 1),
+    }
+    if getattr(v, "generation_config", None):
+        rec(p + "generation_config", "LLM", "generation_config", llm["generation_config"])
+    if v.pipeline_parallel_size > 1:
+        llm["pipeline_parallel_size"] = rec(p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size",
+                                            v.pipeline_parallel_size)
+    if v.pipeline_parallel_size > 1 or v.tensor_parallel_size > 1:
+        # One worker process per GPU; the engine core stays in this worker.
+        llm["distributed_executor_backend"] = "mp"
+    if v.attention_backend:
+        llm["attention_backend"] = rec(p + "attention_backend", "LLM", "attention_backend", v.attention_backend)
+    if v.async_scheduling is not None:
+        llm["async_scheduling"] = rec(p + "async_scheduling", "LLM", "async_scheduling", v.async_scheduling)
+    if r.on_gpu:
+        # None: parity_ui.run.memory_plan fills the share before loading (sides share the GPU).
+        llm["gpu_memory_utilization"] = rec(p + "gpu_memory_utilization", "LLM", "gpu_memory_utilization",
+                                            v.gpu_memory_utilization)
+        if not eager:
+            # vLLM captures a CUDA graph per batch size up to 512 by default: most of a cold start
+            # for a run that sends batches of 1..batch_size. Capture what the run can use.
+            cap = v.max_cudagraph_capture_size or default_capture_size(side.batch_size(cfg.batch_size))
+            llm["max_cudagraph_capture_size"] = rec(p + "max_cudagraph_capture_size", "LLM",
+                                                    "max_cudagraph_capture_size", cap)
+    else:
+        llm["kv_cache_memory_bytes"] = rec(p + "kv_cache_gib", "LLM", "kv_cache_memory_bytes",
+                                           int(v.kv_cache_gib * 2**30))
+    context = vllm_context(cfg, side, r, model)
+    if context is not None:
+        llm["max_model_len"] = rec("max_model_len", "LLM", "max_model_len", context)
+    else:
+        limit = positions_limit(model, cfg.rope_scaling)
+        rec("max_model_len", "LLM", "max_model_len", f"the run's need, rounded up to {CONTEXT_FLOOR}, 2048, 4096..."
+                                                     + (f" (at most {limit})" if limit else ""))
+    if v.max_num_seqs is not None:
+        llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
+    rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
+    overrides: dict[str, Any] = {}
+    rope = rope_override(cfg, model)
+    if rope is not None:
+        # transformers 5 reads rope_parameters; older configs rope_scaling. vLLM normalises both.
+        overrides.update(rec("rope_scaling", "LLM", "hf_overrides", {"rope_scaling": rope, "rope_parameters": rope}))
+    if v.fp32_logits:
+        overrides.update(rec(p + "fp32_logits", "LLM", "hf_overrides", {"head_dtype": "float32"}))
+    if overrides:
+        llm["hf_overrides"] = overrides
+    px = side_image_pixels(cfg, side, r)
+    if px is not None:
+        llm["limit_mm_per_prompt"] = rec("max_images_per_prompt", "LLM", "limit_mm_per_prompt",
+                                         {"image": cfg.max_images_per_prompt, "video": 0})
+        if px:
+            llm["mm_processor_kwargs"] = dict(px)
+            _record_pixels(rec, side, px, "LLM", "mm_processor_kwargs")
+    env: dict[str, str] = {}
+    if v.batch_invariant:
+        env["VLLM_BATCH_INVARIANT"] = rec(p + "batch_invariant", "env", "VLLM_BATCH_INVARIANT", "1")
+    gpus = _visible_gpus(v.device)
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", gpus)
+    env.update(_cpu_threads_env(rec, p, not r.on_gpu))
+
+    stops = stop_ids(cfg, r)
+    sampling: dict[str, Any] = {
+        "max_tokens": rec("max_new_tokens", "SamplingParams", "max_tokens", cfg.max_new_tokens),
+        "temperature": rec("temperature", "SamplingParams", "temperature", cfg.temperature),
+        "top_p": rec("top_p", "SamplingParams", "top_p", cfg.top_p),
+        "top_k": rec("top_k", "SamplingParams", "top_k", cfg.top_k),
+        "min_p": rec("min_p", "SamplingParams", "min_p", cfg.min_p),
+        "repetition_penalty": rec("repetition_penalty", "SamplingParams", "repetition_penalty",
+                                  cfg.repetition_penalty),
+        "seed": rec("seed", "SamplingParams", "seed", cfg.seed),
+        "stop_token_ids": rec("stop_token_ids", "SamplingParams", "stop_token_ids", stops),
+        "ignore_eos": rec("ignore_eos", "SamplingParams", "ignore_eos", cfg.ignore_eos),
+        # Always ask for at least 1: the chosen token's logprob is what the comparison needs.
+        "logprobs": rec("logprobs", "SamplingParams", "logprobs", max(cfg.logprobs, 1)),
+        "skip_special_tokens": False,  # show <|im_end|> and friends as the tokens they are
+        # parity-ui decodes with the run's one tokenizer (parity_ui.inputs.prompts.decode_as_is); vLLM's own
+        # text is never read. Its detokenizer would also decode every top-k token of every step, and
+        # print transformers' clean_up_tokenization_spaces warning into the worker's log.
+        "detokenize": False,
+        "n": 1,
+    }
+    rec("eos_token_ids", "SamplingParams", "stop_token_ids", stops)
+    rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
+    rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
+    rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
+    rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
+    for key in ("kv_cache_gib",) if r.on_gpu else ("gpu_memory_utilization", "max_cudagraph_capture_size"):
+        rec(p + key, "runtime", "(not used " + ("on a GPU)" if r.on_gpu else "on the CPU)"), None)
+    return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits)
+
+
+def _long_context_allowed() -> bool:
+    """vLLM's own switch for a max_model_len past the model's positions (its workers inherit it)."""
+    return os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in ("1", "true")
+
+
+def vllm_context(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> int | None:
+    """The max_model_len a vLLM side starts with: the config's, checked against the positions the
+    side's model serves (vLLM refuses more, after loading), else the run's need for this side
+    bucketed by `sized_context`. None when the need is not known yet (no prompts)."""
+    limit = positions_limit(model, cfg.rope_scaling)
+    factor = rope_factor(model, cfg.rope_scaling)
+    served = (f"{limit:,} positions ({model.max_position_embeddings:,} x RoPE factor {factor:g})"
+              if factor != 1 else f"{limit:,} positions (max_position_embeddings)") if limit else ""
+    if cfg.max_model_len is not None:
+        if limit is not None and cfg.max_model_len > limit and not _long_context_allowed():
+            raise ConfigError("max_model_len", f"{cfg.max_model_len:,} is over the {served} that {model.path} "
+                                               f"serves; vLLM (side '{side.name}') would refuse it after loading",
+                              f"lower max_model_len to {limit} or less, or unset it (each vLLM side then gets what "
+                              "the run needs), or extend the context with rope_scaling (e.g. {rope_type: linear, "
+                              "factor: 2.0})")
+        return cfg.max_model_len
+    need = r.context_need.get(side.name)
+    if need is None:
+        return None
+    if limit is not None and need > limit:  # the run's model passed prepare's check: a side's own model or images
+        raise SideError(side.name, "model", f"its prompts need {need:,} positions (the longest plus max_new_tokens), "
+                                            f"over the {served} that {model.path} serves",
+                        "shorten the prompt or lower max_new_tokens, or give this side a model with a longer context")
+    return sized_context(need, limit)
+
+
+def _hf_device(device: str, on_gpu: bool) -> tuple[str, dict[str, str]]:
+    """(where the model goes, worker env): one device, or 'balanced' over the side's GPUs."""
+    if device == "auto":
+        return ("cuda" if on_gpu else "cpu"), {}
+    if device.startswith("cuda:") and "," in device:
+        return "balanced", {"CUDA_VISIBLE_DEVICES": device.split(":", 1)[1]}
+    return device, {}
+
+
+def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec, h: HfOptions) -> None:
+    """decode=graphed is a greedy argmax over raw logits: a setting that generate() would turn into a
+    logits processor or a sampler would be silently dropped there, so it is refused here."""
+    fix = "use decode=static (generate() with the same static cache), which supports it"
+    if not cfg.greedy:
+        raise SideError(side.name, "decode", f"decode=graphed decodes greedily only, and this run samples "
+                                             f"(temperature={cfg.temperature})", "set temperature=0, or " + fix)
+    if cfg.repetition_penalty != 1.0:
+        raise SideError(side.name, "decode", f"decode=graphed applies no repetition penalty, and this run sets "
+                                             f"repetition_penalty={cfg.repetition_penalty}",
+                        "set repetition_penalty=1, or " + fix)
+    if cfg.logprobs_mode.startswith("processed"):
+        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this run asks for "
+                                             f"logprobs_mode={cfg.logprobs_mode}", "use a raw logprobs_mode, or " + fix)
+    if h.attn_implementation not in ("auto", "sdpa", "eager"):
+        raise SideError(side.name, "decode", f"decode=graphed passes no 2-D attention mask, which "
+                                             f"attn_implementation={h.attn_implementation} needs "
+                                             "to cut the static cache to its filled length",
+                        "set attn_implementation=sdpa or eager, or " + fix)
+    if side_generation_config(cfg, side) == "model":
+        raise SideError(side.name, "decode", "decode=graphed ignores the model's generation_config.json, and "
+                                             "this side asks for it (generation_config=model)",
+                        "set generation_config=neutral, or " + fix)
+
+
+def _as_greedy_loop(used: dict[str, list[NativeArg]]) -> dict[str, list[NativeArg]]:
+    """decode=graphed never calls generate(): the sampling values go to parity-ui's loop, which decodes
+    one prompt at a time (no left padding, whatever batch_size says)."""
+    def moved(key: str, a: NativeArg) -> NativeArg:
+        if key == "batch_size":
+            return NativeArg("runtime", "one prompt at a time (batch_size does not apply)", 1)
+        return NativeArg("greedy loop", a.name, a.value) if a.where == "generate" else a
+
+    return {key: [moved(key, a) for a in args] for key, args in used.items()}
+
+
+def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> HfArgs:
+    rec = _Recorder()
+    h: HfOptions = side.options  # type: ignore[assignment]
+    p = f"{side.name}."
+    load: dict[str, Any] = {
+        "dtype": rec("dtype", "from_pretrained", "dtype", side_dtype(cfg, side, model)),
+        "trust_remote_code": model.trust_remote_code,
+    }
+    if h.attn_implementation != "auto":
+        load["attn_implementation"] = rec(p + "attn_implementation", "from_pretrained", "attn_implementation",
+                                          h.attn_implementation)
+    overrides: dict[str, Any] = {}
+    rope = rope_override(cfg, model)
+    if rope is not None:
+        overrides["rope_parameters"] = rec("rope_scaling", "config", "rope_parameters", rope)
+    device, env = _hf_device(h.device, r.on_gpu)
+    rec(p + "device", "runtime", "device_map" if device == "balanced" else "model.to", device)
+    if env:
+        rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
+    env = {**env, **_cpu_threads_env(rec, p, device == "cpu")}
+    rec(p + "fp32_logits", "runtime", "lm_head in float32, input upcast", h.fp32_logits)
+    rec(p + "batch_size", "runtime", "rows per generate call (this side; left padded)", side.batch_size(cfg.batch_size))
+    _sdpa_kernels(rec, side, h)
+
+    gen: dict[str, Any] = {
+        "max_new_tokens": rec("max_new_tokens", "generate", "max_new_tokens", cfg.max_new_tokens),
+        "min_new_tokens": None,  # never: it masks EOS
+    }
+    if cfg.greedy:
+        gen["do_sample"] = rec("temperature", "generate", "do_sample", False)
+        gen.update(temperature=None, top_p=None, top_k=None, min_p=None)
+        for key in ("top_p", "top_k", "min_p"):
+            rec(key, "generate", key, None)
+    else:
+        gen["do_sample"] = rec("temperature", "generate", "do_sample", True)
+        gen["temperature"] = rec("temperature", "generate", "temperature", cfg.temperature)
+        gen["top_p"] = rec("top_p", "generate", "top_p", cfg.top_p)
+        gen["top_k"] = rec("top_k", "generate", "top_k", cfg.top_k)
+        gen["min_p"] = rec("min_p", "generate", "min_p", cfg.min_p if cfg.min_p > 0 else None)
+    gen["repetition_penalty"] = rec("repetition_penalty", "generate", "repetition_penalty",
+                                    cfg.repetition_penalty)
+    stops = stop_ids(cfg, r)
+    gen["eos_token_id"] = rec("eos_token_ids", "generate", "eos_token_id", stops or None)
+    rec("stop_token_ids", "generate", "eos_token_id", stops or None)
+    rec("ignore_eos", "generate", "eos_token_id", "without EOS" if cfg.ignore_eos else "with EOS")
+    pad = model.pad_token_id if model.pad_token_id is not None else (r.eos_token_ids or [0])[0]
+    gen["pad_token_id"] = pad
+    gen["bos_token_id"] = model.bos_token_id
+    if h.decode == "graphed":
+        _refuse_graphed_settings(cfg, side, h)
+        rec(p + "decode", "runtime", "StaticCache + model.forward", "parity-ui's greedy loop, one prompt at a time")
+        rec(p + "decode", "runtime", "torch.cuda.CUDAGraph", "decode step, on a GPU (a CPU runs it uncaptured)")
+    elif h.decode != "eager":
+        gen["cache_implementation"] = rec(p + "decode", "generate", "cache_implementation", "static")
+        if h.decode == "compiled":
+            rec(p + "decode", "runtime", "torch.compile", "decode step")
+    else:
+        rec(p + "decode", "generate", "cache_implementation", "dynamic (default)")
+    processed = cfg.logprobs_mode.startswith("processed")
+    rec("logprobs", "generate", "output_scores" if processed else "output_logits", True)
+    rec("logprobs_mode", "generate", "output_scores" if processed else "output_logits", True)
+    rec("seed", "runtime", "torch.manual_seed", cfg.seed)
+    rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
+    rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
+    rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
+    keep = side_generation_config(cfg, side) == "model"
+    rec("generation_config", "runtime", "model.generation_config",
+        "model's generation_config.json" if keep else "neutral GenerationConfig")
+    if h.generation_config:
+        rec(p + "generation_config", "runtime", "model.generation_config",
+            "model's generation_config.json" if keep else "neutral GenerationConfig")
+    px = side_image_pixels(cfg, side, r)
+    if px:
+        _record_pixels(rec, side, px, "processor", "images_kwargs")
+        rec("max_images_per_prompt", "runtime", "(no limit in HF; parity-ui checks it)", cfg.max_images_per_prompt)
+    used = _as_greedy_loop(rec.used) if h.decode == "graphed" else rec.used
+    return HfArgs(load=load, config_overrides=overrides, sampling=gen, device=device, seed=cfg.seed,
+                  logprobs_source="scores" if processed else "logits", keep_model_generation_config=keep,
+                  env=env, fp32_logits=h.fp32_logits, decode=h.decode, sdpa_kernels=SDPA_ENABLED.get(h.sdpa_kernels), used=used,
+                  image_pixels=px)
+
+
+
+def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
+    """Which SDPA kernels the worker leaves enabled (torch.backends.cuda.enable_*_sdp, process-wide in
+    the side's worker). A kernel choice is a numerics choice: it can move a near-tie, and torch's
+    own pick differs by GPU, dtype and version. no-cudnn also spares a bf16 reference cuDNN's plan
+    for every new KV length, most of a fresh process's first generate (16.5 s -> 5.1 s, H100)."""
+    if h.sdpa_kernels == "auto":
+        rec(side.name + ".sdpa_kernels", "runtime", "scaled_dot_product_attention", "torch's choice")
+        return
+    if h.attn_implementation not in ("auto", "sdpa"):
+        raise SideError(side.name, "sdpa_kernels", f"sdpa_kernels={h.sdpa_kernels} chooses among the kernels of "
+                                                   f"sdpa attention, and this side asks for "
+                                                   f"attn_implementation={h.attn_implementation}",
+                        "set attn_implementation=sdpa (or auto) on this side, or leave sdpa_kernels=auto")
+    rec(side.name + ".sdpa_kernels", "runtime", "torch.backends.cuda.enable_*_sdp",
+        "only " + ", ".join(SDPA_ENABLED[h.sdpa_kernels]))
+
+
+def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict[str, Any]:
+    """The sampling fields of a completions request. Every field is set: a vLLM server fills an
+    omitted one from the model's generation_config.json, which must never happen silently."""
+    stops = stop_ids(cfg, r)
+    w = "request"
+    body = {
+        "max_tokens": rec("max_new_tokens", w, "max_tokens", cfg.max_new_tokens),
+        "temperature": rec("temperature", w, "temperature", cfg.temperature),
+        "top_p": rec("top_p", w, "top_p", cfg.top_p),
+        "top_k": rec("top_k", w, "top_k", cfg.top_k),
+        "min_p": rec("min_p", w, "min_p", cfg.min_p),
+        "repetition_penalty": rec("repetition_penalty", w, "repetition_penalty", cfg.repetition_penalty),
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "min_tokens": 0,
+        "seed": rec("seed", w, "seed", cfg.seed),
+        "stop_token_ids": rec("stop_token_ids", w, "stop_token_ids", stops),
+        "stop": [],
+        "ignore_eos": rec("ignore_eos", w, "ignore_eos", cfg.ignore_eos),
+        "logprobs": rec("logprobs", w, "logprobs", max(cfg.logprobs, 1)),
+        "skip_special_tokens": False,
+        "n": 1,
+        "echo": False,
+        "return_tokens_as_token_ids": True,  # tokens named by id, never by a string to map back
+    }
+    rec("eos_token_ids", w, "stop_token_ids", stops)
+    rec("chat", w, "prompt", "the ids parity-ui tokenized (a list of ints)")
+    rec("batch_size", w, "prompts per request", cfg.batch_size)
+    rec("cross_score", w, "prompt_logprobs", max(cfg.logprobs, 1))
+    return body
+
+
+def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmServerArgs:
+    base = to_vllm(cfg, side, r, model)
+    rec = _Recorder()
+    rec.used = base.used
+    for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+                "stop_token_ids", "ignore_eos", "logprobs", "eos_token_ids", "chat", "batch_size", "cross_score"):
+        rec.used.pop(key, None)
+    rec.used["seed"] = [NativeArg("vllm serve", "--seed", cfg.seed)]
+    sampling = completions_sampling(cfg, r, rec)
+    o: VllmServerOptions = side.options  # type: ignore[assignment]
+    rec(f"{side.name}.port", "vllm serve", "--port", o.port or "a free port on 127.0.0.1")
+    rec(f"{side.name}.startup_timeout_s", "runtime", "wait for /health", o.startup_timeout_s)
+    return VllmServerArgs(llm=base.llm, sampling=sampling, env=base.env, used=rec.used, fp32_logits=base.fp32_logits,
+                          server={"port": o.port, "startup_timeout_s": o.startup_timeout_s})
+
+
+def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> OpenAIArgs:
+    o: OpenAIOptions = side.options  # type: ignore[assignment]
+    if not o.url:
+        raise SideError(side.name, "url", "kind openai needs the server's URL",
+                        f"e.g. --side {side.name}=openai,url=http://127.0.0.1:8000/v1")
+    rec = _Recorder()
+    sampling = completions_sampling(cfg, r, rec)
+    p = f"{side.name}."
+    for name in ("url", "served_model", "api_key_env", "timeout_s", "verify_tls", "check_tokenizer", "max_in_flight"):
+        rec(p + name, "client", name, getattr(o, name))
+    for key, why in (("dtype", "the server's"), ("generation_config", "every sampling field is sent explicitly"),
+                     ("logprobs_mode", "the server's")):
+        rec(key, "server", "(set when the server started)", why)
+    return OpenAIArgs(connection={k: getattr(o, k) for k in ("url", "served_model", "api_key_env", "timeout_s",
+                                                           "verify_tls", "check_tokenizer", "max_in_flight")},
+                      sampling=sampling, used=rec.used)
+
+
+_MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]] = {
+    "vllm": to_vllm,
+    "hf": to_hf,
+    "vllm-server": to_vllm_server,
+    "openai": to_openai,
+}
+
+
+def register_kind(kind: Kind, mapper: Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]) -> Callable[[], None]:
+    """Add a kind and its mapper (the tests' fake engine registers itself here; users never see one
+    that was not registered). Returns the function that removes it again."""
+    KINDS[kind.name] = kind
+    _MAPPERS[kind.name] = mapper
+
+    def unregister() -> None:
+        KINDS.pop(kind.name, None)
+        _MAPPERS.pop(kind.name, None)
+
+    return unregister
+
+
+def map_side(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo | None = None) -> Any:
+    """The side's native arguments (its kind's *Args), for its own model folder or the run's."""
+    return _MAPPERS[side.kind](cfg, side, r, model or r.model)
+
+
+@dataclass
+class MappingRow:
+    key: str
+    value: Any
+    sides: dict[str, str]  # side name -> what that side's engine gets
+    note: str
+
+
+def _canonical_value(cfg: ParityConfig, key: str, r: Resolved) -> Any:
+    if key == "eos_token_ids":
+        return r.eos_token_ids
+    head, _, rest = key.partition(".")
+    if rest:
+        return getattr(cfg.side(head).options, rest)
+    return getattr(cfg, key)
+
+
+def mapping_table(cfg: ParityConfig, r: Resolved, models: dict[str, ModelInfo] | None = None) -> list[MappingRow]:
+    """One row per shared canonical key, then one per side option: what each side's engine gets."""
+    args = {s.name: map_side(cfg, s, r, (models or {}).get(s.name)) for s in cfg.sides}
+    rows = []
+
+    def row(key: str, note: str) -> None:
+        cells = {name: ", ".join(str(x) for x in a.used.get(key, [])) or "(not used)" for name, a in args.items()}
+        rows.append(MappingRow(key=key, value=_canonical_value(cfg, key, r), sides=cells, note=note))
+
+    for key, note in NOTES.items():
+        row(key, note)
+    for s in cfg.sides:
+        kind = get_kind(s.kind)
+        for name in s.all_options():
+            if name == "dtype":
+                continue  # the dtype row above shows each side's
+            row(f"{s.name}.{name}", f"{kind.label} option: {doc_of(kind.options, name)}")
+    return rows
+
+
+def format_table(rows: list[MappingRow], labels: dict[str, str] | None = None) -> str:
+    """The mapping table as Markdown (the CLI prints it; the app renders it)."""
+    names = list(rows[0].sides) if rows else []
+    heads = [(labels or {}).get(n, n) for n in names]
+    out = ["| canonical key | value | " + " | ".join(heads) + " | note |",
+           "|---|---|" + "---|" * len(names) + "---|"]
+    for r in rows:
+        cells = [r.key, repr(r.value), *(r.sides[n] for n in names), r.note]
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(out)

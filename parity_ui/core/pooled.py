@@ -1,0 +1,790 @@
+"""Pooled parity statistics over a workload, and the verdict against the reference's noise floor.
+
+One `PairSample` per (prompt, side) against the reference; an `Accumulator` takes them one at a
+time (as they are read from the database) and `result()` gives a `WorkloadStats`:
+
+- sequences: how many prompts are token-identical (with a 95% Wilson interval), where the others
+  first diverge (a survival curve, medians), the explanations' verdicts, and the per-sequence
+  geometric-mean importance ratio;
+- tokens: the teacher-forced figures pooled over every (side, reference) logprob pair, with the
+  field's definitions (TRL, verl, NeMo-RL; see the workloads design notes):
+  dlogp = logp_side - logp_ref, rho = exp(logp_ref - logp_side) (reference = trainer),
+  kl = mean(dlogp) (KL(side||ref) over the side's sampled tokens), k3 = mean(rho - log rho - 1),
+  token_mult_prob_error = mean(exp(|dlogp|)), Pearson r of the two probability vectors, the share
+  of rho outside [0.9, 1.1], [0.99, 1.01], [0.999, 1.002], rho min/mean/max before any clipping;
+- the same token figures per position bucket (DEFAULT_BUCKETS: [0,16) [16,64) [64,256) [256,inf):
+  the first tokens, where a batch-variant prefill shows; a short answer; a long one; the tail where
+  drift accumulates);
+- the worst prompts, by first divergence and by largest |dlogp|.
+
+`compare_to_floor(side, floor)` judges a side's figures against the reference's own noise (the
+reference against itself under a change that must not matter) and says by what factor each is
+worse. Everything here is pure, deterministic and standard library only: the parent process never
+imports numpy or torch. Exact quantiles (linear interpolation between order statistics, numpy's
+default) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB, and result()
+takes ~1.5 s of CPU and ~90 MB at its peak.
+
+The bands test rho itself, as TRL and maxtext do; crossscore.gap_stats's one-prompt
+share_outside_band tests exp(side - ref), its reciprocal (the same for a symmetric gap, not at the
+edges of an asymmetric band).
+
+Positions where either logprob is None, not finite or masked (<= MASKED_LOGPROB: a logits processor
+set it to -inf) are skipped and counted, as in crossscore.gap_stats.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from itertools import islice, repeat
+from operator import le, mul, neg, sub
+from statistics import NormalDist, median
+from typing import Any
+
+from .findings import MASKED_LOGPROB
+
+# Position buckets: each value starts a bucket, the last one is open-ended.
+DEFAULT_BUCKETS: tuple[int, ...] = (0, 16, 64, 256)
+# Importance-ratio bands: parity-ui's (the batch-logprob-gap study), then maxtext PR #5231's two.
+RHO_BANDS: tuple[tuple[float, float], ...] = ((0.9, 1.1), (0.99, 1.01), (0.999, 1.002))
+# The design notes' z for the two-sided 95% interval, and vLLM's accuracy gate's one-sided bound.
+WILSON_Z = 1.96
+ONE_SIDED_CONFIDENCE = 0.95
+# Ratios saturate at e^600 (~3.8e260) rather than crossscore's e^700: a mean of 1.28M saturated
+# ratios must still sum to a finite float (fsum raises on overflow) and stay valid JSON.
+EXP_CAP = 600.0
+# A logprob a little above 0 is float rounding of log(1); far above 0 it is not a logprob at all.
+LOGPROB_SLACK = 1e-3
+
+
+@dataclass
+class PairSample:
+    """One prompt's side against the reference. The three sequences are parallel (same length)."""
+    prompt_index: int
+    identical: bool  # token-identical for the compared length
+    first_divergence: int | None  # None when identical; also None in scored mode (not defined)
+    length: int  # tokens the side generated (compared)
+    verdict: str | None  # parity_ui.analysis.explain's verdict at the first divergence, if any
+    logp_side: Sequence[float | None]  # the side's own logprob of each token it generated
+    logp_ref: Sequence[float | None]  # the reference's logprob of the same tokens, same context
+    positions: Sequence[int]  # generated-token index of each pair (for the position buckets)
+
+    def max_abs_gap(self) -> float | None:
+        """The largest |logp_side - logp_ref| over the pairs the figures pool (both scorable), else None."""
+        gaps = [abs(a - b) for a, b in zip(self.logp_side, self.logp_ref) if scorable(a) and scorable(b)]
+        return max(gaps) if gaps else None
+
+
+@dataclass
+class Wilson:
+    """A 95% Wilson score interval for a share, and the one-sided 95% lower bound (z = 1.645)."""
+    low: float
+    high: float
+    lower_one_sided: float
+
+
+@dataclass
+class Survival:
+    """S(k) = share of prompts whose first divergence is > k, as a step function: S(k) = 1 for
+    k < at[0], S(k) = share[i] for at[i] <= k < at[i+1]. Identical prompts never leave the curve
+    (they count to the end), so its last value is the share identical. `n` counts the prompts with
+    a defined first divergence: identical, or diverged at a known index (scored mode has none)."""
+    n: int
+    at: list[int]
+    share: list[float]
+
+    def value(self, k: int) -> float:
+        i = bisect_right(self.at, k)
+        return 1.0 if i == 0 else self.share[i - 1]
+
+
+@dataclass
+class RatioSummary:
+    min: float | None
+    median: float | None
+    max: float | None
+
+
+@dataclass
+class SequenceStats:
+    n: int  # samples (prompts)
+    identical: int
+    share_identical: float | None
+    identical_ci: Wilson | None
+    diverged: int  # not identical, first divergence known
+    divergence_unknown: int  # not identical, no first divergence (scored mode)
+    survival: Survival | None
+    median_first_divergence: float | None  # over the diverged prompts
+    median_first_divergence_all: float | None  # identical prompts counted at their length
+    verdicts: dict[str, int]  # explanation verdict -> prompts (samples without one not counted)
+    seq_ratio: RatioSummary  # per sequence exp(mean(logp_ref - logp_side)): the geometric mean rho
+    without_pairs: int  # samples with no scorable logprob pair (no token figures, no seq ratio)
+
+
+@dataclass
+class BandShare:
+    low: float
+    high: float
+    outside: float | None  # share of pairs with rho outside [low, high]
+
+
+@dataclass
+class TokenStats:
+    """Pooled over every scorable (side, reference) logprob pair; None when there is none."""
+    pairs: int
+    skipped: int  # positions with a missing, non-finite or masked logprob on either side
+    abs_dlogp_mean: float | None
+    abs_dlogp_p50: float | None
+    abs_dlogp_p95: float | None
+    abs_dlogp_p99: float | None
+    abs_dlogp_max: float | None
+    abs_dprob_mean: float | None
+    abs_dprob_max: float | None
+    kl: float | None  # mean(logp_side - logp_ref)
+    k3: float | None  # mean(rho - log rho - 1), >= 0
+    pearson: float | None  # of p_side and p_ref; None when either is constant
+    token_mult_prob_error: float | None  # mean(exp(|dlogp|)); 1.0 = perfect
+    rho_min: float | None
+    rho_mean: float | None
+    rho_max: float | None
+    outside: list[BandShare]
+
+
+@dataclass
+class BucketStats:
+    start: int
+    end: int | None  # exclusive; None: open-ended
+    tokens: TokenStats
+
+
+@dataclass
+class WorstPrompt:
+    prompt_index: int
+    first_divergence: int | None
+    max_abs_dlogp: float | None
+
+
+@dataclass
+class WorkloadStats:
+    sequences: SequenceStats
+    tokens: TokenStats
+    by_position: list[BucketStats]
+    worst_by_divergence: list[WorstPrompt]  # earliest first divergence first
+    worst_by_gap: list[WorstPrompt]  # largest max |dlogp| first (prompts with a nonzero gap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WorkloadStats:
+        s = d["sequences"]
+        seq = SequenceStats(**{
+            **s,
+            "identical_ci": Wilson(**s["identical_ci"]) if s["identical_ci"] else None,
+            "survival": Survival(**s["survival"]) if s["survival"] else None,
+            "seq_ratio": RatioSummary(**s["seq_ratio"]),
+            "verdicts": dict(s["verdicts"]),
+        })
+        return cls(
+            sequences=seq,
+            tokens=_tokens_from_dict(d["tokens"]),
+            by_position=[BucketStats(start=b["start"], end=b["end"], tokens=_tokens_from_dict(b["tokens"]))
+                         for b in d["by_position"]],
+            worst_by_divergence=[WorstPrompt(**w) for w in d["worst_by_divergence"]],
+            worst_by_gap=[WorstPrompt(**w) for w in d["worst_by_gap"]],
+        )
+
+
+def _tokens_from_dict(t: Mapping[str, Any]) -> TokenStats:
+    return TokenStats(**{**t, "outside": [BandShare(**b) for b in t["outside"]]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Small exact helpers
+
+
+def wilson(k: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
+    """The Wilson score interval for k successes in n trials (the design notes' formula), clamped
+    to [0, 1]. Raises ValueError when n < 1 or k is outside 0..n."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"wilson needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    p = k / n
+    z2 = z * z
+    denom = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def wilson_lower(k: int, n: int, confidence: float = ONE_SIDED_CONFIDENCE) -> float:
+    """The one-sided Wilson lower bound at `confidence` (z = Phi^-1(confidence), 1.645 at 95%),
+    as vLLM's accuracy gate computes it. Raises ValueError like `wilson`."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return wilson(k, n, NormalDist().inv_cdf(confidence))[0]
+
+
+def wilson_interval(k: int, n: int) -> Wilson:
+    low, high = wilson(k, n)
+    return Wilson(low=low, high=high, lower_one_sided=wilson_lower(k, n))
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The exact q-quantile of ascending values, interpolating linearly between order statistics
+    (numpy's default). Raises ValueError on no values or q outside [0, 1]."""
+    n = len(sorted_values)
+    if n == 0 or not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile needs values and 0 <= q <= 1, got {n} values, q={q}")
+    h = (n - 1) * q
+    lo = math.floor(h)
+    frac = h - lo
+    if frac == 0.0:
+        return float(sorted_values[lo])
+    a, b = sorted_values[lo], sorted_values[lo + 1]
+    return a + (b - a) * frac
+
+
+def _exp(x: float) -> float:
+    return math.exp(min(x, EXP_CAP))
+
+
+def scorable(x: float | None) -> bool:
+    """A logprob the figures pool: present, finite and not masked (MASKED_LOGPROB)."""
+    return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
+
+
+# ---------------------------------------------------------------------------------------------
+# Accumulation
+
+
+class Accumulator:
+    """Pools one side's samples against the reference, fed one at a time: `add(sample)`, then
+    `result()`. Holds only the scorable logprob pairs (two array('d') per position bucket) and a
+    few numbers per sample, so the caller can stream samples from the database. The result does
+    not depend on the order samples were added."""
+
+    def __init__(self, buckets: Sequence[int] = DEFAULT_BUCKETS):
+        edges = tuple(buckets)
+        if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:])) \
+                or not all(isinstance(e, int) for e in edges):
+            raise ValueError(f"buckets must be increasing integers starting at 0 (each starts a bucket), "
+                             f"got {list(edges)}")
+        self.buckets = edges
+        self._ls = [array("d") for _ in edges]
+        self._lr = [array("d") for _ in edges]
+        self._skipped = [0] * len(edges)
+        self._seen: set[int] = set()
+        # Per sample, in arrays rather than objects: 10,000 prompts stay a few hundred kB.
+        self._index = array("q")
+        self._identical = array("b")
+        self._first = array("q")  # -1: none
+        self._length = array("q")
+        self._max_abs = array("d")  # nan: no pairs
+        self._log_ratio = array("d")  # mean(logp_ref - logp_side); nan: no pairs
+        self._verdicts: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def add(self, s: PairSample) -> None:
+        """Take one sample. Raises ValueError naming the problem: parallel sequences of different
+        lengths, a negative position, a logprob above 0, an identical sample with a first
+        divergence, a negative index or length, or a prompt added twice (one Accumulator pools ONE
+        side against the reference: use one per side)."""
+        where = f"prompt {s.prompt_index}"
+        if s.prompt_index < 0:
+            raise ValueError(f"{where}: a prompt index is 0-based, not negative")
+        if s.prompt_index in self._seen:
+            raise ValueError(f"{where} was added twice; an Accumulator pools one side's samples, one "
+                             f"per prompt: use one Accumulator per side")
+        if s.length < 0:
+            raise ValueError(f"{where}: length {s.length} is negative")
+        if s.identical and s.first_divergence is not None:
+            raise ValueError(f"{where}: identical, yet first_divergence={s.first_divergence}; pass None")
+        if s.first_divergence is not None and s.first_divergence < 0:
+            raise ValueError(f"{where}: first_divergence {s.first_divergence} is negative")
+        ls, lr, pos = s.logp_side, s.logp_ref, s.positions
+        if not len(ls) == len(lr) == len(pos):
+            raise ValueError(f"{where}: logp_side, logp_ref and positions must be parallel, got lengths "
+                             f"{len(ls)}, {len(lr)}, {len(pos)}")
+        vs, vr, vp, skipped = self._scorable_pairs(where, ls, lr, pos)
+        # Nothing is kept before every check passed: a refused sample leaves the accumulator as it was.
+        self._pool(vs, vr, vp)
+        for b, k in skipped.items():
+            self._skipped[b] += k
+        self._seen.add(s.prompt_index)
+        self._index.append(s.prompt_index)
+        self._identical.append(1 if s.identical else 0)
+        self._first.append(-1 if s.first_divergence is None else s.first_divergence)
+        self._length.append(s.length)
+        if len(vs):
+            self._max_abs.append(max(map(abs, map(sub, vs, vr))))
+            self._log_ratio.append(math.fsum(map(sub, vr, vs)) / len(vs))
+        else:
+            self._max_abs.append(math.nan)
+            self._log_ratio.append(math.nan)
+        if s.verdict is not None:
+            self._verdicts[s.verdict] += 1
+
+    def _scorable_pairs(self, where: str, ls: Sequence[float | None], lr: Sequence[float | None],
+                        pos: Sequence[int]) -> tuple[Sequence[float], Sequence[float], Sequence[int], Counter[int]]:
+        """The scorable pairs in ascending position order, and the skipped ones counted per bucket."""
+        # Fast path (the common case): everything scorable and in order, checked at C speed.
+        if (None not in ls and None not in lr and all(map(math.isfinite, ls)) and all(map(math.isfinite, lr))
+                and (len(ls) == 0 or min(ls) > MASKED_LOGPROB and min(lr) > MASKED_LOGPROB)
+                and all(map(le, pos, islice(pos, 1, None)))):
+            if len(pos) and pos[0] < 0:
+                raise ValueError(f"{where}: position {pos[0]} is negative")
+            if len(ls) and max(max(ls), max(lr)) > LOGPROB_SLACK:
+                raise ValueError(f"{where}: a logprob above 0 ({max(max(ls), max(lr))}) is not a log-probability; "
+                                 f"pass the log-softmax value of the chosen token")
+            return ls, lr, pos, Counter()
+        kept: list[tuple[int, float, float]] = []
+        skipped: Counter[int] = Counter()
+        for a, b, p in zip(ls, lr, pos):
+            if p < 0:
+                raise ValueError(f"{where}: position {p} is negative")
+            if not (scorable(a) and scorable(b)):
+                skipped[bisect_right(self.buckets, p) - 1] += 1
+                continue
+            if a > LOGPROB_SLACK or b > LOGPROB_SLACK:  # type: ignore[operator]
+                raise ValueError(f"{where}: a logprob above 0 ({max(a, b)}) is not a "  # type: ignore[type-var]
+                                 f"log-probability; pass the log-softmax value of the chosen token")
+            kept.append((p, a, b))  # type: ignore[arg-type]
+        kept.sort(key=lambda t: t[0])
+        return [t[1] for t in kept], [t[2] for t in kept], [t[0] for t in kept], skipped
+
+    def _pool(self, ls: Sequence[float], lr: Sequence[float], pos: Sequence[int]) -> None:
+        edges = self.buckets
+        for b in range(len(edges)):
+            lo = bisect_left(pos, edges[b])
+            hi = bisect_left(pos, edges[b + 1]) if b + 1 < len(edges) else len(pos)
+            if hi > lo:
+                self._ls[b].extend(islice(ls, lo, hi))
+                self._lr[b].extend(islice(lr, lo, hi))
+
+    def result(self, top_n: int = 10) -> WorkloadStats:
+        """The pooled figures so far (the accumulator stays usable). `top_n` prompts per worst list."""
+        if top_n < 0:
+            raise ValueError(f"top_n must be >= 0, got {top_n}")
+        parts = [_partial(self._ls[b], self._lr[b], self._skipped[b]) for b in range(len(self.buckets))]
+        ends = [*self.buckets[1:], None]
+        by_position = [BucketStats(start=start, end=end, tokens=_figures([part]))
+                       for start, end, part in zip(self.buckets, ends, parts)]
+        return WorkloadStats(sequences=self._sequence_stats(), tokens=_figures(parts), by_position=by_position,
+                             **self._worst(top_n))
+
+    def _sequence_stats(self) -> SequenceStats:
+        n = len(self._index)
+        identical = sum(self._identical)
+        firsts = sorted(f for f, same in zip(self._first, self._identical) if not same and f >= 0)
+        unknown = n - identical - len(firsts)
+        known = identical + len(firsts)
+        survival = None
+        if known:
+            counts = Counter(firsts)
+            at, share, left = [], [], known
+            for k in sorted(counts):
+                left -= counts[k]
+                at.append(k)
+                share.append(left / known)
+            survival = Survival(n=known, at=at, share=share)
+        lengths_identical = [ln for ln, same in zip(self._length, self._identical) if same]
+        ratios = sorted(_exp(r) for r in self._log_ratio if not math.isnan(r))
+        return SequenceStats(
+            n=n, identical=identical,
+            share_identical=identical / n if n else None,
+            identical_ci=wilson_interval(identical, n) if n else None,
+            diverged=len(firsts), divergence_unknown=unknown, survival=survival,
+            median_first_divergence=float(median(firsts)) if firsts else None,
+            median_first_divergence_all=float(median(firsts + lengths_identical)) if known else None,
+            verdicts=dict(sorted(self._verdicts.items())),
+            seq_ratio=RatioSummary(min=ratios[0], median=float(median(ratios)), max=ratios[-1])
+            if ratios else RatioSummary(None, None, None),
+            without_pairs=sum(1 for r in self._log_ratio if math.isnan(r)),
+        )
+
+    def _worst(self, top_n: int) -> dict[str, list[WorstPrompt]]:
+        rows = [WorstPrompt(prompt_index=i, first_divergence=None if f < 0 else f,
+                            max_abs_dlogp=None if math.isnan(m) else m)
+                for i, f, m in zip(self._index, self._first, self._max_abs)]
+        by_first = sorted((w for w in rows if w.first_divergence is not None),
+                          key=lambda w: (w.first_divergence, w.prompt_index))
+        by_gap = sorted((w for w in rows if w.max_abs_dlogp), key=lambda w: (-w.max_abs_dlogp, w.prompt_index))
+        return {"worst_by_divergence": by_first[:top_n], "worst_by_gap": by_gap[:top_n]}
+
+
+def workload_stats(samples: Iterable[PairSample], *, buckets: Sequence[int] = DEFAULT_BUCKETS,
+                   top_n: int = 10) -> WorkloadStats:
+    """All at once: an Accumulator fed every sample. Raises like Accumulator.add."""
+    acc = Accumulator(buckets)
+    for s in samples:
+        acc.add(s)
+    return acc.result(top_n)
+
+
+def token_stats(ls: Sequence[float], lr: Sequence[float], skipped: int = 0) -> TokenStats:
+    """The token figures of parallel scorable logprobs (side, reference). Pure."""
+    return _figures([_partial(ls, lr, skipped)])
+
+
+@dataclass
+class _Partial:
+    """The additive pieces of one bucket's token figures: a bucket's figures are made from its own
+    partial, the pooled ones from all buckets' (sums add, sorted gaps are searched together), so
+    each value is touched by the per-token passes once."""
+    n: int
+    skipped: int
+    sorted_d: array  # dlogp = logp_side - logp_ref, ascending
+    sum_d: float
+    sum_abs_d: float
+    sum_expm1_log_rho: float  # sum(rho - 1), rho capped at e^EXP_CAP
+    sum_log_rho: float
+    sum_exp_abs_d: float
+    sum_dp: float
+    max_dp: float
+    # Pearson's pieces: the probabilities' means, centred sums of squares and cross products
+    # (two-pass, so a correlation near 1 does not cancel away), and their ranges (a constant vector
+    # has no correlation, whatever rounding leaves in its centred sums).
+    mean_x: float  # p_side
+    mean_y: float  # p_ref
+    sxx: float
+    syy: float
+    sxy: float
+    x_range: tuple[float, float]
+    y_range: tuple[float, float]
+
+
+def _partial(ls: Sequence[float], lr: Sequence[float], skipped: int) -> _Partial:
+    """A few C-speed passes (map over math functions, fsum for every sum) and one sort."""
+    fsum, exp = math.fsum, math.exp
+    d = array("d", map(sub, ls, lr))
+    log_rho = array("d", map(min, map(neg, d), repeat(EXP_CAP)))
+    p_side = array("d", map(exp, ls))
+    p_ref = array("d", map(exp, lr))
+    dp = array("d", map(abs, map(sub, p_side, p_ref)))
+    n = len(d)
+    mx, my = (fsum(p_side) / n, fsum(p_ref) / n) if n else (0.0, 0.0)
+    cx = array("d", map(sub, p_side, repeat(mx)))
+    cy = array("d", map(sub, p_ref, repeat(my)))
+    return _Partial(
+        n=len(d), skipped=skipped, sorted_d=array("d", sorted(d)),
+        sum_d=fsum(d), sum_abs_d=fsum(map(abs, d)),
+        # rho - log rho - 1 summed as sum(expm1(log rho)) - sum(log rho): expm1 keeps each small gap's
+        # ~dlogp^2/2 instead of losing it to 1 + tiny.
+        sum_expm1_log_rho=fsum(map(math.expm1, log_rho)), sum_log_rho=fsum(log_rho),
+        sum_exp_abs_d=fsum(map(exp, map(min, map(abs, d), repeat(EXP_CAP)))),
+        sum_dp=fsum(dp), max_dp=max(dp, default=0.0),
+        mean_x=mx, mean_y=my,
+        sxx=fsum(map(mul, cx, cx)), syy=fsum(map(mul, cy, cy)), sxy=fsum(map(mul, cx, cy)),
+        x_range=(min(p_side, default=0.0), max(p_side, default=0.0)),
+        y_range=(min(p_ref, default=0.0), max(p_ref, default=0.0)),
+    )
+
+
+def _figures(parts: list[_Partial]) -> TokenStats:
+    """The token figures of the union of the partials' pairs."""
+    fsum = math.fsum
+    n, skipped = sum(p.n for p in parts), sum(p.skipped for p in parts)
+    if n == 0:
+        return TokenStats(pairs=0, skipped=skipped, abs_dlogp_mean=None, abs_dlogp_p50=None, abs_dlogp_p95=None,
+                          abs_dlogp_p99=None, abs_dlogp_max=None, abs_dprob_mean=None, abs_dprob_max=None,
+                          kl=None, k3=None, pearson=None, token_mult_prob_error=None, rho_min=None,
+                          rho_mean=None, rho_max=None, outside=[BandShare(lo, hi, None) for lo, hi in RHO_BANDS])
+    runs = [p.sorted_d for p in parts if p.n]
+    d_min, d_max = min(r[0] for r in runs), max(r[-1] for r in runs)
+    s_em1 = fsum(p.sum_expm1_log_rho for p in parts)
+
+    def total(name: str) -> float:
+        return fsum(getattr(p, name) for p in parts)
+
+    return TokenStats(
+        pairs=n, skipped=skipped,
+        abs_dlogp_mean=total("sum_abs_d") / n,
+        abs_dlogp_p50=_abs_quantile(runs, n, 0.50), abs_dlogp_p95=_abs_quantile(runs, n, 0.95),
+        abs_dlogp_p99=_abs_quantile(runs, n, 0.99), abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
+        abs_dprob_mean=total("sum_dp") / n, abs_dprob_max=max(p.max_dp for p in parts),
+        kl=total("sum_d") / n,
+        k3=max(0.0, (s_em1 - total("sum_log_rho")) / n),
+        pearson=_pearson([p for p in parts if p.n], n),
+        token_mult_prob_error=total("sum_exp_abs_d") / n,
+        # rho = exp(-dlogp) falls as dlogp rises: the smallest ratio belongs to the largest gap.
+        rho_min=_exp(-d_max), rho_mean=1.0 + s_em1 / n, rho_max=_exp(-d_min),
+        outside=[BandShare(lo, hi, _count_outside(runs, lo, hi) / n) for lo, hi in RHO_BANDS],
+    )
+
+
+def _count_outside(runs: list[array], lo: float, hi: float) -> int:
+    """How many pairs have rho = exp(-dlogp) (saturating) outside [lo, hi], exactly as comparing
+    each rho would say, found by bisection: rho is monotonic in dlogp."""
+    count = 0
+    for r in runs:
+        count += len(r) - bisect_left(r, True, key=lambda x: _exp(-x) < lo)  # large gaps: rho < lo
+        count += bisect_left(r, True, key=lambda x: _exp(-x) <= hi)  # negative gaps: rho > hi
+    return count
+
+
+def _float(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+_INF_BITS = struct.unpack("<q", struct.pack("<d", math.inf))[0]
+
+
+def _kth_abs(runs: list[array], k: int) -> float:
+    """The k-th smallest (0-based) |dlogp| over ascending runs, without merging them: the bit
+    patterns of non-negative floats are ordered like the floats, so a binary search over them
+    (64 steps, each counting |dlogp| <= t by bisection in every run) lands on an element."""
+    lo, hi = 0, _INF_BITS
+    while lo < hi:
+        mid = (lo + hi) // 2
+        t = _float(mid)
+        if sum(bisect_right(r, t) - bisect_left(r, -t) for r in runs) > k:
+            hi = mid
+        else:
+            lo = mid + 1
+    return _float(lo)
+
+
+def _abs_quantile(runs: list[array], n: int, q: float) -> float:
+    """`quantile` of |dlogp| over the runs (linear interpolation between order statistics)."""
+    h = (n - 1) * q
+    k = math.floor(h)
+    frac = h - k
+    a = _kth_abs(runs, k)
+    return a if frac == 0.0 else a + (_kth_abs(runs, k + 1) - a) * frac
+
+
+def _pearson(parts: list[_Partial], n: int) -> float | None:
+    """Pearson r of the union, from each partial's centred sums (Chan et al.'s pairwise update:
+    a partial's sums about the pooled mean = its own + n_b * (its mean - the pooled mean)^2).
+    None when either probability vector is constant."""
+    fsum = math.fsum
+    if any(min(getattr(p, r)[0] for p in parts) == max(getattr(p, r)[1] for p in parts)
+           for r in ("x_range", "y_range")):
+        return None
+    if len(parts) == 1:
+        sxx, syy, sxy = parts[0].sxx, parts[0].syy, parts[0].sxy
+    else:
+        mx = fsum(p.n * p.mean_x for p in parts) / n
+        my = fsum(p.n * p.mean_y for p in parts) / n
+        sxx = fsum([*(p.sxx for p in parts), *(p.n * (p.mean_x - mx) ** 2 for p in parts)])
+        syy = fsum([*(p.syy for p in parts), *(p.n * (p.mean_y - my) ** 2 for p in parts)])
+        sxy = fsum([*(p.sxy for p in parts), *(p.n * (p.mean_x - mx) * (p.mean_y - my) for p in parts)])
+    if sxx <= 0.0 or syy <= 0.0:
+        return None
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The noise floor
+
+# Absolute differences below which a side is never "worse" than the floor, whatever the factor:
+# over a floor of ~0 (a batch-invariant float32 reference) any rounding would otherwise be an
+# infinite factor. Nats: exp(1e-4) is 1e-4 from 1, ten times inside the tightest band's edge
+# ([0.999, 1.002]), so a gap this small moves no token across any band; float32 log-softmax
+# rounding is ~1e-6..1e-5 nats. |dprob| <= |dlogp| for probabilities, so the same bound.
+# k3 ~ dlogp^2 / 2 for small gaps, hence 5e-9. Shares of tokens: one in a thousand.
+EPSILON_NATS = 1e-4
+EPSILON_K3 = EPSILON_NATS ** 2 / 2
+EPSILON_PEARSON = 1e-6
+EPSILON_SHARE = 1e-3
+# A side's figure may be this many times the floor's before it "exceeds noise": run-to-run spread
+# of tail figures (p99, max) over a few hundred prompts is easily tens of percent, and the floor is
+# itself one draw; 1.5 flags a clear excess without flagging the floor's own scatter.
+DEFAULT_TOLERANCE = 1.5
+
+
+def _opt(f, v):  # None-propagating
+    return None if v is None else f(v)
+
+
+def _seq_log_ratio_max(w: WorkloadStats) -> float | None:
+    r = w.sequences.seq_ratio
+    if r.min is None or r.max is None:
+        return None
+    # 5e-324: the smallest float, so an underflowed ratio reads as a ~744-nat drift, not log(0).
+    return max(abs(math.log(max(r.min, 5e-324))), abs(math.log(max(r.max, 5e-324))))
+
+
+def _band_figure(i: int):
+    return lambda w: w.tokens.outside[i].outside
+
+
+# Every figure is "larger is worse": (name, its value in a WorkloadStats, default epsilon, power).
+# `power` is how the figure grows with the gap: k3 ~ dlogp^2/2 and 1 - r ~ var(dprob) are quadratic,
+# so a gap 1.5x the floor's shows as 2.25x there; they exceed at tolerance ** power.
+FLOOR_FIGURES: tuple[tuple[str, Any, float, int], ...] = (
+    ("abs_dlogp_mean", lambda w: w.tokens.abs_dlogp_mean, EPSILON_NATS, 1),
+    ("abs_dlogp_p50", lambda w: w.tokens.abs_dlogp_p50, EPSILON_NATS, 1),
+    ("abs_dlogp_p95", lambda w: w.tokens.abs_dlogp_p95, EPSILON_NATS, 1),
+    ("abs_dlogp_p99", lambda w: w.tokens.abs_dlogp_p99, EPSILON_NATS, 1),
+    ("abs_dlogp_max", lambda w: w.tokens.abs_dlogp_max, EPSILON_NATS, 1),
+    ("abs_dprob_mean", lambda w: w.tokens.abs_dprob_mean, EPSILON_NATS, 1),
+    ("abs_dprob_max", lambda w: w.tokens.abs_dprob_max, EPSILON_NATS, 1),
+    ("abs_kl", lambda w: _opt(abs, w.tokens.kl), EPSILON_NATS, 1),
+    ("k3", lambda w: w.tokens.k3, EPSILON_K3, 2),
+    ("token_mult_prob_error_minus_1", lambda w: _opt(lambda v: v - 1.0, w.tokens.token_mult_prob_error),
+     EPSILON_NATS, 1),
+    ("one_minus_pearson", lambda w: _opt(lambda v: 1.0 - v, w.tokens.pearson), EPSILON_PEARSON, 2),
+    *((f"outside_{lo:g}_{hi:g}", _band_figure(i), EPSILON_SHARE, 1) for i, (lo, hi) in enumerate(RHO_BANDS)),
+    ("seq_abs_log_ratio_max", _seq_log_ratio_max, EPSILON_NATS, 1),
+)
+FLOOR_FIGURE_NAMES: tuple[str, ...] = tuple(f[0] for f in FLOOR_FIGURES)
+# 1 - share identical is a proportion over n prompts: 16/100 against 10/100 is 1.6x, yet well within
+# sampling noise. Its check is reported with its factor like the others, but the Wilson intervals
+# decide it (see IdenticalCheck), not the factor.
+NOT_IDENTICAL = "not_identical"
+
+
+@dataclass
+class FigureCheck:
+    name: str
+    side: float | None
+    floor: float | None
+    factor: float | None  # side / floor; inf over a zero floor; None when both are 0 or either is missing
+    limit: float  # the factor beyond which it exceeds: tolerance ** power
+    epsilon: float
+    exceeds: bool
+    floor_is_zero: bool
+    note: str  # "within", "within (difference below epsilon)", "within (both zero)", "exceeds",
+    #            "exceeds (floor is zero)", "not comparable"; not_identical: "within (Wilson intervals
+    #            overlap)", "exceeds (Wilson intervals apart)"
+
+
+@dataclass
+class IdenticalCheck:
+    """The share identical, each with its 95% Wilson interval; worse when the side's whole interval
+    lies below the floor's (the difference is not sampling noise over this many prompts)."""
+    side_share: float | None
+    floor_share: float | None
+    side_ci: Wilson | None
+    floor_ci: Wilson | None
+    worse: bool
+
+
+@dataclass
+class FloorVerdict:
+    verdict: str  # "within noise" | "exceeds noise" | "not comparable" (no figure on both sides)
+    tolerance: float
+    figures: list[FigureCheck]
+    exceeded: list[str]  # names of the figures that exceed
+    identical: IdenticalCheck
+    summary: str
+
+    @property
+    def zero_floor_only(self) -> bool:
+        """Every figure that exceeds does so over a zero floor: the reference gave the same numbers bit
+        for bit under the floor's change, so any difference at all exceeds it, however small."""
+        exceeded = [c for c in self.figures if c.exceeds]
+        return bool(exceeded) and all(c.floor_is_zero for c in exceeded)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: an infinite factor (over a zero floor) is written as None; floor_is_zero says so."""
+        d = asdict(self)
+        for f in d["figures"]:
+            if f["factor"] is not None and math.isinf(f["factor"]):
+                f["factor"] = None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FloorVerdict:
+        """The inverse of to_dict (an infinite factor comes back as inf where the floor was zero)."""
+        def wilson(w: Mapping[str, Any] | None) -> Wilson | None:
+            return Wilson(**w) if w else None
+
+        figures = []
+        for f in d["figures"]:
+            f = dict(f)
+            if f["factor"] is None and f["floor_is_zero"] and f["side"]:
+                f["factor"] = math.inf
+            figures.append(FigureCheck(**f))
+        i = d["identical"]
+        ident = IdenticalCheck(side_share=i["side_share"], floor_share=i["floor_share"], side_ci=wilson(i["side_ci"]),
+                               floor_ci=wilson(i["floor_ci"]), worse=i["worse"])
+        return cls(verdict=d["verdict"], tolerance=d["tolerance"], figures=figures, exceeded=list(d["exceeded"]),
+                   identical=ident, summary=d["summary"])
+
+
+def _check(name: str, side: float | None, floor: float | None, eps: float, limit: float) -> FigureCheck:
+    if side is None or floor is None:
+        return FigureCheck(name, side, floor, None, limit, eps, False, floor == 0.0, "not comparable")
+    zero = floor == 0.0
+    factor = (math.inf if side > 0 else None) if zero else side / floor
+    beyond = factor is not None and factor > limit
+    if side - floor <= eps:
+        note = "within (both zero)" if zero and side == 0 else \
+            "within (difference below epsilon)" if beyond else "within"
+        return FigureCheck(name, side, floor, factor, limit, eps, False, zero, note)
+    if beyond:
+        return FigureCheck(name, side, floor, factor, limit, eps, True, zero,
+                           "exceeds (floor is zero)" if zero else "exceeds")
+    return FigureCheck(name, side, floor, factor, limit, eps, False, zero, "within")
+
+
+def _identical_check(ident: IdenticalCheck, tolerance: float) -> FigureCheck:
+    """1 - share identical, its factor for the record, decided by the Wilson intervals."""
+    side = None if ident.side_share is None else 1.0 - ident.side_share
+    floor = None if ident.floor_share is None else 1.0 - ident.floor_share
+    check = _check(NOT_IDENTICAL, side, floor, 0.0, tolerance)
+    if check.note != "not comparable":
+        check.exceeds = ident.worse
+        check.note = "exceeds (Wilson intervals apart)" if ident.worse else "within (Wilson intervals overlap)"
+    return check
+
+
+def compare_to_floor(side: WorkloadStats, floor: WorkloadStats, *, tolerance: float = DEFAULT_TOLERANCE,
+                     epsilon: Mapping[str, float] | None = None) -> FloorVerdict:
+    """Judge a side's figures against the noise floor (the reference against itself under a change
+    that must not matter). A figure exceeds when the side's value is more than `tolerance` times
+    the floor's (tolerance squared for the quadratic k3 and 1 - r) AND more than its epsilon above
+    it (over a zero floor: any value above epsilon, factor inf). `not_identical` (1 - share
+    identical) exceeds when the side's 95% Wilson interval of the share identical lies wholly below
+    the floor's. Verdict "exceeds noise" when any figure exceeds, "within noise" otherwise, "not
+    comparable" when no figure is defined on both sides. `epsilon` overrides the defaults by
+    figure name (FLOOR_FIGURE_NAMES).
+    Pure. Raises ValueError for tolerance < 1, an unknown or negative epsilon."""
+    if not tolerance >= 1.0:
+        raise ValueError(f"tolerance is a factor >= 1 (1.5: up to 1.5x the floor is noise), got {tolerance}")
+    eps = {name: e for name, _, e, _ in FLOOR_FIGURES}
+    for name, e in (epsilon or {}).items():
+        if name not in eps:
+            raise ValueError(f"unknown figure {name!r} in epsilon; known: {', '.join(FLOOR_FIGURE_NAMES)}")
+        if not e >= 0:
+            raise ValueError(f"epsilon for {name} must be >= 0, got {e}")
+        eps[name] = float(e)
+    checks = [_check(name, get(side), get(floor), eps[name], tolerance ** power)
+              for name, get, _, power in FLOOR_FIGURES]
+    s_ci, f_ci = side.sequences.identical_ci, floor.sequences.identical_ci
+    ident = IdenticalCheck(side_share=side.sequences.share_identical, floor_share=floor.sequences.share_identical,
+                           side_ci=s_ci, floor_ci=f_ci,
+                           worse=bool(s_ci and f_ci and s_ci.high < f_ci.low))
+    checks.append(_identical_check(ident, tolerance))
+    exceeded = [c.name for c in checks if c.exceeds]
+    comparable = any(c.note != "not comparable" for c in checks)
+    verdict = "not comparable" if not comparable else "exceeds noise" if exceeded else "within noise"
+    return FloorVerdict(verdict=verdict, tolerance=tolerance, figures=checks, exceeded=exceeded,
+                        identical=ident, summary=_summary(verdict, tolerance, checks, ident))
+
+
+def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: IdenticalCheck) -> str:
+    if verdict == "not comparable":
+        return ("not comparable: no figure is defined for both the side and the floor "
+                "(no prompts or no scorable tokens).")
+    if verdict == "within noise":
+        return f"within noise: no figure is more than {tolerance:g}x the floor's (beyond its epsilon)."
+    parts = []
+    for c in checks:
+        if c.exceeds and c.name == NOT_IDENTICAL and ident.side_ci and ident.floor_ci:
+            parts.append(f"share identical {ident.side_share:.3g} [{ident.side_ci.low:.3g}, "
+                         f"{ident.side_ci.high:.3g}] below the floor's {ident.floor_share:.3g} "
+                         f"[{ident.floor_ci.low:.3g}, {ident.floor_ci.high:.3g}] (95% Wilson)")
+        elif c.exceeds:
+            how = "floor is zero" if c.floor_is_zero else f"{c.factor:.3g}x"
+            parts.append(f"{c.name} {c.side:.3g} vs {c.floor:.3g} ({how})")
+    return "exceeds noise: " + "; ".join(parts) + "."

@@ -1,0 +1,158 @@
+"""A workload run's record: what was asked (mode, floor, source), how far it got, and each side's
+pooled figures next to the floor's. Plain data (its JSON is the run's `workload_json`); computing the
+figures from the store and printing them is parity_ui.commands.workload.report's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .pooled import FloorVerdict, WorkloadStats, scorable
+
+MODES = ("free", "scored")
+FLOORS = ("auto", "batch", "order", "kernel", "none")
+
+
+@dataclass
+class WorkloadOptions:
+    """How the workload runs; stored with it, so `parity resume` goes on the same way."""
+
+    mode: str = "free"  # "free": every side generates; "scored": the reference teacher-forces the others
+    floor: str = "auto"  # the change the reference's own noise is measured under (FLOORS; auto: see run.py)
+    floor_batch_size: int = 8  # floor "batch": the reference again at this batch size
+    too_long: str = "skip"  # a prompt longer than the context: "skip" (counted) or "stop"
+    chunk: int = 64  # prompts generated, compared and stored together (Stop keeps finished chunks)
+    source: dict[str, Any] = field(default_factory=dict)  # the file: path, field, rows, sample, content hash
+
+
+@dataclass
+class FloorSpec:
+    change: str  # FLOORS
+    side: str | None  # the floor's side in run.sides (the reference under the change); None: no floor
+    description: str  # for people: "the reference again at batch 8, its prompts in reverse order"
+
+
+# The |dlogp| histogram's bins, in log10 nats: 1e-7 (float32 rounding of a log-softmax is ~1e-6) to
+# 1e2, a quarter decade each. Fixed, so every side's and the floor's bars line up in one chart.
+HIST_LOW, HIST_HIGH, HIST_WIDTH = -7.0, 2.0, 0.25
+
+
+@dataclass
+class DlogpHistogram:
+    """A side's |dlogp| = |logp_side - logp_ref| over the same scorable pairs as its token figures,
+    binned by log10: counts[i] holds low + i*width <= log10|dlogp| < low + (i+1)*width. Exact zeros
+    have no logarithm (`zero`); `below` and `above` count what falls outside the bins. Computed once
+    when the figures are pooled, so a view draws it without reading any logprob."""
+    low: float = HIST_LOW
+    width: float = HIST_WIDTH
+    counts: list[int] = field(default_factory=lambda: [0] * round((HIST_HIGH - HIST_LOW) / HIST_WIDTH))
+    zero: int = 0
+    below: int = 0
+    above: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts) + self.zero + self.below + self.above
+
+    def edges(self) -> list[float]:
+        """The bins' log10 edges (one more than counts)."""
+        return [self.low + i * self.width for i in range(len(self.counts) + 1)]
+
+    def add(self, logp_side: Sequence[float | None], logp_ref: Sequence[float | None]) -> None:
+        """Count one sample's pairs; a pair with a missing, non-finite or masked logprob is skipped,
+        as the token figures skip it."""
+        n, low, width, counts = len(self.counts), self.low, self.width, self.counts
+        for a, b in zip(logp_side, logp_ref):
+            if not (scorable(a) and scorable(b)):
+                continue
+            d = abs(a - b)
+            if d == 0.0:
+                self.zero += 1
+                continue
+            i = math.floor((math.log10(d) - low) / width)
+            if i < 0:
+                self.below += 1
+            elif i >= n:
+                self.above += 1
+            else:
+                counts[i] += 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> DlogpHistogram | None:
+        return None if not d else cls(low=d["low"], width=d["width"], counts=list(d["counts"]), zero=d["zero"],
+                                      below=d["below"], above=d["above"])
+
+
+@dataclass
+class SideFigures:
+    side: str
+    stats: WorkloadStats
+    verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
+    hist: DlogpHistogram | None = None  # None in a report stored before histograms were pooled
+
+
+@dataclass
+class WorkloadReport:
+    options: WorkloadOptions
+    floor: FloorSpec
+    n_prompts: int  # as given
+    done: int = 0  # prompts every side has finished (stored)
+    skipped_too_long: list[int] = field(default_factory=list)  # prompt indices left out (too_long=skip)
+    sides: dict[str, SideFigures] = field(default_factory=dict)  # each compared side (not the floor)
+    floor_figures: SideFigures | None = None
+    headline: str = ""
+    rate: float | None = None  # prompts per second while generating (progress, ETA)
+
+    @property
+    def identical(self) -> bool | None:
+        """Every side token-identical on every finished prompt; None before any figure."""
+        if not self.sides:
+            return None
+        return all(f.stats.sequences.n and f.stats.sequences.identical == f.stats.sequences.n
+                   for f in self.sides.values())
+
+    @property
+    def first_divergence(self) -> int | None:
+        firsts = [f.stats.worst_by_divergence[0].first_divergence for f in self.sides.values()
+                  if f.stats.worst_by_divergence]
+        firsts = [x for x in firsts if x is not None]
+        return min(firsts) if firsts else None
+
+    @property
+    def within_noise(self) -> bool | None:
+        """Every side within the floor (None without a floor or figures)."""
+        verdicts = [f.verdict for f in self.sides.values()]
+        if not verdicts or any(v is None for v in verdicts):
+            return None
+        return all(v.verdict == "within noise" for v in verdicts)
+
+    def to_json(self) -> dict[str, Any]:
+        def figures(f: SideFigures | None) -> dict[str, Any] | None:
+            if f is None:
+                return None
+            return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None,
+                    "hist": dataclasses.asdict(f.hist) if f.hist else None}
+
+        return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
+                "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
+                "sides": {k: figures(v) for k, v in self.sides.items()}, "floor_figures": figures(self.floor_figures),
+                "headline": self.headline, "rate": self.rate}
+
+
+def report_from_json(d: dict[str, Any]) -> WorkloadReport:
+    def figures(f: dict[str, Any] | None) -> SideFigures | None:
+        if not f:
+            return None
+        return SideFigures(side=f["side"], stats=WorkloadStats.from_dict(f["stats"]),
+                           verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
+                           hist=DlogpHistogram.from_dict(f.get("hist")))
+
+    opts = {k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}}
+    return WorkloadReport(options=WorkloadOptions(**opts), floor=FloorSpec(**d["floor"]), n_prompts=d["n_prompts"],
+                          done=d.get("done", 0), skipped_too_long=list(d.get("skipped_too_long") or []),
+                          sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
+                          floor_figures=figures(d.get("floor_figures")), headline=d.get("headline", ""),
+                          rate=d.get("rate"))

@@ -1,0 +1,102 @@
+"""The types of a prepared run: what was asked for, and each side's plan. Plain dataclasses, so the
+modules that read a plan (preflight, the memory plan, the service) need not import what makes it."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.config import ParityConfig
+from .environments import PythonEnv
+from ..core.kinds import Kind
+from ..core.mapping import Resolved
+from ..inputs.prompts import EncodedPrompt, PromptSpec, PromptTokenizer
+from ..core.sides import SideSpec
+from ..core.types import Finding, ModelInfo
+from .workers import load_key
+
+
+@dataclass
+class RunRequest:
+    model: str
+    prompts: list[PromptSpec]
+    config: ParityConfig
+    trust_remote_code: bool = False
+    group_id: str | None = None
+    kind: str = "compare"
+    # Positions every side must serve whatever the prompts need: a caller that feeds a side longer ids
+    # than `prompts` (a layer capture of a stored run's prompt and tokens) says how many here.
+    min_context: int = 0
+    # A prompt longer than the context: "stop" refuses the run (PromptError), "skip" leaves the prompt
+    # out and counts it (Prepared.skipped_too_long), as a workload over many prompts wants.
+    too_long: str = "stop"
+
+
+@dataclass
+class SidePlan:
+    """One side, ready to start: what it loads, where and with which interpreter."""
+
+    spec: SideSpec
+    kind: Kind
+    model: ModelInfo  # the side's own model folder, or the run's
+    dtype: str
+    args: Any  # the kind's *Args from parity_ui.core.mapping
+    python: str  # the worker's interpreter
+    env: PythonEnv | None  # facts about that interpreter (None: this one, not probed)
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def load_args(self) -> dict[str, Any]:
+        """The mapper's output as plain data for the worker (another environment cannot unpickle
+        parity_ui.core.mapping's classes)."""
+        data = dataclasses.asdict(self.args)
+        data.pop("used", None)
+        return data
+
+    @property
+    def load_key(self) -> str:
+        """What a warm worker must have loaded to serve this side. The sampling settings travel with
+        every generate request, so changing max_new_tokens or temperature reuses the worker."""
+        args = self.load_args()
+        args.pop("sampling", None)
+        return load_key(self.kind.name, self.python, self.worker_env, self.model.path, args)
+
+
+@dataclass
+class Prepared:
+    config: ParityConfig
+    model: ModelInfo
+    tokenizer: PromptTokenizer
+    prompts: list[EncodedPrompt]
+    resolved: Resolved
+    sides: list[SidePlan]  # the reference first
+    max_context: int | None
+    warnings: list[Finding] = field(default_factory=list)
+    # Image prompts: a side whose resize settings differ from the reference's (a user reproducing the
+    # resize trap) gets the ids the same processor makes under ITS settings; every other side `prompts`.
+    side_prompts: dict[str, list[EncodedPrompt]] = field(default_factory=dict)
+    image_token_id: int | None = None
+    # The request's prompts each of `prompts` is (its index there), and those left out as too long.
+    kept: list[int] = field(default_factory=list)
+    skipped_too_long: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.kept:
+            self.kept = list(range(len(self.prompts)))
+
+    def side(self, name: str) -> SidePlan:
+        return next(s for s in self.sides if s.name == name)
+
+    def prompts_of(self, side: str) -> list[EncodedPrompt]:
+        return self.side_prompts.get(side, self.prompts)
+
+    @property
+    def has_images(self) -> bool:
+        return any(e.images for e in self.prompts)
+
+    @property
+    def reference(self) -> SidePlan:
+        return self.sides[0]

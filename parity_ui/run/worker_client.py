@@ -1,0 +1,81 @@
+"""The verbs of one side's engine worker, typed: what a caller may ask an engine, and what it gets.
+
+`parity_ui.run.workers.EngineWorker` is the transport (a process, a pipe, its failures as EngineError);
+`parity_ui.run.worker_main` serves the same verbs on the other end. Every request and answer crosses the
+pipe as the plain records of parity_ui.core.requests and parity_ui.core.types, so a worker running under
+another environment's interpreter reads them too. The timeouts and the words a failure is reported
+with live here, once per verb, rather than at every call site.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..core.requests import CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreBatch, ScoreRequest
+from ..core.errors import CancelledError
+from ..core.types import EngineInfo, SideResult, TokenStep
+from .workers import EngineWorker
+
+TokenCallback = Callable[[int, TokenStep], None]  # (prompt index, step), in the order the engine made them
+
+CHECK_TIMEOUT_S = 300.0  # the capability check imports the engine and calls tiny kernels
+CHECK_INPUT_TIMEOUT_S = 600.0  # a server tokenizes every prompt
+
+
+@dataclass
+class Capture:
+    """What one teacher-forced forward pass kept at the asked positions (parity_ui.engines.capture):
+    per captured block a row of float32 bytes for each position, the divergence position first."""
+
+    positions: list[int]
+    names: list[str]  # blocks in forward order: "L<layer>.attn|mlp|residual", "final_norm", "logits"
+    data: dict[str, bytes]  # name -> float32 rows, one per position
+    dims: dict[str, int]  # name -> row length
+
+
+class EngineClient:
+    """One side's engine, spoken to in typed verbs. Not thread-safe, like the worker under it."""
+
+    def __init__(self, worker: EngineWorker):
+        self.worker = worker
+
+    @property
+    def side(self) -> str:
+        return self.worker.label
+
+    def check(self, req: LoadRequest) -> list[Problem]:
+        """What the engine cannot run with this setup, found without loading the weights."""
+        return self.worker.request("check", req, timeout=CHECK_TIMEOUT_S, what="checking what it can run")
+
+    def load(self, req: LoadRequest, on_progress: Callable[[str], None] | None = None) -> EngineInfo:
+        """Load the weights; the engine's own account of what it resolved. Raises EngineError."""
+        return self.worker.request("load", req, timeout=self.worker.load_timeout, what="loading the model",
+                                   on_progress=on_progress)
+
+    def check_input(self, req: InputCheck) -> list[Problem]:
+        """After loading: what the engine (a server, tokenizing on its own) finds wrong with the prompts."""
+        return self.worker.request("check_input", req, timeout=CHECK_INPUT_TIMEOUT_S,
+                                   what="checking the prompts against the server")
+
+    def generate(self, req: GenerateRequest, on_token: TokenCallback | None = None) -> list[SideResult]:
+        """Every prompt's result, in prompt order; tokens stream to `on_token` as they are made.
+        Raises CancelledError when the run is stopped, EngineError when the engine fails."""
+        on_event = None if on_token is None else (lambda item: on_token(*item))
+        return self.worker.request("generate", req, on_event)
+
+    def score(self, req: ScoreRequest) -> list[TokenStep]:
+        """Teacher forcing: one step per continuation token, with the engine's own top-k there."""
+        return self.worker.request("score", req, what="scoring tokens (teacher forcing)")
+
+    def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
+        """Each item scored alone, in order. Raises CancelledError when the run is stopped."""
+        out = self.worker.request("score_batch", req, what=f"scoring {len(req.items)} sequence(s) (teacher forcing)")
+        if len(out) < len(req.items) and self.worker.cancel_flag.is_set():
+            raise CancelledError(f"side {self.side}: stopped while scoring", "")
+        return out
+
+    def capture(self, req: CaptureRequest) -> Capture:
+        """Per-layer activations at the asked positions (parity_ui.commands.layers)."""
+        raw = self.worker.request("capture", req, what="capturing layer activations")
+        return Capture(positions=list(raw["positions"]), names=list(raw["names"]), data=dict(raw["data"]),
+                       dims=dict(raw["dims"]))
