@@ -1,4 +1,5 @@
-"""The `parity` command: thin commands over the service, the store and the report.
+"""The `parity` command: each command parses its arguments, makes one call to the service (the one
+door: parity_ui.service) and prints what it returns.
 
 Exit codes of `parity compare`: 0 every side identical to the reference, 1 some diverged, 2 error
 (message and fix on stderr; the failed run is stored too). `parity bisect`: 0 a minimal set of settings
@@ -112,56 +113,41 @@ def _workload(args: argparse.Namespace) -> Any:
                          on_bad=args.on_bad)
 
 
-def _workload_options(args: argparse.Namespace, source: Any) -> Any:
+def _workload_options(args: argparse.Namespace) -> Any:
     from .core.workload_record import WorkloadOptions
 
     return WorkloadOptions(mode=args.mode, floor=args.floor, floor_batch_size=args.floor_batch_size,
-                           too_long=args.too_long, chunk=args.chunk,
-                           source={"path": str(source.source), "format": source.format, "field": source.field,
-                                   "rows": source.total_rows, "prompts": len(source.prompts),
-                                   "sampled": source.sampled, "seed": source.seed, "limit": source.limit,
-                                   "skipped_rows": source.skipped_count, "content_hash": source.content_hash,
-                                   "description": source.describe()})
+                           too_long=args.too_long, chunk=args.chunk)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .run.prepare import RunRequest
+    from .service import WorkloadRequest, plan_request
 
     service = _service(args)
     try:
         try:
             source = _workload(args)
-            prompts = source.prompts if source is not None else _prompts(args)
+            prompts = [] if source is not None else _prompts(args)
             cfg = _config(args)
         except ParityError as e:
             return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e,
                                                   kind="workload" if _is_workload_file(args.prompt_file) else "compare"),
                            args)
-        if source is not None and (len(prompts) > 1 or source.format == "parquet"):
-            from .commands.workload.run import WorkloadRequest, run_workload
-
-            if not args.json and not args.quiet:
-                print(f"[parity] workload: {source.describe()}", file=sys.stderr)
-                for bad in source.skipped[:5]:
-                    print(f"[parity] skipped {bad.where}: {bad.message}", file=sys.stderr)
-            run = run_workload(service, WorkloadRequest(model=args.model, prompts=prompts, config=cfg,
-                                                        options=_workload_options(args, source),
-                                                        trust_remote_code=args.trust_remote_code), _emit(args))
-            return _report(run, args, service.db)
-        run = service.run(RunRequest(model=args.model, prompts=prompts, config=cfg,
-                                     trust_remote_code=args.trust_remote_code), on_event=_emit(args))
-        return _report(run, args)
+        req = plan_request(args.model, cfg, prompts, source=source, options=_workload_options(args),
+                           trust_remote_code=args.trust_remote_code)
+        if isinstance(req, WorkloadRequest) and not args.json and not args.quiet:
+            print(f"[parity] workload: {source.describe()}", file=sys.stderr)
+            for bad in source.skipped[:5]:
+                print(f"[parity] skipped {bad.where}: {bad.message}", file=sys.stderr)
+        return _report(service.run(req, on_event=_emit(args)), args, service)
     finally:
         service.close()
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .commands.workload.run import resume_workload
-
     service = _service(args)
     try:
-        run = resume_workload(service, args.id, _emit(args))
-        return _report(run, args, service.db)
+        return _report(service.resume(args.id, _emit(args)), args, service)
     finally:
         service.close()
 
@@ -172,17 +158,15 @@ def _exit_code(run: Run) -> int:
     return EXIT_IDENTICAL if run.status == "ok" else EXIT_DIVERGED
 
 
-def _report(run: Run, args: argparse.Namespace, db: Any = None) -> int:
+def _report(run: Run, args: argparse.Namespace, service: ParityService | None = None) -> int:
     """Print the run (a workload as one screen, its prompts with --per-prompt) and its exit code."""
     from .render.report import format_summary, run_json
 
     if run.status not in ("ok", "diverged"):
         print(f"parity: error: {run.error}", file=sys.stderr)
         print(f"parity: stored as run {run.id}", file=sys.stderr)
-    if run.workload is not None and db is not None and getattr(args, "per_prompt", False):
-        from .store.runs import get_run
-
-        run = get_run(db, run.id) or run  # every prompt, read back from the store
+    if run.workload is not None and service is not None and getattr(args, "per_prompt", False):
+        run = service.get_run(run.id) or run  # every prompt, read back from the store
     if args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None:
@@ -229,16 +213,6 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         print(f"{r.id:26}  {r.datetime_utc[:19]:19}  {r.status:11}  {fd:9}  {r.model[:20]:20}  "
               f"{r.sides[:24]:24}  {tail}")
     return 0
-
-
-def _get(args: argparse.Namespace, run_id: str) -> Run | None:
-    from .store.runs import get_run, open_db
-
-    run = get_run(open_db(args.db), run_id)
-    if run is None:
-        print(f"parity: error: no run with id {run_id!r} in {args.db or 'runs.db'}. "
-              "Fix: list the ids with 'parity runs list'", file=sys.stderr)
-    return run
 
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
@@ -289,19 +263,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from .commands.layers import format_localisation
+    from .render.text import format_localisation
 
-    run = _get(args, args.id)
-    if run is None:
-        return EXIT_ERROR
     service = _service(args)
     try:
-        loc = service.localise(run, args.prompt, args.position, args.sides, emit=_emit(args))
+        loc = service.localise(args.id, args.prompt, args.position, args.sides, emit=_emit(args))
     finally:
         service.close()
     if loc.error:
         print(f"parity: error: {loc.error}", file=sys.stderr)
-        print(f"parity: stored as localisation {loc.id} of run {run.id}", file=sys.stderr)
+        print(f"parity: stored as localisation {loc.id} of run {loc.run_id}", file=sys.stderr)
     if args.json:
         print(json.dumps(loc.to_dict()))
     elif not loc.error:
@@ -346,7 +317,7 @@ def _single_prompt(args: argparse.Namespace) -> PromptSpec:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from .commands.probes import format_probe, run_probe
+    from .render.text import format_probe
 
     service = _service(args)
     try:
@@ -355,8 +326,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         except ParityError as e:
             return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="probe"),
                            args)
-        run = run_probe(service, args.model, prompt, cfg, n=args.n, batch=args.batch,
-                        trust_remote_code=args.trust_remote_code, emit=_emit(args))
+        run = service.probe(args.model, prompt, cfg, n=args.n, batch=args.batch,
+                            trust_remote_code=args.trust_remote_code, emit=_emit(args))
     finally:
         service.close()
     if run.status == "error":
@@ -372,22 +343,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .commands.sweep import format_sweep, parse_grid, run_sweep, summarize_sweep
+    from .render.text import format_sweep
 
     service = _service(args)
     try:
         try:
-            prompt, grid = _single_prompt(args), parse_grid(args.grid)
+            prompt, grid = _single_prompt(args), service.parse_grid(args.grid)
             _config(args)  # the base config must be valid before any point runs
         except ParityError as e:
             return _report(service.record_failure(args.model, _as_given(args),
                                                   {**_raw_config(args), "grid": args.grid}, e, kind="sweep"), args)
-        sweep = run_sweep(service, args.model, prompt, grid, config_path=args.config, overrides=_overrides(args),
-                          base=_base(args), sides=args.sides, trust_remote_code=args.trust_remote_code,
-                          emit=_emit(args))
+        summary = service.sweep(args.model, prompt, grid, config_path=args.config, overrides=_overrides(args),
+                                base=_base(args), sides=args.sides, trust_remote_code=args.trust_remote_code,
+                                emit=_emit(args))
     finally:
         service.close()
-    summary = summarize_sweep(sweep)
     print(json.dumps(summary) if args.json else format_sweep(summary))
     statuses = {p["status"] for p in summary["points"]}
     return EXIT_ERROR if statuses - {"ok", "diverged"} else \
@@ -395,9 +365,34 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .commands.gate.command import check_command
+    """Exit 0: every threshold held and every control failed them; 1: a threshold failed or a control
+    passed; 2: an error (a spec that does not validate writes nothing: no run, no JUnit, no summary)."""
+    if bool(args.spec) == bool(args.self_test):
+        print("parity: error: give a spec file, or --self-test (not both). Fix: parity check examples/gate.yaml, "
+              "or parity check --self-test", file=sys.stderr)
+        return EXIT_ERROR
+    if args.model and not args.self_test:
+        print("parity: error: --model goes with --self-test; a spec names each case's model. Fix: drop --model",
+              file=sys.stderr)
+        return EXIT_ERROR
+    quiet = args.quiet or args.json
 
-    return check_command(args, _emit(args))
+    def say(message: str) -> None:
+        if not quiet:
+            print(f"[parity] {message}", file=sys.stderr)
+
+    service = _service(args)
+    try:
+        check = service.check(args.spec, self_test_model=(args.model or "demo") if args.self_test else None,
+                              only=args.only, overrides=args.overrides, limit=args.limit, junit=args.junit,
+                              markdown=args.markdown, say=say, emit=_emit(args))
+    except ParityError as e:  # the spec (SpecError: case and line) or a case's preparation
+        print(f"parity: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        service.close()
+    print(json.dumps(check.to_dict()) if args.json else check.text())
+    return check.exit_code
 
 
 def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:

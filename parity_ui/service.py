@@ -1,7 +1,8 @@
-"""ParityService: the one door to the engines and the run database. The CLI and the app call only
-this.
+"""ParityService: the one door. The CLI and the app reach every command through a method here, and
+the runs through it; nothing above it imports a command module.
 
-It owns the warm side workers (parity_ui.run.workers.EnginePool) and the database, and hands out two
+It owns the warm side workers (parity_ui.run.workers.EnginePool) and the database, and hands the
+commands (parity_ui.commands, which take it through the Protocol in commands/service_api.py) two
 contexts every command is built from:
 
 - `recording(...)`: a new run, stored when it starts, flushed as it is made and stored when it
@@ -10,8 +11,10 @@ contexts every command is built from:
 - `sides(plans)`: the side setups started, checked and loaded, answering typed verbs
   (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
-A comparison (`run`, parity_ui.commands.compare), a probe, a sweep point and a layer localisation are
-each a few lines over those two. One command at a time: the service's lock.
+The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `probe`,
+`sweep`, `localise`, `bisect`, `check`; `run` takes whichever request `plan_request` made (the one
+rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
+service's lock.
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from .commands.workload.run import WorkloadRequest
 from .core.requests import InputCheck
+from .core.workload_record import WorkloadOptions
 from .run.hardware import on_gpu
 from .core.mapping import mapping_table, resolve
 from .inputs.models import describe_model
@@ -33,7 +38,28 @@ from .store.runs import new_run_id, open_db, save_localisation
 from .core.types import Finding, Localisation, ModelInfo, Run
 from .run.workers import EnginePool
 
-__all__ = ["ParityService", "RunRequest", "RunEvent", "CapabilityError", "attach_images"]
+__all__ = ["ParityService", "Request", "RunRequest", "WorkloadRequest", "WorkloadOptions", "RunEvent",
+           "CapabilityError", "attach_images", "plan_request"]
+
+# What the CLI and the app ask the service to run: one comparison, or a workload of many prompts.
+Request = RunRequest | WorkloadRequest
+
+
+def plan_request(model: str, config: Any, prompts: list[PromptSpec], *, source: Any = None,
+                 options: WorkloadOptions | None = None, trust_remote_code: bool = False,
+                 source_name: str | None = None) -> Request:
+    """A comparison, or a workload: the one rule, for the CLI and the app alike. Prompts read from a
+    workload file (`source`, a parity_ui.inputs.workload_source.Workload: a .jsonl or .parquet file)
+    make a workload when there are several of them or the file is parquet; anything else is one
+    comparison of `prompts`. `options` (a workload's; default WorkloadOptions()) get the source's
+    record, under `source_name` for an upload (its temporary path means nothing later)."""
+    if source is not None and (len(source.prompts) > 1 or source.format == "parquet"):
+        options = options or WorkloadOptions()
+        options.source = source.record(source_name)
+        return WorkloadRequest(model=model, prompts=source.prompts, config=config, options=options,
+                               trust_remote_code=trust_remote_code)
+    return RunRequest(model=model, prompts=source.prompts if source is not None else prompts, config=config,
+                      trust_remote_code=trust_remote_code)
 
 
 class ParityService:
@@ -120,11 +146,17 @@ class ParityService:
                 self.pool.drop_spares()
                 raise
 
-    # -- commands -------------------------------------------------------------------------------
+    # -- commands: one method each -----------------------------------------------------------------
 
-    def run(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
-        """Run every side, compare, store. Always returns the stored Run; never raises for a user
-        or engine error (the run's status is then "error" with the message)."""
+    def run(self, req: Request, on_event: EventCallback | None = None) -> Run:
+        """The request `plan_request` made: a comparison (`compare`) or a workload (`workload`)."""
+        if isinstance(req, WorkloadRequest):
+            return self.workload(req, on_event)
+        return self.compare(req, on_event)
+
+    def compare(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
+        """Run every side, compare, store (parity_ui.commands.compare). Always returns the stored Run;
+        never raises for a user or engine error (the run's status is then "error" with the message)."""
         from .commands.compare import compare_sides
 
         emit = on_event or (lambda e: None)
@@ -134,6 +166,45 @@ class ParityService:
         emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
         return rec.run
 
+    def workload(self, req: WorkloadRequest, on_event: EventCallback | None = None) -> Run:
+        """Many prompts as one run, judged against the reference's noise floor
+        (parity_ui.commands.workload.run). Stored as it goes; never raises for a user or engine error."""
+        from .commands.workload.run import run_workload
+
+        return run_workload(self, req, on_event)
+
+    def resume(self, run_id: str, on_event: EventCallback | None = None) -> Run:
+        """Go on with a stopped, failed or interrupted workload. Raises ParityError when there is
+        nothing to resume."""
+        from .commands.workload.run import resume_workload
+
+        return resume_workload(self, run_id, on_event)
+
+    def probe(self, model: str, prompt: PromptSpec, config: Any, *, n: int = 4, batch: int = 4,
+              trust_remote_code: bool = False, emit: EventCallback | None = None) -> Run:
+        """Determinism of every side on one prompt, alone and in batches (parity_ui.commands.probes)."""
+        from .commands.probes import run_probe
+
+        return run_probe(self, model, prompt, config, n=n, batch=batch, trust_remote_code=trust_remote_code,
+                         emit=emit)
+
+    def sweep(self, model: str, prompt: PromptSpec, grid: dict[str, list[Any]], *, config_path: str | None = None,
+              overrides: list[str] | None = None, base: dict[str, Any] | None = None,
+              sides: list[str] | None = None, trust_remote_code: bool = False,
+              emit: EventCallback | None = None) -> dict[str, Any]:
+        """One prompt across a grid of settings, each point a stored run (parity_ui.commands.sweep);
+        returns the sweep's summary (points, their status and divergence, what moved it)."""
+        from .commands.sweep import run_sweep, summarize_sweep
+
+        return summarize_sweep(run_sweep(self, model, prompt, grid, config_path=config_path, overrides=overrides,
+                                         base=base, sides=sides, trust_remote_code=trust_remote_code, emit=emit))
+
+    def parse_grid(self, items: list[str]) -> dict[str, list[Any]]:
+        """A sweep's --grid KEY=V1,V2 items, checked before anything runs. Raises ConfigError."""
+        from .commands.sweep import parse_grid
+
+        return parse_grid(items)
+
     def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Exception,
                        kind: str = "compare", group_id: str | None = None) -> Run:
         """Store a run that failed before it could be prepared (a bad config or prompt file)."""
@@ -141,13 +212,15 @@ class ParityService:
             raise error
         return rec.run
 
-    def localise(self, run: Run, prompt_index: int = 0, position: int | None = None,
+    def localise(self, run: Run | str, prompt_index: int = 0, position: int | None = None,
                  pair: tuple[str, str] | str | None = None, emit: EventCallback | None = None) -> Localisation:
-        """Where inside the model two sides of a stored run part (parity_ui.commands.layers), stored with the
-        run, also when it cannot run (the stored localisation then says why and how to fix it)."""
+        """Where inside the model two sides of a stored run (a Run or its id) part
+        (parity_ui.commands.layers), stored with the run, also when it cannot run (the stored
+        localisation then says why and how to fix it). Raises ParityError for an unknown run id."""
         from .core.errors import ParityError
         from .commands.layers import failed, localise
 
+        run = self._stored(run) if isinstance(run, str) else run
         with self._lock:
             self.pool.reset_cancel()
             try:
@@ -164,6 +237,48 @@ class ParityService:
         from .commands.bisect_search import BisectRequest, bisect_run
 
         return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)
+
+    def which_setting(self, run_id: str, sides: Any = None, prompts: Any = None,
+                      on_event: EventCallback | None = None) -> Run:
+        """The app's Which setting?: the request checked before anything runs
+        (parity_ui.commands.which_setting: `sides` one of the run's pairs that differ, as a pair or
+        "a,b", None for the reference and the first side that differs; `prompts` None for 8), then
+        `bisect`. Raises ParityError naming the problem and the fix, with nothing stored, for an
+        unknown run, a run with no pair that differs, or a pair or number of prompts it cannot take."""
+        from .commands.which_setting import checked_request
+
+        pair, n = checked_request(self.db, run_id, sides, prompts)
+        return self.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
+
+    def check(self, spec_path: str | None = None, *, self_test_model: str | None = None,
+              only: list[str] | None = None, overrides: list[str] | None = None, limit: int | None = None,
+              junit: str | None = None, markdown: str | None = None, say: Callable[[str], None] | None = None,
+              emit: EventCallback | None = None) -> Any:
+        """The CI gate (parity_ui.commands.gate): a spec's cases (or the built-in self-test's) run in
+        this service, judged, stored, and written where CI reads them. Returns the CheckResult.
+        Raises ParityError (a SpecError names case and line) before anything runs."""
+        from .commands.gate.command import run_gate
+
+        return run_gate(self, spec_path, self_test_model=self_test_model, only=only, overrides=overrides,
+                        limit=limit, junit=junit, markdown=markdown, say=say, emit=emit)
+
+    # -- reading what is stored ---------------------------------------------------------------------
+
+    def get_run(self, run_id: str, prompts: list[int] | None = None) -> Run | None:
+        """A stored run (only the prompts listed, when given), or None."""
+        from .store.runs import get_run
+
+        return get_run(self.db, run_id, prompts=prompts)
+
+    def _stored(self, run_id: str) -> Run:
+        from .core.errors import ParityError
+        from .store.runs import get_run
+
+        run = get_run(self.db, run_id)
+        if run is None:
+            raise ParityError(f"no run with id {run_id!r} in {self.db_path or 'runs.db'}",
+                              "list the ids with 'parity runs list'")
+        return run
 
     def cancel(self) -> None:
         self.pool.cancel()

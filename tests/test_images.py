@@ -340,9 +340,9 @@ def test_the_app_checks_uploads_and_shows_the_images_beside_the_streams(tmp_path
 def test_the_app_builds_with_the_image_upload(tmp_path):
     pytest.importorskip("gradio")
     from parity_ui.ui.app import create_app
-    from parity_ui.ui.runner import ServiceRunner
+    from parity_ui.ui.runner import AppService
 
-    demo = create_app(ServiceRunner(db_path=str(tmp_path / "runs.db")))
+    demo = create_app(AppService(db_path=str(tmp_path / "runs.db")))
     assert "prompt-images" in str(demo.config)
 
 

@@ -330,7 +330,7 @@ def test_history_reads_a_finished_run_once_and_a_running_one_every_time(tmp_path
     from parity_ui.ui.history_tab import HistoryTab
 
     db = open_db(tmp_path / "runs.db")
-    tab = HistoryTab(SimpleNamespace(db=db))
+    tab = HistoryTab(SimpleNamespace(reader=db))
     runs = []
     for i, status in enumerate(["diverged", "ok", "ok", "running"]):
         run = _run({"hf": SAME + [(13, " on")], "vllm": SAME + [(15, " in")]})
@@ -383,7 +383,7 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
 
     monkeypatch.setattr(result_view, "pane_parts", counting_pane_parts)
     monkeypatch.setattr(result_view, "plot_parts", counting_plot_parts)
-    tab = HistoryTab(type("Service", (), {"db": db})())
+    tab = HistoryTab(type("Service", (), {"reader": db})())
     with gr.Blocks():
         tab.create_ui()
     tab.PREFETCH_AFTER_S = 0.0
@@ -421,9 +421,9 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
 @pytest.fixture(scope="module")
 def built_app(tmp_path_factory):
     from parity_ui.ui.app import create_app
-    from parity_ui.ui.runner import ServiceRunner
+    from parity_ui.ui.runner import AppService
 
-    runner = ServiceRunner(str(tmp_path_factory.mktemp("app") / "runs.db"))
+    runner = AppService(str(tmp_path_factory.mktemp("app") / "runs.db"))
     yield create_app(runner)
     runner.close()
 
@@ -528,9 +528,9 @@ def test_the_form_writes_the_yaml_only_after_an_edit(tmp_path):
     import gradio as gr
 
     from parity_ui.ui.config_tab import ConfigTab, default_yaml
-    from parity_ui.ui.runner import ServiceRunner
+    from parity_ui.ui.runner import AppService
 
-    runner = ServiceRunner(str(tmp_path / "runs.db"))
+    runner = AppService(str(tmp_path / "runs.db"))
     tab = ConfigTab(runner)
     with gr.Blocks():
         tab.create_ui()
@@ -579,7 +579,7 @@ def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
 
     from parity_ui.store.runs import open_db
 
-    service = SimpleNamespace(db=open_db(tmp_path / "runs.db"))
+    service = SimpleNamespace(reader=open_db(tmp_path / "runs.db"))
     tab = CompareTab(service, RunGate(service))
     with gr.Blocks():
         tab.create_ui()

@@ -27,15 +27,13 @@ from ..core.errors import ParityError
 from ..core.kinds import VllmOptions, get_kind
 from ..run.prepare import plan_sides
 from ..core.runlog import EventCallback, RunEvent
-from ..core.types import Localisation, Run
+from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
 from ..run.worker_client import Capture
 
 if TYPE_CHECKING:
     from .service_api import Service
 
 EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
-FLOOR_MULTIPLE = 10.0  # an error this many times the measured floor has left it
-MIN_REL = 1e-6  # below this relative error nothing is "divergent", even over a zero floor
 BEFORE = (1, 2, 4, 8, 16)  # positions before the divergence also captured: local jump or slow drift
 BLOCK_ORDER = ("attn", "mlp", "residual")
 
@@ -315,20 +313,3 @@ def failed(run: Run, prompt_index: int, position: int | None, sides: tuple[str, 
     return Localisation(run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=-1 if position is None else position,
                         token_positions=[], first_divergent_layer=None, first_divergent_block=None, noise_floor={},
                         per_layer=[], summary=str(error), error=str(error))
-
-
-def format_localisation(loc: Localisation) -> str:
-    """The figures as text: one row per layer and block at the examined position."""
-    if loc.error:
-        return f"localisation {loc.id}: error: {loc.error}"
-    lines = [f"localisation {loc.id} of run {loc.run_id}, prompt {loc.prompt_index}: {loc.b} against {loc.a} at "
-             f"generated token {loc.position} (id index {loc.token_positions[0]}; also {loc.token_positions[1:]})",
-             loc.summary, *(f"note: {n}" for n in loc.notes),
-             f"noise floor: {loc.noise_floor.get('method', '')}",
-             f"{'layer':>5}  {'block':8} {'rel L2':>10} {'floor':>10} {'cosine':>10}"]
-    for f in loc.per_layer:
-        mark = "*" if f["rel_l2"][0] > max(FLOOR_MULTIPLE * f["floor"][0], MIN_REL) else " "
-        layer = "-" if f["layer"] is None else str(f["layer"])
-        lines.append(f"{layer:>5}  {f['block']:8} {f['rel_l2'][0]:10.3e} {f['floor'][0]:10.3e} {f['cosine'][0]:10.6f} {mark}")
-    lines.append(f"(* = over {FLOOR_MULTIPLE:g}x the floor; {loc.seconds:.1f} s)")
-    return "\n".join(lines)

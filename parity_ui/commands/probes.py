@@ -123,22 +123,3 @@ def run_probe(service: Service, model: str, prompt: PromptSpec, cfg: ParityConfi
         rec.run.probes = report
         rec.run.status = "ok" if report.stable else "diverged"
     return rec.run
-
-
-def format_probe(run: Run) -> str:
-    """The probe as lines for a terminal."""
-    if run.status == "error":
-        return f"probe {run.id}: ERROR: {run.error}"
-    p = run.probes
-    if p is None:
-        return f"probe {run.id}: {run.status}"
-    lines = [f"probe {run.id}: {'DETERMINISTIC' if run.status == 'ok' else 'NOT DETERMINISTIC'}  "
-             f"model={run.model.name}  dtype={run.config.get('dtype')}  n={p.n}  batch={p.batch}"]
-    for label, entry in p.sides.items():
-        for s, what in ((entry.alone, "alone"), (entry.batched, "in a batch"), (entry.alone_vs_batched,
-                                                                                "alone vs batched")):
-            fork = "" if s.first_fork is None else f", first fork at token {s.first_fork}"
-            lines.append(f"  {label:24s} {what:17s}: {s.distinct} distinct of {s.runs}{fork}")
-    if not p.batch_invariant.supported:
-        lines.append(f"  batch-invariant mode: {p.batch_invariant.detail}")
-    return "\n".join(lines)

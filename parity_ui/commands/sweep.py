@@ -132,20 +132,3 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
         effects.append({"key": key, "moves_divergence": moved, "first_divergence_by_value": by_value})
     return {"group_id": sweep.group_id, "grid": {k: [str(v) for v in vs] for k, vs in sweep.grid.items()},
             "points": points, "effects": effects}
-
-
-def format_sweep(summary: dict[str, Any]) -> str:
-    """The sweep summary as lines for a terminal."""
-    lines = [f"sweep {summary['group_id']}: {len(summary['points'])} points"]
-    for p in summary["points"]:
-        s = "  ".join(f"{k}={v}" for k, v in p["settings"].items())
-        fd = "identical" if p["first_divergence"] is None and p["status"] == "ok" else \
-            (f"diverges at {p['first_divergence']}" if p["first_divergence"] is not None else p["status"])
-        extra = f" ({p['verdict']})" if p["verdict"] and p["verdict"] != "identical" else ""
-        err = f": {p['error'][:100]}" if p["error"] else ""
-        lines.append(f"  {s:50s} {fd}{extra}{err}   run {p['run_id']}")
-    for e in summary["effects"]:
-        by = ", ".join(f"{v} -> {['-' if x is None else x for x in fds]}" for v, fds in
-                       e["first_divergence_by_value"].items())
-        lines.append(f"  {e['key']}: {'MOVES' if e['moves_divergence'] else 'does not move'} the divergence ({by})")
-    return "\n".join(lines)

@@ -5,7 +5,7 @@ A pair differs when its side left the reference: in a comparison, tokens not ide
 prompt; in a workload, its pooled figures beyond the reference's noise floor (or, without a floor,
 tokens not identical on some prompt). Only such a pair is offered: a pair that agrees has nothing to
 search, and saying so before any trial runs is cheaper than a stored error after two. Reads the store
-only; the bisect itself is the service's (`ServiceRunner.bisect` calls both).
+only; the bisect itself is the service's (`ParityService.which_setting` checks, then bisects).
 """
 from __future__ import annotations
 

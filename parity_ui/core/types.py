@@ -514,6 +514,11 @@ def _workload(data: Any) -> Any:
     return report_from_json(data) if isinstance(data, dict) else data
 
 
+# What a localisation calls divergent (parity_ui.commands.layers measures, parity_ui.render.text shows it):
+FLOOR_MULTIPLE = 10.0  # an error this many times the measured floor has left it
+MIN_REL = 1e-6  # below this relative error nothing is "divergent", even over a zero floor
+
+
 @dataclass
 class Localisation:
     """Where inside the model two sides part (parity_ui.commands.layers), stored with its run."""

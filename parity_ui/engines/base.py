@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem,  # noqa: F401

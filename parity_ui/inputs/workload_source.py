@@ -98,6 +98,15 @@ class Workload:
                     f"{'s' if self.skipped_count > 1 else ''} skipped"
         return text
 
+    def record(self, upload_name: str | None = None) -> dict[str, Any]:
+        """How the prompts were chosen, stored with the run (WorkloadOptions.source). An upload is
+        recorded by its name: its temporary path means nothing later."""
+        where = {"path": upload_name, "uploaded": True} if upload_name else {"path": str(self.source)}
+        return {**where, "format": self.format, "field": self.field, "rows": self.total_rows,
+                "prompts": len(self.prompts), "sampled": self.sampled, "seed": self.seed, "limit": self.limit,
+                "skipped_rows": self.skipped_count, "content_hash": self.content_hash,
+                "description": self.describe()}
+
 
 def canonical_prompt(spec: PromptSpec) -> dict[str, Any]:
     """The prompt as plain JSON data: its text or messages, and its images by content hash."""

@@ -1,6 +1,6 @@
 """The Gradio app: build every tab, then wire every event; `main` parses flags and launches.
 
-One ParityService per process (in a ServiceRunner): the sides' engines are shared by every browser
+One ParityService per process (in a AppService): the sides' engines are shared by every browser
 session (the GPU is one), and runs queue on the gradio event with concurrency 1. Per-session data
 lives in gr.State.
 """
@@ -19,13 +19,13 @@ from .compare_tab import CompareTab, RunGate
 from .config_tab import ConfigTab
 from . import plots
 from .history_tab import HistoryTab
-from .runner import ServiceRunner
+from .runner import AppService
 
 TITLE = "parity-ui: engine setups side by side, token by token"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def create_app(service: ServiceRunner) -> gr.Blocks:
+def create_app(service: AppService) -> gr.Blocks:
     gate = RunGate(service)  # one engine set: Stop (and Resume) in either tab acts on the same runs
     compare = CompareTab(service, gate)
     config = ConfigTab(service)
@@ -109,7 +109,7 @@ def bind_warning(host: str, auth: tuple[str, str] | None) -> str | None:
             "a trusted network only.")
 
 
-def warm_up(service: ServiceRunner) -> None:
+def warm_up(service: AppService) -> None:
     """Load the demo model's tokenizer (and transformers with it, ~5 s) before serving, so the
     first page load does not pay for it."""
     from ..core.errors import ParityError
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     if warning:
         print(warning, file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
-    service = ServiceRunner(args.db)
+    service = AppService(args.db)
     warm_up(service)
     try:
         create_app(service).launch(server_name=args.host, server_port=args.port, auth=auth,

@@ -22,18 +22,19 @@ from ..inputs.demo_model import DEMO_LABEL, DEMO_NAME
 from ..core.errors import ConfigError, ParityError, PromptError
 from ..inputs.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..inputs.models import local_models
-from ..run.prepare import RunRequest, max_context
+from ..core.context import max_context
 from ..inputs.prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
                        tokenizer_for)
 from ..render import cards
 from ..core.types import Run
+from ..service import Request, RunRequest, plan_request
 from ..core.workload_record import FLOORS
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .result_view import ResultView
 from .sides_panel import SidesPanel
 from .which_setting_view import WhichSettingView
-from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, source_record, uploaded, \
+from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, uploaded, \
     with_options
 from .workload_view import WorkloadView, read_for_view
 
@@ -322,12 +323,11 @@ class CompareTab:
             pick = None
         try:
             if pick is not None:
-                req: Any = self._workload_request(pick, model, bool(trust), cfg_text, images)
-                specs = req.prompts
+                req: Request = self._workload_request(pick, model, bool(trust), cfg_text, images)
             else:
-                specs = _specs(prompt, file_prompts, images)
-                req = RunRequest(model=model, prompts=specs, config=config_from_text(cfg_text),
-                                 trust_remote_code=bool(trust))
+                req = plan_request(model, config_from_text(cfg_text), _specs(prompt, file_prompts, images),
+                                   trust_remote_code=bool(trust))
+            specs = req.prompts
         except ParityError as e:
             if pick is not None:
                 given = prompts_as_given(None, prompt_file=pick.name)
@@ -352,31 +352,21 @@ class CompareTab:
         finally:
             self.gate.end(session)
 
-    def _workload_request(self, pick: WorkloadPick, model: str, trust: bool, cfg_text: str, images: Any) -> Any:
-        """The picked file read again (as it runs), as a workload request, or as one comparison's for a
-        .jsonl file of one prompt (the CLI's rule). Raises ParityError naming the problem and the fix."""
-        from ..commands.workload.run import WorkloadRequest
-
+    def _workload_request(self, pick: WorkloadPick, model: str, trust: bool, cfg_text: str, images: Any) -> Request:
+        """The picked file read again (as it runs), as the service's plan_request makes it: a workload, or
+        one comparison for a .jsonl file of one prompt (the CLI's rule). Raises ParityError naming the
+        problem and the fix."""
         if pick.error:
             raise PromptError(pick.error, pick.fix)
         if _paths(images):
             raise PromptError("images were uploaded next to the prompt, and a workload file is in use",
                               "name the images in the .jsonl file, or press 'Use the text box'")
-        cfg = config_from_text(cfg_text)
-        source = load(pick)
-        if len(source.prompts) < 2 and source.format != "parquet":
-            return RunRequest(model=model, prompts=source.prompts, config=cfg, trust_remote_code=trust)
-        options = pick.options()
-        options.source = source_record(source, pick.name)
-        return WorkloadRequest(model=model, prompts=source.prompts, config=cfg, options=options,
-                               trust_remote_code=trust)
+        return plan_request(model, config_from_text(cfg_text), [], source=load(pick), options=pick.options(),
+                            trust_remote_code=trust, source_name=pick.name)
 
-    def _work(self, req: Any, events: queue.Queue) -> None:
+    def _work(self, req: Request, events: queue.Queue) -> None:
         try:
-            if isinstance(req, RunRequest):
-                events.put(self.service.run(req, events.put))
-            else:
-                events.put(self.service.run_workload(req, events.put))
+            events.put(self.service.run(req, events.put))
         except BaseException as e:  # service.run stores user errors itself; this is a bug guard
             traceback.print_exc(file=sys.stderr)
             events.put(e)
@@ -481,17 +471,17 @@ class CompareTab:
     def _image(self, sha256: str) -> Any:
         from ..store.runs import image_bytes
 
-        return image_bytes(self.service.db, sha256)
+        return image_bytes(self.service.reader, sha256)
 
     def _localisations(self, run_id: str) -> list[Any]:
         from ..store.runs import localisations_of
 
-        return localisations_of(self.service.db, run_id)
+        return localisations_of(self.service.reader, run_id)
 
     def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> dict[Any, Any]:
         """Another prompt of the batch, or another side against the reference (a workload's prompt
         is read alone)."""
-        run = read_for_view(self.service.db, run_id, int(index or 0)) if run_id else None
+        run = read_for_view(self.service.reader, run_id, int(index or 0)) if run_id else None
         return self.view.values(run, int(index or 0), side)
 
     def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> dict[Any, Any]:

@@ -78,7 +78,7 @@ class HistoryTab:
 
     @property
     def db(self) -> Any:
-        return self.service.db
+        return self.service.reader
 
     def create_ui(self) -> None:
         with gr.Tab("History", id="history") as self.tab:

@@ -227,7 +227,11 @@ class ResultView:
         def find(run_id: str | None, index: int | None, side: str | None) -> Any:
             if not run_id:
                 return gr.skip()
-            loc = runner.localise(str(run_id).strip(), int(index or 0), side)
+            run_id = str(run_id).strip()
+            run = runner.get_run(run_id, prompts=[])
+            # the picked side against the reference (None: the reference and the first that diverged)
+            pair = (run.reference, side) if run and side and run.reference and side != run.reference else None
+            loc = runner.localise(run_id, int(index or 0), None, pair)
             html, fig = layers_parts(self.localisations(loc.run_id), loc.prompt_index)
             return {self.layers_html: html, self.layers_plot: gr.Plot(value=fig, visible=fig is not None)}
 

@@ -1,6 +1,6 @@
 """Which setting? in the app (issue 22): under a stored comparison or workload whose sides differ, a
 pair (the reference and the first side that differs by default), a number of prompts (8) and the
-button. The bisect runs through the ServiceRunner in a worker thread; its progress shows as it goes
+button. The bisect runs through the AppService in a worker thread; its progress shows as it goes
 (the trials table grows as each trial is stored), then its record (render.report_parts.bisect_html).
 Shared by Compare (after a run) and History (an opened run, which also shows its newest stored bisect).
 Which pairs are offered and what is refused: parity_ui.commands.which_setting.
@@ -41,7 +41,7 @@ def bisect_result_html(run: Run) -> str:
 
 
 class WhichSettingView:
-    """The components (create_ui() inside a Blocks). `runner`: the app's ServiceRunner (its `bisect`
+    """The components (create_ui() inside a Blocks). `runner`: the app's AppService (its `bisect`
     and its read connection); `gate`: the RunGate of the engines (Stop)."""
 
     def __init__(self, prefix: str, runner: Any, gate: Any):
@@ -49,7 +49,7 @@ class WhichSettingView:
 
     @property
     def db(self) -> Any:
-        return self.runner.db
+        return self.runner.reader
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ class WhichSettingView:
 
     def _work(self, run_id: str, pair: Any, prompts: Any, events: queue.Queue) -> None:
         try:
-            events.put(self.runner.bisect(run_id, pair, prompts, events.put))
+            events.put(self.runner.which_setting(run_id, pair, prompts, events.put))
         except ParityError as e:  # refused before it started: nothing stored
             events.put(e)
         except BaseException as e:  # the bisect stores user and engine errors itself: a bug guard

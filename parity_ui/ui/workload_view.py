@@ -75,7 +75,7 @@ def read_for_view(db: Any, run_id: str, prompt_index: int) -> Run | None:
 
 class WorkloadView:
     """The components (create_ui() inside a Blocks, before the tab's ResultView: the token view of a
-    prompt shows under the workload). `runner`: the app's ServiceRunner (reads, Resume); `gate`: the
+    prompt shows under the workload). `runner`: the app's AppService (reads, Resume); `gate`: the
     RunGate of the engines (Stop)."""
 
     KEEP = 4  # finished workloads' views kept built: History and Compare reopen the same one
@@ -87,7 +87,7 @@ class WorkloadView:
 
     @property
     def db(self) -> Any:
-        return self.runner.db
+        return self.runner.reader
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -239,7 +239,7 @@ class WorkloadView:
 
     def _resume_work(self, run_id: str, events: queue.Queue) -> None:
         try:
-            events.put(self.runner.resume_workload(run_id, events.put))
+            events.put(self.runner.resume(run_id, events.put))
         except ParityError as e:  # nothing to resume (finished, running elsewhere, not a workload)
             events.put(e)
         except BaseException as e:  # resume_workload stores engine and user errors itself: a bug guard

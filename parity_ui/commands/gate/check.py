@@ -137,6 +137,12 @@ class CheckResult:
                 "headline": self.headline(), "duration_s": round(self.duration_s, 3),
                 "cases": [c.to_dict() for c in self.cases]}
 
+    def text(self) -> str:
+        """The check for a terminal (parity_ui.commands.gate.summary)."""
+        from .summary import text
+
+        return text(self)
+
 
 # -- preparation --------------------------------------------------------------------------------------
 
