@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = PAGE.read_text() if PAGE.exists() else ""
         if current != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run python scripts/cli_reference.py", file=sys.stderr)
+            shown = PAGE.relative_to(ROOT) if PAGE.is_relative_to(ROOT) else PAGE
+            print(f"{shown} is stale: run python scripts/cli_reference.py", file=sys.stderr)
             return 1
         return 0
     PAGE.parent.mkdir(parents=True, exist_ok=True)
