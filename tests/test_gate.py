@@ -381,14 +381,14 @@ def test_a_missing_interpreter_is_a_spec_error_with_its_line(tmp_path, model, pr
     assert "gate.yaml:4: case 'c': side old: python '/no/python' is not an executable file" in capsys.readouterr().err
 
 
-# -- the examples and the README ----------------------------------------------------------------------
+# -- the examples and the docs' CI gate page ----------------------------------------------------------
 
 
-def test_the_examples_validate_and_the_readme_embeds_them_verbatim():
-    readme = (ROOT / "README.md").read_text()
+def test_the_examples_validate_and_the_ci_gate_page_embeds_them_verbatim():
+    page = (ROOT / "docs" / "ci-gate.md").read_text()
     for name in ("gate.yaml", "github-actions-gate.yml", "gate-gpu.yaml"):
         text = (ROOT / "examples" / name).read_text()
-        assert text in readme, f"README does not embed examples/{name} exactly"
+        assert text in page, f"docs/ci-gate.md does not embed examples/{name} exactly"
     env = {"OLD_PYTHON": sys.executable, "NEW_PYTHON": sys.executable}
     for name in ("gate.yaml", "gate-gpu.yaml"):
         spec = parse_spec((ROOT / "examples" / name).read_text(), name, base=ROOT / "examples", env=env)
