@@ -4,6 +4,8 @@ door: parity_ui.service) and prints what it returns.
 Exit codes of `parity compare`: 0 every side identical to the reference, 1 some diverged, 2 error
 (message and fix on stderr; the failed run is stored too). `parity bisect`: 0 a minimal set of settings
 found, 1 none restores parity (the engine itself), 2 error.
+
+May import: service, core, inputs, render.
 """
 from __future__ import annotations
 
@@ -532,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ck = sub.add_parser("check", help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
                                       "JUnit and Markdown out; exit 0 pass, 1 fail, 2 error")
-    ck.add_argument("spec", nargs="?", help="the gate spec (YAML; see README 'Gate an upgrade in CI')")
+    ck.add_argument("spec", nargs="?", help="the gate spec (YAML; see docs/ci-gate.md)")
     ck.add_argument("--self-test", action="store_true",
                     help="run a built-in spec (HF fp32 vs vLLM fp32; control: vLLM bf16) that must pass, and whose "
                          "control must fail")

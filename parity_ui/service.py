@@ -15,6 +15,8 @@ The commands, one method each, each a short delegation: `compare`, `workload`, `
 `sweep`, `localise`, `bisect`, `check`; `run` takes whichever request `plan_request` made (the one
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
+
+May import: core, inputs, analysis, run, store, commands.
 """
 from __future__ import annotations
 
@@ -70,6 +72,7 @@ class ParityService:
         self.db = open_db(db_path)
         self.pool = pool or EnginePool()
         self._lock = threading.RLock()  # a command's sides() runs inside its own recording()
+        self._depth = 0  # commands open (command()): Stop is lowered only when the outermost begins
         self._gpu: bool | None = None
 
     @property
@@ -98,7 +101,24 @@ class ParityService:
         for side, engine, python, env in likely_workers(req, self.on_gpu):
             self.pool.prestart(side, engine, python, env)
 
-    # -- the two contexts every command is built from ------------------------------------------
+    # -- the contexts every command is built from -------------------------------------------------
+
+    @contextmanager
+    def command(self) -> Iterator[None]:
+        """One command's scope for Stop. The outermost call begins a command (a Stop pressed before
+        it is not for it: the flag is lowered); nested work — a bisect's trials, a gate's cases, a
+        sweep's points, each its own recording — runs inside the same scope, so one Stop ends the
+        whole command and nothing has to re-arm it. `cancel()` stops whatever command is under way."""
+        with self._lock:
+            outer = self._depth == 0
+            if outer:
+                self.pool.reset_cancel()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+
 
     @contextmanager
     def recording(self, model: str, config: dict[str, Any], prompts: list[PromptSpec], *, kind: str = "compare",
@@ -106,9 +126,9 @@ class ParityService:
         """A new run, stored as it starts (or `resume`, a stored run taken up again by this process).
         An Exception raised in the block becomes the run's status ("error", or "cancelled" on Stop)
         with its message, is stored, and does NOT propagate: read `rec.run.status`. Ctrl-C is stored
-        as "interrupted", then raised. A Stop pressed before the block began is not for it."""
-        with self._lock:
-            self.pool.reset_cancel()
+        as "interrupted", then raised. A Stop pressed before the command began is not for it; one
+        pressed during it stops every recording nested in it (`command`)."""
+        with self.command():
             if resume is not None:
                 rec = RunRecorder(self.db, resume)
                 rec.resume()
@@ -196,8 +216,10 @@ class ParityService:
         returns the sweep's summary (points, their status and divergence, what moved it)."""
         from .commands.sweep import run_sweep, summarize_sweep
 
-        return summarize_sweep(run_sweep(self, model, prompt, grid, config_path=config_path, overrides=overrides,
-                                         base=base, sides=sides, trust_remote_code=trust_remote_code, emit=emit))
+        with self.command():  # one Stop ends every point
+            return summarize_sweep(run_sweep(self, model, prompt, grid, config_path=config_path,
+                                             overrides=overrides, base=base, sides=sides,
+                                             trust_remote_code=trust_remote_code, emit=emit))
 
     def parse_grid(self, items: list[str]) -> dict[str, list[Any]]:
         """A sweep's --grid KEY=V1,V2 items, checked before anything runs. Raises ConfigError."""
@@ -221,8 +243,7 @@ class ParityService:
         from .commands.layers import failed, localise
 
         run = self._stored(run) if isinstance(run, str) else run
-        with self._lock:
-            self.pool.reset_cancel()
+        with self.command():
             try:
                 loc = localise(self, run, prompt_index, position, pair, emit)
             except ParityError as e:
@@ -236,7 +257,8 @@ class ParityService:
         record; status ok / diverged / error / cancelled). Raises ParityError only for an unknown run id."""
         from .commands.bisect_search import BisectRequest, bisect_run
 
-        return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)
+        with self.command():  # one Stop ends every trial
+            return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)
 
     def which_setting(self, run_id: str, sides: Any = None, prompts: Any = None,
                       on_event: EventCallback | None = None) -> Run:
@@ -247,8 +269,9 @@ class ParityService:
         unknown run, a run with no pair that differs, or a pair or number of prompts it cannot take."""
         from .commands.which_setting import checked_request
 
-        pair, n = checked_request(self.db, run_id, sides, prompts)
-        return self.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
+        with self.command():
+            pair, n = checked_request(self.db, run_id, sides, prompts)
+            return self.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
 
     def check(self, spec_path: str | None = None, *, self_test_model: str | None = None,
               only: list[str] | None = None, overrides: list[str] | None = None, limit: int | None = None,
@@ -259,8 +282,9 @@ class ParityService:
         Raises ParityError (a SpecError names case and line) before anything runs."""
         from .commands.gate.command import run_gate
 
-        return run_gate(self, spec_path, self_test_model=self_test_model, only=only, overrides=overrides,
-                        limit=limit, junit=junit, markdown=markdown, say=say, emit=emit)
+        with self.command():  # one Stop ends every case
+            return run_gate(self, spec_path, self_test_model=self_test_model, only=only, overrides=overrides,
+                            limit=limit, junit=junit, markdown=markdown, say=say, emit=emit)
 
     # -- reading what is stored ---------------------------------------------------------------------
 
@@ -281,6 +305,8 @@ class ParityService:
         return run
 
     def cancel(self) -> None:
+        """Stop the command under way (safe from any thread): every side stops at its next token or
+        before loading, and every run nested in the command is stored as cancelled."""
         self.pool.cancel()
 
     def close(self) -> None:

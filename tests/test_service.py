@@ -239,3 +239,29 @@ def test_commands_queue_behind_each_other(service, model):
     go("second", 0)
     first.join()
     assert order == [("first", "ref"), ("first", "b"), ("second", "ref"), ("second", "b")]
+
+
+def test_one_stop_ends_a_whole_command_and_every_run_nested_in_it(service, model):
+    """Stop is a scope, not a latch: pressed during a sweep's first point, it ends that point and
+    every later one (each its own recording), with nothing re-armed between them; the next command
+    starts unstopped."""
+    stopped = []
+
+    def on_event(e):
+        if e.kind == "token" and e.step.position == 2 and not stopped:
+            stopped.append(True)
+            service.cancel()
+
+    summary = service.sweep(model, PROMPTS[0], service.parse_grid(["b.swap_at=3,5,7"]),
+                            sides=["ref=fake", "b=fake,delay_ms=5"], overrides=["max_new_tokens=40"], emit=on_event)
+    assert [p["status"] for p in summary["points"]] == ["cancelled", "cancelled", "cancelled"]
+    again = _run(service, model, "ref=fake", "b=fake")
+    assert again.status == "ok", again.error  # the Stop was for the command it stopped
+
+
+def test_a_side_that_fails_stops_its_set_without_stopping_the_command(service, model):
+    """A failing side raises the flag to stop its set's other sides; the command's next run (a
+    sweep's next point) is not stopped by it, since the user did not press Stop."""
+    summary = service.sweep(model, PROMPTS[0], service.parse_grid(["b.fail_load=true,false"]),
+                            sides=["ref=fake,load_s=0.5", "b=fake"], overrides=["max_new_tokens=8"])
+    assert [p["status"] for p in summary["points"]] == ["error", "ok"], summary["points"]

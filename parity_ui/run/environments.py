@@ -60,7 +60,7 @@ def describe_python(python: str, side: str) -> PythonEnv:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise SideError(side, "python", f"{python!r} is not an executable file",
                           "give the python of another environment, e.g. python=/opt/vllm-old/bin/python "
-                          "(see the README: 'Another environment as a side')")
+                          "(see docs/sides-and-config.md: 'Another environment as a side')")
     try:
         # Fixed arguments: the path is checked above and never goes through a shell.
         proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60,

@@ -198,7 +198,7 @@ class Sides:
         def stop_the_others() -> None:
             if not self.pool.cancelled:
                 ours.append(True)
-                self.pool.cancel()  # generating sides stop at their next token, loading ones before loading
+                self.pool.cancel(by_user=False)  # generating sides stop at their next token, loading ones before loading
             for gate in (self._checked, self._all_loaded, self._turns):
                 gate.stop()
             for p in unique:  # a worker still importing its libraries would make the run wait for that
@@ -219,7 +219,7 @@ class Sides:
                     stop_the_others()  # Ctrl-C: before the executor waits for the sides
                     raise
         finally:
-            if ours:
+            if ours and not self.pool.stopped_by_user:
                 self.pool.reset_cancel()  # it stopped this set's other sides; the next request is not stopped
             if self.timings is not None:
                 self.timings.update(self.milestones.phases(time.perf_counter(), self._generated))

@@ -360,6 +360,7 @@ class EnginePool:
         self.timeouts = timeouts
         self.workers: dict[str, EngineWorker] = {}
         self.spares: dict[str, EngineWorker] = {}  # started ahead (prestart), by process setup
+        self.stopped_by_user = False  # the user pressed Stop in the command under way
         self.cancel_flag = CancelFlag()
         self._lock = threading.Lock()
         for stale in _log_dir().glob("parity-cancel-*"):  # left by releases that kept the flag as a file
@@ -416,7 +417,12 @@ class EnginePool:
         with self._lock:
             return {w.label: w for w in self.workers.values()}
 
-    def cancel(self) -> None:
+    def cancel(self, *, by_user: bool = True) -> None:
+        """Raise the flag every worker reads. `by_user`: the user's Stop, which only the next command
+        lowers; a failing side that stops its set's other sides passes False, and its set lowers the
+        flag again once they stopped (run.pipeline)."""
+        if by_user:
+            self.stopped_by_user = True
         self.cancel_flag.set()
 
     @property
@@ -424,6 +430,9 @@ class EnginePool:
         return self.cancel_flag.is_set()
 
     def reset_cancel(self) -> None:
+        """Lower the flag: a new command begins (ParityService.command), or a set that raised it on a
+        side's failure is done, unless the user's Stop came meanwhile."""
+        self.stopped_by_user = False
         self.cancel_flag.clear()
 
     def close(self) -> None:

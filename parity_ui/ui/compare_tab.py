@@ -60,10 +60,11 @@ class RunGate:
         self._lock = threading.Lock()
         self.session: str | None = None
         self.stop_requested = False
+        self._passed_on = False
 
     def begin(self, session: str) -> None:
         with self._lock:
-            self.session, self.stop_requested = session, False
+            self.session, self.stop_requested, self._passed_on = session, False, False
 
     def end(self, session: str) -> None:
         with self._lock:
@@ -78,10 +79,13 @@ class RunGate:
         self.service.cancel()
         return True
 
-    def reassert(self) -> None:
-        """The workers clear a cancel when a request starts; a Stop pressed while the models
-        were loading is repeated once generation has begun."""
-        if self.stop_requested:
+    def command_began(self) -> None:
+        """Called at each event of the run (events come from inside the service's command). The
+        service lowers the Stop flag when a command begins (a Stop is for one command), so a Stop
+        pressed between the click and that moment is passed on here, once; a later Stop reaches the
+        command directly, and nested work (trials, chunks) inherits it: nothing re-arms it."""
+        if self.stop_requested and not self._passed_on:
+            self._passed_on = True
             self.service.cancel()
 
 
@@ -383,10 +387,7 @@ class CompareTab:
 
         def feed(ev: Any) -> None:
             live.feed(ev)
-            # The workers clear a cancel when a request starts: a Stop pressed while the sides loaded
-            # is repeated once they generate (a workload streams no tokens: at every event).
-            if ev.kind == "token" or not live.streams_tokens:
-                self.gate.reassert()
+            self.gate.command_began()
 
         for item in follow(events, feed, THROTTLE_S):
             if isinstance(item, Run):

@@ -140,7 +140,7 @@ class WhichSettingView:
 
     def _feed(self, live: BisectLive, ev: Any) -> None:
         live.feed(ev)
-        self.gate.reassert()  # each trial's requests clear a cancel: a Stop pressed before one is repeated
+        self.gate.command_began()
 
     def _work(self, run_id: str, pair: Any, prompts: Any, events: queue.Queue) -> None:
         try:

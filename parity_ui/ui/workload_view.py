@@ -235,7 +235,7 @@ class WorkloadView:
 
     def _feed(self, live: WorkloadLive, ev: Any) -> None:
         live.feed(ev)
-        self.gate.reassert()  # no token events in a workload: a Stop pressed while it started is repeated
+        self.gate.command_began()
 
     def _resume_work(self, run_id: str, events: queue.Queue) -> None:
         try:
