@@ -29,7 +29,8 @@ from .run.prepare import likely_workers, prepare
 from .inputs.prompts import PromptSpec, tokenizer_for
 from .run.recorder import RunRecorder
 from .core.runlog import EventCallback, RunEvent, new_run
-from .store.runs import new_run_id, open_db, save_localisation
+from .store import Store
+from .store.runs import new_run_id
 from .core.types import Finding, Localisation, ModelInfo, Run
 from .run.workers import EnginePool
 
@@ -41,7 +42,8 @@ class ParityService:
 
     def __init__(self, db_path: str | None = None, pool: EnginePool | None = None):
         self.db_path = db_path
-        self.db = open_db(db_path)
+        self.store = Store.open(db_path)  # what the commands read and write through
+        self.db = self.store.db  # the recorder's connection (and the bisect's reads, until they move into the store)
         self.pool = pool or EnginePool()
         self._lock = threading.RLock()  # a command's sides() runs inside its own recording()
         self._gpu: bool | None = None
@@ -154,7 +156,7 @@ class ParityService:
                 loc = localise(self, run, prompt_index, position, pair, emit)
             except ParityError as e:
                 loc = failed(run, prompt_index, position, pair, e)
-            return save_localisation(self.db, loc)
+            return self.store.save_localisation(loc)
 
     def bisect(self, run_id: str, sides: tuple[str, str] | None = None, *, prompts: int = 8,
                max_trials: int | None = None, emit: EventCallback | None = None) -> Run:

@@ -1,5 +1,5 @@
 """What the commands built on the service need from it: the two contexts, preparation and the
-database. parity_ui.service.ParityService is the one implementation; the commands (a comparison, a
+store (parity_ui.store.Store: every read and write they make, by name; no Database, no SQL). parity_ui.service.ParityService is the one implementation; the commands (a comparison, a
 workload, a probe, a layer localisation, a bisect, a gate) take any object with this shape, so they
 sit below the service and the service may call them without an import running back up.
 """
@@ -9,8 +9,6 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
-
     from ..core.requests import InputCheck
     from ..run.pipeline import Loaded, Sides
     from ..run.plan import Prepared, RunRequest, SidePlan
@@ -19,10 +17,11 @@ if TYPE_CHECKING:
     from ..core.runlog import EventCallback
     from ..core.types import Finding, Run
     from ..run.workers import EnginePool
+    from ..store import Store
 
 
 class Service(Protocol):
-    db: Database
+    store: Store
     db_path: str | None
     pool: EnginePool
 
