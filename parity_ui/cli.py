@@ -272,12 +272,12 @@ def _n_prompts(args: argparse.Namespace, run: Run) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .render.report import stored_html_report
-    from .store.runs import open_db
+    from .render.report import stored_html_report, workload_report_prompts
+    from .store import Store
 
-    # stored_html_report reads a workload's header, prompt rows and earliest forks only, not every
-    # prompt's tokens (a 10,000-prompt run); any other run whole
-    page = stored_html_report(open_db(args.db), args.id)
+    # the store reads a workload's header, prompt rows and earliest forks only, not every prompt's
+    # tokens (a 10,000-prompt run); any other run whole
+    page = stored_html_report(Store.open(args.db).for_report(args.id, workload_report_prompts))
     if page is None:
         print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
               "Fix: list the ids with 'parity runs list'", file=sys.stderr)

@@ -135,7 +135,7 @@ def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_
     # Reopened later: the newest stored answer shows with the run.
     assert latest_bisect(runner.db, diverged.id).id == b.id and b.id in view.show(diverged.id)[view.result]
     # History lists the bisect with its answer, and opens it as its record; a bisect offers no bisect.
-    (row,) = [r for r in history_rows(runner.db) if r[0] == b.id]
+    (row,) = [r for r in history_rows(runner.store) if r[0] == b.id]
     assert row[6].startswith(f"which setting? b vs ref of {diverged.id}: swap_at explains")
     tab = HistoryTab(runner)
     with gr.Blocks():

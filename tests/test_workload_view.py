@@ -121,7 +121,7 @@ def test_the_charts_are_inline_svg_for_the_report(runner):
 
 
 def test_the_static_report_opens_with_the_workload_and_shows_only_the_earliest_forks(runner):
-    page = stored_html_report(runner.db, runner.stored.id)
+    page = stored_html_report(runner.store.for_report(runner.stored.id, workload_report_prompts))
     assert page.startswith("<!doctype html>") and 'class="wl-section"' in page
     assert page.count("<svg class=\"wl-svg\"") == 2 and "wl-figures" in page and page.count("<tr data-i=") == N
     shown = workload_report_prompts(store.get_run(runner.db, runner.stored.id, prompts=[]))
@@ -184,7 +184,7 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
 def test_history_lists_a_workload_with_its_headline(runner):
     from parity_ui.ui.history_tab import history_rows
 
-    (row,) = [r for r in history_rows(runner.db) if r[0] == runner.stored.id]
+    (row,) = [r for r in history_rows(runner.store) if r[0] == runner.stored.id]
     assert row[6] == f"workload: {runner.stored.workload.headline}"
     assert store.list_runs(runner.db)[0].headline == runner.stored.workload.headline
 

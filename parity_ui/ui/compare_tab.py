@@ -479,19 +479,15 @@ class CompareTab:
                    concurrency_id="count")
 
     def _image(self, sha256: str) -> Any:
-        from ..store.runs import image_bytes
-
-        return image_bytes(self.service.db, sha256)
+        return self.service.store.image_bytes(sha256)
 
     def _localisations(self, run_id: str) -> list[Any]:
-        from ..store.runs import localisations_of
-
-        return localisations_of(self.service.db, run_id)
+        return self.service.store.localisations_of(run_id)
 
     def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> dict[Any, Any]:
         """Another prompt of the batch, or another side against the reference (a workload's prompt
         is read alone)."""
-        run = read_for_view(self.service.db, run_id, int(index or 0)) if run_id else None
+        run = read_for_view(self.service.store, run_id, int(index or 0)) if run_id else None
         return self.view.values(run, int(index or 0), side)
 
     def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> dict[Any, Any]:

@@ -14,7 +14,6 @@ from ..run.prepare import RunRequest
 from ..inputs.prompts import PromptSpec
 from ..core.runlog import EventCallback
 from ..service import ParityService
-from ..store.runs import open_db
 from ..core.types import Localisation, ModelInfo, Run
 
 
@@ -61,9 +60,8 @@ class ServiceRunner:
         """Layer localisation of a stored run's comparison (`side` against the reference); stored,
         also when it fails (the failure says why and how to fix it)."""
         from ..core.errors import ParityError
-        from ..store.runs import get_run
 
-        run = get_run(self.service.db, run_id)
+        run = self.store.get_run(run_id)
         if run is None:
             raise ParityError(f"no run {run_id!r}", "open a stored run first")
         pair = (run.reference, side) if side and run.reference and side != run.reference else None
@@ -79,12 +77,18 @@ class ServiceRunner:
         return self.service.mapping(model, cfg, trust_remote_code)
 
     @property
+    def store(self) -> Any:
+        """The store on a read connection of the calling thread (WAL: reads never wait for a run's
+        write); an in-memory database's own store."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = self.service.store.another()
+        return store
+
+    @property
     def db(self) -> Any:
-        """A read connection for the calling thread (WAL: reads never wait for a run's write)."""
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = self._local.db = open_db(self.db_path)
-        return db
+        """The calling thread's read connection itself (the bisect's reads, until they move into the store)."""
+        return self.store.db
 
     def close(self) -> None:
         self.service.close()
