@@ -7,7 +7,8 @@ Two steps, so that bad input costs nothing:
   run's model and prompts, the interpreters) for the cases selected, and raises SpecError listing
   every problem with its case and line. No run is stored and no output is written then.
 - `run_check` runs them. A case whose run fails is an error (exit 2) but the other cases still run;
-  the check itself is stored as a run of kind "check" with the results (parity_ui.commands.gate.record).
+  the check itself is stored as a run of kind "check" with the results (parity_ui.store.checks,
+  through the service's store).
 """
 from __future__ import annotations
 
