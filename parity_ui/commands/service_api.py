@@ -1,7 +1,8 @@
 """What the commands built on the service need from it: the two contexts, preparation and the
-store (parity_ui.store.Store: every read and write they make, by name; no Database, no SQL). parity_ui.service.ParityService is the one implementation; the commands (a comparison, a
-workload, a probe, a layer localisation, a bisect, a gate) take any object with this shape, so they
-sit below the service and the service may call them without an import running back up.
+store (parity_ui.store.Store: every read and write they make, by name; no Database, no SQL).
+parity_ui.service.ParityService is the one implementation; the commands (a comparison, a workload, a
+probe, a layer localisation, a bisect, a gate) take any object with this shape, so they sit below
+the service and the service may call them without an import running back up.
 """
 from __future__ import annotations
 

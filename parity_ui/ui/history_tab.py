@@ -233,8 +233,10 @@ class HistoryTab:
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-report-")) / f"parity-run-{run.id}.html"
-        page = stored_html_report(self.store.for_report(run.id, workload_report_prompts)) \
-            if run.workload is not None else html_report(run, self.store.localisations_of(run.id), self.store.image_bytes)
+        if run.workload is not None:
+            page = stored_html_report(self.store.for_report(run.id, workload_report_prompts))
+        else:
+            page = html_report(run, self.store.localisations_of(run.id), self.store.image_bytes)
         out.write_text(page, encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
