@@ -68,6 +68,7 @@ def synthetic_workload(db, n: int, tokens: int, created: str = "2026-01-02T00:00
     from parity_ui.store.runs import new_run_id, save_pair_samples, save_run, save_run_row
     from parity_ui.core.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
     from parity_ui.commands.workload.report import pooled
+    from parity_ui.store import Store
     from parity_ui.core.workload_record import FloorSpec, WorkloadOptions, WorkloadReport
     from parity_ui.commands.workload.run import free_sample
 
@@ -108,7 +109,7 @@ def synthetic_workload(db, n: int, tokens: int, created: str = "2026-01-02T00:00
     save_run(db, run)
     for name, got in samples.items():
         save_pair_samples(db, run.id, name, got)
-    run.workload = pooled(db, run.id, report, ["b"])
+    run.workload = pooled(Store(db), run.id, report, ["b"])
     run.status = "ok" if run.identical else "diverged"
     save_run_row(db, run)
     return run

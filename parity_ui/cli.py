@@ -201,10 +201,9 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
-    from .store.runs import list_runs, open_db
+    from .service import open_store
 
-    db = open_db(args.db)
-    rows = list_runs(db, search=args.search, model=args.model, status=args.status, limit=args.limit)
+    rows = open_store(args.db).list_runs(search=args.search, model=args.model, status=args.status, limit=args.limit)
     if args.json:
         print(json.dumps([to_dict(r) for r in rows]))
         return 0
@@ -219,10 +218,10 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
     from .render.report import format_summary, run_json
-    from .store.runs import get_run, open_db
+    from .service import open_store
 
     only = None if args.prompt is None else [args.prompt]
-    run = get_run(open_db(args.db), args.id, prompts=only)
+    run = open_store(args.db).get_run(args.id, prompts=only)
     if run is None:
         print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
               "Fix: list the ids with 'parity runs list'", file=sys.stderr)
@@ -248,12 +247,12 @@ def _n_prompts(args: argparse.Namespace, run: Run) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .render.report import stored_html_report
-    from .store.runs import open_db
+    from .render.report import stored_html_report, workload_report_prompts
+    from .service import open_store
 
-    # stored_html_report reads a workload's header, prompt rows and earliest forks only, not every
-    # prompt's tokens (a 10,000-prompt run); any other run whole
-    page = stored_html_report(open_db(args.db), args.id)
+    # the store reads a workload's header, prompt rows and earliest forks only, not every prompt's
+    # tokens (a 10,000-prompt run); any other run whole
+    page = stored_html_report(open_store(args.db).for_report(args.id, workload_report_prompts))
     if page is None:
         print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
               "Fix: list the ids with 'parity runs list'", file=sys.stderr)

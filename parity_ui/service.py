@@ -36,7 +36,8 @@ from .run.prepare import likely_workers, prepare
 from .inputs.prompts import PromptSpec, tokenizer_for
 from .run.recorder import RunRecorder
 from .core.runlog import EventCallback, RunEvent, new_run
-from .store.runs import new_run_id, open_db, save_localisation
+from .store import Store
+from .store.runs import new_run_id
 from .core.types import Finding, Localisation, ModelInfo, Run
 from .run.workers import EnginePool
 
@@ -64,12 +65,19 @@ def plan_request(model: str, config: Any, prompts: list[PromptSpec], *, source: 
                       trust_remote_code=trust_remote_code)
 
 
+def open_store(db_path: str | None = None) -> Store:
+    """The run database for reading what is stored (`parity runs`, `parity report`), without the
+    engines' workers a ParityService owns."""
+    return Store.open(db_path)
+
+
 class ParityService:
     """Owns the warm side workers and the run database. One command at a time (a lock)."""
 
     def __init__(self, db_path: str | None = None, pool: EnginePool | None = None):
         self.db_path = db_path
-        self.db = open_db(db_path)
+        self.store = Store.open(db_path)  # what the commands read and write through
+        self.db = self.store.db  # the recorder's connection (and the bisect's reads, until they move into the store)
         self.pool = pool or EnginePool()
         self._lock = threading.RLock()  # a command's sides() runs inside its own recording()
         self._depth = 0  # commands open (command()): Stop is lowered only when the outermost begins
@@ -248,7 +256,7 @@ class ParityService:
                 loc = localise(self, run, prompt_index, position, pair, emit)
             except ParityError as e:
                 loc = failed(run, prompt_index, position, pair, e)
-            return save_localisation(self.db, loc)
+            return self.store.save_localisation(loc)
 
     def bisect(self, run_id: str, sides: tuple[str, str] | None = None, *, prompts: int = 8,
                max_trials: int | None = None, emit: EventCallback | None = None) -> Run:
@@ -290,15 +298,12 @@ class ParityService:
 
     def get_run(self, run_id: str, prompts: list[int] | None = None) -> Run | None:
         """A stored run (only the prompts listed, when given), or None."""
-        from .store.runs import get_run
-
-        return get_run(self.db, run_id, prompts=prompts)
+        return self.store.get_run(run_id, prompts=prompts)
 
     def _stored(self, run_id: str) -> Run:
         from .core.errors import ParityError
-        from .store.runs import get_run
 
-        run = get_run(self.db, run_id)
+        run = self.store.get_run(run_id)
         if run is None:
             raise ParityError(f"no run with id {run_id!r} in {self.db_path or 'runs.db'}",
                               "list the ids with 'parity runs list'")

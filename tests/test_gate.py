@@ -16,7 +16,7 @@ import pytest
 
 from fake_engine import fake_model, registered
 from parity_ui.cli import main
-from parity_ui.commands.gate.record import check_result
+from parity_ui.store.checks import check_result
 from parity_ui.commands.gate.spec import SpecError, parse_spec
 from parity_ui.store.runs import get_run, list_runs, open_db
 

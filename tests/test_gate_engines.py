@@ -17,7 +17,7 @@ import pytest
 from parity_ui.cli import main
 from parity_ui.commands.gate.check import prepare_cases, run_check, select
 from parity_ui.commands.gate.junit import junit_xml
-from parity_ui.commands.gate.record import check_result
+from parity_ui.store.checks import check_result
 from parity_ui.commands.gate.spec import parse_spec
 from parity_ui.store.runs import get_run, open_db
 

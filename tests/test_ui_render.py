@@ -326,11 +326,12 @@ def test_static_report_is_one_self_contained_page():
 def test_history_reads_a_finished_run_once_and_a_running_one_every_time(tmp_path):
     from types import SimpleNamespace
 
+    from parity_ui.store import Store
     from parity_ui.store.runs import open_db, save_run
     from parity_ui.ui.history_tab import HistoryTab
 
     db = open_db(tmp_path / "runs.db")
-    tab = HistoryTab(SimpleNamespace(reader=db))
+    tab = HistoryTab(SimpleNamespace(db=db, reader=Store(db)))
     runs = []
     for i, status in enumerate(["diverged", "ok", "ok", "running"]):
         run = _run({"hf": SAME + [(13, " on")], "vllm": SAME + [(15, " in")]})
@@ -352,6 +353,7 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
 
     import gradio as gr
 
+    from parity_ui.store import Store
     from parity_ui.store import runs as store
     from parity_ui.ui import result_view
     from parity_ui.ui.history_tab import HistoryTab
@@ -364,12 +366,12 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
     reads = []
     real_get_run = store.get_run
 
-    def counting_get_run(d, run_id):
+    def counting_get_run(d, run_id, prompts=None):
         reads.append(run_id)
         time.sleep(0.3)  # a long read: an open arriving meanwhile must wait for it, not read again
-        return real_get_run(d, run_id)
+        return real_get_run(d, run_id, prompts)
 
-    monkeypatch.setattr("parity_ui.ui.history_tab.get_run", counting_get_run)
+    monkeypatch.setattr(store, "get_run", counting_get_run)  # the store's read, whoever calls it
     builds, figures = [], []
     real_pane_parts, real_plot_parts = result_view.pane_parts, result_view.plot_parts
 
@@ -383,7 +385,7 @@ def test_history_reads_the_newest_listed_run_ahead_once_and_stands_down_for_an_o
 
     monkeypatch.setattr(result_view, "pane_parts", counting_pane_parts)
     monkeypatch.setattr(result_view, "plot_parts", counting_plot_parts)
-    tab = HistoryTab(type("Service", (), {"reader": db})())
+    tab = HistoryTab(type("Service", (), {"db": db, "reader": Store(db)})())
     with gr.Blocks():
         tab.create_ui()
     tab.PREFETCH_AFTER_S = 0.0
@@ -577,9 +579,9 @@ def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
 
     from types import SimpleNamespace
 
-    from parity_ui.store.runs import open_db
+    from parity_ui.store import Store
 
-    service = SimpleNamespace(reader=open_db(tmp_path / "runs.db"))
+    service = SimpleNamespace(reader=Store.open(tmp_path / "runs.db"))
     tab = CompareTab(service, RunGate(service))
     with gr.Blocks():
         tab.create_ui()

@@ -63,7 +63,7 @@ def _tab(cls, runner):
 # -- the report's histograms, pooled with the figures -----------------------------------------------
 
 def test_histograms_are_pooled_with_the_figures_stored_and_old_reports_still_read(runner):
-    w = store.get_run(runner.reader, runner.stored.id, prompts=[]).workload
+    w = store.get_run(runner.db, runner.stored.id, prompts=[]).workload
     b, c, floor = w.sides["b"], w.sides["c"], w.floor_figures
     assert b.hist.total == b.stats.tokens.pairs == N * 5  # the same scorable pairs, up to each fork
     assert b.hist.zero == 0 and sum(b.hist.counts) == b.hist.total
@@ -80,7 +80,7 @@ def test_histograms_are_pooled_with_the_figures_stored_and_old_reports_still_rea
 # -- the view's parts -------------------------------------------------------------------------------
 
 def test_the_card_gives_the_headline_and_each_sides_verdict_with_the_figures_over_the_floor(runner):
-    run = store.get_run(runner.reader, runner.stored.id, prompts=[])
+    run = store.get_run(runner.db, runner.stored.id, prompts=[])
     html = workload_card_html(run)
     assert run.workload.headline in html and "EXCEEDS NOISE" in html
     b = re.search(r'<div class="wl-verdict div" data-side="b".*?</table>', html).group(0)
@@ -90,8 +90,8 @@ def test_the_card_gives_the_headline_and_each_sides_verdict_with_the_figures_ove
 
 
 def test_the_prompt_table_has_a_row_per_prompt_with_sortable_values(runner):
-    rows = prompt_rows(store.pair_rows(runner.reader, runner.stored.id),
-                       store.prompt_excerpts(runner.reader, runner.stored.id))
+    rows = prompt_rows(store.pair_rows(runner.db, runner.stored.id),
+                       store.prompt_excerpts(runner.db, runner.stored.id))
     assert [r.index for r in rows] == list(range(N)) and set(rows[3].pairs) == {"b", "c", "floor"}
     assert rows[3].excerpt == PROMPTS[3].text
     html = prompt_table_html(rows, ["b", "c"], pick="hist", floor="floor")
@@ -104,13 +104,13 @@ def test_the_prompt_table_has_a_row_per_prompt_with_sortable_values(runner):
 
 
 def test_a_huge_workloads_table_lists_its_first_rows_and_says_so(runner):
-    rows = prompt_rows(store.pair_rows(runner.reader, runner.stored.id), {})
+    rows = prompt_rows(store.pair_rows(runner.db, runner.stored.id), {})
     html = prompt_table_html(rows, ["b", "c"], limit=10)
     assert html.count("<tr data-i=") == 10 and f"the first 10 of {N} prompts" in html
 
 
 def test_the_charts_are_inline_svg_for_the_report(runner):
-    run = store.get_run(runner.reader, runner.stored.id, prompts=[])
+    run = store.get_run(runner.db, runner.stored.id, prompts=[])
     surv = survival_svg(run)
     assert surv.startswith("<svg") and surv.count("<polyline") == 3  # b, c and the floor
     b_curve = re.search(r'points="([^"]+)" data-side="b"', surv).group(1).split()
@@ -121,14 +121,14 @@ def test_the_charts_are_inline_svg_for_the_report(runner):
 
 
 def test_the_static_report_opens_with_the_workload_and_shows_only_the_earliest_forks(runner):
-    page = stored_html_report(runner.reader, runner.stored.id)
+    page = stored_html_report(runner.store.for_report(runner.stored.id, workload_report_prompts))
     assert page.startswith("<!doctype html>") and 'class="wl-section"' in page
     assert page.count("<svg class=\"wl-svg\"") == 2 and "wl-figures" in page and page.count("<tr data-i=") == N
-    shown = workload_report_prompts(store.get_run(runner.reader, runner.stored.id, prompts=[]))
+    shown = workload_report_prompts(store.get_run(runner.db, runner.stored.id, prompts=[]))
     assert 1 <= len(shown) <= 8 and page.count('class="pt-root"') == len(shown)
     assert 'src="http' not in page and 'href="http' not in page and 'table class="wl-table" data-pick' not in page
     # html_report on the whole run (no rows): the same section, the same few panes.
-    whole = html_report(store.get_run(runner.reader, runner.stored.id))
+    whole = html_report(store.get_run(runner.db, runner.stored.id))
     assert 'class="wl-section"' in whole and whole.count('class="pt-root"') == len(shown)
 
 
@@ -137,7 +137,7 @@ def test_parity_report_writes_a_workloads_page_from_its_rows(runner, tmp_path, m
     and no other prompt's tokens read."""
     from parity_ui.cli import main
 
-    shown = workload_report_prompts(store.get_run(runner.reader, runner.stored.id, prompts=[]))
+    shown = workload_report_prompts(store.get_run(runner.db, runner.stored.id, prompts=[]))
     real = store.get_run
 
     def few_prompts(db, run_id, prompts=None):
@@ -184,9 +184,9 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
 def test_history_lists_a_workload_with_its_headline(runner):
     from parity_ui.ui.history_tab import history_rows
 
-    (row,) = [r for r in history_rows(runner.reader) if r[0] == runner.stored.id]
+    (row,) = [r for r in history_rows(runner.store) if r[0] == runner.stored.id]
     assert row[6] == f"workload: {runner.stored.workload.headline}"
-    assert store.list_runs(runner.reader)[0].headline == runner.stored.workload.headline
+    assert store.list_runs(runner.db)[0].headline == runner.stored.workload.headline
 
 
 # -- uploads on the Compare tab ---------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_a_refused_workload_is_stored_as_an_error_run_and_the_tab_keeps_working(
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 6, broken_at=2), WorkloadPick())[tab.workload]
     cfg = build_config(None, ["max_new_tokens=6"], sides=SIDES[:2]).to_yaml()
     (last,) = list(tab.run(model, False, "", None, cfg, None, pick))
-    run = store.get_run(runner.reader, last[tab.run_id], prompts=[])
+    run = store.get_run(runner.db, last[tab.run_id], prompts=[])
     assert run.status == "error" and run.kind == "workload" and "w.jsonl line 3" in run.error
     assert "Run failed" in last[tab.view.summary] and "Fix:" in last[tab.view.summary]
     assert tab.wview.show(run.id)[tab.wview.box].visible is False  # no report: the plain error view
@@ -269,7 +269,7 @@ def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the
     assert progress and all(set(u) == {tab.progress} for u in updates[1:-1])  # no token panes to send
     assert any(re.search(r"\d+/20 prompts done, [\d.]+ prompts/s, about .* left", p) for p in progress), progress[-1]
     last = updates[-1]
-    run = store.get_run(runner.reader, last[tab.run_id], prompts=[])
+    run = store.get_run(runner.db, last[tab.run_id], prompts=[])
     assert run.kind == "workload" and run.status == "diverged" and run.workload.n_prompts == 20
     assert run.workload.floor.change == "order" and run.workload.options.source["path"] == "w.jsonl"
     assert run.workload.options.source["description"] == "all 20 prompts from w.jsonl (field 'prompt')"
@@ -304,7 +304,7 @@ def test_stop_keeps_the_finished_prompts_and_resume_goes_on_from_the_view(runner
     assert any(re.search(r"resuming run \w+: \d+ of 24 prompts are done", p) for p in said)
     final = updates[-1]
     assert final[wv.resume_btn].visible is False and final[wv.table].count("<tr data-i=") == N
-    assert store.get_run(runner.reader, run.id, prompts=[]).status == "ok"
+    assert store.get_run(runner.db, run.id, prompts=[]).status == "ok"
     again = list(wv.resume(run.id))[-1]
     assert "Nothing to resume" in again[wv.progress] and "finished every prompt" in again[wv.progress]
 

@@ -1,7 +1,8 @@
 """What the commands built on the service need from it: the two contexts, preparation and the
-database. parity_ui.service.ParityService is the one implementation; the commands (a comparison, a
-workload, a probe, a layer localisation, a bisect, a gate) take any object with this shape, so they
-sit below the service and the service may call them without an import running back up.
+store (parity_ui.store.Store: every read and write they make, by name; no Database, no SQL).
+parity_ui.service.ParityService is the one implementation; the commands (a comparison, a workload, a
+probe, a layer localisation, a bisect, a gate) take any object with this shape, so they sit below
+the service and the service may call them without an import running back up.
 """
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
-
     from ..core.requests import InputCheck
     from ..run.pipeline import Loaded, Sides
     from ..run.plan import Prepared, RunRequest, SidePlan
@@ -19,10 +18,11 @@ if TYPE_CHECKING:
     from ..core.runlog import EventCallback
     from ..core.types import Finding, Run
     from ..run.workers import EnginePool
+    from ..store import Store
 
 
 class Service(Protocol):
-    db: Database
+    store: Store
     db_path: str | None
     pool: EnginePool
 

@@ -138,24 +138,19 @@ def workload_report_prompts(run: Run, n: int = WORKLOAD_PANES) -> list[int]:
     return out or ([0] if w.done else [])  # nothing forked: the first prompt, as a sample
 
 
-def stored_html_report(db: Any, run_id: str) -> str | None:
-    """The static report of a stored run, read for it: a workload's header, its prompt rows and the
-    few prompts whose panes it shows (not every prompt's tokens); any other run whole. None when
-    there is no such run."""
-    from ..store.runs import get_run, image_bytes, localisations_of, pair_rows, prompt_excerpts
-
-    run = get_run(db, run_id, prompts=[])
-    if run is None:
+def stored_html_report(stored: Any) -> str | None:
+    """The static report of a stored run from what the store read for it
+    (parity_ui.store.Store.for_report(run_id, workload_report_prompts): a workload's header, its
+    prompt rows and the few prompts whose panes it shows; any other run whole). None for None (no
+    such run). Reads nothing itself."""
+    if stored is None:
         return None
     rows = None
-    if run.workload is not None:
+    if stored.pairs is not None:
         from .workload import prompt_rows
 
-        run = get_run(db, run_id, prompts=workload_report_prompts(run)) or run
-        rows = prompt_rows(pair_rows(db, run_id), prompt_excerpts(db, run_id))
-    else:
-        run = get_run(db, run_id) or run
-    return html_report(run, localisations_of(db, run_id), lambda sha: image_bytes(db, sha), rows=rows)
+        rows = prompt_rows(stored.pairs, stored.excerpts or {})
+    return html_report(stored.run, stored.localisations, stored.images, rows=rows)
 
 
 def html_report(run: Run, localisations: list[Localisation] | None = None, images: Any = None,

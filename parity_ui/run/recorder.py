@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -23,7 +22,9 @@ from ..core.errors import CancelledError, ParityError
 from .plan import Prepared, SidePlan
 from ..inputs.prompts import PromptTokenizer
 from ..core.runlog import EventCallback, RunEvent, finish, record_failure, this_owner
+from ..core.pooled import PairSample
 from ..store.runs import save_comparisons, save_images, save_prompt_rows, save_run_row, save_side_result
+from ..store.workloads import save_chunk
 from ..core.types import EngineInfo, PromptResult, Run, SideInfo, SideResult, StepColumns, TokenStep
 
 FLUSH_S = 3.0  # store the tokens streamed so far at most this often while generating
@@ -58,11 +59,12 @@ class RunRecorder:
         self._earlier_ms = self.run.duration_ms or 0
         self.save_header()
 
-    @contextmanager
-    def transaction(self) -> Iterator[Database]:
-        """Rows a command writes itself (a workload's chunk), in one transaction with the recorder's writes."""
+    def keep_chunk(self, results: list[SideResult], prompts: list[PromptResult],
+                   samples: dict[str, list[PairSample]]) -> None:
+        """A workload chunk's rows (its results, its prompts' comparisons, its pair samples), in one
+        transaction that none of the recorder's own writes interleaves."""
         with self._write, self.db.atomic():
-            yield self.db
+            save_chunk(self.db, self.run.id, results, prompts, samples)
 
     def save_header(self) -> None:
         """The run's own row: status, figures, sides, warnings, timings."""

@@ -194,6 +194,19 @@ def m007_bisect(db: Database) -> None:
     db["runs"].add_column("bisect_json", str)
 
 
+@migrations()
+def m008_gate(db: Database) -> None:
+    """The gate's tables (parity_ui.store.checks): a check's results (`gate_checks`) and one row per
+    case (`gate_cases`, what "baseline: last-pass" looks up). A file the gate used before they joined
+    this list has them already (from the gate's own migration set), hence "if not exists"."""
+    db["gate_checks"].create({"run_id": str, "group_id": str, "datetime_utc": str, "spec_path": str,
+                              "exit_code": int, "result_json": str}, pk="run_id", if_not_exists=True)
+    db["gate_cases"].create({"check_run_id": str, "case_name": str, "datetime_utc": str, "model": str,
+                             "model_path": str, "content_hash": str, "run_id": str, "control_run_id": str,
+                             "status": str, "passed": int}, pk=("check_run_id", "case_name"), if_not_exists=True)
+    db["gate_cases"].create_index(["case_name", "passed", "datetime_utc"], if_not_exists=True)
+
+
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
 
 
@@ -581,5 +594,31 @@ def distinct_models(db: Database) -> list[str]:
     return [r["model"] for r in db.query("SELECT DISTINCT model FROM runs ORDER BY model")]
 
 
+@dataclass(frozen=True)
+class RunState:
+    """What a stored run's own row says of how far it got: a view built from a run is built again
+    when this changes (a stopped workload resumed, here or by the CLI)."""
+    status: str
+    duration_ms: int | None
+    headline: str | None
+
+
+def run_state(db: Database, run_id: str) -> RunState | None:
+    """The run's status, duration and headline (one read of its row), or None for no such run."""
+    row = db.execute("SELECT status, duration_ms, headline FROM runs WHERE id = ?", [run_id]).fetchone()
+    return RunState(*row) if row else None
+
+
+def is_workload(db: Database, run_id: str) -> bool:
+    """Whether the stored run is a workload with a report (one query on the runs row)."""
+    row = db.execute("SELECT kind, workload_json IS NOT NULL FROM runs WHERE id = ?", [run_id]).fetchone()
+    return bool(row and row[0] == "workload" and row[1])
+
+
+def set_headline(db: Database, run_id: str, headline: str) -> None:
+    """The run row's one line for the history list (a check's, written when its cases are judged)."""
+    db.execute("UPDATE runs SET headline = ? WHERE id = ?", [headline, run_id])
+
+
 __all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "pair_rows", "prompt_excerpts", "prompts_done", "get_run", "list_runs",
-           "distinct_models", "RunSummary", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]
+           "distinct_models", "RunSummary", "RunState", "run_state", "is_workload", "set_headline", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]

@@ -470,14 +470,10 @@ class CompareTab:
                    concurrency_id="count")
 
     def _image(self, sha256: str) -> Any:
-        from ..store.runs import image_bytes
-
-        return image_bytes(self.service.reader, sha256)
+        return self.service.reader.image_bytes(sha256)
 
     def _localisations(self, run_id: str) -> list[Any]:
-        from ..store.runs import localisations_of
-
-        return localisations_of(self.service.reader, run_id)
+        return self.service.reader.localisations_of(run_id)
 
     def switch_view(self, run_id: str | None, index: int | None, side: str | None) -> dict[Any, Any]:
         """Another prompt of the batch, or another side against the reference (a workload's prompt

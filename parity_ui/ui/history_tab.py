@@ -16,13 +16,12 @@ from typing import Any
 
 import gradio as gr
 
-from ..store.runs import distinct_models, get_run, image_bytes, list_runs, localisations_of
 from ..core.types import Run
 from .recent import Recent
 from ..commands.which_setting import bisect_lines
 from .result_view import ResultView, pane_details
 from .which_setting_view import WhichSettingView, bisect_result_html
-from .workload_view import WorkloadView, is_workload
+from .workload_view import WorkloadView
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
 PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
@@ -44,13 +43,13 @@ def _result(r: Any, bisects: dict[str, str]) -> str:
     return f"diverged at token {r.first_divergence}"
 
 
-def history_rows(db: Any, search: str = "", model: str | None = None, status: str | None = None,
+def history_rows(store: Any, search: str = "", model: str | None = None, status: str | None = None,
                  period: str = "any time", limit: int = 500) -> list[list[Any]]:
     days = PERIODS.get(period)
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
-    runs = list_runs(db, search=search or None, model=model or None, status=status or None, since=since,
-                     limit=limit)
-    bisects = bisect_lines(db, [r.id for r in runs if r.kind == "bisect"])
+    runs = store.list_runs(search=search or None, model=model or None, status=status or None, since=since,
+                           limit=limit)
+    bisects = bisect_lines(store.db, [r.id for r in runs if r.kind == "bisect"])
     return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status,
              _result(r, bisects), r.prompt_excerpt] for r in runs]
 
@@ -71,13 +70,14 @@ class HistoryTab:
         self._opens_lock = threading.Lock()
         self._opened_at = -1e9  # time.monotonic() of the last open: a read ahead near it stands down
         self._opening = 0  # opens under way (handlers run in threads): a read ahead stands down meanwhile
-        self.view = ResultView("hist", localisations=lambda run_id: localisations_of(self.db, run_id),
-                               images=lambda sha: image_bytes(self.db, sha))
+        self.view = ResultView("hist", localisations=lambda run_id: self.store.localisations_of(run_id),
+                               images=lambda sha: self.store.image_bytes(sha))
         self.wview = WorkloadView("hist", service, self.gate, self.view)
         self.which = WhichSettingView("hist", service, self.gate)
 
     @property
-    def db(self) -> Any:
+    def store(self) -> Any:
+        """The store the service hands out (the app's runner: one per handler thread)."""
         return self.service.reader
 
     def create_ui(self) -> None:
@@ -105,8 +105,8 @@ class HistoryTab:
     # -- handlers ------------------------------------------------------------------------------
 
     def refresh(self, search: str, model: str | None, status: str | None, period: str) -> dict[Any, Any]:
-        models = distinct_models(self.db)
-        rows = history_rows(self.db, search, model, status, period)
+        models = self.store.distinct_models()
+        rows = history_rows(self.store, search, model, status, period)
         newest = next((r[0] for r in rows if r[5] != "running"), None)
         if newest is not None:
             threading.Thread(target=self.prefetch, args=(newest, time.monotonic()), name="parity-prefetch",
@@ -158,9 +158,9 @@ class HistoryTab:
             return None
 
         def read() -> Run | None:
-            if is_workload(self.db, run_id):
-                return get_run(self.db, run_id, prompts=[])
-            return get_run(self.db, run_id)
+            if self.store.is_workload(run_id):
+                return self.store.get_run(run_id, prompts=[])
+            return self.store.get_run(run_id)
 
         def keep(run: Run | None) -> bool:  # a stopped workload may be resumed: its header changes
             if run is None:
@@ -229,12 +229,14 @@ class HistoryTab:
         return gr.File(value=str(out), visible=True)
 
     def report(self, run_id: str) -> Any:
-        from ..render.report import html_report, stored_html_report
+        from ..render.report import html_report, stored_html_report, workload_report_prompts
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-report-")) / f"parity-run-{run.id}.html"
-        page = stored_html_report(self.db, run.id) if run.workload is not None else \
-            html_report(run, localisations_of(self.db, run.id), lambda sha: image_bytes(self.db, sha))
+        if run.workload is not None:
+            page = stored_html_report(self.store.for_report(run.id, workload_report_prompts))
+        else:
+            page = html_report(run, self.store.localisations_of(run.id), self.store.image_bytes)
         out.write_text(page, encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 

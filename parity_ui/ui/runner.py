@@ -1,9 +1,10 @@
 """The app's one service, shared by every browser session (the sides' engines are one machine's
-worth): a ParityService plus the one thing the app needs besides, a read connection per handler
-thread.
+worth): a ParityService plus the one thing the app needs besides, a store on a read connection per
+handler thread.
 
-Runs are serialised by the service's own lock and written through its connection. The History
-tab reads through one connection per handler thread: with WAL, reads never wait for a run's write.
+Runs are serialised by the service's own lock and written through its store. The History tab and
+the views read through `reader`, one connection per handler thread: with WAL, reads never wait for
+a run's write.
 """
 from __future__ import annotations
 
@@ -20,10 +21,9 @@ class AppService(ParityService):
 
     @property
     def reader(self) -> Any:
-        """A read connection for the calling thread (WAL: reads never wait for a run's write)."""
-        from ..store.runs import open_db
-
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = self._local.db = open_db(self.db_path)
-        return db
+        """The store (parity_ui.store.Store) on the calling thread's read connection (an in-memory
+        database's own store)."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = self.store.another()
+        return store

@@ -18,7 +18,6 @@ import gradio as gr
 from ..core.errors import ParityError
 from ..render import cards
 from ..render.report_parts import bisect_html
-from ..store.runs import get_run
 from ..core.types import Run
 from ..commands.which_setting import DEFAULT_PROMPTS, MAX_PROMPTS, bisect_choice, latest_bisect, pair_value, parse_pair
 from .live import BisectLive, follow
@@ -49,7 +48,7 @@ class WhichSettingView:
 
     @property
     def db(self) -> Any:
-        return self.runner.reader
+        return self.runner.reader.db  # the bisect's reads take a Database until they move into the store
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -131,7 +130,7 @@ class WhichSettingView:
                     return
                 out = {self.progress: live.progress()}
                 if live.take_changed() and live.bisect_id:  # a trial was stored: its row joins the table
-                    so_far = get_run(self.db, live.bisect_id, prompts=[])
+                    so_far = self.runner.reader.get_run(live.bisect_id, prompts=[])
                     if so_far is not None and so_far.bisect is not None:
                         out[self.result] = bisect_html(so_far)
                 yield out

@@ -23,7 +23,6 @@ from ..core.errors import ParityError
 from ..render import cards
 from ..render.workload import PromptRow, figures_table_html, prompt_rows, prompt_table_html, resumable, \
     workload_card_html
-from ..store.runs import get_run, pair_rows, prompt_excerpts
 from ..core.types import Run
 from . import plots
 from .live import WorkloadLive, follow
@@ -40,23 +39,18 @@ class WorkloadData:
     rows: list[PromptRow]
 
 
-def read_workload(db: Any, run_id: str) -> WorkloadData | None:
-    """The stored workload's header and prompt rows; None when there is no such run or it is not a
-    workload with a report (a workload that failed before it started has none: a plain error run)."""
-    run = get_run(db, run_id, prompts=[])
+def read_workload(store: Any, run_id: str) -> WorkloadData | None:
+    """The stored workload's header and prompt rows (through the store the runner hands out); None
+    when there is no such run or it is not a workload with a report (a workload that failed before
+    it started has none: a plain error run)."""
+    run = store.get_run(run_id, prompts=[])
     if run is None or run.workload is None:
         return None
-    return WorkloadData(run, prompt_rows(pair_rows(db, run_id), prompt_excerpts(db, run_id)))
-
-
-def is_workload(db: Any, run_id: str) -> bool:
-    """Whether the stored run is a workload with a report (one query on the runs row)."""
-    row = db.execute("SELECT kind, workload_json IS NOT NULL FROM runs WHERE id = ?", [run_id]).fetchone()
-    return bool(row and row[0] == "workload" and row[1])
+    return WorkloadData(run, prompt_rows(store.pair_rows(run_id), store.prompt_excerpts(run_id)))
 
 
 def prompt_view(run: Run) -> Run:
-    """A workload's prompt read alone (store.get_run(db, id, prompts=[i])), as the token view shows
+    """A workload's prompt read alone (Store.get_run(id, prompts=[i])), as the token view shows
     it: judged by its own comparisons, not by the workload's pooled figures."""
     div = any(not c.identical for p in run.prompts for c in p.comparisons)
     status = ("diverged" if div else "ok") if run.status in ("ok", "diverged", "cancelled", "error", "interrupted") \
@@ -64,13 +58,13 @@ def prompt_view(run: Run) -> Run:
     return dataclasses.replace(run, workload=None, status=status, error=None, error_code=None)
 
 
-def read_for_view(db: Any, run_id: str, prompt_index: int) -> Run | None:
+def read_for_view(store: Any, run_id: str, prompt_index: int) -> Run | None:
     """The run a token view shows: a workload's prompt `prompt_index` alone (prompt_view), any other
     run whole."""
-    if is_workload(db, run_id):
-        run = get_run(db, run_id, prompts=[int(prompt_index)])
+    if store.is_workload(run_id):
+        run = store.get_run(run_id, prompts=[int(prompt_index)])
         return prompt_view(run) if run is not None and run.prompts else None
-    return get_run(db, run_id)
+    return store.get_run(run_id)
 
 
 class WorkloadView:
@@ -86,7 +80,7 @@ class WorkloadView:
         self._prompts = Recent(self.KEEP)  # prompt runs read alone, by (run id, index)
 
     @property
-    def db(self) -> Any:
+    def store(self) -> Any:
         return self.runner.reader
 
     # -- layout ---------------------------------------------------------------------------------
@@ -132,12 +126,12 @@ class WorkloadView:
         """The view's parts (HTML and figures) of a stored workload, built once per stored state (a
         stopped workload resumed, here or by the CLI, is built again); None when `run_id` is not a
         workload with a report."""
-        row = self.db.execute("SELECT status, duration_ms, headline FROM runs WHERE id = ?", [run_id]).fetchone()
-        if row is None:
+        state = self.store.run_state(run_id)
+        if state is None:
             return None
 
         def build() -> dict[str, Any] | None:
-            data = read_workload(self.db, run_id)
+            data = read_workload(self.store, run_id)
             if data is None:
                 return None
             run, w = data.run, data.run.workload
@@ -147,7 +141,7 @@ class WorkloadView:
                     "figures": figures_table_html(w),
                     "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor)}
 
-        return self.built.get((run_id, tuple(row), reveal), build,
+        return self.built.get((run_id, state, reveal), build,
                               keep=lambda parts: parts is not None and parts["run"].status != "running")
 
     def values(self, run_id: str | None, reveal: bool = False) -> dict[Any, Any]:
@@ -174,7 +168,7 @@ class WorkloadView:
     def prompt_run(self, run_id: str, index: int) -> Run | None:
         """The workload's prompt `index` read alone, as the token view shows it (kept while recent)."""
         def read() -> Run | None:
-            run = get_run(self.db, run_id, prompts=[index])
+            run = self.store.get_run(run_id, prompts=[index])
             done = run is not None and run.prompts and run.prompts[0].results
             return prompt_view(run) if done else None
 

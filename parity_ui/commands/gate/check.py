@@ -7,7 +7,8 @@ Two steps, so that bad input costs nothing:
   run's model and prompts, the interpreters) for the cases selected, and raises SpecError listing
   every problem with its case and line. No run is stored and no output is written then.
 - `run_check` runs them. A case whose run fails is an error (exit 2) but the other cases still run;
-  the check itself is stored as a run of kind "check" with the results (parity_ui.commands.gate.record).
+  the check itself is stored as a run of kind "check" with the results (parity_ui.store.checks,
+  through the service's store).
 """
 from __future__ import annotations
 
@@ -21,11 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...core.config import ParityConfig, apply_overrides, config_from_dict, set_key
 from ...core.errors import ConfigError, ParityError, PromptError
 from ...inputs.prompts import PromptSpec
-from ...store.runs import get_run, new_run_id
+from ...store.runs import new_run_id
 from ...core.workload_record import WorkloadOptions, WorkloadReport
 from ...inputs.workload_source import load_workload, prompts_hash
 from .judge import Outcome, corridor, judge
-from .record import last_pass, save_check
 from .spec import LAST_PASS, CaseSpec, GateSpec, Problem, SpecError
 
 if TYPE_CHECKING:
@@ -283,13 +283,13 @@ def _baseline(service: Service, case: CaseSpec, model: str, model_path: str, con
               sides: list[str], bad: Callable[..., None]) -> Baseline | None:
     b = case.baseline
     if b.run == LAST_PASS:
-        run_id = last_pass(service.db, case.name, (case.model, model, model_path), content_hash)
+        run_id = service.store.last_pass(case.name, (case.model, model, model_path), content_hash)
         if run_id is None:
             return Baseline(None, None, f"no passing run of case {case.name} on this model and these prompts yet: "
                                         "this run starts the corridor")
     else:
         run_id = b.run
-    stored = get_run(service.db, run_id, prompts=[])
+    stored = service.store.get_run(run_id, prompts=[])
     if stored is None:
         bad(b.line, f"baseline run {run_id!r} does not exist in this database",
             "list the ids with 'parity runs list' (and pass --db where the runs are), or use run: last-pass")
@@ -347,7 +347,7 @@ def run_check(service: Service, spec: GateSpec, cases: list[PreparedCase], *, sa
     rows = [{"case_name": c.name, "model": c.model, "model_path": p.model_path, "content_hash": p.source["content_hash"],
              "run_id": c.run_id, "control_run_id": c.control.run_id if c.control else None, "status": c.status,
              "passed": int(c.thresholds_passed)} for c, p in zip(results, cases)]
-    save_check(service.db, check.run_id, group, check.created_utc, spec.path, check.exit_code, check.to_dict(), rows)
+    service.store.save_check(check.run_id, group, check.created_utc, spec.path, check.exit_code, check.to_dict(), rows)
     return check
 
 

@@ -7,31 +7,33 @@ a stopped, failed or resumed run reports exactly what is in the database.
 """
 from __future__ import annotations
 
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
-from ...store.runs import pair_samples
 from ...core.pooled import Accumulator, FloorVerdict, compare_to_floor
 from ...core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
 
+if TYPE_CHECKING:
+    from ...store import Store
 
-def side_figures(db: Database, run_id: str, side: str) -> SideFigures:
+
+def side_figures(store: Store, run_id: str, side: str) -> SideFigures:
     """A side's pooled figures and its |dlogp| histogram, in one read of its stored pair samples
     (one prompt at a time); no verdict."""
     acc, hist = Accumulator(), DlogpHistogram()
-    for sample in pair_samples(db, run_id, side):
+    for sample in store.pair_samples(run_id, side):
         acc.add(sample)
         hist.add(sample.logp_side, sample.logp_ref)
     return SideFigures(side, acc.result(), hist=hist)
 
 
-def pooled(db: Database, run_id: str, report: WorkloadReport, sides: list[str]) -> WorkloadReport:
+def pooled(store: Store, run_id: str, report: WorkloadReport, sides: list[str]) -> WorkloadReport:
     """The report with every side's figures (and the floor's) computed from the store, each side
     judged against the floor, and the headline."""
     floor = report.floor.side
-    report.floor_figures = side_figures(db, run_id, floor) if floor else None
+    report.floor_figures = side_figures(store, run_id, floor) if floor else None
     report.sides = {}
     for name in sides:
-        figs = side_figures(db, run_id, name)
+        figs = side_figures(store, run_id, name)
         figs.verdict = compare_to_floor(figs.stats, report.floor_figures.stats) if report.floor_figures else None
         report.sides[name] = figs
     report.headline = headline(report)

@@ -23,7 +23,6 @@ the figures so far; `resume_workload` takes a stopped, failed or interrupted run
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -41,7 +40,6 @@ from ...inputs.prompts import PromptSpec
 from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
-from ...store.runs import get_run, prompts_done, save_comparisons, save_pair_samples, save_side_result
 from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
 from .report import pooled
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
@@ -82,7 +80,7 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
     with the same sides, options and prompts (as given). Raises ParityError when there is nothing to
     resume (no such run, not a workload, already finished, or it is running in another process)."""
     emit = emit or (lambda e: None)
-    stored = get_run(service.db, run_id, prompts=[])
+    stored = service.store.get_run(run_id, prompts=[])
     if stored is None:
         raise ParityError(f"no run with id {run_id!r}", "list the ids with 'parity runs list'")
     if stored.kind != "workload" or stored.workload is None:
@@ -99,7 +97,7 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
     stored.prompts = new_run(run_id, stored.model.name, stored.config, prompts).prompts  # the rows are re-filled
     with service.recording(req.model, req.config.to_dict(), prompts, resume=stored) as rec:
         sides = [s.name for s in stored.sides[1:]]
-        done = prompts_done(service.db, run_id, sides)
+        done = service.store.prompts_done(run_id, sides)
         emit(RunEvent("status", f"resuming run {run_id}: {len(done)} of {report.n_prompts} prompts are done"))
         Workload(service, rec, req, emit).run(done=done)
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
@@ -107,18 +105,9 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
 
 
 def given_prompts(service: Service, run_id: str) -> list[PromptSpec]:
-    """A stored run's prompts as the user gave them (text or messages). Raises ParityError for a run
-    stored before prompts were kept as given, or with image prompts (their bytes are not re-read)."""
-    rows = service.db.query("SELECT idx, given_json FROM prompt_results WHERE run_id = ? ORDER BY idx", [run_id])
-    out = []
-    for r in rows:
-        given = json.loads(r["given_json"]) if r["given_json"] else None
-        if not given or given.get("images"):
-            raise ParityError(f"prompt {r['idx']} of run {run_id} is not stored as given"
-                              + (" (it has images)" if given else " (an older release made the run)"),
-                              "start a new run with the same prompt file")
-        out.append(PromptSpec(text=given.get("text"), messages=given.get("messages")))
-    return out
+    """A stored run's prompts as the user gave them (parity_ui.store.workloads.given_prompts: raises
+    ParityError for prompts not stored as given)."""
+    return service.store.given_prompts(run_id)
 
 
 def check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
@@ -212,7 +201,7 @@ class Workload:
                     self._chunks(sides, todo)
         finally:
             with phase(run, "pool"):  # also after a Stop or a failure: the figures of what finished
-                pooled(self.service.db, run.id, report, [p.name for p in prep.sides[1:]])
+                pooled(self.service.store, run.id, report, [p.name for p in prep.sides[1:]])
                 self.rec.save_header()
         run.status = "ok" if run.identical else "diverged"
 
@@ -302,17 +291,12 @@ class Workload:
                comparisons: dict[int, list[Comparison]], samples: dict[str, list[PairSample]]) -> None:
         """The chunk's rows in one transaction; then its steps leave memory (the store has them)."""
         run = self.rec.run
-        with self.rec.transaction() as db:
-            for by_prompt in results.values():
-                for res in by_prompt.values():
-                    save_side_result(db, run.id, res)
-            for j in chunk:
-                pr = run.prompts[self.prep.kept[j]]
-                pr.comparisons = comparisons[j]
-                save_comparisons(db, run.id, pr)
-                pr.comparisons = []
-            for side, s in samples.items():
-                save_pair_samples(db, run.id, side, s)
+        prompts = [run.prompts[self.prep.kept[j]] for j in chunk]
+        for j, pr in zip(chunk, prompts):
+            pr.comparisons = comparisons[j]
+        self.rec.keep_chunk([res for by_prompt in results.values() for res in by_prompt.values()], prompts, samples)
+        for pr in prompts:
+            pr.comparisons = []
 
 
 def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:

@@ -1,10 +1,10 @@
-"""The gate's own records, next to the runs in the same database.
+"""The gate's records, next to the runs in the same database.
 
 A check is stored as a run of kind "check" (its row in `runs`, so `parity runs list` and the app's
 history show it, with the cases' workload runs under the same group_id) and, in the gate's tables,
 its results per case and threshold as JSON (`gate_checks`) and one row per case (`gate_cases`:
-what "baseline: last-pass" looks up). The gate's tables are its own migration set, so the core
-store's migrations stay as they are.
+what "baseline: last-pass" looks up). The tables are made by the one migration list
+(parity_ui.store.runs, m008_gate), so reading them needs no set-up of its own.
 """
 from __future__ import annotations
 
@@ -12,29 +12,13 @@ import json
 from typing import Any
 
 from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
 
-migrations = Migrations("parity_ui.commands.gate")
-
-
-@migrations()
-def m001_checks(db: Database) -> None:
-    db["gate_checks"].create({"run_id": str, "group_id": str, "datetime_utc": str, "spec_path": str,
-                              "exit_code": int, "result_json": str}, pk="run_id")
-    db["gate_cases"].create({"check_run_id": str, "case_name": str, "datetime_utc": str, "model": str,
-                             "model_path": str, "content_hash": str, "run_id": str, "control_run_id": str,
-                             "status": str, "passed": int}, pk=("check_run_id", "case_name"))
-    db["gate_cases"].create_index(["case_name", "passed", "datetime_utc"])
-
-
-def ensure_tables(db: Database) -> None:
-    migrations.apply(db)
+from .runs import set_headline
 
 
 def save_check(db: Database, run_id: str, group_id: str, created: str, spec_path: str, exit_code: int,
                result: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    """The check's results and its cases' rows, in one transaction."""
-    ensure_tables(db)
+    """The check's results, its cases' rows and its run's headline, in one transaction."""
     with db.atomic():
         db["gate_checks"].insert({"run_id": run_id, "group_id": group_id, "datetime_utc": created,
                                   "spec_path": spec_path, "exit_code": exit_code,
@@ -44,12 +28,11 @@ def save_check(db: Database, run_id: str, group_id: str, created: str, spec_path
                                     pk=("check_run_id", "case_name"), replace=True)
         headline = result.get("headline")
         if headline:  # the history list's one line (the run row's own headline column)
-            db.execute("UPDATE runs SET headline = ? WHERE id = ?", [headline, run_id])
+            set_headline(db, run_id, headline)
 
 
 def check_result(db: Database, run_id: str) -> dict[str, Any] | None:
     """A stored check's results (the JSON save_check wrote), or None."""
-    ensure_tables(db)
     rows = list(db.query("SELECT result_json FROM gate_checks WHERE run_id = ?", [run_id]))
     return json.loads(rows[0]["result_json"]) if rows else None
 
@@ -57,7 +40,6 @@ def check_result(db: Database, run_id: str) -> dict[str, Any] | None:
 def last_pass(db: Database, case: str, models: tuple[str, ...], content_hash: str) -> str | None:
     """The workload run of the newest passing check of `case` on one of `models` (as given or its
     path) with the same prompts (content hash), or None."""
-    ensure_tables(db)
     marks = ", ".join("?" * len(models))
     rows = list(db.query(
         f"SELECT run_id FROM gate_cases WHERE case_name = ? AND passed = 1 AND content_hash = ? "

@@ -1,0 +1,134 @@
+"""The store's face: one `Store` object, holding the run database, with the named reads and writes the
+commands and the app make. The commands take it from the service (parity_ui.commands.service_api:
+`store`), the app from its runner; neither holds a Database or writes SQL.
+
+Why an object rather than functions over a Database (as simonw/llm passes `db` to
+`Response.log_to_db`): llm's callers are its own CLI and domain objects, all inside the package that
+owns the schema. Here the callers sit in other layers (commands, the app) that may not import the
+store (the app may not, by its folder rule): a Store handed to them by the service is the only door
+they see, and its methods are the whole list of what they may read or write. The functions over a
+Database stay the implementation (parity_ui.store.runs, .workloads, .checks), as llm keeps them:
+the recorder writes through them inside its own transaction, and tests use them on a bare file.
+Each method is one call into them, looked up when called (a test may replace a function).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from sqlite_utils import Database
+
+from ..core.pooled import PairSample
+from ..core.types import Localisation, Run
+from ..inputs.prompts import PromptSpec
+from . import checks, runs, workloads
+
+
+@dataclass
+class StoredReport:
+    """What a static report of a stored run shows, read for it (Store.for_report): the run (a
+    workload's header and only the prompts whose panes the page shows; any other run whole), a
+    workload's pair rows and prompt excerpts (its prompt table; None for another kind of run), the
+    run's localisations and its images by content hash."""
+    run: Run
+    localisations: list[Localisation]
+    images: Callable[[str], tuple[bytes, str] | None]
+    pairs: list[dict[str, Any]] | None = None
+    excerpts: dict[int, str] | None = None
+
+
+class Store:
+    """The run database's named reads and writes. Not thread-safe beyond SQLite's own rules: the
+    app keeps one Store per thread (`another()`), the service one for its commands."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    @classmethod
+    def open(cls, path: str | Path | None = None) -> Store:
+        """Open (creating and migrating) the file at `path` (default $PARITY_DB, else ./runs.db)."""
+        return cls(runs.open_db(path))
+
+    def another(self) -> Store:
+        """A Store on its own connection to the same file (a thread's reads; WAL: never waiting for a
+        write). An in-memory database has no second connection: the same Store."""
+        path = self.db.execute("PRAGMA database_list").fetchone()[2]
+        return Store(runs.open_db(path)) if path else self
+
+    # -- runs -----------------------------------------------------------------------------------------
+
+    def get_run(self, run_id: str, prompts: list[int] | None = None) -> Run | None:
+        """The stored run, or None; `prompts`: only these prompts' rows (runs.get_run)."""
+        return runs.get_run(self.db, run_id, prompts=prompts)
+
+    def list_runs(self, **filters: Any) -> list[runs.RunSummary]:
+        """Newest first, filtered as runs.list_runs."""
+        return runs.list_runs(self.db, **filters)
+
+    def distinct_models(self) -> list[str]:
+        return runs.distinct_models(self.db)
+
+    def run_state(self, run_id: str) -> runs.RunState | None:
+        """The run row's status, duration and headline (one read), or None."""
+        return runs.run_state(self.db, run_id)
+
+    def is_workload(self, run_id: str) -> bool:
+        """Whether the run is a workload with a report (one read of its row)."""
+        return runs.is_workload(self.db, run_id)
+
+    def image_bytes(self, sha256: str) -> tuple[bytes, str] | None:
+        return runs.image_bytes(self.db, sha256)
+
+    def localisations_of(self, run_id: str) -> list[Localisation]:
+        return runs.localisations_of(self.db, run_id)
+
+    def save_localisation(self, loc: Localisation) -> Localisation:
+        """Store a layer localisation with its run; fills its id and time."""
+        return runs.save_localisation(self.db, loc)
+
+    # -- workloads ------------------------------------------------------------------------------------
+
+    def pair_rows(self, run_id: str) -> list[dict[str, Any]]:
+        """Every (prompt, side) of a workload without its logprobs (a prompt table's rows)."""
+        return runs.pair_rows(self.db, run_id)
+
+    def prompt_excerpts(self, run_id: str) -> dict[int, str]:
+        return runs.prompt_excerpts(self.db, run_id)
+
+    def pair_samples(self, run_id: str, side: str) -> Iterator[PairSample]:
+        """A side's stored samples, one prompt at a time (what the pooled figures are computed from)."""
+        return runs.pair_samples(self.db, run_id, side)
+
+    def prompts_done(self, run_id: str, sides: list[str]) -> set[int]:
+        return runs.prompts_done(self.db, run_id, sides)
+
+    def given_prompts(self, run_id: str) -> list[PromptSpec]:
+        """The run's prompts as the user gave them; raises ParityError where they were not kept."""
+        return workloads.given_prompts(self.db, run_id)
+
+    def for_report(self, run_id: str, panes: Callable[[Run], list[int]]) -> StoredReport | None:
+        """The reads of a static report (parity_ui.render.report.stored_html_report): a workload's
+        header, its prompt rows and the prompts `panes(header)` picks, not every prompt's tokens;
+        any other run whole. None when there is no such run."""
+        run = self.get_run(run_id, prompts=[])
+        if run is None:
+            return None
+        if run.workload is None:
+            return StoredReport(self.get_run(run_id) or run, self.localisations_of(run_id), self.image_bytes)
+        return StoredReport(self.get_run(run_id, prompts=panes(run)) or run, self.localisations_of(run_id),
+                            self.image_bytes, self.pair_rows(run_id), self.prompt_excerpts(run_id))
+
+    # -- the gate's checks ----------------------------------------------------------------------------
+
+    def save_check(self, run_id: str, group_id: str, created: str, spec_path: str, exit_code: int,
+                   result: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+        """A check's results, its cases' rows and its run's headline, in one transaction."""
+        checks.save_check(self.db, run_id, group_id, created, spec_path, exit_code, result, cases)
+
+    def check_result(self, run_id: str) -> dict[str, Any] | None:
+        return checks.check_result(self.db, run_id)
+
+    def last_pass(self, case: str, models: tuple[str, ...], content_hash: str) -> str | None:
+        """The workload run of the newest passing check of `case` on one of `models` with these prompts."""
+        return checks.last_pass(self.db, case, models, content_hash)
