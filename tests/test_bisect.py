@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from fake_engine import fake_model, fake_service, registered
-from parity_ui.commands.bisect_search import BisectRequest, bisect_run, bisects_of, check_flip, differences
+from parity_ui.commands.setting_bisect import BisectRequest, bisect_run
+from parity_ui.core.bisect_factors import check_flip, differences
 from parity_ui.core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
                                      NOT_APPLIED, NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, Factor, report_from_json)
 from parity_ui.cli import main
@@ -20,6 +21,7 @@ from parity_ui.analysis.ddmin import best_case_trials, ddmin, split, worst_case_
 from parity_ui.core.errors import ParityError
 from parity_ui.run.prepare import RunRequest
 from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.bisects import bisects_of
 from parity_ui.store.runs import get_run, list_runs
 from parity_ui.core.types import ModelInfo, SideInfo
 
@@ -358,4 +360,4 @@ def test_the_cli_prints_the_table_exits_by_the_answer_and_writes_the_report(serv
     # What the app calls: the service's door, and a run's bisects for its history view.
     again = service.bisect(engine.id, ("ref", "b"), prompts=2)
     assert again.kind == "bisect" and again.bisect.outcome == ENGINE
-    assert [x.id for x in bisects_of(service, engine.id)] == [again.id, bisect_id]
+    assert [x.id for x in bisects_of(service.db, engine.id)] == [again.id, bisect_id]

@@ -1,4 +1,4 @@
-"""Which setting? in the app: which pairs of a stored run's sides a bisect (parity_ui.commands.bisect_search) can start
+"""Which setting? in the app: which pairs of a stored run's sides a bisect (parity_ui.commands.setting_bisect) can start
 from, the request checked before anything runs, and the bisects stored for a run.
 
 A pair differs when its side left the reference: in a comparison, tokens not identical on some
@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bisect_search import DEFAULT_PROMPTS, KIND, MAX_PROMPTS, TRIAL_KIND
+from ..core.bisect_record import KIND, TRIAL_KIND
 from ..core.errors import ParityError
-from ..store.runs import get_run
 from ..core.types import Run
+from ..store import bisects
+from ..store.runs import get_run
+from .setting_bisect import DEFAULT_PROMPTS, MAX_PROMPTS
 
 BISECTABLE_KINDS = ("compare", "workload")
 
@@ -68,8 +70,7 @@ def _differing_sides(db: Any, run: Run) -> list[str]:
             if v == "exceeds noise" or (v != "within noise" and seq.n and seq.identical < seq.n):
                 out.append(name)
     else:
-        out = [r["b"] for r in db.query("SELECT DISTINCT b FROM comparisons WHERE run_id = ? AND a = ? "
-                                        "AND identical = 0", [run.id, ref])]
+        out = list(bisects.forked_sides(db, run.id, ref))
     order = [s.name for s in run.sides]
     return sorted((s for s in out if s in order and s != ref), key=order.index)
 
@@ -141,23 +142,16 @@ def checked_request(db: Any, run_id: str, sides: Any = None, prompts: Any = DEFA
 
 def latest_bisect(db: Any, run_id: str) -> Run | None:
     """The newest stored bisect of run `run_id` (its record; its prompts are not read), or None."""
-    row = db.execute("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
-                     "ORDER BY datetime_utc DESC, id DESC LIMIT 1", [KIND, run_id]).fetchone()
-    return get_run(db, row[0], prompts=[]) if row else None
+    return bisects.latest_bisect(db, run_id)
 
 
 def bisect_lines(db: Any, ids: list[str]) -> dict[str, str]:
     """Each listed bisect's one line for a runs table: the pair, the run searched and the answer (or
     its error)."""
-    if not ids:
-        return {}
-    marks = ", ".join("?" * len(ids))
     out = {}
-    for r in db.query("SELECT id, status, error, json_extract(bisect_json, '$.run_id') AS of, "
-                      "json_extract(bisect_json, '$.side') AS side, json_extract(bisect_json, '$.reference') AS ref, "
-                      f"json_extract(bisect_json, '$.summary') AS summary FROM runs WHERE id IN ({marks})", ids):
-        pair = f"{r['side']} vs {r['ref']} of {r['of']}: " if r["of"] else ""
-        answer = r["summary"] if r["status"] in ("ok", "diverged") and r["summary"] else \
-            r["status"] + (f": {r['error']}" if r["error"] else "")
-        out[r["id"]] = f"which setting? {pair}{answer}"
+    for r in bisects.bisect_lines(db, ids):
+        pair = f"{r.side} vs {r.reference} of {r.run_id}: " if r.run_id else ""
+        answer = r.summary if r.status in ("ok", "diverged") and r.summary else \
+            r.status + (f": {r.error}" if r.error else "")
+        out[r.id] = f"which setting? {pair}{answer}"
     return out

@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# The run kinds of a bisect and of its trials (parity_ui.store.bisects reads them back by kind).
+KIND, TRIAL_KIND = "bisect", "bisect-trial"
 # Outcomes of one trial.
 RESTORES, DIVERGES, FAILED = "restores parity", "diverges", "failed"
 # How a flip showed in the trial side's resolved settings.

@@ -46,7 +46,7 @@ class ServiceRunner:
 
     def bisect(self, run_id: str, sides: Any = None, prompts: Any = None,
                on_event: EventCallback | None = None) -> Run:
-        """Which setting? (parity_ui.commands.bisect_search) for a pair of a stored comparison or workload: `sides` one
+        """Which setting? (parity_ui.commands.setting_bisect) for a pair of a stored comparison or workload: `sides` one
         of its pairs that differ (parity_ui.commands.which_setting; None: the reference and the first side that
         differs), on its `prompts` worst prompts (None: 8). Blocking; queues like `run`. Returns the
         stored bisect (kind "bisect"; status ok / diverged / error / cancelled, an error naming its
