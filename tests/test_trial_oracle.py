@@ -52,8 +52,9 @@ def test_forking_at_the_first_token_everywhere_is_outside_any_noise():
     assert v.exceeded[0].startswith("forks at the first token on every prompt (the floor compared 64 tokens)")
 
 
-def test_a_pair_is_exact_only_when_greedy_and_both_sides_resolved_float32():
+def test_a_pair_is_exact_only_when_greedy_both_sides_resolved_float32_and_one_engine():
     assert exact_pair(True, _info(), _info())
+    assert not exact_pair(True, _info("hf"), _info("vllm"))  # other kernels in float32: the floor decides
     assert not exact_pair(False, _info(), _info())  # sampling: no pair is exact
     assert not exact_pair(True, _info(), _info(dtype="bfloat16"))
     assert not exact_pair(True, _info(), None)  # the trial side never loaded

@@ -3,8 +3,9 @@ The `check_logprobs_close` of trials, as a pure function of what the trial measu
 
 Two rules, one per kind of pair:
 
-- an exact pair (greedy, both sides' weights in float32) must be token-identical on
-  every prompt;
+- an exact pair (greedy, both sides' weights in float32, one kind of engine) must be token-identical
+  on every prompt. Across engines (HF against vLLM) float32 runs other kernels on each side, so
+  "identical" is the wrong rule there: the measured floor decides;
 - any other pair must stay within the reference's own noise floor (parity_ui.core.pooled.compare_to_floor:
   every figure at most 1.5x the floor's, the share identical not below it), so a near-tie that flips
   back and forth decides nothing. A side that forks at its first token on every prompt leaves no token
@@ -42,10 +43,10 @@ class TrialVerdict:
 
 
 def exact_pair(greedy: bool, ref: SideInfo | None, trial: SideInfo | None) -> bool:
-    """Whether the pair is exact: a greedy run, both sides' weights resolved as float32."""
+    """Whether the pair is exact: a greedy run, both sides' weights resolved as float32, one kind of engine."""
     if not greedy or ref is None or trial is None:
         return False
-    return all(reported(i, "dtype") == "float32" for i in (ref, trial))
+    return all(reported(i, "dtype") == "float32" for i in (ref, trial)) and ref.kind == trial.kind
 
 
 def judge(side: WorkloadStats, floor: WorkloadStats, *, exact: bool) -> TrialVerdict:
@@ -69,7 +70,8 @@ def judge(side: WorkloadStats, floor: WorkloadStats, *, exact: bool) -> TrialVer
 
 def describe(greedy: bool) -> str:
     """The oracle in one sentence, for the record and the screen."""
-    exact = ("identical tokens on every prompt where the pair is exact (greedy, both sides' weights float32)"
+    exact = ("identical tokens on every prompt where the pair is exact (greedy, both sides' weights float32, "
+             "one kind of engine)"
              if greedy else "(the run samples: no pair is exact)")
     return (f"{exact}; otherwise the trial side within the reference's own noise floor (every figure at most "
             "1.5x the floor's, the share identical not below it, some token compared before the forks), the "

@@ -146,11 +146,8 @@ class Search:
         factors, fixed = differences(self.cfg, self.ref, self.side, self.model, self.service.on_gpu)
         report.fixed = fixed
         if not factors:
-            what = f"only in the engine itself ({fixed[0].reference} vs {fixed[0].side})" if fixed else "in nothing"
-            raise ParityError(f"sides {ref_name} and {side_name} of run {stored.id} differ {what} that parity bisect "
-                              "can flip (options, model folder, interpreter)",
-                              "the run's settings diff shows what differs; to test the engine itself, compare it "
-                              "against a side of the reference's kind with the same options")
+            raise nothing_to_flip(stored.id, ref_name, side_name, fixed)
+        self.by_key = {f.key: f for f in factors}
         self.resolved = resolve(self.model, [], self.service.on_gpu)
         base_key = self._load_key(frozenset())
         for f in factors:
@@ -229,9 +226,11 @@ class Search:
     # -- trials ----------------------------------------------------------------------------------------
 
     def _spec(self, flipped: frozenset) -> SideSpec:
-        """The diverging side with the settings in `flipped` set to the reference's values."""
+        """The diverging side with the settings in `flipped` set to the reference's values (an option only
+        its engine has: to the value its factor names)."""
         spec = self.side
-        opts = {k: getattr(self.ref.options, k) for k in flipped if k not in ("model", "python")}
+        opts = {k: self.by_key[k].reference if self.by_key[k].engine_only else getattr(self.ref.options, k)
+                for k in flipped if k not in ("model", "python")}
         if opts:
             spec = spec.replace(**opts)
         if "model" in flipped:
@@ -421,6 +420,19 @@ class Search:
 
     def _say(self, message: str) -> None:
         self.emit(RunEvent("status", message))
+
+
+def nothing_to_flip(run_id: str, ref: str, side: str, fixed: list) -> ParityError:
+    """The error for a pair with no setting to flip, in plain words (the app says it before the click)."""
+    if fixed:
+        engine = fixed[0]
+        problem = (f"sides {ref} and {side} of run {run_id} differ only in the engine itself ({engine.reference} "
+                   f"vs {engine.side}), which a bisect cannot switch on one side: there is no setting to flip")
+    else:
+        problem = f"sides {ref} and {side} of run {run_id} are set up alike: there is no setting to flip"
+    return ParityError(problem, "the run's settings diff shows what differs; to test the engine itself, compare "
+                                f"{side} against a side of the reference's kind with the same options",
+                       code="bisect-nothing-to-flip")
 
 
 def _names(keys: Any) -> str:

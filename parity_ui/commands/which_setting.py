@@ -3,21 +3,25 @@ from, the request checked before anything runs, and the bisects stored for a run
 
 A pair differs when its side left the reference: in a comparison, tokens not identical on some
 prompt; in a workload, its pooled figures beyond the reference's noise floor (or, without a floor,
-tokens not identical on some prompt). Only such a pair is offered: a pair that agrees has nothing to
-search, and saying so before any trial runs is cheaper than a stored error after two. Reads the store
-only; the bisect itself is the service's (`ServiceRunner.bisect` calls both).
+tokens not identical on some prompt). Only such a pair is offered, and only where the bisect has a
+setting to flip (parity_ui.core.bisect_factors): a pair that agrees has nothing to search, a pair that
+differs only in the engine itself has nothing to flip, and saying so before the click is cheaper than
+a stored error after two trials. Reads the store only; the bisect itself is the service's
+(`ServiceRunner.bisect` calls both).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.bisect_factors import differences
 from ..core.bisect_record import KIND, TRIAL_KIND
+from ..core.config import config_from_dict
 from ..core.errors import ParityError
 from ..core.types import Run
 from ..store import bisects
 from ..store.runs import get_run
-from .setting_bisect import DEFAULT_PROMPTS, MAX_PROMPTS
+from .setting_bisect import DEFAULT_PROMPTS, MAX_PROMPTS, nothing_to_flip
 
 BISECTABLE_KINDS = ("compare", "workload")
 
@@ -34,6 +38,7 @@ class BisectChoice:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     problem: str = ""
     fix: str = ""
+    nothing_to_flip: bool = False  # some pair differs, but only in what a bisect cannot flip (the engine)
 
     @property
     def default(self) -> tuple[str, str] | None:
@@ -75,6 +80,18 @@ def _differing_sides(db: Any, run: Run) -> list[str]:
     return sorted((s for s in out if s in order and s != ref), key=order.index)
 
 
+def _nothing_to_flip(run: Run, ref: str, side: str) -> ParityError | None:
+    """Why a bisect of the pair would find nothing to flip (its error, in plain words), else None. A
+    stored config that no longer reads is left to the bisect, which stores that error with its fix."""
+    try:
+        cfg = config_from_dict(run.config)
+        on_gpu = any(str(s.device).startswith("cuda") for s in run.sides)  # where the run's sides ran
+        factors, fixed = differences(cfg, cfg.side(ref), cfg.side(side), run.model, on_gpu)
+    except Exception:  # noqa: BLE001 - the bisect itself reports why the run cannot be searched
+        return None
+    return None if factors else nothing_to_flip(run.id, ref, side, fixed)
+
+
 def bisect_choice(db: Any, run_id: str) -> BisectChoice:
     """The pairs of run `run_id` a bisect can search (see the module docstring); reads the run's row
     and its comparison flags, no token. An unknown run, a run of another kind, one still running or
@@ -102,8 +119,13 @@ def bisect_choice(db: Any, run_id: str) -> BisectChoice:
         choice.problem = f"run {run.id} has {len(run.sides)} side: a bisect needs two sides that differ"
         choice.fix = "run a comparison with two sides, e.g. the reference and the setup you suspect"
         return choice
-    choice.pairs = [(run.reference, s) for s in _differing_sides(db, run)]
-    if not choice.pairs:
+    differ = [(run.reference, s) for s in _differing_sides(db, run)]
+    unflippable = {pair: e for pair in differ if (e := _nothing_to_flip(run, *pair)) is not None}
+    choice.pairs = [pair for pair in differ if pair not in unflippable]
+    if not choice.pairs and unflippable:
+        e = next(iter(unflippable.values()))
+        choice.problem, choice.fix, choice.nothing_to_flip = e.message, e.fix, True
+    elif not choice.pairs:
         what = "within the reference's noise floor" if run.workload is not None else "token-identical"
         choice.problem = (f"every side of run {run.id} is {what} against the reference {run.reference}: no pair "
                           "differs, so there is no setting to find")

@@ -3,8 +3,11 @@ asked for them, and whether a flipped one showed in a trial side's resolved sett
 
 A factor is what the user can set: an option both sides' kinds have (a side's own value, else the
 run's), the model folder (`model=`) and the interpreter (`python=`, its installed versions as a
-whole). What cannot be flipped (the engine when the kinds differ, with the options only one kind has)
-is one fixed factor. Whether a flip took effect is read in the settings vocabulary of
+whole). When the kinds differ, an option only the side's kind has is a factor too where its kind names
+the value to flip it to (`flip_to` in parity_ui.core.kinds: vLLM's eager mode, no prefix caching, the
+Transformers model code, values that change nothing in its numerics or bring it nearest the other
+engine), marked `engine_only`. What cannot be flipped (the engine itself, with the other options only
+one kind has) is one fixed factor. Whether a flip took effect is read in the settings vocabulary of
 parity_ui.core.settings (OPTION_ROWS, `reported`), the one the engines report in. Pure: no engine, no store.
 """
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .mapping import side_dtype, side_generation_config
 from .settings import option_row, reported
 from .sides import SideSpec
 from .types import ModelInfo, SideInfo
+from .validation import NO_FLIP
 
 __all__ = ["differences", "check_flip", "effective"]
 
@@ -48,11 +52,16 @@ def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelIn
     ref_fields = {f.name for f in dataclasses.fields(rk.options)}
     out: list[Factor] = []
     for f in dataclasses.fields(sk.options):
-        if f.name not in ref_fields:
-            continue
-        rv, sv = (effective(cfg, s, f.name, model, on_gpu) for s in (ref, side))
-        if rv != sv:
-            out.append(Factor(key=f.name, reference=rv, side=sv, resolved_key=option_row(f.name)))
+        sv = effective(cfg, side, f.name, model, on_gpu)
+        if f.name in ref_fields:
+            rv = effective(cfg, ref, f.name, model, on_gpu)
+            if rv != sv:
+                out.append(Factor(key=f.name, reference=rv, side=sv, resolved_key=option_row(f.name)))
+        elif _flip_to(f) is not NO_FLIP and sv != _flip_to(f):
+            out.append(Factor(key=f.name, reference=_flip_to(f), side=sv, resolved_key=option_row(f.name),
+                              engine_only=True,
+                              note=f"only {sk.name} has it ({rk.name} does not): flipped to "
+                                   f"{show_value(_flip_to(f))}, {f.metadata.get('flip_why') or 'its plain value'}"))
     models = [s.model or model.path for s in (ref, side)]
     if models[0] != models[1]:
         out.append(Factor(key="model", reference=models[0], side=models[1], resolved_key="model"))
@@ -64,7 +73,7 @@ def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelIn
     if rk.name != sk.name:
         only = [f"{side.name}: {k}={v}" for k, v in _kind_only(side, ref_fields).items()]
         side_fields = {f.name for f in dataclasses.fields(sk.options)}
-        only += [f"{ref.name}: {k}={v}" for k, v in _kind_only(ref, side_fields).items()]
+        only += [f"{ref.name}: {k}={v}" for k, v in _kind_only(ref, side_fields, flippable=True).items()]
         fixed.append(Factor(key="engine", reference=f"{rk.name} ({rk.label})", side=f"{sk.name} ({sk.label})",
                             flippable=False, resolved_key="engine",
                             note="another kind of engine cannot be flipped"
@@ -72,11 +81,17 @@ def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelIn
     return out, fixed
 
 
-def _kind_only(spec: SideSpec, other_fields: set[str]) -> dict[str, Any]:
-    """A side's options that the other kind lacks, where set away from their defaults."""
+def _flip_to(f: dataclasses.Field) -> Any:
+    return f.metadata.get("flip_to", NO_FLIP)
+
+
+def _kind_only(spec: SideSpec, other_fields: set[str], flippable: bool = False) -> dict[str, Any]:
+    """A side's options that the other kind lacks, where set away from their defaults (those a bisect
+    flips, with a flip_to, left out unless `flippable`: they are factors of their own)."""
     defaults = type(spec.options)()
     return {f.name: getattr(spec.options, f.name) for f in dataclasses.fields(spec.options)
-            if f.name not in other_fields and getattr(spec.options, f.name) != getattr(defaults, f.name)}
+            if f.name not in other_fields and getattr(spec.options, f.name) != getattr(defaults, f.name)
+            and (flippable or _flip_to(f) is NO_FLIP)}
 
 
 def check_flip(f: Factor, trial: SideInfo | None, ref: SideInfo | None, side: SideInfo | None) -> FlipCheck:

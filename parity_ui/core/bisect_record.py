@@ -35,8 +35,12 @@ class Factor:
     resolved_key: str | None = None  # its row in the resolved settings (parity_ui.core.settings), if any
     resolved: dict[str, Any] = field(default_factory=dict)  # {"reference": v, "side": v} in the stored run
     note: str = ""
+    engine_only: bool = False  # an option the reference's kind lacks: `reference` is the value a flip sets
+    #                            (the option's flip_to in parity_ui.core.kinds), not the reference's own
 
     def describe(self) -> str:
+        if self.engine_only:
+            return f"{self.key} ({show_value(self.side)}, flipped to {show_value(self.reference)}; only this engine has it)"
         return f"{self.key} ({show_value(self.reference)} vs {show_value(self.side)})"
 
 

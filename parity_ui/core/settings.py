@@ -14,6 +14,7 @@ from .types import SideInfo
 # Key -> label, in display order (when nothing differs).
 LABELS: dict[str, str] = {
     "engine": "engine",
+    "model_impl": "model code",
     "dtype": "weights dtype",
     "logits_dtype": "logits / lm_head dtype",
     "device": "device",
