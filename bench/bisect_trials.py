@@ -52,7 +52,7 @@ def pure_counts(n: int) -> dict[str, float]:
 
 def engine_rows(sizes: list[int], prompts: int, folder: Path) -> list[dict]:
     from fake_engine import fake_model, registered
-    from parity_ui.commands.bisect_search import BisectRequest, bisect_run
+    from parity_ui.commands.setting_bisect import BisectRequest, bisect_run
     from parity_ui.core.config import build_config
     from parity_ui.run.prepare import RunRequest
     from parity_ui.inputs.prompts import PromptSpec

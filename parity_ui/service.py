@@ -260,10 +260,10 @@ class ParityService:
 
     def bisect(self, run_id: str, sides: tuple[str, str] | None = None, *, prompts: int = 8,
                max_trials: int | None = None, emit: EventCallback | None = None) -> Run:
-        """Which setting is it (parity_ui.commands.bisect_search): the smallest set of the two sides' differing settings
+        """Which setting is it (parity_ui.commands.setting_bisect): the smallest set of the two sides' differing settings
         whose flipping restores parity. Returns the stored bisect (kind "bisect", `run.bisect` its
         record; status ok / diverged / error / cancelled). Raises ParityError only for an unknown run id."""
-        from .commands.bisect_search import BisectRequest, bisect_run
+        from .commands.setting_bisect import BisectRequest, bisect_run
 
         with self.command():  # one Stop ends every trial
             return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)

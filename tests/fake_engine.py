@@ -52,13 +52,18 @@ class FakeOptions(SideOptions):
                                          "together: a bisect trial that fails)")
 
 
+# The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
+OTHER_ENGINE_SHIFT = 0.3
+
+
 @dataclass
 class OtherFakeOptions(FakeOptions):
     other_only: bool = option(False, "an option only the other fake kind has (bisect: part of the engine factor)")
-
-
-# The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
-OTHER_ENGINE_SHIFT = 0.3
+    engine_shift: float = option(OTHER_ENGINE_SHIFT, "the other kind's own numerics (0: the fake's, so that only "
+                                                     "its own options differ)", number_in(-10, 10))
+    graphs_gap: float = option(0.0, "a gap only the other kind can make, like vLLM's CUDA graphs: a bisect against "
+                                    "the fake flips it to 0", number_in(0, 10),
+                               flip_to=0.0, flip_why="off, its plain path")
 
 
 @dataclass
@@ -124,8 +129,9 @@ class fake_service:
 
 def to_other_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     args = to_fake(cfg, side, r, model)
-    args.load["shift"] += OTHER_ENGINE_SHIFT
+    args.load["shift"] += side.options.engine_shift + side.options.graphs_gap
     args.load["other_only"] = side.options.other_only
+    args.load["graphs_gap"] = side.options.graphs_gap
     return args
 
 
@@ -177,6 +183,8 @@ class FakeEngine(Engine):
         resolved = {k: a[k] for k in ("shift", "noise", "swap_at", "eos_at") if a[k]}
         if a["flag"] is not None:
             resolved["flag"] = a["flag"]
+        if "graphs_gap" in a:  # the other kind reports its own option
+            resolved["graphs_gap"] = a["graphs_gap"]
         return EngineInfo(kind="fake", version="0", device="cpu (fake)", dtype=a["dtype"],
                           versions={"fake": "0", "pid": str(os.getpid())}, resolved=resolved)
 

@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from fake_engine import fake_model, fake_service, registered
-from parity_ui.commands.bisect_search import BisectRequest, bisect_run, bisects_of, check_flip, differences
+from parity_ui.commands.setting_bisect import BisectRequest, bisect_run
+from parity_ui.core.bisect_factors import check_flip, differences
 from parity_ui.core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
                                      NOT_APPLIED, NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, Factor, report_from_json)
 from parity_ui.cli import main
@@ -20,6 +21,7 @@ from parity_ui.analysis.ddmin import best_case_trials, ddmin, split, worst_case_
 from parity_ui.core.errors import ParityError
 from parity_ui.run.prepare import RunRequest
 from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.bisects import bisects_of
 from parity_ui.store.runs import get_run, list_runs
 from parity_ui.core.types import ModelInfo, SideInfo
 
@@ -290,6 +292,47 @@ def test_when_only_the_engine_can_explain_it_the_search_says_so(service, model):
     assert "engine or kernel itself" in r.summary and "fake-other" in r.summary and "other_only" in r.summary
 
 
+def test_against_another_engine_its_own_settings_are_flipped_to_their_plain_values(service, model):
+    """#33 item 1 with the fake kinds: b is the other engine with its own numerics made the fake's
+    (engine_shift=0), a gap only its kind can make (graphs_gap, like vLLM's CUDA graphs; its kind names 0
+    as the value to flip it to) and a harmless flag. The engine-only setting is a factor, named as such,
+    and found; both sides float32 and greedy, the oracle across engines is still the measured floor."""
+    run = _compare(service, model, "ref=fake,dtype=float32", "b=fake-other,dtype=float32,engine_shift=0,graphs_gap=0.4,"
+                   "flag=x,other_only=true")
+    b, said = _bisect(service, run)
+    r = b.bisect
+    assert b.status == "ok" and r.outcome == FOUND and r.culprit == ["graphs_gap"], b.error
+    gap = r.factor("graphs_gap")
+    assert gap.engine_only and (gap.side, gap.reference) == (0.4, 0.0) and "only fake-other has it" in gap.note
+    assert "flipped to 0.0; only this engine has it" in gap.describe()
+    assert {f.key for f in r.factors} == {"graphs_gap", "flag"}
+    # engine_shift has no value to flip it to: it stays with the engine, as other_only does.
+    assert [f.key for f in r.fixed] == ["engine"] and "engine_shift=0" in r.fixed[0].note
+    assert "other_only=True" in r.fixed[0].note and "graphs_gap" not in r.fixed[0].note
+    assert {t.oracle for t in r.trials} == {"noise floor"}  # not "identical tokens": two engines
+    assert all(c.status == APPLIED for t in r.trials for c in t.checks if c.key == "graphs_gap")
+    assert any("graphs_gap (0.4, flipped to 0.0; only this engine has it)" in m for m in said)
+
+
+def test_vllms_own_settings_are_factors_against_an_hf_reference():
+    """The vLLM side's options HF lacks, set away from their plain values, are factors flipped to them
+    (eager, no prefix caching, the Transformers model code); on the CPU vLLM is eager already."""
+    model = ModelInfo(name="m", path="/models/m", config_dtype="float32")
+    cfg = build_config(None, [], sides=["ref=hf", "b=vllm,enforce_eager=false,enable_prefix_caching=true,"
+                                                   "max_num_seqs=4"])
+    flips, fixed = differences(cfg, cfg.side("ref"), cfg.side("b"), model, on_gpu=True)
+    by = {f.key: f for f in flips}
+    assert set(by) == {"enforce_eager", "enable_prefix_caching", "async_scheduling", "model_impl"}
+    assert all(f.engine_only for f in flips)
+    assert (by["enforce_eager"].reference, by["enable_prefix_caching"].reference) == (True, False)
+    assert by["model_impl"].reference == "transformers" and by["model_impl"].resolved_key == "model_impl"
+    assert by["enforce_eager"].resolved_key == "cuda_graphs" and "numerics" in by["enforce_eager"].note
+    assert "max_num_seqs=4" in fixed[0].note and "enforce_eager" not in fixed[0].note
+    plain = build_config(None, [], sides=["ref=hf", "b=vllm,model_impl=transformers,async_scheduling=false"])
+    flips, fixed = differences(plain, plain.side("ref"), plain.side("b"), model, on_gpu=False)
+    assert flips == [] and [f.key for f in fixed] == ["engine"]
+
+
 @pytest.mark.parametrize("sides, needle", [
     (("ref=fake", "b=fake,flag=x,delay_ms=1"), "nothing to bisect"),  # already within the noise floor
     (("ref=fake", "b=fake-other"), "only in the engine itself"),  # nothing flippable
@@ -358,4 +401,4 @@ def test_the_cli_prints_the_table_exits_by_the_answer_and_writes_the_report(serv
     # What the app calls: the service's door, and a run's bisects for its history view.
     again = service.bisect(engine.id, ("ref", "b"), prompts=2)
     assert again.kind == "bisect" and again.bisect.outcome == ENGINE
-    assert [x.id for x in bisects_of(service, engine.id)] == [again.id, bisect_id]
+    assert [x.id for x in bisects_of(service.db, engine.id)] == [again.id, bisect_id]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from parity_ui.commands.bisect_search import BisectRequest, bisect_run
+from parity_ui.commands.setting_bisect import BisectRequest, bisect_run
 from parity_ui.core.bisect_record import APPLIED, DIVERGES, FOUND, NO_VISIBLE_DIFFERENCE, RESTORES
 from parity_ui.core.config import build_config
 from parity_ui.run.prepare import RunRequest

@@ -464,9 +464,7 @@ def test_damaged_step_columns_are_refused_with_what_is_wrong():
 
 
 
-# The bisect's reads still write their own SQL: the bisect work (issue 28, item 3) moves them into the
-# store; drop these two once it lands.
-SQL_ALLOWED_OUTSIDE_THE_STORE = {"commands/bisect_search.py", "commands/which_setting.py"}
+SQL_ALLOWED_OUTSIDE_THE_STORE: set[str] = set()  # none: every read and write is a named one in parity_ui/store
 
 
 def test_no_module_outside_the_store_contains_sql():

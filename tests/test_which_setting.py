@@ -91,6 +91,36 @@ def test_a_workload_offers_the_sides_beyond_the_noise_floor_and_never_the_floor(
     assert bisect_choice(runner.db, run.id).pairs == [("ref", "b")]
 
 
+def test_a_pair_with_nothing_to_flip_is_not_offered_and_says_so_before_the_click(runner, model):
+    """#33 item 10: sides that differ only in the engine itself (no option of its kind has a value to
+    flip to) are not offered; the problem says so in plain words, and nothing is stored."""
+    def workload(*sides):
+        cfg = build_config(None, ["max_new_tokens=8"], sides=list(sides))
+        return run_workload(runner, WorkloadRequest(model=model, prompts=[*PROMPTS, *PROMPTS], config=cfg,
+                                                            options=WorkloadOptions(chunk=8)))
+
+    run = workload("ref=fake", "b=fake-other,engine_shift=-0.3")  # its own numerics: beyond the floor
+    assert run.workload.sides["b"].verdict.verdict == "exceeds noise", run.error
+    before = len(_bisects(runner))
+    choice = bisect_choice(runner.db, run.id)
+    assert choice.pairs == [] and choice.problem.startswith(f"sides ref and b of run {run.id} differ only in the "
+                                                            "engine itself (fake")
+    assert "there is no setting to flip" in choice.problem and "(…)" not in choice.problem
+    assert "a side of the reference's kind" in choice.fix
+    with pytest.raises(ParityError, match="no setting to flip"):
+        checked_request(runner.db, run.id)
+    from parity_ui.ui.which_setting_view import WhichSettingView
+
+    view = _view(WhichSettingView, runner)
+    shown = view.show(run.id)  # the panel says it before the click, with its button off
+    assert shown[view.box].visible is True and shown[view.btn].interactive is False
+    assert "nothing to try here" in shown[view.progress] and "differ only in the engine itself" in shown[view.progress]
+    # An engine-only setting its kind can flip (graphs_gap, like vLLM's CUDA graphs) is something to try.
+    flippable = workload("ref=fake", "b=fake-other,engine_shift=-0.3,graphs_gap=0.2")
+    assert bisect_choice(runner.db, flippable.id).pairs == [("ref", "b")]
+    assert len(_bisects(runner)) == before
+
+
 def test_requests_are_checked_before_anything_runs(runner, diverged):
     assert checked_request(runner.db, diverged.id) == (("ref", "b"), 8)
     assert checked_request(runner.db, diverged.id, "ref,b", 3.0) == (("ref", "b"), 3)

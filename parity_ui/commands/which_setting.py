@@ -1,21 +1,27 @@
-"""Which setting? in the app: which pairs of a stored run's sides a bisect (parity_ui.commands.bisect_search) can start
+"""Which setting? in the app: which pairs of a stored run's sides a bisect (parity_ui.commands.setting_bisect) can start
 from, the request checked before anything runs, and the bisects stored for a run.
 
 A pair differs when its side left the reference: in a comparison, tokens not identical on some
 prompt; in a workload, its pooled figures beyond the reference's noise floor (or, without a floor,
-tokens not identical on some prompt). Only such a pair is offered: a pair that agrees has nothing to
-search, and saying so before any trial runs is cheaper than a stored error after two. Reads the store
-only; the bisect itself is the service's (`ParityService.which_setting` checks, then bisects).
+tokens not identical on some prompt). Only such a pair is offered, and only where the bisect has a
+setting to flip (parity_ui.core.bisect_factors): a pair that agrees has nothing to search, a pair that
+differs only in the engine itself has nothing to flip, and saying so before the click is cheaper than
+a stored error after two trials. Reads the store only; the bisect itself is the service's
+(`ParityService.which_setting` checks, then bisects).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bisect_search import DEFAULT_PROMPTS, KIND, MAX_PROMPTS, TRIAL_KIND
+from ..core.bisect_factors import differences
+from ..core.bisect_record import KIND, TRIAL_KIND
+from ..core.config import config_from_dict
 from ..core.errors import ParityError
-from ..store.runs import get_run
 from ..core.types import Run
+from ..store import bisects
+from ..store.runs import get_run
+from .setting_bisect import DEFAULT_PROMPTS, MAX_PROMPTS, nothing_to_flip
 
 BISECTABLE_KINDS = ("compare", "workload")
 
@@ -32,6 +38,7 @@ class BisectChoice:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     problem: str = ""
     fix: str = ""
+    nothing_to_flip: bool = False  # some pair differs, but only in what a bisect cannot flip (the engine)
 
     @property
     def default(self) -> tuple[str, str] | None:
@@ -68,10 +75,21 @@ def _differing_sides(db: Any, run: Run) -> list[str]:
             if v == "exceeds noise" or (v != "within noise" and seq.n and seq.identical < seq.n):
                 out.append(name)
     else:
-        out = [r["b"] for r in db.query("SELECT DISTINCT b FROM comparisons WHERE run_id = ? AND a = ? "
-                                        "AND identical = 0", [run.id, ref])]
+        out = list(bisects.forked_sides(db, run.id, ref))
     order = [s.name for s in run.sides]
     return sorted((s for s in out if s in order and s != ref), key=order.index)
+
+
+def _nothing_to_flip(run: Run, ref: str, side: str) -> ParityError | None:
+    """Why a bisect of the pair would find nothing to flip (its error, in plain words), else None. A
+    stored config that no longer reads is left to the bisect, which stores that error with its fix."""
+    try:
+        cfg = config_from_dict(run.config)
+        on_gpu = any(str(s.device).startswith("cuda") for s in run.sides)  # where the run's sides ran
+        factors, fixed = differences(cfg, cfg.side(ref), cfg.side(side), run.model, on_gpu)
+    except Exception:  # noqa: BLE001 - the bisect itself reports why the run cannot be searched
+        return None
+    return None if factors else nothing_to_flip(run.id, ref, side, fixed)
 
 
 def bisect_choice(db: Any, run_id: str) -> BisectChoice:
@@ -101,8 +119,13 @@ def bisect_choice(db: Any, run_id: str) -> BisectChoice:
         choice.problem = f"run {run.id} has {len(run.sides)} side: a bisect needs two sides that differ"
         choice.fix = "run a comparison with two sides, e.g. the reference and the setup you suspect"
         return choice
-    choice.pairs = [(run.reference, s) for s in _differing_sides(db, run)]
-    if not choice.pairs:
+    differ = [(run.reference, s) for s in _differing_sides(db, run)]
+    unflippable = {pair: e for pair in differ if (e := _nothing_to_flip(run, *pair)) is not None}
+    choice.pairs = [pair for pair in differ if pair not in unflippable]
+    if not choice.pairs and unflippable:
+        e = next(iter(unflippable.values()))
+        choice.problem, choice.fix, choice.nothing_to_flip = e.message, e.fix, True
+    elif not choice.pairs:
         what = "within the reference's noise floor" if run.workload is not None else "token-identical"
         choice.problem = (f"every side of run {run.id} is {what} against the reference {run.reference}: no pair "
                           "differs, so there is no setting to find")
@@ -141,23 +164,16 @@ def checked_request(db: Any, run_id: str, sides: Any = None, prompts: Any = DEFA
 
 def latest_bisect(db: Any, run_id: str) -> Run | None:
     """The newest stored bisect of run `run_id` (its record; its prompts are not read), or None."""
-    row = db.execute("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
-                     "ORDER BY datetime_utc DESC, id DESC LIMIT 1", [KIND, run_id]).fetchone()
-    return get_run(db, row[0], prompts=[]) if row else None
+    return bisects.latest_bisect(db, run_id)
 
 
 def bisect_lines(db: Any, ids: list[str]) -> dict[str, str]:
     """Each listed bisect's one line for a runs table: the pair, the run searched and the answer (or
     its error)."""
-    if not ids:
-        return {}
-    marks = ", ".join("?" * len(ids))
     out = {}
-    for r in db.query("SELECT id, status, error, json_extract(bisect_json, '$.run_id') AS of, "
-                      "json_extract(bisect_json, '$.side') AS side, json_extract(bisect_json, '$.reference') AS ref, "
-                      f"json_extract(bisect_json, '$.summary') AS summary FROM runs WHERE id IN ({marks})", ids):
-        pair = f"{r['side']} vs {r['ref']} of {r['of']}: " if r["of"] else ""
-        answer = r["summary"] if r["status"] in ("ok", "diverged") and r["summary"] else \
-            r["status"] + (f": {r['error']}" if r["error"] else "")
-        out[r["id"]] = f"which setting? {pair}{answer}"
+    for r in bisects.bisect_lines(db, ids):
+        pair = f"{r.side} vs {r.reference} of {r.run_id}: " if r.run_id else ""
+        answer = r.summary if r.status in ("ok", "diverged") and r.summary else \
+            r.status + (f": {r.error}" if r.error else "")
+        out[r.id] = f"which setting? {pair}{answer}"
     return out

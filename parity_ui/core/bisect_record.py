@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# The run kinds of a bisect and of its trials (parity_ui.store.bisects reads them back by kind).
+KIND, TRIAL_KIND = "bisect", "bisect-trial"
 # Outcomes of one trial.
 RESTORES, DIVERGES, FAILED = "restores parity", "diverges", "failed"
 # How a flip showed in the trial side's resolved settings.
@@ -33,8 +35,12 @@ class Factor:
     resolved_key: str | None = None  # its row in the resolved settings (parity_ui.core.settings), if any
     resolved: dict[str, Any] = field(default_factory=dict)  # {"reference": v, "side": v} in the stored run
     note: str = ""
+    engine_only: bool = False  # an option the reference's kind lacks: `reference` is the value a flip sets
+    #                            (the option's flip_to in parity_ui.core.kinds), not the reference's own
 
     def describe(self) -> str:
+        if self.engine_only:
+            return f"{self.key} ({show_value(self.side)}, flipped to {show_value(self.reference)}; only this engine has it)"
         return f"{self.key} ({show_value(self.reference)} vs {show_value(self.side)})"
 
 

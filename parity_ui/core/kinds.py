@@ -53,13 +53,25 @@ class SideOptions:
 
 @dataclass
 class VllmOptions(SideOptions):
-    enforce_eager: bool | None = option(None, "no CUDA graphs / compilation; unset: eager on CPU, graphs on GPU")
+    enforce_eager: bool | None = option(None, "no CUDA graphs / compilation; unset: eager on CPU, graphs on GPU",
+                                        flip_to=True, flip_why="eager, vLLM's plain path: no CUDA graphs or "
+                                                                "compilation, which change nothing in its numerics")
     attention_backend: str | None = option(None, "force an attention backend (e.g. FLASH_ATTN, TRITON_ATTN, "
                                                  "FLEX_ATTENTION); unset: vLLM picks")
     enable_prefix_caching: bool = option(False, "reuse KV blocks across requests (a known cause of near-tie "
-                                                "flips, vllm #40896)")
-    enable_chunked_prefill: bool = option(False, "prefill long prompts in chunks (other kernels, vllm #5952)")
-    async_scheduling: bool | None = option(None, "overlap scheduling with execution; unset: vLLM's default")
+                                                "flips, vllm #40896)",
+                                         flip_to=False, flip_why="off: every prompt prefilled in full")
+    enable_chunked_prefill: bool = option(False, "prefill long prompts in chunks (other kernels, vllm #5952)",
+                                          flip_to=False, flip_why="off: each prompt prefilled in one piece")
+    async_scheduling: bool | None = option(None, "overlap scheduling with execution; unset: vLLM's default",
+                                           flip_to=False, flip_why="off: scheduling waits for each step, "
+                                                                   "which changes nothing in the numerics")
+    model_impl: str | None = option(None, "whose model code vLLM runs: vllm (its own), transformers (the "
+                                          "Transformers modeling code inside vLLM, which tells the model's code "
+                                          "from vLLM's runtime); unset: vLLM's choice (auto)",
+                                    one_of("auto", "vllm", "transformers"),
+                                    flip_to="transformers", flip_why="the Transformers modeling code run inside "
+                                                                     "vLLM: what is left is vLLM's runtime")
     batch_invariant: bool = option(False, "VLLM_BATCH_INVARIANT=1: batch 1 == batch N bitwise (GPU, cc >= 8.0)")
     max_num_seqs: int | None = option(None, "sequences scheduled together", number_in(1, 4096, "an integer"))
     gpu_memory_utilization: float | None = option(

@@ -288,6 +288,8 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         llm["attention_backend"] = rec(p + "attention_backend", "LLM", "attention_backend", v.attention_backend)
     if v.async_scheduling is not None:
         llm["async_scheduling"] = rec(p + "async_scheduling", "LLM", "async_scheduling", v.async_scheduling)
+    if v.model_impl:
+        llm["model_impl"] = rec(p + "model_impl", "LLM", "model_impl", v.model_impl)
     if r.on_gpu:
         # None: parity_ui.run.memory_plan fills the share before loading (sides share the GPU).
         llm["gpu_memory_utilization"] = rec(p + "gpu_memory_utilization", "LLM", "gpu_memory_utilization",

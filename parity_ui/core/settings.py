@@ -14,6 +14,7 @@ from .types import SideInfo
 # Key -> label, in display order (when nothing differs).
 LABELS: dict[str, str] = {
     "engine": "engine",
+    "model_impl": "model code",
     "dtype": "weights dtype",
     "logits_dtype": "logits / lm_head dtype",
     "device": "device",
@@ -42,6 +43,40 @@ LABELS: dict[str, str] = {
 }
 MISSING = "—"
 
+# Side option -> its row in the resolved settings (a key of LABELS, or "sdpa_kernels", which the HF
+# engine reports under its own name). An option not listed is looked up under its own name (the tests'
+# fake kind reports its options so); "model" and "python" are the model folder and the interpreter.
+OPTION_ROWS: dict[str, str] = {
+    "dtype": "dtype", "fp32_logits": "logits_dtype", "device": "device", "enforce_eager": "cuda_graphs",
+    "attention_backend": "attention", "attn_implementation": "attention", "enable_prefix_caching": "prefix_caching",
+    "enable_chunked_prefill": "chunked_prefill", "async_scheduling": "async_scheduling",
+    "batch_invariant": "batch_invariant", "max_num_seqs": "max_num_seqs", "tensor_parallel_size": "tensor_parallel",
+    "pipeline_parallel_size": "pipeline_parallel", "decode": "decode", "sdpa_kernels": "sdpa_kernels",
+    "generation_config": "generation_config", "max_cudagraph_capture_size": "cuda_graph_sizes",
+    "kv_cache_gib": "kv_cache_blocks", "model": "model", "python": "environment",
+}
+
+
+def option_row(option: str) -> str:
+    """The resolved-settings row that shows side option `option` (its own name when none is listed)."""
+    return OPTION_ROWS.get(option, option)
+
+
+def reported(side: SideInfo | None, key: str | None) -> Any:
+    """What a side's engine resolved for row `key`, or None where it did not report it (no side, no
+    key, a setting its engine does not have). The model folder and the interpreter are rows too; a
+    side that reported no dtype row reads its recorded dtype."""
+    if side is None or key is None:
+        return None
+    if key == "model":
+        return side.model_path or None
+    if key == "environment":
+        return side.python or "this environment"
+    value = side.resolved.get(key)
+    if value is None and key == "dtype":
+        value = side.dtype or None
+    return value
+
 
 @dataclass
 class SettingRow:
@@ -52,11 +87,8 @@ class SettingRow:
 
 
 def _value(side: SideInfo, key: str) -> Any:
-    if key == "model":
-        return side.model_path or MISSING
-    if key == "environment":
-        return side.python or "this environment"
-    v = side.resolved.get(key, MISSING)
+    # The diff shows what engines resolved: no fallback to the recorded dtype here.
+    v = reported(side, key) if key in ("model", "environment") else side.resolved.get(key)
     return MISSING if v is None else v
 
 

@@ -16,9 +16,16 @@ from .errors import ConfigError
 Allowed = tuple[Callable[[Any], bool], str]  # (test, human description)
 
 
-def option(default: Any = None, doc: str = "", allowed: Allowed | None = None, *, factory: Any = None) -> Any:
-    """A dataclass field with its documentation and allowed values."""
-    meta = {"doc": doc, "allowed": allowed}
+NO_FLIP = object()  # an option a bisect against another kind of engine cannot flip
+
+
+def option(default: Any = None, doc: str = "", allowed: Allowed | None = None, *, factory: Any = None,
+           flip_to: Any = NO_FLIP, flip_why: str = "") -> Any:
+    """A dataclass field with its documentation and allowed values. `flip_to`, for an option only its
+    kind has: the value a bisect against another kind of engine sets it to (the one that changes
+    nothing in this engine's numerics, or that brings it nearest the other), `flip_why` that value in
+    a few words (see parity_ui.core.bisect_factors)."""
+    meta = {"doc": doc, "allowed": allowed, "flip_to": flip_to, "flip_why": flip_why}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)

@@ -154,6 +154,19 @@ def _attention_problems(head_dim: int, dtype: str | None, on_gpu: bool, version:
                     + ("the CPU build" if on_gpu else "a GPU") + " where the kernel supports it")]
 
 
+def _model_impl(mc: Any) -> str | None:
+    """Whose model code vLLM runs, resolved: "transformers" when the architecture it picked is its
+    Transformers backend (asked, or auto's fallback for a model it has no code of), else "vllm"."""
+    asked = _name(_get(mc, "model_impl"))
+    if asked and str(asked).lower() not in ("auto", "none"):
+        return str(asked).lower()
+    try:
+        arch = _get(mc, "architecture") or (_get(mc, "architectures") or [None])[0]
+    except Exception:  # noqa: BLE001 - a vLLM without these fields: not reported
+        return None
+    return None if arch is None else ("transformers" if "Transformers" in str(arch) else "vllm")
+
+
 def resolved_settings(llm: Any) -> dict[str, Any]:
     """The settings vLLM actually resolved, in parity-ui's common vocabulary (parity_ui.core.settings)."""
     import torch
@@ -182,6 +195,7 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
         "chunked_prefill": _get(sched, "chunked_prefill_enabled") if _get(sched, "chunked_prefill_enabled") is not None
         else _get(sched, "enable_chunked_prefill"),
         "async_scheduling": _get(sched, "async_scheduling"),
+        "model_impl": _model_impl(mc),
         "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT") == "1",
         "logprobs_mode": ("processed" if logprobs_mode.startswith("processed") else "raw") if logprobs_mode else None,
         "generation_config": "neutral" if _get(mc, "generation_config") == "vllm" else _get(mc, "generation_config"),

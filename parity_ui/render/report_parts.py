@@ -30,7 +30,7 @@ def extra_sections(run: Run, localisations: list[Localisation] | None = None) ->
 
 
 def bisect_html(run: Run) -> str:
-    """A bisect's record (parity_ui.commands.bisect_search): the settings that differ, the oracle, the table of trials
+    """A bisect's record (parity_ui.commands.setting_bisect): the settings that differ, the oracle, the table of trials
     (what each flipped, its outcome and figures, whether its flips showed in the resolved settings) and
     the answer."""
     from ..core.bisect_record import show_value, trial_rows

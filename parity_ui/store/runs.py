@@ -190,7 +190,7 @@ def m006_workloads(db: Database) -> None:
 
 @migrations()
 def m007_bisect(db: Database) -> None:
-    """A bisect (parity_ui.commands.bisect_search) is a run of kind "bisect": its trials and answer in `bisect_json`."""
+    """A bisect (parity_ui.commands.setting_bisect) is a run of kind "bisect": its trials and answer in `bisect_json`."""
     db["runs"].add_column("bisect_json", str)
 
 

@@ -113,7 +113,7 @@ class WorkloadLive:
 
 
 class BisectLive:
-    """A bisect in progress (parity_ui.commands.bisect_search's status lines): its own id (its first line names it, so
+    """A bisect in progress (parity_ui.commands.setting_bisect's status lines): its own id (its first line names it, so
     the view can read its stored record as trials finish), the trial under way, the trials done, the
     estimate, the last lines. A trial's own lines come indented ("  trial 3: ...")."""
     streams_tokens = False

@@ -71,23 +71,28 @@ class WhichSettingView:
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.box, self.pair, self.progress, self.result, self.run_id]
+        return [self.box, self.pair, self.btn, self.progress, self.result, self.run_id]
 
     # -- values ---------------------------------------------------------------------------------
 
     def hidden(self) -> dict[Any, Any]:
         return {self.box: gr.Column(visible=False), self.pair: gr.Dropdown(choices=[], value=None),
-                self.progress: "", self.result: "", self.run_id: None}
+                self.btn: gr.Button(interactive=True), self.progress: "", self.result: "", self.run_id: None}
 
     def show(self, run_id: str | None) -> dict[Any, Any]:
         """The panel for the opened or finished run `run_id`: shown when it has a pair that differs
         (and then with its newest stored bisect, if any), hidden otherwise."""
         run_id = str(run_id or "").strip()
         choice = bisect_choice(self.db, run_id) if run_id else None
+        if choice is not None and choice.nothing_to_flip:
+            # The sides differ, but only in the engine itself: say so before anyone clicks (#33 item 10).
+            return {**self.hidden(), self.box: gr.Column(visible=True), self.btn: gr.Button(interactive=False),
+                    self.progress: cards.notice_html(f"Which setting? has nothing to try here: {choice.problem}. "
+                                                     f"{choice.fix}.")}
         if choice is None or not choice.pairs:
             return self.hidden()
         last = latest_bisect(self.db, run_id)
-        return {self.box: gr.Column(visible=True),
+        return {self.box: gr.Column(visible=True), self.btn: gr.Button(interactive=True),
                 self.pair: gr.Dropdown(choices=[(f"{a} vs {b}", pair_value((a, b))) for a, b in choice.pairs],
                                        value=pair_value(choice.default)),
                 self.progress: "", self.result: bisect_result_html(last) if last is not None else "",

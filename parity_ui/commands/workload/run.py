@@ -59,7 +59,7 @@ class WorkloadRequest:
     options: WorkloadOptions = dataclasses.field(default_factory=WorkloadOptions)
     trust_remote_code: bool = False
     group_id: str | None = None
-    kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.commands.bisect_search)
+    kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.commands.setting_bisect)
 
 
 def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:

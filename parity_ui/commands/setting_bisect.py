@@ -1,30 +1,27 @@
 """Which setting is it? The smallest set of differences between two sides of a stored run that explains
-their divergence, found by delta debugging (parity_ui.analysis.ddmin).
+their divergence, found by delta debugging: `parity bisect`, and the app's Which setting?.
 
-The differences (D) are what the user can set: the two sides' options as asked (a side's own value,
-else the run's), the model folder (`model=`) and the interpreter (`python=`, its installed versions as a
-whole). A trial is the diverging side b with a subset S of D set to the reference's values, run with
-the reference on the same prompts as a stored workload run of kind "bisect-trial" in the search's group;
-the oracle says whether flipping S restores parity. ddmin then finds a 1-minimal S: flipping it restores
-parity, leaving out any one of its settings does not (a pair needed together comes out as the pair).
-What cannot be flipped (the engine when the kinds differ, with the options only one kind has) is one
-fixed factor: when flipping everything flippable does not restore parity, the answer is that factor.
+The driver of three parts, each on its own:
+- the factors, the settings in which the diverging side b differs from the reference, and whether a
+  flip showed in a trial's resolved settings (parity_ui.core.bisect_factors, in the settings
+  vocabulary of parity_ui.core.settings);
+- the oracle, a trial's figures and the noise floor to a verdict (parity_ui.analysis.trial_oracle);
+- ddmin over the factors (parity_ui.analysis.ddmin).
 
-The oracle: token-identical on every prompt where the pair is exact (greedy, both sides' weights in
-float32), else the trial side's pooled figures within the reference's own noise floor
-(parity_ui.core.pooled.compare_to_floor), so a near-tie that flips back and forth decides nothing.
+A trial is a stored workload run (kind "bisect-trial", in the search's group): b with a subset S of
+the factors set to the reference's values, run with the reference on the run's worst prompts; the
+oracle says whether flipping S restores parity, and a trial that fails counts as "does not restore".
+ddmin then finds a 1-minimal S: flipping it restores parity, leaving out any one of its settings does
+not (a pair needed together comes out as the pair). When flipping everything flippable does not
+restore parity, the answer is what cannot be flipped (the engine).
+
 The floor is the reference against itself under a change that must not matter (again at another batch
 size, its prompts in reverse order). The reference and the prompts are the same in every trial, so the
 floor is measured ONCE, in the first trial (the side as it ran), and every later trial is judged against
-it (they run without a floor side: one side fewer to generate each time).
-
-Every trial is checked: each flipped setting must show the reference's value in the trial side's
-resolved settings (parity_ui.core.settings' vocabulary); one that does not (still b's value, not reported at
-all, or never visible in the stored run) is reported, not trusted. A trial that fails (the side does not
-load with the flip, crashes) is recorded as failed and counts as "does not restore parity".
+it. Whether a trial's worker was warm is read from the trial itself (its side loaded in 0 s).
 
 The search is itself a stored run (kind "bisect", its record in `run.bisect`, parity_ui.core.bisect_record),
-linked to its trials by group_id; `bisect_run` is what the CLI and the app call.
+linked to its trials by group_id; `bisect_run` is what the service's `bisect` calls.
 """
 from __future__ import annotations
 
@@ -34,48 +31,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE, NOT_APPLIED,
-                            NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, BisectReport, Estimate, Factor, FlipCheck, Trial,
-                            show_value, trial_figures)
-from ..core.config import ParityConfig, config_from_dict
+from ..analysis import trial_oracle
 from ..analysis.ddmin import best_case_trials, ddmin, one_at_a_time_trials, worst_case_trials
+from ..core.bisect_factors import check_flip, differences
+from ..core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, KIND, NOT_FOUND, RESTORES,
+                                  TRIAL_KIND, BisectReport, Estimate, Trial, show_value, trial_figures)
+from ..core.config import config_from_dict
 from ..core.errors import CancelledError, ParityError
-from ..core.kinds import get_kind
-from ..core.mapping import resolve, side_dtype, side_generation_config
-from ..inputs.models import describe_model
-from ..run.prepare import plan_side
-from ..inputs.prompts import PromptSpec
+from ..core.mapping import resolve
+from ..core.pooled import WorkloadStats
 from ..core.runlog import EventCallback, RunEvent, new_run
+from ..core.settings import reported
 from ..core.sides import SideSpec
-from ..store.runs import get_run, new_run_id
 from ..core.types import ModelInfo, Run, SideInfo
 from ..core.workload_record import WorkloadOptions
+from ..inputs.models import describe_model
+from ..inputs.prompts import PromptSpec
+from ..run.prepare import plan_side
+from ..store.bisects import forked_sides, prompt_forks
+from ..store.runs import get_run, new_run_id
 from .workload.run import WorkloadRequest, given_prompts, run_workload
-from ..core.pooled import WorkloadStats, compare_to_floor
 
 if TYPE_CHECKING:
     from ..run.recorder import RunRecorder
     from .service_api import Service
 
-__all__ = ["BisectRequest", "bisect_run", "bisects_of", "check_flip", "differences", "worst_prompts", "TRIAL_KIND",
-           "KIND"]
+__all__ = ["BisectRequest", "bisect_run", "worst_prompts", "DEFAULT_PROMPTS", "MAX_PROMPTS", "KIND", "TRIAL_KIND"]
 
-KIND, TRIAL_KIND = "bisect", "bisect-trial"
 DEFAULT_PROMPTS = 8
 MAX_PROMPTS = 10_000  # a trial runs this many of the run's prompts at most
 STRATEGIES = ("ddmin", "one-at-a-time")
-# Option -> its row in the resolved settings (parity_ui.core.settings.LABELS). An option not listed is
-# looked up under its own name (the tests' fake kind reports its options so).
-RESOLVED_KEYS: dict[str, str] = {
-    "dtype": "dtype", "fp32_logits": "logits_dtype", "device": "device", "enforce_eager": "cuda_graphs",
-    "attention_backend": "attention", "attn_implementation": "attention", "enable_prefix_caching": "prefix_caching",
-    "enable_chunked_prefill": "chunked_prefill", "async_scheduling": "async_scheduling",
-    "batch_invariant": "batch_invariant", "max_num_seqs": "max_num_seqs", "tensor_parallel_size": "tensor_parallel",
-    "pipeline_parallel_size": "pipeline_parallel", "decode": "decode", "sdpa_kernels": "sdpa_kernels",
-    "generation_config": "generation_config", "max_cudagraph_capture_size": "cuda_graph_sizes",
-    "kv_cache_gib": "kv_cache_blocks", "model": "model", "python": "environment",
-}
-_ABSENT = object()  # a setting the engine did not report
 
 
 @dataclass
@@ -109,129 +94,14 @@ def bisect_run(service: Service, req: BisectRequest, emit: EventCallback | None 
     return rec.run
 
 
-def bisects_of(service: Service, run_id: str) -> list[Run]:
-    """The stored bisects of a run, newest first (their records; their prompts are not read)."""
-    rows = service.db.query("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
-                            "ORDER BY datetime_utc DESC, id DESC", [KIND, run_id])
-    return [run for r in rows if (run := get_run(service.db, r["id"], prompts=[])) is not None]
-
-
-# -- the differences ----------------------------------------------------------------------------------
-
-def _effective(cfg: ParityConfig, spec: SideSpec, name: str, model: ModelInfo, on_gpu: bool) -> Any:
-    """An option's value in effect for a side: its own, else the run's ('auto' dtype resolved)."""
-    if name == "dtype":
-        return side_dtype(cfg, spec, model)
-    if name == "batch_size":
-        return spec.batch_size(cfg.batch_size)
-    if name == "generation_config":
-        return side_generation_config(cfg, spec)
-    if name in ("image_min_pixels", "image_max_pixels"):
-        return getattr(spec.options, name) or getattr(cfg, name)
-    value = getattr(spec.options, name)
-    if name == "enforce_eager" and value is None:
-        return not on_gpu  # vLLM's default here: eager on the CPU, graphs on a GPU
-    return value
-
-
-def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelInfo,
-                on_gpu: bool) -> tuple[list[Factor], list[Factor]]:
-    """(flippable, fixed): the settings in which `side` differs from `ref`, as asked. Options both kinds
-    have, the model folder and the interpreter are flippable; the engine (when the kinds differ) is one
-    fixed factor, whose note names the options only one of the kinds has (set away from their defaults)."""
-    rk, sk = get_kind(ref.kind), get_kind(side.kind)
-    ref_fields = {f.name for f in dataclasses.fields(rk.options)}
-    out: list[Factor] = []
-    for f in dataclasses.fields(sk.options):
-        if f.name not in ref_fields:
-            continue
-        rv, sv = (_effective(cfg, s, f.name, model, on_gpu) for s in (ref, side))
-        if rv != sv:
-            out.append(Factor(key=f.name, reference=rv, side=sv, resolved_key=RESOLVED_KEYS.get(f.name, f.name)))
-    models = [s.model or model.path for s in (ref, side)]
-    if models[0] != models[1]:
-        out.append(Factor(key="model", reference=models[0], side=models[1], resolved_key="model"))
-    if ref.python != side.python:
-        out.append(Factor(key="python", reference=ref.python or "this environment",
-                          side=side.python or "this environment", resolved_key="environment",
-                          note="the interpreter as a whole: its installed vLLM, transformers and torch"))
-    fixed: list[Factor] = []
-    if rk.name != sk.name:
-        only = [f"{side.name}: {k}={v}" for k, v in _kind_only(side, ref_fields).items()]
-        side_fields = {f.name for f in dataclasses.fields(sk.options)}
-        only += [f"{ref.name}: {k}={v}" for k, v in _kind_only(ref, side_fields).items()]
-        fixed.append(Factor(key="engine", reference=f"{rk.name} ({rk.label})", side=f"{sk.name} ({sk.label})",
-                            flippable=False, resolved_key="engine",
-                            note="another kind of engine cannot be flipped"
-                                 + (f"; with it the options only one kind has: {', '.join(only)}" if only else "")))
-    return out, fixed
-
-
-def _kind_only(spec: SideSpec, other_fields: set[str]) -> dict[str, Any]:
-    """A side's options that the other kind lacks, where set away from their defaults."""
-    defaults = type(spec.options)()
-    return {f.name: getattr(spec.options, f.name) for f in dataclasses.fields(spec.options)
-            if f.name not in other_fields and getattr(spec.options, f.name) != getattr(defaults, f.name)}
-
-
-def resolved_value(info: SideInfo | None, key: str | None) -> Any:
-    """A side's value for a resolved-settings row; _ABSENT when its engine did not report it."""
-    if info is None or key is None:
-        return _ABSENT
-    if key == "model":
-        return info.model_path or _ABSENT
-    if key == "environment":
-        return info.python or "this environment"
-    value = info.resolved.get(key)
-    if value is None and key == "dtype":
-        value = info.dtype or None
-    return _ABSENT if value is None else value
-
-
-def _shown(x: Any) -> Any:
-    return None if x is _ABSENT else x
-
-
-def check_flip(f: Factor, trial: SideInfo | None, ref: SideInfo | None, side: SideInfo | None) -> FlipCheck:
-    """Whether flipping `f` showed in the trial side's resolved settings (see the module docstring)."""
-    key = f.resolved_key
-    got, want, was = resolved_value(trial, key), resolved_value(ref, key), resolved_value(side, key)
-    label = f"{f.key} (resolved as {key!r})" if key and key != f.key else f.key
-    asked, own = show_value(f.reference), show_value(f.side)
-    if got is _ABSENT and want is _ABSENT and was is not _ABSENT:
-        return FlipCheck(f.key, APPLIED, f.reference, None, f"{label}: not reported, as on the reference")
-    if got is _ABSENT:
-        return FlipCheck(f.key, NOT_SHOWN, f.reference, None,
-                         f"{label} was flipped to {asked}, but the engine's resolved settings do not show it: "
-                         "whether it took effect cannot be checked")
-    if want is not _ABSENT and was is not _ABSENT and want == was:
-        return FlipCheck(f.key, NO_VISIBLE_DIFFERENCE, f.reference, got,
-                         f"{label}: the stored run's sides resolved it alike ({want!r}) although they asked "
-                         f"{asked} and {own}: the side's own setting did not take effect (or means the same here), "
-                         "so flipping it changes nothing visible")
-    if want is not _ABSENT and got == want:
-        return FlipCheck(f.key, APPLIED, f.reference, got, f"{label}: now {got!r}, as on the reference")
-    if was is not _ABSENT and got == was:
-        return FlipCheck(f.key, NOT_APPLIED, f.reference, got,
-                         f"{label} was flipped to {asked}, but the trial side still resolved its own "
-                         f"{got!r} (the reference: {_shown(want)!r}): the flip did not take effect")
-    if want is _ABSENT:  # another kind's reference does not report it: the side's value moved, as asked
-        return FlipCheck(f.key, APPLIED, f.reference, got, f"{label}: now {got!r} (was {_shown(was)!r})")
-    return FlipCheck(f.key, OTHER, f.reference, got,
-                     f"{label} was flipped to {asked}; the trial side resolved {got!r}, the reference "
-                     f"{_shown(want)!r}")
-
-
 # -- the prompts --------------------------------------------------------------------------------------
 
 def worst_prompts(service: Service, run_id: str, side: str, n: int) -> tuple[list[int], list[PromptSpec]]:
     """The run's n prompts on which `side` did worst against the reference (diverged first, earliest
     divergence first), with their specs as given. Raises ParityError for prompts not stored as given."""
-    rows = list(service.db.query("SELECT prompt_idx, identical, first_divergence FROM comparisons "
-                                 "WHERE run_id = ? AND b = ?", [run_id, side]))
     specs = given_prompts(service, run_id)
-    rank = {r["prompt_idx"]: (bool(r["identical"]), r["first_divergence"] is None, r["first_divergence"] or 0)
-            for r in rows}
+    rank = {f.prompt_idx: (f.identical, f.first_divergence is None, f.first_divergence or 0)
+            for f in prompt_forks(service.db, run_id, side)}
     order = sorted(range(len(specs)), key=lambda i: (*rank.get(i, (True, True, 0)), i))[:n]
     return order, [specs[i] for i in order]
 
@@ -276,17 +146,14 @@ class Search:
         factors, fixed = differences(self.cfg, self.ref, self.side, self.model, self.service.on_gpu)
         report.fixed = fixed
         if not factors:
-            what = f"only in the engine itself ({fixed[0].reference} vs {fixed[0].side})" if fixed else "in nothing"
-            raise ParityError(f"sides {ref_name} and {side_name} of run {stored.id} differ {what} that parity bisect "
-                              "can flip (options, model folder, interpreter)",
-                              "the run's settings diff shows what differs; to test the engine itself, compare it "
-                              "against a side of the reference's kind with the same options")
+            raise nothing_to_flip(stored.id, ref_name, side_name, fixed)
+        self.by_key = {f.key: f for f in factors}
         self.resolved = resolve(self.model, [], self.service.on_gpu)
         base_key = self._load_key(frozenset())
         for f in factors:
             f.runtime_only = self._load_key(frozenset([f.key])) == base_key
-            f.resolved = {"reference": _shown(resolved_value(self.ref_info, f.resolved_key)),
-                          "side": _shown(resolved_value(self.side_info, f.resolved_key))}
+            f.resolved = {"reference": reported(self.ref_info, f.resolved_key),
+                          "side": reported(self.side_info, f.resolved_key)}
             if f.resolved["reference"] is not None and f.resolved["reference"] == f.resolved["side"] and not f.note:
                 f.note = (f"asked {show_value(f.reference)} and {show_value(f.side)}, both sides resolved "
                           f"{show_value(f.resolved['side'])} in the stored run: the side's own setting did not take "
@@ -306,7 +173,7 @@ class Search:
                               "with every setting flipped before anything else",
                               f"give --max-trials {report.estimate.worst} (ddmin's most for {n} settings) "
                               "or leave it out")
-        report.oracle = self._oracle_text()
+        report.oracle = trial_oracle.describe(self.cfg.greedy)
         self._say(f"bisect {self.rec.run.id} of run {stored.id}: {side_name} against the reference {ref_name}, on "
                   f"{len(self.prompts)} prompt(s) (worst first: {', '.join(map(str, report.prompts[:8]))})")
         self._say("settings that differ: " + "; ".join(f.describe() for f in report.factors)
@@ -329,8 +196,7 @@ class Search:
                 raise ParityError(f"--sides {','.join(req.sides)} does not name two sides of run {stored.id} "
                                   f"(its sides: {', '.join(names)})", f"e.g. --sides {names[0]},{names[1]}")
             return req.sides[0], req.sides[1]
-        diverged = {r["b"] for r in self.service.db.query(
-            "SELECT b FROM comparisons WHERE run_id = ? AND a = ? AND identical = 0", [stored.id, names[0]])}
+        diverged = forked_sides(self.service.db, stored.id, names[0])
         ref = stored.sides[0]
 
         def setup(s: SideInfo) -> tuple:
@@ -357,20 +223,14 @@ class Search:
         except ParityError as e:
             raise ParityError(f"run {stored.id}'s model no longer reads: {e.message}", e.fix) from None
 
-    def _oracle_text(self) -> str:
-        exact = "identical tokens on every prompt where the pair is exact (greedy, both sides' weights float32)"
-        if not self.cfg.greedy:
-            exact = "(the run samples: no pair is exact)"
-        return (f"{exact}; otherwise the trial side within the reference's own noise floor (every figure at most "
-                "1.5x the floor's, the share identical not below it, some token compared before the forks), the "
-                "floor measured once in the first trial and reused")
-
     # -- trials ----------------------------------------------------------------------------------------
 
     def _spec(self, flipped: frozenset) -> SideSpec:
-        """The diverging side with the settings in `flipped` set to the reference's values."""
+        """The diverging side with the settings in `flipped` set to the reference's values (an option only
+        its engine has: to the value its factor names)."""
         spec = self.side
-        opts = {k: getattr(self.ref.options, k) for k in flipped if k not in ("model", "python")}
+        opts = {k: self.by_key[k].reference if self.by_key[k].engine_only else getattr(self.ref.options, k)
+                for k in flipped if k not in ("model", "python")}
         if opts:
             spec = spec.replace(**opts)
         if "model" in flipped:
@@ -418,7 +278,6 @@ class Search:
                                                       + (", ".join(names) or "nothing") + " flipped"})
         self._say(f"trial {index}: {purpose}: flipping " + (", ".join(names) or "nothing")
                   + " to the reference's values")
-        loaded_before = {w.pid for w in self.service.pool.by_side().values() if w.info is not None}
         t0 = time.perf_counter()
         run = run_workload(self.service, WorkloadRequest(
             model=self.model_name, prompts=self.prompts, config=cfg, options=opts,
@@ -431,9 +290,8 @@ class Search:
         t = self._judge(run, index, names, purpose, first)
         t.seconds = round(seconds, 3)
         info = run.side(self.side.name)
-        if info is not None and info.load_s is not None:  # it loaded: the worker that served it is labelled so
-            worker = self.service.pool.by_side().get(self.side.name)
-            t.warm = worker is not None and worker.pid is not None and worker.pid in loaded_before
+        if info is not None and info.load_s is not None:  # it loaded: 0 s when a warm worker served it
+            t.warm = info.load_s == 0
         self.warm_key = self._load_key(flipped)
         report.trials.append(t)
         report.elapsed_s = round(time.perf_counter() - self.t0, 3)
@@ -464,28 +322,13 @@ class Search:
             self.floor = floor.stats
             self.report.floor = {"description": run.workload.floor.description, "run_id": run.id,
                                  "stats": floor.stats.to_dict()}
-        stats = figures.stats
-        seq = stats.sequences
-        t.identical = seq.identical
-        t.abs_dlogp_p99, t.abs_dlogp_max = stats.tokens.abs_dlogp_p99, stats.tokens.abs_dlogp_max
-        t.first_divergence = next((w.first_divergence for w in stats.worst_by_divergence
-                                   if w.first_divergence is not None), None)
-        verdict = compare_to_floor(stats, self.floor)
-        t.verdict, t.exceeded = verdict.verdict, list(verdict.exceeded)
-        if stats.tokens.pairs == 0 and self.floor.tokens.pairs > 0:
-            # Every prompt forked at its first token: no token figure to weigh, and over a few prompts the
-            # share identical alone (Wilson intervals) cannot tell 0/3 from 3/3. Far outside any noise.
-            t.verdict = "exceeds noise"
-            t.exceeded = [f"forks at the first token on every prompt (the floor compared {self.floor.tokens.pairs} "
-                          "tokens)"] + t.exceeded
         ref_info = run.side(self.ref.name)
-        if self.cfg.greedy and all(_dtype(i) == "float32" for i in (ref_info, trial_info)):
-            t.oracle = "identical tokens"
-            restores = seq.identical == seq.n
-        else:
-            t.oracle = "noise floor"
-            restores = t.verdict == "within noise"
-        t.outcome = RESTORES if restores else DIVERGES
+        v = trial_oracle.judge(figures.stats, self.floor,
+                               exact=trial_oracle.exact_pair(self.cfg.greedy, ref_info, trial_info))
+        t.identical, t.first_divergence = v.identical, v.first_divergence
+        t.abs_dlogp_p99, t.abs_dlogp_max = v.abs_dlogp_p99, v.abs_dlogp_max
+        t.verdict, t.exceeded, t.oracle = v.verdict, list(v.exceeded), v.oracle
+        t.outcome = RESTORES if v.restores else DIVERGES
         return t
 
     # -- the search itself ---------------------------------------------------------------------------
@@ -579,10 +422,17 @@ class Search:
         self.emit(RunEvent("status", message))
 
 
-def _dtype(info: SideInfo | None) -> str | None:
-    if info is None:
-        return None
-    return info.resolved.get("dtype") or info.dtype or None
+def nothing_to_flip(run_id: str, ref: str, side: str, fixed: list) -> ParityError:
+    """The error for a pair with no setting to flip, in plain words (the app says it before the click)."""
+    if fixed:
+        engine = fixed[0]
+        problem = (f"sides {ref} and {side} of run {run_id} differ only in the engine itself ({engine.reference} "
+                   f"vs {engine.side}), which a bisect cannot switch on one side: there is no setting to flip")
+    else:
+        problem = f"sides {ref} and {side} of run {run_id} are set up alike: there is no setting to flip"
+    return ParityError(problem, "the run's settings diff shows what differs; to test the engine itself, compare "
+                                f"{side} against a side of the reference's kind with the same options",
+                       code="bisect-nothing-to-flip")
 
 
 def _names(keys: Any) -> str:
