@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .figures import count
+
 # Outcomes of one trial.
 RESTORES, DIVERGES, FAILED = "restores parity", "diverges", "failed"
 # How a flip showed in the trial side's resolved settings.
@@ -90,7 +92,9 @@ class Estimate:
         t = self.seconds_per_trial
         when = (f"; at {t:.1f} s a trial: {_duration(self.best * t)} to {_duration(self.worst * t)}"
                 if t else "")
-        return (f"{self.factors} flippable setting(s): ddmin takes {self.best} to {self.worst} trials "
+        trials = count(self.best, "trial") if self.best == self.worst else f"{self.best} to {self.worst} trials"
+        when = when if self.best != self.worst or not t else f"; at {t:.1f} s a trial: {_duration(self.best * t)}"
+        return (f"{count(self.factors, 'flippable setting')}: ddmin takes {trials} "
                 f"(one at a time: {self.one_at_a_time}, which cannot find a pair){when}")
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pooled import FloorVerdict, WorkloadStats, scorable
+from .pooled import EXCEEDS, TOO_FEW, WITHIN, FloorVerdict, WorkloadStats, scorable
 
 MODES = ("free", "scored")
 FLOORS = ("auto", "batch", "order", "kernel", "none")
@@ -127,7 +127,13 @@ class WorkloadReport:
         verdicts = [f.verdict for f in self.sides.values()]
         if not verdicts or any(v is None for v in verdicts):
             return None
-        return all(v.verdict == "within noise" for v in verdicts)
+        return all(v.verdict == WITHIN for v in verdicts)
+
+    @property
+    def too_few_to_tell(self) -> bool:
+        """No side exceeds the floor beyond sampling error, and some side is over it within it."""
+        verdicts = [f.verdict.verdict for f in self.sides.values() if f.verdict is not None]
+        return TOO_FEW in verdicts and EXCEEDS not in verdicts
 
     def to_json(self) -> dict[str, Any]:
         def figures(f: SideFigures | None) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from sqlite_utils import Database
 
 from ...store.runs import pair_samples
-from ...core.pooled import Accumulator, FloorVerdict, compare_to_floor
+from ...core.figures import BAND_KEYS, FIGURE_ROWS, FIGURES, LEGEND, count
+from ...core.pooled import EXCEEDS, TOO_FEW, Accumulator, FloorVerdict, compare_to_floor, factor_text
 from ...core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
 
 
@@ -58,23 +59,19 @@ def _g(x: float | None, fmt: str = ".3g") -> str:
     return "-" if x is None else format(x + 0.0, fmt)  # + 0.0: no "-0"
 
 
-FIGURE_ROWS: tuple[tuple[str, str], ...] = (
-    ("|dlogp| mean", "abs_dlogp_mean"), ("|dlogp| p50", "abs_dlogp_p50"), ("|dlogp| p95", "abs_dlogp_p95"),
-    ("|dlogp| p99", "abs_dlogp_p99"), ("|dlogp| max", "abs_dlogp_max"), ("|dprob| mean", "abs_dprob_mean"),
-    ("|dprob| max", "abs_dprob_max"), ("KL (kl)", "kl"), ("k3", "k3"), ("Pearson r (p)", "pearson"),
-    ("token_mult_prob_error", "token_mult_prob_error"), ("rho min", "rho_min"), ("rho mean", "rho_mean"),
-    ("rho max", "rho_max"),
-)
-
-
 def verdict_line(v: FloorVerdict, most: int = 4) -> str:
-    """The verdict in a line: within noise, or the figures over the floor, the largest factors first."""
-    if v.verdict != "exceeds noise":
+    """The verdict in a line: within noise, the figures over the floor (the largest factors first,
+    each with its 95% interval over the prompts), or too few prompts to tell."""
+    if v.verdict not in (EXCEEDS, TOO_FEW):
         return v.summary
-    over = sorted((c for c in v.figures if c.exceeds), key=lambda c: -(c.factor if c.factor is not None else 0))
-    shown = [f"{c.name} {_g(c.side)} vs {_g(c.floor)} (" + ("floor zero" if c.floor_is_zero else f"{c.factor:.3g}x") + ")"
-             for c in over[:most]]
+    over = sorted((c for c in v.figures if (c.exceeds if v.verdict == EXCEEDS else c.uncertain)),
+                  key=lambda c: -(c.factor if c.factor is not None else 0))
+    shown = [f"{FIGURES[c.name].name} {_g(c.side)} vs {_g(c.floor)} ({factor_text(c)})" for c in over[:most]]
     more = f" and {len(over) - most} more" if len(over) > most else ""
+    if v.verdict == TOO_FEW:
+        n = f" over {count(v.prompts, 'prompt')}" if v.prompts else ""
+        return (f"TOO FEW PROMPTS TO TELL{n}: {'; '.join(shown)}{more} — over the {v.tolerance:g}x limit, but the "
+                f"interval reaches it (sampling error); run more prompts")
     return f"EXCEEDS the reference's noise: {'; '.join(shown)}{more}"
 
 
@@ -95,18 +92,21 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
     w = 18
 
     def row(label: str, cells: list[str]) -> None:
-        lines.append(f"  {label:24}" + "".join(f"{c:>{w}}" for c in cells))
+        lines.append(f"  {label:28}" + "".join(f"{c:>{w}}" for c in cells))
 
     row("", [c[:w - 1] for c in cols])
     row("prompts", [str(s.sequences.n) for s in stats])
     row("identical", [_pct(s.sequences.share_identical) + (
         f" [{_pct(s.sequences.identical_ci.low)}-{_pct(s.sequences.identical_ci.high)}]"
         if s.sequences.identical_ci else "") for s in stats])
-    row("median first divergence", [_g(s.sequences.median_first_divergence) for s in stats])
+    median = FIGURES["median_first_divergence"]
+    row(median.name, [median.format(s.sequences.median_first_divergence, "-") for s in stats])
     for label, key in FIGURE_ROWS:
-        row(label, [_g(getattr(s.tokens, key)) for s in stats])
-    for i, band in enumerate(stats[0].tokens.outside if stats else []):
-        row(f"outside [{band.low:g}, {band.high:g}]", [_pct(s.tokens.outside[i].outside) for s in stats])
+        row(label, [FIGURES[key].format(getattr(s.tokens, key), "-") for s in stats])
+    for i, key in enumerate(BAND_KEYS if stats else ()):
+        row(FIGURES[key].name, [_pct(s.tokens.outside[i].outside) if i < len(s.tokens.outside) else "-"
+                                for s in stats])
+    lines += [f"  {x}" for x in LEGEND]
     for name in names:
         f = report.sides[name]
         if f.verdict is not None:
