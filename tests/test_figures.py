@@ -189,3 +189,36 @@ def test_the_readme_config_block_matches_parity_config_show():
         for key, value in block.items():
             assert key in shown, f"{name}: {key!r} is not a config key"
             assert value == shown[key], f"{name}: {key}: {value!r}, parity config show says {shown[key]!r}"
+
+
+def test_too_few_prompts_to_tell_in_the_screen_the_card_and_the_gate():
+    import random
+    from parity_ui.commands.gate.judge import judge
+    from parity_ui.commands.gate.spec import Threshold
+    from parity_ui.render.workload import badge_html  # noqa: F401 (the card's badge reads too_few_to_tell)
+
+    def draw(rng: random.Random, n: int) -> list[PairSample]:  # one process: a prompt-level scale, Gaussian gaps
+        out = []
+        for i in range(n):
+            scale = rng.lognormvariate(-5, 1.0)
+            side = [-rng.expovariate(1.0) for _ in range(64)]
+            out.append(PairSample(i, False, 3, 64, None, side, [min(0.0, a + rng.gauss(0, scale)) for a in side],
+                                  list(range(64))))
+        return out
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        side, floor = workload_stats(draw(rng, 16)), workload_stats(draw(rng, 16))
+        v = compare_to_floor(side, floor)
+        if v.verdict == "too few prompts to tell":
+            break
+    r = WorkloadReport(options=WorkloadOptions(), floor=FloorSpec("batch", "floor", "x"), n_prompts=16, done=16,
+                       sides={"b": SideFigures("b", side, v)}, floor_figures=SideFigures("floor", floor))
+    assert r.too_few_to_tell and r.within_noise is False
+    line = verdict_line(v)
+    assert line.startswith("TOO FEW PROMPTS TO TELL over 16 prompts: ") and "95% interval" in line
+    html = verdicts_html(r)
+    assert 'data-verdict="too few prompts to tell"' in html and "EXCEEDS" not in html
+    o, = judge(r, ["b"], [Threshold("within_floor", 1.5, 1)])
+    assert o.status == "fail" and o.message.startswith("side b: too few prompts to tell: over 16 prompts")
+    assert "exceeds" not in o.message

@@ -62,7 +62,8 @@ class Trial:
     prompts: int = 0
     identical: int | None = None  # prompts token-identical to the reference
     first_divergence: int | None = None  # the earliest over the prompts
-    verdict: str | None = None  # against the floor: "within noise", "exceeds noise", "not comparable"
+    verdict: str | None = None  # against the floor: "within noise", "exceeds noise", "too few prompts to tell",
+    #                             "not comparable" (only "within noise" restores)
     exceeded: list[str] = field(default_factory=list)  # figures over the floor
     abs_dlogp_p99: float | None = None
     abs_dlogp_max: float | None = None

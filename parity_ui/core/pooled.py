@@ -26,8 +26,8 @@ one seed, so a side and its floor measured on the same prompts resample the same
 bootstrap). A figure "exceeds" only when the excess holds in 97.5% of the resamples; a point factor
 over the limit whose interval reaches it is "too few prompts to tell". Everything here is pure, deterministic and standard library only: the parent process never
 imports numpy or torch. Exact quantiles (linear interpolation between order statistics, numpy's
-default) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB, and result()
-takes ~1.5 s of CPU and ~90 MB at its peak.
+default) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB; pooling them
+took ~3 s of CPU before the bootstrap and ~6 s with it on a busy 2-core machine (the test's timing).
 
 The bands test rho itself, as TRL and maxtext do; crossscore.gap_stats's one-prompt
 share_outside_band tests exp(side - ref), its reciprocal (the same for a symmetric gap, not at the
