@@ -172,7 +172,7 @@ def _report(run: Run, args: argparse.Namespace, service: ParityService | None = 
     if args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None:
-        from .commands.workload.report import format_workload
+        from .render.text import format_workload
 
         print(format_summary(run, prompts=getattr(args, "per_prompt", False)))
         print(format_workload(run.workload, run.id, run.status))
@@ -233,7 +233,7 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None and only is None:
-        from .commands.workload.report import format_workload
+        from .render.text import format_workload
 
         print(format_summary(run, prompts=False))
         print(format_workload(run.workload, run.id, run.status))

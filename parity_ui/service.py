@@ -281,6 +281,13 @@ class ParityService:
             pair, n = checked_request(self.db, run_id, sides, prompts)
             return self.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
 
+    def bisect_choice(self, run_id: str, store: Store | None = None) -> Any:
+        """The pairs of a stored run that Which setting? can search, or why none (read only;
+        parity_ui.commands.which_setting). `store`: the caller's read connection (the app's per thread)."""
+        from .commands.which_setting import bisect_choice
+
+        return bisect_choice((store or self.store).db, run_id)
+
     def check(self, spec_path: str | None = None, *, self_test_model: str | None = None,
               only: list[str] | None = None, overrides: list[str] | None = None, limit: int | None = None,
               junit: str | None = None, markdown: str | None = None, say: Callable[[str], None] | None = None,

@@ -193,7 +193,7 @@ def test_a_planted_cause_among_harmless_differences_is_named_alone(service, mode
     assert [s.name for s in stored.sides] == ["ref", "b"]
     # Shown before and after: the estimate, each trial, the answer.
     assert said[0].startswith(f"bisect {b.id} of run {run.id}: b against the reference ref")  # the id to follow
-    assert any(m.startswith("estimate: 10 flippable setting(s)") for m in said)
+    assert any(m.startswith("estimate: 10 flippable settings") for m in said)  # a count, not "setting(s)"
     assert any("RESULT: shift explains the divergence" in m for m in said)
     # ignored_flag is accepted by the engine but never shows in its resolved settings: reported.
     (doubt,) = [c for c in r.unconfirmed() if c.key == "ignored_flag"]

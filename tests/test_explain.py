@@ -200,8 +200,11 @@ def test_summary_names_the_settings_the_sides_differ_only_in():
     keys = ["engine", "dtype", "attention"]
     out = run_explain(*sides(a, b), differing_keys=keys)
     assert out["differing_settings"] == keys
-    # engine identity is left out: it tells the sides apart without changing numbers
-    assert out["summary"].endswith(f" The sides differ only in {LABELS['dtype']}, {LABELS['attention']}.")
+    # the engines differ too: the settings are not the only difference (issue 33 item 11: this said
+    # "differ only in weights dtype, attention backend" above a finding "only in engine (hf vs vllm)")
+    assert out["summary"].endswith(f" The sides differ in engine; as each side resolved its settings, also in "
+                                   f"{LABELS['dtype']}, {LABELS['attention']}.")
+    assert "only" not in out["summary"]
 
 
 def test_identity_settings_alone_add_no_note():
@@ -235,10 +238,12 @@ def test_near_tie_names_the_settings_from_the_sides_resolved_setups():
     assert set(keys) == {"engine", "dtype"}  # the third side's attention is not this pair's business
     out = run_explain(*sides(a, b), differing_keys=keys)
     assert out["verdict"] == "numerical near-tie"
-    assert out["summary"].endswith(f" The sides differ only in {LABELS['dtype']}.")
+    assert out["summary"].endswith(f" The sides differ in engine; as each side resolved its settings, also in "
+                                   f"{LABELS['dtype']}.")
     other = run_explain(*sides(a, b, names=(A, "third")), differing_keys=differing(infos, A, "third"))
     assert other["sides"] == [A, "third"]
-    assert other["summary"].endswith(f" The sides differ only in {LABELS['attention']}.")
+    assert other["summary"].endswith(f" The sides differ in engine; as each side resolved its settings, also in "
+                                     f"{LABELS['attention']}.")
 
 
 def test_side_name_containing_failed_does_not_make_a_length_fork_an_error():
@@ -249,3 +254,20 @@ def test_side_name_containing_failed_does_not_make_a_length_fork_an_error():
     out = run_explain(*sides(a, b, afinish="stop", names=(A, "failed_fix")))
     assert out["stopped_side"] == A and out["continued_side"] == "failed_fix"
     assert out["verdict"] == "length"
+
+
+def test_the_verdict_and_the_finding_below_it_do_not_contradict_each_other():
+    """Issue 33 item 11: HF against vLLM with nothing else set. The finding says the sides differ
+    "only in engine (hf vs vllm)"; the verdict said "The sides differ only in attention backend"."""
+    infos = [SideInfo(name="hf", kind="hf", reference=True, resolved={"engine": "hf", "attention": "sdpa"}),
+             SideInfo(name="vllm", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"})]
+    a, b, _ = near_tie()
+    out = run_explain(*sides(a, b, names=("hf", "vllm")), differing_keys=differing(infos, "hf", "vllm"))
+    finding = "differs from the reference hf only in engine (hf vs vllm)"  # preflight's sides-differ finding
+    assert "only" in finding and "differ only in" not in out["summary"]
+    assert "The sides differ in engine; as each side resolved its settings, also in attention backend." in out["summary"]
+    # the same pair on one engine: the attention backend IS the only difference, and says so
+    same = [SideInfo(name="x", kind="vllm", reference=True, resolved={"engine": "vllm", "attention": "TRITON_ATTN"}),
+            SideInfo(name="y", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"})]
+    one = run_explain(*sides(a, b, names=("x", "y")), differing_keys=differing(same, "x", "y"))
+    assert one["summary"].endswith(" The sides differ only in attention backend.")

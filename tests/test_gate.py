@@ -190,7 +190,7 @@ def test_thresholds_pass_and_fail_with_the_figure_and_limit_in_junit(tmp_path, m
     assert fail.get("type") == "threshold"
     assert re.match(r"abs_dlogp_p99 = 0\.25 fails the limit <= 0\.1 \(side b, 6 prompts\) \(run \w+\)", fail.get("message"))
     # the fake reference has no noise of its own: any gap above epsilon exceeds its zero floor
-    assert "abs_dlogp_p99 0.25 vs 0 (floor is zero)" in cases["within 1.5x the noise floor [b]"].find("failure").get("message")
+    assert "|Δlogprob| p99 0.25 vs 0 (floor is zero)" in cases["within 1.5x the noise floor [b]"].find("failure").get("message")
     assert cases["share_identical >= 1 [b]"].find("failure") is None
     props = {p.get("name"): p.get("value") for p in suites["shifted"].find("properties")}
     assert props["model"] == model and props["side.b"].startswith("fake")
@@ -223,7 +223,7 @@ def test_the_noise_floor_threshold_fails_a_gap_above_the_floor(tmp_path, model, 
     cases = {tc.get("name"): tc for tc in _validate_junit(junit).iter("testcase")}
     assert cases["within 1.5x the noise floor [b]"].find("failure") is None
     msg = cases["within 1.5x the noise floor [c]"].find("failure").get("message")
-    assert msg.startswith("side c: exceeds noise: ") and "abs_dlogp_p50 2 vs" in msg
+    assert msg.startswith("side c: exceeds noise: ") and "|Δlogprob| median 2 vs" in msg
     assert "absolute limits" not in msg  # the floor moved: its factor means something
 
 
@@ -250,8 +250,8 @@ def test_per_figure_floor_factors(tmp_path, model, prompts):
     (tc,) = _validate_junit(junit).iter("testcase")
     assert tc.get("name") == "within the noise floor (abs_dlogp_p99 1000x, abs_dlogp_p50 1.5x) [c]"
     msg = tc.find("failure").get("message")
-    assert msg.startswith("side c: abs_dlogp_p50 2 vs floor ") and "limit 1.5x): exceeds" in msg
-    assert "abs_dlogp_p99" not in msg  # within its factor of 1000: only what failed is named
+    assert msg.startswith("side c: |Δlogprob| median 2 vs floor ") and "limit 1.5x): exceeds" in msg
+    assert "p99" not in msg  # within its factor of 1000: only what failed is named
 
 
 def test_exit_codes_and_an_engine_error_is_an_error_in_junit(tmp_path, model, prompts):

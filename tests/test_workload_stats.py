@@ -8,12 +8,13 @@ import math
 import random
 import statistics
 import time
+from collections import Counter
 
 import pytest
 
 from parity_ui.core.pooled import (
-    DEFAULT_BUCKETS, FLOOR_FIGURE_NAMES, RHO_BANDS, Accumulator, PairSample, WorkloadStats, compare_to_floor,
-    quantile, token_stats, wilson, wilson_interval, wilson_lower, workload_stats,
+    DEFAULT_BUCKETS, FLOOR_FIGURE_NAMES, NOT_IDENTICAL, RHO_BANDS, Accumulator, FloorVerdict, PairSample,
+    WorkloadStats, compare_to_floor, quantile, token_stats, wilson, wilson_interval, wilson_lower, workload_stats,
 )
 
 
@@ -336,7 +337,7 @@ def test_a_planted_larger_gap_exceeds_the_floor_by_its_factor():
         assert checks[name].exceeds and checks[name].factor == pytest.approx(5.0)
         assert name in v.exceeded
     assert checks["k3"].factor == pytest.approx(25.0, rel=2e-3)  # ~ gap^2 / 2
-    assert "abs_dlogp_p99 0.05 vs 0.01 (5x)" in v.summary
+    assert "|Δlogprob| p99 0.05 vs 0.01 (5x)" in v.summary  # the display name, not the key
     # the other way round the side is quieter than its floor
     assert compare_to_floor(floor, side).verdict == "within noise"
 
@@ -414,3 +415,62 @@ def test_ten_thousand_prompts_of_128_tokens_take_seconds():
     print(f"10,000 x 128 tokens: {spent:.2f} s CPU")
     assert stats.tokens.pairs == 1_280_000
     assert spent < 30  # generous: ~1.6 s CPU on the 2-core development machine
+
+
+# --- the verdict's uncertainty (issue 33, item 7) --------------------------------------------------
+
+def _same_process(rng: random.Random, n: int, mult: float = 1.0, tokens: int = 64) -> list[PairSample]:
+    """n prompts whose gaps are drawn from one process: each prompt its own scale (some prompts are
+    harder), every token a Gaussian gap at that scale; `mult` scales every gap."""
+    out = []
+    for i in range(n):
+        scale = rng.lognormvariate(-5, 1.0) * mult
+        side = [-rng.expovariate(1.0) for _ in range(tokens)]
+        out.append(sample(i, side, [min(0.0, a + rng.gauss(0, scale)) for a in side]))
+    return out
+
+
+def test_a_side_equal_to_the_floor_in_distribution_on_few_prompts_is_not_called_exceeds():
+    called, over = Counter(), 0
+    for seed in range(12):
+        rng = random.Random(seed)
+        v = compare_to_floor(workload_stats(_same_process(rng, 16)), workload_stats(_same_process(rng, 16)))
+        called[v.verdict] += 1
+        # the point factors alone (the old verdict) are over the limit on most of these draws
+        over += any(c.factor is not None and c.factor > c.limit and c.side - c.floor > c.epsilon
+                    for c in v.figures if c.name != NOT_IDENTICAL)
+        for c in v.figures:
+            if c.uncertain:
+                assert c.note == "too few prompts to tell" and not c.exceeds
+                assert c.factor_low <= c.limit < c.factor  # its interval reaches the limit
+    assert over >= 6, over
+    assert called["exceeds noise"] <= 1, called  # at most one false alarm in 12 (~5% over many draws)
+    assert called["too few prompts to tell"] >= 4, called
+    v = next(v for seed in range(12) if (v := compare_to_floor(
+        workload_stats(_same_process(random.Random(seed), 16)),
+        workload_stats(_same_process(random.Random(seed + 100), 16)))).verdict == "too few prompts to tell")
+    assert v.summary.startswith("too few prompts to tell: over 16 prompts, ") and "95% interval" in v.summary
+    assert not v.exceeded and v.uncertain and v.prompts == 16
+    assert FloorVerdict.from_dict(json.loads(json.dumps(v.to_dict(), allow_nan=False))) == v
+
+
+def test_a_real_excess_on_few_prompts_still_exceeds_with_its_interval():
+    rng = random.Random(3)
+    v = compare_to_floor(workload_stats(_same_process(rng, 16, mult=10)), workload_stats(_same_process(rng, 16)))
+    assert v.verdict == "exceeds noise"
+    c = {c.name: c for c in v.figures}["abs_dlogp_mean"]
+    assert c.exceeds and c.factor_low > c.limit and c.factor_low <= c.factor <= c.factor_high
+    assert f"({c.factor:.3g}x, 95% interval {c.factor_low:.3g}x–{c.factor_high:.3g}x)" in v.summary
+
+
+def test_resamples_are_seeded_paired_and_stored():
+    samples = _same_process(random.Random(5), 20)
+    a, b = workload_stats(samples), workload_stats(list(reversed(samples)))
+    assert a.resamples == b.resamples  # the same prompts, any order: the same draws
+    assert set(a.resamples) == set(FLOOR_FIGURE_NAMES) and all(len(v) == 200 for v in a.resamples.values())
+    assert WorkloadStats.from_dict(json.loads(json.dumps(a.to_dict()))).resamples == a.resamples
+    # a side against itself: every paired resample's factor is 1
+    c = {c.name: c for c in compare_to_floor(a, b).figures}["abs_dlogp_p99"]
+    assert c.factor_low == c.factor_high == pytest.approx(1.0)
+    # one prompt: nothing to resample, judged on the point factor as before
+    assert workload_stats(samples[:1]).resamples is None

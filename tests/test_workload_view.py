@@ -84,7 +84,7 @@ def test_the_card_gives_the_headline_and_each_sides_verdict_with_the_figures_ove
     html = workload_card_html(run)
     assert run.workload.headline in html and "EXCEEDS NOISE" in html
     b = re.search(r'<div class="wl-verdict div" data-side="b".*?</table>', html).group(0)
-    assert "EXCEEDS the reference" in b and "abs_dlogp_p99" in b and "floor is zero" in b
+    assert "EXCEEDS the reference" in b and "|Δlogprob| p99" in b and "floor is zero" in b  # the display name, not the key
     assert 'data-side="c" data-verdict="within noise"' in html
     assert "Resume" not in html  # finished: nothing to resume
 

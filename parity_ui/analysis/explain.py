@@ -30,8 +30,13 @@ NEAR_TIE_NATS = 0.25
 # A margin is also a near-tie when it is within this multiple of the largest logprob gap the two
 # sides showed on the same context before the fork: the noise they demonstrably have.
 NOISE_MULTIPLE = 2.0
-# Settings that tell sides apart without changing numbers.
+# Rows of the settings diff that are not a setting the note names: what the sides are (engine, its
+# software, the model folder) and sizes that do not change numbers.
 _IDENTITY = {"engine", "torch", "python", "environment", "model", "kv_cache_blocks", "max_num_seqs", "device"}
+# Of those, the ones that make the two sides different stacks: while one differs, the settings that
+# differ are not the ONLY difference (issue 33: "differ only in attention backend" above a finding
+# "only in engine (hf vs vllm)"), and each engine resolved its own settings.
+_STACK = ("engine", "model", "environment", "python", "torch")
 
 
 def _step(res: SideResult | None, i: int) -> TokenStep | None:
@@ -90,10 +95,16 @@ def _stopped_summary(c: Comparison, a: SideResult | None, b: SideResult | None) 
 
 
 def _settings_note(differing: list[str]) -> str:
+    """What the sides differ in, never called "only" while they are different stacks (engines,
+    environments, model folders): then the settings are what each stack resolved."""
     numeric = [k for k in differing if k not in _IDENTITY]
     if not numeric:
         return ""
     names = ", ".join(LABELS.get(k, k) for k in numeric)
+    stack = [k for k in _STACK if k in differing]
+    if stack:
+        return (f" The sides differ in {' and '.join(LABELS.get(k, k) for k in stack)}; as each side resolved "
+                f"its settings, also in {names}.")
     return f" The sides differ only in {names}." if len(numeric) <= 3 else f" The sides differ in {names}."
 
 
@@ -144,6 +155,14 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
     out = replace(out, largest_margin=worst, tie_bound=tie_bound)
     in_topk = d is not None and d.accepted
     if worst is not None and worst <= tie_bound and in_topk:
+        exact = [s.name for s in (side_a, side_b) if s.margin_over_other == 0.0]
+        if exact:
+            # The two tokens have the same logprob there: the engine's rank 1 and rank 2 are an arbitrary order.
+            tie = (f"an exact tie on {' and '.join(exact)} (both tokens the same logprob: rank 1 and rank 2 are "
+                   f"an arbitrary order there)")
+            return replace(out, verdict="numerical near-tie",
+                           summary=f"{at}: {tie}; each token is in the other's top-k, so rounding alone can flip "
+                                   "it. float32 usually removes it." + note)
         return replace(out, verdict="numerical near-tie",
                        summary=f"{at}: a near-tie; each side preferred its token by at most {worst:.3g} nats "
                                f"(bound {tie_bound:.3g}) and each token is in the other's top-k, so rounding "

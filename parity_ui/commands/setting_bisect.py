@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..analysis import trial_oracle
 from ..analysis.ddmin import best_case_trials, ddmin, one_at_a_time_trials, worst_case_trials
 from ..core.bisect_factors import check_flip, differences
-from ..core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, KIND, NOT_FOUND, RESTORES,
+from ..core.bisect_record import (DEFAULT_PROMPTS, MAX_PROMPTS, APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, KIND, NOT_FOUND, RESTORES,
                                   TRIAL_KIND, BisectReport, Estimate, Trial, show_value, trial_figures)
 from ..core.config import config_from_dict
 from ..core.errors import CancelledError, ParityError
@@ -58,8 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BisectRequest", "bisect_run", "worst_prompts", "DEFAULT_PROMPTS", "MAX_PROMPTS", "KIND", "TRIAL_KIND"]
 
-DEFAULT_PROMPTS = 8
-MAX_PROMPTS = 10_000  # a trial runs this many of the run's prompts at most
 STRATEGIES = ("ddmin", "one-at-a-time")
 
 

@@ -21,7 +21,9 @@ from ..core.errors import ParityError
 from ..core.types import Run
 from ..store import bisects
 from ..store.runs import get_run
-from .setting_bisect import DEFAULT_PROMPTS, MAX_PROMPTS, nothing_to_flip
+from ..core.bisect_record import bisect_line
+from ..core.bisect_record import DEFAULT_PROMPTS, MAX_PROMPTS, pair_value, parse_pair  # noqa: F401 - the view's names
+from .setting_bisect import nothing_to_flip
 
 BISECTABLE_KINDS = ("compare", "workload")
 
@@ -47,22 +49,6 @@ class BisectChoice:
 
     def error(self) -> ParityError:
         return ParityError(self.problem, self.fix, code="bisect-pair")
-
-
-def pair_value(pair: tuple[str, str]) -> str:
-    """A pair as one string (a dropdown's value): side names cannot hold a comma (parity_ui.core.sides)."""
-    return f"{pair[0]},{pair[1]}"
-
-
-def parse_pair(value: Any) -> tuple[str, str] | None:
-    """A pair from pair_value's string, a 2-item list or tuple, or None/"" (the default pair).
-    Raises ParityError for anything else."""
-    if value is None or value == "":
-        return None
-    names = [str(x).strip() for x in (value.split(",") if isinstance(value, str) else value)]
-    if len(names) != 2 or not all(names):
-        raise ParityError(f"the pair {value!r} is not two side names", "pick a pair like 'ref,b' (reference first)")
-    return names[0], names[1]
 
 
 def _differing_sides(db: Any, run: Run) -> list[str]:
@@ -170,10 +156,4 @@ def latest_bisect(db: Any, run_id: str) -> Run | None:
 def bisect_lines(db: Any, ids: list[str]) -> dict[str, str]:
     """Each listed bisect's one line for a runs table: the pair, the run searched and the answer (or
     its error)."""
-    out = {}
-    for r in bisects.bisect_lines(db, ids):
-        pair = f"{r.side} vs {r.reference} of {r.run_id}: " if r.run_id else ""
-        answer = r.summary if r.status in ("ok", "diverged") and r.summary else \
-            r.status + (f": {r.error}" if r.error else "")
-        out[r.id] = f"which setting? {pair}{answer}"
-    return out
+    return {r.id: bisect_line(r) for r in bisects.bisect_lines(db, ids)}

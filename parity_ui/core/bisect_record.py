@@ -9,8 +9,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ParityError
+from .figures import count
+
 # The run kinds of a bisect and of its trials (parity_ui.store.bisects reads them back by kind).
 KIND, TRIAL_KIND = "bisect", "bisect-trial"
+DEFAULT_PROMPTS = 8  # the run's worst prompts a trial runs, unless asked otherwise
+MAX_PROMPTS = 10_000  # a trial runs this many of the run's prompts at most
 # Outcomes of one trial.
 RESTORES, DIVERGES, FAILED = "restores parity", "diverges", "failed"
 # How a flip showed in the trial side's resolved settings.
@@ -66,7 +71,8 @@ class Trial:
     prompts: int = 0
     identical: int | None = None  # prompts token-identical to the reference
     first_divergence: int | None = None  # the earliest over the prompts
-    verdict: str | None = None  # against the floor: "within noise", "exceeds noise", "not comparable"
+    verdict: str | None = None  # against the floor: "within noise", "exceeds noise", "too few prompts to tell",
+    #                             "not comparable" (only "within noise" restores)
     exceeded: list[str] = field(default_factory=list)  # figures over the floor
     abs_dlogp_p99: float | None = None
     abs_dlogp_max: float | None = None
@@ -96,7 +102,9 @@ class Estimate:
         t = self.seconds_per_trial
         when = (f"; at {t:.1f} s a trial: {_duration(self.best * t)} to {_duration(self.worst * t)}"
                 if t else "")
-        return (f"{self.factors} flippable setting(s): ddmin takes {self.best} to {self.worst} trials "
+        trials = count(self.best, "trial") if self.best == self.worst else f"{self.best} to {self.worst} trials"
+        when = when if self.best != self.worst or not t else f"; at {t:.1f} s a trial: {_duration(self.best * t)}"
+        return (f"{count(self.factors, 'flippable setting')}: ddmin takes {trials} "
                 f"(one at a time: {self.one_at_a_time}, which cannot find a pair){when}")
 
 
@@ -241,3 +249,27 @@ def format_bisect(report: BisectReport, bisect_id: str = "", status: str = "") -
     if report.summary:
         lines.append(f"  RESULT: {report.summary}")
     return "\n".join(lines)
+
+
+def pair_value(pair: tuple[str, str]) -> str:
+    """A pair as one string (a dropdown's value): side names cannot hold a comma (parity_ui.core.sides)."""
+    return f"{pair[0]},{pair[1]}"
+
+
+def parse_pair(value: Any) -> tuple[str, str] | None:
+    """A pair from pair_value's string, a 2-item list or tuple, or None/"" (the default pair).
+    Raises ParityError for anything else."""
+    if value is None or value == "":
+        return None
+    names = [str(x).strip() for x in (value.split(",") if isinstance(value, str) else value)]
+    if len(names) != 2 or not all(names):
+        raise ParityError(f"the pair {value!r} is not two side names", "pick a pair like 'ref,b' (reference first)")
+    return names[0], names[1]
+
+
+def bisect_line(r: Any) -> str:
+    """A stored bisect's one line for a runs table (r: parity_ui.store.bisects.BisectLine): the pair,
+    the run searched and the answer (or its error)."""
+    pair = f"{r.side} vs {r.reference} of {r.run_id}: " if r.run_id else ""
+    answer = r.summary if r.status in ("ok", "diverged") and r.summary else r.status + (f": {r.error}" if r.error else "")
+    return f"which setting? {pair}{answer}"

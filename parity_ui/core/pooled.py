@@ -9,7 +9,8 @@ time (as they are read from the database) and `result()` gives a `WorkloadStats`
 - tokens: the teacher-forced figures pooled over every (side, reference) logprob pair, with the
   field's definitions (TRL, verl, NeMo-RL; see the workloads design notes):
   dlogp = logp_side - logp_ref, rho = exp(logp_ref - logp_side) (reference = trainer),
-  kl = mean(dlogp) (KL(side||ref) over the side's sampled tokens), k3 = mean(rho - log rho - 1),
+  kl = mean(dlogp) (the k1 estimator of KL(side||ref) over the side's sampled tokens: it can be
+  negative, so no view calls it KL; see core.figures), k3 = mean(rho - log rho - 1) >= 0,
   token_mult_prob_error = mean(exp(|dlogp|)), Pearson r of the two probability vectors, the share
   of rho outside [0.9, 1.1], [0.99, 1.01], [0.999, 1.002], rho min/mean/max before any clipping;
 - the same token figures per position bucket (DEFAULT_BUCKETS: [0,16) [16,64) [64,256) [256,inf):
@@ -19,10 +20,14 @@ time (as they are read from the database) and `result()` gives a `WorkloadStats`
 
 `compare_to_floor(side, floor)` judges a side's figures against the reference's own noise (the
 reference against itself under a change that must not matter) and says by what factor each is
-worse. Everything here is pure, deterministic and standard library only: the parent process never
+worse, with a 95% interval from a seeded bootstrap over prompts (`WorkloadStats.resamples`: each
+floor figure recomputed on BOOTSTRAP_RESAMPLES resamples of the prompts, drawn in prompt order from
+one seed, so a side and its floor measured on the same prompts resample the same prompts: a paired
+bootstrap). A figure "exceeds" only when the excess holds in 97.5% of the resamples; a point factor
+over the limit whose interval reaches it is "too few prompts to tell". Everything here is pure, deterministic and standard library only: the parent process never
 imports numpy or torch. Exact quantiles (linear interpolation between order statistics, numpy's
-default) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB, and result()
-takes ~1.5 s of CPU and ~90 MB at its peak.
+default) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB; pooling them
+took ~3 s of CPU before the bootstrap and ~6 s with it on a busy 2-core machine (the test's timing).
 
 The bands test rho itself, as TRL and maxtext do; crossscore.gap_stats's one-prompt
 share_outside_band tests exp(side - ref), its reciprocal (the same for a symmetric gap, not at the
@@ -34,23 +39,32 @@ set it to -inf) are skipped and counted, as in crossscore.gap_stats.
 from __future__ import annotations
 
 import math
+import random
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from itertools import islice, repeat
+from dataclasses import asdict, dataclass, field, fields
+from itertools import accumulate, chain, islice, repeat
 from operator import le, mul, neg, sub
-from statistics import NormalDist, median
+from statistics import NormalDist, median, median_low
 from typing import Any
 
+from .figures import BAND_KEYS, RHO_BANDS, display_name
 from .findings import MASKED_LOGPROB
 
 # Position buckets: each value starts a bucket, the last one is open-ended.
 DEFAULT_BUCKETS: tuple[int, ...] = (0, 16, 64, 256)
-# Importance-ratio bands: parity-ui's (the batch-logprob-gap study), then maxtext PR #5231's two.
-RHO_BANDS: tuple[tuple[float, float], ...] = ((0.9, 1.1), (0.99, 1.01), (0.999, 1.002))
+# RHO_BANDS (the importance-ratio bands: parity-ui's, then maxtext PR #5231's two) live in core.figures.
+# The bootstrap over prompts: resamples per figure, its seed, the two-sided level of the interval,
+# the largest number of token gaps a resample's quantiles walk (above it a systematic sample, every
+# k-th gap), and the most units resampled (above it, that many fixed groups of prompts).
+BOOTSTRAP_RESAMPLES = 200
+BOOTSTRAP_SEED = 20260331
+BOOTSTRAP_ALPHA = 0.05
+BOOTSTRAP_MAX_GAPS = 50_000
+BOOTSTRAP_MAX_UNITS = 400
 # The design notes' z for the two-sided 95% interval, and vLLM's accuracy gate's one-sided bound.
 WILSON_Z = 1.96
 ONE_SIDED_CONFIDENCE = 0.95
@@ -118,8 +132,8 @@ class SequenceStats:
     diverged: int  # not identical, first divergence known
     divergence_unknown: int  # not identical, no first divergence (scored mode)
     survival: Survival | None
-    median_first_divergence: float | None  # over the diverged prompts
-    median_first_divergence_all: float | None  # identical prompts counted at their length
+    median_first_divergence: float | None  # over the diverged prompts (the lower median: an index)
+    median_first_divergence_all: float | None  # identical prompts counted at their length (lower median)
     verdicts: dict[str, int]  # explanation verdict -> prompts (samples without one not counted)
     seq_ratio: RatioSummary  # per sequence exp(mean(logp_ref - logp_side)): the geometric mean rho
     without_pairs: int  # samples with no scorable logprob pair (no token figures, no seq ratio)
@@ -175,6 +189,9 @@ class WorkloadStats:
     by_position: list[BucketStats]
     worst_by_divergence: list[WorstPrompt]  # earliest first divergence first
     worst_by_gap: list[WorstPrompt]  # largest max |dlogp| first (prompts with a nonzero gap)
+    # Each floor figure (FLOOR_FIGURE_NAMES) on BOOTSTRAP_RESAMPLES resamples of the prompts (None:
+    # undefined in that resample); None with fewer than 2 prompts, or stored before intervals.
+    resamples: dict[str, list[float | None]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP)."""
@@ -197,6 +214,7 @@ class WorkloadStats:
                          for b in d["by_position"]],
             worst_by_divergence=[WorstPrompt(**w) for w in d["worst_by_divergence"]],
             worst_by_gap=[WorstPrompt(**w) for w in d["worst_by_gap"]],
+            resamples={k: list(v) for k, v in d["resamples"].items()} if d.get("resamples") else None,
         )
 
 
@@ -287,6 +305,10 @@ class Accumulator:
         self._max_abs = array("d")  # nan: no pairs
         self._log_ratio = array("d")  # mean(logp_ref - logp_side); nan: no pairs
         self._verdicts: Counter[str] = Counter()
+        # Per sample, the additive pieces of its token figures (the bootstrap's units), and per
+        # pooled pair the sample's slot (parallel to _ls/_lr) for the resampled quantiles.
+        self._sums = [array("d") for _ in _SUMS]
+        self._slot = [array("q") for _ in edges]
 
     def __len__(self) -> int:
         return len(self._index)
@@ -314,7 +336,9 @@ class Accumulator:
                              f"{len(ls)}, {len(lr)}, {len(pos)}")
         vs, vr, vp, skipped = self._scorable_pairs(where, ls, lr, pos)
         # Nothing is kept before every check passed: a refused sample leaves the accumulator as it was.
-        self._pool(vs, vr, vp)
+        self._pool(vs, vr, vp, len(self._index))
+        for v, arr in zip(_prompt_sums(vs, vr), self._sums):
+            arr.append(v)
         for b, k in skipped.items():
             self._skipped[b] += k
         self._seen.add(s.prompt_index)
@@ -359,7 +383,7 @@ class Accumulator:
         kept.sort(key=lambda t: t[0])
         return [t[1] for t in kept], [t[2] for t in kept], [t[0] for t in kept], skipped
 
-    def _pool(self, ls: Sequence[float], lr: Sequence[float], pos: Sequence[int]) -> None:
+    def _pool(self, ls: Sequence[float], lr: Sequence[float], pos: Sequence[int], slot: int) -> None:
         edges = self.buckets
         for b in range(len(edges)):
             lo = bisect_left(pos, edges[b])
@@ -367,6 +391,7 @@ class Accumulator:
             if hi > lo:
                 self._ls[b].extend(islice(ls, lo, hi))
                 self._lr[b].extend(islice(lr, lo, hi))
+                self._slot[b].extend(repeat(slot, hi - lo))
 
     def result(self, top_n: int = 10) -> WorkloadStats:
         """The pooled figures so far (the accumulator stays usable). `top_n` prompts per worst list."""
@@ -377,7 +402,60 @@ class Accumulator:
         by_position = [BucketStats(start=start, end=end, tokens=_figures([part]))
                        for start, end, part in zip(self.buckets, ends, parts)]
         return WorkloadStats(sequences=self._sequence_stats(), tokens=_figures(parts), by_position=by_position,
-                             **self._worst(top_n))
+                             **self._worst(top_n), resamples=self._resamples())
+
+    def _resamples(self, n_resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, list[float | None]] | None:
+        """Every floor figure on `n_resamples` bootstrap resamples of the samples (prompts), each
+        figure recomputed from the resampled prompts' additive pieces (the quantiles from their
+        pooled gaps, weighted by how often each prompt was drawn). The draws are made over the
+        prompts in index order from BOOTSTRAP_SEED: the same prompts give the same draws, whatever
+        order they were added in, and a side and its floor over the same prompts are resampled
+        together (a paired bootstrap). Over BOOTSTRAP_MAX_UNITS prompts the units are that many
+        fixed groups of prompts (every G-th in index order): the same variance, at a cost that does
+        not grow with the prompts. None below 2 prompts (nothing to resample)."""
+        n = len(self._index)
+        if n < 2:
+            return None
+        order = sorted(range(n), key=self._index.__getitem__)
+        units = min(n, BOOTSTRAP_MAX_UNITS)
+        unit_of = [0] * n
+        for k, slot in enumerate(order):
+            unit_of[slot] = k % units
+        sums: dict[str, list[float]] = {}
+        for name, arr in zip(_SUMS, self._sums):
+            acc = [0.0] * units
+            pick = max if name.startswith("max") else float.__add__
+            for slot, v in enumerate(arr):
+                u = unit_of[slot]
+                acc[u] = pick(acc[u], v)
+            sums[name] = acc
+        seq_lr: list[float | None] = [None] * units
+        for slot, r in enumerate(self._log_ratio):
+            if not math.isnan(r):
+                v = min(r, EXP_CAP) if r > 0 else min(-r, _LOG_TINY)
+                u = unit_of[slot]
+                seq_lr[u] = v if seq_lr[u] is None else max(seq_lr[u], v)
+        # The pooled |dlogp| (every k-th above BOOTSTRAP_MAX_GAPS: a systematic sample), ascending,
+        # with each one's unit.
+        total = sum(map(len, self._ls))
+        step = max(1, -(-total // BOOTSTRAP_MAX_GAPS))
+        ls = islice(chain.from_iterable(self._ls), 0, None, step)
+        lr = islice(chain.from_iterable(self._lr), 0, None, step)
+        sl = islice(chain.from_iterable(self._slot), 0, None, step)
+        pairs = sorted(zip(map(abs, map(sub, ls, lr)), map(unit_of.__getitem__, sl)))
+        sorted_gaps = [g for g, _ in pairs]
+        gap_units = [u for _, u in pairs]
+        rng = random.Random(BOOTSTRAP_SEED)
+        out: dict[str, list[float | None]] = {name: [] for name in FLOOR_FIGURE_NAMES}
+        draw = range(units)
+        for _ in range(n_resamples):
+            picks = rng.choices(draw, k=units)
+            drawn, half = Counter(picks), Counter(picks[:(units + 1) // 2])
+            w = list(map(drawn.get, draw, repeat(0)))
+            w_half = list(map(half.get, draw, repeat(0)))
+            for name, v in _resampled_figures(w, w_half, sums, sorted_gaps, gap_units, seq_lr).items():
+                out[name].append(None if v is None else float(f"{v:.6g}"))
+        return out
 
     def _sequence_stats(self) -> SequenceStats:
         n = len(self._index)
@@ -401,8 +479,9 @@ class Accumulator:
             share_identical=identical / n if n else None,
             identical_ci=wilson_interval(identical, n) if n else None,
             diverged=len(firsts), divergence_unknown=unknown, survival=survival,
-            median_first_divergence=float(median(firsts)) if firsts else None,
-            median_first_divergence_all=float(median(firsts + lengths_identical)) if known else None,
+            # The lower median: a token index a prompt really forked at, never "token 0.5".
+            median_first_divergence=float(median_low(firsts)) if firsts else None,
+            median_first_divergence_all=float(median_low(firsts + lengths_identical)) if known else None,
             verdicts=dict(sorted(self._verdicts.items())),
             seq_ratio=RatioSummary(min=ratios[0], median=float(median(ratios)), max=ratios[-1])
             if ratios else RatioSummary(None, None, None),
@@ -431,6 +510,81 @@ def workload_stats(samples: Iterable[PairSample], *, buckets: Sequence[int] = DE
 def token_stats(ls: Sequence[float], lr: Sequence[float], skipped: int = 0) -> TokenStats:
     """The token figures of parallel scorable logprobs (side, reference). Pure."""
     return _figures([_partial(ls, lr, skipped)])
+
+
+# -- the bootstrap's per-prompt pieces
+
+# Per sample (prompt): its pairs, the sums its token figures add up from, its largest gaps, its
+# probabilities' raw moments (Pearson) and, per band, its pairs with rho outside it.
+_SUMS: tuple[str, ...] = ("n", "abs_d", "d", "em1", "log_rho", "exp_abs", "dp", "max_abs", "max_dp",
+                          "x", "y", "xx", "yy", "xy", *(f"out{i}" for i in range(len(RHO_BANDS))))
+# |log| of the smallest positive float: an underflowed sequence ratio reads as a ~744-nat drift.
+_LOG_TINY = -math.log(5e-324)
+
+
+def _prompt_sums(ls: Sequence[float], lr: Sequence[float]) -> tuple[float, ...]:
+    """One sample's _SUMS (all 0 without a scorable pair): plain sums of at most a sample's tokens."""
+    if not len(ls):
+        return (0.0,) * len(_SUMS)
+    exp = math.exp
+    d = sorted(map(sub, ls, lr))
+    log_rho = list(map(min, map(neg, d), repeat(EXP_CAP)))
+    px, py = list(map(exp, ls)), list(map(exp, lr))
+    dp = list(map(abs, map(sub, px, py)))
+    out = []
+    for lo, hi in RHO_BANDS:
+        # rho = exp(-d) < lo  <=>  d > -log(lo);  rho > hi  <=>  d < -log(hi)
+        out.append(float(len(d) - bisect_right(d, -math.log(lo)) + bisect_left(d, -math.log(hi))))
+    return (float(len(d)), sum(map(abs, d)), sum(d), sum(map(math.expm1, log_rho)), sum(log_rho),
+            sum(map(exp, map(min, map(abs, d), repeat(EXP_CAP)))), sum(dp), max(-d[0], d[-1]), max(dp),
+            sum(px), sum(py), sum(map(mul, px, px)), sum(map(mul, py, py)), sum(map(mul, px, py)), *out)
+
+
+def _weighted_quantile(sorted_gaps: Sequence[float], cum: Sequence[int], q: float) -> float:
+    """`quantile` of the gaps each repeated by its weight (cum: the running total of the weights)."""
+    h = (cum[-1] - 1) * q
+    k = math.floor(h)
+    a = sorted_gaps[bisect_right(cum, k)]
+    frac = h - k
+    return a if frac == 0.0 else a + (sorted_gaps[bisect_right(cum, k + 1)] - a) * frac
+
+
+def _resampled_figures(w: list[int], w_half: list[int], sums: Mapping[str, Sequence[float]], sorted_gaps: Sequence[float],
+                       gap_slots: Sequence[int], seq_lr: Sequence[float | None]) -> dict[str, float | None]:
+    """The floor figures of one resample: each unit counted w[unit] times. A largest value (the
+    MAX_FIGURES) is taken over half as many draws (w_half, an m-out-of-n bootstrap): resampling all
+    n, the maximum is the sample's own maximum in 63% of resamples and its interval is too narrow
+    to tell one extreme prompt from a real excess."""
+    def tot(name: str) -> float:
+        return sum(map(mul, w, sums[name]))
+
+    n = tot("n")
+    chosen = [i for i, k in enumerate(w) if k]
+    few = [i for i, k in enumerate(w_half) if k]
+    lrs = [seq_lr[i] for i in few if seq_lr[i] is not None]
+    out: dict[str, float | None] = {name: None for name in FLOOR_FIGURE_NAMES}
+    out["seq_abs_log_ratio_max"] = max(lrs) if lrs else None
+    if not n:
+        return out
+    cum = list(accumulate(map(w.__getitem__, gap_slots)))
+    if cum and cum[-1]:
+        for name, q in (("abs_dlogp_p50", 0.50), ("abs_dlogp_p95", 0.95), ("abs_dlogp_p99", 0.99)):
+            out[name] = _weighted_quantile(sorted_gaps, cum, q)
+    has = [i for i in few if sums["n"][i]]
+    out["abs_dlogp_mean"] = tot("abs_d") / n
+    out["abs_dlogp_max"] = max((sums["max_abs"][i] for i in has), default=None)
+    out["abs_dprob_mean"] = tot("dp") / n
+    out["abs_dprob_max"] = max((sums["max_dp"][i] for i in has), default=None)
+    out["abs_kl"] = abs(tot("d") / n)
+    out["k3"] = max(0.0, (tot("em1") - tot("log_rho")) / n)
+    out["token_mult_prob_error_minus_1"] = tot("exp_abs") / n - 1.0
+    sx, sy = tot("x"), tot("y")
+    sxx, syy, sxy = tot("xx") - sx * sx / n, tot("yy") - sy * sy / n, tot("xy") - sx * sy / n
+    if sxx > 0.0 and syy > 0.0:
+        out["one_minus_pearson"] = 1.0 - max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+    for i, key in enumerate(BAND_KEYS):
+        out[key] = tot(f"out{i}") / n
+    return out
 
 
 @dataclass
@@ -644,17 +798,21 @@ NOT_IDENTICAL = "not_identical"
 
 @dataclass
 class FigureCheck:
-    name: str
+    name: str  # its key (core.figures); every view shows core.figures.display_name(name)
     side: float | None
     floor: float | None
     factor: float | None  # side / floor; inf over a zero floor; None when both are 0 or either is missing
     limit: float  # the factor beyond which it exceeds: tolerance ** power
     epsilon: float
-    exceeds: bool
+    exceeds: bool  # beyond the limit, and beyond sampling error (its interval clears the limit)
     floor_is_zero: bool
     note: str  # "within", "within (difference below epsilon)", "within (both zero)", "exceeds",
-    #            "exceeds (floor is zero)", "not comparable"; not_identical: "within (Wilson intervals
-    #            overlap)", "exceeds (Wilson intervals apart)"
+    #            "exceeds (floor is zero)", "too few prompts to tell", "not comparable";
+    #            not_identical: "within (Wilson intervals overlap)", "exceeds (Wilson intervals apart)"
+    # The factor's 95% interval over the prompts (paired bootstrap); None without resamples.
+    factor_low: float | None = None
+    factor_high: float | None = None
+    uncertain: bool = False  # the point factor is over the limit, but its interval reaches it
 
 
 @dataclass
@@ -668,14 +826,19 @@ class IdenticalCheck:
     worse: bool
 
 
+WITHIN, EXCEEDS, TOO_FEW, NOT_COMPARABLE = "within noise", "exceeds noise", "too few prompts to tell", "not comparable"
+
+
 @dataclass
 class FloorVerdict:
-    verdict: str  # "within noise" | "exceeds noise" | "not comparable" (no figure on both sides)
+    verdict: str  # WITHIN | EXCEEDS | TOO_FEW (over the limit, not beyond sampling error) | NOT_COMPARABLE
     tolerance: float
     figures: list[FigureCheck]
-    exceeded: list[str]  # names of the figures that exceed
+    exceeded: list[str]  # names of the figures that exceed (beyond sampling error)
     identical: IdenticalCheck
     summary: str
+    uncertain: list[str] = field(default_factory=list)  # over the limit, but within sampling error
+    prompts: int | None = None  # the side's prompts (what the interval is over)
 
     @property
     def zero_floor_only(self) -> bool:
@@ -688,8 +851,9 @@ class FloorVerdict:
         """JSON-ready: an infinite factor (over a zero floor) is written as None; floor_is_zero says so."""
         d = asdict(self)
         for f in d["figures"]:
-            if f["factor"] is not None and math.isinf(f["factor"]):
-                f["factor"] = None
+            for k in ("factor", "factor_low", "factor_high"):
+                if f[k] is not None and math.isinf(f[k]):
+                    f[k] = None if k == "factor" else "inf"
         return d
 
     @classmethod
@@ -698,17 +862,56 @@ class FloorVerdict:
         def wilson(w: Mapping[str, Any] | None) -> Wilson | None:
             return Wilson(**w) if w else None
 
+        names = {f.name for f in fields(FigureCheck)}
         figures = []
         for f in d["figures"]:
-            f = dict(f)
+            f = {k: v for k, v in f.items() if k in names}
             if f["factor"] is None and f["floor_is_zero"] and f["side"]:
                 f["factor"] = math.inf
+            for k in ("factor_low", "factor_high"):
+                if f.get(k) == "inf":
+                    f[k] = math.inf
             figures.append(FigureCheck(**f))
         i = d["identical"]
         ident = IdenticalCheck(side_share=i["side_share"], floor_share=i["floor_share"], side_ci=wilson(i["side_ci"]),
                                floor_ci=wilson(i["floor_ci"]), worse=i["worse"])
         return cls(verdict=d["verdict"], tolerance=d["tolerance"], figures=figures, exceeded=list(d["exceeded"]),
-                   identical=ident, summary=d["summary"])
+                   identical=ident, summary=d["summary"], uncertain=list(d.get("uncertain") or []),
+                   prompts=d.get("prompts"))
+
+
+def _ratio(side: float, floor: float) -> float:
+    if floor == 0.0:
+        return math.inf if side > 0 else 0.0
+    return side / floor
+
+
+def _interval_quantile(sorted_values: Sequence[float], q: float) -> float:
+    h = (len(sorted_values) - 1) * q
+    lo = math.floor(h)
+    a = sorted_values[lo]
+    if h == lo or a == sorted_values[lo + 1]:
+        return a
+    return a + (sorted_values[lo + 1] - a) * (h - lo)
+
+
+def _bootstrap(check: FigureCheck, side: Sequence[float | None] | None, floor: Sequence[float | None] | None
+               ) -> FigureCheck:
+    """The factor's interval from paired resamples, and the excess kept only where it holds in
+    1 - alpha/2 of them (over the limit and beyond epsilon): else "too few prompts to tell"."""
+    if not side or not floor or len(side) != len(floor) or check.note == "not comparable":
+        return check
+    pairs = [(s, f) for s, f in zip(side, floor) if s is not None and f is not None]
+    if len(pairs) < len(side) / 2:
+        return check
+    factors = sorted(_ratio(s, f) for s, f in pairs)
+    check.factor_low = _interval_quantile(factors, BOOTSTRAP_ALPHA / 2)
+    check.factor_high = _interval_quantile(factors, 1 - BOOTSTRAP_ALPHA / 2)
+    if check.exceeds:
+        held = sum(1 for s, f in pairs if _ratio(s, f) > check.limit and s - f > check.epsilon)
+        if held < (1 - BOOTSTRAP_ALPHA / 2) * len(side):
+            check.exceeds, check.uncertain, check.note = False, True, TOO_FEW
+    return check
 
 
 def _check(name: str, side: float | None, floor: float | None, eps: float, limit: float) -> FigureCheck:
@@ -743,11 +946,14 @@ def compare_to_floor(side: WorkloadStats, floor: WorkloadStats, *, tolerance: fl
     """Judge a side's figures against the noise floor (the reference against itself under a change
     that must not matter). A figure exceeds when the side's value is more than `tolerance` times
     the floor's (tolerance squared for the quadratic k3 and 1 - r) AND more than its epsilon above
-    it (over a zero floor: any value above epsilon, factor inf). `not_identical` (1 - share
-    identical) exceeds when the side's 95% Wilson interval of the share identical lies wholly below
-    the floor's. Verdict "exceeds noise" when any figure exceeds, "within noise" otherwise, "not
-    comparable" when no figure is defined on both sides. `epsilon` overrides the defaults by
-    figure name (FLOOR_FIGURE_NAMES).
+    it (over a zero floor: any value above epsilon, factor inf), AND, where both carry resamples
+    (WorkloadStats.resamples), the excess holds in 97.5% of the paired bootstrap resamples: a point
+    factor over the limit that does not is "too few prompts to tell" (its 95% interval reaches the
+    limit). `not_identical` (1 - share identical) exceeds when the side's 95% Wilson interval of the
+    share identical lies wholly below the floor's. Verdict "exceeds noise" when any figure exceeds,
+    else "too few prompts to tell" when any is uncertain, "within noise" otherwise, "not comparable"
+    when no figure is defined on both sides. `epsilon` overrides the defaults by figure name
+    (FLOOR_FIGURE_NAMES).
     Pure. Raises ValueError for tolerance < 1, an unknown or negative epsilon."""
     if not tolerance >= 1.0:
         raise ValueError(f"tolerance is a factor >= 1 (1.5: up to 1.5x the floor is noise), got {tolerance}")
@@ -758,7 +964,8 @@ def compare_to_floor(side: WorkloadStats, floor: WorkloadStats, *, tolerance: fl
         if not e >= 0:
             raise ValueError(f"epsilon for {name} must be >= 0, got {e}")
         eps[name] = float(e)
-    checks = [_check(name, get(side), get(floor), eps[name], tolerance ** power)
+    rs, rf = side.resamples or {}, floor.resamples or {}
+    checks = [_bootstrap(_check(name, get(side), get(floor), eps[name], tolerance ** power), rs.get(name), rf.get(name))
               for name, get, _, power in FLOOR_FIGURES]
     s_ci, f_ci = side.sequences.identical_ci, floor.sequences.identical_ci
     ident = IdenticalCheck(side_share=side.sequences.share_identical, floor_share=floor.sequences.share_identical,
@@ -766,18 +973,44 @@ def compare_to_floor(side: WorkloadStats, floor: WorkloadStats, *, tolerance: fl
                            worse=bool(s_ci and f_ci and s_ci.high < f_ci.low))
     checks.append(_identical_check(ident, tolerance))
     exceeded = [c.name for c in checks if c.exceeds]
+    uncertain = [c.name for c in checks if c.uncertain]
     comparable = any(c.note != "not comparable" for c in checks)
-    verdict = "not comparable" if not comparable else "exceeds noise" if exceeded else "within noise"
+    verdict = NOT_COMPARABLE if not comparable else EXCEEDS if exceeded else TOO_FEW if uncertain else WITHIN
     return FloorVerdict(verdict=verdict, tolerance=tolerance, figures=checks, exceeded=exceeded,
-                        identical=ident, summary=_summary(verdict, tolerance, checks, ident))
+                        identical=ident, summary=_summary(verdict, tolerance, checks, ident, side.sequences.n),
+                        uncertain=uncertain, prompts=side.sequences.n)
 
 
-def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: IdenticalCheck) -> str:
-    if verdict == "not comparable":
+def factor_text(c: FigureCheck) -> str:
+    """A check's factor as every view prints it: "1.8x (95% interval 0.7x–3.1x)", "floor is zero"."""
+    if c.floor_is_zero:
+        how = "floor is zero"
+    elif c.factor is None:
+        how = "both zero"
+    else:
+        how = f"{c.factor:.3g}x"
+    if c.factor_low is not None and c.factor_high is not None and c.factor is not None \
+            and not _x(c.factor_low) == _x(c.factor_high) == _x(c.factor):
+        how += f", 95% interval {_x(c.factor_low)}–{_x(c.factor_high)}"
+    return how
+
+
+def _x(f: float) -> str:
+    return "∞" if math.isinf(f) else f"{f:.3g}x"
+
+
+def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: IdenticalCheck, n: int) -> str:
+    if verdict == NOT_COMPARABLE:
         return ("not comparable: no figure is defined for both the side and the floor "
                 "(no prompts or no scorable tokens).")
-    if verdict == "within noise":
+    if verdict == WITHIN:
         return f"within noise: no figure is more than {tolerance:g}x the floor's (beyond its epsilon)."
+    if verdict == TOO_FEW:
+        shown = "; ".join(f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})"
+                          for c in checks if c.uncertain)
+        return (f"too few prompts to tell: over {n} prompts, {shown} — over the {tolerance:g}x limit, but not "
+                f"beyond sampling error (the interval, resampling the prompts, reaches the limit); more "
+                f"prompts narrow it.")
     parts = []
     for c in checks:
         if c.exceeds and c.name == NOT_IDENTICAL and ident.side_ci and ident.floor_ci:
@@ -785,6 +1018,5 @@ def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: I
                          f"{ident.side_ci.high:.3g}] below the floor's {ident.floor_share:.3g} "
                          f"[{ident.floor_ci.low:.3g}, {ident.floor_ci.high:.3g}] (95% Wilson)")
         elif c.exceeds:
-            how = "floor is zero" if c.floor_is_zero else f"{c.factor:.3g}x"
-            parts.append(f"{c.name} {c.side:.3g} vs {c.floor:.3g} ({how})")
+            parts.append(f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})")
     return "exceeds noise: " + "; ".join(parts) + "."

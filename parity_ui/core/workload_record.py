@@ -1,6 +1,6 @@
 """A workload run's record: what was asked (mode, floor, source), how far it got, and each side's
 pooled figures next to the floor's. Plain data (its JSON is the run's `workload_json`); computing the
-figures from the store and printing them is parity_ui.commands.workload.report's.
+figures from the store and printing them is parity_ui.commands.workload.report's and parity_ui.render.text's.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pooled import FloorVerdict, WorkloadStats, scorable
+from .pooled import EXCEEDS, TOO_FEW, WITHIN, FloorVerdict, WorkloadStats, scorable
 
 MODES = ("free", "scored")
 FLOORS = ("auto", "batch", "order", "kernel", "none")
@@ -127,7 +127,13 @@ class WorkloadReport:
         verdicts = [f.verdict for f in self.sides.values()]
         if not verdicts or any(v is None for v in verdicts):
             return None
-        return all(v.verdict == "within noise" for v in verdicts)
+        return all(v.verdict == WITHIN for v in verdicts)
+
+    @property
+    def too_few_to_tell(self) -> bool:
+        """No side exceeds the floor beyond sampling error, and some side is over it within it."""
+        verdicts = [f.verdict.verdict for f in self.sides.values() if f.verdict is not None]
+        return TOO_FEW in verdicts and EXCEEDS not in verdicts
 
     def to_json(self) -> dict[str, Any]:
         def figures(f: SideFigures | None) -> dict[str, Any] | None:
@@ -156,3 +162,19 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
                           sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
                           floor_figures=figures(d.get("floor_figures")), headline=d.get("headline", ""),
                           rate=d.get("rate"))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def headline(report: WorkloadReport) -> str:
+    """One line: how many prompts, and per side its share identical and its verdict against the floor."""
+    mode = "scored" if report.options.mode == "scored" else "free-running"
+    parts = []
+    for name, f in report.sides.items():
+        seq = f.stats.sequences
+        verdict = f" ({f.verdict.verdict})" if f.verdict else ""
+        parts.append(f"{name} {_pct(seq.share_identical)} identical{verdict}")
+    done = f"{report.done}/{report.n_prompts}" if report.done < report.n_prompts else str(report.n_prompts)
+    return f"{done} prompts, {mode}: " + ("; ".join(parts) if parts else "no figures yet")

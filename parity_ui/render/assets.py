@@ -103,6 +103,8 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .wl-checks { margin:4px 0 0; }
 .wl-resume { margin-top:6px; color:#1e3a8a; }
 .wl-figures td.pc-over { background:#fef2f2; color:#991b1b; font-weight:600; }
+.wl-figures td.pc-unsure { background:#fffbeb; color:#92400e; }
+.wl-legend { margin:4px 0 0 0; padding-left:18px; font-size:12px; }
 .wl-figures td { text-align:right; font-variant-numeric:tabular-nums; }
 .wl-scroll { max-height:420px; overflow:auto; border:1px solid #e4e4e7; border-radius:8px; margin-top:4px; }
 .wl-table { border-collapse:collapse; font-size:12.5px; width:100%; }
@@ -215,7 +217,7 @@ JS_TEMPLATE = r"""
     if (!s) return null;
     const top = [];
     for (let k = 0; k < s[3].length; k += 2) top.push([s[3][k], s[3][k + 1]]);
-    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top};
+    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top, ties: s[4] || []};
   }
   function render(root, i) {
     const d = data(root);
@@ -224,7 +226,7 @@ JS_TEMPLATE = r"""
     const sel = root.dataset.sel;
     const tag = div === null ? '' : (i === div ? ` — <b style="color:#dc2626">first divergence of ${esc(sel)}</b>` : (i > div ? ' — after the divergence (contexts differ)' : ' — same token on the compared sides'));
     const xs = d.sides.map((n) => side(d, n, i));
-    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}` : `<b>${esc(n)}</b>: no token here`;
+    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}` : `<b>${esc(n)}</b>: no token here`;
     const k = Math.max(0, ...xs.map((x) => x ? x.top.length : 0));
     let rows = '';
     for (let r = 0; r < k; r++) {
@@ -234,7 +236,8 @@ JS_TEMPLATE = r"""
         const cls = id === x.id ? ' class="chosen"' : '';
         return `<td${cls} title="bytes ${bytesOf(d, id)}"><code>${esc(show(d.vocab[id] ?? ''))}</code> <span style="color:#a1a1aa">${id}</span></td><td class="lp">${fmt(lp)}</td>`;
       };
-      rows += `<tr><td>${r + 1}</td>${xs.map(cell).join('')}</tr>`;
+      const tied = xs.some((x) => x && x.ties.length && (x.ties.includes(r + 1) || x.rank === r + 1));
+      rows += `<tr><td>${r + 1}${tied ? '=' : ''}</td>${xs.map(cell).join('')}</tr>`;
     }
     const th = d.sides.map((n) => `<th>${esc(n)} top-k</th><th>logprob</th>`).join('');
     const table = k ? `<table><tr><th>rank</th>${th}</tr>${rows}</table>` : '';

@@ -6,6 +6,7 @@ import html
 from typing import Any
 
 from ..analysis.crossscore import key as cross_key
+from ..core.figures import count
 from ..core.fixes import Place, fix_text
 from ..core.runlog import PHASES
 from ..core.settings import settings_diff
@@ -122,7 +123,7 @@ def _cross_scores(c: Comparison) -> str:
         ratio = f"ratio {r.min:.3f}..{r.max:.3f}, " if r is not None else ""
         rows.append(f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s.rms_gap:.3g}, "
                     f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside [0.9, 1.1], "
-                    f"{ratio}{s.other_disagrees} positions where {esc(scorer)} would pick another token</td></tr>")
+                    f"{ratio}{count(s.other_disagrees, 'position')} where {esc(scorer)} would pick another token</td></tr>")
     if not rows:
         return ""
     return (f'<details class="pc-cross"><summary>teacher-forced cross-scores ({esc(c.b)} and {esc(c.a)})</summary>'

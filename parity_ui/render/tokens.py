@@ -128,7 +128,8 @@ def _round(x: float | None) -> float | None:
 
 def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = None) -> str:
     """Per-position details for the hover handler, compact: token texts (and bytes where the text
-    cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]].
+    cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]]
+    and, where the chosen token ties others exactly, a fifth item: their ranks.
     `window` (lo, hi) keeps only those positions (`off` says where they start, `len` each side's
     length): a long view ships the part around the divergence and fetches the rest after it shows."""
     vocab: dict[int, str] = {}
@@ -146,12 +147,17 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
             if i in c.raw:
                 raw.setdefault(tid, c.raw[i])
             flat: list = []
+            lp = c.logprob[i]
+            # Exact ties: the other ranks whose logprob equals the chosen token's, bit for bit (an
+            # engine orders them arbitrarily: "rank 2" of a tie is no worse than rank 1).
+            ties = [k - starts[i] + 1 for k in range(starts[i], starts[i + 1])
+                    if lp is not None and top_lp[k] == lp and top_id[k] != tid]
             for k in range(starts[i], starts[i + 1]):
                 vocab.setdefault(top_id[k], top_text[k])
                 if k in c.top_raw:
                     raw.setdefault(top_id[k], c.top_raw[k])
                 flat += [top_id[k], _round(top_lp[k])]
-            rows.append([tid, _round(c.logprob[i]), c.rank[i], flat])
+            rows.append([tid, _round(lp), c.rank[i], flat, ties] if ties else [tid, _round(lp), c.rank[i], flat])
         return rows
 
     data = {"sides": [s.name for s in streams], "labels": [s.label for s in streams],

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.pooled import NOT_IDENTICAL, RHO_BANDS, FigureCheck, FloorVerdict
+from ..core.figures import BAND_KEYS, CHECK_OF_ROW, FIGURE_ROWS, FIGURES, LEGEND, count
+from ..core.pooled import EXCEEDS, NOT_IDENTICAL, TOO_FEW, WITHIN, FigureCheck, FloorVerdict, factor_text
 from ..core.types import Run
-from ..commands.workload.report import FIGURE_ROWS
 from ..core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
 from .cards import error_html, esc, finish_card, split_fix
 
@@ -26,11 +26,8 @@ EXCERPT_CHARS = 90
 # lists its first ones (the CLI opens any prompt: parity runs show RUN --prompt N).
 MAX_TABLE_ROWS = 10_000
 
-# The figures table's rows (FIGURE_ROWS' keys) and the floor check that judges each.
-CHECK_OF_ROW = {"abs_dlogp_mean": "abs_dlogp_mean", "abs_dlogp_p50": "abs_dlogp_p50", "abs_dlogp_p95": "abs_dlogp_p95",
-                "abs_dlogp_p99": "abs_dlogp_p99", "abs_dlogp_max": "abs_dlogp_max", "abs_dprob_mean": "abs_dprob_mean",
-                "abs_dprob_max": "abs_dprob_max", "kl": "abs_kl", "k3": "k3", "pearson": "one_minus_pearson",
-                "token_mult_prob_error": "token_mult_prob_error_minus_1"}
+# The figures table's rows (FIGURE_ROWS) and the floor check that judges each (CHECK_OF_ROW) are
+# core.figures', shared with the CLI screen.
 
 
 def _g(x: float | None, fmt: str = ".3g") -> str:
@@ -75,7 +72,9 @@ def badge_html(run: Run) -> str:
     if not text:
         w = run.workload
         within = w.within_noise if w is not None else None
-        if within is True:
+        if w is not None and w.too_few_to_tell:
+            cls, text = "cancel", "TOO FEW PROMPTS TO TELL"
+        elif within is True:
             cls, text = "ok", "WITHIN NOISE" if not run.identical else "IDENTICAL"
         elif within is False:
             cls, text = "div", "EXCEEDS NOISE"
@@ -85,8 +84,10 @@ def badge_html(run: Run) -> str:
 
 
 def check_rows(v: FloorVerdict) -> str:
-    """The figures over the floor, the largest factor first: figure, side, floor, factor."""
-    over = sorted((c for c in v.figures if c.exceeds), key=lambda c: -(c.factor if c.factor is not None else math.inf))
+    """The figures over the floor (or, too few prompts to tell, over it within sampling error), the
+    largest factor first: figure, side, floor, factor with its 95% interval over the prompts."""
+    over = sorted((c for c in v.figures if c.exceeds or c.uncertain),
+                  key=lambda c: -(c.factor if c.factor is not None else math.inf))
     rows = []
     for c in over:
         if c.name == NOT_IDENTICAL and v.identical.side_ci and v.identical.floor_ci:
@@ -96,12 +97,15 @@ def check_rows(v: FloorVerdict) -> str:
             factor = "95% intervals apart"
         else:
             side, floor = _g(c.side), _g(c.floor)
-            factor = "floor is zero" if c.floor_is_zero else f"{c.factor:.3g}×"
-        rows.append(f"<tr><th>{esc(c.name)}</th><td>{esc(side)}</td><td>{esc(floor)}</td><td>{esc(factor)}</td></tr>")
+            factor = factor_text(c) + ("" if c.exceeds else " (reaches the limit: too few prompts to tell)")
+        f = FIGURES.get(c.name)
+        name = f.name if f else c.name
+        tip = f' title="{esc(f.meaning)}"' if f else ""
+        rows.append(f"<tr><th{tip}>{esc(name)}</th><td>{esc(side)}</td><td>{esc(floor)}</td><td>{esc(factor)}</td></tr>")
     if not rows:
         return ""
     return ('<table class="pc-setting-table wl-checks"><tr><th>figure over the floor</th><th>side</th><th>floor</th>'
-            f'<th>factor</th></tr>{"".join(rows)}</table>')
+            f'<th>factor (95% interval over the prompts)</th></tr>{"".join(rows)}</table>')
 
 
 def verdicts_html(report: WorkloadReport) -> str:
@@ -113,12 +117,14 @@ def verdicts_html(report: WorkloadReport) -> str:
             out.append(f'<div class="wl-verdict" data-side="{esc(name)}"><b>{esc(name)}</b>: no floor to judge '
                        f"against ({_pct(f.stats.sequences.share_identical)} of prompts identical)</div>")
             continue
-        cls = {"within noise": "ok", "exceeds noise": "div"}.get(v.verdict, "")
-        word = {"within noise": "within the reference's noise", "exceeds noise": "EXCEEDS the reference's noise"}.get(
-            v.verdict, v.verdict)
+        cls = {WITHIN: "ok", EXCEEDS: "div", TOO_FEW: "cancel"}.get(v.verdict, "")
+        n = f" over {count(v.prompts, 'prompt')}" if v.prompts else ""
+        word = {WITHIN: "within the reference's noise", EXCEEDS: "EXCEEDS the reference's noise",
+                TOO_FEW: f"too few prompts to tell{n}: over the {v.tolerance:g}x limit, but within sampling error "
+                         "(run more prompts)"}.get(v.verdict, v.verdict)
         out.append(f'<div class="wl-verdict {cls}" data-side="{esc(name)}" data-verdict="{esc(v.verdict)}">'
                    f"<b>{esc(name)}</b>: {esc(word)}"
-                   f'{"" if v.verdict == "exceeds noise" else f" <span class=pc-muted>({esc(v.summary)})</span>"}'
+                   f'{"" if v.verdict in (EXCEEDS, TOO_FEW) else f" <span class=pc-muted>({esc(v.summary)})</span>"}'
                    f"{check_rows(v)}</div>")
     return "".join(out)
 
@@ -168,33 +174,39 @@ def figures_table_html(report: WorkloadReport) -> str:
         f.side: {c.name: c for c in f.verdict.figures} for f in report.sides.values() if f.verdict}
     head = "".join(f"<th>{esc(label(report, f.side))}</th>" for f in sets)
 
-    def row(name: str, cells: list[str], check: str | None = None) -> str:
+    def row(name: str, cells: list[str], check: str | None = None, key: str | None = None) -> str:
         tds = []
         for f, cell in zip(sets, cells):
             c = checks.get(f.side, {}).get(check) if check else None
-            if c is not None and c.exceeds:
-                how = "floor is zero" if c.floor_is_zero else f"{c.factor:.3g}x the floor's"
-                tds.append(f'<td class="pc-over" title="{esc(how)}">{esc(cell)}</td>')
+            if c is not None and (c.exceeds or c.uncertain):
+                how = factor_text(c) + (" the floor's" if c.exceeds else ": too few prompts to tell")
+                cls = "pc-over" if c.exceeds else "pc-unsure"
+                tds.append(f'<td class="{cls}" title="{esc(how)}">{esc(cell)}</td>')
             else:
                 tds.append(f"<td>{esc(cell)}</td>")
-        return f"<tr><th>{esc(name)}</th>{''.join(tds)}</tr>"
+        fig = FIGURES.get(key or "")
+        tip = f' title="{esc(fig.meaning)}"' if fig else ""
+        return f"<tr><th{tip}>{esc(name)}</th>{''.join(tds)}</tr>"
 
     def ident(f: SideFigures) -> str:
         s = f.stats.sequences
         ci = f" [{_pct(s.identical_ci.low)}–{_pct(s.identical_ci.high)}]" if s.identical_ci else ""
         return _pct(s.share_identical) + ci
 
+    median = FIGURES["median_first_divergence"]
     rows = [row("prompts", [str(f.stats.sequences.n) for f in sets]),
-            row("identical (95% interval)", [ident(f) for f in sets], NOT_IDENTICAL),
-            row("median first divergence", [_g(f.stats.sequences.median_first_divergence) for f in sets])]
-    # Pearson r near 1 differs in its later digits (the floor checks 1 - r).
-    rows += [row(name, [_g(getattr(f.stats.tokens, key), ".7g" if key == "pearson" else ".3g") for f in sets],
-                 CHECK_OF_ROW.get(key)) for name, key in FIGURE_ROWS]
-    for i, (lo, hi) in enumerate(RHO_BANDS):
-        rows.append(row(f"rho outside [{lo:g}, {hi:g}]",
+            row("identical (95% interval)", [ident(f) for f in sets], NOT_IDENTICAL, "share_identical"),
+            row(median.name, [median.format(f.stats.sequences.median_first_divergence) for f in sets],
+                key="median_first_divergence")]
+    rows += [row(name, [FIGURES[key].format(getattr(f.stats.tokens, key)) for f in sets], CHECK_OF_ROW.get(key), key)
+             for name, key in FIGURE_ROWS]
+    for i, key in enumerate(BAND_KEYS):
+        rows.append(row(FIGURES[key].name,
                         [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–"
-                         for f in sets], f"outside_{lo:g}_{hi:g}"))
-    return (f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>')
+                         for f in sets], key, key))
+    legend = "".join(f"<li>{esc(x)}</li>" for x in LEGEND)
+    return (f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>'
+            f'<ul class="pc-muted wl-legend">{legend}</ul>')
 
 
 # -- the prompt table -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from sqlite_utils import Database
 from ..core.pooled import PairSample
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
-from . import checks, runs, workloads
+from . import bisects, checks, runs, workloads
 
 
 @dataclass
@@ -106,6 +106,14 @@ class Store:
     def given_prompts(self, run_id: str) -> list[PromptSpec]:
         """The run's prompts as the user gave them; raises ParityError where they were not kept."""
         return workloads.given_prompts(self.db, run_id)
+
+    def bisect_lines(self, ids: list[str]) -> list[bisects.BisectLine]:
+        """The listed bisects' rows, as a runs table lists them (ids not stored are left out)."""
+        return bisects.bisect_lines(self.db, ids)
+
+    def latest_bisect(self, run_id: str) -> Run | None:
+        """The newest stored bisect of run `run_id` (its record; its prompts are not read), or None."""
+        return bisects.latest_bisect(self.db, run_id)
 
     def for_report(self, run_id: str, panes: Callable[[Run], list[int]]) -> StoredReport | None:
         """The reads of a static report (parity_ui.render.report.stored_html_report): a workload's

@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..core.types import Run
 from .recent import Recent
-from ..commands.which_setting import bisect_lines
+from ..core.bisect_record import bisect_line
 from .result_view import ResultView, pane_details
 from .which_setting_view import WhichSettingView, bisect_result_html
 from .workload_view import WorkloadView
@@ -49,7 +49,7 @@ def history_rows(store: Any, search: str = "", model: str | None = None, status:
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
     runs = store.list_runs(search=search or None, model=model or None, status=status or None, since=since,
                            limit=limit)
-    bisects = bisect_lines(store.db, [r.id for r in runs if r.kind == "bisect"])
+    bisects = {r.id: bisect_line(r) for r in store.bisect_lines([r.id for r in runs if r.kind == "bisect"])}
     return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status,
              _result(r, bisects), r.prompt_excerpt] for r in runs]
 

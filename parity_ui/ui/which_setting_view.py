@@ -19,7 +19,7 @@ from ..core.errors import ParityError
 from ..render import cards
 from ..render.report_parts import bisect_html
 from ..core.types import Run
-from ..commands.which_setting import DEFAULT_PROMPTS, MAX_PROMPTS, bisect_choice, latest_bisect, pair_value, parse_pair
+from ..core.bisect_record import DEFAULT_PROMPTS, MAX_PROMPTS, pair_value, parse_pair
 from .live import BisectLive, follow
 
 THROTTLE_S = 0.25
@@ -45,10 +45,6 @@ class WhichSettingView:
 
     def __init__(self, prefix: str, runner: Any, gate: Any):
         self.prefix, self.runner, self.gate = prefix, runner, gate
-
-    @property
-    def db(self) -> Any:
-        return self.runner.reader.db  # the bisect's reads take a Database until they move into the store
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -83,7 +79,7 @@ class WhichSettingView:
         """The panel for the opened or finished run `run_id`: shown when it has a pair that differs
         (and then with its newest stored bisect, if any), hidden otherwise."""
         run_id = str(run_id or "").strip()
-        choice = bisect_choice(self.db, run_id) if run_id else None
+        choice = self.runner.bisect_choice(run_id, self.runner.reader) if run_id else None
         if choice is not None and choice.nothing_to_flip:
             # The sides differ, but only in the engine itself: say so before anyone clicks (#33 item 10).
             return {**self.hidden(), self.box: gr.Column(visible=True), self.btn: gr.Button(interactive=False),
@@ -91,7 +87,7 @@ class WhichSettingView:
                                                      f"{choice.fix}.")}
         if choice is None or not choice.pairs:
             return self.hidden()
-        last = latest_bisect(self.db, run_id)
+        last = self.runner.reader.latest_bisect(run_id)
         return {self.box: gr.Column(visible=True), self.btn: gr.Button(interactive=True),
                 self.pair: gr.Dropdown(choices=[(f"{a} vs {b}", pair_value((a, b))) for a, b in choice.pairs],
                                        value=pair_value(choice.default)),

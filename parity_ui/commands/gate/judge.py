@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ...core.workload_record import WorkloadReport
-from ...core.pooled import NOT_IDENTICAL, FloorVerdict, WorkloadStats, compare_to_floor
+from ...core.figures import display_name
+from ...core.pooled import NOT_IDENTICAL, TOO_FEW, FloorVerdict, WorkloadStats, compare_to_floor, factor_text
 from .metrics import METRICS, WITHIN_FLOOR, fmt
 from .spec import BaselineSpec, Slack, Threshold
 
@@ -80,6 +81,8 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
             return Outcome("floor", t.label(), side, "pass", f"side {side}: {v.summary}", None, t.limit, t.line)
         if v.verdict == "not comparable":
             return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}", None, t.limit, t.line)
+        if v.verdict == TOO_FEW:  # not shown to exceed, not shown within: a gate that cannot tell fails, saying so
+            return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}", None, t.limit, t.line)
         worst = max((c for c in v.figures if c.exceeds), key=lambda c: c.factor if c.factor is not None else 0)
         factor = worst.factor if worst.factor is not None and math.isfinite(worst.factor) else None
         return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}{_zero_floor(v)}",
@@ -89,7 +92,7 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
         v = compare_to_floor(stats, floor.stats, tolerance=factor)
         c = next(c for c in v.figures if c.name == name)
         text = _figure_text(c, v, factor)
-        (failed if c.exceeds or c.note == "not comparable" else passed).append(text)
+        (failed if c.exceeds or c.uncertain or c.note == "not comparable" else passed).append(text)
     status = "fail" if failed else "pass"
     return Outcome("floor", t.label(), side, status, f"side {side}: " + "; ".join(failed or passed) + (where if failed else ""),
                    None, None, t.line)
@@ -102,17 +105,17 @@ def _zero_floor(v: FloorVerdict) -> str:
         return ""
     return (". The floor is zero on every figure that exceeds it (the reference gave the same numbers bit for bit "
             "under the floor's change), so a factor of it fails any difference: gate this pair on absolute limits "
-            "instead (e.g. abs_dlogp_p99: 0.3, kl: 0.02) or pick a floor that moves the reference (floor: kernel)")
+            "instead (e.g. abs_dlogp_p99: 0.3, k3: 0.001) or pick a floor that moves the reference (floor: kernel)")
 
 
 def _figure_text(c: Any, v: Any, factor: float) -> str:
+    name = display_name(c.name)
     if c.name == NOT_IDENTICAL and c.note != "not comparable":
-        return f"not_identical: {c.note}"
+        return f"{name}: {c.note}"
     if c.note == "not comparable":
-        return f"{c.name}: not comparable (no figure on both)"
-    how = "floor zero" if c.floor_is_zero else f"{c.factor:.3g}x" if c.factor is not None else "both zero"
-    verdict = "exceeds" if c.exceeds else "within"
-    return f"{c.name} {fmt(c.side)} vs floor {fmt(c.floor)} ({how}; limit {c.limit:g}x): {verdict}"
+        return f"{name}: not comparable (no figure on both)"
+    verdict = "exceeds" if c.exceeds else TOO_FEW if c.uncertain else "within"
+    return f"{name} {fmt(c.side)} vs floor {fmt(c.floor)} ({factor_text(c)}; limit {c.limit:g}x): {verdict}"
 
 
 def corridor(report: WorkloadReport, base: WorkloadReport, base_id: str, sides: list[str],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ...core.figures import FIGURES
 from ...core.pooled import RHO_BANDS, WorkloadStats
 
 
@@ -21,6 +22,11 @@ class Metric:
     # What a missing value means: "pass" where None says the best happened (no prompt diverged, so
     # there is no median first divergence), else the check cannot be made and fails.
     none_passes: bool = False
+
+    @property
+    def display(self) -> str:
+        """Its name for people (core.figures); `kl` is the k1 estimator's size, never called KL."""
+        return FIGURES["abs_kl" if self.name == "kl" else self.name].name
 
     @property
     def op(self) -> str:
@@ -55,8 +61,10 @@ _LIST: list[Metric] = [
     Metric("abs_dlogp_max", False, lambda s: s.tokens.abs_dlogp_max, "largest |logp_side - logp_ref|"),
     Metric("abs_dprob_mean", False, lambda s: s.tokens.abs_dprob_mean, "mean |p_side - p_ref|"),
     Metric("abs_dprob_max", False, lambda s: s.tokens.abs_dprob_max, "largest |p_side - p_ref|"),
-    Metric("kl", False, lambda s: _abs(s.tokens.kl), "|KL(side || ref)| estimated as |mean(logp_side - logp_ref)|"),
-    Metric("k3", False, lambda s: s.tokens.k3, "k3 estimator mean(rho - log rho - 1)"),
+    Metric("kl", False, lambda s: _abs(s.tokens.kl), "|mean(logp_side - logp_ref)|: the size of the k1 estimator of "
+           "KL(side || ref) (k1 itself can be negative; shown as |mean log-ratio (k1)|)"),
+    Metric("k3", False, lambda s: s.tokens.k3, "KL(side || ref) by the k3 estimator mean(rho - log rho - 1), never "
+           "negative; rho = p_ref / p_side"),
     Metric("token_mult_prob_error", False, lambda s: s.tokens.token_mult_prob_error,
            "mean(exp(|dlogp|)), NeMo-RL's figure (1.0 = perfect)"),
     Metric("pearson", True, lambda s: s.tokens.pearson, "Pearson r of the two sides' token probabilities"),

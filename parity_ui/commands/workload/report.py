@@ -3,14 +3,15 @@ figures of each side against the reference next to the reference's own noise flo
 
 Stored as the run's `workload_json` (and its one-line `headline` for the history list). The figures
 are computed from the stored pair samples (`pooled`), never from what a process held in memory, so
-a stopped, failed or resumed run reports exactly what is in the database.
+a stopped, failed or resumed run reports exactly what is in the database. Its terminal screen is
+parity_ui.render.text.format_workload.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...core.pooled import Accumulator, FloorVerdict, compare_to_floor
-from ...core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
+from ...core.pooled import Accumulator, compare_to_floor
+from ...core.workload_record import DlogpHistogram, SideFigures, WorkloadReport, headline
 
 if TYPE_CHECKING:
     from ...store import Store
@@ -38,85 +39,3 @@ def pooled(store: Store, run_id: str, report: WorkloadReport, sides: list[str]) 
         report.sides[name] = figs
     report.headline = headline(report)
     return report
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def headline(report: WorkloadReport) -> str:
-    """One line: how many prompts, and per side its share identical and its verdict against the floor."""
-    mode = "scored" if report.options.mode == "scored" else "free-running"
-    parts = []
-    for name, f in report.sides.items():
-        seq = f.stats.sequences
-        verdict = f" ({f.verdict.verdict})" if f.verdict else ""
-        parts.append(f"{name} {_pct(seq.share_identical)} identical{verdict}")
-    done = f"{report.done}/{report.n_prompts}" if report.done < report.n_prompts else str(report.n_prompts)
-    return f"{done} prompts, {mode}: " + ("; ".join(parts) if parts else "no figures yet")
-
-
-def _g(x: float | None, fmt: str = ".3g") -> str:
-    return "-" if x is None else format(x + 0.0, fmt)  # + 0.0: no "-0"
-
-
-FIGURE_ROWS: tuple[tuple[str, str], ...] = (
-    ("|dlogp| mean", "abs_dlogp_mean"), ("|dlogp| p50", "abs_dlogp_p50"), ("|dlogp| p95", "abs_dlogp_p95"),
-    ("|dlogp| p99", "abs_dlogp_p99"), ("|dlogp| max", "abs_dlogp_max"), ("|dprob| mean", "abs_dprob_mean"),
-    ("|dprob| max", "abs_dprob_max"), ("KL (kl)", "kl"), ("k3", "k3"), ("Pearson r (p)", "pearson"),
-    ("token_mult_prob_error", "token_mult_prob_error"), ("rho min", "rho_min"), ("rho mean", "rho_mean"),
-    ("rho max", "rho_max"),
-)
-
-
-def verdict_line(v: FloorVerdict, most: int = 4) -> str:
-    """The verdict in a line: within noise, or the figures over the floor, the largest factors first."""
-    if v.verdict != "exceeds noise":
-        return v.summary
-    over = sorted((c for c in v.figures if c.exceeds), key=lambda c: -(c.factor if c.factor is not None else 0))
-    shown = [f"{c.name} {_g(c.side)} vs {_g(c.floor)} (" + ("floor zero" if c.floor_is_zero else f"{c.factor:.3g}x") + ")"
-             for c in over[:most]]
-    more = f" and {len(over) - most} more" if len(over) > most else ""
-    return f"EXCEEDS the reference's noise: {'; '.join(shown)}{more}"
-
-
-def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") -> str:
-    """The workload as one screen for a terminal: the headline, each side's figures next to the
-    floor's, the verdict, and the worst prompts (open one with `parity runs show RUN --prompt N`)."""
-    floor = report.floor_figures
-    names = list(report.sides)
-    lines = [f"workload {run_id}: {report.headline}" + (f"  [{status}]" if status else "")]
-    opts = report.options
-    src = opts.source.get("path") or opts.source.get("source") or ""
-    lines.append(f"  mode {opts.mode}; floor: {report.floor.description}" + (f"; source {src}" if src else ""))
-    if report.skipped_too_long:
-        lines.append(f"  {len(report.skipped_too_long)} prompt(s) skipped as longer than the context: "
-                     f"{', '.join(map(str, report.skipped_too_long[:10]))}{' ...' if len(report.skipped_too_long) > 10 else ''}")
-    cols = names + (["floor"] if floor else [])
-    stats = [report.sides[n].stats for n in names] + ([floor.stats] if floor else [])
-    w = 18
-
-    def row(label: str, cells: list[str]) -> None:
-        lines.append(f"  {label:24}" + "".join(f"{c:>{w}}" for c in cells))
-
-    row("", [c[:w - 1] for c in cols])
-    row("prompts", [str(s.sequences.n) for s in stats])
-    row("identical", [_pct(s.sequences.share_identical) + (
-        f" [{_pct(s.sequences.identical_ci.low)}-{_pct(s.sequences.identical_ci.high)}]"
-        if s.sequences.identical_ci else "") for s in stats])
-    row("median first divergence", [_g(s.sequences.median_first_divergence) for s in stats])
-    for label, key in FIGURE_ROWS:
-        row(label, [_g(getattr(s.tokens, key)) for s in stats])
-    for i, band in enumerate(stats[0].tokens.outside if stats else []):
-        row(f"outside [{band.low:g}, {band.high:g}]", [_pct(s.tokens.outside[i].outside) for s in stats])
-    for name in names:
-        f = report.sides[name]
-        if f.verdict is not None:
-            lines.append(f"  {name}: {verdict_line(f.verdict)}")
-        worst = f.stats.worst_by_divergence[:5]
-        if worst:
-            lines.append(f"  {name}: earliest forks: " + ", ".join(
-                f"prompt {w.prompt_index} at {w.first_divergence}" for w in worst))
-    if run_id and names:
-        lines.append(f"  open one: parity runs show {run_id} --prompt N")
-    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""The figures a workload reports, registered once: each figure's key (its name in the code, the
+stored JSON and a gate spec), its display name (the one every view shows: the CLI screen, the app,
+the static report, the gate's messages and the verdict text), its direction, its format and what it
+means in one line. No view names a figure by its key.
+
+Two estimators of KL(side || ref) are pooled over the side's own tokens, with
+rho = p_ref / p_side of each token:
+- k1 = mean(logp_side - logp_ref), unbiased but NEGATIVE over few tokens or a side less sure of
+  its own tokens than the reference is: it is shown as "mean log-ratio (k1)", never as "KL";
+- k3 = mean(rho - log rho - 1) >= 0 term by term: it is the figure named KL ("KL(side‖ref), k3").
+
+Pure: standard library only. May import: nothing else of parity_ui.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# The importance-ratio bands (parity-ui's, then maxtext PR #5231's two); core.pooled pools them.
+RHO_BANDS: tuple[tuple[float, float], ...] = ((0.9, 1.1), (0.99, 1.01), (0.999, 1.002))
+
+RHO = "ρ = p_ref / p_side of a token: the importance ratio (reference = trainer); 1 = the sides agree"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str  # the code's and the store's name; a gate spec's key
+    name: str  # shown to people, in every view
+    meaning: str  # one line: what it measures
+    higher_is_worse: bool = True  # False: larger is better (share identical, Pearson r)
+    kind: str = "number"  # "number" (3 significant digits), "share" (a percentage), "index" (a token index)
+    unit: str = ""  # "nats", "" (a ratio or a share)
+
+    def format(self, x: float | None, missing: str = "–") -> str:
+        """The value as every view prints it."""
+        if x is None or (isinstance(x, float) and math.isnan(x)):
+            return missing
+        if self.kind == "share":
+            return f"{100 * x:.0f}%"
+        if self.kind == "index":
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+        if self.key == "pearson":
+            return format(x + 0.0, ".7g")  # r near 1 differs in its later digits
+        return format(x + 0.0, ".3g")  # + 0.0: no "-0"
+
+
+def _band_key(lo: float, hi: float) -> str:
+    return f"outside_{lo:g}_{hi:g}"
+
+
+_ALL: list[Figure] = [
+    # -- sequences
+    Figure("share_identical", "prompts identical", "share of prompts whose tokens equal the reference's",
+           higher_is_worse=False, kind="share"),
+    Figure("identical_wilson_lower", "prompts identical, 95% lower bound",
+           "one-sided 95% Wilson lower bound of the share identical (vLLM's accuracy gate's bound)",
+           higher_is_worse=False, kind="share"),
+    Figure("not_identical", "prompts not identical",
+           "share of prompts whose tokens leave the reference's (judged by 95% Wilson intervals)", kind="share"),
+    Figure("median_first_divergence", "median first divergence",
+           "generated-token index where the median diverged prompt first left the reference "
+           "(the lower median: a real index)", higher_is_worse=False, kind="index"),
+    # -- tokens: the logprob gap
+    Figure("abs_dlogp_mean", "|Δlogprob| mean", "mean |logp_side − logp_ref| over every compared token",
+           unit="nats"),
+    Figure("abs_dlogp_p50", "|Δlogprob| median", "median |logp_side − logp_ref|", unit="nats"),
+    Figure("abs_dlogp_p95", "|Δlogprob| p95", "95th percentile of |logp_side − logp_ref|", unit="nats"),
+    Figure("abs_dlogp_p99", "|Δlogprob| p99", "99th percentile of |logp_side − logp_ref|", unit="nats"),
+    Figure("abs_dlogp_max", "|Δlogprob| max", "largest |logp_side − logp_ref|", unit="nats"),
+    Figure("abs_dprob_mean", "|Δprob| mean", "mean |p_side − p_ref| of the chosen tokens"),
+    Figure("abs_dprob_max", "|Δprob| max", "largest |p_side − p_ref| of a chosen token"),
+    # -- tokens: the two KL estimators (see the module docstring)
+    Figure("kl", "mean log-ratio (k1)",
+           "mean(logp_side − logp_ref): the k1 estimator of KL(side‖ref); unbiased but can be negative, "
+           "so it is not called KL", unit="nats"),
+    Figure("abs_kl", "|mean log-ratio (k1)|", "|mean(logp_side − logp_ref)|, the k1 estimator's size",
+           unit="nats"),
+    Figure("k3", "KL(side‖ref), k3 estimate",
+           "mean(ρ − log ρ − 1) over the side's tokens: the k3 estimator of KL(side‖ref), never negative",
+           unit="nats"),
+    Figure("pearson", "Pearson r of probabilities", "Pearson correlation of the two sides' token probabilities",
+           higher_is_worse=False),
+    Figure("one_minus_pearson", "1 − Pearson r", "1 − the Pearson r of the two sides' token probabilities"),
+    Figure("token_mult_prob_error", "mult. prob. error",
+           "mean(exp(|Δlogprob|)), NeMo-RL's token_mult_prob_error; 1 = the sides agree"),
+    Figure("token_mult_prob_error_minus_1", "mult. prob. error − 1", "mean(exp(|Δlogprob|)) − 1; 0 = the sides agree"),
+    # -- the importance ratio
+    Figure("rho_min", "ratio ρ min", f"the smallest {RHO}", higher_is_worse=False),
+    Figure("rho_mean", "ratio ρ mean", f"the mean of {RHO}", higher_is_worse=False),
+    Figure("rho_max", "ratio ρ max", f"the largest {RHO}"),
+    *(Figure(_band_key(lo, hi), f"ρ outside [{lo:g}, {hi:g}]",
+             f"share of tokens whose ratio ρ = p_ref / p_side is outside [{lo:g}, {hi:g}]", kind="share")
+      for lo, hi in RHO_BANDS),
+    Figure("seq_abs_log_ratio_max", "largest sequence |log ρ|",
+           "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's "
+           "geometric-mean ρ is from 1", unit="nats"),
+]
+FIGURES: dict[str, Figure] = {f.key: f for f in _ALL}
+assert len(FIGURES) == len(_ALL), "a figure key registered twice"
+
+
+def figure(key: str) -> Figure:
+    """The registered figure; KeyError names the known keys."""
+    try:
+        return FIGURES[key]
+    except KeyError:
+        raise KeyError(f"unknown figure {key!r}; known: {', '.join(FIGURES)}") from None
+
+
+def display_name(key: str) -> str:
+    """The figure's name for people; an unregistered key is shown as it is."""
+    f = FIGURES.get(key)
+    return f.name if f is not None else key
+
+
+# The figures table's rows, in order: (the TokenStats field, the floor check that judges it or None).
+# Every view's table (CLI, app, report) is built from these; names and formats come from FIGURES.
+TABLE_ROWS: tuple[tuple[str, str | None], ...] = (
+    ("abs_dlogp_mean", "abs_dlogp_mean"), ("abs_dlogp_p50", "abs_dlogp_p50"), ("abs_dlogp_p95", "abs_dlogp_p95"),
+    ("abs_dlogp_p99", "abs_dlogp_p99"), ("abs_dlogp_max", "abs_dlogp_max"), ("abs_dprob_mean", "abs_dprob_mean"),
+    ("abs_dprob_max", "abs_dprob_max"), ("k3", "k3"), ("kl", "abs_kl"), ("pearson", "one_minus_pearson"),
+    ("token_mult_prob_error", "token_mult_prob_error_minus_1"), ("rho_min", None), ("rho_mean", None),
+    ("rho_max", None),
+)
+# As (display name, TokenStats field): what render.workload and the CLI screen read.
+FIGURE_ROWS: tuple[tuple[str, str], ...] = tuple((FIGURES[k].name, k) for k, _ in TABLE_ROWS)
+CHECK_OF_ROW: dict[str, str] = {k: c for k, c in TABLE_ROWS if c is not None}
+BAND_KEYS: tuple[str, ...] = tuple(_band_key(lo, hi) for lo, hi in RHO_BANDS)
+
+# What a reader needs to read the table: shown under it in the CLI, the app and the report.
+LEGEND: tuple[str, ...] = (
+    RHO + ".",
+    "KL(side‖ref), k3 estimate = mean(ρ − log ρ − 1): never negative. Mean log-ratio (k1) = "
+    "mean(logp_side − logp_ref): the other KL estimator, unbiased but it can be negative.",
+    "A factor is the side's figure over the floor's (the reference against itself); its 95% interval "
+    "comes from resampling the prompts (a seeded bootstrap).",
+)
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """'1 position', '2 positions'."""
+    return f"{n:,} {word if n == 1 else (plural or word + 's')}"
