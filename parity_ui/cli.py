@@ -392,7 +392,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     finally:
         service.close()
-    print(json.dumps(check.to_dict()) if args.json else check.text())
+    print(json.dumps(check.to_dict()) if args.json else check.screen)
     return check.exit_code
 
 

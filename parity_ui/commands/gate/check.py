@@ -114,6 +114,7 @@ class CheckResult:
     created_utc: str
     cases: list[CaseResult]
     duration_s: float = 0.0
+    screen: str = ""  # the check for a terminal (summary.text), set once it is judged (command.run_gate)
 
     @property
     def exit_code(self) -> int:
@@ -136,12 +137,6 @@ class CheckResult:
                 "created_utc": self.created_utc, "exit_code": self.exit_code, "verdict": self.verdict,
                 "headline": self.headline(), "duration_s": round(self.duration_s, 3),
                 "cases": [c.to_dict() for c in self.cases]}
-
-    def text(self) -> str:
-        """The check for a terminal (parity_ui.commands.gate.summary)."""
-        from .summary import text
-
-        return text(self)
 
 
 # -- preparation --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from .check import CheckResult, prepare_cases, run_check, select
 from .junit import junit_xml, write_atomic
 from .spec import load_spec
 from .summary import markdown as markdown_text
+from .summary import text
 
 
 def run_gate(service: Service, spec_path: str | None, *, self_test_model: str | None = None,
@@ -34,6 +35,7 @@ def run_gate(service: Service, spec_path: str | None, *, self_test_model: str | 
         spec = load_spec(spec_path)
     cases = prepare_cases(service, spec, select(spec, only), overrides=overrides or [], limit=limit)
     check = run_check(service, spec, cases, say=say, emit=emit)
+    check.screen = text(check)
     md = markdown_text(check)
     if junit:
         write_atomic(junit, junit_xml(check))
