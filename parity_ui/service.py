@@ -89,6 +89,11 @@ class ParityService:
             self._gpu = on_gpu()
         return self._gpu
 
+    @property
+    def stopped(self) -> bool:
+        """The user pressed Stop in the command under way (a failing side's stop of its set is not one)."""
+        return self.pool.stopped_by_user
+
     # -- preparation (no engine involved) ---------------------------------------------------
 
     def describe(self, model: str, trust_remote_code: bool = False) -> ModelInfo:
@@ -278,7 +283,7 @@ class ParityService:
         from .commands.which_setting import checked_request
 
         with self.command():
-            pair, n = checked_request(self.db, run_id, sides, prompts)
+            pair, n = checked_request(self.store, run_id, sides, prompts)
             return self.bisect(run_id.strip(), pair, prompts=n, emit=on_event)
 
     def bisect_choice(self, run_id: str, store: Store | None = None) -> Any:
@@ -286,7 +291,7 @@ class ParityService:
         parity_ui.commands.which_setting). `store`: the caller's read connection (the app's per thread)."""
         from .commands.which_setting import bisect_choice
 
-        return bisect_choice((store or self.store).db, run_id)
+        return bisect_choice(store or self.store, run_id)
 
     def check(self, spec_path: str | None = None, *, self_test_model: str | None = None,
               only: list[str] | None = None, overrides: list[str] | None = None, limit: int | None = None,

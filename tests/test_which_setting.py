@@ -73,12 +73,12 @@ def _view(cls, runner):
 # -- which pairs are offered ------------------------------------------------------------------------
 
 def test_a_comparison_offers_the_reference_against_each_side_that_forked(runner, model, diverged):
-    choice = bisect_choice(runner.db, diverged.id)
+    choice = bisect_choice(runner.store, diverged.id)
     assert choice.pairs == [("ref", "b")] and choice.default == ("ref", "b") and not choice.problem
     same = _compare(runner, model, "ref=fake", "b=fake,shift=0.3")  # a gap, the same tokens
-    none = bisect_choice(runner.db, same.id)
+    none = bisect_choice(runner.store, same.id)
     assert none.pairs == [] and "token-identical against the reference ref" in none.problem and none.fix
-    gone = bisect_choice(runner.db, "01NOSUCHRUN")
+    gone = bisect_choice(runner.store, "01NOSUCHRUN")
     assert gone.pairs == [] and "no run with id '01NOSUCHRUN'" in gone.problem and "History" in gone.fix
 
 
@@ -88,7 +88,7 @@ def test_a_workload_offers_the_sides_beyond_the_noise_floor_and_never_the_floor(
                                                        options=WorkloadOptions(chunk=8)))
     assert run.workload.sides["b"].verdict.verdict == "exceeds noise", run.error
     assert run.workload.sides["c"].verdict.verdict == "within noise" and run.workload.floor.side
-    assert bisect_choice(runner.db, run.id).pairs == [("ref", "b")]
+    assert bisect_choice(runner.store, run.id).pairs == [("ref", "b")]
 
 
 def test_a_pair_with_nothing_to_flip_is_not_offered_and_says_so_before_the_click(runner, model):
@@ -102,13 +102,13 @@ def test_a_pair_with_nothing_to_flip_is_not_offered_and_says_so_before_the_click
     run = workload("ref=fake", "b=fake-other,engine_shift=-0.3")  # its own numerics: beyond the floor
     assert run.workload.sides["b"].verdict.verdict == "exceeds noise", run.error
     before = len(_bisects(runner))
-    choice = bisect_choice(runner.db, run.id)
+    choice = bisect_choice(runner.store, run.id)
     assert choice.pairs == [] and choice.problem.startswith(f"sides ref and b of run {run.id} differ only in the "
                                                             "engine itself (fake")
     assert "there is no setting to flip" in choice.problem and "(…)" not in choice.problem
     assert "a side of the reference's kind" in choice.fix
     with pytest.raises(ParityError, match="no setting to flip"):
-        checked_request(runner.db, run.id)
+        checked_request(runner.store, run.id)
     from parity_ui.ui.which_setting_view import WhichSettingView
 
     view = _view(WhichSettingView, runner)
@@ -117,20 +117,20 @@ def test_a_pair_with_nothing_to_flip_is_not_offered_and_says_so_before_the_click
     assert "nothing to try here" in shown[view.progress] and "differ only in the engine itself" in shown[view.progress]
     # An engine-only setting its kind can flip (graphs_gap, like vLLM's CUDA graphs) is something to try.
     flippable = workload("ref=fake", "b=fake-other,engine_shift=-0.3,graphs_gap=0.2")
-    assert bisect_choice(runner.db, flippable.id).pairs == [("ref", "b")]
+    assert bisect_choice(runner.store, flippable.id).pairs == [("ref", "b")]
     assert len(_bisects(runner)) == before
 
 
 def test_requests_are_checked_before_anything_runs(runner, diverged):
-    assert checked_request(runner.db, diverged.id) == (("ref", "b"), 8)
-    assert checked_request(runner.db, diverged.id, "ref,b", 3.0) == (("ref", "b"), 3)
-    assert checked_request(runner.db, diverged.id, ("ref", "b"), None) == (("ref", "b"), 8)
+    assert checked_request(runner.store, diverged.id) == (("ref", "b"), 8)
+    assert checked_request(runner.store, diverged.id, "ref,b", 3.0) == (("ref", "b"), 3)
+    assert checked_request(runner.store, diverged.id, ("ref", "b"), None) == (("ref", "b"), 8)
     with pytest.raises(ParityError, match="the pair ref vs same is not one of run .* pairs that differ") as e:
-        checked_request(runner.db, diverged.id, "ref,same")
+        checked_request(runner.store, diverged.id, "ref,same")
     assert e.value.fix == "pick one of: ref vs b"
     for bad in (0, 2.5, "many", 10_001):
         with pytest.raises(ParityError, match="is not a whole number from 1 to 10,000"):
-            checked_request(runner.db, diverged.id, None, bad)
+            checked_request(runner.store, diverged.id, None, bad)
     with pytest.raises(ParityError, match="is not two side names"):
         parse_pair("ref")
 
@@ -163,7 +163,7 @@ def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_
     assert f'data-run="{b.id}"' in result and "Which setting is it? b against ref" in result
     assert "swap_at explains the divergence" in result and "Run failed" not in result
     # Reopened later: the newest stored answer shows with the run.
-    assert latest_bisect(runner.db, diverged.id).id == b.id and b.id in view.show(diverged.id)[view.result]
+    assert latest_bisect(runner.store, diverged.id).id == b.id and b.id in view.show(diverged.id)[view.result]
     # History lists the bisect with its answer, and opens it as its record; a bisect offers no bisect.
     (row,) = [r for r in history_rows(runner.store) if r[0] == b.id]
     assert row[6].startswith(f"which setting? b vs ref of {diverged.id}: swap_at explains")
@@ -173,7 +173,7 @@ def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_
     opened = tab.open(b.id)
     assert "Which setting is it?" in opened[tab.view.summary] and opened[tab.view.panes] == ""
     assert tab.which.show(b.id)[tab.which.box].visible is False
-    assert "a bisect run" in bisect_choice(runner.db, b.id).problem
+    assert "a bisect run" in bisect_choice(runner.store, b.id).problem
 
 
 def test_a_refused_request_is_a_message_with_the_fix_and_nothing_is_stored(runner, model, diverged):

@@ -17,17 +17,17 @@ if TYPE_CHECKING:
     from ..run.recorder import RunRecorder
     from ..core.runlog import EventCallback
     from ..core.types import Finding, Run
-    from ..run.workers import EnginePool
     from ..store import Store
 
 
 class Service(Protocol):
     store: Store
-    db_path: str | None
-    pool: EnginePool
 
     @property
     def on_gpu(self) -> bool: ...
+
+    @property
+    def stopped(self) -> bool: ...
 
     def prepare(self, req: RunRequest) -> Prepared: ...
 

@@ -48,8 +48,7 @@ from ..core.workload_record import WorkloadOptions
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec
 from ..run.prepare import plan_side
-from ..store.bisects import forked_sides, prompt_forks
-from ..store.runs import get_run, new_run_id
+from ..store.runs import new_run_id
 from .workload.run import WorkloadRequest, given_prompts, run_workload
 
 if TYPE_CHECKING:
@@ -80,7 +79,7 @@ def bisect_run(service: Service, req: BisectRequest, emit: EventCallback | None 
     spent: the best set so far and what is undecided are in the record); "cancelled" on Stop.
     Raises ParityError only when `req.run_id` names no stored run (nothing to link a record to)."""
     emit = emit or (lambda e: None)
-    stored = get_run(service.db, req.run_id, prompts=[])
+    stored = service.store.get_run(req.run_id, prompts=[])
     if stored is None:
         raise ParityError(f"no run with id {req.run_id!r}", "list the ids with 'parity runs list'")
     group = new_run_id()
@@ -99,7 +98,7 @@ def worst_prompts(service: Service, run_id: str, side: str, n: int) -> tuple[lis
     divergence first), with their specs as given. Raises ParityError for prompts not stored as given."""
     specs = given_prompts(service, run_id)
     rank = {f.prompt_idx: (f.identical, f.first_divergence is None, f.first_divergence or 0)
-            for f in prompt_forks(service.db, run_id, side)}
+            for f in service.store.prompt_forks(run_id, side)}
     order = sorted(range(len(specs)), key=lambda i: (*rank.get(i, (True, True, 0)), i))[:n]
     return order, [specs[i] for i in order]
 
@@ -194,7 +193,7 @@ class Search:
                 raise ParityError(f"--sides {','.join(req.sides)} does not name two sides of run {stored.id} "
                                   f"(its sides: {', '.join(names)})", f"e.g. --sides {names[0]},{names[1]}")
             return req.sides[0], req.sides[1]
-        diverged = forked_sides(self.service.db, stored.id, names[0])
+        diverged = self.service.store.forked_sides(stored.id, names[0])
         ref = stored.sides[0]
 
         def setup(s: SideInfo) -> tuple:
@@ -263,7 +262,7 @@ class Search:
         """Run one trial and judge it; stored as a run of the search's group. Raises CancelledError on
         Stop; a trial that fails is returned as failed."""
         report = self.report
-        if self.service.pool.cancelled:  # Stop between two trials (the next recording would clear it)
+        if self.service.stopped:  # Stop between two trials: no trial is started to be stored as cancelled
             raise CancelledError("the bisect was stopped", "")
         index = len(report.trials) + 1
         names = [k for k in self.keys if k in flipped]

@@ -19,8 +19,7 @@ from ..core.bisect_record import KIND, TRIAL_KIND
 from ..core.config import config_from_dict
 from ..core.errors import ParityError
 from ..core.types import Run
-from ..store import bisects
-from ..store.runs import get_run
+from ..store import Store
 from ..core.bisect_record import bisect_line
 from ..core.bisect_record import DEFAULT_PROMPTS, MAX_PROMPTS, pair_value, parse_pair  # noqa: F401 - the view's names
 from .setting_bisect import nothing_to_flip
@@ -51,7 +50,7 @@ class BisectChoice:
         return ParityError(self.problem, self.fix, code="bisect-pair")
 
 
-def _differing_sides(db: Any, run: Run) -> list[str]:
+def _differing_sides(store: Store, run: Run) -> list[str]:
     ref = run.reference
     if run.workload is not None:
         out = []
@@ -61,7 +60,7 @@ def _differing_sides(db: Any, run: Run) -> list[str]:
             if v == "exceeds noise" or (v != "within noise" and seq.n and seq.identical < seq.n):
                 out.append(name)
     else:
-        out = list(bisects.forked_sides(db, run.id, ref))
+        out = list(store.forked_sides(run.id, ref))
     order = [s.name for s in run.sides]
     return sorted((s for s in out if s in order and s != ref), key=order.index)
 
@@ -78,12 +77,12 @@ def _nothing_to_flip(run: Run, ref: str, side: str) -> ParityError | None:
     return None if factors else nothing_to_flip(run.id, ref, side, fixed)
 
 
-def bisect_choice(db: Any, run_id: str) -> BisectChoice:
+def bisect_choice(store: Store, run_id: str) -> BisectChoice:
     """The pairs of run `run_id` a bisect can search (see the module docstring); reads the run's row
     and its comparison flags, no token. An unknown run, a run of another kind, one still running or
     with nothing finished, or one whose sides all agree with the reference gives no pair, and says why."""
     run_id = (run_id or "").strip()
-    run = get_run(db, run_id, prompts=[]) if run_id else None
+    run = store.get_run(run_id, prompts=[]) if run_id else None
     choice = BisectChoice(run_id)
     if run is None:
         choice.problem = f"no run with id {run_id!r} in this database"
@@ -105,7 +104,7 @@ def bisect_choice(db: Any, run_id: str) -> BisectChoice:
         choice.problem = f"run {run.id} has {len(run.sides)} side: a bisect needs two sides that differ"
         choice.fix = "run a comparison with two sides, e.g. the reference and the setup you suspect"
         return choice
-    differ = [(run.reference, s) for s in _differing_sides(db, run)]
+    differ = [(run.reference, s) for s in _differing_sides(store, run)]
     unflippable = {pair: e for pair in differ if (e := _nothing_to_flip(run, *pair)) is not None}
     choice.pairs = [pair for pair in differ if pair not in unflippable]
     if not choice.pairs and unflippable:
@@ -120,12 +119,12 @@ def bisect_choice(db: Any, run_id: str) -> BisectChoice:
     return choice
 
 
-def checked_request(db: Any, run_id: str, sides: Any = None, prompts: Any = DEFAULT_PROMPTS) -> tuple[tuple[str, str],
+def checked_request(store: Store, run_id: str, sides: Any = None, prompts: Any = DEFAULT_PROMPTS) -> tuple[tuple[str, str],
                                                                                                           int]:
     """The (pair, number of prompts) a bisect of `run_id` starts with: `sides` one of the run's
     differing pairs (None: the default pair), `prompts` a whole number from 1 to 10,000 (None: 8).
     Raises ParityError naming the problem and the fix; nothing is stored then."""
-    choice = bisect_choice(db, run_id)
+    choice = bisect_choice(store, run_id)
     if not choice.pairs:
         raise choice.error()
     pair = parse_pair(sides) or choice.default
@@ -148,12 +147,12 @@ def checked_request(db: Any, run_id: str, sides: Any = None, prompts: Any = DEFA
     return pair, n
 
 
-def latest_bisect(db: Any, run_id: str) -> Run | None:
+def latest_bisect(store: Store, run_id: str) -> Run | None:
     """The newest stored bisect of run `run_id` (its record; its prompts are not read), or None."""
-    return bisects.latest_bisect(db, run_id)
+    return store.latest_bisect(run_id)
 
 
-def bisect_lines(db: Any, ids: list[str]) -> dict[str, str]:
+def bisect_lines(store: Store, ids: list[str]) -> dict[str, str]:
     """Each listed bisect's one line for a runs table: the pair, the run searched and the answer (or
     its error)."""
-    return {r.id: bisect_line(r) for r in bisects.bisect_lines(db, ids)}
+    return {r.id: bisect_line(r) for r in store.bisect_lines(ids)}

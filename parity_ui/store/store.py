@@ -107,6 +107,14 @@ class Store:
         """The run's prompts as the user gave them; raises ParityError where they were not kept."""
         return workloads.given_prompts(self.db, run_id)
 
+    def forked_sides(self, run_id: str, reference: str) -> set[str]:
+        """The sides of a stored run whose tokens left the reference's on some prompt."""
+        return bisects.forked_sides(self.db, run_id, reference)
+
+    def prompt_forks(self, run_id: str, side: str) -> list[bisects.PromptFork]:
+        """How each prompt of a stored run fared for `side` (a bisect takes the worst first)."""
+        return bisects.prompt_forks(self.db, run_id, side)
+
     def bisect_lines(self, ids: list[str]) -> list[bisects.BisectLine]:
         """The listed bisects' rows, as a runs table lists them (ids not stored are left out)."""
         return bisects.bisect_lines(self.db, ids)
