@@ -77,7 +77,7 @@ class ParityService:
     def __init__(self, db_path: str | None = None, pool: EnginePool | None = None):
         self.db_path = db_path
         self.store = Store.open(db_path)  # what the commands read and write through
-        self.db = self.store.db  # the recorder's connection (and the bisect's reads, until they move into the store)
+        self.db = self.store.db  # the recorder writes through the store's functions on it, in its own transactions
         self.pool = pool or EnginePool()
         self._lock = threading.RLock()  # a command's sides() runs inside its own recording()
         self._depth = 0  # commands open (command()): Stop is lowered only when the outermost begins
