@@ -146,6 +146,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         service.close()
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .service import ReplayRequest
+
+    service = _service(args)
+    try:
+        req = ReplayRequest(dump=args.dump, model=args.model, config=_config(args), format=args.format,
+                            trust_pickle=args.trust_pickle, chat_template=args.chat_template, on_bad=args.on_bad,
+                            limit=args.limit, policy_version=args.policy_version, chunk=args.chunk,
+                            floor=args.floor, trust_remote_code=args.trust_remote_code)
+        return _report(service.replay(req, on_event=_emit(args)), args, service)
+    finally:
+        service.close()
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     service = _service(args)
     try:
@@ -452,6 +466,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(c)
     _add_workload_args(c)
     c.set_defaults(func=cmd_compare)
+
+    rp = sub.add_parser("replay", help="an RL run's own rollouts (a dump) teacher-forced through the trainer (the "
+                                       "reference) and the rollout engine again, against the trainer's floor")
+    rp.add_argument("dump", help="the dump: parity-ui's rollout format (.jsonl/.parquet), NeMo-RL "
+                                 "train_data_step*.jsonl, verl rollout_data_dir .jsonl, slime/miles rollout_*.pt")
+    rp.add_argument("--model", required=True, help="the model the run trained (a folder or an HF id)")
+    rp.add_argument("--format", default="auto", choices=["auto", "parity", "nemo-rl", "verl", "slime"],
+                    help="the dump's format (default: detected)")
+    rp.add_argument("--trust-pickle", action="store_true",
+                    help="load a .pt pickle that a safe load refuses (unpickling runs the code the file names)")
+    rp.add_argument("--chat-template", action="store_true",
+                    help="verl: apply the model's chat template to each text prompt")
+    rp.add_argument("--on-bad", choices=["stop", "skip"], default="stop",
+                    help="a broken row: stop with its number, or skip it and count it")
+    rp.add_argument("--limit", type=int, help="the first N rows")
+    rp.add_argument("--policy-version", help="only the rows of this policy version")
+    rp.add_argument("--chunk", type=int, default=16, help="rows replayed and stored together (default 16)")
+    rp.add_argument("--floor", choices=["auto", "kernel", "none"], default="auto",
+                    help="the trainer's own noise: kernel (another attention kernel; auto with an HF trainer), none")
+    rp.add_argument("--trust-remote-code", action="store_true")
+    rp.add_argument("--json", action="store_true", help="print one JSON object")
+    rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    rp.add_argument("--db", default=argparse.SUPPRESS)
+    _add_config_args(rp)
+    rp.set_defaults(func=cmd_replay)
 
     rs = sub.add_parser("resume", help="go on with a stopped, failed or interrupted workload run")
     rs.add_argument("id", help="the workload run's id")

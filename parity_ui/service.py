@@ -11,7 +11,7 @@ contexts every command is built from:
 - `sides(plans)`: the side setups started, checked and loaded, answering typed verbs
   (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
-The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `probe`,
+The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`, `probe`,
 `sweep`, `localise`, `bisect`, `check`; `run` takes whichever request `plan_request` made (the one
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
@@ -24,6 +24,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from .commands.replay import ReplayRequest
 from .commands.workload.run import WorkloadRequest
 from .core.requests import InputCheck
 from .core.workload_record import WorkloadOptions
@@ -41,7 +42,7 @@ from .store.runs import new_run_id
 from .core.types import Finding, Localisation, ModelInfo, Run
 from .run.workers import EnginePool
 
-__all__ = ["ParityService", "Request", "RunRequest", "WorkloadRequest", "WorkloadOptions", "RunEvent",
+__all__ = ["ParityService", "Request", "RunRequest", "WorkloadRequest", "ReplayRequest", "WorkloadOptions", "RunEvent",
            "CapabilityError", "attach_images", "plan_request"]
 
 # What the CLI and the app ask the service to run: one comparison, or a workload of many prompts.
@@ -212,6 +213,15 @@ class ParityService:
         from .commands.workload.run import resume_workload
 
         return resume_workload(self, run_id, on_event)
+
+    def replay(self, req: Any, on_event: EventCallback | None = None) -> Run:
+        """An RL run's own rollouts (a dump) teacher-forced through the trainer and the rollout engine
+        again, judged against the trainer's floor (parity_ui.commands.replay; `req` a ReplayRequest).
+        Stored as a run of kind "replay". Raises ParityError, with nothing stored, for a dump that
+        cannot be read or fails the preflight (before any engine loads)."""
+        from .commands.replay import run_replay
+
+        return run_replay(self, req, on_event)
 
     def probe(self, model: str, prompt: PromptSpec, config: Any, *, n: int = 4, batch: int = 4,
               trust_remote_code: bool = False, emit: EventCallback | None = None) -> Run:

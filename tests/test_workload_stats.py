@@ -181,8 +181,9 @@ def test_token_figures_against_hand_computation():
     assert t.abs_dprob_mean == pytest.approx(sum(abs(a - b) for a, b in zip(p_side, p_ref)) / 4)
     assert t.pearson == pytest.approx(statistics.correlation(p_side, p_ref), rel=1e-12)
     # rho: 0.905 (outside the two tight bands), 1.0 (inside all), 1.649 (outside all),
-    # 1.005 (outside only [0.999, 1.002])
-    assert [b.outside for b in t.outside] == [0.25, 0.5, 0.75]
+    # 1.005 (outside only [0.999, 1.002]); [0.8, 1.2]: only 1.649
+    assert [b.outside for b in t.outside] == [0.25, 0.5, 0.75, 0.25]
+    assert t.extreme_share == 0.0  # no |dlogp| above ln 2 (the largest is 0.5)
     assert [(b.low, b.high) for b in t.outside] == list(RHO_BANDS)
 
 

@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass
 
 # The importance-ratio bands (parity-ui's, then maxtext PR #5231's two); core.pooled pools them.
-RHO_BANDS: tuple[tuple[float, float], ...] = ((0.9, 1.1), (0.99, 1.01), (0.999, 1.002))
+# The fourth, [0.8, 1.2], is PPO's usual clip range (the RL replay's first band); appended, so a stored report's
+# bands keep their places.
+RHO_BANDS: tuple[tuple[float, float], ...] = ((0.9, 1.1), (0.99, 1.01), (0.999, 1.002), (0.8, 1.2))
 
 RHO = "ρ = p_ref / p_side of a token: the importance ratio (reference = trainer); 1 = the sides agree"
 
@@ -91,6 +93,9 @@ _ALL: list[Figure] = [
     *(Figure(_band_key(lo, hi), f"ρ outside [{lo:g}, {hi:g}]",
              f"share of tokens whose ratio ρ = p_ref / p_side is outside [{lo:g}, {hi:g}]", kind="share")
       for lo, hi in RHO_BANDS),
+    Figure("extreme_share", "|Δlogprob| > ln 2",
+           "share of tokens whose |logp_side − logp_ref| exceeds ln 2 (ρ beyond ½ or 2: AReaL's extreme "
+           "fraction)", kind="share"),
     Figure("seq_abs_log_ratio_max", "largest sequence |log ρ|",
            "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's "
            "geometric-mean ρ is from 1", unit="nats"),
@@ -120,7 +125,7 @@ TABLE_ROWS: tuple[tuple[str, str | None], ...] = (
     ("abs_dlogp_p99", "abs_dlogp_p99"), ("abs_dlogp_max", "abs_dlogp_max"), ("abs_dprob_mean", "abs_dprob_mean"),
     ("abs_dprob_max", "abs_dprob_max"), ("k3", "k3"), ("kl", "abs_kl"), ("pearson", "one_minus_pearson"),
     ("token_mult_prob_error", "token_mult_prob_error_minus_1"), ("rho_min", None), ("rho_mean", None),
-    ("rho_max", None),
+    ("rho_max", None), ("extreme_share", None),
 )
 # As (display name, TokenStats field): what render.workload and the CLI screen read.
 FIGURE_ROWS: tuple[tuple[str, str], ...] = tuple((FIGURES[k].name, k) for k, _ in TABLE_ROWS)

@@ -71,6 +71,8 @@ ONE_SIDED_CONFIDENCE = 0.95
 # Ratios saturate at e^600 (~3.8e260) rather than crossscore's e^700: a mean of 1.28M saturated
 # ratios must still sum to a finite float (fsum raises on overflow) and stay valid JSON.
 EXP_CAP = 600.0
+# |dlogp| above ln 2: the token's ratio is beyond 1/2 or 2 (AReaL's rollout_train_extreme_frac_tau2).
+LN2 = math.log(2.0)
 # A logprob a little above 0 is float rounding of log(1); far above 0 it is not a logprob at all.
 LOGPROB_SLACK = 1e-3
 
@@ -166,6 +168,7 @@ class TokenStats:
     rho_mean: float | None
     rho_max: float | None
     outside: list[BandShare]
+    extreme_share: float | None = None  # share of pairs with |dlogp| > ln 2 (None: stored before it)
 
 
 @dataclass
@@ -670,6 +673,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
         # rho = exp(-dlogp) falls as dlogp rises: the smallest ratio belongs to the largest gap.
         rho_min=_exp(-d_max), rho_mean=1.0 + s_em1 / n, rho_max=_exp(-d_min),
         outside=[BandShare(lo, hi, _count_outside(runs, lo, hi) / n) for lo, hi in RHO_BANDS],
+        extreme_share=sum(len(r) - bisect_right(r, LN2) + bisect_left(r, -LN2) for r in runs) / n,
     )
 
 

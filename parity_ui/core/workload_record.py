@@ -12,7 +12,7 @@ from typing import Any
 
 from .pooled import EXCEEDS, TOO_FEW, WITHIN, FloorVerdict, WorkloadStats, scorable
 
-MODES = ("free", "scored")
+MODES = ("free", "scored", "replay")  # replay: a dump's tokens forced (parity_ui.commands.replay)
 FLOORS = ("auto", "batch", "order", "kernel", "none")
 
 
@@ -105,6 +105,9 @@ class WorkloadReport:
     floor_figures: SideFigures | None = None
     headline: str = ""
     rate: float | None = None  # prompts per second while generating (progress, ETA)
+    # A replay's own record (parity_ui.commands.replay.ReplayRecord as a dict): the dump, its pairs,
+    # the masked tokens, the worst tokens. None for other workloads.
+    replay: dict[str, Any] | None = None
 
     @property
     def identical(self) -> bool | None:
@@ -145,7 +148,7 @@ class WorkloadReport:
         return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
                 "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
                 "sides": {k: figures(v) for k, v in self.sides.items()}, "floor_figures": figures(self.floor_figures),
-                "headline": self.headline, "rate": self.rate}
+                "headline": self.headline, "rate": self.rate, "replay": self.replay}
 
 
 def report_from_json(d: dict[str, Any]) -> WorkloadReport:
@@ -161,7 +164,7 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
                           done=d.get("done", 0), skipped_too_long=list(d.get("skipped_too_long") or []),
                           sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
                           floor_figures=figures(d.get("floor_figures")), headline=d.get("headline", ""),
-                          rate=d.get("rate"))
+                          rate=d.get("rate"), replay=d.get("replay"))
 
 
 def _pct(x: float | None) -> str:
@@ -170,7 +173,7 @@ def _pct(x: float | None) -> str:
 
 def headline(report: WorkloadReport) -> str:
     """One line: how many prompts, and per side its share identical and its verdict against the floor."""
-    mode = "scored" if report.options.mode == "scored" else "free-running"
+    mode = {"scored": "scored", "replay": "replayed"}.get(report.options.mode, "free-running")
     parts = []
     for name, f in report.sides.items():
         seq = f.stats.sequences

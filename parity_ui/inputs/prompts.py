@@ -31,6 +31,9 @@ class PromptSpec:
     text: str | None = None
     messages: list[dict[str, Any]] | None = None
     images: list[ImageInput] = field(default_factory=list)
+    # Ids given as they are (an RL dump's prompt, replayed): used verbatim, no template, nothing added;
+    # `text` is then only what they decode to, for people.
+    token_ids: list[int] | None = None
 
     def excerpt(self, n: int = 80) -> str:
         s = self.text if self.text is not None else " | ".join(content_text(m.get("content", ""))
@@ -234,6 +237,10 @@ class PromptTokenizer:
         return bool(getattr(self.tok, "chat_template", None))
 
     def encode(self, spec: PromptSpec, chat: bool) -> EncodedPrompt:
+        if spec.token_ids is not None:
+            if not spec.token_ids:
+                raise PromptError("the prompt has no token ids", "give a non-empty prompt")
+            return EncodedPrompt(spec=spec, token_ids=list(spec.token_ids), text=decode_as_is(self.tok, spec.token_ids))
         if spec.images:
             raise PromptError("an image prompt reached the text tokenizer",
                               "image prompts are encoded with the model's processor (VisionProcessor)")

@@ -201,9 +201,16 @@ class Workload:
                     self._chunks(sides, todo)
         finally:
             with phase(run, "pool"):  # also after a Stop or a failure: the figures of what finished
-                pooled(self.service.store, run.id, report, [p.name for p in prep.sides[1:]])
+                self._pool(report)
                 self.rec.save_header()
-        run.status = "ok" if run.identical else "diverged"
+        run.status = self._status()
+
+    def _pool(self, report: WorkloadReport) -> None:
+        """The figures of every compared side (and the floor's), from the store."""
+        pooled(self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]])
+
+    def _status(self) -> str:
+        return "ok" if self.rec.run.identical else "diverged"
 
     # -- the chunks ---------------------------------------------------------------------------------
 
@@ -212,10 +219,7 @@ class Workload:
         t0, finished = time.perf_counter(), 0
         for start in range(0, len(todo), self.opts.chunk):
             chunk = todo[start:start + self.opts.chunk]
-            if self.opts.mode == "scored":
-                self._scored(sides, chunk)
-            else:
-                self._free(sides, chunk)
+            self._chunk(sides, chunk)
             finished += len(chunk)
             report.done += len(chunk)
             report.rate = finished / max(time.perf_counter() - t0, 1e-9)
@@ -224,6 +228,13 @@ class Workload:
                                            f"{report.rate:.2f} prompts/s, about {_duration(left)} left",
                                prompt_index=report.done))
             self.rec.save_header()
+
+    def _chunk(self, sides: Sides, chunk: list[int]) -> None:
+        """One chunk's sequences made, compared and stored (a replay forces a dump's tokens instead)."""
+        if self.opts.mode == "scored":
+            self._scored(sides, chunk)
+        else:
+            self._free(sides, chunk)
 
     def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False) -> dict[int, SideResult]:
         """One side's results for the chunk's prompts, by prompt position (decoded)."""

@@ -1,0 +1,317 @@
+"""Replay: an RL run's own rollouts (a dump: parity_ui.inputs.rollouts) through the trainer and the
+rollout engine again, token by token, judged against the trainer's own noise floor.
+
+It is the workload's machinery (parity_ui.commands.workload.run) with the tokens coming from the dump:
+the same chunks, store rows, pooled figures, floor and Stop. Where a sequence's tokens come from:
+- **recorded**: the dump's response tokens and the logprobs the rollout engine recorded for them
+  (the "recorded" side: no engine behind it; it cannot generate or score);
+- **forced**: every engine side teacher-forces the same tokens (ScoreBatch through the worker
+  verbs): the reference is the trainer (an HF side, the trainer's dtype and settings), each other
+  side a rollout-engine re-run (vLLM: prompt logprobs over prompt + response), and the floor the
+  reference under a change that must not matter (another attention kernel).
+
+The pairs (each a row of one table; each pair's samples pooled into the workload figures, with the
+loss mask applied: masked tokens are left out and counted), in the frameworks' convention
+Δ = trainer − rollout and ρ = p_trainer / p_rollout:
+- "recorded": the recorded rollout logprobs against the trainer: the run's own mismatch;
+- "<engine>": the engine re-run against the trainer: numerics and settings (a pair for `parity bisect`);
+- "recorded~<engine>": the recorded logprobs against the engine re-run: does the engine reproduce
+  its own logprobs (batch composition, scheduling, cache), or were they made under other settings?
+- "recorded~trainer": the recorded rollout against the run's recorded trainer logprobs, when the dump has them;
+- the floor: the trainer against itself under another kernel.
+
+Stored as a run of kind "replay" (its record: run.workload, with `replay` the dump, the pairs, the
+masked tokens and the worst tokens), so the history, `parity runs show` and `--json` read it.
+Resume is not offered yet: a stopped replay keeps its finished chunks and their figures.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..analysis.compare import compare
+from ..core.config import ParityConfig
+from ..core.errors import ConfigError, ParityError
+from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
+from ..core.requests import ScoreRequest
+from ..core.runlog import EventCallback, RunEvent
+from ..core.types import Comparison, SideInfo, SideResult, TokenStep
+from ..core.workload_record import WorkloadOptions, WorkloadReport
+from ..inputs.models import describe_model
+from ..inputs.prompts import PromptSpec, tokenizer_for
+from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
+from ..run.pipeline import Sides
+from ..run.recorder import decode_result
+from .workload.report import pooled
+from .workload.run import Workload, WorkloadRequest
+
+if TYPE_CHECKING:
+    from ..core.types import Run
+    from .service_api import Service
+
+RECORDED = "recorded"
+RECORDED_TRAINER = "recorded~trainer"
+WORST_TOKENS = 20
+
+
+@dataclass
+class ReplayRequest:
+    dump: str
+    model: str
+    config: ParityConfig  # the reference = the trainer (an HF side); the other sides = engine re-runs
+    format: str = "auto"
+    trust_pickle: bool = False
+    chat_template: bool = False  # verl: apply the model's chat template to the text prompt
+    on_bad: str = "stop"
+    limit: int | None = None
+    policy_version: str | None = None
+    chunk: int = 16
+    floor: str = "auto"  # "auto" (kernel with an HF trainer), "kernel", "none"
+    trust_remote_code: bool = False
+
+
+def _selected(rows: Iterator[RolloutRow], req: ReplayRequest) -> Iterator[RolloutRow]:
+    n = 0
+    for row in rows:
+        if req.limit is not None and n >= req.limit:
+            return
+        if req.policy_version is not None and row.policy_version != req.policy_version:
+            continue
+        n += 1
+        yield row
+
+
+def check_request(req: ReplayRequest) -> None:
+    if req.floor not in ("auto", "kernel", "none"):
+        raise ConfigError("floor", f"is {req.floor!r}; a replay's floor is auto, kernel or none",
+                          "e.g. --floor kernel (the trainer with another attention kernel)")
+    if not 1 <= req.chunk <= 100_000:
+        raise ConfigError("chunk", "must be 1..100000", "e.g. --chunk 16")
+    if len(req.config.sides) < 2:
+        raise ConfigError("sides", "a replay needs the trainer (the reference) and a rollout engine side",
+                          "e.g. --side a=hf --side b=vllm")
+    if req.config.sides[0].kind != "hf":
+        raise ConfigError("sides", f"the reference (the trainer) is a {req.config.sides[0].kind} side",
+                          "make the first side an HF side: --side a=hf")
+
+
+def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[PromptSpec], Preflight, int]:
+    """The dump opened and checked (one streaming pass) before any engine loads: its prompts (ids as
+    given), the preflight, the longest response. Raises ParityError naming the rows and the fix."""
+    info = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+    tok = tokenizer_for(info.path, req.trust_remote_code)
+    dump = open_dump(req.dump, req.format, tokenizer=tok.tok, trust_pickle=req.trust_pickle, on_bad=req.on_bad,
+                     chat_template=req.chat_template)
+    emit(RunEvent("status", f"reading {dump.describe()}"))
+    prompts: list[PromptSpec] = []
+    longest = 0
+
+    def keep(row: RolloutRow) -> None:
+        nonlocal longest
+        prompts.append(PromptSpec(text=f"{row.where}", token_ids=row.prompt_ids))
+        longest = max(longest, len(row.response_ids))
+
+    pf = preflight(_selected(dump.rows(), req), vocab_size=len(tok.tok), eos_ids=tok.eos_token_ids, on_row=keep)
+    if pf.errors:
+        first, rest = pf.errors[0], pf.errors[1:]
+        more = "" if not rest else " Also: " + " ".join(f.message for f in rest)
+        raise ParityError(f"the dump cannot be replayed: {first.message}.{more}", first.fix, code=first.code)
+    return dump, prompts, pf, longest
+
+
+def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None = None) -> Run:
+    """Replay the dump and store it as a run of kind "replay". Raises ParityError (nothing stored)
+    for a dump that cannot be read or fails the preflight; never raises for an engine error (the run
+    is stored with its status and what finished)."""
+    emit = emit or (lambda e: None)
+    check_request(req)
+    dump, prompts, pf, longest = read_dump(req, emit)
+    # Each side must hold prompt + response (+1: vLLM scores with one more token's request).
+    cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1))
+    source = {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version}
+    options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source)
+    wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
+                           trust_remote_code=req.trust_remote_code, kind="replay")
+    with service.recording(req.model, cfg.to_dict(), prompts, kind="replay") as rec:
+        Replay(service, rec, wreq, emit, dump, req, pf).run(done=set())
+    emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
+    return rec.run
+
+
+def _logprobs(steps: Any) -> list[float | None]:
+    return [s.logprob for s in steps]
+
+
+def _clean(v: float | None) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+class Replay(Workload):
+    """A workload whose sequences are a dump's rows, forced (see the module docstring)."""
+
+    def __init__(self, service: Service, rec: Any, req: WorkloadRequest, emit: EventCallback, dump: Any,
+                 rreq: ReplayRequest, pf: Preflight):
+        super().__init__(service, rec, req, emit)
+        self.dump, self.rreq, self.pf = dump, rreq, pf
+        self._rows = _selected(dump.rows(), rreq)
+        self._next = 0
+        self._worst: list[tuple[float, int, dict[str, Any]]] = []
+        self._masked = self._tokens = 0
+
+    # -- where the rows come from: the dump again, streamed in order ----------------------------------
+
+    def _row(self, i: int) -> RolloutRow:
+        while True:
+            row = next(self._rows)
+            self._next += 1
+            if self._next - 1 == i:
+                return row
+
+    def _pairs(self) -> list[dict[str, str]]:
+        engines = [p.name for p in self.prep.sides[1:]]
+        trainer = self.prep.reference.name
+        out = []
+        if self.pf.with_logprobs:
+            out.append({"key": RECORDED, "a": trainer, "b": RECORDED,
+                        "meaning": "the recorded rollout logprobs against the trainer: the run's own mismatch"})
+        for e in engines:
+            out.append({"key": e, "a": trainer, "b": e,
+                        "meaning": f"the rollout engine re-run ({e}) against the trainer: numerics and settings"})
+        if self.pf.with_logprobs:
+            for e in engines:
+                out.append({"key": f"{RECORDED}~{e}", "a": e, "b": RECORDED,
+                            "meaning": f"the recorded logprobs against the engine re-run ({e}): does the engine "
+                                       "reproduce its own logprobs?"})
+        if self.pf.with_trainer:
+            out.append({"key": RECORDED_TRAINER, "a": "trainer (recorded)", "b": RECORDED,
+                        "meaning": "the recorded rollout against the run's own recorded trainer logprobs"})
+        if self.floor is not None:
+            out.append({"key": self.floor.name, "a": trainer, "b": self.floor.name,
+                        "meaning": f"the floor: {self.rec.run.workload.floor.description}"})
+        return out
+
+    # -- one chunk ------------------------------------------------------------------------------------
+
+    def _chunk(self, sides: Sides, chunk: list[int]) -> None:
+        prep, ref, run = self.prep, self.prep.reference, self.rec.run
+        if not any(s.name == RECORDED for s in run.sides):
+            run.sides.append(SideInfo(name=RECORDED, kind="recorded", options={
+                "dump": self.dump.path, "format": self.dump.format}))
+        if run.workload.replay is None:
+            run.warnings = list(run.warnings) + [f for f in self.pf.findings if f not in run.warnings]
+            run.workload.replay = {"dump": self.dump.path, "format": self.dump.format, "notes": self.dump.notes,
+                                   "rows": self.pf.rows, "tokens": 0, "masked": 0,
+                                   "reconstructed": self.pf.reconstructed, "with_logprobs": self.pf.with_logprobs,
+                                   "with_trainer": self.pf.with_trainer, "with_routes": self.pf.with_routes,
+                                   "pairs": self._pairs(), "worst_tokens": []}
+        rows = {j: self._row(prep.kept[j]) for j in chunk}
+        k = max(prep.config.logprobs, 1)
+        items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]
+        forced: dict[str, dict[int, Any]] = {ref.name: dict(zip(chunk, sides.score_batch(ref.name, items)))}
+        for p in prep.sides[1:]:
+            forced[p.name] = dict(zip(chunk, sides.score_batch(p.name, items)))
+        if self.floor is not None:
+            forced[self.floor.name] = dict(zip(chunk, sides.score_batch(self.floor.name, items)))
+        results: dict[str, dict[int, SideResult]] = {}
+        comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
+        samples: dict[str, list[PairSample]] = {p["key"]: [] for p in run.workload.replay["pairs"]}
+        for j in chunk:
+            row, i = rows[j], prep.kept[j]
+            if any(j not in by for by in forced.values()):
+                continue  # stopped inside the chunk: the Stop is reported by the next verb
+            res = {name: self._forced(name, i, row, by[j]) for name, by in forced.items()}
+            if row.rollout_logprobs is not None:
+                res[RECORDED] = self._recorded(i, row)
+            for name, r in res.items():
+                results.setdefault(name, {})[j] = r
+            lp = {name: _logprobs(r.steps) for name, r in res.items()}
+            if row.trainer_logprobs is not None:
+                lp[RECORDED_TRAINER + "!"] = [_clean(x) for x in row.trainer_logprobs]
+            mask = row.mask()
+            keep = [t for t in range(len(row.response_ids)) if t < len(mask) and mask[t]]
+            self._tokens += len(row.response_ids)
+            self._masked += len(row.response_ids) - len(keep)
+            for pair in run.workload.replay["pairs"]:
+                a = RECORDED_TRAINER + "!" if pair["key"] == RECORDED_TRAINER else pair["a"]
+                if a not in lp or pair["b"] not in lp:
+                    continue
+                la, lb = lp[a], lp[pair["b"]]
+                samples[pair["key"]].append(PairSample(
+                    prompt_index=i, identical=True, first_divergence=None, length=len(row.response_ids),
+                    verdict=None, logp_side=[lb[t] for t in keep], logp_ref=[la[t] for t in keep], positions=keep))
+            for name in res:
+                if name != ref.name:
+                    comparisons[j].append(compare(res[ref.name], res[name]))
+            self._note_worst(i, row, lp, keep, ref.name)
+        replay = run.workload.replay
+        replay["tokens"], replay["masked"] = self._tokens, self._masked
+        replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
+        self._store(chunk, results, comparisons, samples)
+
+    def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
+        res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),
+                         finish_reason="forced")
+        decode_result(self.prep.tokenizer, res)
+        return res
+
+    def _recorded(self, i: int, row: RolloutRow) -> SideResult:
+        steps = [TokenStep(position=t, token_id=tid, text="", logprob=_clean(row.rollout_logprobs[t]), rank=None)
+                 for t, tid in enumerate(row.response_ids)]
+        res = SideResult(side=RECORDED, prompt_index=i, token_ids=list(row.response_ids), steps=steps,
+                         finish_reason="recorded")
+        decode_result(self.prep.tokenizer, res)
+        return res
+
+    def _note_worst(self, i: int, row: RolloutRow, lp: dict[str, list[float | None]], keep: list[int],
+                    trainer: str) -> None:
+        """The worst tokens of the run's own pair (recorded vs trainer; without recorded logprobs, the
+        first engine re-run vs the trainer), kept as a bounded heap."""
+        side = RECORDED if RECORDED in lp else next((p.name for p in self.prep.sides[1:]), None)
+        if side is None:
+            return
+        engines = [p.name for p in self.prep.sides[1:]]
+        for t in keep:
+            a, b = lp[trainer][t], lp[side][t]
+            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+                continue
+            d = a - b
+            entry = {"prompt_index": i, "row": row.where, "position": t, "token_id": row.response_ids[t],
+                     "text": self.prep.tokenizer.token_text(row.response_ids[t]), "pair": side,
+                     "trainer": a, "rollout": b, "dlogp": d,
+                     "engines": {e: lp[e][t] for e in engines if e in lp}}
+            item = (abs(d), -(i * 1_000_000 + t), entry)
+            if len(self._worst) < WORST_TOKENS:
+                heapq.heappush(self._worst, item)
+            elif item[:2] > self._worst[0][:2]:
+                heapq.heapreplace(self._worst, item)
+
+    # -- the figures ----------------------------------------------------------------------------------
+
+    def _pool(self, report: WorkloadReport) -> None:
+        keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
+        pooled(self.service.store, self.rec.run.id, report, keys)
+        report.headline = replay_headline(report)
+
+    def _status(self) -> str:
+        report = self.rec.run.workload
+        # ok: every pair within the floor (or no floor); a pair over it, even within sampling error, is not ok.
+        return "diverged" if any(f.verdict is not None and f.verdict.verdict in (EXCEEDS, TOO_FEW)
+                                 for f in report.sides.values()) else "ok"
+
+
+def replay_headline(report: WorkloadReport) -> str:
+    """One line: rows replayed, and the run's own pair's band share and verdict."""
+    r = report.replay or {}
+    main = report.sides.get(RECORDED) or next(iter(report.sides.values()), None)
+    if main is None:
+        return f"replay of {report.done}/{report.n_prompts} rows: no figures yet"
+    t = main.stats.tokens
+    band = next((b for b in t.outside if (b.low, b.high) == (0.8, 1.2)), None)
+    share = "-" if band is None or band.outside is None else f"{100 * band.outside:.1f}%"
+    verdict = f" ({main.verdict.verdict})" if main.verdict else ""
+    return (f"replay of {report.done}/{report.n_prompts} rows ({r.get('format', '?')}), {t.pairs} tokens "
+            f"({r.get('masked', 0)} masked): {main.side} vs trainer, ρ outside [0.8, 1.2] {share}{verdict}")

@@ -1,0 +1,142 @@
+"""Replay with real engines: rollouts made by a real vLLM (CPU, the tiny model, T=1 seeded sampling,
+top-p < 1 in one case), written in each framework's own format, replayed through HF (the trainer)
+and vLLM again. Small on purpose: 3 prompts, 10 tokens; the session `service` keeps workers warm."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parity_ui.core.config import build_config
+from parity_ui.core.errors import ParityError
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.service import ReplayRequest, RunRequest
+
+pytestmark = pytest.mark.engines
+
+SIDES = ["a=hf,dtype=float32", "b=vllm,dtype=float32,enforce_eager=true"]
+PROMPTS = ["def parse(self, args):", "class Path(object):", "import json\nimport"]
+
+
+@pytest.fixture(scope="module")
+def rollouts(service, tiny_llama):
+    """Real rollouts: (prompt ids, response ids, vLLM's logprobs) per prompt, two sampling settings."""
+    out = {}
+    for top_p in (1.0, 0.8):
+        cfg = build_config(None, ["temperature=1.0", f"top_p={top_p}", "seed=7", "max_new_tokens=10"], sides=SIDES)
+        run = service.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS], config=cfg))
+        assert run.status in ("ok", "diverged"), run.error
+        rows = []
+        for pr in run.prompts:
+            res = pr.results["b"]
+            rows.append((list(pr.prompt_token_ids), list(res.token_ids), [s.logprob for s in res.steps]))
+        out[top_p] = rows
+    return out
+
+
+def _replay(service, model, path, **kw):
+    cfg = build_config(None, [], sides=SIDES)
+    return service.replay(ReplayRequest(dump=str(path), model=str(model), config=cfg, **kw))
+
+
+def _parity_jsonl(path, rows, top_p=1.0, perturb=()):
+    with open(path, "w") as f:
+        for i, (p, r, lp) in enumerate(rows):
+            lp = [x + (1.0 if (i, t) in perturb else 0.0) for t, x in enumerate(lp)]
+            f.write(json.dumps({"prompt_ids": p, "response_ids": r, "rollout_logprobs": lp,
+                                "loss_mask": [1] * (len(r) - 1) + [0], "policy_version": 5,
+                                "sampling": {"temperature": 1.0, "top_p": top_p,
+                                             "logprobs_mode": "raw_logprobs"}}) + "\n")
+    return path
+
+
+def _pair(run, key):
+    return run.workload.sides[key].stats.tokens
+
+
+def test_fp32_replay_finds_trainer_and_engine_equal_to_the_recorded_logprobs(service, tiny_llama, rollouts, tmp_path):
+    rows = rollouts[0.8]  # sampled with top-p 0.8: the recorded logprobs are still the raw ones
+    run = _replay(service, tiny_llama, _parity_jsonl(tmp_path / "r.jsonl", rows, top_p=0.8))
+    assert run.kind == "replay" and run.status == "ok", (run.status, run.error)
+    rep = run.workload.replay
+    assert rep["masked"] == len(rows) and rep["tokens"] == sum(len(r) for _, r, _ in rows)
+    for key in ("recorded", "b", "recorded~b"):
+        t = _pair(run, key)
+        assert t.pairs == rep["tokens"] - rep["masked"]
+        assert t.abs_dlogp_max < 1e-4, (key, t.abs_dlogp_max)
+        assert t.outside[-1].outside == 0.0 and t.extreme_share == 0.0
+    assert any(s.name == "recorded" and s.kind == "recorded" for s in run.sides)
+    stored = service.get_run(run.id)
+    assert stored.kind == "replay" and stored.workload.replay["pairs"][0]["key"] == "recorded"
+
+
+def test_perturbed_logprobs_are_named_worst(service, tiny_llama, rollouts, tmp_path):
+    bad = {(0, 2), (2, 5)}
+    run = _replay(service, tiny_llama, _parity_jsonl(tmp_path / "p.jsonl", rollouts[1.0], perturb=bad))
+    worst = run.workload.replay["worst_tokens"]
+    assert {(w["prompt_index"], w["position"]) for w in worst[:2]} == bad
+    assert all(abs(w["dlogp"] + 1.0) < 1e-3 for w in worst[:2])  # Δ = trainer − rollout = −1
+    assert abs(worst[2]["dlogp"]) < 1e-4
+    assert run.status == "diverged" and run.workload.sides["recorded"].verdict.verdict != "within noise", \
+        run.workload.sides["recorded"].verdict
+    assert _pair(run, "b").abs_dlogp_max < 1e-4  # the engine re-run still agrees with the trainer
+
+
+def test_nemo_rl_and_slime_dumps_replay_the_same_tokens(service, tiny_llama, rollouts, tmp_path):
+    import torch
+
+    rows = rollouts[1.0]
+    width = max(len(p) + len(r) for p, r, _ in rows) + 2
+    with open(tmp_path / "train_data_step1.jsonl", "w") as f:
+        for p, r, lp in rows:
+            n = len(p) + len(r)
+            f.write(json.dumps({"content": ["..."], "rewards": 0.0, "input_lengths": n,
+                                "token_ids": p + r + [3] * (width - n),
+                                "token_loss_mask": [0] * len(p) + [1] * len(r) + [0] * (width - n),
+                                "sample_loss_mask": 1, "advantages": [0.0] * width,
+                                "generation_logprobs": [0.0] * len(p) + lp + [0.0] * (width - n),
+                                "prev_logprobs": [0.0] * len(p) + lp + [0.0] * (width - n)}) + "\n")
+    torch.save(dict(rollout_id=0, samples=[
+        {"tokens": p + r, "response_length": len(r), "loss_mask": [1] * len(r), "rollout_log_probs": lp,
+         "weight_versions": ["3"], "status": "completed", "prompt": "", "response": "", "reward": 0.0}
+        for p, r, lp in rows]), tmp_path / "rollout_0.pt")
+    for name in ("train_data_step1.jsonl", "rollout_0.pt"):
+        run = _replay(service, tiny_llama, tmp_path / name)
+        assert run.status == "ok", (name, run.error)
+        assert _pair(run, "recorded").abs_dlogp_max < 1e-4
+        assert run.workload.replay["tokens"] == sum(len(r) for _, r, _ in rows)
+    nemo = _replay(service, tiny_llama, tmp_path / "train_data_step1.jsonl")
+    assert _pair(nemo, "recorded~trainer").abs_dlogp_max == 0.0  # prev_logprobs written equal to the rollout's
+
+
+def test_verl_text_dump_names_the_row_that_does_not_round_trip(service, tiny_llama, rollouts, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_llama))
+    rows = rollouts[1.0][:2]
+    with open(tmp_path / "3.jsonl", "w") as f:
+        for k, (p, r, _) in enumerate(rows):
+            prompt = tok.decode(p, skip_special_tokens=True) + ("<|assistant|>" if k == 1 else "")
+            f.write(json.dumps({"input": prompt, "output": tok.decode(r, skip_special_tokens=True),
+                                "gts": None, "score": 0.0, "step": 3}) + "\n")
+    run = _replay(service, tiny_llama, tmp_path / "3.jsonl")
+    assert run.status in ("ok", "diverged"), run.error
+    finding = next(w for w in run.warnings if w.code == "replay-text-roundtrip")
+    assert "line 2" in finding.message and "line 1" not in finding.message
+    assert "recorded" not in run.workload.sides and "b" in run.workload.sides  # no logprobs: trainer vs engine only
+    assert any("reconstructed" in n for n in run.workload.replay["notes"])
+
+
+def test_bad_dumps_are_refused_before_any_engine_loads(service, tiny_llama, tmp_path):
+    (tmp_path / "mask.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 12],
+                                                     "loss_mask": [1]}) + "\n")
+    (tmp_path / "vocab.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 50_000]}) + "\n")
+    (tmp_path / "cut.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11]}) + "\n"
+                                        + '{"prompt_ids": [1, 1')
+    for name, words in (("mask.jsonl", ["loss mask", "one loss_mask entry"]),
+                        ("vocab.jsonl", ["vocabulary", "another model", "--model"]),
+                        ("cut.jsonl", ["line 2", "truncated", "--on-bad skip"])):
+        with pytest.raises(ParityError) as e:
+            _replay(service, tiny_llama, tmp_path / name)
+        for w in words:
+            assert w in str(e.value), (name, str(e.value))

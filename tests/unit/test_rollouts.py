@@ -1,0 +1,163 @@
+"""The rollout readers (parity_ui.inputs.rollouts): each framework's dump, written with its own field
+names, read into the same rows; the replay traps caught before any engine loads; bad input named."""
+from __future__ import annotations
+
+import json
+
+
+import pytest
+
+from parity_ui.inputs.rollouts import DumpError, detect_format, open_dump, preflight
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+PARITY = [{"prompt_ids": [1, 10, 11], "response_ids": [20, 21, 2], "rollout_logprobs": [-0.5, -1.0, -0.1],
+           "trainer_logprobs": [-0.5, -1.1, -0.1], "loss_mask": [1, 1, 0],
+           "sampling": {"temperature": 1.0, "top_p": 0.9, "logprobs_mode": "raw_logprobs"}, "policy_version": 3},
+          {"prompt_ids": [1, 12], "response_ids": [22, 23], "rollout_logprobs": [-0.2, -0.3], "policy_version": 3}]
+
+
+def test_parity_jsonl_and_parquet_read_the_same_rows(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    j = _write_jsonl(tmp_path / "r.jsonl", PARITY)
+    pq.write_table(pa.Table.from_pylist(PARITY), tmp_path / "r.parquet")
+    for path in (j, tmp_path / "r.parquet"):
+        assert detect_format(path) == "parity"
+        rows = list(open_dump(path).rows())
+        assert [r.response_ids for r in rows] == [[20, 21, 2], [22, 23]]
+        assert rows[0].loss_mask == [1, 1, 0] and rows[1].loss_mask is None and rows[1].mask() == [1, 1]
+        assert rows[0].trainer_logprobs == [-0.5, -1.1, -0.1] and rows[0].policy_version == "3"
+        assert rows[0].sampling["top_p"] == 0.9
+
+
+def test_nemo_rl_rows_are_cut_at_the_first_trained_token(tmp_path):
+    # NeMo-RL: token_ids padded to the batch, per-token columns aligned to token_ids (0 at the prompt).
+    rec = {"content": ["..."], "rewards": 1.0, "advantages": [0.0] * 7, "input_lengths": 5,
+           "token_ids": [1, 10, 11, 20, 21, 3, 3], "token_loss_mask": [0, 0, 0, 1, 1, 0, 0], "sample_loss_mask": 1,
+           "generation_logprobs": [0, 0, 0, -0.4, -0.6, 0, 0], "prev_logprobs": [0, 0, 0, -0.41, -0.6, 0, 0]}
+    path = _write_jsonl(tmp_path / "train_data_step3.jsonl", [rec, {**rec, "sample_loss_mask": 0}])
+    assert detect_format(path) == "nemo-rl"
+    a, b = list(open_dump(path).rows())
+    assert a.prompt_ids == [1, 10, 11] and a.response_ids == [20, 21]
+    assert a.rollout_logprobs == [-0.4, -0.6] and a.trainer_logprobs == [-0.41, -0.6] and a.loss_mask == [1, 1]
+    assert b.loss_mask == [0, 0]  # a sample the trainer dropped: every token masked
+
+
+def test_truncated_jsonl_line_is_named_or_skipped(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(PARITY[0]) + "\n" + json.dumps(PARITY[1])[:25] + "\n")
+    with pytest.raises(DumpError) as e:
+        list(open_dump(path).rows())
+    assert "line 2" in str(e.value) and "truncated" in str(e.value) and "--on-bad skip" in str(e.value)
+    dump = open_dump(path, on_bad="skip")
+    assert len(list(dump.rows())) == 1 and dump.bad[0].where == "line 2"
+
+
+def test_unknown_format_lists_the_supported_ones(tmp_path):
+    path = _write_jsonl(tmp_path / "x.jsonl", [{"question": "hi"}])
+    with pytest.raises(DumpError) as e:
+        detect_format(path)
+    msg = str(e.value)
+    for fmt in ("--format parity", "--format nemo-rl", "--format verl", "--format slime", "prompt_ids",
+                "token_loss_mask", "response_length"):
+        assert fmt in msg
+    with pytest.raises(DumpError, match="unknown rollout format"):
+        open_dump(path, "areal")
+
+
+def test_preflight_names_each_trap(tmp_path):
+    rows = [
+        {"prompt_ids": [1, 5], "response_ids": [6, 7, 9999], "rollout_logprobs": [-1, -1, -1]},  # another vocabulary
+        {"prompt_ids": [1, 5], "response_ids": [6, 7], "loss_mask": [1, 1, 1], "rollout_logprobs": [-1, -1]},
+        {"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-1, -1]},  # shifted by one
+        {"prompt_ids": [1, 5], "response_ids": [6, 2, 8], "rollout_logprobs": [-1, -1, -1], "policy_version": 1},
+        {"prompt_ids": [1, 5], "response_ids": [6, 8], "rollout_logprobs": [-1, -1], "policy_version": 2,
+         "sampling": {"temperature": 0.7, "logprobs_mode": "processed_logprobs"}},
+    ]
+    dump = open_dump(_write_jsonl(tmp_path / "r.jsonl", rows))
+    pf = preflight(dump.rows(), vocab_size=1000, eos_ids=[2])
+    codes = {f.code: f for f in pf.findings}
+    assert {"replay-vocab", "replay-mask-length", "replay-shift"} <= {f.code for f in pf.errors}
+    assert "line 1" in codes["replay-vocab"].message and "another model" in codes["replay-vocab"].message
+    assert "line 2" in codes["replay-mask-length"].message and "one loss_mask entry" in codes["replay-mask-length"].fix
+    assert "line 3" in codes["replay-shift"].message and "the token it scores" in codes["replay-shift"].message
+    assert "line 4" in codes["replay-after-eos"].message
+    assert "2 policy versions" in codes["replay-versions"].message
+    assert "T=0.7" in codes["replay-temperature"].message
+    assert "processed_logprobs" in codes["replay-processed"].message
+
+
+class _Sample:  # stands for slime's Sample class, which a safe load may not build
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _slime_sample(**over):
+    s = {"group_index": 0, "index": 0, "prompt": "p", "tokens": [1, 10, 11, 20, 21], "response": "r",
+         "response_length": 2, "label": None, "reward": 1.0, "loss_mask": [1, 1], "weight_versions": ["7"],
+         "rollout_log_probs": [-0.3, -0.2], "rollout_routed_experts": None, "status": "completed",
+         "metadata": {}, "spec_info": {}, "prefix_cache_info": {}}
+    s.update(over)
+    return s
+
+
+def test_slime_to_dict_dump_loads_safely(tmp_path):
+    import torch
+
+    path = tmp_path / "rollout_0.pt"
+    torch.save(dict(rollout_id=0, samples=[_slime_sample(), _slime_sample(weight_versions=["7", "8"])]), path)
+    assert detect_format(path) == "slime"
+    a, b = list(open_dump(path).rows())  # weights_only: no flag needed
+    assert a.prompt_ids == [1, 10, 11] and a.response_ids == [20, 21] and a.rollout_logprobs == [-0.3, -0.2]
+    assert a.policy_version == "7" and b.policy_version == "7,8"
+
+
+def test_a_pickle_that_needs_code_is_refused_without_the_flag(tmp_path):
+    import torch
+
+    path = tmp_path / "rollout_1.pt"
+    torch.save(dict(rollout_id=1, samples=[_Sample(**_slime_sample())]), path)
+    with pytest.raises(DumpError) as e:
+        open_dump(path)
+    assert "--trust-pickle" in str(e.value) and "runs whatever code" in str(e.value)
+    rows = list(open_dump(path, trust_pickle=True).rows())
+    assert rows[0].response_ids == [20, 21]
+
+
+def test_truncated_pickle_is_named(tmp_path):
+    import torch
+
+    path = tmp_path / "rollout_2.pt"
+    torch.save(dict(rollout_id=2, samples=[_slime_sample()]), path)
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(DumpError, match="rollout_2.pt"):
+        open_dump(path)
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    from tiny_models import build_tokenizer
+
+    return build_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def test_verl_text_rows_are_retokenised_and_a_row_that_does_not_round_trip_is_named(tmp_path, tok):
+    rows = [{"input": "def f(x):", "output": " return x", "gts": None, "score": 1.0, "step": 4},
+            {"input": "<|user|>\ndef g():", "output": " pass", "gts": None, "score": 0.0, "step": 4}]
+    path = _write_jsonl(tmp_path / "4.jsonl", rows)
+    assert detect_format(path) == "verl"
+    with pytest.raises(DumpError, match="tokenizer"):
+        open_dump(path)
+    dump = open_dump(path, tokenizer=tok)
+    pf = preflight(dump.rows(), vocab_size=len(tok), eos_ids=[tok.eos_token_id])
+    assert pf.reconstructed == 2 and [w for w, _ in pf.text_rows] == ["line 2"]
+    f = next(f for f in pf.findings if f.code == "replay-text-roundtrip")
+    assert "line 2" in f.message and "line 1" not in f.message
+    first = next(iter(open_dump(path, tokenizer=tok).rows()))
+    assert tok.decode(first.prompt_ids + first.response_ids, skip_special_tokens=True) == "def f(x): return x"
