@@ -26,7 +26,7 @@ from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.service import ParityService, RunRequest
 from parity_ui.core.types import Finding
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from tiny_models import build_model  # noqa: E402
 
 PROMPT = "def main(args):"
