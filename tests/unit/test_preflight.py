@@ -270,7 +270,7 @@ def test_rope_override_and_yarn(variant):
 
 def test_prompt_longer_than_the_unscaled_context(variant):
     short = variant(config={"max_position_embeddings": 32})
-    # HF sides only: a vLLM side refuses a max_model_len past the positions (tests/test_context.py).
+    # HF sides only: a vLLM side refuses a max_model_len past the positions (tests/unit/test_context.py).
     found = findings(short, "max_new_tokens=40", "max_model_len=128", sides=["ref=hf", "b=hf"])
     assert found["context-over-unscaled"].severity == "warning"
     assert "no RoPE scaling" in found["context-over-unscaled"].message
