@@ -130,7 +130,7 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def make_png(path: Path, w: int = 112, h: int = 84) -> Path:
-    """A colour gradient (no randomness): the image of tests/test_image_engines.py."""
+    """A colour gradient (no randomness): the image of tests/engines/test_image_engines.py."""
     import numpy as np
     from PIL import Image
 

@@ -7,13 +7,31 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # tiny_models
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))  # the shared helpers (tiny_models, fake_engine, ...) for every folder
+
+# The folder is the marker: tests/unit/ runs no engine and no browser, tests/engines/ starts real vLLM
+# and transformers engines, tests/browser/ drives the app in headless Chromium (a browser test that also
+# starts real engines says `engines` itself). `-m "not engines and not browser"` is then tests/unit/.
+FOLDER_MARKERS = {"engines": "engines", "browser": "browser"}
 
 
 @pytest.fixture(autouse=True)
 def _isolated_db(tmp_path, monkeypatch):
     # No test may write the user's ./runs.db.
     monkeypatch.setenv("PARITY_DB", str(tmp_path / "runs.db"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            folder = item.path.relative_to(TESTS).parts[0]
+        except ValueError:  # a test file outside tests/
+            continue
+        marker = FOLDER_MARKERS.get(folder)
+        if marker is not None:
+            item.add_marker(marker)
 
 
 def pytest_configure(config):

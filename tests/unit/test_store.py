@@ -22,7 +22,7 @@ from parity_ui.store.runs import get_run, list_runs, mark_interrupted, new_run_i
 from parity_ui.core.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, SideTimings, TokenStep,
                              TopLogprob, to_dict)
 
-LEGACY_DB = Path(__file__).parent / "fixtures" / "runs-v0.1.0.db"  # made by parity-ui 0.1.0 (vLLM/HF pair)
+LEGACY_DB = Path(__file__).resolve().parents[1] / "fixtures" / "runs-v0.1.0.db"  # made by parity-ui 0.1.0 (vLLM/HF pair)
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from parity_ui.store.checks import check_result
 from parity_ui.commands.gate.spec import SpecError, parse_spec
 from parity_ui.store.runs import get_run, list_runs, open_db
 
-ROOT = Path(__file__).resolve().parents[1]
-XSD = Path(__file__).parent / "fixtures" / "junit-ant.xsd"
+ROOT = Path(__file__).resolve().parents[2]
+XSD = Path(__file__).resolve().parents[1] / "fixtures" / "junit-ant.xsd"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from parity_ui.inputs import workload_source as source
 from parity_ui.inputs.workload_source import (BAD_ROWS_KEPT, WorkloadReader, canonical_prompt, load_workload,
                                        prompts_hash)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
 
-pytestmark = [pytest.mark.browser]
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -48,7 +47,7 @@ def stored(tmp_path_factory):
 def test_which_setting_names_the_planted_setting(stored):
     ARTIFACTS.mkdir(exist_ok=True)
     with running_app(stored["db"], ARTIFACTS / "browser-which-setting.log",
-                     script=Path(__file__).parent / "fake_app.py") as url, chromium() as browser:
+                     script=Path(__file__).resolve().parents[1] / "fake_app.py") as url, chromium() as browser:
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         page.set_default_timeout(PAGE_MS)
         page.goto(url + f"?run={stored['run_id']}")

@@ -16,7 +16,6 @@ from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.store.runs import get_run
 from tiny_models import build_model
 
-pytestmark = pytest.mark.engines
 
 CODE_PROMPT = "def parse_args(self, args=None, namespace=None):"
 CHAT_PROMPT = "Give me a brief explanation of gravity in simple terms."

@@ -14,7 +14,6 @@ from parity_ui.core.workload_record import WorkloadOptions
 from parity_ui.commands.workload.run import WorkloadRequest, resume_workload, run_workload
 from parity_ui.inputs.workload_source import load_workload
 
-pytestmark = pytest.mark.engines
 
 LINES = ["def parse_args(", "class Namespace(", "import json", "return self.", "for key, value in",
          "if not isinstance(", "raise ValueError(", "with open(path", "def __init__(self,", "try:\n    import",

@@ -11,7 +11,7 @@ from parity_ui.inputs import prompts
 from parity_ui.core.errors import PromptError
 from parity_ui.inputs.prompts import PromptSpec, PromptTokenizer, parse_prompt_bytes, read_prompt_file
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from tiny_models import build_tokenizer  # noqa: E402
 
 

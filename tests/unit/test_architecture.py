@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "parity_ui"
+PACKAGE = Path(__file__).resolve().parents[2] / "parity_ui"
 RULE = re.compile(r"^May import:\s*(.*?)\.?\s*$", re.M)
 
 

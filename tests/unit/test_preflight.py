@@ -3,13 +3,11 @@ not by a clean one.
 
 Fast: `prepare` loads only the tokenizer (on the CPU plan, so the findings do not depend on the
 machine's GPUs); model folders are one tiny model copied and edited (config.json,
-generation_config.json, chat template). One engine test at the end shows the findings reaching a
-stored run and the CLI JSON.
+generation_config.json, chat template; tests/preflight_models.py). The engine run that shows the findings
+reaching a stored run and the CLI JSON is tests/engines/test_preflight_engines.py.
 """
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,44 +21,11 @@ from parity_ui.core.fixes import setting_words
 from parity_ui.run.preflight import STABLE_BATCH_BOUND, run_preflight
 from parity_ui.run.prepare import prepare
 from parity_ui.inputs.prompts import PromptSpec
-from parity_ui.service import ParityService, RunRequest
+from parity_ui.service import RunRequest
 from parity_ui.core.types import Finding
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import build_model  # noqa: E402
-
-PROMPT = "def main(args):"
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return build_model(tmp_path_factory.mktemp("pre") / "base")
-
-
-@pytest.fixture
-def variant(base, tmp_path):
-    """A copy of the base model with edited JSON files (no weights are read by preflight)."""
-    def make(config: dict | None = None, generation: dict | None = None, template: str | None = None,
-             drop: tuple[str, ...] = ()) -> Path:
-        folder = tmp_path / f"v{len(list(tmp_path.iterdir()))}"
-        shutil.copytree(base, folder)
-        for name, edit in (("config.json", config), ("generation_config.json", generation)):
-            if edit is not None:
-                data = json.loads((folder / name).read_text())
-                for k, v in edit.items():
-                    if v is None:
-                        data.pop(k, None)
-                    else:
-                        data[k] = v
-                (folder / name).write_text(json.dumps(data))
-        if template is not None:
-            (folder / "chat_template.jinja").write_text(template)
-        for key in drop:
-            data = json.loads((folder / "config.json").read_text())
-            data.pop(key, None)
-            (folder / "config.json").write_text(json.dumps(data))
-        return folder
-    return make
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+from preflight_models import PROMPT, TRAP, base, variant  # noqa: E402,F401  (base, variant: fixtures)
 
 
 def prepared(model, *overrides, prompts=(PROMPT,), sides=None, base_cfg=None):
@@ -182,9 +147,6 @@ def test_prompt_that_starts_with_bos_twice(base):
 
 
 # -- generation_config.json ----------------------------------------------------------------------
-
-TRAP = {"do_sample": True, "temperature": 0.7, "top_k": 20, "repetition_penalty": 1.3}
-
 
 def test_generation_config_defaults_are_reported_as_neutralised(variant):
     f = findings(variant(generation=TRAP))["generation-config-defaults"]
@@ -308,7 +270,7 @@ def test_rope_override_and_yarn(variant):
 
 def test_prompt_longer_than_the_unscaled_context(variant):
     short = variant(config={"max_position_embeddings": 32})
-    # HF sides only: a vLLM side refuses a max_model_len past the positions (tests/test_context.py).
+    # HF sides only: a vLLM side refuses a max_model_len past the positions (tests/unit/test_context.py).
     found = findings(short, "max_new_tokens=40", "max_model_len=128", sides=["ref=hf", "b=hf"])
     assert found["context-over-unscaled"].severity == "warning"
     assert "no RoPE scaling" in found["context-over-unscaled"].message
@@ -426,31 +388,6 @@ def test_findings_are_sorted_warnings_first(variant):
     prep = prepared(model, "dtype=auto")
     sev = [f.severity for f in preflight.run_preflight(prep)]
     assert sev == sorted(sev, key=["error", "warning", "info"].index) and "warning" in sev and "info" in sev
-
-
-# -- the findings reach a real run ----------------------------------------------------------------
-
-@pytest.mark.engines
-def test_trap_model_findings_reach_the_stored_run_and_neutralised_defaults_keep_parity(variant, tmp_path):
-    """A model whose generation_config.json asks for sampling and a different EOS: the run is still
-    greedy and identical in float32 (parity-ui neutralises both), and says why in `warnings`."""
-    from parity_ui.render.report import run_json
-    from parity_ui.store.runs import get_run
-
-    model = variant(generation={**TRAP, "eos_token_id": 4})
-    svc = ParityService(db_path=str(tmp_path / "runs.db"))
-    try:
-        cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "chat=true", "cross_score=false"])
-        run = svc.run(RunRequest(model=str(model), prompts=[PromptSpec(text=PROMPT)], config=cfg))
-        stored = get_run(svc.db, run.id)
-    finally:
-        svc.close()
-    assert run.status == "ok", run.error
-    codes = {w.code for w in run.warnings}
-    assert {"generation-config-defaults", "eos-mismatch", "template-bos", "sides-differ"} <= codes
-    out = run_json(stored)
-    assert {w["code"] for w in out["warnings"]} == codes
-    assert [c["explanation"]["verdict"] for c in out["comparisons"]] == ["identical"]
 
 
 def test_a_warm_worker_is_reused_when_only_sampling_settings_change(base):

@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 from parity_ui.engines.hf_greedy import GreedyDecoder, graph_problem  # noqa: E402
 from tiny_models import build_model  # noqa: E402
 
-pytestmark = pytest.mark.engines
 
 PROMPT = list(range(5, 40))
 

@@ -11,7 +11,6 @@ import sys
 import time
 
 import psutil
-import pytest
 
 from misbehaving_server import FakeServer
 from parity_ui.core.config import build_config
@@ -20,7 +19,6 @@ from parity_ui.inputs.prompts import PromptSpec, tokenizer_for
 from parity_ui.store.runs import get_run
 from parity_ui.core.types import to_dict
 
-pytestmark = pytest.mark.engines
 
 PROMPT = "def parse_args(self, args=None, namespace=None):"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]
 
 BUILD_OFFLINE = """
 import socket, sys

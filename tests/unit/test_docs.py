@@ -11,7 +11,7 @@ from pathlib import Path
 
 from parity_ui.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI_PAGE = ROOT / "docs" / "reference" / "cli.md"
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
 
-pytestmark = [pytest.mark.browser, pytest.mark.engines]
+pytestmark = pytest.mark.engines  # starts the real app's engines too; browser/ sets `browser`
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -345,7 +345,7 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     details JSON, with the same chip classes and texts the server would have written."""
     import time as _time
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from ui_render import synthetic_run
 
     from parity_ui.store.runs import open_db, save_run
@@ -386,7 +386,7 @@ def test_a_stored_workload_opens_in_history_sorts_in_the_page_and_a_row_opens_it
     """A workload (60 prompts, written with the store's functions) opens in History in its view: the
     headline, the survival curve, the prompt table; the table sorts in the page; a row opens that
     prompt's token view, its divergence marked where the table said."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from ui_render import synthetic_workload
 
     from parity_ui.store.runs import open_db, pair_rows

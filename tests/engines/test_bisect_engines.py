@@ -15,7 +15,6 @@ from parity_ui.run.prepare import RunRequest
 from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.store.runs import get_run
 
-pytestmark = pytest.mark.engines
 
 PROMPTS = [PromptSpec(text="def parse_args(self, args=None, namespace=None):"),
            PromptSpec(text="import os\nimport sys\n\nclass Path:"),

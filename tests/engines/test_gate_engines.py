@@ -12,8 +12,6 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 from parity_ui.cli import main
 from parity_ui.commands.gate.check import prepare_cases, run_check, select
 from parity_ui.commands.gate.junit import junit_xml
@@ -21,8 +19,7 @@ from parity_ui.store.checks import check_result
 from parity_ui.commands.gate.spec import parse_spec
 from parity_ui.store.runs import get_run, open_db
 
-pytestmark = pytest.mark.engines
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _suites(path_or_text):

@@ -18,7 +18,6 @@ from parity_ui.run.prepare import RunRequest
 from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.store.runs import get_run, image_bytes
 
-pytestmark = pytest.mark.engines
 
 PIXELS = ("image_min_pixels=3136", "image_max_pixels=12544")  # a 112x84 image: 12 image tokens
 

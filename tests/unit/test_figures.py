@@ -20,7 +20,7 @@ from parity_ui.core.types import SideResult, TokenStep, TopLogprob
 from parity_ui.core.workload_record import FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
 from parity_ui.render.workload import figures_table_html, verdicts_html
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What users must never see: the code's keys of figures that have a display name.
 CODE_KEYS = ("outside_0.9_1.1", "outside_0.99_1.01", "outside_0.999_1.002", "token_mult_prob_error_minus_1",
              "seq_abs_log_ratio_max", "one_minus_pearson", "abs_dlogp_", "abs_dprob_", "abs_kl", "KL (kl)")
