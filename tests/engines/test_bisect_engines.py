@@ -53,7 +53,10 @@ def test_a_dtype_difference_among_harmless_ones_is_named_alone(service, dtype_se
     assert r.culprit == ["dtype"] and r.needed == ["dtype"]
     assert {f.key for f in r.factors} == {"dtype", "enable_prefix_caching", "max_num_seqs", "async_scheduling"}
     base, alone = _trial(r), _trial(r, "dtype")
-    assert base.outcome == DIVERGES and base.oracle == "noise floor" and base.verdict == "exceeds noise"
+    # 3 prompts: the floor's own figures are noisy, so the verdict may be "too few prompts to tell"
+    # (issue 33 item 7); either way the trial does not restore parity
+    assert base.outcome == DIVERGES and base.oracle == "noise floor" and \
+        base.verdict in ("exceeds noise", "too few prompts to tell")
     assert alone.outcome == RESTORES and alone.oracle == "identical tokens" and alone.identical == 3
     assert r.trials[1].warm  # every setting flipped is the reference's own setup: its worker is warm
     # The flips that vLLM reports did take effect in the trial sides' resolved settings.
