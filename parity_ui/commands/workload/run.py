@@ -159,7 +159,17 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
         spec = dataclasses.replace(ref.spec.replace(batch_size=floor_bs), name=name)
         desc = (f"the reference {ref.name} again at batch {floor_bs} (it runs at {bs}), its prompts in reverse order"
                 if change == "batch" else f"the reference {ref.name} again, its prompts in reverse order")
-    return plan_extra_side(prep, spec, like=ref.name), FloorSpec(change, name, desc)
+    try:
+        plan = plan_extra_side(prep, spec, like=ref.name, scored=prep.config.cross_score or o.mode == "scored")
+    except ParityError as e:  # the floor is resident with every other side: it may be what does not fit
+        if not prep.resolved.on_gpu:
+            raise
+        raise ConfigError("floor", f"the noise floor's side ({desc}) runs beside the other sides and does not fit "
+                                   f"on the GPU with them: {e.message}",
+                          "run without a floor (--floor none), give the floor's reference less to hold (a smaller "
+                          "batch_size or max_new_tokens), or lower a vLLM side's gpu_memory_utilization; "
+                          f"without the floor: {e.fix}") from None
+    return plan, FloorSpec(change, name, desc)
 
 
 class Workload:
