@@ -564,8 +564,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+AHEAD = {"compare", "resume", "layers", "bisect", "probe", "sweep", "check"}  # commands that load a tokenizer
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None and getattr(args, "command", None) in AHEAD:  # a fresh process (not a test calling main)
+        from .inputs.prompts import import_tokenizers_ahead
+
+        import_tokenizers_ahead()
     try:
         return args.func(args)
     except ParityError as e:  # anything not already turned into a stored run

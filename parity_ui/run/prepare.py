@@ -16,7 +16,8 @@ from .memory_plan import fit_contexts, plan_gpu_memory
 from ..inputs.models import describe_model
 from .plan import Prepared, RunRequest, SidePlan
 from .preflight import run_preflight
-from ..inputs.prompts import EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor, tokenizer_for, vision_for
+from ..inputs.prompts import (EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor, check_chat_template,
+                              tokenizer_for, vision_for)
 from ..core.sides import SideSpec
 from ..core.types import ModelInfo
 
@@ -151,6 +152,7 @@ def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict
     heavy, are left out; so is everything when the request would not prepare."""
     try:
         model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+        check_chat_template(model.path, req.prompts, req.config.chat)  # a refusal starts no worker
         resolved = resolve(model, [], gpu)
         out = []
         for spec in req.config.sides:
@@ -171,6 +173,7 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
         raise PromptError("no prompt was given", "type a prompt or upload a prompt file")
     cfg = req.config
     model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+    check_chat_template(model.path, req.prompts, cfg.chat)  # from the files: before transformers imports
     tok = tokenizer_for(model.path, req.trust_remote_code)
     vision = _check_images(req, model)
     resolved = resolve(model, tok.eos_token_ids, gpu, vision.defaults if vision else None)
