@@ -92,7 +92,18 @@ def _service(args: argparse.Namespace) -> ParityService:
     return ParityService(db_path=args.db)
 
 
+PROGRESS_EVERY_S = 5.0  # a workload's progress inside a chunk: a line at most this often (each chunk's end always)
+_last_progress: dict[str, Any] = {"t": 0.0, "done": None}
+
+
 def _progress(event: Any) -> None:
+    if event.kind == "progress":
+        import time
+
+        now = time.monotonic()
+        if event.prompt_index == _last_progress["done"] and now - _last_progress["t"] < PROGRESS_EVERY_S:
+            return
+        _last_progress.update(t=now, done=event.prompt_index)
     if event.kind in ("status", "side_done", "progress"):
         print(f"[parity] {event.message}", file=sys.stderr)
 
@@ -592,8 +603,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+AHEAD = {"compare", "resume", "layers", "bisect", "probe", "sweep", "check"}  # commands that load a tokenizer
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None and getattr(args, "command", None) in AHEAD:  # a fresh process (not a test calling main)
+        from .inputs.prompts import import_tokenizers_ahead
+
+        import_tokenizers_ahead()
     try:
         return args.func(args)
     except ParityError as e:  # anything not already turned into a stored run

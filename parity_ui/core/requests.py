@@ -33,6 +33,9 @@ class GenerateRequest:
     batch_size: int = 1
     logprobs: int = 5
     stream: bool = True
+    # With stream False: the worker still tells how many tokens each prompt has so far (a "counts"
+    # message, a few times a second), without sending the steps: a workload's progress inside a chunk.
+    counts: bool = False
     # Image prompts: per prompt, its images as plain data ({"name", "data": bytes, "sha256"}; [] for a text
     # prompt), the image placeholder id the ids are expanded with, and this side's resize settings.
     images: list[list[dict[str, Any]]] | None = None

@@ -33,6 +33,7 @@ class RunEvent:
     side: str | None = None
     prompt_index: int | None = None
     step: TokenStep | None = None
+    fraction: float | None = None  # a workload's "progress": the share of its work done (inside chunks too)
 
 
 EventCallback = Callable[[RunEvent], None]

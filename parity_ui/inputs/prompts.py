@@ -215,6 +215,36 @@ def prompts_as_given(text: str | None, image_names: Sequence[str] = (),
     return [PromptSpec(text=f"(prompt file {prompt_file or ''})")]
 
 
+def has_chat_template_file(model_path: str) -> bool | None:
+    """Whether a model folder has a chat template, read from its files without loading the tokenizer
+    (transformers and torch take seconds to import): tokenizer_config.json's chat_template, or a
+    chat_template.jinja / chat_template.json beside it. None when it cannot be told from the files
+    (no tokenizer_config.json: a hub id, a processor-only folder)."""
+    folder = Path(model_path)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    cfg = folder / "tokenizer_config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        return bool(json.loads(cfg.read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError):
+        return None
+
+
+def check_chat_template(model_path: str, prompts: Sequence[PromptSpec], chat: bool) -> None:
+    """The chat-template refusals of PromptTokenizer.encode, made from the folder's files before any
+    tokenizer loads: PromptError when chat is asked (or messages given) and the model has none."""
+    if has_chat_template_file(model_path) is not False:
+        return
+    if any(p.messages is not None for p in prompts):
+        raise PromptError("chat messages were given but the model has no chat template",
+                          "give plain text prompts, or pick a chat model")
+    if chat and any(not p.images and p.text is not None and p.text.strip() for p in prompts):
+        raise PromptError("chat=true but the model has no chat template",
+                          "set chat: false, or pick a model with a chat template")
+
+
 class PromptTokenizer:
     """The model's own HF tokenizer, loaded once per model folder. Every decode goes through
     decode_as_is (no space clean-up, whatever the tokenizer's config says)."""
@@ -342,6 +372,22 @@ _tokenizer_lock = threading.Lock()
 @lru_cache(maxsize=4)
 def _tokenizer_for(model_path: str, trust_remote_code: bool) -> PromptTokenizer:
     return PromptTokenizer(model_path, trust_remote_code)
+
+
+def import_tokenizers_ahead() -> threading.Thread:
+    """Import transformers' tokenizer classes (and torch under them: seconds) in a daemon thread, under
+    the lock tokenizer_for takes, so that a fresh process's other start-up work (the store, the model's
+    config, the workers started ahead) overlaps it. tokenizer_for waits for it."""
+    def go() -> None:
+        with _tokenizer_lock:
+            try:
+                import transformers.models.auto.tokenization_auto  # noqa: F401
+            except Exception:  # noqa: BLE001 - tokenizer_for reports it where it matters
+                pass
+
+    t = threading.Thread(target=go, name="parity-import-tokenizers", daemon=True)
+    t.start()
+    return t
 
 
 def tokenizer_for(model_path: str, trust_remote_code: bool = False) -> PromptTokenizer:

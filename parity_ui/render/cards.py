@@ -233,15 +233,18 @@ def finish_card(run: Run, body: list[str], label: str, css: str, reveal: bool) -
 
 
 def progress_html(phase: str, lines: list[str], counts: dict[str, int], expected: int | None,
-                  elapsed: float) -> str:
-    """The live status box: the current phase, tokens so far per side, elapsed time."""
+                  elapsed: float, states: dict[str, str] | None = None) -> str:
+    """The live status box: the current phase, tokens so far per side and what each side is doing
+    (`states`: loading, waiting for another side, warming up its first call...), elapsed time."""
     bars = []
     for name, n in counts.items():
         pct = min(100, 100 * n / expected) if expected else 0
         total = f" / {expected}" if expected else ""
-        bars.append(f'<div class="pp-row"><span class="pp-name">{esc(name)}</span>'
+        state = (states or {}).get(name)
+        doing = f' <span class="pp-state">· {esc(state)}</span>' if state else ""
+        bars.append(f'<div class="pp-row" data-side="{esc(name)}"><span class="pp-name">{esc(name)}</span>'
                     f'<span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
-                    f'<span class="pp-n">{n}{total} tokens</span></div>')
+                    f'<span class="pp-n">{n}{total} tokens{doing}</span></div>')
     log = "".join(f"<li>{esc(x)}</li>" for x in lines[-4:])
     return (f'<div class="pc-card pc-progress"><div class="pc-title">{esc(phase)} '
             f'<span class="pp-time">{elapsed:.1f}s</span></div>{"".join(bars)}<ul class="pp-log">{log}</ul></div>')

@@ -426,11 +426,16 @@ def workload_section_html(run: Run, rows: list[PromptRow] | None = None) -> str:
 # -- while it runs ----------------------------------------------------------------------------------
 
 def workload_progress_html(phase: str, done: int, n_prompts: int, eta: str, lines: list[str], elapsed: float,
-                           source: str = "") -> str:
+                           source: str = "", fraction: float | None = None, states: dict[str, str] | None = None) -> str:
     """The live card of a workload: the phase, prompts done of all with the rate and the time left
-    (the runner's progress line), the last status lines."""
-    pct = min(100.0, 100.0 * done / n_prompts) if n_prompts else 0.0
+    (the runner's progress line; `fraction` the share of the work done, inside a chunk too), what
+    each side is doing (`states`), the last status lines."""
+    share = fraction if fraction is not None else (done / n_prompts if n_prompts else 0.0)
+    pct = min(100.0, 100.0 * share)
     line = eta or f"{done:,}/{n_prompts:,} prompts done"
+    if states:
+        src = (source + " · " if source else "") + " · ".join(f"{n}: {s}" for n, s in states.items())
+        source = src
     log = "".join(f"<li>{esc(x)}</li>" for x in lines[-4:])
     src = f'<div class="pc-muted">{esc(source)}</div>' if source else ""
     return (f'<div class="pc-card pc-progress wl-progress" data-done="{done}" data-n="{n_prompts}">'

@@ -61,7 +61,19 @@ def hf_bytes(plan: "SidePlan", longest: int, max_new: int, batch: int, logprobs_
     vocab = m.vocab_size or 0
     kept = max_new * batch * vocab * elt
     scored = tokens * vocab * (elt + 4) if logprobs_scored else 0  # the logits and their float32 copy
-    return weight_bytes(plan) + kv + kept + scored
+    return weight_bytes(plan) + kv + kept + scored + attention_scores_bytes(plan, tokens, batch)
+
+
+def attention_scores_bytes(plan: "SidePlan", tokens: int, batch: int) -> int:
+    """What an HF side's attention materialises when its kernel keeps the whole score matrix (SDPA
+    'math', eager attention): one layer's scores and their softmax at a time, [batch, heads, tokens,
+    tokens] in float32 (the noise floor of a scored workload runs SDPA 'math'). Fused kernels keep
+    none: 0."""
+    o = plan.spec.options
+    if getattr(o, "sdpa_kernels", None) != "math" and getattr(o, "attn_implementation", None) != "eager":
+        return 0
+    heads = plan.model.num_attention_heads or 0
+    return 2 * batch * heads * tokens * tokens * 4
 
 
 def plan_gpu_memory(plans: list["SidePlan"], gpu: bool, longest: int = 0, max_new: int = 0,

@@ -31,7 +31,7 @@ from ..core.errors import CancelledError, EngineError, ParityError
 from .plan import SidePlan
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, TokenStep
-from .worker_client import Capture, EngineClient, TokenCallback
+from .worker_client import Capture, CountsCallback, EngineClient, TokenCallback
 from .workers import EnginePool
 
 STOPPED_LOADING = "the run was stopped while the sides were loading"
@@ -99,6 +99,16 @@ class _Turns:
     def __init__(self, order: list[str] | None):
         self._order, self._next, self._busy, self._stopped = order, 0, False, False
         self._cv = threading.Condition()
+        self.holder: str | None = None  # the side generating now
+
+    def ahead(self, side: str) -> str | None:
+        """The side `side` would wait for now (generating, or next in order), or None."""
+        with self._cv:
+            if self._busy:
+                return self.holder
+            if self._order is not None and self._next < len(self._order) and self._order[self._next] != side:
+                return self._order[self._next]
+            return None
 
     @contextmanager
     def turn(self, side: str) -> Iterator[None]:
@@ -107,12 +117,12 @@ class _Turns:
                 self._cv.wait()
             if self._stopped:
                 raise _Stopped()
-            self._busy = True
+            self._busy, self.holder = True, side
         try:
             yield
         finally:
             with self._cv:
-                self._busy = False
+                self._busy, self.holder = False, None
                 self._next += 1
                 self._cv.notify_all()
 
@@ -153,6 +163,8 @@ class Sides:
         self._gpu_lock = threading.Lock()
         self._errors: list[tuple[SidePlan, Problem]] = []
         self._lock = threading.Lock()
+        self._called: set[str] = set()  # sides asked to generate or score at least once
+        self._loading: str | None = None  # the vLLM side loading under the GPU lock
 
     # -- the verbs ----------------------------------------------------------------------------------
 
@@ -165,17 +177,33 @@ class Sides:
     def info(self, side: str) -> EngineInfo:
         return self.loaded[side].info
 
-    def generate(self, side: str, req: GenerateRequest, on_token: TokenCallback | None = None) -> list[SideResult]:
-        results = self.client(side).generate(req, on_token)
+    def generate(self, side: str, req: GenerateRequest, on_token: TokenCallback | None = None,
+                 on_counts: CountsCallback | None = None) -> list[SideResult]:
+        self._first_call(side)
+        results = self.client(side).generate(req, on_token, on_counts)
         for r in results:
             r.side = side
         return results
 
     def score(self, side: str, req: ScoreRequest) -> list[TokenStep]:
+        self._first_call(side)
         return self.client(side).score(req)
 
     def score_batch(self, side: str, items: list[ScoreRequest]) -> list[list[TokenStep]]:
+        self._first_call(side)
         return self.client(side).score_batch(ScoreBatch(items))
+
+    def _first_call(self, side: str) -> None:
+        """Say that a side's first call after it loaded in this set warms up (kernels compile or are
+        picked on first use, caches are allocated): its first tokens take longer than the rest."""
+        with self._lock:
+            if side in self._called:
+                return
+            self._called.add(side)
+        got = self.loaded.get(side)
+        if got is not None and got.load_s > 0:
+            self.emit(RunEvent("status", f"{side}: first call since it loaded: warming up (kernels compile or are "
+                                         "picked on first use); its first tokens take longer", side=side))
 
     def capture(self, side: str, req: CaptureRequest) -> Capture:
         return self.client(side).capture(req)
@@ -242,9 +270,14 @@ class Sides:
         self.pool.drop_spares()  # started ahead for a setup the run did not end up with
         return list({keys[p.name]: p for p in self.plans}.values())
 
+    def _say(self, side: str, what: str) -> None:
+        self.emit(RunEvent("status", f"{side}: {what}", side=side))
+
     def _pipeline(self, p: SidePlan) -> None:
         client = self.clients[p.name]
         if client.worker.info is None:
+            if client.worker.starting or not client.worker.alive:
+                self._say(p.name, "starting its engine process (importing the engine's libraries)")
             client.worker.ensure_started()
             self.milestones.mark("start")
             problems = client.check(load_request(p))
@@ -265,10 +298,19 @@ class Sides:
             for s in mine:
                 self._on_loaded(s, got)
         self._check_inputs(mine)
+        if self.gated and self._then is not None:
+            with self._lock:
+                pending = [q.name for q in self.plans if q.name not in self.loaded]
+            if pending:
+                self._say(p.name, f"loaded; waiting for {', '.join(pending)} to load before generating (sides "
+                                  "generate after every side has loaded, so no side's timings include a load)")
         self._all_loaded.wait()
         if self._then is None:
             return
         for s in mine:
+            other = self._turns.ahead(s.name)
+            if other is not None:
+                self._say(s.name, f"waiting for {other} to finish generating (one side generates at a time)")
             with self._turns.turn(s.name):
                 if self.pool.cancelled:
                     raise CancelledError(STOPPED_LOADING, "")
@@ -303,12 +345,21 @@ class Sides:
         if client.worker.info is not None:
             return Loaded(client.worker.info, 0.0)
         # vLLM measures free GPU memory while it starts: two of them on one machine start one at a time.
-        serial = self._gpu_lock if self.gpu and p.kind.gpu_memory == "share" else nullcontext()
+        shared = self.gpu and p.kind.gpu_memory == "share"
+        serial = self._gpu_lock if shared else nullcontext()
+        if shared and self._loading is not None and self._loading != p.name:
+            self._say(p.name, f"waiting for {self._loading} to finish loading (vLLM sides on one GPU load one at "
+                              "a time: each measures the free memory)")
         with serial:
+            if shared:
+                self._loading = p.name
+            self._say(p.name, "loading the weights")
             t = time.perf_counter()
             client.worker.info = client.load(load_request(p), on_progress=lambda m, name=p.name: self.emit(
                 RunEvent("status", f"{name}: {m}", side=name)))
             took = time.perf_counter() - t
+            if shared:
+                self._loading = None
         self.milestones.mark("load")
         self.emit(RunEvent("status", f"{p.name}: loaded in {took:.1f} s", side=p.name))
         return Loaded(client.worker.info, took)

@@ -16,7 +16,8 @@ from .memory_plan import fit_contexts, plan_gpu_memory
 from ..inputs.models import describe_model
 from .plan import Prepared, RunRequest, SidePlan
 from .preflight import run_preflight
-from ..inputs.prompts import EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor, tokenizer_for, vision_for
+from ..inputs.prompts import (EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor, check_chat_template,
+                              tokenizer_for, vision_for)
 from ..core.sides import SideSpec
 from ..core.types import ModelInfo
 
@@ -124,18 +125,23 @@ def plan_memory(plans: list[SidePlan], gpu: bool, resolved: Resolved, cfg: Parit
     return findings
 
 
-def plan_extra_side(prep: Prepared, spec: SideSpec, like: str) -> SidePlan:
+def plan_extra_side(prep: Prepared, spec: SideSpec, like: str, *, scored: bool | None = None) -> SidePlan:
     """One more side for a prepared run that is not the user's (a workload's noise floor), on the run's
-    model: its context sized like side `like`'s, and the GPU memory planned again over every side so
-    that it gets a share too (a vLLM side left out of the plan starts with no gpu_memory_utilization)."""
+    model: its context sized like side `like`'s, and the GPU memory planned again over every side, all
+    resident at once, so that it gets a share too (a vLLM side left out of the plan starts with no
+    gpu_memory_utilization) and the plan refuses the set when it does not fit, before anything loads.
+    `scored`: the HF sides teacher-force whole sequences (default: the config's cross_score). The
+    run's memory-plan finding is replaced IN PLACE (a recorder holding prep.warnings stores the new
+    line, naming every side)."""
     if like in prep.resolved.context_need:
         prep.resolved.context_need[spec.name] = prep.resolved.context_need[like]
     plan = plan_side(prep.config, spec, prep.resolved, prep.side(like).model)
     cfg = prep.config
     findings = plan_memory([*prep.sides, plan], prep.resolved.on_gpu, prep.resolved, cfg,
                            longest=max((len(e.token_ids) for e in prep.prompts), default=0),
-                           max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
-    prep.warnings = [w for w in prep.warnings if w.code != "memory-plan"] + findings
+                           max_new=cfg.max_new_tokens, batch=cfg.batch_size,
+                           scored=cfg.cross_score if scored is None else scored)
+    prep.warnings[:] = [w for w in prep.warnings if w.code != "memory-plan"] + findings
     return plan
 
 
@@ -146,6 +152,7 @@ def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict
     heavy, are left out; so is everything when the request would not prepare."""
     try:
         model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+        check_chat_template(model.path, req.prompts, req.config.chat)  # a refusal starts no worker
         resolved = resolve(model, [], gpu)
         out = []
         for spec in req.config.sides:
@@ -166,6 +173,7 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
         raise PromptError("no prompt was given", "type a prompt or upload a prompt file")
     cfg = req.config
     model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+    check_chat_template(model.path, req.prompts, cfg.chat)  # from the files: before transformers imports
     tok = tokenizer_for(model.path, req.trust_remote_code)
     vision = _check_images(req, model)
     resolved = resolve(model, tok.eos_token_ids, gpu, vision.defaults if vision else None)

@@ -17,6 +17,7 @@ from ..core.types import EngineInfo, SideResult, TokenStep
 from .workers import EngineWorker
 
 TokenCallback = Callable[[int, TokenStep], None]  # (prompt index, step), in the order the engine made them
+CountsCallback = Callable[[dict[int, int]], None]  # {prompt index: tokens so far}, for the prompts that moved
 
 CHECK_TIMEOUT_S = 300.0  # the capability check imports the engine and calls tiny kernels
 CHECK_INPUT_TIMEOUT_S = 600.0  # a server tokenizes every prompt
@@ -57,10 +58,15 @@ class EngineClient:
         return self.worker.request("check_input", req, timeout=CHECK_INPUT_TIMEOUT_S,
                                    what="checking the prompts against the server")
 
-    def generate(self, req: GenerateRequest, on_token: TokenCallback | None = None) -> list[SideResult]:
-        """Every prompt's result, in prompt order; tokens stream to `on_token` as they are made.
-        Raises CancelledError when the run is stopped, EngineError when the engine fails."""
-        on_event = None if on_token is None else (lambda item: on_token(*item))
+    def generate(self, req: GenerateRequest, on_token: TokenCallback | None = None,
+                 on_counts: CountsCallback | None = None) -> list[SideResult]:
+        """Every prompt's result, in prompt order; tokens stream to `on_token` as they are made (or,
+        with req.counts and not req.stream, each prompt's token count to `on_counts`, a few times a
+        second). Raises CancelledError when the run is stopped, EngineError when the engine fails."""
+        if req.counts and not req.stream:
+            on_event = on_counts
+        else:
+            on_event = None if on_token is None else (lambda item: on_token(*item))
         return self.worker.request("generate", req, on_event)
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:

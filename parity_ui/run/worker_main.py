@@ -11,6 +11,7 @@ Requests and answers are pickled tuples over the inherited socket `--fd`:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import mmap
 import os
 import signal
@@ -66,12 +67,15 @@ def _packages() -> dict[str, str]:
 
 
 FLUSH_S = 0.05  # streamed tokens cross the pipe in batches at most this often
+COUNTS_S = 0.25  # token counts (GenerateRequest.counts) cross it at most this often
 
 
 def _generate(conn: Any, engine: Any, req: Any, should_stop: Any) -> Any:
     """Generate, streaming tokens to the parent in small batches: one pipe message and one wake-up
     of the parent per batch, not per token (per token, the parent competes with the engine for
     the cores when they are shared)."""
+    if getattr(req, "counts", False) and not req.stream:
+        return _generate_counting(conn, engine, req, should_stop)
     pending: list[Any] = []
     last = [time.monotonic()]
 
@@ -88,6 +92,32 @@ def _generate(conn: Any, engine: Any, req: Any, should_stop: Any) -> Any:
     finally:
         if pending:
             conn.send(("tokens", pending[:]))
+
+
+def _generate_counting(conn: Any, engine: Any, req: Any, should_stop: Any) -> Any:
+    """Generate without streaming steps, telling the parent each prompt's token count so far
+    ({prompt index: tokens}, cumulative) at most every COUNTS_S: one small message, whatever the batch."""
+    counts: dict[int, int] = {}
+    sent: dict[int, int] = {}
+    last = [time.monotonic()]
+
+    def flush() -> None:
+        changed = {i: n for i, n in counts.items() if sent.get(i) != n}
+        if changed:
+            conn.send(("counts", changed))
+            sent.update(changed)
+
+    def on_step(i: int, step: Any) -> None:
+        counts[i] = counts.get(i, 0) + 1
+        now = time.monotonic()
+        if now - last[0] >= COUNTS_S:
+            flush()
+            last[0] = now
+
+    try:
+        return engine.generate(dataclasses.replace(req, stream=True), on_step, should_stop)
+    finally:
+        flush()
 
 
 def _as_columns(results: Any) -> Any:

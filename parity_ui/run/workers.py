@@ -268,6 +268,10 @@ class EngineWorker:
                         for item in payload:
                             on_event(item)
                     continue
+                if kind == "counts":  # {prompt index: tokens so far} (GenerateRequest.counts)
+                    if on_event is not None:
+                        on_event(payload)
+                    continue
                 if kind == "progress":
                     if on_progress is not None:
                         on_progress(payload)

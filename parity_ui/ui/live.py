@@ -20,6 +20,34 @@ from ..core.runlog import RunEvent
 from ..core.types import TokenStep
 
 
+class SideStates:
+    """What each side is doing now, from the status lines the pipeline tags with a side ("b: loading
+    the weights", "hf: loaded in 3.1 s; waiting for b to load before generating", "b: first call since
+    it loaded: warming up ...") and from its tokens: shown next to the side, with how long it has been so."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, tuple[str, float]] = {}
+
+    def feed(self, ev: RunEvent) -> None:
+        if ev.side is None:
+            return
+        if ev.kind in ("token", "progress"):
+            doing = "scoring" if ev.kind == "progress" and " scoring " in ev.message else "generating"
+            if self.state.get(ev.side, ("",))[0] != doing:
+                self.state[ev.side] = (doing, time.monotonic())
+            return
+        if ev.kind == "side_done":
+            self.state[ev.side] = ("done", time.monotonic())
+        elif ev.kind == "status" and ev.message:
+            what = ev.message.split(": ", 1)[1] if ev.message.startswith(f"{ev.side}: ") else ev.message
+            self.state[ev.side] = (what, time.monotonic())
+
+    def now(self) -> dict[str, str]:
+        t = time.monotonic()
+        return {side: what if what == "done" else f"{what} ({t - since:.0f} s)"
+                for side, (what, since) in self.state.items()}
+
+
 class LiveRun:
     streams_tokens = True  # its panes change as tokens arrive
 
@@ -32,8 +60,10 @@ class LiveRun:
         self.log: list[str] = []
         self.t0 = time.monotonic()
         self.first_token_s: float | None = None
+        self.states = SideStates()
 
     def feed(self, ev: RunEvent) -> None:
+        self.states.feed(ev)
         if ev.kind == "token" and ev.side in self.steps and ev.step is not None:
             if self.first_token_s is None:
                 self.first_token_s = time.monotonic() - self.t0
@@ -47,8 +77,8 @@ class LiveRun:
                 self.phase = "Preparing: model, tokenizer, config, sides"
             elif m.startswith(("starting", "loading")):
                 self.phase = "Starting the sides (a warm side is reused)"
-            elif ev.side is not None:
-                self.phase = f"{ev.side}: prefill and generating"
+            elif ev.side is not None and ": generating" in m:
+                self.phase = f"Generating: {ev.side}"
             elif m.startswith("cross-scoring"):
                 self.phase = "Cross-scoring: teacher-forced"
             elif m.startswith("stored"):
@@ -59,7 +89,8 @@ class LiveRun:
 
     def progress(self) -> str:
         expected = self.max_new_tokens * self.n_prompts if self.max_new_tokens else None
-        return progress_html(self.phase, self.log, self.counts(), expected, time.monotonic() - self.t0)
+        return progress_html(self.phase, self.log, self.counts(), expected, time.monotonic() - self.t0,
+                             self.states.now())
 
     def panes(self, prompt_index: int = 0) -> str:
         per = [self.steps[s].get(prompt_index, []) for s in self.sides]
@@ -82,14 +113,18 @@ class WorkloadLive:
         self.source = source
         self.done = 0
         self.eta = ""  # the newest progress line: "128/1000 prompts done, 2.1 prompts/s, about 6 min left"
+        self.fraction: float | None = None  # the share of the work done, inside a chunk too
         self.phase = "Queued: waiting for the engines"
         self.log: list[str] = []
         self.t0 = time.monotonic()
+        self.states = SideStates()
 
     def feed(self, ev: RunEvent) -> None:
+        self.states.feed(ev)
         if ev.kind == "progress":
             self.done = ev.prompt_index or 0
             self.eta = ev.message
+            self.fraction = ev.fraction
             self.phase = "Generating, comparing and storing, a chunk at a time"
             return
         if ev.kind == "token":
@@ -102,14 +137,17 @@ class WorkloadLive:
                 self.phase = "Preparing: tokenizing every prompt"
             elif m.startswith("resuming"):
                 self.phase = "Resuming: the prompts not done yet"
-            elif m.startswith(("starting", "loading")) or ev.side is not None:
+            elif m.startswith("generating"):
+                self.phase = "Generating, comparing and storing, a chunk at a time"
+            elif m.startswith(("starting", "loading")) or (ev.side is not None and self.fraction is None
+                                                           and not self.phase.startswith("Generating")):
                 self.phase = "Starting the sides (a warm side is reused)"
             elif m.startswith("stored"):
                 self.phase = "Stored"
 
     def progress(self) -> str:
         return workload_progress_html(self.phase, self.done, self.n_prompts, self.eta, self.log,
-                                      time.monotonic() - self.t0, self.source)
+                                      time.monotonic() - self.t0, self.source, self.fraction, self.states.now())
 
 
 class BisectLive:

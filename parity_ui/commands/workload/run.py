@@ -159,7 +159,17 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
         spec = dataclasses.replace(ref.spec.replace(batch_size=floor_bs), name=name)
         desc = (f"the reference {ref.name} again at batch {floor_bs} (it runs at {bs}), its prompts in reverse order"
                 if change == "batch" else f"the reference {ref.name} again, its prompts in reverse order")
-    return plan_extra_side(prep, spec, like=ref.name), FloorSpec(change, name, desc)
+    try:
+        plan = plan_extra_side(prep, spec, like=ref.name, scored=prep.config.cross_score or o.mode == "scored")
+    except ParityError as e:  # the floor is resident with every other side: it may be what does not fit
+        if not prep.resolved.on_gpu:
+            raise
+        raise ConfigError("floor", f"the noise floor's side ({desc}) runs beside the other sides and does not fit "
+                                   f"on the GPU with them: {e.message}",
+                          "run without a floor (--floor none), give the floor's reference less to hold (a smaller "
+                          "batch_size or max_new_tokens), or lower a vLLM side's gpu_memory_utilization; "
+                          f"without the floor: {e.fix}") from None
+    return plan, FloorSpec(change, name, desc)
 
 
 class Workload:
@@ -217,16 +227,22 @@ class Workload:
     def _chunks(self, sides: Sides, todo: list[int]) -> None:
         report = self.rec.run.workload
         t0, finished = time.perf_counter(), 0
-        for start in range(0, len(todo), self.opts.chunk):
-            chunk = todo[start:start + self.opts.chunk]
+        size = self.opts.chunk
+        n_chunks = -(-len(todo) // size) if todo else 0
+        self.emit(RunEvent("status", f"generating {len(todo)} prompt(s) in {n_chunks} chunk(s) of up to {size}; "
+                                     "progress moves as each side's tokens come"))
+        self.progress = progress = Progress(self.emit, report, len(todo), self.prep.config.max_new_tokens, n_chunks)
+        for k, start in enumerate(range(0, len(todo), size)):
+            chunk = todo[start:start + size]
+            n_sides = len(self.prep.sides) - 1
+            calls = (2 * n_sides + (1 if self.floor else 0)) if self.opts.mode == "scored" else \
+                (1 + n_sides + (1 if self.floor else 0))
+            progress.chunk(k, len(chunk), calls)
             self._chunk(sides, chunk)
             finished += len(chunk)
             report.done += len(chunk)
             report.rate = finished / max(time.perf_counter() - t0, 1e-9)
-            left = (len(todo) - finished) / report.rate
-            self.emit(RunEvent("progress", f"{report.done}/{report.n_prompts} prompts done, "
-                                           f"{report.rate:.2f} prompts/s, about {_duration(left)} left",
-                               prompt_index=report.done))
+            progress.chunk_done(len(chunk))
             self.rec.save_header()
 
     def _chunk(self, sides: Sides, chunk: list[int]) -> None:
@@ -243,9 +259,12 @@ class Workload:
         prompts = prep.prompts_of(p.name)
         greq = GenerateRequest(prompts=[prompts[j].token_ids for j in order], sampling=p.args.sampling,
                                batch_size=p.spec.batch_size(prep.config.batch_size),
-                               logprobs=max(prep.config.logprobs, 1), stream=False)
+                               logprobs=max(prep.config.logprobs, 1), stream=False, counts=True)
+        self.progress.call(p.name, "generating")
+        got = sides.generate(p.name, greq, on_counts=self.progress.counts)
+        self.progress.call_done()
         out = {}
-        for res, j in zip(sides.generate(p.name, greq), order):
+        for res, j in zip(got, order):
             res.prompt_index = prep.kept[j]
             decode_result(prep.tokenizer, res)
             out[j] = res
@@ -274,9 +293,14 @@ class Workload:
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
             items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k) for j in chunk]
+            self.progress.call(ref.name, f"scoring {p.name}'s tokens")
             scored = dict(zip(chunk, sides.score_batch(ref.name, items)))
-            floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, items))) \
-                if self.floor is not None and p.name == first else {}
+            self.progress.call_done()
+            floor_scored = {}
+            if self.floor is not None and p.name == first:
+                self.progress.call(self.floor.name, f"scoring {p.name}'s tokens")
+                floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, items)))
+                self.progress.call_done()
             for j in chunk:
                 view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
                 if p.name == first:
@@ -308,6 +332,67 @@ class Workload:
         self.rec.keep_chunk([res for by_prompt in results.values() for res in by_prompt.values()], prompts, samples)
         for pr in prompts:
             pr.comparisons = []
+
+
+class Progress:
+    """Where a workload is, as the share of its work done: finished chunks, then inside the chunk the
+    calls it makes (each side's generate, each scoring) and, inside a generate, each prompt's tokens
+    (the worker's counts). A "progress" event at most every EVERY_S, and at each call's end, with
+    the prompts done, what runs now, the share done and the time left (from the pace so far)."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, emit: EventCallback, report: WorkloadReport, todo: int, max_new: int, n_chunks: int):
+        self.emit, self.report, self.todo, self.max_new, self.n_chunks = emit, report, max(todo, 1), max_new, n_chunks
+        self.t0 = time.perf_counter()
+        self.finished = 0  # prompts of this run's finished chunks
+        self.k = self.size = self.calls = self.call_i = 0
+        self.side, self.what = "", ""
+        self.tokens: dict[int, int] = {}
+        self.last = 0.0
+
+    def chunk(self, k: int, size: int, calls: int) -> None:
+        self.k, self.size, self.calls, self.call_i = k, size, max(calls, 1), 0
+
+    def call(self, side: str, what: str) -> None:
+        self.side, self.what, self.tokens = side, what, {}
+        self.tell(force=True)
+
+    def counts(self, moved: dict[int, int]) -> None:
+        self.tokens.update(moved)
+        self.tell()
+
+    def call_done(self) -> None:
+        self.call_i, self.tokens = self.call_i + 1, {}
+
+    def chunk_done(self, size: int) -> None:
+        self.finished += size
+        self.call_i, self.what = self.calls, ""
+        self.tell(force=True)
+
+    def fraction(self) -> float:
+        inner = sum(min(n, self.max_new) for n in self.tokens.values()) / max(self.size * self.max_new, 1)
+        in_chunk = min(1.0, (self.call_i + inner) / self.calls) if self.what else 0.0
+        return min(1.0, (self.finished + self.size * in_chunk) / self.todo)
+
+    def tell(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self.last < self.EVERY_S:
+            return
+        self.last = now
+        r, f = self.report, self.fraction()
+        spent = now - self.t0
+        left = f"about {_duration(spent * (1 - f) / f)} left" if f >= 0.01 and spent > 0 else "time left: after the first tokens"
+        line = f"{r.done}/{r.n_prompts} prompts done"
+        if self.what:
+            made = sum(self.tokens.values())
+            doing = f"{self.side} {self.what}"
+            if self.what == "generating":
+                doing += f" ({made:,} tokens of up to {self.size * self.max_new:,})"
+            line += f"; chunk {self.k + 1} of {self.n_chunks}: {doing}; {100 * f:.0f}% of the work, {left}"
+        else:
+            line += f", {r.rate:.2f} prompts/s, {left} ({100 * f:.0f}% of the work)"
+        self.emit(RunEvent("progress", line, prompt_index=r.done, side=self.side if self.what else None, fraction=f))
 
 
 def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:
