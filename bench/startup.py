@@ -62,8 +62,9 @@ def no_template_model(folder: Path) -> Path:
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     t = time.perf_counter()
-    # cwd: `python -m`/`-c` put the working directory first on sys.path, ahead of PYTHONPATH
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=env["PYTHONPATH"])
+    # cwd: `python -m`/`-c` put the working directory first on sys.path, ahead of PYTHONPATH (the tool
+    # root leads it)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=env["PYTHONPATH"].split(os.pathsep)[0])
     return time.perf_counter() - t, p.stdout + p.stderr
 
 
@@ -76,7 +77,10 @@ def main() -> None:
     a = ap.parse_args()
     py = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="parity-startup-"))
-    env = {**os.environ, "PYTHONPATH": a.tool_root, "PARITY_DB": str(tmp / "runs.db"), "HF_HUB_OFFLINE": "1"}
+    # the tool root first, then whatever the environment already had (the GPU machine's packages live
+    # on PYTHONPATH: /tmp/site)
+    path = os.pathsep.join(filter(None, [a.tool_root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "PARITY_DB": str(tmp / "runs.db"), "HF_HUB_OFFLINE": "1"}
     model = no_template_model(tmp / "no-template")
     out: dict[str, list[float]] = {"preflight": [], "prepared": [], "import_cli": [], "import_service": []}
     load: list[float] = []

@@ -26,6 +26,9 @@ BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 0.92  # never plan more than this share of a GPU (CUDA context, fragmentation)
 MAX_AUTO_SHARE = 0.5  # an unset vLLM share takes at most half a GPU (v1's default)
 VLLM_OVERHEAD_GIB = 1.0  # activations, CUDA graphs, sampler buffers beyond the weights
+# An HF side's CUDA context and PyTorch's allocator beyond its tensors: on an H100 each HF process of an
+# 8B-shaped scored workload peaked 0.8 GiB over weights + KV + logits (bench/figures/gpu-2026-11-26).
+HF_OVERHEAD_GIB = 1.0
 
 
 def side_gpus(plan: "SidePlan") -> list[int]:
@@ -50,7 +53,8 @@ def weight_bytes(plan: "SidePlan") -> int:
 
 def hf_bytes(plan: "SidePlan", longest: int, max_new: int, batch: int, logprobs_scored: bool) -> int:
     """An HF side's weights + KV cache + the logits generate keeps (output_logits, one row per step)
-    + one full forward's logits when it scores a sequence (teacher forcing)."""
+    + one full forward's logits when it scores a sequence (teacher forcing) + its process's CUDA
+    context and allocator (HF_OVERHEAD_GIB)."""
     m = plan.model
     elt = BYTES.get(plan.dtype, 4)
     layers = m.num_hidden_layers or 0
@@ -61,7 +65,8 @@ def hf_bytes(plan: "SidePlan", longest: int, max_new: int, batch: int, logprobs_
     vocab = m.vocab_size or 0
     kept = max_new * batch * vocab * elt
     scored = tokens * vocab * (elt + 4) if logprobs_scored else 0  # the logits and their float32 copy
-    return weight_bytes(plan) + kv + kept + scored + attention_scores_bytes(plan, tokens, batch)
+    return (weight_bytes(plan) + kv + kept + scored + attention_scores_bytes(plan, tokens, batch)
+            + int(HF_OVERHEAD_GIB * GIB))
 
 
 def attention_scores_bytes(plan: "SidePlan", tokens: int, batch: int) -> int:
