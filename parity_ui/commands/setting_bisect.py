@@ -280,7 +280,8 @@ class Search:
             model=self.model_name, prompts=self.prompts, config=cfg, options=opts,
             trust_remote_code=self.stored.model.trust_remote_code, group_id=self.group, kind=TRIAL_KIND),
             emit=lambda e: self.emit(RunEvent(e.kind, f"  trial {index}: {e.message}", e.side, e.prompt_index, e.step))
-            if e.kind == "status" else None)
+            # the trial's own "stored run ...: ok" speaks of its tokens; the trial's verdict (the oracle's) follows
+            if e.kind == "status" and not e.message.startswith("stored run ") else None)
         seconds = time.perf_counter() - t0
         if run.status == "cancelled":
             raise CancelledError(f"the bisect was stopped during trial {index}", "")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ParityError
-from .figures import count
+from .figures import count, display_name
 
 # The run kinds of a bisect and of its trials (parity_ui.store.bisects reads them back by kind).
 KIND, TRIAL_KIND = "bisect", "bisect-trial"
@@ -194,7 +194,7 @@ def trial_figures(t: Trial) -> str:
         parts.append(f"first fork {t.first_divergence}")
     parts.append(f"|dlogp| p99 {_g(t.abs_dlogp_p99)} max {_g(t.abs_dlogp_max)}")
     if t.oracle == "noise floor" and t.verdict:
-        parts.append(t.verdict + (f" ({', '.join(t.exceeded[:3])})" if t.exceeded else ""))
+        parts.append(t.verdict + (f" ({', '.join(display_name(k) for k in t.exceeded[:3])})" if t.exceeded else ""))
     return "; ".join(parts)
 
 
