@@ -91,6 +91,12 @@ class ParityService:
         return self._gpu
 
     @property
+    def reader(self) -> Store:
+        """The store to read through from the calling thread: here the service's own; the app's
+        AppService (parity_ui.ui.runner) gives each handler thread a connection of its own."""
+        return self.store
+
+    @property
     def stopped(self) -> bool:
         """The user pressed Stop in the command under way (a failing side's stop of its set is not one)."""
         return self.pool.stopped_by_user
