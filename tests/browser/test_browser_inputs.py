@@ -72,3 +72,44 @@ def test_an_option_typed_right_after_renaming_a_side_reaches_the_yaml(page):
     page.wait_for_selector("#cfg-yaml .cm-content", timeout=REPLY_MS)
     text = _yaml_text(page)
     assert "name: b" in text and "dtype: bfloat16" in text, text
+
+
+def test_an_upload_over_the_limit_gets_a_card_with_the_fix_and_run_refuses(page, tmp_path):
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as fh:  # 60 MB, as the user tried: over the app's 50 MiB, under gradio's own cap
+        fh.truncate(60 * 10**6)
+    with page.expect_file_chooser() as chooser:  # the upload button opens the system's file dialog
+        page.click("#prompt-file")
+    chooser.value.set_files(str(big))
+    card = page.wait_for_selector("#prompt-count .pc-error", timeout=REPLY_MS)
+    text = card.inner_text()
+    assert "57.2 MiB" in text and "50 MiB upload limit" in text and "parity compare" in text, text
+    page.click("#run-btn")
+    refused = page.wait_for_selector("#progress .pc-error", timeout=REPLY_MS)
+    assert "big.jsonl" in refused.inner_text() and "Not run" in refused.inner_text()
+    page.click("#clear-file")  # back to the text box: the refusal goes
+    page.wait_for_selector("#prompt-count .pc-error", state="detached", timeout=REPLY_MS)
+
+
+def test_garbage_yaml_reads_line_and_column_run_refuses_and_the_card_goes_once_fixed(page):
+    page.get_by_role("tab", name="Config").click()
+    editor = page.locator("#cfg-yaml .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("max_new_tokens: 8\ntemperature: : 0\n")
+    editor.blur()
+    card = page.wait_for_selector("#cfg-error .pc-error", timeout=REPLY_MS)
+    assert "line 2, column" in card.inner_text() and "temperature: : 0" in card.inner_text()
+    page.get_by_role("tab", name="Compare").click()
+    assert "line 2" in page.locator("#config-line").inner_text()
+    page.click("#run-btn")
+    refused = page.wait_for_selector("#progress .pc-error", timeout=REPLY_MS)
+    assert "line 2" in refused.inner_text() and "Fix:" in refused.inner_text()
+    page.get_by_role("tab", name="Config").click()
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("max_new_tokens: 8\n")
+    editor.blur()
+    page.wait_for_selector("#cfg-error .pc-error", state="detached", timeout=REPLY_MS)
+    page.get_by_role("tab", name="Compare").click()
+    page.wait_for_selector("#config-line:not(:has(.pc-bad))", timeout=REPLY_MS)
