@@ -171,12 +171,31 @@ def config_from_dict(data: dict[str, Any] | None) -> ParityConfig:
     return cfg
 
 
+def yaml_error_text(error: Exception, text: str) -> tuple[str, str]:
+    """(message, fix) for a YAML syntax error, readable on one line: what is wrong, at which line
+    and column, and the offending line itself (PyYAML's own text spans several lines and repeats
+    the position)."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or getattr(error, "context", None) or "cannot be parsed"
+    problem = " ".join(str(problem).split())
+    if mark is None:
+        return f"is not valid YAML/JSON: {problem}", "fix the syntax, e.g. 'max_new_tokens: 64', one key per line"
+    lines = text.splitlines()
+    line_no, col = mark.line + 1, mark.column + 1
+    shown = lines[mark.line].strip() if mark.line < len(lines) else ""
+    where = f"line {line_no}, column {col}"
+    offending = f": `{shown[:80]}`" if shown else ""
+    return (f"is not valid YAML/JSON: {problem} at {where}{offending}",
+            f"fix line {line_no} (YAML is 'key: value', one per line; indent nested keys with spaces)")
+
+
 def parse_config_text(text: str, source: str = "config") -> dict[str, Any]:
     """Parse YAML (JSON is YAML too). Raises ConfigError on a syntax error or a non-mapping."""
     try:
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as e:
-        raise ConfigError(source, f"is not valid YAML/JSON: {e}", "fix the syntax at the line shown") from None
+        message, fix = yaml_error_text(e, text)
+        raise ConfigError(source, message, fix) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

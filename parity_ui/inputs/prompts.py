@@ -17,6 +17,16 @@ from ..core.errors import PromptError
 from .images import MAX_IMAGES_PER_PROMPT, ImageInput, decode_image, read_image
 
 MAX_PROMPT_FILE_BYTES = 50 * 2**20
+
+
+def check_upload_size(name: str, size: int, what: str = "prompt file") -> None:
+    """Raise PromptError naming the file's size, the app's limit and what to do instead (the CLI,
+    which reads a file of any size from disk) when an upload is over MAX_PROMPT_FILE_BYTES."""
+    if size > MAX_PROMPT_FILE_BYTES:
+        raise PromptError(f"{what} {name!r} is {size / 2**20:.1f} MiB, over the app's "
+                          f"{MAX_PROMPT_FILE_BYTES // 2**20} MiB upload limit",
+                          "run it from the command line: parity compare --model MODEL --prompt-file FILE "
+                          "(no size limit there), or upload a smaller selection of it")
 PROMPT_FILE_TYPES = (".txt", ".md", ".jsonl")
 
 

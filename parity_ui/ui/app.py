@@ -23,6 +23,11 @@ from .runner import AppService
 
 TITLE = "parity-ui: engine setups side by side, token by token"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# What gradio itself lets through. Above it the page only shows gradio's own short-lived toast, so it
+# sits far above the app's own upload limit (parity_ui.inputs.prompts.MAX_PROMPT_FILE_BYTES): a file
+# between the two reaches the upload handler, which refuses it with a card naming the size, the
+# limit and the command line for large files (#33 item 13).
+TRANSPORT_MAX_FILE = "2gb"
 
 
 def create_app(service: AppService) -> gr.Blocks:
@@ -74,7 +79,7 @@ def create_app(service: AppService) -> gr.Blocks:
 
 def launch_kwargs() -> dict[str, Any]:
     """What every launch needs: the page's CSS and script, and the upload size limit."""
-    return {"css": CSS, "head": JS, "max_file_size": "50mb", "footer_links": ["api"]}
+    return {"css": CSS, "head": JS, "max_file_size": TRANSPORT_MAX_FILE, "footer_links": ["api"]}
 
 
 def parse_auth(value: str | None) -> tuple[str, str] | None:

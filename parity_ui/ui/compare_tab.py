@@ -23,7 +23,7 @@ from ..core.errors import ConfigError, ParityError, PromptError
 from ..inputs.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..inputs.models import local_models
 from ..core.context import max_context
-from ..inputs.prompts import (MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
+from ..inputs.prompts import (check_upload_size, MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
                        tokenizer_for)
 from ..render import cards
 from ..core.types import Run
@@ -138,6 +138,22 @@ def read_images(files: Any) -> list[Any]:
     return out
 
 
+def run_refusal(cfg_text: str, refused_file: tuple[str, str] | None,
+                workload: WorkloadPick | None) -> tuple[str, str, str] | None:
+    """(title, message, fix) when the page shows input that cannot run: a refused upload, a
+    refused workload file or option, a config that does not validate. Run then shows this card and
+    stores nothing (the page already says what is wrong); None when the run may go."""
+    if refused_file:
+        return ("Prompt file refused", *refused_file)
+    if workload is not None and workload.error and workload.path is not None:
+        return ("Workload file refused", workload.error, workload.fix)
+    try:
+        config_from_text(cfg_text)
+    except ConfigError as e:
+        return ("Invalid config", e.message, e.fix + " (in the Config tab)")
+    return None
+
+
 class CompareTab:
     def __init__(self, service: Any, gate: RunGate):
         self.service = service
@@ -187,6 +203,7 @@ class CompareTab:
                               file_types=list(IMAGE_TYPES), type="filepath", elem_id="prompt-images", height=120)
         self.image_info = gr.HTML(elem_id="image-info", container=False)
         self.file_prompts = gr.State(None)
+        self.refused_file = gr.State(None)  # (message, fix) of the last upload refused; Run refuses while set
         self.config_line = gr.HTML(config_summary_html(config_from_text(default_yaml())), elem_id="config-line")
 
     def _render_workload_options(self) -> None:
@@ -266,7 +283,7 @@ class CompareTab:
 
     def _file_values(self, prompts: list[dict] | None, note: str) -> dict[Any, Any]:
         return {self.file_prompts: prompts, self.clear_file_btn: gr.Button(visible=prompts is not None),
-                self.prompt_info: note}
+                self.prompt_info: note, self.refused_file: None}
 
     def upload(self, path: str | None, workload: WorkloadPick | None = None) -> dict[Any, Any]:
         """A file given: .txt/.md one prompt; .jsonl/.parquet a workload, read and described (or
@@ -278,16 +295,15 @@ class CompareTab:
         if is_workload_file(name):
             pick = uploaded(pick, path)
             return {self.file_prompts: None, self.clear_file_btn: gr.Button(visible=True),
-                    self.prompt_info: note_html(pick), self.workload: pick}
+                    self.prompt_info: note_html(pick), self.workload: pick, self.refused_file: None}
         try:
-            if os.path.getsize(path) > MAX_PROMPT_FILE_BYTES:  # refuse before reading it into memory
-                raise PromptError(f"prompt file {name!r} is over the {MAX_PROMPT_FILE_BYTES // 2**20} MiB limit",
-                                  "split it into smaller files")
+            check_upload_size(name, os.path.getsize(path))  # refuse before reading it into memory
             with open(path, "rb") as fh:
                 specs = parse_prompt_bytes(fh.read(), name)
         except ParityError as e:
             return {**self._file_values(None, cards.error_html(e.message, e.fix, "Prompt file refused")),
-                    self.workload: cleared(pick)}
+                    self.workload: cleared(pick), self.refused_file: (e.message, e.fix),
+                    self.clear_file_btn: gr.Button(visible=True)}
         data = [{"text": s.text, "messages": s.messages, "images": s.images} for s in specs]
         return {**self._file_values(data, cards.notice_html(f"{len(specs)} prompt(s) from {name} run instead of "
                                                             "the text box.")), self.workload: cleared(pick)}
@@ -316,11 +332,17 @@ class CompareTab:
         return {**self._file_values(None, ""), self.workload: cleared(pick)}
 
     def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
-            images: Any = None, workload: WorkloadPick | None = None,
+            images: Any = None, workload: WorkloadPick | None = None, refused_file: Any = None,
             request: gr.Request = None) -> Iterator[dict[Any, Any]]:
         """Run every side; yields the progress card, the view and the run id as tokens arrive
         (each yield sets only what changed). With a workload file: the workload, its progress with
-        the prompts done and the time left."""
+        the prompts done and the time left. Refused with a card, nothing stored, while the page
+        shows input that cannot run (run_refusal)."""
+        refusal = run_refusal(cfg_text, refused_file, workload)
+        if refusal is not None:
+            title, message, fix = refusal
+            yield {self.progress: cards.error_html(message, fix, f"Not run: {title.lower()}")}
+            return
         model = model or DEMO_NAME
         pick: WorkloadPick | None = _pick(workload)
         if not pick.active:
@@ -422,7 +444,7 @@ class CompareTab:
         gr.on([self.prompt.blur, self.prompt.submit], self.count_tokens, self.count_inputs, self.prompt_info,
               api_name="count_tokens", trigger_mode="always_last", show_progress="hidden",
               concurrency_limit=1, concurrency_id="count")
-        file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info, self.workload]
+        file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info, self.workload, self.refused_file]
         self.prompt_file.upload(self.upload, [self.prompt_file, self.workload], file_outputs,
                                 api_name="upload_prompts").then(
             self.count_file, [*ctx, self.file_prompts, cfg_yaml], self.prompt_info, api_name=False,
@@ -443,7 +465,7 @@ class CompareTab:
                                                [cfg_yaml, self.sides.error, self.sides.counter.synced],
                                                api_name=False, queue=False, show_progress="hidden")
         ran = self.commit_sides.success(
-            self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images, self.workload],
+            self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images, self.workload, self.refused_file],
             [self.progress, *self.view.outputs, self.run_id], api_name="run",
             concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
         # A workload's view once it is stored (hidden for any other run): the run's own outputs stay

@@ -8,6 +8,7 @@ itself (a script-only event, no server call), and each write records the count i
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gradio as gr
@@ -39,3 +40,24 @@ class EditCounter:
     def caught_up(edits: int | float | None) -> int:
         """The value for `synced` after a write of everything the fields hold."""
         return int(edits or 0)
+
+
+class WriteOrder:
+    """The newest edit count written, per browser session, kept in the server. Two writes of the
+    same fields can be in flight at once (the page starts a second before it has registered the
+    first as running, and a busy server may finish them in either order); each carries the count
+    it read with the values. A write older than one already done would put older values back and
+    move `synced` backwards, so it is dropped: `newer` says whether a write may go ahead, and
+    records it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._written: dict[str, int] = {}
+
+    def newer(self, session: str | None, edits: int | float | None) -> bool:
+        n = int(edits or 0)
+        with self._lock:
+            if n < self._written.get(session or "", -1):
+                return False
+            self._written[session or ""] = n
+            return True

@@ -17,7 +17,7 @@ from ..core.config import SIDE_PRESET_LABELS, SIDE_PRESETS, parse_config_text
 from ..core.errors import ConfigError
 from ..core.kinds import KINDS
 from ..core.sides import DEFAULT_SIDES, SIDE_KEYS, parse_side_arg
-from .edits import EditCounter, pending
+from .edits import EditCounter, WriteOrder, pending
 
 MAX_UI_SIDES = 4  # slots on the page; the YAML and the CLI take up to parity_ui.core.sides.MAX_SIDES
 FIELDS = ("name", "kind", "options", "model", "python")
@@ -119,6 +119,7 @@ class SidesPanel:
                 self.remove_btns.append(rm)
             self.error = gr.HTML(elem_id="sides-error")
             self.counter = EditCounter("sides")
+            self.order = WriteOrder()
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -145,10 +146,14 @@ class SidesPanel:
         count, values = slots_from_sides(sides)
         return {**self._show(count, values), self.counter.synced: edits}
 
-    def flush(self, text: str, edits: int | None, synced: int | None, count: int, *values: str) -> Any:
+    def flush(self, request: gr.Request, text: str, edits: int | None, synced: int | None, count: int,
+              *values: str) -> Any:
         """A slot was left (or Enter pressed, or a kind picked): its edits since the last write go
-        into the YAML, or the error box says what is wrong (and they stay pending)."""
+        into the YAML, or the error box says what is wrong (and they stay pending). A write that
+        read older slots than one already written is dropped (WriteOrder says why)."""
         if not pending(edits, synced):
+            return gr.skip()
+        if not self.order.newer(getattr(request, "session_hash", None), edits):
             return gr.skip()
         out = self._written(text, count, list(values))
         if self.yaml in out:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ParityError, PromptError
-from ..inputs.prompts import MAX_PROMPT_FILE_BYTES
+from ..inputs.prompts import MAX_PROMPT_FILE_BYTES, check_upload_size
 from ..render.cards import error_html, esc
 from ..core.workload_record import FLOORS, MODES, WorkloadOptions
 from ..inputs.workload_source import WORKLOAD_FILE_TYPES, Workload, load_workload
@@ -79,11 +79,7 @@ def select(pick: WorkloadPick) -> WorkloadPick:
     if pick.path is None:
         return pick
     try:
-        if os.path.getsize(pick.path) > UPLOAD_MAX_BYTES:  # before anything reads it
-            raise PromptError(f"workload file {pick.name!r} is {os.path.getsize(pick.path) / 2**20:.1f} MiB, over "
-                              f"the {UPLOAD_MAX_BYTES // 2**20} MiB limit for an upload",
-                              "run it from the command line (parity compare --prompt-file FILE), or upload a "
-                              "smaller selection of it")
+        check_upload_size(pick.name, os.path.getsize(pick.path), "workload file")  # before anything reads it
         w = load(pick)
     except ParityError as e:
         return dataclasses.replace(pick, error=e.message, fix=e.fix)

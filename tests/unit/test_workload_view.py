@@ -238,17 +238,17 @@ def test_an_uploaded_workload_is_described_before_it_runs_and_its_options_resele
     assert tab.clear_file(par)[tab.workload].active is False
 
 
-def test_a_refused_workload_is_stored_as_an_error_run_and_the_tab_keeps_working(runner, model, tmp_path):
+def test_a_refused_workload_is_refused_by_run_with_its_card_and_nothing_stored(runner, model, tmp_path):
     from parity_ui.ui.workload_input import WorkloadPick
 
     tab = _compare(runner)
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 6, broken_at=2), WorkloadPick())[tab.workload]
     cfg = build_config(None, ["max_new_tokens=6"], sides=SIDES[:2]).to_yaml()
+    before = len(store.list_runs(runner.db))
     (last,) = list(tab.run(model, False, "", None, cfg, None, pick))
-    run = store.get_run(runner.db, last[tab.run_id], prompts=[])
-    assert run.status == "error" and run.kind == "workload" and "w.jsonl line 3" in run.error
-    assert "Run failed" in last[tab.view.summary] and "Fix:" in last[tab.view.summary]
-    assert tab.wview.show(run.id)[tab.wview.box].visible is False  # no report: the plain error view
+    assert set(last) == {tab.progress}  # no run id: nothing was stored (#33 item 13)
+    assert "w.jsonl line 3" in last[tab.progress] and "Fix:" in last[tab.progress]
+    assert len(store.list_runs(runner.db)) == before
 
 
 def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the_view(runner, model, tmp_path,
