@@ -23,7 +23,7 @@ from ..core.errors import ConfigError, ParityError, PromptError
 from ..inputs.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..inputs.models import local_models
 from ..core.context import max_context
-from ..inputs.prompts import (check_upload_size, MAX_PROMPT_FILE_BYTES, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
+from ..inputs.prompts import (check_upload_size, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
                        tokenizer_for)
 from ..render import cards
 from ..core.types import Run

@@ -495,13 +495,13 @@ def test_a_sides_slot_writes_the_yaml_when_left_and_only_after_an_edit():
     text = default_yaml() + "# my note\n"
     count, values = _slot_values([{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}])
     # Left without an edit: nothing is written (the YAML keeps its comment), nothing else changes.
-    assert panel.flush(text, 3, 3, count, *values) == gr.skip()
+    assert panel.flush(None, text, 3, 3, count, *values) == gr.skip()
     values[7] = "dtype=float32"  # side 2's options, typed: 13 keystrokes counted by the page
-    out = panel.flush(text, 16, 3, count, *values)
+    out = panel.flush(None, text, 16, 3, count, *values)
     assert "dtype: float32" in out[panel.yaml] and out[panel.error] == "" and out[panel.counter.synced] == 16
     assert list(out) == [panel.yaml, panel.error, panel.counter.synced]  # the count lands after the YAML
     values[5] = ""  # side 2's name, cleared: the error box says so and the edits stay pending
-    out = panel.flush(text, 17, 16, count, *values)
+    out = panel.flush(None, text, 17, 16, count, *values)
     assert panel.yaml not in out and panel.counter.synced not in out and "has no name" in out[panel.error]
 
 
