@@ -121,6 +121,12 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .wl-table tbody tr:hover { background:#eff6ff; } .wl-table tbody tr.sel { background:#dbeafe; }
 .wl-charts { display:flex; gap:16px; flex-wrap:wrap; margin:8px 0; }
 .wl-svg { background:#fff; border:1px solid #e4e4e7; border-radius:8px; }
+.rp-cols { display:flex; gap:16px; align-items:flex-start; }
+.rp-col { flex:1 1 0; min-width:0; border:1px solid #e4e4e7; border-radius:8px; padding:8px; }
+.rp-label { font-weight:600; margin-bottom:4px; }
+.rp-result { margin:4px 0; }
+.rp-diff tr.diff td { background:#fffbeb; }
+.rp-panes { margin-top:10px; }
 """
 
 JS_TEMPLATE = r"""

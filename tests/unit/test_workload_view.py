@@ -182,10 +182,10 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
 
 
 def test_history_lists_a_workload_with_its_headline(runner):
-    from parity_ui.ui.history_tab import history_rows
+    from parity_ui.ui.history_tab import ID, RESULT, history_rows
 
-    (row,) = [r for r in history_rows(runner.store) if r[0] == runner.stored.id]
-    assert row[6] == f"workload: {runner.stored.workload.headline}"
+    (row,) = [r for r in history_rows(runner.store) if r[ID] == runner.stored.id]
+    assert row[RESULT] == f"workload: {runner.stored.workload.headline}"
     assert store.list_runs(runner.db)[0].headline == runner.stored.workload.headline
 
 
