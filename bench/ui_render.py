@@ -133,8 +133,8 @@ PAGE_CLOCK = """() => {
 # script attached: sortable, rows clickable) and both charts (plotly drawn) are on the page.
 WL_READY = """() => !!(document.querySelector('#hist-wl-card .pc-workload')
     && document.querySelector('#hist-wl-prompts table.wl-table[data-init]')
-    && document.querySelector('#hist-wl-survival .js-plotly-plot .main-svg')
-    && document.querySelector('#hist-wl-hist .js-plotly-plot .main-svg'))"""
+    && document.querySelector('#hist-wl-survival .js-plotly-plot .main-svg, #hist-wl-survival svg.wl-svg')
+    && document.querySelector('#hist-wl-hist .js-plotly-plot .main-svg, #hist-wl-hist svg.wl-svg'))"""
 WL_CLOCK = """() => {
   const c = window._wlclock = {click: null, ready: null};
   document.addEventListener('click', (e) => { if (c.click === null) c.click = e.timeStamp; }, {capture: true});
@@ -158,7 +158,10 @@ def bench_workload(page, url: str, run_id: str, n: int) -> dict[str, float]:
     page.wait_for_function(WL_READY, timeout=120_000, polling="raf")
     shown = time.perf_counter() - t0
     clock = page.evaluate("window._wlclock")
-    rows = page.evaluate("document.querySelectorAll('#hist-wl-prompts tbody tr').length")
+    # Every row is in the table: laid out, or waiting in its <template> (laid out while idle or before a sort).
+    rows = page.evaluate("document.querySelectorAll('#hist-wl-prompts tbody tr').length + "
+                         "((document.querySelector('#hist-wl-prompts template.wl-rest') || {}).content"
+                         " || {childElementCount: 0}).childElementCount")
     assert rows == n, rows
     sort_ms = page.evaluate("""() => {
         const th = document.querySelector('#hist-wl-prompts th[data-col="fork:b"]');

@@ -401,9 +401,9 @@ def test_a_stored_workload_opens_in_history_sorts_in_the_page_and_a_row_opens_it
     row.click()
     card = page.wait_for_selector(f"#hist-wl-card .pc-workload[data-run='{run.id}']", timeout=REPLY_MS)
     assert run.workload.headline in card.inner_text() and "EXCEEDS NOISE" in card.inner_text()
-    page.wait_for_selector("#hist-wl-survival .js-plotly-plot .main-svg", timeout=REPLY_MS)
-    assert page.locator("#hist-wl-survival .scatterlayer .trace").count() == 2  # b and the floor
-    page.wait_for_selector("#hist-wl-hist .js-plotly-plot .main-svg", timeout=REPLY_MS)
+    page.wait_for_selector("#hist-wl-survival svg.wl-svg", timeout=REPLY_MS)
+    assert page.locator("#hist-wl-survival svg polyline").count() == 2  # b and the floor
+    page.wait_for_selector("#hist-wl-hist svg.wl-svg", timeout=REPLY_MS)
     table = "#hist-wl-prompts table.wl-table[data-init]"
     page.wait_for_selector(table, timeout=REPLY_MS)
     assert page.locator(f"{table} tbody tr").count() == 60

@@ -164,6 +164,7 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
     shown = wv.show(runner.stored.id)
     assert shown[wv.box].visible and shown[wv.run_id] == runner.stored.id
     assert shown[wv.survival_plot].visible and shown[wv.hist_plot].visible
+    assert "<polyline" in shown[wv.survival_plot].value and "<polyline" in shown[wv.hist_plot].value  # inline SVG
     assert shown[wv.table].count("<tr data-i=") == N and runner.stored.workload.headline in shown[wv.card]
     assert shown[wv.resume_btn].visible is False
     assert wv.show("01NOSUCHRUN")[wv.box].visible is False
@@ -173,6 +174,9 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
     panes = got[tab.view.panes]
     assert 'data-div="5"' in panes and panes.count('class="pt-pane"') == 4  # ref, b, c and the floor
     assert "Prompt 7 of workload" in got[tab.view.summary] and "DIVERGED at token 5" in got[tab.view.summary]
+    assert got[tab.view.logprob_plot].visible is False  # the panes first; the figures follow (#33 item 6)
+    figs = wv.prompt_figures(runner.stored.id, "7")
+    assert figs[tab.view.logprob_plot].visible and figs[tab.view.logprob_plot].value is not None
     # Another side of that prompt, and the hover details a long view fetches, read prompt 7 alone.
     other = tab.switch_view(runner.stored.id, 7, "c")
     assert "data-div" not in other[tab.view.panes].split(">")[0] and 'data-sel="c"' in other[tab.view.panes]
