@@ -228,12 +228,11 @@ def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     field.first.wait_for(timeout=REPLY_MS)
     assert "from 1 to 131072" in field.first.inner_text()
     _shot(page, "07-config-field-error")
-    # Running with it shows a readable error, and stores it.
+    # Running with it shows a readable error, and stores nothing (#33 item 12: no ERROR row for a refusal).
     page.get_by_role("tab", name="Compare").click()
     page.click("#run-btn")
-    card = page.wait_for_selector("#cmp-summary .pc-summary[data-status='error']", timeout=REPLY_MS)
+    card = page.wait_for_selector("#cmp-summary .pc-error:has-text('Not run (nothing stored)')", timeout=REPLY_MS)
     assert "max_new_tokens" in card.inner_text() and "Fix:" in card.inner_text()
-    assert _stored(app, card.get_attribute("data-run")).status == "error"
     _shot(page, "08-run-with-bad-config")
     # Fix it through the form and run again: the app still serves, the engines are still warm.
     page.get_by_role("tab", name="Config").click()

@@ -242,17 +242,23 @@ def test_an_uploaded_workload_is_described_before_it_runs_and_its_options_resele
     assert tab.clear_file(par)[tab.workload].active is False
 
 
-def test_a_refused_workload_is_stored_as_an_error_run_and_the_tab_keeps_working(runner, model, tmp_path):
+def test_a_refused_workload_is_shown_not_stored_and_the_tab_keeps_working(runner, model, tmp_path):
+    """A refusal that needs no run is not an ERROR row in History (#33 item 12): the card says why and
+    the fix, and nothing is stored."""
     from parity_ui.ui.workload_input import WorkloadPick
 
     tab = _compare(runner)
+    before = len(store.list_runs(runner.db))
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 6, broken_at=2), WorkloadPick())[tab.workload]
     cfg = build_config(None, ["max_new_tokens=6"], sides=SIDES[:2]).to_yaml()
     (last,) = list(tab.run(model, False, "", None, cfg, None, pick))
-    run = store.get_run(runner.db, last[tab.run_id], prompts=[])
-    assert run.status == "error" and run.kind == "workload" and "w.jsonl line 3" in run.error
-    assert "Run failed" in last[tab.view.summary] and "Fix:" in last[tab.view.summary]
-    assert tab.wview.show(run.id)[tab.wview.box].visible is False  # no report: the plain error view
+    assert last[tab.run_id] is None and len(store.list_runs(runner.db)) == before
+    assert "Not run (nothing stored)" in last[tab.view.summary] and "w.jsonl line 3" in last[tab.view.summary]
+    assert "Fix:" in last[tab.view.summary]
+    # A config that does not read is refused the same way.
+    (bad,) = list(tab.run(model, False, "hi", None, "max_new_tokens: [", None, None))
+    assert bad[tab.run_id] is None and "Not run" in bad[tab.view.summary]
+    assert len(store.list_runs(runner.db)) == before
 
 
 def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the_view(runner, model, tmp_path,
