@@ -108,6 +108,9 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .wl-figures td { text-align:right; font-variant-numeric:tabular-nums; }
 .wl-scroll { max-height:420px; overflow:auto; border:1px solid #e4e4e7; border-radius:8px; margin-top:4px; }
 .wl-table { border-collapse:collapse; font-size:12.5px; width:100%; }
+.wl-table[data-pick] { table-layout:fixed; }  /* rows added later cost only themselves */
+.wl-table[data-pick] th:first-child { width:48px; } .wl-table[data-pick] th:nth-child(2) { width:26%; }
+.wl-table[data-pick] td { overflow:hidden; text-overflow:ellipsis; }
 .wl-table th { position:sticky; top:0; background:#fafafa; cursor:pointer; text-align:left; padding:3px 8px;
   border-bottom:1px solid #e4e4e7; white-space:nowrap; user-select:none; }
 /* The sort direction as a CSS triangle: no glyph a page's fonts might lack. */
@@ -121,6 +124,12 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .wl-table tbody tr:hover { background:#eff6ff; } .wl-table tbody tr.sel { background:#dbeafe; }
 .wl-charts { display:flex; gap:16px; flex-wrap:wrap; margin:8px 0; }
 .wl-svg { background:#fff; border:1px solid #e4e4e7; border-radius:8px; }
+.rp-cols { display:flex; gap:16px; align-items:flex-start; }
+.rp-col { flex:1 1 0; min-width:0; border:1px solid #e4e4e7; border-radius:8px; padding:8px; }
+.rp-label { font-weight:600; margin-bottom:4px; }
+.rp-result { margin:4px 0; }
+.rp-diff tr.diff td { background:#fffbeb; }
+.rp-panes { margin-top:10px; }
 """
 
 JS_TEMPLATE = r"""
@@ -303,7 +312,32 @@ JS_TEMPLATE = r"""
   // text; ties in prompt order), so a click on a header costs no server call, also for 1,000s of
   // rows. In the app (data-pick) a click on a row writes its prompt into the view's off-screen box
   // and presses its button: the server opens that prompt's token view.
+  // The rows an app's table keeps in its <template> (render.workload EAGER_TABLE_ROWS): moved into the
+  // body `n` at a time (all when n is 0). Returns whether any are left.
+  function moreRows(table, n) {
+    const rest = table.parentElement.querySelector('template.wl-rest');
+    if (!rest) return false;
+    const rows = rest.content.children;
+    const frag = document.createDocumentFragment();
+    for (let k = n || rows.length; k > 0 && rows.length; k--) frag.appendChild(rows[0]);
+    table.tBodies[0].appendChild(frag);
+    if (rows.length) return true;
+    rest.remove();
+    return false;
+  }
+  // More rows as the table is scrolled near its end (never in the background: a chunk laid out while
+  // the user clicks a row would delay that click).
+  function moreOnScroll(table) {
+    const box = table.closest('.wl-scroll');
+    if (!box || !box.querySelector('template.wl-rest')) return;
+    const onScroll = () => {
+      if (box.scrollTop + box.clientHeight < box.scrollHeight - 300) return;
+      if (!moreRows(table, 200)) box.removeEventListener('scroll', onScroll);
+    };
+    box.addEventListener('scroll', onScroll, {passive: true});
+  }
   function sortTable(table, th) {
+    moreRows(table, 0);
     const col = th.cellIndex;
     const asc = th.getAttribute('aria-sort') !== 'ascending';
     table.querySelectorAll('thead th[aria-sort]').forEach((h) => h.removeAttribute('aria-sort'));
@@ -336,6 +370,7 @@ JS_TEMPLATE = r"""
   }
   function initTable(table) {
     table.dataset.init = '1';
+    moreOnScroll(table);
     table.tHead.addEventListener('click', (e) => {
       const th = e.target.closest('th[data-sort]');
       if (th) sortTable(table, th);

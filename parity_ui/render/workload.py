@@ -25,6 +25,10 @@ EXCERPT_CHARS = 90
 # Rows the prompt table holds at most: ~0.4 kB of HTML each, sorted in the page. A larger workload
 # lists its first ones (the CLI opens any prompt: parity runs show RUN --prompt N).
 MAX_TABLE_ROWS = 10_000
+# Rows the app's prompt table lays out at once (#33 item 6): the rest wait in a <template> (parsed, not
+# laid out) and the page's script adds them in chunks while idle, or all at once for a sort. 1,000 rows
+# laid out in one go took the page 0.35-0.6 s on 2 busy cores before the view could be used.
+EAGER_TABLE_ROWS = 100
 
 # The figures table's rows (FIGURE_ROWS) and the floor check that judges each (CHECK_OF_ROW) are
 # core.figures', shared with the CLI screen.
@@ -250,11 +254,13 @@ def _fork(cell: PairCell | None) -> tuple[str, str]:
 
 
 def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None = None,
-                      floor: str | None = None, limit: int = MAX_TABLE_ROWS) -> str:
+                      floor: str | None = None, limit: int = MAX_TABLE_ROWS, eager: int | None = None) -> str:
     """Every prompt, a row: its index, the start of its text, and per side (then the floor) where it
     first left the reference, its largest |dlogp| and the explanation's verdict. The page's script
     sorts it by any column in the page (each cell's sort value in data-v), and with `pick` (the
-    view's prefix) a click on a row opens that prompt's token view. At most `limit` rows (the first)."""
+    view's prefix) a click on a row opens that prompt's token view. At most `limit` rows (the first);
+    with `eager`, only that many are in the table body and the rest in a <template> the page's script
+    moves in (while idle, or before a sort)."""
     names = [*sides, *([floor] if floor else [])]
     total, rows = len(rows), rows[:limit]
     head = ['<th data-sort="num" title="prompt index">#</th>', '<th data-sort="text">prompt</th>']
@@ -283,9 +289,11 @@ def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None 
     hint = "click a column to sort" + ("; a row to open its tokens below" if pick else "")
     count = f"{total:,} prompts" if total == len(rows) else \
         f"the first {len(rows):,} of {total:,} prompts (open any other with parity runs show RUN --prompt N)"
+    now, later = (body, []) if eager is None else (body[:eager], body[eager:])
+    rest = f'<template class="wl-rest">{"".join(later)}</template>' if later else ""
     return (f'<div class="wl-prompts"><div class="pc-muted">{esc(count)} ({hint})</div>'
-            f'<div class="wl-scroll"><table class="wl-table"{attrs}><thead><tr>{"".join(head)}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div></div>')
+            f'<div class="wl-scroll"><table class="wl-table" data-rows="{len(rows)}"{attrs}><thead><tr>'
+            f'{"".join(head)}</tr></thead><tbody>{"".join(now)}</tbody></table>{rest}</div></div>')
 
 
 # -- the charts, as inline SVG (the static report) --------------------------------------------------

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from sqlite_utils import Database
 
-from ..core.bisect_record import KIND
+from ..core.bisect_record import KIND, TRIAL_KIND
 from ..core.types import Run
 from .runs import get_run
 
-__all__ = ["PromptFork", "BisectLine", "forked_sides", "prompt_forks", "bisects_of", "latest_bisect", "bisect_lines"]
+__all__ = ["PromptFork", "BisectLine", "forked_sides", "prompt_forks", "bisects_of", "latest_bisect", "bisect_lines", "trial_counts"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,14 @@ def bisect_lines(db: Database, ids: list[str]) -> list[BisectLine]:
                               "json_extract(bisect_json, '$.reference') AS ref, "
                               f"json_extract(bisect_json, '$.summary') AS summary FROM runs WHERE id IN ({marks})",
                               ids)]
+
+
+def trial_counts(db: Database, group_ids: list[str]) -> dict[str, int]:
+    """How many trial runs each of these bisects' groups holds (History shows the count on the bisect's
+    row instead of listing each trial)."""
+    if not group_ids:
+        return {}
+    marks = ", ".join("?" * len(group_ids))
+    return {r[0]: r[1] for r in db.execute(
+        f"SELECT group_id, count(*) FROM runs WHERE kind = ? AND group_id IN ({marks}) GROUP BY group_id",
+        [TRIAL_KIND, *group_ids]).fetchall()}

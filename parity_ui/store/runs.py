@@ -560,10 +560,15 @@ class RunSummary:
 
 def list_runs(db: Database, *, search: str | None = None, model: str | None = None,
               status: str | None = None, since: str | None = None, until: str | None = None,
-              group_id: str | None = None, limit: int = 200, offset: int = 0) -> list[RunSummary]:
+              group_id: str | None = None, limit: int = 200, offset: int = 0,
+              exclude_kinds: tuple[str, ...] = ()) -> list[RunSummary]:
     """Newest first. `search` matches the id, model, sides, prompt excerpt and error; `since`/`until`
-    are ISO dates compared against datetime_utc."""
+    are ISO dates compared against datetime_utc; runs of `exclude_kinds` are left out (History
+    folds a bisect's trials under their bisect)."""
     where, params = [], []
+    if exclude_kinds:
+        where.append(f"coalesce(kind, 'compare') NOT IN ({', '.join('?' * len(exclude_kinds))})")
+        params += list(exclude_kinds)
     if search:
         where.append("(id LIKE ? OR model LIKE ? OR sides LIKE ? OR prompt_excerpt LIKE ? OR error LIKE ?)")
         params += [f"%{search}%"] * 5

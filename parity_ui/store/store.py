@@ -119,6 +119,10 @@ class Store:
         """The listed bisects' rows, as a runs table lists them (ids not stored are left out)."""
         return bisects.bisect_lines(self.db, ids)
 
+    def trial_counts(self, group_ids: list[str]) -> dict[str, int]:
+        """The number of trial runs of each bisect group (History folds them under their bisect)."""
+        return bisects.trial_counts(self.db, group_ids)
+
     def latest_bisect(self, run_id: str) -> Run | None:
         """The newest stored bisect of run `run_id` (its record; its prompts are not read), or None."""
         return bisects.latest_bisect(self.db, run_id)

@@ -23,7 +23,7 @@ from ..core.errors import ConfigError, ParityError, PromptError
 from ..inputs.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..inputs.models import local_models
 from ..core.context import max_context
-from ..inputs.prompts import (check_upload_size, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes, prompts_as_given,
+from ..inputs.prompts import (check_upload_size, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes,
                        tokenizer_for)
 from ..render import cards
 from ..core.types import Run
@@ -38,6 +38,7 @@ from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_
     with_options
 from .workload_view import WorkloadView, read_for_view
 
+REFUSED = "Not run (nothing stored)"
 THROTTLE_S = 0.2
 UPLOAD_TYPES = (*PROMPT_FILE_TYPES, ".parquet")
 MODE_CHOICES = [("free: every side generates", "free"),
@@ -340,8 +341,9 @@ class CompareTab:
         shows input that cannot run (run_refusal)."""
         refusal = run_refusal(cfg_text, refused_file, workload)
         if refusal is not None:
-            title, message, fix = refusal
-            yield {self.progress: cards.error_html(message, fix, f"Not run: {title.lower()}")}
+            title, message, fix = refusal  # shown where a run's result shows, as any refusal (below)
+            yield {self.progress: "", **self.view.cleared(cards.error_html(f"{title}: {message}", fix, REFUSED)),
+                   self.run_id: None}
             return
         model = model or DEMO_NAME
         pick: WorkloadPick | None = _pick(workload)
@@ -355,13 +357,10 @@ class CompareTab:
                                    trust_remote_code=bool(trust))
             specs = req.prompts
         except ParityError as e:
-            if pick is not None:
-                given = prompts_as_given(None, prompt_file=pick.name)
-            else:
-                given = prompts_as_given(prompt or "", [os.path.basename(p) for p in _paths(images)],
-                                         [PromptSpec(**d) for d in file_prompts or []])
-            kind = {"kind": "workload"} if pick is not None else {}
-            yield self._finished(self.service.record_failure(model, given, {"yaml": cfg_text}, e, **kind))
+            # Refused before anything runs (a config, prompt or file the page already says is wrong):
+            # shown, not stored; History keeps the runs that ran (#33 item 12).
+            yield {self.progress: "", **self.view.cleared(cards.error_html(e.message, e.fix, REFUSED)),
+                   self.run_id: None}
             return
         cfg = req.config
         session = request.session_hash if request is not None else "api"

@@ -18,20 +18,50 @@ import gradio as gr
 
 from ..core.types import Run
 from .recent import Recent
-from ..core.bisect_record import bisect_line
+from ..core.bisect_record import TRIAL_KIND, bisect_line
 from .result_view import ResultView, pane_details
 from .which_setting_view import WhichSettingView, bisect_result_html
 from .workload_view import WorkloadView
 
 STATUSES = ["ok", "diverged", "error", "cancelled", "interrupted", "running"]
 PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days": 30}
-COLUMNS = ["id", "time (UTC)", "model", "sides (reference first)", "dtype", "status", "result", "prompt"]
+# What a user reads first (#33 item 12): status, result, model (short; the full path on hover), the
+# sides, the prompt; then dtype, time and the id (what a click opens).
+COLUMNS = ["status", "result", "model", "sides (reference first)", "prompt", "dtype", "time (UTC)", "id"]
+STATUS, RESULT, MODEL, SIDES, PROMPT, DTYPE, TIME, ID = range(len(COLUMNS))
+DATATYPES = ["str", "str", "markdown", "str", "str", "str", "str", "str"]
+COLUMN_WIDTHS = ["84px", "28%", "13%", "15%", "22%", "72px", "140px", "120px"]
+PROMPT_CHARS = 90
 _RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
+_HF_CACHE = re.compile(r"models--([^/]+?)--([^/]+)")
+# Characters markdown would read as markup in a model name (the cell is markdown for its hover title).
+_MD = str.maketrans({c: f"&#{ord(c)};" for c in "_*[]`~\\|#<>&\"'"})
 
 
-def _result(r: Any, bisects: dict[str, str]) -> str:
+def short_model(model: str) -> str:
+    """A model as a list shows it: a hub id as it is; a hub cache folder (models--org--name/snapshots/..)
+    as org/name; any other path by its last folder name."""
+    model = (model or "").strip()
+    m = _HF_CACHE.search(model)
+    if m:
+        return f"{m.group(1)}/{m.group(2)}"
+    if model.startswith(("/", "~", ".")) or "\\" in model or model.count("/") > 1:
+        return model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or model
+    return model
+
+
+def model_cell(model: str) -> str:
+    """The model column's cell (markdown): the short name, the full path on hover where they differ."""
+    short = short_model(model)
+    if short == model:
+        return short.translate(_MD)
+    return f'<span title="{model.translate(_MD)}">{short.translate(_MD)}</span>'
+
+
+def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
     if r.id in bisects:
-        return bisects[r.id]
+        n = trials.get(r.group_id or "", 0)
+        return bisects[r.id] + (f" ({n} trial{'s' if n != 1 else ''}: open it)" if n else "")
     if r.kind == "workload" and r.headline:
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + f"workload: {r.headline}"
     if r.status == "error":
@@ -43,15 +73,24 @@ def _result(r: Any, bisects: dict[str, str]) -> str:
     return f"diverged at token {r.first_divergence}"
 
 
+def _excerpt(text: str) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= PROMPT_CHARS else text[:PROMPT_CHARS - 1] + "…"
+
+
 def history_rows(store: Any, search: str = "", model: str | None = None, status: str | None = None,
                  period: str = "any time", limit: int = 500) -> list[list[Any]]:
+    """The History list's rows (COLUMNS), newest first. A bisect's trial runs are not listed: its
+    row says how many it ran, and opening it shows them (its record)."""
     days = PERIODS.get(period)
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
     runs = store.list_runs(search=search or None, model=model or None, status=status or None, since=since,
-                           limit=limit)
-    bisects = {r.id: bisect_line(r) for r in store.bisect_lines([r.id for r in runs if r.kind == "bisect"])}
-    return [[r.id, r.datetime_utc[:19].replace("T", " "), r.model, r.sides, r.dtype or "", r.status,
-             _result(r, bisects), r.prompt_excerpt] for r in runs]
+                           limit=limit, exclude_kinds=(TRIAL_KIND,))
+    listed = [r for r in runs if r.kind == "bisect"]
+    bisects = {r.id: bisect_line(r) for r in store.bisect_lines([r.id for r in listed])}
+    trials = store.trial_counts([r.group_id for r in listed if r.group_id])
+    return [[r.status, _result(r, bisects, trials), model_cell(r.model), r.sides, _excerpt(r.prompt_excerpt),
+             r.dtype or "", r.datetime_utc[:19].replace("T", " "), r.id] for r in runs]
 
 
 class HistoryTab:
@@ -89,8 +128,10 @@ class HistoryTab:
                 self.status = gr.Dropdown(label="Status", choices=STATUSES, value=None, scale=1)
                 self.period = gr.Dropdown(label="When", choices=list(PERIODS), value="any time", scale=1)
                 self.refresh_btn = gr.Button("Refresh", scale=1)
-            self.table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, wrap=True,
-                                      max_height=320, elem_id="hist-table", label="Runs (newest first; click one to open it)")
+            self.table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, wrap=False, datatype=DATATYPES,
+                                      column_widths=COLUMN_WIDTHS, max_height=640, elem_id="hist-table",
+                                      label="Runs (newest first; click one to open it; a bisect's trials are "
+                                            "under the bisect)")
             with gr.Row():
                 self.run_id = gr.Textbox(label="Run id", scale=3, elem_id="hist-run-id",
                                          placeholder="click a row above, or paste an id")
@@ -98,6 +139,16 @@ class HistoryTab:
                 self.export_btn = gr.Button("Export as JSON", scale=1, elem_id="hist-export")
                 self.report_btn = gr.Button("HTML report", scale=1, elem_id="hist-report")
                 self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
+            with gr.Accordion("Compare two stored runs side by side", open=False, elem_id="hist-pair-box"):
+                with gr.Row():
+                    self.pair_a = gr.Textbox(label="Run A", scale=2, elem_id="hist-pair-a",
+                                             placeholder="click a row, then 'Use as A'; or paste an id")
+                    self.use_a = gr.Button("Use as A", scale=1, size="sm", elem_id="hist-use-a")
+                    self.pair_b = gr.Textbox(label="Run B", scale=2, elem_id="hist-pair-b",
+                                             placeholder="click another row, then 'Use as B'")
+                    self.use_b = gr.Button("Use as B", scale=1, size="sm", elem_id="hist-use-b")
+                    self.pair_btn = gr.Button("Compare A and B", scale=1, variant="primary", elem_id="hist-pair-btn")
+                self.pair_out = gr.HTML(elem_id="hist-pair")
             self.wview.create_ui()
             self.view.create_ui()
             self.which.create_ui()
@@ -107,11 +158,11 @@ class HistoryTab:
     def refresh(self, search: str, model: str | None, status: str | None, period: str) -> dict[Any, Any]:
         models = self.store.distinct_models()
         rows = history_rows(self.store, search, model, status, period)
-        newest = next((r[0] for r in rows if r[5] != "running"), None)
+        newest = next((r[ID] for r in rows if r[STATUS] != "running"), None)
         if newest is not None:
             threading.Thread(target=self.prefetch, args=(newest, time.monotonic()), name="parity-prefetch",
                              daemon=True).start()
-        return {self.table: gr.Dataframe(value=rows, headers=COLUMNS),
+        return {self.table: gr.Dataframe(value=rows, headers=COLUMNS, datatype=DATATYPES),
                 self.model: gr.Dropdown(choices=models, value=model if model in models else None)}
 
     def prefetch(self, run_id: str, listed_at: float) -> None:
@@ -145,7 +196,7 @@ class HistoryTab:
     def select(self, evt: gr.SelectData, table: Any) -> str:
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         try:
-            return str(table.iloc[row, 0]) if hasattr(table, "iloc") else str(table[row][0])
+            return str(table.iloc[row, ID]) if hasattr(table, "iloc") else str(table[row][ID])
         except (IndexError, KeyError):
             return gr.skip()
 
@@ -213,6 +264,35 @@ class HistoryTab:
 
     def switch_view(self, run_id: str, index: int | None, side: str | None) -> dict[Any, Any]:
         return self.view.values(self._view_run(run_id, int(index or 0)), int(index or 0), side)
+
+    def compare_pair(self, a: str, b: str) -> str:
+        """Two stored runs side by side (render.run_pair): their settings diff and headline figures,
+        and for two single comparisons their token panes (prompt 0). A workload is read without its
+        prompts (its pooled figures are its headline)."""
+        from ..render.cards import error_html
+        from ..render.run_pair import run_pair_html
+        from .result_view import pane_parts
+
+        a, b = (a or "").strip(), (b or "").strip()
+        if not a or not b:
+            return error_html("Pick two runs to compare", "click a row and press 'Use as A', then another and "
+                                                         "'Use as B' (or paste two ids)", "Nothing to compare")
+        runs = {}
+        for label, run_id in (("A", a), ("B", b)):
+            run = self._load(run_id)
+            if run is None:
+                return error_html(f"no run with id {run_id!r} (run {label}) in this database",
+                                  "pick it from the table above", "Nothing to compare")
+            runs[label] = run
+
+        def panes(run: Run) -> str:
+            if run.workload is not None or run.bisect is not None or not run.prompts:
+                return ""
+            return pane_parts(run)["panes"]
+
+        ra, rb = runs["A"], runs["B"]
+        single = ra.workload is None and rb.workload is None and ra.bisect is None and rb.bisect is None
+        return run_pair_html(ra, rb, panes(ra) if single else "", panes(rb) if single else "")
 
     def _stored(self, run_id: str) -> Any:
         run = self._load(run_id)
@@ -282,6 +362,11 @@ class HistoryTab:
         beside_open(self.run_id.submit)
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
+        self.use_a.click(lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_a], api_name=False,
+                         queue=False)
+        self.use_b.click(lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_b], api_name=False,
+                         queue=False)
+        self.pair_btn.click(self.compare_pair, [self.pair_a, self.pair_b], [self.pair_out], api_name="compare_runs")
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.wire_layers(self.service, picks)

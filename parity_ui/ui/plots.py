@@ -164,56 +164,6 @@ def layers_figure(loc: Localisation) -> go.Figure | None:
     return _layout(fig, f"{loc.b} vs {loc.a}: error per layer at generated token {loc.position}", 340)
 
 
-def survival_figure(run: Run) -> go.Figure | None:
-    """A workload's survival curves: the share of prompts still identical after k generated tokens,
-    each side and the floor (dashed). None without a curve (no finished prompt)."""
-    from ..render.workload import figure_sets, label, side_colors, survival_max_k, survival_points
-
-    report = run.workload
-    if report is None:
-        return None
-    max_k, colors = max(survival_max_k(run), 1), side_colors(report)
-    fig = go.Figure()
-    for f in figure_sets(report):
-        pts = survival_points(f, max_k)
-        if pts is None:
-            continue
-        dash = "dash" if f.side == report.floor.side else "solid"
-        fig.add_trace(go.Scatter(x=[k for k, _ in pts], y=[s for _, s in pts], name=label(report, f.side),
-                                 mode="lines", line={"color": colors[f.side], "width": 2, "dash": dash}))
-    if not fig.data:
-        return None
-    fig.update_yaxes(title_text="share of prompts identical", range=[0, 1.02], tickformat=".0%")
-    fig.update_xaxes(title_text="generated tokens k", range=[0, max_k])
-    return _layout(fig, "Prompts still identical after k tokens (each side, and the reference against itself)", 320)
-
-
-def dlogp_histogram_figure(run: Run) -> go.Figure | None:
-    """Each side's |Δlogprob| per token against the floor's (dashed), on a log scale: the share of
-    its pairs per quarter decade (bins pooled with the figures: no logprob is read to draw it)."""
-    from ..render.workload import figure_sets, histogram_shares, label, side_colors
-
-    report = run.workload
-    sets = [f for f in figure_sets(report) if f.hist is not None and f.hist.total] if report else []
-    if not sets:
-        return None
-    colors = side_colors(report)
-    fig = go.Figure()
-    for f in sets:
-        edges, shares = histogram_shares(f.hist)
-        centers = [10 ** (e + f.hist.width / 2) for e in edges]
-        zeros = f", {100 * f.hist.zero / f.hist.total:.0f}% exactly 0" if f.hist.zero else ""
-        dash = "dash" if f.side == report.floor.side else "solid"
-        fig.add_trace(go.Scatter(x=centers, y=shares, name=label(report, f.side) + zeros, mode="lines",
-                                 line={"color": colors[f.side], "width": 2, "dash": dash, "shape": "hvh"}))
-    used = [e for f in sets for e, c in zip(histogram_shares(f.hist)[0], f.hist.counts) if c]
-    span = [min(used) - 0.5, max(used) + f.hist.width + 0.5] if used else None  # log10: the bins with pairs
-    fig.update_xaxes(type="log", title_text="|Δlogprob| per token (nats, log scale)", exponentformat="power",
-                     range=span)
-    fig.update_yaxes(title_text="share of tokens", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, "|Δlogprob| per token, each side against the floor", 320)
-
-
 def tiny_figure() -> go.Figure:
     """Two points: what the page draws off screen on load so plotly.js is loaded before it is needed."""
     return go.Figure(go.Scatter(x=[0, 1], y=[0, 0], mode="lines"), layout={"height": 40, "width": 80})

@@ -21,10 +21,9 @@ import gradio as gr
 
 from ..core.errors import ParityError
 from ..render import cards
-from ..render.workload import PromptRow, figures_table_html, prompt_rows, prompt_table_html, resumable, \
-    workload_card_html
+from ..render.workload import EAGER_TABLE_ROWS, PromptRow, figures_table_html, histogram_svg, prompt_rows, prompt_table_html, \
+    resumable, survival_svg, workload_card_html
 from ..core.types import Run
-from . import plots
 from .live import WorkloadLive, follow
 from .recent import Recent
 from .result_view import ResultView
@@ -96,8 +95,10 @@ class WorkloadView:
                                           scale=1)
             self.progress = gr.HTML(elem_id=f"{p}-wl-progress")
             with gr.Row(equal_height=False):
-                self.survival_plot = gr.Plot(visible=False, show_label=False, elem_id=f"{p}-wl-survival")
-                self.hist_plot = gr.Plot(visible=False, show_label=False, elem_id=f"{p}-wl-hist")
+                # Inline SVG (render.workload, as the static report draws them), not plotly: two plotly
+                # figures cost the page 0.3-0.5 s of drawing on 2 busy cores (#33 item 6).
+                self.survival_plot = gr.HTML(visible=False, elem_id=f"{p}-wl-survival")
+                self.hist_plot = gr.HTML(visible=False, elem_id=f"{p}-wl-hist")
             self.figures = gr.HTML(elem_id=f"{p}-wl-figures")
             self.table = gr.HTML(elem_id=f"{p}-wl-prompts")
             # A row clicked in the table writes its prompt here and presses the button (the page's
@@ -118,8 +119,8 @@ class WorkloadView:
         """No workload shown."""
         return {self.box: gr.Column(visible=False), self.card: "", self.resume_btn: gr.Button(visible=False),
                 self.stop_btn: gr.Button(visible=False), self.progress: "",
-                self.survival_plot: gr.Plot(visible=False, value=None),
-                self.hist_plot: gr.Plot(visible=False, value=None),
+                self.survival_plot: gr.HTML(visible=False, value=""),
+                self.hist_plot: gr.HTML(visible=False, value=""),
                 self.figures: "", self.table: "", self.run_id: None}
 
     def parts(self, run_id: str, reveal: bool = False) -> dict[str, Any] | None:
@@ -137,9 +138,10 @@ class WorkloadView:
             run, w = data.run, data.run.workload
             floor = w.floor_figures.side if w.floor_figures else None
             return {"run": run, "card": workload_card_html(run, reveal=reveal),
-                    "survival": plots.survival_figure(run), "hist": plots.dlogp_histogram_figure(run),
+                    "survival": survival_svg(run) or None, "hist": histogram_svg(w) or None,
                     "figures": figures_table_html(w),
-                    "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor)}
+                    "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor,
+                                               eager=EAGER_TABLE_ROWS)}
 
         return self.built.get((run_id, state, reveal), build,
                               keep=lambda parts: parts is not None and parts["run"].status != "running")
@@ -153,8 +155,8 @@ class WorkloadView:
         return {self.box: gr.Column(visible=True), self.card: parts["card"],
                 self.resume_btn: gr.Button(visible=resumable(parts["run"])), self.stop_btn: gr.Button(visible=False),
                 self.progress: "",
-                self.survival_plot: gr.Plot(value=parts["survival"], visible=parts["survival"] is not None),
-                self.hist_plot: gr.Plot(value=parts["hist"], visible=parts["hist"] is not None),
+                self.survival_plot: gr.HTML(value=parts["survival"] or "", visible=parts["survival"] is not None),
+                self.hist_plot: gr.HTML(value=parts["hist"] or "", visible=parts["hist"] is not None),
                 self.figures: parts["figures"], self.table: parts["table"], self.run_id: run_id}
 
     def show(self, run_id: str | None) -> dict[Any, Any]:
@@ -185,10 +187,20 @@ class WorkloadView:
             return self.result_view.error_values(f"prompt {i} of run {run_id} has no stored tokens",
                                                  "pick another prompt (a prompt skipped as too long, or not done "
                                                  "yet when the run stopped, has none)")
-        out = self.result_view.values(run, i)
+        out = self.result_view.values(run, i, plots=False)  # the figures follow (prompt_figures)
         note = cards.notice_html(f"Prompt {i} of workload {run.id}: its tokens, each side against the reference.")
         out[self.result_view.summary] = note + out[self.result_view.summary]
         return out
+
+    def prompt_figures(self, run_id: str | None, index: str | None) -> dict[Any, Any]:
+        """The opened prompt's figures, sent after its panes (open_prompt): the panes show without
+        waiting for two plotly figures to be built, sent and drawn (#33 item 6)."""
+        try:
+            i = int(str(index or "").strip())
+        except ValueError:
+            return gr.skip()
+        run = self.prompt_run(str(run_id or ""), i) if run_id else None
+        return self.result_view.plot_values(run, i)
 
     # -- Resume ---------------------------------------------------------------------------------
 
@@ -250,6 +262,8 @@ class WorkloadView:
         what the tab chains after the token view is shown)."""
         ev = self.pick_btn.click(self.open_prompt, [self.run_id, self.pick], self.result_view.outputs,
                                  api_name=False, show_progress="hidden", trigger_mode="always_last")
+        ev.then(self.prompt_figures, [self.run_id, self.pick], self.result_view.plot_outputs, api_name=False,
+                show_progress="hidden", trigger_mode="always_last")
         if on_prompt is not None:
             on_prompt(ev)
         self.resume_btn.click(self.resume, [self.run_id], self.outputs, api_name=False, concurrency_limit=1,

@@ -85,7 +85,7 @@ def test_an_upload_over_the_limit_gets_a_card_with_the_fix_and_run_refuses(page,
     text = card.inner_text()
     assert "57.2 MiB" in text and "50 MiB upload limit" in text and "parity compare" in text, text
     page.click("#run-btn")
-    refused = page.wait_for_selector("#progress .pc-error", timeout=REPLY_MS)
+    refused = page.wait_for_selector("#cmp-summary .pc-error", timeout=REPLY_MS)
     assert "big.jsonl" in refused.inner_text() and "Not run" in refused.inner_text()
     page.click("#clear-file")  # back to the text box: the refusal goes
     page.wait_for_selector("#prompt-count .pc-error", state="detached", timeout=REPLY_MS)
@@ -103,7 +103,7 @@ def test_garbage_yaml_reads_line_and_column_run_refuses_and_the_card_goes_once_f
     page.get_by_role("tab", name="Compare").click()
     assert "line 2" in page.locator("#config-line").inner_text()
     page.click("#run-btn")
-    refused = page.wait_for_selector("#progress .pc-error", timeout=REPLY_MS)
+    refused = page.wait_for_selector("#cmp-summary .pc-error", timeout=REPLY_MS)
     assert "line 2" in refused.inner_text() and "Fix:" in refused.inner_text()
     page.get_by_role("tab", name="Config").click()
     editor.click()

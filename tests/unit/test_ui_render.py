@@ -449,7 +449,8 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     """API clients (gradio_client, the browser tests) see the same endpoints, inputs and outputs,
     whatever the handlers return inside."""
     eps = built_app.get_api_info()["named_endpoints"]
-    assert sorted(eps) == ["/add_side", "/apply_preset", "/count_tokens", "/describe_model", "/export_run", "/history",
+    assert sorted(eps) == ["/add_side", "/apply_preset", "/compare_runs", "/count_tokens", "/describe_model",
+                           "/export_run", "/history",
                            "/load_config", "/open_run", "/report_run", "/reset_config", "/run", "/save_config",
                            "/sides_preset", "/stop", "/upload_prompts", "/validate_config"]
 
@@ -457,6 +458,7 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
         return ([p["parameter_name"] for p in eps[name]["parameters"]], [r["component"] for r in eps[name]["returns"]])
 
     view = ["Html", "Dropdown", "Dropdown", "Html", "Plot", "Plot", "Plot", "Html", "Plot"]
+    assert shape("/compare_runs") == (["a", "b"], ["Html"])  # two stored runs side by side (#33 item 12)
     assert shape("/run") == (["model", "trust", "prompt", "cfg_text", "images"], ["Html", *view])
     assert shape("/open_run") == (["run_id"], view)
     assert shape("/count_tokens") == (["model", "trust", "prompt", "cfg_text"], ["Html"])

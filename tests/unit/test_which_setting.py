@@ -139,7 +139,7 @@ def test_requests_are_checked_before_anything_runs(runner, diverged):
 
 def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_it(runner, diverged, monkeypatch):
     from parity_ui.ui import which_setting_view
-    from parity_ui.ui.history_tab import HistoryTab, history_rows
+    from parity_ui.ui.history_tab import ID, RESULT, HistoryTab, history_rows
     from parity_ui.ui.which_setting_view import WhichSettingView
 
     monkeypatch.setattr(which_setting_view, "THROTTLE_S", 0.02)
@@ -165,8 +165,8 @@ def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_
     # Reopened later: the newest stored answer shows with the run.
     assert latest_bisect(runner.store, diverged.id).id == b.id and b.id in view.show(diverged.id)[view.result]
     # History lists the bisect with its answer, and opens it as its record; a bisect offers no bisect.
-    (row,) = [r for r in history_rows(runner.store) if r[0] == b.id]
-    assert row[6].startswith(f"which setting? b vs ref of {diverged.id}: swap_at explains")
+    (row,) = [r for r in history_rows(runner.store) if r[ID] == b.id]
+    assert row[RESULT].startswith(f"which setting? b vs ref of {diverged.id}: swap_at explains")
     tab = HistoryTab(runner)
     with gr.Blocks():
         tab.create_ui()

@@ -164,6 +164,7 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
     shown = wv.show(runner.stored.id)
     assert shown[wv.box].visible and shown[wv.run_id] == runner.stored.id
     assert shown[wv.survival_plot].visible and shown[wv.hist_plot].visible
+    assert "<polyline" in shown[wv.survival_plot].value and "<polyline" in shown[wv.hist_plot].value  # inline SVG
     assert shown[wv.table].count("<tr data-i=") == N and runner.stored.workload.headline in shown[wv.card]
     assert shown[wv.resume_btn].visible is False
     assert wv.show("01NOSUCHRUN")[wv.box].visible is False
@@ -173,6 +174,9 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
     panes = got[tab.view.panes]
     assert 'data-div="5"' in panes and panes.count('class="pt-pane"') == 4  # ref, b, c and the floor
     assert "Prompt 7 of workload" in got[tab.view.summary] and "DIVERGED at token 5" in got[tab.view.summary]
+    assert got[tab.view.logprob_plot].visible is False  # the panes first; the figures follow (#33 item 6)
+    figs = wv.prompt_figures(runner.stored.id, "7")
+    assert figs[tab.view.logprob_plot].visible and figs[tab.view.logprob_plot].value is not None
     # Another side of that prompt, and the hover details a long view fetches, read prompt 7 alone.
     other = tab.switch_view(runner.stored.id, 7, "c")
     assert "data-div" not in other[tab.view.panes].split(">")[0] and 'data-sel="c"' in other[tab.view.panes]
@@ -182,10 +186,10 @@ def test_the_view_opens_a_workload_without_reading_a_logprob_and_a_row_opens_tha
 
 
 def test_history_lists_a_workload_with_its_headline(runner):
-    from parity_ui.ui.history_tab import history_rows
+    from parity_ui.ui.history_tab import ID, RESULT, history_rows
 
-    (row,) = [r for r in history_rows(runner.store) if r[0] == runner.stored.id]
-    assert row[6] == f"workload: {runner.stored.workload.headline}"
+    (row,) = [r for r in history_rows(runner.store) if r[ID] == runner.stored.id]
+    assert row[RESULT] == f"workload: {runner.stored.workload.headline}"
     assert store.list_runs(runner.db)[0].headline == runner.stored.workload.headline
 
 
@@ -238,16 +242,22 @@ def test_an_uploaded_workload_is_described_before_it_runs_and_its_options_resele
     assert tab.clear_file(par)[tab.workload].active is False
 
 
-def test_a_refused_workload_is_refused_by_run_with_its_card_and_nothing_stored(runner, model, tmp_path):
+def test_a_refused_workload_is_shown_not_stored_and_the_tab_keeps_working(runner, model, tmp_path):
+    """A refusal that needs no run is not an ERROR row in History (#33 item 12): the card says why and
+    the fix, and nothing is stored."""
     from parity_ui.ui.workload_input import WorkloadPick
 
     tab = _compare(runner)
+    before = len(store.list_runs(runner.db))
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 6, broken_at=2), WorkloadPick())[tab.workload]
     cfg = build_config(None, ["max_new_tokens=6"], sides=SIDES[:2]).to_yaml()
-    before = len(store.list_runs(runner.db))
     (last,) = list(tab.run(model, False, "", None, cfg, None, pick))
-    assert set(last) == {tab.progress}  # no run id: nothing was stored (#33 item 13)
-    assert "w.jsonl line 3" in last[tab.progress] and "Fix:" in last[tab.progress]
+    assert last[tab.run_id] is None and len(store.list_runs(runner.db)) == before
+    assert "Not run (nothing stored)" in last[tab.view.summary] and "w.jsonl line 3" in last[tab.view.summary]
+    assert "Fix:" in last[tab.view.summary]
+    # A config that does not read is refused the same way.
+    (bad,) = list(tab.run(model, False, "hi", None, "max_new_tokens: [", None, None))
+    assert bad[tab.run_id] is None and "Not run" in bad[tab.view.summary]
     assert len(store.list_runs(runner.db)) == before
 
 

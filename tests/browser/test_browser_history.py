@@ -1,0 +1,100 @@
+"""History in real headless Chromium (#33 item 12): what a user sees of the list (status, result, the
+model's short name with its full path on hover, sides and prompt on screen first; a bisect's trials
+folded under it; more than a handful of rows) and two stored runs picked from it and compared side by
+side. The runs are written with the store's functions (tests/history_runs.py): no engine runs."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+
+pytest.importorskip("playwright")
+if not chromium_available():
+    pytest.skip("Debian chromium is not installed (scripts/setup.sh --test installs it)", allow_module_level=True)
+
+PAGE_MS = 120_000  # a page of the app loaded, on a machine whose cores are busy with other work
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    from history_runs import store_history
+    from parity_ui.store.runs import open_db
+
+    path = tmp_path_factory.mktemp("db") / "runs.db"
+    d = open_db(path)
+    store_history(d, extra=14)
+    d.close()
+    return path
+
+
+def _row(page, run_id: str):
+    """The run's id cell (a bisect's result names the run it searched too)."""
+    from parity_ui.ui.history_tab import ID
+
+    return page.locator(f"#hist-table [data-testid^='cell-'][data-col='{ID}']").filter(has_text=run_id).first
+
+
+def test_history_shows_what_matters_first_and_compares_two_runs(db):
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app(db, ARTIFACTS / "browser-history.log") as url, chromium() as browser:
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page.set_default_timeout(PAGE_MS)
+        page.goto(url)
+        page.get_by_role("tab", name="History").click()
+        _row(page, "01PLAIN").wait_for(timeout=PAGE_MS)
+        table = page.locator("#hist-table")
+        text = table.inner_text()
+        # The columns a user reads first, on screen without scrolling sideways.
+        heads = page.evaluate("Array.from(document.querySelectorAll('#hist-table thead th'), "
+                              "(th) => th.innerText.trim()).filter(Boolean)")
+        assert heads[:5] == ["status", "result", "model", "sides (reference first)", "prompt"], heads
+        box = table.bounding_box()
+        for col in ("status", "result", "prompt"):
+            th = page.locator("#hist-table thead th").filter(has_text=col).first.bounding_box()
+            assert th["x"] + th["width"] / 2 < box["x"] + box["width"], col  # its middle inside the table's width
+        # The model by its short name; its full cache path on hover.
+        assert "Qwen/Qwen2.5-0.5B-Instruct" in text and "snapshots" not in text
+        assert page.locator("#hist-table span[title*='snapshots']").count() >= 1
+        # A bisect's trials are not listed as runs: its row counts them.
+        assert "01TRIAL" not in text and "(3 trials: open it)" in text
+        # More than a handful of rows visible at once.
+        shown = page.evaluate("""() => {
+            const cells = Array.from(document.querySelectorAll("#hist-table [data-testid^='cell-']"));
+            let box = cells[0];  // the rows' scrolling box
+            while (box && !(box.scrollHeight > box.clientHeight + 2 && getComputedStyle(box).overflowY !== 'visible'))
+                box = box.parentElement;
+            const b = (box || document.querySelector('#hist-table')).getBoundingClientRect();
+            const rows = new Set();
+            for (const c of cells) {
+                const r = c.getBoundingClientRect();
+                if (r.height > 0 && r.top >= b.top - 1 && r.bottom <= Math.min(b.bottom, innerHeight) + 1)
+                    rows.add(c.dataset.testid.split('-')[1]);
+            }
+            return rows.size; }""")
+        assert shown >= 12, shown
+        page.screenshot(path=str(ARTIFACTS / "17-history-list.png"))
+        # Two runs picked from the list, side by side.
+        page.get_by_text("Compare two stored runs side by side").click()
+        _row(page, "01PLAIN").click()
+        page.wait_for_function("() => (document.querySelector('#hist-run-id textarea, #hist-run-id input') || {})"
+                               ".value === '01PLAIN'", timeout=PAGE_MS)
+        page.click("#hist-use-a")
+        page.wait_for_function("() => document.querySelector('#hist-pair-a textarea, #hist-pair-a input')"
+                               ".value === '01PLAIN'", timeout=PAGE_MS)
+        _row(page, "01OTHER").click()
+        page.wait_for_function("() => (document.querySelector('#hist-run-id textarea, #hist-run-id input') || {})"
+                               ".value === '01OTHER'", timeout=PAGE_MS)
+        page.click("#hist-use-b")
+        page.wait_for_function("() => document.querySelector('#hist-pair-b textarea, #hist-pair-b input')"
+                               ".value === '01OTHER'", timeout=PAGE_MS)
+        page.click("#hist-pair-btn")
+        pair = page.wait_for_selector("#hist-pair .rp-pair[data-a='01PLAIN'][data-b='01OTHER']", timeout=PAGE_MS)
+        said = pair.inner_text()
+        assert "diverged at token 2" in said and "identical on every prompt" in said
+        assert "Settings: " in said and "config.dtype" in said and "side b: dtype" in said
+        assert page.locator("#hist-pair .rp-panes .pt-root").count() == 2  # each run's token panes
+        page.locator("#hist-pair").screenshot(path=str(ARTIFACTS / "18-history-two-runs.png"))
