@@ -368,6 +368,10 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     page.evaluate("document.querySelector('#hist-panes [data-side=\"hf\"] .pt-body').scrollTop = 0")
     first = page.locator("#hist-panes [data-side='hf'] .pt-body .b").first
     first.locator(".t").first.wait_for(timeout=CLIENT_MS)
+    # a built chip is laid out a frame later: its text reads '' until then (seen once on a busy machine)
+    page.wait_for_function("(() => { const t = document.querySelector("
+                           "'#hist-panes [data-side=\"hf\"] .pt-body .b .t'); return t && t.innerText.length > 0; })()",
+                           timeout=CLIENT_MS)
     assert first.locator(".t.m").count() == 128
     want = run.prompts[0].results["hf"].steps[0].text.replace(" ", "·")
     assert first.locator(".t").first.inner_text() == want
