@@ -368,7 +368,9 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     page.evaluate("document.querySelector('#hist-panes [data-side=\"hf\"] .pt-body').scrollTop = 0")
     first = page.locator("#hist-panes [data-side='hf'] .pt-body .b").first
     first.locator(".t").first.wait_for(timeout=CLIENT_MS)
-    # a built chip is laid out a frame later: its text reads '' until then (seen once on a busy machine)
+    # the panes sit below History's taller table now: bring them on screen (off-screen blocks are not
+    # rendered, and a chip's text reads '' until it is), as a user scrolls to read them
+    page.locator("#hist-panes [data-side='hf'] .pt-body").scroll_into_view_if_needed()
     page.wait_for_function("(() => { const t = document.querySelector("
                            "'#hist-panes [data-side=\"hf\"] .pt-body .b .t'); return t && t.innerText.length > 0; })()",
                            timeout=CLIENT_MS)
