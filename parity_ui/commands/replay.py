@@ -99,6 +99,18 @@ def check_request(req: ReplayRequest) -> None:
                           "make the first side an HF side: --side a=hf")
 
 
+def replay_sides(cfg: ParityConfig) -> list[Any]:
+    """The sides with forced_tokens left unset made "auto": a rollout engine re-run forces the
+    dump's tokens through decode steps (vLLM's trace replay) where its vLLM runs it, as the rollout
+    made them; elsewhere it scores them as prompt logprobs, and the run says which ran."""
+    out = []
+    for side in cfg.sides:
+        if hasattr(side.options, "forced_tokens") and side.options.forced_tokens is None:
+            side = dataclasses.replace(side, options=dataclasses.replace(side.options, forced_tokens="auto"))
+        out.append(side)
+    return out
+
+
 def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[PromptSpec], Preflight, int]:
     """The dump opened and checked (one streaming pass) before any engine loads: its prompts (ids as
     given), the preflight, the longest response. Raises ParityError naming the rows and the fix."""
@@ -131,7 +143,7 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     check_request(req)
     dump, prompts, pf, longest = read_dump(req, emit)
     # Each side must hold prompt + response (+1: vLLM scores with one more token's request).
-    cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1))
+    cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1), sides=replay_sides(req.config))
     source = {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version}
     options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source)
     wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
@@ -194,6 +206,20 @@ class Replay(Workload):
                         "meaning": f"the floor: {self.rec.run.workload.floor.description}"})
         return out
 
+    def _forced_paths(self, sides: Sides) -> dict[str, str]:
+        """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
+        why), as its engine reported; sides that do not say (HF: always one teacher-forced forward)
+        read "teacher-forced forward"."""
+        names = [p.name for p in self.prep.sides] + ([self.floor.name] if self.floor is not None else [])
+        out = {}
+        for name in names:
+            try:
+                got = sides.info(name).resolved.get("forced_tokens")
+            except (KeyError, AttributeError):
+                got = None
+            out[name] = got or "teacher-forced forward"
+        return out
+
     # -- one chunk ------------------------------------------------------------------------------------
 
     def _chunk(self, sides: Sides, chunk: list[int]) -> None:
@@ -207,7 +233,8 @@ class Replay(Workload):
                                    "rows": self.pf.rows, "tokens": 0, "masked": 0,
                                    "reconstructed": self.pf.reconstructed, "with_logprobs": self.pf.with_logprobs,
                                    "with_trainer": self.pf.with_trainer, "with_routes": self.pf.with_routes,
-                                   "pairs": self._pairs(), "worst_tokens": []}
+                                   "pairs": self._pairs(), "worst_tokens": [],
+                                   "forced": self._forced_paths(sides)}
         rows = {j: self._row(prep.kept[j]) for j in chunk}
         k = max(prep.config.logprobs, 1)
         items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]

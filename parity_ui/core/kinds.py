@@ -83,6 +83,12 @@ class VllmOptions(SideOptions):
     max_cudagraph_capture_size: int | None = option(
         None, "largest batch captured as a CUDA graph; unset: the run's batch size, at least 16 "
               "(vLLM's own default captures sizes up to 512, which only costs start-up here)", number_in(1, 4096, "an integer"))
+    forced_tokens: str | None = option(
+        None, "how this side scores tokens it is handed (a replay's rollout, a workload's scored mode): trace "
+              "(vLLM's SamplingParams.trace_decode_token_ids: one decode step per token, as the rollout made "
+              "them; needs a vLLM that runs it, on Model Runner V2), prompt (prompt logprobs over prompt + "
+              "response, one prefill), auto (trace where this vLLM runs it, else prompt); unset: auto in a "
+              "replay, prompt otherwise", one_of("auto", "trace", "prompt"))
 
 
 @dataclass

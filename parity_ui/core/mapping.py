@@ -107,6 +107,7 @@ class VllmArgs:
     env: dict[str, str]
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     fp32_logits: bool = False
+    forced_tokens: str = "prompt"  # trace | prompt | auto: how score_batch forces tokens (the engine decides auto)
 
 
 @dataclass
@@ -365,7 +366,13 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
     for key in ("kv_cache_gib",) if r.on_gpu else ("gpu_memory_utilization", "max_cudagraph_capture_size"):
         rec(p + key, "runtime", "(not used " + ("on a GPU)" if r.on_gpu else "on the CPU)"), None)
-    return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits)
+    forced = v.forced_tokens or "prompt"
+    if forced == "prompt":
+        rec(p + "forced_tokens", "SamplingParams", "prompt_logprobs", forced)
+    else:  # the engine enables trace replay where its vLLM runs it ("auto" falls back to prompt logprobs)
+        rec(p + "forced_tokens", "LLM", "enable_trace_replay", forced)
+    return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits,
+                    forced_tokens=forced)
 
 
 def _long_context_allowed() -> bool:
@@ -587,6 +594,11 @@ def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelI
     rec.used["seed"] = [NativeArg("vllm serve", "--seed", cfg.seed)]
     sampling = completions_sampling(cfg, r, rec)
     o: VllmServerOptions = side.options  # type: ignore[assignment]
+    if o.forced_tokens == "trace":
+        raise SideError(side.name, "forced_tokens", "trace: a vllm serve side scores through its completions API, "
+                                                    "which has no trace replay here", "use forced_tokens=prompt, or "
+                                                                                      "an in-process vllm side")
+    rec(f"{side.name}.forced_tokens", "vllm serve", "prompt_logprobs", "prompt")
     rec(f"{side.name}.port", "vllm serve", "--port", o.port or "a free port on 127.0.0.1")
     rec(f"{side.name}.startup_timeout_s", "runtime", "wait for /health", o.startup_timeout_s)
     return VllmServerArgs(llm=base.llm, sampling=sampling, env=base.env, used=rec.used, fp32_logits=base.fp32_logits,

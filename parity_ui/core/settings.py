@@ -29,6 +29,7 @@ LABELS: dict[str, str] = {
     "async_scheduling": "async scheduling",
     "batch_invariant": "batch invariant",
     "logprobs_mode": "logprobs mode",
+    "forced_tokens": "forced tokens",
     "generation_config": "generation_config.json",
     "max_num_seqs": "max_num_seqs",
     "max_model_len": "max_model_len",

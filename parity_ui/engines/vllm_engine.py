@@ -14,9 +14,10 @@ import time
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
-from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
+from .base import (CaptureRequest, Engine, EngineFault, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
                    ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
-from .vllm_support import check_vllm, device_name, engine_input, resolved_settings
+from .vllm_support import (PROMPT, TRACE, check_vllm, device_name, engine_input, forced_tokens_label,
+                           resolved_settings, trace_refusal, trace_unavailable)
 
 _ids = itertools.count()
 
@@ -37,6 +38,7 @@ class VllmEngine(Engine):
     def __init__(self) -> None:
         self.llm: Any = None
         self.args: dict[str, Any] = {}
+        self.forced = PROMPT  # how score_batch forces tokens: TRACE (decode steps) or PROMPT (prompt logprobs)
 
     def preload(self) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -54,9 +56,10 @@ class VllmEngine(Engine):
         from vllm import LLM
 
         self.args = req.args
-        self.llm = LLM(**req.args["llm"])
+        self.llm, why = self._load_llm(LLM, req.args)
         mc = self.llm.llm_engine.model_config
         resolved = resolved_settings(self.llm)
+        resolved["forced_tokens"] = forced_tokens_label(self.forced, why)
         if req.args.get("fp32_logits") and resolved.get("logits_dtype") != "float32":
             raise RuntimeError(
                 f"fp32_logits was asked for, but vLLM {vllm.__version__} did not take head_dtype=float32 "
@@ -70,6 +73,32 @@ class VllmEngine(Engine):
             dtype=str(mc.dtype).replace("torch.", ""),
             versions={"vllm": vllm.__version__, "torch": torch.__version__, "python": sys.version.split()[0]},
             resolved=resolved)
+
+    def _load_llm(self, LLM: Any, args: dict[str, Any]) -> tuple[Any, str | None]:
+        """The LLM, with trace replay enabled where the side asks for it ("trace", or "auto" in a
+        replay) and this vLLM can; the reason when it cannot. "auto" then falls back to prompt
+        logprobs (the run says so); "trace" refuses. vLLM's refusal comes from its config check,
+        before any weight loads, so the retry costs nothing."""
+        mode = args.get("forced_tokens") or PROMPT
+        self.forced = PROMPT
+        if mode == PROMPT:
+            return LLM(**args["llm"]), None
+        why = trace_unavailable()
+        if why is None:
+            try:
+                llm = LLM(**args["llm"], enable_trace_replay=True)
+                self.forced = TRACE
+                return llm, None
+            except ValueError as e:
+                why = trace_refusal(e)
+                if why is None:
+                    raise
+        if mode == TRACE:
+            raise EngineFault(f"forced_tokens=trace was asked for, but {why}",
+                              "use forced_tokens=auto (prompt logprobs where trace replay is not offered) or a "
+                              "vLLM whose trace replay runs here (SamplingParams.trace_decode_token_ids, on a GPU "
+                              "with Model Runner V2)", fatal=True)
+        return LLM(**args["llm"]), why
 
     def _sampling(self, sampling: dict[str, Any], **extra: Any) -> Any:
         from vllm import SamplingParams
@@ -161,6 +190,8 @@ class VllmEngine(Engine):
         each item's numbers are those `score` gives it alone, up to vLLM's batch variance)."""
         if not req.items:
             return []
+        if self.forced == TRACE:
+            return self._trace_batch(req)
         engine = self.llm.llm_engine
         k = max(max(r.logprobs for r in req.items), 1)
         sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False}, prompt_logprobs=k)
@@ -184,6 +215,50 @@ class VllmEngine(Engine):
             base = len(r.prompt)
             steps.append([_step_from_logprobs(j, r.continuation[j], got[i][base + j], r.logprobs)
                           for j in range(len(r.continuation))])
+        return steps
+
+    def _trace_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
+        """Each item's continuation forced through decode steps (trace_decode_token_ids): the prompt
+        prefilled, then one decode step per token with the forced token in place of the sampled one,
+        as the rollout made them; the logprobs are the real ones of the unmodified distribution
+        (raw; processed under the side's sampling settings with logprobs_mode processed_*). The
+        first token's comes from the prefill, as in a rollout."""
+        engine = self.llm.llm_engine
+        k = max(max(r.logprobs for r in req.items), 1)
+        base = {key: self.args["sampling"][key] for key in ("temperature", "top_p", "top_k", "min_p")
+                if key in self.args.get("sampling", {})}
+        rids: dict[str, int] = {}
+        got: dict[int, list[Any]] = {}
+        ids: dict[int, list[int]] = {}
+        for i, r in enumerate(req.items):
+            if not r.continuation:
+                got[i], ids[i] = [], []
+                continue
+            rid = f"trace-{next(_ids)}"
+            rids[rid] = i
+            # ignore_eos and no stop ids: a forced EOS inside the response must not end the replay.
+            sp = self._sampling({**base, "max_tokens": len(r.continuation), "logprobs": k, "ignore_eos": True,
+                                 "stop_token_ids": [], "skip_special_tokens": False, "detokenize": False, "n": 1},
+                                trace_decode_token_ids=list(r.continuation))
+            engine.add_request(rid, engine_input(engine, r.prompt), sp)
+        while engine.has_unfinished_requests():
+            if self.should_stop():
+                engine.abort_request(list(rids))
+                return []
+            for out in engine.step():
+                i = rids.get(out.request_id)
+                if i is None:
+                    continue
+                comp = out.outputs[0]
+                ids.setdefault(i, []).extend(comp.token_ids)
+                got.setdefault(i, []).extend(comp.logprobs or [None] * len(comp.token_ids))
+        steps = []
+        for i, r in enumerate(req.items):
+            if ids.get(i) != list(r.continuation):
+                raise EngineFault(f"vLLM's trace replay of item {i} emitted other tokens than forced "
+                                  f"({len(ids.get(i) or [])} of {len(r.continuation)}; first {(ids.get(i) or [])[:5]})",
+                                  "run the replay with forced_tokens=prompt on this side")
+            steps.append([_step_from_logprobs(j, tid, got[i][j], r.logprobs) for j, tid in enumerate(r.continuation)])
         return steps
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:

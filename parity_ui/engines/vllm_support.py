@@ -255,3 +255,51 @@ def engine_input(engine: Any, ids: list[int] | dict[str, Any]) -> Any:
         (rendered,) = renderer.render_cmpl([prompt])
         return rendered
     return prompt
+
+
+# -- forced tokens: trace replay or prompt logprobs -------------------------------------------------
+
+TRACE = "trace"
+PROMPT = "prompt"
+
+
+def trace_unavailable() -> str | None:
+    """Why this vLLM cannot force tokens through decode steps (SamplingParams.trace_decode_token_ids,
+    vLLM #46701), or None when it may. vLLM 0.26 has no such field; 0.32 has it, but only with
+    `enable_trace_replay` on Model Runner V2, which needs Triton (the CPU build has none): that last
+    refusal comes from vLLM's config check at load, so the engine tries and falls back there."""
+    import vllm
+    from vllm import SamplingParams
+
+    fields = getattr(SamplingParams, "__struct_fields__", None) or getattr(SamplingParams, "__annotations__", {})
+    if "trace_decode_token_ids" not in fields:
+        return f"vLLM {vllm.__version__} has no SamplingParams.trace_decode_token_ids"
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return f"vLLM {vllm.__version__}: EngineArgs not found"
+    if "enable_trace_replay" not in getattr(EngineArgs, "__dataclass_fields__", {}):
+        return f"vLLM {vllm.__version__} has no enable_trace_replay engine option"
+    return None
+
+
+def trace_refusal(error: BaseException) -> str | None:
+    """The reason, when `error` is vLLM refusing enable_trace_replay at load (its config check);
+    None for any other error (which must not be hidden by a fallback)."""
+    text = str(error)
+    if "trace replay" not in text.lower():
+        return None
+    line = next((ln.strip() for ln in text.splitlines() if "trace replay" in ln.lower()), text.strip())
+    line = line.split("[type=")[0].strip().removeprefix("Value error, ")
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:  # pragma: no cover - layout of another vLLM
+        HAS_TRITON = True
+    return line + ("; Model Runner V2 needs Triton, which this vLLM build lacks" if not HAS_TRITON else "")
+
+
+def forced_tokens_label(path: str, why: str | None) -> str:
+    """The resolved-settings row: which path scores forced tokens, and why not trace."""
+    if path == TRACE:
+        return "trace (decode steps, SamplingParams.trace_decode_token_ids)"
+    return "prompt logprobs over prompt + response" + (f" ({why})" if why else "")

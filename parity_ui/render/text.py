@@ -141,6 +141,7 @@ def format_replay(report: WorkloadReport) -> str:
     lines = [f"replay of {r.get('dump')} ({r.get('format')}): {report.done} of {report.n_prompts} rows, "
              f"{r.get('tokens', 0):,} response tokens, {r.get('masked', 0):,} masked by the loss mask (left out)"]
     lines += [f"  note: {n}" for n in r.get("notes") or []]
+    lines += [f"  {name} forced the tokens by {how}" for name, how in (r.get("forced") or {}).items()]
     if r.get("rows") and r.get("with_logprobs", 0) < r.get("rows", 0):
         lines.append(f"  {r['rows'] - r.get('with_logprobs', 0)} rows have no recorded logprobs: the recorded side "
                      "is absent for them")

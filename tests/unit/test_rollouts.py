@@ -161,3 +161,25 @@ def test_verl_text_rows_are_retokenised_and_a_row_that_does_not_round_trip_is_na
     assert "line 2" in f.message and "line 1" not in f.message
     first = next(iter(open_dump(path, tokenizer=tok).rows()))
     assert tok.decode(first.prompt_ids + first.response_ids, skip_special_tokens=True) == "def f(x): return x"
+
+
+def test_trace_replay_refusal_is_told_apart_from_other_load_errors():
+    from parity_ui.engines.vllm_support import forced_tokens_label, trace_refusal
+
+    refused = ValueError("1 validation error for VllmConfig\n  Value error, trace replay requires Model Runner V2 "
+                         "[type=value_error, input_value=ArgsKwargs((), {})]")
+    why = trace_refusal(refused)
+    assert why is not None and why.startswith("trace replay requires Model Runner V2") and "[type=" not in why
+    assert trace_refusal(ValueError("max_model_len 99999 is too large")) is None  # never hidden by the fallback
+    assert forced_tokens_label("trace", None).startswith("trace (decode steps")
+    assert forced_tokens_label("prompt", why) == f"prompt logprobs over prompt + response ({why})"
+
+
+def test_a_replay_makes_unset_forced_tokens_auto_and_keeps_a_chosen_one():
+    from parity_ui.commands.replay import replay_sides
+    from parity_ui.core.config import build_config
+
+    cfg = build_config(None, [], sides=["a=hf", "b=vllm", "c=vllm,forced_tokens=prompt"])
+    sides = replay_sides(cfg)
+    assert [getattr(s.options, "forced_tokens", "-") for s in sides] == ["-", "auto", "prompt"]
+    assert cfg.sides[1].options.forced_tokens is None  # the caller's config is left as it was
