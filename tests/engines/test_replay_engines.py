@@ -127,13 +127,24 @@ def test_verl_text_dump_names_the_row_that_does_not_round_trip(service, tiny_lla
     assert any("reconstructed" in n for n in run.workload.replay["notes"])
 
 
+class _NeedsCode:
+    """A pickled object of a class: unpickling it would import and run this module's code."""
+
+    tokens = [1, 10, 11]
+    response_length = 1
+
+
 def test_bad_dumps_are_refused_before_any_engine_loads(service, tiny_llama, tmp_path):
     (tmp_path / "mask.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 12],
                                                      "loss_mask": [1]}) + "\n")
     (tmp_path / "vocab.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 50_000]}) + "\n")
     (tmp_path / "cut.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11]}) + "\n"
                                         + '{"prompt_ids": [1, 1')
-    for name, words in (("mask.jsonl", ["loss mask", "one loss_mask entry"]),
+    import torch
+
+    torch.save({"rollout_id": 0, "samples": [_NeedsCode()]}, tmp_path / "rollout_0.pt")
+    for name, words in (("rollout_0.pt", ["runs whatever code", "--trust-pickle"]),
+                        ("mask.jsonl", ["loss mask", "one loss_mask entry"]),
                         ("vocab.jsonl", ["vocabulary", "another model", "--model"]),
                         ("cut.jsonl", ["line 2", "truncated", "--on-bad skip"])):
         with pytest.raises(ParityError) as e:
@@ -163,3 +174,27 @@ def test_engine_rerun_says_how_it_forced_the_tokens_and_both_paths_agree(service
         assert _pair(run, "c").abs_dlogp_max == _pair(run, "b").abs_dlogp_max
     side_c = next(s for s in run.sides if s.name == "c")
     assert side_c.resolved["forced_tokens"] == forced["c"]
+
+
+def test_bf16_trainer_gives_non_zero_figures_judged_against_its_floor(service, tiny_llama, rollouts, tmp_path):
+    """The rollouts sampled in fp32, replayed with the trainer in bf16 (and the dump as parquet): the
+    run's own pair moves off zero, and its verdict is judged against the bf16 trainer's own floor
+    (the trainer under another attention kernel)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = rollouts[1.0]
+    pq.write_table(pa.Table.from_pylist([{"prompt_ids": p, "response_ids": r, "rollout_logprobs": lp}
+                                         for p, r, lp in rows]), tmp_path / "r.parquet")
+    cfg = build_config(None, [], sides=["a=hf,dtype=bfloat16", SIDES[1]])
+    run = service.replay(ReplayRequest(dump=str(tmp_path / "r.parquet"), model=str(tiny_llama), config=cfg))
+    assert run.status in ("ok", "diverged"), run.error
+    rec = run.workload.sides["recorded"]
+    assert rec.stats.tokens.pairs == sum(len(r) for _, r, _ in rows)
+    assert rec.stats.tokens.abs_dlogp_max > 1e-3 and rec.stats.tokens.k3 > 0, rec.stats.tokens
+    floor = run.workload.floor_figures
+    assert floor is not None and floor.stats.tokens.abs_dlogp_max > 0  # bf16: the trainer's own noise is not 0
+    assert run.workload.floor.side in {p["key"] for p in run.workload.replay["pairs"]}
+    assert rec.verdict is not None and rec.verdict.figures, rec.verdict
+    assert {c.name for c in rec.verdict.figures} and rec.verdict.verdict in (
+        "within noise", "exceeds noise", "too few prompts to tell")
