@@ -503,8 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(rp)
     rp.set_defaults(func=cmd_replay)
 
-    rs = sub.add_parser("resume", help="go on with a stopped, failed or interrupted workload run")
-    rs.add_argument("id", help="the workload run's id")
+    rs = sub.add_parser("resume", help="go on with a stopped, failed or interrupted workload or replay run")
+    rs.add_argument("id", help="the workload or replay run's id")
     rs.add_argument("--json", action="store_true")
     rs.add_argument("--quiet", action="store_true")
     rs.add_argument("--per-prompt", action="store_true", help="also list every prompt")

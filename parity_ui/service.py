@@ -214,10 +214,13 @@ class ParityService:
         return run_workload(self, req, on_event)
 
     def resume(self, run_id: str, on_event: EventCallback | None = None) -> Run:
-        """Go on with a stopped, failed or interrupted workload. Raises ParityError when there is
-        nothing to resume."""
+        """Go on with a stopped, failed or interrupted workload or replay. Raises ParityError when
+        there is nothing to resume."""
+        from .commands.replay import is_replay, resume_replay
         from .commands.workload.run import resume_workload
 
+        if is_replay(self, run_id):
+            return resume_replay(self, run_id, on_event)
         return resume_workload(self, run_id, on_event)
 
     def replay(self, req: Any, on_event: EventCallback | None = None) -> Run:

@@ -22,7 +22,10 @@ loss mask applied: masked tokens are left out and counted), in the frameworks' c
 
 Stored as a run of kind "replay" (its record: run.workload, with `replay` the dump, the pairs, the
 masked tokens and the worst tokens), so the history, `parity runs show` and `--json` read it.
-Resume is not offered yet: a stopped replay keeps its finished chunks and their figures.
+Stop keeps the finished chunks and their figures; `resume_replay` (ParityService.resume, `parity
+resume ID`) reads the same dump again (its size and row count checked) and replays the rows not yet
+done, its counts and worst tokens carried on. A row that cannot be read (a truncated line) stops the
+replay before any engine loads, naming it, or with on_bad="skip" is left out and named in a warning.
 """
 from __future__ import annotations
 
@@ -35,7 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis.compare import compare
 from ..core.config import ParityConfig
+from ..core.config import config_from_dict
 from ..core.errors import ConfigError, ParityError
+from ..core.kinds import get_kind
+from ..core.runlog import new_run
+from ..core.types import Finding
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent
@@ -94,9 +101,9 @@ def check_request(req: ReplayRequest) -> None:
     if len(req.config.sides) < 2:
         raise ConfigError("sides", "a replay needs the trainer (the reference) and a rollout engine side",
                           "e.g. --side a=hf --side b=vllm")
-    if req.config.sides[0].kind != "hf":
-        raise ConfigError("sides", f"the reference (the trainer) is a {req.config.sides[0].kind} side",
-                          "make the first side an HF side: --side a=hf")
+    if not get_kind(req.config.sides[0].kind, "sides").can_score:
+        raise ConfigError("sides", f"the reference (the trainer) is a {req.config.sides[0].kind} side, which cannot "
+                                   "score tokens it is handed", "make the first side an HF side: --side a=hf")
 
 
 def replay_sides(cfg: ParityConfig) -> list[Any]:
@@ -128,11 +135,79 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
         longest = max(longest, len(row.response_ids))
 
     pf = preflight(_selected(dump.rows(), req), vocab_size=len(tok.tok), eos_ids=tok.eos_token_ids, on_row=keep)
+    if dump.bad:  # --on-bad skip: the rows left out, named (the run goes on without them)
+        named = "; ".join(f"{b.where}: {b.message}" for b in dump.bad[:3]) + (
+            f"; and {len(dump.bad) - 3} more" if len(dump.bad) > 3 else "")
+        pf.findings.append(Finding("replay-bad-rows", "warning", f"{len(dump.bad)} rows of the dump could not be "
+                                   f"read and were skipped (--on-bad skip): {named}",
+                                   "fix or drop those rows, or pass --on-bad stop to stop at the first"))
+        pf.skipped = [b.where for b in dump.bad]
     if pf.errors:
         first, rest = pf.errors[0], pf.errors[1:]
         more = "" if not rest else " Also: " + " ".join(f.message for f in rest)
         raise ParityError(f"the dump cannot be replayed: {first.message}.{more}", first.fix, code=first.code)
     return dump, prompts, pf, longest
+
+
+def dump_source(dump: Any, pf: Preflight, req: ReplayRequest) -> dict[str, Any]:
+    """What a resume needs to read the same rows again (stored as the workload's source), and the
+    size and mtime that tell it the file is still the one replayed."""
+    import os
+
+    st = os.stat(dump.path)
+    return {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version,
+            "limit": req.limit, "trust_pickle": req.trust_pickle, "chat_template": req.chat_template,
+            "on_bad": req.on_bad, "size": st.st_size, "mtime": st.st_mtime}
+
+
+def is_replay(service: Service, run_id: str) -> bool:
+    stored = service.store.get_run(run_id, prompts=[])
+    return stored is not None and stored.kind == "replay"
+
+
+def resume_replay(service: Service, run_id: str, emit: EventCallback | None = None) -> Run:
+    """Go on with a stopped, failed or interrupted replay: the dump read again (the same file: its
+    size and row count are checked), the rows not yet finished replayed with the same sides, and the
+    counts and worst tokens carried on. Raises ParityError when there is nothing to resume."""
+    emit = emit or (lambda e: None)
+    stored = service.store.get_run(run_id, prompts=[])
+    if stored is None:
+        raise ParityError(f"no run with id {run_id!r}", "list the ids with 'parity runs list'")
+    if stored.kind != "replay" or stored.workload is None:
+        raise ParityError(f"run {run_id} is a {stored.kind} run, not a replay", "resume a replay run")
+    if stored.status == "running":
+        raise ParityError(f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
+                          "wait for it, or stop it first")
+    report = stored.workload
+    if stored.status in ("ok", "diverged") and report.done >= report.n_prompts:
+        raise ParityError(f"run {run_id} finished every row", "start a new replay to measure again")
+    src, o = report.options.source, report.options
+    cfg = config_from_dict(stored.config)
+    req = ReplayRequest(dump=src["path"], model=stored.model.name, config=cfg, format=src["format"],
+                        trust_pickle=bool(src.get("trust_pickle")), chat_template=bool(src.get("chat_template")),
+                        on_bad=src.get("on_bad") or "stop", limit=src.get("limit"),
+                        policy_version=src.get("policy_version"), chunk=o.chunk, floor=o.floor)
+    import os
+
+    size = os.stat(src["path"]).st_size if os.path.exists(src["path"]) else None
+    if size != src.get("size"):
+        raise ParityError(f"the dump {src['path']} is not the file replayed "
+                          + ("(it is gone)" if size is None else f"({size:,} bytes now, {src.get('size'):,} then)"),
+                          "put the same file back, or start a new replay of the new one")
+    dump, prompts, pf, _ = read_dump(req, emit)
+    if pf.rows != src.get("rows"):
+        raise ParityError(f"the dump {src['path']} now reads {pf.rows} rows, {src.get('rows')} when replayed",
+                          "put the same file back, or start a new replay of the new one")
+    wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=o, kind="replay",
+                           group_id=stored.group_id)
+    stored.prompts = new_run(run_id, stored.model.name, stored.config, prompts).prompts  # the rows are re-filled
+    with service.recording(req.model, stored.config, prompts, resume=stored) as rec:
+        engines = [s.name for s in stored.sides[1:] if s.kind != "recorded"]
+        done = service.store.prompts_done(run_id, engines)
+        emit(RunEvent("status", f"resuming replay {run_id}: {len(done)} of {report.n_prompts} rows are done"))
+        Replay(service, rec, wreq, emit, dump, req, pf).run(done=done)
+    emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
+    return rec.run
 
 
 def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None = None) -> Run:
@@ -144,7 +219,7 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     dump, prompts, pf, longest = read_dump(req, emit)
     # Each side must hold prompt + response (+1: vLLM scores with one more token's request).
     cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1), sides=replay_sides(req.config))
-    source = {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version}
+    source = dump_source(dump, pf, req)
     options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source)
     wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
                            trust_remote_code=req.trust_remote_code, kind="replay")
@@ -173,6 +248,11 @@ class Replay(Workload):
         self._next = 0
         self._worst: list[tuple[float, int, dict[str, Any]]] = []
         self._masked = self._tokens = 0
+        before = rec.run.workload.replay if rec.run.workload is not None else None
+        if before:  # a resumed replay: its counts and worst tokens so far go on
+            self._tokens, self._masked = before.get("tokens", 0), before.get("masked", 0)
+            for w in before.get("worst_tokens") or []:
+                heapq.heappush(self._worst, (abs(w["dlogp"]), -(w["prompt_index"] * 1_000_000 + w["position"]), w))
 
     # -- where the rows come from: the dump again, streamed in order ----------------------------------
 
@@ -206,6 +286,12 @@ class Replay(Workload):
                         "meaning": f"the floor: {self.rec.run.workload.floor.description}"})
         return out
 
+    def _prepared(self) -> None:
+        # The dump's findings beside the sides' own (fp32 lm_head on one side only, dtypes...), stored
+        # with the run's header before any engine loads.
+        run = self.rec.run
+        run.warnings = list(run.warnings) + [f for f in self.pf.findings if f not in run.warnings]
+
     def _forced_paths(self, sides: Sides) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
         why), as its engine reported; sides that do not say (HF: always one teacher-forced forward)
@@ -228,9 +314,8 @@ class Replay(Workload):
             run.sides.append(SideInfo(name=RECORDED, kind="recorded", options={
                 "dump": self.dump.path, "format": self.dump.format}))
         if run.workload.replay is None:
-            run.warnings = list(run.warnings) + [f for f in self.pf.findings if f not in run.warnings]
             run.workload.replay = {"dump": self.dump.path, "format": self.dump.format, "notes": self.dump.notes,
-                                   "rows": self.pf.rows, "tokens": 0, "masked": 0,
+                                   "rows": self.pf.rows, "tokens": 0, "masked": 0, "skipped": self.pf.skipped,
                                    "reconstructed": self.pf.reconstructed, "with_logprobs": self.pf.with_logprobs,
                                    "with_trainer": self.pf.with_trainer, "with_routes": self.pf.with_routes,
                                    "pairs": self._pairs(), "worst_tokens": [],

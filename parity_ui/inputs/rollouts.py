@@ -429,6 +429,7 @@ class Preflight:
     versions: Counter = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     text_rows: list[tuple[str, str]] = field(default_factory=list)  # (where, why) rows whose text does not round-trip
+    skipped: list[str] = field(default_factory=list)  # rows that could not be read, skipped (on_bad="skip")
 
     @property
     def errors(self) -> list[Finding]:

@@ -189,6 +189,7 @@ class Workload:
             prep = self.service.prepare(rreq)
         self.prep = prep
         self.rec.prepared(prep)
+        self._prepared()
         floor, spec = floor_plan(prep, o)
         if floor is not None:
             run.sides.append(side_info(floor, reference=False))
@@ -214,6 +215,9 @@ class Workload:
                 self._pool(report)
                 self.rec.save_header()
         run.status = self._status()
+
+    def _prepared(self) -> None:
+        """After prepare, before any engine loads (a replay adds its dump's findings here)."""
 
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""

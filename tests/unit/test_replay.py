@@ -1,0 +1,107 @@
+"""Replay above the engines, on the fake engine kind in real worker processes (seconds): the dump's
+findings and the sides' traps stored before any engine loads (an fp32 lm_head on one side only),
+Stop and resume, a truncated line kept going or stopped as chosen, a changed dump refused on resume.
+The real engines replay real rollouts in tests/engines/test_replay_engines.py."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from fake_engine import fake_model, fake_service, registered
+from parity_ui.core.config import build_config
+from parity_ui.core.errors import ParityError
+from parity_ui.service import ReplayRequest
+from parity_ui.store.runs import pair_samples
+
+N = 20
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    with registered():
+        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=256))
+
+
+@pytest.fixture
+def service(model, tmp_path):
+    with fake_service(tmp_path / "runs.db") as svc:
+        yield svc
+
+
+def _dump(path, n=N, truncate=False):
+    rnd = random.Random(0)
+    lines = []
+    for i in range(n):
+        resp = [rnd.randrange(8, 400) for _ in range(6)]
+        lines.append(json.dumps({"prompt_ids": [1, 8 + i, 9], "response_ids": resp,
+                                 "rollout_logprobs": [-1.0 - 0.1 * t for t in range(6)],
+                                 "sampling": {"temperature": 1.0, "logprobs_mode": "raw_logprobs"}}))
+    if truncate:
+        lines[5] = lines[5][:30]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _replay(svc, model, path, *sides, emit=None, **kw):
+    cfg = build_config(None, [], sides=list(sides or ("ref=fake", "b=fake,shift=0.1")))
+    return svc.replay(ReplayRequest(dump=str(path), model=model, config=cfg, **{"chunk": 4, **kw}), emit)
+
+
+def test_stop_keeps_finished_chunks_and_resume_replays_each_row_once(service, model, tmp_path):
+    def stop_after_first_chunk(e):
+        if e.kind == "progress" and e.prompt_index == 4:
+            service.cancel()
+
+    path = _dump(tmp_path / "r.jsonl")
+    run = _replay(service, model, path, "ref=fake,delay_ms=2", "b=fake,shift=0.1", emit=stop_after_first_chunk)
+    assert run.status == "cancelled" and 4 <= run.workload.done < N, (run.status, run.error, run.workload.done)
+    first = run.workload.replay
+    assert first["tokens"] == 6 * run.workload.done and first["worst_tokens"]
+    said = []
+    again = service.resume(run.id, said.append)
+    assert again.id == run.id and again.kind == "replay" and again.status in ("ok", "diverged"), again.error
+    assert any("resuming replay" in e.message for e in said if e.kind == "status")
+    for key in ("b", "recorded", "recorded~b"):
+        assert sorted(s.prompt_index for s in pair_samples(service.db, run.id, key)) == list(range(N)), key
+    rep = again.workload.replay
+    assert again.workload.done == N and rep["tokens"] == 6 * N and again.workload.sides["b"].stats.tokens.pairs == 6 * N
+    assert len(rep["worst_tokens"]) == 20 and rep["forced"] == first["forced"]
+    with pytest.raises(ParityError, match="finished every row"):
+        service.resume(run.id)
+
+
+def test_resume_refuses_a_dump_that_changed(service, model, tmp_path):
+    path = _dump(tmp_path / "r.jsonl")
+    run = _replay(service, model, path, "ref=fake,fail_load=true", "b=fake")
+    assert run.status == "error"
+    _dump(path, n=N + 1)
+    with pytest.raises(ParityError, match="not the file replayed") as e:
+        service.resume(run.id)
+    assert "start a new replay" in e.value.fix
+
+
+def test_a_truncated_line_stops_the_replay_or_is_skipped_and_named(service, model, tmp_path):
+    path = _dump(tmp_path / "cut.jsonl", truncate=True)
+    before = len(service.store.list_runs())
+    with pytest.raises(ParityError) as e:
+        _replay(service, model, path)
+    assert "line 6" in str(e.value) and "truncated" in str(e.value) and "--on-bad skip" in str(e.value)
+    assert len(service.store.list_runs()) == before  # refused before anything is stored
+    run = _replay(service, model, path, on_bad="skip")
+    assert run.status in ("ok", "diverged"), run.error
+    assert run.workload.done == N - 1 and run.workload.replay["skipped"] == ["line 6"]
+    bad = next(w for w in run.warnings if w.code == "replay-bad-rows")
+    assert "line 6" in bad.message and "not valid JSON" in bad.message
+
+
+def test_an_fp32_lm_head_on_one_side_only_is_named_before_any_engine_loads(service, model, tmp_path):
+    path = _dump(tmp_path / "r.jsonl", n=4)
+    run = _replay(service, model, path, "ref=fake,dtype=bfloat16,fp32_logits=true,fail_load=true",
+                  "b=fake,dtype=bfloat16")
+    assert run.status == "error"  # no engine ever loaded ...
+    found = next(w for w in run.warnings if w.code == "fp32-logits-one-sided")  # ... and the trap is named
+    assert "fp32_logits is on for ref only" in found.message and "(b)" in found.message and "NeMo-RL #3936" in found.message and "every side, or for none" in found.fix
+    stored = service.get_run(run.id)
+    assert any(w.code == "fp32-logits-one-sided" for w in stored.warnings)
