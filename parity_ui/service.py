@@ -46,7 +46,7 @@ __all__ = ["ParityService", "Request", "RunRequest", "WorkloadRequest", "ReplayR
            "CapabilityError", "attach_images", "plan_request"]
 
 # What the CLI and the app ask the service to run: one comparison, or a workload of many prompts.
-Request = RunRequest | WorkloadRequest
+Request = RunRequest | WorkloadRequest | ReplayRequest
 
 
 def plan_request(model: str, config: Any, prompts: list[PromptSpec], *, source: Any = None,
@@ -189,9 +189,12 @@ class ParityService:
     # -- commands: one method each -----------------------------------------------------------------
 
     def run(self, req: Request, on_event: EventCallback | None = None) -> Run:
-        """The request `plan_request` made: a comparison (`compare`) or a workload (`workload`)."""
+        """The request `plan_request` made: a comparison (`compare`) or a workload (`workload`); or
+        a replay (the app's uploaded rollout dump: `replay`)."""
         if isinstance(req, WorkloadRequest):
             return self.workload(req, on_event)
+        if isinstance(req, ReplayRequest):
+            return self.replay(req, on_event)
         return self.compare(req, on_event)
 
     def compare(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:

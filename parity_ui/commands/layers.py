@@ -228,6 +228,10 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
         raise LayersError("the two sides are the same", "name two different sides with --sides a,b")
     for n in (a, b):
         info = run.side(n)
+        if info.kind == "recorded":  # a replay's recorded rollout: logprobs from a dump, no model behind them
+            raise LayersError(f"side {n} is the dump's recorded rollout: there is no model to capture",
+                              "localise between the trainer and an engine re-run of the replay: --sides "
+                              f"{run.reference},{next((x for x in names[1:] if x != n), 'b')}")
         kind = get_kind(info.kind)
         if not kind.can_capture_layers:
             raise LayersError(f"side {n} is a {kind.label}: layer capture needs in-process access to the model",
@@ -237,6 +241,8 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
     comp = next((c for c in pr.comparisons if {c.a, c.b} == {a, b}), None)
     d = comp.first_divergence if comp is not None else None
     diverged = d is not None
+    if position is None and run.kind == "replay":
+        position = _worst_position(run, prompt_index)
     if position is None:
         if d is None:
             raise LayersError(f"sides {a} and {b} never diverged on prompt {prompt_index}: there is nothing to localise",
@@ -253,6 +259,17 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
     tok = (ra.token_ids[position] if position < len(ra.token_ids) else None,
            rb.token_ids[position] if position < len(rb.token_ids) else None)
     return LayerPlan(a, b, position, ids, tok, diverged and position == d)
+
+
+def _worst_position(run: Run, prompt_index: int) -> int:
+    """A replayed row's token to localise when none is asked: its worst token (the largest |Δ| of the
+    run's own pair, parity_ui.commands.replay), the one the replay view opens."""
+    worst = [w for w in ((run.workload.replay or {}) if run.workload else {}).get("worst_tokens", [])
+             if w["prompt_index"] == prompt_index]
+    if not worst:
+        raise LayersError(f"row {prompt_index} of replay {run.id} has none of the replay's worst tokens",
+                          "choose the token to localise with --position N")
+    return max(worst, key=lambda w: abs(w["dlogp"]))["position"]
 
 
 def _eager(spec: Any) -> Any:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,7 @@ class ReplayRequest:
     chunk: int = 16
     floor: str = "auto"  # "auto" (kernel with an HF trainer), "kernel", "none"
     trust_remote_code: bool = False
+    group_id: str | None = None  # a gate check's cases share one
 
 
 def _selected(rows: Iterator[RolloutRow], req: ReplayRequest) -> Iterator[RolloutRow]:
@@ -222,8 +224,8 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     source = dump_source(dump, pf, req)
     options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source)
     wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
-                           trust_remote_code=req.trust_remote_code, kind="replay")
-    with service.recording(req.model, cfg.to_dict(), prompts, kind="replay") as rec:
+                           trust_remote_code=req.trust_remote_code, kind="replay", group_id=req.group_id)
+    with service.recording(req.model, cfg.to_dict(), prompts, kind="replay", group_id=req.group_id) as rec:
         Replay(service, rec, wreq, emit, dump, req, pf).run(done=set())
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
     return rec.run
@@ -323,11 +325,12 @@ class Replay(Workload):
         rows = {j: self._row(prep.kept[j]) for j in chunk}
         k = max(prep.config.logprobs, 1)
         items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]
-        forced: dict[str, dict[int, Any]] = {ref.name: dict(zip(chunk, sides.score_batch(ref.name, items)))}
-        for p in prep.sides[1:]:
-            forced[p.name] = dict(zip(chunk, sides.score_batch(p.name, items)))
-        if self.floor is not None:
-            forced[self.floor.name] = dict(zip(chunk, sides.score_batch(self.floor.name, items)))
+        forced: dict[str, dict[int, Any]] = {}
+        spent = run.workload.replay.setdefault("score_s", {})
+        for name in [ref.name] + [p.name for p in prep.sides[1:]] + ([self.floor.name] if self.floor else []):
+            t0 = time.perf_counter()  # each side's own scoring time, round trips included (bench/replay.py)
+            forced[name] = dict(zip(chunk, sides.score_batch(name, items)))
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
         results: dict[str, dict[int, SideResult]] = {}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
         samples: dict[str, list[PairSample]] = {p["key"]: [] for p in run.workload.replay["pairs"]}

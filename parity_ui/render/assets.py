@@ -364,7 +364,7 @@ JS_TEMPLATE = r"""
     const box = document.querySelector(`#${pick}-wl-pick textarea, #${pick}-wl-pick input`);
     const btn = document.querySelector(`#${pick}-wl-open`);
     if (!box || !btn) return;
-    box.value = tr.dataset.i;
+    box.value = tr.dataset.at !== undefined ? `${tr.dataset.i}@${tr.dataset.at}` : tr.dataset.i;  // a replay's token
     box.dispatchEvent(new Event('input', {bubbles: true}));
     btn.click();
   }

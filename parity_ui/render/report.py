@@ -181,6 +181,10 @@ def html_report(run: Run, localisations: list[Localisation] | None = None, image
         shown = set(workload_report_prompts(run))
         prompts = [p for p in run.prompts if p.index in shown]
         parts = [workload_section_html(run, rows), settings_html(run, open_=True)]
+        if run.workload.replay:  # a replay: its pairs and worst tokens after the workload section
+            from .replay import replay_html
+
+            parts.insert(1, replay_html(run.workload))
         if prompts:
             parts.append(f"<h3>The {len(prompts)} prompt(s) that fork earliest</h3><p class=pc-muted>Open any other "
                          f"with <code>parity runs show {html.escape(run.id)} --prompt N</code>.</p>")

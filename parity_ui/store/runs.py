@@ -615,9 +615,10 @@ def run_state(db: Database, run_id: str) -> RunState | None:
 
 
 def is_workload(db: Database, run_id: str) -> bool:
-    """Whether the stored run is a workload with a report (one query on the runs row)."""
+    """Whether the stored run is a workload (or a replay: a workload of a dump's rows) with a report
+    (one query on the runs row)."""
     row = db.execute("SELECT kind, workload_json IS NOT NULL FROM runs WHERE id = ?", [run_id]).fetchone()
-    return bool(row and row[0] == "workload" and row[1])
+    return bool(row and row[0] in ("workload", "replay") and row[1])
 
 
 def set_headline(db: Database, run_id: str, headline: str) -> None:

@@ -27,13 +27,14 @@ from ..inputs.prompts import (check_upload_size, PROMPT_FILE_TYPES, PromptSpec, 
                        tokenizer_for)
 from ..render import cards
 from ..core.types import Run
-from ..service import Request, RunRequest, plan_request
+from ..service import ReplayRequest, Request, RunRequest, plan_request
 from ..core.workload_record import FLOORS
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .result_view import ResultView
 from .sides_panel import SidesPanel
 from .which_setting_view import WhichSettingView
+from .replay_input import replay_request
 from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, uploaded, \
     with_options
 from .workload_view import WorkloadView, read_for_view
@@ -355,7 +356,6 @@ class CompareTab:
             else:
                 req = plan_request(model, config_from_text(cfg_text), _specs(prompt, file_prompts, images),
                                    trust_remote_code=bool(trust))
-            specs = req.prompts
         except ParityError as e:
             # Refused before anything runs (a config, prompt or file the page already says is wrong):
             # shown, not stored; History keeps the runs that ran (#33 item 12).
@@ -367,9 +367,11 @@ class CompareTab:
         events: queue.Queue = queue.Queue()
         worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-run")
         if isinstance(req, RunRequest):
-            live: Any = LiveRun([side.name for side in cfg.sides], len(specs), cfg.max_new_tokens)
+            live: Any = LiveRun([side.name for side in cfg.sides], len(req.prompts), cfg.max_new_tokens)
+        elif isinstance(req, ReplayRequest):
+            live = WorkloadLive(pick.prompts if pick is not None else 0, pick.description if pick is not None else "")
         else:
-            live = WorkloadLive(len(specs), req.options.source.get("description", ""))
+            live = WorkloadLive(len(req.prompts), req.options.source.get("description", ""))
         self.gate.begin(session)
         try:
             worker.start()
@@ -386,12 +388,17 @@ class CompareTab:
         if _paths(images):
             raise PromptError("images were uploaded next to the prompt, and a workload file is in use",
                               "name the images in the .jsonl file, or press 'Use the text box'")
+        if pick.rollout is not None:  # a rollout dump: a replay (parity_ui.ui.replay_input)
+            return replay_request(pick.path, pick.rollout, model, config_from_text(cfg_text), trust=trust,
+                                  skip_bad=pick.skip_bad, limit=pick.limit, floor=pick.floor)
         return plan_request(model, config_from_text(cfg_text), [], source=load(pick), options=pick.options(),
                             trust_remote_code=trust, source_name=pick.name)
 
     def _work(self, req: Request, events: queue.Queue) -> None:
         try:
             events.put(self.service.run(req, events.put))
+        except ParityError as e:  # a replay's dump refused by its preflight, before any engine loads
+            events.put(e)
         except BaseException as e:  # service.run stores user errors itself; this is a bug guard
             traceback.print_exc(file=sys.stderr)
             events.put(e)
@@ -413,6 +420,10 @@ class CompareTab:
         for item in follow(events, feed, THROTTLE_S):
             if isinstance(item, Run):
                 yield self._finished(item)
+                return
+            if isinstance(item, ParityError):  # refused before anything ran: shown, not stored
+                yield {self.progress: "", **self.view.cleared(cards.error_html(item.message, item.fix, REFUSED)),
+                       self.run_id: None}
                 return
             if isinstance(item, BaseException):
                 yield {self.progress: "", **self.view.error_values(f"internal error: {type(item).__name__}: {item}",

@@ -64,6 +64,8 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
         return bisects[r.id] + (f" ({n} trial{'s' if n != 1 else ''}: open it)" if n else "")
     if r.kind == "workload" and r.headline:
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + f"workload: {r.headline}"
+    if r.kind == "replay" and r.headline:  # the headline begins "replay of N rows"
+        return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + r.headline
     if r.status == "error":
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):

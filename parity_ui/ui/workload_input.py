@@ -17,6 +17,7 @@ from ..inputs.prompts import MAX_PROMPT_FILE_BYTES, check_upload_size
 from ..render.cards import error_html, esc
 from ..core.workload_record import FLOORS, MODES, WorkloadOptions
 from ..inputs.workload_source import WORKLOAD_FILE_TYPES, Workload, load_workload
+from . import replay_input
 
 # An upload is held whole by the app (gradio writes it to a temporary file first): the app's upload
 # limit (launch max_file_size), refused again here with a fix that names the CLI for larger files.
@@ -44,6 +45,7 @@ class WorkloadPick:
     skipped: list[str] = dataclasses.field(default_factory=list)  # the first skipped rows, each "where: what"
     error: str | None = None
     fix: str = ""
+    rollout: str | None = None  # a rollout dump's format: runs as a replay (parity_ui.ui.replay_input)
 
     @property
     def active(self) -> bool:
@@ -51,8 +53,8 @@ class WorkloadPick:
 
     @property
     def is_workload(self) -> bool:
-        """Runs as a workload (else as one comparison): the CLI's rule."""
-        return self.prompts > 1 or self.parquet
+        """Runs as a workload (else as one comparison): the CLI's rule. A rollout dump: as a replay."""
+        return self.rollout is not None or self.prompts > 1 or self.parquet
 
     def options(self) -> WorkloadOptions:
         return WorkloadOptions(mode=self.mode, floor=self.floor)
@@ -74,10 +76,13 @@ def load(pick: WorkloadPick) -> Workload:
 def select(pick: WorkloadPick) -> WorkloadPick:
     """The pick with its file read: how many prompts, the description and the skipped rows, or the
     error (never raises for the file's problems)."""
-    pick = dataclasses.replace(pick, prompts=0, description="", skipped=[], error=None, fix="",
+    pick = dataclasses.replace(pick, prompts=0, description="", skipped=[], error=None, fix="", rollout=None,
                                parquet=pick.name.lower().endswith(".parquet"))
     if pick.path is None:
         return pick
+    fmt = replay_input.rollout_format(pick.path)
+    if fmt is not None:
+        return _dump(pick, fmt)
     try:
         check_upload_size(pick.name, os.path.getsize(pick.path), "workload file")  # before anything reads it
         w = load(pick)
@@ -90,6 +95,22 @@ def select(pick: WorkloadPick) -> WorkloadPick:
                                skipped=[f"{b.where}: {b.message}" for b in w.skipped[:SKIPPED_SHOWN]])
 
 
+def _dump(pick: WorkloadPick, fmt: str) -> WorkloadPick:
+    """The pick of a rollout dump: its rows counted, or why it is refused (too large: the CLI)."""
+    pick = dataclasses.replace(pick, rollout=fmt)
+    try:
+        check_upload_size(pick.name, os.path.getsize(pick.path), "rollout dump")
+        d = replay_input.read_dump(pick.path, pick.name, fmt, skip_bad=pick.skip_bad, limit=pick.limit,
+                                   shown=SKIPPED_SHOWN)
+    except ParityError as e:
+        fix = replay_input.too_large_fix() if "upload limit" in e.message else e.fix
+        return dataclasses.replace(pick, error=e.message, fix=fix)
+    except OSError as e:
+        return dataclasses.replace(pick, error=f"the uploaded file {pick.name!r} cannot be read ({e.strerror})",
+                                   fix="upload it again")
+    return dataclasses.replace(pick, prompts=d.rows, description=d.description, skipped=d.skipped)
+
+
 def uploaded(pick: WorkloadPick, path: str) -> WorkloadPick:
     """A newly uploaded file, read with the options already set."""
     return select(dataclasses.replace(pick, path=path, name=os.path.basename(path)))
@@ -97,7 +118,8 @@ def uploaded(pick: WorkloadPick, path: str) -> WorkloadPick:
 
 def cleared(pick: WorkloadPick) -> WorkloadPick:
     """No file (the text box runs again); the options stay for the next file."""
-    return dataclasses.replace(pick, path=None, name="", prompts=0, description="", skipped=[], error=None, fix="")
+    return dataclasses.replace(pick, path=None, name="", prompts=0, description="", skipped=[], error=None, fix="",
+                               rollout=None)
 
 
 def _count(label: str, value: Any) -> int | None:
@@ -139,7 +161,9 @@ def note_html(pick: WorkloadPick) -> str:
         return ""
     if pick.error:
         return error_html(pick.error, pick.fix, "Workload file refused")
-    if pick.is_workload:
+    if pick.rollout is not None:
+        how = replay_input.how(pick.prompts)
+    elif pick.is_workload:
         how = (f"Runs as a workload: mode {pick.mode}, floor {pick.floor}; each side's pooled figures next to the "
                "reference's own noise (the text box is not used).")
     else:

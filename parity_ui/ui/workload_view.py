@@ -21,6 +21,7 @@ import gradio as gr
 
 from ..core.errors import ParityError
 from ..render import cards
+from ..render.replay import replay_html, token_note
 from ..render.workload import EAGER_TABLE_ROWS, PromptRow, figures_table_html, histogram_svg, prompt_rows, prompt_table_html, \
     resumable, survival_svg, workload_card_html
 from ..core.types import Run
@@ -66,6 +67,16 @@ def read_for_view(store: Any, run_id: str, prompt_index: int) -> Run | None:
     return store.get_run(run_id)
 
 
+def _picked(value: Any) -> tuple[int, int | None] | None:
+    """What a clicked row wrote: "12" (a prompt) or "12@5" (a replay's worst token: row 12, token 5)."""
+    text = str(value or "").strip()
+    row, _, at = text.partition("@")
+    try:
+        return int(row), (int(at) if at else None)
+    except ValueError:
+        return None
+
+
 class WorkloadView:
     """The components (create_ui() inside a Blocks, before the tab's ResultView: the token view of a
     prompt shows under the workload). `runner`: the app's AppService (reads, Resume); `gate`: the
@@ -100,6 +111,7 @@ class WorkloadView:
                 self.survival_plot = gr.HTML(visible=False, elem_id=f"{p}-wl-survival")
                 self.hist_plot = gr.HTML(visible=False, elem_id=f"{p}-wl-hist")
             self.figures = gr.HTML(elem_id=f"{p}-wl-figures")
+            self.replay = gr.HTML(elem_id=f"{p}-wl-replay")  # a replay's pairs and worst tokens (render.replay)
             self.table = gr.HTML(elem_id=f"{p}-wl-prompts")
             # A row clicked in the table writes its prompt here and presses the button (the page's
             # script; both off screen): one server call opens that prompt's token view.
@@ -111,7 +123,7 @@ class WorkloadView:
     @property
     def outputs(self) -> list[Any]:
         return [self.box, self.card, self.resume_btn, self.stop_btn, self.progress, self.survival_plot,
-                self.hist_plot, self.figures, self.table, self.run_id]
+                self.hist_plot, self.figures, self.replay, self.table, self.run_id]
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -121,7 +133,7 @@ class WorkloadView:
                 self.stop_btn: gr.Button(visible=False), self.progress: "",
                 self.survival_plot: gr.HTML(visible=False, value=""),
                 self.hist_plot: gr.HTML(visible=False, value=""),
-                self.figures: "", self.table: "", self.run_id: None}
+                self.figures: "", self.replay: "", self.table: "", self.run_id: None}
 
     def parts(self, run_id: str, reveal: bool = False) -> dict[str, Any] | None:
         """The view's parts (HTML and figures) of a stored workload, built once per stored state (a
@@ -138,8 +150,9 @@ class WorkloadView:
             run, w = data.run, data.run.workload
             floor = w.floor_figures.side if w.floor_figures else None
             return {"run": run, "card": workload_card_html(run, reveal=reveal),
-                    "survival": survival_svg(run) or None, "hist": histogram_svg(w) or None,
-                    "figures": figures_table_html(w),
+                    # A replay forces the run's own tokens: no side forks, so no survival curve.
+                    "survival": None if w.replay else survival_svg(run) or None, "hist": histogram_svg(w) or None,
+                    "figures": figures_table_html(w), "replay": replay_html(w, pick=self.prefix) if w.replay else "",
                     "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor,
                                                eager=EAGER_TABLE_ROWS)}
 
@@ -157,7 +170,8 @@ class WorkloadView:
                 self.progress: "",
                 self.survival_plot: gr.HTML(value=parts["survival"] or "", visible=parts["survival"] is not None),
                 self.hist_plot: gr.HTML(value=parts["hist"] or "", visible=parts["hist"] is not None),
-                self.figures: parts["figures"], self.table: parts["table"], self.run_id: run_id}
+                self.figures: parts["figures"], self.replay: parts["replay"], self.table: parts["table"],
+                self.run_id: run_id}
 
     def show(self, run_id: str | None) -> dict[Any, Any]:
         """The workload `run_id` (or nothing, for any other run): what an opened run shows."""
@@ -178,29 +192,35 @@ class WorkloadView:
 
     def open_prompt(self, run_id: str | None, index: str | None) -> dict[Any, Any]:
         """A row of the prompt table clicked: that prompt's token view (the tab's ResultView)."""
-        try:
-            i = int(str(index or "").strip())
-        except ValueError:
+        picked = _picked(index)
+        if picked is None:
             return gr.skip()
+        i, at = picked
         run = self.prompt_run(str(run_id or ""), i) if run_id else None
         if run is None:
             return self.result_view.error_values(f"prompt {i} of run {run_id} has no stored tokens",
                                                  "pick another prompt (a prompt skipped as too long, or not done "
                                                  "yet when the run stopped, has none)")
-        out = self.result_view.values(run, i, plots=False)  # the figures follow (prompt_figures)
-        note = cards.notice_html(f"Prompt {i} of workload {run.id}: its tokens, each side against the reference.")
+        if run.kind == "replay":  # the trainer against the recorded rollout first, where the row has it
+            side = "recorded" if "recorded" in run.prompts[0].results else None
+            out = self.result_view.values(run, i, side, plots=False)
+            parts = self.parts(run.id)
+            worst = (parts["run"].workload.replay or {}).get("worst_tokens", []) if parts else []
+            note = cards.notice_html(token_note(run.id, i, at, worst))
+        else:
+            out = self.result_view.values(run, i, plots=False)  # the figures follow (prompt_figures)
+            note = cards.notice_html(f"Prompt {i} of workload {run.id}: its tokens, each side against the reference.")
         out[self.result_view.summary] = note + out[self.result_view.summary]
         return out
 
     def prompt_figures(self, run_id: str | None, index: str | None) -> dict[Any, Any]:
         """The opened prompt's figures, sent after its panes (open_prompt): the panes show without
         waiting for two plotly figures to be built, sent and drawn (#33 item 6)."""
-        try:
-            i = int(str(index or "").strip())
-        except ValueError:
+        picked = _picked(index)
+        if picked is None:
             return gr.skip()
-        run = self.prompt_run(str(run_id or ""), i) if run_id else None
-        return self.result_view.plot_values(run, i)
+        run = self.prompt_run(str(run_id or ""), picked[0]) if run_id else None
+        return self.result_view.plot_values(run, picked[0])
 
     # -- Resume ---------------------------------------------------------------------------------
 

@@ -80,6 +80,12 @@ def test_perturbed_logprobs_are_named_worst(service, tiny_llama, rollouts, tmp_p
     assert run.status == "diverged" and run.workload.sides["recorded"].verdict.verdict != "within noise", \
         run.workload.sides["recorded"].verdict
     assert _pair(run, "b").abs_dlogp_max < 1e-4  # the engine re-run still agrees with the trainer
+    # parity layers on a replayed row: at its worst token when none is asked; never on the recorded side.
+    loc = service.localise(run.id, prompt_index=2)
+    assert loc.error is None and (loc.a, loc.b, loc.position) == ("a", "b", 5), loc.error
+    assert loc.first_divergent_layer is None  # fp32: the trainer and the engine re-run agree in every layer
+    refused = service.localise(run.id, prompt_index=2, pair="a,recorded")
+    assert "recorded rollout" in refused.error and "--sides a,b" in refused.error
 
 
 def test_nemo_rl_and_slime_dumps_replay_the_same_tokens(service, tiny_llama, rollouts, tmp_path):

@@ -105,3 +105,34 @@ def test_an_fp32_lm_head_on_one_side_only_is_named_before_any_engine_loads(servi
     assert "fp32_logits is on for ref only" in found.message and "(b)" in found.message and "NeMo-RL #3936" in found.message and "every side, or for none" in found.fix
     stored = service.get_run(run.id)
     assert any(w.code == "fp32-logits-one-sided" for w in stored.warnings)
+
+
+def test_a_gate_case_can_be_a_replay_with_thresholds_on_its_pairs(service, model, tmp_path):
+    from parity_ui.cli import main
+    from parity_ui.store.checks import check_result
+
+    _dump(tmp_path / "rollouts.jsonl", n=6)
+    spec = tmp_path / "gate.yaml"
+    spec.write_text(f"""cases:
+  - name: engine-rerun
+    model: {model}
+    sides: [{{name: ref, kind: fake}}, {{name: b, kind: fake}}]
+    replay: {{file: rollouts.jsonl, limit: 4}}
+    check_sides: [b]
+    thresholds: {{abs_dlogp_max: 0.001, outside_0.8_1.2: 0}}
+  - name: the-run
+    model: {model}
+    sides: [{{name: ref, kind: fake}}, {{name: b, kind: fake}}]
+    replay: rollouts.jsonl
+    thresholds: {{outside_0.8_1.2: 0.01}}
+""")
+    db = str(tmp_path / "gate.db")
+    code = main(["--db", db, "check", str(spec), "--quiet", "--json"])
+    assert code == 1  # the engine re-run passes; the recorded rollout (made up logprobs) fails
+    from parity_ui.store.runs import list_runs, open_db
+
+    runs = {r.kind for r in list_runs(open_db(db))}
+    assert "replay" in runs and "check" in runs
+    check = check_result(open_db(db), next(r.id for r in list_runs(open_db(db)) if r.kind == "check"))
+    cases = {c["name"]: c for c in check["cases"]}
+    assert cases["engine-rerun"]["status"] == "pass" and cases["the-run"]["status"] == "fail", cases

@@ -187,14 +187,18 @@ def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[s
         info = describe_model(model, trust_remote_code=case.trust_remote_code)
     except ParityError as e:
         bad(case.line_of("model"), f"model {case.model!r}: {e.message}", e.fix)
-    prompts, source = _prompts(case, limit, bad)
+    prompts, source = _replay_source(case, bad) if case.replay is not None else _prompts(case, limit, bad)
     cfg = _config(case, case.config, overrides, bad, case.line_of("config"))
     if cfg is None:
         return None
     names = [s.name for s in cfg.sides]
-    sides = case.check_sides or names[1:]
+    sides = case.check_sides or (["recorded"] if case.replay is not None else names[1:])
+    # A replay's judged "sides" are its pairs: the recorded rollout (against the trainer), an engine
+    # re-run, or the recorded logprobs against a re-run (parity_ui.commands.replay).
+    allowed = names[1:] + (["recorded", "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]]
+                           if case.replay is not None else [])
     for s in sides:
-        if s not in names[1:]:
+        if s not in allowed:
             bad(case.line_of("check_sides"), f"check_sides names {s!r}, which is not a compared side "
                                              f"(the reference is {names[0]})", f"sides: {', '.join(names[1:])}")
     for s in cfg.sides:
@@ -231,6 +235,23 @@ def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[s
         return None
     return PreparedCase(spec=case, model=model, model_path=info.path, config=cfg, prompts=prompts, source=source,
                         sides=sides, baseline=baseline, control=control)
+
+
+def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
+    """A replay case's source record: the dump by path and content hash (a baseline's key)."""
+    import hashlib
+
+    r = case.replay
+    try:
+        h = hashlib.sha256()
+        with open(r.file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError as e:
+        bad(r.line, f"replay: cannot read {r.file} ({e.strerror})", "give the path of a rollout dump")
+        return None, {}
+    return [], {"path": r.file, "format": r.format, "content_hash": h.hexdigest()[:16],
+                "description": f"replay of {Path(r.file).name}"}
 
 
 def _prompts(case: CaseSpec, limit: int | None, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
@@ -329,7 +350,8 @@ def run_check(service: Service, spec: GateSpec, cases: list[PreparedCase], *, sa
     results: list[CaseResult] = []
     with service.recording(models, record, [], kind="check", group_id=group) as rec:
         for case in cases:
-            say(f"case {case.name}: {len(case.prompts)} prompts, model {case.model}, sides "
+            what = case.source.get("description") if case.spec.replay is not None else f"{len(case.prompts)} prompts"
+            say(f"case {case.name}: {what}, model {case.model}, sides "
                 f"{', '.join(s.name for s in case.config.sides)}")
             results.append(_run_case(service, case, group, say, emit))
             say(f"case {case.name}: {results[-1].status.upper()}")
@@ -368,9 +390,26 @@ def _judged(case: PreparedCase, run: Run) -> list[Outcome]:
     return outcomes
 
 
+def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: Any) -> Run:
+    from ..replay import ReplayRequest, run_replay
+
+    r = case.spec.replay
+    return run_replay(service, ReplayRequest(dump=r.file, model=case.model, config=cfg, format=r.format, limit=r.limit,
+                                             policy_version=r.policy_version, floor=case.spec.floor,
+                                             trust_remote_code=case.spec.trust_remote_code, group_id=group), emit)
+
+
 def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
     t0 = time.perf_counter()
-    run = _workload(service, case, case.config, group, emit)
+    if case.spec.replay is not None:
+        try:
+            run = _replay(service, case, case.config, group, emit)
+        except ParityError as e:  # the dump refused before any engine loads: the case is an error
+            return CaseResult(name=case.name, model=case.model, run_id=None, outcomes=[Outcome(
+                "run", "the replay runs", None, "error", f"{e.message} ({e.fix})" if e.fix else e.message)],
+                duration_s=time.perf_counter() - t0)
+    else:
+        run = _workload(service, case, case.config, group, emit)
     result = CaseResult(name=case.name, model=case.model, run_id=run.id, outcomes=_judged(case, run),
                         sides=[_side_row(s) for s in run.sides], reference=run.reference,
                         baseline_id=case.baseline.run_id if case.baseline else None, prompts=len(case.prompts))

@@ -46,8 +46,10 @@ from .yamlnodes import Map, Seq, YamlReadError, read_yaml
 
 SPEC_KEYS = ("version", "defaults", "cases")
 CASE_KEYS = ("name", "model", "sides", "sides_preset", "prompts", "config", "mode", "floor", "floor_batch_size",
-             "trust_remote_code", "check_sides", "thresholds", "baseline", "control")
+             "trust_remote_code", "check_sides", "thresholds", "baseline", "control", "replay")
 PROMPT_KEYS = ("file", "field", "limit", "sample", "seed", "texts")
+REPLAY_KEYS = ("file", "format", "limit", "policy_version")
+REPLAY_FORMATS = ("auto", "parity", "nemo-rl", "verl", "slime")
 BASELINE_KEYS = ("run", "slack")
 CONTROL_KEYS = ("set", "perturb")
 PERTURB_KEYS = ("sides", "layer", "scale", "seed")
@@ -154,6 +156,17 @@ class PromptsSpec:
 
 
 @dataclass
+class ReplaySpec:
+    """A case that replays an RL run's rollout dump (parity_ui.commands.replay) instead of prompts:
+    its thresholds judge the replay's pairs ("recorded": the run's own mismatch, or an engine re-run)."""
+    file: str  # resolved against the spec's folder
+    format: str
+    limit: int | None
+    policy_version: str | None
+    line: int
+
+
+@dataclass
 class CaseSpec:
     name: str
     line: int
@@ -170,6 +183,7 @@ class CaseSpec:
     control: ControlSpec | None = None
     lines: dict[str, int] = field(default_factory=dict)  # key -> line (for errors found later)
     config_lines: dict[str, int] = field(default_factory=dict)  # config key -> line
+    replay: ReplaySpec | None = None  # a replay case (its prompts are the dump's rows)
 
     def line_of(self, key: str) -> int:
         return self.lines.get(key, self.line)
@@ -278,7 +292,11 @@ class _Validator:
                      "model: demo, a model folder, or an HF id")
             model = ""
         config = self.config(m)
-        prompts = self.prompts(m)
+        replay = self.replay(m) if m.get("replay") is not None else None
+        if replay is not None and m.get("prompts") is not None:
+            self.bad(m.line_of("prompts"), "has both prompts and replay", "a case replays a dump or runs prompts: "
+                                                                         "keep one")
+        prompts = self.prompts(m) if m.get("replay") is None else PromptsSpec(None, None, None, None, 0, None, m.line)
         mode = self.choice(m, "mode", MODES, "free")
         floor = self.choice(m, "floor", FLOORS, "auto")
         fbs = self.integer(m, "floor_batch_size", 8, 1, 1024)
@@ -292,10 +310,12 @@ class _Validator:
                      "add thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1} or a baseline")
         if prompts is None:
             return None
+        if m.get("replay") is not None and replay is None:
+            return None
         return CaseSpec(name=name, line=m.line, model=model.strip(), config=config, prompts=prompts, mode=mode,
                         floor=floor, floor_batch_size=fbs, trust_remote_code=trust, check_sides=check_sides,
                         thresholds=thresholds, baseline=baseline, control=control, lines=dict(m.lines),
-                        config_lines=dict(getattr(m.get("config"), "lines", {}) or {}))
+                        config_lines=dict(getattr(m.get("config"), "lines", {}) or {}), replay=replay)
 
     # -- parts ------------------------------------------------------------------------------------------
 
@@ -365,6 +385,26 @@ class _Validator:
             resolved = str(fp if fp.is_absolute() else self.base / fp)
         return PromptsSpec(file=resolved, field=field_ if isinstance(field_, str) else None, limit=limit,
                            sample=sample, seed=seed, texts=list(texts) if texts is not None else None, line=p.line)
+
+    def replay(self, m: Map) -> ReplaySpec | None:
+        r = m.get("replay")
+        if isinstance(r, str):  # replay: FILE
+            r = Map({"file": r}, line=m.line_of("replay"), lines={"file": m.line_of("replay")})
+        if not isinstance(r, Map):
+            self.bad(m.line_of("replay"), "replay must be a dump's file name or a mapping",
+                     "replay: {file: rollouts.jsonl, format: auto, limit: 64}")
+            return None
+        self.keys(r, REPLAY_KEYS, "replay")
+        file = r.get("file")
+        if not isinstance(file, str) or not file.strip():
+            self.bad(r.line_of("file"), f"replay file {file!r} is not a path", "replay: {file: rollouts.jsonl}")
+            return None
+        fmt = self.choice(r, "format", REPLAY_FORMATS, "auto")
+        limit = self.integer(r, "limit", None, 1, 10_000_000)
+        version = r.get("policy_version")
+        fp = Path(file.strip()).expanduser()
+        return ReplaySpec(file=str(fp if fp.is_absolute() else self.base / fp), format=fmt, limit=limit,
+                          policy_version=None if version is None else str(version), line=r.line)
 
     def choice(self, m: Map, key: str, allowed: tuple[str, ...], default: str) -> str:
         v = m.get(key, default)
