@@ -81,6 +81,7 @@ class ReplayRequest:
     floor: str = "auto"  # "auto" (kernel with an HF trainer), "kernel", "none"
     trust_remote_code: bool = False
     group_id: str | None = None  # a gate check's cases share one
+    name: str | None = None  # the dump as people know it (the app's upload: its file name, not the temporary path)
 
 
 def _selected(rows: Iterator[RolloutRow], req: ReplayRequest) -> Iterator[RolloutRow]:
@@ -159,7 +160,8 @@ def dump_source(dump: Any, pf: Preflight, req: ReplayRequest) -> dict[str, Any]:
     st = os.stat(dump.path)
     return {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version,
             "limit": req.limit, "trust_pickle": req.trust_pickle, "chat_template": req.chat_template,
-            "on_bad": req.on_bad, "size": st.st_size, "mtime": st.st_mtime}
+            "on_bad": req.on_bad, "size": st.st_size, "mtime": st.st_mtime,
+            "description": f"{req.name or os.path.basename(dump.path)}: {pf.rows:,} rows ({dump.format})"}
 
 
 def is_replay(service: Service, run_id: str) -> bool:
@@ -316,7 +318,7 @@ class Replay(Workload):
             run.sides.append(SideInfo(name=RECORDED, kind="recorded", options={
                 "dump": self.dump.path, "format": self.dump.format}))
         if run.workload.replay is None:
-            run.workload.replay = {"dump": self.dump.path, "format": self.dump.format, "notes": self.dump.notes,
+            run.workload.replay = {"dump": self.rreq.name or self.dump.path, "format": self.dump.format, "notes": self.dump.notes,
                                    "rows": self.pf.rows, "tokens": 0, "masked": 0, "skipped": self.pf.skipped,
                                    "reconstructed": self.pf.reconstructed, "with_logprobs": self.pf.with_logprobs,
                                    "with_trainer": self.pf.with_trainer, "with_routes": self.pf.with_routes,

@@ -390,7 +390,7 @@ class CompareTab:
                               "name the images in the .jsonl file, or press 'Use the text box'")
         if pick.rollout is not None:  # a rollout dump: a replay (parity_ui.ui.replay_input)
             return replay_request(pick.path, pick.rollout, model, config_from_text(cfg_text), trust=trust,
-                                  skip_bad=pick.skip_bad, limit=pick.limit, floor=pick.floor)
+                                  skip_bad=pick.skip_bad, limit=pick.limit, floor=pick.floor, name=pick.name)
         return plan_request(model, config_from_text(cfg_text), [], source=load(pick), options=pick.options(),
                             trust_remote_code=trust, source_name=pick.name)
 

@@ -60,8 +60,9 @@ def how(pick_rows: int) -> str:
 
 
 def replay_request(path: str, fmt: str, model: str, cfg: ParityConfig, *, trust: bool, skip_bad: bool,
-                   limit: int | None, floor: str) -> ReplayRequest:
+                   limit: int | None, floor: str, name: str | None = None) -> ReplayRequest:
     return ReplayRequest(dump=path, model=model, config=cfg, format=fmt, on_bad="skip" if skip_bad else "stop",
+                         name=name,
                          limit=limit, floor=floor if floor in ("auto", "kernel", "none") else "auto",
                          trust_remote_code=trust)
 

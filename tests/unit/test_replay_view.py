@@ -74,6 +74,7 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     shown = tab.wview.revealed(run.id)
     view = shown[tab.wview.replay]
     assert "recorded vs ref" in view and "ρ outside [0.8, 1.2]" in view
+    assert "rows of rollouts.jsonl (parity)" in view and "rollouts.jsonl: 12 rows" in shown[tab.wview.card]
     worst = view[view.index("rp-worst-table"):]
     assert worst.index('<tr data-i="4" data-at="1">') == worst.index("<tr ")  # the perturbed token: first
     assert f'data-pick="{tab.wview.prefix}"' in worst and "+30" in worst  # Δ = trainer − rollout = +30
