@@ -78,10 +78,12 @@ def badge_html(run: Run) -> str:
         within = w.within_noise if w is not None else None
         if w is not None and w.too_few_to_tell:
             cls, text = "cancel", "TOO FEW PROMPTS TO TELL"
-        elif within is True:
-            cls, text = "ok", "WITHIN NOISE" if not run.identical else "IDENTICAL"
+        elif within is True:  # a replay forces the same tokens on every side: never "identical"
+            cls, text = "ok", "WITHIN NOISE" if not run.identical or w.replay else "IDENTICAL"
         elif within is False:
             cls, text = "div", "EXCEEDS NOISE"
+        elif w is not None and w.replay:
+            cls, text = "", "REPLAYED, NO FLOOR"
         else:
             cls, text = ("ok", "IDENTICAL") if run.identical else ("div", "DIVERGED")
     return f'<span class="pc-badge {cls}">{text}</span>'

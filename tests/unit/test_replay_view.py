@@ -74,6 +74,8 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     shown = tab.wview.revealed(run.id)
     view = shown[tab.wview.replay]
     assert "recorded vs ref" in view and "ρ outside [0.8, 1.2]" in view
+    assert "REPLAYED, NO FLOOR" in shown[tab.wview.card] and "IDENTICAL" not in shown[tab.wview.card]
+    assert shown[tab.wview.survival_plot].visible is False  # forced tokens never fork
     assert "rows of rollouts.jsonl (parity)" in view and "rollouts.jsonl: 12 rows" in shown[tab.wview.card]
     worst = view[view.index("rp-worst-table"):]
     assert worst.index('<tr data-i="4" data-at="1">') == worst.index("<tr ")  # the perturbed token: first
