@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and getattr(args, "command", None) in AHEAD:  # a fresh process (not a test calling main)
         from .inputs.prompts import import_tokenizers_ahead
 
-        import_tokenizers_ahead()
+        import_tokenizers_ahead(getattr(args, "model", None))
     try:
         return args.func(args)
     except ParityError as e:  # anything not already turned into a stored run
