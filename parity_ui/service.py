@@ -367,11 +367,17 @@ class ParityService:
         before loading, and every run nested in the command is stored as cancelled."""
         self.pool.cancel()
 
+    def close_cluster(self) -> None:
+        """Stop this service's replicas on the cluster (and a local Ray instance): their memory and
+        GPUs are freed; the next cluster run starts them again."""
+        with self._lock:
+            if self._cluster is not None:
+                self._cluster.close()
+                self._cluster = None
+
     def close(self) -> None:
         self.pool.close()
-        if self._cluster is not None:
-            self._cluster.close()
-            self._cluster = None
+        self.close_cluster()
 
 
 def attach_images(run: Run, prompts: list[PromptSpec]) -> None:

@@ -246,13 +246,21 @@ class ClusterSides:
         spread over the nodes."""
         if not self.gpu:
             return [], "spread over the nodes by Ray (no GPUs asked)"
-        need = max(gpus_per_replica(p) for p in self.plans)
+        need = self._group_gpus()
         from ray.util import placement_group
 
         groups_ = [placement_group([{"GPU": float(need)}], strategy="STRICT_PACK") for _ in range(groups)]
         self._wait_for(lambda: self.ray.get([g.ready() for g in groups_], timeout=POLL_S), what=(
             f"waiting for {groups} replica group(s) of {need} GPU(s) each on the cluster"))
-        return groups_, f"{groups} replica group(s), each {need} GPU(s) shared by one replica of every side"
+        how = "shared by one replica of every side" if need == 1 else \
+            "one replica of every side, each on its own GPU(s) (a TP/PP side on its group)"
+        return groups_, f"{groups} replica group(s) of {need} GPU(s) on one node each, {how}"
+
+    def _group_gpus(self) -> int:
+        """A replica group's GPUs: one shared by every side, or, when a side needs a TP/PP group, each
+        side its own (a fraction of a GPU cannot be given together with whole GPUs)."""
+        needs = [gpus_per_replica(p) for p in self.plans]
+        return 1 if max(needs) == 1 else sum(needs)
 
     def _actor(self, p: SidePlan, index: int, reps: Replicas) -> Any:
         from .replica import Replica
@@ -261,9 +269,8 @@ class ClusterSides:
         if reps.groups:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            need = max(gpus_per_replica(q) for q in self.plans)
-            # Every side of the group shares its GPU(s): a fraction each, so Ray packs one of each.
-            opts["num_gpus"] = need / len(self.plans) if need == 1 else 0
+            # One GPU shared by the group's sides: a fraction each, so Ray packs one of each on it.
+            opts["num_gpus"] = 1 / len(self.plans) if self._group_gpus() == 1 else gpus_per_replica(p)
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=reps.groups[index % len(reps.groups)], placement_group_bundle_index=0)
         else:

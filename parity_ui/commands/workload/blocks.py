@@ -86,8 +86,12 @@ def run_blocks(chunk: Callable[[Any, list[int]], None], sides: ClusterSides, tod
                for i in range(min(sides.concurrency, len(queue)))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:  # Ctrl-C: the replicas stop at their next token, the blocks under way end
+        sides.pool.cancel(by_user=False)
+        raise
     if failures:
         stop = next((f for f in failures if isinstance(f, CancelledError)), None)
         raise stop or failures[0]

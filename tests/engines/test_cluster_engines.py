@@ -1,0 +1,84 @@
+"""Workloads on a local Ray instance with the real engines (HF reference, vLLM on the CPU), on the shared
+tiny Llama in float32, 2 replicas a side: a scored and a free-running workload give the tokens and the
+figures of the in-process path, and a replica killed mid-run loses nothing. One Ray instance for the
+module (the service's), stopped after it; 6 prompts of 16 tokens."""
+from __future__ import annotations
+
+import pytest
+
+from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+from parity_ui.core.cluster import ALL
+from parity_ui.core.config import build_config
+from parity_ui.core.workload_record import WorkloadOptions
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import pair_samples
+
+PROMPTS = [PromptSpec(text=t) for t in ("def parse_args(", "class Namespace(", "import json", "return self.",
+                                        "for key, value in", "if not isinstance(")]
+
+
+@pytest.fixture(scope="module")
+def on_ray(service):
+    pytest.importorskip("ray")
+    yield service
+    service.close_cluster()  # the replicas' engines leave memory before the next module's tests
+
+
+def _run(service, model, mode, cluster=None, emit=None):
+    cfg = build_config(None, ["dtype=float32", "max_new_tokens=16", "ignore_eos=true"], sides=["ref=hf", "b=vllm"])
+    opts = WorkloadOptions(mode=mode, floor="none", chunk=3, cluster=cluster, replicas={ALL: 2} if cluster else {})
+    run = run_workload(service, WorkloadRequest(model=str(model), prompts=PROMPTS, config=cfg, options=opts), emit)
+    assert run.status in ("ok", "diverged"), run.error
+    assert run.workload.done == len(PROMPTS)
+    return run
+
+
+def _tokens(service, run):
+    got = service.get_run(run.id)
+    return {(p.index, side): list(r.token_ids) for p in got.prompts for side, r in p.results.items()}
+
+
+def _figures(run):
+    return {n: f.stats.to_dict() for n, f in run.workload.sides.items()}
+
+
+def _close(a, b, tol=1e-5):
+    """The same figures: equal, or (a float) within float32 rounding of a logprob."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol
+    return a == b
+
+
+def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_killed_replica_loses_nothing(
+        on_ray, tiny_llama):
+    import ray
+
+    service = on_ray
+    here = {}
+    for mode in ("scored", "free"):
+        here[mode], there = _run(service, tiny_llama, mode), _run(service, tiny_llama, mode, cluster="local")
+        assert len(_tokens(service, there)) == 2 * len(PROMPTS)
+        assert _tokens(service, there) == _tokens(service, here[mode]), mode
+        assert _close(_figures(there), _figures(here[mode])), (mode, _figures(there), _figures(here[mode]))
+        c = there.workload.cluster
+        assert c["replicas"] == {"ref": 2, "b": 2} and c["nodes"] == 1 and c["retried_blocks"] == 0
+        assert any(f.code == "cluster-batches" for f in there.warnings)
+
+    killed: list[str] = []
+
+    def kill_a_busy_vllm_replica(e):
+        if e.kind == "progress" and not killed:
+            busy = [h for h in service._cluster.replicas.handles.values() if h.busy and h.side == "b"]
+            if busy:
+                killed.append(busy[0].name)
+                ray.kill(busy[0].actor)
+
+    again = _run(service, tiny_llama, "scored", cluster="local", emit=kill_a_busy_vllm_replica)
+    assert killed and again.workload.cluster["retried_blocks"] >= 1, again.workload.cluster
+    assert _tokens(service, again) == _tokens(service, here["scored"])
+    rows = list(pair_samples(service.db, again.id, "b"))
+    assert sorted(s.prompt_index for s in rows) == list(range(len(PROMPTS)))  # each prompt stored once
