@@ -67,8 +67,8 @@ def parse_replicas(text: Any) -> dict[str, int]:
             count = -1
         if not 1 <= count <= MAX_REPLICAS or (eq and not side):
             raise ConfigError("replicas", f"{p!r} is not a count of replicas",
-                              f"give a whole number 1..{MAX_REPLICAS} for every side (--replicas 2) or per side "
-                              "(--replicas ref=1,b=4)")
+                              f"give the replicas as a whole number 1..{MAX_REPLICAS} for every side (e.g. 2) or "
+                              "per side (e.g. ref=1,b=4)")
         out[side] = count
     out.setdefault(ALL, 1)
     return out

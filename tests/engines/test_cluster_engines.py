@@ -42,15 +42,19 @@ def _figures(run):
     return {n: f.stats.to_dict() for n, f in run.workload.sides.items()}
 
 
-def _close(a, b, tol=1e-5):
-    """The same figures: equal, or (a float) within float32 rounding of a logprob."""
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+def _differ(a, b, path="", tol=1e-5) -> list[str]:
+    """Where two figures' records differ: not equal, or (floats) more than float32 rounding apart."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a)} != {sorted(b)}"]
+        return [d for k in a for d in _differ(a[k], b[k], f"{path}.{k}", tol)]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differ(x, y, f"{path}[{i}]", tol)]
     if isinstance(a, float) and isinstance(b, float):
-        return abs(a - b) <= tol
-    return a == b
+        return [] if abs(a - b) <= tol else [f"{path}: {a} != {b}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
 def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_killed_replica_loses_nothing(
@@ -63,7 +67,7 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_kil
         here[mode], there = _run(service, tiny_llama, mode), _run(service, tiny_llama, mode, cluster="local")
         assert len(_tokens(service, there)) == 2 * len(PROMPTS)
         assert _tokens(service, there) == _tokens(service, here[mode]), mode
-        assert _close(_figures(there), _figures(here[mode])), (mode, _figures(there), _figures(here[mode]))
+        assert not _differ(_figures(there), _figures(here[mode])), (mode, _differ(_figures(there), _figures(here[mode])))
         c = there.workload.cluster
         assert c["replicas"] == {"ref": 2, "b": 2} and c["nodes"] == 1 and c["retried_blocks"] == 0
         assert any(f.code == "cluster-batches" for f in there.warnings)

@@ -31,7 +31,7 @@ def test_replicas_and_cluster_are_read_once_with_a_fix_for_bad_input():
     for bad in ("0", "b=x", "=2", "b=-1"):
         with pytest.raises(ConfigError) as e:
             parse_replicas(bad)
-        assert "replicas" in e.value.message and "--replicas" in e.value.fix
+        assert "replicas" in e.value.message and "ref=1,b=4" in e.value.fix
     assert parse_cluster(None) is None and parse_cluster(" none ") is None
     assert parse_cluster("local") == "local" and parse_cluster("ray://head:10001") == "ray://head:10001"
     with pytest.raises(ConfigError) as e:
