@@ -277,7 +277,7 @@ class ClusterSides:
             opts["scheduling_strategy"] = "SPREAD"
         actor = _remote(self.ray, Replica).options(**opts)
         req = load_request(p)
-        return actor.remote(p.name, p.kind.engine, p.python, dict(p.worker_env), req)
+        return actor.remote(p.name, p.kind.engine, p.python, dict(p.worker_env), req, os.environ.get("OMP_NUM_THREADS"))
 
     def _bring_up(self, fresh: list[tuple[SidePlan, Handle]]) -> None:
         ray = self.ray

@@ -25,8 +25,16 @@ from .workers import CancelFlag, EngineWorker
 class Replica:
     """A side's engine in its own worker process, hosted by this (Ray actor) process."""
 
-    def __init__(self, label: str, engine: str, python: str, env: dict[str, str], load: LoadRequest):
+    def __init__(self, label: str, engine: str, python: str, env: dict[str, str], load: LoadRequest,
+                 omp_threads: str | None = None):
         self.label, self.load_req = label, load
+        # Ray sets OMP_NUM_THREADS=1 in an actor that reserves no CPU: the engine would run on one
+        # thread (and round differently from an in-process run). The driver's own setting stands;
+        # without one, the engine picks its threads as it does in process.
+        if omp_threads is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp_threads
         self.flag = CancelFlag()
         self.worker = EngineWorker(label, engine, python, env, self.flag)
         self.client = EngineClient(self.worker)
