@@ -35,6 +35,8 @@ class Replica:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = omp_threads
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # the GPUs Ray gave this replica win over a side's pinned device
+            env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
         self.flag = CancelFlag()
         self.worker = EngineWorker(label, engine, python, env, self.flag)
         self.client = EngineClient(self.worker)
