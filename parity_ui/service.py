@@ -178,6 +178,8 @@ class ParityService:
         `timings` (a run's) receive the engines' warnings and the phases, also when starting fails.
         Raises CapabilityError, CancelledError, EngineError."""
         with self._lock:
+            if self._cluster is not None and self._cluster.local and self.on_gpu:
+                self._cluster.release()  # a local cluster's replicas hold this machine's GPUs
             sides = Sides(self.pool, plans, gpu=self.on_gpu if gpu is None else gpu, gated=gated, emit=emit,
                           inputs=inputs, then=then, on_loaded=on_loaded, findings=findings, timings=timings)
             try:
@@ -204,6 +206,8 @@ class ParityService:
                     self._cluster.close()
                     self._cluster = None
                 self._cluster = Cluster(spec.address)
+            if self._cluster.local and self.on_gpu:
+                self.pool.retain(set())  # the warm in-process workers hold the GPUs the replicas need
             sides = ClusterSides(self._cluster, self.pool, plans, spec, gpu=self.on_gpu if gpu is None else gpu,
                                  emit=emit, on_loaded=on_loaded, findings=findings, timings=timings)
             sides.start()

@@ -173,9 +173,18 @@ class Cluster:
         self.ray = connect(address)
         self.replicas = Replicas()
 
+    @property
+    def local(self) -> bool:
+        """Started on this machine (its replicas share this machine's GPUs with in-process workers)."""
+        return self.address == LOCAL
+
+    def release(self) -> None:
+        """Stop the warm replicas (their GPUs are freed); Ray stays up for the next cluster run."""
+        self.replicas.clear(self.ray)
+
     def close(self) -> None:
         self.replicas.clear(self.ray)
-        if self.address == LOCAL:
+        if self.local:
             shutdown()
 
 
@@ -218,6 +227,7 @@ class ClusterSides:
             reps.key = key
             reps.groups, reps.placement = self._placement(max(counts.values()))
         fresh: list[tuple[SidePlan, Handle]] = []
+        named: set[int] = set()
         for p in self.plans:
             self.by_side[p.name] = []
             for i in range(counts[p.name]):
@@ -225,7 +235,9 @@ class ClusterSides:
                 if h is None or not h.alive:
                     h = reps.handles[(p.load_key, i)] = Handle(p.name, i, p.load_key, self._actor(p, i, reps))
                     fresh.append((p, h))
-                h.side, h.busy = p.name, False
+                if id(h) not in named:  # sides with one setup (the floor "order") share its replicas, as a worker
+                    named.add(id(h))
+                    h.side, h.busy = p.name, False
                 self.by_side[p.name].append(h)
         if fresh:
             self.emit(RunEvent("status", f"starting {len(fresh)} replica(s) on the Ray cluster "
@@ -250,7 +262,7 @@ class ClusterSides:
         from ray.util import placement_group
 
         groups_ = [placement_group([{"GPU": float(need)}], strategy="STRICT_PACK") for _ in range(groups)]
-        self._wait_for(lambda: self.ray.get([g.ready() for g in groups_], timeout=POLL_S), what=(
+        self._wait_for([g.ready() for g in groups_], what=(
             f"waiting for {groups} replica group(s) of {need} GPU(s) each on the cluster"))
         how = "shared by one replica of every side" if need == 1 else \
             "one replica of every side, each on its own GPU(s) (a TP/PP side on its group)"
@@ -280,9 +292,8 @@ class ClusterSides:
         return actor.remote(p.name, p.kind.engine, p.python, dict(p.worker_env), req, os.environ.get("OMP_NUM_THREADS"))
 
     def _bring_up(self, fresh: list[tuple[SidePlan, Handle]]) -> None:
-        ray = self.ray
         if fresh:
-            started = self._wait_for(lambda: ray.get([h.actor.start.remote() for _, h in fresh], timeout=None),
+            started = self._wait_for([h.actor.start.remote() for _, h in fresh],
                                      what="replicas starting their engine processes")
             errors = []
             for (p, h), got in zip(fresh, started):
@@ -301,8 +312,7 @@ class ClusterSides:
             mine = [h for q, h in fresh if q.name == p.name]
             if mine:
                 self.emit(RunEvent("status", f"{p.name}: loading the weights in {len(mine)} replica(s)", side=p.name))
-                got = self._wait_for(lambda mine=mine: ray.get([h.actor.load.remote() for h in mine], timeout=None),
-                                     what=f"{p.name} loading")
+                got = self._wait_for([h.actor.load.remote() for h in mine], what=f"{p.name} loading")
                 for h, (hinfo, _) in zip(mine, got):
                     h.info = hinfo
                 info, took = got[0][0], max(s for _, s in got)
@@ -318,15 +328,16 @@ class ClusterSides:
         h = self.by_side[p.name][0]
         return Loaded(h.info, 0.0)
 
-    def _wait_for(self, get: Callable[[], Any], what: str) -> Any:
-        """`get()` (a ray.get), turned into the run's errors: Stop ends the wait, a failed replica is an
-        EngineError naming it."""
+    def _wait_for(self, refs: list[Any], what: str) -> Any:
+        """The values of `refs` (Ray object refs), waited for with the run's errors: Stop ends the wait
+        (a load cannot be interrupted: the caller retires the replicas), a failed replica is an
+        EngineError naming it (or the engine's own error, with its fix)."""
         ray = self.ray
         while True:
             if self.pool.cancelled:
                 raise CancelledError("the run was stopped while the replicas were starting", "")
             try:
-                return get()
+                return ray.get(refs, timeout=POLL_S)
             except ray.exceptions.GetTimeoutError:
                 continue
             except ray.exceptions.RayError as e:

@@ -212,3 +212,26 @@ def test_on_ray_a_killed_replica_loses_nothing_and_stop_then_resume_finishes(ray
     assert resumed.status == "diverged" and resumed.workload.done == len(PROMPTS)
     assert resumed.workload.cluster is not None  # it went on on the cluster
     assert _by_prompt(svc, resumed) == _by_prompt(svc, here)
+
+
+def test_the_cli_runs_a_workload_on_ray_and_its_screen_says_where(ray_service, tmp_path, capsys):
+    """Last in the module: the CLI's service stops the local Ray instance when it closes."""
+    import json
+
+    from parity_ui.cli import main
+
+    _, model = ray_service
+    f = tmp_path / "w.jsonl"
+    f.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in PROMPTS[:6]))
+    code = main(["--db", str(tmp_path / "cli.db"), "compare", "--model", model, "--prompt-file", str(f),
+                 "--side", "ref=fake", "--side", "b=fake,swap_at=3", "--set", "max_new_tokens=6", "--chunk", "2",
+                 "--floor", "none", "--cluster", "local", "--replicas", "ref=1,b=2"])
+    out = capsys.readouterr()
+    assert code == 1, out.err  # diverged
+    assert "on Ray cluster local (1 node" in out.out and "replicas ref x1, b x2" in out.out
+    assert "batch composition differs per replica" in out.out
+    assert "block(s) under way on" in out.err and "left" in out.err  # progress across the replicas, with an ETA
+    bad = main(["--db", str(tmp_path / "cli.db"), "compare", "--model", model, "--prompt-file", str(f),
+                "--side", "ref=fake", "--side", "b=fake", "--cluster", "local", "--replicas", "c=2", "--quiet"])
+    assert bad == 2  # an error run, stored with the fix
+    assert "not a side of this run" in capsys.readouterr().out
