@@ -234,4 +234,5 @@ def test_the_cli_runs_a_workload_on_ray_and_its_screen_says_where(ray_service, t
     bad = main(["--db", str(tmp_path / "cli.db"), "compare", "--model", model, "--prompt-file", str(f),
                 "--side", "ref=fake", "--side", "b=fake", "--cluster", "local", "--replicas", "c=2", "--quiet"])
     assert bad == 2  # an error run, stored with the fix
-    assert "not a side of this run" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert "not a side of this run" in err and "stored as run" in err
