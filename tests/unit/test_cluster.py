@@ -17,6 +17,7 @@ from parity_ui.core.config import build_config
 from parity_ui.core.errors import CancelledError, ConfigError, EngineError
 from parity_ui.core.workload_record import WorkloadOptions, WorkloadReport, FloorSpec
 from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.render.workload import workload_card_html
 from parity_ui.run.cluster import ReplicaLost
 from parity_ui.store.runs import pair_samples
 
@@ -198,6 +199,8 @@ def test_on_ray_a_killed_replica_loses_nothing_and_stop_then_resume_finishes(ray
     assert any(killed[0] in x for x in w.cluster["lost_replicas"])
     assert w.cluster["replicas"] == {"ref": 2, "b": 2} and w.cluster["nodes"] == 1
     assert any(f.code == "cluster-batches" for f in run.warnings)
+    card = workload_card_html(svc.get_run(run.id, prompts=[]))  # the app's view of the stored run says where
+    assert "On Ray cluster local (1 node" in card and "replica(s) lost" in card and "block(s) retried" in card
     assert _by_prompt(svc, run) == _by_prompt(svc, here)  # every prompt once, the same figures
     assert w.sides["b"].stats.to_dict() == here.workload.sides["b"].stats.to_dict()
 
