@@ -47,7 +47,7 @@ from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
 from ..run.pipeline import Sides
 from ..run.recorder import decode_result
 from .workload.report import pooled
-from .workload.run import Workload, WorkloadRequest
+from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster
 
 if TYPE_CHECKING:
     from ..core.types import Run
@@ -72,6 +72,8 @@ class ReplayRequest:
     chunk: int = 16
     floor: str = "auto"  # "auto" (kernel with an HF trainer), "kernel", "none"
     trust_remote_code: bool = False
+    cluster: str | None = None  # on a Ray cluster: "local" or an address (parity_ui.core.cluster)
+    replicas: dict[str, int] = dataclasses.field(default_factory=dict)  # {side or "*": count}
 
 
 def _selected(rows: Iterator[RolloutRow], req: ReplayRequest) -> Iterator[RolloutRow]:
@@ -133,7 +135,9 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     # Each side must hold prompt + response (+1: vLLM scores with one more token's request).
     cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1))
     source = {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version}
-    options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source)
+    options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source,
+                              cluster=req.cluster, replicas=dict(req.replicas))
+    check_cluster(options, [s.name for s in cfg.sides] + [FLOOR])
     wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
                            trust_remote_code=req.trust_remote_code, kind="replay")
     with service.recording(req.model, cfg.to_dict(), prompts, kind="replay") as rec:
@@ -159,17 +163,29 @@ class Replay(Workload):
         self.dump, self.rreq, self.pf = dump, rreq, pf
         self._rows = _selected(dump.rows(), rreq)
         self._next = 0
+        # Rows read but not yet stored, by index: on a cluster, blocks ask for rows out of order and a
+        # block whose replica was lost asks again (parity_ui.commands.workload.blocks).
+        self._ahead: dict[int, RolloutRow] = {}
+        self._wanted: set[int] | None = None
         self._worst: list[tuple[float, int, dict[str, Any]]] = []
         self._masked = self._tokens = 0
 
     # -- where the rows come from: the dump again, streamed in order ----------------------------------
 
     def _row(self, i: int) -> RolloutRow:
+        if i in self._ahead:
+            return self._ahead[i]
+        if self._wanted is None:
+            self._wanted = set(self.prep.kept)
+        wanted = self._wanted
         while True:
             row = next(self._rows)
             self._next += 1
             if self._next - 1 == i:
+                self._ahead[i] = row
                 return row
+            if self._next - 1 in wanted:
+                self._ahead[self._next - 1] = row
 
     def _pairs(self) -> list[dict[str, str]]:
         engines = [p.name for p in self.prep.sides[1:]]
@@ -251,6 +267,8 @@ class Replay(Workload):
         replay["tokens"], replay["masked"] = self._tokens, self._masked
         replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
         self._store(chunk, results, comparisons, samples)
+        for j in chunk:
+            self._ahead.pop(prep.kept[j], None)
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),
