@@ -12,7 +12,7 @@ app: setup
 
 test:
 	@bash scripts/setup.sh --test
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=30
 
 # Unit tests only (no engines, no browser): seconds.
 test-fast: setup

@@ -129,8 +129,18 @@ def _workload(args: argparse.Namespace) -> Any:
 def _workload_options(args: argparse.Namespace) -> Any:
     from .core.workload_record import WorkloadOptions
 
+    cluster, replicas = _cluster_args(args)
     return WorkloadOptions(mode=args.mode, floor=args.floor, floor_batch_size=args.floor_batch_size,
-                           too_long=args.too_long, chunk=args.chunk)
+                           too_long=args.too_long, chunk=args.chunk, cluster=cluster, replicas=replicas)
+
+
+def _cluster_args(args: argparse.Namespace) -> tuple[str | None, dict[str, int]]:
+    """--cluster and --replicas, read (parity_ui.core.cluster). Raises ConfigError."""
+    from .core.cluster import parse_cluster, parse_replicas
+
+    cluster = parse_cluster(getattr(args, "cluster", None))
+    replicas = parse_replicas(args.replicas) if getattr(args, "replicas", None) else {}
+    return cluster, replicas
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -142,11 +152,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             source = _workload(args)
             prompts = [] if source is not None else _prompts(args)
             cfg = _config(args)
+            options = _workload_options(args)
         except ParityError as e:
             return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e,
                                                   kind="workload" if _is_workload_file(args.prompt_file) else "compare"),
                            args)
-        req = plan_request(args.model, cfg, prompts, source=source, options=_workload_options(args),
+        req = plan_request(args.model, cfg, prompts, source=source, options=options,
                            trust_remote_code=args.trust_remote_code)
         if isinstance(req, WorkloadRequest) and not args.json and not args.quiet:
             print(f"[parity] workload: {source.describe()}", file=sys.stderr)
@@ -162,10 +173,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     service = _service(args)
     try:
+        cluster, replicas = _cluster_args(args)
         req = ReplayRequest(dump=args.dump, model=args.model, config=_config(args), format=args.format,
                             trust_pickle=args.trust_pickle, chat_template=args.chat_template, on_bad=args.on_bad,
                             limit=args.limit, policy_version=args.policy_version, chunk=args.chunk,
-                            floor=args.floor, trust_remote_code=args.trust_remote_code)
+                            floor=args.floor, trust_remote_code=args.trust_remote_code, cluster=cluster,
+                            replicas=replicas)
         return _report(service.replay(req, on_event=_emit(args)), args, service)
     finally:
         service.close()
@@ -174,7 +187,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     service = _service(args)
     try:
-        return _report(service.resume(args.id, _emit(args)), args, service)
+        cluster, replicas = _cluster_args(args)
+        return _report(service.resume(args.id, _emit(args), cluster=cluster, replicas=replicas or None), args,
+                       service)
     finally:
         service.close()
 
@@ -454,6 +469,18 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     w.add_argument("--floor-batch-size", type=int, default=8, help="the batch floor's batch size (default 8)")
     w.add_argument("--chunk", type=int, default=64, help="prompts done and stored together (default 64)")
     w.add_argument("--per-prompt", action="store_true", help="also list every prompt, as a single run does")
+    _add_cluster_args(p)
+
+
+def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+    c = p.add_argument_group("on a Ray cluster (pip install 'parity-ui[cluster]'; see docs/cluster.md)")
+    c.add_argument("--cluster", metavar="ADDRESS",
+                   help="run each side as replicas on Ray: 'local' starts Ray on this machine; an address ('auto', "
+                        "HOST:6379, ray://HOST:10001) joins a running cluster; blocks of --chunk prompts go to idle "
+                        "replicas, and this process alone stores the run")
+    c.add_argument("--replicas", metavar="N|SIDE=N,...",
+                   help="replicas of each side on the cluster: one number for every side, or per side "
+                        "(ref=2,b=4; '2,b=4': b four, the others two); default 1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -497,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--floor", choices=["auto", "kernel", "none"], default="auto",
                     help="the trainer's own noise: kernel (another attention kernel; auto with an HF trainer), none")
     rp.add_argument("--trust-remote-code", action="store_true")
+    _add_cluster_args(rp)
     rp.add_argument("--json", action="store_true", help="print one JSON object")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     rp.add_argument("--db", default=argparse.SUPPRESS)
@@ -508,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--json", action="store_true")
     rs.add_argument("--quiet", action="store_true")
     rs.add_argument("--per-prompt", action="store_true", help="also list every prompt")
+    _add_cluster_args(rs)
     rs.add_argument("--db", default=argparse.SUPPRESS)
     rs.set_defaults(func=cmd_resume)
 
@@ -611,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and getattr(args, "command", None) in AHEAD:  # a fresh process (not a test calling main)
         from .inputs.prompts import import_tokenizers_ahead
 
-        import_tokenizers_ahead()
+        import_tokenizers_ahead(getattr(args, "model", None))
     try:
         return args.func(args)
     except ParityError as e:  # anything not already turned into a stored run

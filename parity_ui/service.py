@@ -83,6 +83,7 @@ class ParityService:
         self._lock = threading.RLock()  # a command's sides() runs inside its own recording()
         self._depth = 0  # commands open (command()): Stop is lowered only when the outermost begins
         self._gpu: bool | None = None
+        self._cluster: Any = None  # a parity_ui.run.cluster.Cluster once a run asked for one
 
     @property
     def on_gpu(self) -> bool:
@@ -177,6 +178,8 @@ class ParityService:
         `timings` (a run's) receive the engines' warnings and the phases, also when starting fails.
         Raises CapabilityError, CancelledError, EngineError."""
         with self._lock:
+            if self._cluster is not None and self._cluster.local and self.on_gpu:
+                self._cluster.release()  # a local cluster's replicas hold this machine's GPUs
             sides = Sides(self.pool, plans, gpu=self.on_gpu if gpu is None else gpu, gated=gated, emit=emit,
                           inputs=inputs, then=then, on_loaded=on_loaded, findings=findings, timings=timings)
             try:
@@ -185,6 +188,30 @@ class ParityService:
             except BaseException:
                 self.pool.drop_spares()
                 raise
+
+    @contextmanager
+    def cluster_sides(self, plans: list[SidePlan], spec: Any, *, gpu: bool | None = None,
+                      emit: EventCallback | None = None, on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+                      findings: list[Finding] | None = None, timings: dict[str, float] | None = None) -> Iterator[Any]:
+        """`sides()` on a Ray cluster (`spec`, a parity_ui.core.cluster.ClusterSpec): each side's
+        replicas started (or kept warm from the last run) as actors hosting the same workers, checked
+        and loaded, then yielded as parity_ui.run.cluster.ClusterSides. The cluster (a local Ray
+        instance, or the connection to one) lives until close(). Raises ConfigError (no Ray, no such
+        cluster), CapabilityError, CancelledError, EngineError."""
+        from .run.cluster import Cluster, ClusterSides
+
+        with self._lock:
+            if self._cluster is None or self._cluster.address != spec.address:
+                if self._cluster is not None:
+                    self._cluster.close()
+                    self._cluster = None
+                self._cluster = Cluster(spec.address)
+            if self._cluster.local and self.on_gpu:
+                self.pool.retain(set())  # the warm in-process workers hold the GPUs the replicas need
+            sides = ClusterSides(self._cluster, self.pool, plans, spec, gpu=self.on_gpu if gpu is None else gpu,
+                                 emit=emit, on_loaded=on_loaded, findings=findings, timings=timings)
+            sides.start()
+            yield sides
 
     # -- commands: one method each -----------------------------------------------------------------
 
@@ -216,15 +243,17 @@ class ParityService:
 
         return run_workload(self, req, on_event)
 
-    def resume(self, run_id: str, on_event: EventCallback | None = None) -> Run:
-        """Go on with a stopped, failed or interrupted workload or replay. Raises ParityError when
-        there is nothing to resume."""
+    def resume(self, run_id: str, on_event: EventCallback | None = None, *, cluster: str | None = None,
+               replicas: dict[str, int] | None = None) -> Run:
+        """Go on with a stopped, failed or interrupted workload or replay (on the cluster it ran on, or
+        `cluster`: another address, "none" for in process; `replicas` other counts). Raises
+        ParityError when there is nothing to resume."""
         from .commands.replay import is_replay, resume_replay
         from .commands.workload.run import resume_workload
 
         if is_replay(self, run_id):
-            return resume_replay(self, run_id, on_event)
-        return resume_workload(self, run_id, on_event)
+            return resume_replay(self, run_id, on_event, cluster=cluster, replicas=replicas)
+        return resume_workload(self, run_id, on_event, cluster=cluster, replicas=replicas)
 
     def replay(self, req: Any, on_event: EventCallback | None = None) -> Run:
         """An RL run's own rollouts (a dump) teacher-forced through the trainer and the rollout engine
@@ -348,8 +377,17 @@ class ParityService:
         before loading, and every run nested in the command is stored as cancelled."""
         self.pool.cancel()
 
+    def close_cluster(self) -> None:
+        """Stop this service's replicas on the cluster (and a local Ray instance): their memory and
+        GPUs are freed; the next cluster run starts them again."""
+        with self._lock:
+            if self._cluster is not None:
+                self._cluster.close()
+                self._cluster = None
+
     def close(self) -> None:
         self.pool.close()
+        self.close_cluster()
 
 
 def attach_images(run: Run, prompts: list[PromptSpec]) -> None:

@@ -13,7 +13,8 @@ want_test=0
 
 if nvidia-smi -L >/dev/null 2>&1; then engine_extra=gpu; else engine_extra=cpu; fi
 # The test tools are small: installing them always keeps `make app` and `make test` on one stamp.
-extras="ui,$engine_extra,test"
+# Ray (the cluster extra) comes along: tests/unit/test_cluster.py and tests/engines/test_cluster_engines.py run it.
+extras="ui,$engine_extra,test,cluster"
 # The stamp changes whenever what we would install changes, so an edit to pyproject.toml re-runs pip.
 stamp="$venv/.setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$extras"
 

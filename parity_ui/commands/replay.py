@@ -55,7 +55,8 @@ from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
 from ..run.pipeline import Sides
 from ..run.recorder import decode_result
 from .workload.report import pooled
-from .workload.run import Workload, WorkloadRequest
+from ..core.cluster import parse_cluster
+from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster
 
 if TYPE_CHECKING:
     from ..core.types import Run
@@ -82,6 +83,8 @@ class ReplayRequest:
     trust_remote_code: bool = False
     group_id: str | None = None  # a gate check's cases share one
     name: str | None = None  # the dump as people know it (the app's upload: its file name, not the temporary path)
+    cluster: str | None = None  # on a Ray cluster: "local" or an address (parity_ui.core.cluster)
+    replicas: dict[str, int] = dataclasses.field(default_factory=dict)  # {side or "*": count}
 
 
 def _selected(rows: Iterator[RolloutRow], req: ReplayRequest) -> Iterator[RolloutRow]:
@@ -169,7 +172,8 @@ def is_replay(service: Service, run_id: str) -> bool:
     return stored is not None and stored.kind == "replay"
 
 
-def resume_replay(service: Service, run_id: str, emit: EventCallback | None = None) -> Run:
+def resume_replay(service: Service, run_id: str, emit: EventCallback | None = None, *,
+                  cluster: str | None = None, replicas: dict[str, int] | None = None) -> Run:
     """Go on with a stopped, failed or interrupted replay: the dump read again (the same file: its
     size and row count are checked), the rows not yet finished replayed with the same sides, and the
     counts and worst tokens carried on. Raises ParityError when there is nothing to resume."""
@@ -186,6 +190,12 @@ def resume_replay(service: Service, run_id: str, emit: EventCallback | None = No
     if stored.status in ("ok", "diverged") and report.done >= report.n_prompts:
         raise ParityError(f"run {run_id} finished every row", "start a new replay to measure again")
     src, o = report.options.source, report.options
+    if cluster is not None:  # as resume_workload: another cluster ("none": in process) or other counts
+        o.cluster = parse_cluster(cluster)
+        if o.cluster is None:
+            o.replicas = {}
+    if replicas is not None:
+        o.replicas = dict(replicas)
     cfg = config_from_dict(stored.config)
     req = ReplayRequest(dump=src["path"], model=stored.model.name, config=cfg, format=src["format"],
                         trust_pickle=bool(src.get("trust_pickle")), chat_template=bool(src.get("chat_template")),
@@ -224,7 +234,9 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     # Each side must hold prompt + response (+1: vLLM scores with one more token's request).
     cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1), sides=replay_sides(req.config))
     source = dump_source(dump, pf, req)
-    options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source)
+    options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source,
+                              cluster=req.cluster, replicas=dict(req.replicas))
+    check_cluster(options, [s.name for s in cfg.sides] + [FLOOR])
     wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
                            trust_remote_code=req.trust_remote_code, kind="replay", group_id=req.group_id)
     with service.recording(req.model, cfg.to_dict(), prompts, kind="replay", group_id=req.group_id) as rec:
@@ -250,6 +262,10 @@ class Replay(Workload):
         self.dump, self.rreq, self.pf = dump, rreq, pf
         self._rows = _selected(dump.rows(), rreq)
         self._next = 0
+        # Rows read but not yet stored, by index: on a cluster, blocks ask for rows out of order and a
+        # block whose replica was lost asks again (parity_ui.commands.workload.blocks).
+        self._ahead: dict[int, RolloutRow] = {}
+        self._wanted: set[int] | None = None
         self._worst: list[tuple[float, int, dict[str, Any]]] = []
         self._masked = self._tokens = 0
         before = rec.run.workload.replay if rec.run.workload is not None else None
@@ -261,11 +277,19 @@ class Replay(Workload):
     # -- where the rows come from: the dump again, streamed in order ----------------------------------
 
     def _row(self, i: int) -> RolloutRow:
+        if i in self._ahead:
+            return self._ahead[i]
+        if self._wanted is None:
+            self._wanted = set(self.prep.kept)
+        wanted = self._wanted
         while True:
             row = next(self._rows)
             self._next += 1
             if self._next - 1 == i:
+                self._ahead[i] = row
                 return row
+            if self._next - 1 in wanted:
+                self._ahead[self._next - 1] = row
 
     def _pairs(self) -> list[dict[str, str]]:
         engines = [p.name for p in self.prep.sides[1:]]
@@ -368,6 +392,8 @@ class Replay(Workload):
         replay["tokens"], replay["masked"] = self._tokens, self._masked
         replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
         self._store(chunk, results, comparisons, samples)
+        for j in chunk:
+            self._ahead.pop(prep.kept[j], None)
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),

@@ -10,7 +10,9 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
+    from ..core.cluster import ClusterSpec
     from ..core.requests import InputCheck
+    from ..run.cluster import ClusterSides
     from ..run.pipeline import Loaded, Sides
     from ..run.plan import Prepared, RunRequest, SidePlan
     from ..inputs.prompts import PromptSpec
@@ -42,6 +44,11 @@ class Service(Protocol):
               on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
               findings: list[Finding] | None = None,
               timings: dict[str, float] | None = None) -> AbstractContextManager[Sides]: ...
+
+    def cluster_sides(self, plans: list[SidePlan], spec: ClusterSpec, *, gpu: bool | None = None,
+                      emit: EventCallback | None = None, on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+                      findings: list[Finding] | None = None,
+                      timings: dict[str, float] | None = None) -> AbstractContextManager[ClusterSides]: ...
 
     def run(self, req: RunRequest, on_event: EventCallback | None = None) -> Run: ...
 

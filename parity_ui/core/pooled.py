@@ -562,7 +562,6 @@ def _resampled_figures(w: list[int], w_half: list[int], sums: Mapping[str, Seque
         return sum(map(mul, w, sums[name]))
 
     n = tot("n")
-    chosen = [i for i, k in enumerate(w) if k]
     few = [i for i, k in enumerate(w_half) if k]
     lrs = [seq_lr[i] for i in few if seq_lr[i] is not None]
     out: dict[str, float | None] = {name: None for name in FLOOR_FIGURE_NAMES}

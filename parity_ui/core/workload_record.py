@@ -26,6 +26,10 @@ class WorkloadOptions:
     too_long: str = "skip"  # a prompt longer than the context: "skip" (counted) or "stop"
     chunk: int = 64  # prompts generated, compared and stored together (Stop keeps finished chunks)
     source: dict[str, Any] = field(default_factory=dict)  # the file: path, field, rows, sample, content hash
+    # On a Ray cluster (parity_ui.core.cluster): "local", an address, or None (in process); and the
+    # replicas of each side ({side or "*": count}). Stored, so `parity resume` goes on the same way.
+    cluster: str | None = None
+    replicas: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,6 +112,8 @@ class WorkloadReport:
     # A replay's own record (parity_ui.commands.replay.ReplayRecord as a dict): the dump, its pairs,
     # the masked tokens, the worst tokens. None for other workloads.
     replay: dict[str, Any] | None = None
+    # The cluster it ran on (parity_ui.core.cluster.ClusterRecord as a dict); None in process.
+    cluster: dict[str, Any] | None = None
 
     @property
     def identical(self) -> bool | None:
@@ -148,7 +154,8 @@ class WorkloadReport:
         return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
                 "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
                 "sides": {k: figures(v) for k, v in self.sides.items()}, "floor_figures": figures(self.floor_figures),
-                "headline": self.headline, "rate": self.rate, "replay": self.replay}
+                "headline": self.headline, "rate": self.rate, "replay": self.replay,
+                "cluster": self.cluster}
 
 
 def report_from_json(d: dict[str, Any]) -> WorkloadReport:
@@ -164,7 +171,7 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
                           done=d.get("done", 0), skipped_too_long=list(d.get("skipped_too_long") or []),
                           sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
                           floor_figures=figures(d.get("floor_figures")), headline=d.get("headline", ""),
-                          rate=d.get("rate"), replay=d.get("replay"))
+                          rate=d.get("rate"), replay=d.get("replay"), cluster=d.get("cluster"))
 
 
 def _pct(x: float | None) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.errors import PromptError
+from . import light_tokenizer
 from .images import MAX_IMAGES_PER_PROMPT, ImageInput, decode_image, read_image
 
 MAX_PROMPT_FILE_BYTES = 50 * 2**20
@@ -260,9 +261,20 @@ class PromptTokenizer:
     decode_as_is (no space clean-up, whatever the tokenizer's config says)."""
 
     def __init__(self, model_path: str, trust_remote_code: bool = False):
-        from transformers import AutoTokenizer  # lazy: pulls in torch (no CUDA is touched)
+        # A tokenizer verified equal to transformers' loads without it (light_tokenizer: ~0.1 s instead
+        # of the 4-10 s transformers and torch take to import); any other loads through transformers,
+        # and the first load of a candidate verifies it for the next process.
+        light = not trust_remote_code and light_tokenizer.candidate(model_path)
+        self.light = light and light_tokenizer.verified(model_path)
+        if self.light:
+            self.tok: Any = light_tokenizer.LightTokenizer(model_path)
+        else:
+            with _import_lock:  # transformers' first import is not thread-safe
+                from transformers import AutoTokenizer  # lazy: pulls in torch (no CUDA is touched)
 
-        self.tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+                self.tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            if light:
+                light_tokenizer.verify(model_path, self.tok)
         self._decode_lock = threading.Lock()
         self._cache: dict[int, str] = {}
         self._raw_cache: dict[int, str] = {}
@@ -377,6 +389,7 @@ def _bytes_to_unicode() -> dict[int, str]:
 _BYTE_DECODER = {ch: b for b, ch in _bytes_to_unicode().items()}
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _tokenizer_lock = threading.Lock()
+_import_lock = threading.Lock()
 
 
 @lru_cache(maxsize=4)
@@ -384,12 +397,17 @@ def _tokenizer_for(model_path: str, trust_remote_code: bool) -> PromptTokenizer:
     return PromptTokenizer(model_path, trust_remote_code)
 
 
-def import_tokenizers_ahead() -> threading.Thread:
-    """Import transformers' tokenizer classes (and torch under them: seconds) in a daemon thread, under
-    the lock tokenizer_for takes, so that a fresh process's other start-up work (the store, the model's
-    config, the workers started ahead) overlaps it. tokenizer_for waits for it."""
+def import_tokenizers_ahead(model: str | None = None) -> threading.Thread | None:
+    """Import transformers' tokenizer classes (and torch under them: seconds) in a daemon thread, so
+    that a fresh process's other start-up work (the store, the model's config, the workers started
+    ahead) overlaps it; a tokenizer load through transformers waits for it. Nothing is imported when
+    `model` is a local folder (or the demo) whose tokenizer loads without transformers: the import would
+    only take the CPU from the work that needs it."""
+    if model is not None and _light_ready(model):
+        return None
+
     def go() -> None:
-        with _tokenizer_lock:
+        with _import_lock:
             try:
                 import transformers.models.auto.tokenization_auto  # noqa: F401
             except Exception:  # noqa: BLE001 - tokenizer_for reports it where it matters
@@ -400,8 +418,24 @@ def import_tokenizers_ahead() -> threading.Thread:
     return t
 
 
+def _light_ready(model: str) -> bool:
+    """Whether `model` (as the user named it) is a local folder whose tokenizer is verified light,
+    found from the name alone: no download, no conversion, no hub lookup."""
+    from .demo_model import DEMO_NAME, demo_model_dir
+
+    if model in ("", DEMO_NAME):
+        folder = demo_model_dir()
+    else:
+        folder = Path(model).expanduser()
+    try:
+        return folder.is_dir() and light_tokenizer.candidate(str(folder.resolve())) and \
+            light_tokenizer.verified(str(folder.resolve()))
+    except OSError:
+        return False
+
+
 def tokenizer_for(model_path: str, trust_remote_code: bool = False) -> PromptTokenizer:
-    """One tokenizer per model folder. Serialised: transformers' first import is not thread-safe."""
+    """One tokenizer per model folder."""
     with _tokenizer_lock:
         return _tokenizer_for(model_path, trust_remote_code)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.cluster import describe_record
 from ..core.figures import BAND_KEYS, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
@@ -92,6 +93,8 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
     opts = report.options
     src = opts.source.get("path") or opts.source.get("source") or ""
     lines.append(f"  mode {opts.mode}; floor: {report.floor.description}" + (f"; source {src}" if src else ""))
+    if report.cluster:  # where it ran, and why its batches are not an in-process run's
+        lines.append(f"  on {describe_record(report.cluster)}; {report.cluster.get('note', '')}")
     if report.skipped_too_long:
         lines.append(f"  {len(report.skipped_too_long)} prompt(s) skipped as longer than the context: "
                      f"{', '.join(map(str, report.skipped_too_long[:10]))}{' ...' if len(report.skipped_too_long) > 10 else ''}")

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.cluster import describe_record
 from ..core.figures import BAND_KEYS, CHECK_OF_ROW, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, NOT_IDENTICAL, TOO_FEW, WITHIN, FigureCheck, FloorVerdict, factor_text
 from ..core.types import Run
@@ -157,6 +158,9 @@ def workload_card_html(run: Run, reveal: bool = False) -> str:
         if w.rate:
             how.append(f"{w.rate:.2f} prompts/s")
         body.append(f'<div class="pc-muted">{"; ".join(how)}</div>')
+        if w.cluster:  # where it ran, and why its batches are not an in-process run's
+            body.append(f'<div class="pc-muted wl-cluster">On {esc(describe_record(w.cluster))}. '
+                        f'{esc(w.cluster.get("note", ""))}.</div>')
         if w.skipped_too_long:
             shown = ", ".join(map(str, w.skipped_too_long[:10])) + (" …" if len(w.skipped_too_long) > 10 else "")
             body.append(f'<div class="pc-muted">{len(w.skipped_too_long)} prompt(s) skipped as longer than the '

@@ -224,6 +224,11 @@ class CompareTab:
                                            elem_id="wl-sample")
                 self.wl_skip = gr.Checkbox(False, label="Skip broken lines or rows (counted and named)",
                                            elem_id="wl-skip")
+            with gr.Row():
+                self.wl_cluster = gr.Textbox(label="Ray cluster (empty: in this process)", elem_id="wl-cluster",
+                                             placeholder="local, or a head node's address (HOST:6379)")
+                self.wl_replicas = gr.Textbox(label="Replicas of each side there", elem_id="wl-replicas",
+                                              placeholder="2, or per side: ref=1,b=4")
         self.workload = gr.State(WorkloadPick())
 
     def _render_run(self) -> None:
@@ -311,9 +316,10 @@ class CompareTab:
                                                             "the text box.")), self.workload: cleared(pick)}
 
     def workload_options(self, workload: WorkloadPick | None, mode: str, floor: str, field: str | None, limit: Any,
-                         sample: Any, skip_bad: bool) -> dict[Any, Any]:
+                         sample: Any, skip_bad: bool, cluster: str = "", replicas: str = "") -> dict[Any, Any]:
         """An option of the workload changed: kept, and the file read again when it picks other prompts."""
-        pick = with_options(_pick(workload), mode, floor, field, limit, sample, skip_bad)
+        pick = with_options(_pick(workload), mode, floor, field, limit, sample, skip_bad, cluster or "",
+                            replicas or "")
         shown = note_html(pick) if pick.active else cards.error_html(pick.error, pick.fix, "Workload option refused") \
             if pick.error else gr.skip()
         return {self.workload: pick, self.prompt_info: shown}
@@ -462,9 +468,10 @@ class CompareTab:
         self.recount(self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False))
         # Workload options: a pick at once, a typed one when it is left (or on Enter).
         options = [self.workload, self.wl_mode, self.wl_floor, self.wl_field, self.wl_limit, self.wl_sample,
-                   self.wl_skip]
+                   self.wl_skip, self.wl_cluster, self.wl_replicas]
         gr.on([self.wl_mode.input, self.wl_floor.input, self.wl_skip.input, self.wl_field.blur, self.wl_field.submit,
-               self.wl_limit.blur, self.wl_limit.submit, self.wl_sample.blur, self.wl_sample.submit],
+               self.wl_limit.blur, self.wl_limit.submit, self.wl_sample.blur, self.wl_sample.submit,
+               self.wl_cluster.blur, self.wl_cluster.submit, self.wl_replicas.blur, self.wl_replicas.submit],
               self.workload_options, options, [self.workload, self.prompt_info], api_name=False,
               show_progress="hidden", trigger_mode="always_last", concurrency_limit=1, concurrency_id="wl-options")
         self.images.change(self.check_images, [self.images], self.image_info, api_name=False,

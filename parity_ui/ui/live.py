@@ -125,7 +125,8 @@ class WorkloadLive:
             self.done = ev.prompt_index or 0
             self.eta = ev.message
             self.fraction = ev.fraction
-            self.phase = "Generating, comparing and storing, a chunk at a time"
+            self.phase = ("Generating, comparing and storing, blocks at once on the cluster's replicas"
+                          if " replica(s)" in ev.message else "Generating, comparing and storing, a chunk at a time")
             return
         if ev.kind == "token":
             return

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.cluster import parse_cluster, parse_replicas
 from ..core.errors import ParityError, PromptError
 from ..inputs.prompts import MAX_PROMPT_FILE_BYTES, check_upload_size
 from ..render.cards import error_html, esc
@@ -39,6 +40,8 @@ class WorkloadPick:
     skip_bad: bool = False
     mode: str = "free"
     floor: str = "auto"
+    cluster: str = ""  # a Ray cluster to run on ("local", an address; "" in process): parity_ui.core.cluster
+    replicas: str = ""  # replicas of each side there ("2", "ref=1,b=4"; "" one each)
     prompts: int = 0  # prompts the selection holds (after limit/sample)
     parquet: bool = False
     description: str = ""  # Workload.describe()
@@ -57,7 +60,9 @@ class WorkloadPick:
         return self.rollout is not None or self.prompts > 1 or self.parquet
 
     def options(self) -> WorkloadOptions:
-        return WorkloadOptions(mode=self.mode, floor=self.floor)
+        cluster = parse_cluster(self.cluster)  # checked by with_options: it raises nothing here
+        return WorkloadOptions(mode=self.mode, floor=self.floor, cluster=cluster,
+                               replicas=parse_replicas(self.replicas) if cluster and self.replicas else {})
 
 
 def is_workload_file(name: str) -> bool:
@@ -138,15 +143,21 @@ def _count(label: str, value: Any) -> int | None:
 
 
 def with_options(pick: WorkloadPick, mode: str, floor: str, field_name: str | None, limit: Any, sample: Any,
-                 skip_bad: bool) -> WorkloadPick:
+                 skip_bad: bool, cluster: str | None = None, replicas: str | None = None) -> WorkloadPick:
     """The pick with the page's options; the file is read again when the selection changed (field,
-    limit, sample, skipping). A bad option becomes the pick's error, like a bad file."""
+    limit, sample, skipping). A bad option becomes the pick's error, like a bad file. `cluster` and
+    `replicas` (None: unchanged) are checked here, so Run starts on the cluster the user named."""
     new = dataclasses.replace(pick, mode=mode if mode in MODES else pick.mode,
                               floor=floor if floor in FLOORS else pick.floor,
-                              field=(field_name or "").strip() or None, skip_bad=bool(skip_bad))
+                              field=(field_name or "").strip() or None, skip_bad=bool(skip_bad),
+                              cluster=pick.cluster if cluster is None else cluster.strip(),
+                              replicas=pick.replicas if replicas is None else replicas.strip())
     try:
+        parse_cluster(new.cluster)
+        if new.replicas:
+            parse_replicas(new.replicas)
         new.limit, new.sample = _count("limit", limit), _count("sample", sample)
-    except PromptError as e:
+    except ParityError as e:
         return dataclasses.replace(new, error=e.message, fix=e.fix, prompts=0, description="", skipped=[])
     selection = ("path", "field", "limit", "sample", "seed", "skip_bad")
     if pick.error or any(getattr(new, k) != getattr(pick, k) for k in selection):

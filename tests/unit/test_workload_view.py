@@ -229,6 +229,12 @@ def test_an_uploaded_workload_is_described_before_it_runs_and_its_options_resele
     assert "Runs as a workload" in tab.count_tokens("demo", False, "ignored", None, "", pick)
     bad = tab.workload_options(pick, "scored", "none", "", 2.5, None, True)[tab.workload]
     assert "whole number" in bad.fix
+    # A Ray cluster the user names: Run starts the workload there (docs/cluster.md); a bad one is refused.
+    on = tab.workload_options(pick, "scored", "none", "", 3, None, True, "local", "ref=1,b=2")[tab.workload]
+    assert on.error is None and on.options().cluster == "local" and on.options().replicas == {"ref": 1, "b": 2, "*": 1}
+    refused = tab.workload_options(on, "scored", "none", "", 3, None, True, "local", "b=zero")
+    assert "ref=1,b=4" in refused[tab.workload].fix and "not a count of replicas" in refused[tab.prompt_info]
+    assert tab.workload_options(on, "scored", "none", "", 3, None, True, "", "")[tab.workload].options().cluster is None
     one = tab.upload(_jsonl(tmp_path / "one.jsonl", 1), WorkloadPick())[tab.workload]
     assert one.prompts == 1 and not one.is_workload
     pq = pytest.importorskip("pyarrow.parquet")

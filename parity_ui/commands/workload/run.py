@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...analysis.compare import compare
+from ...core.cluster import check_sides, parse_cluster
 from ...core.config import ParityConfig, config_from_dict
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
@@ -75,10 +76,13 @@ def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | N
     return rec.run
 
 
-def resume_workload(service: Service, run_id: str, emit: EventCallback | None = None) -> Run:
+def resume_workload(service: Service, run_id: str, emit: EventCallback | None = None, *,
+                    cluster: str | None = None, replicas: dict[str, int] | None = None) -> Run:
     """Go on with a stopped, failed or interrupted workload run: the prompts it has not finished,
-    with the same sides, options and prompts (as given). Raises ParityError when there is nothing to
-    resume (no such run, not a workload, already finished, or it is running in another process)."""
+    with the same sides, options and prompts (as given); on the cluster it ran on, unless `cluster`
+    names another ("none": in process) or `replicas` other counts. Raises ParityError when there is
+    nothing to resume (no such run, not a workload, already finished, or it is running in another
+    process)."""
     emit = emit or (lambda e: None)
     stored = service.store.get_run(run_id, prompts=[])
     if stored is None:
@@ -91,6 +95,12 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
     report = stored.workload
     if stored.status in ("ok", "diverged") and report.done + len(report.skipped_too_long) >= report.n_prompts:
         raise ParityError(f"run {run_id} finished every prompt", "start a new run to measure again")
+    if cluster is not None:
+        report.options.cluster = parse_cluster(cluster)
+        if report.options.cluster is None:
+            report.options.replicas = {}
+    if replicas is not None:
+        report.options.replicas = dict(replicas)
     prompts = given_prompts(service, run_id)
     req = WorkloadRequest(model=stored.model.name, prompts=prompts, config=config_from_dict(stored.config),
                           options=report.options, group_id=stored.group_id)
@@ -123,6 +133,8 @@ def check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
         raise ConfigError("chunk", "chunk must be 1..100000 and floor_batch_size 1..1024", "e.g. --chunk 64")
     if len(cfg.sides) < 2:
         raise ConfigError("sides", "a workload compares at least two sides", "add a side: --side b=vllm")
+    if o.cluster is not None or o.replicas:
+        check_cluster(o, [s.name for s in cfg.sides] + [FLOOR])
     if o.mode == "scored":
         if not cfg.greedy:
             raise ConfigError("temperature", "scored mode compares greedy sequences (temperature 0)",
@@ -130,6 +142,16 @@ def check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
         if o.floor in ("batch", "order"):
             raise ConfigError("floor", f"{o.floor!r} changes nothing in scored mode: the reference scores one "
                                        "sequence at a time", "use --floor kernel (an HF reference) or --floor none")
+
+
+def check_cluster(o: WorkloadOptions, sides: list[str]) -> None:
+    """A cluster run's options (parity_ui.core.cluster): an address, and replicas of the run's sides
+    only with one. Raises ConfigError."""
+    o.cluster = parse_cluster(o.cluster)
+    if o.replicas and not o.cluster:
+        raise ConfigError("replicas", "replicas run on a Ray cluster", "add --cluster local (this machine) or "
+                                                                      "--cluster ADDRESS, or leave out --replicas")
+    check_sides(o.replicas, sides)
 
 
 def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, FloorSpec]:
@@ -185,7 +207,8 @@ class Workload:
         with phase(run, "prepare"):
             rreq = RunRequest(model=self.req.model, prompts=self.req.prompts, config=self.req.config,
                               trust_remote_code=self.req.trust_remote_code, too_long=o.too_long)
-            self.service.head_start(rreq)  # the engines import while this process tokenizes every prompt
+            if not o.cluster:  # replicas start on the cluster, not here
+                self.service.head_start(rreq)  # the engines import while this process tokenizes every prompt
             prep = self.service.prepare(rreq)
         self.prep = prep
         self.rec.prepared(prep)
@@ -204,12 +227,17 @@ class Workload:
         report.done = len(prep.kept) - len(todo)
         self.rec.save_header()
         plans = prep.sides + ([floor] if floor else [])
+        on_loaded = lambda p, got: self.rec.loaded(p.name, got.info, got.load_s)  # noqa: E731
         try:
-            with self.service.sides(plans, gpu=prep.resolved.on_gpu, emit=self.emit, findings=run.warnings,
-                                    timings=run.timings,
-                                    on_loaded=lambda p, got: self.rec.loaded(p.name, got.info, got.load_s)) as sides:
-                with phase(run, "generate"):
-                    self._chunks(sides, todo)
+            if o.cluster:  # the same chunks, as blocks on Ray's replicas (parity_ui.commands.workload.on_cluster)
+                from .on_cluster import run_on_cluster
+
+                run_on_cluster(self, plans, todo, on_loaded)
+            else:
+                with self.service.sides(plans, gpu=prep.resolved.on_gpu, emit=self.emit, findings=run.warnings,
+                                        timings=run.timings, on_loaded=on_loaded) as sides:
+                    with phase(run, "generate"):
+                        self._chunks(sides, todo)
         finally:
             with phase(run, "pool"):  # also after a Stop or a failure: the figures of what finished
                 self._pool(report)
@@ -238,16 +266,19 @@ class Workload:
         self.progress = progress = Progress(self.emit, report, len(todo), self.prep.config.max_new_tokens, n_chunks)
         for k, start in enumerate(range(0, len(todo), size)):
             chunk = todo[start:start + size]
-            n_sides = len(self.prep.sides) - 1
-            calls = (2 * n_sides + (1 if self.floor else 0)) if self.opts.mode == "scored" else \
-                (1 + n_sides + (1 if self.floor else 0))
-            progress.chunk(k, len(chunk), calls)
+            progress.chunk(k, len(chunk), self._calls())
             self._chunk(sides, chunk)
             finished += len(chunk)
             report.done += len(chunk)
             report.rate = finished / max(time.perf_counter() - t0, 1e-9)
             progress.chunk_done(len(chunk))
             self.rec.save_header()
+
+    def _calls(self) -> int:
+        """The engine calls one chunk makes (each side's generate, each scoring): progress's unit."""
+        n_sides = len(self.prep.sides) - 1
+        return (2 * n_sides + (1 if self.floor else 0)) if self.opts.mode == "scored" else \
+            (1 + n_sides + (1 if self.floor else 0))
 
     def _chunk(self, sides: Sides, chunk: list[int]) -> None:
         """One chunk's sequences made, compared and stored (a replay forces a dump's tokens instead)."""

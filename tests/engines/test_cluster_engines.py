@@ -1,0 +1,120 @@
+"""Workloads on a local Ray instance with the real engines (HF reference, vLLM on the CPU), on the shared
+tiny Llama in float32, 2 replicas a side: a scored and a free-running workload give the tokens and the
+figures of the in-process path, and a replica killed mid-run loses nothing. One Ray instance for the
+module (the service's), stopped after it; 6 prompts of 16 tokens."""
+from __future__ import annotations
+
+import pytest
+
+from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+from parity_ui.core.cluster import ALL
+from parity_ui.core.config import build_config
+from parity_ui.core.workload_record import WorkloadOptions
+from parity_ui.inputs.prompts import PromptSpec
+from parity_ui.store.runs import pair_samples
+
+PROMPTS = [PromptSpec(text=t) for t in ("def parse_args(", "class Namespace(", "import json", "return self.",
+                                        "for key, value in", "if not isinstance(")]
+
+
+@pytest.fixture(scope="module")
+def on_ray(service):
+    pytest.importorskip("ray")
+    yield service
+    service.close_cluster()  # the replicas' engines leave memory before the next module's tests
+
+
+def _run(service, model, mode, cluster=None, emit=None):
+    cfg = build_config(None, ["dtype=float32", "max_new_tokens=16", "ignore_eos=true"], sides=["ref=hf", "b=vllm"])
+    opts = WorkloadOptions(mode=mode, floor="none", chunk=3, cluster=cluster, replicas={ALL: 2} if cluster else {})
+    run = run_workload(service, WorkloadRequest(model=str(model), prompts=PROMPTS, config=cfg, options=opts), emit)
+    assert run.status in ("ok", "diverged"), run.error
+    assert run.workload.done == len(PROMPTS)
+    return run
+
+
+def _tokens(service, run):
+    got = service.get_run(run.id)
+    return {(p.index, side): list(r.token_ids) for p in got.prompts for side, r in p.results.items()}
+
+
+def _figures(run):
+    return {n: f.stats.to_dict() for n, f in run.workload.sides.items()}
+
+
+def _differ(a, b, path="", tol=1e-5) -> list[str]:
+    """Where two figures' records differ: not equal, or (floats) more than float32 rounding apart."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a)} != {sorted(b)}"]
+        return [d for k in a for d in _differ(a[k], b[k], f"{path}.{k}", tol)]
+    if isinstance(a, list) and isinstance(b, list):
+        if path.endswith("worst_by_gap"):  # prompts whose gaps tie up to float32 rounding may swap places
+            a, b = (sorted(x, key=lambda w: w["prompt_index"]) for x in (a, b))
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differ(x, y, f"{path}[{i}]", tol)]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if abs(a - b) <= tol else [f"{path}: {a} != {b}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_killed_replica_loses_nothing(
+        on_ray, tiny_llama):
+    import ray
+
+    service = on_ray
+    here = {}
+    for mode in ("scored", "free"):
+        here[mode], there = _run(service, tiny_llama, mode), _run(service, tiny_llama, mode, cluster="local")
+        assert len(_tokens(service, there)) == 2 * len(PROMPTS)
+        assert _tokens(service, there) == _tokens(service, here[mode]), mode
+        assert not _differ(_figures(there), _figures(here[mode])), (mode, _differ(_figures(there), _figures(here[mode])))
+        c = there.workload.cluster
+        assert c["replicas"] == {"ref": 2, "b": 2} and c["nodes"] == 1 and c["retried_blocks"] == 0
+        assert any(f.code == "cluster-batches" for f in there.warnings)
+
+    killed: list[str] = []
+
+    def kill_the_first_vllm_replica(e):
+        # At the run's first progress line: the blocks are handed out, b#0 is (or is about to be) asked
+        # for the first block's tokens; the driver learns of its death from that call.
+        if e.kind == "progress" and not killed:
+            h = next(h for h in service._cluster.replicas.handles.values() if h.side == "b" and h.index == 0)
+            killed.append(h.name)
+            ray.kill(h.actor)
+
+    again = _run(service, tiny_llama, "scored", cluster="local", emit=kill_the_first_vllm_replica)
+    assert killed and again.workload.cluster["retried_blocks"] >= 1, again.workload.cluster
+    assert _tokens(service, again) == _tokens(service, here["scored"])
+    rows = list(pair_samples(service.db, again.id, "b"))
+    assert sorted(s.prompt_index for s in rows) == list(range(len(PROMPTS)))  # each prompt stored once
+
+
+def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, tmp_path):
+    """A dump of the tiny model's own greedy rollouts (its vLLM side's tokens and logprobs), replayed in
+    process and on the replicas the workload test left warm: every pair's figures the same."""
+    import json
+
+    from parity_ui.service import ReplayRequest
+
+    service = on_ray
+    made = _run(service, tiny_llama, "free")
+    got = service.get_run(made.id)
+    dump = tmp_path / "r.jsonl"
+    with open(dump, "w") as f:
+        for p in got.prompts:
+            b = p.results["b"]
+            f.write(json.dumps({"prompt_ids": list(p.prompt_token_ids), "response_ids": list(b.token_ids),
+                                "rollout_logprobs": [s.logprob for s in b.steps],
+                                "loss_mask": [1] * len(b.token_ids)}) + "\n")
+    cfg = build_config(None, ["dtype=float32", "ignore_eos=true"], sides=["ref=hf", "b=vllm"])
+    runs = [service.replay(ReplayRequest(dump=str(dump), model=str(tiny_llama), config=cfg, chunk=3, floor="none",
+                                         cluster=cluster, replicas={ALL: 2} if cluster else {}))
+            for cluster in (None, "local")]
+    for run in runs:
+        assert run.kind == "replay" and run.status in ("ok", "diverged"), run.error
+        assert run.workload.done == len(PROMPTS)
+    here, there = ({n: f.stats.to_dict() for n, f in r.workload.sides.items()} for r in runs)
+    assert set(here) >= {"recorded", "b"} and not _differ(there, here), _differ(there, here)
+    assert runs[1].workload.cluster["replicas"] == {"ref": 2, "b": 2}
