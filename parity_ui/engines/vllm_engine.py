@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
-from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
+from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, RoutesRequest, ScoreBatch, ScoreRequest,
                    ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
 from .vllm_support import check_vllm, device_name, engine_input, resolved_settings
 
@@ -185,6 +185,11 @@ class VllmEngine(Engine):
             steps.append([_step_from_logprobs(j, r.continuation[j], got[i][base + j], r.logprobs)
                           for j in range(len(r.continuation))])
         return steps
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_vllm
+
+        return routes_vllm(self.llm, req.ids, req.positions)
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm
