@@ -101,3 +101,28 @@ def is_router_near_tie(agreement: RouteAgreement | None) -> bool:
     f = agreement.first_flip if agreement else None
     known = [m for m in (f.margins if f else []) if m is not None]
     return bool(known) and min(known) <= ROUTER_NEAR_TIE
+
+
+def route_figures(agreements: list[RouteAgreement | None]) -> dict[str, float | None]:
+    """The routing family's figures (core.figures FAMILIES["routing"]) pooled over comparisons: every
+    compared (token, layer) cell weighs the same, every compared token too."""
+    cells = same_set = same_order = shared = tokens = any_differ = 0
+    k = 1
+    for r in agreements:
+        if r is None or not r.compared:
+            continue
+        k = r.top_k
+        n_layers = len(r.layers)
+        c = r.compared * n_layers
+        cells += c
+        same_set += round((r.same_set or 0.0) * c)
+        same_order += round((r.same_order or 0.0) * c)
+        shared += round((r.mean_overlap or 0.0) * c * r.top_k)
+        tokens += r.compared
+        any_differ += round((r.steps_any_differ or 0.0) * r.compared)
+    if not cells:
+        return {key: None for key in ("route_same_set", "route_same_order", "route_overlap", "route_differ",
+                                      "route_tokens_any_differ")}
+    return {"route_same_set": same_set / cells, "route_same_order": same_order / cells,
+            "route_overlap": shared / (cells * k), "route_differ": 1 - same_set / cells,
+            "route_tokens_any_differ": any_differ / tokens}
