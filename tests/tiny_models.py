@@ -143,9 +143,16 @@ def moe_config(arch: str, tok: Any, *, hidden_size: int = 64, num_hidden_layers:
     raise ValueError(f"unknown MoE arch {arch!r}; one of {MOE_ARCHS}")
 
 
+# A real model's per-layer shape (attention and experts), for random-weight models of few layers.
+SHAPES = {"qwen3-30b-a3b": dict(num_attention_heads=32, num_key_value_heads=4, head_dim=128, moe_intermediate_size=768,
+                                intermediate_size=6144, vocab_size=151936, rope_theta=1_000_000.0)}
+
+
 def build_moe_model(folder: Path, arch: str = "qwen3_moe", *, seed: int = 0, dtype: str = "float32",
-                    vocab_size: int = 1024, **config: Any) -> Path:
-    """Build a tiny random MoE model of `arch` ("qwen3_moe" or "deepseek_v3") into `folder`."""
+                    vocab_size: int = 1024, shape: str | None = None, **config: Any) -> Path:
+    """Build a random MoE model of `arch` (one of MOE_ARCHS) into `folder`: tiny, or with a real
+    model's per-layer `shape` (SHAPES; the tokenizer stays the tiny one, its ids a subset of the
+    shape's vocabulary). A shaped model is made in `dtype` directly (billions of parameters)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -153,8 +160,10 @@ def build_moe_model(folder: Path, arch: str = "qwen3_moe", *, seed: int = 0, dty
     folder.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(folder, vocab_size)
     cfg = moe_config(arch, tok, **config)
+    for key, value in SHAPES.get(shape or "", {}).items():
+        setattr(cfg, key, value)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype) if shape else torch.float32)
     with torch.no_grad():  # routers start at zero in some versions: give them the scale of the rest
         for name, p in model.named_parameters():
             if name.endswith("gate.weight") and float(p.abs().max()) == 0.0:

@@ -315,9 +315,12 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
         for router, orig in originals:
             router.select_experts = orig
     hooked = bool(routers) and all(keeper.ids)
-    if hooked:
-        return keeper.routes([i for i, _ in routers], specs[0], positions, "hooks")
     routed = getattr(got.outputs[0], "routed_experts", None) if got is not None else None
+    if hooked:
+        out = keeper.routes([i for i, _ in routers], specs[0], positions, "hooks")
+        if routed is not None:  # both: say whether vLLM's own capture chose the same experts
+            out.source = f"hooks; vLLM built-in {_agree(out, routed, positions)}"
+        return out
     if routed is None:
         raise EngineFault("vLLM returned no routed experts and its routers' hooks did not fire (a compiled "
                           "model or CUDA graphs)", "record routes with enforce_eager=true on this side")
@@ -328,6 +331,20 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
     return Routes(layers=list(range(arr.shape[1])), top_k=int(arr.shape[2]),
                   num_experts=int(engine.model_config.get_num_experts()),
                   ids=arr.reshape(-1).astype(int).tolist(), source="vllm built-in") if hf_config else None
+
+
+def _agree(hooked: Routes, routed: Any, positions: list[int]) -> str:
+    """How vLLM's built-in ids compare with the hooks' (as sets: its slot order may be another)."""
+    import numpy as np
+
+    arr = np.asarray(routed)
+    usable = [p for p in positions if p < arr.shape[0]]
+    differ = 0
+    for r, p in enumerate(usable):
+        for j, layer in enumerate(hooked.layers):
+            if layer < arr.shape[1] and sorted(arr[p, layer].tolist()) != sorted(hooked.experts(r, j)):
+                differ += 1
+    return "agrees" if not differ else f"differs in {differ} of {len(usable) * len(hooked.layers)} (token, layer) routes"
 
 
 def _builtin_on(engine: Any) -> bool:
