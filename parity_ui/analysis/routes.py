@@ -125,4 +125,4 @@ def route_figures(agreements: list[RouteAgreement | None]) -> dict[str, float | 
                                       "route_tokens_any_differ")}
     return {"route_same_set": same_set / cells, "route_same_order": same_order / cells,
             "route_overlap": shared / (cells * k), "route_differ": 1 - same_set / cells,
-            "route_tokens_any_differ": any_differ / tokens}
+            "route_tokens_any_differ": any_differ / tokens, "cells": cells, "tokens": tokens}

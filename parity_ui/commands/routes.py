@@ -56,6 +56,38 @@ def record_routes(prep: Prepared, run: Run, sides: Sides, emit: EventCallback) -
     _replays(prep, run, sides, full, emit)
 
 
+def chunk_routes(prep: Prepared, run: Run, sides: Sides, plans: list[Any], results: dict[str, dict[int, Any]],
+                 chunk: list[int]) -> None:
+    """A workload chunk's routes: every side that can records its routes on each of the chunk's prompts
+    (results[side][j] gets .routes); a side that cannot is named once in the run's warnings."""
+    for p in plans:
+        if p.name not in results:
+            continue
+        if not p.kind.can_record_routes:
+            _warn_once(run, Finding(code="routes-unsupported", severity="warning", side=p.name,
+                                    message=f"{p.name} ({p.kind.label}) cannot record expert routes",
+                                    fix="record routes on vllm or hf sides"))
+            continue
+        try:
+            for j in chunk:
+                res = results[p.name].get(j)
+                if res is None or not res.token_ids:
+                    continue
+                base = len(prep.prompts_of(p.name)[j].token_ids)
+                ids = list(prep.prompts_of(p.name)[j].token_ids) + list(res.token_ids)
+                res.routes = sides.routes(p.name, RoutesRequest(ids=ids, positions=list(
+                    range(base - 1, base - 1 + len(res.token_ids)))))
+        except Exception as e:  # noqa: BLE001 - the workload goes on without this side's routes
+            _warn_once(run, Finding(code="routes-failed", severity="warning", side=p.name,
+                                    message=f"{p.name}: expert routes not recorded: {_why(e)}",
+                                    fix=getattr(e, "fix", "") or "set routes=false"))
+
+
+def _warn_once(run: Run, f: Finding) -> None:
+    if not any((w.code, w.side) == (f.code, f.side) for w in run.warnings):
+        run.warnings.append(f)
+
+
 def _replays(prep: Prepared, run: Run, sides: Sides, full: dict[tuple[str, int], Routes],
              emit: EventCallback) -> None:
     ref = prep.reference.name

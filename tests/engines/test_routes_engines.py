@@ -73,10 +73,15 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     assert r.after_identical and r.after_first_divergence is None and r.compared == 12
 
 
-def test_grouped_sigmoid_router_with_shared_expert_routes_alike_on_both_engines(service, tmp_path_factory):
+@pytest.fixture(scope="module")
+def glm(tmp_path_factory):
     from tiny_models import build_moe_model
 
-    model = build_moe_model(tmp_path_factory.mktemp("glm") / "glm4_moe", "glm4_moe", num_hidden_layers=2)
+    return build_moe_model(tmp_path_factory.mktemp("glm") / "glm4_moe", "glm4_moe", num_hidden_layers=2)
+
+
+def test_grouped_sigmoid_router_with_shared_expert_routes_alike_on_both_engines(service, glm):
+    model = glm
     cfg = build_config(overrides=["dtype=float32", "max_new_tokens=10", "routes=true", "cross_score=false"],
                        sides=["hf=hf", "vllm=vllm"])
     run = service.run(RunRequest(model=str(model), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")],
@@ -88,3 +93,35 @@ def test_grouped_sigmoid_router_with_shared_expert_routes_alike_on_both_engines(
         c = pr.comparisons[0]
         assert c.routes.same_order == 1.0 and c.routes.steps_any_differ == 0.0
         assert all(abs(x - y) < 1e-3 for x, y in zip(hf.routes.weights, vl.routes.weights))
+
+
+def test_a_workload_reports_the_routing_figures_against_its_floor(service, glm):
+    """bf16 on the CPU: the routing family pooled for the side and for the floor (the reference again
+    at another batch size), judged against it, on the CLI screen and readable by the gate."""
+    from parity_ui.commands.gate.metrics import value_of
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+    from parity_ui.core.figures import FAMILIES
+    from parity_ui.core.workload_record import WorkloadOptions
+    from parity_ui.render.text import format_workload
+
+    prompts = [PromptSpec(text=t) for t in ("def main(args):", "import os", "class Path(", "return self.",
+                                            "for key, value in", "raise ValueError(")]
+    cfg = build_config(overrides=["dtype=bfloat16", "max_new_tokens=6", "ignore_eos=true", "routes=true"],
+                       sides=["ref=hf", "b=vllm"])
+    run = run_workload(service, WorkloadRequest(model=str(glm), prompts=prompts, config=cfg,
+                                                options=WorkloadOptions(chunk=3, floor="batch")))
+    assert run.status in ("ok", "diverged"), run.error
+    w = run.workload
+    b, floor = w.sides["b"], w.floor_figures
+    for figs in (b, floor):
+        r = figs.stats.routing
+        assert set(FAMILIES["routing"]) <= set(r) and r["cells"] >= 6 * 2 and r["tokens"] >= 6
+        assert 0.0 <= r["route_differ"] <= 1.0 and r["route_same_set"] == pytest.approx(1 - r["route_differ"])
+        assert r["route_same_order"] <= r["route_same_set"] <= r["route_overlap"] <= 1.0
+    assert "the floor's" in b.routing_verdict and b.routing_verdict.endswith("floor")
+    assert value_of("route_same_set", b.stats) == b.stats.routing["route_same_set"]
+    screen = format_workload(w, run.id)
+    assert "routes identical" in screen and "tokens with a layer's experts differing" in screen
+    stored = service.store.get_run(run.id).workload  # the figures are stored with the report
+    assert stored.sides["b"].stats.routing == b.stats.routing and stored.sides["b"].routing_verdict == b.routing_verdict
+    print(screen)  # the figures, for a reader of -s

@@ -75,7 +75,8 @@ def test_compare_routes_grid_rates_and_first_flip():
     assert figs["route_same_set"] == pytest.approx((8 + 12) / 21)
     assert figs["route_differ"] == pytest.approx(1 / 21)
     assert figs["route_tokens_any_differ"] == pytest.approx(1 / 7)
-    assert set(figs) == set(FAMILIES["routing"]) <= set(FIGURES)
+    assert set(figs) == {*FAMILIES["routing"], "cells", "tokens"} and set(FAMILIES["routing"]) <= set(FIGURES)
+    assert (figs["cells"], figs["tokens"]) == (21, 7)
     assert route_figures([])["route_same_set"] is None  # "not recorded", never 0
 
 
@@ -169,3 +170,18 @@ def test_moe_preflight_names_shape_mismatch_and_sides_without_routes(tmp_path):
     assert {f.code for f in check_moe(prep)} == {"moe-shape-mismatch", "replay-without-routes"}
     prep = SimpleNamespace(config=SimpleNamespace(routes=True), sides=[side("ref", "hf", dense)])
     assert [f.code for f in check_moe(prep)] == ["routes-no-moe"]
+
+
+def test_routing_figures_are_judged_against_the_floor_and_named_by_the_gate():
+    from parity_ui.commands.gate.metrics import METRICS
+    from parity_ui.core.pooled import routing_against_floor
+
+    side = {"route_differ": 0.10, "cells": 2000}
+    assert "above the floor" in routing_against_floor(side, {"route_differ": 0.0, "cells": 2000})
+    assert "within the floor" in routing_against_floor(side, {"route_differ": 0.1, "cells": 2000})
+    assert routing_against_floor(side, None) is None and routing_against_floor(None, side) is None
+    same, differ = METRICS["route_same_set"], METRICS["route_differ"]
+    assert same.higher_is_better and not differ.higher_is_better and same.display == "routes identical"
+    stats = SimpleNamespace(routing={"route_same_set": 0.9})
+    assert same.get(stats) == 0.9 and differ.get(stats) is None  # not recorded: the check cannot pass
+    assert same.get(SimpleNamespace(routing=None)) is None
