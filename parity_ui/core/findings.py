@@ -43,7 +43,7 @@ class SideAtFork:
 
 @dataclass
 class Explanation:
-    """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" |
+    """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" | "router near-tie" |
     "real disagreement" | "masked token" | "length" | "sampling" | "error", a summary for a human,
     and the figures it rests on (those of other verdicts stay None)."""
 

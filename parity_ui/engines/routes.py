@@ -133,7 +133,9 @@ class _Keeper:
         self.margins: list[list[Any]] = [[] for _ in range(n_layers)]
 
     def keep(self, j: int, spec: RouterSpec, logits: Any, weights: Any, ids: Any) -> None:
-        self.ids[j].append(ids.detach().to("cpu", dtype=__import__("torch").int64))
+        import torch
+
+        self.ids[j].append(ids.detach().to("cpu", dtype=torch.int64))
         self.weights[j].append(weights.detach().float().cpu() if weights is not None else None)
         self.margins[j].append(margins_of(spec, logits.detach()) if logits is not None else None)
 
@@ -285,11 +287,8 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
     if par.tensor_parallel_size > 1 or par.pipeline_parallel_size > 1:
         raise EngineFault("route capture by hooks needs the model in this process (tensor_parallel_size=1)",
                           "record routes with one GPU a side, or load with enable_return_routed_experts")
-    builtin = _builtin_on(engine)
     model = engine.model_executor.driver_worker.worker.model_runner.model
-    routers = _vllm_routers(model)
-    if not routers and not builtin:
-        raise EngineFault(*MOE_UNSUPPORTED)
+    routers = _vllm_routers(model)  # none found: another vLLM's layout, or no MoE; the built-in capture may answer
     keeper = _Keeper(len(routers))
     specs = [_vllm_spec(r) for _, r in routers]
     originals = []
@@ -322,15 +321,24 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
             out.source = f"hooks; vLLM built-in {_agree(out, routed, positions)}"
         return out
     if routed is None:
+        if not routers and not _builtin_on(engine):
+            raise EngineFault(*MOE_UNSUPPORTED)
         raise EngineFault("vLLM returned no routed experts and its routers' hooks did not fire (a compiled "
                           "model or CUDA graphs)", "record routes with enforce_eager=true on this side")
     import numpy as np
 
     arr = np.asarray(routed)[positions]  # [n, layers, k]: rows for prompt + output - 1 positions
-    hf_config = engine.model_config.hf_text_config
-    return Routes(layers=list(range(arr.shape[1])), top_k=int(arr.shape[2]),
-                  num_experts=int(engine.model_config.get_num_experts()),
-                  ids=arr.reshape(-1).astype(int).tolist(), source="vllm built-in") if hf_config else None
+    return Routes(layers=list(range(arr.shape[1])), top_k=int(arr.shape[2]), num_experts=_num_experts(engine),
+                  ids=arr.reshape(-1).astype(int).tolist(), source="vllm built-in")
+
+
+def _num_experts(engine: Any) -> int:
+    get = getattr(engine.model_config, "get_num_experts", None)
+    if get is not None:
+        return int(get())
+    cfg = engine.model_config.hf_text_config
+    return int(next(getattr(cfg, k) for k in ("num_experts", "n_routed_experts", "num_local_experts")
+                    if getattr(cfg, k, None)))
 
 
 def _agree(hooked: Routes, routed: Any, positions: list[int]) -> str:
