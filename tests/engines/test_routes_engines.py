@@ -125,3 +125,33 @@ def test_a_workload_reports_the_routing_figures_against_its_floor(service, glm):
     stored = service.store.get_run(run.id).workload  # the figures are stored with the report
     assert stored.sides["b"].stats.routing == b.stats.routing and stored.sides["b"].routing_verdict == b.routing_verdict
     print(screen)  # the figures, for a reader of -s
+
+
+def test_routes_for_another_model_are_refused_before_replaying(planted):
+    """Bad input: routes recorded with other layers, another k, or without weights for ids+weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from parity_ui.core.routes import Routes
+    from parity_ui.engines.base import EngineFault
+    from parity_ui.engines.routes import ForcedRoutes
+
+    near, _, _ = planted
+    model = AutoModelForCausalLM.from_pretrained(near, dtype=torch.float32).eval()
+    with pytest.raises(EngineFault, match=r"recorded for MoE layers 3 \(0..2\), and this model's are 2 \(0..1\)"):
+        ForcedRoutes(model, Routes(layers=[0, 1, 2], top_k=2, num_experts=8, ids=[0, 1] * 3), 0, "ids")
+    with pytest.raises(EngineFault, match="choose 4 of 8 experts, and this model 2 of 8"):
+        ForcedRoutes(model, Routes(layers=[0, 1], top_k=4, num_experts=8, ids=[0, 1, 2, 3] * 2), 0, "ids")
+    with pytest.raises(EngineFault, match="carry no weights"):
+        ForcedRoutes(model, Routes(layers=[0, 1], top_k=2, num_experts=8, ids=[0, 1] * 2), 0, "ids+weights")
+    # and forcing works on a plain forward: the recorded experts are the ones used
+    from parity_ui.engines.routes import routes_hf
+
+    ids = [1, 5, 9, 12]
+    natural = routes_hf(model, ids, [0, 1, 2, 3])
+    forced = Routes(layers=[0, 1], top_k=2, num_experts=8,
+                    ids=[e if e != natural.ids[0] else (natural.ids[0] + 1) % 8 for e in natural.ids])
+    forced.ids[0], forced.ids[1] = 6, 7
+    with ForcedRoutes(model, forced, 0, "ids") as f:
+        got = routes_hf(model, ids, [0, 1, 2, 3])
+    assert got.experts(0, 0) == [6, 7] and f.forced == 4
