@@ -99,14 +99,14 @@ _ALL: list[Figure] = [
     # -- routing (mixture-of-experts, routes=true): over (token, layer) cells compared, up to each fork
     Figure("route_same_set", "routes identical", "share of (token, layer) routes where both sides chose the same "
            "experts", higher_is_worse=False, kind="share"),
-    Figure("route_same_order", "routes identical, slot order too", "share of (token, layer) routes with the same "
+    Figure("route_same_order", "routes identical, same slots", "share of (token, layer) routes with the same "
            "experts in the same slots (what a replay of ids, weights and order needs)", higher_is_worse=False,
            kind="share"),
     Figure("route_overlap", "expert overlap@k", "mean share of the k experts both sides chose, over (token, layer)",
            higher_is_worse=False, kind="share"),
     Figure("route_differ", "routes differing", "share of (token, layer) routes whose experts differ "
            "(1 − routes identical)", kind="share"),
-    Figure("route_tokens_any_differ", "tokens with a layer's experts differing",
+    Figure("route_tokens_any_differ", "tokens with routes differing",
            "share of tokens where at least one MoE layer chose other experts (R3's 94%)", kind="share"),
     Figure("seq_abs_log_ratio_max", "largest sequence |log ρ|",
            "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's "

@@ -121,7 +121,7 @@ def test_a_workload_reports_the_routing_figures_against_its_floor(service, glm):
     assert "the floor's" in b.routing_verdict and b.routing_verdict.endswith("floor")
     assert value_of("route_same_set", b.stats) == b.stats.routing["route_same_set"]
     screen = format_workload(w, run.id)
-    assert "routes identical" in screen and "tokens with a layer's experts differing" in screen
+    assert "routes identical" in screen and "tokens with routes differing" in screen
     stored = service.store.get_run(run.id).workload  # the figures are stored with the report
     assert stored.sides["b"].stats.routing == b.stats.routing and stored.sides["b"].routing_verdict == b.routing_verdict
     print(screen)  # the figures, for a reader of -s
