@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from .compare import rank_of, top_margin
+from .routes import flip_summary, is_router_near_tie
 from ..core.config import ParityConfig
 from ..core.findings import MASKED_LOGPROB, Explanation, SideAtFork
 from ..core.settings import LABELS
@@ -122,9 +123,10 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
     base = replace(base, index=c.first_divergence, noise_before=noise, sides=[c.a, c.b])
     if c.identical:
         gap = "n/a" if noise is None else f"{noise:.3g}"
+        flip = flip_summary(c.routes, None)
         return replace(base, verdict="identical",
                        summary=f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
-                               + note)
+                               + (f" The tokens agree, but {flip}." if flip else "") + note)
     d, i = c.divergence, c.first_divergence
     if d is not None and d.reason == "length":
         summary, fields = _stopped_summary(c, a, b)
@@ -154,6 +156,21 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
         else NEAR_TIE_NATS
     out = replace(out, largest_margin=worst, tie_bound=tie_bound)
     in_topk = d is not None and d.accepted
+    flip = flip_summary(c.routes, i)
+    if flip and is_router_near_tie(c.routes):
+        # The routing that made the forked token (or an earlier one) chose other experts at a router near-tie:
+        # the cause sits in the router, before any logit.
+        f = c.routes.first_flip
+        return replace(out, verdict="router near-tie", route_layer=f.layer, route_step=f.step,
+                       route_margin=min(m for m in f.margins if m is not None),
+                       summary=f"{at}: {flip}. Two experts' router scores were that close, so rounding alone can "
+                               "swap them; the other experts changed the token. Replaying the routes "
+                               "(replay_routes) tells how much of the gap they explain." + note)
+    if flip:
+        f = c.routes.first_flip
+        out = replace(out, route_layer=f.layer, route_step=f.step,
+                      route_margin=min((m for m in f.margins if m is not None), default=None))
+        note = f" Also, {flip}." + note
     if worst is not None and worst <= tie_bound and in_topk:
         exact = [s.name for s in (side_a, side_b) if s.margin_over_other == 0.0]
         if exact:

@@ -92,6 +92,12 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
         for pr in run.prompts:
             pr.comparisons = [compare(pr.results[ref], pr.results[b]) for b in others
                               if ref in pr.results and b in pr.results]
+    if getattr(prep.config, "routes", False):
+        from .routes import record_routes
+
+        with phase(run, "routes"):
+            record_routes(prep, run, sides, emit)
+        rec.keep([res for pr in run.prompts for res in pr.results.values() if res.routes is not None])
     if prep.config.cross_score:
         emit(RunEvent("status", "cross-scoring: teacher-forced, each side against the reference"))
         with phase(run, "cross_score"):

@@ -69,6 +69,8 @@ class ParityConfig:
     batch_size: int = option(1, "prompts per generate call", _int_range(1, 1024))
     cross_score: bool = option(True, "after generating, each side re-scores the reference's tokens and "
                                      "the reference each side's (teacher forcing)")
+    routes: bool = option(False, "mixture-of-experts models: record which experts every MoE layer chose for each "
+                                 "token on every side that can, and compare them layer by layer")
     generate_while_loading: str = option(
         "gpu", "a side that has loaded generates while slower sides still load: gpu = on a GPU machine "
                "(the first answer comes sooner), always, never (per-token timings of each side alone)",

@@ -96,11 +96,27 @@ _ALL: list[Figure] = [
     Figure("extreme_share", "|Δlogprob| > ln 2",
            "share of tokens whose |logp_side − logp_ref| exceeds ln 2 (ρ beyond ½ or 2: AReaL's extreme "
            "fraction)", kind="share"),
+    # -- routing (mixture-of-experts, routes=true): over (token, layer) cells compared, up to each fork
+    Figure("route_same_set", "routes identical", "share of (token, layer) routes where both sides chose the same "
+           "experts", higher_is_worse=False, kind="share"),
+    Figure("route_same_order", "routes identical, same slots", "share of (token, layer) routes with the same "
+           "experts in the same slots (what a replay of ids, weights and order needs)", higher_is_worse=False,
+           kind="share"),
+    Figure("route_overlap", "expert overlap@k", "mean share of the k experts both sides chose, over (token, layer)",
+           higher_is_worse=False, kind="share"),
+    Figure("route_differ", "routes differing", "share of (token, layer) routes whose experts differ "
+           "(1 − routes identical)", kind="share"),
+    Figure("route_tokens_any_differ", "tokens with routes differing",
+           "share of tokens where at least one MoE layer chose other experts (R3's 94%)", kind="share"),
     Figure("seq_abs_log_ratio_max", "largest sequence |log ρ|",
            "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's "
            "geometric-mean ρ is from 1", unit="nats"),
 ]
 FIGURES: dict[str, Figure] = {f.key: f for f in _ALL}
+# Figure families: every family's keys, registered once (the views list a family's figures together).
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "routing": ("route_same_set", "route_same_order", "route_overlap", "route_differ", "route_tokens_any_differ"),
+}
 assert len(FIGURES) == len(_ALL), "a figure key registered twice"
 
 

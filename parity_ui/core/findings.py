@@ -43,7 +43,7 @@ class SideAtFork:
 
 @dataclass
 class Explanation:
-    """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" |
+    """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" | "router near-tie" |
     "real disagreement" | "masked token" | "length" | "sampling" | "error", a summary for a human,
     and the figures it rests on (those of other verdicts stay None)."""
 
@@ -66,6 +66,10 @@ class Explanation:
     stop_token_id: int | None = None
     continued_side: str | None = None
     continued_to: int | None = None
+    # MoE (routes recorded): the first (token, layer) whose experts differ and the router margin there
+    route_step: int | None = None
+    route_layer: int | None = None
+    route_margin: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -64,6 +64,9 @@ NOTES: dict[str, str] = {
                   "own numerics: the reference itself moves.",
     "cross_score": "parity-ui only: after generating, the reference and each side teacher-force each other's "
                    "tokens (vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
+    "routes": "parity-ui only: MoE routes per token and layer. HF: a forward hook on each MoE layer's gate; vLLM: "
+              "its routers wrapped in process (eager), and on a GPU also enable_return_routed_experts (ids). "
+              "replay_routes (hf sides): the gate's top-k replaced by the reference's recorded experts.",
     "generate_while_loading": "parity-ui only: when a side has loaded, it generates while slower sides still "
                               "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
                               "'never'. The tokens do not change; the timings of a side that generated early "
@@ -279,6 +282,11 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     }
     if getattr(v, "generation_config", None):
         rec(p + "generation_config", "LLM", "generation_config", llm["generation_config"])
+    if cfg.routes and r.on_gpu:
+        # vLLM's own capture (V1 model runner on a GPU; the CPU build refuses it): the expert ids.
+        llm["enable_return_routed_experts"] = rec("routes", "LLM", "enable_return_routed_experts", True)
+    else:
+        rec("routes", "runtime", "hooks on the routers (select_experts), in process", cfg.routes)
     if v.pipeline_parallel_size > 1:
         llm["pipeline_parallel_size"] = rec(p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size",
                                             v.pipeline_parallel_size)
@@ -516,6 +524,9 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
+    if h.replay_routes != "off":
+        rec(p + "replay_routes", "runtime", "the gates' top-k replaced by recorded experts", h.replay_routes)
     rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
     keep = side_generation_config(cfg, side) == "model"
     rec("generation_config", "runtime", "model.generation_config",

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from .findings import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
                       probe_report_from_json)
 
+from .routes import (RouteAgreement, RouteReplay, Routes, agreement_from_json, replay_from_json,  # noqa: F401
+                     routes_from_json)
 from .workload_record import WorkloadReport, report_from_json
 
 if TYPE_CHECKING:
@@ -205,6 +207,7 @@ class SideResult:
     finish_reason: str | None = None  # "stop" | "length" | "error" | "cancelled"
     timings: SideTimings = field(default_factory=SideTimings)
     error: str | None = None
+    routes: Routes | None = None  # MoE runs with routes=true: the experts each step routed to (core.routes)
 
 
 @dataclass
@@ -272,6 +275,8 @@ class Comparison:
     divergence: Divergence | None = None
     explanation: Explanation | None = None  # parity_ui.analysis.explain
     cross_scores: CrossScores | None = None  # parity_ui.analysis.crossscore: each direction's teacher-forced figures
+    routes: RouteAgreement | None = None  # MoE: the two sides' routes compared (parity_ui.analysis.routes)
+    route_replay: RouteReplay | None = None  # b run again with a's routes: the figures before and after
 
 
 @dataclass
@@ -469,7 +474,8 @@ def side_result_from_dict(d: dict[str, Any]) -> SideResult:
     steps = d.get("steps") or []
     return SideResult(**{**_known(SideResult, d),
                          "steps": StepColumns(steps) if isinstance(steps, dict) else [step_from_dict(s) for s in steps],
-                         "timings": SideTimings(**_known(SideTimings, d.get("timings") or {}))})
+                         "timings": SideTimings(**_known(SideTimings, d.get("timings") or {})),
+                         "routes": routes_from_json(d.get("routes"))})
 
 
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
@@ -478,7 +484,9 @@ def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     return Comparison(**{**_known(Comparison, d),
                          "divergence": Divergence(**_known(Divergence, div)) if div else None,
                          "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
-                         "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross)})
+                         "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross),
+                         "routes": agreement_from_json(d.get("routes")),
+                         "route_replay": replay_from_json(d.get("route_replay"))})
 
 
 def prompt_result_from_dict(d: dict[str, Any]) -> PromptResult:

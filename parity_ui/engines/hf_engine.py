@@ -12,8 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..core.types import EngineInfo, SideResult, SideTimings, TokenStep
-from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
-                   StepCallback, make_step, result)
+from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, RouteReplayRequest, RoutesRequest,
+                   ScoreRequest, ShouldStop, StepCallback, make_step, result)
 
 if TYPE_CHECKING:
     from .hf_greedy import GreedyDecoder
@@ -393,6 +393,28 @@ class HfEngine(Engine):
         # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j.
         rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
         return self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_hf
+
+        return routes_hf(self.model, req.ids, req.positions)
+
+    def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
+        """Each prompt generated alone (a gate counts positions for one sequence), routing with its
+        recorded experts (parity_ui.engines.routes.ForcedRoutes)."""
+        from dataclasses import replace as _replace
+
+        from .routes import ForcedRoutes
+
+        g = req.generate
+        out = []
+        for i, (prompt, routes) in enumerate(zip(g.prompts, req.routes)):
+            one = _replace(g, prompts=[prompt], batch_size=1, stream=False)
+            with ForcedRoutes(self.model, routes, 0, req.mode):
+                res = self.generate(one, lambda i, s: None, lambda: False)[0]
+            res.prompt_index = i
+            out.append(res)
+        return out
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_hf

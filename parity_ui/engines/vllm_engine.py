@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
-from .base import (CaptureRequest, Engine, EngineFault, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
-                   ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
+from .base import (CaptureRequest, Engine, EngineFault, GenerateRequest, LoadRequest, Problem, RoutesRequest, ScoreBatch,
+                   ScoreRequest, ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
 from .vllm_support import (PROMPT, TRACE, check_vllm, device_name, engine_input, forced_tokens_label,
                            resolved_settings, trace_refusal, trace_unavailable)
 
@@ -260,6 +260,11 @@ class VllmEngine(Engine):
                                   "run the replay with forced_tokens=prompt on this side")
             steps.append([_step_from_logprobs(j, tid, got[i][j], r.logprobs) for j, tid in enumerate(r.continuation)])
         return steps
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_vllm
+
+        return routes_vllm(self.llm, req.ids, req.positions)
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm

@@ -92,6 +92,14 @@ CSS = """
 .pc-phases td { text-align:center; border:1px solid #eee; }
 .pc-muted { color:#71717a; }
 .pc-settings summary, .pc-timings summary, .pc-cross summary { cursor:pointer; color:#3f3f46; }
+/* MoE routes: the layer x token grid (parity_ui.render.routes) */
+.rt-grid { border-collapse:collapse; font:11px ui-monospace,monospace; margin:4px 0; }
+.rt-grid td, .rt-grid th { min-width:14px; height:14px; padding:0; text-align:center; border:1px solid #fff; }
+.rt-grid th { color:#71717a; font-weight:400; padding:0 4px; white-space:nowrap; }
+.rt-same { background:#dcfce7; } .rt-order { background:#fef9c3; } .rt-diff { background:#fecaca; }
+.rt-na { background:#f4f4f5; color:#a1a1aa; } .rt-fork { outline:2px solid #2563eb; }
+.rt-flip { outline:2px solid #dc2626; font-weight:700; }
+.pc-routes summary { cursor:pointer; color:#3f3f46; }
 /* A card under the upload button (a workload described, a file refused) takes the row's whole width. */
 div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 #prompt-count:has(.pc-card) { flex:1 1 100% !important; min-width:100% !important; }

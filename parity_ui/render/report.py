@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from ..analysis.crossscore import summary_line
+from .routes import route_lines
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
 from ..core.types import Localisation, Run, to_dict
@@ -71,6 +72,7 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                 lines.append(f"    verdict: {c.explanation.verdict}: {c.explanation.summary}")
             if c.cross_scores:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
+            lines += route_lines(c)
     if run.timings:
         lines.append("  time per phase: " + "  ".join(f"{k} {v:.2f}s" for k, v in run.timings.items()))
     if run.bisect is not None:
@@ -85,6 +87,7 @@ def _stream(res: Any) -> dict[str, Any]:
         "token_ids": res.token_ids, "text": res.text, "logprobs": [s.logprob for s in res.steps],
         "finish_reason": res.finish_reason, "timings": to_dict(res.timings), "error": res.error,
         "top_logprobs": [[{"token_id": t.token_id, "logprob": t.logprob} for t in s.top] for s in res.steps],
+        "routes": to_dict(res.routes),  # MoE: packed experts, weights and margins (core.routes), or null
     }
 
 

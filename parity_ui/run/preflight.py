@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .hardware import batch_invariant_support
+from .preflight_moe import check_moe
 from ..core.kinds import VllmOptions
 from ..core.types import Finding
 from ..core.validation import non_default
@@ -459,7 +460,7 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
 
 
 CHECKS: tuple[Check, ...] = (check_eos, check_bos, check_generation_config, check_sampling, check_dtype,
-                             check_rope, check_batching, check_logprobs, check_side_differences)
+                             check_rope, check_batching, check_logprobs, check_side_differences, check_moe)
 
 
 def run_preflight(prepared: Prepared) -> list[Finding]:

@@ -83,7 +83,9 @@ EVERYTHING = {
              "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
              "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
-           "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral"},
+           "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral",
+           "replay_routes": "ids"},
+    "routes": True,
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
 
@@ -109,6 +111,10 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "batch_size": ({"runtime.requests added per engine step loop"},
                    {"runtime.rows per generate call (left padded)"}),
     "cross_score": ({"SamplingParams.prompt_logprobs"}, {"runtime.one forward pass over prompt + tokens"}),
+    # on the CPU hooks on the routers; on a GPU vLLM's own capture
+    "routes": ({"runtime.hooks on the routers (select_experts), in process", "LLM.enable_return_routed_experts"},
+               {"runtime.forward hooks on the MoE gates"}),
+    "hf.replay_routes": (set(), {"runtime.the gates' top-k replaced by recorded experts"}),
     "generate_while_loading": ({"runtime.generates once loaded, while others load"},
                                {"runtime.generates once loaded, while others load"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
