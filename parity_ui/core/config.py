@@ -25,6 +25,7 @@ from .sides import SideSpec, build_sides
 from .validation import build, one_of, option
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+SAMPLING_MODES = ("native", "shared-seed")
 GENERATION_CONFIGS = ("neutral", "model")
 ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
@@ -55,6 +56,11 @@ class ParityConfig:
     min_p: float = option(0.0, "0 = off", (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]; 0 = off"))
     repetition_penalty: float = option(1.0, "1 = off", (lambda v: 0.0 < v <= 10.0, "a number in (0, 10]; 1 = off"))
     seed: int = option(0, "sampling seed", (lambda v: 0 <= v < 2**63, "an integer >= 0"))
+    sampling: str = option("native", "how sampled tokens are drawn: native = each side's own sampler and random "
+                                     "stream (sampled streams part at once); shared-seed = every side draws with the "
+                                     "same Gumbel noise per (seed, prompt, position, token), so sampled streams "
+                                     "compare token by token (temperature 0 stays greedy)",
+                           one_of(*SAMPLING_MODES))
     stop_token_ids: list[int] = option(doc="extra stop ids on top of the model's EOS ids", factory=list,
                                        allowed=(lambda v: all(t >= 0 for t in v), "a list of token ids >= 0"))
     ignore_eos: bool = option(False, "keep generating past EOS")
@@ -92,6 +98,11 @@ class ParityConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def shared_seed(self) -> bool:
+        """Sampled with shared-seed noise (at temperature 0 shared-seed is greedy: nothing is drawn)."""
+        return self.sampling == "shared-seed" and not self.greedy
 
     @property
     def reference(self) -> SideSpec:
@@ -168,7 +179,24 @@ def config_from_dict(data: dict[str, Any] | None) -> ParityConfig:
     if cfg.rope_scaling is not None:
         cfg.rope_scaling = _validate_rope(cfg.rope_scaling)
     cfg.sides = build_sides(raw_sides, sections, set(TOP_KEYS))
+    _check_shared_seed(cfg)
     return cfg
+
+
+def _check_shared_seed(cfg: ParityConfig) -> None:
+    """What shared-seed sampling cannot honour, refused by name (never silently changed)."""
+    if not cfg.shared_seed:
+        return
+    if cfg.repetition_penalty != 1.0:
+        raise ConfigError("repetition_penalty", f"is {cfg.repetition_penalty}, and sampling=shared-seed draws before "
+                                                "vLLM applies its penalties (HF after its own): the sides would draw "
+                                                "from different distributions", "set repetition_penalty=1, or "
+                                                                                 "sampling=native")
+    if cfg.logprobs_mode != "raw_logprobs":
+        raise ConfigError("logprobs_mode", f"is {cfg.logprobs_mode}, and sampling=shared-seed records the processed "
+                                           "logprob of every token itself (renormalised over the kept set); the "
+                                           "engines' own processed logprobs would include the shared noise",
+                          "set logprobs_mode=raw_logprobs (the processed logprob is recorded beside it)")
 
 
 def yaml_error_text(error: Exception, text: str) -> tuple[str, str]:

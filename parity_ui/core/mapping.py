@@ -38,12 +38,18 @@ NOTES: dict[str, str] = {
     "temperature": "0 = greedy. HF rejects temperature=0: greedy there is do_sample=False with "
                    "temperature/top_p/top_k unset.",
     "top_p": "Nucleus sampling; 1 = off. Ignored under greedy.",
-    "top_k": "0 = off everywhere. HF's own default is 50 (vLLM's is off): parity-ui always passes it.",
+    "top_k": "0 = off everywhere: vLLM's off is 0 (-1 is its older spelling), HF's 0 or None (its own default is "
+             "50, so unset would NOT be off): parity-ui always passes 0. shared-seed: parity-ui's sampler, 0 = off.",
     "min_p": "0 = off.",
     "repetition_penalty": "Penalizes prompt AND generated tokens (HF PR #1424 semantics; not "
                           "frequency_penalty).",
-    "seed": "vLLM: per-request seed. HF: torch.manual_seed before generate. Sampled streams still "
-            "differ (different RNG streams); only greedy runs can match token for token.",
+    "seed": "vLLM: per-request seed. HF: torch.manual_seed before generate. With sampling=native, sampled "
+            "streams still differ (different RNG streams); with sampling=shared-seed the seed keys the shared noise.",
+    "sampling": "native: each engine's own sampler. shared-seed: parity-ui's one sampler in every side (a vLLM "
+                "logits processor, an HF logits processor): temperature, min_p, top_k, top_p in that order, then "
+                "argmax of logits/T + Gumbel noise hashed from (seed, prompt ids, position, token id); the engine "
+                "takes that token greedily, so its raw logprobs stay the model's. At temperature 0 it is greedy "
+                "and nothing is drawn.",
     "stop_token_ids": "Extra stop ids, on top of the model's EOS ids.",
     "ignore_eos": "vLLM ignore_eos=True; HF: EOS removed from eos_token_id. NOT min_new_tokens, "
                   "which masks EOS and changes the distribution.",
@@ -124,6 +130,7 @@ class HfArgs:
     sdpa_kernels: list[str] | None = None  # the SDPA kernels the worker leaves enabled (None: torch's choice)
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
+    shared_seed: dict[str, Any] | None = None  # the shared-seed sampler's settings (sampling=shared-seed)
 
 
 @dataclass
@@ -359,6 +366,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         "n": 1,
     }
     rec("eos_token_ids", "SamplingParams", "stop_token_ids", stops)
+    if cfg.shared_seed:
+        _vllm_shared_seed(cfg, v, r, llm, sampling, rec)
+    else:
+        rec("sampling", "SamplingParams", "(vLLM's own sampler)", cfg.sampling if not cfg.greedy else "greedy")
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
@@ -366,6 +377,32 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     for key in ("kv_cache_gib",) if r.on_gpu else ("gpu_memory_utilization", "max_cudagraph_capture_size"):
         rec(p + key, "runtime", "(not used " + ("on a GPU)" if r.on_gpu else "on the CPU)"), None)
     return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits)
+
+
+# The shared-seed sampler's names in the engines (parity_ui.engines.shared_seed, vllm_shared_seed).
+SHARED_SEED_PROCESSOR = "parity_ui.engines.vllm_shared_seed:SharedSeedLogitsProcessor"
+SHARED_SEED_EXTRA_ARGS = "parity_shared_seed"
+
+
+def shared_seed_settings(cfg: ParityConfig) -> dict[str, Any]:
+    """What every side's shared-seed sampler draws with: the canonical values, 0 / 1 = off."""
+    return {"seed": cfg.seed, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+            "min_p": cfg.min_p}
+
+
+def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[str, Any], sampling: dict[str, Any],
+                      rec: _Recorder) -> None:
+    """vLLM samples greedily over the logits its shared-seed processor masked to the drawn token."""
+    llm["logits_processors"] = [rec("sampling", "LLM", "logits_processors", SHARED_SEED_PROCESSOR)]
+    for key, off in (("temperature", 0.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0)):
+        sampling[key] = off
+        rec(key, "SamplingParams", key, f"{off} (the shared-seed processor applies {cfg.to_dict()[key]})")
+    sampling["extra_args"] = {SHARED_SEED_EXTRA_ARGS: shared_seed_settings(cfg)}
+    rec("sampling", "SamplingParams", f"extra_args.{SHARED_SEED_EXTRA_ARGS}", shared_seed_settings(cfg))
+    if r.on_gpu and v.async_scheduling is None:
+        # The processor reads each request's position from its output token list, which async
+        # scheduling fills one step late.
+        llm["async_scheduling"] = rec("sampling", "LLM", "async_scheduling", False)
 
 
 def _long_context_allowed() -> bool:
@@ -472,12 +509,22 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         "max_new_tokens": rec("max_new_tokens", "generate", "max_new_tokens", cfg.max_new_tokens),
         "min_new_tokens": None,  # never: it masks EOS
     }
-    if cfg.greedy:
+    shared = shared_seed_settings(cfg) if cfg.shared_seed else None
+    if shared is not None:
+        # parity-ui's sampler (the last logits processor) masks every token but the drawn one.
+        gen["do_sample"] = rec("temperature", "generate", "do_sample", False)
+        gen.update(temperature=None, top_p=None, top_k=None, min_p=None)
+        for key in ("temperature", "top_p", "top_k", "min_p"):
+            rec(key, "generate", "logits_processor", f"shared-seed {key}={shared[key]}")
+        rec("sampling", "generate", "logits_processor", "shared-seed sampler " + str(shared))
+    elif cfg.greedy:
+        rec("sampling", "generate", "do_sample", "greedy")
         gen["do_sample"] = rec("temperature", "generate", "do_sample", False)
         gen.update(temperature=None, top_p=None, top_k=None, min_p=None)
         for key in ("top_p", "top_k", "min_p"):
             rec(key, "generate", key, None)
     else:
+        rec("sampling", "generate", "do_sample", "HF's own sampler")
         gen["do_sample"] = rec("temperature", "generate", "do_sample", True)
         gen["temperature"] = rec("temperature", "generate", "temperature", cfg.temperature)
         gen["top_p"] = rec("top_p", "generate", "top_p", cfg.top_p)
@@ -524,7 +571,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     return HfArgs(load=load, config_overrides=overrides, sampling=gen, device=device, seed=cfg.seed,
                   logprobs_source="scores" if processed else "logits", keep_model_generation_config=keep,
                   env=env, fp32_logits=h.fp32_logits, decode=h.decode, sdpa_kernels=SDPA_ENABLED.get(h.sdpa_kernels), used=used,
-                  image_pixels=px)
+                  image_pixels=px, shared_seed=shared)
 
 
 
@@ -543,6 +590,13 @@ def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
                         "set attn_implementation=sdpa (or auto) on this side, or leave sdpa_kernels=auto")
     rec(side.name + ".sdpa_kernels", "runtime", "torch.backends.cuda.enable_*_sdp",
         "only " + ", ".join(SDPA_ENABLED[h.sdpa_kernels]))
+
+
+def _refuse_shared_seed(cfg: ParityConfig, side: SideSpec) -> None:
+    if cfg.shared_seed:
+        raise SideError(side.name, "sampling", f"a {side.kind} side samples on its server, which cannot draw "
+                                               "parity-ui's shared-seed noise (and may drop the seed)",
+                        "compare shared-seed runs with vllm and hf sides, or set sampling=native")
 
 
 def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict[str, Any]:
@@ -571,6 +625,7 @@ def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict
         "return_tokens_as_token_ids": True,  # tokens named by id, never by a string to map back
     }
     rec("eos_token_ids", w, "stop_token_ids", stops)
+    rec("sampling", w, "(the server's own sampler)", "greedy" if cfg.greedy else "native")
     rec("chat", w, "prompt", "the ids parity-ui tokenized (a list of ints)")
     rec("batch_size", w, "prompts per request", cfg.batch_size)
     rec("cross_score", w, "prompt_logprobs", max(cfg.logprobs, 1))
@@ -578,10 +633,11 @@ def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict
 
 
 def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmServerArgs:
+    _refuse_shared_seed(cfg, side)
     base = to_vllm(cfg, side, r, model)
     rec = _Recorder()
     rec.used = base.used
-    for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+    for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "sampling",
                 "stop_token_ids", "ignore_eos", "logprobs", "eos_token_ids", "chat", "batch_size", "cross_score"):
         rec.used.pop(key, None)
     rec.used["seed"] = [NativeArg("vllm serve", "--seed", cfg.seed)]
@@ -594,6 +650,7 @@ def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelI
 
 
 def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> OpenAIArgs:
+    _refuse_shared_seed(cfg, side)
     o: OpenAIOptions = side.options  # type: ignore[assignment]
     if not o.url:
         raise SideError(side.name, "url", "kind openai needs the server's URL",

@@ -31,6 +31,30 @@ def _step_from_logprobs(position: int, token_id: int, entry: dict[int, Any] | No
                      chosen.rank if chosen else None, top)
 
 
+def _tagged(sampling: dict[str, Any], rid: str) -> dict[str, Any]:
+    """Shared-seed sampling: the request's settings carry its id, under which the processor leaves
+    what it drew (parity_ui.engines.vllm_shared_seed.RECORDS)."""
+    from .shared_seed import EXTRA_ARGS_KEY
+
+    spec = (sampling.get("extra_args") or {}).get(EXTRA_ARGS_KEY)
+    if spec is None:
+        return sampling
+    return {**sampling, "extra_args": {**sampling["extra_args"], EXTRA_ARGS_KEY: {**spec, "tag": rid}}}
+
+
+def _with_draw(step: TokenStep, rid: str) -> None:
+    """A shared-seed step gets the processor's record of its draw (none when vLLM ran it elsewhere)."""
+    records = sys.modules.get("parity_ui.engines.vllm_shared_seed")
+    drawn = records.RECORDS.get(rid, {}).pop(step.position, None) if records is not None else None
+    if drawn is None:
+        return
+    if drawn.token_id != step.token_id:
+        raise RuntimeError(f"vLLM chose token {step.token_id} where the shared-seed processor drew {drawn.token_id} "
+                           f"(position {step.position}): another processor or a penalty moved its choice")
+    step.margin, step.kept, step.kept_mass = drawn.margin, drawn.kept, drawn.kept_mass
+    step.processed_logprob = drawn.processed_logprob
+
+
 class VllmEngine(Engine):
     kind = "vllm"
 
@@ -90,7 +114,8 @@ class VllmEngine(Engine):
             for i in chunk:
                 rid = f"parity-{next(_ids)}"
                 rid_to_idx[rid] = i
-                engine.add_request(rid, engine_input(engine, self._prompt(req, i)), self._sampling(req.sampling))
+                engine.add_request(rid, engine_input(engine, self._prompt(req, i)),
+                                   self._sampling(_tagged(req.sampling, rid)))
             while engine.has_unfinished_requests():
                 if should_stop():
                     engine.abort_request(list(rid_to_idx))
@@ -113,6 +138,7 @@ class VllmEngine(Engine):
                     lps = comp.logprobs or [None] * len(comp.token_ids)
                     for tid, entry in zip(comp.token_ids, lps):
                         step = _step_from_logprobs(len(res.steps), tid, entry, req.logprobs)
+                        _with_draw(step, out.request_id)
                         append_step(res, step, now)
                         if req.stream:
                             on_step(i, step)
