@@ -369,7 +369,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     if cfg.shared_seed:
         _vllm_shared_seed(cfg, v, r, llm, sampling, rec)
     else:
-        rec("sampling", "SamplingParams", "(vLLM's own sampler)", cfg.sampling if not cfg.greedy else "greedy")
+        rec("sampling", "runtime", "sampler", "greedy" if cfg.greedy else "vLLM's own (its random stream)")
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
@@ -625,7 +625,7 @@ def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict
         "return_tokens_as_token_ids": True,  # tokens named by id, never by a string to map back
     }
     rec("eos_token_ids", w, "stop_token_ids", stops)
-    rec("sampling", w, "(the server's own sampler)", "greedy" if cfg.greedy else "native")
+    rec("sampling", w, "sampler", "greedy" if cfg.greedy else "the server's own (its random stream)")
     rec("chat", w, "prompt", "the ids parity-ui tokenized (a list of ints)")
     rec("batch_size", w, "prompts per request", cfg.batch_size)
     rec("cross_score", w, "prompt_logprobs", max(cfg.logprobs, 1))

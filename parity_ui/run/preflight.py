@@ -201,6 +201,19 @@ def check_generation_config(prepared: Prepared) -> list[Finding]:
 def check_sampling(prepared: Prepared) -> list[Finding]:
     cfg = prepared.config
     out: list[Finding] = []
+    if cfg.sampling == "shared-seed" and cfg.greedy:
+        out.append(Finding(
+            code="shared-seed-greedy", severity="info",
+            message="sampling=shared-seed at temperature=0 is greedy decoding: no noise is drawn, every side "
+                    "takes its argmax.", fix="set temperature > 0 (e.g. 1) to sample with the shared noise"))
+    elif cfg.shared_seed:
+        out.append(Finding(
+            code="shared-seed", severity="info",
+            message=f"sampling=shared-seed: every side draws with the same Gumbel noise (seed {cfg.seed}) through "
+                    "parity-ui's one sampler (temperature, min_p, top_k, top_p, then argmax of logits/T + noise), "
+                    "so sampled streams compare token by token; the engines' own samplers are not exercised.",
+            fix="expected; use sampling=native to compare the engines' own samplers (streams then part at once)"))
+        return out
     if not cfg.greedy:
         out.append(Finding(
             code="sampled-streams", severity="warning",

@@ -97,6 +97,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "min_p": ({"SamplingParams.min_p"}, {"generate.min_p"}),
     "repetition_penalty": ({"SamplingParams.repetition_penalty"}, {"generate.repetition_penalty"}),
     "seed": ({"LLM.seed", "SamplingParams.seed"}, {"runtime.torch.manual_seed"}),
+    "sampling": ({"runtime.sampler"}, {"generate.do_sample"}),
     "stop_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
     "ignore_eos": ({"SamplingParams.ignore_eos"}, {"generate.eos_token_id"}),
     "dtype": ({"LLM.dtype"}, {"from_pretrained.dtype"}),
@@ -239,6 +240,33 @@ def test_sampling_passes_every_knob():
     assert (h.sampling["temperature"], h.sampling["top_p"], h.sampling["top_k"], h.sampling["min_p"]) \
         == (0.7, 0.9, 40, 0.05)
     assert v.sampling["seed"] == 7 and v.llm["seed"] == 7 and h.seed == 7
+
+
+def test_shared_seed_sampling_is_parity_uis_sampler_in_every_side():
+    """vLLM and HF both decode greedily over the logits parity-ui's one sampler masked; the settings
+    travel to it unchanged (top_k 0 = off there too), and the table says so."""
+    data = {"sampling": "shared-seed", "temperature": 1.0, "top_p": 0.8, "top_k": 0, "min_p": 0.0, "seed": 7}
+    cfg, r, v, h = args(data)
+    want = {"seed": 7, "temperature": 1.0, "top_p": 0.8, "top_k": 0, "min_p": 0.0}
+    assert v.llm["logits_processors"] == ["parity_ui.engines.vllm_shared_seed:SharedSeedLogitsProcessor"]
+    assert (v.sampling["temperature"], v.sampling["top_p"], v.sampling["top_k"], v.sampling["min_p"]) == (0, 1, 0, 0)
+    assert v.sampling["extra_args"] == {"parity_shared_seed": want}
+    assert "async_scheduling" not in v.llm  # CPU: no async scheduling to turn off
+    assert h.sampling["do_sample"] is False and h.shared_seed == want
+    assert all(h.sampling[k] is None for k in ("temperature", "top_p", "top_k", "min_p"))
+    _, _, v_gpu, _ = args(data, on_gpu=True)
+    assert v_gpu.llm["async_scheduling"] is False  # the processor reads positions from the output lists
+    rows = {row.key: row for row in mapping_table(cfg, r)}
+    assert "logits_processors" in rows["sampling"].sides["vllm"] and "logits_processor" in rows["sampling"].sides["hf"]
+    assert "the shared-seed processor applies 0.8" in rows["top_p"].sides["vllm"]
+    # Greedy in shared-seed mode draws nothing: no processor at all.
+    _, _, v0, h0 = args({**data, "temperature": 0.0})
+    assert "logits_processors" not in v0.llm and h0.shared_seed is None
+    # A server samples on its own: refused by name.
+    for side in ({"name": "srv", "kind": "vllm-server"}, {"name": "remote", "kind": "openai", "url": "http://x/v1"}):
+        cfg = config_from_dict({**data, "sides": [{"name": "ref", "kind": "hf"}, side]})
+        with pytest.raises(SideError, match="shared-seed"):
+            map_side(cfg, cfg.side(side["name"]), r)
 
 
 def test_sampling_top_k_off_is_explicit_zero_for_hf():
