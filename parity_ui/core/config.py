@@ -37,8 +37,11 @@ _MOVED_UP = {"logprobs_mode": {}, "generation_config": {"vllm": "neutral", "auto
 _SIDE_OPTION_TOO = {"generation_config": ("neutral", "model")}
 
 
-def _lifted(key: str, value: Any) -> bool:
-    """Whether a side section's `key: value` is 0.1's run-wide key (moved up) rather than the side's own."""
+def _lifted(key: str, value: Any, section: str = "vllm") -> bool:
+    """Whether a side section's `key: value` is 0.1's run-wide key (moved up) rather than the side's own.
+    0.1 had logprobs_mode under `vllm:` only: in any other section it is that side's own mode."""
+    if key == "logprobs_mode" and section != "vllm":
+        return False
     return key in _MOVED_UP and value not in _SIDE_OPTION_TOO.get(key, ())
 _RENAMED = {"device_map": "device"}
 
@@ -162,7 +165,7 @@ def _split_sections(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
                               "its name (b: {enforce_eager: false}) or in sides:")
     for name, section in sections.items():
         for key, translate in _MOVED_UP.items():
-            if key in section and _lifted(key, section[key]):
+            if key in section and _lifted(key, section[key], name):
                 value = section.pop(key)
                 top.setdefault(key, translate.get(value, value))
         for old, new in _RENAMED.items():
@@ -264,7 +267,7 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> None:
     """Set one dotted `key` (SIDE.option, rope_scaling.factor) of a config's plain data to `value`, in
     place, as a later layer over it. Raises ConfigError when a part before the last is not a section."""
     parts = key.split(".")
-    if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value):
+    if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value, parts[0]):
         # An old-style `--set vllm.generation_config=auto` is a run-wide key now; as a later
         # layer it must win over the file's value (not be dropped behind it).
         translate = _MOVED_UP[parts[1]]

@@ -190,6 +190,18 @@ def side_dtype(cfg: ParityConfig, side: SideSpec, model: ModelInfo) -> str:
     return _known_dtype(model.config_dtype) if asked == "auto" else asked
 
 
+def side_logprobs_mode(cfg: ParityConfig, side: SideSpec) -> str | None:
+    """The logprobs a side reports: its own mode, else the run's; None for a server (the server's own)."""
+    if not hasattr(side.options, "logprobs_mode"):
+        return None
+    mode = side.options.logprobs_mode or cfg.logprobs_mode
+    if cfg.shared_seed and mode != "raw_logprobs":
+        raise SideError(side.name, "logprobs_mode", f"is {mode}, and sampling=shared-seed records the processed logprob "
+                                                    "itself; the engine's own would include the shared noise",
+                        "unset this side's logprobs_mode (raw; the processed logprob is recorded beside it)")
+    return mode
+
+
 def side_generation_config(cfg: ParityConfig, side: SideSpec) -> str:
     """How a side treats the model's generation_config.json: its own setting, else the run's. A side
     of its own ("model" on one side only) reproduces the trap of one engine silently taking the
@@ -278,13 +290,15 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
                                       v.enable_chunked_prefill),
         "tensor_parallel_size": rec(p + "tensor_parallel_size", "LLM", "tensor_parallel_size",
                                     v.tensor_parallel_size),
-        "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", cfg.logprobs_mode),
+        "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", side_logprobs_mode(cfg, side)),
         "generation_config": rec("generation_config", "LLM", "generation_config",
                                  "vllm" if side_generation_config(cfg, side) == "neutral" else "auto"),
         "max_logprobs": max(cfg.logprobs, 1),
     }
     if getattr(v, "generation_config", None):
         rec(p + "generation_config", "LLM", "generation_config", llm["generation_config"])
+    if v.logprobs_mode:
+        rec(p + "logprobs_mode", "LLM", "logprobs_mode", llm["logprobs_mode"])
     if v.pipeline_parallel_size > 1:
         llm["pipeline_parallel_size"] = rec(p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size",
                                             v.pipeline_parallel_size)
@@ -367,7 +381,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     }
     rec("eos_token_ids", "SamplingParams", "stop_token_ids", stops)
     if cfg.shared_seed:
-        _vllm_shared_seed(cfg, v, r, llm, sampling, rec)
+        _vllm_shared_seed(cfg, v, r, llm, sampling, env, rec)
     else:
         rec("sampling", "runtime", "sampler", "greedy" if cfg.greedy else "vLLM's own (its random stream)")
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
@@ -391,7 +405,7 @@ def shared_seed_settings(cfg: ParityConfig) -> dict[str, Any]:
 
 
 def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[str, Any], sampling: dict[str, Any],
-                      rec: _Recorder) -> None:
+                      env: dict[str, str], rec: _Recorder) -> None:
     """vLLM samples greedily over the logits its shared-seed processor masked to the drawn token."""
     llm["logits_processors"] = [rec("sampling", "LLM", "logits_processors", SHARED_SEED_PROCESSOR)]
     for key, off in (("temperature", 0.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0)):
@@ -403,6 +417,10 @@ def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[
         # The processor reads each request's position from its output token list, which async
         # scheduling fills one step late.
         llm["async_scheduling"] = rec("sampling", "LLM", "async_scheduling", False)
+    if r.on_gpu:
+        # The processor implements the V1 runner's interface (BatchUpdate): vLLM before Model Runner
+        # V2 took custom processors (vllm#56497) falls back to V1 by itself; later ones need asking.
+        env["VLLM_USE_V2_MODEL_RUNNER"] = rec("sampling", "env", "VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
 def _long_context_allowed() -> bool:
@@ -456,9 +474,10 @@ def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec, h: HfOptions) ->
         raise SideError(side.name, "decode", f"decode=graphed applies no repetition penalty, and this run sets "
                                              f"repetition_penalty={cfg.repetition_penalty}",
                         "set repetition_penalty=1, or " + fix)
-    if cfg.logprobs_mode.startswith("processed"):
-        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this run asks for "
-                                             f"logprobs_mode={cfg.logprobs_mode}", "use a raw logprobs_mode, or " + fix)
+    mode = side_logprobs_mode(cfg, side) or cfg.logprobs_mode
+    if mode.startswith("processed"):
+        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this side asks for "
+                                             f"logprobs_mode={mode}", "use a raw logprobs_mode, or " + fix)
     if h.attn_implementation not in ("auto", "sdpa", "eager"):
         raise SideError(side.name, "decode", f"decode=graphed passes no 2-D attention mask, which "
                                              f"attn_implementation={h.attn_implementation} needs "
@@ -549,9 +568,11 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
             rec(p + "decode", "runtime", "torch.compile", "decode step")
     else:
         rec(p + "decode", "generate", "cache_implementation", "dynamic (default)")
-    processed = cfg.logprobs_mode.startswith("processed")
+    processed = (side_logprobs_mode(cfg, side) or "").startswith("processed")
     rec("logprobs", "generate", "output_scores" if processed else "output_logits", True)
     rec("logprobs_mode", "generate", "output_scores" if processed else "output_logits", True)
+    if h.logprobs_mode:
+        rec(p + "logprobs_mode", "generate", "output_scores" if processed else "output_logits", True)
     rec("seed", "runtime", "torch.manual_seed", cfg.seed)
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
