@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from .findings import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
                       probe_report_from_json)
 
+from .kept_mass import KeptMass, kept_mass_from_json
 from .workload_record import WorkloadReport, report_from_json
 
 if TYPE_CHECKING:
@@ -53,9 +54,10 @@ class TokenStep:
     kept: int | None = None  # tokens in the kept set the token was drawn from
     kept_mass: float | None = None  # S: that set's mass under this side's raw distribution
     processed_logprob: float | None = None  # the token's logprob at temperature T, renormalised over the kept set
+    kept_hash: int | None = None  # the kept set's fingerprint: equal on two sides = the same kept set
 
 
-SAMPLING_COLUMNS = ("margin", "kept", "kept_mass", "processed_logprob")  # optional: absent = not recorded
+SAMPLING_COLUMNS = ("margin", "kept", "kept_mass", "processed_logprob", "kept_hash")  # optional: absent = not recorded
 
 
 class StepColumns(Sequence[TokenStep]):
@@ -289,6 +291,7 @@ class Comparison:
     divergence: Divergence | None = None
     explanation: Explanation | None = None  # parity_ui.analysis.explain
     cross_scores: CrossScores | None = None  # parity_ui.analysis.crossscore: each direction's teacher-forced figures
+    kept_mass: KeptMass | None = None  # parity_ui.analysis.kept_mass: sampled tokens' kept sets and both ratios
 
 
 @dataclass
@@ -491,8 +494,9 @@ def side_result_from_dict(d: dict[str, Any]) -> SideResult:
 
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     div = d.get("divergence")
-    expl, cross = d.get("explanation"), d.get("cross_scores")
+    expl, cross, kept = d.get("explanation"), d.get("cross_scores"), d.get("kept_mass")
     return Comparison(**{**_known(Comparison, d),
+                         "kept_mass": kept if isinstance(kept, KeptMass) or kept is None else kept_mass_from_json(kept),
                          "divergence": Divergence(**_known(Divergence, div)) if div else None,
                          "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
                          "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross)})

@@ -322,7 +322,7 @@ class HfEngine(Engine):
                 if drawer is not None:
                     for step, d in zip(steps, drawer.records[row]):
                         step.margin, step.kept, step.kept_mass = d.margin, d.kept, d.kept_mass
-                        step.processed_logprob = d.processed_logprob
+                        step.processed_logprob, step.kept_hash = d.processed_logprob, d.kept_hash
                 results.append(result(i, token_ids=tokens, steps=steps, finish_reason=reason,
                                       timings=SideTimings(prefill_s=first[0], total_s=total)))
         return results

@@ -142,6 +142,7 @@ class Drawn:
     kept: int  # tokens in the kept set
     kept_mass: float  # S: the kept set's mass under the side's raw (T=1) distribution
     processed_logprob: float  # the token's logprob at temperature T, renormalised over the kept set
+    kept_hash: int = 0  # the kept set's fingerprint (equal sets, equal prints): do two sides' sets agree?
 
 
 def kept_mask(x: Any, s: Settings) -> Any:
@@ -165,6 +166,16 @@ def kept_mask(x: Any, s: Settings) -> Any:
     return keep
 
 
+FINGERPRINT_BITS = 52  # a JSON number holds it exactly
+
+
+def kept_fingerprint(keep: Any) -> Any:
+    """Per row, the sum of the kept ids' hashes mod 2^52: order-free, equal for equal sets, and two
+    different sets collide with odds of about 2^-52 (the sum of at most 2^31 32-bit values stays in int64)."""
+    tok = _token_mix(keep.shape[-1], keep.device)
+    return (tok[None, :] * keep).sum(dim=-1) & ((1 << FINGERPRINT_BITS) - 1)
+
+
 def draw(logits: Any, s: Settings, keys: list[tuple[int, int]]) -> tuple[Any, list[Drawn]]:
     """The shared-seed choice of each row of `logits` ([n, vocab], any float dtype), keys[i] = (prompt
     key, generated-token index). Returns (the chosen ids as an int64 tensor on logits' device, records)."""
@@ -181,9 +192,10 @@ def draw(logits: Any, s: Settings, keys: list[tuple[int, int]]) -> tuple[Any, li
     mass = (torch.softmax(raw, dim=-1) * keep).sum(dim=-1)
     processed = torch.log_softmax(x.masked_fill(~keep, -math.inf), dim=-1).gather(-1, chosen[:, None])[:, 0]
     n_kept = keep.sum(dim=-1)
-    records = [Drawn(int(t), float(m) if math.isfinite(m) else NO_RUNNER_UP, int(k), float(sm), float(lp))
-               for t, m, k, sm, lp in zip(chosen.tolist(), margin.tolist(), n_kept.tolist(), mass.tolist(),
-                                          processed.tolist())]
+    prints = kept_fingerprint(keep)
+    records = [Drawn(int(t), float(m) if math.isfinite(m) else NO_RUNNER_UP, int(k), float(sm), float(lp), int(h))
+               for t, m, k, sm, lp, h in zip(chosen.tolist(), margin.tolist(), n_kept.tolist(), mass.tolist(),
+                                             processed.tolist(), prints.tolist())]
     return chosen, records
 
 

@@ -61,7 +61,7 @@ def _with_draw(step: TokenStep, rid: str, in_process: bool) -> None:
         raise RuntimeError(f"vLLM chose token {step.token_id} where the shared-seed processor drew {drawn.token_id} "
                            f"(position {step.position}): another processor or a penalty moved its choice")
     step.margin, step.kept, step.kept_mass = drawn.margin, drawn.kept, drawn.kept_mass
-    step.processed_logprob = drawn.processed_logprob
+    step.processed_logprob, step.kept_hash = drawn.processed_logprob, drawn.kept_hash
 
 
 class VllmEngine(Engine):

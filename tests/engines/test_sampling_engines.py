@@ -86,3 +86,27 @@ def test_bfloat16_forks_are_explained_by_the_sampling_margin(service, tiny_llama
         assert e.largest_margin <= e.tie_bound
     print(f"bf16 shared-seed: {len(forks)} of {len(run.prompts)} prompts fork; margins "
           f"{[round(c.explanation.largest_margin, 4) for c in forks]}")
+
+
+def test_top_p_reports_kept_mass_and_both_ratios(service, tiny_llama):
+    """top_p=0.8, an fp32 trainer (hf) against a bf16 rollout (vllm): per token each side's kept set and
+    mass; pooled, the naive ratio (raw trainer over processed rollout) carries log S and leaves
+    [0.9, 1.1] far more often than the ratio renormalised over the replayed kept set."""
+    from parity_ui.render.report import format_summary, run_json
+
+    run = _run(service, tiny_llama, PROMPTS[:6], "max_new_tokens=32", "batch_size=6", "top_p=0.8",
+               sides=["hf=hf,dtype=float32", "vllm=vllm,dtype=bfloat16"])
+    assert run.status in ("ok", "diverged"), run.error
+    steps = [s for p in run.prompts for s in p.results["vllm"].steps]
+    assert all(s.kept is not None and 1 <= s.kept < 1024 and 0.79 <= s.kept_mass < 1 for s in steps)
+    assert all(s.processed_logprob >= s.logprob for s in steps)  # renormalised over less than the whole vocabulary
+    figs = run_json(run)["sampling"]["vllm"]
+    assert figs["tokens"] > 20 and 0.79 <= figs["kept_mass_mean"] < 0.9
+    naive, renorm = figs["naive_outside_0.9_1.1"], figs["renorm_outside_0.9_1.1"]
+    assert renorm < naive and naive > 0.5, figs
+    assert figs["raw_minus_processed_mean"] < 0  # raw below processed: log S < 0
+    text = format_summary(run)
+    assert "naive ratio outside [0.9, 1.1]" in text and "renormalised ratio outside [0.9, 1.1]" in text
+    assert "kept mass S mean" in text
+    print(f"top_p=0.8 fp32 vs bf16: {figs['tokens']} tokens, S mean {figs['kept_mass_mean']:.3f}, outside "
+          f"[0.9, 1.1]: naive {naive:.1%}, renormalised {renorm:.1%}, kept sets differ {figs['kept_sets_differ']:.1%}")
