@@ -410,6 +410,7 @@ def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[
     llm["logits_processors"] = [rec("sampling", "LLM", "logits_processors", SHARED_SEED_PROCESSOR)]
     for key, off in (("temperature", 0.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0)):
         sampling[key] = off
+        rec.used.pop(key, None)  # what vLLM gets instead of the canonical value recorded above
         rec(key, "SamplingParams", key, f"{off} (the shared-seed processor applies {cfg.to_dict()[key]})")
     sampling["extra_args"] = {SHARED_SEED_EXTRA_ARGS: shared_seed_settings(cfg)}
     rec("sampling", "SamplingParams", f"extra_args.{SHARED_SEED_EXTRA_ARGS}", shared_seed_settings(cfg))

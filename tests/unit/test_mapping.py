@@ -268,7 +268,7 @@ def test_shared_seed_sampling_is_parity_uis_sampler_in_every_side():
     assert v_gpu.env["VLLM_USE_V2_MODEL_RUNNER"] == "0" and "VLLM_USE_V2_MODEL_RUNNER" not in v.env
     rows = {row.key: row for row in mapping_table(cfg, r)}
     assert "logits_processors" in rows["sampling"].sides["vllm"] and "logits_processor" in rows["sampling"].sides["hf"]
-    assert "the shared-seed processor applies 0.8" in rows["top_p"].sides["vllm"]
+    assert rows["top_p"].sides["vllm"] == "SamplingParams.top_p='1.0 (the shared-seed processor applies 0.8)'"
     # Greedy in shared-seed mode draws nothing: no processor at all.
     _, _, v0, h0 = args({**data, "temperature": 0.0})
     assert "logits_processors" not in v0.llm and h0.shared_seed is None
