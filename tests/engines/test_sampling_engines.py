@@ -110,3 +110,24 @@ def test_top_p_reports_kept_mass_and_both_ratios(service, tiny_llama):
     assert "kept mass S mean" in text
     print(f"top_p=0.8 fp32 vs bf16: {figs['tokens']} tokens, S mean {figs['kept_mass_mean']:.3f}, outside "
           f"[0.9, 1.1]: naive {naive:.1%}, renormalised {renorm:.1%}, kept sets differ {figs['kept_sets_differ']:.1%}")
+
+
+def test_a_free_workload_keeps_each_comparisons_kept_mass(service, tiny_llama):
+    """A free-running workload in shared-seed mode (both sides draw): every stored comparison carries
+    its kept mass, and --json pools it per side."""
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+    from parity_ui.core.workload_record import WorkloadOptions
+    from parity_ui.render.report import run_json
+
+    cfg = build_config(None, ["dtype=float32", "ignore_eos=true", "sampling=shared-seed", "temperature=1",
+                              "top_p=0.8", "max_new_tokens=16", "batch_size=8"])
+    opts = WorkloadOptions(chunk=8, floor="none")
+    run = run_workload(service, WorkloadRequest(model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS[:8]],
+                                                config=cfg, options=opts))
+    assert run.status == "ok", run.error  # float32: every prompt identical
+    stored = service.store.get_run(run.id)
+    kept = [c.kept_mass for p in stored.prompts for c in p.comparisons]
+    assert len(kept) == 8 and all(k is not None and k.tokens == 16 for k in kept)
+    figs = run_json(stored)["sampling"]["vllm"]
+    assert figs["tokens"] == 128 and figs["renorm_outside_0.9_1.1"] == 0.0 and figs["naive_outside_0.9_1.1"] == 1.0
+    assert figs["kept_sets_differ"] == 0.0  # the same numbers in float32: the same kept sets

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...analysis.compare import compare
+from ...analysis.kept_mass import kept_mass
 from ...core.config import ParityConfig, config_from_dict
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
@@ -279,6 +280,9 @@ class Workload:
             results[self.floor.name] = self._generate(sides, self.floor, chunk, reverse=True)
         comparisons = {j: [self._explained(compare(results[ref.name][j], results[n][j]), results, j)
                            for n in self.compared] for j in chunk}
+        for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
+            for c in comparisons[j]:
+                c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])
         samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
                        for c in comparisons[j] if c.b == n] for n in self.compared}
         self._store(chunk, results, comparisons, samples)
