@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...analysis.compare import compare
-from ...analysis.kept_mass import kept_mass
 from ...core.config import ParityConfig, config_from_dict
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
 from ...analysis.explain import explain
+from ...analysis.kept_mass import kept_mass
 from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
