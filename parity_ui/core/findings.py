@@ -39,6 +39,10 @@ class SideAtFork:
     other_token_logprob: float | None = None
     margin_over_other: float | None = None
     recorded_k: int | None = None
+    # Shared-seed sampling (parity_ui.engines.shared_seed): the side's draw at the fork.
+    sampling_margin: float | None = None  # its perturbed top-2 gap, nats
+    kept: int | None = None  # the kept set it drew from
+    kept_mass: float | None = None  # that set's mass S under the side's raw distribution
 
 
 @dataclass

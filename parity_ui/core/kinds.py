@@ -49,6 +49,10 @@ class SideOptions:
                                                  "generation_config.json is not applied) or model (it is: the trap "
                                                  "of one side silently taking the file's defaults); unset = the run's",
                                            one_of("neutral", "model"))
+    logprobs_mode: str | None = option(None, "this side's own logprobs mode: raw_logprobs or processed_logprobs (to "
+                                             "reproduce a rollout engine reporting processed logprobs against a raw "
+                                             "trainer: the trap preflight names); unset = the run's",
+                                       one_of("raw_logprobs", "processed_logprobs"))
 
 
 @dataclass

@@ -1040,3 +1040,19 @@ def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: I
         elif c.exceeds:
             parts.append(f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})")
     return "exceeds noise: " + "; ".join(parts) + "."
+
+
+# -- the sampling family (core.kept_mass): counts and sums, so pooling is adding --------------------------
+
+def pool_kept_mass(records: Iterable[Any]) -> Any:
+    """One KeptMass over many comparisons' (None where a comparison recorded no draws); None if none did."""
+    from .kept_mass import KeptMass
+
+    total: KeptMass | None = None
+    for r in records:
+        if r is None:
+            continue
+        if total is None:
+            total = KeptMass()
+        total.add(r)
+    return total

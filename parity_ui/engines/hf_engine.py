@@ -231,7 +231,7 @@ class HfEngine(Engine):
 
     def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         import torch
-        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
 
         a = self.args
@@ -291,12 +291,19 @@ class HfEngine(Engine):
             gc = GenerationConfig(**gen, return_dict_in_generate=True, disable_compile=a["decode"] != "compiled",
                                   output_logits=a["logprobs_source"] == "logits",
                                   output_scores=a["logprobs_source"] == "scores")
+            drawer = None
+            if a.get("shared_seed"):
+                from .shared_seed import HfSharedSeedProcessor, Settings
+
+                drawer = HfSharedSeedProcessor(Settings.from_dict(a["shared_seed"]), [req.prompts[i] for i in chunk],
+                                               width)
             with torch.inference_mode():
                 out = self.model.generate(
                     input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device),
                     **{k: v.to(self.model.device) for k, v in vision.items()},
                     generation_config=gc, streamer=_Stream(),
                     stopping_criteria=StoppingCriteriaList([_Cancel()]),
+                    **({"logits_processor": LogitsProcessorList([drawer])} if drawer else {}),
                 )
             total = time.perf_counter() - t0
             logits = out.logits if a["logprobs_source"] == "logits" else out.scores
@@ -312,6 +319,10 @@ class HfEngine(Engine):
                 if cancelled and reason == "length" and len(tokens) < gen["max_new_tokens"]:
                     reason = "cancelled"
                 steps = self._steps_from_logits(logits, row, tokens, k)
+                if drawer is not None:
+                    for step, d in zip(steps, drawer.records[row]):
+                        step.margin, step.kept, step.kept_mass = d.margin, d.kept, d.kept_mass
+                        step.processed_logprob, step.kept_hash = d.processed_logprob, d.kept_hash
                 results.append(result(i, token_ids=tokens, steps=steps, finish_reason=reason,
                                       timings=SideTimings(prefill_s=first[0], total_s=total)))
         return results

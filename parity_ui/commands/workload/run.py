@@ -34,6 +34,7 @@ from ...core.config import ParityConfig, config_from_dict
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
 from ...analysis.explain import explain
+from ...analysis.kept_mass import kept_mass
 from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
@@ -332,6 +333,9 @@ class Workload:
         comparisons = {j: [self._explained(self._routed(compare(results[ref.name][j], results[n][j]), results, j),
                                            results, j)
                            for n in self.compared] for j in chunk}
+        for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
+            for c in comparisons[j]:
+                c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])
         samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
                        for c in comparisons[j] if c.b == n] for n in self.compared}
         self._store(chunk, results, comparisons, samples)
