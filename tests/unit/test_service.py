@@ -133,8 +133,8 @@ def test_a_loaded_side_generates_while_a_slower_one_loads_only_when_asked(servic
         assert ref_done < b_loaded and early and early[0].message.startswith("ref generated while b")
     else:
         assert b_loaded < ref_done and not early
-    # The load phase holds b's 4 s load. The phase clock starts after the load requests are sent, so on
-    # busy cores the worker's sleep has begun a few hundred ms earlier (3.77 s seen): not a bound to the ms.
+    # The load phase holds b's 4 s load; on busy cores it has measured 3.77-3.88 s (the parent's phase clock
+    # and the worker's sleep do not start at the same instant), so the bound is loose, not to the ms.
     assert run.timings["load"] >= 3.0 and set(run.timings) >= {"start", "check", "load", "generate"}
 
 
