@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from parity_ui.commands.workload.report import pooled
-from parity_ui.core.pooled import PairSample
+from parity_ui.core.pooled import PairSample, scorable
 from parity_ui.core.types import ModelInfo, Run, SideInfo
 from parity_ui.core.workload_record import DlogpHistogram, FloorSpec, WorkloadOptions, WorkloadReport
 from parity_ui.store import Store
@@ -121,8 +121,6 @@ def test_the_pooled_report_is_bit_identical_to_before():
 
 def _histogram_one_pair_at_a_time(pairs: list[tuple[Any, Any]]) -> DlogpHistogram:
     """The histogram as it was counted before (one pair at a time): the reference for add."""
-    from parity_ui.core.pooled import scorable
-
     h = DlogpHistogram()
     for a, b in pairs:
         if not (scorable(a) and scorable(b)):
@@ -159,12 +157,14 @@ def test_the_histogram_counts_as_one_pair_at_a_time(seed):
         e = 10 ** (-7.0 + 0.25 * k)
         for d in (e, math.nextafter(e, 0), math.nextafter(e, math.inf)):
             pairs.append((-1.0, -1.0 - d))
-    got = DlogpHistogram()
-    for start in range(0, len(pairs), 500):
-        chunk = pairs[start:start + 500]
+    got, start, clean = DlogpHistogram(), 0, 0
+    while start < len(pairs):  # samples of 1 to 40 pairs: many all scorable (the fast path), many not
+        chunk = pairs[start:start + rng.randrange(1, 41)]
+        start += len(chunk)
+        clean += all(scorable(a) and scorable(b) for a, b in chunk)
         got.add([a for a, _ in chunk], [b for _, b in chunk])
     want = _histogram_one_pair_at_a_time(pairs)
-    assert got == want and got.total > 2500
+    assert got == want and got.total > 2500 and clean > 20
 
 
 if __name__ == "__main__" and "--write" in sys.argv:
