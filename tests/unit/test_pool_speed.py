@@ -167,6 +167,27 @@ def test_the_histogram_counts_as_one_pair_at_a_time(seed):
     assert got == want and got.total > 2500 and clean > 20
 
 
+
+@pytest.mark.parametrize("block", [1, 3, 512])
+def test_weighted_ranks_find_what_bisect_over_the_running_total_finds(block):
+    """The bootstrap's rank search (pooled._WeightedRanks) against the running total it replaces,
+    every rank of resamples with zero weights, on blocks of 1, 3 and 512 gaps."""
+    from bisect import bisect_right
+    from itertools import accumulate
+
+    from parity_ui.core.pooled import _WeightedRanks
+
+    rng = random.Random(block)
+    units = 37
+    gap_units = [rng.randrange(units) for _ in range(700)]
+    ranks = _WeightedRanks(gap_units, units, block)
+    for _ in range(20):
+        w = [rng.choice([0, 0, 1, 1, 2, 5]) for _ in range(units)]
+        cum = list(accumulate(w[u] for u in gap_units))
+        assert ranks.weigh(w) == cum[-1]
+        assert [ranks.index(k) for k in range(cum[-1])] == [bisect_right(cum, k) for k in range(cum[-1])]
+    assert _WeightedRanks([], units).weigh([1] * units) == 0
+
 if __name__ == "__main__" and "--write" in sys.argv:
     GOLDEN.write_text(json.dumps(report_fingerprint(), indent=0, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")
