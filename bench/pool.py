@@ -13,7 +13,9 @@ dump makes them, so almost every token is far apart; "engine", a gap of ~1e-3 na
 that agree; every --mask-th token of each row masked out of the positions, as a replay's loss mask
 does). The floor is one more side ("floor", gap ~1e-4). Times: writing the samples (not part of
 the pooling), then `pooled` (read every side's samples back, pool them, bootstrap, judge against
-the floor) as a whole and per side.
+the floor) as a whole and per side, and the process's peak RSS (the pooling holds one side's
+pairs at a time: its peak). --tracemalloc pools under tracemalloc, as bench/replay.py --memory
+runs a whole replay: every allocation traced, the pooling ~14x slower.
 
 Writes the figures as JSON to --out (or $OUT/pool.json when $OUT is set) and prints them.
 """
@@ -25,9 +27,11 @@ import json
 import os
 import pstats
 import random
+import resource
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,13 +75,13 @@ def store_run(path: Path, rows: int, tokens: int, sides: int, gap: str, mask: in
     return store, run.id, names, time.perf_counter() - t0
 
 
-def time_pooled(store, run_id: str, names: list[str], profile: bool) -> dict:
+def time_pooled(store, run_id: str, names: list[str], rows: int, profile: bool) -> dict:
     """`pooled` as the replay calls it at the end, timed as a whole and each side's figures alone."""
     from parity_ui.commands.workload import report as report_mod
     from parity_ui.core.workload_record import FloorSpec, WorkloadOptions, WorkloadReport
 
     report = WorkloadReport(options=WorkloadOptions(mode="replay"), floor=FloorSpec("kernel", "floor", "the floor"),
-                            n_prompts=0)
+                            n_prompts=rows, done=rows)
     per_side: dict[str, float] = {}
     real = report_mod.side_figures
 
@@ -115,6 +119,8 @@ def main() -> None:
     ap.add_argument("--mask", type=int, default=0, help="mask every MASK-th token (0: none)")
     ap.add_argument("--small", action="store_true", help="40 rows x 64 tokens")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions of the pooling")
+    ap.add_argument("--tracemalloc", action="store_true",
+                    help="pool with tracemalloc tracing (what bench/replay.py --memory measures under)")
     ap.add_argument("--db", help="the SQLite file (default: a temporary one, removed after)")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -126,7 +132,11 @@ def main() -> None:
         figures = {"rows": a.rows, "tokens": a.tokens, "sides": a.sides, "pairs_pooled": a.sides + 1,
                    "gap": a.gap, "mask": a.mask, "write_s": round(write_s, 3),
                    "db_mib": round(path.stat().st_size / 2**20, 1),
-                   **time_pooled(store, run_id, names, a.profile)}
+                   "tracemalloc": a.tracemalloc}
+        if a.tracemalloc:  # as bench/replay.py --memory runs the whole replay, its pooling included
+            tracemalloc.start()
+        figures.update(time_pooled(store, run_id, names, a.rows, a.profile))
+        figures["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     text = json.dumps(figures, indent=2)
     print(text)
     out = a.out or (os.path.join(os.environ["OUT"], "pool.json") if os.environ.get("OUT") else None)

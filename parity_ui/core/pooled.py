@@ -677,6 +677,8 @@ def _partial(ls: Sequence[float], lr: Sequence[float], skipped: int) -> _Partial
     """A few C-speed passes (map over math functions, fsum for every sum) and one sort."""
     fsum, exp = math.fsum, math.exp
     d = array("d", map(sub, ls, lr))
+    # Sorted first: the sort's list of float objects (~32 B a pair) is freed before the other arrays exist.
+    sorted_d = array("d", sorted(d))
     log_rho = array("d", map(min, map(neg, d), repeat(EXP_CAP)))
     p_side = array("d", map(exp, ls))
     p_ref = array("d", map(exp, lr))
@@ -686,7 +688,7 @@ def _partial(ls: Sequence[float], lr: Sequence[float], skipped: int) -> _Partial
     cx = array("d", map(sub, p_side, repeat(mx)))
     cy = array("d", map(sub, p_ref, repeat(my)))
     return _Partial(
-        n=len(d), skipped=skipped, sorted_d=array("d", sorted(d)),
+        n=len(d), skipped=skipped, sorted_d=sorted_d,
         sum_d=fsum(d), sum_abs_d=fsum(map(abs, d)),
         # rho - log rho - 1 summed as sum(expm1(log rho)) - sum(log rho): expm1 keeps each small gap's
         # ~dlogp^2/2 instead of losing it to 1 + tiny.
