@@ -78,7 +78,7 @@ class DlogpHistogram:
             gaps = [abs(a - b) for a, b in zip(logp_side, logp_ref) if scorable(a) and scorable(b)]
         self.zero += gaps.count(0.0)  # exact zeros have no logarithm
         # Each nonzero gap's bin as the one-pair-at-a-time loop computed it, floor((log10 d - low) / width),
-        # the same float operations mapped over the sample (~10x faster per token at the end of a replay).
+        # the same float operations mapped over the sample (~1.5x faster than a Python loop per pair).
         n, counts = len(self.counts), self.counts
         for i, k in Counter(map(math.floor, map(truediv, map(sub, map(math.log10, filter(None, gaps)),
                                                                repeat(self.low)), repeat(self.width)))).items():
