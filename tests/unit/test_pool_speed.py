@@ -188,6 +188,24 @@ def test_weighted_ranks_find_what_bisect_over_the_running_total_finds(block):
         assert [ranks.index(k) for k in range(cum[-1])] == [bisect_right(cum, k) for k in range(cum[-1])]
     assert _WeightedRanks([], units).weigh([1] * units) == 0
 
+
+# The resamples of 120 prompts of side "c" with the bootstrap walking every 21st / 4th gap (a cap of
+# 997 / 5000 gaps: the strided slices start mid-bucket), recorded with the code before the change.
+RESAMPLES_BEFORE = {997: "7e41af8f79fa870c04b174df01c27b407ee82be917614c5e3b0ec974d7ecdc1b",
+                    5000: "5bd6d599dc37b57e8418bd06451dc068eb7d130f0df1644c4c7b7e82d2457dcf"}
+
+
+@pytest.mark.parametrize("cap", sorted(RESAMPLES_BEFORE))
+def test_the_systematic_sample_of_gaps_is_the_same_at_any_step(cap, monkeypatch):
+    import parity_ui.core.pooled as pooled_module
+
+    monkeypatch.setattr(pooled_module, "BOOTSTRAP_MAX_GAPS", cap)
+    acc = pooled_module.Accumulator()
+    for s in fixed_samples("c", n=120):
+        acc.add(s)
+    got = hashlib.sha256(json.dumps(acc.result().resamples).encode()).hexdigest()
+    assert got == RESAMPLES_BEFORE[cap]
+
 if __name__ == "__main__" and "--write" in sys.argv:
     GOLDEN.write_text(json.dumps(report_fingerprint(), indent=0, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")
