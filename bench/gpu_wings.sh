@@ -3,7 +3,7 @@
 # bench/gpu_go.sh under setsid, so it outlives a 10-minute call): results in /tmp/res, one file per step,
 # steps.txt with their times and exit codes. Most important first: a chain cut short keeps what ran.
 # `touch /tmp/res/stop` skips the steps not started yet. Needs device-env.sh sourced.
-R=/tmp/res; mkdir -p $R $R/free; cd "$(dirname "$0")/.."
+R=/tmp/res; mkdir -p $R $R/free $R/moe-tiny $R/moe-a3b; cd "$(dirname "$0")/.."
 export PARITY_DB=$R/runs.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 log() { echo "$(date +%s) $*" >> $R/steps.txt; }
 step() {  # step NAME TIMEOUT CMD...: run one measurement, its output in NAME.out / NAME.err
@@ -17,7 +17,8 @@ log start
 python3 -c "from parity_ui.inputs.demo_model import demo_model_dir; from parity_ui.inputs.prompts import tokenizer_for; print(tokenizer_for(str(demo_model_dir())).light)" > $R/tokenizer-verify.out 2>&1
 step startup 240 python3 bench/startup.py --repeat 3 --label gpu-light-tokenizer --out $R/startup.json
 # issue 30: MoE routes, bf16, a tiny MoE and a Qwen3-30B-A3B-shaped one
-step moe 600 python3 bench/moe.py --out $R
+step moe-tiny 420 python3 bench/moe.py --models tiny --out $R/moe-tiny
+step moe-a3b 720 python3 bench/moe.py --models a3b-4l --out $R/moe-a3b
 # issue 31: shared-seed sampling's cost on each engine; the full-distribution figures' cost
 step sampling 420 python3 bench/sampling.py --model "$PARITY_DEMO_MODEL" --prompts 256 --tokens 128 --batch 64 --dtype bfloat16 --out $R/sampling.json
 # issue 29: 1,000 rows x 512 tokens, the trainer side against bare HF teacher-forcing

@@ -101,3 +101,152 @@ def perturb_weights(folder: Path, tensor: str, *, scale: float = 0.05, seed: int
     weights[tensor] = (w.float() + scale * w.float().std() * torch.randn(w.shape, generator=gen)).to(w.dtype)
     save_file(weights, path, metadata={"format": "pt"})
     return Path(folder)
+
+
+# Mixture-of-experts models: two router families.
+#   qwen3_moe     softmax over the experts, top-k (Qwen3-MoE; Mixtral/OLMoE route the same way)
+#   deepseek_v3   sigmoid scores, experts in n_group groups of which topk_group are kept, then top-k,
+#                 plus a shared expert (DeepSeek-V3; the tie-prone kind: sigmoid saturates)
+MOE_ARCHS = ("qwen3_moe", "glm4_moe", "deepseek_v3")
+
+
+def moe_config(arch: str, tok: Any, *, hidden_size: int = 64, num_hidden_layers: int = 2, num_experts: int = 8,
+               top_k: int = 2, init_range: float = 0.15, max_position_embeddings: int = 2048) -> Any:
+    """The transformers config of a tiny MoE of `arch` (one of MOE_ARCHS) for tokenizer `tok`."""
+    from transformers import DeepseekV3Config, Glm4MoeConfig, Qwen3MoeConfig
+
+    common = dict(vocab_size=len(tok), hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_position_embeddings,
+                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                  initializer_range=init_range, tie_word_embeddings=False, num_experts_per_tok=top_k,
+                  moe_intermediate_size=hidden_size, intermediate_size=2 * hidden_size)
+    if arch == "qwen3_moe":
+        return Qwen3MoeConfig(**common, num_experts=num_experts, head_dim=32, norm_topk_prob=True,
+                              decoder_sparse_step=1, mlp_only_layers=[])
+    if arch == "deepseek_v3":
+        # MLA: vLLM's MLA takes kv_lora_rank + qk_rope_head_dim in {320, 512, 576}, and its CPU decode kernel takes 576 only.
+        # No dense first layers, so every layer routes.
+        common["num_key_value_heads"] = 4  # MLA: every head has its own keys
+        return DeepseekV3Config(**common, n_routed_experts=num_experts, n_group=4, topk_group=2,
+                                n_shared_experts=1, first_k_dense_replace=0, routed_scaling_factor=1.0,
+                                norm_topk_prob=True, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                                qk_nope_head_dim=16, v_head_dim=32, rope_interleave=True,
+                                # vLLM reads these (HF implies them): sigmoid scores with the bias
+                                topk_method="noaux_tc", scoring_func="sigmoid")
+    if arch == "glm4_moe":
+        # DeepSeek-V3's router (sigmoid + correction bias, n_group/topk_group, shared expert) behind
+        # plain grouped-query attention: the grouped family both engines run alike on the CPU.
+        return Glm4MoeConfig(**common, n_routed_experts=num_experts, n_group=4, topk_group=2, n_shared_experts=1,
+                             first_k_dense_replace=0, routed_scaling_factor=1.0, norm_topk_prob=True,
+                             head_dim=32, partial_rotary_factor=0.5, use_qk_norm=False,
+                             topk_method="noaux_tc", scoring_func="sigmoid")
+    raise ValueError(f"unknown MoE arch {arch!r}; one of {MOE_ARCHS}")
+
+
+# A real model's per-layer shape (attention and experts), for random-weight models of few layers.
+SHAPES = {"qwen3-30b-a3b": dict(num_attention_heads=32, num_key_value_heads=4, head_dim=128, moe_intermediate_size=768,
+                                intermediate_size=6144, vocab_size=151936, rope_theta=1_000_000.0)}
+
+
+def build_moe_model(folder: Path, arch: str = "qwen3_moe", *, seed: int = 0, dtype: str = "float32",
+                    vocab_size: int = 1024, shape: str | None = None, **config: Any) -> Path:
+    """Build a random MoE model of `arch` (one of MOE_ARCHS) into `folder`: tiny, or with a real
+    model's per-layer `shape` (SHAPES; the tokenizer stays the tiny one, its ids a subset of the
+    shape's vocabulary). A shaped model is made in `dtype` directly (billions of parameters)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(folder, vocab_size)
+    cfg = moe_config(arch, tok, **config)
+    for key, value in SHAPES.get(shape or "", {}).items():
+        setattr(cfg, key, value)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype) if shape else torch.float32)
+    with torch.no_grad():  # routers start at zero in some versions: give them the scale of the rest
+        for name, p in model.named_parameters():
+            if name.endswith("gate.weight") and float(p.abs().max()) == 0.0:
+                p.normal_(0.0, cfg.initializer_range)
+    model.to(getattr(torch, dtype)).save_pretrained(folder)
+    return folder
+
+
+def _gate_inputs(model: Any, ids: list[int], layer: int) -> Any:
+    """The rows entering MoE layer `layer`'s gate for one forward pass over ids: [len(ids), hidden]."""
+    import torch
+
+    got = []
+    gate = model.model.layers[layer].mlp.gate
+    h = gate.register_forward_hook(lambda m, args, out: got.append(args[0].detach().reshape(-1, args[0].shape[-1])))
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        h.remove()
+    return got[0].double()
+
+
+def plant_router_tie(src: Path, near: Path, flipped: Path, prompt_ids: list[int], *, max_new_tokens: int = 12,
+                     margin: float = 5e-7, first_step: int = 2, candidates: int = 8) -> dict[str, Any]:
+    """Two checkpoints of the qwen3_moe model in `src` with a planted router near-tie.
+
+    At a (layer, step) found here, `near` has the k-th and (k+1)-th experts' router probabilities
+    `margin` apart (the k-th ahead) on the greedy run of `prompt_ids`; `flipped` is the same model
+    with that gap reversed (a nudge of ~2 x margin to one gate row): the (k+1)-th expert wins there
+    and only there. Only that gate row of that layer changes, so everything before it (the gate's
+    input at that position) is the same in both. A (layer, step) is kept where the swap changes
+    the greedy token at that very step, so the flip is what makes the streams fork.
+    Returns {"layer", "step", "position", "experts": [k-th, (k+1)-th], "margin"}."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    base = len(prompt_ids)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
+    tokens = out[0, base:].tolist()
+    k = model.config.num_experts_per_tok
+    layers = model.config.num_hidden_layers
+    for step in range(first_step, min(first_step + candidates, len(tokens))):
+        for layer in reversed(range(layers)):
+            pos = base - 1 + step
+            seq = prompt_ids + tokens[:step]
+            h = _gate_inputs(model, seq, layer)[pos]
+            W = model.model.layers[layer].mlp.gate.weight.detach().double()
+            logits = W @ h
+            order = torch.argsort(logits, descending=True).tolist()
+            kth, nxt = order[k - 1], order[k]
+            p = torch.softmax(logits, dim=-1)
+            # softmax: dp_nxt ~ p_nxt * dlogit; aim the (k+1)-th's probability `margin` below the k-th's
+            want = [float(torch.log(p[kth] - margin) - torch.log(p[nxt])),
+                    float(torch.log(p[kth] + margin) - torch.log(p[nxt]))]
+            rows = []
+            for dl in want:
+                Wn = W.clone()
+                Wn[nxt] += dl * h / float(h @ h)
+                rows.append(Wn.float())
+            # the flipped model must fork at this step
+            trial = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+            with torch.no_grad():
+                trial.model.layers[layer].mlp.gate.weight.copy_(rows[1])
+                t_out = trial.generate(torch.tensor([seq]), max_new_tokens=1, do_sample=False)
+                trial.model.layers[layer].mlp.gate.weight.copy_(rows[0])
+                n_out = trial.generate(torch.tensor([seq]), max_new_tokens=1, do_sample=False)
+            if int(t_out[0, -1]) == tokens[step] or int(n_out[0, -1]) != tokens[step]:
+                continue
+            name = f"model.layers.{layer}.mlp.gate.weight"
+            for folder, row in ((near, rows[0]), (flipped, rows[1])):
+                if Path(folder).exists():
+                    shutil.rmtree(folder)
+                shutil.copytree(src, folder)
+                path = next(Path(folder).glob("*.safetensors"))
+                weights = load_file(path)
+                weights[name] = row.contiguous()
+                save_file(weights, path, metadata={"format": "pt"})
+            return {"layer": layer, "step": step, "position": pos, "experts": [kth, nxt], "margin": margin,
+                    "tokens": tokens}
+    raise RuntimeError("no (layer, step) where swapping the k-th and (k+1)-th expert changes the token")

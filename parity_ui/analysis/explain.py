@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from .compare import rank_of, top_margin
+from .routes import flip_summary, is_router_near_tie
 from ..core.config import ParityConfig
 from ..core.findings import MASKED_LOGPROB, Explanation, SideAtFork
 from ..core.settings import LABELS
@@ -64,7 +65,8 @@ def _side(name: str, step: TokenStep | None, other_token: int | None) -> SideAtF
     return SideAtFork(name=name, token_id=step.token_id, text=step.text, logprob=step.logprob,
                       top12_margin=top_margin(step),
                       other_token_rank=None if other_token is None else rank_of(other_token, step),
-                      other_token_logprob=other_lp, margin_over_other=margin, recorded_k=len(step.top))
+                      other_token_logprob=other_lp, margin_over_other=margin, recorded_k=len(step.top),
+                      sampling_margin=step.margin, kept=step.kept, kept_mass=step.kept_mass)
 
 
 def _masked(*values: float | None) -> bool:
@@ -122,9 +124,10 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
     base = replace(base, index=c.first_divergence, noise_before=noise, sides=[c.a, c.b])
     if c.identical:
         gap = "n/a" if noise is None else f"{noise:.3g}"
+        flip = flip_summary(c.routes, None)
         return replace(base, verdict="identical",
                        summary=f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
-                               + note)
+                               + (f" The tokens agree, but {flip}." if flip else "") + note)
     d, i = c.divergence, c.first_divergence
     if d is not None and d.reason == "length":
         summary, fields = _stopped_summary(c, a, b)
@@ -136,6 +139,8 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
     side_b = _side(c.b, sb, sa.token_id if sa else None)
     out = replace(base, a=side_a, b=side_b, accepted_by_vllm_rule=d.accepted if d else None)
     at = f"at token {i}, {c.a} chose {side_a.text!r} and {c.b} {side_b.text!r}"
+    if cfg.shared_seed:
+        return _shared_seed_verdict(out, at, d, noise, cfg, note)
     if not cfg.greedy:
         return replace(out, verdict="sampling",
                        summary=f"{at}: temperature={cfg.temperature}, each side draws from its own random "
@@ -154,6 +159,21 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
         else NEAR_TIE_NATS
     out = replace(out, largest_margin=worst, tie_bound=tie_bound)
     in_topk = d is not None and d.accepted
+    flip = flip_summary(c.routes, i)
+    if flip and is_router_near_tie(c.routes):
+        # The routing that made the forked token (or an earlier one) chose other experts at a router near-tie:
+        # the cause sits in the router, before any logit.
+        f = c.routes.first_flip
+        return replace(out, verdict="router near-tie", route_layer=f.layer, route_step=f.step,
+                       route_margin=min(m for m in f.margins if m is not None),
+                       summary=f"{at}: {flip}. Two experts' router scores were that close, so rounding alone can "
+                               "swap them; the other experts changed the token. Replaying the routes "
+                               "(replay_routes) tells how much of the gap they explain." + note)
+    if flip:
+        f = c.routes.first_flip
+        out = replace(out, route_layer=f.layer, route_step=f.step,
+                      route_margin=min((m for m in f.margins if m is not None), default=None))
+        note = f" Also, {flip}." + note
     if worst is not None and worst <= tie_bound and in_topk:
         exact = [s.name for s in (side_a, side_b) if s.margin_over_other == 0.0]
         if exact:
@@ -172,3 +192,37 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
                    summary=f"{at}: a real disagreement; margin {margin_text} (near-tie bound {tie_bound:.3g})"
                            + ("" if in_topk else ", and a token is outside the other's top-k")
                            + ". Look for a config difference (see warnings) or a model-loading difference." + note)
+
+
+def _shared_seed_verdict(out: Explanation, at: str, d: Any, noise: float | None, cfg: ParityConfig,
+                         note: str) -> Explanation:
+    """Both sides drew with the same noise: they part where the numerics moved the perturbed maximum.
+    Each side's sampling margin (its perturbed top-2 gap) is what its numbers had to move; the sum of
+    the two sides' gaps between the two tokens is their logprob drift / T, so a margin within the
+    near-tie bound (over T) is a flip of rounding, the sampled counterpart of a greedy near-tie."""
+    sa, sb = out.a, out.b
+    margins = [m for m in (sa.sampling_margin if sa else None, sb.sampling_margin if sb else None) if m is not None]
+    bound = (max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise)
+             else NEAR_TIE_NATS) / cfg.temperature
+    kept = [f"{s.name} from {s.kept:,} kept tokens (S = {s.kept_mass:.3g})" for s in (sa, sb)
+            if s is not None and s.kept is not None and s.kept_mass is not None]
+    drawn = (" Drawn " + ", ".join(kept) + ".") if kept else ""
+    if not margins:
+        return replace(out, verdict="real disagreement", tie_bound=bound,
+                       summary=f"{at}: shared-seed sampling, but no side recorded its draw (sampling margin not "
+                               "recorded), so the fork cannot be weighed." + drawn + note)
+    worst = max(margins)
+    out = replace(out, largest_margin=worst, tie_bound=bound)
+    # Not vLLM's top-k rule: a sampled token is seldom in the other side's raw top-k at T=1. What
+    # matters is that BOTH draws were close calls (each side's runner-up nearly won).
+    both = len(margins) == 2
+    if worst <= bound and both:
+        return replace(out, verdict="numerical near-tie",
+                       summary=f"{at}: a sampling-margin near-tie; with the same noise each side's drawn token led "
+                               f"its runner-up by at most {worst:.3g} nats (bound {bound:.3g} at T={cfg.temperature:g}), "
+                               "so rounding alone can move the sample." + drawn + note)
+    return replace(out, verdict="real disagreement",
+                   summary=f"{at}: a real disagreement under the same noise; sampling margin {worst:.3g} nats "
+                           f"(near-tie bound {bound:.3g} at T={cfg.temperature:g})"
+                           + ("" if both else ", recorded by one side only")
+                           + ": the sides' distributions differ there, not just their rounding." + drawn + note)

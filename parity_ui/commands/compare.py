@@ -11,6 +11,7 @@ from ..analysis.crossscore import cross_score
 from ..core.requests import GenerateRequest, InputCheck, ScoreRequest
 from ..core.errors import ParityError
 from ..analysis.explain import explain
+from ..analysis.kept_mass import kept_mass
 from ..run.pipeline import Sides
 from ..core.findings import CrossScores
 from ..run.plan import Prepared, RunRequest, SidePlan
@@ -92,6 +93,14 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
         for pr in run.prompts:
             pr.comparisons = [compare(pr.results[ref], pr.results[b]) for b in others
                               if ref in pr.results and b in pr.results]
+            for c in pr.comparisons:
+                c.kept_mass = kept_mass(c, pr.results[c.a], pr.results[c.b])
+    if getattr(prep.config, "routes", False):
+        from .routes import record_routes
+
+        with phase(run, "routes"):
+            record_routes(prep, run, sides, emit)
+        rec.keep([res for pr in run.prompts for res in pr.results.values() if res.routes is not None])
     if prep.config.cross_score:
         emit(RunEvent("status", "cross-scoring: teacher-forced, each side against the reference"))
         with phase(run, "cross_score"):

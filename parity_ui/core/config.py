@@ -25,6 +25,7 @@ from .sides import SideSpec, build_sides
 from .validation import build, one_of, option
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+SAMPLING_MODES = ("native", "shared-seed")
 GENERATION_CONFIGS = ("neutral", "model")
 ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
@@ -36,8 +37,11 @@ _MOVED_UP = {"logprobs_mode": {}, "generation_config": {"vllm": "neutral", "auto
 _SIDE_OPTION_TOO = {"generation_config": ("neutral", "model")}
 
 
-def _lifted(key: str, value: Any) -> bool:
-    """Whether a side section's `key: value` is 0.1's run-wide key (moved up) rather than the side's own."""
+def _lifted(key: str, value: Any, section: str = "vllm") -> bool:
+    """Whether a side section's `key: value` is 0.1's run-wide key (moved up) rather than the side's own.
+    0.1 had logprobs_mode under `vllm:` only: in any other section it is that side's own mode."""
+    if key == "logprobs_mode" and section != "vllm":
+        return False
     return key in _MOVED_UP and value not in _SIDE_OPTION_TOO.get(key, ())
 _RENAMED = {"device_map": "device"}
 
@@ -55,6 +59,11 @@ class ParityConfig:
     min_p: float = option(0.0, "0 = off", (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]; 0 = off"))
     repetition_penalty: float = option(1.0, "1 = off", (lambda v: 0.0 < v <= 10.0, "a number in (0, 10]; 1 = off"))
     seed: int = option(0, "sampling seed", (lambda v: 0 <= v < 2**63, "an integer >= 0"))
+    sampling: str = option("native", "how sampled tokens are drawn: native = each side's own sampler and random "
+                                     "stream (sampled streams part at once); shared-seed = every side draws with the "
+                                     "same Gumbel noise per (seed, prompt, position, token), so sampled streams "
+                                     "compare token by token (temperature 0 stays greedy)",
+                           one_of(*SAMPLING_MODES))
     stop_token_ids: list[int] = option(doc="extra stop ids on top of the model's EOS ids", factory=list,
                                        allowed=(lambda v: all(t >= 0 for t in v), "a list of token ids >= 0"))
     ignore_eos: bool = option(False, "keep generating past EOS")
@@ -69,6 +78,8 @@ class ParityConfig:
     batch_size: int = option(1, "prompts per generate call", _int_range(1, 1024))
     cross_score: bool = option(True, "after generating, each side re-scores the reference's tokens and "
                                      "the reference each side's (teacher forcing)")
+    routes: bool = option(False, "mixture-of-experts models: record which experts every MoE layer chose for each "
+                                 "token on every side that can, and compare them layer by layer")
     generate_while_loading: str = option(
         "gpu", "a side that has loaded generates while slower sides still load: gpu = on a GPU machine "
                "(the first answer comes sooner), always, never (per-token timings of each side alone)",
@@ -92,6 +103,11 @@ class ParityConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def shared_seed(self) -> bool:
+        """Sampled with shared-seed noise (at temperature 0 shared-seed is greedy: nothing is drawn)."""
+        return self.sampling == "shared-seed" and not self.greedy
 
     @property
     def reference(self) -> SideSpec:
@@ -151,7 +167,7 @@ def _split_sections(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
                               "its name (b: {enforce_eager: false}) or in sides:")
     for name, section in sections.items():
         for key, translate in _MOVED_UP.items():
-            if key in section and _lifted(key, section[key]):
+            if key in section and _lifted(key, section[key], name):
                 value = section.pop(key)
                 top.setdefault(key, translate.get(value, value))
         for old, new in _RENAMED.items():
@@ -168,7 +184,24 @@ def config_from_dict(data: dict[str, Any] | None) -> ParityConfig:
     if cfg.rope_scaling is not None:
         cfg.rope_scaling = _validate_rope(cfg.rope_scaling)
     cfg.sides = build_sides(raw_sides, sections, set(TOP_KEYS))
+    _check_shared_seed(cfg)
     return cfg
+
+
+def _check_shared_seed(cfg: ParityConfig) -> None:
+    """What shared-seed sampling cannot honour, refused by name (never silently changed)."""
+    if not cfg.shared_seed:
+        return
+    if cfg.repetition_penalty != 1.0:
+        raise ConfigError("repetition_penalty", f"is {cfg.repetition_penalty}, and sampling=shared-seed draws before "
+                                                "vLLM applies its penalties (HF after its own): the sides would draw "
+                                                "from different distributions", "set repetition_penalty=1, or "
+                                                                                 "sampling=native")
+    if cfg.logprobs_mode != "raw_logprobs":
+        raise ConfigError("logprobs_mode", f"is {cfg.logprobs_mode}, and sampling=shared-seed records the processed "
+                                           "logprob of every token itself (renormalised over the kept set); the "
+                                           "engines' own processed logprobs would include the shared noise",
+                          "set logprobs_mode=raw_logprobs (the processed logprob is recorded beside it)")
 
 
 def yaml_error_text(error: Exception, text: str) -> tuple[str, str]:
@@ -236,7 +269,7 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> None:
     """Set one dotted `key` (SIDE.option, rope_scaling.factor) of a config's plain data to `value`, in
     place, as a later layer over it. Raises ConfigError when a part before the last is not a section."""
     parts = key.split(".")
-    if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value):
+    if len(parts) == 2 and parts[0] not in TOP_KEYS and _lifted(parts[1], value, parts[0]):
         # An old-style `--set vllm.generation_config=auto` is a run-wide key now; as a later
         # layer it must win over the file's value (not be dropped behind it).
         translate = _MOVED_UP[parts[1]]

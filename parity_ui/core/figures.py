@@ -32,6 +32,8 @@ class Figure:
     higher_is_worse: bool = True  # False: larger is better (share identical, Pearson r)
     kind: str = "number"  # "number" (3 significant digits), "share" (a percentage), "index" (a token index)
     unit: str = ""  # "nats", "" (a ratio or a share)
+    family: str = "tokens"  # "sequences" and "tokens" (the logprob gap), "sampling" (kept mass and support),
+    # "routing" (mixture-of-experts routes)
 
     def format(self, x: float | None, missing: str = "–") -> str:
         """The value as every view prints it."""
@@ -96,12 +98,70 @@ _ALL: list[Figure] = [
     Figure("extreme_share", "|Δlogprob| > ln 2",
            "share of tokens whose |logp_side − logp_ref| exceeds ln 2 (ρ beyond ½ or 2: AReaL's extreme "
            "fraction)", kind="share"),
+    # -- routing (mixture-of-experts, routes=true): over (token, layer) cells compared, up to each fork
+    Figure("route_same_set", "routes identical", "share of (token, layer) routes where both sides chose the same "
+           "experts", higher_is_worse=False, kind="share", family="routing"),
+    Figure("route_same_order", "routes identical, same slots", "share of (token, layer) routes with the same "
+           "experts in the same slots (what a replay of ids, weights and order needs)", higher_is_worse=False,
+           kind="share", family="routing"),
+    Figure("route_overlap", "expert overlap@k", "mean share of the k experts both sides chose, over (token, layer)",
+           higher_is_worse=False, kind="share", family="routing"),
+    Figure("route_differ", "routes differing", "share of (token, layer) routes whose experts differ "
+           "(1 − routes identical)", kind="share", family="routing"),
+    Figure("route_tokens_any_differ", "tokens with routes differing",
+           "share of tokens where at least one MoE layer chose other experts (R3's 94%)", kind="share", family="routing"),
     Figure("seq_abs_log_ratio_max", "largest sequence |log ρ|",
            "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's "
            "geometric-mean ρ is from 1", unit="nats"),
 ]
+
+# -- the sampling family: kept mass and support of sampled tokens (core.kept_mass; reference = trainer,
+# side = rollout reporting processed logprobs). Keys match KeptMass.figures().
+NAIVE = "naive ρ = p_ref(raw, whole vocabulary) / p_side(processed, renormalised over its kept set)"
+RENORM = "renormalised ρ = p_ref renormalised over the same kept set / p_side(processed)"
+_SAMPLING: list[Figure] = [
+    Figure("kept_mass_mean", "kept mass S mean", "mean mass of the side's kept set under its own raw distribution "
+           "(1 = nothing cut by top-p / top-k / min-p)", higher_is_worse=False, family="sampling"),
+    Figure("kept_mass_min", "kept mass S min", "the smallest kept mass of a sampled token", higher_is_worse=False,
+           family="sampling"),
+    Figure("kept_mass_ref_mean", "reference kept mass S mean", "mean mass of the reference's kept set",
+           higher_is_worse=False, family="sampling"),
+    Figure("kept_size_mean", "kept set size mean", "mean number of tokens the side's sampled tokens were drawn from",
+           higher_is_worse=False, family="sampling"),
+    Figure("kept_sets_differ", "kept sets differ", "share of sampled tokens whose kept sets differ between the sides "
+           "(a top-p / top-k boundary near-tie)", kind="share", family="sampling"),
+    Figure("naive_rho_mean", "naive ratio mean", f"mean of the {NAIVE}", higher_is_worse=False, family="sampling"),
+    Figure("renorm_rho_mean", "renormalised ratio mean", f"mean of the {RENORM}", higher_is_worse=False,
+           family="sampling"),
+    Figure("raw_minus_processed_mean", "raw − processed logprob mean",
+           "mean of the side's raw minus processed logprob of its token (−log S at temperature 1)", unit="nats",
+           family="sampling"),
+    *(f for lo, hi in RHO_BANDS for f in (
+        Figure(f"naive_outside_{lo:g}_{hi:g}", f"naive ratio outside [{lo:g}, {hi:g}]",
+               f"share of sampled tokens whose {NAIVE} is outside [{lo:g}, {hi:g}]", kind="share", family="sampling"),
+        Figure(f"renorm_outside_{lo:g}_{hi:g}", f"renormalised ratio outside [{lo:g}, {hi:g}]",
+               f"share of sampled tokens whose {RENORM} is outside [{lo:g}, {hi:g}]", kind="share",
+               family="sampling"))),
+]
+_ALL += _SAMPLING
 FIGURES: dict[str, Figure] = {f.key: f for f in _ALL}
+# Figure families: every family's keys in registration order, from each figure's `family` (the views,
+# the gate and the pooled report list a family's figures together).
+FAMILIES: dict[str, tuple[str, ...]] = {}
+for _f in _ALL:
+    FAMILIES[_f.family] = (*FAMILIES.get(_f.family, ()), _f.key)
 assert len(FIGURES) == len(_ALL), "a figure key registered twice"
+
+
+def family(name: str) -> list[Figure]:
+    """The figures of one family, in registration order."""
+    return [f for f in _ALL if f.family == name]
+
+
+# The sampling family's table rows, as every view shows them (the [0.9, 1.1] band first: trl#7269's).
+SAMPLING_ROWS: tuple[str, ...] = ("kept_mass_mean", "kept_mass_min", "kept_size_mean", "kept_sets_differ",
+                                  "raw_minus_processed_mean", "naive_rho_mean", "renorm_rho_mean",
+                                  "naive_outside_0.9_1.1", "renorm_outside_0.9_1.1")
 
 
 def figure(key: str) -> Figure:

@@ -39,11 +39,15 @@ class SideAtFork:
     other_token_logprob: float | None = None
     margin_over_other: float | None = None
     recorded_k: int | None = None
+    # Shared-seed sampling (parity_ui.engines.shared_seed): the side's draw at the fork.
+    sampling_margin: float | None = None  # its perturbed top-2 gap, nats
+    kept: int | None = None  # the kept set it drew from
+    kept_mass: float | None = None  # that set's mass S under the side's raw distribution
 
 
 @dataclass
 class Explanation:
-    """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" |
+    """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" | "router near-tie" |
     "real disagreement" | "masked token" | "length" | "sampling" | "error", a summary for a human,
     and the figures it rests on (those of other verdicts stay None)."""
 
@@ -66,6 +70,10 @@ class Explanation:
     stop_token_id: int | None = None
     continued_side: str | None = None
     continued_to: int | None = None
+    # MoE (routes recorded): the first (token, layer) whose experts differ and the router margin there
+    route_step: int | None = None
+    route_layer: int | None = None
+    route_margin: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

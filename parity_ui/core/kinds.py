@@ -49,6 +49,10 @@ class SideOptions:
                                                  "generation_config.json is not applied) or model (it is: the trap "
                                                  "of one side silently taking the file's defaults); unset = the run's",
                                            one_of("neutral", "model"))
+    logprobs_mode: str | None = option(None, "this side's own logprobs mode: raw_logprobs or processed_logprobs (to "
+                                             "reproduce a rollout engine reporting processed logprobs against a raw "
+                                             "trainer: the trap preflight names); unset = the run's",
+                                       one_of("raw_logprobs", "processed_logprobs"))
 
 
 @dataclass
@@ -103,6 +107,10 @@ class HfOptions(SideOptions):
                                        "attention): auto (torch's choice), no-cudnn, or only flash, efficient, "
                                        "math or cudnn; another kernel is another reference",
                                one_of(*SDPA_KERNELS))
+    replay_routes: str = option("off", "mixture-of-experts, with routes=true: generate again routing with the "
+                                       "reference's recorded experts, ids (this side's own weights for them) or "
+                                       "ids+weights (the reference's weights and slot order too), and show the "
+                                       "figures before and after", one_of("off", "ids", "ids+weights"))
 
 
 @dataclass
@@ -146,6 +154,7 @@ class Kind:
     can_score: bool = True  # teacher-forced scoring (cross-scores)
     can_batch_invariant: bool = False
     can_capture_layers: bool = False
+    can_record_routes: bool = False  # MoE routes by hooks on its routers (parity_ui.engines.routes)
     accepts_images: bool = False
     in_worker: bool = True  # runs in a spawned worker process (and so may use another python=)
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
@@ -156,9 +165,9 @@ class Kind:
 KINDS: dict[str, Kind] = {
     "vllm": Kind("vllm", "vLLM (offline LLM)", VllmOptions, "parity_ui.engines.vllm_engine:VllmEngine", "vllm",
                  can_batch_invariant=True, can_capture_layers=True, accepts_images=True, gpu_memory="share",
-                 head_start=True),
+                 head_start=True, can_record_routes=True),
     "hf": Kind("hf", "HF transformers (generate)", HfOptions, "parity_ui.engines.hf_engine:HfEngine",
-               "transformers", can_capture_layers=True, accepts_images=True, head_start=True),
+               "transformers", can_capture_layers=True, accepts_images=True, head_start=True, can_record_routes=True),
     "vllm-server": Kind("vllm-server", "vLLM server (vllm serve, started by parity-ui)", VllmServerOptions,
                         "parity_ui.engines.server_engine:VllmServerEngine", "vllm", can_batch_invariant=True,
                         gpu_memory="share", tokenizes_itself=True),

@@ -38,12 +38,18 @@ NOTES: dict[str, str] = {
     "temperature": "0 = greedy. HF rejects temperature=0: greedy there is do_sample=False with "
                    "temperature/top_p/top_k unset.",
     "top_p": "Nucleus sampling; 1 = off. Ignored under greedy.",
-    "top_k": "0 = off everywhere. HF's own default is 50 (vLLM's is off): parity-ui always passes it.",
+    "top_k": "0 = off everywhere: vLLM's off is 0 (-1 is its older spelling), HF's 0 or None (its own default is "
+             "50, so unset would NOT be off): parity-ui always passes 0. shared-seed: parity-ui's sampler, 0 = off.",
     "min_p": "0 = off.",
     "repetition_penalty": "Penalizes prompt AND generated tokens (HF PR #1424 semantics; not "
                           "frequency_penalty).",
-    "seed": "vLLM: per-request seed. HF: torch.manual_seed before generate. Sampled streams still "
-            "differ (different RNG streams); only greedy runs can match token for token.",
+    "seed": "vLLM: per-request seed. HF: torch.manual_seed before generate. With sampling=native, sampled "
+            "streams still differ (different RNG streams); with sampling=shared-seed the seed keys the shared noise.",
+    "sampling": "native: each engine's own sampler. shared-seed: parity-ui's one sampler in every side (a vLLM "
+                "logits processor, an HF logits processor): temperature, min_p, top_k, top_p in that order, then "
+                "argmax of logits/T + Gumbel noise hashed from (seed, prompt ids, position, token id); the engine "
+                "takes that token greedily, so its raw logprobs stay the model's. At temperature 0 it is greedy "
+                "and nothing is drawn.",
     "stop_token_ids": "Extra stop ids, on top of the model's EOS ids.",
     "ignore_eos": "vLLM ignore_eos=True; HF: EOS removed from eos_token_id. NOT min_new_tokens, "
                   "which masks EOS and changes the distribution.",
@@ -64,6 +70,9 @@ NOTES: dict[str, str] = {
                   "own numerics: the reference itself moves.",
     "cross_score": "parity-ui only: after generating, the reference and each side teacher-force each other's "
                    "tokens (vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
+    "routes": "parity-ui only: MoE routes per token and layer. HF: a forward hook on each MoE layer's gate; vLLM: "
+              "its routers wrapped in process (eager), and on a GPU also enable_return_routed_experts (ids). "
+              "replay_routes (hf sides): the gate's top-k replaced by the reference's recorded experts.",
     "generate_while_loading": "parity-ui only: when a side has loaded, it generates while slower sides still "
                               "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
                               "'never'. The tokens do not change; the timings of a side that generated early "
@@ -125,6 +134,7 @@ class HfArgs:
     sdpa_kernels: list[str] | None = None  # the SDPA kernels the worker leaves enabled (None: torch's choice)
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
+    shared_seed: dict[str, Any] | None = None  # the shared-seed sampler's settings (sampling=shared-seed)
 
 
 @dataclass
@@ -182,6 +192,18 @@ def side_dtype(cfg: ParityConfig, side: SideSpec, model: ModelInfo) -> str:
         return "as served"  # a server's own dtype: recorded from what it reports
     asked = side.options.dtype or cfg.dtype
     return _known_dtype(model.config_dtype) if asked == "auto" else asked
+
+
+def side_logprobs_mode(cfg: ParityConfig, side: SideSpec) -> str | None:
+    """The logprobs a side reports: its own mode, else the run's; None for a server (the server's own)."""
+    if not hasattr(side.options, "logprobs_mode"):
+        return None
+    mode = side.options.logprobs_mode or cfg.logprobs_mode
+    if cfg.shared_seed and mode != "raw_logprobs":
+        raise SideError(side.name, "logprobs_mode", f"is {mode}, and sampling=shared-seed records the processed logprob "
+                                                    "itself; the engine's own would include the shared noise",
+                        "unset this side's logprobs_mode (raw; the processed logprob is recorded beside it)")
+    return mode
 
 
 def side_generation_config(cfg: ParityConfig, side: SideSpec) -> str:
@@ -272,13 +294,20 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
                                       v.enable_chunked_prefill),
         "tensor_parallel_size": rec(p + "tensor_parallel_size", "LLM", "tensor_parallel_size",
                                     v.tensor_parallel_size),
-        "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", cfg.logprobs_mode),
+        "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", side_logprobs_mode(cfg, side)),
         "generation_config": rec("generation_config", "LLM", "generation_config",
                                  "vllm" if side_generation_config(cfg, side) == "neutral" else "auto"),
         "max_logprobs": max(cfg.logprobs, 1),
     }
     if getattr(v, "generation_config", None):
         rec(p + "generation_config", "LLM", "generation_config", llm["generation_config"])
+    if cfg.routes and r.on_gpu:
+        # vLLM's own capture (V1 model runner on a GPU; the CPU build refuses it): the expert ids.
+        llm["enable_return_routed_experts"] = rec("routes", "LLM", "enable_return_routed_experts", True)
+    else:
+        rec("routes", "runtime", "hooks on the routers (select_experts), in process", cfg.routes)
+    if v.logprobs_mode:
+        rec(p + "logprobs_mode", "LLM", "logprobs_mode", llm["logprobs_mode"])
     if v.pipeline_parallel_size > 1:
         llm["pipeline_parallel_size"] = rec(p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size",
                                             v.pipeline_parallel_size)
@@ -360,6 +389,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         "n": 1,
     }
     rec("eos_token_ids", "SamplingParams", "stop_token_ids", stops)
+    if cfg.shared_seed:
+        _vllm_shared_seed(cfg, v, r, llm, sampling, env, rec)
+    else:
+        rec("sampling", "runtime", "sampler", "greedy" if cfg.greedy else "vLLM's own (its random stream)")
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
@@ -373,6 +406,37 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         rec(p + "forced_tokens", "LLM", "enable_trace_replay", forced)
     return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits,
                     forced_tokens=forced)
+
+
+# The shared-seed sampler's names in the engines (parity_ui.engines.shared_seed, vllm_shared_seed).
+SHARED_SEED_PROCESSOR = "parity_ui.engines.vllm_shared_seed:SharedSeedLogitsProcessor"
+SHARED_SEED_EXTRA_ARGS = "parity_shared_seed"
+
+
+def shared_seed_settings(cfg: ParityConfig) -> dict[str, Any]:
+    """What every side's shared-seed sampler draws with: the canonical values, 0 / 1 = off."""
+    return {"seed": cfg.seed, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
+            "min_p": cfg.min_p}
+
+
+def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[str, Any], sampling: dict[str, Any],
+                      env: dict[str, str], rec: _Recorder) -> None:
+    """vLLM samples greedily over the logits its shared-seed processor masked to the drawn token."""
+    llm["logits_processors"] = [rec("sampling", "LLM", "logits_processors", SHARED_SEED_PROCESSOR)]
+    for key, off in (("temperature", 0.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0)):
+        sampling[key] = off
+        rec.used.pop(key, None)  # what vLLM gets instead of the canonical value recorded above
+        rec(key, "SamplingParams", key, f"{off} (the shared-seed processor applies {cfg.to_dict()[key]})")
+    sampling["extra_args"] = {SHARED_SEED_EXTRA_ARGS: shared_seed_settings(cfg)}
+    rec("sampling", "SamplingParams", f"extra_args.{SHARED_SEED_EXTRA_ARGS}", shared_seed_settings(cfg))
+    if r.on_gpu and v.async_scheduling is None:
+        # The processor reads each request's position from its output token list, which async
+        # scheduling fills one step late.
+        llm["async_scheduling"] = rec("sampling", "LLM", "async_scheduling", False)
+    if r.on_gpu:
+        # The processor implements the V1 runner's interface (BatchUpdate): vLLM before Model Runner
+        # V2 took custom processors (vllm#56497) falls back to V1 by itself; later ones need asking.
+        env["VLLM_USE_V2_MODEL_RUNNER"] = rec("sampling", "env", "VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
 def _long_context_allowed() -> bool:
@@ -426,9 +490,10 @@ def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec, h: HfOptions) ->
         raise SideError(side.name, "decode", f"decode=graphed applies no repetition penalty, and this run sets "
                                              f"repetition_penalty={cfg.repetition_penalty}",
                         "set repetition_penalty=1, or " + fix)
-    if cfg.logprobs_mode.startswith("processed"):
-        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this run asks for "
-                                             f"logprobs_mode={cfg.logprobs_mode}", "use a raw logprobs_mode, or " + fix)
+    mode = side_logprobs_mode(cfg, side) or cfg.logprobs_mode
+    if mode.startswith("processed"):
+        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this side asks for "
+                                             f"logprobs_mode={mode}", "use a raw logprobs_mode, or " + fix)
     if h.attn_implementation not in ("auto", "sdpa", "eager"):
         raise SideError(side.name, "decode", f"decode=graphed passes no 2-D attention mask, which "
                                              f"attn_implementation={h.attn_implementation} needs "
@@ -479,12 +544,22 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         "max_new_tokens": rec("max_new_tokens", "generate", "max_new_tokens", cfg.max_new_tokens),
         "min_new_tokens": None,  # never: it masks EOS
     }
-    if cfg.greedy:
+    shared = shared_seed_settings(cfg) if cfg.shared_seed else None
+    if shared is not None:
+        # parity-ui's sampler (the last logits processor) masks every token but the drawn one.
+        gen["do_sample"] = rec("temperature", "generate", "do_sample", False)
+        gen.update(temperature=None, top_p=None, top_k=None, min_p=None)
+        for key in ("temperature", "top_p", "top_k", "min_p"):
+            rec(key, "generate", "logits_processor", f"shared-seed {key}={shared[key]}")
+        rec("sampling", "generate", "logits_processor", "shared-seed sampler " + str(shared))
+    elif cfg.greedy:
+        rec("sampling", "generate", "do_sample", "greedy")
         gen["do_sample"] = rec("temperature", "generate", "do_sample", False)
         gen.update(temperature=None, top_p=None, top_k=None, min_p=None)
         for key in ("top_p", "top_k", "min_p"):
             rec(key, "generate", key, None)
     else:
+        rec("sampling", "generate", "do_sample", "HF's own sampler")
         gen["do_sample"] = rec("temperature", "generate", "do_sample", True)
         gen["temperature"] = rec("temperature", "generate", "temperature", cfg.temperature)
         gen["top_p"] = rec("top_p", "generate", "top_p", cfg.top_p)
@@ -509,13 +584,18 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
             rec(p + "decode", "runtime", "torch.compile", "decode step")
     else:
         rec(p + "decode", "generate", "cache_implementation", "dynamic (default)")
-    processed = cfg.logprobs_mode.startswith("processed")
+    processed = (side_logprobs_mode(cfg, side) or "").startswith("processed")
     rec("logprobs", "generate", "output_scores" if processed else "output_logits", True)
     rec("logprobs_mode", "generate", "output_scores" if processed else "output_logits", True)
+    if h.logprobs_mode:
+        rec(p + "logprobs_mode", "generate", "output_scores" if processed else "output_logits", True)
     rec("seed", "runtime", "torch.manual_seed", cfg.seed)
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
+    if h.replay_routes != "off":
+        rec(p + "replay_routes", "runtime", "the gates' top-k replaced by recorded experts", h.replay_routes)
     rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
     keep = side_generation_config(cfg, side) == "model"
     rec("generation_config", "runtime", "model.generation_config",
@@ -531,7 +611,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     return HfArgs(load=load, config_overrides=overrides, sampling=gen, device=device, seed=cfg.seed,
                   logprobs_source="scores" if processed else "logits", keep_model_generation_config=keep,
                   env=env, fp32_logits=h.fp32_logits, decode=h.decode, sdpa_kernels=SDPA_ENABLED.get(h.sdpa_kernels), used=used,
-                  image_pixels=px)
+                  image_pixels=px, shared_seed=shared)
 
 
 
@@ -550,6 +630,13 @@ def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
                         "set attn_implementation=sdpa (or auto) on this side, or leave sdpa_kernels=auto")
     rec(side.name + ".sdpa_kernels", "runtime", "torch.backends.cuda.enable_*_sdp",
         "only " + ", ".join(SDPA_ENABLED[h.sdpa_kernels]))
+
+
+def _refuse_shared_seed(cfg: ParityConfig, side: SideSpec) -> None:
+    if cfg.shared_seed:
+        raise SideError(side.name, "sampling", f"a {side.kind} side samples on its server, which cannot draw "
+                                               "parity-ui's shared-seed noise (and may drop the seed)",
+                        "compare shared-seed runs with vllm and hf sides, or set sampling=native")
 
 
 def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict[str, Any]:
@@ -578,6 +665,7 @@ def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict
         "return_tokens_as_token_ids": True,  # tokens named by id, never by a string to map back
     }
     rec("eos_token_ids", w, "stop_token_ids", stops)
+    rec("sampling", w, "sampler", "greedy" if cfg.greedy else "the server's own (its random stream)")
     rec("chat", w, "prompt", "the ids parity-ui tokenized (a list of ints)")
     rec("batch_size", w, "prompts per request", cfg.batch_size)
     rec("cross_score", w, "prompt_logprobs", max(cfg.logprobs, 1))
@@ -585,10 +673,11 @@ def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict
 
 
 def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmServerArgs:
+    _refuse_shared_seed(cfg, side)
     base = to_vllm(cfg, side, r, model)
     rec = _Recorder()
     rec.used = base.used
-    for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+    for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "sampling",
                 "stop_token_ids", "ignore_eos", "logprobs", "eos_token_ids", "chat", "batch_size", "cross_score"):
         rec.used.pop(key, None)
     rec.used["seed"] = [NativeArg("vllm serve", "--seed", cfg.seed)]
@@ -606,6 +695,7 @@ def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelI
 
 
 def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> OpenAIArgs:
+    _refuse_shared_seed(cfg, side)
     o: OpenAIOptions = side.options  # type: ignore[assignment]
     if not o.url:
         raise SideError(side.name, "url", "kind openai needs the server's URL",

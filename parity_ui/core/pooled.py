@@ -195,6 +195,9 @@ class WorkloadStats:
     # Each floor figure (FLOOR_FIGURE_NAMES) on BOOTSTRAP_RESAMPLES resamples of the prompts (None:
     # undefined in that resample); None with fewer than 2 prompts, or stored before intervals.
     resamples: dict[str, list[float | None]] | None = None
+    # MoE runs with routes=true: the routing family (core.figures FAMILIES["routing"]) pooled over the
+    # (token, layer) cells compared, plus "cells" and "tokens" (the counts); None: not recorded
+    routing: dict[str, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP)."""
@@ -218,6 +221,7 @@ class WorkloadStats:
             worst_by_divergence=[WorstPrompt(**w) for w in d["worst_by_divergence"]],
             worst_by_gap=[WorstPrompt(**w) for w in d["worst_by_gap"]],
             resamples={k: list(v) for k, v in d["resamples"].items()} if d.get("resamples") else None,
+            routing=dict(d["routing"]) if d.get("routing") else None,
         )
 
 
@@ -248,6 +252,19 @@ def wilson_lower(k: int, n: int, confidence: float = ONE_SIDED_CONFIDENCE) -> fl
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     return wilson(k, n, NormalDist().inv_cdf(confidence))[0]
+
+
+def routing_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None) -> str | None:
+    """The routing family judged against the floor: the side's share of (token, layer) routes differing
+    against the floor's, by their 95% Wilson intervals over the cells; None without both."""
+    if not side or not floor or not side.get("cells") or not floor.get("cells"):
+        return None
+    ks, ns = round(side["route_differ"] * side["cells"]), int(side["cells"])
+    kf, nf = round(floor["route_differ"] * floor["cells"]), int(floor["cells"])
+    (lo_s, hi_s), (lo_f, hi_f) = wilson(ks, ns), wilson(kf, nf)
+    where = "above the floor" if lo_s > hi_f else ("below the floor" if hi_s < lo_f else "within the floor")
+    return (f"routes differing {100 * ks / ns:.1f}% [{100 * lo_s:.1f}-{100 * hi_s:.1f}%] of {ns:,} (token, layer) "
+            f"routes, the floor's {100 * kf / nf:.1f}% [{100 * lo_f:.1f}-{100 * hi_f:.1f}%]: {where}")
 
 
 def wilson_interval(k: int, n: int) -> Wilson:
@@ -1082,3 +1099,19 @@ def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: I
         elif c.exceeds:
             parts.append(f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})")
     return "exceeds noise: " + "; ".join(parts) + "."
+
+
+# -- the sampling family (core.kept_mass): counts and sums, so pooling is adding --------------------------
+
+def pool_kept_mass(records: Iterable[Any]) -> Any:
+    """One KeptMass over many comparisons' (None where a comparison recorded no draws); None if none did."""
+    from .kept_mass import KeptMass
+
+    total: KeptMass | None = None
+    for r in records:
+        if r is None:
+            continue
+        if total is None:
+            total = KeptMass()
+        total.add(r)
+    return total

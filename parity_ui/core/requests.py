@@ -86,3 +86,22 @@ class CaptureRequest:
     positions: list[int]
     noise_eps: float | None = None  # rounding-level noise after every layer (the noise-floor run)
     seed: int = 0
+
+
+@dataclass
+class RoutesRequest:
+    """Mixture-of-experts routes (parity_ui.engines.routes): one teacher-forced forward pass over `ids`,
+    keeping every MoE layer's choice at `positions` (indices into ids)."""
+
+    ids: list[int]
+    positions: list[int]
+
+
+@dataclass
+class RouteReplayRequest:
+    """Generate again while routing with recorded experts: `routes[i]` holds prompt i's routes for
+    input positions 0, 1, ... (parity_ui.core.routes.Routes); mode "ids" or "ids+weights"."""
+
+    generate: GenerateRequest
+    routes: list[Any]
+    mode: str = "ids"

@@ -21,7 +21,7 @@ from .errors import CancelledError, ParityError
 from .types import ModelInfo, PromptResult, Run, TokenStep
 
 # The phases a run's time is split into (Run.timings), in order.
-PHASES = ("prepare", "start", "check", "load", "generate", "compare", "cross_score", "explain", "store")
+PHASES = ("prepare", "start", "check", "load", "generate", "compare", "routes", "cross_score", "explain", "store")
 
 
 @dataclass

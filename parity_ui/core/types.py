@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from .findings import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
                       probe_report_from_json)
 
+from .routes import (RouteAgreement, RouteReplay, Routes, agreement_from_json, replay_from_json,  # noqa: F401
+                     routes_from_json)
+from .kept_mass import KeptMass, kept_mass_from_json
 from .workload_record import WorkloadReport, report_from_json
 
 if TYPE_CHECKING:
@@ -48,6 +51,15 @@ class TokenStep:
     rank: int | None  # 1 = the side's own argmax
     top: list[TopLogprob] = field(default_factory=list)  # best first
     raw: str | None = None  # bytes as hex when `text` is lossy (a partial UTF-8 byte token)
+    # Sampled decoding (parity_ui.engines.shared_seed), None where the side did not record it:
+    margin: float | None = None  # the perturbed top-2 gap of a shared-seed draw, nats (1e30: one token kept)
+    kept: int | None = None  # tokens in the kept set the token was drawn from
+    kept_mass: float | None = None  # S: that set's mass under this side's raw distribution
+    processed_logprob: float | None = None  # the token's logprob at temperature T, renormalised over the kept set
+    kept_hash: int | None = None  # the kept set's fingerprint: equal on two sides = the same kept set
+
+
+SAMPLING_COLUMNS = ("margin", "kept", "kept_mass", "processed_logprob", "kept_hash")  # optional: absent = not recorded
 
 
 class StepColumns(Sequence[TokenStep]):
@@ -65,11 +77,14 @@ class StepColumns(Sequence[TokenStep]):
 
     STEP = ("position", "token_id", "text", "logprob", "rank")
     TOP = ("top_token_id", "top_logprob", "top_text")
-    __slots__ = (*STEP, *TOP, "top_n", "raw", "top_raw", "_starts", "_built")
+    OPTIONAL = SAMPLING_COLUMNS  # one entry per step where recorded, else None (the column is absent)
+    __slots__ = (*STEP, *TOP, *OPTIONAL, "top_n", "raw", "top_raw", "_starts", "_built")
 
     def __init__(self, columns: dict[str, Any]):
         for name in (*self.STEP, *self.TOP, "top_n"):
             setattr(self, name, columns[name])
+        for name in self.OPTIONAL:
+            setattr(self, name, columns.get(name))
         # JSON object keys are strings: the sparse byte columns are keyed by int here.
         self.raw = {int(k): v for k, v in (columns.get("raw") or {}).items()}
         self.top_raw = {int(k): v for k, v in (columns.get("top_raw") or {}).items()}
@@ -84,7 +99,9 @@ class StepColumns(Sequence[TokenStep]):
         if isinstance(steps, StepColumns):
             return steps
         tops = [t for s in steps for t in s.top]
-        return cls({
+        optional = {name: [getattr(s, name) for s in steps] for name in cls.OPTIONAL
+                    if any(getattr(s, name) is not None for s in steps)}
+        return cls({**optional,
             "position": [s.position for s in steps], "token_id": [s.token_id for s in steps],
             "text": [s.text for s in steps], "logprob": [s.logprob for s in steps],
             "rank": [s.rank for s in steps], "top_n": [len(s.top) for s in steps],
@@ -99,10 +116,13 @@ class StepColumns(Sequence[TokenStep]):
         out: dict[str, Any] = {name: getattr(self, name) for name in (*self.STEP, "top_n", *self.TOP)}
         out["raw"] = {str(k): v for k, v in self.raw.items()}
         out["top_raw"] = {str(k): v for k, v in self.top_raw.items()}
+        out.update({name: getattr(self, name) for name in self.OPTIONAL if getattr(self, name) is not None})
         return out
 
     def column(self, name: str) -> list[Any]:
         """One step field for every position: "token_id", "text", "logprob", "rank", "position"."""
+        if name in self.OPTIONAL:
+            return getattr(self, name) or [None] * len(self)
         if name not in self.STEP:
             raise KeyError(f"no step column {name!r}; columns: {', '.join(self.STEP)}")
         return getattr(self, name)
@@ -128,8 +148,9 @@ class StepColumns(Sequence[TokenStep]):
             o = self.top_starts()[i]
             top = [TopLogprob(self.top_token_id[k], self.top_logprob[k], self.top_text[k], self.top_raw.get(k))
                    for k in range(o, o + self.top_n[i])]
+            extra = {name: col[i] for name in self.OPTIONAL if (col := getattr(self, name)) is not None}
             built = self._built[i] = TokenStep(self.position[i], self.token_id[i], self.text[i], self.logprob[i],
-                                               self.rank[i], top, self.raw.get(i))
+                                               self.rank[i], top, self.raw.get(i), **extra)
         return built
 
     def __len__(self) -> int:
@@ -205,6 +226,7 @@ class SideResult:
     finish_reason: str | None = None  # "stop" | "length" | "error" | "cancelled"
     timings: SideTimings = field(default_factory=SideTimings)
     error: str | None = None
+    routes: Routes | None = None  # MoE runs with routes=true: the experts each step routed to (core.routes)
 
 
 @dataclass
@@ -272,6 +294,9 @@ class Comparison:
     divergence: Divergence | None = None
     explanation: Explanation | None = None  # parity_ui.analysis.explain
     cross_scores: CrossScores | None = None  # parity_ui.analysis.crossscore: each direction's teacher-forced figures
+    routes: RouteAgreement | None = None  # MoE: the two sides' routes compared (parity_ui.analysis.routes)
+    route_replay: RouteReplay | None = None  # b run again with a's routes: the figures before and after
+    kept_mass: KeptMass | None = None  # parity_ui.analysis.kept_mass: sampled tokens' kept sets and both ratios
 
 
 @dataclass
@@ -469,16 +494,20 @@ def side_result_from_dict(d: dict[str, Any]) -> SideResult:
     steps = d.get("steps") or []
     return SideResult(**{**_known(SideResult, d),
                          "steps": StepColumns(steps) if isinstance(steps, dict) else [step_from_dict(s) for s in steps],
-                         "timings": SideTimings(**_known(SideTimings, d.get("timings") or {}))})
+                         "timings": SideTimings(**_known(SideTimings, d.get("timings") or {})),
+                         "routes": routes_from_json(d.get("routes"))})
 
 
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     div = d.get("divergence")
-    expl, cross = d.get("explanation"), d.get("cross_scores")
+    expl, cross, kept = d.get("explanation"), d.get("cross_scores"), d.get("kept_mass")
     return Comparison(**{**_known(Comparison, d),
+                         "kept_mass": kept if isinstance(kept, KeptMass) or kept is None else kept_mass_from_json(kept),
                          "divergence": Divergence(**_known(Divergence, div)) if div else None,
                          "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
-                         "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross)})
+                         "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross),
+                         "routes": agreement_from_json(d.get("routes")),
+                         "route_replay": replay_from_json(d.get("route_replay"))})
 
 
 def prompt_result_from_dict(d: dict[str, Any]) -> PromptResult:

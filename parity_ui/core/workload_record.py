@@ -106,6 +106,7 @@ class SideFigures:
     stats: WorkloadStats
     verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
     hist: DlogpHistogram | None = None  # None in a report stored before histograms were pooled
+    routing_verdict: str | None = None  # MoE: the routing figures against the floor's (core.pooled)
 
 
 @dataclass
@@ -159,7 +160,7 @@ class WorkloadReport:
             if f is None:
                 return None
             return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None,
-                    "hist": dataclasses.asdict(f.hist) if f.hist else None}
+                    "hist": dataclasses.asdict(f.hist) if f.hist else None, "routing_verdict": f.routing_verdict}
 
         return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
                 "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
@@ -174,7 +175,7 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
             return None
         return SideFigures(side=f["side"], stats=WorkloadStats.from_dict(f["stats"]),
                            verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
-                           hist=DlogpHistogram.from_dict(f.get("hist")))
+                           hist=DlogpHistogram.from_dict(f.get("hist")), routing_verdict=f.get("routing_verdict"))
 
     opts = {k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}}
     return WorkloadReport(options=WorkloadOptions(**opts), floor=FloorSpec(**d["floor"]), n_prompts=d["n_prompts"],

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem,  # noqa: F401
-                             ScoreBatch, ScoreRequest)  # what an engine is asked: defined in core, used here
+                             RouteReplayRequest, RoutesRequest, ScoreBatch, ScoreRequest)  # what an engine is asked: defined in core, used here
 from ..core.types import EngineInfo, SideResult, TokenStep, TopLogprob
 
 StepCallback = Callable[[int, TokenStep], None]  # (prompt index, step) as tokens are made
@@ -85,6 +85,16 @@ class Engine(ABC):
         """Per-layer activations at the asked positions (parity_ui.commands.layers). Engines that cannot
         hook their layers raise NotImplementedError with the reason."""
         raise NotImplementedError(f"{self.kind} cannot capture layer activations")
+
+    def routes(self, req: RoutesRequest) -> Any:
+        """Mixture-of-experts routes at the asked positions (parity_ui.engines.routes): a
+        parity_ui.core.routes.Routes. Engines that cannot watch their routers raise EngineFault."""
+        raise EngineFault(f"a {self.kind} side cannot record expert routes",
+                          "record routes on a vllm or hf side, or set routes=false")
+
+    def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
+        """Generate again while routing with recorded experts (HF sides)."""
+        raise EngineFault(f"a {self.kind} side cannot route with recorded experts", "replay routes on an hf side")
 
 
 def same_prompt_error(what: str, expected: list[int], got: list[int], image_token_id: int | None) -> EngineFault:

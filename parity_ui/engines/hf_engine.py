@@ -12,8 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..core.types import EngineInfo, SideResult, SideTimings, TokenStep
-from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, ScoreRequest, ShouldStop,
-                   StepCallback, make_step, result)
+from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, RouteReplayRequest, RoutesRequest,
+                   ScoreRequest, ShouldStop, StepCallback, make_step, result)
 
 if TYPE_CHECKING:
     from .hf_greedy import GreedyDecoder
@@ -231,7 +231,7 @@ class HfEngine(Engine):
 
     def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         import torch
-        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
 
         a = self.args
@@ -291,12 +291,19 @@ class HfEngine(Engine):
             gc = GenerationConfig(**gen, return_dict_in_generate=True, disable_compile=a["decode"] != "compiled",
                                   output_logits=a["logprobs_source"] == "logits",
                                   output_scores=a["logprobs_source"] == "scores")
+            drawer = None
+            if a.get("shared_seed"):
+                from .shared_seed import HfSharedSeedProcessor, Settings
+
+                drawer = HfSharedSeedProcessor(Settings.from_dict(a["shared_seed"]), [req.prompts[i] for i in chunk],
+                                               width)
             with torch.inference_mode():
                 out = self.model.generate(
                     input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device),
                     **{k: v.to(self.model.device) for k, v in vision.items()},
                     generation_config=gc, streamer=_Stream(),
                     stopping_criteria=StoppingCriteriaList([_Cancel()]),
+                    **({"logits_processor": LogitsProcessorList([drawer])} if drawer else {}),
                 )
             total = time.perf_counter() - t0
             logits = out.logits if a["logprobs_source"] == "logits" else out.scores
@@ -312,6 +319,10 @@ class HfEngine(Engine):
                 if cancelled and reason == "length" and len(tokens) < gen["max_new_tokens"]:
                     reason = "cancelled"
                 steps = self._steps_from_logits(logits, row, tokens, k)
+                if drawer is not None:
+                    for step, d in zip(steps, drawer.records[row]):
+                        step.margin, step.kept, step.kept_mass = d.margin, d.kept, d.kept_mass
+                        step.processed_logprob, step.kept_hash = d.processed_logprob, d.kept_hash
                 results.append(result(i, token_ids=tokens, steps=steps, finish_reason=reason,
                                       timings=SideTimings(prefill_s=first[0], total_s=total)))
         return results
@@ -393,6 +404,28 @@ class HfEngine(Engine):
         # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j.
         rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
         return self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_hf
+
+        return routes_hf(self.model, req.ids, req.positions)
+
+    def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
+        """Each prompt generated alone (a gate counts positions for one sequence), routing with its
+        recorded experts (parity_ui.engines.routes.ForcedRoutes)."""
+        from dataclasses import replace as _replace
+
+        from .routes import ForcedRoutes
+
+        g = req.generate
+        out = []
+        for i, (prompt, routes) in enumerate(zip(g.prompts, req.routes)):
+            one = _replace(g, prompts=[prompt], batch_size=1, stream=False)
+            with ForcedRoutes(self.model, routes, 0, req.mode):
+                res = self.generate(one, lambda i, s: None, lambda: False)[0]
+            res.prompt_index = i
+            out.append(res)
+        return out
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_hf

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
-from .base import (CaptureRequest, Engine, EngineFault, GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest,
-                   ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
+from .base import (CaptureRequest, Engine, EngineFault, GenerateRequest, LoadRequest, Problem, RoutesRequest, ScoreBatch,
+                   ScoreRequest, ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
 from .vllm_support import (PROMPT, TRACE, check_vllm, device_name, engine_input, forced_tokens_label,
                            resolved_settings, trace_refusal, trace_unavailable)
 
@@ -30,6 +30,39 @@ def _step_from_logprobs(position: int, token_id: int, entry: dict[int, Any] | No
     top = [(tid, lp.logprob) for tid, lp in ranked if lp.rank is not None and lp.rank <= k][:k]
     return make_step(position, token_id, chosen.logprob if chosen else None,
                      chosen.rank if chosen else None, top)
+
+
+def _tagged(sampling: dict[str, Any], rid: str) -> dict[str, Any]:
+    """Shared-seed sampling: the request's settings carry its id, under which the processor leaves
+    what it drew (parity_ui.engines.vllm_shared_seed.RECORDS)."""
+    from .shared_seed import EXTRA_ARGS_KEY
+
+    spec = (sampling.get("extra_args") or {}).get(EXTRA_ARGS_KEY)
+    if spec is None:
+        return sampling
+    return {**sampling, "extra_args": {**sampling["extra_args"], EXTRA_ARGS_KEY: {**spec, "tag": rid}}}
+
+
+def _with_draw(step: TokenStep, rid: str, in_process: bool) -> None:
+    """A shared-seed step gets the processor's record of its draw. With vLLM's executor in this
+    process a missing record means the processor never ran: vLLM took the token by its own argmax,
+    which must not pass for a shared-seed sample."""
+    records = sys.modules.get("parity_ui.engines.vllm_shared_seed")
+    drawn = records.RECORDS.get(rid, {}).pop(step.position, None) if records is not None else None
+    if drawn is None:
+        if in_process:
+            from .base import EngineFault
+
+            raise EngineFault(f"vLLM did not apply parity-ui's shared-seed logits processor (no draw recorded at "
+                              f"token {step.position}): this vLLM ignored it, so its tokens are its own greedy choice",
+                              "use a vLLM with V1 custom logits processors (0.11 or later), or sampling=native",
+                              fatal=True)
+        return
+    if drawn.token_id != step.token_id:
+        raise RuntimeError(f"vLLM chose token {step.token_id} where the shared-seed processor drew {drawn.token_id} "
+                           f"(position {step.position}): another processor or a penalty moved its choice")
+    step.margin, step.kept, step.kept_mass = drawn.margin, drawn.kept, drawn.kept_mass
+    step.processed_logprob, step.kept_hash = drawn.processed_logprob, drawn.kept_hash
 
 
 class VllmEngine(Engine):
@@ -111,6 +144,9 @@ class VllmEngine(Engine):
     def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         engine = self.llm.llm_engine
         results = [result(i) for i in range(len(req.prompts))]
+        shared = "extra_args" in req.sampling
+        par = engine.vllm_config.parallel_config
+        in_process = par.tensor_parallel_size * par.pipeline_parallel_size == 1
         for start in range(0, len(req.prompts), req.batch_size):
             chunk = range(start, min(start + req.batch_size, len(req.prompts)))
             t0 = time.perf_counter()
@@ -119,7 +155,8 @@ class VllmEngine(Engine):
             for i in chunk:
                 rid = f"parity-{next(_ids)}"
                 rid_to_idx[rid] = i
-                engine.add_request(rid, engine_input(engine, self._prompt(req, i)), self._sampling(req.sampling))
+                engine.add_request(rid, engine_input(engine, self._prompt(req, i)),
+                                   self._sampling(_tagged(req.sampling, rid)))
             while engine.has_unfinished_requests():
                 if should_stop():
                     engine.abort_request(list(rid_to_idx))
@@ -142,6 +179,8 @@ class VllmEngine(Engine):
                     lps = comp.logprobs or [None] * len(comp.token_ids)
                     for tid, entry in zip(comp.token_ids, lps):
                         step = _step_from_logprobs(len(res.steps), tid, entry, req.logprobs)
+                        if shared:
+                            _with_draw(step, out.request_id, in_process)
                         append_step(res, step, now)
                         if req.stream:
                             on_step(i, step)
@@ -260,6 +299,11 @@ class VllmEngine(Engine):
                                   "run the replay with forced_tokens=prompt on this side")
             steps.append([_step_from_logprobs(j, tid, got[i][j], r.logprobs) for j, tid in enumerate(r.continuation)])
         return steps
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_vllm
+
+        return routes_vllm(self.llm, req.ids, req.positions)
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm

@@ -75,7 +75,9 @@ def check_vllm(req: LoadRequest) -> list[Problem]:
         supported = set()
     if supported and archs and not any(a in supported for a in archs) and not llm.get("trust_remote_code"):
         problems.append(Problem(
-            "vllm-unknown-architecture", f"vLLM {version} does not know the architecture {archs[0]}",
+            "vllm-unknown-architecture", f"vLLM {version} does not know the architecture {archs[0]}"
+            + (" (a mixture-of-experts model)" if any(k in cfg for k in ("num_experts", "n_routed_experts",
+                                                                         "num_local_experts")) else ""),
             "use an environment with a vLLM that supports it (python=), or compare with an hf side only"))
 
     head_dim, heads, kv = head_geometry(cfg)

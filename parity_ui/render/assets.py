@@ -92,6 +92,14 @@ CSS = """
 .pc-phases td { text-align:center; border:1px solid #eee; }
 .pc-muted { color:#71717a; }
 .pc-settings summary, .pc-timings summary, .pc-cross summary { cursor:pointer; color:#3f3f46; }
+/* MoE routes: the layer x token grid (parity_ui.render.routes) */
+.rt-grid { border-collapse:collapse; font:11px ui-monospace,monospace; margin:4px 0; }
+.rt-grid td, .rt-grid th { min-width:14px; height:14px; padding:0; text-align:center; border:1px solid #fff; }
+.rt-grid th { color:#71717a; font-weight:400; padding:0 4px; white-space:nowrap; }
+.rt-same { background:#dcfce7; } .rt-order { background:#fef9c3; } .rt-diff { background:#fecaca; }
+.rt-na { background:#f4f4f5; color:#a1a1aa; } .rt-fork { outline:2px solid #2563eb; }
+.rt-flip { outline:2px solid #dc2626; font-weight:700; }
+.pc-routes summary { cursor:pointer; color:#3f3f46; }
 /* A card under the upload button (a workload described, a file refused) takes the row's whole width. */
 div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 #prompt-count:has(.pc-card) { flex:1 1 100% !important; min-width:100% !important; }
@@ -226,7 +234,7 @@ JS_TEMPLATE = r"""
     if (!s) return null;
     const top = [];
     for (let k = 0; k < s[3].length; k += 2) top.push([s[3][k], s[3][k + 1]]);
-    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top, ties: s[4] || []};
+    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top, ties: s[4] || [], draw: s[5] || null};
   }
   function render(root, i) {
     const d = data(root);
@@ -235,7 +243,7 @@ JS_TEMPLATE = r"""
     const sel = root.dataset.sel;
     const tag = div === null ? '' : (i === div ? ` — <b style="color:#dc2626">first divergence of ${esc(sel)}</b>` : (i > div ? ' — after the divergence (contexts differ)' : ' — same token on the compared sides'));
     const xs = d.sides.map((n) => side(d, n, i));
-    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}` : `<b>${esc(n)}</b>: no token here`;
+    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}${x.draw ? `; drawn from ${x.draw[1]} kept tokens (kept mass S ${fmt(x.draw[2])}), sampling margin ${x.draw[0] >= 1e29 ? 'none (one token kept)' : fmt(x.draw[0])}` : ''}` : `<b>${esc(n)}</b>: no token here`;
     const k = Math.max(0, ...xs.map((x) => x ? x.top.length : 0));
     let rows = '';
     for (let r = 0; r < k; r++) {

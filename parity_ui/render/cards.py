@@ -196,6 +196,12 @@ def settings_html(run: Run, open_: bool = False) -> str:
             "</table></details>")
 
 
+def _routes(c: Comparison) -> str:
+    from .routes import grid_html  # the routes grid imports this module's esc
+
+    return grid_html(c)
+
+
 def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> str:
     """The card above the panes: verdict per side, what ran where, and the run's id and permalink."""
     dtypes = "/".join(dict.fromkeys(s.dtype for s in run.sides if s.dtype)) or run.config.get("dtype")
@@ -214,7 +220,7 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
         if len(run.prompts) > 1:
             body.append(f"<div>Prompt {prompt_index} of {len(run.prompts)}.</div>")
         for c in p.comparisons:
-            body += [divergence_line(c), _explanation(c), _cross_scores(c)]
+            body += [divergence_line(c), _explanation(c), _cross_scores(c), _routes(c)]
         body.append(f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
                     f"{phases_html(run)}</details>")
     return finish_card(run, body, "run", "pc-summary", reveal)

@@ -7,11 +7,37 @@ import html
 from typing import Any
 
 from ..analysis.crossscore import summary_line
+from .routes import route_lines
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
-from ..core.types import Localisation, Run, to_dict
+from ..core.types import SAMPLING_COLUMNS, Localisation, Run, step_column, to_dict
 
 SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
+
+
+def sampling_figures(run: Run) -> dict[str, dict[str, float | None]]:
+    """Per non-reference side, the sampling family's figures pooled over the run's prompts (sides
+    that recorded no draws are left out)."""
+    from ..core.pooled import pool_kept_mass
+
+    out = {}
+    for side in dict.fromkeys(c.b for p in run.prompts for c in p.comparisons):
+        pooled = pool_kept_mass(c.kept_mass for p in run.prompts for c in p.comparisons if c.b == side)
+        if pooled is not None:
+            out[side] = {"tokens": pooled.tokens, **pooled.figures()}
+    return out
+
+
+def sampling_lines(run: Run) -> list[str]:
+    """The sampling family as terminal lines, by display name (core.figures)."""
+    from ..core.figures import FIGURES, SAMPLING_ROWS
+
+    lines = []
+    for side, figs in sampling_figures(run).items():
+        lines.append(f"  sampled tokens, {side} against {run.reference} ({figs['tokens']} tokens drawn on both sides; "
+                     "reference = trainer, raw; side = rollout, processed):")
+        lines += [f"    {FIGURES[k].name}: {FIGURES[k].format(figs[k])}" for k in SAMPLING_ROWS]
+    return lines
 
 
 def _s(x: float | None) -> str:
@@ -71,6 +97,8 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                 lines.append(f"    verdict: {c.explanation.verdict}: {c.explanation.summary}")
             if c.cross_scores:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
+            lines += route_lines(c)
+    lines += sampling_lines(run)
     if run.timings:
         lines.append("  time per phase: " + "  ".join(f"{k} {v:.2f}s" for k, v in run.timings.items()))
     if run.bisect is not None:
@@ -85,6 +113,10 @@ def _stream(res: Any) -> dict[str, Any]:
         "token_ids": res.token_ids, "text": res.text, "logprobs": [s.logprob for s in res.steps],
         "finish_reason": res.finish_reason, "timings": to_dict(res.timings), "error": res.error,
         "top_logprobs": [[{"token_id": t.token_id, "logprob": t.logprob} for t in s.top] for s in res.steps],
+        "routes": to_dict(res.routes),  # MoE: packed experts, weights and margins (core.routes), or null
+        # Sampled tokens' draws (shared-seed sampling); absent when the side recorded none.
+        **({"sampling": {name: step_column(res.steps, name) for name in SAMPLING_COLUMNS}}
+           if any(x is not None for x in step_column(res.steps, "kept")) else {}),
     }
 
 
@@ -116,7 +148,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "settings_diff": [to_dict(r) for r in settings_diff(run.sides)],
         "warnings": to_dict(run.warnings), "probes": to_dict(run.probes), "timings": run.timings,
         "workload": to_dict(run.workload), "bisect": to_dict(run.bisect),
-        "duration_ms": run.duration_ms, "prompts": prompts,
+        "duration_ms": run.duration_ms, "prompts": prompts, "sampling": sampling_figures(run),
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import BAND_KEYS, FIGURE_ROWS, FIGURES, LEGEND, count
+from ..core.figures import BAND_KEYS, FAMILIES, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
 from ..core.workload_record import WorkloadReport, _pct
@@ -117,9 +117,14 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
     for i, key in enumerate(BAND_KEYS if stats else ()):
         row(FIGURES[key].name, [_pct(s.tokens.outside[i].outside) if i < len(s.tokens.outside) else "-"
                                 for s in stats])
+    if any(x.routing for x in stats):  # MoE, routes=true: the routing family
+        for key in FAMILIES["routing"]:
+            row(FIGURES[key].name, [FIGURES[key].format((x.routing or {}).get(key), "-") for x in stats])
     lines += [f"  {x}" for x in LEGEND]
     for name in names:
         f = report.sides[name]
+        if f.routing_verdict:
+            lines.append(f"  {name}: {f.routing_verdict}")
         if f.verdict is not None:
             lines.append(f"  {name}: {verdict_line(f.verdict)}")
         worst = f.stats.worst_by_divergence[:5]

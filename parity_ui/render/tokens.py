@@ -129,7 +129,8 @@ def _round(x: float | None) -> float | None:
 def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = None) -> str:
     """Per-position details for the hover handler, compact: token texts (and bytes where the text
     cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]]
-    and, where the chosen token ties others exactly, a fifth item: their ranks.
+    and, where the chosen token ties others exactly, a fifth item: their ranks; a sampled token's draw
+    is a sixth, [sampling margin, kept set size, kept mass S] (the fifth then [] when nothing ties).
     `window` (lo, hi) keeps only those positions (`off` says where they start, `len` each side's
     length): a long view ships the part around the divergence and fetches the rest after it shows."""
     vocab: dict[int, str] = {}
@@ -140,6 +141,7 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
         # From the columns (a stored run's steps are columns already): no TokenStep per position.
         c = StepColumns.from_steps(steps)
         starts, top_id, top_lp, top_text = c.top_starts(), c.top_token_id, c.top_logprob, c.top_text
+        kept, margin, mass = c.kept, c.margin, c.kept_mass  # None: the side recorded no draws
         rows = []
         for i in range(lo, len(c) if hi is None else min(hi, len(c))):
             tid = c.token_id[i]
@@ -157,7 +159,12 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
                 if k in c.top_raw:
                     raw.setdefault(top_id[k], c.top_raw[k])
                 flat += [top_id[k], _round(top_lp[k])]
-            rows.append([tid, _round(lp), c.rank[i], flat, ties] if ties else [tid, _round(lp), c.rank[i], flat])
+            row = [tid, _round(lp), c.rank[i], flat, ties] if ties else [tid, _round(lp), c.rank[i], flat]
+            if kept is not None and kept[i] is not None:
+                # A sampled token's draw (shared-seed sampling): [sampling margin, kept set size, kept mass S].
+                row += [[]] * (5 - len(row)) + [[_round(margin[i]) if margin else None, kept[i],
+                                                 _round(mass[i]) if mass else None]]
+            rows.append(row)
         return rows
 
     data = {"sides": [s.name for s in streams], "labels": [s.label for s in streams],

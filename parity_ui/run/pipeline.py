@@ -26,7 +26,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ..core.requests import CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreBatch, ScoreRequest
+from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, RouteReplayRequest,
+                             RoutesRequest, ScoreBatch, ScoreRequest)
+from ..core.routes import Routes
 from ..core.errors import CancelledError, EngineError, ParityError
 from .plan import SidePlan
 from ..core.runlog import EventCallback, RunEvent
@@ -207,6 +209,15 @@ class Sides:
 
     def capture(self, side: str, req: CaptureRequest) -> Capture:
         return self.client(side).capture(req)
+
+    def routes(self, side: str, req: RoutesRequest) -> Routes:
+        return self.client(side).routes(req)
+
+    def replay_routes(self, side: str, req: RouteReplayRequest) -> list[SideResult]:
+        results = self.client(side).replay_routes(req)
+        for r in results:
+            r.side = side
+        return results
 
     # -- bringing them up -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .hardware import batch_invariant_support
+from .preflight_moe import check_moe
 from ..core.kinds import VllmOptions
 from ..core.types import Finding
 from ..core.validation import non_default
@@ -201,6 +202,19 @@ def check_generation_config(prepared: Prepared) -> list[Finding]:
 def check_sampling(prepared: Prepared) -> list[Finding]:
     cfg = prepared.config
     out: list[Finding] = []
+    if cfg.sampling == "shared-seed" and cfg.greedy:
+        out.append(Finding(
+            code="shared-seed-greedy", severity="info",
+            message="sampling=shared-seed at temperature=0 is greedy decoding: no noise is drawn, every side "
+                    "takes its argmax.", fix="set temperature > 0 (e.g. 1) to sample with the shared noise"))
+    elif cfg.shared_seed:
+        out.append(Finding(
+            code="shared-seed", severity="info",
+            message=f"sampling=shared-seed: every side draws with the same Gumbel noise (seed {cfg.seed}) through "
+                    "parity-ui's one sampler (temperature, min_p, top_k, top_p, then argmax of logits/T + noise), "
+                    "so sampled streams compare token by token; the engines' own samplers are not exercised.",
+            fix="expected; use sampling=native to compare the engines' own samplers (streams then part at once)"))
+        return out
     if not cfg.greedy:
         out.append(Finding(
             code="sampled-streams", severity="warning",
@@ -387,6 +401,41 @@ def check_batching(prepared: Prepared) -> list[Finding]:
 
 # -- logprobs mode (cause 9) ----------------------------------------------------------------------
 
+def _reported_mode(p: SidePlan, run_mode: str) -> str | None:
+    """What a side's logprobs are: raw or processed (the mapper's choice), None when a server decides."""
+    args = p.args
+    if hasattr(args, "logprobs_source"):
+        return "processed_logprobs" if args.logprobs_source == "scores" else "raw_logprobs"
+    llm = getattr(args, "llm", None)
+    if isinstance(llm, dict) and "logprobs_mode" in llm:
+        return llm["logprobs_mode"]
+    return None
+
+
+def check_logprobs_mode_mismatch(prepared: Prepared) -> list[Finding]:
+    """A side reporting processed logprobs against one reporting raw ones: every gap and ratio between
+    them carries the temperature and log S (S = the kept mass), not the models' numerics (trl#6789)."""
+    cfg = prepared.config
+    modes = {p.name: _reported_mode(p, cfg.logprobs_mode) for p in prepared.sides}
+    known = {m for m in modes.values() if m is not None}
+    if len(known) < 2:
+        return []
+    processed = [n for n, m in modes.items() if m == "processed_logprobs"]
+    raw = [n for n, m in modes.items() if m == "raw_logprobs"]
+    filters = cfg.top_p < 1.0 or cfg.top_k > 0 or cfg.min_p > 0 or cfg.temperature not in (0.0, 1.0)
+    effect = ("their logprobs differ by the temperature and log S of the kept set at every sampled token"
+              if filters and not cfg.greedy else
+              "under these settings the two agree, but any temperature, top_p, top_k or min_p puts log S (the "
+              "kept mass) into every gap")
+    return [Finding(
+        code="logprobs-mode-mismatch", severity="warning", side=processed[0],
+        message=f"logprobs_mode differs between sides: {', '.join(processed)} report processed logprobs (after "
+                f"temperature/top-k/top-p, renormalised over the kept set) and {', '.join(raw)} raw ones; {effect}, "
+                "which reads as a numerics gap that is not one.",
+        fix="give every side the same logprobs_mode (raw compares the models; processed compares what a sampler saw)",
+        setting=_setting(f"{processed[0]}.logprobs_mode", "raw_logprobs"))]
+
+
 def check_logprobs(prepared: Prepared) -> list[Finding]:
     cfg = prepared.config
     processed = cfg.logprobs_mode.startswith("processed")
@@ -459,7 +508,8 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
 
 
 CHECKS: tuple[Check, ...] = (check_eos, check_bos, check_generation_config, check_sampling, check_dtype,
-                             check_rope, check_batching, check_logprobs, check_side_differences)
+                             check_rope, check_batching, check_logprobs, check_logprobs_mode_mismatch,
+                             check_side_differences, check_moe)
 
 
 def run_preflight(prepared: Prepared) -> list[Finding]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..core.requests import CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreBatch, ScoreRequest
+from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, RouteReplayRequest,
+                             RoutesRequest, ScoreBatch, ScoreRequest)
+from ..core.routes import Routes
 from ..core.errors import CancelledError
 from ..core.types import EngineInfo, SideResult, TokenStep
 from .workers import EngineWorker
@@ -79,6 +81,14 @@ class EngineClient:
         if len(out) < len(req.items) and self.worker.cancel_flag.is_set():
             raise CancelledError(f"side {self.side}: stopped while scoring", "")
         return out
+
+    def routes(self, req: RoutesRequest) -> Routes:
+        """Mixture-of-experts routes at the asked positions (parity_ui.engines.routes)."""
+        return self.worker.request("routes", req, what="recording expert routes")
+
+    def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
+        """Every prompt generated again, routing with the recorded experts."""
+        return self.worker.request("replay_routes", req, what="replaying expert routes")
 
     def capture(self, req: CaptureRequest) -> Capture:
         """Per-layer activations at the asked positions (parity_ui.commands.layers)."""

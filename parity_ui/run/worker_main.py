@@ -5,7 +5,7 @@ given as `python=`), so it imports only the standard library, parity_ui.core.typ
 other environment needs vLLM or transformers, not parity-ui's own dependencies.
 
 Requests and answers are pickled tuples over the inherited socket `--fd`:
-("check" | "load" | "check_input" | "generate" | "score" | "score_batch" | "capture" | "shutdown", payload) in;
+("check" | "load" | "check_input" | "generate" | "score" | "score_batch" | "capture" | "routes" | "replay_routes" | "shutdown", payload) in;
 ("ready" | "tokens" | "progress" | "result" | "error", payload) out.
 """
 from __future__ import annotations
@@ -138,6 +138,8 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
         "score": engine.score,
         "score_batch": lambda p: [StepColumns.from_steps(steps) for steps in engine.score_batch(p)],
         "capture": engine.capture,
+        "routes": engine.routes,
+        "replay_routes": lambda p: _as_columns(engine.replay_routes(p)),
     }
     while True:
         try:

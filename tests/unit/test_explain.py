@@ -271,3 +271,37 @@ def test_the_verdict_and_the_finding_below_it_do_not_contradict_each_other():
             SideInfo(name="y", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"})]
     one = run_explain(*sides(a, b, names=("x", "y")), differing_keys=differing(same, "x", "y"))
     assert one["summary"].endswith(" The sides differ only in attention backend.")
+
+
+SHARED_SEED = build_config(None, ["sampling=shared-seed", "temperature=1", "top_p=0.8"])
+
+
+def test_a_shared_seed_fork_within_the_sampling_margin_is_a_near_tie_and_names_the_kept_sets():
+    a, b = shared(3)
+    a.append(step(3, 50, [(50, -0.70), (51, -0.80)]))
+    b.append(step(3, 51, [(51, -0.69), (50, -0.75)]))
+    a[3].margin, a[3].kept, a[3].kept_mass = 0.01, 12, 0.81
+    b[3].margin, b[3].kept, b[3].kept_mass = 0.02, 13, 0.83
+    out = run_explain(*sides(a, b), cfg=SHARED_SEED)
+    assert out["verdict"] == "numerical near-tie" and out["index"] == 3
+    assert out["largest_margin"] == pytest.approx(0.02)
+    assert out["a"]["sampling_margin"] == 0.01 and out["b"]["kept"] == 13 and out["b"]["kept_mass"] == 0.83
+    assert "sampling-margin near-tie" in out["summary"]
+    assert f"{A} from 12 kept tokens (S = 0.81)" in out["summary"]
+
+
+def test_a_shared_seed_fork_past_the_margin_is_a_real_disagreement():
+    a, b = shared(3)
+    a.append(step(3, 50, [(50, -0.70), (51, -0.80)]))
+    b.append(step(3, 51, [(51, -0.69), (50, -0.75)]))
+    a[3].margin, b[3].margin = 3.0, 2.5
+    out = run_explain(*sides(a, b), cfg=SHARED_SEED)
+    assert out["verdict"] == "real disagreement" and out["largest_margin"] == 3.0
+    assert "under the same noise" in out["summary"]
+    # Without recorded draws the fork cannot be weighed, and the summary says why.
+    a[3].margin = b[3].margin = None
+    out = run_explain(*sides(a, b), cfg=SHARED_SEED)
+    assert out["verdict"] == "real disagreement" and "not recorded" in out["summary"]
+    # Native sampling keeps its verdict: the sides drew from their own streams.
+    native = build_config(None, ["temperature=1"])
+    assert run_explain(*sides(a, b), cfg=native)["verdict"] == "sampling"

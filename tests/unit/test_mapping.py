@@ -83,7 +83,9 @@ EVERYTHING = {
              "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
              "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
-           "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral"},
+           "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral",
+           "replay_routes": "ids", "logprobs_mode": "processed_logprobs"},
+    "routes": True,
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
 
@@ -97,18 +99,24 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "min_p": ({"SamplingParams.min_p"}, {"generate.min_p"}),
     "repetition_penalty": ({"SamplingParams.repetition_penalty"}, {"generate.repetition_penalty"}),
     "seed": ({"LLM.seed", "SamplingParams.seed"}, {"runtime.torch.manual_seed"}),
+    "sampling": ({"runtime.sampler"}, {"generate.do_sample"}),
     "stop_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
     "ignore_eos": ({"SamplingParams.ignore_eos"}, {"generate.eos_token_id"}),
     "dtype": ({"LLM.dtype"}, {"from_pretrained.dtype"}),
     "max_model_len": ({"LLM.max_model_len"}, set()),
     "rope_scaling": ({"LLM.hf_overrides"}, {"config.rope_parameters"}),
-    "logprobs": ({"SamplingParams.logprobs"}, {"generate.output_logits"}),
-    "logprobs_mode": ({"LLM.logprobs_mode"}, {"generate.output_logits"}),
+    # EVERYTHING's hf side reports processed logprobs of its own (hf.logprobs_mode): output_scores.
+    "logprobs": ({"SamplingParams.logprobs"}, {"generate.output_scores"}),
+    "logprobs_mode": ({"LLM.logprobs_mode"}, {"generate.output_scores"}),
     "generation_config": ({"LLM.generation_config"}, {"runtime.model.generation_config"}),
     "chat": ({"runtime.prompt_token_ids"}, {"runtime.input_ids"}),
     "batch_size": ({"runtime.requests added per engine step loop"},
                    {"runtime.rows per generate call (left padded)"}),
     "cross_score": ({"SamplingParams.prompt_logprobs"}, {"runtime.one forward pass over prompt + tokens"}),
+    # on the CPU hooks on the routers; on a GPU vLLM's own capture
+    "routes": ({"runtime.hooks on the routers (select_experts), in process", "LLM.enable_return_routed_experts"},
+               {"runtime.forward hooks on the MoE gates"}),
+    "hf.replay_routes": (set(), {"runtime.the gates' top-k replaced by recorded experts"}),
     "generate_while_loading": ({"runtime.generates once loaded, while others load"},
                                {"runtime.generates once loaded, while others load"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
@@ -145,14 +153,21 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.image_max_pixels": (set(), {"processor.images_kwargs.max_pixels"}),
     "vllm.generation_config": ({"LLM.generation_config"}, set()),
     "hf.generation_config": (set(), {"runtime.model.generation_config"}),
+    # A side's own logprobs_mode (under `vllm:` it is 0.1's run-wide key: see test_a_sides_own_logprobs_mode).
+    "vllm.logprobs_mode": ({"LLM.logprobs_mode"}, set()),
+    "hf.logprobs_mode": (set(), {"generate.output_scores"}),
 }
 
 
 def _native(key: str) -> tuple[set[str], set[str]]:
     v_names: set[str] = set()
     h_names: set[str] = set()
+    data = EVERYTHING
+    if key == "vllm.logprobs_mode":  # under `vllm:` it is 0.1's run-wide key: set it in a sides: list
+        data = {**EVERYTHING, "vllm": {k: v for k, v in EVERYTHING["vllm"].items() if k != "pipeline_parallel_size"},
+                "sides": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm", "logprobs_mode": "raw_logprobs"}]}
     for on_gpu in (False, True):
-        _, _, v, h = args(EVERYTHING, on_gpu=on_gpu, model=model_info(vision=True, image_token_id=6))
+        _, _, v, h = args(data, on_gpu=on_gpu, model=model_info(vision=True, image_token_id=6))
         v_names |= {f"{a.where}.{a.name}" for a in v.used.get(key, [])}
         h_names |= {f"{a.where}.{a.name}" for a in h.used.get(key, [])}
     return v_names, h_names
@@ -240,6 +255,51 @@ def test_sampling_passes_every_knob():
     assert (h.sampling["temperature"], h.sampling["top_p"], h.sampling["top_k"], h.sampling["min_p"]) \
         == (0.7, 0.9, 40, 0.05)
     assert v.sampling["seed"] == 7 and v.llm["seed"] == 7 and h.seed == 7
+
+
+def test_shared_seed_sampling_is_parity_uis_sampler_in_every_side():
+    """vLLM and HF both decode greedily over the logits parity-ui's one sampler masked; the settings
+    travel to it unchanged (top_k 0 = off there too), and the table says so."""
+    data = {"sampling": "shared-seed", "temperature": 1.0, "top_p": 0.8, "top_k": 0, "min_p": 0.0, "seed": 7}
+    cfg, r, v, h = args(data)
+    want = {"seed": 7, "temperature": 1.0, "top_p": 0.8, "top_k": 0, "min_p": 0.0}
+    assert v.llm["logits_processors"] == ["parity_ui.engines.vllm_shared_seed:SharedSeedLogitsProcessor"]
+    assert (v.sampling["temperature"], v.sampling["top_p"], v.sampling["top_k"], v.sampling["min_p"]) == (0, 1, 0, 0)
+    assert v.sampling["extra_args"] == {"parity_shared_seed": want}
+    assert "async_scheduling" not in v.llm  # CPU: no async scheduling to turn off
+    assert h.sampling["do_sample"] is False and h.shared_seed == want
+    assert all(h.sampling[k] is None for k in ("temperature", "top_p", "top_k", "min_p"))
+    _, _, v_gpu, _ = args(data, on_gpu=True)
+    assert v_gpu.llm["async_scheduling"] is False  # the processor reads positions from the output lists
+    assert v_gpu.env["VLLM_USE_V2_MODEL_RUNNER"] == "0" and "VLLM_USE_V2_MODEL_RUNNER" not in v.env
+    rows = {row.key: row for row in mapping_table(cfg, r)}
+    assert "logits_processors" in rows["sampling"].sides["vllm"] and "logits_processor" in rows["sampling"].sides["hf"]
+    assert rows["top_p"].sides["vllm"] == "SamplingParams.top_p='1.0 (the shared-seed processor applies 0.8)'"
+    # Greedy in shared-seed mode draws nothing: no processor at all.
+    _, _, v0, h0 = args({**data, "temperature": 0.0})
+    assert "logits_processors" not in v0.llm and h0.shared_seed is None
+    # A server samples on its own: refused by name.
+    for side in ({"name": "srv", "kind": "vllm-server"}, {"name": "remote", "kind": "openai", "url": "http://x/v1"}):
+        cfg = config_from_dict({**data, "sides": [{"name": "ref", "kind": "hf"}, side]})
+        with pytest.raises(SideError, match="shared-seed"):
+            map_side(cfg, cfg.side(side["name"]), r)
+
+
+def test_a_sides_own_logprobs_mode():
+    cfg, by = side_args({"sides": [{"name": "trainer", "kind": "hf"},
+                                   {"name": "rollout", "kind": "vllm", "logprobs_mode": "processed_logprobs"}]})
+    assert by["rollout"].llm["logprobs_mode"] == "processed_logprobs"
+    assert by["trainer"].logprobs_source == "logits"
+    assert [str(a) for a in by["rollout"].used["rollout.logprobs_mode"]] == ["LLM.logprobs_mode='processed_logprobs'"]
+    cfg, by = side_args({"sides": [{"name": "ref", "kind": "hf", "logprobs_mode": "processed_logprobs"},
+                                   {"name": "b", "kind": "vllm"}]})
+    assert by["ref"].logprobs_source == "scores" and by["b"].llm["logprobs_mode"] == "raw_logprobs"
+    # shared-seed records processed logprobs itself: an engine's own would carry the noise.
+    cfg = config_from_dict({"sampling": "shared-seed", "temperature": 1,
+                            "sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "b", "kind": "vllm", "logprobs_mode": "processed_logprobs"}]})
+    with pytest.raises(SideError, match="logprobs_mode"):
+        map_side(cfg, cfg.side("b"), resolve(model_info(), [2], False))
 
 
 def test_sampling_top_k_off_is_explicit_zero_for_hf():

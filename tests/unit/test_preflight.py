@@ -399,3 +399,23 @@ def test_a_warm_worker_is_reused_when_only_sampling_settings_change(base):
     assert all(reloaded[n] != keys[n] for n in keys)
     seeded = {p.name: p.load_key for p in prepared(base, "seed=7").sides}
     assert seeded["hf"] != keys["hf"]  # HF seeds its generator from the load arguments
+
+
+def test_a_logprobs_mode_mismatch_between_sides_is_named_as_a_trap(base):
+    sides = ["trainer=hf", "rollout=vllm,logprobs_mode=processed_logprobs"]
+    found = findings(base, "temperature=1", "top_p=0.8", sides=sides)
+    f = found["logprobs-mode-mismatch"]
+    assert f.severity == "warning" and f.side == "rollout"
+    assert "rollout report processed logprobs" in f.message and "trainer raw" in f.message
+    assert "log S" in f.message and f.setting == {"key": "rollout.logprobs_mode", "value": "raw_logprobs"}
+    # Greedy: no gap yet, and the finding says what would put one there.
+    assert "any temperature" in findings(base, sides=sides)["logprobs-mode-mismatch"].message
+    assert "logprobs-mode-mismatch" not in findings(base, "temperature=1", "top_p=0.8")
+
+
+def test_shared_seed_is_said_and_at_temperature_0_is_greedy(base):
+    found = findings(base, "sampling=shared-seed", "temperature=1")
+    assert "shared-seed" in found and "sampled-streams" not in found
+    assert "same Gumbel noise" in found["shared-seed"].message
+    found = findings(base, "sampling=shared-seed", "temperature=0")
+    assert "greedy" in found["shared-seed-greedy"].message and "shared-seed" not in found

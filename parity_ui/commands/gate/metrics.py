@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...core.figures import FIGURES
+from ...core.figures import FAMILIES, FIGURES
 from ...core.pooled import RHO_BANDS, WorkloadStats
 
 
@@ -71,6 +71,9 @@ _LIST: list[Metric] = [
     *(Metric(f"outside_{lo:g}_{hi:g}", False, _band(i),
              f"share of tokens whose ratio rho = exp(logp_ref - logp_side) is outside [{lo:g}, {hi:g}]")
       for i, (lo, hi) in enumerate(RHO_BANDS)),
+    # MoE (routes=true): the routing family; a workload without routes cannot be checked (fails, says so)
+    *(Metric(key, not FIGURES[key].higher_is_worse, (lambda s, key=key: (s.routing or {}).get(key)),
+             FIGURES[key].meaning) for key in FAMILIES["routing"]),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _LIST}
 WITHIN_FLOOR = "within_floor"

@@ -26,7 +26,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...analysis.compare import compare
 from ...core.cluster import check_sides, parse_cluster
@@ -34,6 +34,7 @@ from ...core.config import ParityConfig, config_from_dict
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
 from ...analysis.explain import explain
+from ...analysis.kept_mass import kept_mass
 from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
@@ -198,6 +199,7 @@ class Workload:
     """One workload run inside its recording (see the module docstring)."""
 
     def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
+        self.route_agreements: dict[str, list[Any]] = {}  # MoE: each compared side's route agreements
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
 
@@ -250,6 +252,16 @@ class Workload:
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""
         pooled(self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]])
+        if self.route_agreements:  # the routing family, pooled over this process's chunks (not a resume's earlier ones)
+            from ...analysis.routes import route_figures
+            from ...core.pooled import routing_against_floor
+
+            floor = report.floor_figures
+            if floor is not None:
+                floor.stats.routing = route_figures(self.route_agreements.get(floor.side, []))
+            for name, figs in report.sides.items():
+                figs.stats.routing = route_figures(self.route_agreements.get(name, []))
+                figs.routing_verdict = routing_against_floor(figs.stats.routing, floor.stats.routing if floor else None)
 
     def _status(self) -> str:
         return "ok" if self.rec.run.identical else "diverged"
@@ -312,8 +324,18 @@ class Workload:
             results[p.name] = self._generate(sides, p, chunk)
         if self.floor is not None:
             results[self.floor.name] = self._generate(sides, self.floor, chunk, reverse=True)
-        comparisons = {j: [self._explained(compare(results[ref.name][j], results[n][j]), results, j)
+        routes = getattr(self.prep.config, "routes", False)
+        if routes:
+            from ..routes import chunk_routes
+
+            chunk_routes(self.prep, self.rec.run, sides, [*self.prep.sides] + ([self.floor] if self.floor else []),
+                         results, chunk)
+        comparisons = {j: [self._explained(self._routed(compare(results[ref.name][j], results[n][j]), results, j),
+                                           results, j)
                            for n in self.compared] for j in chunk}
+        for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
+            for c in comparisons[j]:
+                c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])
         samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
                        for c in comparisons[j] if c.b == n] for n in self.compared}
         self._store(chunk, results, comparisons, samples)
@@ -351,6 +373,17 @@ class Workload:
                     samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
                                                                   scored[j]))
         self._store(chunk, results, comparisons, samples)
+
+    def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
+        """MoE (routes=true): the pair's route agreement, kept for the routing figures."""
+        a, b = results[c.a][j], results[c.b][j]
+        if a.routes is not None and b.routes is not None:
+            from ...analysis.routes import comparable_steps, compare_routes
+
+            c.routes = compare_routes(a.routes, b.routes,
+                                      comparable_steps(c.first_divergence, len(a.token_ids), len(b.token_ids)))
+            self.route_agreements.setdefault(c.b, []).append(c.routes)
+        return c
 
     def _explained(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
         run = self.rec.run
