@@ -2,21 +2,16 @@
 everything escaped. Shared by the app and the static report."""
 from __future__ import annotations
 
-import html
-from typing import Any
-
 from ..analysis.crossscore import key as cross_key
 from ..core.figures import count
 from ..core.fixes import Place, fix_text
 from ..core.runlog import PHASES
 from ..core.settings import settings_diff
 from ..core.types import Comparison, Finding, ModelInfo, PromptResult, Run
+from .markup import esc  # noqa: F401 - other modules take esc from here too
+from .routes import grid_html
 
 _FIX = " Fix: "
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value))
 
 
 def split_fix(message: str) -> tuple[str, str]:
@@ -197,7 +192,6 @@ def settings_html(run: Run, open_: bool = False) -> str:
 
 
 def _routes(c: Comparison) -> str:
-    from .routes import grid_html  # the routes grid imports this module's esc
 
     return grid_html(c)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..core.figures import FIGURES
 from ..core.routes import NOT_COMPARED, SAME_ORDER, SAME_SET, RouteAgreement, RouteReplay
 from ..core.types import Comparison
-from .cards import esc
+from .markup import esc
 
 _CLASS = {SAME_ORDER: "rt-same", SAME_SET: "rt-order", NOT_COMPARED: "rt-na"}
 
