@@ -20,7 +20,6 @@ from ...core.errors import CancelledError, EngineError
 from ...core.runlog import EventCallback, RunEvent
 from ...core.workload_record import WorkloadReport
 from ...run.cluster import ReplicaLost
-from .run import _duration
 
 if TYPE_CHECKING:
     from ...run.cluster import ClusterSides
@@ -160,7 +159,7 @@ class BlockProgress:
         self.last = now
         r, f = self.report, self.fraction()
         spent = now - self.t0
-        left = f"about {_duration(spent * (1 - f) / f)} left" if f >= 0.01 and spent > 0 else \
+        left = f"about {duration_text(spent * (1 - f) / f)} left" if f >= 0.01 and spent > 0 else \
             "time left: after the first tokens"
         busy = self.busy()
         line = (f"{r.done}/{r.n_prompts} prompts done; {len(self.blocks)} of {self.n_blocks} block(s) under way on "
@@ -168,3 +167,11 @@ class BlockProgress:
                 + f"; {100 * f:.0f}% of the work, {left}")
         self.emit(RunEvent("progress", line, prompt_index=r.done, fraction=f))
 
+
+def duration_text(seconds: float) -> str:
+    """A time left as people say it: seconds, minutes, then hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

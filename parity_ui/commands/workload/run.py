@@ -43,6 +43,7 @@ from ...run.recorder import RunRecorder, decode_columns, decode_result, side_inf
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
+from .blocks import duration_text as _duration
 from .report import pooled
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
@@ -504,12 +505,3 @@ def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], pre
 def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
     """The floor scorer's logprobs of the side's tokens, as a result whose steps carry them."""
     return dataclasses.replace(side, steps=scored)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
