@@ -161,14 +161,15 @@ def memory(args, work: Path) -> dict:
     write_dump(dump, args.model, args.rows, args.tokens)
     written = time.perf_counter() - t0
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
+    if args.tracemalloc:  # Python's allocations too, at a price: every allocation traced (pooling ~20x slower)
+        tracemalloc.start()
     t = tool(args, dump, str(work / "memory.db"))
-    _, py_peak = tracemalloc.get_traced_memory()
+    py_peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else None
     tracemalloc.stop()
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"rows": args.rows, "tokens": args.tokens, "dump_mib": dump.stat().st_size / 2**20,
             "dump_written_s": written, "peak_rss_mib": after / 1024, "rss_before_mib": before / 1024,
-            "python_alloc_peak_mib": py_peak / 2**20, "wall_s": t["wall_s"], "score_s": t["score_s"],
+            "python_alloc_peak_mib": py_peak / 2**20 if py_peak is not None else None, "wall_s": t["wall_s"], "score_s": t["score_s"],
             "tokens_replayed": t["tokens"], "headline": t["headline"]}
 
 
@@ -180,6 +181,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=64, help="rows replayed and stored together")
     ap.add_argument("--memory", action="store_true", help="(b): the parent's peak memory only (HF sides, no bare run)")
+    ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false",
+                    help="with --memory: peak RSS only, without tracing Python's allocations (which slows the run)")
     ap.add_argument("--small", action="store_true", help="a tiny model built here, both parts at a few rows (the CPU)")
     ap.add_argument("--work", default="/tmp/parity-bench-replay", help="a folder for the dumps and databases")
     ap.add_argument("--out", help="write the figures as JSON here (default $OUT/replay.json when $OUT is set)")
