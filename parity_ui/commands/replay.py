@@ -55,8 +55,7 @@ from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
 from ..run.pipeline import Sides
 from ..run.recorder import decode_result
 from .workload.report import pooled
-from ..core.cluster import parse_cluster
-from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster
+from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster, go_on_where, stored_to_resume
 
 if TYPE_CHECKING:
     from ..core.types import Run
@@ -178,24 +177,11 @@ def resume_replay(service: Service, run_id: str, emit: EventCallback | None = No
     size and row count are checked), the rows not yet finished replayed with the same sides, and the
     counts and worst tokens carried on. Raises ParityError when there is nothing to resume."""
     emit = emit or (lambda e: None)
-    stored = service.store.get_run(run_id, prompts=[])
-    if stored is None:
-        raise ParityError(f"no run with id {run_id!r}", "list the ids with 'parity runs list'")
-    if stored.kind != "replay" or stored.workload is None:
-        raise ParityError(f"run {run_id} is a {stored.kind} run, not a replay", "resume a replay run")
-    if stored.status == "running":
-        raise ParityError(f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
-                          "wait for it, or stop it first")
+    stored = stored_to_resume(service, run_id, "replay", "row", "start a new replay to measure again",
+                              lambda r: r.done >= r.n_prompts)
     report = stored.workload
-    if stored.status in ("ok", "diverged") and report.done >= report.n_prompts:
-        raise ParityError(f"run {run_id} finished every row", "start a new replay to measure again")
     src, o = report.options.source, report.options
-    if cluster is not None:  # as resume_workload: another cluster ("none": in process) or other counts
-        o.cluster = parse_cluster(cluster)
-        if o.cluster is None:
-            o.replicas = {}
-    if replicas is not None:
-        o.replicas = dict(replicas)
+    go_on_where(o, cluster, replicas)
     cfg = config_from_dict(stored.config)
     req = ReplayRequest(dump=src["path"], model=stored.model.name, config=cfg, format=src["format"],
                         trust_pickle=bool(src.get("trust_pickle")), chat_template=bool(src.get("chat_template")),

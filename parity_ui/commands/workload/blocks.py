@@ -159,8 +159,7 @@ class BlockProgress:
         self.last = now
         r, f = self.report, self.fraction()
         spent = now - self.t0
-        left = f"about {duration_text(spent * (1 - f) / f)} left" if f >= 0.01 and spent > 0 else \
-            "time left: after the first tokens"
+        left = time_left_text(spent, f)
         busy = self.busy()
         line = (f"{r.done}/{r.n_prompts} prompts done; {len(self.blocks)} of {self.n_blocks} block(s) under way on "
                 f"{len(busy)} of {self.replicas} replica(s)" + (f" ({', '.join(busy)})" if busy else "")
@@ -175,3 +174,11 @@ def duration_text(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def time_left_text(spent: float, fraction: float) -> str:
+    """The ETA both progress lines (in process and on a cluster) print: the time spent scaled by the
+    share of work left; none before 1% of the work is done."""
+    if fraction >= 0.01 and spent > 0:
+        return f"about {duration_text(spent * (1 - fraction) / fraction)} left"
+    return "time left: after the first tokens"

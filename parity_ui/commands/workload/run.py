@@ -26,7 +26,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...analysis.compare import compare
 from ...core.cluster import check_sides, parse_cluster
@@ -43,7 +43,7 @@ from ...run.recorder import RunRecorder, decode_columns, decode_result, side_inf
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
-from .blocks import duration_text as _duration
+from .blocks import time_left_text
 from .report import pooled
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
@@ -86,23 +86,10 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
     nothing to resume (no such run, not a workload, already finished, or it is running in another
     process)."""
     emit = emit or (lambda e: None)
-    stored = service.store.get_run(run_id, prompts=[])
-    if stored is None:
-        raise ParityError(f"no run with id {run_id!r}", "list the ids with 'parity runs list'")
-    if stored.kind != "workload" or stored.workload is None:
-        raise ParityError(f"run {run_id} is a {stored.kind} run, not a workload", "resume a workload run")
-    if stored.status == "running":
-        raise ParityError(f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
-                          "wait for it, or stop it first")
+    stored = stored_to_resume(service, run_id, "workload", "prompt", "start a new run to measure again",
+                              lambda r: r.done + len(r.skipped_too_long) >= r.n_prompts)
     report = stored.workload
-    if stored.status in ("ok", "diverged") and report.done + len(report.skipped_too_long) >= report.n_prompts:
-        raise ParityError(f"run {run_id} finished every prompt", "start a new run to measure again")
-    if cluster is not None:
-        report.options.cluster = parse_cluster(cluster)
-        if report.options.cluster is None:
-            report.options.replicas = {}
-    if replicas is not None:
-        report.options.replicas = dict(replicas)
+    go_on_where(report.options, cluster, replicas)
     prompts = given_prompts(service, run_id)
     req = WorkloadRequest(model=stored.model.name, prompts=prompts, config=config_from_dict(stored.config),
                           options=report.options, group_id=stored.group_id)
@@ -114,6 +101,35 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
         Workload(service, rec, req, emit).run(done=done)
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
     return rec.run
+
+
+def stored_to_resume(service: Service, run_id: str, kind: str, unit: str, fix_done: str,
+                     finished: Callable[[WorkloadReport], bool]) -> Run:
+    """The stored run `run_id` if a `kind` run ("workload", "replay") can go on from it; else a
+    ParityError naming why: no such run, another kind, running in another process, or every `unit`
+    (prompt, row) finished."""
+    stored = service.store.get_run(run_id, prompts=[])
+    if stored is None:
+        raise ParityError(f"no run with id {run_id!r}", "list the ids with 'parity runs list'")
+    if stored.kind != kind or stored.workload is None:
+        raise ParityError(f"run {run_id} is a {stored.kind} run, not a {kind}", f"resume a {kind} run")
+    if stored.status == "running":
+        raise ParityError(f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
+                          "wait for it, or stop it first")
+    if stored.status in ("ok", "diverged") and finished(stored.workload):
+        raise ParityError(f"run {run_id} finished every {unit}", fix_done)
+    return stored
+
+
+def go_on_where(o: WorkloadOptions, cluster: str | None, replicas: dict[str, int] | None) -> None:
+    """A resume's place: the cluster it ran on, unless `cluster` names another ("none": in process),
+    and `replicas` other counts."""
+    if cluster is not None:
+        o.cluster = parse_cluster(cluster)
+        if o.cluster is None:
+            o.replicas = {}
+    if replicas is not None:
+        o.replicas = dict(replicas)
 
 
 def given_prompts(service: Service, run_id: str) -> list[PromptSpec]:
@@ -451,7 +467,7 @@ class Progress:
         self.last = now
         r, f = self.report, self.fraction()
         spent = now - self.t0
-        left = f"about {_duration(spent * (1 - f) / f)} left" if f >= 0.01 and spent > 0 else "time left: after the first tokens"
+        left = time_left_text(spent, f)
         line = f"{r.done}/{r.n_prompts} prompts done"
         if self.what:
             made = sum(self.tokens.values())
