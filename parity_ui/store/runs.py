@@ -406,6 +406,10 @@ def _dtype(run: Run) -> str | None:
 
 
 def _excerpt(run: Run, n: int = 120) -> str:
+    source = run.workload.options.source if run.workload is not None else {}
+    if run.kind == "replay" and source.get("description"):
+        # A replay's "prompts" are the dump's rows (named "line 1"...): the dump says more in History.
+        return "replay of " + source["description"]
     if not run.prompts:
         return ""
     p = run.prompts[0]

@@ -63,6 +63,25 @@ class RunGate:
         self.session: str | None = None
         self.stop_requested = False
         self._passed_on = False
+        self._clicked: set[str] = set()  # sessions whose Run click is queued or running
+
+    def claim(self, session: str) -> bool:
+        """A Run click: True when the session has no run queued or running. Gradio drops a second
+        click of the same event while the first is pending (trigger_mode "once") without a word; the
+        page says so instead (CompareTab.click_note)."""
+        with self._lock:
+            if session in self._clicked:
+                return False
+            self._clicked.add(session)
+            return True
+
+    def release(self, session: str) -> None:
+        with self._lock:
+            self._clicked.discard(session)
+
+    def holder(self) -> str | None:
+        with self._lock:
+            return self.session
 
     def begin(self, session: str) -> None:
         with self._lock:
@@ -346,6 +365,14 @@ class CompareTab:
         (each yield sets only what changed). With a workload file: the workload, its progress with
         the prompts done and the time left. Refused with a card, nothing stored, while the page
         shows input that cannot run (run_refusal)."""
+        try:
+            yield from self._run(model, trust, prompt, file_prompts, cfg_text, images, workload, refused_file, request)
+        finally:  # the click is over (click_note): the next one runs
+            self.release_click(request)
+
+    def _run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
+             images: Any, workload: WorkloadPick | None, refused_file: Any,
+             request: gr.Request) -> Iterator[dict[Any, Any]]:
         refusal = run_refusal(cfg_text, refused_file, workload)
         if refusal is not None:
             title, message, fix = refusal  # shown where a run's result shows, as any refusal (below)
@@ -438,8 +465,21 @@ class CompareTab:
                 return
             yield {self.progress: live.progress(), **({self.view.panes: live.panes()} if live.streams_tokens else {})}
 
-    def clear_note(self) -> str:
+    def click_note(self, request: gr.Request = None) -> str:
+        """Run pressed: nothing to say, unless this tab's run is still queued or running (the click
+        starts nothing: gradio lets one run per event at a time) or another tab's run holds the engines
+        (this one waits for it)."""
+        session = request.session_hash if request is not None else "api"
+        if not self.gate.claim(session):
+            return cards.notice_html("A run of this tab is still under way, so this click started nothing. "
+                                     "Wait for it to end, or press Stop, then press Run again.")
+        holder = self.gate.holder()
+        if holder is not None and holder != session:
+            return cards.notice_html("Another tab's run holds the engines: this run starts when that one ends.")
         return ""
+
+    def release_click(self, request: gr.Request = None) -> None:
+        self.gate.release(request.session_hash if request is not None else "api")
 
     def stop(self, request: gr.Request) -> str:
         session = request.session_hash if request is not None else "api"
@@ -491,7 +531,9 @@ class CompareTab:
         # Which setting? under a stored run whose sides differ (hidden for any other).
         ran.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
-        self.run_btn.click(self.clear_note, None, self.stop_note, api_name=False, queue=False)
+        self.run_btn.click(self.click_note, None, self.stop_note, api_name=False, queue=False)
+        # Sides that cannot run raise in commit (a toast): the run never starts, so the click is over.
+        self.commit_sides.failure(self.release_click, None, None, api_name=False, queue=False)
         self.run_btn.click(self.wview.hidden, None, self.wview.outputs, api_name=False, queue=False)
         self.run_btn.click(self.which.hidden, None, self.which.outputs, api_name=False, queue=False)
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]

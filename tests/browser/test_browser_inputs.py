@@ -113,3 +113,34 @@ def test_garbage_yaml_reads_line_and_column_run_refuses_and_the_card_goes_once_f
     page.wait_for_selector("#cfg-error .pc-error", state="detached", timeout=REPLY_MS)
     page.get_by_role("tab", name="Compare").click()
     page.wait_for_selector("#config-line:not(:has(.pc-bad))", timeout=REPLY_MS)
+
+
+def test_a_second_run_click_while_a_run_is_under_way_says_so_and_the_next_one_runs(page, tmp_path):
+    """Gradio drops a click on Run while this tab's run is pending (trigger_mode "once"): the page
+    must say that the click started nothing, and a click after the run has ended must run."""
+    from fake_engine import fake_model
+
+    model = str(fake_model(tmp_path / "fake", max_position_embeddings=256))
+    box = page.locator("#model-pick input")
+    box.click()
+    box.fill(model)
+    box.press("Enter")
+    page.wait_for_selector(f"#model-info:has-text('{model}')", timeout=REPLY_MS)
+    page.get_by_role("tab", name="Config").click()
+    editor = page.locator("#cfg-yaml .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("max_new_tokens: 24\nsides: [{name: ref, kind: fake, delay_ms: 400}, {name: b, kind: fake}]\n")
+    editor.blur()
+    page.get_by_role("tab", name="Compare").click()
+    page.wait_for_selector("#config-line:has-text('ref (fake')", timeout=REPLY_MS)
+    page.click("#run-btn")
+    page.wait_for_function("() => (document.querySelector('#progress')?.innerText || '').trim().length > 0",
+                           timeout=REPLY_MS)  # the run is under way (its workers load, then tokens stream)
+    page.click("#run-btn")
+    note = page.wait_for_selector("#stop-note:has-text('started nothing')", timeout=REPLY_MS)
+    assert "press Stop" in note.inner_text()
+    first = page.wait_for_selector("#cmp-summary .pc-summary[data-run]", timeout=REPLY_MS).get_attribute("data-run")
+    page.click("#run-btn")  # the run has ended: this click runs, and says nothing
+    page.wait_for_selector(f"#cmp-summary .pc-summary[data-run]:not([data-run='{first}'])", timeout=REPLY_MS)
+    assert "started nothing" not in page.locator("#stop-note").inner_text()

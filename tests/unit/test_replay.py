@@ -70,6 +70,9 @@ def test_stop_keeps_finished_chunks_and_resume_replays_each_row_once(service, mo
     assert len(rep["worst_tokens"]) == 20 and rep["forced"] == first["forced"]
     with pytest.raises(ParityError, match="finished every row"):
         service.resume(run.id)
+    # History's prompt column names the dump, not its first row ("line 1")
+    listed = {r.id: r for r in service.store.list_runs()}[run.id]
+    assert listed.prompt_excerpt == f"replay of r.jsonl: {N} rows (parity)", listed.prompt_excerpt
 
 
 def test_resume_refuses_a_dump_that_changed(service, model, tmp_path):
