@@ -393,6 +393,8 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         _vllm_shared_seed(cfg, v, r, llm, sampling, env, rec)
     else:
         rec("sampling", "runtime", "sampler", "greedy" if cfg.greedy else "vLLM's own (its random stream)")
+    if cfg.full_distribution:
+        _vllm_full_rows(v, r, llm, env, rec)
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
@@ -437,6 +439,21 @@ def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[
         # The processor implements the V1 runner's interface (BatchUpdate): vLLM before Model Runner
         # V2 took custom processors (vllm#56497) falls back to V1 by itself; later ones need asking.
         env["VLLM_USE_V2_MODEL_RUNNER"] = rec("sampling", "env", "VLLM_USE_V2_MODEL_RUNNER", "0")
+
+
+FULL_ROWS_PROCESSOR = "parity_ui.engines.vllm_full_rows:FullRowsLogitsProcessor"
+
+
+def _vllm_full_rows(v: VllmOptions, r: Resolved, llm: dict[str, Any], env: dict[str, str], rec: _Recorder) -> None:
+    """full_distribution: vLLM writes its full rows through parity-ui's rows processor, listed FIRST
+    (the shared-seed processor masks the row it draws from). Like that one it reads each request's
+    position from its output list (no async scheduling) and implements the V1 runner's interface."""
+    llm["logits_processors"] = [rec("full_distribution", "LLM", "logits_processors", FULL_ROWS_PROCESSOR),
+                                *llm.get("logits_processors", [])]
+    if r.on_gpu and v.async_scheduling is None:
+        llm["async_scheduling"] = rec("full_distribution", "LLM", "async_scheduling", False)
+    if r.on_gpu:
+        env["VLLM_USE_V2_MODEL_RUNNER"] = rec("full_distribution", "env", "VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
 def _long_context_allowed() -> bool:

@@ -10,6 +10,7 @@ from ..analysis.crossscore import summary_line
 from .routes import route_lines
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
+from ..core.distribution import DISTRIBUTION_COLUMNS
 from ..core.types import SAMPLING_COLUMNS, Localisation, Run, step_column, to_dict
 
 SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
@@ -117,6 +118,9 @@ def _stream(res: Any) -> dict[str, Any]:
         # Sampled tokens' draws (shared-seed sampling); absent when the side recorded none.
         **({"sampling": {name: step_column(res.steps, name) for name in SAMPLING_COLUMNS}}
            if any(x is not None for x in step_column(res.steps, "kept")) else {}),
+        # The whole distribution against the reference per position (full_distribution); absent when not recorded.
+        **({"distribution": {name: step_column(res.steps, name) for name in DISTRIBUTION_COLUMNS}}
+           if any(x is not None for x in step_column(res.steps, "kl")) else {}),
     }
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import BAND_KEYS, CHECK_OF_ROW, FIGURE_ROWS, FIGURES, LEGEND, count
+from ..core.figures import (BAND_KEYS, CHECK_OF_ROW, DISTRIBUTION_ROWS, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS,
+                            count)
 from ..core.pooled import EXCEEDS, NOT_IDENTICAL, TOO_FEW, WITHIN, FigureCheck, FloorVerdict, factor_text
 from ..core.types import Run
 from ..core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
@@ -214,9 +215,30 @@ def figures_table_html(report: WorkloadReport) -> str:
         rows.append(row(FIGURES[key].name,
                         [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–"
                          for f in sets], key, key))
+    rows += family_rows(sets, row)
     legend = "".join(f"<li>{esc(x)}</li>" for x in LEGEND)
+    notes = "".join(f'<li data-side="{esc(f.side)}">{esc(label(report, f.side))}: {esc(v)}</li>'
+                    for f in report.sides.values() for v in (f.distribution_verdict, f.sampling_verdict) if v)
     return (f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>'
-            f'<ul class="pc-muted wl-legend">{legend}</ul>')
+            + (f'<ul class="wl-family-verdicts">{notes}</ul>' if notes else "")
+            + f'<ul class="pc-muted wl-legend">{legend}</ul>')
+
+
+def family_rows(sets: list[SideFigures], row: Any) -> list[str]:
+    """The distribution family (full_distribution: the KL distribution as mean / p90 / p95 / p99 / max,
+    TV, top-1, top-k) and the sampling family (kept mass, both ratios and their band shares), for the
+    runs that recorded them: each a header row, then its figures by display name."""
+    out = []
+    for attr, keys, title, count_key, count_label in (
+            ("distribution", DISTRIBUTION_ROWS, "the whole distribution (full rows)", "positions", "positions compared"),
+            ("sampling", SAMPLING_ROWS, "sampled tokens: kept mass and ratios", "tokens", "tokens drawn on both sides")):
+        got = [getattr(f.stats, attr) or {} for f in sets]
+        if not any(got):
+            continue
+        out.append(f'<tr class="wl-family"><th colspan="{len(sets) + 1}">{esc(title)}</th></tr>')
+        out.append(row(count_label, [str(int(g.get(count_key) or 0)) if g else "–" for g in got]))
+        out += [row(FIGURES[k].name, [FIGURES[k].format(g.get(k)) for g in got], key=k) for k in keys]
+    return out
 
 
 # -- the prompt table -------------------------------------------------------------------------------
