@@ -31,35 +31,44 @@ from ...core.types import Finding, StepColumns, TokenStep, step_column
 class FullRows:
     """One workload's full-distribution bookkeeping (see the module docstring)."""
 
-    def __init__(self, prep: Any, floor: Any, compared: list[str], findings: list[Finding]):
+    def __init__(self, prep: Any, floor: Any, compared: list[str], findings: list[Finding], forced: bool = False,
+                 chunk: int = 1):
         cfg = prep.config
+        self.forced = forced  # a replay: every side teacher-forces the same tokens, the reference's rows are met
         vocab = prep.model.vocab_size
         Budget(cfg.full_distribution_budget_mb).check(vocab, cfg.max_new_tokens)
         self.k = max(cfg.logprobs, 1)
         self.pools: dict[str, DistributionPool] = {n: DistributionPool() for n in compared}
         self.unavailable: list[RowsUnavailable] = []
         ref = prep.reference
+        self.ref = ref.name
         self.ref_meets = ref.kind.name in ROWS_WHEN_SCORING
         if not self.ref_meets:
             self.unavailable.append(RowsUnavailable(ref.name, ref.kind.label, "cannot give its full rows when it "
                                                     "scores (only an hf reference can)"))
-        self.writes = {p.name: p.kind.name in ROWS_WHEN_GENERATING for p in prep.sides[1:]}
+        # Scored: the sides under test write as they generate. Forced (a replay): they score too, and meet
+        # the reference's rows where their scoring has full rows (vLLM scores through prompt logprobs: top-k).
+        can = ROWS_WHEN_SCORING if forced else ROWS_WHEN_GENERATING
+        self.writes = {p.name: p.kind.name in can for p in prep.sides[1:]}
         for p in prep.sides[1:]:
             if not self.writes[p.name]:
-                self.unavailable.append(RowsUnavailable(p.name, p.kind.label, "cannot give its full rows (a server "
-                                                        "returns a top-k at most)"))
+                why = ("scores forced tokens through prompt logprobs (a top-k, not the full rows)" if forced
+                       and p.kind.name == "vllm" else "cannot give its full rows (a server returns a top-k at most)")
+                self.unavailable.append(RowsUnavailable(p.name, p.kind.label, why))
         self.floor = floor.name if floor is not None and floor.kind.name in ROWS_WHEN_SCORING and self.ref_meets \
             else None
         self.dir = tempfile.mkdtemp(prefix="parity-rows-")
-        if vocab:
-            need = scratch_bytes(vocab, cfg.max_new_tokens, 1) * (len(prep.sides) - 1 + (1 if self.floor else 0))
+        if vocab:  # a chunk's files live until it is stored: every writer's rows of every sequence in it
+            writers = (len(prep.sides) - 1 if not forced else 1) + (1 if self.floor and not forced else 0)
+            need = scratch_bytes(vocab, cfg.max_new_tokens, chunk) * writers
             free = shutil.disk_usage(self.dir).free
-            if need * 2 > free:  # one sequence of each writer at least, twice over
+            if need > free * 0.8:
                 self.close()
-                raise ConfigError("full_distribution", f"the scratch dir {os.path.dirname(self.dir)} has "
-                                                       f"{free / 2**20:,.0f} MiB free, and a sequence's rows need "
-                                                       f"{need / 2**20:,.0f} MiB", "free disk space or point TMPDIR "
-                                                                                    "at a larger disk")
+                raise ConfigError("full_distribution", f"a chunk of {chunk} sequences writes up to "
+                                                       f"{need / 2**30:,.1f} GiB of full rows to the scratch dir "
+                                                       f"{os.path.dirname(self.dir)}, which has {free / 2**30:,.1f} "
+                                                       "GiB free", "use a smaller --chunk, free disk space, or point "
+                                                                   "TMPDIR at a larger disk")
         for u in self.unavailable:
             findings.append(Finding(code="full-distribution-unavailable", severity="warning", message=u.message(),
                                     fix="compare the full distribution between hf and vllm sides (an hf reference)"))
@@ -84,6 +93,17 @@ class FullRows:
     def floor_rows(self, j: int) -> Rows | None:
         """The floor scoring the same sequence: meet the reference's rows (the floor is the side)."""
         return Rows(read=self._path("ref", j), read_is="ref", k=self.k) if self.floor else None
+
+    def forced_rows(self, name: str, j: int) -> Rows | None:
+        """A replay's scoring of row j by side `name`: the reference writes its rows, every side that can
+        (and the floor) meets them."""
+        if not self.ref_meets:
+            return None
+        if name == self.ref:
+            return Rows(write=self._path("ref", j), k=self.k) if any(self.writes.values()) or self.floor else None
+        if self.writes.get(name) or name == self.floor:
+            return Rows(read=self._path("ref", j), read_is="ref", k=self.k)
+        return None
 
     def harvest(self, name: str, target: Any, scored: Sequence[TokenStep]) -> None:
         """The scalars the scorer computed, onto `target` (the stored steps of that pair's side) and

@@ -43,7 +43,7 @@ from ...inputs.prompts import PromptSpec
 from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
-from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
+from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
 from .report import pooled
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
@@ -245,10 +245,15 @@ class Workload:
         self.floor = floor
         self.compared = [p.name for p in prep.sides[1:]] + ([floor.name] if floor else [])
         self.full = None  # full_distribution in scored mode: rows meet in the scorers (distribution.FullRows)
-        if prep.config.full_distribution and o.mode == "scored":
+        if prep.config.full_distribution and o.mode in ("scored", "replay"):
             from .distribution import FullRows
 
-            self.full = FullRows(prep, floor, self.compared, run.warnings)
+            self.full = FullRows(prep, floor, self.compared, run.warnings, forced=o.mode == "replay", chunk=o.chunk)
+        elif prep.config.full_distribution:
+            run.warnings.append(Finding(code="full-distribution-free", severity="info", fix="use --mode scored",
+                                        message="full_distribution compares the sides where they see the same context: "
+                                                "a free-running workload has none past each fork, so it is computed "
+                                                "in scored mode and replays only; this run has no distribution figures"))
         todo = [j for j, i in enumerate(prep.kept) if i not in done]
         report.done = len(prep.kept) - len(todo)
         self.rec.save_header()
