@@ -304,6 +304,9 @@ class Comparison:
     routes: RouteAgreement | None = None  # MoE: the two sides' routes compared (parity_ui.analysis.routes)
     route_replay: RouteReplay | None = None  # b run again with a's routes: the figures before and after
     kept_mass: KeptMass | None = None  # parity_ui.analysis.kept_mass: sampled tokens' kept sets and both ratios
+    # full_distribution: the whole-distribution family over the cross-scored sequence where both sides' full rows
+    # met (parity_ui.commands.compare_rows): {"generator", "scorer", "positions", "kl_mean", ...}; None: not recorded
+    distribution: dict[str, Any] | None = None
 
 
 @dataclass

@@ -41,6 +41,18 @@ def sampling_lines(run: Run) -> list[str]:
     return lines
 
 
+def distribution_line(c: Any) -> str:
+    """One line for the CLI summary: a comparison's whole-distribution figures (full_distribution), by
+    display name."""
+    from ..core.figures import FIGURES
+
+    d = c.distribution
+    keys = ("kl_mean", "kl_max", "kl_rev_mean", "tv_mean", "tv_max", "top1_agree", "topk_contained")
+    figs = ", ".join(f"{FIGURES[k].name} {FIGURES[k].format(d.get(k))}" for k in keys)
+    return (f"full distribution ({d['generator']}'s tokens, rows met by {d['scorer']}, {int(d['positions'])} "
+            f"positions): {figs}")
+
+
 def _s(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}s"
 
@@ -98,6 +110,8 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                 lines.append(f"    verdict: {c.explanation.verdict}: {c.explanation.summary}")
             if c.cross_scores:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
+            if c.distribution:
+                lines.append(f"    {distribution_line(c)}")
             lines += route_lines(c)
     lines += sampling_lines(run)
     if run.timings:

@@ -177,6 +177,21 @@ def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(ser
     assert b["kl_mean"] > 100 * max(d["kl_mean"], 1e-12) and b["tv_mean"] > 10 * max(d["tv_mean"], 1e-9)
     assert min(b["kl_mean"], b["kl_rev_mean"]) >= 0.0
     assert "exceeds noise" in bf16.workload.sides["vllm"].distribution_verdict
+    # A single comparison: the vLLM side writes its rows as it generates, the hf reference meets them while
+    # cross-scoring the side's tokens (the same context on both).
+    from parity_ui.render.report import format_summary
+
+    one = service.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
+                                 config=build_config(None, ["dtype=float32", "ignore_eos=true", "max_new_tokens=12",
+                                                            "batch_size=2", "full_distribution=true"])))
+    assert one.status == "ok", one.error
+    for p in one.prompts:
+        (c,) = p.comparisons
+        assert c.distribution["generator"] == "vllm" and c.distribution["scorer"] == "hf"
+        assert c.distribution["positions"] == 12 and c.distribution["kl_max"] < 1e-6
+        assert c.distribution["top1_agree"] == 1.0
+    assert "full distribution (vllm's tokens, rows met by hf, 12 positions)" in format_summary(one)
+    assert service.store.get_run(one.id).prompts[0].comparisons[0].distribution == one.prompts[0].comparisons[0].distribution
     print(f"full distribution, tiny model, 2 x 12 scored: fp32 KL mean {d['kl_mean']:.3g} max {d['kl_max']:.3g} "
           f"TV mean {d['tv_mean']:.3g}; floor KL mean {fl['kl_mean']:.3g}; bf16 KL mean {b['kl_mean']:.3g} "
           f"p99 {b['kl_p99']:.3g} TV mean {b['tv_mean']:.3g} top-1 {b['top1_agree']:.0%}")

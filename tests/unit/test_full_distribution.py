@@ -177,3 +177,39 @@ def test_the_sampling_family_is_judged_against_the_floor_by_wilson_intervals():
     over = sampling_against_floor({**floor, "tokens": 1000, "renorm_outside_0.9_1.1": 0.2}, floor)
     assert "above the floor (renormalised ratio outside [0.9, 1.1])" in over and "1,000 drawn" in over
     assert sampling_against_floor(floor, None) is None
+
+
+def test_a_comparison_meets_rows_in_one_cross_scoring_direction_or_names_the_pair():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.commands.compare_rows import CompareRows
+
+    def prep(*kinds, cross=True):
+        cfg = build_config(None, ["full_distribution=true", f"cross_score={'true' if cross else 'false'}"])
+        sides = [NS(name=f"s{i}", kind=NS(name=k, label=k)) for i, k in enumerate(kinds)]
+        return NS(config=cfg, model=NS(vocab_size=1000), reference=sides[0], sides=sides)
+
+    findings = []
+    rows = CompareRows(prep("hf", "vllm", "openai", "hf"), findings)
+    try:
+        # hf reference: it meets the vllm side's rows (KL(ref‖side) over the side's tokens); the openai side
+        # has no rows and cannot score them: named; an hf side: the reference meets its rows too.
+        assert rows.direction == {"s1": ("s1", "s0"), "s3": ("s3", "s0")}
+        assert rows.generate_rows("s0", 2) is None and len(rows.generate_rows("s1", 2)) == 2
+        c = NS(a="s0", b="s1", distribution=None)
+        assert rows.score_rows(c, "s1", 0) is None  # the other direction meets nothing
+        r = rows.score_rows(c, "s0", 1)
+        assert r.read.endswith("s1-1.npy") and r.read_is == "side"
+        rows.record(c, [TokenStep(0, 1, "", -0.1, 1, kl=0.2, kl_rev=0.1, tv=0.05, top1=1, topk=1)])
+        assert c.distribution["generator"] == "s1" and c.distribution["kl_mean"] == 0.2
+        assert [f.message.split()[2] for f in findings] == ["s2"]
+    finally:
+        rows.close()
+    # A vllm reference cannot score rows: an hf side meets the reference's instead (the KL directions swap).
+    rows = CompareRows(prep("vllm", "hf"), [])
+    assert rows.direction == {"s1": ("s0", "s1")}
+    assert rows.score_rows(NS(a="s0", b="s1"), "s1", 0).read_is == "ref"
+    rows.close()
+    named = []
+    CompareRows(prep("hf", "vllm", cross=False), named).close()
+    assert "cross_score is off" in named[0].message
