@@ -213,3 +213,15 @@ def test_a_comparison_meets_rows_in_one_cross_scoring_direction_or_names_the_pai
     named = []
     CompareRows(prep("hf", "vllm", cross=False), named).close()
     assert "cross_score is off" in named[0].message
+
+
+def test_the_token_panes_hover_carries_the_per_position_kl():
+    import json
+
+    from parity_ui.render.tokens import Stream, details_json
+
+    steps = [TokenStep(0, 5, "a", -0.1, 1, kl=1.234567e-12, kl_rev=2e-12, tv=3e-7, top1=1, topk=1),
+             TokenStep(1, 6, "b", -0.2, 1)]
+    d = json.loads(details_json([Stream("vllm", "vllm", steps, None)]))
+    first, second = d["steps"]["vllm"]
+    assert first[6] == [1.235e-12, 2e-12, 3e-7] and first[5] == [] and len(second) == 4
