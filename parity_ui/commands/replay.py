@@ -384,7 +384,7 @@ class Replay(Workload):
         replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
         self._store(chunk, results, comparisons, samples)
         if full:
-            full.end_chunk()
+            full.end_chunk(chunk)
         for j in chunk:
             self._ahead.pop(prep.kept[j], None)
 

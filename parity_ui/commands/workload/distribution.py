@@ -114,13 +114,16 @@ class FullRows:
         set_columns(target, cols)
         self.pools.setdefault(name, DistributionPool()).add_columns(cols)
 
-    def end_chunk(self) -> None:
-        """The chunk's rows files deleted (its scalars are stored)."""
+    def end_chunk(self, chunk: Sequence[int]) -> None:
+        """The chunk's rows files deleted (its scalars are stored); only its own: on a Ray cluster other
+        blocks' chunks are under way in the same dir."""
+        mine = {f"-{j}.npy" for j in chunk}
         for f in os.listdir(self.dir):
-            try:
-                os.remove(os.path.join(self.dir, f))
-            except OSError:
-                pass
+            if any(f.endswith(m) for m in mine):
+                try:
+                    os.remove(os.path.join(self.dir, f))
+                except OSError:
+                    pass
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

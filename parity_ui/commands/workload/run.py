@@ -435,7 +435,7 @@ class Workload:
                                                                   scored[j]))
         self._store(chunk, results, comparisons, samples)
         if full:
-            full.end_chunk()
+            full.end_chunk(chunk)
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
         """MoE (routes=true): the pair's route agreement, kept for the routing figures."""
