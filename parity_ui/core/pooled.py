@@ -1115,6 +1115,21 @@ def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: I
 SAMPLING_FLOOR_SHARES: tuple[str, ...] = ("renorm_outside_0.9_1.1", "kept_sets_differ")
 
 
+def sampling_report(report: Any, kept: Mapping[str, Any]) -> None:
+    """The sampling family onto a workload report (core.workload_record.WorkloadReport): each side's and
+    the floor's pooled KeptMass as figures (`stats.sampling`), each side judged against the floor."""
+    def figures(name: str) -> dict[str, Any] | None:
+        k = kept.get(name)
+        return {"tokens": k.tokens, **k.figures()} if k is not None and k.tokens else None
+
+    floor = report.floor_figures
+    if floor is not None:
+        floor.stats.sampling = figures(floor.side)
+    for name, figs in report.sides.items():
+        figs.stats.sampling = figures(name)
+        figs.sampling_verdict = sampling_against_floor(figs.stats.sampling, floor.stats.sampling if floor else None)
+
+
 def sampling_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None) -> str | None:
     """The sampling family judged against the floor: the renormalised ratio's share outside [0.9, 1.1]
     and the share of kept sets that differ, each by the 95% Wilson intervals over the tokens drawn (as

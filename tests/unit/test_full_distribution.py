@@ -225,3 +225,23 @@ def test_the_token_panes_hover_carries_the_per_position_kl():
     d = json.loads(details_json([Stream("vllm", "vllm", steps, None)]))
     first, second = d["steps"]["vllm"]
     assert first[6] == [1.235e-12, 2e-12, 3e-7] and first[5] == [] and len(second) == 4
+
+
+def test_a_workload_report_gets_the_sampling_family_and_its_floor_line():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.core.kept_mass import KeptMass
+    from parity_ui.core.pooled import sampling_report
+
+    side = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
+                    sets_differ=30, naive_rho=110.0, renorm_rho=100.0, raw_minus_processed=-22.0,
+                    naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 40})
+    floor = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
+                     naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 1})
+    report = NS(floor_figures=NS(side="floor", stats=NS(sampling=None)),
+                sides={"b": NS(stats=NS(sampling=None), sampling_verdict=None)})
+    sampling_report(report, {"b": side, "floor": floor})
+    b = report.sides["b"]
+    assert b.stats.sampling["tokens"] == 100 and b.stats.sampling["kept_mass_mean"] == 0.8
+    assert b.stats.sampling["renorm_outside_0.9_1.1"] == 0.4 and report.floor_figures.stats.sampling["tokens"] == 100
+    assert "above the floor" in b.sampling_verdict

@@ -286,19 +286,9 @@ class Workload:
         if getattr(self, "full", None) is not None:  # the distribution family, pooled over this process's chunks
             self.full.report(report)
         if self.kept:  # the sampling family, pooled over this process's chunks (as routing)
-            from ...core.pooled import sampling_against_floor
+            from ...core.pooled import sampling_report
 
-            def figures(name: str) -> dict[str, Any] | None:
-                k = self.kept.get(name)
-                return {"tokens": k.tokens, **k.figures()} if k is not None and k.tokens else None
-
-            floor = report.floor_figures
-            if floor is not None:
-                floor.stats.sampling = figures(floor.side)
-            for name, figs in report.sides.items():
-                figs.stats.sampling = figures(name)
-                figs.sampling_verdict = sampling_against_floor(figs.stats.sampling,
-                                                               floor.stats.sampling if floor else None)
+            sampling_report(report, self.kept)
         if self.route_agreements:  # the routing family, pooled over this process's chunks (not a resume's earlier ones)
             from ...analysis.routes import route_figures
             from ...core.pooled import routing_against_floor
