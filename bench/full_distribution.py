@@ -13,7 +13,7 @@ bytes the rows took (vocabulary x tokens x 4 B per sequence, a chunk's worth on 
 Runs where gradio and plotly are absent (the GPU machine). Which run goes first alternates with
 --order (the first pays the page cache's and vLLM's compile warm-up; --warm runs a small workload first).
 
-CPU (tiny model, a minute or two):
+CPU (tiny model, a minute or two; measured 0.92x wall / 0.85x work on a shared 2-core machine, noise):
     python bench/full_distribution.py --small
 GPU (the demo model; results in $OUT):
     python bench/full_distribution.py --model "$PARITY_DEMO_MODEL" --prompts 1000 --tokens 128 --batch 256 \

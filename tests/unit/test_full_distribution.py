@@ -245,3 +245,17 @@ def test_a_workload_report_gets_the_sampling_family_and_its_floor_line():
     assert b.stats.sampling["tokens"] == 100 and b.stats.sampling["kept_mass_mean"] == 0.8
     assert b.stats.sampling["renorm_outside_0.9_1.1"] == 0.4 and report.floor_figures.stats.sampling["tokens"] == 100
     assert "above the floor" in b.sampling_verdict
+
+
+def test_every_distribution_and_sampling_figure_is_a_gate_metric_with_its_direction():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.commands.gate.metrics import METRICS, value_of
+
+    for key in (*FAMILIES["distribution"], *FAMILIES["sampling"]):
+        assert METRICS[key].higher_is_better == (not FIGURES[key].higher_is_worse), key
+        assert METRICS[key].display == FIGURES[key].name
+    stats = NS(distribution={"kl_mean": 2e-4, "top1_agree": 0.99}, sampling=None)
+    assert value_of("kl_mean", stats) == 2e-4 and value_of("top1_agree", stats) == 0.99
+    assert METRICS["kl_mean"].higher_is_better is False and METRICS["top1_agree"].higher_is_better is True
+    assert value_of("kept_mass_mean", stats) is None  # not recorded: the check cannot be made (fails, says so)
