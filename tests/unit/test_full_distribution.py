@@ -259,3 +259,29 @@ def test_every_distribution_and_sampling_figure_is_a_gate_metric_with_its_direct
     assert value_of("kl_mean", stats) == 2e-4 and value_of("top1_agree", stats) == 0.99
     assert METRICS["kl_mean"].higher_is_better is False and METRICS["top1_agree"].higher_is_better is True
     assert value_of("kept_mass_mean", stats) is None  # not recorded: the check cannot be made (fails, says so)
+
+
+def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_its_files():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.commands.workload.distribution import FullRows
+
+    cfg = build_config(None, ["full_distribution=true", "max_new_tokens=4"])
+    sides = [NS(name="ref", kind=NS(name="hf", label="hf")), NS(name="b", kind=NS(name="vllm", label="vllm"))]
+    findings = []
+    full = FullRows(NS(config=cfg, model=NS(vocab_size=100), reference=sides[0], sides=sides), None, ["b"], findings)
+    try:
+        assert findings == []  # hf meets, vllm writes: nothing unavailable up front
+        (r1, r2) = full.generate_rows("b", [1, 12])
+        assert r1.write.endswith("b-1.npy") and full.score_rows("b", 12, False).read == r2.write
+        for r in (r1, r2):
+            write_rows(r.write, torch.zeros(4, 100))
+        full.end_chunk([1])  # another block's chunk (12) is still under way
+        assert sorted(os.listdir(full.dir)) == ["b-12.npy"]
+        report = NS(done=2, floor_figures=None, sides={"b": NS(stats=NS(distribution=None), distribution_verdict=None)})
+        full.report(report)
+        assert [f.code for f in findings] == ["full-distribution-missing"] and "side b" in findings[0].message
+        assert report.sides["b"].stats.distribution is None
+    finally:
+        full.close()
+    assert not os.path.exists(full.dir)

@@ -69,6 +69,7 @@ class FullRows:
                                                        f"{os.path.dirname(self.dir)}, which has {free / 2**30:,.1f} "
                                                        "GiB free", "use a smaller --chunk, free disk space, or point "
                                                                    "TMPDIR at a larger disk")
+        self.findings = findings
         for u in self.unavailable:
             findings.append(Finding(code="full-distribution-unavailable", severity="warning", message=u.message(),
                                     fix="compare the full distribution between hf and vllm sides (an hf reference)"))
@@ -137,6 +138,14 @@ class FullRows:
         for name, figs in report.sides.items():
             pool = self.pools.get(name)
             if pool is None or not len(pool):
+                if self.writes.get(name) and self.ref_meets and report.done and not any(
+                        f.code == "full-distribution-missing" and name in f.message for f in self.findings):
+                    self.findings.append(Finding(
+                        code="full-distribution-missing", severity="warning",
+                        message=f"full_distribution: no full rows of side {name} reached the scorer (a vLLM with "
+                                "tensor or pipeline parallelism runs its logits processors in its own workers, "
+                                "an hf side with decode=graphed keeps no logits): its pair has no distribution figures",
+                        fix="run that side on one GPU (no TP/PP) or with decode=eager, or set full_distribution=false"))
                 continue
             figs.stats.distribution = pool.figures()
             figs.distribution_verdict = against_floor(figs.stats.distribution, fl)
