@@ -117,10 +117,26 @@ class DistributionPool:
             for label, q in QUANTILES:
                 out[f"{name}_{label}"] = _quantile(s, q) if n else None
             out[f"{name}_max"] = s[-1] if n else None
+        out["kl_decades"] = kl_decades(self.kl)  # type: ignore[assignment]  # the KL distribution, for the views
         out["top1_agree"] = self.top1 / n if n else None
         out["topk_contained"] = self.topk / n if n else None
         out["top1_differ"] = 1.0 - self.top1 / n if n else None
         return out
+
+
+KL_DECADES = (-16, 2)  # the histogram's range: 1e-16 (float64 rounding) .. 1e2 nats; 0 and beyond kept apart
+
+
+def kl_decades(values: Sequence[float]) -> dict[str, int]:
+    """KL(ref‖side) per position as counts per decade: {"0": exact zeros, "-12": positions in [1e-12,
+    1e-11), ...}; below 1e-16 counts with -16, from 1e2 up with 2. The views draw the KL distribution
+    from it (the quantiles alone hide whether a side is at the floor everywhere or far off in a few places)."""
+    lo, hi = KL_DECADES
+    out: dict[str, int] = {}
+    for v in values:
+        k = "0" if v <= 0 else str(min(hi, max(lo, math.floor(math.log10(v)))))
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def _quantile(s: Sequence[float], q: float) -> float:

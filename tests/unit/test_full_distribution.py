@@ -99,6 +99,9 @@ def test_pooling_gives_llama_cpp_figures_and_skips_unrecorded_positions():
     both.add(p)
     assert both.figures()["kl_mean"] == pytest.approx(0.15) and both.figures()["positions"] == 8
     assert DistributionPool().figures()["kl_mean"] is None
+    assert figs["kl_decades"] == {"0": 1, "-1": 3}  # 0, 0.1, 0.2, 0.3
+    from parity_ui.core.distribution import kl_decades
+    assert kl_decades([1e-12, 5e-12, 1e-20, 1e5, 0.0]) == {"-12": 2, "-16": 1, "2": 1, "0": 1}
     # Display names, no code identifiers.
     assert display_name("kl_mean") == "KL(ref‖side) mean" and FIGURES["kl_rev_p99"].name == "KL(side‖ref) p99"
     assert FIGURES["top1_agree"].format(0.75) == "75%"
@@ -167,6 +170,7 @@ def test_a_scored_workload_whose_sides_cannot_give_rows_names_them_and_goes_on(t
         assert "50%" in out and "full distribution: within noise" in out
     assert "kl_mean" not in html and "kl_mean" not in text  # display names only
     assert "the whole distribution (full rows)" in html
+    assert "KL(ref‖side) per position, each side against the floor" in html  # the KL distribution, drawn
 
 
 def test_the_sampling_family_is_judged_against_the_floor_by_wilson_intervals():
