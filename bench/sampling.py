@@ -9,7 +9,7 @@ native per engine; it also checks that the two engines' shared-seed tokens agree
 whose streams are identical: 1.0 in float32 on the CPU).
 
 The full-distribution figures (issue 31 item 3: per-position KL, TV, top-1 agreement on a scored
-workload) are not built yet, so this bench does not time them.
+workload) have their own bench: bench/full_distribution.py.
 
 CPU (tiny model, seconds):
     python bench/sampling.py --small

@@ -35,8 +35,14 @@ def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: Eve
         prep = service.prepare(req)
     rec.prepared(prep)
 
+    rows = None  # full_distribution: rows written as each side generates, met while cross-scoring
+    if prep.config.full_distribution:
+        from .compare_rows import CompareRows
+
+        rows = CompareRows(prep, run.warnings)
+
     def generate(sides: Sides, p: SidePlan) -> None:
-        generate_side(sides, p, prep, rec, emit)
+        generate_side(sides, p, prep, rec, emit, rows)
 
     with service.sides(prep.sides, gpu=prep.resolved.on_gpu, gated=not generate_while_loading(prep), emit=emit,
                        inputs=lambda: input_check(prep), then=generate,
@@ -51,7 +57,11 @@ def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: Eve
                         f"answer came sooner, and the per-token timings of {' and '.join(early)} were taken beside "
                         f"that start",
                 fix="for per-token timings of each side alone, --set generate_while_loading=never"))
-        finish_comparisons(prep, rec, sides, emit)
+        try:
+            finish_comparisons(prep, rec, sides, emit, rows)
+        finally:
+            if rows is not None:
+                rows.close()
     run.status = "ok" if run.identical else "diverged"
 
 
@@ -69,13 +79,15 @@ def input_check(prep: Prepared) -> InputCheck:
                       ids=[e.token_ids for e in prep.prompts], max_new_tokens=prep.config.max_new_tokens)
 
 
-def generate_side(sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback) -> None:
+def generate_side(sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback,
+                  rows: Any = None) -> None:
     """One side's generation of every prompt, streamed as events and flushed to the store as it
     goes; its results stored when done, or what it made before a failure."""
     ids = [e.token_ids for e in prep.prompts_of(p.name)]
     emit(RunEvent("status", f"{p.name}: generating {len(ids)} prompt(s)", side=p.name))
     greq = GenerateRequest(prompts=ids, sampling=p.args.sampling, batch_size=p.spec.batch_size(prep.config.batch_size),
-                           logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, p.name))
+                           logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, p.name),
+                           rows=rows.generate_rows(p.name, len(ids)) if rows is not None else None)
     try:
         results = sides.generate(p.name, greq, rec.stream(p.name, prep.tokenizer, emit))
     except ParityError as e:
@@ -85,7 +97,7 @@ def generate_side(sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, e
     emit(RunEvent("side_done", f"{p.name} done", side=p.name))
 
 
-def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: EventCallback) -> None:
+def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: EventCallback, rows: Any = None) -> None:
     """Each side against the reference on every prompt, cross-scored and explained, stored."""
     run = rec.run
     ref, others = prep.reference.name, [p.name for p in prep.sides[1:]]
@@ -104,7 +116,7 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
     if prep.config.cross_score:
         emit(RunEvent("status", "cross-scoring: teacher-forced, each side against the reference"))
         with phase(run, "cross_score"):
-            _cross_score(prep, run, sides)
+            _cross_score(prep, run, sides, rows)
     with phase(run, "explain"):
         for pr in run.prompts:
             for c in pr.comparisons:
@@ -114,12 +126,17 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
     rec.compared(run.prompts)
 
 
-def _cross_score(prep: Prepared, run: Any, sides: Sides) -> None:
+def _cross_score(prep: Prepared, run: Any, sides: Sides, rows: Any = None) -> None:
     can_score = {p.name for p in prep.sides if p.kind.can_score}
     k = max(prep.config.logprobs, 1)
+    now: dict[str, Any] = {}  # the comparison and prompt being cross-scored (full_distribution's rows)
 
     def score(side: str, prompt: list[int], continuation: list[int], logprobs: int) -> list[TokenStep]:
-        return sides.score(side, ScoreRequest(prompt, continuation, logprobs))
+        meet = rows.score_rows(now["c"], side, now["i"]) if rows is not None else None
+        steps = sides.score(side, ScoreRequest(prompt, continuation, logprobs, rows=meet))
+        if meet is not None:
+            rows.record(now["c"], steps)
+        return steps
 
     if any(pr.images for pr in run.prompts):  # teacher forcing does not carry images (yet)
         run.warnings.append(Finding(
@@ -127,10 +144,12 @@ def _cross_score(prep: Prepared, run: Any, sides: Sides) -> None:
             message="cross-scoring (teacher forcing) was skipped for the image prompts: it does not "
                     "pass the images to the engines yet",
             fix="compare the streams; --set cross_score=false silences this"))
-    for pr in run.prompts:
+    at = {i: j for j, i in enumerate(getattr(prep, "kept", None) or [])}  # a run prompt's place in the generate requests (its rows file)
+    for n, pr in enumerate(run.prompts):
         if pr.images:
             continue
         for c in pr.comparisons:
+            now.update(c=c, i=at.get(n, n))
             try:
                 c.cross_scores = cross_score(score, c, pr.prompt_token_ids, pr.results, k, can_score)
             except Exception as e:  # noqa: BLE001 - the comparison already stands

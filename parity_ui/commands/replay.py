@@ -339,9 +339,12 @@ class Replay(Workload):
         items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]
         forced: dict[str, dict[int, Any]] = {}
         spent = run.workload.replay.setdefault("score_s", {})
+        full = getattr(self, "full", None)  # full_distribution: the trainer writes its rows, the sides that can meet them
         for name in [ref.name] + [p.name for p in prep.sides[1:]] + ([self.floor.name] if self.floor else []):
             t0 = time.perf_counter()  # each side's own scoring time, round trips included (bench/replay.py)
-            forced[name] = dict(zip(chunk, sides.score_batch(name, items)))
+            mine = [dataclasses.replace(it, rows=full.forced_rows(name, j)) for it, j in zip(items, chunk)] \
+                if full else items
+            forced[name] = dict(zip(chunk, sides.score_batch(name, mine)))
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
         results: dict[str, dict[int, SideResult]] = {}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
@@ -355,6 +358,8 @@ class Replay(Workload):
                 res[RECORDED] = self._recorded(i, row)
             for name, r in res.items():
                 results.setdefault(name, {})[j] = r
+                if full and name in forced and name != ref.name:
+                    full.harvest(name, r.steps, forced[name][j])
             lp = {name: _logprobs(r.steps) for name, r in res.items()}
             if row.trainer_logprobs is not None:
                 lp[RECORDED_TRAINER + "!"] = [_clean(x) for x in row.trainer_logprobs]
@@ -378,6 +383,8 @@ class Replay(Workload):
         replay["tokens"], replay["masked"] = self._tokens, self._masked
         replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
         self._store(chunk, results, comparisons, samples)
+        if full:
+            full.end_chunk(chunk)
         for j in chunk:
             self._ahead.pop(prep.kept[j], None)
 
@@ -423,6 +430,8 @@ class Replay(Workload):
     def _pool(self, report: WorkloadReport) -> None:
         keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
         pooled(self.service.store, self.rec.run.id, report, keys)
+        if getattr(self, "full", None) is not None:  # the distribution family per engine pair (its key is the side's name)
+            self.full.report(report)
         report.headline = replay_headline(report)
 
     def _status(self) -> str:

@@ -80,6 +80,12 @@ class ParityConfig:
                                      "the reference each side's (teacher forcing)")
     routes: bool = option(False, "mixture-of-experts models: record which experts every MoE layer chose for each "
                                  "token on every side that can, and compare them layer by layer")
+    full_distribution: bool = option(False, "compare the sides' FULL next-token distributions per position (KL both "
+                                            "ways, total variation, top-1 agreement, top-k containment) where both "
+                                            "see the same context: a scored workload, a replay, cross-scores")
+    full_distribution_budget_mb: int = option(1024, "full_distribution: the most one sequence's full rows may take "
+                                                    "(vocabulary x tokens x 4 bytes), on the scorer's device and on disk",
+                                              _int_range(1, 1_048_576))
     generate_while_loading: str = option(
         "gpu", "a side that has loaded generates while slower sides still load: gpu = on a GPU machine "
                "(the first answer comes sooner), always, never (per-token timings of each side alone)",

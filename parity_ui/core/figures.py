@@ -33,7 +33,7 @@ class Figure:
     kind: str = "number"  # "number" (3 significant digits), "share" (a percentage), "index" (a token index)
     unit: str = ""  # "nats", "" (a ratio or a share)
     family: str = "tokens"  # "sequences" and "tokens" (the logprob gap), "sampling" (kept mass and support),
-    # "routing" (mixture-of-experts routes)
+    # "routing" (mixture-of-experts routes), "distribution" (the full next-token rows)
 
     def format(self, x: float | None, missing: str = "–") -> str:
         """The value as every view prints it."""
@@ -144,6 +144,30 @@ _SAMPLING: list[Figure] = [
                family="sampling"))),
 ]
 _ALL += _SAMPLING
+
+# -- the distribution family: the sides' FULL next-token rows compared per position (core.distribution;
+# full_distribution=true), pooled as llama.cpp's --kl-divergence reports them. Keys match
+# DistributionPool.figures().
+_DIST_WHAT = {"kl": ("KL(ref‖side)", "Σ p_ref (log p_ref − log p_side) over the whole vocabulary, per position"),
+              "kl_rev": ("KL(side‖ref)", "Σ p_side (log p_side − log p_ref) over the whole vocabulary, per position"),
+              "tv": ("total variation", "½ Σ |p_ref − p_side| over the whole vocabulary, per position")}
+_DISTRIBUTION: list[Figure] = [
+    *(f for key, (name, what) in _DIST_WHAT.items() for f in (
+        Figure(f"{key}_mean", f"{name} mean", f"mean of {what}", unit="" if key == "tv" else "nats",
+               family="distribution"),
+        *(Figure(f"{key}_p{q}", f"{name} p{q}", f"{q}th percentile of {what}", unit="" if key == "tv" else "nats",
+                 family="distribution") for q in (90, 95, 99)),
+        Figure(f"{key}_max", f"{name} max", f"largest {what}", unit="" if key == "tv" else "nats",
+               family="distribution"))),
+    Figure("top1_agree", "top-1 agreement", "share of positions where both sides' most likely next token is the same",
+           higher_is_worse=False, kind="share", family="distribution"),
+    Figure("top1_differ", "top-1 disagreement", "share of positions where the sides' most likely next tokens differ",
+           kind="share", family="distribution"),
+    Figure("topk_contained", "top-k containment", "share of positions where the reference's most likely token is "
+           "among the side's k most likely (k = the config's logprobs)", higher_is_worse=False, kind="share",
+           family="distribution"),
+]
+_ALL += _DISTRIBUTION
 FIGURES: dict[str, Figure] = {f.key: f for f in _ALL}
 # Figure families: every family's keys in registration order, from each figure's `family` (the views,
 # the gate and the pooled report list a family's figures together).
@@ -157,6 +181,10 @@ def family(name: str) -> list[Figure]:
     """The figures of one family, in registration order."""
     return [f for f in _ALL if f.family == name]
 
+
+# The distribution family's table rows, as every view shows them.
+DISTRIBUTION_ROWS: tuple[str, ...] = ("kl_mean", "kl_p90", "kl_p95", "kl_p99", "kl_max", "kl_rev_mean", "kl_rev_p99",
+                                      "kl_rev_max", "tv_mean", "tv_p99", "tv_max", "top1_agree", "topk_contained")
 
 # The sampling family's table rows, as every view shows them (the [0.9, 1.1] band first: trl#7269's).
 SAMPLING_ROWS: tuple[str, ...] = ("kept_mass_mean", "kept_mass_min", "kept_size_mean", "kept_sets_differ",

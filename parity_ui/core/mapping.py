@@ -73,6 +73,11 @@ NOTES: dict[str, str] = {
     "routes": "parity-ui only: MoE routes per token and layer. HF: a forward hook on each MoE layer's gate; vLLM: "
               "its routers wrapped in process (eager), and on a GPU also enable_return_routed_experts (ids). "
               "replay_routes (hf sides): the gate's top-k replaced by the reference's recorded experts.",
+    "full_distribution": "parity-ui only: full next-token rows compared per position (scored mode, replays). vLLM: "
+                         "a rows-writing logits processor (LLM logits_processors, listed first); HF: generate's "
+                         "logits and the scoring forward pass. Rows go to a scratch .npy, never through the pipe.",
+    "full_distribution_budget_mb": "parity-ui only: the most one sequence's full rows may take (vocabulary x "
+                                   "tokens x 4 bytes); over it full_distribution is refused.",
     "generate_while_loading": "parity-ui only: when a side has loaded, it generates while slower sides still "
                               "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
                               "'never'. The tokens do not change; the timings of a side that generated early "
@@ -393,6 +398,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         _vllm_shared_seed(cfg, v, r, llm, sampling, env, rec)
     else:
         rec("sampling", "runtime", "sampler", "greedy" if cfg.greedy else "vLLM's own (its random stream)")
+    if cfg.full_distribution:
+        _vllm_full_rows(v, r, llm, env, rec)
+    rec("full_distribution_budget_mb", "runtime", "one sequence's full rows at most (MiB)",
+        cfg.full_distribution_budget_mb)
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
@@ -437,6 +446,21 @@ def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[
         # The processor implements the V1 runner's interface (BatchUpdate): vLLM before Model Runner
         # V2 took custom processors (vllm#56497) falls back to V1 by itself; later ones need asking.
         env["VLLM_USE_V2_MODEL_RUNNER"] = rec("sampling", "env", "VLLM_USE_V2_MODEL_RUNNER", "0")
+
+
+FULL_ROWS_PROCESSOR = "parity_ui.engines.vllm_full_rows:FullRowsLogitsProcessor"
+
+
+def _vllm_full_rows(v: VllmOptions, r: Resolved, llm: dict[str, Any], env: dict[str, str], rec: _Recorder) -> None:
+    """full_distribution: vLLM writes its full rows through parity-ui's rows processor, listed FIRST
+    (the shared-seed processor masks the row it draws from). Like that one it reads each request's
+    position from its output list (no async scheduling) and implements the V1 runner's interface."""
+    llm["logits_processors"] = [rec("full_distribution", "LLM", "logits_processors", FULL_ROWS_PROCESSOR),
+                                *llm.get("logits_processors", [])]
+    if r.on_gpu and v.async_scheduling is None:
+        llm["async_scheduling"] = rec("full_distribution", "LLM", "async_scheduling", False)
+    if r.on_gpu:
+        env["VLLM_USE_V2_MODEL_RUNNER"] = rec("full_distribution", "env", "VLLM_USE_V2_MODEL_RUNNER", "0")
 
 
 def _long_context_allowed() -> bool:
@@ -594,6 +618,10 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
     rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
+    rec("full_distribution", "runtime", "full rows from generate's logits and the scoring forward pass",
+        cfg.full_distribution)
+    rec("full_distribution_budget_mb", "runtime", "one sequence's full rows at most (MiB)",
+        cfg.full_distribution_budget_mb)
     if h.replay_routes != "off":
         rec(p + "replay_routes", "runtime", "the gates' top-k replaced by recorded experts", h.replay_routes)
     rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)

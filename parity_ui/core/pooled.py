@@ -198,6 +198,12 @@ class WorkloadStats:
     # MoE runs with routes=true: the routing family (core.figures FAMILIES["routing"]) pooled over the
     # (token, layer) cells compared, plus "cells" and "tokens" (the counts); None: not recorded
     routing: dict[str, float | None] | None = None
+    # full_distribution=true: the distribution family (core.figures FAMILIES["distribution"]) pooled over
+    # the positions both sides' full rows met, plus "positions"; None: not recorded
+    distribution: dict[str, float | None] | None = None
+    # Shared-seed sampled runs: the sampling family (core.figures FAMILIES["sampling"]) pooled over the tokens
+    # both sides drew, plus "tokens"; None: no draws recorded
+    sampling: dict[str, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP)."""
@@ -222,6 +228,8 @@ class WorkloadStats:
             worst_by_gap=[WorstPrompt(**w) for w in d["worst_by_gap"]],
             resamples={k: list(v) for k, v in d["resamples"].items()} if d.get("resamples") else None,
             routing=dict(d["routing"]) if d.get("routing") else None,
+            distribution=dict(d["distribution"]) if d.get("distribution") else None,
+            sampling=dict(d["sampling"]) if d.get("sampling") else None,
         )
 
 
@@ -1102,6 +1110,49 @@ def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: I
 
 
 # -- the sampling family (core.kept_mass): counts and sums, so pooling is adding --------------------------
+
+# The sampling family's shares judged against the floor: (key, what the share counts).
+SAMPLING_FLOOR_SHARES: tuple[str, ...] = ("renorm_outside_0.9_1.1", "kept_sets_differ")
+
+
+def sampling_report(report: Any, kept: Mapping[str, Any]) -> None:
+    """The sampling family onto a workload report (core.workload_record.WorkloadReport): each side's and
+    the floor's pooled KeptMass as figures (`stats.sampling`), each side judged against the floor."""
+    def figures(name: str) -> dict[str, Any] | None:
+        k = kept.get(name)
+        return {"tokens": k.tokens, **k.figures()} if k is not None and k.tokens else None
+
+    floor = report.floor_figures
+    if floor is not None:
+        floor.stats.sampling = figures(floor.side)
+    for name, figs in report.sides.items():
+        figs.stats.sampling = figures(name)
+        figs.sampling_verdict = sampling_against_floor(figs.stats.sampling, floor.stats.sampling if floor else None)
+
+
+def sampling_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None) -> str | None:
+    """The sampling family judged against the floor: the renormalised ratio's share outside [0.9, 1.1]
+    and the share of kept sets that differ, each by the 95% Wilson intervals over the tokens drawn (as
+    routing_against_floor); None without both. The naive ratio is not judged: it carries log S by
+    construction (a setup trap named elsewhere), not numerics."""
+    from .figures import FIGURES
+
+    if not side or not floor or not side.get("tokens") or not floor.get("tokens"):
+        return None
+    ns, nf, parts, over = int(side["tokens"]), int(floor["tokens"]), [], []
+    for key in SAMPLING_FLOOR_SHARES:
+        if side.get(key) is None or floor.get(key) is None:
+            continue
+        ks, kf = round(side[key] * ns), round(floor[key] * nf)
+        (lo_s, hi_s), (lo_f, hi_f) = wilson(ks, ns), wilson(kf, nf)
+        name = FIGURES[key].name
+        parts.append(f"{name} {100 * ks / ns:.1f}% [{100 * lo_s:.1f}-{100 * hi_s:.1f}%], the floor's "
+                     f"{100 * kf / nf:.1f}% [{100 * lo_f:.1f}-{100 * hi_f:.1f}%]")
+        if lo_s > hi_f:
+            over.append(name)
+    where = f"above the floor ({', '.join(over)})" if over else "within the floor"
+    return f"sampled tokens ({ns:,} drawn on both sides): {where}: " + "; ".join(parts)
+
 
 def pool_kept_mass(records: Iterable[Any]) -> Any:
     """One KeptMass over many comparisons' (None where a comparison recorded no draws); None if none did."""

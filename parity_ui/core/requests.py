@@ -27,6 +27,17 @@ class Problem:
 
 
 @dataclass
+class Rows:
+    """Full next-token rows (core.distribution, full_distribution=true), kept out of the pipe: where
+    this sequence's own rows go, and which other rows it is compared with where its own are made."""
+
+    write: str | None = None  # write the own rows here: a float32 .npy [tokens, vocabulary] in the run's scratch dir
+    read: str | None = None  # compare the own rows with the rows in this file (one per token); nothing crosses back but scalars
+    read_is: str = "side"  # whose rows `read` holds: "side" (this engine is the reference) or "ref"
+    k: int = 5  # top-k containment's k
+
+
+@dataclass
 class GenerateRequest:
     prompts: list[list[int]]  # token ids, already templated/tokenized ONCE by the service
     sampling: dict[str, Any]  # the mapper's output for this side
@@ -41,6 +52,10 @@ class GenerateRequest:
     images: list[list[dict[str, Any]]] | None = None
     image_token_id: int | None = None
     image_pixels: dict[str, int] | None = None
+    rows: list[Rows] | None = None  # per prompt: where its full rows go (full_distribution), None: not asked
+
+    def rows_of(self, i: int) -> Rows | None:
+        return self.rows[i] if self.rows and i < len(self.rows) else None
 
     def images_of(self, i: int) -> list[dict[str, Any]]:
         return (self.images or [])[i] if self.images and i < len(self.images) else []
@@ -54,6 +69,7 @@ class ScoreRequest:
     prompt: list[int]
     continuation: list[int]
     logprobs: int = 5
+    rows: Rows | None = None  # full_distribution: the rows to write and to meet (None: not asked)
 
 
 @dataclass

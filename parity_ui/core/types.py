@@ -22,6 +22,7 @@ from .findings import (CrossScores, Explanation, ProbeReport, cross_scores_from_
 
 from .routes import (RouteAgreement, RouteReplay, Routes, agreement_from_json, replay_from_json,  # noqa: F401
                      routes_from_json)
+from .distribution import DISTRIBUTION_COLUMNS
 from .kept_mass import KeptMass, kept_mass_from_json
 from .workload_record import WorkloadReport, report_from_json
 
@@ -57,6 +58,12 @@ class TokenStep:
     kept_mass: float | None = None  # S: that set's mass under this side's raw distribution
     processed_logprob: float | None = None  # the token's logprob at temperature T, renormalised over the kept set
     kept_hash: int | None = None  # the kept set's fingerprint: equal on two sides = the same kept set
+    # The whole distribution against the reference at this position (core.distribution, full_distribution=true):
+    kl: float | None = None  # KL(ref ‖ side), nats
+    kl_rev: float | None = None  # KL(side ‖ ref), nats
+    tv: float | None = None  # total variation distance
+    top1: int | None = None  # 1: the same argmax on both sides
+    topk: int | None = None  # 1: the reference's argmax is among the side's top k
 
 
 SAMPLING_COLUMNS = ("margin", "kept", "kept_mass", "processed_logprob", "kept_hash")  # optional: absent = not recorded
@@ -77,7 +84,7 @@ class StepColumns(Sequence[TokenStep]):
 
     STEP = ("position", "token_id", "text", "logprob", "rank")
     TOP = ("top_token_id", "top_logprob", "top_text")
-    OPTIONAL = SAMPLING_COLUMNS  # one entry per step where recorded, else None (the column is absent)
+    OPTIONAL = (*SAMPLING_COLUMNS, *DISTRIBUTION_COLUMNS)  # one entry per step where recorded, else None (absent)
     __slots__ = (*STEP, *TOP, *OPTIONAL, "top_n", "raw", "top_raw", "_starts", "_built")
 
     def __init__(self, columns: dict[str, Any]):
@@ -297,6 +304,9 @@ class Comparison:
     routes: RouteAgreement | None = None  # MoE: the two sides' routes compared (parity_ui.analysis.routes)
     route_replay: RouteReplay | None = None  # b run again with a's routes: the figures before and after
     kept_mass: KeptMass | None = None  # parity_ui.analysis.kept_mass: sampled tokens' kept sets and both ratios
+    # full_distribution: the whole-distribution family over the cross-scored sequence where both sides' full rows
+    # met (parity_ui.commands.compare_rows): {"generator", "scorer", "positions", "kl_mean", ...}; None: not recorded
+    distribution: dict[str, Any] | None = None
 
 
 @dataclass

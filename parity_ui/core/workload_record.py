@@ -107,6 +107,8 @@ class SideFigures:
     verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
     hist: DlogpHistogram | None = None  # None in a report stored before histograms were pooled
     routing_verdict: str | None = None  # MoE: the routing figures against the floor's (core.pooled)
+    distribution_verdict: str | None = None  # full_distribution: the distribution family against the floor's
+    sampling_verdict: str | None = None  # shared-seed: the sampling family's shares against the floor's
 
 
 @dataclass
@@ -160,7 +162,8 @@ class WorkloadReport:
             if f is None:
                 return None
             return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None,
-                    "hist": dataclasses.asdict(f.hist) if f.hist else None, "routing_verdict": f.routing_verdict}
+                    "hist": dataclasses.asdict(f.hist) if f.hist else None, "routing_verdict": f.routing_verdict,
+                    "distribution_verdict": f.distribution_verdict, "sampling_verdict": f.sampling_verdict}
 
         return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
                 "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
@@ -175,7 +178,9 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
             return None
         return SideFigures(side=f["side"], stats=WorkloadStats.from_dict(f["stats"]),
                            verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
-                           hist=DlogpHistogram.from_dict(f.get("hist")), routing_verdict=f.get("routing_verdict"))
+                           hist=DlogpHistogram.from_dict(f.get("hist")), routing_verdict=f.get("routing_verdict"),
+                           distribution_verdict=f.get("distribution_verdict"),
+                           sampling_verdict=f.get("sampling_verdict"))
 
     opts = {k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}}
     return WorkloadReport(options=WorkloadOptions(**opts), floor=FloorSpec(**d["floor"]), n_prompts=d["n_prompts"],

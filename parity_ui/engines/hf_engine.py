@@ -319,6 +319,11 @@ class HfEngine(Engine):
                 if cancelled and reason == "length" and len(tokens) < gen["max_new_tokens"]:
                     reason = "cancelled"
                 steps = self._steps_from_logits(logits, row, tokens, k)
+                rows = req.rows_of(i)
+                if rows is not None and tokens:  # full_distribution: this side's rows for the scorer to meet
+                    from .full_distribution import handle
+
+                    handle(torch.stack([logits[t][row] for t in range(len(tokens))]), rows, steps)
                 if drawer is not None:
                     for step, d in zip(steps, drawer.records[row]):
                         step.margin, step.kept, step.kept_mass = d.margin, d.kept, d.kept_mass
@@ -403,7 +408,12 @@ class HfEngine(Engine):
         base = len(req.prompt)
         # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j.
         rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
-        return self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
+        steps = self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
+        if req.rows is not None and req.continuation:  # full_distribution: write and/or meet the other side's rows
+            from .full_distribution import handle
+
+            handle(logits[base - 1:base - 1 + len(req.continuation)], req.rows, steps)
+        return steps
 
     def routes(self, req: RoutesRequest) -> Any:
         from .routes import routes_hf

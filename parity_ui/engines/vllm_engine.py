@@ -65,6 +65,28 @@ def _with_draw(step: TokenStep, rid: str, in_process: bool) -> None:
     step.processed_logprob, step.kept_hash = drawn.processed_logprob, drawn.kept_hash
 
 
+def _with_rows(sampling: dict[str, Any], rows: Any) -> dict[str, Any]:
+    """full_distribution: the request asks parity-ui's rows processor (vllm_full_rows) to write its
+    full next-token rows to `rows.write`, one per generated token."""
+    if rows is None or not rows.write:
+        return sampling
+    from .vllm_full_rows import EXTRA_ARGS_KEY
+
+    spec = {"path": rows.write, "tokens": int(sampling.get("max_tokens") or 1)}
+    return {**sampling, "extra_args": {**(sampling.get("extra_args") or {}), EXTRA_ARGS_KEY: spec}}
+
+
+def _close_rows(paths: list[str]) -> None:
+    """The rows files of a finished batch, closed (renamed into place). A file never opened means the
+    processor did not run here (vLLM's own workers with TP/PP): the scorer then finds no rows, and the
+    pair has no distribution figures, which the run reports."""
+    if not paths:
+        return
+    mod = sys.modules.get("parity_ui.engines.vllm_full_rows")
+    if mod is not None:
+        mod.close(paths)
+
+
 class VllmEngine(Engine):
     kind = "vllm"
 
@@ -156,7 +178,7 @@ class VllmEngine(Engine):
                 rid = f"parity-{next(_ids)}"
                 rid_to_idx[rid] = i
                 engine.add_request(rid, engine_input(engine, self._prompt(req, i)),
-                                   self._sampling(_tagged(req.sampling, rid)))
+                                   self._sampling(_with_rows(_tagged(req.sampling, rid), req.rows_of(i))))
             while engine.has_unfinished_requests():
                 if should_stop():
                     engine.abort_request(list(rid_to_idx))
@@ -187,6 +209,7 @@ class VllmEngine(Engine):
                     if out.finished:
                         res.finish_reason = comp.finish_reason
                         res.timings.total_s = now
+            _close_rows([r.write for i in chunk if (r := req.rows_of(i)) is not None and r.write])
         return results
 
     @staticmethod

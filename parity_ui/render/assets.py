@@ -234,7 +234,7 @@ JS_TEMPLATE = r"""
     if (!s) return null;
     const top = [];
     for (let k = 0; k < s[3].length; k += 2) top.push([s[3][k], s[3][k + 1]]);
-    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top, ties: s[4] || [], draw: s[5] || null};
+    return {id: s[0], text: d.vocab[s[0]], lp: s[1], rank: s[2], top, ties: s[4] || [], draw: (s[5] && s[5].length) ? s[5] : null, dist: s[6] || null};
   }
   function render(root, i) {
     const d = data(root);
@@ -243,7 +243,7 @@ JS_TEMPLATE = r"""
     const sel = root.dataset.sel;
     const tag = div === null ? '' : (i === div ? ` — <b style="color:#dc2626">first divergence of ${esc(sel)}</b>` : (i > div ? ' — after the divergence (contexts differ)' : ' — same token on the compared sides'));
     const xs = d.sides.map((n) => side(d, n, i));
-    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}${x.draw ? `; drawn from ${x.draw[1]} kept tokens (kept mass S ${fmt(x.draw[2])}), sampling margin ${x.draw[0] >= 1e29 ? 'none (one token kept)' : fmt(x.draw[0])}` : ''}` : `<b>${esc(n)}</b>: no token here`;
+    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}${x.draw ? `; drawn from ${x.draw[1]} kept tokens (kept mass S ${fmt(x.draw[2])}), sampling margin ${x.draw[0] >= 1e29 ? 'none (one token kept)' : fmt(x.draw[0])}` : ''}${x.dist ? `; whole distribution against the reference: KL(ref‖side) ${fmt(x.dist[0])}, KL(side‖ref) ${fmt(x.dist[1])}, total variation ${fmt(x.dist[2])}` : ''}` : `<b>${esc(n)}</b>: no token here`;
     const k = Math.max(0, ...xs.map((x) => x ? x.top.length : 0));
     let rows = '';
     for (let r = 0; r < k; r++) {

@@ -10,6 +10,7 @@ from ..analysis.crossscore import summary_line
 from .routes import route_lines
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
+from ..core.distribution import DISTRIBUTION_COLUMNS
 from ..core.types import SAMPLING_COLUMNS, Localisation, Run, step_column, to_dict
 
 SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
@@ -38,6 +39,18 @@ def sampling_lines(run: Run) -> list[str]:
                      "reference = trainer, raw; side = rollout, processed):")
         lines += [f"    {FIGURES[k].name}: {FIGURES[k].format(figs[k])}" for k in SAMPLING_ROWS]
     return lines
+
+
+def distribution_line(c: Any) -> str:
+    """One line for the CLI summary: a comparison's whole-distribution figures (full_distribution), by
+    display name."""
+    from ..core.figures import FIGURES
+
+    d = c.distribution
+    keys = ("kl_mean", "kl_max", "kl_rev_mean", "tv_mean", "tv_max", "top1_agree", "topk_contained")
+    figs = ", ".join(f"{FIGURES[k].name} {FIGURES[k].format(d.get(k))}" for k in keys)
+    return (f"full distribution ({d['generator']}'s tokens, rows met by {d['scorer']}, {int(d['positions'])} "
+            f"positions): {figs}")
 
 
 def _s(x: float | None) -> str:
@@ -97,6 +110,8 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                 lines.append(f"    verdict: {c.explanation.verdict}: {c.explanation.summary}")
             if c.cross_scores:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
+            if c.distribution:
+                lines.append(f"    {distribution_line(c)}")
             lines += route_lines(c)
     lines += sampling_lines(run)
     if run.timings:
@@ -117,6 +132,9 @@ def _stream(res: Any) -> dict[str, Any]:
         # Sampled tokens' draws (shared-seed sampling); absent when the side recorded none.
         **({"sampling": {name: step_column(res.steps, name) for name in SAMPLING_COLUMNS}}
            if any(x is not None for x in step_column(res.steps, "kept")) else {}),
+        # The whole distribution against the reference per position (full_distribution); absent when not recorded.
+        **({"distribution": {name: step_column(res.steps, name) for name in DISTRIBUTION_COLUMNS}}
+           if any(x is not None for x in step_column(res.steps, "kl")) else {}),
     }
 
 

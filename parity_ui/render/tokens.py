@@ -126,11 +126,17 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
 
 
+def _sig(x: float | None) -> float | None:
+    """A KL near the floor is 1e-12, not 0: four significant digits, not five decimals."""
+    return None if x is None else float(f"{x:.4g}")
+
+
 def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = None) -> str:
     """Per-position details for the hover handler, compact: token texts (and bytes where the text
     cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]]
     and, where the chosen token ties others exactly, a fifth item: their ranks; a sampled token's draw
-    is a sixth, [sampling margin, kept set size, kept mass S] (the fifth then [] when nothing ties).
+    is a sixth, [sampling margin, kept set size, kept mass S] (the fifth then [] when nothing ties); the whole
+    distribution against the reference a seventh, [KL(ref‖side), KL(side‖ref), TV] (full_distribution).
     `window` (lo, hi) keeps only those positions (`off` says where they start, `len` each side's
     length): a long view ships the part around the divergence and fetches the rest after it shows."""
     vocab: dict[int, str] = {}
@@ -142,6 +148,7 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
         c = StepColumns.from_steps(steps)
         starts, top_id, top_lp, top_text = c.top_starts(), c.top_token_id, c.top_logprob, c.top_text
         kept, margin, mass = c.kept, c.margin, c.kept_mass  # None: the side recorded no draws
+        kl, kl_rev, tv = c.kl, c.kl_rev, c.tv  # None: no full rows met here
         rows = []
         for i in range(lo, len(c) if hi is None else min(hi, len(c))):
             tid = c.token_id[i]
@@ -164,6 +171,10 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
                 # A sampled token's draw (shared-seed sampling): [sampling margin, kept set size, kept mass S].
                 row += [[]] * (5 - len(row)) + [[_round(margin[i]) if margin else None, kept[i],
                                                  _round(mass[i]) if mass else None]]
+            if kl is not None and kl[i] is not None:
+                # The whole distribution against the reference here (full_distribution): [KL(ref‖side), KL(side‖ref), TV].
+                row += [[]] * (6 - len(row)) + [[_sig(kl[i]), _sig(kl_rev[i]) if kl_rev else None,
+                                                 _sig(tv[i]) if tv else None]]
             rows.append(row)
         return rows
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import BAND_KEYS, CHECK_OF_ROW, FIGURE_ROWS, FIGURES, LEGEND, count
+from ..core.figures import (BAND_KEYS, CHECK_OF_ROW, DISTRIBUTION_ROWS, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS,
+                            count)
 from ..core.pooled import EXCEEDS, NOT_IDENTICAL, TOO_FEW, WITHIN, FigureCheck, FloorVerdict, factor_text
 from ..core.types import Run
 from ..core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
@@ -214,9 +215,71 @@ def figures_table_html(report: WorkloadReport) -> str:
         rows.append(row(FIGURES[key].name,
                         [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–"
                          for f in sets], key, key))
+    rows += family_rows(sets, row)
+    kl_svg = kl_svg_html(report)
     legend = "".join(f"<li>{esc(x)}</li>" for x in LEGEND)
+    notes = "".join(f'<li data-side="{esc(f.side)}">{esc(label(report, f.side))}: {esc(v)}</li>'
+                    for f in report.sides.values() for v in (f.distribution_verdict, f.sampling_verdict) if v)
     return (f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>'
-            f'<ul class="pc-muted wl-legend">{legend}</ul>')
+            + (f'<ul class="wl-family-verdicts">{notes}</ul>' if notes else "") + kl_svg
+            + f'<ul class="pc-muted wl-legend">{legend}</ul>')
+
+
+def kl_svg_html(report: WorkloadReport, width: int = 560, height: int = 220) -> str:
+    """The KL(ref‖side) distribution (full_distribution): each side's and the floor's (dashed) share of
+    positions per decade of KL, exact zeros in the legend; "" when no side recorded it."""
+    from ..core.distribution import KL_DECADES
+
+    sets = [f for f in figure_sets(report) if (f.stats.distribution or {}).get("kl_decades")]
+    if not sets:
+        return ""
+    colors = side_colors(report)
+    lo, hi = KL_DECADES
+    shares = {}
+    for f in sets:
+        d = f.stats.distribution or {}
+        n = sum(d["kl_decades"].values()) or 1
+        shares[f.side] = ([d["kl_decades"].get(str(e), 0) / n for e in range(lo, hi + 1)],
+                          d["kl_decades"].get("0", 0) / n)
+    top = max(max(s) for s, _ in shares.values()) or 1.0
+    x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
+
+    def xy(x: float, s: float) -> str:
+        return f"{x0 + (x1 - x0) * (x - lo) / (hi + 1 - lo):.1f},{y1 - (y1 - y0) * s / top:.1f}"
+
+    lines, legend = [], []
+    for f in sets:
+        per, zero = shares[f.side]
+        pts = [xy(lo, 0.0)]
+        for e, s in zip(range(lo, hi + 1), per):
+            pts += [xy(e, s), xy(e + 1, s)]
+        pts.append(xy(hi + 1, 0.0))
+        floor = f.side == (report.floor.side or "")
+        dash = ' stroke-dasharray="5 4"' if floor else ""
+        lines.append(f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
+                     f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>')
+        legend.append((label(report, f.side) + (f" ({_pct(zero)} exactly 0)" if zero else ""), colors[f.side], floor))
+    xticks = [(x0 + (x1 - x0) * (e - lo) / (hi + 1 - lo), f"1e{e}") for e in range(lo, hi + 1, 2)]
+    yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
+    return _svg_frame(width, height, "KL(ref‖side) per position, each side against the floor",
+                      "KL(ref‖side) (nats, per decade)", "share of positions", "".join(lines), legend, xticks, yticks)
+
+
+def family_rows(sets: list[SideFigures], row: Any) -> list[str]:
+    """The distribution family (full_distribution: the KL distribution as mean / p90 / p95 / p99 / max,
+    TV, top-1, top-k) and the sampling family (kept mass, both ratios and their band shares), for the
+    runs that recorded them: each a header row, then its figures by display name."""
+    out = []
+    for attr, keys, title, count_key, count_label in (
+            ("distribution", DISTRIBUTION_ROWS, "the whole distribution (full rows)", "positions", "positions compared"),
+            ("sampling", SAMPLING_ROWS, "sampled tokens: kept mass and ratios", "tokens", "tokens drawn on both sides")):
+        got = [getattr(f.stats, attr) or {} for f in sets]
+        if not any(got):
+            continue
+        out.append(f'<tr class="wl-family"><th colspan="{len(sets) + 1}">{esc(title)}</th></tr>')
+        out.append(row(count_label, [str(int(g.get(count_key) or 0)) if g else "–" for g in got]))
+        out += [row(FIGURES[k].name, [FIGURES[k].format(g.get(k)) for g in got], key=k) for k in keys]
+    return out
 
 
 # -- the prompt table -------------------------------------------------------------------------------

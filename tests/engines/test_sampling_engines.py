@@ -131,3 +131,67 @@ def test_a_free_workload_keeps_each_comparisons_kept_mass(service, tiny_llama):
     figs = run_json(stored)["sampling"]["vllm"]
     assert figs["tokens"] == 128 and figs["renorm_outside_0.9_1.1"] == 0.0 and figs["naive_outside_0.9_1.1"] == 1.0
     assert figs["kept_sets_differ"] == 0.0  # the same numbers in float32: the same kept sets
+
+
+def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(service, tiny_llama):
+    """full_distribution=true in scored mode (issue 31 item 3): the vLLM side writes its full rows as it
+    generates, the hf reference meets them while scoring, the kernel floor meets the reference's. In
+    float32 every position is at the floor (KL ~ 0, TV ~ 0, top-1 100%); a bf16 vLLM side is above it.
+    KL is never negative; the figures are pooled, judged, stored and shown."""
+    import os
+
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+    from parity_ui.core.figures import FAMILIES
+    from parity_ui.core.workload_record import WorkloadOptions
+    from parity_ui.render.report import run_json
+    from parity_ui.render.text import format_workload
+
+    def scored(side_dtype):
+        cfg = build_config(None, ["ignore_eos=true", "max_new_tokens=12", "batch_size=2", "full_distribution=true"],
+                           sides=["hf=hf,dtype=float32", f"vllm=vllm,dtype={side_dtype}"])
+        return run_workload(service, WorkloadRequest(model=str(tiny_llama), config=cfg,
+                                                     prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
+                                                     options=WorkloadOptions(mode="scored", floor="kernel", chunk=2)))
+
+    fp32 = scored("float32")
+    assert fp32.status in ("ok", "diverged"), fp32.error
+    rep = fp32.workload
+    d, fl = rep.sides["vllm"].stats.distribution, rep.floor_figures.stats.distribution
+    assert d["positions"] == 24 and fl["positions"] == 24
+    assert d["kl_max"] < 1e-6 and d["kl_rev_max"] < 1e-6 and d["tv_max"] < 1e-3
+    assert d["top1_agree"] == 1.0 and d["topk_contained"] == 1.0
+    assert min(d[k] for k in FAMILIES["distribution"] if k.startswith("kl")) >= 0.0
+    assert "within noise" in rep.sides["vllm"].distribution_verdict
+    # Stored per position on the side's steps; no scratch rows left behind.
+    stored = service.store.get_run(fp32.id)
+    steps = stored.prompts[0].results["vllm"].steps
+    assert all(s.kl is not None and s.kl >= 0 and s.top1 == 1 for s in steps)
+    assert not [f for f in os.listdir(__import__("tempfile").gettempdir()) if f.startswith("parity-rows-")]
+    text = format_workload(stored.workload)
+    assert "KL(ref‖side) mean" in text and "top-1 agreement" in text
+    assert run_json(stored)["workload"]["sides"]["vllm"]["stats"]["distribution"]["positions"] == 24
+
+    bf16 = scored("bfloat16")
+    assert bf16.status in ("ok", "diverged"), bf16.error
+    b = bf16.workload.sides["vllm"].stats.distribution
+    assert b["kl_mean"] > 100 * max(d["kl_mean"], 1e-12) and b["tv_mean"] > 10 * max(d["tv_mean"], 1e-9)
+    assert min(b["kl_mean"], b["kl_rev_mean"]) >= 0.0
+    assert "exceeds noise" in bf16.workload.sides["vllm"].distribution_verdict
+    # A single comparison: the vLLM side writes its rows as it generates, the hf reference meets them while
+    # cross-scoring the side's tokens (the same context on both).
+    from parity_ui.render.report import format_summary
+
+    one = service.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
+                                 config=build_config(None, ["dtype=float32", "ignore_eos=true", "max_new_tokens=12",
+                                                            "batch_size=2", "full_distribution=true"])))
+    assert one.status == "ok", one.error
+    for p in one.prompts:
+        (c,) = p.comparisons
+        assert c.distribution["generator"] == "vllm" and c.distribution["scorer"] == "hf"
+        assert c.distribution["positions"] == 12 and c.distribution["kl_max"] < 1e-6
+        assert c.distribution["top1_agree"] == 1.0
+    assert "full distribution (vllm's tokens, rows met by hf, 12 positions)" in format_summary(one)
+    assert service.store.get_run(one.id).prompts[0].comparisons[0].distribution == one.prompts[0].comparisons[0].distribution
+    print(f"full distribution, tiny model, 2 x 12 scored: fp32 KL mean {d['kl_mean']:.3g} max {d['kl_max']:.3g} "
+          f"TV mean {d['tv_mean']:.3g}; floor KL mean {fl['kl_mean']:.3g}; bf16 KL mean {b['kl_mean']:.3g} "
+          f"p99 {b['kl_p99']:.3g} TV mean {b['tv_mean']:.3g} top-1 {b['top1_agree']:.0%}")

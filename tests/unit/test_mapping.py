@@ -85,7 +85,7 @@ EVERYTHING = {
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
            "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral",
            "replay_routes": "ids", "logprobs_mode": "processed_logprobs"},
-    "routes": True,
+    "routes": True, "full_distribution": True, "full_distribution_budget_mb": 512,
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
 
@@ -117,6 +117,11 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "routes": ({"runtime.hooks on the routers (select_experts), in process", "LLM.enable_return_routed_experts"},
                {"runtime.forward hooks on the MoE gates"}),
     "hf.replay_routes": (set(), {"runtime.the gates' top-k replaced by recorded experts"}),
+    # full_distribution: vLLM's rows processor (on a GPU with the V1 runner; EVERYTHING sets async_scheduling itself)
+    "full_distribution": ({"LLM.logits_processors", "env.VLLM_USE_V2_MODEL_RUNNER"},
+                          {"runtime.full rows from generate's logits and the scoring forward pass"}),
+    "full_distribution_budget_mb": ({"runtime.one sequence's full rows at most (MiB)"},
+                                    {"runtime.one sequence's full rows at most (MiB)"}),
     "generate_while_loading": ({"runtime.generates once loaded, while others load"},
                                {"runtime.generates once loaded, while others load"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
@@ -720,3 +725,15 @@ def test_forced_tokens_reach_the_vllm_engine_and_a_server_refuses_trace():
     r = resolve(model_info(), [2], on_gpu=False)
     with pytest.raises(SideError, match="forced_tokens"):
         map_side(cfg, cfg.sides[1], r, model_info())
+
+
+def test_full_distribution_lists_the_rows_processor_before_the_shared_seed_one():
+    """The rows processor must see the raw row; the shared-seed one masks the row it draws from."""
+    _, _, v, _ = args({"full_distribution": True, "sampling": "shared-seed", "temperature": 1.0})
+    assert v.llm["logits_processors"] == [mapping.FULL_ROWS_PROCESSOR, mapping.SHARED_SEED_PROCESSOR]
+    _, _, v, _ = args({"full_distribution": True})
+    assert v.llm["logits_processors"] == [mapping.FULL_ROWS_PROCESSOR]
+    _, _, v, _ = args({"full_distribution": True}, on_gpu=True)
+    assert v.llm["async_scheduling"] is False and v.env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    _, _, v, _ = args({})
+    assert "logits_processors" not in v.llm

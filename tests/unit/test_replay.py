@@ -139,3 +139,16 @@ def test_a_gate_case_can_be_a_replay_with_thresholds_on_its_pairs(service, model
     check = check_result(open_db(db), next(r.id for r in list_runs(open_db(db)) if r.kind == "check"))
     cases = {c["name"]: c for c in check["cases"]}
     assert cases["engine-rerun"]["status"] == "pass" and cases["the-run"]["status"] == "fail", cases
+
+
+def test_full_distribution_on_a_replay_names_the_sides_without_rows_and_goes_on(service, model, tmp_path):
+    """full_distribution on a replay whose sides (the fake kind) cannot give full rows: each is named,
+    the replay's own figures stand, and no pair has distribution figures (not recorded, never 0)."""
+    path = _dump(tmp_path / "r.jsonl")
+    cfg = build_config(None, ["full_distribution=true"], sides=["ref=fake", "b=fake,shift=0.1"])
+    run = service.replay(ReplayRequest(dump=str(path), model=model, config=cfg, chunk=4))
+    assert run.status in ("ok", "diverged"), run.error
+    named = {w.message.split()[2] for w in run.warnings if w.code == "full-distribution-unavailable"}
+    assert named == {"ref", "b"}
+    assert run.workload.sides["b"].stats.tokens.pairs == 6 * N
+    assert all(f.stats.distribution is None for f in run.workload.sides.values())

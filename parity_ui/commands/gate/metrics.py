@@ -74,6 +74,12 @@ _LIST: list[Metric] = [
     # MoE (routes=true): the routing family; a workload without routes cannot be checked (fails, says so)
     *(Metric(key, not FIGURES[key].higher_is_worse, (lambda s, key=key: (s.routing or {}).get(key)),
              FIGURES[key].meaning) for key in FAMILIES["routing"]),
+    # full_distribution=true (scored mode): the distribution family; a workload without it cannot be checked
+    *(Metric(key, not FIGURES[key].higher_is_worse, (lambda s, key=key: (s.distribution or {}).get(key)),
+             FIGURES[key].meaning) for key in FAMILIES["distribution"]),
+    # shared-seed sampled workloads: the sampling family (kept mass and both ratios)
+    *(Metric(key, not FIGURES[key].higher_is_worse, (lambda s, key=key: (s.sampling or {}).get(key)),
+             FIGURES[key].meaning) for key in FAMILIES["sampling"]),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _LIST}
 WITHIN_FLOOR = "within_floor"

@@ -35,6 +35,7 @@ from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
 from ...analysis.explain import explain
 from ...analysis.kept_mass import kept_mass
+from ...core.kept_mass import KeptMass
 from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
@@ -42,7 +43,7 @@ from ...inputs.prompts import PromptSpec
 from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
-from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
+from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
 from .report import pooled
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
@@ -217,6 +218,7 @@ class Workload:
 
     def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
         self.route_agreements: dict[str, list[Any]] = {}  # MoE: each compared side's route agreements
+        self.kept: dict[str, KeptMass] = {}  # shared-seed: each compared side's kept mass, pooled by adding
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
 
@@ -242,6 +244,16 @@ class Workload:
         run.workload = report
         self.floor = floor
         self.compared = [p.name for p in prep.sides[1:]] + ([floor.name] if floor else [])
+        self.full = None  # full_distribution in scored mode: rows meet in the scorers (distribution.FullRows)
+        if prep.config.full_distribution and o.mode in ("scored", "replay"):
+            from .distribution import FullRows
+
+            self.full = FullRows(prep, floor, self.compared, run.warnings, forced=o.mode == "replay", chunk=o.chunk)
+        elif prep.config.full_distribution:
+            run.warnings.append(Finding(code="full-distribution-free", severity="info", fix="use --mode scored",
+                                        message="full_distribution compares the sides where they see the same context: "
+                                                "a free-running workload has none past each fork, so it is computed "
+                                                "in scored mode and replays only; this run has no distribution figures"))
         todo = [j for j, i in enumerate(prep.kept) if i not in done]
         report.done = len(prep.kept) - len(todo)
         self.rec.save_header()
@@ -258,6 +270,8 @@ class Workload:
                     with phase(run, "generate"):
                         self._chunks(sides, todo)
         finally:
+            if self.full is not None:
+                self.full.close()
             with phase(run, "pool"):  # also after a Stop or a failure: the figures of what finished
                 self._pool(report)
                 self.rec.save_header()
@@ -269,6 +283,12 @@ class Workload:
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""
         pooled(self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]])
+        if getattr(self, "full", None) is not None:  # the distribution family, pooled over this process's chunks
+            self.full.report(report)
+        if self.kept:  # the sampling family, pooled over this process's chunks (as routing)
+            from ...core.pooled import sampling_report
+
+            sampling_report(report, self.kept)
         if self.route_agreements:  # the routing family, pooled over this process's chunks (not a resume's earlier ones)
             from ...analysis.routes import route_figures
             from ...core.pooled import routing_against_floor
@@ -316,14 +336,17 @@ class Workload:
         else:
             self._free(sides, chunk)
 
-    def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False) -> dict[int, SideResult]:
-        """One side's results for the chunk's prompts, by prompt position (decoded)."""
+    def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False,
+                  rows: bool = False) -> dict[int, SideResult]:
+        """One side's results for the chunk's prompts, by prompt position (decoded); with `rows`, its
+        full rows written for the scorer to meet (full_distribution)."""
         prep = self.prep
         order = list(reversed(chunk)) if reverse else chunk
         prompts = prep.prompts_of(p.name)
         greq = GenerateRequest(prompts=[prompts[j].token_ids for j in order], sampling=p.args.sampling,
                                batch_size=p.spec.batch_size(prep.config.batch_size),
-                               logprobs=max(prep.config.logprobs, 1), stream=False, counts=True)
+                               logprobs=max(prep.config.logprobs, 1), stream=False, counts=True,
+                               rows=self.full.generate_rows(p.name, order) if rows and self.full else None)
         self.progress.call(p.name, "generating")
         got = sides.generate(p.name, greq, on_counts=self.progress.counts)
         self.progress.call_done()
@@ -353,6 +376,8 @@ class Workload:
         for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
             for c in comparisons[j]:
                 c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])
+                if c.kept_mass is not None:  # pooled per side for the report (as the routing family)
+                    self.kept.setdefault(c.b, KeptMass()).add(c.kept_mass)
         samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
                        for c in comparisons[j] if c.b == n] for n in self.compared}
         self._store(chunk, results, comparisons, samples)
@@ -360,20 +385,25 @@ class Workload:
     def _scored(self, sides: Sides, chunk: list[int]) -> None:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
-        gen = {p.name: self._generate(sides, p, chunk) for p in prep.sides[1:]}
+        full = self.full
+        gen = {p.name: self._generate(sides, p, chunk, rows=True) for p in prep.sides[1:]}
         results: dict[str, dict[int, SideResult]] = {n: dict(r) for n, r in gen.items()}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
         samples: dict[str, list[PairSample]] = {n: [] for n in self.compared}
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
-            items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k) for j in chunk]
+            with_floor = self.floor is not None and p.name == first
+            items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k,
+                                  rows=full.score_rows(p.name, j, with_floor) if full else None) for j in chunk]
             self.progress.call(ref.name, f"scoring {p.name}'s tokens")
             scored = dict(zip(chunk, sides.score_batch(ref.name, items)))
             self.progress.call_done()
             floor_scored = {}
             if self.floor is not None and p.name == first:
                 self.progress.call(self.floor.name, f"scoring {p.name}'s tokens")
-                floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, items)))
+                floor_items = [dataclasses.replace(it, rows=full.floor_rows(j) if full else None)
+                               for it, j in zip(items, chunk)]
+                floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, floor_items)))
                 self.progress.call_done()
             for j in chunk:
                 view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
@@ -382,14 +412,20 @@ class Workload:
                 c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
                 comparisons[j].append(c)
                 samples[p.name].append(scored_sample(c, gen[p.name][j], scored[j]))
+                if full:
+                    full.harvest(p.name, gen[p.name][j].steps, scored[j])
                 if j in floor_scored:
                     fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
+                    if full:
+                        full.harvest(self.floor.name, fview.steps, floor_scored[j])
                     results.setdefault(self.floor.name, {})[j] = fview
                     fc = self._explained(compare(view, fview), {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
                     comparisons[j].append(fc)
                     samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
                                                                   scored[j]))
         self._store(chunk, results, comparisons, samples)
+        if full:
+            full.end_chunk(chunk)
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
         """MoE (routes=true): the pair's route agreement, kept for the routing figures."""

@@ -1,0 +1,134 @@
+"""Full next-token rows, compared where they meet (core.distribution: what is recorded and pooled).
+
+Why not ship rows: a row is vocabulary x 4 bytes (49,152 x 4 = 192 KiB for the demo model), so a
+128-token answer is 24 MiB per side; through the worker pipe (pickled) and into SQLite that would
+dwarf everything else a run keeps. Instead:
+
+1. The side whose rows exist first (the one that generated the tokens; in a replay the first scorer)
+   writes them to a scratch .npy under the run's temp dir (float32: exact for float32 logits, so two
+   sides that agree bit for bit give KL = 0 exactly) — `write_rows` from a whole tensor (HF), or
+   `RowFile` one row per decode step (vLLM's logits-processor hook, parity_ui.engines.vllm_full_rows).
+2. The side that makes its rows second (the reference scoring those tokens, the floor, the trainer')
+   reads the file while its own rows are still on its device, and computes the five per-position
+   scalars there (`meet`), in float64, a block of rows at a time. Only the scalars cross the pipe,
+   as optional columns of its TokenSteps.
+3. The parent deletes the scratch files when the chunk is stored.
+
+So each pair costs one write and one read of one side's rows, and one float64 pass over both rows on
+the scorer's device: no second copy of the rows anywhere, no parent-side pass over vocab-sized data.
+
+Runs inside workers (imports torch and numpy).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.distribution import DISTRIBUTION_COLUMNS, clamp_kl
+from ..core.requests import Rows
+
+BLOCK = 64  # rows per float64 pass: 64 x 49,152 x 8 B = 24 MiB per temporary
+BIG = 1e30  # an infinite KL (a token one side gives probability 0) as a finite number JSON carries
+
+
+def write_rows(path: str, logits: Any) -> None:
+    """[tokens, vocab] logits to a float32 .npy, atomically (a reader never sees half a file)."""
+    arr = logits.detach().to(torch.float32).cpu().numpy()
+    part = path + ".part.npy"
+    np.save(part, arr)
+    os.replace(part, path)
+
+
+class RowFile:
+    """Rows written one decode step at a time (vLLM's hook): a float32 memory-mapped .npy of
+    `tokens` rows, renamed into place by `close` (rows past the last generated token stay zero and are
+    never read: the reader reads as many rows as the sequence has tokens)."""
+
+    def __init__(self, path: str, tokens: int, vocab: int):
+        self.path, self.part = path, path + ".part.npy"
+        self.mm = np.lib.format.open_memmap(self.part, mode="w+", dtype=np.float32, shape=(tokens, vocab))
+
+    def put(self, position: int, row: Any) -> None:
+        if 0 <= position < self.mm.shape[0]:
+            self.mm[position] = row.detach().to(torch.float32).cpu().numpy()
+
+    def close(self) -> None:
+        self.mm.flush()
+        del self.mm
+        os.replace(self.part, self.path)
+
+
+def row_figures(ref: Any, side: Any, k: int) -> dict[str, Any]:
+    """Per row of two [n, vocab] logit tensors (any float dtype, same device): KL both ways, total
+    variation, top-1 agreement, top-k containment (the reference's argmax among the side's k best),
+    as float64 / int64 tensors. Exact over the whole vocabulary: log-softmax in float64, then
+    Σ p (log p − log q) with 0 · log 0 = 0; a token only one side can emit gives an infinite KL, kept
+    as BIG; a KL below 0 is float rounding and clamped to 0 (core.distribution.clamp_kl)."""
+    lr = torch.log_softmax(ref.to(torch.float64), dim=-1)
+    ls = torch.log_softmax(side.to(torch.float64), dim=-1)
+    pr, ps = lr.exp(), ls.exp()
+    zero = torch.zeros((), dtype=torch.float64, device=lr.device)
+    kl = torch.where(pr > 0, pr * (lr - ls), zero).sum(-1)
+    kl_rev = torch.where(ps > 0, ps * (ls - lr), zero).sum(-1)
+    tv = 0.5 * (pr - ps).abs().sum(-1)
+    a_ref, a_side = lr.argmax(-1), ls.argmax(-1)
+    kk = max(1, min(k, ls.shape[-1]))
+    topk = (ls.topk(kk, dim=-1).indices == a_ref[:, None]).any(-1)
+    clean = lambda x: torch.nan_to_num(x, nan=BIG, posinf=BIG).clamp(min=0.0)  # noqa: E731
+    return {"kl": clean(kl), "kl_rev": clean(kl_rev), "tv": tv, "top1": (a_ref == a_side).to(torch.int64),
+            "topk": topk.to(torch.int64)}
+
+
+class RowsMissing(Exception):
+    """The other side's rows are not there (it could not write them): the pair has no figures."""
+
+
+def meet(own: Any, rows: Rows, n: int) -> dict[str, list[Any]]:
+    """The five per-position columns of this engine's rows `own` ([>= n, vocab] logits on its device)
+    against the rows in `rows.read`, for the first n positions. Raises RowsMissing when the file is
+    not there or holds fewer rows, ValueError when the vocabularies differ."""
+    if not rows.read or not os.path.exists(rows.read):
+        raise RowsMissing(f"no rows at {rows.read}")
+    other = np.load(rows.read, mmap_mode="r")
+    if other.ndim != 2 or other.shape[0] < n:
+        raise RowsMissing(f"{rows.read} holds {other.shape[0] if other.ndim == 2 else 0} rows, {n} needed")
+    if other.shape[1] != own.shape[-1]:
+        raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {other.shape[1]:,} in the "
+                         "other side's rows (a padded lm_head?): their distributions cannot be compared token by token")
+    out: dict[str, list[Any]] = {c: [] for c in DISTRIBUTION_COLUMNS}
+    for s in range(0, n, BLOCK):
+        e = min(n, s + BLOCK)
+        mine = own[s:e]
+        theirs = torch.from_numpy(np.array(other[s:e], dtype=np.float32)).to(mine.device)  # a copy: the map is read-only
+        ref, side = (mine, theirs) if rows.read_is == "side" else (theirs, mine)
+        figs = row_figures(ref, side, rows.k)
+        for c in DISTRIBUTION_COLUMNS:
+            out[c] += figs[c].tolist()
+    out["kl"] = [clamp_kl(x) for x in out["kl"]]
+    out["kl_rev"] = [clamp_kl(x) for x in out["kl_rev"]]
+    return out
+
+
+def attach(steps: list[Any], columns: dict[str, list[Any]]) -> None:
+    """The columns onto the steps (TokenStep's optional distribution fields)."""
+    for i, step in enumerate(steps):
+        for c in DISTRIBUTION_COLUMNS:
+            if i < len(columns.get(c, ())):
+                setattr(step, c, columns[c][i])
+
+
+def handle(own: Any, rows: Rows | None, steps: list[Any]) -> None:
+    """What a scorer or generator does with its own rows `own` ([len(steps), vocab]) for a request's
+    `rows`: write them, meet the other side's (missing rows leave the steps without figures)."""
+    if rows is None:
+        return
+    if rows.write:
+        write_rows(rows.write, own[:len(steps)])
+    if rows.read:
+        try:
+            attach(steps, meet(own, rows, len(steps)))
+        except RowsMissing:
+            pass

@@ -1,0 +1,291 @@
+"""The whole next-token distribution (issue 31 item 3) without engines: KL both ways and TV on known
+distributions, never negative, the rows files and where they meet, pooling, the floor verdict, the
+memory budget, and a scored workload on the fake kind, whose sides cannot give full rows (named, the run
+goes on). The real engines run it in tests/engines/test_sampling_engines.py."""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from parity_ui.core.config import build_config
+from parity_ui.core.distribution import Budget, DistributionPool, against_floor, clamp_kl, pool
+from parity_ui.core.errors import ConfigError
+from parity_ui.core.figures import FAMILIES, FIGURES, display_name
+from parity_ui.core.requests import Rows
+from parity_ui.core.types import StepColumns, TokenStep
+from parity_ui.engines.full_distribution import RowFile, meet, row_figures, write_rows
+
+
+def _logits(p):
+    return torch.log(torch.tensor(p, dtype=torch.float64))
+
+
+def test_kl_and_tv_of_known_distributions():
+    ref, side = _logits([[0.5, 0.5], [0.9, 0.1]]), _logits([[0.9, 0.1], [0.9, 0.1]])
+    f = row_figures(ref, side, k=1)
+    kl = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    kl_rev = 0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5)
+    assert f["kl"][0].item() == pytest.approx(kl, rel=1e-12)
+    assert f["kl_rev"][0].item() == pytest.approx(kl_rev, rel=1e-12)
+    assert f["tv"][0].item() == pytest.approx(0.4, rel=1e-12)
+    assert f["kl"][1].item() == 0.0 and f["tv"][1].item() == 0.0  # equal rows: exactly zero
+    assert f["top1"].tolist() == [1, 1]  # argmax of [0.5, 0.5] is token 0, as of [0.9, 0.1]
+    # top-k containment: the reference's argmax (token 2) among the side's 2 best?
+    ref3, side3 = _logits([[0.1, 0.2, 0.7]]), _logits([[0.5, 0.3, 0.2]])
+    assert row_figures(ref3, side3, k=1)["topk"].tolist() == [0]
+    assert row_figures(ref3, side3, k=3)["topk"].tolist() == [1]
+    assert row_figures(ref3, side3, k=3)["top1"].tolist() == [0]
+
+
+def test_kl_is_never_negative_and_a_token_only_one_side_can_emit_is_finite():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(200, 1000, generator=g, dtype=torch.float32)
+    near = a + 1e-7 * torch.randn(200, 1000, generator=g)  # float rounding-sized differences
+    for x, y in ((a, a), (a, near), (near, a)):
+        f = row_figures(x, y, k=5)
+        assert f["kl"].min().item() >= 0.0 and f["kl_rev"].min().item() >= 0.0
+        assert f["tv"].min().item() >= 0.0
+    assert clamp_kl(-1e-17) == 0.0 and clamp_kl(3e-9) == 3e-9
+    masked = torch.tensor([[0.0, 0.0, -math.inf]], dtype=torch.float64)
+    f = row_figures(torch.zeros(1, 3, dtype=torch.float64), masked, k=2)
+    assert math.isfinite(f["kl"].item()) and f["kl"].item() >= 1e29  # p_ref > 0 where p_side = 0: infinite KL
+    assert f["kl_rev"].item() == pytest.approx(math.log(1.5), rel=1e-12)
+
+
+def test_rows_written_whole_or_a_step_at_a_time_meet_into_scalars(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    side = torch.randn(5, 64, generator=g)
+    ref = side + 0.05 * torch.randn(5, 64, generator=g)
+    whole, stepped = str(tmp_path / "whole.npy"), str(tmp_path / "stepped.npy")
+    write_rows(whole, side)
+    f = RowFile(stepped, tokens=8, vocab=64)  # max_tokens rows; the sequence stopped at 5
+    for i in range(5):
+        f.put(i, side[i])
+    assert not os.path.exists(stepped)  # renamed into place only when closed
+    f.close()
+    assert os.path.exists(stepped) and not os.listdir(tmp_path) == []
+    a = meet(ref, Rows(read=whole, read_is="side", k=3), 5)
+    b = meet(ref, Rows(read=stepped, read_is="side", k=3), 5)
+    assert a == b and len(a["kl"]) == 5
+    want = row_figures(ref, side, 3)
+    assert a["kl"] == pytest.approx(want["kl"].tolist(), rel=1e-6)
+    # The same pair met from the other end (the floor meeting the reference's rows): KL swaps direction.
+    write_rows(str(tmp_path / "ref.npy"), ref)
+    c = meet(side, Rows(read=str(tmp_path / "ref.npy"), read_is="ref", k=3), 5)
+    assert c["kl"] == pytest.approx(a["kl"], rel=1e-6) and c["kl_rev"] == pytest.approx(a["kl_rev"], rel=1e-6)
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        meet(torch.zeros(5, 65), Rows(read=whole), 5)
+
+
+def test_pooling_gives_llama_cpp_figures_and_skips_unrecorded_positions():
+    cols = [{"kl": [0.0, 0.1, 0.2, None], "kl_rev": [0.0, 0.1, 0.3, None], "tv": [0.0, 0.05, 0.1, None],
+             "top1": [1, 1, 0, None], "topk": [1, 1, 1, None]},
+            {"kl": [0.3], "kl_rev": [0.3], "tv": [0.2], "top1": [1], "topk": [0]},
+            {"kl": None}]  # a pair with nothing recorded
+    p = pool(cols)
+    figs = p.figures()
+    assert figs["positions"] == 4
+    assert figs["kl_mean"] == pytest.approx(0.15) and figs["kl_max"] == 0.3
+    assert figs["kl_p90"] == pytest.approx(float(np.quantile([0, 0.1, 0.2, 0.3], 0.9)))
+    assert figs["kl_p99"] == pytest.approx(float(np.quantile([0, 0.1, 0.2, 0.3], 0.99)))
+    assert figs["top1_agree"] == 0.75 and figs["top1_differ"] == 0.25 and figs["topk_contained"] == 0.75
+    assert set(FAMILIES["distribution"]) <= set(figs)  # every registered figure is computed
+    both = DistributionPool()
+    both.add(p)
+    both.add(p)
+    assert both.figures()["kl_mean"] == pytest.approx(0.15) and both.figures()["positions"] == 8
+    assert DistributionPool().figures()["kl_mean"] is None
+    assert figs["kl_decades"] == {"0": 1, "-1": 3}  # 0, 0.1, 0.2, 0.3
+    from parity_ui.core.distribution import kl_decades
+    assert kl_decades([1e-12, 5e-12, 1e-20, 1e5, 0.0]) == {"-12": 2, "-16": 1, "2": 1, "0": 1}
+    # Display names, no code identifiers.
+    assert display_name("kl_mean") == "KL(ref‖side) mean" and FIGURES["kl_rev_p99"].name == "KL(side‖ref) p99"
+    assert FIGURES["top1_agree"].format(0.75) == "75%"
+
+
+def test_the_floor_verdict_reads_like_the_token_figures():
+    floor = {"positions": 100, "kl_mean": 1e-4, "kl_rev_mean": 1e-4, "tv_mean": 0.01, "kl_p99": 1e-3,
+             "top1_differ": 0.01}
+    same = against_floor(dict(floor), floor)
+    assert same.startswith("full distribution: within noise") and "KL(ref‖side) mean" in same
+    worse = against_floor({**floor, "kl_mean": 1e-2, "tv_mean": 0.2}, floor)
+    assert "exceeds noise (KL(ref‖side) mean, total variation mean)" in worse
+    assert against_floor({**floor, "kl_mean": 2e-4}, floor).startswith("full distribution: within")  # < 1.5²
+    assert against_floor(floor, None) is None and against_floor({"positions": 0}, floor) is None
+
+
+def test_a_vocabulary_over_the_budget_is_refused_with_the_budget_named():
+    Budget(1024).check(49152, 128)  # the demo model: 24 MiB a sequence
+    with pytest.raises(ConfigError, match=r"over the memory budget of 16 MiB \(full_distribution_budget_mb\)"):
+        Budget(16).check(152064, 4096)
+    cfg = build_config(None, ["full_distribution=true", "full_distribution_budget_mb=64"])
+    assert cfg.full_distribution and cfg.full_distribution_budget_mb == 64
+    assert not build_config(None, []).full_distribution  # off by default
+    with pytest.raises(ConfigError, match="full_distribution_budget_mb"):
+        build_config(None, ["full_distribution_budget_mb=0"])
+
+
+def test_distribution_columns_are_optional_step_columns():
+    steps = [TokenStep(0, 5, "a", -0.1, 1, kl=0.01, kl_rev=0.02, tv=0.03, top1=1, topk=1),
+             TokenStep(1, 6, "b", -0.2, 1)]
+    cols = StepColumns.from_steps(steps)
+    assert cols.column("kl") == [0.01, None] and cols[0].topk == 1 and cols[1].kl is None
+    assert "kl" in cols.columns() and StepColumns(cols.columns()) == steps
+    assert "kl" not in StepColumns.from_steps([TokenStep(0, 5, "a", -0.1, 1)]).columns()  # absent = not recorded
+
+
+def test_a_scored_workload_whose_sides_cannot_give_rows_names_them_and_goes_on(tmp_path):
+    from fake_engine import fake_model, fake_service, registered
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+    from parity_ui.core.workload_record import WorkloadOptions
+    from parity_ui.inputs.prompts import PromptSpec
+
+    with registered():
+        model = str(fake_model(tmp_path / "fake", max_position_embeddings=64))
+        with fake_service(tmp_path / "runs.db") as svc:
+            cfg = build_config(None, ["max_new_tokens=6", "full_distribution=true"], sides=["ref=fake", "b=fake"])
+            run = run_workload(svc, WorkloadRequest(model=model, prompts=[PromptSpec(text=f"x{i}") for i in range(3)],
+                                                    config=cfg, options=WorkloadOptions(mode="scored", floor="none")))
+    assert run.status == "ok", run.error
+    named = [w for w in run.warnings if w.code == "full-distribution-unavailable"]
+    assert {w.message.split()[2] for w in named} == {"ref", "b"}
+    assert "its pair has no distribution figures" in named[0].message
+    assert run.workload.sides["b"].stats.distribution is None  # not recorded, never 0
+    assert run.workload.sides["b"].stats.tokens.pairs == 18  # the rest of the run stands
+    # The views read the family wherever a run recorded it (here planted on the stored report).
+    from parity_ui.render.text import format_workload
+    from parity_ui.render.workload import figures_table_html
+
+    w = run.workload
+    w.sides["b"].stats.distribution = {**pool([{"kl": [0.01, 0.03], "kl_rev": [0.02, 0.02], "tv": [0.1, 0.2],
+                                                "top1": [1, 0], "topk": [1, 1]}]).figures()}
+    w.sides["b"].distribution_verdict = "full distribution: within noise: KL(ref‖side) mean 0.02 vs 0.02"
+    html, text = figures_table_html(w), format_workload(w)
+    for out in (html, text):
+        assert "KL(ref‖side) mean" in out and "KL(ref‖side) p99" in out and "top-1 agreement" in out
+        assert "50%" in out and "full distribution: within noise" in out
+    assert "kl_mean" not in html and "kl_mean" not in text  # display names only
+    assert "the whole distribution (full rows)" in html
+    assert "KL(ref‖side) per position, each side against the floor" in html  # the KL distribution, drawn
+
+
+def test_the_sampling_family_is_judged_against_the_floor_by_wilson_intervals():
+    from parity_ui.core.pooled import sampling_against_floor
+
+    floor = {"tokens": 1000, "renorm_outside_0.9_1.1": 0.01, "kept_sets_differ": 0.02}
+    assert "within the floor" in sampling_against_floor({**floor, "renorm_outside_0.9_1.1": 0.012}, floor)
+    over = sampling_against_floor({**floor, "tokens": 1000, "renorm_outside_0.9_1.1": 0.2}, floor)
+    assert "above the floor (renormalised ratio outside [0.9, 1.1])" in over and "1,000 drawn" in over
+    assert sampling_against_floor(floor, None) is None
+
+
+def test_a_comparison_meets_rows_in_one_cross_scoring_direction_or_names_the_pair():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.commands.compare_rows import CompareRows
+
+    def prep(*kinds, cross=True):
+        cfg = build_config(None, ["full_distribution=true", f"cross_score={'true' if cross else 'false'}"])
+        sides = [NS(name=f"s{i}", kind=NS(name=k, label=k)) for i, k in enumerate(kinds)]
+        return NS(config=cfg, model=NS(vocab_size=1000), reference=sides[0], sides=sides)
+
+    findings = []
+    rows = CompareRows(prep("hf", "vllm", "openai", "hf"), findings)
+    try:
+        # hf reference: it meets the vllm side's rows (KL(ref‖side) over the side's tokens); the openai side
+        # has no rows and cannot score them: named; an hf side: the reference meets its rows too.
+        assert rows.direction == {"s1": ("s1", "s0"), "s3": ("s3", "s0")}
+        assert rows.generate_rows("s0", 2) is None and len(rows.generate_rows("s1", 2)) == 2
+        c = NS(a="s0", b="s1", distribution=None)
+        assert rows.score_rows(c, "s1", 0) is None  # the other direction meets nothing
+        r = rows.score_rows(c, "s0", 1)
+        assert r.read.endswith("s1-1.npy") and r.read_is == "side"
+        rows.record(c, [TokenStep(0, 1, "", -0.1, 1, kl=0.2, kl_rev=0.1, tv=0.05, top1=1, topk=1)])
+        assert c.distribution["generator"] == "s1" and c.distribution["kl_mean"] == 0.2
+        assert [f.message.split()[2] for f in findings] == ["s2"]
+    finally:
+        rows.close()
+    # A vllm reference cannot score rows: an hf side meets the reference's instead (the KL directions swap).
+    rows = CompareRows(prep("vllm", "hf"), [])
+    assert rows.direction == {"s1": ("s0", "s1")}
+    assert rows.score_rows(NS(a="s0", b="s1"), "s1", 0).read_is == "ref"
+    rows.close()
+    named = []
+    CompareRows(prep("hf", "vllm", cross=False), named).close()
+    assert "cross_score is off" in named[0].message
+
+
+def test_the_token_panes_hover_carries_the_per_position_kl():
+    import json
+
+    from parity_ui.render.tokens import Stream, details_json
+
+    steps = [TokenStep(0, 5, "a", -0.1, 1, kl=1.234567e-12, kl_rev=2e-12, tv=3e-7, top1=1, topk=1),
+             TokenStep(1, 6, "b", -0.2, 1)]
+    d = json.loads(details_json([Stream("vllm", "vllm", steps, None)]))
+    first, second = d["steps"]["vllm"]
+    assert first[6] == [1.235e-12, 2e-12, 3e-7] and first[5] == [] and len(second) == 4
+
+
+def test_a_workload_report_gets_the_sampling_family_and_its_floor_line():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.core.kept_mass import KeptMass
+    from parity_ui.core.pooled import sampling_report
+
+    side = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
+                    sets_differ=30, naive_rho=110.0, renorm_rho=100.0, raw_minus_processed=-22.0,
+                    naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 40})
+    floor = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
+                     naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 1})
+    report = NS(floor_figures=NS(side="floor", stats=NS(sampling=None)),
+                sides={"b": NS(stats=NS(sampling=None), sampling_verdict=None)})
+    sampling_report(report, {"b": side, "floor": floor})
+    b = report.sides["b"]
+    assert b.stats.sampling["tokens"] == 100 and b.stats.sampling["kept_mass_mean"] == 0.8
+    assert b.stats.sampling["renorm_outside_0.9_1.1"] == 0.4 and report.floor_figures.stats.sampling["tokens"] == 100
+    assert "above the floor" in b.sampling_verdict
+
+
+def test_every_distribution_and_sampling_figure_is_a_gate_metric_with_its_direction():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.commands.gate.metrics import METRICS, value_of
+
+    for key in (*FAMILIES["distribution"], *FAMILIES["sampling"]):
+        assert METRICS[key].higher_is_better == (not FIGURES[key].higher_is_worse), key
+        assert METRICS[key].display == FIGURES[key].name
+    stats = NS(distribution={"kl_mean": 2e-4, "top1_agree": 0.99}, sampling=None)
+    assert value_of("kl_mean", stats) == 2e-4 and value_of("top1_agree", stats) == 0.99
+    assert METRICS["kl_mean"].higher_is_better is False and METRICS["top1_agree"].higher_is_better is True
+    assert value_of("kept_mass_mean", stats) is None  # not recorded: the check cannot be made (fails, says so)
+
+
+def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_its_files():
+    from types import SimpleNamespace as NS
+
+    from parity_ui.commands.workload.distribution import FullRows
+
+    cfg = build_config(None, ["full_distribution=true", "max_new_tokens=4"])
+    sides = [NS(name="ref", kind=NS(name="hf", label="hf")), NS(name="b", kind=NS(name="vllm", label="vllm"))]
+    findings = []
+    full = FullRows(NS(config=cfg, model=NS(vocab_size=100), reference=sides[0], sides=sides), None, ["b"], findings)
+    try:
+        assert findings == []  # hf meets, vllm writes: nothing unavailable up front
+        (r1, r2) = full.generate_rows("b", [1, 12])
+        assert r1.write.endswith("b-1.npy") and full.score_rows("b", 12, False).read == r2.write
+        for r in (r1, r2):
+            write_rows(r.write, torch.zeros(4, 100))
+        full.end_chunk([1])  # another block's chunk (12) is still under way
+        assert sorted(os.listdir(full.dir)) == ["b-12.npy"]
+        report = NS(done=2, floor_figures=None, sides={"b": NS(stats=NS(distribution=None), distribution_verdict=None)})
+        full.report(report)
+        assert [f.code for f in findings] == ["full-distribution-missing"] and "side b" in findings[0].message
+        assert report.sides["b"].stats.distribution is None
+    finally:
+        full.close()
+    assert not os.path.exists(full.dir)
