@@ -26,7 +26,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...analysis.compare import compare
 from ...core.cluster import check_sides, parse_cluster
@@ -44,7 +44,7 @@ from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
-from .report import pooled
+from .report import pooled, pooled_routing
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
 
@@ -216,7 +216,6 @@ class Workload:
     """One workload run inside its recording (see the module docstring)."""
 
     def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
-        self.route_agreements: dict[str, list[Any]] = {}  # MoE: each compared side's route agreements
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
 
@@ -269,16 +268,8 @@ class Workload:
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""
         pooled(self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]])
-        if self.route_agreements:  # the routing family, pooled over this process's chunks (not a resume's earlier ones)
-            from ...analysis.routes import route_figures
-            from ...core.pooled import routing_against_floor
-
-            floor = report.floor_figures
-            if floor is not None:
-                floor.stats.routing = route_figures(self.route_agreements.get(floor.side, []))
-            for name, figs in report.sides.items():
-                figs.stats.routing = route_figures(self.route_agreements.get(name, []))
-                figs.routing_verdict = routing_against_floor(figs.stats.routing, floor.stats.routing if floor else None)
+        if getattr(self.prep.config, "routes", False):  # every stored chunk's routes, a resume's earlier ones too
+            pooled_routing(self.service.store, self.rec.run.id, report)
 
     def _status(self) -> str:
         return "ok" if self.rec.run.identical else "diverged"
@@ -392,14 +383,14 @@ class Workload:
         self._store(chunk, results, comparisons, samples)
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
-        """MoE (routes=true): the pair's route agreement, kept for the routing figures."""
+        """MoE (routes=true): the pair's route agreement, stored with the comparison (the routing figures
+        are pooled from the store)."""
         a, b = results[c.a][j], results[c.b][j]
         if a.routes is not None and b.routes is not None:
             from ...analysis.routes import comparable_steps, compare_routes
 
             c.routes = compare_routes(a.routes, b.routes,
                                       comparable_steps(c.first_divergence, len(a.token_ids), len(b.token_ids)))
-            self.route_agreements.setdefault(c.b, []).append(c.routes)
         return c
 
     def _explained(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
