@@ -157,8 +157,9 @@ class registered_other:
         self._undo()
 
 
-def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int = 4096) -> Path:
-    """A model folder with a real tokenizer and a config, but no weights: what prepare() reads."""
+def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int = 4096, moe: bool = False) -> Path:
+    """A model folder with a real tokenizer and a config, but no weights: what prepare() reads (`moe`:
+    the config names the fake's routes' shape, 8 experts, top-2, on both layers)."""
     from tiny_models import build_tokenizer
 
     folder = Path(folder)
@@ -168,7 +169,8 @@ def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": len(tok),
         "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
         "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
-        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}))
+        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id,
+        **({"num_experts": 8, "num_experts_per_tok": 2} if moe else {})}))
     return folder
 
 

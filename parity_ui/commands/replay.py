@@ -54,7 +54,8 @@ from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
 from ..run.pipeline import Sides
 from ..run.recorder import decode_result
-from .workload.report import pooled
+from .replay_routes import DumpRoutesCheck, replay_routes, route_shape
+from .workload.report import pooled, pooled_routing
 from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster, go_on_where, stored_to_resume
 
 if TYPE_CHECKING:
@@ -134,12 +135,17 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
     prompts: list[PromptSpec] = []
     longest = 0
 
+    routes = DumpRoutesCheck(info.path, bool(getattr(req.config, "routes", False)))  # MoE: the recorded routes
+
     def keep(row: RolloutRow) -> None:
         nonlocal longest
         prompts.append(PromptSpec(text=f"{row.where}", token_ids=row.prompt_ids))
         longest = max(longest, len(row.response_ids))
+        routes.see(row)
 
     pf = preflight(_selected(dump.rows(), req), vocab_size=len(tok.tok), eos_ids=tok.eos_token_ids, on_row=keep)
+    routes.raise_if_bad()  # routes recorded for another model: named before any engine loads
+    pf.findings += routes.findings()
     if dump.bad:  # --on-bad skip: the rows left out, named (the run goes on without them)
         named = "; ".join(f"{b.where}: {b.message}" for b in dump.bad[:3]) + (
             f"; and {len(dump.bad) - 3} more" if len(dump.bad) > 3 else "")
@@ -346,6 +352,7 @@ class Replay(Workload):
         results: dict[str, dict[int, SideResult]] = {}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
         samples: dict[str, list[PairSample]] = {p["key"]: [] for p in run.workload.replay["pairs"]}
+        routes = self._routes(sides, chunk, rows, list(forced))
         for j in chunk:
             row, i = rows[j], prep.kept[j]
             if any(j not in by for by in forced.values()):
@@ -354,6 +361,7 @@ class Replay(Workload):
             if row.rollout_logprobs is not None:
                 res[RECORDED] = self._recorded(i, row)
             for name, r in res.items():
+                r.routes = routes.get(name, {}).get(j)
                 results.setdefault(name, {})[j] = r
             lp = {name: _logprobs(r.steps) for name, r in res.items()}
             if row.trainer_logprobs is not None:
@@ -372,7 +380,8 @@ class Replay(Workload):
                     verdict=None, logp_side=[lb[t] for t in keep], logp_ref=[la[t] for t in keep], positions=keep))
             for name in res:
                 if name != ref.name:
-                    comparisons[j].append(compare(res[ref.name], res[name]))
+                    comparisons[j].append(self._routed_pair(compare(res[ref.name], res[name]), res[ref.name],
+                                                            res[name], len(row.response_ids)))
             self._note_worst(i, row, lp, keep, ref.name)
         replay = run.workload.replay
         replay["tokens"], replay["masked"] = self._tokens, self._masked
@@ -380,6 +389,32 @@ class Replay(Workload):
         self._store(chunk, results, comparisons, samples)
         for j in chunk:
             self._ahead.pop(prep.kept[j], None)
+
+    # -- MoE routes (routes=true): every side's on the forced tokens, the recorded side's from the dump --
+
+    def _routes(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
+                ) -> dict[str, dict[int, Any]]:
+        if not getattr(self.prep.config, "routes", False):
+            return {}
+        prep = self.prep
+        plans = {p.name: p for p in prep.sides + ([self.floor] if self.floor is not None else [])}
+        seqs = {j: (prep.prompts[j].token_ids, rows[j].response_ids) for j in chunk}
+        out = replay_routes(self.rec.run, sides, names, seqs, {n: plans[n].kind.can_record_routes for n in names})
+        if not hasattr(self, "_shape"):
+            self._shape = route_shape(prep.model.path)
+        if self._shape is not None:
+            out[RECORDED] = {j: self._shape.routes(rows[j]).rows_between(len(seqs[j][0]) - 1)
+                             for j in chunk if rows[j].routed_experts is not None}
+        return out
+
+    @staticmethod
+    def _routed_pair(c: Comparison, a: SideResult, b: SideResult, n: int) -> Comparison:
+        """Both routed the same forced tokens: every token's routes compare."""
+        if a.routes is not None and b.routes is not None:
+            from ..analysis.routes import compare_routes
+
+            c.routes = compare_routes(a.routes, b.routes, n)
+        return c
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),
@@ -423,6 +458,8 @@ class Replay(Workload):
     def _pool(self, report: WorkloadReport) -> None:
         keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
         pooled(self.service.store, self.rec.run.id, report, keys)
+        if getattr(self.prep.config, "routes", False):  # the recorded routes against the trainer's, each engine's
+            pooled_routing(self.service.store, self.rec.run.id, report)
         report.headline = replay_headline(report)
 
     def _status(self) -> str:

@@ -5,6 +5,8 @@ One run per router family, each with several sides, so few engines start:
   generate identically; an HF side on the same model with that one gate row nudged (the tie
   reversed) flips the experts at exactly the planted (layer, token) with its margin, the explanation
   says so, and replaying the reference's routes on it makes the fork disappear;
+- the same models in a scored workload: the reference's routes on the flipped side's tokens, the
+  floor's, and the one-pass replay that removes the flip's gap;
 - grouped sigmoid with a shared expert (GLM-4-MoE: DeepSeek-V3's router behind plain attention):
   vLLM and HF route and generate identically.
 """
@@ -71,6 +73,39 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     assert (r.mode, r.source) == ("ids", "ref")
     assert r.before_first_divergence == info["step"] and not r.before_identical
     assert r.after_identical and r.after_first_divergence is None and r.compared == 12
+
+
+def test_a_scored_workload_compares_routes_on_the_sides_tokens_and_replays_them_in_one_pass(service, planted):
+    """Scored mode (the trainer teacher-forces the rollout side's tokens): the reference's routes on the
+    flipped side's own sequence against the side's, every token; the flip at the planted (layer, token);
+    the floor's routes too; and the cheap replay (the side scores its own tokens routing with the
+    reference's experts) removes the gap the flip made, pooled as its own row."""
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+    from parity_ui.core.workload_record import WorkloadOptions
+
+    near, flipped, info = planted
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "routes=true"],
+                       sides=["ref=hf", f"b=hf,model={flipped},replay_routes=ids"])
+    run = run_workload(service, WorkloadRequest(
+        model=str(near), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")], config=cfg,
+        options=WorkloadOptions(mode="scored", floor="kernel", chunk=2)))
+    assert run.status in ("ok", "diverged"), run.error
+    w = run.workload
+    b, floor, replayed = w.sides["b"], w.floor_figures, w.sides["b+ref routes"]
+    assert b.stats.routing["cells"] == floor.stats.routing["cells"] == 2 * 12 * 2  # every token, both layers
+    assert b.stats.routing["route_differ"] > 0 and "the floor's" in b.routing_verdict
+    stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
+    c = stored.comparison("b")
+    assert c.first_divergence == info["step"] and c.routes.compared == 12  # past the fork: the same input
+    f = c.routes.first_flip
+    assert (f.step, f.layer) == (info["step"], info["layer"]) and min(f.margins) < 1e-6
+    assert c.explanation.verdict == "router near-tie", c.explanation.summary
+    r = c.route_replay
+    assert r.error is None and (r.mode, r.source, r.compared) == ("ids", "ref", 12)
+    assert r.before_first_divergence == info["step"] and not r.before_identical
+    assert r.after_identical and r.after_max_abs_gap < 1e-4 < r.before_max_abs_gap
+    assert replayed.stats.tokens.abs_dlogp_max < b.stats.tokens.abs_dlogp_max
+    assert replayed.stats.sequences.share_identical == 1.0
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from ...inputs.prompts import PromptSpec
 from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
-from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
+from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
 from .report import pooled, pooled_routing
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
@@ -231,6 +231,14 @@ class Workload:
         self.prep = prep
         self.rec.prepared(prep)
         self._prepared()
+        if o.mode == "free" and getattr(prep.config, "routes", False):
+            for p in prep.sides[1:]:
+                if getattr(p.spec.options, "replay_routes", "off") != "off":
+                    run.warnings.append(Finding(
+                        code="route-replay-free", severity="warning", side=p.name,
+                        message=f"{p.name}.replay_routes is not run in a free-running workload (it would generate "
+                                "every prompt again, alone); the routes are still recorded and compared",
+                        fix="use --mode scored, where the replay is one forced pass per sequence"))
         floor, spec = floor_plan(prep, o)
         if floor is not None:
             run.sides.append(side_info(floor, reference=False))
@@ -267,7 +275,8 @@ class Workload:
 
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""
-        pooled(self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]])
+        pooled(self.service.store, self.rec.run.id, report,
+               [p.name for p in self.prep.sides[1:]] + self._replayed_pairs())
         if getattr(self.prep.config, "routes", False):  # every stored chunk's routes, a resume's earlier ones too
             pooled_routing(self.service.store, self.rec.run.id, report)
 
@@ -352,9 +361,14 @@ class Workload:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
         gen = {p.name: self._generate(sides, p, chunk) for p in prep.sides[1:]}
+        routes = getattr(prep.config, "routes", False)
+        if routes:  # each generating side's routes on its own tokens
+            from ..routes import chunk_routes
+
+            chunk_routes(prep, self.rec.run, sides, prep.sides[1:], gen, chunk)
         results: dict[str, dict[int, SideResult]] = {n: dict(r) for n, r in gen.items()}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
-        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared}
+        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared + self._replayed_pairs()}
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
             items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k) for j in chunk]
@@ -366,21 +380,89 @@ class Workload:
                 self.progress.call(self.floor.name, f"scoring {p.name}'s tokens")
                 floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, items)))
                 self.progress.call_done()
+            ref_routes, floor_routes, replayed = self._scored_routes(sides, p, chunk, gen, items, bool(floor_scored)) \
+                if routes else ({}, {}, {})
             for j in chunk:
                 view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
+                base = len(prep.prompts[j].token_ids)
+                if j in ref_routes:
+                    view.routes = ref_routes[j].rows_between(base - 1)
                 if p.name == first:
                     results.setdefault(ref.name, {})[j] = view
-                c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                c = self._explained(self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
+                                    {ref.name: {j: view}, p.name: gen[p.name]}, j)
                 comparisons[j].append(c)
                 samples[p.name].append(scored_sample(c, gen[p.name][j], scored[j]))
+                if j in replayed:
+                    samples[self._replayed_name(p)].append(
+                        self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored[j]))
                 if j in floor_scored:
                     fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
+                    if j in floor_routes:
+                        fview.routes = floor_routes[j].rows_between(base - 1)
                     results.setdefault(self.floor.name, {})[j] = fview
-                    fc = self._explained(compare(view, fview), {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
+                    fc = self._explained(self._forced_routes(compare(view, fview), view, fview),
+                                         {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
                     comparisons[j].append(fc)
                     samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
                                                                   scored[j]))
         self._store(chunk, results, comparisons, samples)
+
+    # -- MoE routes in scored mode: the scorer's routes on the side's tokens, and the cheap route replay --
+
+    def _scored_routes(self, sides: Sides, p: SidePlan, chunk: list[int], gen: dict[str, dict[int, SideResult]],
+                       items: list[ScoreRequest], with_floor: bool) -> tuple[dict, dict, dict]:
+        """The reference's (and the floor's) routes on p's sequences, from input position 0, and, where p
+        asks for replay_routes, p's scoring of its own tokens routing with the reference's experts."""
+        from ..routes import forced_routes, score_with_routes
+
+        prep, run = self.prep, self.rec.run
+        seqs = {j: (prep.prompts[j].token_ids, gen[p.name][j].token_ids) for j in chunk}
+        ref_routes = forced_routes(run, sides, prep.reference, seqs)
+        floor_routes = forced_routes(run, sides, self.floor, seqs) if with_floor else {}
+        mode = getattr(p.spec.options, "replay_routes", "off")
+        replayed = {}
+        if mode != "off" and ref_routes:
+            self.progress.call(p.name, f"scoring its tokens with {prep.reference.name}'s expert routes")
+            replayed = score_with_routes(run, sides, p, mode, dict(zip(chunk, items)), ref_routes)
+            self.progress.call_done()
+        return ref_routes, floor_routes, replayed
+
+    def _replayed_name(self, p: SidePlan) -> str:
+        from ..routes import replayed_pair
+
+        return replayed_pair(p.name, self.prep.reference.name)
+
+    def _replayed_pairs(self) -> list[str]:
+        """The pooled pairs of a scored workload's route replays (sides with replay_routes), by name."""
+        if self.opts.mode != "scored" or not getattr(self.prep.config, "routes", False):
+            return []
+        return [self._replayed_name(p) for p in self.prep.sides[1:]
+                if getattr(p.spec.options, "replay_routes", "off") != "off"]
+
+    @staticmethod
+    def _forced_routes(c: Comparison, a: SideResult, b: SideResult) -> Comparison:
+        """Scored mode: both routed the same input (the side's sequence), so every token's routes compare."""
+        if a.routes is not None and b.routes is not None:
+            from ...analysis.routes import compare_routes
+
+            c.routes = compare_routes(a.routes, b.routes, min(len(a.token_ids), len(b.token_ids)))
+        return c
+
+    def _route_replay(self, c: Comparison, view: SideResult, side: SideResult, replayed: Sequence[TokenStep],
+                      scored: Sequence[TokenStep]) -> PairSample:
+        """The side's own tokens scored again with the reference's routes: the comparison's before/after
+        (c.route_replay) and the replayed pair's sample (pooled as its own row)."""
+        from ...core.routes import RouteReplay
+
+        p = next(x for x in self.prep.sides if x.name == side.side)
+        after = compare(view, reference_view(side.side, side, replayed, self.prep))
+        c.route_replay = RouteReplay(
+            mode=getattr(p.spec.options, "replay_routes", "ids"), source=view.side,
+            before_first_divergence=c.first_divergence, after_first_divergence=after.first_divergence,
+            before_identical=c.identical, after_identical=after.identical, before_max_abs_gap=c.max_abs_gap,
+            after_max_abs_gap=after.max_abs_gap, compared=after.compared)
+        return scored_sample(after, _as_result(side, replayed), scored)
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
         """MoE (routes=true): the pair's route agreement, stored with the comparison (the routing figures
