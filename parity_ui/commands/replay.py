@@ -301,6 +301,11 @@ class Replay(Workload):
         if self.pf.with_trainer:
             out.append({"key": RECORDED_TRAINER, "a": "trainer (recorded)", "b": RECORDED,
                         "meaning": "the recorded rollout against the run's own recorded trainer logprobs"})
+        r3 = self._r3_name()
+        if r3 is not None and self.pf.with_logprobs:
+            out.append({"key": r3, "a": r3, "b": RECORDED,
+                        "meaning": "the trainer routing with the rollout's recorded experts (rollout routing replay, "
+                                   "R3) against the recorded rollout: the mismatch left once routing is the rollout's"})
         if self.floor is not None:
             out.append({"key": self.floor.name, "a": trainer, "b": self.floor.name,
                         "meaning": f"the floor: {self.rec.run.workload.floor.description}"})
@@ -310,7 +315,10 @@ class Replay(Workload):
         # The dump's findings beside the sides' own (fp32 lm_head on one side only, dtypes...), stored
         # with the run's header before any engine loads.
         run = self.rec.run
-        run.warnings = list(run.warnings) + [f for f in self.pf.findings if f not in run.warnings]
+        # In a replay the trainer (the reference) may replay the dump's recorded routes (replay_routes):
+        # the comparison's "it replays no one's routes" does not hold here.
+        run.warnings = [w for w in run.warnings if w.code != "replay-on-reference"] + \
+            [f for f in self.pf.findings if f not in run.warnings]
 
     def _forced_paths(self, sides: Sides) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
@@ -353,6 +361,7 @@ class Replay(Workload):
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
         samples: dict[str, list[PairSample]] = {p["key"]: [] for p in run.workload.replay["pairs"]}
         routes = self._routes(sides, chunk, rows, list(forced))
+        r3 = self._r3(sides, chunk, rows, items)
         for j in chunk:
             row, i = rows[j], prep.kept[j]
             if any(j not in by for by in forced.values()):
@@ -366,6 +375,8 @@ class Replay(Workload):
             lp = {name: _logprobs(r.steps) for name, r in res.items()}
             if row.trainer_logprobs is not None:
                 lp[RECORDED_TRAINER + "!"] = [_clean(x) for x in row.trainer_logprobs]
+            if j in r3:
+                lp[self._r3_name()] = _logprobs(r3[j].steps)
             mask = row.mask()
             keep = [t for t in range(len(row.response_ids)) if t < len(mask) and mask[t]]
             self._tokens += len(row.response_ids)
@@ -406,6 +417,29 @@ class Replay(Workload):
             out[RECORDED] = {j: self._shape.routes(rows[j]).rows_between(len(seqs[j][0]) - 1)
                              for j in chunk if rows[j].routed_experts is not None}
         return out
+
+    def _r3_name(self) -> str | None:
+        """The pair of rollout routing replay (R3): the trainer with replay_routes, where the dump records
+        routes and routes=true; None otherwise."""
+        ref = self.prep.reference
+        if not (getattr(self.prep.config, "routes", False) and self.pf.with_routes
+                and getattr(ref.spec.options, "replay_routes", "off") != "off"):
+            return None
+        from .routes import replayed_pair
+
+        return replayed_pair(ref.name, RECORDED)
+
+    def _r3(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], items: list[Any]) -> dict[int, Any]:
+        """R3: the trainer scores each row again, routing with the rollout's recorded experts (one forced
+        pass a row): {j: SideResult}."""
+        if self._r3_name() is None or getattr(self, "_shape", None) is None:
+            return {}
+        from .routes import score_with_routes
+
+        ref = self.prep.reference
+        by_j = dict(zip(chunk, items))
+        recorded = {j: self._shape.routes(rows[j]) for j in chunk if rows[j].routed_experts is not None}
+        return score_with_routes(self.rec.run, sides, ref, ref.spec.options.replay_routes, by_j, recorded)
 
     @staticmethod
     def _routed_pair(c: Comparison, a: SideResult, b: SideResult, n: int) -> Comparison:

@@ -100,12 +100,19 @@ def test_a_free_running_workload_says_it_does_not_replay_routes(service, model):
 # -- a dump's recorded routes in a replay --------------------------------------------------------------
 
 ROWS = 6
+VOCAB = 0  # the fake MoE model's vocabulary (set by its fixture)
 
 
 @pytest.fixture(scope="module")
 def moe_model(tmp_path_factory):
+    import json
+    from pathlib import Path
+
+    global VOCAB
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake-moe"), max_position_embeddings=256, moe=True))
+        path = fake_model(tmp_path_factory.mktemp("fake-moe"), max_position_embeddings=256, moe=True)
+        VOCAB = json.loads((Path(path) / "config.json").read_text())["vocab_size"]
+        yield str(path)
 
 
 def _fake_routes(ids):
@@ -117,7 +124,19 @@ def _fake_routes(ids):
     return [[e._route(ids[:p + 1], p, layer)[0] for layer in (0, 1)] for p in range(len(ids) - 1)]
 
 
-def _routes_dump(path, plant=None, bad=None):
+def _fake_greedy(prompt, n):
+    """The fake kind's own greedy tokens after prompt (so its logprobs of them move with its shift)."""
+    from fake_engine import FakeEngine
+
+    e = FakeEngine()
+    e.args = {"vocab_size": VOCAB, "noise": 0.0, "batch_noise": 0.0, "shift": 0.0, "swap_at": None}
+    ctx = list(prompt)
+    for pos in range(n):
+        ctx.append(e._top(ctx, pos, 2)[0][0])
+    return ctx[len(prompt):]
+
+
+def _routes_dump(path, plant=None, bad=None, greedy=False):
     """A parity-format dump whose routed_experts are the fake's own, but at `plant` = (row, position):
     layer 0's second expert moved (a route the replayed sides do not take); `bad` makes them another
     model's: "layers" (3), "top_k" (3), "experts" (an id 9 of 8), "rows" (one position short)."""
@@ -127,7 +146,8 @@ def _routes_dump(path, plant=None, bad=None):
     rnd = random.Random(1)
     lines = []
     for i in range(ROWS):
-        prompt, resp = [1, 8 + i, 9], [rnd.randrange(8, 400) for _ in range(6)]
+        prompt = [1, 8 + i, 9]
+        resp = _fake_greedy(prompt, 6) if greedy else [rnd.randrange(8, 400) for _ in range(6)]
         routed = _fake_routes(prompt + resp)
         if plant and plant[0] == i:
             a, b = routed[plant[1]][0]
@@ -147,10 +167,10 @@ def _routes_dump(path, plant=None, bad=None):
     return path
 
 
-def _replay(svc, model, path, routes=True):
+def _replay(svc, model, path, routes=True, sides=("ref=fake", "b=fake")):
     from parity_ui.service import ReplayRequest
 
-    cfg = build_config(None, [f"routes={'true' if routes else 'false'}"], sides=["ref=fake", "b=fake"])
+    cfg = build_config(None, [f"routes={'true' if routes else 'false'}"], sides=list(sides))
     return svc.replay(ReplayRequest(dump=str(path), model=model, config=cfg, chunk=4, floor="none"))
 
 
@@ -169,6 +189,21 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
     assert (f.step, f.layer, f.overlap) == (2, 0, 1) and f.margins[1] is None  # a dump records no margins
     assert stored.results["recorded"].routes.source == "rollout dump"
     assert stored.results["recorded"].routes.rows == 6
+    # rollout routing replay (R3): the trainer scores again routing with the recorded experts, its own pair
+    # (the fake's trainer gap was all routing: replayed, it drops its 0.3 shift)
+    r3 = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", greedy=True),
+                 sides=("ref=fake,shift=0.3,replay_routes=ids", "b=fake"))
+    assert r3.status in ("ok", "diverged"), r3.error
+    assert "ref+recorded routes" in [p["key"] for p in r3.workload.replay["pairs"]]
+    assert not any(f.code == "replay-on-reference" for f in r3.warnings)
+    from parity_ui.store.runs import pair_samples
+
+    natural = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "recorded")}
+    replayed = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "ref+recorded routes")}
+    assert sorted(replayed) == sorted(natural) == list(range(ROWS))
+    for i, s in replayed.items():
+        assert s.logp_side == natural[i].logp_side  # the recorded rollout's, both
+        assert s.logp_ref == pytest.approx([x - 0.3 for x in natural[i].logp_ref])
     # routes=false: the routes are read and not compared, and the run says so
     off = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl"), routes=False)
     assert any(f.code == "replay-routes-off" for f in off.warnings) and off.workload.sides["recorded"].stats.routing is None
