@@ -9,7 +9,7 @@ read with the field names its framework writes (checked against the framework's 
 
 - "parity": parity-ui's own rollout format, jsonl or parquet, one row per sample (docs/rollouts.md):
   prompt_ids, response_ids, rollout_logprobs, trainer_logprobs, loss_mask, sampling, policy_version,
-  routed_experts.
+  routed_experts ([prompt + response - 1 positions][layers][top_k] expert ids, as vLLM returns them).
 - "nemo-rl": NeMo-RL's `train_data_step{N}.jsonl` (nemo_rl/algorithms/grpo.py, the log_data block):
   token_ids (prompt + response, padded to the batch), input_lengths, token_loss_mask,
   sample_loss_mask, generation_logprobs (rollout engine), prev_logprobs (trainer recompute), content,
@@ -23,7 +23,8 @@ read with the field names its framework writes (checked against the framework's 
 - "slime": slime / miles `--save-debug-rollout-data rollout_{id}.pt`: torch.save of
   dict(rollout_id, samples=[Sample.to_dict()]) (slime/ray/rollout.py, slime/utils/types.py):
   tokens (prompt + response), response_length, loss_mask and rollout_log_probs (response length),
-  weight_versions, rollout_routed_experts, status, reward, prompt, response. A pickle: loaded with
+  weight_versions, rollout_routed_experts (int32 [len(tokens) - 1, num_layers, moe_router_topk]: slime's
+  and miles' utils/types.py reshape SGLang's return so), status, reward, prompt, response. A pickle: loaded with
   torch.load(weights_only=True) (plain containers only, no code runs); a file that needs more is
   refused unless the user passes trust_pickle (unpickling runs code the file names).
 
