@@ -220,3 +220,23 @@ def test_routes_recorded_for_another_model_are_named_before_loading(service, moe
         _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", bad=bad))
     assert said in e.value.message and "--model" in e.value.fix
     assert service.store.list_runs() == []  # refused before any run (or engine) started
+
+
+# -- router scores in parity layers --------------------------------------------------------------------
+
+def test_the_layer_localisation_names_where_the_routers_part_at_the_examined_position():
+    from parity_ui.commands.layer_routes import router_view
+    from parity_ui.core.routes import Routes
+
+    def r(rows, margins):
+        return Routes(layers=[0, 1, 2], top_k=2, num_experts=8, ids=[e for row in rows for layer in row for e in layer],
+                      weights=[0.6, 0.4] * (3 * len(rows)), margins=margins)
+
+    same = [[[1, 2], [3, 4], [5, 6]], [[1, 2], [3, 4], [5, 6]]]
+    flipped = [[[1, 2], [3, 7], [5, 6]], [[1, 2], [3, 4], [6, 5]]]
+    view, said = router_view(r(same, [0.2, 4e-7, 0.1] * 2), r(flipped, [0.2, 3e-7, 0.1] * 2), [9, 8], "ref", "b")
+    assert view["position"] == 9 and [x["same_set"] for x in view["layers"]] == [True, False, True]
+    assert view["layers"][1]["experts"] == [[3, 4], [3, 7]] and view["differ"] == [{"position": 9, "layer": 1}]
+    assert "at layer 1 (ref: [3, 4], b: [3, 7]; router margin 3e-07; a router near-tie" in said
+    calm, said = router_view(r(same, [0.2, 0.05, 0.1] * 2), r(same, [0.2, 0.05, 0.1] * 2), [9, 8], "ref", "b")
+    assert not calm["differ"] and "chose the same experts" in said and "0.05, at layer 1" in said
