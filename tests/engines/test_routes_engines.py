@@ -92,7 +92,7 @@ def test_a_scored_workload_compares_routes_on_the_sides_tokens_and_replays_them_
     from parity_ui.core.workload_record import WorkloadOptions
 
     near, flipped, info = planted
-    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "routes=true"],
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "ignore_eos=true", "routes=true"],
                        sides=["ref=hf", f"b=hf,model={flipped},replay_routes=ids"])
     run = run_workload(service, WorkloadRequest(
         model=str(near), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")], config=cfg,

@@ -23,6 +23,7 @@ the figures so far; `resume_workload` takes a stopped, failed or interrupted run
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -392,10 +393,10 @@ class Workload:
                 c = self._explained(self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
                                     {ref.name: {j: view}, p.name: gen[p.name]}, j)
                 comparisons[j].append(c)
-                samples[p.name].append(scored_sample(c, gen[p.name][j], scored[j]))
+                samples[p.name].append(before := scored_sample(c, gen[p.name][j], scored[j]))
                 if j in replayed:
                     samples[self._replayed_name(p)].append(
-                        self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored[j]))
+                        self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored[j], before))
                 if j in floor_scored:
                     fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
                     if j in floor_routes:
@@ -450,19 +451,22 @@ class Workload:
         return c
 
     def _route_replay(self, c: Comparison, view: SideResult, side: SideResult, replayed: Sequence[TokenStep],
-                      scored: Sequence[TokenStep]) -> PairSample:
+                      scored: Sequence[TokenStep], before: PairSample) -> PairSample:
         """The side's own tokens scored again with the reference's routes: the comparison's before/after
-        (c.route_replay) and the replayed pair's sample (pooled as its own row)."""
+        (c.route_replay: the first token where the two would choose differently, and the largest
+        |Δlogprob| over the whole sequence, as scored mode measures it) and the replayed pair's sample
+        (pooled as its own row)."""
         from ...core.routes import RouteReplay
 
         p = next(x for x in self.prep.sides if x.name == side.side)
         after = compare(view, reference_view(side.side, side, replayed, self.prep))
+        sample = scored_sample(after, _as_result(side, replayed), scored)
         c.route_replay = RouteReplay(
             mode=getattr(p.spec.options, "replay_routes", "ids"), source=view.side,
             before_first_divergence=c.first_divergence, after_first_divergence=after.first_divergence,
-            before_identical=c.identical, after_identical=after.identical, before_max_abs_gap=c.max_abs_gap,
-            after_max_abs_gap=after.max_abs_gap, compared=after.compared)
-        return scored_sample(after, _as_result(side, replayed), scored)
+            before_identical=c.identical, after_identical=after.identical, before_max_abs_gap=_max_gap(before),
+            after_max_abs_gap=_max_gap(sample), compared=len(sample.positions))
+        return sample
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
         """MoE (routes=true): the pair's route agreement, stored with the comparison (the routing figures
@@ -589,6 +593,13 @@ def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], pre
         "top_raw": dict(cols.top_raw)})
     return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=view,
                       text=prep.tokenizer.decode(ids), finish_reason="scored")
+
+
+def _max_gap(s: PairSample) -> float | None:
+    """The largest |Δlogprob| of a pair sample (None: no finite pair)."""
+    gaps = [abs(x - y) for x, y in zip(s.logp_side, s.logp_ref) if x is not None and y is not None
+            and math.isfinite(x - y)]
+    return max(gaps) if gaps else None
 
 
 def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
