@@ -76,7 +76,8 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     assert r.before_first_divergence == info["step"] and not r.before_identical
     assert r.after_identical and r.after_first_divergence is None and r.compared == 12
     # parity layers on the MoE model: the routers recorded with the hidden states name the flip at the fork
-    loc = service.localise(run.id, 0, pair=("ref", "flip"))
+    # (between the two HF sides: their workers are warm, no vLLM loads again for the capture)
+    loc = service.localise(run.id, 0, info["step"], pair=("same", "flip"))
     assert loc.error is None, loc.error
     at = next(x for x in loc.routes["layers"] if x["layer"] == info["layer"])
     assert loc.routes["position"] == loc.token_positions[0] and not at["same_set"] and min(at["margins"]) < 1e-6
