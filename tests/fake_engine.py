@@ -50,6 +50,11 @@ class FakeOptions(SideOptions):
                                             "not take effect: bisect must report it)")
     fail_with_flag: bool = option(False, "the load fails when `flag` is set too (two settings that cannot go "
                                          "together: a bisect trial that fails)")
+    route_flip_every: int | None = option(None, "MoE routes: every input position divisible by this routes layer 1 "
+                                                "to another second expert, at a router near-tie (a route flip)",
+                                          number_in(1, 10**6, "an integer"))
+    replay_routes: str = option("off", "score again routing with the reference's recorded experts (ids, "
+                                       "ids+weights): the fake's replayed logprobs drop its shift")
 
 
 # The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
@@ -78,7 +83,7 @@ def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     o: FakeOptions = side.options
     load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
                                         "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after",
-                                        "fail_with_flag")}
+                                        "fail_with_flag", "route_flip_every")}
     load["vocab_size"] = model.vocab_size or 1024
     load["dtype"] = o.dtype or cfg.dtype
     sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
@@ -90,7 +95,8 @@ def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
 def fake_kind() -> Any:
     from parity_ui.core.kinds import Kind
 
-    return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False)
+    return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False,
+                can_record_routes=True)
 
 
 class registered:
@@ -144,14 +150,16 @@ class registered_other:
         from parity_ui.core.mapping import register_kind
 
         self._undo = register_kind(Kind("fake-other", "another fake engine (tests only)", OtherFakeOptions,
-                                        "fake_engine:FakeEngine", "", head_start=False), to_other_fake)
+                                        "fake_engine:FakeEngine", "", head_start=False, can_record_routes=True),
+                                   to_other_fake)
 
     def __exit__(self, *exc: Any) -> None:
         self._undo()
 
 
-def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int = 4096) -> Path:
-    """A model folder with a real tokenizer and a config, but no weights: what prepare() reads."""
+def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int = 4096, moe: bool = False) -> Path:
+    """A model folder with a real tokenizer and a config, but no weights: what prepare() reads (`moe`:
+    the config names the fake's routes' shape, 8 experts, top-2, on both layers)."""
     from tiny_models import build_tokenizer
 
     folder = Path(folder)
@@ -161,7 +169,8 @@ def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": len(tok),
         "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
         "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
-        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}))
+        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id,
+        **({"num_experts": 8, "num_experts_per_tok": 2} if moe else {})}))
     return folder
 
 
@@ -236,6 +245,53 @@ class FakeEngine(Engine):
                     res.finish_reason = "stop"
                     break
             res.timings.total_s = time.perf_counter() - t0
+            out.append(res)
+        return out
+
+    # -- mixture-of-experts routes (2 MoE layers, 8 experts, top-2), a fixed function of the context --
+
+    ROUTE_LAYERS, ROUTE_EXPERTS = [0, 1], 8
+
+    def _route(self, ctx: list[int], pos: int, layer: int) -> tuple[list[int], float]:
+        """Layer `layer`'s two experts at input position `pos` (ctx: the ids up to it) and its margin."""
+        h = (len(ctx) * 7919 + sum((t + 1) * 31 ** j for j, t in enumerate(ctx[-4:]))) % 2**31
+        e0 = (h >> (3 * layer)) % self.ROUTE_EXPERTS
+        e1 = (e0 + 1 + (h >> 9) % (self.ROUTE_EXPERTS - 1)) % self.ROUTE_EXPERTS
+        every = self.args.get("route_flip_every")
+        if every and layer == 1 and pos % every == 0:
+            e1 = next(e for e in ((e1 + d) % self.ROUTE_EXPERTS for d in range(1, 8)) if e != e0)
+            return [e0, e1], 1e-4
+        return [e0, e1], 0.05 + 0.01 * layer
+
+    def routes(self, req: Any) -> Any:
+        from parity_ui.core.routes import Routes
+
+        ids, weights, margins = [], [], []
+        for p in req.positions:
+            for layer in self.ROUTE_LAYERS:
+                experts, margin = self._route(req.ids[:p + 1], p, layer)
+                ids += experts
+                weights += [0.625, 0.375]
+                margins.append(margin)
+        return Routes(layers=list(self.ROUTE_LAYERS), top_k=2, num_experts=self.ROUTE_EXPERTS, ids=ids,
+                      weights=weights, margins=margins, source="fake")
+
+    def replay_routes(self, req: Any) -> list[SideResult]:
+        """Scoring with recorded experts (req.score): the fake's logprobs without its own shift, as if
+        routing had made the whole gap. Generating with them is not faked."""
+        if not getattr(req, "score", None):
+            raise EngineFault("the fake engine replays routes only when scoring", "use a scored workload")
+        out = []
+        for i, (item, routes) in enumerate(zip(req.score, req.routes)):
+            if routes.top_k != 2 or list(routes.layers) != self.ROUTE_LAYERS:
+                raise EngineFault("routes for another model", "replay routes recorded with the same model")
+            shift, self.args["shift"] = self.args["shift"], 0.0
+            try:
+                steps = self.score(item)
+            finally:
+                self.args["shift"] = shift
+            res = result(i, finish_reason="scored")
+            res.token_ids, res.steps = list(item.continuation), steps
             out.append(res)
         return out
 

@@ -10,6 +10,8 @@ the same input (after it they route different tokens, and a difference says noth
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..core.routes import (NOT_COMPARED, SAME_ORDER, SAME_SET, RouteAgreement, RouteFlip, Routes, code_overlap,
                            overlap_code)
 
@@ -103,7 +105,7 @@ def is_router_near_tie(agreement: RouteAgreement | None) -> bool:
     return bool(known) and min(known) <= ROUTER_NEAR_TIE
 
 
-def route_figures(agreements: list[RouteAgreement | None]) -> dict[str, float | None]:
+def route_figures(agreements: Iterable[RouteAgreement | None]) -> dict[str, float | None]:
     """The routing family's figures (core.figures FAMILIES["routing"]) pooled over comparisons: every
     compared (token, layer) cell weighs the same, every compared token too."""
     cells = same_set = same_order = shared = tokens = any_differ = 0

@@ -308,9 +308,11 @@ def localise(service: Service, run: Run, prompt_index: int = 0, position: int | 
             emit(RunEvent("status", f"{side}: capturing {len(req.positions)} position(s) of every layer"
                                     + (" (noise-floor run)" if req.noise_eps else ""), side=side))
             caps.append(running.capture(side, req))
+        routes, said = _routers(run, plans, running, lp, positions, notes, emit)
     figs = figures(caps[0], caps[1], caps[2])
     logits = _logits(caps[0], caps[1], lp.tokens)
     layer, block, summary = summarise(figs, logits, a, b, lp.diverged)
+    summary = f"{summary} {said}" if said else summary
     stream = [f for f in figs if f.block == "residual"]
     return Localisation(
         run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=lp.position, token_positions=positions,
@@ -320,7 +322,29 @@ def localise(service: Service, run: Run, prompt_index: int = 0, position: int | 
                                f"leaves the floor above {FLOOR_MULTIPLE:g}x it",
                      "dtype": dtype, "residual": [f.floor[0] for f in stream]},
         per_layer=[dataclasses.asdict(f) for f in figs], summary=summary, logits=logits, notes=notes,
-        seconds=round(time.perf_counter() - t0, 3))
+        seconds=round(time.perf_counter() - t0, 3), routes=routes)
+
+
+def _routers(run: Run, plans: list[Any], running: Any, lp: LayerPlan, positions: list[int], notes: list[str],
+             emit: EventCallback) -> tuple[dict[str, Any] | None, str]:
+    """MoE models: both sides' routers at the captured positions (parity_ui.commands.layer_routes), with
+    the same ids as the hidden states; (None, "") for a dense model. A side that cannot record them
+    leaves a note, and the localisation stands without them."""
+    from ..core.requests import RoutesRequest
+    from ..run.preflight_moe import moe_shape
+    from .layer_routes import router_view
+
+    if moe_shape(run.model.path) is None:
+        return None, ""
+    got = []
+    for p in plans[:2]:
+        emit(RunEvent("status", f"{p.name}: recording the routers at the captured positions", side=p.name))
+        try:
+            got.append(running.routes(p.name, RoutesRequest(lp.ids, positions)))
+        except Exception as e:  # noqa: BLE001 - the hidden-state localisation stands without the routers
+            notes.append(f"the routers of side {p.name} were not recorded: {getattr(e, 'message', None) or e}")
+            return None, ""
+    return router_view(got[0], got[1], positions, lp.a, lp.b)
 
 
 def failed(run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | str | None,

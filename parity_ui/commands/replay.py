@@ -54,7 +54,8 @@ from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
 from ..run.pipeline import Sides
 from ..run.recorder import decode_result
-from .workload.report import pooled
+from .replay_routes import DumpRoutesCheck, replay_routes, route_shape
+from .workload.report import pooled, pooled_routing
 from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster, go_on_where, stored_to_resume
 
 if TYPE_CHECKING:
@@ -134,12 +135,17 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
     prompts: list[PromptSpec] = []
     longest = 0
 
+    routes = DumpRoutesCheck(info.path, bool(getattr(req.config, "routes", False)))  # MoE: the recorded routes
+
     def keep(row: RolloutRow) -> None:
         nonlocal longest
         prompts.append(PromptSpec(text=f"{row.where}", token_ids=row.prompt_ids))
         longest = max(longest, len(row.response_ids))
+        routes.see(row)
 
     pf = preflight(_selected(dump.rows(), req), vocab_size=len(tok.tok), eos_ids=tok.eos_token_ids, on_row=keep)
+    routes.raise_if_bad()  # routes recorded for another model: named before any engine loads
+    pf.findings += routes.findings()
     if dump.bad:  # --on-bad skip: the rows left out, named (the run goes on without them)
         named = "; ".join(f"{b.where}: {b.message}" for b in dump.bad[:3]) + (
             f"; and {len(dump.bad) - 3} more" if len(dump.bad) > 3 else "")
@@ -295,6 +301,11 @@ class Replay(Workload):
         if self.pf.with_trainer:
             out.append({"key": RECORDED_TRAINER, "a": "trainer (recorded)", "b": RECORDED,
                         "meaning": "the recorded rollout against the run's own recorded trainer logprobs"})
+        r3 = self._r3_name()
+        if r3 is not None and self.pf.with_logprobs:
+            out.append({"key": r3, "a": r3, "b": RECORDED,
+                        "meaning": "the trainer routing with the rollout's recorded experts (rollout routing replay, "
+                                   "R3) against the recorded rollout: the mismatch left once routing is the rollout's"})
         if self.floor is not None:
             out.append({"key": self.floor.name, "a": trainer, "b": self.floor.name,
                         "meaning": f"the floor: {self.rec.run.workload.floor.description}"})
@@ -304,7 +315,10 @@ class Replay(Workload):
         # The dump's findings beside the sides' own (fp32 lm_head on one side only, dtypes...), stored
         # with the run's header before any engine loads.
         run = self.rec.run
-        run.warnings = list(run.warnings) + [f for f in self.pf.findings if f not in run.warnings]
+        # In a replay the trainer (the reference) may replay the dump's recorded routes (replay_routes):
+        # the comparison's "it replays no one's routes" does not hold here.
+        run.warnings = [w for w in run.warnings if w.code != "replay-on-reference"] + \
+            [f for f in self.pf.findings if f not in run.warnings]
 
     def _forced_paths(self, sides: Sides) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
@@ -349,6 +363,8 @@ class Replay(Workload):
         results: dict[str, dict[int, SideResult]] = {}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
         samples: dict[str, list[PairSample]] = {p["key"]: [] for p in run.workload.replay["pairs"]}
+        routes = self._routes(sides, chunk, rows, list(forced))
+        r3 = self._r3(sides, chunk, rows, items)
         for j in chunk:
             row, i = rows[j], prep.kept[j]
             if any(j not in by for by in forced.values()):
@@ -357,12 +373,15 @@ class Replay(Workload):
             if row.rollout_logprobs is not None:
                 res[RECORDED] = self._recorded(i, row)
             for name, r in res.items():
+                r.routes = routes.get(name, {}).get(j)
                 results.setdefault(name, {})[j] = r
                 if full and name in forced and name != ref.name:
                     full.harvest(name, r.steps, forced[name][j])
             lp = {name: _logprobs(r.steps) for name, r in res.items()}
             if row.trainer_logprobs is not None:
                 lp[RECORDED_TRAINER + "!"] = [_clean(x) for x in row.trainer_logprobs]
+            if j in r3:
+                lp[self._r3_name()] = _logprobs(r3[j].steps)
             mask = row.mask()
             keep = [t for t in range(len(row.response_ids)) if t < len(mask) and mask[t]]
             self._tokens += len(row.response_ids)
@@ -377,7 +396,8 @@ class Replay(Workload):
                     verdict=None, logp_side=[lb[t] for t in keep], logp_ref=[la[t] for t in keep], positions=keep))
             for name in res:
                 if name != ref.name:
-                    comparisons[j].append(compare(res[ref.name], res[name]))
+                    comparisons[j].append(self._routed_pair(compare(res[ref.name], res[name]), res[ref.name],
+                                                            res[name], len(row.response_ids)))
             self._note_worst(i, row, lp, keep, ref.name)
         replay = run.workload.replay
         replay["tokens"], replay["masked"] = self._tokens, self._masked
@@ -387,6 +407,55 @@ class Replay(Workload):
             full.end_chunk(chunk)
         for j in chunk:
             self._ahead.pop(prep.kept[j], None)
+
+    # -- MoE routes (routes=true): every side's on the forced tokens, the recorded side's from the dump --
+
+    def _routes(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
+                ) -> dict[str, dict[int, Any]]:
+        if not getattr(self.prep.config, "routes", False):
+            return {}
+        prep = self.prep
+        plans = {p.name: p for p in prep.sides + ([self.floor] if self.floor is not None else [])}
+        seqs = {j: (prep.prompts[j].token_ids, rows[j].response_ids) for j in chunk}
+        out = replay_routes(self.rec.run, sides, names, seqs, {n: plans[n].kind.can_record_routes for n in names})
+        if not hasattr(self, "_shape"):
+            self._shape = route_shape(prep.model.path)
+        if self._shape is not None:
+            out[RECORDED] = {j: self._shape.routes(rows[j]).rows_between(len(seqs[j][0]) - 1)
+                             for j in chunk if rows[j].routed_experts is not None}
+        return out
+
+    def _r3_name(self) -> str | None:
+        """The pair of rollout routing replay (R3): the trainer with replay_routes, where the dump records
+        routes and routes=true; None otherwise."""
+        ref = self.prep.reference
+        if not (getattr(self.prep.config, "routes", False) and self.pf.with_routes
+                and getattr(ref.spec.options, "replay_routes", "off") != "off"):
+            return None
+        from .routes import replayed_pair
+
+        return replayed_pair(ref.name, RECORDED)
+
+    def _r3(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], items: list[Any]) -> dict[int, Any]:
+        """R3: the trainer scores each row again, routing with the rollout's recorded experts (one forced
+        pass a row): {j: SideResult}."""
+        if self._r3_name() is None or getattr(self, "_shape", None) is None:
+            return {}
+        from .routes import score_with_routes
+
+        ref = self.prep.reference
+        by_j = dict(zip(chunk, items))
+        recorded = {j: self._shape.routes(rows[j]) for j in chunk if rows[j].routed_experts is not None}
+        return score_with_routes(self.rec.run, sides, ref, ref.spec.options.replay_routes, by_j, recorded)
+
+    @staticmethod
+    def _routed_pair(c: Comparison, a: SideResult, b: SideResult, n: int) -> Comparison:
+        """Both routed the same forced tokens: every token's routes compare."""
+        if a.routes is not None and b.routes is not None:
+            from ..analysis.routes import compare_routes
+
+            c.routes = compare_routes(a.routes, b.routes, n)
+        return c
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),
@@ -432,6 +501,8 @@ class Replay(Workload):
         pooled(self.service.store, self.rec.run.id, report, keys)
         if getattr(self, "full", None) is not None:  # the distribution family per engine pair (its key is the side's name)
             self.full.report(report)
+        if getattr(self.prep.config, "routes", False):  # the recorded routes against the trainer's, each engine's
+            pooled_routing(self.service.store, self.rec.run.id, report)
         report.headline = replay_headline(report)
 
     def _status(self) -> str:

@@ -83,6 +83,56 @@ def chunk_routes(prep: Prepared, run: Run, sides: Sides, plans: list[Any], resul
                                     fix=getattr(e, "fix", "") or "set routes=false"))
 
 
+def forced_routes(run: Run, sides: Sides, plan: Any, sequences: dict[int, tuple[list[int], list[int]]]
+                  ) -> dict[int, Routes]:
+    """A scored workload: `plan`'s routes (the reference or the floor) on sequences it did not make,
+    {j: (prompt ids, another side's tokens)}, from input position 0 (what a route replay forces; the
+    caller keeps rows from len(prompt) - 1 on for the comparison). {} where the side cannot record
+    them (named once in the run's warnings)."""
+    if not plan.kind.can_record_routes:
+        _warn_once(run, Finding(code="routes-unsupported", severity="warning", side=plan.name,
+                                message=f"{plan.name} ({plan.kind.label}) cannot record expert routes",
+                                fix="record routes on vllm or hf sides"))
+        return {}
+    out = {}
+    try:
+        for j, (prompt, tokens) in sequences.items():
+            if tokens:
+                out[j] = sides.routes(plan.name, RoutesRequest(ids=list(prompt) + list(tokens),
+                                                               positions=list(range(len(prompt) - 1 + len(tokens)))))
+    except Exception as e:  # noqa: BLE001 - the workload goes on without this side's routes
+        _warn_once(run, Finding(code="routes-failed", severity="warning", side=plan.name,
+                                message=f"{plan.name}: expert routes not recorded: {_why(e)}",
+                                fix=getattr(e, "fix", "") or "set routes=false"))
+        return {}
+    return out
+
+
+def replayed_pair(side: str, source: str) -> str:
+    """The pooled pair of a scored workload's route replay: `side` scoring its own tokens while routing
+    with `source`'s experts, against `source`."""
+    return f"{side}+{source} routes"
+
+
+def score_with_routes(run: Run, sides: Sides, plan: Any, mode: str, items: dict[int, Any],
+                      routes: dict[int, Routes]) -> dict[int, Any]:
+    """A scored workload's route replay: `plan` teacher-forces each item (its own tokens) once more,
+    routing with routes[j] (another side's, from input position 0): {j: SideResult}. {} on a failure
+    (named once in the run's warnings: the workload goes on without the replay)."""
+    js = [j for j in items if j in routes]
+    if not js:
+        return {}
+    try:
+        got = sides.replay_routes(plan.name, RouteReplayRequest(None, [routes[j] for j in js], mode,
+                                                                score=[items[j] for j in js]))
+    except Exception as e:  # noqa: BLE001
+        _warn_once(run, Finding(code="route-replay-failed", severity="warning", side=plan.name,
+                                message=f"{plan.name}: replay_routes={mode} failed: {_why(e)}",
+                                fix=getattr(e, "fix", "") or "drop replay_routes"))
+        return {}
+    return dict(zip(js, got))
+
+
 def _warn_once(run: Run, f: Finding) -> None:
     if not any((w.code, w.side) == (f.code, f.side) for w in run.warnings):
         run.warnings.append(f)

@@ -108,9 +108,11 @@ class HfOptions(SideOptions):
                                        "math or cudnn; another kernel is another reference",
                                one_of(*SDPA_KERNELS))
     replay_routes: str = option("off", "mixture-of-experts, with routes=true: generate again routing with the "
-                                       "reference's recorded experts, ids (this side's own weights for them) or "
-                                       "ids+weights (the reference's weights and slot order too), and show the "
-                                       "figures before and after", one_of("off", "ids", "ids+weights"))
+                                       "reference's recorded experts (a scored workload: score this side's tokens "
+                                       "again with them; a replay's trainer: with the dump's), ids (this side's "
+                                       "own weights for them) or ids+weights (the reference's weights and slot "
+                                       "order too), and show the figures before and after",
+                                one_of("off", "ids", "ids+weights"))
 
 
 @dataclass

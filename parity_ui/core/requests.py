@@ -116,8 +116,11 @@ class RoutesRequest:
 @dataclass
 class RouteReplayRequest:
     """Generate again while routing with recorded experts: `routes[i]` holds prompt i's routes for
-    input positions 0, 1, ... (parity_ui.core.routes.Routes); mode "ids" or "ids+weights"."""
+    input positions 0, 1, ... (parity_ui.core.routes.Routes); mode "ids" or "ids+weights". With
+    `score` (a scored workload) each item is teacher-forced instead, one forward pass each, routing
+    with routes[i]: the cheap replay (no generation)."""
 
-    generate: GenerateRequest
+    generate: GenerateRequest | None
     routes: list[Any]
     mode: str = "ids"
+    score: list[ScoreRequest] | None = None

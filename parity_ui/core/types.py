@@ -577,6 +577,7 @@ class Localisation:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # a localisation that could not run is stored too, with why
     seconds: float = 0.0
+    routes: dict[str, Any] | None = None  # MoE: both routers at the captured positions (commands.layer_routes)
     id: str = ""
     created_utc: str = ""
 

@@ -427,8 +427,15 @@ class HfEngine(Engine):
 
         from .routes import ForcedRoutes
 
-        g = req.generate
         out = []
+        if req.score is not None:  # a scored workload: each sequence teacher-forced once, routing as recorded
+            for i, (item, routes) in enumerate(zip(req.score, req.routes)):
+                with ForcedRoutes(self.model, routes, 0, req.mode):
+                    steps = self.score(item)
+                out.append(SideResult(side="", prompt_index=i, token_ids=list(item.continuation), steps=steps,
+                                      finish_reason="scored"))
+            return out
+        g = req.generate
         for i, (prompt, routes) in enumerate(zip(g.prompts, req.routes)):
             one = _replace(g, prompts=[prompt], batch_size=1, stream=False)
             with ForcedRoutes(self.model, routes, 0, req.mode):

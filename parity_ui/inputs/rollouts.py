@@ -9,7 +9,7 @@ read with the field names its framework writes (checked against the framework's 
 
 - "parity": parity-ui's own rollout format, jsonl or parquet, one row per sample (docs/rollouts.md):
   prompt_ids, response_ids, rollout_logprobs, trainer_logprobs, loss_mask, sampling, policy_version,
-  routed_experts.
+  routed_experts ([prompt + response - 1 positions][layers][top_k] expert ids, as vLLM returns them).
 - "nemo-rl": NeMo-RL's `train_data_step{N}.jsonl` (nemo_rl/algorithms/grpo.py, the log_data block):
   token_ids (prompt + response, padded to the batch), input_lengths, token_loss_mask,
   sample_loss_mask, generation_logprobs (rollout engine), prev_logprobs (trainer recompute), content,
@@ -23,7 +23,8 @@ read with the field names its framework writes (checked against the framework's 
 - "slime": slime / miles `--save-debug-rollout-data rollout_{id}.pt`: torch.save of
   dict(rollout_id, samples=[Sample.to_dict()]) (slime/ray/rollout.py, slime/utils/types.py):
   tokens (prompt + response), response_length, loss_mask and rollout_log_probs (response length),
-  weight_versions, rollout_routed_experts, status, reward, prompt, response. A pickle: loaded with
+  weight_versions, rollout_routed_experts (int32 [len(tokens) - 1, num_layers, moe_router_topk]: slime's
+  and miles' utils/types.py reshape SGLang's return so), status, reward, prompt, response. A pickle: loaded with
   torch.load(weights_only=True) (plain containers only, no code runs); a file that needs more is
   refused unless the user passes trust_pickle (unpickling runs code the file names).
 
@@ -89,6 +90,10 @@ class RolloutRow:
     sampling: dict[str, Any] | None = None  # temperature, top_p, top_k, min_p, logprobs_mode (None: not recorded)
     policy_version: str | None = None
     has_routed_experts: bool = False
+    # MoE: the rollout engine's expert ids, an integer array [len(prompt) + len(response) - 1, layers,
+    # top_k]: row i is the routing at input position i (the forward that predicted token i + 1), as
+    # vLLM's enable_return_routed_experts and slime's rollout_routed_experts give them
+    routed_experts: Any = None
     reconstructed: bool = False  # ids re-tokenised from text (verl)
     text_note: str | None = None  # why this row's text does not survive decode -> encode (verl)
 
@@ -278,6 +283,26 @@ def _floats(v: Any, name: str) -> list[float] | None:
     return [float(x) if x is not None else math.nan for x in v]
 
 
+def _routes_array(v: Any, name: str) -> Any:
+    """A recorded routes column as an integer array [positions, layers, top_k]; None when absent."""
+    if v is None:
+        return None
+    import numpy as np
+
+    if hasattr(v, "detach"):  # a torch tensor (slime)
+        v = v.detach().cpu().numpy()
+    try:
+        a = np.asarray(v)
+    except ValueError:
+        a = None
+    if a is None or a.ndim != 3 or a.dtype.kind not in "iu":
+        shape = "ragged" if a is None else ("x".join(map(str, a.shape)) or "a scalar") + f" {a.dtype}"
+        raise DumpError(f"{name} is {shape}, not integers [prompt+response-1 positions, layers, top_k]",
+                        f"write {name} as the engine returns it (vLLM enable_return_routed_experts, slime "
+                        "rollout_routed_experts): one row per input position but the last")
+    return a
+
+
 def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     missing = [k for k in FIELDS["parity"][0] if rec.get(k) is None]
     if missing:
@@ -294,7 +319,8 @@ def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
                       loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
                       sampling=dict(sampling) if sampling else None,
                       policy_version=None if version is None else str(version),
-                      has_routed_experts=rec.get("routed_experts") is not None)
+                      has_routed_experts=rec.get("routed_experts") is not None,
+                      routed_experts=_routes_array(rec.get("routed_experts"), "routed_experts"))
 
 
 def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
@@ -381,7 +407,8 @@ def _slime_row(s: Any, i: int, where: str) -> RolloutRow:
                       rollout_logprobs=_floats(_get(s, "rollout_log_probs"), "rollout_log_probs"),
                       trainer_logprobs=None, loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
                       sampling=None, policy_version=",".join(str(v) for v in dict.fromkeys(versions)) or None,
-                      has_routed_experts=_get(s, "rollout_routed_experts") is not None)
+                      has_routed_experts=_get(s, "rollout_routed_experts") is not None,
+                      routed_experts=_routes_array(_get(s, "rollout_routed_experts"), "rollout_routed_experts"))
 
 
 def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:

@@ -100,6 +100,10 @@ class Store:
         """A side's stored samples, one prompt at a time (what the pooled figures are computed from)."""
         return runs.pair_samples(self.db, run_id, side)
 
+    def route_agreements(self, run_id: str, side: str) -> Iterator[dict[str, Any]]:
+        """A side's stored route agreements (JSON), one prompt at a time (the routing figures' source)."""
+        return workloads.route_agreements(self.db, run_id, side)
+
     def prompts_done(self, run_id: str, sides: list[str]) -> set[int]:
         return runs.prompts_done(self.db, run_id, sides)
 

@@ -1,10 +1,13 @@
 """A workload's reads and writes beyond the run's own (parity_ui.store.runs keeps the pair samples,
 their rows and the prompts done, as the report and the prompt table read them): the prompts as the
-user gave them (what a resume or a bisect runs again) and a chunk's rows in one write.
+user gave them (what a resume or a bisect runs again), a chunk's rows in one write, and the stored
+route agreements the routing figures are pooled from.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -42,4 +45,15 @@ def save_chunk(db: Database, run_id: str, results: list[SideResult], prompts: li
         save_pair_samples(db, run_id, side, s)
 
 
-__all__ = ["given_prompts", "save_chunk"]
+def route_agreements(db: Database, run_id: str, side: str) -> Iterator[dict[str, Any]]:
+    """Every stored route agreement of `side` against its pair's other side (MoE runs with routes=true),
+    prompt by prompt, one row at a time: the routing figures are pooled from these, so a resumed run
+    counts every chunk, not only the ones its own process ran. Only the agreement is read out of each
+    comparison's JSON (json_extract), never its token panes."""
+    for r in db.execute("SELECT json_extract(comparison_json, '$.routes') FROM comparisons WHERE run_id = ? AND b = ? "
+                        "AND json_extract(comparison_json, '$.routes') IS NOT NULL ORDER BY prompt_idx",
+                        [run_id, side]):
+        yield json.loads(r[0])
+
+
+__all__ = ["given_prompts", "save_chunk", "route_agreements"]

@@ -5,6 +5,10 @@ One run per router family, each with several sides, so few engines start:
   generate identically; an HF side on the same model with that one gate row nudged (the tie
   reversed) flips the experts at exactly the planted (layer, token) with its margin, the explanation
   says so, and replaying the reference's routes on it makes the fork disappear;
+- the same models in a scored workload: the reference's routes on the flipped side's tokens, the
+  floor's, and the one-pass replay that removes the flip's gap;
+- a dump of the near model's rollout with its recorded routes, replayed with the flipped checkpoint
+  as the trainer: the flip named at its (layer, token), and R3 closing the gap;
 - grouped sigmoid with a shared expert (GLM-4-MoE: DeepSeek-V3's router behind plain attention):
   vLLM and HF route and generate identically.
 """
@@ -71,6 +75,87 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     assert (r.mode, r.source) == ("ids", "ref")
     assert r.before_first_divergence == info["step"] and not r.before_identical
     assert r.after_identical and r.after_first_divergence is None and r.compared == 12
+    # parity layers on the MoE model: the routers recorded with the hidden states name the flip at the fork
+    # (between the two HF sides: their workers are warm, no vLLM loads again for the capture)
+    loc = service.localise(run.id, 0, info["step"], pair=("same", "flip"))
+    assert loc.error is None, loc.error
+    at = next(x for x in loc.routes["layers"] if x["layer"] == info["layer"])
+    assert loc.routes["position"] == loc.token_positions[0] and not at["same_set"] and min(at["margins"]) < 1e-6
+    assert f"The routers choose differently at this position first at layer {info['layer']}" in loc.summary
+
+
+def test_a_scored_workload_compares_routes_on_the_sides_tokens_and_replays_them_in_one_pass(service, planted):
+    """Scored mode (the trainer teacher-forces the rollout side's tokens): the reference's routes on the
+    flipped side's own sequence against the side's, every token; the flip at the planted (layer, token);
+    the floor's routes too; and the cheap replay (the side scores its own tokens routing with the
+    reference's experts) removes the gap the flip made, pooled as its own row."""
+    from parity_ui.commands.workload.run import WorkloadRequest, run_workload
+    from parity_ui.core.workload_record import WorkloadOptions
+
+    near, flipped, info = planted
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "ignore_eos=true", "routes=true"],
+                       sides=["ref=hf", f"b=hf,model={flipped},replay_routes=ids"])
+    run = run_workload(service, WorkloadRequest(
+        model=str(near), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")], config=cfg,
+        options=WorkloadOptions(mode="scored", floor="kernel", chunk=2)))
+    assert run.status in ("ok", "diverged"), run.error
+    w = run.workload
+    b, floor, replayed = w.sides["b"], w.floor_figures, w.sides["b+ref routes"]
+    assert b.stats.routing["cells"] == floor.stats.routing["cells"] == 2 * 12 * 2  # every token, both layers
+    assert b.stats.routing["route_differ"] > 0 and "the floor's" in b.routing_verdict
+    stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
+    c = stored.comparison("b")
+    assert c.first_divergence == info["step"] and c.routes.compared == 12  # past the fork: the same input
+    f = c.routes.first_flip
+    assert (f.step, f.layer) == (info["step"], info["layer"]) and min(f.margins) < 1e-6
+    assert c.explanation.verdict == "router near-tie", c.explanation.summary
+    r = c.route_replay
+    assert r.error is None and (r.mode, r.source, r.compared) == ("ids", "ref", 12)
+    assert r.before_first_divergence == info["step"] and not r.before_identical
+    assert r.after_identical and r.after_max_abs_gap < 1e-4 < r.before_max_abs_gap
+    assert replayed.stats.tokens.abs_dlogp_max < b.stats.tokens.abs_dlogp_max
+    assert replayed.stats.sequences.share_identical == 1.0
+
+
+def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_flips_gap(service, planted,
+                                                                                          tmp_path):
+    """A parity-format dump of the near model's greedy rollout with its real routes (HF gate hooks) and
+    logprobs, replayed with the flipped checkpoint as the trainer: the recorded routes differ from the
+    trainer's at exactly the planted (layer, token), and rollout routing replay (the trainer scoring
+    with the recorded experts) brings its logprobs back to the recorded ones."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from parity_ui.engines.routes import routes_hf
+    from parity_ui.service import ReplayRequest
+
+    near, flipped, info = planted
+    prompt = AutoTokenizer.from_pretrained(near).encode(PROMPT)
+    ids = prompt + info["tokens"]
+    model = AutoModelForCausalLM.from_pretrained(near, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
+    lps = [float(logp[len(prompt) - 1 + t, tok]) for t, tok in enumerate(info["tokens"])]
+    r = routes_hf(model, ids, list(range(len(ids) - 1)))  # [positions, layers, top_k], as vLLM returns them
+    routed = [[r.experts(p, j) for j in range(len(r.layers))] for p in range(r.rows)]
+    dump = tmp_path / "rollouts.jsonl"
+    dump.write_text(json.dumps({"prompt_ids": prompt, "response_ids": info["tokens"], "rollout_logprobs": lps,
+                                "routed_experts": routed, "sampling": {"temperature": 1.0}}) + "\n")
+    cfg = build_config(overrides=["dtype=float32", "routes=true"],
+                       sides=[f"trainer=hf,model={flipped},replay_routes=ids", "b=hf"])
+    run = service.replay(ReplayRequest(dump=str(dump), model=str(near), config=cfg, floor="none"))
+    assert run.status in ("ok", "diverged"), run.error
+    w = run.workload
+    stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
+    c = stored.comparison("recorded")
+    f = c.routes.first_flip  # the rollout's routes against the trainer's, on the same tokens
+    assert (f.step, f.layer) == (info["step"], info["layer"]) and c.routes.compared == len(info["tokens"])
+    assert stored.results["recorded"].routes.ids == stored.results["b"].routes.ids  # the dump's = HF's on near
+    assert w.sides["recorded"].stats.routing["route_differ"] > 0 and w.sides["b"].stats.routing["route_differ"] > 0
+    natural, r3 = w.sides["recorded"].stats.tokens, w.sides["trainer+recorded routes"].stats.tokens
+    assert r3.abs_dlogp_max < 1e-4 < natural.abs_dlogp_max and r3.pairs == natural.pairs == len(info["tokens"])
 
 
 @pytest.fixture(scope="module")

@@ -39,3 +39,24 @@ def pooled(store: Store, run_id: str, report: WorkloadReport, sides: list[str]) 
         report.sides[name] = figs
     report.headline = headline(report)
     return report
+
+
+def pooled_routing(store: Store, run_id: str, report: WorkloadReport) -> None:
+    """MoE (routes=true): each side's routing family (and the floor's) from every stored route
+    agreement of the run, so a resumed run pools its earlier chunks too, and each side's share of
+    routes differing judged against the floor's. Sides with no stored agreement keep None ("not
+    recorded")."""
+    from ...analysis.routes import route_figures
+    from ...core.pooled import routing_against_floor
+    from ...core.routes import agreement_from_json
+
+    def figures(side: str) -> dict | None:
+        got = route_figures(agreement_from_json(a) for a in store.route_agreements(run_id, side))
+        return got if got.get("cells") else None
+
+    floor = report.floor_figures
+    if floor is not None:
+        floor.stats.routing = figures(floor.side)
+    for name, figs in report.sides.items():
+        figs.stats.routing = figures(name)
+        figs.routing_verdict = routing_against_floor(figs.stats.routing, floor.stats.routing if floor else None)

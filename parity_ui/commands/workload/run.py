@@ -23,10 +23,11 @@ the figures so far; `resume_workload` takes a stopped, failed or interrupted run
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...analysis.compare import compare
 from ...core.cluster import check_sides, parse_cluster
@@ -45,7 +46,7 @@ from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
-from .report import pooled
+from .report import pooled, pooled_routing
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
 
@@ -217,7 +218,6 @@ class Workload:
     """One workload run inside its recording (see the module docstring)."""
 
     def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
-        self.route_agreements: dict[str, list[Any]] = {}  # MoE: each compared side's route agreements
         self.kept: dict[str, KeptMass] = {}  # shared-seed: each compared side's kept mass, pooled by adding
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
@@ -234,6 +234,14 @@ class Workload:
         self.prep = prep
         self.rec.prepared(prep)
         self._prepared()
+        if o.mode == "free" and getattr(prep.config, "routes", False):
+            for p in prep.sides[1:]:
+                if getattr(p.spec.options, "replay_routes", "off") != "off":
+                    run.warnings.append(Finding(
+                        code="route-replay-free", severity="warning", side=p.name,
+                        message=f"{p.name}.replay_routes is not run in a free-running workload (it would generate "
+                                "every prompt again, alone); the routes are still recorded and compared",
+                        fix="use --mode scored, where the replay is one forced pass per sequence"))
         floor, spec = floor_plan(prep, o)
         if floor is not None:
             run.sides.append(side_info(floor, reference=False))
@@ -282,23 +290,16 @@ class Workload:
 
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""
-        pooled(self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]])
+        pooled(self.service.store, self.rec.run.id, report,
+               [p.name for p in self.prep.sides[1:]] + self._replayed_pairs())
         if getattr(self, "full", None) is not None:  # the distribution family, pooled over this process's chunks
             self.full.report(report)
-        if self.kept:  # the sampling family, pooled over this process's chunks (as routing)
+        if self.kept:  # the sampling family, pooled over this process's chunks
             from ...core.pooled import sampling_report
 
             sampling_report(report, self.kept)
-        if self.route_agreements:  # the routing family, pooled over this process's chunks (not a resume's earlier ones)
-            from ...analysis.routes import route_figures
-            from ...core.pooled import routing_against_floor
-
-            floor = report.floor_figures
-            if floor is not None:
-                floor.stats.routing = route_figures(self.route_agreements.get(floor.side, []))
-            for name, figs in report.sides.items():
-                figs.stats.routing = route_figures(self.route_agreements.get(name, []))
-                figs.routing_verdict = routing_against_floor(figs.stats.routing, floor.stats.routing if floor else None)
+        if getattr(self.prep.config, "routes", False):  # every stored chunk's routes, a resume's earlier ones too
+            pooled_routing(self.service.store, self.rec.run.id, report)
 
     def _status(self) -> str:
         return "ok" if self.rec.run.identical else "diverged"
@@ -387,9 +388,14 @@ class Workload:
         k = max(prep.config.logprobs, 1)
         full = self.full
         gen = {p.name: self._generate(sides, p, chunk, rows=True) for p in prep.sides[1:]}
+        routes = getattr(prep.config, "routes", False)
+        if routes:  # each generating side's routes on its own tokens
+            from ..routes import chunk_routes
+
+            chunk_routes(prep, self.rec.run, sides, prep.sides[1:], gen, chunk)
         results: dict[str, dict[int, SideResult]] = {n: dict(r) for n, r in gen.items()}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
-        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared}
+        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared + self._replayed_pairs()}
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
             with_floor = self.floor is not None and p.name == first
@@ -405,21 +411,33 @@ class Workload:
                                for it, j in zip(items, chunk)]
                 floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, floor_items)))
                 self.progress.call_done()
+            ref_routes, floor_routes, replayed = self._scored_routes(sides, p, chunk, gen, items, bool(floor_scored)) \
+                if routes else ({}, {}, {})
             for j in chunk:
                 view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
+                base = len(prep.prompts[j].token_ids)
+                if j in ref_routes:
+                    view.routes = ref_routes[j].rows_between(base - 1)
                 if p.name == first:
                     results.setdefault(ref.name, {})[j] = view
-                c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                c = self._explained(self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
+                                    {ref.name: {j: view}, p.name: gen[p.name]}, j)
                 comparisons[j].append(c)
-                samples[p.name].append(scored_sample(c, gen[p.name][j], scored[j]))
+                samples[p.name].append(before := scored_sample(c, gen[p.name][j], scored[j]))
                 if full:
                     full.harvest(p.name, gen[p.name][j].steps, scored[j])
+                if j in replayed:
+                    samples[self._replayed_name(p)].append(
+                        self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored[j], before))
                 if j in floor_scored:
                     fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
                     if full:
                         full.harvest(self.floor.name, fview.steps, floor_scored[j])
+                    if j in floor_routes:
+                        fview.routes = floor_routes[j].rows_between(base - 1)
                     results.setdefault(self.floor.name, {})[j] = fview
-                    fc = self._explained(compare(view, fview), {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
+                    fc = self._explained(self._forced_routes(compare(view, fview), view, fview),
+                                         {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
                     comparisons[j].append(fc)
                     samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
                                                                   scored[j]))
@@ -427,15 +445,74 @@ class Workload:
         if full:
             full.end_chunk(chunk)
 
+    # -- MoE routes in scored mode: the scorer's routes on the side's tokens, and the cheap route replay --
+
+    def _scored_routes(self, sides: Sides, p: SidePlan, chunk: list[int], gen: dict[str, dict[int, SideResult]],
+                       items: list[ScoreRequest], with_floor: bool) -> tuple[dict, dict, dict]:
+        """The reference's (and the floor's) routes on p's sequences, from input position 0, and, where p
+        asks for replay_routes, p's scoring of its own tokens routing with the reference's experts."""
+        from ..routes import forced_routes, score_with_routes
+
+        prep, run = self.prep, self.rec.run
+        seqs = {j: (prep.prompts[j].token_ids, gen[p.name][j].token_ids) for j in chunk}
+        ref_routes = forced_routes(run, sides, prep.reference, seqs)
+        floor_routes = forced_routes(run, sides, self.floor, seqs) if with_floor else {}
+        mode = getattr(p.spec.options, "replay_routes", "off")
+        replayed = {}
+        if mode != "off" and ref_routes:
+            self.progress.call(p.name, f"scoring its tokens with {prep.reference.name}'s expert routes")
+            replayed = score_with_routes(run, sides, p, mode, dict(zip(chunk, items)), ref_routes)
+            self.progress.call_done()
+        return ref_routes, floor_routes, replayed
+
+    def _replayed_name(self, p: SidePlan) -> str:
+        from ..routes import replayed_pair
+
+        return replayed_pair(p.name, self.prep.reference.name)
+
+    def _replayed_pairs(self) -> list[str]:
+        """The pooled pairs of a scored workload's route replays (sides with replay_routes), by name."""
+        if self.opts.mode != "scored" or not getattr(self.prep.config, "routes", False):
+            return []
+        return [self._replayed_name(p) for p in self.prep.sides[1:]
+                if getattr(p.spec.options, "replay_routes", "off") != "off"]
+
+    @staticmethod
+    def _forced_routes(c: Comparison, a: SideResult, b: SideResult) -> Comparison:
+        """Scored mode: both routed the same input (the side's sequence), so every token's routes compare."""
+        if a.routes is not None and b.routes is not None:
+            from ...analysis.routes import compare_routes
+
+            c.routes = compare_routes(a.routes, b.routes, min(len(a.token_ids), len(b.token_ids)))
+        return c
+
+    def _route_replay(self, c: Comparison, view: SideResult, side: SideResult, replayed: Sequence[TokenStep],
+                      scored: Sequence[TokenStep], before: PairSample) -> PairSample:
+        """The side's own tokens scored again with the reference's routes: the comparison's before/after
+        (c.route_replay: the first token where the two would choose differently, and the largest
+        |Δlogprob| over the whole sequence, as scored mode measures it) and the replayed pair's sample
+        (pooled as its own row)."""
+        from ...core.routes import RouteReplay
+
+        p = next(x for x in self.prep.sides if x.name == side.side)
+        after = compare(view, reference_view(side.side, side, replayed, self.prep))
+        sample = scored_sample(after, _as_result(side, replayed), scored)
+        c.route_replay = RouteReplay(
+            mode=getattr(p.spec.options, "replay_routes", "ids"), source=view.side,
+            before_first_divergence=c.first_divergence, after_first_divergence=after.first_divergence,
+            before_identical=c.identical, after_identical=after.identical, before_max_abs_gap=_max_gap(before),
+            after_max_abs_gap=_max_gap(sample), compared=len(sample.positions))
+        return sample
+
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
-        """MoE (routes=true): the pair's route agreement, kept for the routing figures."""
+        """MoE (routes=true): the pair's route agreement, stored with the comparison (the routing figures
+        are pooled from the store)."""
         a, b = results[c.a][j], results[c.b][j]
         if a.routes is not None and b.routes is not None:
             from ...analysis.routes import comparable_steps, compare_routes
 
             c.routes = compare_routes(a.routes, b.routes,
                                       comparable_steps(c.first_divergence, len(a.token_ids), len(b.token_ids)))
-            self.route_agreements.setdefault(c.b, []).append(c.routes)
         return c
 
     def _explained(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
@@ -552,6 +629,13 @@ def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], pre
         "top_raw": dict(cols.top_raw)})
     return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=view,
                       text=prep.tokenizer.decode(ids), finish_reason="scored")
+
+
+def _max_gap(s: PairSample) -> float | None:
+    """The largest |Δlogprob| of a pair sample (None: no finite pair)."""
+    gaps = [abs(x - y) for x, y in zip(s.logp_side, s.logp_ref) if x is not None and y is not None
+            and math.isfinite(x - y)]
+    return max(gaps) if gaps else None
 
 
 def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
