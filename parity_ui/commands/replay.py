@@ -47,7 +47,7 @@ from ..core.types import Finding
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent
-from ..core.types import Comparison, SideInfo, SideResult, TokenStep
+from ..core.types import Comparison, SideInfo, SideResult, StepColumns, TokenStep, step_column
 from ..core.workload_record import WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
@@ -232,7 +232,7 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
 
 
 def _logprobs(steps: Any) -> list[float | None]:
-    return [s.logprob for s in steps]
+    return list(step_column(steps, "logprob"))  # from the columns, not a TokenStep built per position
 
 
 def _clean(v: float | None) -> float | None:
@@ -382,8 +382,9 @@ class Replay(Workload):
             self._ahead.pop(prep.kept[j], None)
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
-        res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),
-                         finish_reason="forced")
+        # The worker's columns as they came (a list of TokenStep per position cost the parent ~as much as the scoring).
+        res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids),
+                         steps=steps if isinstance(steps, StepColumns) else list(steps), finish_reason="forced")
         decode_result(self.prep.tokenizer, res)
         return res
 

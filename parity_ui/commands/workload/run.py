@@ -44,6 +44,7 @@ from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
+from .pieces import pieces, scored_in_pieces
 from .report import pooled
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
@@ -316,8 +317,9 @@ class Workload:
         else:
             self._free(sides, chunk)
 
-    def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False) -> dict[int, SideResult]:
-        """One side's results for the chunk's prompts, by prompt position (decoded)."""
+    def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False,
+                  decode: bool = True) -> dict[int, SideResult]:
+        """One side's results for the chunk's prompts, by prompt position (decoded, unless not `decode`)."""
         prep = self.prep
         order = list(reversed(chunk)) if reverse else chunk
         prompts = prep.prompts_of(p.name)
@@ -330,7 +332,8 @@ class Workload:
         out = {}
         for res, j in zip(got, order):
             res.prompt_index = prep.kept[j]
-            decode_result(prep.tokenizer, res)
+            if decode:
+                decode_result(prep.tokenizer, res)
             out[j] = res
         return out
 
@@ -360,35 +363,43 @@ class Workload:
     def _scored(self, sides: Sides, chunk: list[int]) -> None:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
-        gen = {p.name: self._generate(sides, p, chunk) for p in prep.sides[1:]}
+        # Decoded below, piece by piece, while the reference scores the next piece (pieces.py).
+        gen = {p.name: self._generate(sides, p, chunk, decode=False) for p in prep.sides[1:]}
         results: dict[str, dict[int, SideResult]] = {n: dict(r) for n, r in gen.items()}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
         samples: dict[str, list[PairSample]] = {n: [] for n in self.compared}
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
             items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k) for j in chunk]
-            self.progress.call(ref.name, f"scoring {p.name}'s tokens")
-            scored = dict(zip(chunk, sides.score_batch(ref.name, items)))
+            floor = self.floor if self.floor is not None and p.name == first else None
+            scorers = [ref] + ([floor] if floor is not None else [])
+
+            def call(side: SidePlan, items: list[ScoreRequest] = items) -> Callable[[range], list[Any]]:
+                return lambda part: sides.score_batch(side.name, [items[x] for x in part])
+
+            self.progress.call(ref.name, f"scoring {p.name}'s tokens" + (" (and the floor)" if floor else ""))
+            # In process only: on a cluster a block's calls hand the driver lock over from the block's thread.
+            inline = bool(self.opts.cluster)
+            parts = pieces(len(chunk), per_item=not inline and all(s.kind.name == "hf" for s in scorers))
+            for part, got in scored_in_pieces([call(s) for s in scorers], parts, threaded=not inline):
+                for x, j in enumerate(chunk[part.start:part.stop]):
+                    scored = got[0][x]
+                    decode_result(prep.tokenizer, gen[p.name][j])
+                    view = reference_view(ref.name, gen[p.name][j], scored, prep)
+                    if p.name == first:
+                        results.setdefault(ref.name, {})[j] = view
+                    c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                    comparisons[j].append(c)
+                    samples[p.name].append(scored_sample(c, gen[p.name][j], scored))
+                    if floor is not None:
+                        fview = reference_view(floor.name, gen[p.name][j], got[1][x], prep)
+                        results.setdefault(floor.name, {})[j] = fview
+                        fc = self._explained(compare(view, fview), {ref.name: {j: view}, floor.name: {j: fview}}, j)
+                        comparisons[j].append(fc)
+                        samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], got[1][x]), scored))
             self.progress.call_done()
-            floor_scored = {}
-            if self.floor is not None and p.name == first:
-                self.progress.call(self.floor.name, f"scoring {p.name}'s tokens")
-                floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, items)))
-                self.progress.call_done()
-            for j in chunk:
-                view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
-                if p.name == first:
-                    results.setdefault(ref.name, {})[j] = view
-                c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
-                comparisons[j].append(c)
-                samples[p.name].append(scored_sample(c, gen[p.name][j], scored[j]))
-                if j in floor_scored:
-                    fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
-                    results.setdefault(self.floor.name, {})[j] = fview
-                    fc = self._explained(compare(view, fview), {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
-                    comparisons[j].append(fc)
-                    samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
-                                                                  scored[j]))
+            if floor is not None:
+                self.progress.call_done()  # the floor's scoring: one call of the chunk's count (_calls)
         self._store(chunk, results, comparisons, samples)
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
