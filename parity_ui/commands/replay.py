@@ -404,20 +404,24 @@ class Replay(Workload):
         if side is None:
             return
         engines = [p.name for p in self.prep.sides[1:]]
+        la, lb = lp[trainer], lp[side]
         for t in keep:
-            a, b = lp[trainer][t], lp[side][t]
+            a, b = la[t], lb[t]
             if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
                 continue
             d = a - b
+            key = (abs(d), -(i * 1_000_000 + t))
+            full = len(self._worst) >= WORST_TOKENS
+            if full and key <= self._worst[0][:2]:
+                continue  # not among the worst: no entry (its text decoded) made for it
             entry = {"prompt_index": i, "row": row.where, "position": t, "token_id": row.response_ids[t],
                      "text": self.prep.tokenizer.token_text(row.response_ids[t]), "pair": side,
                      "trainer": a, "rollout": b, "dlogp": d,
                      "engines": {e: lp[e][t] for e in engines if e in lp}}
-            item = (abs(d), -(i * 1_000_000 + t), entry)
-            if len(self._worst) < WORST_TOKENS:
-                heapq.heappush(self._worst, item)
-            elif item[:2] > self._worst[0][:2]:
-                heapq.heapreplace(self._worst, item)
+            if full:
+                heapq.heapreplace(self._worst, (*key, entry))
+            else:
+                heapq.heappush(self._worst, (*key, entry))
 
     # -- the figures ----------------------------------------------------------------------------------
 

@@ -38,9 +38,20 @@ def scored_in_pieces(calls: Sequence[Callable[[range], Any]], parts: list[range]
         for part in parts:
             yield part, [call(part) for call in calls]
         return
+    failed: list[BaseException] = []
+
+    def guarded(call: Callable[[range], Any], part: range) -> Any:
+        if failed:  # an earlier call failed: the caller raises that at its part and never reads this one
+            return None
+        try:
+            return call(part)
+        except BaseException as e:
+            failed.append(e)
+            raise
+
     ex = ThreadPoolExecutor(1, thread_name_prefix="parity-score")
     try:
-        futures: list[list[Future[Any]]] = [[ex.submit(call, part) for call in calls] for part in parts]
+        futures: list[list[Future[Any]]] = [[ex.submit(guarded, call, part) for call in calls] for part in parts]
         for part, fs in zip(parts, futures):
             yield part, [f.result() for f in fs]
     finally:
