@@ -9,7 +9,8 @@ tool leg is what a worker does for one `score_batch` verb (HfEngine.score_batch,
 pickled and unpickled as they cross the pipe); the bare leg is one forward pass per row, log-softmax,
 the chosen tokens' logprobs to Python (bench/replay.py's bare_hf). The legs alternate (--repeat times)
 so a busy machine slows both alike; the logprobs of the two legs are asserted equal (bit for bit).
-Prints and writes (--out) the median seconds per leg and their ratio.
+Prints and writes (--out) the median and least seconds per leg, their ratios, and the CPU seconds (on a
+shared CPU the least and the CPU time are steadier than the median).
 """
 from __future__ import annotations
 
@@ -94,19 +95,23 @@ def main() -> None:
 
     tool(), bare()  # warm both paths (allocator, kernels)
     times: dict[str, list[float]] = {"tool": [], "bare": []}
+    cpu: dict[str, list[float]] = {"tool": [], "bare": []}  # this process's CPU seconds (all threads): steadier on a shared CPU
     results = {}
     for _ in range(args.repeat):
         for name, fn in (("tool", tool), ("bare", bare)):
             sync()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             results[name] = fn()
             sync()
             times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
     worst = max(abs(a - b) for x, y in zip(results["tool"], results["bare"]) for a, b in zip(x, y))
     assert worst == 0.0, f"the tool's logprobs differ from bare teacher-forcing's by {worst}"
     med = {k: statistics.median(v) for k, v in times.items()}
     figures = {"model": args.model, "dtype": args.dtype, "device": str(dev), "rows": args.rows, "tokens": args.tokens,
                "times_s": times, "median_s": med, "tool_over_bare": med["tool"] / med["bare"],
+               "min_s": {k: min(v) for k, v in times.items()}, "tool_over_bare_min": min(times["tool"]) / min(times["bare"]),
+               "cpu_s": cpu, "tool_over_bare_cpu": statistics.median(cpu["tool"]) / statistics.median(cpu["bare"]),
                "max_abs_logprob_diff": worst}
     if args.profile:
         prof = cProfile.Profile()
