@@ -3,6 +3,7 @@
     python bench/hf_score.py --model demo --dtype float32 --rows 8 --tokens 512     # here (the CPU)
     python bench/hf_score.py --model "$PARITY_DEMO_MODEL" --dtype bfloat16 --rows 200 --tokens 512  # GPU
     python bench/hf_score.py ... --profile                                            # + cProfile of the tool leg
+    PARITY_TREE=../main python bench/hf_score.py ...                     # another checkout's parity_ui (before)
 
 What bench/replay.py's trainer side spends beyond the forward pass, without the replay around it: the
 tool leg is what a worker does for one `score_batch` verb (HfEngine.score_batch, the steps as columns,
@@ -27,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# PARITY_TREE: measure another checkout's parity_ui with this script (bench/gpu_perf.sh: main's, before).
+sys.path.insert(0, os.environ.get("PARITY_TREE") or str(Path(__file__).resolve().parents[1]))
 
 
 def _engine(model: str, dtype: str):

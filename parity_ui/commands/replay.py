@@ -389,8 +389,11 @@ class Replay(Workload):
         return res
 
     def _recorded(self, i: int, row: RolloutRow) -> SideResult:
-        steps = [TokenStep(position=t, token_id=tid, text="", logprob=_clean(row.rollout_logprobs[t]), rank=None)
-                 for t, tid in enumerate(row.response_ids)]
+        n, lps = len(row.response_ids), row.rollout_logprobs
+        # As columns (what the store keeps anyway), not a TokenStep per position.
+        steps = StepColumns({"position": list(range(n)), "token_id": list(row.response_ids), "text": [""] * n,
+                             "logprob": [_clean(lps[t]) for t in range(n)], "rank": [None] * n, "top_n": [0] * n,
+                             "top_token_id": [], "top_logprob": [], "top_text": []})
         res = SideResult(side=RECORDED, prompt_index=i, token_ids=list(row.response_ids), steps=steps,
                          finish_reason="recorded")
         decode_result(self.prep.tokenizer, res)
