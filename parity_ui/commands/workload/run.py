@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
@@ -381,22 +382,26 @@ class Workload:
             # In process only: on a cluster a block's calls hand the driver lock over from the block's thread.
             inline = bool(self.opts.cluster)
             parts = pieces(len(chunk), per_item=not inline and all(s.kind.name == "hf" for s in scorers))
-            for part, got in scored_in_pieces([call(s) for s in scorers], parts, threaded=not inline):
-                for x, j in enumerate(chunk[part.start:part.stop]):
-                    scored = got[0][x]
-                    decode_result(prep.tokenizer, gen[p.name][j])
-                    view = reference_view(ref.name, gen[p.name][j], scored, prep)
-                    if p.name == first:
-                        results.setdefault(ref.name, {})[j] = view
-                    c = self._explained(compare(view, gen[p.name][j]), {ref.name: {j: view}, p.name: gen[p.name]}, j)
-                    comparisons[j].append(c)
-                    samples[p.name].append(scored_sample(c, gen[p.name][j], scored))
-                    if floor is not None:
-                        fview = reference_view(floor.name, gen[p.name][j], got[1][x], prep)
-                        results.setdefault(floor.name, {})[j] = fview
-                        fc = self._explained(compare(view, fview), {ref.name: {j: view}, floor.name: {j: fview}}, j)
-                        comparisons[j].append(fc)
-                        samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], got[1][x]), scored))
+            # closing(): an error in the parent's own work stops the thread's calls at once, not when the
+            # traceback holding this frame is freed.
+            with closing(scored_in_pieces([call(s) for s in scorers], parts, threaded=not inline)) as scoring:
+                for part, got in scoring:
+                    for x, j in enumerate(chunk[part.start:part.stop]):
+                        scored = got[0][x]
+                        decode_result(prep.tokenizer, gen[p.name][j])
+                        view = reference_view(ref.name, gen[p.name][j], scored, prep)
+                        if p.name == first:
+                            results.setdefault(ref.name, {})[j] = view
+                        c = self._explained(compare(view, gen[p.name][j]),
+                                            {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                        comparisons[j].append(c)
+                        samples[p.name].append(scored_sample(c, gen[p.name][j], scored))
+                        if floor is not None:
+                            fview = reference_view(floor.name, gen[p.name][j], got[1][x], prep)
+                            results.setdefault(floor.name, {})[j] = fview
+                            fc = self._explained(compare(view, fview), {ref.name: {j: view}, floor.name: {j: fview}}, j)
+                            comparisons[j].append(fc)
+                            samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], got[1][x]), scored))
             self.progress.call_done()
             if floor is not None:
                 self.progress.call_done()  # the floor's scoring: one call of the chunk's count (_calls)
