@@ -30,4 +30,7 @@ for t in $(trees); do
   step "workload-scored-${t%%:*}" "${t#*:}" 600 python3 bench/workload.py --mode scored --prompts 1000 --tokens 128 \
     --work /tmp/pb-workload-${t%%:*} --out $R/workload-scored-${t%%:*}.json
 done
+# 4. the same, this tree with the reference's scoring in one call (no overlap with the parent's work): what the overlap gives
+step "workload-scored-one-piece" "$HERE" 600 env PARITY_BENCH_ONE_PIECE=1 python3 bench/workload.py --mode scored \
+  --prompts 1000 --tokens 128 --work /tmp/pb-workload-one --out $R/workload-scored-one-piece.json
 log done; touch $R/done
