@@ -147,6 +147,10 @@ def tool(args, mode: str, db: str) -> dict:
     from parity_ui.core.workload_record import WorkloadOptions
     from parity_ui.commands.workload.run import WorkloadRequest, run_workload
 
+    if os.environ.get("PARITY_BENCH_ONE_PIECE"):  # A/B: the reference scores the chunk in one call, no overlap
+        import parity_ui.commands.workload.run as workload_run
+
+        workload_run.pieces = lambda n, per_item, piece=0: [range(0, n)] if n else []
     t0 = time.perf_counter()
     svc = ParityService(db_path=db)
     req = WorkloadRequest(model=args.model, prompts=[PromptSpec(text=p) for p in prompts(args.prompts)],

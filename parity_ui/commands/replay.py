@@ -47,7 +47,7 @@ from ..core.types import Finding
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent
-from ..core.types import Comparison, SideInfo, SideResult, TokenStep
+from ..core.types import Comparison, SideInfo, SideResult, StepColumns, TokenStep, step_column
 from ..core.workload_record import WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
@@ -238,7 +238,7 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
 
 
 def _logprobs(steps: Any) -> list[float | None]:
-    return [s.logprob for s in steps]
+    return list(step_column(steps, "logprob"))  # from the columns, not a TokenStep built per position
 
 
 def _clean(v: float | None) -> float | None:
@@ -458,14 +458,18 @@ class Replay(Workload):
         return c
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
-        res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids), steps=list(steps),
-                         finish_reason="forced")
+        # The worker's columns as they came (a list of TokenStep per position cost the parent ~as much as the scoring).
+        res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids),
+                         steps=steps if isinstance(steps, StepColumns) else list(steps), finish_reason="forced")
         decode_result(self.prep.tokenizer, res)
         return res
 
     def _recorded(self, i: int, row: RolloutRow) -> SideResult:
-        steps = [TokenStep(position=t, token_id=tid, text="", logprob=_clean(row.rollout_logprobs[t]), rank=None)
-                 for t, tid in enumerate(row.response_ids)]
+        n, lps = len(row.response_ids), row.rollout_logprobs
+        # As columns (what the store keeps anyway), not a TokenStep per position.
+        steps = StepColumns({"position": list(range(n)), "token_id": list(row.response_ids), "text": [""] * n,
+                             "logprob": [_clean(lps[t]) for t in range(n)], "rank": [None] * n, "top_n": [0] * n,
+                             "top_token_id": [], "top_logprob": [], "top_text": []})
         res = SideResult(side=RECORDED, prompt_index=i, token_ids=list(row.response_ids), steps=steps,
                          finish_reason="recorded")
         decode_result(self.prep.tokenizer, res)
@@ -479,20 +483,24 @@ class Replay(Workload):
         if side is None:
             return
         engines = [p.name for p in self.prep.sides[1:]]
+        la, lb = lp[trainer], lp[side]
         for t in keep:
-            a, b = lp[trainer][t], lp[side][t]
+            a, b = la[t], lb[t]
             if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
                 continue
             d = a - b
+            key = (abs(d), -(i * 1_000_000 + t))
+            full = len(self._worst) >= WORST_TOKENS
+            if full and key <= self._worst[0][:2]:
+                continue  # not among the worst: no entry (its text decoded) made for it
             entry = {"prompt_index": i, "row": row.where, "position": t, "token_id": row.response_ids[t],
                      "text": self.prep.tokenizer.token_text(row.response_ids[t]), "pair": side,
                      "trainer": a, "rollout": b, "dlogp": d,
                      "engines": {e: lp[e][t] for e in engines if e in lp}}
-            item = (abs(d), -(i * 1_000_000 + t), entry)
-            if len(self._worst) < WORST_TOKENS:
-                heapq.heappush(self._worst, item)
-            elif item[:2] > self._worst[0][:2]:
-                heapq.heapreplace(self._worst, item)
+            if full:
+                heapq.heapreplace(self._worst, (*key, entry))
+            else:
+                heapq.heappush(self._worst, (*key, entry))
 
     # -- the figures ----------------------------------------------------------------------------------
 

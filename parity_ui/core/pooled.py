@@ -44,7 +44,7 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from itertools import accumulate, islice, repeat
 from operator import le, mul, neg, sub
@@ -75,6 +75,9 @@ EXP_CAP = 600.0
 LN2 = math.log(2.0)
 # A logprob a little above 0 is float rounding of log(1); far above 0 it is not a logprob at all.
 LOGPROB_SLACK = 1e-3
+# Gaps sorted at a time (_partial): the figures search sorted runs, so a bucket's gaps need not be
+# one sorted array; one run's list of float objects is ~2 MiB.
+SORT_RUN = 1 << 16
 
 
 @dataclass
@@ -336,7 +339,7 @@ class Accumulator:
         # Per sample, the additive pieces of its token figures (the bootstrap's units), and per
         # pooled pair the sample's slot (parallel to _ls/_lr) for the resampled quantiles.
         self._sums = [array("d") for _ in _SUMS]
-        self._slot = [array("q") for _ in edges]
+        self._slot = [array("i") for _ in edges]  # 4 B a pair: a sample's slot
 
     def __len__(self) -> int:
         return len(self._index)
@@ -469,7 +472,7 @@ class Accumulator:
         step = max(1, -(-total // BOOTSTRAP_MAX_GAPS))
         # Every step-th pair over the buckets in order, as strided slices of each bucket's arrays
         # (C speed: a walk over every pooled pair cost ~0.1 us a pair at the end of a long run).
-        ls, lr, sl, offset = array("d"), array("d"), array("q"), 0
+        ls, lr, sl, offset = array("d"), array("d"), array("i"), 0
         for b in range(len(self._ls)):
             first = -offset % step
             ls.extend(self._ls[b][first::step])
@@ -678,7 +681,7 @@ class _Partial:
     each value is touched by the per-token passes once."""
     n: int
     skipped: int
-    sorted_d: array  # dlogp = logp_side - logp_ref, ascending
+    sorted_runs: list[array]  # dlogp = logp_side - logp_ref in runs of SORT_RUN, each ascending
     sum_d: float
     sum_abs_d: float
     sum_expm1_log_rho: float  # sum(rho - 1), rho capped at e^EXP_CAP
@@ -699,29 +702,50 @@ class _Partial:
 
 
 def _partial(ls: Sequence[float], lr: Sequence[float], skipped: int) -> _Partial:
-    """A few C-speed passes (map over math functions, fsum for every sum) and one sort."""
+    """A few C-speed passes (map over math functions, fsum for every sum) and a sort in runs.
+
+    Memory: beside the pooled pairs, only the two probability vectors (8 B a pair each, made once:
+    exp is the costly pass) and the sorted gaps (8 B a pair) are held; every other per-pair value
+    (the gap, log rho, |dprob|, the centred probabilities) is a fresh map over them for each sum
+    that needs it. The sort goes SORT_RUN gaps at a time, so its list of float objects (~32 B a
+    pair) never holds more than one run. Holding them all as arrays (and sorting the whole bucket
+    at once) made 10,000 rows x 2,000 tokens need ~125 B a pair at the end of a replay. The sums
+    are the same fsums over the same values in the same order: the figures are bit-identical."""
     fsum, exp = math.fsum, math.exp
-    d = array("d", map(sub, ls, lr))
-    # Sorted first: the sort's list of float objects (~32 B a pair) is freed before the other arrays exist.
-    sorted_d = array("d", sorted(d))
-    log_rho = array("d", map(min, map(neg, d), repeat(EXP_CAP)))
+    n = len(ls)
+
+    def d() -> Iterator[float]:
+        return map(sub, ls, lr)
+
+    def log_rho() -> Iterator[float]:
+        return map(min, map(neg, d()), repeat(EXP_CAP))
+
+    sorted_runs = [array("d", sorted(map(sub, ls[lo:lo + SORT_RUN], lr[lo:lo + SORT_RUN])))
+                   for lo in range(0, n, SORT_RUN)]
     p_side = array("d", map(exp, ls))
     p_ref = array("d", map(exp, lr))
-    dp = array("d", map(abs, map(sub, p_side, p_ref)))
-    n = len(d)
+
+    def dp() -> Iterator[float]:
+        return map(abs, map(sub, p_side, p_ref))
+
     mx, my = (fsum(p_side) / n, fsum(p_ref) / n) if n else (0.0, 0.0)
-    cx = array("d", map(sub, p_side, repeat(mx)))
-    cy = array("d", map(sub, p_ref, repeat(my)))
+
+    def cx() -> Iterator[float]:
+        return map(sub, p_side, repeat(mx))
+
+    def cy() -> Iterator[float]:
+        return map(sub, p_ref, repeat(my))
+
     return _Partial(
-        n=len(d), skipped=skipped, sorted_d=sorted_d,
-        sum_d=fsum(d), sum_abs_d=fsum(map(abs, d)),
+        n=n, skipped=skipped, sorted_runs=sorted_runs,
+        sum_d=fsum(d()), sum_abs_d=fsum(map(abs, d())),
         # rho - log rho - 1 summed as sum(expm1(log rho)) - sum(log rho): expm1 keeps each small gap's
         # ~dlogp^2/2 instead of losing it to 1 + tiny.
-        sum_expm1_log_rho=fsum(map(math.expm1, log_rho)), sum_log_rho=fsum(log_rho),
-        sum_exp_abs_d=fsum(map(exp, map(min, map(abs, d), repeat(EXP_CAP)))),
-        sum_dp=fsum(dp), max_dp=max(dp, default=0.0),
+        sum_expm1_log_rho=fsum(map(math.expm1, log_rho())), sum_log_rho=fsum(log_rho()),
+        sum_exp_abs_d=fsum(map(exp, map(min, map(abs, d()), repeat(EXP_CAP)))),
+        sum_dp=fsum(dp()), max_dp=max(dp(), default=0.0),
         mean_x=mx, mean_y=my,
-        sxx=fsum(map(mul, cx, cx)), syy=fsum(map(mul, cy, cy)), sxy=fsum(map(mul, cx, cy)),
+        sxx=fsum(map(mul, cx(), cx())), syy=fsum(map(mul, cy(), cy())), sxy=fsum(map(mul, cx(), cy())),
         x_range=(min(p_side, default=0.0), max(p_side, default=0.0)),
         y_range=(min(p_ref, default=0.0), max(p_ref, default=0.0)),
     )
@@ -736,7 +760,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
                           abs_dlogp_p99=None, abs_dlogp_max=None, abs_dprob_mean=None, abs_dprob_max=None,
                           kl=None, k3=None, pearson=None, token_mult_prob_error=None, rho_min=None,
                           rho_mean=None, rho_max=None, outside=[BandShare(lo, hi, None) for lo, hi in RHO_BANDS])
-    runs = [p.sorted_d for p in parts if p.n]
+    runs = [r for p in parts for r in p.sorted_runs]
     d_min, d_max = min(r[0] for r in runs), max(r[-1] for r in runs)
     s_em1 = fsum(p.sum_expm1_log_rho for p in parts)
 

@@ -11,9 +11,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..core.types import EngineInfo, SideResult, SideTimings, TokenStep
+from ..core.types import EngineInfo, SideResult, SideTimings, StepColumns, TokenStep
 from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, RouteReplayRequest, RoutesRequest,
-                   ScoreRequest, ShouldStop, StepCallback, make_step, result)
+                   ScoreBatch, ScoreRequest, ShouldStop, StepCallback, clean_logprob, make_step, result)
 
 if TYPE_CHECKING:
     from .hf_greedy import GreedyDecoder
@@ -400,20 +400,52 @@ class HfEngine(Engine):
         return out
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:
+        return list(self._score_columns(req))
+
+    def score_batch(self, req: ScoreBatch) -> list[StepColumns]:
+        """Each item's steps as columns, built from the tensors (the worker sends columns anyway):
+        no TokenStep and TopLogprob per position, which with the per-position indexing before cost
+        the trainer side of a replay ~1.5x bare teacher-forcing on the GPU (bench/replay.py)."""
+        out = []
+        for item in req.items:
+            if self.should_stop():
+                break
+            out.append(self._score_columns(item))
+        return out
+
+    def _score_columns(self, req: ScoreRequest) -> StepColumns:
+        """One teacher-forced forward pass; the continuation's steps: each token's logprob (float32
+        log-softmax of its logits row), rank and top-k, the same numbers _steps_from_logits gives,
+        with four device-to-host copies in all."""
         import torch
 
         ids = torch.tensor([req.prompt + req.continuation], device=self.model.device)
         with torch.inference_mode():
             logits = self.model(input_ids=ids).logits[0]
         base = len(req.prompt)
-        # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j.
-        rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
-        steps = self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
-        if req.rows is not None and req.continuation:  # full_distribution: write and/or meet the other side's rows
+        if req.rows is not None and req.continuation:
+            # full_distribution: the per-position steps gain the figures where the rows meet (write
+            # and/or read the other side's), so this path keeps its TokenSteps.
             from .full_distribution import handle
 
+            rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
+            steps = self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
             handle(logits[base - 1:base - 1 + len(req.continuation)], req.rows, steps)
-        return steps
+            return StepColumns.from_steps(steps)
+        with torch.inference_mode():
+            tokens, k = req.continuation, max(req.logprobs, 1)
+            n = len(tokens)
+            # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j. One slice,
+            # not a view per position stacked again (n small tensor ops per row, ~2x the forward on a GPU).
+            lp = torch.log_softmax(logits[base - 1:base - 1 + n].float(), dim=-1)
+            chosen = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])  # [n, 1]
+            ranks = ((lp > chosen).sum(dim=-1) + 1).tolist()
+            top_v, top_i = torch.topk(lp, k, dim=-1)
+            chosen_l, top_v_l, top_i_l = chosen[:, 0].tolist(), top_v.flatten().tolist(), top_i.flatten().tolist()
+        return StepColumns({
+            "position": list(range(n)), "token_id": list(tokens), "text": [""] * n,
+            "logprob": list(map(clean_logprob, chosen_l)), "rank": ranks, "top_n": [k] * n,
+            "top_token_id": top_i_l, "top_logprob": list(map(clean_logprob, top_v_l)), "top_text": [""] * (n * k)})
 
     def routes(self, req: RoutesRequest) -> Any:
         from .routes import routes_hf

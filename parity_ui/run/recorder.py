@@ -224,11 +224,12 @@ def _decoded(tok: PromptTokenizer, final: TokenStep, streamed: TokenStep | None)
 
 def decode_columns(tok: PromptTokenizer, cols: StepColumns) -> None:
     """Fill a column store's texts (and the bytes where a text cannot show them) in place."""
-    text, raw = tok.token_text, tok.token_raw
-    cols.text = [text(t) for t in cols.token_id]
-    cols.top_text = [text(t) for t in cols.top_token_id]
-    cols.raw = {i: r for i, t in enumerate(cols.token_id) if (r := raw(t))}
-    cols.top_raw = {i: r for i, t in enumerate(cols.top_token_id) if (r := raw(t))}
+    raw = tok.token_raw
+    cols.text = tok.texts(cols.token_id)
+    cols.top_text = tok.texts(cols.top_token_id)
+    # token_raw is None unless the text shows U+FFFD: asked only there.
+    cols.raw = {i: r for i, s in enumerate(cols.text) if "\ufffd" in s and (r := raw(cols.token_id[i]))}
+    cols.top_raw = {i: r for i, s in enumerate(cols.top_text) if "\ufffd" in s and (r := raw(cols.top_token_id[i]))}
     cols._built = {}
 
 

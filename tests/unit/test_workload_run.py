@@ -173,3 +173,19 @@ def test_the_cli_prints_one_screen_json_and_a_prompt_on_demand(model, tmp_path, 
                      "--side", "b=fake", "--quiet"])
         err = capsys.readouterr().err
         assert code == 2 and "line 13" in err and "--on-bad skip" in err
+
+
+def test_a_stop_while_the_reference_scores_keeps_the_finished_chunks_and_resume_finishes(service, model):
+    """Scored mode's scoring runs on a thread (commands/workload/pieces.py): a Stop during it reaches
+    the run as a Stop, the chunks stored before it stay, and the resume scores the rest once."""
+    def stop_at_second_scoring(e):
+        if e.kind == "progress" and "scoring" in e.message and "chunk 2 " in e.message:
+            service.cancel()
+
+    run = _workload(service, model, "ref=fake", "b=fake,shift=0.1", mode="scored", floor="none",
+                    emit=stop_at_second_scoring)
+    assert run.status == "cancelled" and run.workload.done == 8, run.error
+    assert sorted(s.prompt_index for s in _samples(service, run, "b")) == list(range(8))
+    again = resume_workload(service, run.id)
+    assert again.status in ("ok", "diverged") and again.workload.done == 30, again.error
+    assert sorted(s.prompt_index for s in _samples(service, again, "b")) == list(range(30))

@@ -25,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...analysis.compare import compare
 from ...core.cluster import check_sides, parse_cluster
@@ -46,6 +47,7 @@ from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
+from .pieces import pieces, scored_in_pieces
 from .report import pooled, pooled_routing
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
@@ -338,9 +340,9 @@ class Workload:
             self._free(sides, chunk)
 
     def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False,
-                  rows: bool = False) -> dict[int, SideResult]:
-        """One side's results for the chunk's prompts, by prompt position (decoded); with `rows`, its
-        full rows written for the scorer to meet (full_distribution)."""
+                  rows: bool = False, decode: bool = True) -> dict[int, SideResult]:
+        """One side's results for the chunk's prompts, by prompt position (decoded, unless not `decode`);
+        with `rows`, its full rows written for the scorer to meet (full_distribution)."""
         prep = self.prep
         order = list(reversed(chunk)) if reverse else chunk
         prompts = prep.prompts_of(p.name)
@@ -354,7 +356,8 @@ class Workload:
         out = {}
         for res, j in zip(got, order):
             res.prompt_index = prep.kept[j]
-            decode_result(prep.tokenizer, res)
+            if decode:
+                decode_result(prep.tokenizer, res)
             out[j] = res
         return out
 
@@ -387,8 +390,9 @@ class Workload:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
         full = self.full
-        gen = {p.name: self._generate(sides, p, chunk, rows=True) for p in prep.sides[1:]}
         routes = getattr(prep.config, "routes", False)
+        # Decoded below, piece by piece, while the reference scores the next piece (pieces.py).
+        gen = {p.name: self._generate(sides, p, chunk, rows=True, decode=False) for p in prep.sides[1:]}
         if routes:  # each generating side's routes on its own tokens
             from ..routes import chunk_routes
 
@@ -398,49 +402,61 @@ class Workload:
         samples: dict[str, list[PairSample]] = {n: [] for n in self.compared + self._replayed_pairs()}
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
-            with_floor = self.floor is not None and p.name == first
+            floor = self.floor if self.floor is not None and p.name == first else None
             items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k,
-                                  rows=full.score_rows(p.name, j, with_floor) if full else None) for j in chunk]
-            self.progress.call(ref.name, f"scoring {p.name}'s tokens")
-            scored = dict(zip(chunk, sides.score_batch(ref.name, items)))
-            self.progress.call_done()
-            floor_scored = {}
-            if self.floor is not None and p.name == first:
-                self.progress.call(self.floor.name, f"scoring {p.name}'s tokens")
-                floor_items = [dataclasses.replace(it, rows=full.floor_rows(j) if full else None)
-                               for it, j in zip(items, chunk)]
-                floor_scored = dict(zip(chunk, sides.score_batch(self.floor.name, floor_items)))
-                self.progress.call_done()
-            ref_routes, floor_routes, replayed = self._scored_routes(sides, p, chunk, gen, items, bool(floor_scored)) \
+                                  rows=full.score_rows(p.name, j, floor is not None) if full else None) for j in chunk]
+            floor_items = [dataclasses.replace(it, rows=full.floor_rows(j) if full else None)
+                           for it, j in zip(items, chunk)] if floor is not None else []
+            scorers = [(ref, items)] + ([(floor, floor_items)] if floor is not None else [])
+
+            def call(side: SidePlan, its: list[ScoreRequest]) -> Callable[[range], list[Any]]:
+                return lambda part: sides.score_batch(side.name, [its[x] for x in part])
+
+            # Routes (and the route replay) call the workers from this thread: before the scoring, which
+            # then runs inline, as on a cluster (a block's calls hand the driver lock over from its thread),
+            # and as with full rows (written and met in order).
+            ref_routes, floor_routes, replayed = self._scored_routes(sides, p, chunk, gen, items, floor is not None) \
                 if routes else ({}, {}, {})
-            for j in chunk:
-                view = reference_view(ref.name, gen[p.name][j], scored[j], prep)
-                base = len(prep.prompts[j].token_ids)
-                if j in ref_routes:
-                    view.routes = ref_routes[j].rows_between(base - 1)
-                if p.name == first:
-                    results.setdefault(ref.name, {})[j] = view
-                c = self._explained(self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
-                                    {ref.name: {j: view}, p.name: gen[p.name]}, j)
-                comparisons[j].append(c)
-                samples[p.name].append(before := scored_sample(c, gen[p.name][j], scored[j]))
-                if full:
-                    full.harvest(p.name, gen[p.name][j].steps, scored[j])
-                if j in replayed:
-                    samples[self._replayed_name(p)].append(
-                        self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored[j], before))
-                if j in floor_scored:
-                    fview = reference_view(self.floor.name, gen[p.name][j], floor_scored[j], prep)
-                    if full:
-                        full.harvest(self.floor.name, fview.steps, floor_scored[j])
-                    if j in floor_routes:
-                        fview.routes = floor_routes[j].rows_between(base - 1)
-                    results.setdefault(self.floor.name, {})[j] = fview
-                    fc = self._explained(self._forced_routes(compare(view, fview), view, fview),
-                                         {ref.name: {j: view}, self.floor.name: {j: fview}}, j)
-                    comparisons[j].append(fc)
-                    samples[self.floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], floor_scored[j]),
-                                                                  scored[j]))
+            inline = bool(self.opts.cluster) or bool(routes) or bool(full)
+            self.progress.call(ref.name, f"scoring {p.name}'s tokens" + (" (and the floor)" if floor else ""))
+            parts = pieces(len(chunk), per_item=not inline and all(s.kind.name == "hf" for s, _ in scorers))
+            # closing(): an error in the parent's own work stops the thread's calls at once, not when the
+            # traceback holding this frame is freed.
+            with closing(scored_in_pieces([call(s, its) for s, its in scorers], parts, threaded=not inline)) as scoring:
+                for part, got in scoring:
+                    for x, j in enumerate(chunk[part.start:part.stop]):
+                        scored = got[0][x]
+                        decode_result(prep.tokenizer, gen[p.name][j])
+                        view = reference_view(ref.name, gen[p.name][j], scored, prep)
+                        base = len(prep.prompts[j].token_ids)
+                        if j in ref_routes:
+                            view.routes = ref_routes[j].rows_between(base - 1)
+                        if p.name == first:
+                            results.setdefault(ref.name, {})[j] = view
+                        c = self._explained(self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
+                                            {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                        comparisons[j].append(c)
+                        samples[p.name].append(before := scored_sample(c, gen[p.name][j], scored))
+                        if full:
+                            full.harvest(p.name, gen[p.name][j].steps, scored)
+                        if j in replayed:
+                            samples[self._replayed_name(p)].append(
+                                self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored, before))
+                        if floor is not None:
+                            fscored = got[1][x]
+                            fview = reference_view(floor.name, gen[p.name][j], fscored, prep)
+                            if full:
+                                full.harvest(floor.name, fview.steps, fscored)
+                            if j in floor_routes:
+                                fview.routes = floor_routes[j].rows_between(base - 1)
+                            results.setdefault(floor.name, {})[j] = fview
+                            fc = self._explained(self._forced_routes(compare(view, fview), view, fview),
+                                                 {ref.name: {j: view}, floor.name: {j: fview}}, j)
+                            comparisons[j].append(fc)
+                            samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], fscored), scored))
+            self.progress.call_done()
+            if floor is not None:
+                self.progress.call_done()  # the floor's scoring: one call of the chunk's count (_calls)
         self._store(chunk, results, comparisons, samples)
         if full:
             full.end_chunk(chunk)
