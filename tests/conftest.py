@@ -78,3 +78,18 @@ def alt_env():
 
     cache = Path(os.environ.get("PARITY_CACHE_DIR") or Path.home() / ".cache" / "parity-ui")
     return build(cache / "test-envs")
+
+
+@pytest.fixture
+def cli_on_warm_workers(service, monkeypatch):
+    """`parity_ui.cli.main()` called in this process runs its command on the session service's warm
+    workers: its own database, arguments, output and exit code, but no engine start that an earlier
+    test (or an earlier main() in the same test) already paid for. A subprocess CLI starts its own."""
+    import parity_ui.cli as cli
+    from parity_ui.service import ParityService
+
+    class OnSessionWorkers(ParityService):
+        def close(self) -> None:  # the workers are the session's, stopped when the session ends
+            self.close_cluster()
+
+    monkeypatch.setattr(cli, "_service", lambda args: OnSessionWorkers(db_path=args.db, pool=service.pool))
