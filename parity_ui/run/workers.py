@@ -430,8 +430,9 @@ class EnginePool:
             keep = 0
         with self._lock:
             idle = [k for k in self.workers if k not in keys]  # least recently used first
-            drop = idle[: max(0, len(idle) - keep)]
-            stopping = [self.workers.pop(k) for k in drop]
+            alive = [k for k in idle if self.workers[k].alive]  # a dead or never started one is not worth keeping
+            kept = set(alive[max(0, len(alive) - keep):]) if keep > 0 else set()
+            stopping = [self.workers.pop(k) for k in idle if k not in kept]
         for w in stopping:
             w.stop()
 

@@ -127,8 +127,10 @@ def test_a_pool_that_keeps_idle_workers_keeps_the_most_recently_used_and_frees_t
             ws[n] = pool.worker(f"key-{n}", n, ENGINE, sys.executable, {"PARITY_T": f"idle-{n}"})
             ws[n].ensure_started()
         pool.worker("key-a", "a", ENGINE, sys.executable, {"PARITY_T": "idle-a"})  # a used again: b is the oldest
+        never = pool.worker("key-n", "n", ENGINE, sys.executable, {"PARITY_T": "idle-n"})  # made, never started
         pool.retain({"key-d"})
         assert list(pool.workers) == ["key-c", "key-a"] and ws["a"].alive and ws["c"].alive
+        assert never.pid is None  # a worker that is not alive is never kept: by_side() gives live ones only
         assert not ws["b"].alive
         assert pool.worker("key-a", "a2", ENGINE, sys.executable, {"PARITY_T": "idle-a"}) is ws["a"]  # warm
         assert pool.by_side()["a2"] is ws["a"]
