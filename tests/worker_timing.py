@@ -1,7 +1,7 @@
 """Opt-in pytest plugin for CI-time work: logs every engine worker start and model load with the test
 that paid for it, so a slow test file shows which engine starts it could share.
 
-    PARITY_WORKER_LOG=/tmp/w.tsv pytest tests/engines/test_x.py -p tests.worker_timing --durations=0
+    PARITY_WORKER_LOG=/tmp/w.tsv python -m pytest tests/engines/test_x.py -p tests.worker_timing --durations=0
 
 Each line: test id, what (start|load), side label, engine, seconds. Only workers of this pytest process
 (the session service and services made in tests) are seen; a CLI subprocess's own are not."""
