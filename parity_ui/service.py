@@ -207,7 +207,7 @@ class ParityService:
                     self._cluster = None
                 self._cluster = Cluster(spec.address)
             if self._cluster.local and self.on_gpu:
-                self.pool.retain(set())  # the warm in-process workers hold the GPUs the replicas need
+                self.pool.retain(set(), keep_idle=0)  # the warm in-process workers hold the GPUs the replicas need
             sides = ClusterSides(self._cluster, self.pool, plans, spec, gpu=self.on_gpu if gpu is None else gpu,
                                  emit=emit, on_loaded=on_loaded, findings=findings, timings=timings)
             sides.start()

@@ -14,6 +14,9 @@ sys.path.insert(0, str(TESTS))  # the shared helpers (tiny_models, fake_engine, 
 # and transformers engines, tests/browser/ drives the app in headless Chromium (a browser test that also
 # starts real engines says `engines` itself). `-m "not engines and not browser"` is then tests/unit/.
 FOLDER_MARKERS = {"engines": "engines", "browser": "browser"}
+# Idle engine workers the session service keeps warm on the CPU (see `service`): a tiny model's vLLM
+# worker holds ~1 GB, HF ~0.5 GB; the pool keeps none while less than 6 GiB is available.
+KEEP_IDLE = 6
 
 
 @pytest.fixture(autouse=True)
@@ -46,10 +49,16 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def service(tmp_path_factory):
     """One ParityService for every real-engine test: workers stay warm across modules whenever
-    the load-time settings match, so each distinct (model, dtype, ...) pays one engine start."""
+    the load-time settings match, so each distinct (model, dtype, ...) pays one engine start. On the
+    CPU its pool also keeps the KEEP_IDLE most recently used workers that a run does not need (the
+    app stops them): tests take many setups in turn, and a vLLM start costs ~20-30 s of 2 cores. On
+    a GPU idle workers would hold the memory the next side loads into, so none is kept there."""
+    from parity_ui.run.hardware import on_gpu
+    from parity_ui.run.workers import EnginePool
     from parity_ui.service import ParityService
 
-    svc = ParityService(db_path=str(tmp_path_factory.mktemp("engine-db") / "runs.db"))
+    pool = EnginePool(keep_idle=0 if on_gpu() else KEEP_IDLE)
+    svc = ParityService(db_path=str(tmp_path_factory.mktemp("engine-db") / "runs.db"), pool=pool)
     yield svc
     svc.close()
 
@@ -69,3 +78,18 @@ def alt_env():
 
     cache = Path(os.environ.get("PARITY_CACHE_DIR") or Path.home() / ".cache" / "parity-ui")
     return build(cache / "test-envs")
+
+
+@pytest.fixture
+def cli_on_warm_workers(service, monkeypatch):
+    """`parity_ui.cli.main()` called in this process runs its command on the session service's warm
+    workers: its own database, arguments, output and exit code, but no engine start that an earlier
+    test (or an earlier main() in the same test) already paid for. A subprocess CLI starts its own."""
+    import parity_ui.cli as cli
+    from parity_ui.service import ParityService
+
+    class OnSessionWorkers(ParityService):
+        def close(self) -> None:  # the workers are the session's, stopped when the session ends
+            self.close_cluster()
+
+    monkeypatch.setattr(cli, "_service", lambda args: OnSessionWorkers(db_path=args.db, pool=service.pool))

@@ -61,6 +61,17 @@ def oom_kill_count() -> int | None:
     return None
 
 
+def _available_gib() -> float:
+    """MemAvailable in GiB (0 when it cannot be read: then nothing idle is kept)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def _memory_now() -> str:
     try:
         info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
@@ -360,9 +371,14 @@ class EnginePool:
     """The warm workers, keyed by what they loaded (kind, interpreter, environment, arguments): a
     side whose setup did not change since the last run reuses its worker. Closed at exit."""
 
-    def __init__(self, **timeouts: float):
+    def __init__(self, *, keep_idle: int = 0, keep_idle_free_gib: float = 6.0, **timeouts: float):
         self.timeouts = timeouts
-        self.workers: dict[str, EngineWorker] = {}
+        # Workers a run does not need are stopped before it loads (their memory, their GPUs), unless
+        # keep_idle > 0: then up to that many, the most recently used, stay warm while more than
+        # keep_idle_free_gib of memory is available. The test suite sets it: its tests take many
+        # setups in turn, and each start of a vLLM engine costs ~20-30 s of a 2-core CI machine.
+        self.keep_idle, self.keep_idle_free_gib = keep_idle, keep_idle_free_gib
+        self.workers: dict[str, EngineWorker] = {}  # least recently used first
         self.spares: dict[str, EngineWorker] = {}  # started ahead (prestart), by process setup
         self.stopped_by_user = False  # the user pressed Stop in the command under way
         self.cancel_flag = CancelFlag()
@@ -376,11 +392,11 @@ class EnginePool:
         """The worker for `key`: a warm one, else one started ahead for the same process setup
         (prestart), else a new one (not started)."""
         with self._lock:
-            w = self.workers.get(key)
+            w = self.workers.pop(key, None)
             if w is None:
                 w = self.spares.pop(load_key(engine, python, env), None) or EngineWorker(
                     label, engine, python, env, self.cancel_flag, **self.timeouts)
-                self.workers[key] = w
+            self.workers[key] = w  # last: the most recently used (by_side() then gives the run's own)
             w.label = label
             return w
 
@@ -405,11 +421,18 @@ class EnginePool:
         for w in spares:
             w.abandon()
 
-    def retain(self, keys: set[str]) -> None:
-        """Stop the workers no run needs now: their memory is freed before other sides load."""
+    def retain(self, keys: set[str], keep_idle: int | None = None) -> None:
+        """Stop the workers no run needs now: their memory is freed before other sides load. Up to
+        `keep_idle` (default: the pool's) of them, the most recently used, stay warm while enough
+        memory is available; retain(set(), keep_idle=0) stops every worker."""
+        keep = self.keep_idle if keep_idle is None else keep_idle
+        if keep > 0 and _available_gib() < self.keep_idle_free_gib:
+            keep = 0
         with self._lock:
-            drop = [k for k in self.workers if k not in keys]
-            stopping = [self.workers.pop(k) for k in drop]
+            idle = [k for k in self.workers if k not in keys]  # least recently used first
+            alive = [k for k in idle if self.workers[k].alive]  # a dead or never started one is not worth keeping
+            kept = set(alive[max(0, len(alive) - keep):]) if keep > 0 else set()
+            stopping = [self.workers.pop(k) for k in idle if k not in kept]
         for w in stopping:
             w.stop()
 

@@ -33,6 +33,13 @@ def _run(service, model, mode, cluster=None, emit=None):
     return run
 
 
+@pytest.fixture(scope="module")
+def in_process(on_ray, tiny_llama):
+    """The scored and the free workload in process, once for the module: what both tests hold the Ray
+    runs to (the free one's streams are also the replay test's dump)."""
+    return {mode: _run(on_ray, tiny_llama, mode) for mode in ("scored", "free")}
+
+
 def _tokens(service, run):
     got = service.get_run(run.id)
     return {(p.index, side): list(r.token_ids) for p in got.prompts for side, r in p.results.items()}
@@ -60,13 +67,12 @@ def _differ(a, b, path="", tol=1e-5) -> list[str]:
 
 
 def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_killed_replica_loses_nothing(
-        on_ray, tiny_llama):
+        on_ray, tiny_llama, in_process):
     import ray
 
-    service = on_ray
-    here = {}
+    service, here = on_ray, in_process
     for mode in ("scored", "free"):
-        here[mode], there = _run(service, tiny_llama, mode), _run(service, tiny_llama, mode, cluster="local")
+        there = _run(service, tiny_llama, mode, cluster="local")
         assert len(_tokens(service, there)) == 2 * len(PROMPTS)
         assert _tokens(service, there) == _tokens(service, here[mode]), mode
         assert not _differ(_figures(there), _figures(here[mode])), (mode, _differ(_figures(there), _figures(here[mode])))
@@ -91,7 +97,7 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_kil
     assert sorted(s.prompt_index for s in rows) == list(range(len(PROMPTS)))  # each prompt stored once
 
 
-def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, tmp_path):
+def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, in_process, tmp_path):
     """A dump of the tiny model's own greedy rollouts (its vLLM side's tokens and logprobs), replayed in
     process and on the replicas the workload test left warm: every pair's figures the same."""
     import json
@@ -99,8 +105,7 @@ def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, tmp_pa
     from parity_ui.service import ReplayRequest
 
     service = on_ray
-    made = _run(service, tiny_llama, "free")
-    got = service.get_run(made.id)
+    got = service.get_run(in_process["free"].id)
     dump = tmp_path / "r.jsonl"
     with open(dump, "w") as f:
         for p in got.prompts:

@@ -302,24 +302,6 @@ def test_workers_lead_their_own_process_group_but_stay_in_the_parents_session(se
         assert os.getsid(w.pid) == os.getsid(0), name
 
 
-def test_demo_model_float32_is_identical_for_64_tokens(service):
-    run = _run(service, "demo", [CHAT_PROMPT], "dtype=float32", "chat=true", "max_new_tokens=64", "ignore_eos=true")
-    assert run.status == "ok", run.error
-    p = run.prompts[0]
-    assert len(p.results["vllm"].token_ids) == 64 and p.results["vllm"].token_ids == p.results["hf"].token_ids
-    assert p.prompt_token_ids.count(1) == p.prompt_text.count("<|im_start|>")  # no second BOS
-
-
-def test_demo_model_bfloat16_diverges_and_the_index_is_reported(service):
-    run = _run(service, "demo", [CHAT_PROMPT], "dtype=bfloat16", "chat=true", "max_new_tokens=64",
-               "ignore_eos=true")
-    assert run.status == "diverged", run.error
-    p = run.prompts[0]
-    assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids,
-                                                                p.results["vllm"].token_ids)
-    assert run.side("vllm").dtype == run.side("hf").dtype == "bfloat16"
-
-
 # -- what a backend can run, found before loading (issue: capability preflight) -------------------
 
 def test_a_head_size_the_cpu_kernel_cannot_run_is_refused_before_any_model_loads(service, tmp_path):
@@ -370,6 +352,27 @@ def test_vllm_takes_pre_tokenized_prompts_without_a_deprecation_warning(service,
     assert "Loading weights" in log or "Model loading took" in log or "init engine" in log  # the worker's real log
     # vLLM 0.32's deprecation of raw prompts ends with this advice; the renderer path avoids it.
     assert "Renderer.render_cmpl() or Renderer.render_chat()" not in log, log[-2000:]
+
+
+# -- the demo model, last of the session service's tests here: tests/engines/test_gate_engines.py (next in
+# file order) runs its gate cases on the same demo-model workers, still warm (conftest KEEP_IDLE) -----
+
+def test_demo_model_float32_is_identical_for_64_tokens(service):
+    run = _run(service, "demo", [CHAT_PROMPT], "dtype=float32", "chat=true", "max_new_tokens=64", "ignore_eos=true")
+    assert run.status == "ok", run.error
+    p = run.prompts[0]
+    assert len(p.results["vllm"].token_ids) == 64 and p.results["vllm"].token_ids == p.results["hf"].token_ids
+    assert p.prompt_token_ids.count(1) == p.prompt_text.count("<|im_start|>")  # no second BOS
+
+
+def test_demo_model_bfloat16_diverges_and_the_index_is_reported(service):
+    run = _run(service, "demo", [CHAT_PROMPT], "dtype=bfloat16", "chat=true", "max_new_tokens=64",
+               "ignore_eos=true")
+    assert run.status == "diverged", run.error
+    p = run.prompts[0]
+    assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids,
+                                                                p.results["vllm"].token_ids)
+    assert run.side("vllm").dtype == run.side("hf").dtype == "bfloat16"
 
 
 def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_the_slower_side_loads(models, tmp_path):

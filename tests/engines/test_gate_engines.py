@@ -3,7 +3,9 @@ built-in self-test (HF float32 against vLLM float32 passes; its control, vLLM in
 the same thresholds), a bfloat16 case that passes loose thresholds and fails strict ones with the
 figure and the limit in the JUnit message, and the README's CI job run here on its own spec
 (examples/gate.yaml: the old environment against the new one, its control a copy of the model with
-one layer noised)."""
+one layer noised). The CLI's main() runs in this process on the session's warm workers
+(conftest.cli_on_warm_workers): the self-test and the bfloat16 case share the demo model's HF worker,
+and the job's second run reuses the first's."""
 from __future__ import annotations
 
 import json
@@ -27,7 +29,7 @@ def _suites(path_or_text):
     return {s.get("name"): {tc.get("name"): tc for tc in s.iter("testcase")} for s in root.findall("testsuite")}
 
 
-def test_the_self_test_passes_in_float32_and_its_bfloat16_control_fails(tmp_path):
+def test_the_self_test_passes_in_float32_and_its_bfloat16_control_fails(tmp_path, cli_on_warm_workers):
     db, junit = str(tmp_path / "runs.db"), tmp_path / "junit.xml"
     code = main(["--db", db, "check", "--self-test", "--junit", str(junit), "--quiet"])
     assert code == 0
@@ -69,7 +71,7 @@ def test_a_bfloat16_case_passes_loose_thresholds_and_fails_strict_ones(service, 
     assert fail.get("message").startswith(f"abs_dlogp_p99 = {p99:.4g} fails the limit <= 0.001 (side bf16, 3 prompts)")
 
 
-def test_the_readme_ci_job_runs_here_on_its_own_spec(tmp_path, monkeypatch, alt_env):
+def test_the_readme_ci_job_runs_here_on_its_own_spec(tmp_path, monkeypatch, alt_env, cli_on_warm_workers):
     """The job's `parity check` step, as the README shows it, on the CPU: hf sides in float32 (the job
     uses vLLM in bfloat16 on a GPU), the old environment transformers 5.17 (tests/alt_env.py), the new
     one this venv, 3 prompts of 8 tokens."""

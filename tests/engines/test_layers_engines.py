@@ -4,8 +4,6 @@ synthetic captures, and the bad inputs refused before anything loads, are tests/
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -70,14 +68,22 @@ def test_a_checkpoint_perturbed_in_one_block_is_found_there(service, tiny_llama,
     assert all(f["rel_l2"][0] <= 10 * f["floor"][0] + 1e-6 for f in before)  # clean before the culprit
 
 
-def test_parity_layers_cli_stores_each_localisation_and_failures_too(tmp_path, tiny_llama, perturbed):
+def test_parity_layers_cli_stores_each_localisation_and_failures_too(tmp_path, tiny_llama, perturbed, capsys,
+                                                                    cli_on_warm_workers):
+    """The `parity` command's main() in this process, on the session's warm workers (the same sides as
+    the perturbed-MLP case above): its arguments, output and exit codes; a subprocess CLI is
+    tests/engines/test_cli_engines.py."""
+    from types import SimpleNamespace
+
+    from parity_ui.cli import main
     from parity_ui.store.runs import localisations_of, open_db
 
     db = tmp_path / "runs.db"
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "parity_ui.cli", "--db", str(db), *args], capture_output=True,
-                              text=True, timeout=600)
+        code = main(["--db", str(db), *args])
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
     made = cli("compare", "--model", str(tiny_llama), "--prompt", PROMPT, "--set", "dtype=float32", "--set",
                "max_new_tokens=16", "--set", "ignore_eos=true", "--side", "ref=hf", "--side", f"b=hf,model={perturbed['mlp']}",

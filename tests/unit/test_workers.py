@@ -115,3 +115,37 @@ def test_plain_turns_engine_objects_into_builtins():
 
     Spy(io.BytesIO(pickle.dumps({k: v for k, v in out.resolved.items() if k != "ratio"}))).load()
     assert seen == set()  # nothing but builtins: no module to import
+
+
+def test_a_pool_that_keeps_idle_workers_keeps_the_most_recently_used_and_frees_the_rest():
+    # The test suite's pool (tests/conftest.py): workers a run does not need stay warm, up to
+    # keep_idle of them, the least recently used stopped first; retain(set(), keep_idle=0) stops all.
+    pool = EnginePool(keep_idle=2, keep_idle_free_gib=0.0)
+    try:
+        ws = {}
+        for n in "abc":
+            ws[n] = pool.worker(f"key-{n}", n, ENGINE, sys.executable, {"PARITY_T": f"idle-{n}"})
+            ws[n].ensure_started()
+        pool.worker("key-a", "a", ENGINE, sys.executable, {"PARITY_T": "idle-a"})  # a used again: b is the oldest
+        never = pool.worker("key-n", "n", ENGINE, sys.executable, {"PARITY_T": "idle-n"})  # made, never started
+        pool.retain({"key-d"})
+        assert list(pool.workers) == ["key-c", "key-a"] and ws["a"].alive and ws["c"].alive
+        assert never.pid is None  # a worker that is not alive is never kept: by_side() gives live ones only
+        assert not ws["b"].alive
+        assert pool.worker("key-a", "a2", ENGINE, sys.executable, {"PARITY_T": "idle-a"}) is ws["a"]  # warm
+        assert pool.by_side()["a2"] is ws["a"]
+        pool.retain(set(), keep_idle=0)
+        assert not pool.workers and not ws["a"].alive and not ws["c"].alive
+    finally:
+        pool.close()
+
+
+def test_a_pool_keeps_no_idle_worker_by_default_nor_when_memory_is_short():
+    for pool in (EnginePool(), EnginePool(keep_idle=3, keep_idle_free_gib=1e9)):
+        try:
+            w = pool.worker("key-x", "x", ENGINE, sys.executable, {"PARITY_T": "idle-x"})
+            w.ensure_started()
+            pool.retain({"key-y"})
+            assert not pool.workers and not w.alive
+        finally:
+            pool.close()

@@ -1,0 +1,51 @@
+"""Opt-in pytest plugin for CI-time work: logs every engine worker start and model load with the test
+that paid for it, so a slow test file shows which engine starts it could share.
+
+    PARITY_WORKER_LOG=/tmp/w.tsv python -m pytest tests/engines/test_x.py -p tests.worker_timing --durations=0
+
+Each line: test id, what (start|load), side label, engine, seconds. Only workers of this pytest process
+(the session service and services made in tests) are seen; a CLI subprocess's own are not."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+_current = {"test": "(collection)"}
+
+
+def _log(what: str, worker, seconds: float) -> None:
+    path = os.environ.get("PARITY_WORKER_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{_current['test']}\t{what}\t{worker.label}\t{worker.engine}\t{seconds:.1f}\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current["test"] = item.nodeid
+    yield
+
+
+def pytest_configure(config):
+    from parity_ui.run.workers import EngineWorker
+
+    start, request = EngineWorker.start, EngineWorker.request
+
+    def timed_start(self, preload=False):
+        t = time.perf_counter()
+        try:
+            return start(self, preload)
+        finally:
+            _log("start", self, time.perf_counter() - t)
+
+    def timed_request(self, kind, payload, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return request(self, kind, payload, *args, **kwargs)
+        finally:
+            if kind == "load":
+                _log("load", self, time.perf_counter() - t)
+
+    EngineWorker.start, EngineWorker.request = timed_start, timed_request
