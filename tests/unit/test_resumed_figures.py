@@ -85,3 +85,36 @@ def test_a_resumed_sampled_workload_pools_the_kept_mass_of_every_stored_chunk(se
     assert a.floor_figures.stats.sampling == w.floor_figures.stats.sampling
     assert a.sides["b"].sampling_verdict == w.sides["b"].sampling_verdict
     assert service.store.get_run(run.id, prompts=[]).workload.sides["b"].stats.sampling == samp
+
+
+def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, model, tmp_path):
+    import json
+    import random
+
+    from parity_ui.service import ReplayRequest
+
+    rnd, n = random.Random(0), 16
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({"prompt_ids": [1, 8 + i, 9], "response_ids": [rnd.randrange(8, 400)
+                                                                                       for _ in range(6)]}) + "\n"
+                            for i in range(n)))
+    cfg = build_config(None, ["full_distribution=true"], sides=["ref=fake,delay_ms=2", "b=fake,shift=0.1,distribution=true"])
+
+    def replay(emit=None):
+        return service.replay(ReplayRequest(dump=str(path), model=model, config=cfg, chunk=4), emit)
+
+    whole = replay()
+    assert whole.status in ("ok", "diverged"), whole.error
+    dist = whole.workload.sides["b"].stats.distribution
+    assert dist["positions"] == n * 6 and 0 < dist["kl_mean"] < 0.02
+
+    def stop_after_first_chunk(e):
+        if e.kind == "progress" and e.prompt_index == 4:
+            service.cancel()
+
+    run = replay(stop_after_first_chunk)
+    assert run.status == "cancelled" and 4 <= run.workload.done < n, run.error
+    assert run.workload.sides["b"].stats.distribution["positions"] == 6 * run.workload.done
+    again = service.resume(run.id)
+    assert again.status in ("ok", "diverged") and again.workload.done == n, again.error
+    assert again.workload.sides["b"].stats.distribution == dist
