@@ -14,6 +14,7 @@ applied, incompatible with `flag`), and `registered_other()` adds a second kind 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,10 @@ class FakeOptions(SideOptions):
                                           number_in(1, 10**6, "an integer"))
     replay_routes: str = option("off", "score again routing with the reference's recorded experts (ids, "
                                        "ids+weights): the fake's replayed logprobs drop its shift")
+    draws: bool = option(False, "records each token's draw (kept set, its mass, the processed logprob), as a "
+                                "shared-seed sampler does: the sampling family without a sampler")
+    distribution: bool = option(False, "scoring puts the whole-distribution scalars (KL, TV, top-1/top-k) on "
+                                       "each position, as a reference meeting full rows does")
 
 
 # The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
@@ -83,7 +88,8 @@ def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     o: FakeOptions = side.options
     load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
                                         "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after",
-                                        "fail_with_flag", "route_flip_every")}
+                                        "fail_with_flag", "route_flip_every", "draws",
+                                        "distribution")}
     load["vocab_size"] = model.vocab_size or 1024
     load["dtype"] = o.dtype or cfg.dtype
     sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
@@ -235,6 +241,11 @@ class FakeEngine(Engine):
                 if a["eos_at"] is not None and pos == a["eos_at"] and s["eos_token_ids"]:
                     token, lp = s["eos_token_ids"][0], -0.01
                 step = make_step(pos, token, lp, 1 if token == top[0][0] else None, top[:req.logprobs])
+                if a.get("draws"):  # a fixed function of the context and the side's shift: pools are checkable
+                    h = (len(ctx) * 7919 + token) % 97
+                    step.kept, step.kept_mass = 2 + h % 5, 0.7 + 0.003 * h
+                    step.processed_logprob = lp - math.log(step.kept_mass)
+                    step.kept_hash = h % 11 if a["shift"] == 0 or h % 4 else -1  # a shifted side keeps another set now and then
                 append_step(res, step, time.perf_counter() - t0)
                 if req.stream:
                     on_step(i, step)
@@ -303,5 +314,10 @@ class FakeEngine(Engine):
             lp = dict(top).get(token, -12.0)
             steps.append(make_step(pos, token, lp, ids.index(token) + 1 if token in ids else len(ids) + 1,
                                    top[:req.logprobs]))
+            if self.args.get("distribution"):  # the scalars a reference meeting the side's full rows computes
+                h = (len(ctx) * 7919 + token) % 101
+                s = steps[-1]
+                s.kl, s.kl_rev, s.tv = 1e-4 * (1 + h), 1.1e-4 * (1 + h), 1e-3 * (1 + h % 17)
+                s.top1, s.topk = int(h % 9 != 0), int(h % 23 != 0)
             ctx.append(token)
         return steps

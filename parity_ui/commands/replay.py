@@ -508,7 +508,7 @@ class Replay(Workload):
         keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
         pooled(self.service.store, self.rec.run.id, report, keys)
         if getattr(self, "full", None) is not None:  # the distribution family per engine pair (its key is the side's name)
-            self.full.report(report)
+            self.full.report(report, self.service.store, self.rec.run.id)
         if getattr(self.prep.config, "routes", False):  # the recorded routes against the trainer's, each engine's
             pooled_routing(self.service.store, self.rec.run.id, report)
         report.headline = replay_headline(report)

@@ -104,6 +104,14 @@ class Store:
         """A side's stored route agreements (JSON), one prompt at a time (the routing figures' source)."""
         return workloads.route_agreements(self.db, run_id, side)
 
+    def kept_masses(self, run_id: str, side: str) -> Iterator[dict[str, Any]]:
+        """A side's stored kept-mass records (JSON), one prompt at a time (the sampling figures' source)."""
+        return workloads.kept_masses(self.db, run_id, side)
+
+    def distribution_columns(self, run_id: str, side: str) -> Iterator[dict[str, list[Any]]]:
+        """A side's stored kl/kl_rev/tv/top1/topk columns, one prompt at a time (the distribution figures')."""
+        return workloads.distribution_columns(self.db, run_id, side)
+
     def prompts_done(self, run_id: str, sides: list[str]) -> set[int]:
         return runs.prompts_done(self.db, run_id, sides)
 

@@ -1,7 +1,8 @@
 """A workload's reads and writes beyond the run's own (parity_ui.store.runs keeps the pair samples,
 their rows and the prompts done, as the report and the prompt table read them): the prompts as the
 user gave them (what a resume or a bisect runs again), a chunk's rows in one write, and the stored
-route agreements the routing figures are pooled from.
+route agreements, kept-mass records and distribution columns the routing, sampling and
+distribution figures are pooled from.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from ..core.distribution import DISTRIBUTION_COLUMNS
 from ..core.errors import ParityError
 from ..core.pooled import PairSample
 from ..core.types import PromptResult, SideResult
@@ -56,4 +58,24 @@ def route_agreements(db: Database, run_id: str, side: str) -> Iterator[dict[str,
         yield json.loads(r[0])
 
 
-__all__ = ["given_prompts", "save_chunk", "route_agreements"]
+def kept_masses(db: Database, run_id: str, side: str) -> Iterator[dict[str, Any]]:
+    """Every stored kept-mass record of `side`'s comparison (shared-seed sampling), prompt by prompt,
+    one row at a time: the sampling family is pooled from these (as the routing family from its
+    agreements), so a resumed run counts every chunk."""
+    for r in db.execute("SELECT json_extract(comparison_json, '$.kept_mass') FROM comparisons WHERE run_id = ? "
+                        "AND b = ? AND json_extract(comparison_json, '$.kept_mass') IS NOT NULL ORDER BY prompt_idx",
+                        [run_id, side]):
+        yield json.loads(r[0])
+
+
+def distribution_columns(db: Database, run_id: str, side: str) -> Iterator[dict[str, list[Any]]]:
+    """`side`'s stored whole-distribution columns (full_distribution=true: kl, kl_rev, tv, top1, topk
+    on its steps), prompt by prompt: the distribution family is pooled from these. Only those five
+    columns are read out of each row's steps (json_extract), never its top-k."""
+    paths = ", ".join(f"'$.{c}'" for c in DISTRIBUTION_COLUMNS)
+    for r in db.execute(f"SELECT json_extract(steps_json, {paths}) FROM side_results WHERE run_id = ? AND side = ? "
+                        "AND json_extract(steps_json, '$.kl') IS NOT NULL ORDER BY prompt_idx", [run_id, side]):
+        yield dict(zip(DISTRIBUTION_COLUMNS, json.loads(r[0])))
+
+
+__all__ = ["given_prompts", "save_chunk", "route_agreements", "kept_masses", "distribution_columns"]

@@ -9,8 +9,10 @@ Where the rows meet, per chunk:
   meets those (the floor's figures are the reference against itself under the floor's change);
 - the chunk's files are deleted once it is stored; the scratch dir when the run ends.
 
-The scalars ride on the scored steps back to this process, are moved onto the side's stored steps
-(optional columns: the token panes and `--json` read them) and pooled per side (DistributionPool).
+The scalars ride on the scored steps back to this process and are moved onto the side's stored steps
+(optional columns: the token panes and `--json` read them). The family is pooled per side
+(DistributionPool) from those stored columns, prompt by prompt, never from what this process holds:
+a stopped-then-resumed run pools the chunks run before the resume too, as an uninterrupted one.
 A side that cannot give rows, or a reference that cannot meet them, is named as a finding and the
 run goes on without those figures.
 """
@@ -107,13 +109,12 @@ class FullRows:
         return None
 
     def harvest(self, name: str, target: Any, scored: Sequence[TokenStep]) -> None:
-        """The scalars the scorer computed, onto `target` (the stored steps of that pair's side) and
-        into that side's pool."""
+        """The scalars the scorer computed, onto `target` (the stored steps of that pair's side: `report`
+        pools them from the store)."""
         cols = {c: step_column(scored, c) for c in DISTRIBUTION_COLUMNS}
         if all(v is None for v in cols["kl"]):
             return
         set_columns(target, cols)
-        self.pools.setdefault(name, DistributionPool()).add_columns(cols)
 
     def end_chunk(self, chunk: Sequence[int]) -> None:
         """The chunk's rows files deleted (its scalars are stored); only its own: on a Ray cluster other
@@ -129,9 +130,13 @@ class FullRows:
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def report(self, report: Any) -> None:
-        """The pooled family onto each side's stats, the floor's too, and each side's verdict against it."""
+    def report(self, report: Any, store: Any = None, run_id: str | None = None) -> None:
+        """The pooled family onto each side's stats, the floor's too, and each side's verdict against it,
+        pooled from every stored prompt of the run (`store`; without one, nothing is pooled)."""
         floor = report.floor_figures
+        if store is not None and run_id is not None:
+            names = dict.fromkeys([*report.sides, *([floor.side] if floor is not None else [])])
+            self.pools = {n: stored_pool(store, run_id, n) for n in names}
         fl = None
         if floor is not None and floor.side in self.pools and len(self.pools[floor.side]):
             fl = floor.stats.distribution = self.pools[floor.side].figures()
@@ -149,6 +154,15 @@ class FullRows:
                 continue
             figs.stats.distribution = pool.figures()
             figs.distribution_verdict = against_floor(figs.stats.distribution, fl)
+
+
+def stored_pool(store: Any, run_id: str, side: str) -> DistributionPool:
+    """One side's distribution pool from its stored columns, one prompt at a time (bounded memory:
+    the pool keeps 40 bytes a position, the rows are read and dropped)."""
+    pool = DistributionPool()
+    for cols in store.distribution_columns(run_id, side):
+        pool.add_columns(cols)
+    return pool
 
 
 def set_columns(steps: Any, cols: dict[str, list[Any]]) -> None:

@@ -60,3 +60,17 @@ def pooled_routing(store: Store, run_id: str, report: WorkloadReport) -> None:
     for name, figs in report.sides.items():
         figs.stats.routing = figures(name)
         figs.routing_verdict = routing_against_floor(figs.stats.routing, floor.stats.routing if floor else None)
+
+
+def pooled_sampling(store: Store, run_id: str, report: WorkloadReport) -> None:
+    """Shared-seed sampling: each side's sampling family (and the floor's) from every stored kept-mass
+    record of the run (a resumed run pools its earlier chunks too, as pooled_routing), each side judged
+    against the floor. A run with no stored record is left as it is ("not recorded")."""
+    from ...core.kept_mass import kept_mass_from_json
+    from ...core.pooled import pool_kept_mass, sampling_report
+
+    names = [*report.sides, *([report.floor_figures.side] if report.floor_figures is not None else [])]
+    kept = {n: pool_kept_mass(kept_mass_from_json(k) for k in store.kept_masses(run_id, n)) for n in names}
+    kept = {n: k for n, k in kept.items() if k is not None}
+    if kept:
+        sampling_report(report, kept)

@@ -37,7 +37,6 @@ from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.errors import ConfigError, ParityError
 from ...analysis.explain import explain
 from ...analysis.kept_mass import kept_mass
-from ...core.kept_mass import KeptMass
 from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
@@ -48,7 +47,7 @@ from ...core.settings import differing
 from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from .blocks import time_left_text
 from .pieces import pieces, scored_in_pieces
-from .report import pooled, pooled_routing
+from .report import pooled, pooled_routing, pooled_sampling
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...core.pooled import PairSample
 
@@ -220,7 +219,6 @@ class Workload:
     """One workload run inside its recording (see the module docstring)."""
 
     def __init__(self, service: Service, rec: RunRecorder, req: WorkloadRequest, emit: EventCallback):
-        self.kept: dict[str, KeptMass] = {}  # shared-seed: each compared side's kept mass, pooled by adding
         self.service, self.rec, self.req, self.emit = service, rec, req, emit
         self.opts = req.options
 
@@ -294,12 +292,9 @@ class Workload:
         """The figures of every compared side (and the floor's), from the store."""
         pooled(self.service.store, self.rec.run.id, report,
                [p.name for p in self.prep.sides[1:]] + self._replayed_pairs())
-        if getattr(self, "full", None) is not None:  # the distribution family, pooled over this process's chunks
-            self.full.report(report)
-        if self.kept:  # the sampling family, pooled over this process's chunks
-            from ...core.pooled import sampling_report
-
-            sampling_report(report, self.kept)
+        if getattr(self, "full", None) is not None:  # every stored chunk's columns, a resume's earlier ones too
+            self.full.report(report, self.service.store, self.rec.run.id)
+        pooled_sampling(self.service.store, self.rec.run.id, report)  # the same: every stored kept-mass record
         if getattr(self.prep.config, "routes", False):  # every stored chunk's routes, a resume's earlier ones too
             pooled_routing(self.service.store, self.rec.run.id, report)
 
@@ -379,9 +374,7 @@ class Workload:
                            for n in self.compared] for j in chunk}
         for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
             for c in comparisons[j]:
-                c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])
-                if c.kept_mass is not None:  # pooled per side for the report (as the routing family)
-                    self.kept.setdefault(c.b, KeptMass()).add(c.kept_mass)
+                c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])  # stored; pooled from the store
         samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
                        for c in comparisons[j] if c.b == n] for n in self.compared}
         self._store(chunk, results, comparisons, samples)
