@@ -133,9 +133,11 @@ def test_a_loaded_side_generates_while_a_slower_one_loads_only_when_asked(servic
         assert ref_done < b_loaded and early and early[0].message.startswith("ref generated while b")
     else:
         assert b_loaded < ref_done and not early
-    # The load phase holds b's 4 s load; on busy cores it has measured 3.77-3.88 s (the parent's phase clock
-    # and the worker's sleep do not start at the same instant), so the bound is loose, not to the ms.
-    assert run.timings["load"] >= 3.0 and set(run.timings) >= {"start", "check", "load", "generate"}
+    # The phases before generating hold b's 4 s load. The load phase alone runs from the LAST side's check,
+    # so when ref's check ends late on busy cores it is shorter (2.18 s seen at load 5); the phases up to
+    # the last load cannot be, as b's load starts after the run does.
+    t = run.timings
+    assert t["start"] + t["check"] + t["load"] >= 3.99 and set(t) >= {"start", "check", "load", "generate"}, t
 
 
 @pytest.mark.parametrize("mode", ["always", "never"])
