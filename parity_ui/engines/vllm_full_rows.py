@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 from vllm import SamplingParams
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
 from .full_distribution import RowFile
+from .vllm_batch_rows import follow_batch
 
 EXTRA_ARGS_KEY = "parity_rows"
 OPEN: dict[str, RowFile] = {}  # path -> its file, until the engine closes it
@@ -50,22 +51,8 @@ class FullRowsLogitsProcessor(LogitsProcessor):
         return False  # vLLM must call it on greedy requests too (it changes nothing)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        if batch_update is None:
-            return
-        for index in batch_update.removed:
-            self.rows.pop(index, None)
-        for index, params, _prompt, outputs in batch_update.added:
-            spec = (params.extra_args or {}).get(EXTRA_ARGS_KEY) if params is not None else None
-            if spec is None:
-                self.rows.pop(index, None)
-                continue
-            self.rows[index] = _Row(str(spec["path"]), int(spec["tokens"]), outputs)
-        for a, b, direction in batch_update.moved:
-            ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
-            if ra is not None:
-                self.rows[b] = ra
-            if rb is not None and direction == MoveDirectionality.SWAP:
-                self.rows[a] = rb
+        follow_batch(self.rows, batch_update, EXTRA_ARGS_KEY,
+                     lambda spec, _prompt, outputs: _Row(str(spec["path"]), int(spec["tokens"]), outputs))
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:

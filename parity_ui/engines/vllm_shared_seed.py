@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 from vllm import SamplingParams
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
 from .shared_seed import EXTRA_ARGS_KEY, Drawn, Settings, draw, force, prompt_key
+from .vllm_batch_rows import follow_batch
 
 RECORDS: dict[str, dict[int, Drawn]] = {}
 
@@ -52,22 +53,9 @@ class SharedSeedLogitsProcessor(LogitsProcessor):
         return False  # it decides the token: vLLM must apply it before its greedy argmax
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        if batch_update is None:
-            return
-        for index in batch_update.removed:  # the documented order: removed, added, moved
-            self.rows.pop(index, None)
-        for index, params, prompt, outputs in batch_update.added:
-            spec = (params.extra_args or {}).get(EXTRA_ARGS_KEY) if params is not None else None
-            if spec is None or prompt is None:
-                self.rows.pop(index, None)
-                continue
-            self.rows[index] = _Row(Settings.from_dict(spec), prompt_key(prompt), outputs, str(spec.get("tag", "")))
-        for a, b, direction in batch_update.moved:
-            ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
-            if ra is not None:
-                self.rows[b] = ra
-            if rb is not None and direction == MoveDirectionality.SWAP:
-                self.rows[a] = rb
+        follow_batch(self.rows, batch_update, EXTRA_ARGS_KEY,
+                     lambda spec, prompt, outputs: None if prompt is None else _Row(
+                         Settings.from_dict(spec), prompt_key(prompt), outputs, str(spec.get("tag", ""))))
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:
