@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Any
 
-from ..core.distribution import (ROWS_WHEN_GENERATING, ROWS_WHEN_SCORING, Budget, RowsUnavailable, pool)
+from ..core.distribution import (ROWS_WHEN_GENERATING, ROWS_WHEN_SCORING, Budget, RowsUnavailable, pool,
+                                 scratch_bytes)
 from ..core.requests import Rows
 from ..core.types import DISTRIBUTION_COLUMNS, Finding, step_column
+from .rows_scratch import scratch_dir
 
 
 class CompareRows:
@@ -47,7 +48,8 @@ class CompareRows:
                                     fix="--set cross_score=true"))
             self.direction = {}
         self.writers = {g for g, _ in self.direction.values()}
-        self.dir = tempfile.mkdtemp(prefix="parity-rows-")
+        n = max(1, len(getattr(prep, "prompts", None) or ()))  # every prompt's rows wait for the cross-scoring
+        self.dir = scratch_dir(scratch_bytes(prep.model.vocab_size or 0, cfg.max_new_tokens, n) * len(self.writers)).path
 
     def _path(self, who: str, i: int) -> str:
         return os.path.join(self.dir, f"{who}-{i}.npy")

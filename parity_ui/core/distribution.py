@@ -30,7 +30,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from .errors import ConfigError
 
 DISTRIBUTION_COLUMNS = ("kl", "kl_rev", "tv", "top1", "topk")  # TokenStep's optional columns (this order)
-ROW_BYTES = 4  # a full row is float32 on disk: exact for float32 logits, so an fp32 pair sits at the floor
+ROW_BYTES = 4  # a full row at most: float32 (exact for float32 logits, so an fp32 pair sits at the floor);
+# the writer keeps bfloat16 logits as their 2-byte bits (engines.full_distribution.narrowed): the budget
+# and the scratch space count the wider case
 QUANTILES = (("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 # Kinds whose engines can hand over full rows: hf (generate and score), vllm (generate, through its
 # logits-processor hook; its scoring goes through prompt logprobs, top-k only). Servers cannot.

@@ -31,7 +31,7 @@ class Rows:
     """Full next-token rows (core.distribution, full_distribution=true), kept out of the pipe: where
     this sequence's own rows go, and which other rows it is compared with where its own are made."""
 
-    write: str | None = None  # write the own rows here: a float32 .npy [tokens, vocabulary] in the run's scratch dir
+    write: str | None = None  # write the own rows here: an .npy [tokens, vocabulary] (float32, or bfloat16 bits where exact) in the run's scratch dir
     read: str | None = None  # compare the own rows with the rows in this file (one per token); nothing crosses back but scalars
     read_is: str = "side"  # whose rows `read` holds: "side" (this engine is the reference) or "ref"
     k: int = 5  # top-k containment's k

@@ -5,9 +5,11 @@ Why not ship rows: a row is vocabulary x 4 bytes (49,152 x 4 = 192 KiB for the d
 dwarf everything else a run keeps. Instead:
 
 1. The side whose rows exist first (the one that generated the tokens; in a replay the first scorer)
-   writes them to a scratch .npy under the run's temp dir (float32: exact for float32 logits, so two
-   sides that agree bit for bit give KL = 0 exactly) — `write_rows` from a whole tensor (HF), or
-   `RowFile` one row per decode step (vLLM's logits-processor hook, parity_ui.engines.vllm_full_rows).
+   writes them to a scratch .npy in the run's scratch dir (in memory, /dev/shm, where it has room:
+   commands.rows_scratch) — float32, exact for float32 logits, so two sides that agree bit for bit
+   give KL = 0 exactly; or the bfloat16 bits where every value is one (a bf16 model's logits): as
+   exact, half the bytes — `write_rows` from a whole tensor (HF), or `RowFile` one row per decode step
+   (vLLM's logits-processor hook, parity_ui.engines.vllm_full_rows, copying on a side stream).
 2. The side that makes its rows second (the reference scoring those tokens, the floor, the trainer')
    reads the file while its own rows are still on its device, and computes the five per-position
    scalars there (`meet`), in float64, a block of rows at a time. Only the scalars cross the pipe,
@@ -34,28 +36,63 @@ BLOCK = 64  # rows per float64 pass: 64 x 49,152 x 8 B = 24 MiB per temporary
 BIG = 1e30  # an infinite KL (a token one side gives probability 0) as a finite number JSON carries
 
 
+def narrowed(host: np.ndarray) -> np.ndarray:
+    """A float32 array as bfloat16 bits (int16) when every value is exactly a bfloat16 (its low 16 bits
+    zero: the logits of a bf16 model's lm_head, upcast), else the array itself. Lossless either way,
+    and half the bytes to write, keep and read back for the bf16 models most runs compare."""
+    bits = host.view(np.uint32)
+    if (bits & 0xFFFF).any():
+        return host
+    return (bits >> 16).astype(np.uint16).view(np.int16)
+
+
+def widened(arr: np.ndarray) -> np.ndarray:
+    """A rows file's array as float32 (bfloat16 bits, int16, back to their exact float32 values)."""
+    if arr.dtype == np.int16:
+        return (arr.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.asarray(arr, dtype=np.float32)
+
+
 def write_rows(path: str, logits: Any) -> None:
-    """[tokens, vocab] logits to a float32 .npy, atomically (a reader never sees half a file)."""
-    arr = logits.detach().to(torch.float32).cpu().numpy()
+    """[tokens, vocab] logits to an .npy, atomically (a reader never sees half a file): float32, or
+    their bfloat16 bits where that is exact (checked on the device, so only the narrow copy moves)."""
+    t = logits.detach().to(torch.float32)
+    b = t.to(torch.bfloat16)
+    arr = b.view(torch.int16).cpu().numpy() if torch.equal(b.to(torch.float32), t) else t.cpu().numpy()
     part = path + ".part.npy"
     np.save(part, arr)
     os.replace(part, path)
 
 
 class RowFile:
-    """Rows written one decode step at a time (vLLM's hook): a float32 memory-mapped .npy of
-    `tokens` rows, renamed into place by `close` (rows past the last generated token stay zero and are
-    never read: the reader reads as many rows as the sequence has tokens)."""
+    """Rows written one decode step at a time (vLLM's hook): a memory-mapped .npy of `tokens` rows,
+    renamed into place by `close` (rows past the last generated token stay zero and are never read:
+    the reader reads as many rows as the sequence has tokens). It starts as bfloat16 bits when the
+    first row is exactly bfloat16 (`narrowed`) and widens to float32 for good at the first row that
+    is not (rows already written are exact either way)."""
 
     def __init__(self, path: str, tokens: int, vocab: int):
-        self.path, self.part = path, path + ".part.npy"
-        self.mm = np.lib.format.open_memmap(self.part, mode="w+", dtype=np.float32, shape=(tokens, vocab))
+        self.path, self.part, self.shape = path, path + ".part.npy", (tokens, vocab)
+        self.mm: np.ndarray | None = None
 
-    def put(self, position: int, row: Any) -> None:
-        if 0 <= position < self.mm.shape[0]:
-            self.mm[position] = row.detach().to(torch.float32).cpu().numpy()
+    def put_host(self, position: int, host: np.ndarray) -> None:
+        """A float32 host row at `position`."""
+        if not 0 <= position < self.shape[0]:
+            return
+        row = narrowed(host) if self.mm is None or self.mm.dtype == np.int16 else host
+        if self.mm is None:
+            self.mm = np.lib.format.open_memmap(self.part, mode="w+", dtype=row.dtype, shape=self.shape)
+        elif row.dtype != self.mm.dtype:  # a row that bfloat16 cannot hold: the file becomes float32
+            wide = np.lib.format.open_memmap(self.part + ".wide.npy", mode="w+", dtype=np.float32, shape=self.shape)
+            wide[:] = widened(self.mm)
+            del self.mm
+            os.replace(self.part + ".wide.npy", self.part)
+            self.mm = wide
+        self.mm[position] = row
 
     def close(self) -> None:
+        if self.mm is None:  # no row was ever put: an empty float32 file, so the reader names the shortfall
+            self.mm = np.lib.format.open_memmap(self.part, mode="w+", dtype=np.float32, shape=(0, self.shape[1]))
         self.mm.flush()
         del self.mm
         os.replace(self.part, self.path)
@@ -86,27 +123,40 @@ class RowsMissing(Exception):
     """The other side's rows are not there (it could not write them): the pair has no figures."""
 
 
+def load_rows(path: str, n: int, device: Any) -> Any:
+    """The first n rows of a rows file on `device`: ONE read of the file and one host-to-device copy
+    (the bfloat16 bits, where the writer narrowed them, move as they are and become bfloat16 there)."""
+    other = np.load(path, mmap_mode="r")
+    if other.ndim != 2 or other.shape[0] < n:
+        raise RowsMissing(f"{path} holds {other.shape[0] if other.ndim == 2 else 0} rows, {n} needed")
+    host = torch.from_numpy(np.array(other[:n]))  # a copy into memory: the map is read-only
+    on = host.to(device)
+    return on.view(torch.bfloat16) if host.dtype == torch.int16 else on
+
+
 def meet(own: Any, rows: Rows, n: int) -> dict[str, list[Any]]:
     """The five per-position columns of this engine's rows `own` ([>= n, vocab] logits on its device)
     against the rows in `rows.read`, for the first n positions. Raises RowsMissing when the file is
     not there or holds fewer rows, ValueError when the vocabularies differ."""
     if not rows.read or not os.path.exists(rows.read):
         raise RowsMissing(f"no rows at {rows.read}")
-    other = np.load(rows.read, mmap_mode="r")
-    if other.ndim != 2 or other.shape[0] < n:
-        raise RowsMissing(f"{rows.read} holds {other.shape[0] if other.ndim == 2 else 0} rows, {n} needed")
-    if other.shape[1] != own.shape[-1]:
-        raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {other.shape[1]:,} in the "
+    shape = np.load(rows.read, mmap_mode="r").shape
+    if len(shape) == 2 and shape[1] != own.shape[-1]:
+        raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {shape[1]:,} in the "
                          "other side's rows (a padded lm_head?): their distributions cannot be compared token by token")
-    out: dict[str, list[Any]] = {c: [] for c in DISTRIBUTION_COLUMNS}
+    other = load_rows(rows.read, n, own.device)
+    parts = []
     for s in range(0, n, BLOCK):
         e = min(n, s + BLOCK)
-        mine = own[s:e]
-        theirs = torch.from_numpy(np.array(other[s:e], dtype=np.float32)).to(mine.device)  # a copy: the map is read-only
+        mine, theirs = own[s:e], other[s:e]
         ref, side = (mine, theirs) if rows.read_is == "side" else (theirs, mine)
         figs = row_figures(ref, side, rows.k)
-        for c in DISTRIBUTION_COLUMNS:
-            out[c] += figs[c].tolist()
+        parts.append(torch.stack([figs[c].to(torch.float64) for c in DISTRIBUTION_COLUMNS]))
+    # One device-to-host copy for the sequence's five columns, not five per block.
+    table = torch.cat(parts, dim=1).cpu().tolist() if parts else [[] for _ in DISTRIBUTION_COLUMNS]
+    out: dict[str, list[Any]] = dict(zip(DISTRIBUTION_COLUMNS, table))
+    out["top1"] = [int(x) for x in out["top1"]]
+    out["topk"] = [int(x) for x in out["topk"]]
     out["kl"] = [clamp_kl(x) for x in out["kl"]]
     out["kl_rev"] = [clamp_kl(x) for x in out["kl_rev"]]
     return out
@@ -120,15 +170,21 @@ def attach(steps: list[Any], columns: dict[str, list[Any]]) -> None:
                 setattr(step, c, columns[c][i])
 
 
-def handle(own: Any, rows: Rows | None, steps: list[Any]) -> None:
-    """What a scorer or generator does with its own rows `own` ([len(steps), vocab]) for a request's
-    `rows`: write them, meet the other side's (missing rows leave the steps without figures)."""
+def columns_for(own: Any, rows: Rows | None, n: int) -> dict[str, list[Any]]:
+    """What a scorer or generator does with its own rows `own` ([>= n, vocab]) for a request's `rows`:
+    write them, meet the other side's; the five columns where they met, else {} (rows missing)."""
     if rows is None:
-        return
+        return {}
     if rows.write:
-        write_rows(rows.write, own[:len(steps)])
+        write_rows(rows.write, own[:n])
     if rows.read:
         try:
-            attach(steps, meet(own, rows, len(steps)))
+            return meet(own, rows, n)
         except RowsMissing:
             pass
+    return {}
+
+
+def handle(own: Any, rows: Rows | None, steps: list[Any]) -> None:
+    """columns_for, attached to plain TokenSteps (HF generate's steps)."""
+    attach(steps, columns_for(own, rows, len(steps)))

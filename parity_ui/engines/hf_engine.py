@@ -423,29 +423,26 @@ class HfEngine(Engine):
         with torch.inference_mode():
             logits = self.model(input_ids=ids).logits[0]
         base = len(req.prompt)
-        if req.rows is not None and req.continuation:
-            # full_distribution: the per-position steps gain the figures where the rows meet (write
-            # and/or read the other side's), so this path keeps its TokenSteps.
-            from .full_distribution import handle
-
-            rows = [logits[base - 1 + j].unsqueeze(0) for j in range(len(req.continuation))]
-            steps = self._steps_from_logits(rows, 0, req.continuation, max(req.logprobs, 1))
-            handle(logits[base - 1:base - 1 + len(req.continuation)], req.rows, steps)
-            return StepColumns.from_steps(steps)
         with torch.inference_mode():
             tokens, k = req.continuation, max(req.logprobs, 1)
             n = len(tokens)
             # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j. One slice,
             # not a view per position stacked again (n small tensor ops per row, ~2x the forward on a GPU).
-            lp = torch.log_softmax(logits[base - 1:base - 1 + n].float(), dim=-1)
+            own = logits[base - 1:base - 1 + n]
+            lp = torch.log_softmax(own.float(), dim=-1)
             chosen = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])  # [n, 1]
             ranks = ((lp > chosen).sum(dim=-1) + 1).tolist()
             top_v, top_i = torch.topk(lp, k, dim=-1)
             chosen_l, top_v_l, top_i_l = chosen[:, 0].tolist(), top_v.flatten().tolist(), top_i.flatten().tolist()
+            # full_distribution: this side's rows written and/or met with the other side's, per position.
+            from .full_distribution import columns_for
+
+            dist = columns_for(own, req.rows, n) if req.rows is not None and n else {}
         return StepColumns({
             "position": list(range(n)), "token_id": list(tokens), "text": [""] * n,
             "logprob": list(map(clean_logprob, chosen_l)), "rank": ranks, "top_n": [k] * n,
-            "top_token_id": top_i_l, "top_logprob": list(map(clean_logprob, top_v_l)), "top_text": [""] * (n * k)})
+            "top_token_id": top_i_l, "top_logprob": list(map(clean_logprob, top_v_l)), "top_text": [""] * (n * k),
+            **dist})
 
     def routes(self, req: RoutesRequest) -> Any:
         from .routes import routes_hf

@@ -17,7 +17,7 @@ from parity_ui.core.errors import ConfigError
 from parity_ui.core.figures import FAMILIES, FIGURES, display_name
 from parity_ui.core.requests import Rows
 from parity_ui.core.types import StepColumns, TokenStep
-from parity_ui.engines.full_distribution import RowFile, meet, row_figures, write_rows
+from parity_ui.engines.full_distribution import RowFile, meet, narrowed, row_figures, widened, write_rows
 
 
 def _logits(p):
@@ -64,7 +64,7 @@ def test_rows_written_whole_or_a_step_at_a_time_meet_into_scalars(tmp_path):
     write_rows(whole, side)
     f = RowFile(stepped, tokens=8, vocab=64)  # max_tokens rows; the sequence stopped at 5
     for i in range(5):
-        f.put(i, side[i])
+        f.put_host(i, side[i].numpy())
     assert not os.path.exists(stepped)  # renamed into place only when closed
     f.close()
     assert os.path.exists(stepped) and not os.listdir(tmp_path) == []
@@ -289,3 +289,97 @@ def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_i
     finally:
         full.close()
     assert not os.path.exists(full.dir)
+
+
+def test_bfloat16_logits_are_kept_as_their_bits_losslessly_and_meet_as_float32_would(tmp_path):
+    """A bf16 model's logits (every value a bfloat16) are written as 2-byte bits: half the bytes, the
+    same figures; a row that is not a bfloat16 widens a stepped file to float32 for good."""
+    g = torch.Generator().manual_seed(2)
+    side = torch.randn(6, 128, generator=g).to(torch.bfloat16).to(torch.float32)  # bf16 values, as float32
+    ref = side + 0.03 * torch.randn(6, 128, generator=g)
+    wide, narrow = str(tmp_path / "wide.npy"), str(tmp_path / "narrow.npy")
+    np.save(wide, side.numpy())
+    write_rows(narrow, side)
+    assert np.load(narrow).dtype == np.int16 and os.path.getsize(narrow) < 0.6 * os.path.getsize(wide)
+    assert np.array_equal(widened(np.load(narrow)), side.numpy())  # exact round trip
+    a = meet(ref, Rows(read=wide, read_is="side", k=3), 6)
+    b = meet(ref, Rows(read=narrow, read_is="side", k=3), 6)
+    assert a == b  # bit-identical figures from the narrow file
+    assert narrowed(ref.numpy()).dtype == np.float32  # not bfloat16-exact: kept as it is
+    write_rows(str(tmp_path / "ref.npy"), ref)
+    assert np.load(str(tmp_path / "ref.npy")).dtype == np.float32
+    # Stepped: bfloat16 rows first, then one that is not: the file widens, every row still exact.
+    stepped = str(tmp_path / "stepped.npy")
+    f = RowFile(stepped, tokens=6, vocab=128)
+    for i in range(3):
+        f.put_host(i, side[i].numpy())
+    assert f.mm.dtype == np.int16
+    f.put_host(3, ref[3].numpy())
+    for i in (4, 5):
+        f.put_host(i, side[i].numpy())
+    f.close()
+    got = np.load(stepped)
+    assert got.dtype == np.float32
+    want = side.numpy().copy()
+    want[3] = ref[3].numpy()
+    assert np.array_equal(got, want)
+
+
+def test_the_rows_scratch_dir_is_in_memory_where_it_holds_a_chunk_and_refused_where_nothing_does(tmp_path, monkeypatch):
+    import shutil
+
+    from parity_ui.commands import rows_scratch
+    monkeypatch.delenv("PARITY_ROWS_DIR", raising=False)
+    if rows_scratch._shm_holds(2**20):  # this machine has a /dev/shm: a small chunk goes there
+        s = rows_scratch.scratch_dir(2**20)
+        assert s.in_memory and s.path.startswith("/dev/shm/") and "memory" in s.describe()
+        shutil.rmtree(s.path)
+    # More than half of free memory: not in memory; the temp dir's disk holds it.
+    monkeypatch.setattr(rows_scratch, "available_memory", lambda: 2 * 2**20)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(rows_scratch.tempfile, "tempdir", None)
+    s = rows_scratch.scratch_dir(4 * 2**20)
+    assert not s.in_memory and s.path.startswith(str(tmp_path))
+    # Named by the user: used as it is.
+    monkeypatch.setenv("PARITY_ROWS_DIR", str(tmp_path / "mine"))
+    assert rows_scratch.scratch_dir(2**20).path.startswith(str(tmp_path / "mine"))
+    # Nothing holds it: refused before anything loads, with the sizes and the fixes named.
+    with pytest.raises(ConfigError, match=r"GiB of full rows to the scratch dir .*GiB free") as e:
+        rows_scratch.scratch_dir(2**60)
+    assert "PARITY_ROWS_DIR" in e.value.fix and "--chunk" in e.value.fix
+
+
+def test_the_gpu_rows_writer_writes_what_was_submitted_and_close_waits_for_it(tmp_path):
+    """vLLM's rows processor on a GPU hands each step to a writer thread (the copy's event, a host
+    buffer, the files and positions); close() waits for the writes in flight. Here with CPU tensors
+    and an event that is already complete: the same thread, queue and buffer reuse."""
+    pytest.importorskip("vllm")
+    from parity_ui.engines import vllm_full_rows as vfr
+
+    class Done:
+        def synchronize(self):
+            pass
+
+    w = vfr._Writer(rows_per_buffer=2, pin=False)
+    old, vfr.WRITER = vfr.WRITER, w
+    try:
+        rows = torch.randn(4, 2, 16).to(torch.bfloat16).to(torch.float32)  # 4 steps x 2 sequences
+        paths = [str(tmp_path / f"s{i}.npy") for i in range(2)]
+        files = [vfr.OPEN.setdefault(p, RowFile(p, 4, 16)) for p in paths]
+        for step in range(4):
+            buf = w.buffer(2, 16)
+            buf[:2].copy_(rows[step])
+            w.submit(Done(), buf, [(files[0], step), (files[1], step)])
+        assert w.made <= vfr.SLOTS  # buffers reused, not one per step
+        assert vfr.close(paths) == []
+        for i, p in enumerate(paths):
+            assert np.array_equal(widened(np.load(p)), rows[:, i].numpy())
+        # A write that fails (a position's file already closed) is reported, its paths named missing.
+        p = str(tmp_path / "bad.npy")
+        f = vfr.OPEN.setdefault(p, RowFile(p, 1, 16))
+        f.put_host = None  # not callable: the writer thread's call raises
+        buf = w.buffer(1, 16)
+        w.submit(Done(), buf, [(f, 0)])
+        assert vfr.close([p]) == [p] and p not in vfr.OPEN
+    finally:
+        vfr.WRITER = old

@@ -7,7 +7,8 @@ Where the rows meet, per chunk:
   computes the five per-position scalars on its device (parity_ui.engines.full_distribution.meet);
 - with a floor, the reference also writes its own rows of the first side's sequences, and the floor
   meets those (the floor's figures are the reference against itself under the floor's change);
-- the chunk's files are deleted once it is stored; the scratch dir when the run ends.
+- the chunk's files are deleted once it is stored; the scratch dir when the run ends (in memory,
+  /dev/shm, where it holds a chunk: commands.rows_scratch).
 
 The scalars ride on the scored steps back to this process and are moved onto the side's stored steps
 (optional columns: the token panes and `--json` read them). The family is pooled per side
@@ -20,14 +21,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Any, Sequence
 
 from ...core.distribution import (DISTRIBUTION_COLUMNS, ROWS_WHEN_GENERATING, ROWS_WHEN_SCORING, Budget,
                                   DistributionPool, RowsUnavailable, against_floor, scratch_bytes)
-from ...core.errors import ConfigError
 from ...core.requests import Rows
 from ...core.types import Finding, StepColumns, TokenStep, step_column
+from ..rows_scratch import scratch_dir
 
 
 class FullRows:
@@ -59,18 +59,10 @@ class FullRows:
                 self.unavailable.append(RowsUnavailable(p.name, p.kind.label, why))
         self.floor = floor.name if floor is not None and floor.kind.name in ROWS_WHEN_SCORING and self.ref_meets \
             else None
-        self.dir = tempfile.mkdtemp(prefix="parity-rows-")
-        if vocab:  # a chunk's files live until it is stored: every writer's rows of every sequence in it
-            writers = (len(prep.sides) - 1 if not forced else 1) + (1 if self.floor and not forced else 0)
-            need = scratch_bytes(vocab, cfg.max_new_tokens, chunk) * writers
-            free = shutil.disk_usage(self.dir).free
-            if need > free * 0.8:
-                self.close()
-                raise ConfigError("full_distribution", f"a chunk of {chunk} sequences writes up to "
-                                                       f"{need / 2**30:,.1f} GiB of full rows to the scratch dir "
-                                                       f"{os.path.dirname(self.dir)}, which has {free / 2**30:,.1f} "
-                                                       "GiB free", "use a smaller --chunk, free disk space, or point "
-                                                                   "TMPDIR at a larger disk")
+        writers = (len(prep.sides) - 1 if not forced else 1) + (1 if self.floor and not forced else 0)
+        # A chunk's files live until it is stored: every writer's rows of every sequence in it.
+        self.scratch = scratch_dir(scratch_bytes(vocab or 0, cfg.max_new_tokens, chunk) * writers)
+        self.dir = self.scratch.path
         self.findings = findings
         for u in self.unavailable:
             findings.append(Finding(code="full-distribution-unavailable", severity="warning", message=u.message(),

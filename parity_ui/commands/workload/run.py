@@ -406,11 +406,12 @@ class Workload:
                 return lambda part: sides.score_batch(side.name, [its[x] for x in part])
 
             # Routes (and the route replay) call the workers from this thread: before the scoring, which
-            # then runs inline, as on a cluster (a block's calls hand the driver lock over from its thread),
-            # and as with full rows (written and met in order).
+            # then runs inline, as on a cluster (a block's calls hand the driver lock over from its thread).
+            # Full rows keep their order in pieces: per piece the reference's call (writing its rows for
+            # the floor) comes before the floor's (meeting them), on the one scoring thread.
             ref_routes, floor_routes, replayed = self._scored_routes(sides, p, chunk, gen, items, floor is not None) \
                 if routes else ({}, {}, {})
-            inline = bool(self.opts.cluster) or bool(routes) or bool(full)
+            inline = bool(self.opts.cluster) or bool(routes)
             self.progress.call(ref.name, f"scoring {p.name}'s tokens" + (" (and the floor)" if floor else ""))
             parts = pieces(len(chunk), per_item=not inline and all(s.kind.name == "hf" for s, _ in scorers))
             # closing(): an error in the parent's own work stops the thread's calls at once, not when the
