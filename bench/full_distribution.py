@@ -3,7 +3,7 @@
 
 Both runs go through the tool (`run_workload` on a fresh ParityService each: workers start, load,
 generate, score, store, pool; the floor is off), sides ref=hf (the reference, teacher-forcing) and
-b=vllm at --batch. With full_distribution the vLLM side writes its full float32 rows as it generates
+b=vllm at --batch. With full_distribution the vLLM side writes its full rows as it generates
 (its rows logits processor), the HF reference meets them while scoring and computes KL both ways, TV,
 top-1 and top-k per position on its device. Asserted like for like: both runs make the same tokens
 (vLLM is greedy), and the second has a figure at every position. Prints and writes (--out) each run's
@@ -68,6 +68,15 @@ def run(args, full: bool, db: str, n_prompts: int | None = None) -> dict:
             "verdict": w.distribution_verdict, "warnings": [x.message for x in got.warnings]}
 
 
+def _where(need: int) -> str:
+    """Where the tool kept a chunk's rows (commands.rows_scratch's choice for this size)."""
+    from parity_ui.commands import rows_scratch
+
+    if os.environ.get("PARITY_ROWS_DIR"):
+        return f"{os.environ['PARITY_ROWS_DIR']} (named)"
+    return "/dev/shm (memory)" if rows_scratch._shm_holds(need) else "the temp dir (disk)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="demo")
@@ -82,8 +91,12 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="CPU: the tiny test model, 8 prompts x 16 tokens")
     ap.add_argument("--work", default=None, help="a folder for the databases (default: a temp dir)")
     ap.add_argument("--out", help="write the figures as JSON here too")
+    ap.add_argument("--rows-dir", help="keep the rows here (PARITY_ROWS_DIR; default: in memory, /dev/shm, where "
+                                       "it holds a chunk, else the temp dir)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.rows_dir:
+        os.environ["PARITY_ROWS_DIR"] = args.rows_dir
     work = Path(args.work or tempfile.mkdtemp(prefix="parity-bench-full-"))
     work.mkdir(parents=True, exist_ok=True)
     if args.small:
@@ -118,6 +131,7 @@ def main() -> None:
         "with": {k: v for k, v in with_.items() if k != "tokens"},
         "ratio_wall": with_["wall_s"] / without["wall_s"], "ratio_work": with_["work_s"] / without["work_s"],
         "same_tokens": True, "goal": "ratio <= 1.3",
+        "rows_scratch": _where(per_seq * args.chunk if per_seq else 0),
     }
     print(json.dumps(figures, indent=2), flush=True)
     print(f"full_distribution: with / without = {figures['ratio_wall']:.2f}x wall, {figures['ratio_work']:.2f}x work "
