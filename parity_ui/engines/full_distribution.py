@@ -64,37 +64,75 @@ def write_rows(path: str, logits: Any) -> None:
     os.replace(part, path)
 
 
+def _npy_header(dtype: Any, shape: tuple[int, int]) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                               "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
 class RowFile:
-    """Rows written one decode step at a time (vLLM's hook): a memory-mapped .npy of `tokens` rows,
-    renamed into place by `close` (rows past the last generated token stay zero and are never read:
-    the reader reads as many rows as the sequence has tokens). It starts as bfloat16 bits when the
-    first row is exactly bfloat16 (`narrowed`) and widens to float32 for good at the first row that
-    is not (rows already written are exact either way)."""
+    """Rows written one decode step at a time (vLLM's hook): an .npy of `tokens` rows, each row written
+    in place with one pwrite (no memory map: faulting a map's pages in one at a time cost more than
+    the copy), renamed into place by `close` (rows past the last generated token stay zero and are
+    never read: the reader reads as many rows as the sequence has tokens). It starts as bfloat16 bits
+    when the first row is exactly bfloat16 and widens to float32 for good at the first row that is
+    not (rows already written are exact either way)."""
 
     def __init__(self, path: str, tokens: int, vocab: int):
         self.path, self.part, self.shape = path, path + ".part.npy", (tokens, vocab)
-        self.mm: np.ndarray | None = None
+        self.fd: int | None = None
+        self.dtype: Any = None
+        self.offset = 0
 
-    def put_host(self, position: int, host: np.ndarray) -> None:
-        """A float32 host row at `position`."""
+    def _open(self, dtype: Any) -> None:
+        fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        header = _npy_header(dtype, self.shape)
+        os.write(fd, header)
+        os.ftruncate(fd, len(header) + np.dtype(dtype).itemsize * self.shape[0] * self.shape[1])
+        self.fd, self.dtype, self.offset = fd, np.dtype(dtype), len(header)
+
+    def _widen(self) -> None:
+        """The bfloat16 rows so far rewritten as float32 (a row arrived that bfloat16 cannot hold)."""
+        assert self.fd is not None
+        data = os.pread(self.fd, self.shape[0] * self.shape[1] * 2, self.offset)
+        rows = widened(np.frombuffer(data, dtype=np.int16).reshape(self.shape))
+        os.close(self.fd)
+        self._open(np.float32)
+        os.pwrite(self.fd, memoryview(np.ascontiguousarray(rows)).cast("B"), self.offset)
+
+    def put_row(self, position: int, wide: np.ndarray, narrow: np.ndarray | None) -> None:
+        """Row `position`: its float32 values `wide`, and `narrow`, their bfloat16 bits (int16) when
+        every value is exactly a bfloat16, else None."""
         if not 0 <= position < self.shape[0]:
             return
-        row = narrowed(host) if self.mm is None or self.mm.dtype == np.int16 else host
-        if self.mm is None:
-            self.mm = np.lib.format.open_memmap(self.part, mode="w+", dtype=row.dtype, shape=self.shape)
-        elif row.dtype != self.mm.dtype:  # a row that bfloat16 cannot hold: the file becomes float32
-            wide = np.lib.format.open_memmap(self.part + ".wide.npy", mode="w+", dtype=np.float32, shape=self.shape)
-            wide[:] = widened(self.mm)
-            del self.mm
-            os.replace(self.part + ".wide.npy", self.part)
-            self.mm = wide
-        self.mm[position] = row
+        if self.fd is None:
+            self._open(np.int16 if narrow is not None else np.float32)
+        elif narrow is None and self.dtype == np.int16:
+            self._widen()
+        row = narrow if self.dtype == np.int16 else wide
+        size = self.dtype.itemsize * self.shape[1]
+        os.pwrite(self.fd, memoryview(np.ascontiguousarray(row)).cast("B"), self.offset + position * size)
+
+    def put_host(self, position: int, host: np.ndarray) -> None:
+        """A float32 host row at `position` (narrowed here when it is exactly bfloat16)."""
+        n = narrowed(host)
+        self.put_row(position, host, n if n.dtype == np.int16 else None)
+
+    def discard(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def close(self) -> None:
-        if self.mm is None:  # no row was ever put: an empty float32 file, so the reader names the shortfall
-            self.mm = np.lib.format.open_memmap(self.part, mode="w+", dtype=np.float32, shape=(0, self.shape[1]))
-        self.mm.flush()
-        del self.mm
+        if self.fd is None:  # no row was ever put: an empty float32 file, so the reader names the shortfall
+            self.shape = (0, self.shape[1])
+            self._open(np.float32)
+        assert self.fd is not None
+        os.close(self.fd)
+        self.fd = None
         os.replace(self.part, self.path)
 
 
@@ -126,10 +164,10 @@ class RowsMissing(Exception):
 def load_rows(path: str, n: int, device: Any) -> Any:
     """The first n rows of a rows file on `device`: ONE read of the file and one host-to-device copy
     (the bfloat16 bits, where the writer narrowed them, move as they are and become bfloat16 there)."""
-    other = np.load(path, mmap_mode="r")
+    other = np.load(path)  # one read of the whole file (at most one sequence's rows: the budget)
     if other.ndim != 2 or other.shape[0] < n:
         raise RowsMissing(f"{path} holds {other.shape[0] if other.ndim == 2 else 0} rows, {n} needed")
-    host = torch.from_numpy(np.array(other[:n]))  # a copy into memory: the map is read-only
+    host = torch.from_numpy(other[:n])
     on = host.to(device)
     return on.view(torch.bfloat16) if host.dtype == torch.int16 else on
 

@@ -52,34 +52,39 @@ class _Writer:
         self.errors: list[BaseException] = []
         threading.Thread(target=self._run, name="parity-rows-writer", daemon=True).start()
 
-    def buffer(self, n: int, vocab: int) -> torch.Tensor:
+    def buffer(self, n: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A free slot: pinned host buffers for a step's float32 rows, their bfloat16 bits and a flag per
+        row that it is not exactly bfloat16 (the narrowing is done on the GPU: the writer only copies)."""
         if self.made < SLOTS and self.free.empty():
             self.made += 1
-            buf = None
+            slot = None
         else:
-            buf = self.free.get()
-        if buf is None or buf.shape[0] < n or buf.shape[1] != vocab:
-            buf = torch.empty((max(n, self.rows), vocab), dtype=torch.float32, pin_memory=self.pin)
-        return buf
+            slot = self.free.get()
+        if slot is None or slot[0].shape[0] < n or slot[0].shape[1] != vocab:
+            rows = max(n, self.rows)
+            slot = (torch.empty((rows, vocab), dtype=torch.float32, pin_memory=self.pin),
+                    torch.empty((rows, vocab), dtype=torch.int16, pin_memory=self.pin),
+                    torch.empty((rows,), dtype=torch.bool, pin_memory=self.pin))
+        return slot
 
-    def submit(self, event: Any, buf: torch.Tensor, puts: list[tuple[RowFile, int]]) -> None:
-        self.jobs.put((event, buf, puts))
+    def submit(self, event: Any, slot: tuple[torch.Tensor, ...], puts: list[tuple[RowFile, int]]) -> None:
+        self.jobs.put((event, slot, puts))
 
     def drain(self) -> None:
         self.jobs.join()
 
     def _run(self) -> None:
         while True:
-            event, buf, puts = self.jobs.get()
+            event, slot, puts = self.jobs.get()
             try:
                 event.synchronize()
-                host = buf.numpy()
+                wide, narrow, inexact = (t.numpy() for t in slot)
                 for k, (f, position) in enumerate(puts):
-                    f.put_host(position, host[k])
+                    f.put_row(position, wide[k], None if inexact[k] else narrow[k])
             except BaseException as e:  # reported by close(): the rows of this step are incomplete
                 self.errors.append(e)
             finally:
-                self.free.put(buf)
+                self.free.put(slot)
                 self.jobs.task_done()
 
 
@@ -131,11 +136,16 @@ class FullRowsLogitsProcessor(LogitsProcessor):
         if logits.device.type == "cuda" and WRITER is not None:
             # One copy for the step's rows into a pinned buffer, not waited for here: the writer
             # thread waits for its event and writes them while the GPU goes on.
-            buf = WRITER.buffer(len(indices), logits.shape[1])
-            buf[:len(indices)].copy_(logits.index_select(0, index).to(torch.float32), non_blocking=True)
+            n = len(indices)
+            wide, narrow, inexact = WRITER.buffer(n, logits.shape[1])
+            rows = logits.index_select(0, index).to(torch.float32)
+            bits = rows.view(torch.int32)
+            wide[:n].copy_(rows, non_blocking=True)
+            narrow[:n].copy_((bits >> 16).to(torch.int16), non_blocking=True)  # the bfloat16 bits
+            inexact[:n].copy_((bits & 0xFFFF).ne(0).any(dim=1), non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-            WRITER.submit(event, buf, files)
+            WRITER.submit(event, (wide, narrow, inexact), files)
             return logits
         # The CPU: one copy for the step's rows, written here (no device to overlap with).
         host = logits.index_select(0, index).to("cpu", torch.float32).numpy()
@@ -153,8 +163,8 @@ def close(paths: list[str]) -> list[str]:
             failed, WRITER.errors[:] = WRITER.errors[0], []
             for p in paths:  # a write failed (a full disk?): these files are incomplete, nobody meets them
                 f = OPEN.pop(p, None)
-                if f is not None and f.mm is not None:
-                    del f.mm
+                if f is not None:
+                    f.discard()
                 missing.append(p)
             print(f"parity-ui: full rows not written: {failed!r}", flush=True)
             return missing

@@ -313,7 +313,7 @@ def test_bfloat16_logits_are_kept_as_their_bits_losslessly_and_meet_as_float32_w
     f = RowFile(stepped, tokens=6, vocab=128)
     for i in range(3):
         f.put_host(i, side[i].numpy())
-    assert f.mm.dtype == np.int16
+    assert f.dtype == np.int16
     f.put_host(3, ref[3].numpy())
     for i in (4, 5):
         f.put_host(i, side[i].numpy())
@@ -366,20 +366,24 @@ def test_the_gpu_rows_writer_writes_what_was_submitted_and_close_waits_for_it(tm
         rows = torch.randn(4, 2, 16).to(torch.bfloat16).to(torch.float32)  # 4 steps x 2 sequences
         paths = [str(tmp_path / f"s{i}.npy") for i in range(2)]
         files = [vfr.OPEN.setdefault(p, RowFile(p, 4, 16)) for p in paths]
+        rows[2, 1, 5] += 1e-3  # one row of one step that bfloat16 cannot hold: that file widens
         for step in range(4):
-            buf = w.buffer(2, 16)
-            buf[:2].copy_(rows[step])
-            w.submit(Done(), buf, [(files[0], step), (files[1], step)])
+            wide, narrow, inexact = slot = w.buffer(2, 16)
+            bits = rows[step].view(torch.int32)  # what apply() does on the GPU
+            wide[:2].copy_(rows[step])
+            narrow[:2].copy_((bits >> 16).to(torch.int16))
+            inexact[:2].copy_((bits & 0xFFFF).ne(0).any(dim=1))
+            w.submit(Done(), slot, [(files[0], step), (files[1], step)])
         assert w.made <= vfr.SLOTS  # buffers reused, not one per step
         assert vfr.close(paths) == []
         for i, p in enumerate(paths):
             assert np.array_equal(widened(np.load(p)), rows[:, i].numpy())
+        assert np.load(paths[0]).dtype == np.int16 and np.load(paths[1]).dtype == np.float32
         # A write that fails (a position's file already closed) is reported, its paths named missing.
         p = str(tmp_path / "bad.npy")
         f = vfr.OPEN.setdefault(p, RowFile(p, 1, 16))
-        f.put_host = None  # not callable: the writer thread's call raises
-        buf = w.buffer(1, 16)
-        w.submit(Done(), buf, [(f, 0)])
+        f.put_row = None  # not callable: the writer thread's call raises
+        w.submit(Done(), w.buffer(1, 16), [(f, 0)])
         assert vfr.close([p]) == [p] and p not in vfr.OPEN
     finally:
         vfr.WRITER = old
