@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny_m
 from workload import prompts  # noqa: E402  (bench/workload.py's 250 distinct prompts)
 
 
-def run(args, full: bool, db: str, n_prompts: int | None = None) -> dict:
+def run(args, full: bool, db: str, n_prompts: int | None = None, sync: bool = False) -> dict:
     from parity_ui.commands.workload.run import WorkloadRequest, run_workload
     from parity_ui.core.config import build_config
     from parity_ui.core.workload_record import WorkloadOptions
@@ -48,12 +48,14 @@ def run(args, full: bool, db: str, n_prompts: int | None = None) -> dict:
     cfg = build_config(None, [f"dtype={args.dtype}", f"max_new_tokens={args.tokens}", "ignore_eos=true",
                               "logprobs=5", f"full_distribution={'true' if full else 'false'}",
                               f"full_distribution_budget_mb={args.budget_mb}"],
-                       sides=["ref=hf", f"b=vllm,batch_size={args.batch}"])
+                       sides=["ref=hf", f"b=vllm,batch_size={args.batch}" + (",async_scheduling=false" if sync else "")])
+    if sync:  # what full_distribution sets for vLLM on a GPU (core.mapping._vllm_full_rows), here without the rows
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     t0 = time.perf_counter()
     svc = ParityService(db_path=db)
     req = WorkloadRequest(model=args.model, prompts=[PromptSpec(text=p) for p in prompts(n)], config=cfg,
                           options=WorkloadOptions(mode="scored", floor="none", chunk=args.chunk))
-    label = "with" if full else "without"
+    label = "with" if full else "without, synchronous vLLM" if sync else "without"
     r = run_workload(svc, req, emit=lambda e: e.kind == "progress" and print(f"  {label}: {e.message}", flush=True))
     wall = time.perf_counter() - t0
     assert r.status in ("ok", "diverged"), r.error
@@ -61,6 +63,8 @@ def run(args, full: bool, db: str, n_prompts: int | None = None) -> dict:
     tokens = [p.results["b"].token_ids for p in got.prompts]
     kl = [s.kl for p in got.prompts for s in p.results["b"].steps]
     svc.close()
+    if sync:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     w = got.workload.sides["b"]
     return {"run_id": r.id, "wall_s": wall, "work_s": r.timings.get("generate", 0) + r.timings.get("pool", 0),
             "timings": r.timings, "tokens": tokens, "positions_with_kl": sum(x is not None for x in kl),
@@ -91,6 +95,9 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="CPU: the tiny test model, 8 prompts x 16 tokens")
     ap.add_argument("--work", default=None, help="a folder for the databases (default: a temp dir)")
     ap.add_argument("--out", help="write the figures as JSON here too")
+    ap.add_argument("--like-for-like", action="store_true",
+                    help="a third run: without the rows but with vLLM as full_distribution runs it on a GPU (no async "
+                         "scheduling, the V1 runner): separates the rows' own cost from that setting's")
     ap.add_argument("--rows-dir", help="keep the rows here (PARITY_ROWS_DIR; default: in memory, /dev/shm, where "
                                        "it holds a chunk, else the temp dir)")
     args = ap.parse_args()
@@ -111,6 +118,9 @@ def main() -> None:
     for full in order:
         runs[full] = run(args, full, str(work / f"{'with' if full else 'without'}.db"))
     with_, without = runs[True], runs[False]
+    sync = run(args, False, str(work / "without-sync.db"), sync=True) if args.like_for_like else None
+    if sync is not None:
+        assert sync["tokens"] == with_["tokens"], "the synchronous run made other tokens: not like for like"
     assert with_["tokens"] == without["tokens"], "the two runs made different tokens: not like for like"
     assert with_["positions_with_kl"] == with_["positions"], (with_["positions_with_kl"], with_["positions"])
     assert without["positions_with_kl"] == 0
@@ -133,10 +143,19 @@ def main() -> None:
         "same_tokens": True, "goal": "ratio <= 1.3",
         "rows_scratch": _where(per_seq * args.chunk if per_seq else 0),
     }
+    if sync is not None:
+        figures["without_sync"] = {k: v for k, v in sync.items() if k != "tokens"}
+        figures["ratio_wall_rows_only"] = with_["wall_s"] / sync["wall_s"]
+        figures["ratio_work_rows_only"] = with_["work_s"] / sync["work_s"]
+        figures["ratio_work_sync_setting"] = sync["work_s"] / without["work_s"]
     print(json.dumps(figures, indent=2), flush=True)
     print(f"full_distribution: with / without = {figures['ratio_wall']:.2f}x wall, {figures['ratio_work']:.2f}x work "
           f"({args.prompts} prompts x {args.tokens} tokens, {args.dtype}); KL(ref||side) mean "
           f"{(with_['distribution'] or {}).get('kl_mean')}", flush=True)
+    if sync is not None:
+        print(f"  the rows alone (against the same synchronous vLLM without them): {figures['ratio_wall_rows_only']:.2f}x "
+              f"wall, {figures['ratio_work_rows_only']:.2f}x work; synchronous vLLM against its default: "
+              f"{figures['ratio_work_sync_setting']:.2f}x work", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2))
 

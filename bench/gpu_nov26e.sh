@@ -15,7 +15,6 @@ log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"; nproc; df -h /dev/shm /tmp; free -g; git log --oneline -1; } > $R/env.txt 2>&1
 # issue 31: the full-distribution figures on the 1,000-prompt scored workload, with against without
 # (rows in memory now, bfloat16 bits, vLLM's copies not waited for, the scoring in pieces)
-step full-distribution 600 python3 bench/full_distribution.py --model "$PARITY_DEMO_MODEL" --prompts 1000 --tokens 128 --batch 256 --chunk 250 --dtype bfloat16 --warm --out $R/full_distribution.json
-# issue 29: the replay speed again (a second run of the figure the first round measured)
-step replay 600 python3 bench/replay.py --rows 1000 --tokens 512 --model "$PARITY_DEMO_MODEL" --dtype bfloat16 --work /tmp/pb-replay --out $R/replay-speed.json
+step full-distribution 600 python3 bench/full_distribution.py --model "$PARITY_DEMO_MODEL" --prompts 1000 --tokens 128 --batch 256 --chunk 250 --dtype bfloat16 --warm --like-for-like --out $R/full_distribution.json
+
 log done; touch $R/done
