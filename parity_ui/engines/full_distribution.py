@@ -161,28 +161,72 @@ class RowsMissing(Exception):
     """The other side's rows are not there (it could not write them): the pair has no figures."""
 
 
-def load_rows(path: str, n: int, device: Any) -> Any:
-    """The first n rows of a rows file on `device`: ONE read of the file and one host-to-device copy
-    (the bfloat16 bits, where the writer narrowed them, move as they are and become bfloat16 there)."""
-    other = np.load(path)  # one read of the whole file (at most one sequence's rows: the budget)
-    if other.ndim != 2 or other.shape[0] < n:
-        raise RowsMissing(f"{path} holds {other.shape[0] if other.ndim == 2 else 0} rows, {n} needed")
-    host = torch.from_numpy(other[:n])
-    on = host.to(device)
+def read_rows(path: str, pin: bool = False) -> Any:
+    """A rows file into host memory as a tensor (float32, or int16 bfloat16 bits): one read; pinned
+    when `pin` (its copy to the GPU then needs no staging). RowsMissing when it is not there."""
+    try:
+        host = torch.from_numpy(np.load(path))  # one read of the whole file (at most one sequence's rows: the budget)
+    except FileNotFoundError:
+        raise RowsMissing(f"no rows at {path}") from None
+    return host.pin_memory() if pin else host
+
+
+class ReadAhead:
+    """The rows files of a batch of scoring items read on a thread, AHEAD items ahead of the one being
+    scored, so the scorer's forward pass hides the read (and the pinning). Bounded: at most AHEAD+1
+    sequences' rows in host memory."""
+
+    AHEAD = 2
+
+    def __init__(self, paths: list[str | None], pin: bool):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.paths, self.pin = paths, pin
+        self.ex = ThreadPoolExecutor(1, thread_name_prefix="parity-rows-read")
+        self.futures: dict[int, Any] = {}
+        for i in range(min(self.AHEAD + 1, len(paths))):
+            self._submit(i)
+
+    def _submit(self, i: int) -> None:
+        if i < len(self.paths) and self.paths[i] and i not in self.futures:
+            self.futures[i] = self.ex.submit(read_rows, self.paths[i], self.pin)
+
+    def take(self, i: int) -> Any:
+        """Item i's rows on the host (None: it reads none); raises what the read raised."""
+        self._submit(i + self.AHEAD)
+        f = self.futures.pop(i, None)
+        return f.result() if f is not None else None
+
+    def close(self) -> None:
+        self.ex.shutdown(wait=True, cancel_futures=True)
+        self.futures.clear()
+
+
+def load_rows(path: str, n: int, device: Any, host: Any = None) -> Any:
+    """The first n rows of a rows file on `device` (`host`: already read, e.g. by ReadAhead): one read
+    of the file and one host-to-device copy (the bfloat16 bits, where the writer narrowed them, move
+    as they are and become bfloat16 there)."""
+    if host is None:
+        host = read_rows(path)
+    if host.dim() != 2 or host.shape[0] < n:
+        raise RowsMissing(f"{path} holds {host.shape[0] if host.dim() == 2 else 0} rows, {n} needed")
+    on = host[:n].to(device, non_blocking=host.is_pinned())
     return on.view(torch.bfloat16) if host.dtype == torch.int16 else on
 
 
-def meet(own: Any, rows: Rows, n: int) -> dict[str, list[Any]]:
+def meet(own: Any, rows: Rows, n: int, host: Any = None) -> dict[str, list[Any]]:
     """The five per-position columns of this engine's rows `own` ([>= n, vocab] logits on its device)
-    against the rows in `rows.read`, for the first n positions. Raises RowsMissing when the file is
-    not there or holds fewer rows, ValueError when the vocabularies differ."""
-    if not rows.read or not os.path.exists(rows.read):
-        raise RowsMissing(f"no rows at {rows.read}")
-    shape = np.load(rows.read, mmap_mode="r").shape
-    if len(shape) == 2 and shape[1] != own.shape[-1]:
-        raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {shape[1]:,} in the "
+    against the rows in `rows.read` (`host`: that file already read), for the first n positions.
+    Raises RowsMissing when the file is not there or holds fewer rows, ValueError when the
+    vocabularies differ."""
+    if host is None:
+        if not rows.read or not os.path.exists(rows.read):
+            raise RowsMissing(f"no rows at {rows.read}")
+        host = read_rows(rows.read)
+    if host.dim() == 2 and host.shape[1] != own.shape[-1]:
+        raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {host.shape[1]:,} in the "
                          "other side's rows (a padded lm_head?): their distributions cannot be compared token by token")
-    other = load_rows(rows.read, n, own.device)
+    other = load_rows(rows.read, n, own.device, host)
     parts = []
     for s in range(0, n, BLOCK):
         e = min(n, s + BLOCK)
@@ -208,16 +252,17 @@ def attach(steps: list[Any], columns: dict[str, list[Any]]) -> None:
                 setattr(step, c, columns[c][i])
 
 
-def columns_for(own: Any, rows: Rows | None, n: int) -> dict[str, list[Any]]:
+def columns_for(own: Any, rows: Rows | None, n: int, ahead: Any = None) -> dict[str, list[Any]]:
     """What a scorer or generator does with its own rows `own` ([>= n, vocab]) for a request's `rows`:
-    write them, meet the other side's; the five columns where they met, else {} (rows missing)."""
+    write them, meet the other side's (`ahead`: a callable giving that file already read, or raising
+    what reading it raised); the five columns where they met, else {} (rows missing)."""
     if rows is None:
         return {}
     if rows.write:
         write_rows(rows.write, own[:n])
     if rows.read:
         try:
-            return meet(own, rows, n)
+            return meet(own, rows, n, ahead() if ahead is not None else None)
         except RowsMissing:
             pass
     return {}

@@ -407,13 +407,23 @@ class HfEngine(Engine):
         no TokenStep and TopLogprob per position, which with the per-position indexing before cost
         the trainer side of a replay ~1.5x bare teacher-forcing on the GPU (bench/replay.py)."""
         out = []
-        for item in req.items:
-            if self.should_stop():
-                break
-            out.append(self._score_columns(item))
+        reads = [it.rows.read if it.rows is not None else None for it in req.items]
+        ahead = None
+        if any(reads):  # full_distribution: the other side's rows read ahead while this side's forwards run
+            from .full_distribution import ReadAhead
+
+            ahead = ReadAhead(reads, pin=self.model.device.type == "cuda")
+        try:
+            for i, item in enumerate(req.items):
+                if self.should_stop():
+                    break
+                out.append(self._score_columns(item, (lambda i=i: ahead.take(i)) if ahead and reads[i] else None))
+        finally:
+            if ahead is not None:
+                ahead.close()
         return out
 
-    def _score_columns(self, req: ScoreRequest) -> StepColumns:
+    def _score_columns(self, req: ScoreRequest, ahead: Any = None) -> StepColumns:
         """One teacher-forced forward pass; the continuation's steps: each token's logprob (float32
         log-softmax of its logits row), rank and top-k, the same numbers _steps_from_logits gives,
         with four device-to-host copies in all."""
@@ -437,7 +447,7 @@ class HfEngine(Engine):
             # full_distribution: this side's rows written and/or met with the other side's, per position.
             from .full_distribution import columns_for
 
-            dist = columns_for(own, req.rows, n) if req.rows is not None and n else {}
+            dist = columns_for(own, req.rows, n, ahead) if req.rows is not None and n else {}
         return StepColumns({
             "position": list(range(n)), "token_id": list(tokens), "text": [""] * n,
             "logprob": list(map(clean_logprob, chosen_l)), "rank": ranks, "top_n": [k] * n,

@@ -387,3 +387,33 @@ def test_the_gpu_rows_writer_writes_what_was_submitted_and_close_waits_for_it(tm
         assert vfr.close([p]) == [p] and p not in vfr.OPEN
     finally:
         vfr.WRITER = old
+
+
+def test_rows_read_ahead_meet_as_rows_read_in_place(tmp_path):
+    """The scorer's read-ahead (full_distribution.ReadAhead: the next items' rows files read on a thread
+    while this item's forward runs) gives the same figures as reading in place; a missing file is
+    RowsMissing when its item is reached, not before."""
+    from parity_ui.engines.full_distribution import ReadAhead, RowsMissing
+
+    g = torch.Generator().manual_seed(3)
+    sides = [torch.randn(4, 32, generator=g) for _ in range(5)]
+    refs = [s + 0.1 * torch.randn(4, 32, generator=g) for s in sides]
+    paths = []
+    for i, s in enumerate(sides):
+        paths.append(str(tmp_path / f"b-{i}.npy"))
+        if i != 3:  # item 3's rows were never written
+            write_rows(paths[-1], s)
+    ahead = ReadAhead([*paths[:2], None, *paths[3:]], pin=False)
+    try:
+        for i in range(5):
+            rows = Rows(read=paths[i], read_is="side", k=2)
+            if i == 2:
+                assert ahead.take(i) is None  # an item that reads nothing
+                continue
+            if i == 3:
+                with pytest.raises(RowsMissing):
+                    ahead.take(i)
+                continue
+            assert meet(refs[i], rows, 4, ahead.take(i)) == meet(refs[i], rows, 4)
+    finally:
+        ahead.close()
