@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of the 2026-11-26 fourth session, third round (read-ahead) on one lent GPU, started by bench/gpu_go.sh (under
+# The GPU checks of the 2026-11-26 fourth session, fourth round (side-stream copies, bits only, parallel writes) on one lent GPU, started by bench/gpu_go.sh (under
 # setsid, so it outlives one 10-minute call): results in /tmp/res, one file per step, steps.txt with
 # their times and exit codes. Needs device-env.sh sourced. `touch /tmp/res/stop` skips steps not
 # started yet. One step at a time: nothing else shares the GPU or the CPU while a figure is measured.

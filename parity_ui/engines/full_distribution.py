@@ -103,11 +103,16 @@ class RowFile:
         self._open(np.float32)
         os.pwrite(self.fd, memoryview(np.ascontiguousarray(rows)).cast("B"), self.offset)
 
-    def put_row(self, position: int, wide: np.ndarray, narrow: np.ndarray | None) -> None:
-        """Row `position`: its float32 values `wide`, and `narrow`, their bfloat16 bits (int16) when
-        every value is exactly a bfloat16, else None."""
+    def put_row(self, position: int, wide: np.ndarray | None, narrow: np.ndarray | None) -> None:
+        """Row `position`: its float32 values `wide` (None: only its bits came), and `narrow`, their
+        bfloat16 bits (int16) when every value is exactly a bfloat16, else None."""
         if not 0 <= position < self.shape[0]:
             return
+        if wide is None:
+            if narrow is None:
+                raise ValueError("a row needs its float32 values or its bfloat16 bits")
+            if self.dtype == np.float32:  # the file widened earlier: this row's bits as float32
+                wide = widened(narrow[None])[0]
         if self.fd is None:
             self._open(np.int16 if narrow is not None else np.float32)
         elif narrow is None and self.dtype == np.int16:

@@ -36,25 +36,36 @@ from .vllm_batch_rows import follow_batch
 EXTRA_ARGS_KEY = "parity_rows"
 OPEN: dict[str, RowFile] = {}  # path -> its file, until the engine closes it
 SLOTS = 3  # pinned host buffers in flight: the GPU runs up to two steps ahead of the writer
+THREADS = 4  # a step's rows written by this many threads (each pwrite lets go of the GIL: copies in parallel)
 
 
 class _Writer:
-    """One thread that waits for a step's host copy (its CUDA event) and puts its rows into their
-    files, so the decode loop never waits for either. Host buffers are pinned (the copy is then truly
-    asynchronous) and reused: SLOTS of them, each [max_num_seqs, vocab] float32; when all are in
-    flight the next step waits for one (backpressure, not unbounded memory)."""
+    """A step's rows from the GPU to their files without the decode loop waiting for either.
+
+    On the engine's stream: each row's bfloat16 bits and a flag that a row is not exactly bfloat16.
+    On a side stream: the copy to pinned host buffers (so it overlaps the next step's kernels instead of
+    queueing in front of them), marked by a CUDA event. On a thread: wait for the event, write each row
+    with one pwrite (THREADS at once). A bf16 model's rows are all exactly bfloat16, so only their
+    bits cross (half the bytes); the rare row that is not is fetched alone by the writer; where most rows
+    are not (a float32 model, soft-capped logits) the float32 rows cross instead, from the next step on.
+    Buffers are reused, SLOTS of them: when all are in flight the next step waits (backpressure)."""
 
     def __init__(self, rows_per_buffer: int, pin: bool):
+        from concurrent.futures import ThreadPoolExecutor
+
         self.rows, self.pin = max(1, rows_per_buffer), pin
         self.jobs: queue.Queue[Any] = queue.Queue()
         self.free: queue.Queue[Any] = queue.Queue()
         self.made = 0
         self.errors: list[BaseException] = []
+        self.narrow: bool | None = None  # bits or float32 across; decided at the first step
+        self.stream: Any = None
+        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="parity-rows-write") if THREADS > 1 else None
         threading.Thread(target=self._run, name="parity-rows-writer", daemon=True).start()
 
     def buffer(self, n: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A free slot: pinned host buffers for a step's float32 rows, their bfloat16 bits and a flag per
-        row that it is not exactly bfloat16 (the narrowing is done on the GPU: the writer only copies)."""
+        """A free slot: pinned host buffers for a step's float32 rows, their bfloat16 bits and the
+        not-bfloat16 flags."""
         if self.made < SLOTS and self.free.empty():
             self.made += 1
             slot = None
@@ -67,24 +78,79 @@ class _Writer:
                     torch.empty((rows,), dtype=torch.bool, pin_memory=self.pin))
         return slot
 
+    def step(self, rows: torch.Tensor, puts: list[tuple[RowFile, int]]) -> None:
+        """A decode step's float32 rows [n, vocab] on the GPU, row k for puts[k] (file, position)."""
+        n = rows.shape[0]
+        bits = rows.view(torch.int32)
+        inexact = (bits & 0xFFFF).ne(0).any(dim=1)
+        if self.narrow is None:  # one wait, at the engine's first step with rows
+            self.narrow = not bool(inexact.any())
+        narrow = (bits >> 16).to(torch.int16) if self.narrow else None  # the bfloat16 bits
+        slot = self.buffer(n, rows.shape[1])
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device=rows.device)
+        self.stream.wait_stream(torch.cuda.current_stream(rows.device))
+        with torch.cuda.stream(self.stream):
+            if narrow is not None:
+                slot[1][:n].copy_(narrow, non_blocking=True)
+            else:
+                slot[0][:n].copy_(rows, non_blocking=True)
+            slot[2][:n].copy_(inexact, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        # The job holds the GPU tensors until the writer is done with them (the allocator cannot hand
+        # their memory to another kernel while the side stream still reads it).
+        self.jobs.put((event, slot, puts, rows, narrow, inexact))
+
     def submit(self, event: Any, slot: tuple[torch.Tensor, ...], puts: list[tuple[RowFile, int]]) -> None:
-        self.jobs.put((event, slot, puts))
+        """A step already on the host (float32 in slot[0], bits in slot[1] where slot[2] is False)."""
+        self.jobs.put((event, slot, puts, None, True, None))
 
     def drain(self) -> None:
         self.jobs.join()
 
+    def _write(self, event: Any, slot: tuple[torch.Tensor, ...], puts: list[tuple[RowFile, int]], rows: Any,
+               narrow: Any) -> None:
+        event.synchronize()
+        n = len(puts)
+        wide_h, narrow_h, inexact = slot[0].numpy(), slot[1].numpy(), slot[2].numpy()[:n]
+        fetched: dict[int, Any] = {}
+        if narrow is not None:
+            bad = [int(k) for k in inexact.nonzero()[0]]
+            if bad and rows is not None:  # the few rows bfloat16 cannot hold, fetched alone
+                got = rows[bad].to("cpu").numpy()
+                fetched = {k: got[i] for i, k in enumerate(bad)}
+            elif bad:
+                fetched = {k: wide_h[k] for k in bad}
+            if len(bad) > n // 2:  # mostly not bfloat16: float32 across from the next step on
+                self.narrow = False
+
+        def write(ks: range) -> None:
+            for k in ks:
+                f, position = puts[k]
+                if narrow is None:
+                    f.put_row(position, wide_h[k], None)
+                elif k in fetched:
+                    f.put_row(position, fetched[k], None)
+                else:
+                    f.put_row(position, None, narrow_h[k])
+
+        if self.pool is not None and n >= 2 * THREADS:
+            for _ in self.pool.map(write, [range(g, n, THREADS) for g in range(THREADS)]):
+                pass
+        else:
+            write(range(n))
+
     def _run(self) -> None:
         while True:
-            event, slot, puts = self.jobs.get()
+            event, slot, puts, rows, narrow, _flags = self.jobs.get()
             try:
-                event.synchronize()
-                wide, narrow, inexact = (t.numpy() for t in slot)
-                for k, (f, position) in enumerate(puts):
-                    f.put_row(position, wide[k], None if inexact[k] else narrow[k])
+                self._write(event, slot, puts, rows, narrow)
             except BaseException as e:  # reported by close(): the rows of this step are incomplete
                 self.errors.append(e)
             finally:
                 self.free.put(slot)
+                del rows, narrow, _flags
                 self.jobs.task_done()
 
 
@@ -134,18 +200,8 @@ class FullRowsLogitsProcessor(LogitsProcessor):
                 f = OPEN[row.path] = RowFile(row.path, row.tokens, logits.shape[1])
             files.append((f, len(row.outputs)))
         if logits.device.type == "cuda" and WRITER is not None:
-            # One copy for the step's rows into a pinned buffer, not waited for here: the writer
-            # thread waits for its event and writes them while the GPU goes on.
-            n = len(indices)
-            wide, narrow, inexact = WRITER.buffer(n, logits.shape[1])
-            rows = logits.index_select(0, index).to(torch.float32)
-            bits = rows.view(torch.int32)
-            wide[:n].copy_(rows, non_blocking=True)
-            narrow[:n].copy_((bits >> 16).to(torch.int16), non_blocking=True)  # the bfloat16 bits
-            inexact[:n].copy_((bits & 0xFFFF).ne(0).any(dim=1), non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            WRITER.submit(event, (wide, narrow, inexact), files)
+            # Not waited for here: the writer copies on a side stream and writes on its threads.
+            WRITER.step(logits.index_select(0, index).to(torch.float32), files)
             return logits
         # The CPU: one copy for the step's rows, written here (no device to overlap with).
         host = logits.index_select(0, index).to("cpu", torch.float32).numpy()
