@@ -28,8 +28,9 @@ EXCERPT_CHARS = 90
 # lists its first ones (the CLI opens any prompt: parity runs show RUN --prompt N).
 MAX_TABLE_ROWS = 10_000
 # Rows the app's prompt table lays out at once (#33 item 6): the rest wait in a <template> (parsed, not
-# laid out) and the page's script adds them in chunks while idle, or all at once for a sort. 1,000 rows
-# laid out in one go took the page 0.35-0.6 s on 2 busy cores before the view could be used.
+# laid out) and the page's script moves them in 200 at a time as the table is scrolled near its end; a
+# sort orders them all and keeps laid out only as many as were. 1,000 rows laid out in one go took the
+# page 0.35-0.6 s on 2 busy cores before the view could be used (and after each sort).
 EAGER_TABLE_ROWS = 100
 
 # The figures table's rows (FIGURE_ROWS) and the floor check that judges each (CHECK_OF_ROW) are
@@ -329,7 +330,7 @@ def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None 
     sorts it by any column in the page (each cell's sort value in data-v), and with `pick` (the
     view's prefix) a click on a row opens that prompt's token view. At most `limit` rows (the first);
     with `eager`, only that many are in the table body and the rest in a <template> the page's script
-    moves in (while idle, or before a sort)."""
+    moves in as the table is scrolled (a sort orders both)."""
     names = [*sides, *([floor] if floor else [])]
     total, rows = len(rows), rows[:limit]
     head = ['<th data-sort="num" title="prompt index">#</th>', '<th data-sort="text">prompt</th>']

@@ -2,7 +2,8 @@
 deep links `?run=ID`; export a run as the CLI's JSON. A workload run is listed with its headline and
 opens in the workload view (parity_ui.ui.workload_view): its header and pair rows only, a prompt's
 tokens read when its row is clicked. A run whose sides differ has Which setting? under it
-(parity_ui.ui.which_setting_view); a bisect is listed with its answer and opens as its record."""
+(parity_ui.ui.which_setting_view); a bisect is listed with its answer and opens as its record.
+Every way to open a run (a row, the button, Enter, a deep link) is one server event (`open_all`)."""
 from __future__ import annotations
 
 import json
@@ -34,6 +35,15 @@ COLUMN_WIDTHS = ["84px", "28%", "13%", "15%", "22%", "72px", "140px", "120px"]
 PROMPT_CHARS = 90
 _RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
 _HF_CACHE = re.compile(r"models--([^/]+?)--([^/]+)")
+# A deep link (`?run=ID`) shows this tab. Selected in the page, not by an output of the load event:
+# Gradio's page walks every component an event ever touched, and the tabs' whole tree below them, on
+# each status message of every later event (the Tabs as an output made each open ~0.25 s slower on 2
+# cores, #33 item 6).
+FROM_URL_JS = """() => {
+  if (!new URLSearchParams(window.location.search).get('run')) return;
+  const tab = Array.from(document.querySelectorAll('button[role="tab"]')).find((b) => b.textContent.trim() === 'History');
+  if (tab) tab.click();
+}"""
 # Characters markdown would read as markup in a model name (the cell is markdown for its hover title).
 _MD = str.maketrans({c: f"&#{ord(c)};" for c in "_*[]`~\\|#<>&\"'"})
 
@@ -138,6 +148,8 @@ class HistoryTab:
                 self.run_id = gr.Textbox(label="Run id", scale=3, elem_id="hist-run-id",
                                          placeholder="click a row above, or paste an id")
                 self.open_btn = gr.Button("Open run", scale=1, elem_id="hist-open")
+                # /open_run's trigger for API clients (the page's own opens are open_all: one event).
+                self.api_open = gr.Button("Open run", visible=False, elem_id="hist-open-api")
                 self.export_btn = gr.Button("Export as JSON", scale=1, elem_id="hist-export")
                 self.report_btn = gr.Button("HTML report", scale=1, elem_id="hist-report")
                 self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
@@ -322,12 +334,24 @@ class HistoryTab:
         out.write_text(page, encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
+    def open_all(self, run_id: str) -> dict[Any, Any]:
+        """An open as the page makes it, in ONE event: the token view's parts (`open`), the workload
+        view (shown for a workload, hidden otherwise) and Which setting? (for a run whose sides
+        differ). Gradio's page runs the listeners of one click one after the other, each a round
+        trip and a redraw of its own (and, as three, the workload view waited for the other two:
+        ~0.3 s of a 1,000-prompt workload's open, #33 item 6)."""
+        return {**self.open(run_id), **self.wview.show(run_id), **self.which.show(run_id)}
+
+    @property
+    def open_outputs(self) -> list[Any]:
+        return [*self.view.outputs, *self.wview.outputs, *self.which.outputs]
+
     def from_url(self, request: gr.Request) -> Any:
-        """Page load: `?run=ID` opens that run in this tab."""
+        """Page load: `?run=ID` opens that run (the page's script selects this tab: FROM_URL_JS)."""
         run_id = (request.query_params.get("run") or "").strip() if request is not None else ""
         if not run_id:
             return gr.skip()
-        return {self.tabs: gr.Tabs(selected="history"), self.run_id: run_id, **self.open(run_id)}
+        return {self.run_id: run_id, **self.open_all(run_id)}
 
     # -- events --------------------------------------------------------------------------------
 
@@ -346,22 +370,14 @@ class HistoryTab:
             event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden",
                        trigger_mode="always_last")
 
-        def beside_open(listen: Any) -> None:
-            # The workload view of the run (hidden for any other) and Which setting? (for a run whose
-            # sides differ), beside the open: they read only the run's header and flags, so none waits.
-            # `listen`: what starts the open (an event's .then, a button's .click, a box's .submit).
-            for view in (self.wview, self.which):
-                listen(view.show, [self.run_id], view.outputs, api_name=False, show_progress="hidden",
-                       trigger_mode="always_last")
-
+        # Every way to open a run is one event (open_all), its figures chained after the panes show.
         picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)
-        then_figures(picked.then(self.open, [self.run_id], self.view.outputs, api_name=False,
+        then_figures(picked.then(self.open_all, [self.run_id], self.open_outputs, api_name=False,
                                  trigger_mode="always_last"))
-        beside_open(picked.then)
-        then_figures(self.open_btn.click(self.open, [self.run_id], self.view.outputs, api_name="open_run"))
-        beside_open(self.open_btn.click)
-        then_figures(self.run_id.submit(self.open, [self.run_id], self.view.outputs, api_name=False))
-        beside_open(self.run_id.submit)
+        then_figures(self.open_btn.click(self.open_all, [self.run_id], self.open_outputs, api_name=False))
+        then_figures(self.run_id.submit(self.open_all, [self.run_id], self.open_outputs, api_name=False))
+        # API clients keep /open_run with its inputs and outputs (the token view's parts).
+        self.api_open.click(self.open, [self.run_id], self.view.outputs, api_name="open_run")
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
         self.use_a.click(lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_a], api_name=False,
@@ -374,6 +390,5 @@ class HistoryTab:
         self.view.wire_layers(self.service, picks)
         self.wview.create_event_handlers()
         self.which.create_event_handlers()
-        from_url = app.load(self.from_url, None, [tabs, self.run_id, *self.view.outputs], api_name=False)
-        then_figures(from_url)
-        beside_open(from_url.then)
+        then_figures(app.load(self.from_url, None, [self.run_id, *self.open_outputs], api_name=False))
+        app.load(None, None, None, js=FROM_URL_JS, api_name=False)

@@ -98,3 +98,59 @@ def test_history_shows_what_matters_first_and_compares_two_runs(db):
         assert "Settings: " in said and "config.dtype" in said and "side b: dtype" in said
         assert page.locator("#hist-pair .rp-panes .pt-root").count() == 2  # each run's token panes
         page.locator("#hist-pair").screenshot(path=str(ARTIFACTS / "18-history-two-runs.png"))
+
+
+def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(tmp_path_factory):
+    """#33 item 6: a workload opened by its link (`?run=ID`: the page selects the History tab itself)
+    shows its view; a sort of its 250-row prompt table orders every row, lays out only the first 100
+    (the rest wait in the table's <template>, in order) and moves the rest in as the table is
+    scrolled; a row opens its prompt's tokens."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from ui_render import synthetic_workload
+
+    from parity_ui.render.workload import EAGER_TABLE_ROWS
+    from parity_ui.store.runs import open_db, pair_rows
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = tmp_path_factory.mktemp("wl") / "runs.db"
+    d = open_db(path)
+    run = synthetic_workload(d, 250, 8)
+    forks = {r["prompt_idx"]: r["first_divergence"] for r in pair_rows(d, run.id) if r["side"] == "b"}
+    d.close()
+    want = sorted(forks, key=lambda i: (1e12 if forks[i] is None else forks[i], i))
+    table = "#hist-wl-prompts table.wl-table[data-init]"
+    with running_app(path, ARTIFACTS / "browser-history-workload.log") as url, chromium() as browser:
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page.set_default_timeout(PAGE_MS)
+        page.goto(url + f"?run={run.id}")
+        page.wait_for_selector(f"#hist-wl-card .pc-workload[data-run='{run.id}']", timeout=PAGE_MS)
+        page.wait_for_selector(table, timeout=PAGE_MS)
+        assert page.get_by_role("tab", name="History").get_attribute("aria-selected") == "true"
+        laid = f"{table} tbody tr"
+        assert page.locator(laid).count() == EAGER_TABLE_ROWS
+
+        def order() -> tuple[list[int], list[int]]:  # (laid out, waiting in the template)
+            return tuple(page.evaluate(f"""() => {{
+                const t = document.querySelector('{table}');
+                const rest = t.parentElement.querySelector('template.wl-rest');
+                return [Array.from(t.tBodies[0].rows, (r) => Number(r.dataset.i)),
+                        rest ? Array.from(rest.content.children, (r) => Number(r.dataset.i)) : []]; }}"""))
+
+        page.click(f"{table} th[data-col='fork:b']")
+        assert page.locator(f"{table} th[data-col='fork:b']").get_attribute("aria-sort") == "ascending"
+        shown, waiting = order()
+        assert shown == want[:EAGER_TABLE_ROWS] and waiting == want[EAGER_TABLE_ROWS:]
+        page.click(f"{table} th[data-col='fork:b']")  # the other way, then back
+        shown, waiting = order()
+        back = sorted(forks, key=lambda i: (-(1e12 if forks[i] is None else forks[i]), i))
+        assert len(shown) == EAGER_TABLE_ROWS and shown[:5] == back[:5] and len(shown) + len(waiting) == 250
+        page.click(f"{table} th[data-col='fork:b']")
+        # Scrolled to its end, again and again: every row laid out, in the sorted order.
+        for _ in range(5):
+            page.evaluate(f"() => {{ const box = document.querySelector('{table}').closest('.wl-scroll');"
+                          "box.scrollTop = box.scrollHeight; box.dispatchEvent(new Event('scroll')); }")
+        assert order() == (want, [])
+        page.locator(laid).first.click()
+        page.wait_for_selector(f"#hist-summary:has-text('Prompt {want[0]} of workload')", timeout=PAGE_MS)
+        page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=PAGE_MS)
+        page.locator("#hist-wl").screenshot(path=str(ARTIFACTS / "19-history-workload-sorted.png"))

@@ -469,6 +469,26 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     assert shape("/add_side")[1] == ["Code", *slots]
 
 
+def test_an_open_in_history_is_one_event_and_no_event_touches_the_tabs(built_app):
+    """#33 item 6: Gradio's page runs the listeners of one click one after the other (a round trip and
+    a redraw each), and on every status message of every event it walks each component any event
+    has touched so far, a container with its whole subtree. So an open in History is ONE backend
+    event (the token view, the workload view and Which setting? together, its figures chained after
+    it), and no backend event has the Tabs (the whole app below them) among its inputs or outputs."""
+    cfg = built_app.config
+    comps = {c["id"]: c for c in cfg["components"]}
+    by_elem = {c["props"].get("elem_id"): i for i, c in comps.items() if c["props"].get("elem_id")}
+    backend = [d for d in cfg["dependencies"] if d["backend_fn"]]
+    on_open = [d for d in backend if [by_elem["hist-open"], "click"] in [list(t) for t in d["targets"]]]
+    assert len(on_open) == 1, [d["api_name"] for d in on_open]
+    outs = set(on_open[0]["outputs"])
+    assert {by_elem["hist-wl"], by_elem["hist-ws"], by_elem["hist-panes"], by_elem["hist-wl-prompts"]} <= outs
+    touched = {i for d in backend for i in (*d["inputs"], *d["outputs"])}
+    assert not [comps[i]["type"] for i in touched if comps[i]["type"] in ("tabs", "tabitem")]
+    # A row of a workload's prompt table opens its token view with one event too (its figures after it).
+    assert len([d for d in backend if [by_elem["hist-wl-open"], "click"] in [list(t) for t in d["targets"]]]) == 1
+
+
 def _sides_panel():
     import gradio as gr
 
