@@ -43,8 +43,9 @@ def pairs_html(report: WorkloadReport) -> str:
             if k in band:
                 i = band[k]
                 cells.append(_pct(t.outside[i].outside) if i < len(t.outside) else "–")
-            else:
-                cells.append(_num(getattr(t, k, None)))
+            else:  # a share (|Δlogprob| > ln 2) as a percentage, like the bands and the CLI screen
+                v = getattr(t, k, None)
+                cells.append(_pct(v) if FIGURES[k].kind == "share" else _num(v))
         verdict = "the floor" if is_floor else (f.verdict.verdict if f.verdict else "–")
         cls = ' class="div"' if not is_floor and f.verdict is not None and f.verdict.verdict != "within noise" else ""
         rows.append(f'<tr data-pair="{esc(p["key"])}" title="{esc(p["meaning"])}"><td>{esc(p["b"])} vs '

@@ -501,7 +501,9 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
         else:
             out.append(Finding(
                 code="sides-differ", severity="info", side=p.name,
-                message=f"side {p.name} differs from the reference {ref.name} "
+                # "as configured": the settings each side resolves (its attention backend, ...) are
+                # only known once it has loaded; the explanation names those, and the two must read alike.
+                message=f"side {p.name} differs from the reference {ref.name}, as configured, "
                         + ("only in " if len(diffs) == 1 and not inert else "in ")
                         + "; ".join(diffs + inert) + "."))
     return out

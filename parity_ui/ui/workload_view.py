@@ -202,7 +202,7 @@ class WorkloadView:
                                                  "pick another prompt (a prompt skipped as too long, or not done "
                                                  "yet when the run stopped, has none)")
         if run.kind == "replay":  # the trainer against the recorded rollout first, where the row has it
-            side = "recorded" if "recorded" in run.prompts[0].results else None
+            side = _replay_side(run)
             out = self.result_view.values(run, i, side, plots=False)
             parts = self.parts(run.id)
             worst = (parts["run"].workload.replay or {}).get("worst_tokens", []) if parts else []
@@ -220,7 +220,9 @@ class WorkloadView:
         if picked is None:
             return gr.skip()
         run = self.prompt_run(str(run_id or ""), picked[0]) if run_id else None
-        return self.result_view.plot_values(run, picked[0])
+        # The same side the panes' selector shows (a replay's: the recorded rollout), not the first one.
+        return self.result_view.plot_values(run, picked[0], _replay_side(run) if run is not None and
+                                            run.kind == "replay" else None)
 
     # -- Resume ---------------------------------------------------------------------------------
 
@@ -289,3 +291,8 @@ class WorkloadView:
         self.resume_btn.click(self.resume, [self.run_id], self.outputs, api_name=False, concurrency_limit=1,
                               concurrency_id="engines", show_progress="minimal")
         self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
+
+
+def _replay_side(run: Any) -> str | None:
+    """The side a replay's row opens on: the recorded rollout against the trainer, where the row has it."""
+    return "recorded" if run.prompts and "recorded" in run.prompts[0].results else None

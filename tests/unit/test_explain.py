@@ -263,7 +263,7 @@ def test_the_verdict_and_the_finding_below_it_do_not_contradict_each_other():
              SideInfo(name="vllm", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"})]
     a, b, _ = near_tie()
     out = run_explain(*sides(a, b, names=("hf", "vllm")), differing_keys=differing(infos, "hf", "vllm"))
-    finding = "differs from the reference hf only in engine (hf vs vllm)"  # preflight's sides-differ finding
+    finding = "differs from the reference hf, as configured, only in engine (hf vs vllm)"  # preflight's sides-differ finding
     assert "only" in finding and "differ only in" not in out["summary"]
     assert "The sides differ in engine; as each side resolved its settings, also in attention backend." in out["summary"]
     # the same pair on one engine: the attention backend IS the only difference, and says so

@@ -51,7 +51,7 @@ def test_a_clean_model_and_config_only_say_what_the_sides_differ_in(base):
     assert [f.code for f in found] == ["sides-differ"]
     f = found[0]
     assert f.severity == "info" and f.side == "vllm" and f.setting is None
-    assert f.message == "side vllm differs from the reference hf only in engine (hf vs vllm)."
+    assert f.message == "side vllm differs from the reference hf, as configured, only in engine (hf vs vllm)."
 
 
 def test_preflight_is_what_prepare_stores(base):
@@ -341,7 +341,7 @@ def test_sides_with_the_same_setup(base):
 def test_sides_that_differ_in_an_option(base):
     f = findings(base, base_cfg={"sides": SIDE_PRESETS["eager-vs-graphs"]})["sides-differ"]
     assert f.side == "graphs"
-    assert f.message == "side graphs differs from the reference eager only in enforce_eager (True vs False)."
+    assert f.message == "side graphs differs from the reference eager, as configured, only in enforce_eager (True vs False)."
 
 
 def test_sides_that_differ_only_in_settings_that_keep_the_tokens(base):

@@ -74,6 +74,10 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     shown = tab.wview.revealed(run.id)
     view = shown[tab.wview.replay]
     assert "recorded vs ref" in view and "ρ outside [0.8, 1.2]" in view
+    pairs = view[view.index("rp-pairs-table"):]
+    row = pairs[pairs.index("<tr data-pair"):]
+    row = row[:row.index("</tr>")]
+    assert row.count("%</td>") == 4, row  # the three ρ bands and |Δlogprob| > ln 2: percentages, not "1"
     assert "REPLAYED, NO FLOOR" in shown[tab.wview.card] and "IDENTICAL" not in shown[tab.wview.card]
     assert shown[tab.wview.survival_plot].visible is False  # forced tokens never fork
     assert "rows of rollouts.jsonl (parity)" in view and "rollouts.jsonl: 12 rows" in shown[tab.wview.card]
@@ -83,6 +87,8 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     got = tab.wview.open_prompt(run.id, "4@1")
     assert "Row 4 of replay" in got[tab.view.summary] and "Token 1" in got[tab.view.summary]
     assert 'data-sel="recorded"' in got[tab.view.panes]  # the trainer against the recorded rollout
+    figs = tab.wview.prompt_figures(run.id, "4@1")  # the figures that follow: of the same pair, not the first side's
+    assert "recorded vs ref" in str(figs[tab.view.logprob_plot].value)
     assert tab.wview.open_prompt(run.id, "nonsense") == gr.skip()
     (row,) = [r for r in history_rows(runner.store) if r[ID] == run.id]
     assert row[RESULT].startswith("replay of 12/12 rows")
