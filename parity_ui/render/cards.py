@@ -58,6 +58,8 @@ def model_html(info: ModelInfo, label: str = "") -> str:
 
 
 def _badge(run: Run) -> str:
+    if run.kind == "replay" and run.status in ("ok", "diverged"):  # forced tokens cannot part: the gaps tell
+        return '<span class="pc-badge ok">REPLAYED</span>'
     if run.status == "ok":
         return '<span class="pc-badge ok">IDENTICAL</span>'
     if run.status == "diverged":
@@ -75,8 +77,13 @@ def _tok(text: str) -> str:
     return f'<code class="pc-tok">{esc(repr(text))}</code>'
 
 
-def divergence_line(c: Comparison) -> str:
+def divergence_line(c: Comparison, forced: bool = False) -> str:
+    """One pair's line; `forced`: a replay's row, every side scoring the run's own tokens, so "identical
+    tokens" says nothing and the logprob gap is the finding."""
     pair = f"<b>{esc(c.b)}</b> vs <b>{esc(c.a)}</b>"
+    if forced:
+        gap = f"; max |logprob gap| {c.max_abs_gap:.3g}" if c.max_abs_gap is not None else ""
+        return f"<div>{pair}: {c.compared} forced tokens (the run's own, on every side){gap}.</div>"
     if c.identical:
         gap = f"; max |logprob gap| {c.max_abs_gap:.3g}" if c.max_abs_gap is not None else ""
         return f"<div>{pair}: all {c.compared} generated tokens identical{gap}.</div>"
@@ -214,7 +221,7 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
         if len(run.prompts) > 1:
             body.append(f"<div>Prompt {prompt_index} of {len(run.prompts)}.</div>")
         for c in p.comparisons:
-            body += [divergence_line(c), _explanation(c), _cross_scores(c), _routes(c)]
+            body += [divergence_line(c, run.kind == "replay"), _explanation(c), _cross_scores(c), _routes(c)]
         body.append(f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
                     f"{phases_html(run)}</details>")
     return finish_card(run, body, "run", "pc-summary", reveal)
