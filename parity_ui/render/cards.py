@@ -151,7 +151,7 @@ def _timings(p: PromptResult) -> str:
         parts = [f"{len(r.token_ids)} tokens", f"finish {r.finish_reason or '?'}"]
         for what, v in (("load", t.load_s), ("first token", t.prefill_s), ("total", t.total_s)):
             if v is not None:
-                parts.append(f"{what} {v:.2f}s")
+                parts.append("loaded before (warm)" if what == "load" and v == 0 else f"{what} {v:.2f}s")
         out.append(f"<div><b>{esc(name)}</b>: {esc(', '.join(parts))}</div>")
     return "".join(out)
 
@@ -174,7 +174,8 @@ def sides_html(run: Run) -> str:
     for s in run.sides:
         ref = ' <span class="pt-ref">reference</span>' if s.reference else ""
         versions = ", ".join(f"{k} {v}" for k, v in s.versions.items())
-        load = f"{s.load_s:.1f}s" if s.load_s is not None else "–"
+        # 0 exactly: the side's worker was loaded by an earlier run and reused (no load in this run).
+        load = "–" if s.load_s is None else "warm" if s.load_s == 0 else f"{s.load_s:.1f}s"
         rows.append(f"<tr><th>{esc(s.name)}{ref}</th><td>{esc(s.kind)}</td><td>{esc(s.dtype)}</td>"
                     f"<td>{esc(s.device)}</td><td>{esc(versions)}</td><td>{esc(s.python or 'this environment')}</td>"
                     f"<td>{load}</td></tr>")

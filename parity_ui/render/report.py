@@ -68,7 +68,7 @@ def format_summary(run: Run, prompts: bool = True) -> str:
         ref = " (reference)" if s.reference else ""
         env = f"  python={s.python}" if s.python else ""
         versions = "  ".join(f"{k} {v}" for k, v in s.versions.items())
-        lines.append(f"  side {s.name}{ref}: {s.kind}  {s.dtype}  {s.device}  {versions}  load {_s(s.load_s)}{env}")
+        lines.append(f"  side {s.name}{ref}: {s.kind}  {s.dtype}  {s.device}  {versions}  load {'warm (loaded before)' if s.load_s == 0 else _s(s.load_s)}{env}")
     rows = [r for r in settings_diff(run.sides) if r.differs]
     if rows and any(s.resolved for s in run.sides):
         lines.append("  resolved settings that differ:")

@@ -618,3 +618,17 @@ def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
     assert 'data-live="1"' in streaming[-1][tab.view.panes]
     assert last[tab.run_id] == run.id and last[tab.progress] == "" and set(tab.view.outputs) <= set(last)
     assert "IDENTICAL" in last[tab.view.summary]
+
+
+def test_a_side_whose_worker_was_reused_reads_warm_not_a_zero_second_load():
+    """Found walking the app: a second run on warm workers listed "load 0.0s" for both sides."""
+    from parity_ui.render.cards import sides_html
+    from parity_ui.render.report import format_summary
+
+    run = Run(id="r", created_utc="", status="ok", model=ModelInfo(name="m", path="/m"), config={},
+              sides=[SideInfo(name="hf", kind="hf", reference=True, load_s=0.0),
+                     SideInfo(name="vllm", kind="vllm", load_s=12.34)])
+    html = sides_html(run)
+    assert "<td>warm</td>" in html and "<td>12.3s</td>" in html and "0.0s" not in html
+    text = format_summary(run, prompts=False)
+    assert "load warm (loaded before)" in text and "load 12.34s" in text
