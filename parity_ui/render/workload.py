@@ -324,22 +324,28 @@ def _fork(cell: PairCell | None) -> tuple[str, str]:
 
 
 def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None = None,
-                      floor: str | None = None, limit: int = MAX_TABLE_ROWS, eager: int | None = None) -> str:
+                      floor: str | None = None, limit: int = MAX_TABLE_ROWS, eager: int | None = None,
+                      labels: dict[str, str] | None = None, forced: bool = False) -> str:
     """Every prompt, a row: its index, the start of its text, and per side (then the floor) where it
     first left the reference, its largest |dlogp| and the explanation's verdict. The page's script
     sorts it by any column in the page (each cell's sort value in data-v), and with `pick` (the
     view's prefix) a click on a row opens that prompt's token view. At most `limit` rows (the first);
     with `eager`, only that many are in the table body and the rest in a <template> the page's script
-    moves in as the table is scrolled (a sort orders both)."""
+    moves in as the table is scrolled (a sort orders both). `labels`: a column group's heading per
+    name (a replay's pairs: "recorded vs hf", where the keys alone read alike); `forced`: a replay,
+    whose forced tokens never fork, so each pair shows only its largest gap."""
     names = [*sides, *([floor] if floor else [])]
     total, rows = len(rows), rows[:limit]
     head = ['<th data-sort="num" title="prompt index">#</th>', '<th data-sort="text">prompt</th>']
     for name in names:
-        who = "floor" if name == floor else name
+        who = (labels or {}).get(name) or ("floor" if name == floor else name)
+        gap_head = (f'<th data-sort="num" data-col="gap:{esc(name)}" title="{esc(who)}: largest |logprob gap| of the '
+                    f'compared tokens">{esc(who)} max |Δlp|</th>')
+        if forced:
+            head.append(gap_head)
+            continue
         head += [f'<th data-sort="num" data-col="fork:{esc(name)}" title="{esc(who)}: first divergence from the '
-                 f'reference (identical ones last)">{esc(who)} fork</th>',
-                 f'<th data-sort="num" data-col="gap:{esc(name)}" title="{esc(who)}: largest |logprob gap| of the '
-                 f'compared tokens">{esc(who)} max |Δlp|</th>',
+                 f'reference (identical ones last)">{esc(who)} fork</th>', gap_head,
                  f'<th data-sort="text" data-col="verdict:{esc(name)}">{esc(who)} verdict</th>']
     body = []
     for r in rows:
@@ -351,8 +357,11 @@ def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None 
             shown, key = _fork(c)
             cls = ' class="div"' if c is not None and not c.identical else ""
             gap = c.max_abs_dlogp if c is not None else None
-            cells += [f'<td data-v="{key}"{cls}>{shown}</td>',
-                      f'<td data-v="{-1 if gap is None else repr(gap)}">{_g(gap)}</td>',
+            gap_cell = f'<td data-v="{-1 if gap is None else repr(gap)}">{_g(gap)}</td>'
+            if forced:
+                cells.append(gap_cell)
+                continue
+            cells += [f'<td data-v="{key}"{cls}>{shown}</td>', gap_cell,
                       f"<td>{esc((c.verdict if c and not c.identical else '') or '')}</td>"]
         body.append(f'<tr data-i="{r.index}">{"".join(cells)}</tr>')
     attrs = f' data-pick="{esc(pick)}"' if pick else ""
@@ -497,7 +506,8 @@ def workload_section_html(run: Run, rows: list[PromptRow] | None = None) -> str:
              "<h3>Figures, each side next to the floor</h3>" + figures_table_html(w) if figure_sets(w) else ""]
     if rows:
         floor = w.floor_figures.side if w.floor_figures else None
-        parts.append("<h3>Prompts</h3>" + prompt_table_html(rows, list(w.sides), pick=None, floor=floor))
+        parts.append("<h3>Prompts</h3>" + prompt_table_html(rows, list(w.sides), pick=None, floor=floor,
+                                                            **replay_table_labels(w)))
     return f'<section class="wl-section">{"".join(parts)}</section>'
 
 
@@ -522,3 +532,12 @@ def workload_progress_html(phase: str, done: int, n_prompts: int, eta: str, line
             f'<span class="pp-n wl-eta">{esc(line)}</span></div>'
             f'<div class="pc-muted">Stop keeps every finished prompt and the figures so far; Resume goes on '
             f'from there.</div><ul class="pp-log">{log}</ul></div>')
+
+
+def replay_table_labels(w: Any) -> dict[str, Any]:
+    """A replay's prompt-table options: each pair headed "b vs a" (its key alone reads like another's:
+    "recorded" and "recorded_vs_vllm"), and only its largest gap (forced tokens never fork)."""
+    if not getattr(w, "replay", None):
+        return {}
+    labels = {p["key"]: f"{p['b']} vs {p['a']}" for p in w.replay.get("pairs") or []}
+    return {"labels": labels, "forced": True}

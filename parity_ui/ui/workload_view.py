@@ -23,7 +23,7 @@ from ..core.errors import ParityError
 from ..render import cards
 from ..render.replay import replay_html, token_note
 from ..render.workload import EAGER_TABLE_ROWS, PromptRow, figures_table_html, histogram_svg, prompt_rows, prompt_table_html, \
-    resumable, survival_svg, workload_card_html
+    replay_table_labels, resumable, survival_svg, workload_card_html
 from ..core.types import Run
 from .live import WorkloadLive, follow
 from .recent import Recent
@@ -154,7 +154,7 @@ class WorkloadView:
                     "survival": None if w.replay else survival_svg(run) or None, "hist": histogram_svg(w) or None,
                     "figures": figures_table_html(w), "replay": replay_html(w, pick=self.prefix) if w.replay else "",
                     "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor,
-                                               eager=EAGER_TABLE_ROWS)}
+                                               eager=EAGER_TABLE_ROWS, **replay_table_labels(w))}
 
         return self.built.get((run_id, state, reveal), build,
                               keep=lambda parts: parts is not None and parts["run"].status != "running")

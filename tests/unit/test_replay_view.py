@@ -81,6 +81,8 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     assert "REPLAYED, NO FLOOR" in shown[tab.wview.card] and "IDENTICAL" not in shown[tab.wview.card]
     assert shown[tab.wview.survival_plot].visible is False  # forced tokens never fork
     assert "rows of rollouts.jsonl (parity)" in view and "rollouts.jsonl: 12 rows" in shown[tab.wview.card]
+    table = shown[tab.wview.table]  # the prompt table: each pair headed "b vs a", only its largest gap (no forks)
+    assert "recorded vs ref max |Δlp|" in table and " fork</th>" not in table and " verdict</th>" not in table
     worst = view[view.index("rp-worst-table"):]
     assert worst.index('<tr data-i="4" data-at="1">') == worst.index("<tr ")  # the perturbed token: first
     assert f'data-pick="{tab.wview.prefix}"' in worst and "+30" in worst  # Δ = trainer − rollout = +30
