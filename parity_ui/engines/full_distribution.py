@@ -53,12 +53,19 @@ def widened(arr: np.ndarray) -> np.ndarray:
     return np.asarray(arr, dtype=np.float32)
 
 
+def device_narrowed(rows: Any) -> tuple[Any, Any]:
+    """`narrowed` on the device, for [n, vocab] float32 rows: their bfloat16 bits (int16) and, per row,
+    whether it is NOT exactly bfloat16 (its bits then lose something), with no wait for the device."""
+    bits = rows.view(torch.int32)
+    return (bits >> 16).to(torch.int16), (bits & 0xFFFF).ne(0).any(dim=-1)
+
+
 def write_rows(path: str, logits: Any) -> None:
     """[tokens, vocab] logits to an .npy, atomically (a reader never sees half a file): float32, or
     their bfloat16 bits where that is exact (checked on the device, so only the narrow copy moves)."""
-    t = logits.detach().to(torch.float32)
-    b = t.to(torch.bfloat16)
-    arr = b.view(torch.int16).cpu().numpy() if torch.equal(b.to(torch.float32), t) else t.cpu().numpy()
+    t = logits.detach().to(torch.float32).contiguous()
+    bits, inexact = device_narrowed(t)
+    arr = t.cpu().numpy() if bool(inexact.any()) else bits.cpu().numpy()
     part = path + ".part.npy"
     np.save(part, arr)
     os.replace(part, path)
@@ -207,12 +214,10 @@ class ReadAhead:
         self.futures.clear()
 
 
-def load_rows(path: str, n: int, device: Any, host: Any = None) -> Any:
-    """The first n rows of a rows file on `device` (`host`: already read, e.g. by ReadAhead): one read
-    of the file and one host-to-device copy (the bfloat16 bits, where the writer narrowed them, move
-    as they are and become bfloat16 there)."""
-    if host is None:
-        host = read_rows(path)
+def load_rows(path: str, n: int, device: Any, host: Any) -> Any:
+    """The first n rows of a rows file, read into `host` (read_rows), on `device`: one host-to-device
+    copy (the bfloat16 bits, where the writer narrowed them, move as they are and become bfloat16
+    there)."""
     if host.dim() != 2 or host.shape[0] < n:
         raise RowsMissing(f"{path} holds {host.shape[0] if host.dim() == 2 else 0} rows, {n} needed")
     on = host[:n].to(device, non_blocking=host.is_pinned())
@@ -225,9 +230,9 @@ def meet(own: Any, rows: Rows, n: int, host: Any = None) -> dict[str, list[Any]]
     Raises RowsMissing when the file is not there or holds fewer rows, ValueError when the
     vocabularies differ."""
     if host is None:
-        if not rows.read or not os.path.exists(rows.read):
-            raise RowsMissing(f"no rows at {rows.read}")
-        host = read_rows(rows.read)
+        if not rows.read:
+            raise RowsMissing("no rows file named")
+        host = read_rows(rows.read)  # RowsMissing when it is not there
     if host.dim() == 2 and host.shape[1] != own.shape[-1]:
         raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {host.shape[1]:,} in the "
                          "other side's rows (a padded lm_head?): their distributions cannot be compared token by token")

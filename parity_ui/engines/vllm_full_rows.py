@@ -30,7 +30,7 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from .full_distribution import RowFile
+from .full_distribution import RowFile, device_narrowed
 from .vllm_batch_rows import follow_batch
 
 EXTRA_ARGS_KEY = "parity_rows"
@@ -81,11 +81,10 @@ class _Writer:
     def step(self, rows: torch.Tensor, puts: list[tuple[RowFile, int]]) -> None:
         """A decode step's float32 rows [n, vocab] on the GPU, row k for puts[k] (file, position)."""
         n = rows.shape[0]
-        bits = rows.view(torch.int32)
-        inexact = (bits & 0xFFFF).ne(0).any(dim=1)
+        bits, inexact = device_narrowed(rows)
         if self.narrow is None:  # one wait, at the engine's first step with rows
             self.narrow = not bool(inexact.any())
-        narrow = (bits >> 16).to(torch.int16) if self.narrow else None  # the bfloat16 bits
+        narrow = bits if self.narrow else None  # the bfloat16 bits
         slot = self.buffer(n, rows.shape[1])
         if self.stream is None:
             self.stream = torch.cuda.Stream(device=rows.device)

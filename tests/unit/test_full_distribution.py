@@ -17,7 +17,8 @@ from parity_ui.core.errors import ConfigError
 from parity_ui.core.figures import FAMILIES, FIGURES, display_name
 from parity_ui.core.requests import Rows
 from parity_ui.core.types import StepColumns, TokenStep
-from parity_ui.engines.full_distribution import RowFile, meet, narrowed, row_figures, widened, write_rows
+from parity_ui.engines.full_distribution import (RowFile, device_narrowed, meet, narrowed, row_figures, widened,
+                                                write_rows)
 
 
 def _logits(p):
@@ -369,10 +370,10 @@ def test_the_gpu_rows_writer_writes_what_was_submitted_and_close_waits_for_it(tm
         rows[2, 1, 5] += 1e-3  # one row of one step that bfloat16 cannot hold: that file widens
         for step in range(4):
             wide, narrow, inexact = slot = w.buffer(2, 16)
-            bits = rows[step].view(torch.int32)  # what apply() does on the GPU
+            bits, flags = device_narrowed(rows[step])  # what the writer's step() does on the GPU
             wide[:2].copy_(rows[step])
-            narrow[:2].copy_((bits >> 16).to(torch.int16))
-            inexact[:2].copy_((bits & 0xFFFF).ne(0).any(dim=1))
+            narrow[:2].copy_(bits)
+            inexact[:2].copy_(flags)
             w.submit(Done(), slot, [(files[0], step), (files[1], step)])
         assert w.made <= vfr.SLOTS  # buffers reused, not one per step
         assert vfr.close(paths) == []
