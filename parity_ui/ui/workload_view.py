@@ -221,8 +221,7 @@ class WorkloadView:
             return gr.skip()
         run = self.prompt_run(str(run_id or ""), picked[0]) if run_id else None
         # The same side the panes' selector shows (a replay's: the recorded rollout), not the first one.
-        return self.result_view.plot_values(run, picked[0], _replay_side(run) if run is not None and
-                                            run.kind == "replay" else None)
+        return self.result_view.plot_values(run, picked[0], _replay_side(run) if run is not None else None)
 
     # -- Resume ---------------------------------------------------------------------------------
 
@@ -294,5 +293,6 @@ class WorkloadView:
 
 
 def _replay_side(run: Any) -> str | None:
-    """The side a replay's row opens on: the recorded rollout against the trainer, where the row has it."""
-    return "recorded" if run.prompts and "recorded" in run.prompts[0].results else None
+    """The side a replay's row opens on: the recorded rollout against the trainer, where the row has it
+    (None: any other run, or a row without it: the view's first side)."""
+    return "recorded" if run.kind == "replay" and run.prompts and "recorded" in run.prompts[0].results else None
