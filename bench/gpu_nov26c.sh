@@ -3,14 +3,8 @@
 # (under setsid, so it outlives one 10-minute call): results in /tmp/res, one file per step, steps.txt
 # with their times and exit codes. Needs device-env.sh sourced. `touch /tmp/res/stop` skips steps not
 # started yet. First the step that needs both GPUs; then two chains in parallel, one per GPU.
-R=/tmp/res; mkdir -p $R $R/free; cd "$(dirname "$0")/.."
-export PARITY_DB=$R/runs.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-log() { echo "$(date +%s) $*" >> $R/steps.txt; }
-step() {  # step NAME TIMEOUT CMD...: one measurement, its output in NAME.out / NAME.err
-  local name=$1 t=$2; shift 2
-  [ -f $R/stop ] && { log "$name skipped (stop)"; return; }
-  log "$name start"; timeout "$t" "$@" > $R/$name.out 2> $R/$name.err; log "$name end rc=$?"
-}
+source "$(dirname "$0")/gpu_steps.sh"  # R, log, step
+mkdir -p $R/free
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch, ray; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"; nproc; } > $R/env.txt 2>&1
 # issue 32: a free-running workload whose HF reference runs as 2 replicas (one per GPU) against 1

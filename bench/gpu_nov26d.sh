@@ -3,14 +3,7 @@
 # setsid, so it outlives one 10-minute call): results in /tmp/res, one file per step, steps.txt with
 # their times and exit codes. Needs device-env.sh sourced. `touch /tmp/res/stop` skips steps not
 # started yet. One step at a time: nothing else shares the GPU or the CPU while a figure is measured.
-R=/tmp/res; mkdir -p $R; cd "$(dirname "$0")/.."
-export PARITY_DB=$R/runs.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-log() { echo "$(date +%s) $*" >> $R/steps.txt; }
-step() {  # step NAME TIMEOUT CMD...: one measurement, its output in NAME.out / NAME.err
-  local name=$1 t=$2; shift 2
-  [ -f $R/stop ] && { log "$name skipped (stop)"; return; }
-  log "$name start"; timeout "$t" "$@" > $R/$name.out 2> $R/$name.err; log "$name end rc=$?"
-}
+source "$(dirname "$0")/gpu_steps.sh"  # R, log, step
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"; nproc; df -h /dev/shm /tmp; free -g; git log --oneline -1; } > $R/env.txt 2>&1
 # issue 31: the full-distribution figures on the 1,000-prompt scored workload, with against without

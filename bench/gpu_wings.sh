@@ -3,14 +3,8 @@
 # bench/gpu_go.sh under setsid, so it outlives a 10-minute call): results in /tmp/res, one file per step,
 # steps.txt with their times and exit codes. Most important first: a chain cut short keeps what ran.
 # `touch /tmp/res/stop` skips the steps not started yet. Needs device-env.sh sourced.
-R=/tmp/res; mkdir -p $R $R/free $R/moe-tiny $R/moe-a3b; cd "$(dirname "$0")/.."
-export PARITY_DB=$R/runs.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-log() { echo "$(date +%s) $*" >> $R/steps.txt; }
-step() {  # step NAME TIMEOUT CMD...: run one measurement, its output in NAME.out / NAME.err
-  local name=$1 t=$2; shift 2
-  [ -f $R/stop ] && { log "$name skipped (stop)"; return; }
-  log "$name start"; timeout "$t" "$@" > $R/$name.out 2> $R/$name.err; log "$name end rc=$?"
-}
+source "$(dirname "$0")/gpu_steps.sh"  # R, log, step
+mkdir -p $R/free $R/moe-tiny $R/moe-a3b
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch, ray; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"; nproc; } > $R/env.txt 2>&1
 # issue 33 item 4: the first use of the demo tokenizer verifies it; then a fresh process's time before workers

@@ -1,0 +1,11 @@
+# Sourced by the GPU chains (bench/gpu_nov26*.sh, gpu_wings.sh), run by bench/gpu_go.sh on the lent
+# machine: results in $R (/tmp/res), one file per step, steps.txt with each step's epoch times and exit
+# code; `touch $R/stop` skips the steps not started yet. Runs from the project root.
+R=/tmp/res; mkdir -p $R; cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PARITY_DB=$R/runs.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+log() { echo "$(date +%s) $*" >> $R/steps.txt; }
+step() {  # step NAME TIMEOUT CMD...: one measurement, its output in NAME.out / NAME.err
+  local name=$1 t=$2; shift 2
+  [ -f $R/stop ] && { log "$name skipped (stop)"; return; }
+  log "$name start"; timeout "$t" "$@" > $R/$name.out 2> $R/$name.err; log "$name end rc=$?"
+}
