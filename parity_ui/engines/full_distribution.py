@@ -8,8 +8,9 @@ dwarf everything else a run keeps. Instead:
    writes them to a scratch .npy in the run's scratch dir (in memory, /dev/shm, where it has room:
    commands.rows_scratch) — float32, exact for float32 logits, so two sides that agree bit for bit
    give KL = 0 exactly; or the bfloat16 bits where every value is one (a bf16 model's logits): as
-   exact, half the bytes — `write_rows` from a whole tensor (HF), or `RowFile` one row per decode step
-   (vLLM's logits-processor hook, parity_ui.engines.vllm_full_rows, copying on a side stream).
+   exact, half the bytes — `write_rows` from a whole tensor (HF), or a decode step at a time (vLLM's
+   logits-processor hook, parity_ui.engines.vllm_full_rows: each step's rows one block of a log, an
+   index per sequence beside its path, parity_ui.engines.step_rows).
 2. The side that makes its rows second (the reference scoring those tokens, the floor, the trainer')
    reads the file while its own rows are still on its device, and computes the five per-position
    scalars there (`meet`), in float64, a block of rows at a time. Only the scalars cross the pipe,
@@ -31,26 +32,10 @@ import torch
 
 from ..core.distribution import DISTRIBUTION_COLUMNS, clamp_kl
 from ..core.requests import Rows
+from .step_rows import INDEX, narrowed, read_steps, widened  # noqa: F401 - narrowed, widened: the rows' two forms
 
 BLOCK = 64  # rows per float64 pass: 64 x 49,152 x 8 B = 24 MiB per temporary
 BIG = 1e30  # an infinite KL (a token one side gives probability 0) as a finite number JSON carries
-
-
-def narrowed(host: np.ndarray) -> np.ndarray:
-    """A float32 array as bfloat16 bits (int16) when every value is exactly a bfloat16 (its low 16 bits
-    zero: the logits of a bf16 model's lm_head, upcast), else the array itself. Lossless either way,
-    and half the bytes to write, keep and read back for the bf16 models most runs compare."""
-    bits = host.view(np.uint32)
-    if (bits & 0xFFFF).any():
-        return host
-    return (bits >> 16).astype(np.uint16).view(np.int16)
-
-
-def widened(arr: np.ndarray) -> np.ndarray:
-    """A rows file's array as float32 (bfloat16 bits, int16, back to their exact float32 values)."""
-    if arr.dtype == np.int16:
-        return (arr.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return np.asarray(arr, dtype=np.float32)
 
 
 def device_narrowed(rows: Any) -> tuple[Any, Any]:
@@ -69,83 +54,6 @@ def write_rows(path: str, logits: Any) -> None:
     part = path + ".part.npy"
     np.save(part, arr)
     os.replace(part, path)
-
-
-def _npy_header(dtype: Any, shape: tuple[int, int]) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                               "fortran_order": False, "shape": shape})
-    return buf.getvalue()
-
-
-class RowFile:
-    """Rows written one decode step at a time (vLLM's hook): an .npy of `tokens` rows, each row written
-    in place with one pwrite (no memory map: faulting a map's pages in one at a time cost more than
-    the copy), renamed into place by `close` (rows past the last generated token stay zero and are
-    never read: the reader reads as many rows as the sequence has tokens). It starts as bfloat16 bits
-    when the first row is exactly bfloat16 and widens to float32 for good at the first row that is
-    not (rows already written are exact either way)."""
-
-    def __init__(self, path: str, tokens: int, vocab: int):
-        self.path, self.part, self.shape = path, path + ".part.npy", (tokens, vocab)
-        self.fd: int | None = None
-        self.dtype: Any = None
-        self.offset = 0
-
-    def _open(self, dtype: Any) -> None:
-        fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        header = _npy_header(dtype, self.shape)
-        os.write(fd, header)
-        os.ftruncate(fd, len(header) + np.dtype(dtype).itemsize * self.shape[0] * self.shape[1])
-        self.fd, self.dtype, self.offset = fd, np.dtype(dtype), len(header)
-
-    def _widen(self) -> None:
-        """The bfloat16 rows so far rewritten as float32 (a row arrived that bfloat16 cannot hold)."""
-        assert self.fd is not None
-        data = os.pread(self.fd, self.shape[0] * self.shape[1] * 2, self.offset)
-        rows = widened(np.frombuffer(data, dtype=np.int16).reshape(self.shape))
-        os.close(self.fd)
-        self._open(np.float32)
-        os.pwrite(self.fd, memoryview(np.ascontiguousarray(rows)).cast("B"), self.offset)
-
-    def put_row(self, position: int, wide: np.ndarray | None, narrow: np.ndarray | None) -> None:
-        """Row `position`: its float32 values `wide` (None: only its bits came), and `narrow`, their
-        bfloat16 bits (int16) when every value is exactly a bfloat16, else None."""
-        if not 0 <= position < self.shape[0]:
-            return
-        if wide is None:
-            if narrow is None:
-                raise ValueError("a row needs its float32 values or its bfloat16 bits")
-            if self.dtype == np.float32:  # the file widened earlier: this row's bits as float32
-                wide = widened(narrow[None])[0]
-        if self.fd is None:
-            self._open(np.int16 if narrow is not None else np.float32)
-        elif narrow is None and self.dtype == np.int16:
-            self._widen()
-        row = narrow if self.dtype == np.int16 else wide
-        size = self.dtype.itemsize * self.shape[1]
-        os.pwrite(self.fd, memoryview(np.ascontiguousarray(row)).cast("B"), self.offset + position * size)
-
-    def put_host(self, position: int, host: np.ndarray) -> None:
-        """A float32 host row at `position` (narrowed here when it is exactly bfloat16)."""
-        n = narrowed(host)
-        self.put_row(position, host, n if n.dtype == np.int16 else None)
-
-    def discard(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def close(self) -> None:
-        if self.fd is None:  # no row was ever put: an empty float32 file, so the reader names the shortfall
-            self.shape = (0, self.shape[1])
-            self._open(np.float32)
-        assert self.fd is not None
-        os.close(self.fd)
-        self.fd = None
-        os.replace(self.part, self.path)
 
 
 def row_figures(ref: Any, side: Any, k: int) -> dict[str, Any]:
@@ -174,10 +82,15 @@ class RowsMissing(Exception):
 
 
 def read_rows(path: str, pin: bool = False) -> Any:
-    """A rows file into host memory as a tensor (float32, or int16 bfloat16 bits): one read; pinned
-    when `pin` (its copy to the GPU then needs no staging). RowsMissing when it is not there."""
+    """A sequence's rows into host memory as a tensor (float32, or int16 bfloat16 bits): the .npy at
+    `path` (write_rows: one read), or where vLLM wrote them a step at a time, its index beside it
+    (step_rows: one gathered copy); pinned when `pin` (its copy to the GPU then needs no staging).
+    RowsMissing when neither is there."""
     try:
-        host = torch.from_numpy(np.load(path))  # one read of the whole file (at most one sequence's rows: the budget)
+        if os.path.exists(path + INDEX):
+            host = torch.from_numpy(read_steps(path + INDEX))
+        else:
+            host = torch.from_numpy(np.load(path))  # at most one sequence's rows: the budget
     except FileNotFoundError:
         raise RowsMissing(f"no rows at {path}") from None
     return host.pin_memory() if pin else host

@@ -4,19 +4,22 @@ patched vLLM. Asking vLLM for full-vocabulary logprobs instead is slow (vllm#143
 the rows through its output objects; the processor sees each decode step's float32 logits anyway.
 
 A request takes part when its SamplingParams.extra_args carry `parity_rows` ({"path", "tokens"}); the
-processor writes row `position` (the request's generated-token count) of an .npy
-(parity_ui.engines.full_distribution.RowFile: float32, or bfloat16 bits where exact), and changes nothing: it returns the logits as they
-came. It says it is NOT argmax-invariant so vLLM calls it for greedy requests too (vLLM skips
-argmax-invariant processors when it samples greedily); it must come before the shared-seed processor
-in the list, which masks the row it draws from. The files are closed by the engine after the step
-(`close`): the processor runs in the engine's process when vLLM's executor is in process (one GPU
-or the CPU); with tensor or pipeline parallelism it runs in vLLM's workers and the engine reports the
-rows as not written.
+processor puts row `position` (the request's generated-token count) of it in the batch's step log
+(parity_ui.engines.step_rows: each step's rows ONE block, float32 or bfloat16 bits where exact, an
+index per sequence beside its path), and changes nothing: it returns the logits as they came. It says
+it is NOT argmax-invariant so vLLM calls it for greedy requests too (vLLM skips argmax-invariant
+processors when it samples greedily); it must come before the shared-seed processor in the list, which
+masks the row it draws from. The indices are written by the engine after the batch (`close`): the
+processor runs in the engine's process when vLLM's executor is in process (one GPU or the CPU); with
+tensor or pipeline parallelism it runs in vLLM's workers and the engine reports the rows as not
+written.
 
-On a GPU the step's rows are copied to pinned host memory without waiting (a CUDA event marks when
-they are there) and written by one background thread (`_Writer`): before, each step waited for its
-device-to-host copy and its file writes, and the decode loop with it (issue 31: the full
-distribution cost 2.7x the run without it on an H100). `close` waits for the writes in flight.
+On a GPU the step's rows are narrowed there, copied to pinned host memory on a side stream (a CUDA
+event marks when they are there) and written by a background thread (`_Writer`), so the decode loop
+waits for neither. Issue 31's history: waiting for each step's copy and writes cost 2.7x the run
+without rows on an H100; writing each row into its own sequence's file after that still cost
+1.3-1.6x the same vLLM without rows: 256 system calls a step, each taking Python's lock back from the
+decode loop. A step is now one block, written in THREADS large calls.
 
 Imports vLLM: loaded only by vLLM itself, inside a vLLM side's worker.
 """
@@ -26,29 +29,35 @@ import queue
 import threading
 from typing import Any
 
+import numpy as np
 import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from .full_distribution import RowFile, device_narrowed
+from .full_distribution import device_narrowed
+from .step_rows import BITS, WIDE, StepLog, narrowed
 from .vllm_batch_rows import follow_batch
 
 EXTRA_ARGS_KEY = "parity_rows"
-OPEN: dict[str, RowFile] = {}  # path -> its file, until the engine closes it
+OPEN: dict[str, StepLog] = {}  # path -> the log its rows go to, until the engine closes it
+CURRENT: StepLog | None = None  # the batch's log, which sequences new to the processor join
 SLOTS = 3  # pinned host buffers in flight: the GPU runs up to two steps ahead of the writer
-THREADS = 4  # a step's rows written by this many threads (each pwrite lets go of the GIL: copies in parallel)
+THREADS = 4  # a step's block written in this many parts at once (each pwrite lets go of the GIL)
+
+Put = tuple[str, int]  # a row's sequence (its path) and position
 
 
 class _Writer:
-    """A step's rows from the GPU to their files without the decode loop waiting for either.
+    """A step's rows from the GPU to their log without the decode loop waiting for either.
 
-    On the engine's stream: each row's bfloat16 bits and a flag that a row is not exactly bfloat16.
+    On the engine's stream: the rows' bfloat16 bits and a flag per row that it is not exactly bfloat16.
     On a side stream: the copy to pinned host buffers (so it overlaps the next step's kernels instead of
-    queueing in front of them), marked by a CUDA event. On a thread: wait for the event, write each row
-    with one pwrite (THREADS at once). A bf16 model's rows are all exactly bfloat16, so only their
-    bits cross (half the bytes); the rare row that is not is fetched alone by the writer; where most rows
-    are not (a float32 model, soft-capped logits) the float32 rows cross instead, from the next step on.
-    Buffers are reused, SLOTS of them: when all are in flight the next step waits (backpressure)."""
+    queueing in front of them), marked by a CUDA event. On a thread: wait for the event, write the block
+    (THREADS parts at once). A bf16 model's rows are all exactly bfloat16, so only their bits cross
+    (half the bytes); the rare row that is not is fetched alone by the writer and added as float32;
+    where most rows are not (a float32 model, soft-capped logits) float32 blocks cross instead, from
+    the next step on. Buffers are reused, SLOTS of them: when all are in flight the next step waits
+    (backpressure)."""
 
     def __init__(self, rows_per_buffer: int, pin: bool):
         from concurrent.futures import ThreadPoolExecutor
@@ -78,20 +87,21 @@ class _Writer:
                     torch.empty((rows,), dtype=torch.bool, pin_memory=self.pin))
         return slot
 
-    def step(self, rows: torch.Tensor, puts: list[tuple[RowFile, int]]) -> None:
-        """A decode step's float32 rows [n, vocab] on the GPU, row k for puts[k] (file, position)."""
+    def step(self, rows: torch.Tensor, log: StepLog, puts: list[Put]) -> None:
+        """A decode step's float32 rows [n, vocab] on the GPU, row k for puts[k], into `log`."""
         n = rows.shape[0]
         bits, inexact = device_narrowed(rows)
         if self.narrow is None:  # one wait, at the engine's first step with rows
             self.narrow = not bool(inexact.any())
-        narrow = bits if self.narrow else None  # the bfloat16 bits
+        kind = BITS if self.narrow else WIDE
+        first = log.reserve(kind, puts)  # here, in step order: the rows' places are the decode loop's order
         slot = self.buffer(n, rows.shape[1])
         if self.stream is None:
             self.stream = torch.cuda.Stream(device=rows.device)
         self.stream.wait_stream(torch.cuda.current_stream(rows.device))
         with torch.cuda.stream(self.stream):
-            if narrow is not None:
-                slot[1][:n].copy_(narrow, non_blocking=True)
+            if kind == BITS:
+                slot[1][:n].copy_(bits, non_blocking=True)
             else:
                 slot[0][:n].copy_(rows, non_blocking=True)
             slot[2][:n].copy_(inexact, non_blocking=True)
@@ -99,61 +109,65 @@ class _Writer:
             event.record(self.stream)
         # The job holds the GPU tensors until the writer is done with them (the allocator cannot hand
         # their memory to another kernel while the side stream still reads it).
-        self.jobs.put((event, slot, puts, rows, narrow, inexact))
+        self.jobs.put((event, slot, log, kind, first, puts, (rows, bits, inexact)))
 
-    def submit(self, event: Any, slot: tuple[torch.Tensor, ...], puts: list[tuple[RowFile, int]]) -> None:
-        """A step already on the host (float32 in slot[0], bits in slot[1] where slot[2] is False)."""
-        self.jobs.put((event, slot, puts, None, True, None))
+    def submit(self, event: Any, slot: tuple[torch.Tensor, ...], log: StepLog, puts: list[Put]) -> None:
+        """A step already on the host (float32 in slot[0], bits in slot[1], flags in slot[2])."""
+        self.jobs.put((event, slot, log, BITS, log.reserve(BITS, puts), puts, None))
 
     def drain(self) -> None:
         self.jobs.join()
 
-    def _write(self, event: Any, slot: tuple[torch.Tensor, ...], puts: list[tuple[RowFile, int]], rows: Any,
-               narrow: Any) -> None:
+    def _write(self, event: Any, slot: tuple[torch.Tensor, ...], log: StepLog, kind: int, first: int,
+               puts: list[Put], held: Any) -> None:
         event.synchronize()
         n = len(puts)
-        wide_h, narrow_h, inexact = slot[0].numpy(), slot[1].numpy(), slot[2].numpy()[:n]
-        fetched: dict[int, Any] = {}
-        if narrow is not None:
-            bad = [int(k) for k in inexact.nonzero()[0]]
-            if bad and rows is not None:  # the few rows bfloat16 cannot hold, fetched alone
-                got = rows[bad].to("cpu").numpy()
-                fetched = {k: got[i] for i, k in enumerate(bad)}
-            elif bad:
-                fetched = {k: wide_h[k] for k in bad}
-            if len(bad) > n // 2:  # mostly not bfloat16: float32 across from the next step on
-                self.narrow = False
-
-        def write(ks: range) -> None:
-            for k in ks:
-                f, position = puts[k]
-                if narrow is None:
-                    f.put_row(position, wide_h[k], None)
-                elif k in fetched:
-                    f.put_row(position, fetched[k], None)
-                else:
-                    f.put_row(position, None, narrow_h[k])
-
-        if self.pool is not None and n >= 2 * THREADS:
-            for _ in self.pool.map(write, [range(g, n, THREADS) for g in range(THREADS)]):
+        block = (slot[1] if kind == BITS else slot[0])[:n].numpy()
+        parts = [(a, min(n, a + -(-n // THREADS))) for a in range(0, n, -(-n // THREADS))]
+        if self.pool is not None and len(parts) > 1:
+            for _ in self.pool.map(lambda ab: log.write(kind, first + ab[0], block[ab[0]:ab[1]]), parts):
                 pass
         else:
-            write(range(n))
+            log.write(kind, first, block)
+        if kind != BITS:
+            return
+        bad = [int(k) for k in slot[2].numpy()[:n].nonzero()[0]]
+        if not bad:
+            return
+        # The few rows bfloat16 cannot hold, fetched alone (from the GPU, or the host slot in tests)
+        got = held[0][bad].to("cpu").numpy() if held is not None else slot[0][:n].numpy()[bad]
+        for i, k in enumerate(bad):
+            log.append_wide(puts[k][0], puts[k][1], got[i])
+        if len(bad) > n // 2:  # mostly not bfloat16: float32 across from the next step on
+            self.narrow = False
 
     def _run(self) -> None:
         while True:
-            event, slot, puts, rows, narrow, _flags = self.jobs.get()
+            event, slot, log, kind, first, puts, held = self.jobs.get()
             try:
-                self._write(event, slot, puts, rows, narrow)
+                self._write(event, slot, log, kind, first, puts, held)
             except BaseException as e:  # reported by close(): the rows of this step are incomplete
                 self.errors.append(e)
             finally:
                 self.free.put(slot)
-                del rows, narrow, _flags
+                del held
                 self.jobs.task_done()
 
 
 WRITER: _Writer | None = None  # the GPU's writer (one per engine process)
+
+
+def _log_for(path: str, tokens: int, vocab: int) -> StepLog:
+    """The log a sequence's rows go to: its own once it has one, else the batch's (a new one when the
+    last batch's was closed)."""
+    global CURRENT
+    log = OPEN.get(path)
+    if log is None:
+        if CURRENT is None or CURRENT.vocab != vocab:
+            CURRENT = StepLog(path, vocab)
+        log = OPEN[path] = CURRENT
+        log.add(path, tokens)
+    return log
 
 
 class _Row:
@@ -187,46 +201,55 @@ class FullRowsLogitsProcessor(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:
             return logits
-        indices = [i for i in self.rows if i < logits.shape[0]]
-        if not indices:
-            return logits
-        index = torch.tensor(indices, device=logits.device)
-        files = []
-        for k, i in enumerate(indices):
-            row = self.rows[i]
-            f = OPEN.get(row.path)
-            if f is None:
-                f = OPEN[row.path] = RowFile(row.path, row.tokens, logits.shape[1])
-            files.append((f, len(row.outputs)))
-        if logits.device.type == "cuda" and WRITER is not None:
-            # Not waited for here: the writer copies on a side stream and writes on its threads.
-            WRITER.step(logits.index_select(0, index).to(torch.float32), files)
-            return logits
-        # The CPU: one copy for the step's rows, written here (no device to overlap with).
-        host = logits.index_select(0, index).to("cpu", torch.float32).numpy()
-        for k, (f, position) in enumerate(files):
-            f.put_host(position, host[k])
+        vocab = logits.shape[1]
+        groups: dict[int, tuple[StepLog, list[int], list[Put]]] = {}  # one log a step, but for a batch's seam
+        for i, row in self.rows.items():
+            if i < logits.shape[0]:
+                log = _log_for(row.path, row.tokens, vocab)
+                g = groups.setdefault(id(log), (log, [], []))
+                g[1].append(i)
+                g[2].append((row.path, len(row.outputs)))
+        for log, indices, puts in groups.values():
+            index = torch.tensor(indices, device=logits.device)
+            if logits.device.type == "cuda" and WRITER is not None:
+                # Not waited for here: the writer copies on a side stream and writes on its threads.
+                WRITER.step(logits.index_select(0, index).to(torch.float32), log, puts)
+                continue
+            # The CPU: one copy for the step's rows, written here (no device to overlap with).
+            host = logits.index_select(0, index).to("cpu", torch.float32).numpy()
+            bits = narrowed(host)
+            kind = BITS if bits.dtype == np.int16 else WIDE
+            log.write(kind, log.reserve(kind, puts), bits)
         return logits
 
 
 def close(paths: list[str]) -> list[str]:
-    """Close the files of `paths` (renamed into place); returns the paths that were never opened."""
-    missing = []
-    if WRITER is not None:  # the rows still in flight reach their files first
+    """The indices of `paths` written (each sequence's rows readable from then on); returns the paths
+    that have no rows (never seen here, or a write failed)."""
+    global CURRENT
+    missing: list[str] = []
+    if WRITER is not None:  # the rows still in flight reach their logs first
         WRITER.drain()
         if WRITER.errors:
             failed, WRITER.errors[:] = WRITER.errors[0], []
-            for p in paths:  # a write failed (a full disk?): these files are incomplete, nobody meets them
-                f = OPEN.pop(p, None)
-                if f is not None:
-                    f.discard()
+            for p in paths:  # a write failed (a full disk?): these rows are incomplete, nobody meets them
+                log = OPEN.pop(p, None)
+                if log is not None:
+                    log.close()
                 missing.append(p)
+            if CURRENT is not None and not CURRENT.fds:
+                CURRENT = None
             print(f"parity-ui: full rows not written: {failed!r}", flush=True)
             return missing
+    by_log: dict[int, tuple[StepLog, list[str]]] = {}
     for p in paths:
-        f = OPEN.pop(p, None)
-        if f is None:
+        log = OPEN.pop(p, None)
+        if log is None:
             missing.append(p)
         else:
-            f.close()
+            by_log.setdefault(id(log), (log, []))[1].append(p)
+    for log, ps in by_log.values():
+        missing += log.finish(ps)
+    if CURRENT is not None and not CURRENT.open_paths:
+        CURRENT = None  # the next batch starts its own log
     return missing

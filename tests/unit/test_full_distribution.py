@@ -17,8 +17,18 @@ from parity_ui.core.errors import ConfigError
 from parity_ui.core.figures import FAMILIES, FIGURES, display_name
 from parity_ui.core.requests import Rows
 from parity_ui.core.types import StepColumns, TokenStep
-from parity_ui.engines.full_distribution import (RowFile, device_narrowed, meet, narrowed, row_figures, widened,
-                                                write_rows)
+from parity_ui.engines.full_distribution import (RowsMissing, device_narrowed, meet, narrowed, read_rows, row_figures,
+                                                widened, write_rows)
+from parity_ui.engines.step_rows import BITS, INDEX, WIDE, StepLog
+
+
+def _stepped(log, step_rows):
+    """One decode step into a step log as vLLM's processor on the CPU puts it: one block, bits where
+    every row is exactly bfloat16, else float32. step_rows: [(path, position, float32 row)]."""
+    block = np.stack([r for _, _, r in step_rows])
+    bits = narrowed(block)
+    kind = BITS if bits.dtype == np.int16 else WIDE
+    log.write(kind, log.reserve(kind, [(p, i) for p, i, _ in step_rows]), bits)
 
 
 def _logits(p):
@@ -60,20 +70,28 @@ def test_kl_is_never_negative_and_a_token_only_one_side_can_emit_is_finite():
 def test_rows_written_whole_or_a_step_at_a_time_meet_into_scalars(tmp_path):
     g = torch.Generator().manual_seed(1)
     side = torch.randn(5, 64, generator=g)
+    other = torch.randn(3, 64, generator=g)
     ref = side + 0.05 * torch.randn(5, 64, generator=g)
-    whole, stepped = str(tmp_path / "whole.npy"), str(tmp_path / "stepped.npy")
+    whole, stepped, short = str(tmp_path / "whole.npy"), str(tmp_path / "b-0.npy"), str(tmp_path / "b-1.npy")
     write_rows(whole, side)
-    f = RowFile(stepped, tokens=8, vocab=64)  # max_tokens rows; the sequence stopped at 5
+    # vLLM's shape: two sequences of one batch share a log, a step's rows one block; max_tokens 8, the
+    # first stops at 5, the second at 3 (its later steps carry only the first sequence's row).
+    log = StepLog(stepped, vocab=64)
+    log.add(stepped, 8)
+    log.add(short, 8)
     for i in range(5):
-        f.put_host(i, side[i].numpy())
-    assert not os.path.exists(stepped)  # renamed into place only when closed
-    f.close()
-    assert os.path.exists(stepped) and not os.listdir(tmp_path) == []
+        _stepped(log, [(stepped, i, side[i].numpy())] + ([(short, i, other[i].numpy())] if i < 3 else []))
+    assert not os.path.exists(stepped + INDEX)  # an index appears only when its batch is closed
+    assert log.finish([stepped, short, str(tmp_path / "never.npy")]) == [str(tmp_path / "never.npy")]
+    assert sorted(os.listdir(tmp_path)) == ["b-0.npy.steps.json", "b-0.steps.f32", "b-1.npy.steps.json", "whole.npy"]
     a = meet(ref, Rows(read=whole, read_is="side", k=3), 5)
     b = meet(ref, Rows(read=stepped, read_is="side", k=3), 5)
     assert a == b and len(a["kl"]) == 5
     want = row_figures(ref, side, 3)
     assert a["kl"] == pytest.approx(want["kl"].tolist(), rel=1e-6)
+    assert torch.equal(read_rows(short), other)  # rows stop where the sequence did
+    with pytest.raises(RowsMissing):
+        meet(ref, Rows(read=short, read_is="side", k=3), 5)  # 3 rows, 5 needed
     # The same pair met from the other end (the floor meeting the reference's rows): KL swaps direction.
     write_rows(str(tmp_path / "ref.npy"), ref)
     c = meet(side, Rows(read=str(tmp_path / "ref.npy"), read_is="ref", k=3), 5)
@@ -309,21 +327,30 @@ def test_bfloat16_logits_are_kept_as_their_bits_losslessly_and_meet_as_float32_w
     assert narrowed(ref.numpy()).dtype == np.float32  # not bfloat16-exact: kept as it is
     write_rows(str(tmp_path / "ref.npy"), ref)
     assert np.load(str(tmp_path / "ref.npy")).dtype == np.float32
-    # Stepped: bfloat16 rows first, then one that is not: the file widens, every row still exact.
-    stepped = str(tmp_path / "stepped.npy")
-    f = RowFile(stepped, tokens=6, vocab=128)
-    for i in range(3):
-        f.put_host(i, side[i].numpy())
-    assert f.dtype == np.int16
-    f.put_host(3, ref[3].numpy())
-    for i in (4, 5):
-        f.put_host(i, side[i].numpy())
-    f.close()
-    got = np.load(stepped)
+    # Stepped: bfloat16 rows as bits, and one step that is not: that block goes as float32 and the
+    # sequence reads back as float32, every row still exact; a sequence with only bits reads as bits.
+    stepped, plain = str(tmp_path / "b-0.npy"), str(tmp_path / "b-1.npy")
+    log = StepLog(stepped, vocab=128)
+    log.add(stepped, 6)
+    log.add(plain, 6)
+    for i in range(6):
+        _stepped(log, [(stepped, i, (ref if i == 3 else side)[i].numpy())])
+        _stepped(log, [(plain, i, side[i].numpy())])
+    assert log.finish([stepped, plain]) == []
+    got = read_rows(stepped).numpy()
     assert got.dtype == np.float32
     want = side.numpy().copy()
     want[3] = ref[3].numpy()
     assert np.array_equal(got, want)
+    assert read_rows(plain).dtype == torch.int16 and np.array_equal(widened(read_rows(plain).numpy()), side.numpy())
+    # A bits row replaced by its float32 form (the GPU writer's path for a row bfloat16 cannot hold).
+    log = StepLog(str(tmp_path / "b-2.npy"), vocab=128)
+    log.add(str(tmp_path / "b-2.npy"), 2)
+    _stepped(log, [(str(tmp_path / "b-2.npy"), 0, side[0].numpy())])
+    _stepped(log, [(str(tmp_path / "b-2.npy"), 1, side[1].numpy())])
+    log.append_wide(str(tmp_path / "b-2.npy"), 1, ref[1].numpy())
+    log.finish([str(tmp_path / "b-2.npy")])
+    assert np.array_equal(read_rows(str(tmp_path / "b-2.npy")).numpy(), np.stack([side[0].numpy(), ref[1].numpy()]))
 
 
 def test_the_rows_scratch_dir_is_in_memory_where_it_holds_a_chunk_and_refused_where_nothing_does(tmp_path, monkeypatch):
@@ -352,8 +379,9 @@ def test_the_rows_scratch_dir_is_in_memory_where_it_holds_a_chunk_and_refused_wh
 
 def test_the_gpu_rows_writer_writes_what_was_submitted_and_close_waits_for_it(tmp_path):
     """vLLM's rows processor on a GPU hands each step to a writer thread (the copy's event, a host
-    buffer, the files and positions); close() waits for the writes in flight. Here with CPU tensors
-    and an event that is already complete: the same thread, queue and buffer reuse."""
+    buffer, the batch's log and the rows' places); close() waits for the writes in flight and writes
+    each sequence's index. Here with CPU tensors and an event that is already complete: the same
+    thread, queue, buffer reuse and block writes in parts."""
     pytest.importorskip("vllm")
     from parity_ui.engines import vllm_full_rows as vfr
 
@@ -364,30 +392,33 @@ def test_the_gpu_rows_writer_writes_what_was_submitted_and_close_waits_for_it(tm
     w = vfr._Writer(rows_per_buffer=2, pin=False)
     old, vfr.WRITER = vfr.WRITER, w
     try:
-        rows = torch.randn(4, 2, 16).to(torch.bfloat16).to(torch.float32)  # 4 steps x 2 sequences
-        paths = [str(tmp_path / f"s{i}.npy") for i in range(2)]
-        files = [vfr.OPEN.setdefault(p, RowFile(p, 4, 16)) for p in paths]
-        rows[2, 1, 5] += 1e-3  # one row of one step that bfloat16 cannot hold: that file widens
+        rows = torch.randn(4, 9, 16).to(torch.bfloat16).to(torch.float32)  # 4 steps x 9 sequences (3 parts)
+        paths = [str(tmp_path / f"b-{i}.npy") for i in range(9)]
+        log = vfr._log_for(paths[0], 4, 16)
+        assert all(vfr._log_for(p, 4, 16) is log for p in paths)  # one batch, one log
+        rows[2, 1, 5] += 1e-3  # one row of one step that bfloat16 cannot hold: added as float32
         for step in range(4):
-            wide, narrow, inexact = slot = w.buffer(2, 16)
+            wide, narrow, inexact = slot = w.buffer(9, 16)
             bits, flags = device_narrowed(rows[step])  # what the writer's step() does on the GPU
-            wide[:2].copy_(rows[step])
-            narrow[:2].copy_(bits)
-            inexact[:2].copy_(flags)
-            w.submit(Done(), slot, [(files[0], step), (files[1], step)])
+            wide[:9].copy_(rows[step])
+            narrow[:9].copy_(bits)
+            inexact[:9].copy_(flags)
+            w.submit(Done(), slot, log, [(p, step) for p in paths])
         assert w.made <= vfr.SLOTS  # buffers reused, not one per step
-        assert vfr.close(paths) == []
+        assert vfr.close(paths) == [] and vfr.CURRENT is None and not vfr.OPEN
         for i, p in enumerate(paths):
-            assert np.array_equal(widened(np.load(p)), rows[:, i].numpy())
-        assert np.load(paths[0]).dtype == np.int16 and np.load(paths[1]).dtype == np.float32
-        # A write that fails (a position's file already closed) is reported, its paths named missing.
-        p = str(tmp_path / "bad.npy")
-        f = vfr.OPEN.setdefault(p, RowFile(p, 1, 16))
-        f.put_row = None  # not callable: the writer thread's call raises
-        w.submit(Done(), w.buffer(1, 16), [(f, 0)])
+            assert np.array_equal(widened(read_rows(p).numpy()), rows[:, i].numpy())
+        assert read_rows(paths[0]).dtype == torch.int16 and read_rows(paths[1]).dtype == torch.float32
+        # A write that fails (its log closed under it) is reported, its paths named missing.
+        p = str(tmp_path / "b-20.npy")
+        bad = vfr._log_for(p, 1, 16)
+        assert bad is not log  # the last batch's log was closed: a new batch, a new log
+        bad.write = None  # not callable: the writer thread's call raises
+        w.submit(Done(), w.buffer(1, 16), bad, [(p, 0)])
         assert vfr.close([p]) == [p] and p not in vfr.OPEN
     finally:
         vfr.WRITER = old
+        vfr.CURRENT = None
 
 
 def test_rows_read_ahead_meet_as_rows_read_in_place(tmp_path):

@@ -20,6 +20,7 @@ run goes on without those figures.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from typing import Any, Sequence
 
@@ -28,6 +29,8 @@ from ...core.distribution import (DISTRIBUTION_COLUMNS, ROWS_WHEN_GENERATING, RO
 from ...core.requests import Rows
 from ...core.types import Finding, StepColumns, TokenStep, step_column
 from ..rows_scratch import scratch_dir
+
+_OWN = re.compile(r"^.*-(\d+)\.(npy|steps)(\..*)?$")  # a scratch file of sequence j (group 1)
 
 
 class FullRows:
@@ -111,9 +114,12 @@ class FullRows:
     def end_chunk(self, chunk: Sequence[int]) -> None:
         """The chunk's rows files deleted (its scalars are stored); only its own: on a Ray cluster other
         blocks' chunks are under way in the same dir."""
-        mine = {f"-{j}.npy" for j in chunk}
+        mine = {str(j) for j in chunk}
         for f in os.listdir(self.dir):
-            if any(f.endswith(m) for m in mine):
+            # side-j.npy (a whole sequence), side-j.npy.steps.json (its index into a step log), side-j.steps*
+            # (vLLM's log of the batch that sequence j began: every sequence in it is of this chunk)
+            m = _OWN.match(f)
+            if m and m.group(1) in mine:
                 try:
                     os.remove(os.path.join(self.dir, f))
                 except OSError:
