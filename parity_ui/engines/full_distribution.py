@@ -86,11 +86,17 @@ def read_rows(path: str, pin: bool = False) -> Any:
     `path` (write_rows: one read), or where vLLM wrote them a step at a time, its index beside it
     (step_rows: one gathered copy); pinned when `pin` (its copy to the GPU then needs no staging).
     RowsMissing when neither is there."""
+    made: list[Any] = []
+
+    def alloc(shape: tuple[int, int], dtype: Any) -> np.ndarray:  # gathered straight into pinned memory
+        made.append(torch.empty(shape, dtype=torch.int16 if dtype == np.int16 else torch.float32, pin_memory=pin))
+        return made[-1].numpy()
+
     try:
         if os.path.exists(path + INDEX):
-            host = torch.from_numpy(read_steps(path + INDEX))
-        else:
-            host = torch.from_numpy(np.load(path))  # at most one sequence's rows: the budget
+            read_steps(path + INDEX, alloc)
+            return made[-1]
+        host = torch.from_numpy(np.load(path))  # at most one sequence's rows: the budget
     except FileNotFoundError:
         raise RowsMissing(f"no rows at {path}") from None
     return host.pin_memory() if pin else host

@@ -23,7 +23,7 @@ import json
 import mmap
 import os
 import threading
-from typing import Any
+from typing import Callable
 
 import numpy as np
 
@@ -138,17 +138,17 @@ class StepLog:
         self.fds.clear()
 
 
-def _take(path: str, dtype: np.dtype, vocab: int, rows: np.ndarray) -> np.ndarray:
-    """Rows `rows` of a log file, copied out (one indexed copy of a read-only memory map)."""
+def _take(path: str, vocab: int, rows: np.ndarray, out: np.ndarray) -> None:
+    """Rows `rows` of a log file into `out` (one indexed copy out of a read-only memory map)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        table = np.frombuffer(m, dtype=dtype).reshape(-1, vocab)
-        out = table[rows]
+        table = np.frombuffer(m, dtype=out.dtype).reshape(-1, vocab)
+        np.take(table, rows, axis=0, out=out)
         del table  # the map closes only once no array views it
-    return out
 
 
-def read_steps(index_path: str) -> np.ndarray:
-    """A sequence's rows from its index: int16 bfloat16 bits where every row is one, else float32.
+def read_steps(index_path: str, alloc: Callable[[tuple[int, int], np.dtype], np.ndarray] = np.empty) -> np.ndarray:
+    """A sequence's rows from its index: int16 bfloat16 bits where every row is one, else float32,
+    gathered straight into `alloc(shape, dtype)` (the scorer's pinned buffer on a GPU: no second copy).
     Rows stop at the first position that has none (a sequence ends before max_tokens)."""
     with open(index_path) as f:
         doc = json.load(f)
@@ -160,9 +160,16 @@ def read_steps(index_path: str) -> np.ndarray:
     file = {int(k): os.path.join(base, v) for k, v in doc["files"].items()}
     wide = rows[:, 0] == WIDE
     if not wide.any():
-        return _take(file[BITS], DTYPE[BITS], vocab, rows[:, 1]) if n else np.zeros((0, vocab), np.float32)
-    out = np.empty((n, vocab), dtype=np.float32)
-    if (~wide).any():
-        out[~wide] = widened(_take(file[BITS], DTYPE[BITS], vocab, rows[~wide, 1]))
-    out[wide] = _take(file[WIDE], DTYPE[WIDE], vocab, rows[wide, 1])
+        out = alloc((n, vocab), DTYPE[BITS])
+        if n:
+            _take(file[BITS], vocab, rows[:, 1], out)
+        return out
+    out = alloc((n, vocab), DTYPE[WIDE])
+    if wide.all():
+        _take(file[WIDE], vocab, rows[:, 1], out)
+        return out
+    for kind, mask in ((WIDE, wide), (BITS, ~wide)):  # a few float32 rows among bits (a masked copy each)
+        part = np.empty((int(mask.sum()), vocab), DTYPE[kind])
+        _take(file[kind], vocab, rows[mask, 1], part)
+        out[mask] = widened(part)
     return out
