@@ -2,9 +2,10 @@
 
 A decode step yields one row for each of up to 256 sequences, and each sequence's rows are read back
 as one [tokens, vocab] array by the scorer that meets them (full_distribution.read_rows). Writing each
-row into its own sequence's file took one system call per row, 256 a step, each handing Python's lock
-back and forth with vLLM's decode loop in the same process (issue 31: the rows cost 1.3-1.6x the
-generation they rode on). Here a step's rows go as ONE contiguous block appended to the batch's log,
+row into its own sequence's file took one system call per row, 256 a step, from threads sharing
+Python's lock with vLLM's decode loop (issue 31: a scored workload's work with the rows was 1.39-1.58x
+the same run without them; 1.15-1.25x since, bench/figures/gpu-2026-11-26f). Here a step's rows go as
+ONE contiguous block appended to the batch's log,
 written in a few large calls; each sequence gets an index of where its rows are (JSON beside the path
 the parent named, `path + INDEX`), and the reader gathers them with one indexed copy.
 

@@ -17,9 +17,9 @@ written.
 On a GPU the step's rows are narrowed there, copied to pinned host memory on a side stream (a CUDA
 event marks when they are there) and written by a background thread (`_Writer`), so the decode loop
 waits for neither. Issue 31's history: waiting for each step's copy and writes cost 2.7x the run
-without rows on an H100; writing each row into its own sequence's file after that still cost
-1.3-1.6x the same vLLM without rows: 256 system calls a step, each taking Python's lock back from the
-decode loop. A step is now one block, written in THREADS large calls.
+without rows on an H100; writing each row into its own sequence's file after that still left the run
+at 1.39-1.58x the same run without rows (256 system calls a step from threads sharing Python's lock
+with the decode loop). A step is now one block, written in THREADS large calls (1.15-1.25x).
 
 Imports vLLM: loaded only by vLLM itself, inside a vLLM side's worker.
 """
