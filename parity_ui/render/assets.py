@@ -30,6 +30,7 @@ CSS = """
 .t.d i { color:#fecaca; }
 .t.a, .pt-key.a { background:var(--a); border-color:var(--a-b); color:#7f1d1d; }
 .t.hl { outline:2px solid #2563eb; outline-offset:1px; }
+.t.f, .pt-key.f { box-shadow:0 0 0 2px #d97706; }
 .pt-end { color:#991b1b; font-style:italic; margin-top:4px; }
 .pt-ref { font-weight:400; font-size:11px; color:#1d4ed8; background:#dbeafe; border-radius:3px; padding:0 4px; margin-left:4px; }
 .t .x { display:none; font-weight:400; font-family: ui-monospace, monospace; font-size:11px; }
@@ -300,8 +301,9 @@ JS_TEMPLATE = r"""
     if (cb) cb.addEventListener('change', () => root.classList.toggle('pt-bytes', cb.checked));
     if (root.dataset.live) {
       bodies.forEach((b) => { b.scrollTop = b.scrollHeight; });
-    } else if (root.dataset.div !== undefined) {
-      const i = Number(root.dataset.div);
+    } else if (root.dataset.focus !== undefined || root.dataset.div !== undefined) {
+      // Opened at a token (a replay's worst one), else at the first divergence.
+      const i = Number(root.dataset.focus !== undefined ? root.dataset.focus : root.dataset.div);
       // Twice: off-screen blocks are laid out (content-visibility) only once scrolled near.
       const reveal = () => bodies.forEach((b) => {
         const c = chipAt(b, i) || b.querySelector('.pt-end');

@@ -97,7 +97,7 @@ def _eager_blocks(n: int, focus: int | None, live: bool) -> set[int] | None:
 
 
 def _pane(s: Stream, other_ids: Sequence[int], div: int | None, ended: str | None, reference: bool,
-          eager: set[int] | None = None) -> str:
+          eager: set[int] | None = None, focus: int | None = None) -> str:
     ids = step_column(s.steps, "token_id")
     tag = '<span class="pt-ref">reference</span>' if reference else ""
     parts = [f'<div class="pt-pane" data-side="{html.escape(s.name)}"><div class="pt-head">'
@@ -112,7 +112,7 @@ def _pane(s: Stream, other_ids: Sequence[int], div: int | None, ended: str | Non
             continue
         parts.append(f'<div class="b" data-o="{start}">')
         for i in range(start, min(start + BLOCK, len(s.steps))):
-            parts.append(_chip(s.steps[i], _chip_class(i, ids, other_ids, div)))
+            parts.append(_chip(s.steps[i], _chip_class(i, ids, other_ids, div) + (" f" if i == focus else "")))
             if s.steps[i].text.endswith("\n"):
                 parts.append("<br>")
         parts.append("</div>")
@@ -190,18 +190,20 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
 
 
 def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: bool = False, note: str = "",
-               details_src: str | None = None) -> str:
+               details_src: str | None = None, focus: int | None = None) -> str:
     """Every side's pane, the reference first, plus the details box. Each side's divergence is the
     one the core reported (or computed live); the reference pane is marked against `selected`
     (default: the side that diverged first). With `details_src` (the app's id of a stored view), a
     long view carries only the details of the blocks it builds; the page script fetches the rest
     from the app's `pane_details` endpoint once the panes show (a 16k-token pair's details are
     ~2.5 MB, which used to travel before anything was shown). Without it (a static report, a
-    live view) every position's details are inline."""
+    live view) every position's details are inline. `focus` marks one position in every pane (a
+    replay's worst token, opened from its table): the view opens there, its details shown, instead of
+    at the divergence."""
     if not streams:
         return ""
     with gc_paused():
-        return _panes_html(streams, selected, live, note, details_src)
+        return _panes_html(streams, selected, live, note, details_src, focus)
 
 
 def _window(streams: Sequence[Stream], eager: Sequence[set[int] | None]) -> tuple[int, int] | None:
@@ -216,21 +218,22 @@ def _window(streams: Sequence[Stream], eager: Sequence[set[int] | None]) -> tupl
 
 
 def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, note: str,
-                details_src: str | None) -> str:
+                details_src: str | None, focus: int | None = None) -> str:
     ref, others = streams[0], list(streams[1:])
     ref_ids = step_column(ref.steps, "token_id")
     diverged = [s for s in others if s.divergence is not None]
     sel = next((s for s in others if s.name == selected), None) or \
         (min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None))
     sel_div = sel.divergence if sel else None
-    eager = [_eager_blocks(len(s.steps), sel_div, live) for s in streams]
+    eager = [_eager_blocks(len(s.steps), sel_div if focus is None else focus, live) for s in streams]
     panes = [_pane(ref, step_column(sel.steps, "token_id") if sel else ref_ids, sel_div,
                    "stream ended here" if sel_div is not None and sel_div >= len(ref.steps) and not live else None,
-                   True, eager[0])]
+                   True, eager[0], focus)]
     for s, e in zip(others, eager[1:]):
         ended = "stream ended here" if s.divergence is not None and s.divergence >= len(s.steps) and not live else None
-        panes.append(_pane(s, ref_ids, s.divergence, ended, False, e))
+        panes.append(_pane(s, ref_ids, s.divergence, ended, False, e, focus))
     attrs = f' data-div="{sel_div}"' if sel_div is not None else ""
+    attrs += f' data-focus="{focus}"' if focus is not None else ""
     attrs += f' data-sel="{html.escape(sel.name)}"' if sel else ""
     attrs += ' data-live="1"' if live else ""
     window = _window(streams, eager) if details_src and not live else None
@@ -247,6 +250,7 @@ def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, not
         f'<div class="pt-note">{html.escape(note)}</div>' if note else "",
         '<div class="pt-legend"><span class="pt-key m">same token as the reference</span>'
         '<span class="pt-key d">first divergence</span><span class="pt-key a">after it</span>'
+        + ('<span class="pt-key f">opened token</span>' if focus is not None else "") +
         f'<span class="pt-ws">· space ⏎ newline → tab</span>{toggle}</div>',
         '<div class="pt-panes">', *panes, "</div>",
         f'<div class="pt-info">{hint}</div>',

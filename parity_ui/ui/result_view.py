@@ -36,8 +36,10 @@ def view_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     return {**pane_parts(run, prompt_index, side, reveal), **plot_parts(run, prompt_index, side)}
 
 
-def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
-    """The summary card, the side shown and the token panes: what a reader needs first."""
+def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False,
+               focus: int | None = None) -> dict[str, Any]:
+    """The summary card, the side shown and the token panes (opened at `focus`, marked, where given):
+    what a reader needs first."""
     idx = _index(run, prompt_index)
     parts: dict[str, Any] = {"summary": cards.run_summary_html(run, idx, reveal=reveal), "panes": "", "side": None}
     if not run.prompts:
@@ -45,7 +47,8 @@ def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     streams = _streams(run, idx)
     parts["side"] = side = _picked_side(run, idx, side)
     if any(s.steps for s in streams):
-        parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{run.prompts[idx].index}")
+        parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{run.prompts[idx].index}",
+                                    focus=focus)
     return parts
 
 
@@ -126,13 +129,15 @@ class ResultView:
     def __post_init__(self) -> None:
         self.built = Recent(self.KEEP)
 
-    def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False) -> dict[str, Any]:
+    def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False,
+              focus: int | None = None) -> dict[str, Any]:
         """pane_parts, kept for finished runs (a stored run no longer changes; a 16k-token pair's
         panes take ~0.05-0.1 s to build); a view being built (History's read ahead) is waited for."""
         if run.status == "running":
-            return pane_parts(run, prompt_index, side, reveal)
-        return self.built.get((run.id, prompt_index, side, reveal),
-                              lambda: pane_parts(run, prompt_index, side, reveal))
+            return pane_parts(run, prompt_index, side, reveal, focus)
+        key = (run.id, prompt_index, side, reveal) + ((focus,) if focus is not None else ())
+        return self.built.get(key,
+                              lambda: pane_parts(run, prompt_index, side, reveal, focus))
 
     def figures(self, run: Run, prompt_index: int = 0, side: str | None = None) -> dict[str, Any]:
         """plot_parts, kept like `parts` (by the side they show: None and the side it defaults to are one)."""
@@ -187,13 +192,13 @@ class ResultView:
                 self.margin_plot: hidden, self.batch_plot: hidden, **self.layer_values(None, 0)}
 
     def values(self, run: Run | None, prompt_index: int = 0, side: str | None = None, message: str = "",
-               reveal: bool = False, plots: bool = True) -> dict[Any, Any]:
+               reveal: bool = False, plots: bool = True, focus: int | None = None) -> dict[Any, Any]:
         """Every component of `outputs` with its value; `run=None` shows `message` instead. `plots=False`
         hides the figures, for an event that sends them next (`plot_values`): the panes show without
         waiting for the figures to be built, sent and drawn (~0.3 s of a 16k-token pair's first open)."""
         if run is None:
             return self.cleared(cards.notice_html(message) if message else "")
-        parts = self.parts(run, prompt_index, side, reveal)
+        parts = self.parts(run, prompt_index, side, reveal, focus)
         panes = parts["panes"]
         if run.prompts:  # an image prompt shows its images beside the streams
             panes = images_html(run.prompts[_index(run, prompt_index)].images, self.images) + panes

@@ -203,7 +203,7 @@ class WorkloadView:
                                                  "yet when the run stopped, has none)")
         if run.kind == "replay":  # the trainer against the recorded rollout first, where the row has it
             side = _replay_side(run)
-            out = self.result_view.values(run, i, side, plots=False)
+            out = self.result_view.values(run, i, side, plots=False, focus=at)  # opened (and marked) at its token
             parts = self.parts(run.id)
             worst = (parts["run"].workload.replay or {}).get("worst_tokens", []) if parts else []
             note = cards.notice_html(token_note(run.id, i, at, worst))

@@ -75,4 +75,13 @@ def test_an_uploaded_dump_replays_and_its_worst_token_opens_with_the_recorded_ro
         assert "Token 1" in page.locator("#cmp-summary").inner_text()
         page.wait_for_selector("#cmp-panes .pt-root[data-init]", timeout=REPLY_MS)
         assert page.locator("#cmp-panes .pt-root[data-sel='recorded']").count() == 1  # trainer vs the rollout
+        # The opened token is marked in every pane, in view there, and its details are shown.
+        marked = page.locator("#cmp-panes .pt-root[data-focus='1'] .t.f")
+        assert marked.count() == page.locator("#cmp-panes .pt-pane").count() >= 2
+        for k in range(marked.count()):
+            chip, body = marked.nth(k).bounding_box(), marked.nth(k).locator("xpath=ancestor::div[@class='pt-body']")
+            box = body.bounding_box()
+            assert box["y"] <= chip["y"] and chip["y"] + chip["height"] <= box["y"] + box["height"] + 1
+        assert "position 1" in page.locator("#cmp-panes .pt-info").inner_text().lower()
+        page.locator("#cmp-panes").screenshot(path=str(ARTIFACTS / "replay-token-panes.png"))
         page.screenshot(path=str(ARTIFACTS / "replay-token.png"), full_page=False)

@@ -226,6 +226,25 @@ def test_short_panes_are_built_whole():
     assert page.count('class="t ') == 2 * tokens.LAZY_OVER and "data-lazy" not in page
 
 
+def test_a_view_opened_at_a_token_marks_it_in_every_pane_and_builds_its_blocks():
+    """A replay's worst token opens the view there (workload_view.open_prompt: "12@5"): its chip marked
+    in every pane, the legend saying so, the page told where to open, and in a long pane the blocks
+    around it built, not those around the divergence."""
+    from parity_ui.ui.result_view import pane_parts
+
+    n = tokens.LAZY_OVER * 4
+    v = [(i % 50, f" w{i % 50}") for i in range(n)]
+    run = _run({"hf": v, "vllm": v[:5] + [(777, " x")] + v[6:]})  # diverges at 5
+    at = n - 10
+    page = pane_parts(run, focus=at)["panes"]
+    assert f'data-focus="{at}"' in page and "opened token" in page
+    assert len(re.findall(r'class="t [a-z]+ f"', page)) == 2  # the chip at `at`, in both panes
+    chips = re.findall(r'<div class="b" data-o="(\d+)">', page)
+    assert at // tokens.BLOCK * tokens.BLOCK in map(int, chips) and 0 not in map(int, chips)
+    plain = pane_parts(run)["panes"]
+    assert "data-focus" not in plain and not re.findall(r'class="t [a-z]+ f"', plain) and "opened token" not in plain
+
+
 def test_summary_card_states_each_divergence_the_settings_and_the_run_link():
     run = _run({"hf": SAME + [(13, " on")], "graphs": SAME + [(15, " in")]})
     run.prompts[0].comparisons[0].explanation = Explanation(verdict="numerical near-tie", summary="a <b>tiny</b> margin")
