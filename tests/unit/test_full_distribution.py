@@ -299,8 +299,14 @@ def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_i
         assert r1.write.endswith("b-1.npy") and full.score_rows("b", 12, False).read == r2.write
         for r in (r1, r2):
             write_rows(r.write, torch.zeros(4, 100))
+        for j in (1, 12):  # vLLM's step logs (named after their batch's first sequence) and their indices
+            log = StepLog(os.path.join(full.dir, f"b-{j}.npy"), 100)
+            log.add(log.base + ".npy", 4)
+            _stepped(log, [(log.base + ".npy", 0, np.zeros(100, np.float32))])
+            log.finish([log.base + ".npy"])
+        assert len(os.listdir(full.dir)) == 6
         full.end_chunk([1])  # another block's chunk (12) is still under way
-        assert sorted(os.listdir(full.dir)) == ["b-12.npy"]
+        assert sorted(os.listdir(full.dir)) == ["b-12.npy", "b-12.npy.steps.json", "b-12.steps"]
         report = NS(done=2, floor_figures=None, sides={"b": NS(stats=NS(distribution=None), distribution_verdict=None)})
         full.report(report)
         assert [f.code for f in findings] == ["full-distribution-missing"] and "side b" in findings[0].message
