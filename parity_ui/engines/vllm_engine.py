@@ -179,37 +179,39 @@ class VllmEngine(Engine):
                 rid_to_idx[rid] = i
                 engine.add_request(rid, engine_input(engine, self._prompt(req, i)),
                                    self._sampling(_with_rows(_tagged(req.sampling, rid), req.rows_of(i))))
-            while engine.has_unfinished_requests():
-                if should_stop():
-                    engine.abort_request(list(rid_to_idx))
-                    for i in chunk:
-                        if results[i].finish_reason is None:
-                            results[i].finish_reason = "cancelled"
-                    break
-                for out in engine.step():
-                    i = rid_to_idx.get(out.request_id)
-                    if i is None:
-                        continue
-                    if req.images_of(i) and out.request_id not in checked and out.prompt_token_ids is not None:
-                        checked.add(out.request_id)
-                        if list(out.prompt_token_ids) != list(req.prompts[i]):
-                            engine.abort_request(list(rid_to_idx))
-                            raise same_prompt_error(f"vLLM's processor (prompt {i})", req.prompts[i],
-                                                    list(out.prompt_token_ids), req.image_token_id)
-                    res, comp = results[i], out.outputs[0]
-                    now = time.perf_counter() - t0
-                    lps = comp.logprobs or [None] * len(comp.token_ids)
-                    for tid, entry in zip(comp.token_ids, lps):
-                        step = _step_from_logprobs(len(res.steps), tid, entry, req.logprobs)
-                        if shared:
-                            _with_draw(step, out.request_id, in_process)
-                        append_step(res, step, now)
-                        if req.stream:
-                            on_step(i, step)
-                    if out.finished:
-                        res.finish_reason = comp.finish_reason
-                        res.timings.total_s = now
-            _close_rows([r.write for i in chunk if (r := req.rows_of(i)) is not None and r.write])
+            try:
+                while engine.has_unfinished_requests():
+                    if should_stop():
+                        engine.abort_request(list(rid_to_idx))
+                        for i in chunk:
+                            if results[i].finish_reason is None:
+                                results[i].finish_reason = "cancelled"
+                        break
+                    for out in engine.step():
+                        i = rid_to_idx.get(out.request_id)
+                        if i is None:
+                            continue
+                        if req.images_of(i) and out.request_id not in checked and out.prompt_token_ids is not None:
+                            checked.add(out.request_id)
+                            if list(out.prompt_token_ids) != list(req.prompts[i]):
+                                engine.abort_request(list(rid_to_idx))
+                                raise same_prompt_error(f"vLLM's processor (prompt {i})", req.prompts[i],
+                                                        list(out.prompt_token_ids), req.image_token_id)
+                        res, comp = results[i], out.outputs[0]
+                        now = time.perf_counter() - t0
+                        lps = comp.logprobs or [None] * len(comp.token_ids)
+                        for tid, entry in zip(comp.token_ids, lps):
+                            step = _step_from_logprobs(len(res.steps), tid, entry, req.logprobs)
+                            if shared:
+                                _with_draw(step, out.request_id, in_process)
+                            append_step(res, step, now)
+                            if req.stream:
+                                on_step(i, step)
+                        if out.finished:
+                            res.finish_reason = comp.finish_reason
+                            res.timings.total_s = now
+            finally:  # the batch's rows closed even when it failed: the next batch starts its own log
+                _close_rows([r.write for i in chunk if (r := req.rows_of(i)) is not None and r.write])
         return results
 
     @staticmethod
