@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -339,8 +341,16 @@ class HistoryTab:
         view (shown for a workload, hidden otherwise) and Which setting? (for a run whose sides
         differ). Gradio's page runs the listeners of one click one after the other, each a round
         trip and a redraw of its own (and, as three, the workload view waited for the other two:
-        ~0.3 s of a 1,000-prompt workload's open, #33 item 6)."""
-        return {**self.open(run_id), **self.wview.show(run_id), **self.which.show(run_id)}
+        ~0.3 s of a 1,000-prompt workload's open, #33 item 6). A panel that fails to build (a stored
+        record it cannot read) shows its error in its own place; the rest of the open still shows."""
+        out = self.open(run_id)
+        for panel in (self.wview, self.which):
+            try:
+                out.update(panel.show(run_id))
+            except Exception as e:  # noqa: BLE001 - one panel's failure must not blank the run's view
+                traceback.print_exc(file=sys.stderr)
+                out.update(panel.failed(f"run {run_id}: {type(e).__name__}: {e}"))
+        return out
 
     @property
     def open_outputs(self) -> list[Any]:

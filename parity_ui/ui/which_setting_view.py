@@ -75,6 +75,12 @@ class WhichSettingView:
         return {self.box: gr.Column(visible=False), self.pair: gr.Dropdown(choices=[], value=None),
                 self.btn: gr.Button(interactive=True), self.progress: "", self.result: "", self.run_id: None}
 
+    def failed(self, message: str) -> dict[Any, Any]:
+        """The panel's place when it could not be built: the error, no search offered (History's open)."""
+        return {**self.hidden(), self.box: gr.Column(visible=True), self.btn: gr.Button(interactive=False),
+                self.progress: cards.error_html(message, "the run's other views still show; please report this",
+                                                "Which setting? could not be built")}
+
     def show(self, run_id: str | None) -> dict[Any, Any]:
         """The panel for the opened or finished run `run_id`: shown when it has a pair that differs
         (and then with its newest stored bisect, if any), hidden otherwise."""

@@ -135,6 +135,12 @@ class WorkloadView:
                 self.hist_plot: gr.HTML(visible=False, value=""),
                 self.figures: "", self.replay: "", self.table: "", self.run_id: None}
 
+    def failed(self, message: str) -> dict[Any, Any]:
+        """The view's place when it could not be built: the error, nothing else (History's open)."""
+        return {**self.hidden(), self.box: gr.Column(visible=True),
+                self.progress: cards.error_html(message, "the run's other views still show; please report this",
+                                                "The workload view could not be built")}
+
     def parts(self, run_id: str, reveal: bool = False) -> dict[str, Any] | None:
         """The view's parts (HTML and figures) of a stored workload, built once per stored state (a
         stopped workload resumed, here or by the CLI, is built again); None when `run_id` is not a

@@ -91,6 +91,7 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     assert "REPLAYED" in got[tab.view.summary] and "IDENTICAL" not in got[tab.view.summary]  # forced tokens: no fork
     assert "forced tokens (the run's own, on every side); max |logprob gap|" in got[tab.view.summary]
     assert 'data-sel="recorded"' in got[tab.view.panes]  # the trainer against the recorded rollout
+    assert 'data-focus="1"' in got[tab.view.panes]  # opened at the worst token, marked there
     figs = tab.wview.prompt_figures(run.id, "4@1")  # the figures that follow: of the same pair, not the first side's
     assert "recorded vs ref" in str(figs[tab.view.logprob_plot].value)
     assert tab.wview.open_prompt(run.id, "nonsense") == gr.skip()

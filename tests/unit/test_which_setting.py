@@ -174,6 +174,18 @@ def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_
     assert "Which setting is it?" in opened[tab.view.summary] and opened[tab.view.panes] == ""
     assert tab.which.show(b.id)[tab.which.box].visible is False
     assert "a bisect run" in bisect_choice(runner.store, b.id).problem
+    # A panel that cannot be built (here Which setting?, reading a record it cannot parse) shows its
+    # error in its place; the run's token view and the workload panel still come with the open.
+    def unreadable(run_id):
+        raise ValueError("a stored bisect this version cannot read")
+
+    tab.which.show = unreadable
+    opened = tab.open_all(diverged.id)
+    assert f'data-run="{diverged.id}"' in opened[tab.view.summary] and "pt-root" in opened[tab.view.panes]
+    assert opened[tab.wview.box].visible is False  # not a workload: hidden, as always
+    err = opened[tab.which.progress]
+    assert "Which setting? could not be built" in err and "cannot read" in err and diverged.id in err
+    assert opened[tab.which.box].visible is True and opened[tab.which.btn].interactive is False
 
 
 def test_a_refused_request_is_a_message_with_the_fix_and_nothing_is_stored(runner, model, diverged):
