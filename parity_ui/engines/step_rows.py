@@ -101,14 +101,7 @@ class StepLog:
 
     def append_wide(self, path: str, position: int, row: np.ndarray) -> None:
         """One float32 row for `path` at `position` (it replaces the row a bits block gave it)."""
-        with self.lock:
-            first = self.next[WIDE]
-            self.next[WIDE] += 1
-            self._fd(WIDE)
-            rows = self.index.get(path)
-            if rows is not None and 0 <= position < len(rows):
-                rows[position] = [WIDE, first]
-        self.write(WIDE, first, row[None])
+        self.write(WIDE, self.reserve(WIDE, [(path, position)]), row[None])
 
     def finish(self, paths: list[str]) -> list[str]:
         """The indices of `paths` written (atomically); returns those this log never held. The log's
