@@ -95,8 +95,10 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="rows-handoff-", dir=base)
 
     def patch(mode: str) -> None:
-        for name in ("step", "_write"):
-            writer.__dict__.pop(name, None) if writer is not None else None
+        if writer is None:
+            return
+        for name in ("step", "_write"):  # back to the class's own methods
+            writer.__dict__.pop(name, None)
         if mode == "apply":
             writer.step = lambda rows, log, puts: None
         elif mode == "copy":
