@@ -7,6 +7,7 @@ found, 1 none restores parity (the engine itself), 2 error.
 
 May import: service, core, inputs, render.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,11 +16,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .core.config import PRESETS, SIDE_PRESETS, ParityConfig, apply_overrides, apply_side_args, build_config, load_config_file
+from .core.config import (
+    PRESETS,
+    SIDE_PRESETS,
+    ParityConfig,
+    apply_overrides,
+    apply_side_args,
+    build_config,
+    load_config_file,
+)
 from .core.errors import ParityError, PromptError
+from .core.types import Run, to_dict
 from .inputs.images import MAX_IMAGES_PER_PROMPT, read_image
 from .inputs.prompts import PromptSpec, read_prompt_file
-from .core.types import Run, to_dict
 
 if TYPE_CHECKING:
     from .service import ParityService
@@ -30,12 +39,24 @@ EXIT_IDENTICAL, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="canonical config, YAML or JSON")
     p.add_argument("--preset", choices=sorted(PRESETS), help="start from a preset (before --config and --set)")
-    p.add_argument("--side", dest="sides", action="append", default=[], metavar="NAME=KIND[,key=value...]",
-                   help="a side; the first is the reference; repeatable (replaces the config's sides), e.g. "
-                        "--side ref=hf,dtype=float32 --side b=vllm,enforce_eager=false")
+    p.add_argument(
+        "--side",
+        dest="sides",
+        action="append",
+        default=[],
+        metavar="NAME=KIND[,key=value...]",
+        help="a side; the first is the reference; repeatable (replaces the config's sides), e.g. "
+        "--side ref=hf,dtype=float32 --side b=vllm,enforce_eager=false",
+    )
     p.add_argument("--sides-preset", choices=sorted(SIDE_PRESETS), help="a common set of sides, e.g. eager-vs-graphs")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one key (SIDE.option for a side's: b.enforce_eager=true); repeatable")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one key (SIDE.option for a side's: b.enforce_eager=true); repeatable",
+    )
 
 
 def _base(args: argparse.Namespace) -> dict[str, Any]:
@@ -68,13 +89,17 @@ def _prompts(args: argparse.Namespace) -> list[PromptSpec]:
             raise PromptError("the prompt is empty", "give --prompt 'some text' or --prompt-file FILE")
         images = [read_image(path) for path in getattr(args, "image", None) or []]
         if len(images) > MAX_IMAGES_PER_PROMPT:
-            raise PromptError(f"{len(images)} images were given; parity-ui takes at most {MAX_IMAGES_PER_PROMPT} "
-                              "a prompt", "give fewer --image")
+            raise PromptError(
+                f"{len(images)} images were given; parity-ui takes at most {MAX_IMAGES_PER_PROMPT} a prompt",
+                "give fewer --image",
+            )
         return [PromptSpec(text=args.prompt, images=images)]
     if getattr(args, "image", None):
-        raise PromptError("--image goes with --prompt; a prompt file names its own images",
-                          'in the .jsonl file: {"prompt": "...", "images": ["cat.png"]} or image parts in '
-                          '"messages": {"type": "image", "path": "cat.png"}')
+        raise PromptError(
+            "--image goes with --prompt; a prompt file names its own images",
+            'in the .jsonl file: {"prompt": "...", "images": ["cat.png"]} or image parts in '
+            '"messages": {"type": "image", "path": "cat.png"}',
+        )
     return read_prompt_file(args.prompt_file)
 
 
@@ -82,8 +107,11 @@ def _as_given(args: argparse.Namespace) -> list[PromptSpec]:
     """The prompts as typed, for a run that failed before they could be read."""
     from .inputs.prompts import prompts_as_given
 
-    return prompts_as_given(getattr(args, "prompt", None), getattr(args, "image", None) or [],
-                            prompt_file=getattr(args, "prompt_file", None))
+    return prompts_as_given(
+        getattr(args, "prompt", None),
+        getattr(args, "image", None) or [],
+        prompt_file=getattr(args, "prompt_file", None),
+    )
 
 
 def _service(args: argparse.Namespace) -> ParityService:
@@ -122,16 +150,24 @@ def _workload(args: argparse.Namespace) -> Any:
         return None
     from .inputs.workload_source import load_workload
 
-    return load_workload(args.prompt_file, field=args.field, limit=args.limit, sample=args.sample, seed=args.seed,
-                         on_bad=args.on_bad)
+    return load_workload(
+        args.prompt_file, field=args.field, limit=args.limit, sample=args.sample, seed=args.seed, on_bad=args.on_bad
+    )
 
 
 def _workload_options(args: argparse.Namespace) -> Any:
     from .core.workload_record import WorkloadOptions
 
     cluster, replicas = _cluster_args(args)
-    return WorkloadOptions(mode=args.mode, floor=args.floor, floor_batch_size=args.floor_batch_size,
-                           too_long=args.too_long, chunk=args.chunk, cluster=cluster, replicas=replicas)
+    return WorkloadOptions(
+        mode=args.mode,
+        floor=args.floor,
+        floor_batch_size=args.floor_batch_size,
+        too_long=args.too_long,
+        chunk=args.chunk,
+        cluster=cluster,
+        replicas=replicas,
+    )
 
 
 def _cluster_args(args: argparse.Namespace) -> tuple[str | None, dict[str, int]]:
@@ -154,11 +190,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
             cfg = _config(args)
             options = _workload_options(args)
         except ParityError as e:
-            return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e,
-                                                  kind="workload" if _is_workload_file(args.prompt_file) else "compare"),
-                           args)
-        req = plan_request(args.model, cfg, prompts, source=source, options=options,
-                           trust_remote_code=args.trust_remote_code)
+            return _report(
+                service.record_failure(
+                    args.model,
+                    _as_given(args),
+                    _raw_config(args),
+                    e,
+                    kind="workload" if _is_workload_file(args.prompt_file) else "compare",
+                ),
+                args,
+            )
+        req = plan_request(
+            args.model, cfg, prompts, source=source, options=options, trust_remote_code=args.trust_remote_code
+        )
         if isinstance(req, WorkloadRequest) and not args.json and not args.quiet:
             print(f"[parity] workload: {source.describe()}", file=sys.stderr)
             for bad in source.skipped[:5]:
@@ -174,11 +218,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     service = _service(args)
     try:
         cluster, replicas = _cluster_args(args)
-        req = ReplayRequest(dump=args.dump, model=args.model, config=_config(args), format=args.format,
-                            trust_pickle=args.trust_pickle, chat_template=args.chat_template, on_bad=args.on_bad,
-                            limit=args.limit, policy_version=args.policy_version, chunk=args.chunk,
-                            floor=args.floor, trust_remote_code=args.trust_remote_code, cluster=cluster,
-                            replicas=replicas)
+        req = ReplayRequest(
+            dump=args.dump,
+            model=args.model,
+            config=_config(args),
+            format=args.format,
+            trust_pickle=args.trust_pickle,
+            chat_template=args.chat_template,
+            on_bad=args.on_bad,
+            limit=args.limit,
+            policy_version=args.policy_version,
+            chunk=args.chunk,
+            floor=args.floor,
+            trust_remote_code=args.trust_remote_code,
+            cluster=cluster,
+            replicas=replicas,
+        )
         return _report(service.replay(req, on_event=_emit(args)), args, service)
     finally:
         service.close()
@@ -188,8 +243,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     service = _service(args)
     try:
         cluster, replicas = _cluster_args(args)
-        return _report(service.resume(args.id, _emit(args), cluster=cluster, replicas=replicas or None), args,
-                       service)
+        return _report(service.resume(args.id, _emit(args), cluster=cluster, replicas=replicas or None), args, service)
     finally:
         service.close()
 
@@ -251,8 +305,9 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     for r in rows:
         fd = "-" if r.first_divergence is None else str(r.first_divergence)
         tail = r.prompt_excerpt[:40] if not r.error else "ERROR: " + r.error[:60]
-        print(f"{r.id:26}  {r.datetime_utc[:19]:19}  {r.status:11}  {fd:9}  {r.model[:20]:20}  "
-              f"{r.sides[:24]:24}  {tail}")
+        print(
+            f"{r.id:26}  {r.datetime_utc[:19]:19}  {r.status:11}  {fd:9}  {r.model[:20]:20}  {r.sides[:24]:24}  {tail}"
+        )
     return 0
 
 
@@ -263,12 +318,18 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     only = None if args.prompt is None else [args.prompt]
     run = open_store(args.db).get_run(args.id, prompts=only)
     if run is None:
-        print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
-              "Fix: list the ids with 'parity runs list'", file=sys.stderr)
+        print(
+            f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
+            "Fix: list the ids with 'parity runs list'",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     if only and not run.prompts:
-        print(f"parity: error: run {args.id} has no prompt {args.prompt}. Fix: give --prompt from 0 to "
-              f"{_n_prompts(args, run) - 1}", file=sys.stderr)
+        print(
+            f"parity: error: run {args.id} has no prompt {args.prompt}. Fix: give --prompt from 0 to "
+            f"{_n_prompts(args, run) - 1}",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     if args.json:
         print(json.dumps(run_json(run)))
@@ -294,8 +355,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     # tokens (a 10,000-prompt run); any other run whole
     page = stored_html_report(open_store(args.db).for_report(args.id, workload_report_prompts))
     if page is None:
-        print(f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
-              "Fix: list the ids with 'parity runs list'", file=sys.stderr)
+        print(
+            f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
+            "Fix: list the ids with 'parity runs list'",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     out = Path(args.output or f"parity-run-{args.id}.html")
     out.write_text(page, encoding="utf-8")
@@ -339,8 +403,18 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         print(f"parity: error: {run.error}", file=sys.stderr)
         print(f"parity: stored as bisect {run.id}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"bisect_id": run.id, "status": run.status, "error": run.error, "error_code": run.error_code,
-                          "group_id": run.group_id, "bisect": to_dict(run.bisect)}))
+        print(
+            json.dumps(
+                {
+                    "bisect_id": run.id,
+                    "status": run.status,
+                    "error": run.error,
+                    "error_code": run.error_code,
+                    "group_id": run.group_id,
+                    "bisect": to_dict(run.bisect),
+                }
+            )
+        )
     elif run.bisect is not None:
         from .core.settings import format_text, settings_diff
 
@@ -365,10 +439,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
         try:
             prompt, cfg = _single_prompt(args), _config(args)
         except ParityError as e:
-            return _report(service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="probe"),
-                           args)
-        run = service.probe(args.model, prompt, cfg, n=args.n, batch=args.batch,
-                            trust_remote_code=args.trust_remote_code, emit=_emit(args))
+            return _report(
+                service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="probe"), args
+            )
+        run = service.probe(
+            args.model,
+            prompt,
+            cfg,
+            n=args.n,
+            batch=args.batch,
+            trust_remote_code=args.trust_remote_code,
+            emit=_emit(args),
+        )
     finally:
         service.close()
     if run.status == "error":
@@ -392,29 +474,47 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             prompt, grid = _single_prompt(args), service.parse_grid(args.grid)
             _config(args)  # the base config must be valid before any point runs
         except ParityError as e:
-            return _report(service.record_failure(args.model, _as_given(args),
-                                                  {**_raw_config(args), "grid": args.grid}, e, kind="sweep"), args)
-        summary = service.sweep(args.model, prompt, grid, config_path=args.config, overrides=_overrides(args),
-                                base=_base(args), sides=args.sides, trust_remote_code=args.trust_remote_code,
-                                emit=_emit(args))
+            return _report(
+                service.record_failure(
+                    args.model, _as_given(args), {**_raw_config(args), "grid": args.grid}, e, kind="sweep"
+                ),
+                args,
+            )
+        summary = service.sweep(
+            args.model,
+            prompt,
+            grid,
+            config_path=args.config,
+            overrides=_overrides(args),
+            base=_base(args),
+            sides=args.sides,
+            trust_remote_code=args.trust_remote_code,
+            emit=_emit(args),
+        )
     finally:
         service.close()
     print(json.dumps(summary) if args.json else format_sweep(summary))
     statuses = {p["status"] for p in summary["points"]}
-    return EXIT_ERROR if statuses - {"ok", "diverged"} else \
-        (EXIT_DIVERGED if "diverged" in statuses else EXIT_IDENTICAL)
+    return (
+        EXIT_ERROR if statuses - {"ok", "diverged"} else (EXIT_DIVERGED if "diverged" in statuses else EXIT_IDENTICAL)
+    )
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0: every threshold held and every control failed them; 1: a threshold failed or a control
     passed; 2: an error (a spec that does not validate writes nothing: no run, no JUnit, no summary)."""
     if bool(args.spec) == bool(args.self_test):
-        print("parity: error: give a spec file, or --self-test (not both). Fix: parity check examples/gate.yaml, "
-              "or parity check --self-test", file=sys.stderr)
+        print(
+            "parity: error: give a spec file, or --self-test (not both). Fix: parity check examples/gate.yaml, "
+            "or parity check --self-test",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     if args.model and not args.self_test:
-        print("parity: error: --model goes with --self-test; a spec names each case's model. Fix: drop --model",
-              file=sys.stderr)
+        print(
+            "parity: error: --model goes with --self-test; a spec names each case's model. Fix: drop --model",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     quiet = args.quiet or args.json
 
@@ -424,9 +524,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     service = _service(args)
     try:
-        check = service.check(args.spec, self_test_model=(args.model or "demo") if args.self_test else None,
-                              only=args.only, overrides=args.overrides, limit=args.limit, junit=args.junit,
-                              markdown=args.markdown, say=say, emit=_emit(args))
+        check = service.check(
+            args.spec,
+            self_test_model=(args.model or "demo") if args.self_test else None,
+            only=args.only,
+            overrides=args.overrides,
+            limit=args.limit,
+            junit=args.junit,
+            markdown=args.markdown,
+            say=say,
+            emit=_emit(args),
+        )
     except ParityError as e:  # the spec (SpecError: case and line) or a case's preparation
         print(f"parity: error: {e}", file=sys.stderr)
         return EXIT_ERROR
@@ -449,23 +557,42 @@ def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
 
 def _add_workload_args(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload (a .jsonl or .parquet --prompt-file of several prompts)")
-    w.add_argument("--field", help="the key or column holding the prompt (text or chat messages); default: "
-                                   "prompt, messages, text, question or input")
+    w.add_argument(
+        "--field",
+        help="the key or column holding the prompt (text or chat messages); default: "
+        "prompt, messages, text, question or input",
+    )
     pick = w.add_mutually_exclusive_group()
     pick.add_argument("--limit", type=int, help="the first N prompts")
     pick.add_argument("--sample", type=int, help="a random N prompts (reproducible with --seed)")
     w.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    w.add_argument("--on-bad", choices=["stop", "skip"], default="stop",
-                   help="a broken line or row: stop with its number, or skip it and count it")
-    w.add_argument("--too-long", choices=["skip", "stop"], default="skip",
-                   help="a prompt longer than the context: skip it and count it (default), or stop")
-    w.add_argument("--mode", choices=["free", "scored"], default="free",
-                   help="free: every side generates; scored: the reference teacher-forces the other sides' tokens "
-                        "(its cost is a prefill per sequence, not a decode)")
-    w.add_argument("--floor", choices=["auto", "batch", "order", "kernel", "none"], default="auto",
-                   help="the reference's own noise: batch (again at another batch size and order), order, kernel "
-                        "(an HF reference with another attention kernel), none; auto (default): batch when free, "
-                        "kernel when scored with an HF reference, else none")
+    w.add_argument(
+        "--on-bad",
+        choices=["stop", "skip"],
+        default="stop",
+        help="a broken line or row: stop with its number, or skip it and count it",
+    )
+    w.add_argument(
+        "--too-long",
+        choices=["skip", "stop"],
+        default="skip",
+        help="a prompt longer than the context: skip it and count it (default), or stop",
+    )
+    w.add_argument(
+        "--mode",
+        choices=["free", "scored"],
+        default="free",
+        help="free: every side generates; scored: the reference teacher-forces the other sides' tokens "
+        "(its cost is a prefill per sequence, not a decode)",
+    )
+    w.add_argument(
+        "--floor",
+        choices=["auto", "batch", "order", "kernel", "none"],
+        default="auto",
+        help="the reference's own noise: batch (again at another batch size and order), order, kernel "
+        "(an HF reference with another attention kernel), none; auto (default): batch when free, "
+        "kernel when scored with an HF reference, else none",
+    )
     w.add_argument("--floor-batch-size", type=int, default=8, help="the batch floor's batch size (default 8)")
     w.add_argument("--chunk", type=int, default=64, help="prompts done and stored together (default 64)")
     w.add_argument("--per-prompt", action="store_true", help="also list every prompt, as a single run does")
@@ -474,18 +601,26 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
 
 def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("on a Ray cluster (pip install 'parity-ui[cluster]'; see docs/cluster.md)")
-    c.add_argument("--cluster", metavar="ADDRESS",
-                   help="run each side as replicas on Ray: 'local' starts Ray on this machine; an address ('auto', "
-                        "HOST:6379, ray://HOST:10001) joins a running cluster; blocks of --chunk prompts go to idle "
-                        "replicas, and this process alone stores the run")
-    c.add_argument("--replicas", metavar="N|SIDE=N,...",
-                   help="replicas of each side on the cluster: one number for every side, or per side "
-                        "(ref=2,b=4; '2,b=4': b four, the others two); default 1")
+    c.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run each side as replicas on Ray: 'local' starts Ray on this machine; an address ('auto', "
+        "HOST:6379, ray://HOST:10001) joins a running cluster; blocks of --chunk prompts go to idle "
+        "replicas, and this process alone stores the run",
+    )
+    c.add_argument(
+        "--replicas",
+        metavar="N|SIDE=N,...",
+        help="replicas of each side on the cluster: one number for every side, or per side "
+        "(ref=2,b=4; '2,b=4': b four, the others two); default 1",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="parity", description="Compare engine setups (sides) token by token: "
-                                                            "vLLM vs HF transformers, vLLM vs vLLM, ...")
+    ap = argparse.ArgumentParser(
+        prog="parity",
+        description="Compare engine setups (sides) token by token: vLLM vs HF transformers, vLLM vs vLLM, ...",
+    )
     ap.add_argument("--db", default=None, help="run database (default: $PARITY_DB or ./runs.db)")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -493,9 +628,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", default="demo", help="'demo' (bundled SmolLM2-135M-Instruct), a folder, or an HF id")
     src = c.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text")
-    src.add_argument("--prompt-file", help=".txt (one prompt) or .jsonl ({\"prompt\"} or {\"messages\"} a line)")
-    c.add_argument("--image", action="append", default=[], metavar="PATH",
-                   help="an image for the prompt (repeatable; a vision-language model; the chat template places it)")
+    src.add_argument("--prompt-file", help='.txt (one prompt) or .jsonl ({"prompt"} or {"messages"} a line)')
+    c.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an image for the prompt (repeatable; a vision-language model; the chat template places it)",
+    )
     c.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     c.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -505,24 +645,46 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workload_args(c)
     c.set_defaults(func=cmd_compare)
 
-    rp = sub.add_parser("replay", help="an RL run's own rollouts (a dump) teacher-forced through the trainer (the "
-                                       "reference) and the rollout engine again, against the trainer's floor")
-    rp.add_argument("dump", help="the dump: parity-ui's rollout format (.jsonl/.parquet), NeMo-RL "
-                                 "train_data_step*.jsonl, verl rollout_data_dir .jsonl, slime/miles rollout_*.pt")
+    rp = sub.add_parser(
+        "replay",
+        help="an RL run's own rollouts (a dump) teacher-forced through the trainer (the "
+        "reference) and the rollout engine again, against the trainer's floor",
+    )
+    rp.add_argument(
+        "dump",
+        help="the dump: parity-ui's rollout format (.jsonl/.parquet), NeMo-RL "
+        "train_data_step*.jsonl, verl rollout_data_dir .jsonl, slime/miles rollout_*.pt",
+    )
     rp.add_argument("--model", required=True, help="the model the run trained (a folder or an HF id)")
-    rp.add_argument("--format", default="auto", choices=["auto", "parity", "nemo-rl", "verl", "slime"],
-                    help="the dump's format (default: detected)")
-    rp.add_argument("--trust-pickle", action="store_true",
-                    help="load a .pt pickle that a safe load refuses (unpickling runs the code the file names)")
-    rp.add_argument("--chat-template", action="store_true",
-                    help="verl: apply the model's chat template to each text prompt")
-    rp.add_argument("--on-bad", choices=["stop", "skip"], default="stop",
-                    help="a broken row: stop with its number, or skip it and count it")
+    rp.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "parity", "nemo-rl", "verl", "slime"],
+        help="the dump's format (default: detected)",
+    )
+    rp.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="load a .pt pickle that a safe load refuses (unpickling runs the code the file names)",
+    )
+    rp.add_argument(
+        "--chat-template", action="store_true", help="verl: apply the model's chat template to each text prompt"
+    )
+    rp.add_argument(
+        "--on-bad",
+        choices=["stop", "skip"],
+        default="stop",
+        help="a broken row: stop with its number, or skip it and count it",
+    )
     rp.add_argument("--limit", type=int, help="the first N rows")
     rp.add_argument("--policy-version", help="only the rows of this policy version")
     rp.add_argument("--chunk", type=int, default=16, help="rows replayed and stored together (default 16)")
-    rp.add_argument("--floor", choices=["auto", "kernel", "none"], default="auto",
-                    help="the trainer's own noise: kernel (another attention kernel; auto with an HF trainer), none")
+    rp.add_argument(
+        "--floor",
+        choices=["auto", "kernel", "none"],
+        default="auto",
+        help="the trainer's own noise: kernel (another attention kernel; auto with an HF trainer), none",
+    )
     rp.add_argument("--trust-remote-code", action="store_true")
     _add_cluster_args(rp)
     rp.add_argument("--json", action="store_true", help="print one JSON object")
@@ -572,26 +734,38 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--db", default=argparse.SUPPRESS)
     rp.set_defaults(func=cmd_report)
 
-    ly = sub.add_parser("layers", help="where inside the model two sides of a stored run part: per-layer errors "
-                                       "against a measured noise floor")
+    ly = sub.add_parser(
+        "layers",
+        help="where inside the model two sides of a stored run part: per-layer errors against a measured noise floor",
+    )
     ly.add_argument("id", help="a stored run's id")
     ly.add_argument("--prompt", type=int, default=0, help="which prompt of the run (default 0)")
     ly.add_argument("--position", type=int, help="generated-token position to examine (default: the divergence)")
-    ly.add_argument("--sides", help="two side names, e.g. ref,b (default: the reference and the first side that "
-                                    "diverged)")
+    ly.add_argument(
+        "--sides", help="two side names, e.g. ref,b (default: the reference and the first side that diverged)"
+    )
     ly.add_argument("--json", action="store_true")
     ly.add_argument("--quiet", action="store_true")
     ly.add_argument("--db", default=argparse.SUPPRESS)
     ly.set_defaults(func=cmd_layers)
 
-    bi = sub.add_parser("bisect", help="which setting is it? the smallest set of the two sides' differing settings "
-                                       "whose flipping to the reference's values restores parity (delta debugging)")
+    bi = sub.add_parser(
+        "bisect",
+        help="which setting is it? the smallest set of the two sides' differing settings "
+        "whose flipping to the reference's values restores parity (delta debugging)",
+    )
     bi.add_argument("id", help="a stored run's id")
-    bi.add_argument("--sides", help="the reference and the diverging side, e.g. ref,b (default: the reference and the "
-                                    "first side that diverged)")
+    bi.add_argument(
+        "--sides",
+        help="the reference and the diverging side, e.g. ref,b (default: the reference and the "
+        "first side that diverged)",
+    )
     bi.add_argument("--prompts", type=int, default=8, help="the run's worst N prompts each trial runs (default 8)")
-    bi.add_argument("--max-trials", type=int, help="stop after this many trials (the best set so far and what is "
-                                                   "undecided are reported)")
+    bi.add_argument(
+        "--max-trials",
+        type=int,
+        help="stop after this many trials (the best set so far and what is undecided are reported)",
+    )
     bi.add_argument("--json", action="store_true")
     bi.add_argument("--quiet", action="store_true")
     bi.add_argument("--db", default=argparse.SUPPRESS)
@@ -605,25 +779,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="one prompt across a grid of settings: which ones move the divergence")
     _add_single_prompt_args(sw)
-    sw.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2",
-                    help="a config key and its values, e.g. dtype=float32,bfloat16 or b.enforce_eager=true,false; "
-                         "repeatable")
+    sw.add_argument(
+        "--grid",
+        action="append",
+        required=True,
+        metavar="KEY=V1,V2",
+        help="a config key and its values, e.g. dtype=float32,bfloat16 or b.enforce_eager=true,false; repeatable",
+    )
     sw.set_defaults(func=cmd_sweep)
 
-    ck = sub.add_parser("check", help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
-                                      "JUnit and Markdown out; exit 0 pass, 1 fail, 2 error")
+    ck = sub.add_parser(
+        "check",
+        help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
+        "JUnit and Markdown out; exit 0 pass, 1 fail, 2 error",
+    )
     ck.add_argument("spec", nargs="?", help="the gate spec (YAML; see docs/ci-gate.md)")
-    ck.add_argument("--self-test", action="store_true",
-                    help="run a built-in spec (HF fp32 vs vLLM fp32; control: vLLM bf16) that must pass, and whose "
-                         "control must fail")
+    ck.add_argument(
+        "--self-test",
+        action="store_true",
+        help="run a built-in spec (HF fp32 vs vLLM fp32; control: vLLM bf16) that must pass, and whose "
+        "control must fail",
+    )
     ck.add_argument("--model", help="the self-test's model (default demo)")
-    ck.add_argument("--only", action="append", default=[], metavar="CASE",
-                    help="run only this case (repeatable, or comma-separated)")
+    ck.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="CASE",
+        help="run only this case (repeatable, or comma-separated)",
+    )
     ck.add_argument("--junit", metavar="FILE", help="write JUnit XML (a test per case x threshold x side)")
-    ck.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (also appended to "
-                                                       "$GITHUB_STEP_SUMMARY when that is set)")
-    ck.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config key in every case (e.g. max_new_tokens=8); repeatable")
+    ck.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="write a Markdown summary (also appended to $GITHUB_STEP_SUMMARY when that is set)",
+    )
+    ck.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key in every case (e.g. max_new_tokens=8); repeatable",
+    )
     ck.add_argument("--limit", type=int, help="at most N prompts per case (a quick local run of a CI spec)")
     ck.add_argument("--json", action="store_true", help="print the results as one JSON object")
     ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

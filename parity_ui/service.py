@@ -18,40 +18,59 @@ service's lock.
 
 May import: core, inputs, analysis, run, store, commands.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .commands.replay import ReplayRequest
 from .commands.workload.run import WorkloadRequest
-from .core.requests import InputCheck
-from .core.workload_record import WorkloadOptions
-from .run.hardware import on_gpu
 from .core.mapping import mapping_table, resolve
+from .core.requests import InputCheck
+from .core.runlog import EventCallback, RunEvent, new_run
+from .core.types import Finding, Localisation, ModelInfo, Run
+from .core.workload_record import WorkloadOptions
 from .inputs.models import describe_model
+from .inputs.prompts import PromptSpec, tokenizer_for
+from .run.hardware import on_gpu
 from .run.pipeline import CapabilityError, Loaded, Sides
 from .run.plan import Prepared, RunRequest, SidePlan
 from .run.prepare import likely_workers, prepare
-from .inputs.prompts import PromptSpec, tokenizer_for
 from .run.recorder import RunRecorder
-from .core.runlog import EventCallback, RunEvent, new_run
+from .run.workers import EnginePool
 from .store import Store
 from .store.runs import new_run_id
-from .core.types import Finding, Localisation, ModelInfo, Run
-from .run.workers import EnginePool
 
-__all__ = ["ParityService", "Request", "RunRequest", "WorkloadRequest", "ReplayRequest", "WorkloadOptions", "RunEvent",
-           "CapabilityError", "attach_images", "plan_request"]
+__all__ = [
+    "ParityService",
+    "Request",
+    "RunRequest",
+    "WorkloadRequest",
+    "ReplayRequest",
+    "WorkloadOptions",
+    "RunEvent",
+    "CapabilityError",
+    "attach_images",
+    "plan_request",
+]
 
 # What the CLI and the app ask the service to run: one comparison, or a workload of many prompts.
 Request = RunRequest | WorkloadRequest | ReplayRequest
 
 
-def plan_request(model: str, config: Any, prompts: list[PromptSpec], *, source: Any = None,
-                 options: WorkloadOptions | None = None, trust_remote_code: bool = False,
-                 source_name: str | None = None) -> Request:
+def plan_request(
+    model: str,
+    config: Any,
+    prompts: list[PromptSpec],
+    *,
+    source: Any = None,
+    options: WorkloadOptions | None = None,
+    trust_remote_code: bool = False,
+    source_name: str | None = None,
+) -> Request:
     """A comparison, or a workload: the one rule, for the CLI and the app alike. Prompts read from a
     workload file (`source`, a parity_ui.inputs.workload_source.Workload: a .jsonl or .parquet file)
     make a workload when there are several of them or the file is parquet; anything else is one
@@ -60,10 +79,15 @@ def plan_request(model: str, config: Any, prompts: list[PromptSpec], *, source: 
     if source is not None and (len(source.prompts) > 1 or source.format == "parquet"):
         options = options or WorkloadOptions()
         options.source = source.record(source_name)
-        return WorkloadRequest(model=model, prompts=source.prompts, config=config, options=options,
-                               trust_remote_code=trust_remote_code)
-    return RunRequest(model=model, prompts=source.prompts if source is not None else prompts, config=config,
-                      trust_remote_code=trust_remote_code)
+        return WorkloadRequest(
+            model=model, prompts=source.prompts, config=config, options=options, trust_remote_code=trust_remote_code
+        )
+    return RunRequest(
+        model=model,
+        prompts=source.prompts if source is not None else prompts,
+        config=config,
+        trust_remote_code=trust_remote_code,
+    )
 
 
 def open_store(db_path: str | None = None) -> Store:
@@ -140,10 +164,17 @@ class ParityService:
             finally:
                 self._depth -= 1
 
-
     @contextmanager
-    def recording(self, model: str, config: dict[str, Any], prompts: list[PromptSpec], *, kind: str = "compare",
-                  group_id: str | None = None, resume: Run | None = None) -> Iterator[RunRecorder]:
+    def recording(
+        self,
+        model: str,
+        config: dict[str, Any],
+        prompts: list[PromptSpec],
+        *,
+        kind: str = "compare",
+        group_id: str | None = None,
+        resume: Run | None = None,
+    ) -> Iterator[RunRecorder]:
         """A new run, stored as it starts (or `resume`, a stored run taken up again by this process).
         An Exception raised in the block becomes the run's status ("error", or "cancelled" on Stop)
         with its message, is stored, and does NOT propagate: read `rec.run.status`. Ctrl-C is stored
@@ -168,11 +199,19 @@ class ParityService:
             rec.finish()
 
     @contextmanager
-    def sides(self, plans: list[SidePlan], *, gpu: bool | None = None, gated: bool = True,
-              emit: EventCallback | None = None, inputs: Callable[[], InputCheck] | None = None,
-              then: Callable[[Sides, SidePlan], None] | None = None,
-              on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
-              findings: list[Finding] | None = None, timings: dict[str, float] | None = None) -> Iterator[Sides]:
+    def sides(
+        self,
+        plans: list[SidePlan],
+        *,
+        gpu: bool | None = None,
+        gated: bool = True,
+        emit: EventCallback | None = None,
+        inputs: Callable[[], InputCheck] | None = None,
+        then: Callable[[Sides, SidePlan], None] | None = None,
+        on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+        findings: list[Finding] | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> Iterator[Sides]:
         """Start, check and load every side of `plans` (parity_ui.run.pipeline: `gated` or not, `then`
         run for each side once it may generate), then yield them for typed verbs. `findings` and
         `timings` (a run's) receive the engines' warnings and the phases, also when starting fails.
@@ -180,8 +219,18 @@ class ParityService:
         with self._lock:
             if self._cluster is not None and self._cluster.local and self.on_gpu:
                 self._cluster.release()  # a local cluster's replicas hold this machine's GPUs
-            sides = Sides(self.pool, plans, gpu=self.on_gpu if gpu is None else gpu, gated=gated, emit=emit,
-                          inputs=inputs, then=then, on_loaded=on_loaded, findings=findings, timings=timings)
+            sides = Sides(
+                self.pool,
+                plans,
+                gpu=self.on_gpu if gpu is None else gpu,
+                gated=gated,
+                emit=emit,
+                inputs=inputs,
+                then=then,
+                on_loaded=on_loaded,
+                findings=findings,
+                timings=timings,
+            )
             try:
                 sides.start()
                 yield sides
@@ -190,9 +239,17 @@ class ParityService:
                 raise
 
     @contextmanager
-    def cluster_sides(self, plans: list[SidePlan], spec: Any, *, gpu: bool | None = None,
-                      emit: EventCallback | None = None, on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
-                      findings: list[Finding] | None = None, timings: dict[str, float] | None = None) -> Iterator[Any]:
+    def cluster_sides(
+        self,
+        plans: list[SidePlan],
+        spec: Any,
+        *,
+        gpu: bool | None = None,
+        emit: EventCallback | None = None,
+        on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+        findings: list[Finding] | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> Iterator[Any]:
         """`sides()` on a Ray cluster (`spec`, a parity_ui.core.cluster.ClusterSpec): each side's
         replicas started (or kept warm from the last run) as actors hosting the same workers, checked
         and loaded, then yielded as parity_ui.run.cluster.ClusterSides. The cluster (a local Ray
@@ -208,8 +265,17 @@ class ParityService:
                 self._cluster = Cluster(spec.address)
             if self._cluster.local and self.on_gpu:
                 self.pool.retain(set(), keep_idle=0)  # the warm in-process workers hold the GPUs the replicas need
-            sides = ClusterSides(self._cluster, self.pool, plans, spec, gpu=self.on_gpu if gpu is None else gpu,
-                                 emit=emit, on_loaded=on_loaded, findings=findings, timings=timings)
+            sides = ClusterSides(
+                self._cluster,
+                self.pool,
+                plans,
+                spec,
+                gpu=self.on_gpu if gpu is None else gpu,
+                emit=emit,
+                on_loaded=on_loaded,
+                findings=findings,
+                timings=timings,
+            )
             sides.start()
             yield sides
 
@@ -230,8 +296,7 @@ class ParityService:
         from .commands.compare import compare_sides
 
         emit = on_event or (lambda e: None)
-        with self.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
-                            group_id=req.group_id) as rec:
+        with self.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id) as rec:
             compare_sides(self, rec, req, emit)
         emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
         return rec.run
@@ -243,8 +308,14 @@ class ParityService:
 
         return run_workload(self, req, on_event)
 
-    def resume(self, run_id: str, on_event: EventCallback | None = None, *, cluster: str | None = None,
-               replicas: dict[str, int] | None = None) -> Run:
+    def resume(
+        self,
+        run_id: str,
+        on_event: EventCallback | None = None,
+        *,
+        cluster: str | None = None,
+        replicas: dict[str, int] | None = None,
+    ) -> Run:
         """Go on with a stopped, failed or interrupted workload or replay (on the cluster it ran on, or
         `cluster`: another address, "none" for in process; `replicas` other counts). Raises
         ParityError when there is nothing to resume."""
@@ -264,26 +335,54 @@ class ParityService:
 
         return run_replay(self, req, on_event)
 
-    def probe(self, model: str, prompt: PromptSpec, config: Any, *, n: int = 4, batch: int = 4,
-              trust_remote_code: bool = False, emit: EventCallback | None = None) -> Run:
+    def probe(
+        self,
+        model: str,
+        prompt: PromptSpec,
+        config: Any,
+        *,
+        n: int = 4,
+        batch: int = 4,
+        trust_remote_code: bool = False,
+        emit: EventCallback | None = None,
+    ) -> Run:
         """Determinism of every side on one prompt, alone and in batches (parity_ui.commands.probes)."""
         from .commands.probes import run_probe
 
-        return run_probe(self, model, prompt, config, n=n, batch=batch, trust_remote_code=trust_remote_code,
-                         emit=emit)
+        return run_probe(self, model, prompt, config, n=n, batch=batch, trust_remote_code=trust_remote_code, emit=emit)
 
-    def sweep(self, model: str, prompt: PromptSpec, grid: dict[str, list[Any]], *, config_path: str | None = None,
-              overrides: list[str] | None = None, base: dict[str, Any] | None = None,
-              sides: list[str] | None = None, trust_remote_code: bool = False,
-              emit: EventCallback | None = None) -> dict[str, Any]:
+    def sweep(
+        self,
+        model: str,
+        prompt: PromptSpec,
+        grid: dict[str, list[Any]],
+        *,
+        config_path: str | None = None,
+        overrides: list[str] | None = None,
+        base: dict[str, Any] | None = None,
+        sides: list[str] | None = None,
+        trust_remote_code: bool = False,
+        emit: EventCallback | None = None,
+    ) -> dict[str, Any]:
         """One prompt across a grid of settings, each point a stored run (parity_ui.commands.sweep);
         returns the sweep's summary (points, their status and divergence, what moved it)."""
         from .commands.sweep import run_sweep, summarize_sweep
 
         with self.command():  # one Stop ends every point
-            return summarize_sweep(run_sweep(self, model, prompt, grid, config_path=config_path,
-                                             overrides=overrides, base=base, sides=sides,
-                                             trust_remote_code=trust_remote_code, emit=emit))
+            return summarize_sweep(
+                run_sweep(
+                    self,
+                    model,
+                    prompt,
+                    grid,
+                    config_path=config_path,
+                    overrides=overrides,
+                    base=base,
+                    sides=sides,
+                    trust_remote_code=trust_remote_code,
+                    emit=emit,
+                )
+            )
 
     def parse_grid(self, items: list[str]) -> dict[str, list[Any]]:
         """A sweep's --grid KEY=V1,V2 items, checked before anything runs. Raises ConfigError."""
@@ -291,20 +390,33 @@ class ParityService:
 
         return parse_grid(items)
 
-    def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Exception,
-                       kind: str = "compare", group_id: str | None = None) -> Run:
+    def record_failure(
+        self,
+        model: str,
+        prompts: list[PromptSpec],
+        config: dict[str, Any],
+        error: Exception,
+        kind: str = "compare",
+        group_id: str | None = None,
+    ) -> Run:
         """Store a run that failed before it could be prepared (a bad config or prompt file)."""
         with self.recording(model, config, prompts, kind=kind, group_id=group_id) as rec:
             raise error
         return rec.run
 
-    def localise(self, run: Run | str, prompt_index: int = 0, position: int | None = None,
-                 pair: tuple[str, str] | str | None = None, emit: EventCallback | None = None) -> Localisation:
+    def localise(
+        self,
+        run: Run | str,
+        prompt_index: int = 0,
+        position: int | None = None,
+        pair: tuple[str, str] | str | None = None,
+        emit: EventCallback | None = None,
+    ) -> Localisation:
         """Where inside the model two sides of a stored run (a Run or its id) part
         (parity_ui.commands.layers), stored with the run, also when it cannot run (the stored
         localisation then says why and how to fix it). Raises ParityError for an unknown run id."""
-        from .core.errors import ParityError
         from .commands.layers import failed, localise
+        from .core.errors import ParityError
 
         run = self._stored(run) if isinstance(run, str) else run
         with self.command():
@@ -314,8 +426,15 @@ class ParityService:
                 loc = failed(run, prompt_index, position, pair, e)
             return self.store.save_localisation(loc)
 
-    def bisect(self, run_id: str, sides: tuple[str, str] | None = None, *, prompts: int = 8,
-               max_trials: int | None = None, emit: EventCallback | None = None) -> Run:
+    def bisect(
+        self,
+        run_id: str,
+        sides: tuple[str, str] | None = None,
+        *,
+        prompts: int = 8,
+        max_trials: int | None = None,
+        emit: EventCallback | None = None,
+    ) -> Run:
         """Which setting is it (parity_ui.commands.setting_bisect): the smallest set of the two sides' differing settings
         whose flipping restores parity. Returns the stored bisect (kind "bisect", `run.bisect` its
         record; status ok / diverged / error / cancelled). Raises ParityError only for an unknown run id."""
@@ -324,8 +443,9 @@ class ParityService:
         with self.command():  # one Stop ends every trial
             return bisect_run(self, BisectRequest(run_id, sides, prompts, max_trials), emit)
 
-    def which_setting(self, run_id: str, sides: Any = None, prompts: Any = None,
-                      on_event: EventCallback | None = None) -> Run:
+    def which_setting(
+        self, run_id: str, sides: Any = None, prompts: Any = None, on_event: EventCallback | None = None
+    ) -> Run:
         """The app's Which setting?: the request checked before anything runs
         (parity_ui.commands.which_setting: `sides` one of the run's pairs that differ, as a pair or
         "a,b", None for the reference and the first side that differs; `prompts` None for 8), then
@@ -344,18 +464,37 @@ class ParityService:
 
         return bisect_choice(store or self.store, run_id)
 
-    def check(self, spec_path: str | None = None, *, self_test_model: str | None = None,
-              only: list[str] | None = None, overrides: list[str] | None = None, limit: int | None = None,
-              junit: str | None = None, markdown: str | None = None, say: Callable[[str], None] | None = None,
-              emit: EventCallback | None = None) -> Any:
+    def check(
+        self,
+        spec_path: str | None = None,
+        *,
+        self_test_model: str | None = None,
+        only: list[str] | None = None,
+        overrides: list[str] | None = None,
+        limit: int | None = None,
+        junit: str | None = None,
+        markdown: str | None = None,
+        say: Callable[[str], None] | None = None,
+        emit: EventCallback | None = None,
+    ) -> Any:
         """The CI gate (parity_ui.commands.gate): a spec's cases (or the built-in self-test's) run in
         this service, judged, stored, and written where CI reads them. Returns the CheckResult.
         Raises ParityError (a SpecError names case and line) before anything runs."""
         from .commands.gate.command import run_gate
 
         with self.command():  # one Stop ends every case
-            return run_gate(self, spec_path, self_test_model=self_test_model, only=only, overrides=overrides,
-                            limit=limit, junit=junit, markdown=markdown, say=say, emit=emit)
+            return run_gate(
+                self,
+                spec_path,
+                self_test_model=self_test_model,
+                only=only,
+                overrides=overrides,
+                limit=limit,
+                junit=junit,
+                markdown=markdown,
+                say=say,
+                emit=emit,
+            )
 
     # -- reading what is stored ---------------------------------------------------------------------
 
@@ -368,8 +507,9 @@ class ParityService:
 
         run = self.store.get_run(run_id)
         if run is None:
-            raise ParityError(f"no run with id {run_id!r} in {self.db_path or 'runs.db'}",
-                              "list the ids with 'parity runs list'")
+            raise ParityError(
+                f"no run with id {run_id!r} in {self.db_path or 'runs.db'}", "list the ids with 'parity runs list'"
+            )
         return run
 
     def cancel(self) -> None:

@@ -4,6 +4,7 @@ Streams are compared by token id, position by position (no text diffing: two dif
 sequences can decode to the same text, and that is exactly the kind of difference we must show).
 `compare(a, b)` is symmetric: swapping the sides swaps every pair and negates the gaps.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,8 @@ def compare(a: SideResult, b: SideResult) -> Comparison:
 
     finite = [abs(g) for g in gaps if g is not None and math.isfinite(g)]
     return Comparison(
-        a=a.side, b=b.side,
+        a=a.side,
+        b=b.side,
         identical=first is None,
         first_divergence=first,
         compared=n,
@@ -78,13 +80,22 @@ def divergence_at(a: SideResult, b: SideResult, i: int) -> Divergence:
     sa = a.steps[i] if i < len(a.steps) else None
     sb = b.steps[i] if i < len(b.steps) else None
     if sa is None or sb is None:
-        return Divergence(index=i, token_ids=[sa.token_id if sa else None, sb.token_id if sb else None],
-                          texts=[sa.text if sa else "", sb.text if sb else ""], reason="length")
+        return Divergence(
+            index=i,
+            token_ids=[sa.token_id if sa else None, sb.token_id if sb else None],
+            texts=[sa.text if sa else "", sb.text if sb else ""],
+            reason="length",
+        )
     a_in_b = _in_topk(sa.token_id, sb)
     b_in_a = _in_topk(sb.token_id, sa)
     accepted = None if a_in_b is None or b_in_a is None else (a_in_b and b_in_a)
-    return Divergence(index=i, token_ids=[sa.token_id, sb.token_id], texts=[sa.text, sb.text],
-                      in_other_topk=[a_in_b, b_in_a], accepted=accepted)
+    return Divergence(
+        index=i,
+        token_ids=[sa.token_id, sb.token_id],
+        texts=[sa.text, sb.text],
+        in_other_topk=[a_in_b, b_in_a],
+        accepted=accepted,
+    )
 
 
 def top_margin(step: TokenStep) -> float | None:

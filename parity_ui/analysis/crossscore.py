@@ -8,10 +8,11 @@ Gap at a position = the generating side's own logprob - the other side's teacher
 the same token. The importance ratio is TRL's with the reference as the trainer:
 exp(logp_reference - logp_side).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.findings import MASKED_LOGPROB, CrossScores, GapStats, RatioRange
 from ..core.types import Comparison, SideResult, TokenStep
@@ -36,8 +37,7 @@ def _exp(x: float) -> float:
     return math.exp(min(x, 700.0))
 
 
-def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
-              scored: list[TokenStep]) -> GapStats:
+def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep], scored: list[TokenStep]) -> GapStats:
     """Statistics of own-vs-teacher-forced logprobs for one generated sequence. Pure.
 
     `own` are the generating side's steps, `scored` the other side's teacher-forced steps for the
@@ -60,7 +60,10 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     lo, hi = RATIO_BAND
     outside = sum(1 for g in vals if not lo <= _exp(g) <= hi)
     return GapStats(
-        generator=generator, scorer=scorer, positions=len(gaps), skipped=len(gaps) - n,
+        generator=generator,
+        scorer=scorer,
+        positions=len(gaps),
+        skipped=len(gaps) - n,
         gaps=gaps,  # per position, own - teacher-forced, nats
         other_rank=other_rank,
         other_disagrees=sum(1 for r in other_rank if r is not None and r > 1),
@@ -74,8 +77,14 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     )
 
 
-def cross_score(score: ScoreFn, c: Comparison, prompt_ids: list[int], results: dict[str, SideResult],
-                logprobs: int, can_score: set[str]) -> CrossScores:
+def cross_score(
+    score: ScoreFn,
+    c: Comparison,
+    prompt_ids: list[int],
+    results: dict[str, SideResult],
+    logprobs: int,
+    can_score: set[str],
+) -> CrossScores:
     """Score each side's sequence with the other (when the other can score). Keys "<gen>_by_<scorer>";
     a direction is None when its generator made no tokens. Engine errors propagate."""
     out: dict[str, GapStats | None] = {}
@@ -103,7 +112,9 @@ def summary_line(cs: CrossScores | None) -> str:
             continue
         r = s.importance_ratio
         ratio = f", ratio {r.min:.3f}..{r.max:.3f}" if r is not None else ""
-        parts.append(f"{s.generator}'s tokens scored by {s.scorer}: RMS gap {s.rms_gap:.3g}, "
-                     f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside exp(gap) in "
-                     f"[0.9, 1.1]{ratio}")
+        parts.append(
+            f"{s.generator}'s tokens scored by {s.scorer}: RMS gap {s.rms_gap:.3g}, "
+            f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside exp(gap) in "
+            f"[0.9, 1.1]{ratio}"
+        )
     return "; ".join(parts)

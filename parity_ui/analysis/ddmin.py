@@ -20,11 +20,13 @@ flipping it restores parity, flipping it without any one of its settings does no
 every proper subset has been tried). Two settings that are needed together (an interaction) come
 out as that pair. Outcomes are cached by set: a set met again costs no trial.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Hashable, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T", bound=Hashable)
 
@@ -54,9 +56,14 @@ def split(items: Sequence[T], n: int) -> list[tuple[T, ...]]:
     return out
 
 
-def ddmin(items: Sequence[T], restores: Callable[[frozenset], bool], *, budget: int | None = None,
-          known: dict[frozenset, bool] | None = None,
-          arrange: Callable[[list[tuple[T, ...]]], list[tuple[T, ...]]] | None = None) -> DdminResult[T]:
+def ddmin(
+    items: Sequence[T],
+    restores: Callable[[frozenset], bool],
+    *,
+    budget: int | None = None,
+    known: dict[frozenset, bool] | None = None,
+    arrange: Callable[[list[tuple[T, ...]]], list[tuple[T, ...]]] | None = None,
+) -> DdminResult[T]:
     """A 1-minimal subset of `items` whose flipping restores parity (see the module docstring).
 
     `restores(S)` runs one trial; it may raise BudgetSpent itself. `budget`: at most this many calls
@@ -115,8 +122,15 @@ def ddmin(items: Sequence[T], restores: Callable[[frozenset], bool], *, budget: 
     undecided = tuple(x for x in c if x not in needed)
     if complete and undecided:  # 1-minimal means every member was shown needed
         complete = False
-    return DdminResult(minimal=c, complete=complete, trials=counts["trials"], cache_hits=counts["hits"],
-                       needed=needed, undecided=undecided, outcomes=outcomes)
+    return DdminResult(
+        minimal=c,
+        complete=complete,
+        trials=counts["trials"],
+        cache_hits=counts["hits"],
+        needed=needed,
+        undecided=undecided,
+        outcomes=outcomes,
+    )
 
 
 def worst_case_trials(n: int) -> int:

@@ -11,18 +11,19 @@ the comparison, and the settings in which the two sides differ). It returns an E
   token, its rank of the other's token; `noise_before`: the largest gap before the fork;
   `differing_settings`: what differs between the two sides' resolved setups.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 from typing import Any
 
-from .compare import rank_of, top_margin
-from .routes import flip_summary, is_router_near_tie
 from ..core.config import ParityConfig
 from ..core.findings import MASKED_LOGPROB, Explanation, SideAtFork
 from ..core.settings import LABELS
 from ..core.types import Comparison, SideResult, TokenStep
+from .compare import rank_of, top_margin
+from .routes import flip_summary, is_router_near_tie
 
 # Two bf16 ulps at the logit magnitudes of small LMs (|logit| in [16, 32) has a bf16 step of 0.125):
 # two tokens closer than this can swap on rounding alone. Measured on the demo model: the bf16 fork
@@ -62,11 +63,20 @@ def _side(name: str, step: TokenStep | None, other_token: int | None) -> SideAtF
     margin = None
     if step.logprob is not None and other_lp is not None:
         margin = step.logprob - other_lp
-    return SideAtFork(name=name, token_id=step.token_id, text=step.text, logprob=step.logprob,
-                      top12_margin=top_margin(step),
-                      other_token_rank=None if other_token is None else rank_of(other_token, step),
-                      other_token_logprob=other_lp, margin_over_other=margin, recorded_k=len(step.top),
-                      sampling_margin=step.margin, kept=step.kept, kept_mass=step.kept_mass)
+    return SideAtFork(
+        name=name,
+        token_id=step.token_id,
+        text=step.text,
+        logprob=step.logprob,
+        top12_margin=top_margin(step),
+        other_token_rank=None if other_token is None else rank_of(other_token, step),
+        other_token_logprob=other_lp,
+        margin_over_other=margin,
+        recorded_k=len(step.top),
+        sampling_margin=step.margin,
+        kept=step.kept,
+        kept_mass=step.kept_mass,
+    )
 
 
 def _masked(*values: float | None) -> bool:
@@ -78,22 +88,33 @@ def _stopped_summary(c: Comparison, a: SideResult | None, b: SideResult | None) 
     short, long_ = (c.a, c.b) if c.lengths[0] < c.lengths[1] else (c.b, c.a)
     s_res, l_res = sides[short], sides[long_]
     last = s_res.token_ids[-1] if s_res and s_res.token_ids else None
-    fields = {"stopped_side": short, "stopped_after": len(s_res.token_ids) if s_res else 0,
-              "stopped_finish_reason": s_res.finish_reason if s_res else None, "stop_token_id": last,
-              "continued_side": long_, "continued_to": len(l_res.token_ids) if l_res else 0}
+    fields = {
+        "stopped_side": short,
+        "stopped_after": len(s_res.token_ids) if s_res else 0,
+        "stopped_finish_reason": s_res.finish_reason if s_res else None,
+        "stop_token_id": last,
+        "continued_side": long_,
+        "continued_to": len(l_res.token_ids) if l_res else 0,
+    }
     if s_res is not None and s_res.error:
         return f"{short} failed after {fields['stopped_after']} tokens: {s_res.error}", fields
     if s_res is not None and s_res.finish_reason == "stop" and last is not None:
         text = s_res.steps[-1].text if s_res.steps else ""
         if c.compared and l_res is not None and l_res.token_ids[c.compared - 1] == last:
-            why = (f"both made {text!r} (id {last}) there, but it is a stop id only for {short}: "
-                   "the sides were given different EOS/stop ids")
+            why = (
+                f"both made {text!r} (id {last}) there, but it is a stop id only for {short}: "
+                "the sides were given different EOS/stop ids"
+            )
         else:
             why = f"it stopped on {text!r} (id {last})"
-        return (f"{short} stopped after {fields['stopped_after']} tokens and {long_} went on "
-                f"to {fields['continued_to']}: {why}."), fields
-    return (f"{short} ended after {fields['stopped_after']} tokens (finish={fields['stopped_finish_reason']}) "
-            f"while {long_} made {fields['continued_to']}."), fields
+        return (
+            f"{short} stopped after {fields['stopped_after']} tokens and {long_} went on "
+            f"to {fields['continued_to']}: {why}."
+        ), fields
+    return (
+        f"{short} ended after {fields['stopped_after']} tokens (finish={fields['stopped_finish_reason']}) "
+        f"while {long_} made {fields['continued_to']}."
+    ), fields
 
 
 def _settings_note(differing: list[str]) -> str:
@@ -105,18 +126,28 @@ def _settings_note(differing: list[str]) -> str:
     names = ", ".join(LABELS.get(k, k) for k in numeric)
     stack = [k for k in _STACK if k in differing]
     if stack:
-        return (f" The sides differ in {' and '.join(LABELS.get(k, k) for k in stack)}; as each side resolved "
-                f"its settings, also in {names}.")
+        return (
+            f" The sides differ in {' and '.join(LABELS.get(k, k) for k in stack)}; as each side resolved "
+            f"its settings, also in {names}."
+        )
     return f" The sides differ only in {names}." if len(numeric) <= 3 else f" The sides differ in {names}."
 
 
-def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cfg: ParityConfig,
-            differing: list[str] | None = None) -> Explanation:
+def explain(
+    c: Comparison | None,
+    a: SideResult | None,
+    b: SideResult | None,
+    cfg: ParityConfig,
+    differing: list[str] | None = None,
+) -> Explanation:
     """The verdict for one comparison's first divergence (see the module docstring). Never raises
     on missing data: fields it cannot compute are None."""
-    base = Explanation(verdict="", summary="", differing_settings=list(differing or []),
-                       thresholds={"near_tie_nats": NEAR_TIE_NATS, "noise_multiple": NOISE_MULTIPLE,
-                                   "masked_logprob": MASKED_LOGPROB})
+    base = Explanation(
+        verdict="",
+        summary="",
+        differing_settings=list(differing or []),
+        thresholds={"near_tie_nats": NEAR_TIE_NATS, "noise_multiple": NOISE_MULTIPLE, "masked_logprob": MASKED_LOGPROB},
+    )
     if c is None:
         return replace(base, verdict="error", summary="no comparison: a side produced no result.")
     noise = c.max_abs_gap
@@ -125,9 +156,13 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
     if c.identical:
         gap = "n/a" if noise is None else f"{noise:.3g}"
         flip = flip_summary(c.routes, None)
-        return replace(base, verdict="identical",
-                       summary=f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
-                               + (f" The tokens agree, but {flip}." if flip else "") + note)
+        return replace(
+            base,
+            verdict="identical",
+            summary=f"{c.b} matches {c.a} for all {c.compared} tokens; largest logprob gap {gap} nats."
+            + (f" The tokens agree, but {flip}." if flip else "")
+            + note,
+        )
     d, i = c.divergence, c.first_divergence
     if d is not None and d.reason == "length":
         summary, fields = _stopped_summary(c, a, b)
@@ -142,21 +177,28 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
     if cfg.shared_seed:
         return _shared_seed_verdict(out, at, d, noise, cfg, note)
     if not cfg.greedy:
-        return replace(out, verdict="sampling",
-                       summary=f"{at}: temperature={cfg.temperature}, each side draws from its own random "
-                               "stream, so sampled tokens are expected to differ.")
+        return replace(
+            out,
+            verdict="sampling",
+            summary=f"{at}: temperature={cfg.temperature}, each side draws from its own random "
+            "stream, so sampled tokens are expected to differ.",
+        )
     if _masked(side_a.logprob, side_b.logprob, side_a.other_token_logprob, side_b.other_token_logprob):
         who = c.a if _masked(side_a.logprob, side_a.other_token_logprob) else c.b
-        return replace(out, verdict="masked token",
-                       summary=f"{at}: {who} recorded a masked logprob (-inf) there: a logits processor "
-                               "forbade a token (e.g. EOS under min_new_tokens), so the models were not "
-                               "compared on equal terms.")
+        return replace(
+            out,
+            verdict="masked token",
+            summary=f"{at}: {who} recorded a masked logprob (-inf) there: a logits processor "
+            "forbade a token (e.g. EOS under min_new_tokens), so the models were not "
+            "compared on equal terms.",
+        )
     margins = [m for m in (side_a.margin_over_other, side_b.margin_over_other) if m is not None]
     if not margins:  # the other's token is outside one's top-k: fall back to the top-1/top-2 margins
         margins = [m for m in (side_a.top12_margin, side_b.top12_margin) if m is not None]
     worst = max(margins) if margins else None
-    tie_bound = max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) \
-        else NEAR_TIE_NATS
+    tie_bound = (
+        max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) else NEAR_TIE_NATS
+    )
     out = replace(out, largest_margin=worst, tie_bound=tie_bound)
     in_topk = d is not None and d.accepted
     flip = flip_summary(c.routes, i)
@@ -164,65 +206,103 @@ def explain(c: Comparison | None, a: SideResult | None, b: SideResult | None, cf
         # The routing that made the forked token (or an earlier one) chose other experts at a router near-tie:
         # the cause sits in the router, before any logit.
         f = c.routes.first_flip
-        return replace(out, verdict="router near-tie", route_layer=f.layer, route_step=f.step,
-                       route_margin=min(m for m in f.margins if m is not None),
-                       summary=f"{at}: {flip}. Two experts' router scores were that close, so rounding alone can "
-                               "swap them; the other experts changed the token. Replaying the routes "
-                               "(replay_routes) tells how much of the gap they explain." + note)
+        return replace(
+            out,
+            verdict="router near-tie",
+            route_layer=f.layer,
+            route_step=f.step,
+            route_margin=min(m for m in f.margins if m is not None),
+            summary=f"{at}: {flip}. Two experts' router scores were that close, so rounding alone can "
+            "swap them; the other experts changed the token. Replaying the routes "
+            "(replay_routes) tells how much of the gap they explain." + note,
+        )
     if flip:
         f = c.routes.first_flip
-        out = replace(out, route_layer=f.layer, route_step=f.step,
-                      route_margin=min((m for m in f.margins if m is not None), default=None))
+        out = replace(
+            out,
+            route_layer=f.layer,
+            route_step=f.step,
+            route_margin=min((m for m in f.margins if m is not None), default=None),
+        )
         note = f" Also, {flip}." + note
     if worst is not None and worst <= tie_bound and in_topk:
         exact = [s.name for s in (side_a, side_b) if s.margin_over_other == 0.0]
         if exact:
             # The two tokens have the same logprob there: the engine's rank 1 and rank 2 are an arbitrary order.
-            tie = (f"an exact tie on {' and '.join(exact)} (both tokens the same logprob: rank 1 and rank 2 are "
-                   f"an arbitrary order there)")
-            return replace(out, verdict="numerical near-tie",
-                           summary=f"{at}: {tie}; each token is in the other's top-k, so rounding alone can flip "
-                                   "it. float32 usually removes it." + note)
-        return replace(out, verdict="numerical near-tie",
-                       summary=f"{at}: a near-tie; each side preferred its token by at most {worst:.3g} nats "
-                               f"(bound {tie_bound:.3g}) and each token is in the other's top-k, so rounding "
-                               "alone can flip it. float32 usually removes it." + note)
+            tie = (
+                f"an exact tie on {' and '.join(exact)} (both tokens the same logprob: rank 1 and rank 2 are "
+                f"an arbitrary order there)"
+            )
+            return replace(
+                out,
+                verdict="numerical near-tie",
+                summary=f"{at}: {tie}; each token is in the other's top-k, so rounding alone can flip "
+                "it. float32 usually removes it." + note,
+            )
+        return replace(
+            out,
+            verdict="numerical near-tie",
+            summary=f"{at}: a near-tie; each side preferred its token by at most {worst:.3g} nats "
+            f"(bound {tie_bound:.3g}) and each token is in the other's top-k, so rounding "
+            "alone can flip it. float32 usually removes it." + note,
+        )
     margin_text = "unknown" if worst is None else f"{worst:.3g} nats"
-    return replace(out, verdict="real disagreement",
-                   summary=f"{at}: a real disagreement; margin {margin_text} (near-tie bound {tie_bound:.3g})"
-                           + ("" if in_topk else ", and a token is outside the other's top-k")
-                           + ". Look for a config difference (see warnings) or a model-loading difference." + note)
+    return replace(
+        out,
+        verdict="real disagreement",
+        summary=f"{at}: a real disagreement; margin {margin_text} (near-tie bound {tie_bound:.3g})"
+        + ("" if in_topk else ", and a token is outside the other's top-k")
+        + ". Look for a config difference (see warnings) or a model-loading difference."
+        + note,
+    )
 
 
-def _shared_seed_verdict(out: Explanation, at: str, d: Any, noise: float | None, cfg: ParityConfig,
-                         note: str) -> Explanation:
+def _shared_seed_verdict(
+    out: Explanation, at: str, d: Any, noise: float | None, cfg: ParityConfig, note: str
+) -> Explanation:
     """Both sides drew with the same noise: they part where the numerics moved the perturbed maximum.
     Each side's sampling margin (its perturbed top-2 gap) is what its numbers had to move; the sum of
     the two sides' gaps between the two tokens is their logprob drift / T, so a margin within the
     near-tie bound (over T) is a flip of rounding, the sampled counterpart of a greedy near-tie."""
     sa, sb = out.a, out.b
     margins = [m for m in (sa.sampling_margin if sa else None, sb.sampling_margin if sb else None) if m is not None]
-    bound = (max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise)
-             else NEAR_TIE_NATS) / cfg.temperature
-    kept = [f"{s.name} from {s.kept:,} kept tokens (S = {s.kept_mass:.3g})" for s in (sa, sb)
-            if s is not None and s.kept is not None and s.kept_mass is not None]
+    bound = (
+        max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) else NEAR_TIE_NATS
+    ) / cfg.temperature
+    kept = [
+        f"{s.name} from {s.kept:,} kept tokens (S = {s.kept_mass:.3g})"
+        for s in (sa, sb)
+        if s is not None and s.kept is not None and s.kept_mass is not None
+    ]
     drawn = (" Drawn " + ", ".join(kept) + ".") if kept else ""
     if not margins:
-        return replace(out, verdict="real disagreement", tie_bound=bound,
-                       summary=f"{at}: shared-seed sampling, but no side recorded its draw (sampling margin not "
-                               "recorded), so the fork cannot be weighed." + drawn + note)
+        return replace(
+            out,
+            verdict="real disagreement",
+            tie_bound=bound,
+            summary=f"{at}: shared-seed sampling, but no side recorded its draw (sampling margin not "
+            "recorded), so the fork cannot be weighed." + drawn + note,
+        )
     worst = max(margins)
     out = replace(out, largest_margin=worst, tie_bound=bound)
     # Not vLLM's top-k rule: a sampled token is seldom in the other side's raw top-k at T=1. What
     # matters is that BOTH draws were close calls (each side's runner-up nearly won).
     both = len(margins) == 2
     if worst <= bound and both:
-        return replace(out, verdict="numerical near-tie",
-                       summary=f"{at}: a sampling-margin near-tie; with the same noise each side's drawn token led "
-                               f"its runner-up by at most {worst:.3g} nats (bound {bound:.3g} at T={cfg.temperature:g}), "
-                               "so rounding alone can move the sample." + drawn + note)
-    return replace(out, verdict="real disagreement",
-                   summary=f"{at}: a real disagreement under the same noise; sampling margin {worst:.3g} nats "
-                           f"(near-tie bound {bound:.3g} at T={cfg.temperature:g})"
-                           + ("" if both else ", recorded by one side only")
-                           + ": the sides' distributions differ there, not just their rounding." + drawn + note)
+        return replace(
+            out,
+            verdict="numerical near-tie",
+            summary=f"{at}: a sampling-margin near-tie; with the same noise each side's drawn token led "
+            f"its runner-up by at most {worst:.3g} nats (bound {bound:.3g} at T={cfg.temperature:g}), "
+            "so rounding alone can move the sample." + drawn + note,
+        )
+    return replace(
+        out,
+        verdict="real disagreement",
+        summary=f"{at}: a real disagreement under the same noise; sampling margin {worst:.3g} nats "
+        f"(near-tie bound {bound:.3g} at T={cfg.temperature:g})"
+        + ("" if both else ", recorded by one side only")
+        + ": the sides' distributions differ there, not just their rounding."
+        + drawn
+        + note,
+    )

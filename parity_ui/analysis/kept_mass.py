@@ -3,6 +3,7 @@ definitions). Pure: reads the two sides' steps over their shared prefix (the sam
 context), where both recorded the draw: the kept set's size, mass S, fingerprint and the processed logprob
 (shared-seed sampling records them on every side; parity_ui.engines.shared_seed).
 """
+
 from __future__ import annotations
 
 import math

@@ -8,12 +8,21 @@ the same input (after it they route different tokens, and a difference says noth
 
 `flip_summary` is the sentence the explanation gives a route flip at a router near-tie.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..core.routes import (NOT_COMPARED, SAME_ORDER, SAME_SET, RouteAgreement, RouteFlip, Routes, code_overlap,
-                           overlap_code)
+from ..core.routes import (
+    NOT_COMPARED,
+    SAME_ORDER,
+    SAME_SET,
+    RouteAgreement,
+    RouteFlip,
+    Routes,
+    code_overlap,
+    overlap_code,
+)
 
 # A router margin at or under this (in the router's own score: a probability or a sigmoid score)
 # is a near-tie: two experts this close can swap on rounding alone (bf16 has ~3 significant digits).
@@ -33,9 +42,13 @@ def compare_routes(a: Routes | None, b: Routes | None, steps: int) -> RouteAgree
     if a is None or b is None:
         return None
     if a.layers != b.layers or a.top_k != b.top_k:
-        return RouteAgreement(layers=a.layers, top_k=a.top_k, compared=0,
-                              note=f"not compared: the sides recorded {len(a.layers)} vs {len(b.layers)} MoE "
-                                   f"layers, top-{a.top_k} vs top-{b.top_k}")
+        return RouteAgreement(
+            layers=a.layers,
+            top_k=a.top_k,
+            compared=0,
+            note=f"not compared: the sides recorded {len(a.layers)} vs {len(b.layers)} MoE "
+            f"layers, top-{a.top_k} vs top-{b.top_k}",
+        )
     n, n_layers, k = min(steps, a.rows, b.rows), len(a.layers), a.top_k
     grid, flip = [], None
     same_set = [0] * n_layers
@@ -55,8 +68,13 @@ def compare_routes(a: Routes | None, b: Routes | None, steps: int) -> RouteAgree
             else:
                 code, differs = overlap_code(shared), True
                 if flip is None:
-                    flip = RouteFlip(step=s, layer=a.layers[j], experts=[ea, eb],
-                                     margins=[a.margin(s, j), b.margin(s, j)], overlap=shared)
+                    flip = RouteFlip(
+                        step=s,
+                        layer=a.layers[j],
+                        experts=[ea, eb],
+                        margins=[a.margin(s, j), b.margin(s, j)],
+                        overlap=shared,
+                    )
             same_set[j] += code in (SAME_ORDER, SAME_SET)
             same_order[j] += code == SAME_ORDER
             row.append(code)
@@ -66,37 +84,46 @@ def compare_routes(a: Routes | None, b: Routes | None, steps: int) -> RouteAgree
     grid += [NOT_COMPARED * n_layers] * (total - n)
     cells = n * n_layers
     return RouteAgreement(
-        layers=list(a.layers), top_k=k, compared=n, grid=grid,
+        layers=list(a.layers),
+        top_k=k,
+        compared=n,
+        grid=grid,
         same_set_by_layer=[x / n for x in same_set] if n else [],
         same_order_by_layer=[x / n for x in same_order] if n else [],
         mean_overlap_by_layer=[x / (n * k) for x in overlap] if n else [],
-        same_set=sum(same_set) / cells if cells else None, same_order=sum(same_order) / cells if cells else None,
+        same_set=sum(same_set) / cells if cells else None,
+        same_order=sum(same_order) / cells if cells else None,
         mean_overlap=sum(overlap) / (cells * k) if cells else None,
-        steps_any_differ=any_differ / n if n else None, first_flip=flip,
-        note="" if a.weights is not None and b.weights is not None else
-        "routing weights not recorded on a side (its engine's capture gives expert ids only)")
+        steps_any_differ=any_differ / n if n else None,
+        first_flip=flip,
+        note=""
+        if a.weights is not None and b.weights is not None
+        else "routing weights not recorded on a side (its engine's capture gives expert ids only)",
+    )
 
 
 def overlaps(agreement: RouteAgreement) -> list[int]:
     """Every compared cell's overlap@k (experts shared), step by step."""
     out = []
-    for row in agreement.grid[:agreement.compared]:
+    for row in agreement.grid[: agreement.compared]:
         out += [v for v in (code_overlap(c, agreement.top_k) for c in row) if v is not None]
     return out
 
 
 def flip_summary(agreement: RouteAgreement | None, fork: int | None) -> str | None:
-    """"experts differ at layer L, token t: router margin m" when the first route difference is at
+    """ "experts differ at layer L, token t: router margin m" when the first route difference is at
     or before the token fork; None otherwise."""
     f = agreement.first_flip if agreement else None
     if f is None or (fork is not None and f.step > fork):
         return None
     known = [m for m in f.margins if m is not None]
     margin = f"router margin {min(known):.3g}" if known else "router margin not recorded"
-    where = "at the token fork" if f.step == fork else (f"{fork - f.step} token(s) before the token fork"
-                                                       if fork is not None else "while the tokens still agree")
-    return (f"experts differ at layer {f.layer}, token {f.step}: {margin} ({where}; {f.experts[0]} vs "
-            f"{f.experts[1]})")
+    where = (
+        "at the token fork"
+        if f.step == fork
+        else (f"{fork - f.step} token(s) before the token fork" if fork is not None else "while the tokens still agree")
+    )
+    return f"experts differ at layer {f.layer}, token {f.step}: {margin} ({where}; {f.experts[0]} vs {f.experts[1]})"
 
 
 def is_router_near_tie(agreement: RouteAgreement | None) -> bool:
@@ -123,8 +150,22 @@ def route_figures(agreements: Iterable[RouteAgreement | None]) -> dict[str, floa
         tokens += r.compared
         any_differ += round((r.steps_any_differ or 0.0) * r.compared)
     if not cells:
-        return {key: None for key in ("route_same_set", "route_same_order", "route_overlap", "route_differ",
-                                      "route_tokens_any_differ")}
-    return {"route_same_set": same_set / cells, "route_same_order": same_order / cells,
-            "route_overlap": shared / (cells * k), "route_differ": 1 - same_set / cells,
-            "route_tokens_any_differ": any_differ / tokens, "cells": cells, "tokens": tokens}
+        return {
+            key: None
+            for key in (
+                "route_same_set",
+                "route_same_order",
+                "route_overlap",
+                "route_differ",
+                "route_tokens_any_differ",
+            )
+        }
+    return {
+        "route_same_set": same_set / cells,
+        "route_same_order": same_order / cells,
+        "route_overlap": shared / (cells * k),
+        "route_differ": 1 - same_set / cells,
+        "route_tokens_any_differ": any_differ / tokens,
+        "cells": cells,
+        "tokens": tokens,
+    }

@@ -14,6 +14,7 @@ Two rules, one per kind of pair:
 
 No I/O, no engine: the driver (parity_ui.commands.setting_bisect) runs the trial and hands in its figures.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -57,22 +58,37 @@ def judge(side: WorkloadStats, floor: WorkloadStats, *, exact: bool) -> TrialVer
     verdict, exceeded = v.verdict, list(v.exceeded)
     if side.tokens.pairs == 0 and floor.tokens.pairs > 0:
         verdict = "exceeds noise"
-        exceeded = [f"forks at the first token on every prompt (the floor compared {floor.tokens.pairs} tokens)",
-                    *exceeded]
+        exceeded = [
+            f"forks at the first token on every prompt (the floor compared {floor.tokens.pairs} tokens)",
+            *exceeded,
+        ]
     seq = side.sequences
     restores = seq.identical == seq.n if exact else verdict == "within noise"
-    return TrialVerdict(restores=restores, oracle=IDENTICAL if exact else FLOOR, verdict=verdict, exceeded=exceeded,
-                        identical=seq.identical, prompts=seq.n,
-                        first_divergence=next((w.first_divergence for w in side.worst_by_divergence
-                                               if w.first_divergence is not None), None),
-                        abs_dlogp_p99=side.tokens.abs_dlogp_p99, abs_dlogp_max=side.tokens.abs_dlogp_max)
+    return TrialVerdict(
+        restores=restores,
+        oracle=IDENTICAL if exact else FLOOR,
+        verdict=verdict,
+        exceeded=exceeded,
+        identical=seq.identical,
+        prompts=seq.n,
+        first_divergence=next(
+            (w.first_divergence for w in side.worst_by_divergence if w.first_divergence is not None), None
+        ),
+        abs_dlogp_p99=side.tokens.abs_dlogp_p99,
+        abs_dlogp_max=side.tokens.abs_dlogp_max,
+    )
 
 
 def describe(greedy: bool) -> str:
     """The oracle in one sentence, for the record and the screen."""
-    exact = ("identical tokens on every prompt where the pair is exact (greedy, both sides' weights float32, "
-             "one kind of engine)"
-             if greedy else "(the run samples: no pair is exact)")
-    return (f"{exact}; otherwise the trial side within the reference's own noise floor (every figure at most "
-            "1.5x the floor's, the share identical not below it, some token compared before the forks), the "
-            "floor measured once in the first trial and reused")
+    exact = (
+        "identical tokens on every prompt where the pair is exact (greedy, both sides' weights float32, "
+        "one kind of engine)"
+        if greedy
+        else "(the run samples: no pair is exact)"
+    )
+    return (
+        f"{exact}; otherwise the trial side within the reference's own noise floor (every figure at most "
+        "1.5x the floor's, the share identical not below it, some token compared before the forks), the "
+        "floor measured once in the first trial and reused"
+    )

@@ -10,13 +10,14 @@ forked past the window on a real disagreement. Pure: reads the run's comparisons
 `run.warnings`. The finding is made here also for a side whose worker was already loaded (the
 check before loading runs once per worker).
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from .explain import NEAR_TIE_NATS, NOISE_MULTIPLE
 from ..core.types import Finding, Run
+from .explain import NEAR_TIE_NATS, NOISE_MULTIPLE
 
 CODE = "sliding-window-cpu"
 # Two float32 engines computing the same attention agree to ~1e-5 nats (the tests' fp32 bound is 1e-3);
@@ -79,7 +80,8 @@ def measure(run: Run, side: str, window: int, flagged: set[str]) -> WindowMeasur
             verdict = c.explanation.verdict if c.explanation else None
             if n_prompt + d > window:
                 (m.forks_past if verdict == "real disagreement" else m.other_forks_past).append(
-                    f"prompt {p.index} token {d}" + ("" if verdict == "real disagreement" else f" ({verdict})"))
+                    f"prompt {p.index} token {d}" + ("" if verdict == "real disagreement" else f" ({verdict})")
+                )
     return m
 
 
@@ -95,49 +97,84 @@ def finding(side: str, m: WindowMeasure) -> Finding:
     applies it (or never reached), warning when it shows otherwise or could not tell."""
     w = f"the model's sliding window ({m.window} tokens)"
     if not m.against:
-        return Finding(code=CODE, severity="warning", side=side,
-                       message=f"side {side}: {w} runs on vLLM's CPU attention, and no side that applies it "
-                               "another way was compared with this one: not measured",
-                       fix="add an hf side as the reference")
+        return Finding(
+            code=CODE,
+            severity="warning",
+            side=side,
+            message=f"side {side}: {w} runs on vLLM's CPU attention, and no side that applies it "
+            "another way was compared with this one: not measured",
+            fix="add an hf side as the reference",
+        )
     others = ", ".join(m.against)
     if m.forks_past:
-        before = (f"on the {m.past} token(s) compared past the window before that, the largest logprob gap was "
-                  f"{m.max_past:.2g} nats" if m.max_past is not None else "no token past the window was compared "
-                                                                          "before that")
-        return Finding(code=CODE, severity="warning", side=side,
-                       message=f"side {side}: the streams of {side} and {others} forked past {w} on a real "
-                               f"disagreement ({'; '.join(m.forks_past)}); {before}: vLLM's CPU attention may not "
-                               "apply the window as the other side does", fix=_FIX)
+        before = (
+            f"on the {m.past} token(s) compared past the window before that, the largest logprob gap was "
+            f"{m.max_past:.2g} nats"
+            if m.max_past is not None
+            else "no token past the window was compared before that"
+        )
+        return Finding(
+            code=CODE,
+            severity="warning",
+            side=side,
+            message=f"side {side}: the streams of {side} and {others} forked past {w} on a real "
+            f"disagreement ({'; '.join(m.forks_past)}); {before}: vLLM's CPU attention may not "
+            "apply the window as the other side does",
+            fix=_FIX,
+        )
     if m.past == 0 and m.other_forks_past:
-        return Finding(code=CODE, severity="warning", side=side,
-                       message=f"side {side}: not measured: the streams of {side} and {others} forked "
-                               f"({'; '.join(m.other_forks_past)}) before any token past {w} could be compared",
-                       fix="compare in float32, or with a prompt that leaves tokens to compare past the window")
+        return Finding(
+            code=CODE,
+            severity="warning",
+            side=side,
+            message=f"side {side}: not measured: the streams of {side} and {others} forked "
+            f"({'; '.join(m.other_forks_past)}) before any token past {w} could be compared",
+            fix="compare in float32, or with a prompt that leaves tokens to compare past the window",
+        )
     if m.past == 0:
-        return Finding(code=CODE, severity="info", side=side,
-                       message=f"side {side}: {w} was never reached: the longest context compared with {others} "
-                               f"was {m.longest_context} tokens, so the window did not apply in this run")
+        return Finding(
+            code=CODE,
+            severity="info",
+            side=side,
+            message=f"side {side}: {w} was never reached: the longest context compared with {others} "
+            f"was {m.longest_context} tokens, so the window did not apply in this run",
+        )
     b = bound(m)
-    within = (f"; within the window ({m.within} tokens) it was {m.max_within:.2g}" if m.max_within is not None
-              else "")
-    measured = (f"on the {m.past} compared token(s) whose context ran past {w}, the largest logprob gap to "
-                f"{others} was {m.max_past:.2g} nats{within}")
+    within = f"; within the window ({m.within} tokens) it was {m.max_within:.2g}" if m.max_within is not None else ""
+    measured = (
+        f"on the {m.past} compared token(s) whose context ran past {w}, the largest logprob gap to "
+        f"{others} was {m.max_past:.2g} nats{within}"
+    )
     if m.max_past is not None and m.max_past > b:
-        return Finding(code=CODE, severity="warning", side=side,
-                       message=f"side {side}: {measured}, over the {b:.2g} that the sides' own noise explains: "
-                               "vLLM's CPU attention may not apply the window as the other side does", fix=_FIX)
-    how = ("consistent with the window applied as the other side does, to within bf16/fp16 noise (float32 "
-           "measures it more finely)" if m.half_precision else "the window was applied as the other side does")
-    return Finding(code=CODE, severity="info", side=side,
-                   message=f"side {side}: {measured} (noise bound {b:.2g}): {how}")
+        return Finding(
+            code=CODE,
+            severity="warning",
+            side=side,
+            message=f"side {side}: {measured}, over the {b:.2g} that the sides' own noise explains: "
+            "vLLM's CPU attention may not apply the window as the other side does",
+            fix=_FIX,
+        )
+    how = (
+        "consistent with the window applied as the other side does, to within bf16/fp16 noise (float32 "
+        "measures it more finely)"
+        if m.half_precision
+        else "the window was applied as the other side does"
+    )
+    return Finding(
+        code=CODE, severity="info", side=side, message=f"side {side}: {measured} (noise bound {b:.2g}): {how}"
+    )
 
 
 def flagged_sides(run: Run) -> list[str]:
     """The sides whose attention is vLLM's CPU kernel on the run's own model: those the worker flagged
     before loading, and those that reported a CPU device after it (a warm worker is not checked again)."""
     pre = {f.side for f in run.warnings if f.code == CODE and f.side}
-    return [s.name for s in run.sides if s.model_path in ("", run.model.path) and (
-        s.name in pre or (s.kind.startswith("vllm") and s.device.startswith("cpu")))]
+    return [
+        s.name
+        for s in run.sides
+        if s.model_path in ("", run.model.path)
+        and (s.name in pre or (s.kind.startswith("vllm") and s.device.startswith("cpu")))
+    ]
 
 
 def settle_sliding_window(run: Run) -> None:

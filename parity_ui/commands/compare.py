@@ -2,24 +2,25 @@
 (parity_ui.run.pipeline decides when), then compare each side with the reference, cross-score and
 explain. ParityService.run calls it; the recorder stores every step as it is made.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.compare import compare
 from ..analysis.crossscore import cross_score
-from ..core.requests import GenerateRequest, InputCheck, ScoreRequest
-from ..core.errors import ParityError
 from ..analysis.explain import explain
 from ..analysis.kept_mass import kept_mass
-from ..run.pipeline import Sides
+from ..analysis.window_check import settle_sliding_window
+from ..core.errors import ParityError
 from ..core.findings import CrossScores
-from ..run.plan import Prepared, RunRequest, SidePlan
-from ..run.recorder import RunRecorder
+from ..core.requests import GenerateRequest, InputCheck, ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, phase
 from ..core.settings import differing
 from ..core.types import Finding, TokenStep
-from ..analysis.window_check import settle_sliding_window
+from ..run.pipeline import Sides
+from ..run.plan import Prepared, RunRequest, SidePlan
+from ..run.recorder import RunRecorder
 
 if TYPE_CHECKING:
     from .service_api import Service
@@ -44,19 +45,30 @@ def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: Eve
     def generate(sides: Sides, p: SidePlan) -> None:
         generate_side(sides, p, prep, rec, emit, rows)
 
-    with service.sides(prep.sides, gpu=prep.resolved.on_gpu, gated=not generate_while_loading(prep), emit=emit,
-                       inputs=lambda: input_check(prep), then=generate,
-                       on_loaded=lambda p, got: rec.loaded(p.name, got.info, got.load_s),
-                       findings=run.warnings, timings=run.timings) as sides:
+    with service.sides(
+        prep.sides,
+        gpu=prep.resolved.on_gpu,
+        gated=not generate_while_loading(prep),
+        emit=emit,
+        inputs=lambda: input_check(prep),
+        then=generate,
+        on_loaded=lambda p, got: rec.loaded(p.name, got.info, got.load_s),
+        findings=run.warnings,
+        timings=run.timings,
+    ) as sides:
         if sides.generated_early:
             early = sides.generated_early
             late = [p.name for p in prep.sides if p.name not in early]
-            run.warnings.append(Finding(
-                code="generated-while-loading", severity="info",
-                message=f"{' and '.join(early)} generated while {' and '.join(late)} was still loading: the first "
-                        f"answer came sooner, and the per-token timings of {' and '.join(early)} were taken beside "
-                        f"that start",
-                fix="for per-token timings of each side alone, --set generate_while_loading=never"))
+            run.warnings.append(
+                Finding(
+                    code="generated-while-loading",
+                    severity="info",
+                    message=f"{' and '.join(early)} generated while {' and '.join(late)} was still loading: the first "
+                    f"answer came sooner, and the per-token timings of {' and '.join(early)} were taken beside "
+                    f"that start",
+                    fix="for per-token timings of each side alone, --set generate_while_loading=never",
+                )
+            )
         try:
             finish_comparisons(prep, rec, sides, emit, rows)
         finally:
@@ -75,19 +87,29 @@ def generate_while_loading(prep: Prepared) -> bool:
 def input_check(prep: Prepared) -> InputCheck:
     """What a side that tokenizes on its own (a server) must agree with before generating."""
     texts = [e.text for e in prep.prompts]
-    return InputCheck(texts=texts, text_ids=[prep.tokenizer.ids_of_text(t) for t in texts],
-                      ids=[e.token_ids for e in prep.prompts], max_new_tokens=prep.config.max_new_tokens)
+    return InputCheck(
+        texts=texts,
+        text_ids=[prep.tokenizer.ids_of_text(t) for t in texts],
+        ids=[e.token_ids for e in prep.prompts],
+        max_new_tokens=prep.config.max_new_tokens,
+    )
 
 
-def generate_side(sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback,
-                  rows: Any = None) -> None:
+def generate_side(
+    sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback, rows: Any = None
+) -> None:
     """One side's generation of every prompt, streamed as events and flushed to the store as it
     goes; its results stored when done, or what it made before a failure."""
     ids = [e.token_ids for e in prep.prompts_of(p.name)]
     emit(RunEvent("status", f"{p.name}: generating {len(ids)} prompt(s)", side=p.name))
-    greq = GenerateRequest(prompts=ids, sampling=p.args.sampling, batch_size=p.spec.batch_size(prep.config.batch_size),
-                           logprobs=max(prep.config.logprobs, 1), **image_inputs(prep, p.name),
-                           rows=rows.generate_rows(p.name, len(ids)) if rows is not None else None)
+    greq = GenerateRequest(
+        prompts=ids,
+        sampling=p.args.sampling,
+        batch_size=p.spec.batch_size(prep.config.batch_size),
+        logprobs=max(prep.config.logprobs, 1),
+        **image_inputs(prep, p.name),
+        rows=rows.generate_rows(p.name, len(ids)) if rows is not None else None,
+    )
     try:
         results = sides.generate(p.name, greq, rec.stream(p.name, prep.tokenizer, emit))
     except ParityError as e:
@@ -103,8 +125,9 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
     ref, others = prep.reference.name, [p.name for p in prep.sides[1:]]
     with phase(run, "compare"):
         for pr in run.prompts:
-            pr.comparisons = [compare(pr.results[ref], pr.results[b]) for b in others
-                              if ref in pr.results and b in pr.results]
+            pr.comparisons = [
+                compare(pr.results[ref], pr.results[b]) for b in others if ref in pr.results and b in pr.results
+            ]
             for c in pr.comparisons:
                 c.kept_mass = kept_mass(c, pr.results[c.a], pr.results[c.b])
     if getattr(prep.config, "routes", False):
@@ -120,8 +143,9 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
     with phase(run, "explain"):
         for pr in run.prompts:
             for c in pr.comparisons:
-                c.explanation = explain(c, pr.results.get(c.a), pr.results.get(c.b), prep.config,
-                                        differing(run.sides, c.a, c.b))
+                c.explanation = explain(
+                    c, pr.results.get(c.a), pr.results.get(c.b), prep.config, differing(run.sides, c.a, c.b)
+                )
         settle_sliding_window(run)  # a guess made before loading, replaced by what the run measured
     rec.compared(run.prompts)
 
@@ -139,12 +163,18 @@ def _cross_score(prep: Prepared, run: Any, sides: Sides, rows: Any = None) -> No
         return steps
 
     if any(pr.images for pr in run.prompts):  # teacher forcing does not carry images (yet)
-        run.warnings.append(Finding(
-            code="image-no-cross-score", severity="info",
-            message="cross-scoring (teacher forcing) was skipped for the image prompts: it does not "
-                    "pass the images to the engines yet",
-            fix="compare the streams; --set cross_score=false silences this"))
-    at = {i: j for j, i in enumerate(getattr(prep, "kept", None) or [])}  # a run prompt's place in the generate requests (its rows file)
+        run.warnings.append(
+            Finding(
+                code="image-no-cross-score",
+                severity="info",
+                message="cross-scoring (teacher forcing) was skipped for the image prompts: it does not "
+                "pass the images to the engines yet",
+                fix="compare the streams; --set cross_score=false silences this",
+            )
+        )
+    at = {
+        i: j for j, i in enumerate(getattr(prep, "kept", None) or [])
+    }  # a run prompt's place in the generate requests (its rows file)
     for n, pr in enumerate(run.prompts):
         if pr.images:
             continue
@@ -163,5 +193,8 @@ def image_inputs(prep: Prepared, side: str) -> dict[str, Any]:
         return {}
     prompts = prep.prompts_of(side)
     px = next((e.pixels for e in prompts if e.pixels), None)
-    return {"images": [[{"name": i.name, "data": i.data, "sha256": i.sha256} for i in e.images] for e in prompts],
-            "image_token_id": prep.image_token_id, "image_pixels": px}
+    return {
+        "images": [[{"name": i.name, "data": i.data, "sha256": i.sha256} for i in e.images] for e in prompts],
+        "image_token_id": prep.image_token_id,
+        "image_pixels": px,
+    }

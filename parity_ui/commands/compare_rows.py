@@ -8,14 +8,14 @@ KL(ref‖side) over the side's sequence, as in a scored workload), else the side
 reference's tokens (an hf side). The pooled figures go on the comparison (`Comparison.distribution`:
 which sequence, which scorer, the distribution family); a pair neither direction can serve is named.
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 from typing import Any
 
-from ..core.distribution import (ROWS_WHEN_GENERATING, ROWS_WHEN_SCORING, Budget, RowsUnavailable, pool,
-                                 scratch_bytes)
+from ..core.distribution import ROWS_WHEN_GENERATING, ROWS_WHEN_SCORING, Budget, RowsUnavailable, pool, scratch_bytes
 from ..core.requests import Rows
 from ..core.types import DISTRIBUTION_COLUMNS, Finding, step_column
 from .rows_scratch import scratch_dir
@@ -36,20 +36,37 @@ class CompareRows:
             elif meets[p.name] and writes[self.ref]:
                 self.direction[p.name] = (self.ref, p.name)
             elif cfg.cross_score:
-                u = RowsUnavailable(p.name, p.kind.label, f"and the reference {self.ref} ({prep.reference.kind.label}) "
-                                    "cannot meet each other's full rows (one must generate them, hf or vllm, and the "
-                                    "other score them, hf)")
-                findings.append(Finding(code="full-distribution-unavailable", severity="warning", message=u.message(),
-                                        fix="compare the full distribution with an hf side on one end"))
+                u = RowsUnavailable(
+                    p.name,
+                    p.kind.label,
+                    f"and the reference {self.ref} ({prep.reference.kind.label}) "
+                    "cannot meet each other's full rows (one must generate them, hf or vllm, and the "
+                    "other score them, hf)",
+                )
+                findings.append(
+                    Finding(
+                        code="full-distribution-unavailable",
+                        severity="warning",
+                        message=u.message(),
+                        fix="compare the full distribution with an hf side on one end",
+                    )
+                )
         if not cfg.cross_score and prep.sides[1:]:
-            findings.append(Finding(code="full-distribution-unavailable", severity="warning",
-                                    message="full_distribution compares a comparison's sides where they see the same "
-                                            "context, its cross-scores, and cross_score is off: no distribution figures",
-                                    fix="--set cross_score=true"))
+            findings.append(
+                Finding(
+                    code="full-distribution-unavailable",
+                    severity="warning",
+                    message="full_distribution compares a comparison's sides where they see the same "
+                    "context, its cross-scores, and cross_score is off: no distribution figures",
+                    fix="--set cross_score=true",
+                )
+            )
             self.direction = {}
         self.writers = {g for g, _ in self.direction.values()}
         n = max(1, len(getattr(prep, "prompts", None) or ()))  # every prompt's rows wait for the cross-scoring
-        self.dir = scratch_dir(scratch_bytes(prep.model.vocab_size or 0, cfg.max_new_tokens, n) * len(self.writers)).path
+        self.dir = scratch_dir(
+            scratch_bytes(prep.model.vocab_size or 0, cfg.max_new_tokens, n) * len(self.writers)
+        ).path
 
     def _path(self, who: str, i: int) -> str:
         return os.path.join(self.dir, f"{who}-{i}.npy")
@@ -74,4 +91,3 @@ class CompareRows:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
-

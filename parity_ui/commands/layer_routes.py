@@ -8,6 +8,7 @@ changes that layer's MLP output while its input still agrees, so "layer L's mlp 
 and "the routers differ at layer L" together say the router made it; a flip at a margin within
 ROUTER_NEAR_TIE is a near-tie that rounding alone can flip.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,11 +23,22 @@ def router_view(ra: Routes, rb: Routes, positions: list[int], a: str, b: str) ->
     layers = []
     for j, layer in enumerate(ra.layers):
         ea, eb = ra.experts(0, j), rb.experts(0, j)
-        layers.append({"layer": layer, "experts": [ea, eb], "weights": [ra.weights_at(0, j), rb.weights_at(0, j)],
-                       "margins": [ra.margin(0, j), rb.margin(0, j)], "same_set": set(ea) == set(eb),
-                       "same_order": ea == eb})
-    differ = [{"position": positions[i], "layer": layer} for i in range(min(ra.rows, rb.rows, len(positions)))
-              for j, layer in enumerate(ra.layers) if set(ra.experts(i, j)) != set(rb.experts(i, j))]
+        layers.append(
+            {
+                "layer": layer,
+                "experts": [ea, eb],
+                "weights": [ra.weights_at(0, j), rb.weights_at(0, j)],
+                "margins": [ra.margin(0, j), rb.margin(0, j)],
+                "same_set": set(ea) == set(eb),
+                "same_order": ea == eb,
+            }
+        )
+    differ = [
+        {"position": positions[i], "layer": layer}
+        for i in range(min(ra.rows, rb.rows, len(positions)))
+        for j, layer in enumerate(ra.layers)
+        if set(ra.experts(i, j)) != set(rb.experts(i, j))
+    ]
     out = {"position": positions[0], "layers": layers, "differ": differ, "top_k": ra.top_k}
     flips = [x for x in layers if not x["same_set"]]
     if flips:
@@ -34,15 +46,23 @@ def router_view(ra: Routes, rb: Routes, positions: list[int], a: str, b: str) ->
         known = [m for m in f["margins"] if m is not None]
         margin = min(known) if known else None
         m = f"router margin {margin:.3g}" if margin is not None else "router margin not recorded"
-        tie = "; a router near-tie that rounding alone can flip" if margin is not None and margin <= ROUTER_NEAR_TIE \
+        tie = (
+            "; a router near-tie that rounding alone can flip"
+            if margin is not None and margin <= ROUTER_NEAR_TIE
             else ""
-        sentence = (f"The routers choose differently at this position first at layer {f['layer']} ({a}: "
-                    f"{f['experts'][0]}, {b}: {f['experts'][1]}; {m}{tie})")
+        )
+        sentence = (
+            f"The routers choose differently at this position first at layer {f['layer']} ({a}: "
+            f"{f['experts'][0]}, {b}: {f['experts'][1]}; {m}{tie})"
+        )
         if len(flips) > 1:
             sentence += f", and at {len(flips) - 1} later MoE layer(s)"
     else:
-        known = [(min(mm for mm in x["margins"] if mm is not None), x["layer"]) for x in layers
-                 if any(mm is not None for mm in x["margins"])]
+        known = [
+            (min(mm for mm in x["margins"] if mm is not None), x["layer"])
+            for x in layers
+            if any(mm is not None for mm in x["margins"])
+        ]
         sentence = "Every MoE layer's router chose the same experts on both sides at this position"
         if known:
             m, layer = min(known)

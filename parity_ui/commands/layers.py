@@ -12,6 +12,7 @@ What that changes at each layer is what "agree up to rounding in this dtype" loo
 block whose error exceeds FLOOR_MULTIPLE times it (and an absolute minimum for exact-zero floors)
 has left the noise floor.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,18 +23,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.config import config_from_dict
-from ..core.requests import CaptureRequest
 from ..core.errors import ParityError
 from ..core.kinds import VllmOptions, get_kind
-from ..run.prepare import plan_sides
+from ..core.requests import CaptureRequest
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
+from ..run.prepare import plan_sides
 from ..run.worker_client import Capture
 
 if TYPE_CHECKING:
     from .service_api import Service
 
-EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
+EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
 BEFORE = (1, 2, 4, 8, 16)  # positions before the divergence also captured: local jump or slow drift
 BLOCK_ORDER = ("attn", "mlp", "residual")
 
@@ -56,11 +57,12 @@ class BlockFigure:
 
 # -- figures ---------------------------------------------------------------------------------------
 
+
 def _rows(capture: Capture, name: str) -> list[array]:
     flat = array("f")
     flat.frombytes(capture.data[name])
     dim = capture.dims[name]
-    return [flat[i * dim:(i + 1) * dim] for i in range(len(flat) // dim)]
+    return [flat[i * dim : (i + 1) * dim] for i in range(len(flat) // dim)]
 
 
 def rel_l2(a: array, b: array) -> float:
@@ -88,8 +90,15 @@ def figures(cap_a: Capture, cap_b: Capture, floor: Capture) -> list[BlockFigure]
     for name in cap_a.names:
         ra, rb, rf = _rows(cap_a, name), _rows(cap_b, name), _rows(floor, name)
         layer, block = _block_of(name)
-        out.append(BlockFigure(layer, block, [rel_l2(x, y) for x, y in zip(ra, rb)],
-                               [cosine(x, y) for x, y in zip(ra, rb)], [rel_l2(x, y) for x, y in zip(ra, rf)]))
+        out.append(
+            BlockFigure(
+                layer,
+                block,
+                [rel_l2(x, y) for x, y in zip(ra, rb)],
+                [cosine(x, y) for x, y in zip(ra, rb)],
+                [rel_l2(x, y) for x, y in zip(ra, rf)],
+            )
+        )
     return out
 
 
@@ -113,8 +122,10 @@ def _growth(figs: list[BlockFigure], start: BlockFigure) -> str:
         return ""
     ratio = last.rel_l2[0] / at.rel_l2[0]
     per = ratio ** (1 / max(1, (last.layer or 0) - (at.layer or 0))) if ratio > 0 else 0
-    return (f"the stream's error grows from {at.rel_l2[0]:.2e} after layer {at.layer} to {last.rel_l2[0]:.2e} after "
-            f"layer {last.layer} ({ratio:.1f}x, about {per:.2f}x per layer)")
+    return (
+        f"the stream's error grows from {at.rel_l2[0]:.2e} after layer {at.layer} to {last.rel_l2[0]:.2e} after "
+        f"layer {last.layer} ({ratio:.1f}x, about {per:.2f}x per layer)"
+    )
 
 
 def _drift(figs: list[BlockFigure], start: BlockFigure) -> str:
@@ -134,48 +145,62 @@ def _logits(cap_a: Capture, cap_b: Capture, tokens: tuple[int | None, int | None
     out: dict[str, Any] = {"argmax_a": ta, "argmax_b": tb, "rel_l2": rel_l2(la, lb)}
     x, y = tokens
     if x is not None and y is not None and x != y:
-        out.update(margin_a=la[x] - la[y], margin_b=lb[x] - lb[y],
-                   reproduces=(ta == x and tb == y))
+        out.update(margin_a=la[x] - la[y], margin_b=lb[x] - lb[y], reproduces=(ta == x and tb == y))
     return out
 
 
-def summarise(figs: list[BlockFigure], loc_logits: dict[str, Any], a: str, b: str, diverged: bool) -> tuple[
-        int | None, str | None, str]:
+def summarise(
+    figs: list[BlockFigure], loc_logits: dict[str, Any], a: str, b: str, diverged: bool
+) -> tuple[int | None, str | None, str]:
     first = first_divergent(figs)
     if first is None:
-        head = (f"every layer of {b} stays within the noise floor of {a} at this position: the sides compute the "
-                "same function up to rounding")
+        head = (
+            f"every layer of {b} stays within the noise floor of {a} at this position: the sides compute the "
+            "same function up to rounding"
+        )
         layer, block = None, None
     else:
         layer, block = first.layer, first.block
         block = "norm" if block == "residual" else block
-        where = f"layer {layer}'s {block}" if layer is not None else ("the final norm" if block == "norm" else
-                                                                      "the logits (lm_head)")
-        head = (f"{b} leaves {a}'s noise floor first at {where}: relative error {first.rel_l2[0]:.2e} against a "
-                f"floor of {first.floor[0]:.2e}")
+        where = (
+            f"layer {layer}'s {block}"
+            if layer is not None
+            else ("the final norm" if block == "norm" else "the logits (lm_head)")
+        )
+        head = (
+            f"{b} leaves {a}'s noise floor first at {where}: relative error {first.rel_l2[0]:.2e} against a "
+            f"floor of {first.floor[0]:.2e}"
+        )
         extra = [x for x in (_growth(figs, first), _drift(figs, first)) if x]
         if extra:
             head += "; " + "; ".join(extra)
     if diverged and "reproduces" in loc_logits:
         m = loc_logits
         if m["reproduces"]:
-            head += (f". The teacher-forced logits reproduce the fork ({a}'s margin {m['margin_a']:+.3g}, {b}'s "
-                     f"{m['margin_b']:+.3g} for {a}'s token over {b}'s)")
+            head += (
+                f". The teacher-forced logits reproduce the fork ({a}'s margin {m['margin_a']:+.3g}, {b}'s "
+                f"{m['margin_b']:+.3g} for {a}'s token over {b}'s)"
+            )
             if first is None:
                 head += ": a near-tie that rounding alone can flip"
         elif min(abs(m["margin_a"]), abs(m["margin_b"])) < 1e-6:
             tied = a if abs(m["margin_a"]) < 1e-6 else b
-            head += (f". The two tokens are tied exactly in {tied}'s teacher-forced logits (margin "
-                     f"{m['margin_a']:+.3g} / {m['margin_b']:+.3g}): which one wins is decided by rounding in the "
-                     "kernels the run used and by argmax taking the lower id, so the fork is a tie, not drift")
+            head += (
+                f". The two tokens are tied exactly in {tied}'s teacher-forced logits (margin "
+                f"{m['margin_a']:+.3g} / {m['margin_b']:+.3g}): which one wins is decided by rounding in the "
+                "kernels the run used and by argmax taking the lower id, so the fork is a tie, not drift"
+            )
         else:
-            head += (". The teacher-forced logits do not reproduce the fork (both pick the same token here): it "
-                     "came from how the run was batched, scheduled or compiled (this capture runs eagerly at batch "
-                     "1), not from the weights")
+            head += (
+                ". The teacher-forced logits do not reproduce the fork (both pick the same token here): it "
+                "came from how the run was batched, scheduled or compiled (this capture runs eagerly at batch "
+                "1), not from the weights"
+            )
     return layer, block, head + "."
 
 
 # -- running it ------------------------------------------------------------------------------------
+
 
 def positions_for(prompt_len: int, position: int) -> list[int]:
     """The id index whose output predicts generated token `position`, then a few before it."""
@@ -197,7 +222,7 @@ class LayerPlan:
 
 
 def parse_pair(text: str) -> tuple[str, str]:
-    """"ref,b" (the CLI's --sides) -> ("ref", "b"). Raises LayersError."""
+    """ "ref,b" (the CLI's --sides) -> ("ref", "b"). Raises LayersError."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if len(names) != 2:
         raise LayersError(f"--sides needs two side names, got {text!r}", "e.g. --sides ref,b")
@@ -210,33 +235,45 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
     if isinstance(sides, str):
         sides = parse_pair(sides) if sides.strip() else None
     if not 0 <= prompt_index < len(run.prompts):
-        raise LayersError(f"run {run.id} has {len(run.prompts)} prompt(s); there is no prompt {prompt_index}",
-                          f"use --prompt 0..{len(run.prompts) - 1}")
+        raise LayersError(
+            f"run {run.id} has {len(run.prompts)} prompt(s); there is no prompt {prompt_index}",
+            f"use --prompt 0..{len(run.prompts) - 1}",
+        )
     pr = run.prompts[prompt_index]
     if pr.images:
-        raise LayersError(f"prompt {prompt_index} of run {run.id} has images: layer capture replays token ids only "
-                          "and cannot pass the images to the engines yet",
-                          "localise a text prompt; for image prompts compare the streams and the image findings")
+        raise LayersError(
+            f"prompt {prompt_index} of run {run.id} has images: layer capture replays token ids only "
+            "and cannot pass the images to the engines yet",
+            "localise a text prompt; for image prompts compare the streams and the image findings",
+        )
     names = [s.name for s in run.sides]
-    a, b = sides or (run.reference, next((c.b for c in pr.comparisons if not c.identical), names[1] if len(names) > 1
-                                          else None))
+    a, b = sides or (
+        run.reference,
+        next((c.b for c in pr.comparisons if not c.identical), names[1] if len(names) > 1 else None),
+    )
     for n in (a, b):
         if n not in pr.results:
-            raise LayersError(f"run {run.id} has no result for side {n!r} (sides: {', '.join(names)})",
-                              "name two sides of this run with --sides a,b")
+            raise LayersError(
+                f"run {run.id} has no result for side {n!r} (sides: {', '.join(names)})",
+                "name two sides of this run with --sides a,b",
+            )
     if a == b:
         raise LayersError("the two sides are the same", "name two different sides with --sides a,b")
     for n in (a, b):
         info = run.side(n)
         if info.kind == "recorded":  # a replay's recorded rollout: logprobs from a dump, no model behind them
-            raise LayersError(f"side {n} is the dump's recorded rollout: there is no model to capture",
-                              "localise between the trainer and an engine re-run of the replay: --sides "
-                              f"{run.reference},{next((x for x in names[1:] if x != n), 'b')}")
+            raise LayersError(
+                f"side {n} is the dump's recorded rollout: there is no model to capture",
+                "localise between the trainer and an engine re-run of the replay: --sides "
+                f"{run.reference},{next((x for x in names[1:] if x != n), 'b')}",
+            )
         kind = get_kind(info.kind)
         if not kind.can_capture_layers:
-            raise LayersError(f"side {n} is a {kind.label}: layer capture needs in-process access to the model",
-                              "localise between in-process sides (kinds vllm, hf); add such a side with the same "
-                              "setup as the server to the run")
+            raise LayersError(
+                f"side {n} is a {kind.label}: layer capture needs in-process access to the model",
+                "localise between in-process sides (kinds vllm, hf); add such a side with the same "
+                "setup as the server to the run",
+            )
     ra, rb = pr.results[a], pr.results[b]
     comp = next((c for c in pr.comparisons if {c.a, c.b} == {a, b}), None)
     d = comp.first_divergence if comp is not None else None
@@ -245,30 +282,42 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
         position = _worst_position(run, prompt_index)
     if position is None:
         if d is None:
-            raise LayersError(f"sides {a} and {b} never diverged on prompt {prompt_index}: there is nothing to localise",
-                              "localise at a chosen generated-token position with --position N")
+            raise LayersError(
+                f"sides {a} and {b} never diverged on prompt {prompt_index}: there is nothing to localise",
+                "localise at a chosen generated-token position with --position N",
+            )
         position = d
     if d is not None and position > d:
-        raise LayersError(f"position {position} is after the divergence at {d}: the sides no longer see the same ids",
-                          f"choose --position from 0 to {d}")
+        raise LayersError(
+            f"position {position} is after the divergence at {d}: the sides no longer see the same ids",
+            f"choose --position from 0 to {d}",
+        )
     last = d if d is not None else min(len(ra.token_ids), len(rb.token_ids)) - 1
     if not 0 <= position <= last:
-        raise LayersError(f"position {position} is past what both sides share (0..{last})",
-                          f"choose --position from 0 to {last}")
+        raise LayersError(
+            f"position {position} is past what both sides share (0..{last})", f"choose --position from 0 to {last}"
+        )
     ids = list(pr.prompt_token_ids) + list(ra.token_ids[:position])
-    tok = (ra.token_ids[position] if position < len(ra.token_ids) else None,
-           rb.token_ids[position] if position < len(rb.token_ids) else None)
+    tok = (
+        ra.token_ids[position] if position < len(ra.token_ids) else None,
+        rb.token_ids[position] if position < len(rb.token_ids) else None,
+    )
     return LayerPlan(a, b, position, ids, tok, diverged and position == d)
 
 
 def _worst_position(run: Run, prompt_index: int) -> int:
     """A replayed row's token to localise when none is asked: its worst token (the largest |Δ| of the
     run's own pair, parity_ui.commands.replay), the one the replay view opens."""
-    worst = [w for w in ((run.workload.replay or {}) if run.workload else {}).get("worst_tokens", [])
-             if w["prompt_index"] == prompt_index]
+    worst = [
+        w
+        for w in ((run.workload.replay or {}) if run.workload else {}).get("worst_tokens", [])
+        if w["prompt_index"] == prompt_index
+    ]
     if not worst:
-        raise LayersError(f"row {prompt_index} of replay {run.id} has none of the replay's worst tokens",
-                          "choose the token to localise with --position N")
+        raise LayersError(
+            f"row {prompt_index} of replay {run.id} has none of the replay's worst tokens",
+            "choose the token to localise with --position N",
+        )
     return max(worst, key=lambda w: abs(w["dlogp"]))["position"]
 
 
@@ -277,8 +326,14 @@ def _eager(spec: Any) -> Any:
     return spec.replace(enforce_eager=True) if isinstance(spec.options, VllmOptions) else spec
 
 
-def localise(service: Service, run: Run, prompt_index: int = 0, position: int | None = None,
-             sides: tuple[str, str] | str | None = None, emit: EventCallback | None = None) -> Localisation:
+def localise(
+    service: Service,
+    run: Run,
+    prompt_index: int = 0,
+    position: int | None = None,
+    sides: tuple[str, str] | str | None = None,
+    emit: EventCallback | None = None,
+) -> Localisation:
     """Capture both sides and name where they part. Raises ParityError (LayersError, EngineError)."""
     t0 = time.perf_counter()
     emit = emit or (lambda e: None)
@@ -292,21 +347,33 @@ def localise(service: Service, run: Run, prompt_index: int = 0, position: int | 
         eager = getattr(orig.options, "enforce_eager", True)
         would_graph = eager is False or (eager is None and service.on_gpu)
         if s is not orig and would_graph:
-            notes.append(f"side {s.name} was captured with enforce_eager=true (hooks do not fire inside CUDA graphs); "
-                         "a divergence that only CUDA graphs or compilation cause does not show here")
+            notes.append(
+                f"side {s.name} was captured with enforce_eager=true (hooks do not fire inside CUDA graphs); "
+                "a divergence that only CUDA graphs or compilation cause does not show here"
+            )
     # The capture feeds the stored ids and predicts one token: that is the context each side needs.
-    plans = plan_sides(run.model.path, dataclasses.replace(cfg, sides=chosen), service.on_gpu,
-                       context_need=len(lp.ids) + 1)
+    plans = plan_sides(
+        run.model.path, dataclasses.replace(cfg, sides=chosen), service.on_gpu, context_need=len(lp.ids) + 1
+    )
     positions = positions_for(len(run.prompts[prompt_index].prompt_token_ids), lp.position)
     dtype = plans[0].dtype
     eps = EPS.get(dtype, EPS["float32"]) / 2
-    asked = [(a, CaptureRequest(lp.ids, positions)), (b, CaptureRequest(lp.ids, positions)),
-             (a, CaptureRequest(lp.ids, positions, noise_eps=eps, seed=1))]
+    asked = [
+        (a, CaptureRequest(lp.ids, positions)),
+        (b, CaptureRequest(lp.ids, positions)),
+        (a, CaptureRequest(lp.ids, positions, noise_eps=eps, seed=1)),
+    ]
     with service.sides(plans, emit=emit) as running:
         caps = []
         for side, req in asked:
-            emit(RunEvent("status", f"{side}: capturing {len(req.positions)} position(s) of every layer"
-                                    + (" (noise-floor run)" if req.noise_eps else ""), side=side))
+            emit(
+                RunEvent(
+                    "status",
+                    f"{side}: capturing {len(req.positions)} position(s) of every layer"
+                    + (" (noise-floor run)" if req.noise_eps else ""),
+                    side=side,
+                )
+            )
             caps.append(running.capture(side, req))
         routes, said = _routers(run, plans, running, lp, positions, notes, emit)
     figs = figures(caps[0], caps[1], caps[2])
@@ -315,18 +382,33 @@ def localise(service: Service, run: Run, prompt_index: int = 0, position: int | 
     summary = f"{summary} {said}" if said else summary
     stream = [f for f in figs if f.block == "residual"]
     return Localisation(
-        run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=lp.position, token_positions=positions,
-        first_divergent_layer=layer, first_divergent_block=block,
-        noise_floor={"method": f"measured: side {a} against itself with rounding-level noise (relative {eps:.2e}, half "
-                               f"of {dtype}'s epsilon) injected into the residual stream entering every layer; a block "
-                               f"leaves the floor above {FLOOR_MULTIPLE:g}x it",
-                     "dtype": dtype, "residual": [f.floor[0] for f in stream]},
-        per_layer=[dataclasses.asdict(f) for f in figs], summary=summary, logits=logits, notes=notes,
-        seconds=round(time.perf_counter() - t0, 3), routes=routes)
+        run_id=run.id,
+        prompt_index=prompt_index,
+        a=a,
+        b=b,
+        position=lp.position,
+        token_positions=positions,
+        first_divergent_layer=layer,
+        first_divergent_block=block,
+        noise_floor={
+            "method": f"measured: side {a} against itself with rounding-level noise (relative {eps:.2e}, half "
+            f"of {dtype}'s epsilon) injected into the residual stream entering every layer; a block "
+            f"leaves the floor above {FLOOR_MULTIPLE:g}x it",
+            "dtype": dtype,
+            "residual": [f.floor[0] for f in stream],
+        },
+        per_layer=[dataclasses.asdict(f) for f in figs],
+        summary=summary,
+        logits=logits,
+        notes=notes,
+        seconds=round(time.perf_counter() - t0, 3),
+        routes=routes,
+    )
 
 
-def _routers(run: Run, plans: list[Any], running: Any, lp: LayerPlan, positions: list[int], notes: list[str],
-             emit: EventCallback) -> tuple[dict[str, Any] | None, str]:
+def _routers(
+    run: Run, plans: list[Any], running: Any, lp: LayerPlan, positions: list[int], notes: list[str], emit: EventCallback
+) -> tuple[dict[str, Any] | None, str]:
     """MoE models: both sides' routers at the captured positions (parity_ui.commands.layer_routes), with
     the same ids as the hidden states; (None, "") for a dense model. A side that cannot record them
     leaves a note, and the localisation stands without them."""
@@ -347,10 +429,22 @@ def _routers(run: Run, plans: list[Any], running: Any, lp: LayerPlan, positions:
     return router_view(got[0], got[1], positions, lp.a, lp.b)
 
 
-def failed(run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | str | None,
-           error: ParityError) -> Localisation:
+def failed(
+    run: Run, prompt_index: int, position: int | None, sides: tuple[str, str] | str | None, error: ParityError
+) -> Localisation:
     """A localisation that could not run, to be stored with its run (nothing the user asked is lost)."""
     a, b = sides if isinstance(sides, tuple) else (run.reference or "", "")
-    return Localisation(run_id=run.id, prompt_index=prompt_index, a=a, b=b, position=-1 if position is None else position,
-                        token_positions=[], first_divergent_layer=None, first_divergent_block=None, noise_floor={},
-                        per_layer=[], summary=str(error), error=str(error))
+    return Localisation(
+        run_id=run.id,
+        prompt_index=prompt_index,
+        a=a,
+        b=b,
+        position=-1 if position is None else position,
+        token_positions=[],
+        first_divergent_layer=None,
+        first_divergent_block=None,
+        noise_floor={},
+        per_layer=[],
+        summary=str(error),
+        error=str(error),
+    )

@@ -6,21 +6,22 @@ kind has a batch-invariant mode also with it on, where the installed vLLM and de
 counts distinct outputs and the first position where they fork, and stores everything as a Run of
 kind "probe" (`Run.probes`, a ProbeReport with one entry per probed setup).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ..core.config import ParityConfig
-from ..core.requests import GenerateRequest
 from ..core.errors import ConfigError
+from ..core.findings import BatchInvariantSupport, OutputsSummary, ProbeReport, SideProbe
+from ..core.requests import GenerateRequest
+from ..core.runlog import EventCallback, RunEvent
+from ..core.types import Run, SideResult
+from ..inputs.prompts import PromptSpec
 from ..run.hardware import batch_invariant_support
 from ..run.pipeline import Sides
 from ..run.plan import RunRequest, SidePlan
-from ..inputs.prompts import PromptSpec
 from ..run.recorder import decode_result
-from ..core.findings import BatchInvariantSupport, OutputsSummary, ProbeReport, SideProbe
-from ..core.runlog import EventCallback, RunEvent
-from ..core.types import Run, SideResult
 
 if TYPE_CHECKING:
     from .service_api import Service
@@ -51,8 +52,13 @@ def summarize_outputs(outputs: list[list[int]]) -> OutputsSummary:
     for o in outputs:
         counts[tuple(o)] = counts.get(tuple(o), 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    return OutputsSummary(runs=len(outputs), distinct=len(counts), first_fork=first_fork(outputs),
-                          counts=[c for _, c in ranked], lengths=[len(s) for s, _ in ranked])
+    return OutputsSummary(
+        runs=len(outputs),
+        distinct=len(counts),
+        first_fork=first_fork(outputs),
+        counts=[c for _, c in ranked],
+        lengths=[len(s) for s, _ in ranked],
+    )
 
 
 def companions(ids: list[int], batch: int) -> list[list[int]]:
@@ -63,8 +69,12 @@ def companions(ids: list[int], batch: int) -> list[list[int]]:
 
 def _probe_side(sides: Sides, plan: SidePlan, ids: list[int], n: int, batch: int) -> tuple[SideProbe, SideResult]:
     def generate(prompts: list[list[int]], batch_size: int) -> list[SideResult]:
-        return sides.generate(plan.name, GenerateRequest(prompts=prompts, sampling=plan.args.sampling,
-                                                         batch_size=batch_size, logprobs=1, stream=False))
+        return sides.generate(
+            plan.name,
+            GenerateRequest(
+                prompts=prompts, sampling=plan.args.sampling, batch_size=batch_size, logprobs=1, stream=False
+            ),
+        )
 
     alone = generate([ids] * n, 1)
     prompts: list[list[int]] = []
@@ -79,21 +89,35 @@ def _probe_side(sides: Sides, plan: SidePlan, ids: list[int], n: int, batch: int
     batched = generate(prompts, batch)
     a = [res.token_ids for res in alone]
     b = [batched[i].token_ids for i in where]
-    probe = SideProbe(side=plan.name, batch_invariant=bool(getattr(plan.spec.options, "batch_invariant", False)),
-                      alone=summarize_outputs(a), batched=summarize_outputs(b),
-                      alone_vs_batched=summarize_outputs([a[0], *b]))
+    probe = SideProbe(
+        side=plan.name,
+        batch_invariant=bool(getattr(plan.spec.options, "batch_invariant", False)),
+        alone=summarize_outputs(a),
+        batched=summarize_outputs(b),
+        alone_vs_batched=summarize_outputs([a[0], *b]),
+    )
     return probe, alone[0]
 
 
-def run_probe(service: Service, model: str, prompt: PromptSpec, cfg: ParityConfig, *, n: int = 4,
-              batch: int = 4, trust_remote_code: bool = False, emit: EventCallback | None = None) -> Run:
+def run_probe(
+    service: Service,
+    model: str,
+    prompt: PromptSpec,
+    cfg: ParityConfig,
+    *,
+    n: int = 4,
+    batch: int = 4,
+    trust_remote_code: bool = False,
+    emit: EventCallback | None = None,
+) -> Run:
     """Probe every side's determinism on one prompt; store and return a Run of kind "probe".
     Never raises for a user or engine error: the run is stored with status "error"."""
     emit = emit or (lambda e: None)
     with service.recording(model, cfg.to_dict(), [prompt], kind="probe") as rec:
         if n < 2 or batch < 2:
-            raise ConfigError("probe", f"--n {n} --batch {batch}: a probe needs n >= 2 and batch >= 2",
-                              "e.g. --n 4 --batch 4")
+            raise ConfigError(
+                "probe", f"--n {n} --batch {batch}: a probe needs n >= 2 and batch >= 2", "e.g. --n 4 --batch 4"
+            )
         req = RunRequest(model=model, prompts=[prompt], config=cfg, trust_remote_code=trust_remote_code)
         prep = service.prepare(req)
         rec.prepared(prep)
@@ -101,8 +125,13 @@ def run_probe(service: Service, model: str, prompt: PromptSpec, cfg: ParityConfi
         supported, why = batch_invariant_support(prep.resolved.on_gpu)
         report = ProbeReport(n=n, batch=batch, batch_invariant=BatchInvariantSupport(supported, why))
         variants = []
-        with service.sides(prep.sides, gpu=prep.resolved.on_gpu, emit=emit, findings=rec.run.warnings,
-                           on_loaded=lambda p, got: rec.loaded(p.name, got.info, 0.0)) as sides:
+        with service.sides(
+            prep.sides,
+            gpu=prep.resolved.on_gpu,
+            emit=emit,
+            findings=rec.run.warnings,
+            on_loaded=lambda p, got: rec.loaded(p.name, got.info, 0.0),
+        ) as sides:
             for plan in prep.sides:
                 emit(RunEvent("status", f"probing {plan.name}: {n} alone, {n} in batches of {batch}"))
                 report.sides[plan.name], first = _probe_side(sides, plan, ids, n, batch)
@@ -112,8 +141,11 @@ def run_probe(service: Service, model: str, prompt: PromptSpec, cfg: ParityConfi
                     variants.append(plan)
         for plan in variants:  # after the plain sides: each variant replaces its side's worker
             specs = [s.replace(batch_invariant=True) if s.name == plan.name else s for s in cfg.sides]
-            p2 = service.prepare(RunRequest(model=model, prompts=[prompt], config=cfg.with_sides(specs),
-                                            trust_remote_code=trust_remote_code))
+            p2 = service.prepare(
+                RunRequest(
+                    model=model, prompts=[prompt], config=cfg.with_sides(specs), trust_remote_code=trust_remote_code
+                )
+            )
             label = plan.name + INVARIANT
             emit(RunEvent("status", f"probing {label}: {n} alone, {n} in batches of {batch}"))
             with service.sides(p2.sides, gpu=p2.resolved.on_gpu, emit=emit) as sides:

@@ -27,6 +27,7 @@ resume ID`) reads the same dump again (its size and row count checked) and repla
 done, its counts and worst tokens carried on. A row that cannot be read (a truncated line) stops the
 replay before any engine loads, naming it, or with on_bad="skip" is left out and named in a warning.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,16 +39,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.compare import compare
-from ..core.config import ParityConfig
-from ..core.config import config_from_dict
+from ..core.config import ParityConfig, config_from_dict
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import get_kind
-from ..core.runlog import new_run
-from ..core.types import Finding
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.requests import ScoreRequest
-from ..core.runlog import EventCallback, RunEvent
-from ..core.types import Comparison, SideInfo, SideResult, StepColumns, TokenStep, step_column
+from ..core.runlog import EventCallback, RunEvent, new_run
+from ..core.types import Comparison, Finding, SideInfo, SideResult, StepColumns, TokenStep, step_column
 from ..core.workload_record import WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
@@ -100,16 +98,25 @@ def _selected(rows: Iterator[RolloutRow], req: ReplayRequest) -> Iterator[Rollou
 
 def check_request(req: ReplayRequest) -> None:
     if req.floor not in ("auto", "kernel", "none"):
-        raise ConfigError("floor", f"is {req.floor!r}; a replay's floor is auto, kernel or none",
-                          "e.g. --floor kernel (the trainer with another attention kernel)")
+        raise ConfigError(
+            "floor",
+            f"is {req.floor!r}; a replay's floor is auto, kernel or none",
+            "e.g. --floor kernel (the trainer with another attention kernel)",
+        )
     if not 1 <= req.chunk <= 100_000:
         raise ConfigError("chunk", "must be 1..100000", "e.g. --chunk 16")
     if len(req.config.sides) < 2:
-        raise ConfigError("sides", "a replay needs the trainer (the reference) and a rollout engine side",
-                          "e.g. --side a=hf --side b=vllm")
+        raise ConfigError(
+            "sides",
+            "a replay needs the trainer (the reference) and a rollout engine side",
+            "e.g. --side a=hf --side b=vllm",
+        )
     if not get_kind(req.config.sides[0].kind, "sides").can_score:
-        raise ConfigError("sides", f"the reference (the trainer) is a {req.config.sides[0].kind} side, which cannot "
-                                   "score tokens it is handed", "make the first side an HF side: --side a=hf")
+        raise ConfigError(
+            "sides",
+            f"the reference (the trainer) is a {req.config.sides[0].kind} side, which cannot score tokens it is handed",
+            "make the first side an HF side: --side a=hf",
+        )
 
 
 def replay_sides(cfg: ParityConfig) -> list[Any]:
@@ -129,8 +136,14 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
     given), the preflight, the longest response. Raises ParityError naming the rows and the fix."""
     info = describe_model(req.model, trust_remote_code=req.trust_remote_code)
     tok = tokenizer_for(info.path, req.trust_remote_code)
-    dump = open_dump(req.dump, req.format, tokenizer=tok.tok, trust_pickle=req.trust_pickle, on_bad=req.on_bad,
-                     chat_template=req.chat_template)
+    dump = open_dump(
+        req.dump,
+        req.format,
+        tokenizer=tok.tok,
+        trust_pickle=req.trust_pickle,
+        on_bad=req.on_bad,
+        chat_template=req.chat_template,
+    )
     emit(RunEvent("status", f"reading {dump.describe()}"))
     prompts: list[PromptSpec] = []
     longest = 0
@@ -148,10 +161,16 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
     pf.findings += routes.findings()
     if dump.bad:  # --on-bad skip: the rows left out, named (the run goes on without them)
         named = "; ".join(f"{b.where}: {b.message}" for b in dump.bad[:3]) + (
-            f"; and {len(dump.bad) - 3} more" if len(dump.bad) > 3 else "")
-        pf.findings.append(Finding("replay-bad-rows", "warning", f"{len(dump.bad)} rows of the dump could not be "
-                                   f"read and were skipped (--on-bad skip): {named}",
-                                   "fix or drop those rows, or pass --on-bad stop to stop at the first"))
+            f"; and {len(dump.bad) - 3} more" if len(dump.bad) > 3 else ""
+        )
+        pf.findings.append(
+            Finding(
+                "replay-bad-rows",
+                "warning",
+                f"{len(dump.bad)} rows of the dump could not be read and were skipped (--on-bad skip): {named}",
+                "fix or drop those rows, or pass --on-bad stop to stop at the first",
+            )
+        )
         pf.skipped = [b.where for b in dump.bad]
     if pf.errors:
         first, rest = pf.errors[0], pf.errors[1:]
@@ -166,10 +185,19 @@ def dump_source(dump: Any, pf: Preflight, req: ReplayRequest) -> dict[str, Any]:
     import os
 
     st = os.stat(dump.path)
-    return {"path": dump.path, "format": dump.format, "rows": pf.rows, "policy_version": req.policy_version,
-            "limit": req.limit, "trust_pickle": req.trust_pickle, "chat_template": req.chat_template,
-            "on_bad": req.on_bad, "size": st.st_size, "mtime": st.st_mtime,
-            "description": f"{req.name or os.path.basename(dump.path)}: {pf.rows:,} rows ({dump.format})"}
+    return {
+        "path": dump.path,
+        "format": dump.format,
+        "rows": pf.rows,
+        "policy_version": req.policy_version,
+        "limit": req.limit,
+        "trust_pickle": req.trust_pickle,
+        "chat_template": req.chat_template,
+        "on_bad": req.on_bad,
+        "size": st.st_size,
+        "mtime": st.st_mtime,
+        "description": f"{req.name or os.path.basename(dump.path)}: {pf.rows:,} rows ({dump.format})",
+    }
 
 
 def is_replay(service: Service, run_id: str) -> bool:
@@ -177,35 +205,56 @@ def is_replay(service: Service, run_id: str) -> bool:
     return stored is not None and stored.kind == "replay"
 
 
-def resume_replay(service: Service, run_id: str, emit: EventCallback | None = None, *,
-                  cluster: str | None = None, replicas: dict[str, int] | None = None) -> Run:
+def resume_replay(
+    service: Service,
+    run_id: str,
+    emit: EventCallback | None = None,
+    *,
+    cluster: str | None = None,
+    replicas: dict[str, int] | None = None,
+) -> Run:
     """Go on with a stopped, failed or interrupted replay: the dump read again (the same file: its
     size and row count are checked), the rows not yet finished replayed with the same sides, and the
     counts and worst tokens carried on. Raises ParityError when there is nothing to resume."""
     emit = emit or (lambda e: None)
-    stored = stored_to_resume(service, run_id, "replay", "row", "start a new replay to measure again",
-                              lambda r: r.done >= r.n_prompts)
+    stored = stored_to_resume(
+        service, run_id, "replay", "row", "start a new replay to measure again", lambda r: r.done >= r.n_prompts
+    )
     report = stored.workload
     src, o = report.options.source, report.options
     go_on_where(o, cluster, replicas)
     cfg = config_from_dict(stored.config)
-    req = ReplayRequest(dump=src["path"], model=stored.model.name, config=cfg, format=src["format"],
-                        trust_pickle=bool(src.get("trust_pickle")), chat_template=bool(src.get("chat_template")),
-                        on_bad=src.get("on_bad") or "stop", limit=src.get("limit"),
-                        policy_version=src.get("policy_version"), chunk=o.chunk, floor=o.floor)
+    req = ReplayRequest(
+        dump=src["path"],
+        model=stored.model.name,
+        config=cfg,
+        format=src["format"],
+        trust_pickle=bool(src.get("trust_pickle")),
+        chat_template=bool(src.get("chat_template")),
+        on_bad=src.get("on_bad") or "stop",
+        limit=src.get("limit"),
+        policy_version=src.get("policy_version"),
+        chunk=o.chunk,
+        floor=o.floor,
+    )
     import os
 
     size = os.stat(src["path"]).st_size if os.path.exists(src["path"]) else None
     if size != src.get("size"):
-        raise ParityError(f"the dump {src['path']} is not the file replayed "
-                          + ("(it is gone)" if size is None else f"({size:,} bytes now, {src.get('size'):,} then)"),
-                          "put the same file back, or start a new replay of the new one")
+        raise ParityError(
+            f"the dump {src['path']} is not the file replayed "
+            + ("(it is gone)" if size is None else f"({size:,} bytes now, {src.get('size'):,} then)"),
+            "put the same file back, or start a new replay of the new one",
+        )
     dump, prompts, pf, _ = read_dump(req, emit)
     if pf.rows != src.get("rows"):
-        raise ParityError(f"the dump {src['path']} now reads {pf.rows} rows, {src.get('rows')} when replayed",
-                          "put the same file back, or start a new replay of the new one")
-    wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=o, kind="replay",
-                           group_id=stored.group_id)
+        raise ParityError(
+            f"the dump {src['path']} now reads {pf.rows} rows, {src.get('rows')} when replayed",
+            "put the same file back, or start a new replay of the new one",
+        )
+    wreq = WorkloadRequest(
+        model=req.model, prompts=prompts, config=cfg, options=o, kind="replay", group_id=stored.group_id
+    )
     stored.prompts = new_run(run_id, stored.model.name, stored.config, prompts).prompts  # the rows are re-filled
     with service.recording(req.model, stored.config, prompts, resume=stored) as rec:
         engines = [s.name for s in stored.sides[1:] if s.kind != "recorded"]
@@ -226,11 +275,25 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     # Each side must hold prompt + response (+1: vLLM scores with one more token's request).
     cfg = dataclasses.replace(req.config, max_new_tokens=max(longest + 1, 1), sides=replay_sides(req.config))
     source = dump_source(dump, pf, req)
-    options = WorkloadOptions(mode="replay", floor=req.floor, too_long="skip", chunk=req.chunk, source=source,
-                              cluster=req.cluster, replicas=dict(req.replicas))
+    options = WorkloadOptions(
+        mode="replay",
+        floor=req.floor,
+        too_long="skip",
+        chunk=req.chunk,
+        source=source,
+        cluster=req.cluster,
+        replicas=dict(req.replicas),
+    )
     check_cluster(options, [s.name for s in cfg.sides] + [FLOOR])
-    wreq = WorkloadRequest(model=req.model, prompts=prompts, config=cfg, options=options,
-                           trust_remote_code=req.trust_remote_code, kind="replay", group_id=req.group_id)
+    wreq = WorkloadRequest(
+        model=req.model,
+        prompts=prompts,
+        config=cfg,
+        options=options,
+        trust_remote_code=req.trust_remote_code,
+        kind="replay",
+        group_id=req.group_id,
+    )
     with service.recording(req.model, cfg.to_dict(), prompts, kind="replay", group_id=req.group_id) as rec:
         Replay(service, rec, wreq, emit, dump, req, pf).run(done=set())
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
@@ -248,8 +311,16 @@ def _clean(v: float | None) -> float | None:
 class Replay(Workload):
     """A workload whose sequences are a dump's rows, forced (see the module docstring)."""
 
-    def __init__(self, service: Service, rec: Any, req: WorkloadRequest, emit: EventCallback, dump: Any,
-                 rreq: ReplayRequest, pf: Preflight):
+    def __init__(
+        self,
+        service: Service,
+        rec: Any,
+        req: WorkloadRequest,
+        emit: EventCallback,
+        dump: Any,
+        rreq: ReplayRequest,
+        pf: Preflight,
+    ):
         super().__init__(service, rec, req, emit)
         self.dump, self.rreq, self.pf = dump, rreq, pf
         self._rows = _selected(dump.rows(), rreq)
@@ -288,27 +359,63 @@ class Replay(Workload):
         trainer = self.prep.reference.name
         out = []
         if self.pf.with_logprobs:
-            out.append({"key": RECORDED, "a": trainer, "b": RECORDED,
-                        "meaning": "the recorded rollout logprobs against the trainer: the run's own mismatch"})
+            out.append(
+                {
+                    "key": RECORDED,
+                    "a": trainer,
+                    "b": RECORDED,
+                    "meaning": "the recorded rollout logprobs against the trainer: the run's own mismatch",
+                }
+            )
         for e in engines:
-            out.append({"key": e, "a": trainer, "b": e,
-                        "meaning": f"the rollout engine re-run ({e}) against the trainer: numerics and settings"})
+            out.append(
+                {
+                    "key": e,
+                    "a": trainer,
+                    "b": e,
+                    "meaning": f"the rollout engine re-run ({e}) against the trainer: numerics and settings",
+                }
+            )
         if self.pf.with_logprobs:
             for e in engines:
-                out.append({"key": f"{RECORDED}~{e}", "a": e, "b": RECORDED,
-                            "meaning": f"the recorded logprobs against the engine re-run ({e}): does the engine "
-                                       "reproduce its own logprobs?"})
+                out.append(
+                    {
+                        "key": f"{RECORDED}~{e}",
+                        "a": e,
+                        "b": RECORDED,
+                        "meaning": f"the recorded logprobs against the engine re-run ({e}): does the engine "
+                        "reproduce its own logprobs?",
+                    }
+                )
         if self.pf.with_trainer:
-            out.append({"key": RECORDED_TRAINER, "a": "trainer (recorded)", "b": RECORDED,
-                        "meaning": "the recorded rollout against the run's own recorded trainer logprobs"})
+            out.append(
+                {
+                    "key": RECORDED_TRAINER,
+                    "a": "trainer (recorded)",
+                    "b": RECORDED,
+                    "meaning": "the recorded rollout against the run's own recorded trainer logprobs",
+                }
+            )
         r3 = self._r3_name()
         if r3 is not None and self.pf.with_logprobs:
-            out.append({"key": r3, "a": r3, "b": RECORDED,
-                        "meaning": "the trainer routing with the rollout's recorded experts (rollout routing replay, "
-                                   "R3) against the recorded rollout: the mismatch left once routing is the rollout's"})
+            out.append(
+                {
+                    "key": r3,
+                    "a": r3,
+                    "b": RECORDED,
+                    "meaning": "the trainer routing with the rollout's recorded experts (rollout routing replay, "
+                    "R3) against the recorded rollout: the mismatch left once routing is the rollout's",
+                }
+            )
         if self.floor is not None:
-            out.append({"key": self.floor.name, "a": trainer, "b": self.floor.name,
-                        "meaning": f"the floor: {self.rec.run.workload.floor.description}"})
+            out.append(
+                {
+                    "key": self.floor.name,
+                    "a": trainer,
+                    "b": self.floor.name,
+                    "meaning": f"the floor: {self.rec.run.workload.floor.description}",
+                }
+            )
         return out
 
     def _prepared(self) -> None:
@@ -317,8 +424,9 @@ class Replay(Workload):
         run = self.rec.run
         # In a replay the trainer (the reference) may replay the dump's recorded routes (replay_routes):
         # the comparison's "it replays no one's routes" does not hold here.
-        run.warnings = [w for w in run.warnings if w.code != "replay-on-reference"] + \
-            [f for f in self.pf.findings if f not in run.warnings]
+        run.warnings = [w for w in run.warnings if w.code != "replay-on-reference"] + [
+            f for f in self.pf.findings if f not in run.warnings
+        ]
 
     def _forced_paths(self, sides: Sides) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
@@ -339,25 +447,41 @@ class Replay(Workload):
     def _chunk(self, sides: Sides, chunk: list[int]) -> None:
         prep, ref, run = self.prep, self.prep.reference, self.rec.run
         if not any(s.name == RECORDED for s in run.sides):
-            run.sides.append(SideInfo(name=RECORDED, kind="recorded", options={
-                "dump": self.dump.path, "format": self.dump.format}))
+            run.sides.append(
+                SideInfo(name=RECORDED, kind="recorded", options={"dump": self.dump.path, "format": self.dump.format})
+            )
         if run.workload.replay is None:
-            run.workload.replay = {"dump": self.rreq.name or self.dump.path, "format": self.dump.format, "notes": self.dump.notes,
-                                   "rows": self.pf.rows, "tokens": 0, "masked": 0, "skipped": self.pf.skipped,
-                                   "reconstructed": self.pf.reconstructed, "with_logprobs": self.pf.with_logprobs,
-                                   "with_trainer": self.pf.with_trainer, "with_routes": self.pf.with_routes,
-                                   "pairs": self._pairs(), "worst_tokens": [],
-                                   "forced": self._forced_paths(sides)}
+            run.workload.replay = {
+                "dump": self.rreq.name or self.dump.path,
+                "format": self.dump.format,
+                "notes": self.dump.notes,
+                "rows": self.pf.rows,
+                "tokens": 0,
+                "masked": 0,
+                "skipped": self.pf.skipped,
+                "reconstructed": self.pf.reconstructed,
+                "with_logprobs": self.pf.with_logprobs,
+                "with_trainer": self.pf.with_trainer,
+                "with_routes": self.pf.with_routes,
+                "pairs": self._pairs(),
+                "worst_tokens": [],
+                "forced": self._forced_paths(sides),
+            }
         rows = {j: self._row(prep.kept[j]) for j in chunk}
         k = max(prep.config.logprobs, 1)
         items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]
         forced: dict[str, dict[int, Any]] = {}
         spent = run.workload.replay.setdefault("score_s", {})
-        full = getattr(self, "full", None)  # full_distribution: the trainer writes its rows, the sides that can meet them
+        full = getattr(
+            self, "full", None
+        )  # full_distribution: the trainer writes its rows, the sides that can meet them
         for name in [ref.name] + [p.name for p in prep.sides[1:]] + ([self.floor.name] if self.floor else []):
             t0 = time.perf_counter()  # each side's own scoring time, round trips included (bench/replay.py)
-            mine = [dataclasses.replace(it, rows=full.forced_rows(name, j)) for it, j in zip(items, chunk)] \
-                if full else items
+            mine = (
+                [dataclasses.replace(it, rows=full.forced_rows(name, j)) for it, j in zip(items, chunk)]
+                if full
+                else items
+            )
             forced[name] = dict(zip(chunk, sides.score_batch(name, mine)))
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
         results: dict[str, dict[int, SideResult]] = {}
@@ -391,13 +515,25 @@ class Replay(Workload):
                 if a not in lp or pair["b"] not in lp:
                     continue
                 la, lb = lp[a], lp[pair["b"]]
-                samples[pair["key"]].append(PairSample(
-                    prompt_index=i, identical=True, first_divergence=None, length=len(row.response_ids),
-                    verdict=None, logp_side=[lb[t] for t in keep], logp_ref=[la[t] for t in keep], positions=keep))
+                samples[pair["key"]].append(
+                    PairSample(
+                        prompt_index=i,
+                        identical=True,
+                        first_divergence=None,
+                        length=len(row.response_ids),
+                        verdict=None,
+                        logp_side=[lb[t] for t in keep],
+                        logp_ref=[la[t] for t in keep],
+                        positions=keep,
+                    )
+                )
             for name in res:
                 if name != ref.name:
-                    comparisons[j].append(self._routed_pair(compare(res[ref.name], res[name]), res[ref.name],
-                                                            res[name], len(row.response_ids)))
+                    comparisons[j].append(
+                        self._routed_pair(
+                            compare(res[ref.name], res[name]), res[ref.name], res[name], len(row.response_ids)
+                        )
+                    )
             self._note_worst(i, row, lp, keep, ref.name)
         replay = run.workload.replay
         replay["tokens"], replay["masked"] = self._tokens, self._masked
@@ -410,8 +546,9 @@ class Replay(Workload):
 
     # -- MoE routes (routes=true): every side's on the forced tokens, the recorded side's from the dump --
 
-    def _routes(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
-                ) -> dict[str, dict[int, Any]]:
+    def _routes(
+        self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
+    ) -> dict[str, dict[int, Any]]:
         if not getattr(self.prep.config, "routes", False):
             return {}
         prep = self.prep
@@ -421,16 +558,22 @@ class Replay(Workload):
         if not hasattr(self, "_shape"):
             self._shape = route_shape(prep.model.path)
         if self._shape is not None:
-            out[RECORDED] = {j: self._shape.routes(rows[j]).rows_between(len(seqs[j][0]) - 1)
-                             for j in chunk if rows[j].routed_experts is not None}
+            out[RECORDED] = {
+                j: self._shape.routes(rows[j]).rows_between(len(seqs[j][0]) - 1)
+                for j in chunk
+                if rows[j].routed_experts is not None
+            }
         return out
 
     def _r3_name(self) -> str | None:
         """The pair of rollout routing replay (R3): the trainer with replay_routes, where the dump records
         routes and routes=true; None otherwise."""
         ref = self.prep.reference
-        if not (getattr(self.prep.config, "routes", False) and self.pf.with_routes
-                and getattr(ref.spec.options, "replay_routes", "off") != "off"):
+        if not (
+            getattr(self.prep.config, "routes", False)
+            and self.pf.with_routes
+            and getattr(ref.spec.options, "replay_routes", "off") != "off"
+        ):
             return None
         from .routes import replayed_pair
 
@@ -459,24 +602,41 @@ class Replay(Workload):
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         # The worker's columns as they came (a list of TokenStep per position cost the parent ~as much as the scoring).
-        res = SideResult(side=name, prompt_index=i, token_ids=list(row.response_ids),
-                         steps=steps if isinstance(steps, StepColumns) else list(steps), finish_reason="forced")
+        res = SideResult(
+            side=name,
+            prompt_index=i,
+            token_ids=list(row.response_ids),
+            steps=steps if isinstance(steps, StepColumns) else list(steps),
+            finish_reason="forced",
+        )
         decode_result(self.prep.tokenizer, res)
         return res
 
     def _recorded(self, i: int, row: RolloutRow) -> SideResult:
         n, lps = len(row.response_ids), row.rollout_logprobs
         # As columns (what the store keeps anyway), not a TokenStep per position.
-        steps = StepColumns({"position": list(range(n)), "token_id": list(row.response_ids), "text": [""] * n,
-                             "logprob": [_clean(lps[t]) for t in range(n)], "rank": [None] * n, "top_n": [0] * n,
-                             "top_token_id": [], "top_logprob": [], "top_text": []})
-        res = SideResult(side=RECORDED, prompt_index=i, token_ids=list(row.response_ids), steps=steps,
-                         finish_reason="recorded")
+        steps = StepColumns(
+            {
+                "position": list(range(n)),
+                "token_id": list(row.response_ids),
+                "text": [""] * n,
+                "logprob": [_clean(lps[t]) for t in range(n)],
+                "rank": [None] * n,
+                "top_n": [0] * n,
+                "top_token_id": [],
+                "top_logprob": [],
+                "top_text": [],
+            }
+        )
+        res = SideResult(
+            side=RECORDED, prompt_index=i, token_ids=list(row.response_ids), steps=steps, finish_reason="recorded"
+        )
         decode_result(self.prep.tokenizer, res)
         return res
 
-    def _note_worst(self, i: int, row: RolloutRow, lp: dict[str, list[float | None]], keep: list[int],
-                    trainer: str) -> None:
+    def _note_worst(
+        self, i: int, row: RolloutRow, lp: dict[str, list[float | None]], keep: list[int], trainer: str
+    ) -> None:
         """The worst tokens of the run's own pair (recorded vs trainer; without recorded logprobs, the
         first engine re-run vs the trainer), kept as a bounded heap."""
         side = RECORDED if RECORDED in lp else next((p.name for p in self.prep.sides[1:]), None)
@@ -493,10 +653,18 @@ class Replay(Workload):
             full = len(self._worst) >= WORST_TOKENS
             if full and key <= self._worst[0][:2]:
                 continue  # not among the worst: no entry (its text decoded) made for it
-            entry = {"prompt_index": i, "row": row.where, "position": t, "token_id": row.response_ids[t],
-                     "text": self.prep.tokenizer.token_text(row.response_ids[t]), "pair": side,
-                     "trainer": a, "rollout": b, "dlogp": d,
-                     "engines": {e: lp[e][t] for e in engines if e in lp}}
+            entry = {
+                "prompt_index": i,
+                "row": row.where,
+                "position": t,
+                "token_id": row.response_ids[t],
+                "text": self.prep.tokenizer.token_text(row.response_ids[t]),
+                "pair": side,
+                "trainer": a,
+                "rollout": b,
+                "dlogp": d,
+                "engines": {e: lp[e][t] for e in engines if e in lp},
+            }
             if full:
                 heapq.heapreplace(self._worst, (*key, entry))
             else:
@@ -507,7 +675,9 @@ class Replay(Workload):
     def _pool(self, report: WorkloadReport) -> None:
         keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
         pooled(self.service.store, self.rec.run.id, report, keys)
-        if getattr(self, "full", None) is not None:  # the distribution family per engine pair (its key is the side's name)
+        if (
+            getattr(self, "full", None) is not None
+        ):  # the distribution family per engine pair (its key is the side's name)
             self.full.report(report, self.service.store, self.rec.run.id)
         if getattr(self.prep.config, "routes", False):  # the recorded routes against the trainer's, each engine's
             pooled_routing(self.service.store, self.rec.run.id, report)
@@ -516,8 +686,11 @@ class Replay(Workload):
     def _status(self) -> str:
         report = self.rec.run.workload
         # ok: every pair within the floor (or no floor); a pair over it, even within sampling error, is not ok.
-        return "diverged" if any(f.verdict is not None and f.verdict.verdict in (EXCEEDS, TOO_FEW)
-                                 for f in report.sides.values()) else "ok"
+        return (
+            "diverged"
+            if any(f.verdict is not None and f.verdict.verdict in (EXCEEDS, TOO_FEW) for f in report.sides.values())
+            else "ok"
+        )
 
 
 def replay_headline(report: WorkloadReport) -> str:
@@ -530,5 +703,7 @@ def replay_headline(report: WorkloadReport) -> str:
     band = next((b for b in t.outside if (b.low, b.high) == (0.8, 1.2)), None)
     share = "-" if band is None or band.outside is None else f"{100 * band.outside:.1f}%"
     verdict = f" ({main.verdict.verdict})" if main.verdict else ""
-    return (f"replay of {report.done}/{report.n_prompts} rows ({r.get('format', '?')}), {t.pairs} tokens "
-            f"({r.get('masked', 0)} masked): {main.side} vs trainer, ρ outside [0.8, 1.2] {share}{verdict}")
+    return (
+        f"replay of {report.done}/{report.n_prompts} rows ({r.get('format', '?')}), {t.pairs} tokens "
+        f"({r.get('masked', 0)} masked): {main.side} vs trainer, ρ outside [0.8, 1.2] {share}{verdict}"
+    )

@@ -14,6 +14,7 @@ Routes recorded for another model are refused before any engine loads (`RouteSha
 number of layers, another top-k, expert ids beyond the model's experts, or a row count that is not
 the row's tokens - 1.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,16 +49,22 @@ class RouteShape:
         n, layers, k = a.shape
         want = len(row.prompt_ids) + len(row.response_ids) - 1
         if layers not in (len(self.layers), self.hidden_layers):
-            return (f"routes for {layers} layers, and the model has {self.hidden_layers} layers "
-                    f"({len(self.layers)} of them MoE)")
+            return (
+                f"routes for {layers} layers, and the model has {self.hidden_layers} layers "
+                f"({len(self.layers)} of them MoE)"
+            )
         if k != self.top_k:
             return f"routes choose {k} experts a token, and the model {self.top_k}"
         if n != want:
-            return (f"routes for {n} positions, and the row has {want} (prompt + response - 1: the last "
-                    "token routes nothing that is scored)")
+            return (
+                f"routes for {n} positions, and the row has {want} (prompt + response - 1: the last "
+                "token routes nothing that is scored)"
+            )
         top = int(a.max()) if a.size else 0
         if top >= self.experts or (a.size and int(a.min()) < 0):
-            return f"expert id {top if top >= self.experts else int(a.min())} outside the model's {self.experts} experts"
+            return (
+                f"expert id {top if top >= self.experts else int(a.min())} outside the model's {self.experts} experts"
+            )
         return None
 
     def routes(self, row: Any) -> Routes:
@@ -66,8 +73,13 @@ class RouteShape:
         a = row.routed_experts
         if a.shape[1] != len(self.layers):  # every decoder layer recorded: keep the MoE ones
             a = a[:, self.layers, :]
-        return Routes(layers=list(self.layers), top_k=self.top_k, num_experts=self.experts,
-                      ids=[int(x) for x in a.reshape(-1).tolist()], source=RECORDED_SOURCE)
+        return Routes(
+            layers=list(self.layers),
+            top_k=self.top_k,
+            num_experts=self.experts,
+            ids=[int(x) for x in a.reshape(-1).tolist()],
+            source=RECORDED_SOURCE,
+        )
 
 
 def route_shape(model_path: str) -> RouteShape | None:
@@ -110,41 +122,74 @@ class DumpRoutesCheck:
 
     def raise_if_bad(self) -> None:
         if self.on and self.rows and self.shape is None:
-            raise ParityError("the dump records routed experts, and the model has no mixture-of-experts layers in "
-                              "its config.json: they were recorded for another model",
-                              "replay the dump with the model the run trained (--model), or drop routes=true")
+            raise ParityError(
+                "the dump records routed experts, and the model has no mixture-of-experts layers in "
+                "its config.json: they were recorded for another model",
+                "replay the dump with the model the run trained (--model), or drop routes=true",
+            )
         if self.bad:
             more = f"; and {len(self.bad) - 3} more" if len(self.bad) > 3 else ""
-            raise ParityError(f"the dump's recorded routes are not this model's ({len(self.bad)} rows): "
-                              + "; ".join(self.bad[:3]) + more,
-                              "replay the dump with the model the run trained (--model), or drop routes=true to "
-                              "replay without comparing routes", code="replay-routes-shape")
+            raise ParityError(
+                f"the dump's recorded routes are not this model's ({len(self.bad)} rows): "
+                + "; ".join(self.bad[:3])
+                + more,
+                "replay the dump with the model the run trained (--model), or drop routes=true to "
+                "replay without comparing routes",
+                code="replay-routes-shape",
+            )
 
     def findings(self) -> list[Finding]:
         if self.rows and not self.on:
-            return [Finding("replay-routes-off", "info", f"{self.rows} rows of the dump record the rollout "
-                            "engine's routed experts; they are not compared", "set routes=true to compare them with "
-                            "the replayed sides' routes", setting={"key": "routes", "value": True})]
+            return [
+                Finding(
+                    "replay-routes-off",
+                    "info",
+                    f"{self.rows} rows of the dump record the rollout engine's routed experts; they are not compared",
+                    "set routes=true to compare them with the replayed sides' routes",
+                    setting={"key": "routes", "value": True},
+                )
+            ]
         return []
 
 
-def replay_routes(run: Run, sides: Sides, names: list[str], seqs: dict[int, tuple[list[int], list[int]]],
-                  can: dict[str, bool]) -> dict[str, dict[int, Routes]]:
+def replay_routes(
+    run: Run, sides: Sides, names: list[str], seqs: dict[int, tuple[list[int], list[int]]], can: dict[str, bool]
+) -> dict[str, dict[int, Routes]]:
     """Each replayed side's routes on each row's forced tokens, rows from len(prompt) - 1 on: {side: {j:
     Routes}}. A side that cannot record them is named once in the run's warnings and left out."""
     out: dict[str, dict[int, Routes]] = {}
     for name in names:
         if not can.get(name):
-            _warn_once(run, Finding("routes-unsupported", "warning", f"{name} cannot record expert routes",
-                                    "record routes on vllm or hf sides", side=name))
+            _warn_once(
+                run,
+                Finding(
+                    "routes-unsupported",
+                    "warning",
+                    f"{name} cannot record expert routes",
+                    "record routes on vllm or hf sides",
+                    side=name,
+                ),
+            )
             continue
         try:
-            out[name] = {j: sides.routes(name, RoutesRequest(ids=list(p) + list(r), positions=list(
-                range(len(p) - 1, len(p) - 1 + len(r))))) for j, (p, r) in seqs.items() if r}
+            out[name] = {
+                j: sides.routes(
+                    name, RoutesRequest(ids=list(p) + list(r), positions=list(range(len(p) - 1, len(p) - 1 + len(r))))
+                )
+                for j, (p, r) in seqs.items()
+                if r
+            }
         except Exception as e:  # noqa: BLE001 - the replay goes on without this side's routes
-            _warn_once(run, Finding("routes-failed", "warning",
-                                    f"{name}: expert routes not recorded: {getattr(e, 'message', None) or e}",
-                                    getattr(e, "fix", "") or "set routes=false", side=name))
+            _warn_once(
+                run,
+                Finding(
+                    "routes-failed",
+                    "warning",
+                    f"{name}: expert routes not recorded: {getattr(e, 'message', None) or e}",
+                    getattr(e, "fix", "") or "set routes=false",
+                    side=name,
+                ),
+            )
     return out
 
 

@@ -9,6 +9,7 @@ PARITY_ROWS_DIR when set; else /dev/shm when it and the machine's free memory bo
 room to spare; else the temp dir (TMPDIR), when its disk holds it; else the run is refused with the
 sizes named.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,9 +65,11 @@ def scratch_dir(need: int) -> Scratch:
     if not in_memory:
         free = shutil.disk_usage(base).free
         if need > free * 0.8:
-            raise ConfigError("full_distribution", f"a chunk writes up to {need / 2**30:,.1f} GiB of full rows to "
-                                                   f"the scratch dir {base}, which has {free / 2**30:,.1f} GiB free "
-                                                   "(and /dev/shm or free memory cannot hold them either)",
-                              "use a smaller --chunk, free disk space, or point PARITY_ROWS_DIR (or TMPDIR) at a "
-                              "larger disk")
+            raise ConfigError(
+                "full_distribution",
+                f"a chunk writes up to {need / 2**30:,.1f} GiB of full rows to "
+                f"the scratch dir {base}, which has {free / 2**30:,.1f} GiB free "
+                "(and /dev/shm or free memory cannot hold them either)",
+                "use a smaller --chunk, free disk space, or point PARITY_ROWS_DIR (or TMPDIR) at a larger disk",
+            )
     return Scratch(tempfile.mkdtemp(prefix="parity-rows-", dir=base), in_memory)

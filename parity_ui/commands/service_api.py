@@ -4,21 +4,23 @@ parity_ui.service.ParityService is the one implementation; the commands (a compa
 probe, a layer localisation, a bisect, a gate) take any object with this shape, so they sit below
 the service and the service may call them without an import running back up.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..core.cluster import ClusterSpec
     from ..core.requests import InputCheck
+    from ..core.runlog import EventCallback
+    from ..core.types import Finding, Run
+    from ..inputs.prompts import PromptSpec
     from ..run.cluster import ClusterSides
     from ..run.pipeline import Loaded, Sides
     from ..run.plan import Prepared, RunRequest, SidePlan
-    from ..inputs.prompts import PromptSpec
     from ..run.recorder import RunRecorder
-    from ..core.runlog import EventCallback
-    from ..core.types import Finding, Run
     from ..store import Store
 
 
@@ -35,24 +37,53 @@ class Service(Protocol):
 
     def head_start(self, req: RunRequest) -> None: ...
 
-    def recording(self, model: str, config: dict[str, Any], prompts: list[PromptSpec], *, kind: str = "compare",
-                  group_id: str | None = None, resume: Run | None = None) -> AbstractContextManager[RunRecorder]: ...
+    def recording(
+        self,
+        model: str,
+        config: dict[str, Any],
+        prompts: list[PromptSpec],
+        *,
+        kind: str = "compare",
+        group_id: str | None = None,
+        resume: Run | None = None,
+    ) -> AbstractContextManager[RunRecorder]: ...
 
-    def sides(self, plans: list[SidePlan], *, gpu: bool | None = None, gated: bool = True,
-              emit: EventCallback | None = None, inputs: Callable[[], InputCheck] | None = None,
-              then: Callable[[Sides, SidePlan], None] | None = None,
-              on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
-              findings: list[Finding] | None = None,
-              timings: dict[str, float] | None = None) -> AbstractContextManager[Sides]: ...
+    def sides(
+        self,
+        plans: list[SidePlan],
+        *,
+        gpu: bool | None = None,
+        gated: bool = True,
+        emit: EventCallback | None = None,
+        inputs: Callable[[], InputCheck] | None = None,
+        then: Callable[[Sides, SidePlan], None] | None = None,
+        on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+        findings: list[Finding] | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> AbstractContextManager[Sides]: ...
 
-    def cluster_sides(self, plans: list[SidePlan], spec: ClusterSpec, *, gpu: bool | None = None,
-                      emit: EventCallback | None = None, on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
-                      findings: list[Finding] | None = None,
-                      timings: dict[str, float] | None = None) -> AbstractContextManager[ClusterSides]: ...
+    def cluster_sides(
+        self,
+        plans: list[SidePlan],
+        spec: ClusterSpec,
+        *,
+        gpu: bool | None = None,
+        emit: EventCallback | None = None,
+        on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+        findings: list[Finding] | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> AbstractContextManager[ClusterSides]: ...
 
     def run(self, req: RunRequest, on_event: EventCallback | None = None) -> Run: ...
 
-    def record_failure(self, model: str, prompts: list[PromptSpec], config: dict[str, Any], error: Exception,
-                       kind: str = "compare", group_id: str | None = None) -> Run: ...
+    def record_failure(
+        self,
+        model: str,
+        prompts: list[PromptSpec],
+        config: dict[str, Any],
+        error: Exception,
+        kind: str = "compare",
+        group_id: str | None = None,
+    ) -> Run: ...
 
     def cancel(self) -> None: ...

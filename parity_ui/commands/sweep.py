@@ -4,6 +4,7 @@ Each grid point is a normal stored run (kind "sweep") sharing one group_id. `sum
 pure function of the points' runs: for each grid key, whether changing only that key moved the first
 divergence.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -14,16 +15,29 @@ import yaml
 
 from ..core.config import build_config
 from ..core.errors import ConfigError, ParityError
-from ..run.prepare import RunRequest
-from ..inputs.prompts import PromptSpec
-from ..store.runs import new_run_id
 from ..core.types import Run
+from ..inputs.prompts import PromptSpec
+from ..run.prepare import RunRequest
+from ..store.runs import new_run_id
 
 MAX_POINTS = 32  # each point may reload vLLM (tens of seconds on CPU): keep grids small
 # Keys that change no side's load: varied innermost, so warm workers are reused. Side options
 # (SIDE.key) and the rest change what a side loads.
-RUNTIME_KEYS = {"batch_size", "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                "stop_token_ids", "ignore_eos", "logprobs", "chat", "cross_score", "seed"}
+RUNTIME_KEYS = {
+    "batch_size",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop_token_ids",
+    "ignore_eos",
+    "logprobs",
+    "chat",
+    "cross_score",
+    "seed",
+}
 
 
 @dataclass
@@ -74,10 +88,19 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
 
 
-def run_sweep(service: Any, model: str, prompt: PromptSpec, grid: dict[str, list[Any]], *,
-              config_path: str | None = None, overrides: list[str] | None = None,
-              base: dict[str, Any] | None = None, sides: list[str] | None = None, trust_remote_code: bool = False,
-              emit: Any = None) -> Sweep:
+def run_sweep(
+    service: Any,
+    model: str,
+    prompt: PromptSpec,
+    grid: dict[str, list[Any]],
+    *,
+    config_path: str | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+    sides: list[str] | None = None,
+    trust_remote_code: bool = False,
+    emit: Any = None,
+) -> Sweep:
     """Run every grid point as a stored run of kind "sweep" sharing one group_id.
 
     A point with batch_size=B runs the prompt B times in one batch (copies), so the batch size is
@@ -89,13 +112,21 @@ def run_sweep(service: Any, model: str, prompt: PromptSpec, grid: dict[str, list
         try:
             cfg = build_config(config_path, ovr, base=base, sides=sides)
         except ParityError as e:
-            run = service.record_failure(model, [prompt], {"overrides": ovr}, e, kind="sweep",
-                                         group_id=sweep.group_id)
+            run = service.record_failure(model, [prompt], {"overrides": ovr}, e, kind="sweep", group_id=sweep.group_id)
             sweep.points.append(SweepPoint(settings, run))
             continue
         prompts = [prompt] * cfg.batch_size
-        run = service.run(RunRequest(model=model, prompts=prompts, config=cfg, trust_remote_code=trust_remote_code,
-                                     group_id=sweep.group_id, kind="sweep"), on_event=emit)
+        run = service.run(
+            RunRequest(
+                model=model,
+                prompts=prompts,
+                config=cfg,
+                trust_remote_code=trust_remote_code,
+                group_id=sweep.group_id,
+                kind="sweep",
+            ),
+            on_event=emit,
+        )
         sweep.points.append(SweepPoint(settings, run))
     return sweep
 
@@ -117,9 +148,17 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
         expl = comp.explanation if comp else None
         stats = comp.cross_scores.get(f"{comp.b}_by_{comp.a}") if comp and comp.cross_scores else None
         rms = stats.rms_gap if stats is not None else None
-        points.append({"settings": p.settings, "run_id": r.id, "status": r.status,
-                       "first_divergence": r.first_divergence, "verdict": expl.verdict if expl else None,
-                       "cross_rms_gap": rms, "error": r.error})
+        points.append(
+            {
+                "settings": p.settings,
+                "run_id": r.id,
+                "status": r.status,
+                "first_divergence": r.first_divergence,
+                "verdict": expl.verdict if expl else None,
+                "cross_rms_gap": rms,
+                "error": r.error,
+            }
+        )
     ok = [p for p in sweep.points if p.run.status in ("ok", "diverged")]
     effects = []
     for key, values in sweep.grid.items():
@@ -130,5 +169,9 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
             if same_rest and a.settings[key] != b.settings[key] and _div(a.run) != _div(b.run):
                 moved = True
         effects.append({"key": key, "moves_divergence": moved, "first_divergence_by_value": by_value})
-    return {"group_id": sweep.group_id, "grid": {k: [str(v) for v in vs] for k, vs in sweep.grid.items()},
-            "points": points, "effects": effects}
+    return {
+        "group_id": sweep.group_id,
+        "grid": {k: [str(v) for v in vs] for k, vs in sweep.grid.items()},
+        "points": points,
+        "effects": effects,
+    }

@@ -9,25 +9,33 @@ differs only in the engine itself has nothing to flip, and saying so before the 
 a stored error after two trials. Reads the store only; the bisect itself is the service's
 (`ParityService.which_setting` checks, then bisects).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.bisect_factors import differences
-from ..core.bisect_record import KIND, TRIAL_KIND
+from ..core.bisect_record import DEFAULT_PROMPTS, KIND, MAX_PROMPTS, TRIAL_KIND, bisect_line, pair_value, parse_pair  # noqa: F401 - the view's names
 from ..core.config import config_from_dict
 from ..core.errors import ParityError
 from ..core.types import Run
 from ..store import Store
-from ..core.bisect_record import bisect_line
-from ..core.bisect_record import DEFAULT_PROMPTS, MAX_PROMPTS, pair_value, parse_pair  # noqa: F401 - the view's names
 from .setting_bisect import nothing_to_flip
 
 BISECTABLE_KINDS = ("compare", "workload")
 
-__all__ = ["BisectChoice", "bisect_choice", "checked_request", "pair_value", "parse_pair", "bisect_lines",
-           "latest_bisect", "DEFAULT_PROMPTS", "MAX_PROMPTS"]
+__all__ = [
+    "BisectChoice",
+    "bisect_choice",
+    "checked_request",
+    "pair_value",
+    "parse_pair",
+    "bisect_lines",
+    "latest_bisect",
+    "DEFAULT_PROMPTS",
+    "MAX_PROMPTS",
+]
 
 
 @dataclass
@@ -90,15 +98,24 @@ def bisect_choice(store: Store, run_id: str) -> BisectChoice:
         return choice
     if run.kind not in BISECTABLE_KINDS:
         choice.problem = f"run {run.id} is a {run.kind} run: Which setting? searches a comparison or a workload"
-        choice.fix = ("open the comparison or workload it belongs to" if run.kind in (KIND, TRIAL_KIND)
-                      else "run a comparison of the sides, then ask which setting it is")
+        choice.fix = (
+            "open the comparison or workload it belongs to"
+            if run.kind in (KIND, TRIAL_KIND)
+            else "run a comparison of the sides, then ask which setting it is"
+        )
         return choice
     done = run.workload.done if run.workload is not None else run.status in ("ok", "diverged")
     if run.status == "running" or not done:
-        choice.problem = (f"run {run.id} is still running" if run.status == "running" else
-                          f"run {run.id} ended {run.status} before any prompt finished: there is nothing to search")
-        choice.fix = ("wait until it is stored" if run.status == "running" else
-                      "run the comparison again (its error card says what to fix first)")
+        choice.problem = (
+            f"run {run.id} is still running"
+            if run.status == "running"
+            else f"run {run.id} ended {run.status} before any prompt finished: there is nothing to search"
+        )
+        choice.fix = (
+            "wait until it is stored"
+            if run.status == "running"
+            else "run the comparison again (its error card says what to fix first)"
+        )
         return choice
     if len(run.sides) < 2:
         choice.problem = f"run {run.id} has {len(run.sides)} side: a bisect needs two sides that differ"
@@ -112,15 +129,20 @@ def bisect_choice(store: Store, run_id: str) -> BisectChoice:
         choice.problem, choice.fix, choice.nothing_to_flip = e.message, e.fix, True
     elif not choice.pairs:
         what = "within the reference's noise floor" if run.workload is not None else "token-identical"
-        choice.problem = (f"every side of run {run.id} is {what} against the reference {run.reference}: no pair "
-                          "differs, so there is no setting to find")
-        choice.fix = ("nothing to fix; to look for a gap anyway, run `parity bisect` on the command line, whose "
-                      "oracle also weighs logprobs against the noise floor")
+        choice.problem = (
+            f"every side of run {run.id} is {what} against the reference {run.reference}: no pair "
+            "differs, so there is no setting to find"
+        )
+        choice.fix = (
+            "nothing to fix; to look for a gap anyway, run `parity bisect` on the command line, whose "
+            "oracle also weighs logprobs against the noise floor"
+        )
     return choice
 
 
-def checked_request(store: Store, run_id: str, sides: Any = None, prompts: Any = DEFAULT_PROMPTS) -> tuple[tuple[str, str],
-                                                                                                          int]:
+def checked_request(
+    store: Store, run_id: str, sides: Any = None, prompts: Any = DEFAULT_PROMPTS
+) -> tuple[tuple[str, str], int]:
     """The (pair, number of prompts) a bisect of `run_id` starts with: `sides` one of the run's
     differing pairs (None: the default pair), `prompts` a whole number from 1 to 10,000 (None: 8).
     Raises ParityError naming the problem and the fix; nothing is stored then."""
@@ -130,8 +152,11 @@ def checked_request(store: Store, run_id: str, sides: Any = None, prompts: Any =
     pair = parse_pair(sides) or choice.default
     if pair not in choice.pairs:
         offered = "; ".join(f"{a} vs {b}" for a, b in choice.pairs)
-        raise ParityError(f"the pair {pair[0]} vs {pair[1]} is not one of run {run_id}'s pairs that differ",
-                          f"pick one of: {offered}", code="bisect-pair")
+        raise ParityError(
+            f"the pair {pair[0]} vs {pair[1]} is not one of run {run_id}'s pairs that differ",
+            f"pick one of: {offered}",
+            code="bisect-pair",
+        )
     if prompts is None or prompts == "":
         n = DEFAULT_PROMPTS
     else:
@@ -141,9 +166,12 @@ def checked_request(store: Store, run_id: str, sides: Any = None, prompts: Any =
         except (TypeError, ValueError):
             whole = False
         if not whole or not 1 <= n <= MAX_PROMPTS:
-            raise ParityError(f"the number of prompts {prompts!r} is not a whole number from 1 to {MAX_PROMPTS:,}",
-                              f"give a number of prompts from 1 to {MAX_PROMPTS:,} ({DEFAULT_PROMPTS}: the run's "
-                              f"{DEFAULT_PROMPTS} worst)", code="bisect-prompts")
+            raise ParityError(
+                f"the number of prompts {prompts!r} is not a whole number from 1 to {MAX_PROMPTS:,}",
+                f"give a number of prompts from 1 to {MAX_PROMPTS:,} ({DEFAULT_PROMPTS}: the run's "
+                f"{DEFAULT_PROMPTS} worst)",
+                code="bisect-prompts",
+            )
     return pair, n
 
 

@@ -10,6 +10,7 @@ engine), marked `engine_only`. What cannot be flipped (the engine itself, with t
 one kind has) is one fixed factor. Whether a flip took effect is read in the settings vocabulary of
 parity_ui.core.settings (OPTION_ROWS, `reported`), the one the engines report in. Pure: no engine, no store.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ def effective(cfg: ParityConfig, spec: SideSpec, name: str, model: ModelInfo, on
     return value
 
 
-def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelInfo,
-                on_gpu: bool) -> tuple[list[Factor], list[Factor]]:
+def differences(
+    cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelInfo, on_gpu: bool
+) -> tuple[list[Factor], list[Factor]]:
     """(flippable, fixed): the settings in which `side` differs from `ref`, as asked. Options both kinds
     have, the model folder and the interpreter are flippable; the engine (when the kinds differ) is one
     fixed factor, whose note names the options only one of the kinds has (set away from their defaults)."""
@@ -58,26 +60,46 @@ def differences(cfg: ParityConfig, ref: SideSpec, side: SideSpec, model: ModelIn
             if rv != sv:
                 out.append(Factor(key=f.name, reference=rv, side=sv, resolved_key=option_row(f.name)))
         elif _flip_to(f) is not NO_FLIP and sv != _flip_to(f):
-            out.append(Factor(key=f.name, reference=_flip_to(f), side=sv, resolved_key=option_row(f.name),
-                              engine_only=True,
-                              note=f"only {sk.name} has it ({rk.name} does not): flipped to "
-                                   f"{show_value(_flip_to(f))}, {f.metadata.get('flip_why') or 'its plain value'}"))
+            out.append(
+                Factor(
+                    key=f.name,
+                    reference=_flip_to(f),
+                    side=sv,
+                    resolved_key=option_row(f.name),
+                    engine_only=True,
+                    note=f"only {sk.name} has it ({rk.name} does not): flipped to "
+                    f"{show_value(_flip_to(f))}, {f.metadata.get('flip_why') or 'its plain value'}",
+                )
+            )
     models = [s.model or model.path for s in (ref, side)]
     if models[0] != models[1]:
         out.append(Factor(key="model", reference=models[0], side=models[1], resolved_key="model"))
     if ref.python != side.python:
-        out.append(Factor(key="python", reference=ref.python or "this environment",
-                          side=side.python or "this environment", resolved_key="environment",
-                          note="the interpreter as a whole: its installed vLLM, transformers and torch"))
+        out.append(
+            Factor(
+                key="python",
+                reference=ref.python or "this environment",
+                side=side.python or "this environment",
+                resolved_key="environment",
+                note="the interpreter as a whole: its installed vLLM, transformers and torch",
+            )
+        )
     fixed: list[Factor] = []
     if rk.name != sk.name:
         only = [f"{side.name}: {k}={v}" for k, v in _kind_only(side, ref_fields).items()]
         side_fields = {f.name for f in dataclasses.fields(sk.options)}
         only += [f"{ref.name}: {k}={v}" for k, v in _kind_only(ref, side_fields, flippable=True).items()]
-        fixed.append(Factor(key="engine", reference=f"{rk.name} ({rk.label})", side=f"{sk.name} ({sk.label})",
-                            flippable=False, resolved_key="engine",
-                            note="another kind of engine cannot be flipped"
-                                 + (f"; with it the options only one kind has: {', '.join(only)}" if only else "")))
+        fixed.append(
+            Factor(
+                key="engine",
+                reference=f"{rk.name} ({rk.label})",
+                side=f"{sk.name} ({sk.label})",
+                flippable=False,
+                resolved_key="engine",
+                note="another kind of engine cannot be flipped"
+                + (f"; with it the options only one kind has: {', '.join(only)}" if only else ""),
+            )
+        )
     return out, fixed
 
 
@@ -89,9 +111,13 @@ def _kind_only(spec: SideSpec, other_fields: set[str], flippable: bool = False) 
     """A side's options that the other kind lacks, where set away from their defaults (those a bisect
     flips, with a flip_to, left out unless `flippable`: they are factors of their own)."""
     defaults = type(spec.options)()
-    return {f.name: getattr(spec.options, f.name) for f in dataclasses.fields(spec.options)
-            if f.name not in other_fields and getattr(spec.options, f.name) != getattr(defaults, f.name)
-            and (flippable or _flip_to(f) is NO_FLIP)}
+    return {
+        f.name: getattr(spec.options, f.name)
+        for f in dataclasses.fields(spec.options)
+        if f.name not in other_fields
+        and getattr(spec.options, f.name) != getattr(defaults, f.name)
+        and (flippable or _flip_to(f) is NO_FLIP)
+    }
 
 
 def check_flip(f: Factor, trial: SideInfo | None, ref: SideInfo | None, side: SideInfo | None) -> FlipCheck:
@@ -105,21 +131,41 @@ def check_flip(f: Factor, trial: SideInfo | None, ref: SideInfo | None, side: Si
     if got is None and want is None and was is not None:
         return FlipCheck(f.key, APPLIED, f.reference, None, f"{label}: not reported, as on the reference")
     if got is None:
-        return FlipCheck(f.key, NOT_SHOWN, f.reference, None,
-                         f"{label} was flipped to {asked}, but the engine's resolved settings do not show it: "
-                         "whether it took effect cannot be checked")
+        return FlipCheck(
+            f.key,
+            NOT_SHOWN,
+            f.reference,
+            None,
+            f"{label} was flipped to {asked}, but the engine's resolved settings do not show it: "
+            "whether it took effect cannot be checked",
+        )
     if want is not None and was is not None and want == was:
-        return FlipCheck(f.key, NO_VISIBLE_DIFFERENCE, f.reference, got,
-                         f"{label}: the stored run's sides resolved it alike ({want!r}) although they asked "
-                         f"{asked} and {own}: the side's own setting did not take effect (or means the same here), "
-                         "so flipping it changes nothing visible")
+        return FlipCheck(
+            f.key,
+            NO_VISIBLE_DIFFERENCE,
+            f.reference,
+            got,
+            f"{label}: the stored run's sides resolved it alike ({want!r}) although they asked "
+            f"{asked} and {own}: the side's own setting did not take effect (or means the same here), "
+            "so flipping it changes nothing visible",
+        )
     if want is not None and got == want:
         return FlipCheck(f.key, APPLIED, f.reference, got, f"{label}: now {got!r}, as on the reference")
     if was is not None and got == was:
-        return FlipCheck(f.key, NOT_APPLIED, f.reference, got,
-                         f"{label} was flipped to {asked}, but the trial side still resolved its own "
-                         f"{got!r} (the reference: {want!r}): the flip did not take effect")
+        return FlipCheck(
+            f.key,
+            NOT_APPLIED,
+            f.reference,
+            got,
+            f"{label} was flipped to {asked}, but the trial side still resolved its own "
+            f"{got!r} (the reference: {want!r}): the flip did not take effect",
+        )
     if want is None:  # another kind's reference does not report it: the side's value moved, as asked
         return FlipCheck(f.key, APPLIED, f.reference, got, f"{label}: now {got!r} (was {was!r})")
-    return FlipCheck(f.key, OTHER, f.reference, got,
-                     f"{label} was flipped to {asked}; the trial side resolved {got!r}, the reference {want!r}")
+    return FlipCheck(
+        f.key,
+        OTHER,
+        f.reference,
+        got,
+        f"{label} was flipped to {asked}; the trial side resolved {got!r}, the reference {want!r}",
+    )

@@ -3,6 +3,7 @@ oracle said, with which figures, whether the flips showed in the engine's resolv
 answer. Stored as the bisect run's `bisect_json` (parity_ui.store.runs) and read back by `report_from_json`;
 `format_bisect` is its terminal screen. Pure: no engine, no store.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -100,12 +101,13 @@ class Estimate:
 
     def line(self) -> str:
         t = self.seconds_per_trial
-        when = (f"; at {t:.1f} s a trial: {_duration(self.best * t)} to {_duration(self.worst * t)}"
-                if t else "")
+        when = f"; at {t:.1f} s a trial: {_duration(self.best * t)} to {_duration(self.worst * t)}" if t else ""
         trials = count(self.best, "trial") if self.best == self.worst else f"{self.best} to {self.worst} trials"
         when = when if self.best != self.worst or not t else f"; at {t:.1f} s a trial: {_duration(self.best * t)}"
-        return (f"{count(self.factors, 'flippable setting')}: ddmin takes {trials} "
-                f"(one at a time: {self.one_at_a_time}, which cannot find a pair){when}")
+        return (
+            f"{count(self.factors, 'flippable setting')}: ddmin takes {trials} "
+            f"(one at a time: {self.one_at_a_time}, which cannot find a pair){when}"
+        )
 
 
 @dataclass
@@ -149,6 +151,7 @@ class BisectReport:
 
 def report_from_json(d: dict[str, Any]) -> BisectReport:
     """The inverse of BisectReport.to_json (unknown keys, from a newer release, are dropped)."""
+
     def known(cls: Any, x: dict[str, Any]) -> dict[str, Any]:
         names = {f.name for f in dataclasses.fields(cls)}
         return {k: v for k, v in x.items() if k in names}
@@ -157,16 +160,19 @@ def report_from_json(d: dict[str, Any]) -> BisectReport:
         return Trial(**{**known(Trial, t), "checks": [FlipCheck(**known(FlipCheck, c)) for c in t.get("checks") or []]})
 
     est = d.get("estimate")
-    return BisectReport(**{
-        **known(BisectReport, d),
-        "factors": [Factor(**known(Factor, f)) for f in d.get("factors") or []],
-        "fixed": [Factor(**known(Factor, f)) for f in d.get("fixed") or []],
-        "estimate": Estimate(**known(Estimate, est)) if est else None,
-        "trials": [trial(t) for t in d.get("trials") or []],
-    })
+    return BisectReport(
+        **{
+            **known(BisectReport, d),
+            "factors": [Factor(**known(Factor, f)) for f in d.get("factors") or []],
+            "fixed": [Factor(**known(Factor, f)) for f in d.get("fixed") or []],
+            "estimate": Estimate(**known(Estimate, est)) if est else None,
+            "trials": [trial(t) for t in d.get("trials") or []],
+        }
+    )
 
 
 # -- the terminal screen ------------------------------------------------------------------------
+
 
 def show_value(x: Any) -> str:
     """A setting's value for people: unset for None, true/false, else as written."""
@@ -204,10 +210,19 @@ def trial_rows(report: BisectReport) -> list[dict[str, str]]:
     for t in report.trials:
         flipped = ", ".join(t.flipped) if t.flipped else "nothing (as it ran)"
         notes = [c.key + ": " + c.status for c in t.checks if c.status != APPLIED]
-        rows.append({"trial": str(t.index), "flipped": flipped, "outcome": t.outcome, "oracle": t.oracle or "-",
-                     "figures": trial_figures(t), "seconds": f"{t.seconds:.1f}",
-                     "warm": "-" if t.warm is None else ("yes" if t.warm else "no"), "run": t.run_id or "-",
-                     "notes": "; ".join(notes)})
+        rows.append(
+            {
+                "trial": str(t.index),
+                "flipped": flipped,
+                "outcome": t.outcome,
+                "oracle": t.oracle or "-",
+                "figures": trial_figures(t),
+                "seconds": f"{t.seconds:.1f}",
+                "warm": "-" if t.warm is None else ("yes" if t.warm else "no"),
+                "run": t.run_id or "-",
+                "notes": "; ".join(notes),
+            }
+        )
     return rows
 
 
@@ -217,11 +232,16 @@ def format_bisect(report: BisectReport, bisect_id: str = "", status: str = "") -
     head = f"bisect {bisect_id} of run {report.run_id}: {report.side} against the reference {report.reference}"
     lines = [head + (f"  [{status}]" if status else "")]
     if report.prompts:
-        lines.append(f"  on {len(report.prompts)} prompt(s) of the run, worst first: "
-                     + ", ".join(map(str, report.prompts[:12])) + (" ..." if len(report.prompts) > 12 else ""))
+        lines.append(
+            f"  on {len(report.prompts)} prompt(s) of the run, worst first: "
+            + ", ".join(map(str, report.prompts[:12]))
+            + (" ..." if len(report.prompts) > 12 else "")
+        )
     if report.factors:
-        lines.append(f"  settings that differ ({len(report.factors)}, flippable): "
-                     + "; ".join(f.describe() + (" [runtime only]" if f.runtime_only else "") for f in report.factors))
+        lines.append(
+            f"  settings that differ ({len(report.factors)}, flippable): "
+            + "; ".join(f.describe() + (" [runtime only]" if f.runtime_only else "") for f in report.factors)
+        )
     for f in report.fixed:
         lines.append(f"  not flippable: {f.describe()}" + (f": {f.note}" if f.note else ""))
     for f in report.factors:
@@ -234,12 +254,16 @@ def format_bisect(report: BisectReport, bisect_id: str = "", status: str = "") -
     rows = trial_rows(report)
     if rows:
         w = max(10, min(48, max(len(r["flipped"]) for r in rows)))
-        lines.append(f"  {'#':>3}  {'flipped to the reference':{w}}  {'outcome':15}  {'oracle':9}  {'s':>6}  "
-                     f"{'warm':4}  {'run':26}  figures")
+        lines.append(
+            f"  {'#':>3}  {'flipped to the reference':{w}}  {'outcome':15}  {'oracle':9}  {'s':>6}  "
+            f"{'warm':4}  {'run':26}  figures"
+        )
         for r in rows:
             oracle = {"identical tokens": "identical", "noise floor": "floor"}.get(r["oracle"], r["oracle"])
-            lines.append(f"  {r['trial']:>3}  {r['flipped'][:w]:{w}}  {r['outcome']:15}  {oracle:9}  "
-                         f"{r['seconds']:>6}  {r['warm']:4}  {r['run']:26}  {r['figures']}")
+            lines.append(
+                f"  {r['trial']:>3}  {r['flipped'][:w]:{w}}  {r['outcome']:15}  {oracle:9}  "
+                f"{r['seconds']:>6}  {r['warm']:4}  {r['run']:26}  {r['figures']}"
+            )
     for c in report.unconfirmed():
         lines.append(f"  NOT CONFIRMED: {c.message}")
     done = len(report.trials)
@@ -271,5 +295,7 @@ def bisect_line(r: Any) -> str:
     """A stored bisect's one line for a runs table (r: parity_ui.store.bisects.BisectLine): the pair,
     the run searched and the answer (or its error)."""
     pair = f"{r.side} vs {r.reference} of {r.run_id}: " if r.run_id else ""
-    answer = r.summary if r.status in ("ok", "diverged") and r.summary else r.status + (f": {r.error}" if r.error else "")
+    answer = (
+        r.summary if r.status in ("ok", "diverged") and r.summary else r.status + (f": {r.error}" if r.error else "")
+    )
     return f"which setting? {pair}{answer}"

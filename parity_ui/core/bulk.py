@@ -4,11 +4,12 @@ CPython's cyclic collector runs every few hundred allocations and, as the young 
 rescans the older generations too: about half the time of reopening a long run went there. These
 objects hold no reference cycles, so nothing is lost by pausing the collector while they are made.
 """
+
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 how many replicas of each side (`--replicas 2` or `--replicas ref=1,b=4`), read and checked once; and
 what a run records of the cluster it ran on. Plain data: running on Ray is parity_ui.run.cluster's.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,9 +16,11 @@ ALL = "*"  # the replicas key that stands for every side without its own count
 MAX_REPLICAS = 4096
 # Why a cluster run's figures can differ from an in-process run's even when nothing else does:
 # each replica batches the prompts of its own blocks, so which prompts share a batch changes.
-BATCH_NOTE = ("batch composition differs per replica: each replica batches the prompts of its own blocks, so a "
-              "prompt's batch neighbours are not those of an in-process run (an engine that is not batch-invariant "
-              "can give other logprobs); the floor is measured the same way, on the cluster")
+BATCH_NOTE = (
+    "batch composition differs per replica: each replica batches the prompts of its own blocks, so a "
+    "prompt's batch neighbours are not those of an in-process run (an engine that is not batch-invariant "
+    "can give other logprobs); the floor is measured the same way, on the cluster"
+)
 _ADDRESS = re.compile(r"^(ray://|https?://)?[A-Za-z0-9_.\-\[\]:]+$")
 
 
@@ -40,9 +43,12 @@ def parse_cluster(address: str | None) -> str | None:
         return None
     a = str(address).strip()
     if a != LOCAL and a != "auto" and not _ADDRESS.match(a):
-        raise ConfigError("cluster", f"is {a!r}, not a Ray address",
-                          "give --cluster local (a Ray instance on this machine), auto (the cluster this machine "
-                          "belongs to), HOST:PORT of a running head node, or ray://HOST:10001")
+        raise ConfigError(
+            "cluster",
+            f"is {a!r}, not a Ray address",
+            "give --cluster local (a Ray instance on this machine), auto (the cluster this machine "
+            "belongs to), HOST:PORT of a running head node, or ray://HOST:10001",
+        )
     return a
 
 
@@ -66,9 +72,12 @@ def parse_replicas(text: Any) -> dict[str, int]:
         except ValueError:
             count = -1
         if not 1 <= count <= MAX_REPLICAS or (eq and not side):
-            raise ConfigError("replicas", f"{p!r} is not a count of replicas",
-                              f"give the replicas as a whole number 1..{MAX_REPLICAS} for every side (e.g. 2) or "
-                              "per side (e.g. ref=1,b=4)")
+            raise ConfigError(
+                "replicas",
+                f"{p!r} is not a count of replicas",
+                f"give the replicas as a whole number 1..{MAX_REPLICAS} for every side (e.g. 2) or "
+                "per side (e.g. ref=1,b=4)",
+            )
         out[side] = count
     out.setdefault(ALL, 1)
     return out
@@ -78,8 +87,11 @@ def check_sides(replicas: dict[str, int], sides: list[str]) -> None:
     """Every side named in `replicas` is a side of the run. Raises ConfigError."""
     unknown = [s for s in replicas if s != ALL and s not in sides]
     if unknown:
-        raise ConfigError("replicas", f"names {', '.join(unknown)}, not a side of this run ({', '.join(sides)})",
-                          "name the run's sides in --replicas, e.g. " + ",".join(f"{s}=2" for s in sides[:2]))
+        raise ConfigError(
+            "replicas",
+            f"names {', '.join(unknown)}, not a side of this run ({', '.join(sides)})",
+            "name the run's sides in --replicas, e.g. " + ",".join(f"{s}=2" for s in sides[:2]),
+        )
 
 
 @dataclass
@@ -98,15 +110,27 @@ class ClusterRecord:
     note: str = BATCH_NOTE
 
     def to_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "nodes": self.nodes, "cpus": self.cpus, "gpus": self.gpus,
-                "replicas": dict(self.replicas), "block": self.block, "placement": self.placement,
-                "retried_blocks": self.retried_blocks, "lost_replicas": list(self.lost_replicas), "note": self.note}
+        return {
+            "address": self.address,
+            "nodes": self.nodes,
+            "cpus": self.cpus,
+            "gpus": self.gpus,
+            "replicas": dict(self.replicas),
+            "block": self.block,
+            "placement": self.placement,
+            "retried_blocks": self.retried_blocks,
+            "lost_replicas": list(self.lost_replicas),
+            "note": self.note,
+        }
 
     def describe(self) -> str:
         sides = ", ".join(f"{s} x{n}" for s, n in self.replicas.items())
         where = f"{self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus:g} CPUs, {self.gpus:g} GPUs"
-        lost = f"; {len(self.lost_replicas)} replica(s) lost, {self.retried_blocks} block(s) retried" \
-            if self.lost_replicas or self.retried_blocks else ""
+        lost = (
+            f"; {len(self.lost_replicas)} replica(s) lost, {self.retried_blocks} block(s) retried"
+            if self.lost_replicas or self.retried_blocks
+            else ""
+        )
         return f"Ray cluster {self.address} ({where}): replicas {sides}; blocks of {self.block}{lost}"
 
 

@@ -9,6 +9,7 @@ Validation is strict: an unknown key, a wrong type or a value out of range raise
 naming the key and what is allowed. Older configs keep working: a `vllm:` or `hf:` section (and
 `--set vllm.enforce_eager=true`) addresses the side of that name.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,6 +44,8 @@ def _lifted(key: str, value: Any, section: str = "vllm") -> bool:
     if key == "logprobs_mode" and section != "vllm":
         return False
     return key in _MOVED_UP and value not in _SIDE_OPTION_TOO.get(key, ())
+
+
 _RENAMED = {"device_map": "device"}
 
 
@@ -59,52 +62,86 @@ class ParityConfig:
     min_p: float = option(0.0, "0 = off", (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]; 0 = off"))
     repetition_penalty: float = option(1.0, "1 = off", (lambda v: 0.0 < v <= 10.0, "a number in (0, 10]; 1 = off"))
     seed: int = option(0, "sampling seed", (lambda v: 0 <= v < 2**63, "an integer >= 0"))
-    sampling: str = option("native", "how sampled tokens are drawn: native = each side's own sampler and random "
-                                     "stream (sampled streams part at once); shared-seed = every side draws with the "
-                                     "same Gumbel noise per (seed, prompt, position, token), so sampled streams "
-                                     "compare token by token (temperature 0 stays greedy)",
-                           one_of(*SAMPLING_MODES))
-    stop_token_ids: list[int] = option(doc="extra stop ids on top of the model's EOS ids", factory=list,
-                                       allowed=(lambda v: all(t >= 0 for t in v), "a list of token ids >= 0"))
+    sampling: str = option(
+        "native",
+        "how sampled tokens are drawn: native = each side's own sampler and random "
+        "stream (sampled streams part at once); shared-seed = every side draws with the "
+        "same Gumbel noise per (seed, prompt, position, token), so sampled streams "
+        "compare token by token (temperature 0 stays greedy)",
+        one_of(*SAMPLING_MODES),
+    )
+    stop_token_ids: list[int] = option(
+        doc="extra stop ids on top of the model's EOS ids",
+        factory=list,
+        allowed=(lambda v: all(t >= 0 for t in v), "a list of token ids >= 0"),
+    )
     ignore_eos: bool = option(False, "keep generating past EOS")
     dtype: str = option("auto", "weights dtype of every side (a side may override it)", one_of(*DTYPES))
-    max_model_len: int | None = option(None, "context limit of the vLLM sides; null = what the run needs "
-                                             "(longest prompt + max_new_tokens, rounded up), at most the model's own",
-                                       (lambda v: v is None or 16 <= v <= 10_000_000,
-                                        "an integer >= 16, or null to size it to the run"))
+    max_model_len: int | None = option(
+        None,
+        "context limit of the vLLM sides; null = what the run needs "
+        "(longest prompt + max_new_tokens, rounded up), at most the model's own",
+        (lambda v: v is None or 16 <= v <= 10_000_000, "an integer >= 16, or null to size it to the run"),
+    )
     rope_scaling: dict[str, Any] | None = option(None, "e.g. {rope_type: linear, factor: 2.0}")
     logprobs: int = option(5, "top-k alternatives recorded per position", _int_range(0, MAX_LOGPROBS))
     chat: bool = option(False, "apply the model's chat template once")
     batch_size: int = option(1, "prompts per generate call", _int_range(1, 1024))
-    cross_score: bool = option(True, "after generating, each side re-scores the reference's tokens and "
-                                     "the reference each side's (teacher forcing)")
-    routes: bool = option(False, "mixture-of-experts models: record which experts every MoE layer chose for each "
-                                 "token on every side that can, and compare them layer by layer")
-    full_distribution: bool = option(False, "compare the sides' FULL next-token distributions per position (KL both "
-                                            "ways, total variation, top-1 agreement, top-k containment) where both "
-                                            "see the same context: a scored workload, a replay, cross-scores")
-    full_distribution_budget_mb: int = option(1024, "full_distribution: the most one sequence's full rows may take "
-                                                    "(vocabulary x tokens x 4 bytes), on the scorer's device and on disk",
-                                              _int_range(1, 1_048_576))
+    cross_score: bool = option(
+        True,
+        "after generating, each side re-scores the reference's tokens and the reference each side's (teacher forcing)",
+    )
+    routes: bool = option(
+        False,
+        "mixture-of-experts models: record which experts every MoE layer chose for each "
+        "token on every side that can, and compare them layer by layer",
+    )
+    full_distribution: bool = option(
+        False,
+        "compare the sides' FULL next-token distributions per position (KL both "
+        "ways, total variation, top-1 agreement, top-k containment) where both "
+        "see the same context: a scored workload, a replay, cross-scores",
+    )
+    full_distribution_budget_mb: int = option(
+        1024,
+        "full_distribution: the most one sequence's full rows may take "
+        "(vocabulary x tokens x 4 bytes), on the scorer's device and on disk",
+        _int_range(1, 1_048_576),
+    )
     generate_while_loading: str = option(
-        "gpu", "a side that has loaded generates while slower sides still load: gpu = on a GPU machine "
-               "(the first answer comes sooner), always, never (per-token timings of each side alone)",
-        one_of("gpu", "always", "never"))
-    logprobs_mode: str = option("raw_logprobs", "raw: before sampling processors (comparable across runs); "
-                                                "processed: after them", one_of(*LOGPROBS_MODES))
-    generation_config: str = option("neutral", "neutral: no side applies the model's generation_config.json "
-                                               "sampling defaults; model: every side does",
-                                    one_of(*GENERATION_CONFIGS))
-    image_min_pixels: int | None = option(None, "image prompts: the fewest pixels an image is resized to (every "
-                                                "side; a side may override it); null = the model's processor default",
-                                          (lambda v: v is None or 1 <= v <= 10**9, "an integer >= 1, or null"))
-    image_max_pixels: int | None = option(None, "image prompts: the most pixels an image is resized to (every "
-                                                "side; a side may override it); null = the model's processor default",
-                                          (lambda v: v is None or 1 <= v <= 10**9, "an integer >= 1, or null"))
-    max_images_per_prompt: int = option(4, "image prompts: images a prompt may hold (vLLM's limit_mm_per_prompt)",
-                                        _int_range(1, 64))
-    sides: list[SideSpec] = option(doc="the sides compared; the first is the reference",
-                                   factory=lambda: build_sides(None, {}, set()))
+        "gpu",
+        "a side that has loaded generates while slower sides still load: gpu = on a GPU machine "
+        "(the first answer comes sooner), always, never (per-token timings of each side alone)",
+        one_of("gpu", "always", "never"),
+    )
+    logprobs_mode: str = option(
+        "raw_logprobs",
+        "raw: before sampling processors (comparable across runs); processed: after them",
+        one_of(*LOGPROBS_MODES),
+    )
+    generation_config: str = option(
+        "neutral",
+        "neutral: no side applies the model's generation_config.json sampling defaults; model: every side does",
+        one_of(*GENERATION_CONFIGS),
+    )
+    image_min_pixels: int | None = option(
+        None,
+        "image prompts: the fewest pixels an image is resized to (every "
+        "side; a side may override it); null = the model's processor default",
+        (lambda v: v is None or 1 <= v <= 10**9, "an integer >= 1, or null"),
+    )
+    image_max_pixels: int | None = option(
+        None,
+        "image prompts: the most pixels an image is resized to (every "
+        "side; a side may override it); null = the model's processor default",
+        (lambda v: v is None or 1 <= v <= 10**9, "an integer >= 1, or null"),
+    )
+    max_images_per_prompt: int = option(
+        4, "image prompts: images a prompt may hold (vLLM's limit_mm_per_prompt)", _int_range(1, 64)
+    )
+    sides: list[SideSpec] = option(
+        doc="the sides compared; the first is the reference", factory=lambda: build_sides(None, {}, set())
+    )
 
     @property
     def greedy(self) -> bool:
@@ -123,8 +160,11 @@ class ParityConfig:
         for s in self.sides:
             if s.name == name:
                 return s
-        raise ConfigError(name, f"no side is named {name!r} (sides: {', '.join(s.name for s in self.sides)})",
-                          "use one of the run's side names")
+        raise ConfigError(
+            name,
+            f"no side is named {name!r} (sides: {', '.join(s.name for s in self.sides)})",
+            "use one of the run's side names",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sides"}
@@ -135,7 +175,7 @@ class ParityConfig:
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
-    def with_sides(self, sides: list[SideSpec]) -> "ParityConfig":
+    def with_sides(self, sides: list[SideSpec]) -> ParityConfig:
         return dataclasses.replace(self, sides=list(sides))
 
 
@@ -148,12 +188,18 @@ def _validate_rope(rope: dict[str, Any]) -> dict[str, Any]:
         rope["rope_type"] = rope.pop("type")
     kind = rope.get("rope_type")
     if kind not in ROPE_TYPES:
-        raise ConfigError("rope_scaling.rope_type", f"is {kind!r}, must be one of " + ", ".join(ROPE_TYPES),
-                          "e.g. rope_scaling: {rope_type: linear, factor: 2.0}")
+        raise ConfigError(
+            "rope_scaling.rope_type",
+            f"is {kind!r}, must be one of " + ", ".join(ROPE_TYPES),
+            "e.g. rope_scaling: {rope_type: linear, factor: 2.0}",
+        )
     factor = rope.get("factor")
     if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 1.0 <= factor <= 128:
-        raise ConfigError("rope_scaling.factor", f"is {factor!r}, must be a number from 1 to 128",
-                          "e.g. rope_scaling: {rope_type: linear, factor: 2.0}")
+        raise ConfigError(
+            "rope_scaling.factor",
+            f"is {factor!r}, must be a number from 1 to 128",
+            "e.g. rope_scaling: {rope_type: linear, factor: 2.0}",
+        )
     return rope
 
 
@@ -168,9 +214,12 @@ def _split_sections(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
         elif isinstance(value, dict) or value is None:  # `vllm:` with nothing under it loads as null
             sections[key] = dict(value or {})
         else:
-            raise ConfigError(str(key), "is not a known key",
-                              "known keys: " + ", ".join(sorted(TOP_KEYS)) + "; a side's options go under "
-                              "its name (b: {enforce_eager: false}) or in sides:")
+            raise ConfigError(
+                str(key),
+                "is not a known key",
+                "known keys: " + ", ".join(sorted(TOP_KEYS)) + "; a side's options go under "
+                "its name (b: {enforce_eager: false}) or in sides:",
+            )
     for name, section in sections.items():
         for key, translate in _MOVED_UP.items():
             if key in section and _lifted(key, section[key], name):
@@ -199,15 +248,21 @@ def _check_shared_seed(cfg: ParityConfig) -> None:
     if not cfg.shared_seed:
         return
     if cfg.repetition_penalty != 1.0:
-        raise ConfigError("repetition_penalty", f"is {cfg.repetition_penalty}, and sampling=shared-seed draws before "
-                                                "vLLM applies its penalties (HF after its own): the sides would draw "
-                                                "from different distributions", "set repetition_penalty=1, or "
-                                                                                 "sampling=native")
+        raise ConfigError(
+            "repetition_penalty",
+            f"is {cfg.repetition_penalty}, and sampling=shared-seed draws before "
+            "vLLM applies its penalties (HF after its own): the sides would draw "
+            "from different distributions",
+            "set repetition_penalty=1, or sampling=native",
+        )
     if cfg.logprobs_mode != "raw_logprobs":
-        raise ConfigError("logprobs_mode", f"is {cfg.logprobs_mode}, and sampling=shared-seed records the processed "
-                                           "logprob of every token itself (renormalised over the kept set); the "
-                                           "engines' own processed logprobs would include the shared noise",
-                          "set logprobs_mode=raw_logprobs (the processed logprob is recorded beside it)")
+        raise ConfigError(
+            "logprobs_mode",
+            f"is {cfg.logprobs_mode}, and sampling=shared-seed records the processed "
+            "logprob of every token itself (renormalised over the kept set); the "
+            "engines' own processed logprobs would include the shared noise",
+            "set logprobs_mode=raw_logprobs (the processed logprob is recorded beside it)",
+        )
 
 
 def yaml_error_text(error: Exception, text: str) -> tuple[str, str]:
@@ -224,8 +279,10 @@ def yaml_error_text(error: Exception, text: str) -> tuple[str, str]:
     shown = lines[mark.line].strip() if mark.line < len(lines) else ""
     where = f"line {line_no}, column {col}"
     offending = f": `{shown[:80]}`" if shown else ""
-    return (f"is not valid YAML/JSON: {problem} at {where}{offending}",
-            f"fix line {line_no} (YAML is 'key: value', one per line; indent nested keys with spaces)")
+    return (
+        f"is not valid YAML/JSON: {problem} at {where}{offending}",
+        f"fix line {line_no} (YAML is 'key: value', one per line; indent nested keys with spaces)",
+    )
 
 
 def parse_config_text(text: str, source: str = "config") -> dict[str, Any]:
@@ -259,8 +316,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     out = json.loads(json.dumps(data))  # deep copy of plain data
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(item, "is not of the form key=value",
-                              "e.g. --set temperature=0 --set vllm.enforce_eager=true")
+            raise ConfigError(
+                item, "is not of the form key=value", "e.g. --set temperature=0 --set vllm.enforce_eager=true"
+            )
         key, raw = item.split("=", 1)
         key = key.strip()
         try:
@@ -286,8 +344,9 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> None:
             target[part] = {}
         target = target[part]
         if not isinstance(target, dict):
-            raise ConfigError(key, "is not a section",
-                              "only a side's options (SIDE.option) and rope_scaling.* are nested")
+            raise ConfigError(
+                key, "is not a section", "only a side's options (SIDE.option) and rope_scaling.* are nested"
+            )
     target[parts[-1]] = value
 
 
@@ -302,8 +361,12 @@ def apply_side_args(data: dict[str, Any], side_args: list[str]) -> dict[str, Any
     return out
 
 
-def build_config(path: str | Path | None = None, overrides: list[str] | None = None,
-                 base: dict[str, Any] | None = None, sides: list[str] | None = None) -> ParityConfig:
+def build_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
+    sides: list[str] | None = None,
+) -> ParityConfig:
     """The config from defaults <- base <- file <- --side <- --set, validated."""
     data: dict[str, Any] = dict(base or {})
     if path:
@@ -327,8 +390,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fp32-exact": {"temperature": 0.0, "dtype": "float32", "max_new_tokens": 128, "logprobs": 5},
     # The long-context seed: an 8k model stretched to 16k by linear RoPE scaling, 9k-token prompts.
     "long-context-9k": {
-        "temperature": 0.0, "max_new_tokens": 256, "logprobs": 5, "max_model_len": 16384,
-        "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "batch_size": 1,
+        "temperature": 0.0,
+        "max_new_tokens": 256,
+        "logprobs": 5,
+        "max_model_len": 16384,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+        "batch_size": 1,
     },
 }
 PRESET_LABELS = {
@@ -340,17 +407,27 @@ PRESET_LABELS = {
 # The common pairs (or triples), for `--sides-preset` and the app's Sides panel.
 SIDE_PRESETS: dict[str, list[dict[str, Any]]] = {
     "vllm-vs-hf": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}],
-    "eager-vs-graphs": [{"name": "eager", "kind": "vllm", "enforce_eager": True},
-                        {"name": "graphs", "kind": "vllm", "enforce_eager": False}],
-    "fp32-reference": [{"name": "ref", "kind": "hf", "dtype": "float32"},
-                       {"name": "vllm", "kind": "vllm", "dtype": "bfloat16"}],
-    "rl-rollout": [{"name": "trainer", "kind": "hf", "dtype": "float32", "fp32_logits": True},
-                   {"name": "rollout", "kind": "vllm", "dtype": "bfloat16", "fp32_logits": True}],
-    "batch-invariant": [{"name": "default", "kind": "vllm"},
-                        {"name": "invariant", "kind": "vllm", "batch_invariant": True}],
-    "three-way": [{"name": "ref", "kind": "hf", "dtype": "float32"},
-                  {"name": "bf16", "kind": "vllm", "dtype": "bfloat16"},
-                  {"name": "bf16-inv", "kind": "vllm", "dtype": "bfloat16", "batch_invariant": True}],
+    "eager-vs-graphs": [
+        {"name": "eager", "kind": "vllm", "enforce_eager": True},
+        {"name": "graphs", "kind": "vllm", "enforce_eager": False},
+    ],
+    "fp32-reference": [
+        {"name": "ref", "kind": "hf", "dtype": "float32"},
+        {"name": "vllm", "kind": "vllm", "dtype": "bfloat16"},
+    ],
+    "rl-rollout": [
+        {"name": "trainer", "kind": "hf", "dtype": "float32", "fp32_logits": True},
+        {"name": "rollout", "kind": "vllm", "dtype": "bfloat16", "fp32_logits": True},
+    ],
+    "batch-invariant": [
+        {"name": "default", "kind": "vllm"},
+        {"name": "invariant", "kind": "vllm", "batch_invariant": True},
+    ],
+    "three-way": [
+        {"name": "ref", "kind": "hf", "dtype": "float32"},
+        {"name": "bf16", "kind": "vllm", "dtype": "bfloat16"},
+        {"name": "bf16-inv", "kind": "vllm", "dtype": "bfloat16", "batch_invariant": True},
+    ],
 }
 SIDE_PRESET_LABELS = {
     "vllm-vs-hf": "vLLM vs HF (the default)",

@@ -11,6 +11,7 @@ positions here and against the side's KV memory in `parity_ui.run.memory_plan` b
 The token-count check the app shows under the prompt and the one `prepare` raises are the same
 function (`check_context`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -100,25 +101,35 @@ class ContextCheck:
             return ""
         n = self.counts[self.over]
         which = "the prompt" if len(self.counts) == 1 else f"prompt {self.over}"
-        return (f"{which} has {n:,} tokens; with max_new_tokens={self.max_new_tokens} it needs "
-                f"{n + self.max_new_tokens:,} positions, over the context of {self.limit:,}")
+        return (
+            f"{which} has {n:,} tokens; with max_new_tokens={self.max_new_tokens} it needs "
+            f"{n + self.max_new_tokens:,} positions, over the context of {self.limit:,}"
+        )
 
     @property
     def fix(self) -> str:
-        return ("shorten the prompt, lower max_new_tokens, or extend the context with max_model_len and "
-                "rope_scaling (e.g. the 'long context 9k' preset)")
+        return (
+            "shorten the prompt, lower max_new_tokens, or extend the context with max_model_len and "
+            "rope_scaling (e.g. the 'long context 9k' preset)"
+        )
 
 
-def check_context(counts: list[int], max_new_tokens: int, limit: int | None,
-                  max_model_len: int | None = None) -> ContextCheck:
+def check_context(
+    counts: list[int], max_new_tokens: int, limit: int | None, max_model_len: int | None = None
+) -> ContextCheck:
     """Check each prompt's token count plus max_new_tokens against `limit` (see `max_context`), and
     say which context a vLLM side gets (`max_model_len` when set, else `sized_context`)."""
     over = None
     if limit is not None:
         over = next((i for i, n in enumerate(counts) if n + max_new_tokens > limit), None)
     need = max(counts) + max_new_tokens
-    return ContextCheck(counts=list(counts), max_new_tokens=max_new_tokens, limit=limit, over=over,
-                        vllm_context=max_model_len if max_model_len is not None else sized_context(need, limit))
+    return ContextCheck(
+        counts=list(counts),
+        max_new_tokens=max_new_tokens,
+        limit=limit,
+        over=over,
+        vllm_context=max_model_len if max_model_len is not None else sized_context(need, limit),
+    )
 
 
 # -- the KV cache -----------------------------------------------------------------------------------
@@ -156,8 +167,10 @@ class KvPerToken:
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
     def __str__(self) -> str:
-        return (f"{self.bytes / 1024:.1f} KiB a token: 2 (K and V) x {self.layers} layers x {self.kv_heads} KV heads "
-                f"x {self.head_dim} x {self.dtype_bytes} bytes")
+        return (
+            f"{self.bytes / 1024:.1f} KiB a token: 2 (K and V) x {self.layers} layers x {self.kv_heads} KV heads "
+            f"x {self.head_dim} x {self.dtype_bytes} bytes"
+        )
 
 
 def kv_per_token(model: ModelInfo, dtype_bytes: int, tp: int = 1, pp: int = 1) -> KvPerToken | None:
@@ -167,8 +180,13 @@ def kv_per_token(model: ModelInfo, dtype_bytes: int, tp: int = 1, pp: int = 1) -
     layers, kv, hd = model.num_hidden_layers, model.num_key_value_heads, model.head_dim
     if model.kv_layout != "standard" or not all(isinstance(x, int) and x > 0 for x in (layers, kv, hd)):
         return None
-    return KvPerToken(layers=-(-layers // max(pp, 1)), kv_heads=max(1, kv // max(tp, 1)), head_dim=hd,
-                      dtype_bytes=dtype_bytes, extra_blocks=1 if model.sliding_window else 0)
+    return KvPerToken(
+        layers=-(-layers // max(pp, 1)),
+        kv_heads=max(1, kv // max(tp, 1)),
+        head_dim=hd,
+        dtype_bytes=dtype_bytes,
+        extra_blocks=1 if model.sliding_window else 0,
+    )
 
 
 def kv_bytes(tokens: int, per_token: KvPerToken, block: int) -> int:

@@ -20,12 +20,14 @@ five scalars where its own rows already are, on its device, and deletes nothing 
 Pooled as llama.cpp's `--kl-divergence` reports them (mean / p90 / p95 / p99 / max, top-1 agreement,
 top-k containment): the `distribution` family of core.figures. Pure: standard library only.
 """
+
 from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .errors import ConfigError
 
@@ -56,11 +58,14 @@ class Budget:
             return
         need = self.sequence_bytes(vocab, tokens)
         if need > self.mib * 2**20:
-            raise ConfigError("full_distribution", f"needs {need / 2**20:,.0f} MiB per sequence (vocabulary "
-                                                   f"{vocab:,} x {tokens:,} tokens x {ROW_BYTES} bytes), over the "
-                                                   f"memory budget of {self.mib:,} MiB (full_distribution_budget_mb)",
-                              "raise full_distribution_budget_mb if the scorer's device holds it, lower "
-                              "max_new_tokens, or set full_distribution=false")
+            raise ConfigError(
+                "full_distribution",
+                f"needs {need / 2**20:,.0f} MiB per sequence (vocabulary "
+                f"{vocab:,} x {tokens:,} tokens x {ROW_BYTES} bytes), over the "
+                f"memory budget of {self.mib:,} MiB (full_distribution_budget_mb)",
+                "raise full_distribution_budget_mb if the scorer's device holds it, lower "
+                "max_new_tokens, or set full_distribution=false",
+            )
 
 
 def scratch_bytes(vocab: int, tokens: int, sequences: int) -> int:
@@ -102,7 +107,7 @@ class DistributionPool:
             self.top1 += int(d)
             self.topk += int(e)
 
-    def add(self, other: "DistributionPool") -> None:
+    def add(self, other: DistributionPool) -> None:
         self.kl.extend(other.kl)
         self.kl_rev.extend(other.kl_rev)
         self.tv.extend(other.tv)
@@ -156,12 +161,18 @@ def pool(columns: Iterable[Mapping[str, Sequence[Any]]]) -> DistributionPool:
 
 
 # The figures judged against the floor (key, epsilon: a difference below it is rounding, never "exceeds").
-FLOOR_CHECKS: tuple[tuple[str, float], ...] = (("kl_mean", 1e-6), ("kl_rev_mean", 1e-6), ("tv_mean", 1e-4),
-                                               ("kl_p99", 1e-5), ("top1_differ", 1e-3))
+FLOOR_CHECKS: tuple[tuple[str, float], ...] = (
+    ("kl_mean", 1e-6),
+    ("kl_rev_mean", 1e-6),
+    ("tv_mean", 1e-4),
+    ("kl_p99", 1e-5),
+    ("top1_differ", 1e-3),
+)
 
 
-def against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None, tolerance: float = 1.5
-                  ) -> str | None:
+def against_floor(
+    side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None, tolerance: float = 1.5
+) -> str | None:
     """The distribution family judged against the floor, as the token figures are (core.pooled's rule:
     over `tolerance` x the floor's value AND more than the figure's epsilon above it); one sentence,
     None without both. The KL figures are quadratic in a logit error, so their limit is tolerance²."""
@@ -173,7 +184,7 @@ def against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | Non
     parts, over = [], []
     for key, eps in FLOOR_CHECKS:
         power = 2 if key.startswith("kl") else 1
-        c = _check(key, side.get(key), floor.get(key), eps, tolerance ** power)
+        c = _check(key, side.get(key), floor.get(key), eps, tolerance**power)
         f = FIGURES[key]
         parts.append(f"{f.name} {f.format(c.side)} vs {f.format(c.floor)}")
         if c.exceeds:

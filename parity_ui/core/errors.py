@@ -3,6 +3,7 @@
 Every layer raises `ParityError` (or a subclass) for bad input; the service turns it into a stored
 error run, the CLI into exit code 2 with the message on stderr, the app into a message in the page.
 """
+
 from __future__ import annotations
 
 

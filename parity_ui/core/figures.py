@@ -11,6 +11,7 @@ rho = p_ref / p_side of each token:
 
 Pure: standard library only. May import: nothing else of parity_ui.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,19 +55,36 @@ def _band_key(lo: float, hi: float) -> str:
 
 _ALL: list[Figure] = [
     # -- sequences
-    Figure("share_identical", "prompts identical", "share of prompts whose tokens equal the reference's",
-           higher_is_worse=False, kind="share"),
-    Figure("identical_wilson_lower", "prompts identical, 95% lower bound",
-           "one-sided 95% Wilson lower bound of the share identical (vLLM's accuracy gate's bound)",
-           higher_is_worse=False, kind="share"),
-    Figure("not_identical", "prompts not identical",
-           "share of prompts whose tokens leave the reference's (judged by 95% Wilson intervals)", kind="share"),
-    Figure("median_first_divergence", "median first divergence",
-           "generated-token index where the median diverged prompt first left the reference "
-           "(the lower median: a real index)", higher_is_worse=False, kind="index"),
+    Figure(
+        "share_identical",
+        "prompts identical",
+        "share of prompts whose tokens equal the reference's",
+        higher_is_worse=False,
+        kind="share",
+    ),
+    Figure(
+        "identical_wilson_lower",
+        "prompts identical, 95% lower bound",
+        "one-sided 95% Wilson lower bound of the share identical (vLLM's accuracy gate's bound)",
+        higher_is_worse=False,
+        kind="share",
+    ),
+    Figure(
+        "not_identical",
+        "prompts not identical",
+        "share of prompts whose tokens leave the reference's (judged by 95% Wilson intervals)",
+        kind="share",
+    ),
+    Figure(
+        "median_first_divergence",
+        "median first divergence",
+        "generated-token index where the median diverged prompt first left the reference "
+        "(the lower median: a real index)",
+        higher_is_worse=False,
+        kind="index",
+    ),
     # -- tokens: the logprob gap
-    Figure("abs_dlogp_mean", "|Δlogprob| mean", "mean |logp_side − logp_ref| over every compared token",
-           unit="nats"),
+    Figure("abs_dlogp_mean", "|Δlogprob| mean", "mean |logp_side − logp_ref| over every compared token", unit="nats"),
     Figure("abs_dlogp_p50", "|Δlogprob| median", "median |logp_side − logp_ref|", unit="nats"),
     Figure("abs_dlogp_p95", "|Δlogprob| p95", "95th percentile of |logp_side − logp_ref|", unit="nats"),
     Figure("abs_dlogp_p99", "|Δlogprob| p99", "99th percentile of |logp_side − logp_ref|", unit="nats"),
@@ -74,45 +92,98 @@ _ALL: list[Figure] = [
     Figure("abs_dprob_mean", "|Δprob| mean", "mean |p_side − p_ref| of the chosen tokens"),
     Figure("abs_dprob_max", "|Δprob| max", "largest |p_side − p_ref| of a chosen token"),
     # -- tokens: the two KL estimators (see the module docstring)
-    Figure("kl", "mean log-ratio (k1)",
-           "mean(logp_side − logp_ref): the k1 estimator of KL(side‖ref); unbiased but can be negative, "
-           "so it is not called KL", unit="nats"),
-    Figure("abs_kl", "|mean log-ratio (k1)|", "|mean(logp_side − logp_ref)|, the k1 estimator's size",
-           unit="nats"),
-    Figure("k3", "KL(side‖ref), k3 estimate",
-           "mean(ρ − log ρ − 1) over the side's tokens: the k3 estimator of KL(side‖ref), never negative",
-           unit="nats"),
-    Figure("pearson", "Pearson r of probabilities", "Pearson correlation of the two sides' token probabilities",
-           higher_is_worse=False),
+    Figure(
+        "kl",
+        "mean log-ratio (k1)",
+        "mean(logp_side − logp_ref): the k1 estimator of KL(side‖ref); unbiased but can be negative, "
+        "so it is not called KL",
+        unit="nats",
+    ),
+    Figure("abs_kl", "|mean log-ratio (k1)|", "|mean(logp_side − logp_ref)|, the k1 estimator's size", unit="nats"),
+    Figure(
+        "k3",
+        "KL(side‖ref), k3 estimate",
+        "mean(ρ − log ρ − 1) over the side's tokens: the k3 estimator of KL(side‖ref), never negative",
+        unit="nats",
+    ),
+    Figure(
+        "pearson",
+        "Pearson r of probabilities",
+        "Pearson correlation of the two sides' token probabilities",
+        higher_is_worse=False,
+    ),
     Figure("one_minus_pearson", "1 − Pearson r", "1 − the Pearson r of the two sides' token probabilities"),
-    Figure("token_mult_prob_error", "mult. prob. error",
-           "mean(exp(|Δlogprob|)), NeMo-RL's token_mult_prob_error; 1 = the sides agree"),
+    Figure(
+        "token_mult_prob_error",
+        "mult. prob. error",
+        "mean(exp(|Δlogprob|)), NeMo-RL's token_mult_prob_error; 1 = the sides agree",
+    ),
     Figure("token_mult_prob_error_minus_1", "mult. prob. error − 1", "mean(exp(|Δlogprob|)) − 1; 0 = the sides agree"),
     # -- the importance ratio
     Figure("rho_min", "ratio ρ min", f"the smallest {RHO}", higher_is_worse=False),
     Figure("rho_mean", "ratio ρ mean", f"the mean of {RHO}", higher_is_worse=False),
     Figure("rho_max", "ratio ρ max", f"the largest {RHO}"),
-    *(Figure(_band_key(lo, hi), f"ρ outside [{lo:g}, {hi:g}]",
-             f"share of tokens whose ratio ρ = p_ref / p_side is outside [{lo:g}, {hi:g}]", kind="share")
-      for lo, hi in RHO_BANDS),
-    Figure("extreme_share", "|Δlogprob| > ln 2",
-           "share of tokens whose |logp_side − logp_ref| exceeds ln 2 (ρ beyond ½ or 2: AReaL's extreme "
-           "fraction)", kind="share"),
+    *(
+        Figure(
+            _band_key(lo, hi),
+            f"ρ outside [{lo:g}, {hi:g}]",
+            f"share of tokens whose ratio ρ = p_ref / p_side is outside [{lo:g}, {hi:g}]",
+            kind="share",
+        )
+        for lo, hi in RHO_BANDS
+    ),
+    Figure(
+        "extreme_share",
+        "|Δlogprob| > ln 2",
+        "share of tokens whose |logp_side − logp_ref| exceeds ln 2 (ρ beyond ½ or 2: AReaL's extreme fraction)",
+        kind="share",
+    ),
     # -- routing (mixture-of-experts, routes=true): over (token, layer) cells compared, up to each fork
-    Figure("route_same_set", "routes identical", "share of (token, layer) routes where both sides chose the same "
-           "experts", higher_is_worse=False, kind="share", family="routing"),
-    Figure("route_same_order", "routes identical, same slots", "share of (token, layer) routes with the same "
-           "experts in the same slots (what a replay of ids, weights and order needs)", higher_is_worse=False,
-           kind="share", family="routing"),
-    Figure("route_overlap", "expert overlap@k", "mean share of the k experts both sides chose, over (token, layer)",
-           higher_is_worse=False, kind="share", family="routing"),
-    Figure("route_differ", "routes differing", "share of (token, layer) routes whose experts differ "
-           "(1 − routes identical)", kind="share", family="routing"),
-    Figure("route_tokens_any_differ", "tokens with routes differing",
-           "share of tokens where at least one MoE layer chose other experts (R3's 94%)", kind="share", family="routing"),
-    Figure("seq_abs_log_ratio_max", "largest sequence |log ρ|",
-           "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's "
-           "geometric-mean ρ is from 1", unit="nats"),
+    Figure(
+        "route_same_set",
+        "routes identical",
+        "share of (token, layer) routes where both sides chose the same experts",
+        higher_is_worse=False,
+        kind="share",
+        family="routing",
+    ),
+    Figure(
+        "route_same_order",
+        "routes identical, same slots",
+        "share of (token, layer) routes with the same "
+        "experts in the same slots (what a replay of ids, weights and order needs)",
+        higher_is_worse=False,
+        kind="share",
+        family="routing",
+    ),
+    Figure(
+        "route_overlap",
+        "expert overlap@k",
+        "mean share of the k experts both sides chose, over (token, layer)",
+        higher_is_worse=False,
+        kind="share",
+        family="routing",
+    ),
+    Figure(
+        "route_differ",
+        "routes differing",
+        "share of (token, layer) routes whose experts differ (1 − routes identical)",
+        kind="share",
+        family="routing",
+    ),
+    Figure(
+        "route_tokens_any_differ",
+        "tokens with routes differing",
+        "share of tokens where at least one MoE layer chose other experts (R3's 94%)",
+        kind="share",
+        family="routing",
+    ),
+    Figure(
+        "seq_abs_log_ratio_max",
+        "largest sequence |log ρ|",
+        "over prompts, the largest |mean(logp_ref − logp_side)|: how far one whole answer's geometric-mean ρ is from 1",
+        unit="nats",
+    ),
 ]
 
 # -- the sampling family: kept mass and support of sampled tokens (core.kept_mass; reference = trainer,
@@ -120,52 +191,138 @@ _ALL: list[Figure] = [
 NAIVE = "naive ρ = p_ref(raw, whole vocabulary) / p_side(processed, renormalised over its kept set)"
 RENORM = "renormalised ρ = p_ref renormalised over the same kept set / p_side(processed)"
 _SAMPLING: list[Figure] = [
-    Figure("kept_mass_mean", "kept mass S mean", "mean mass of the side's kept set under its own raw distribution "
-           "(1 = nothing cut by top-p / top-k / min-p)", higher_is_worse=False, family="sampling"),
-    Figure("kept_mass_min", "kept mass S min", "the smallest kept mass of a sampled token", higher_is_worse=False,
-           family="sampling"),
-    Figure("kept_mass_ref_mean", "reference kept mass S mean", "mean mass of the reference's kept set",
-           higher_is_worse=False, family="sampling"),
-    Figure("kept_size_mean", "kept set size mean", "mean number of tokens the side's sampled tokens were drawn from",
-           higher_is_worse=False, family="sampling"),
-    Figure("kept_sets_differ", "kept sets differ", "share of sampled tokens whose kept sets differ between the sides "
-           "(a top-p / top-k boundary near-tie)", kind="share", family="sampling"),
+    Figure(
+        "kept_mass_mean",
+        "kept mass S mean",
+        "mean mass of the side's kept set under its own raw distribution (1 = nothing cut by top-p / top-k / min-p)",
+        higher_is_worse=False,
+        family="sampling",
+    ),
+    Figure(
+        "kept_mass_min",
+        "kept mass S min",
+        "the smallest kept mass of a sampled token",
+        higher_is_worse=False,
+        family="sampling",
+    ),
+    Figure(
+        "kept_mass_ref_mean",
+        "reference kept mass S mean",
+        "mean mass of the reference's kept set",
+        higher_is_worse=False,
+        family="sampling",
+    ),
+    Figure(
+        "kept_size_mean",
+        "kept set size mean",
+        "mean number of tokens the side's sampled tokens were drawn from",
+        higher_is_worse=False,
+        family="sampling",
+    ),
+    Figure(
+        "kept_sets_differ",
+        "kept sets differ",
+        "share of sampled tokens whose kept sets differ between the sides (a top-p / top-k boundary near-tie)",
+        kind="share",
+        family="sampling",
+    ),
     Figure("naive_rho_mean", "naive ratio mean", f"mean of the {NAIVE}", higher_is_worse=False, family="sampling"),
-    Figure("renorm_rho_mean", "renormalised ratio mean", f"mean of the {RENORM}", higher_is_worse=False,
-           family="sampling"),
-    Figure("raw_minus_processed_mean", "raw − processed logprob mean",
-           "mean of the side's raw minus processed logprob of its token (−log S at temperature 1)", unit="nats",
-           family="sampling"),
-    *(f for lo, hi in RHO_BANDS for f in (
-        Figure(f"naive_outside_{lo:g}_{hi:g}", f"naive ratio outside [{lo:g}, {hi:g}]",
-               f"share of sampled tokens whose {NAIVE} is outside [{lo:g}, {hi:g}]", kind="share", family="sampling"),
-        Figure(f"renorm_outside_{lo:g}_{hi:g}", f"renormalised ratio outside [{lo:g}, {hi:g}]",
-               f"share of sampled tokens whose {RENORM} is outside [{lo:g}, {hi:g}]", kind="share",
-               family="sampling"))),
+    Figure(
+        "renorm_rho_mean", "renormalised ratio mean", f"mean of the {RENORM}", higher_is_worse=False, family="sampling"
+    ),
+    Figure(
+        "raw_minus_processed_mean",
+        "raw − processed logprob mean",
+        "mean of the side's raw minus processed logprob of its token (−log S at temperature 1)",
+        unit="nats",
+        family="sampling",
+    ),
+    *(
+        f
+        for lo, hi in RHO_BANDS
+        for f in (
+            Figure(
+                f"naive_outside_{lo:g}_{hi:g}",
+                f"naive ratio outside [{lo:g}, {hi:g}]",
+                f"share of sampled tokens whose {NAIVE} is outside [{lo:g}, {hi:g}]",
+                kind="share",
+                family="sampling",
+            ),
+            Figure(
+                f"renorm_outside_{lo:g}_{hi:g}",
+                f"renormalised ratio outside [{lo:g}, {hi:g}]",
+                f"share of sampled tokens whose {RENORM} is outside [{lo:g}, {hi:g}]",
+                kind="share",
+                family="sampling",
+            ),
+        )
+    ),
 ]
 _ALL += _SAMPLING
 
 # -- the distribution family: the sides' FULL next-token rows compared per position (core.distribution;
 # full_distribution=true), pooled as llama.cpp's --kl-divergence reports them. Keys match
 # DistributionPool.figures().
-_DIST_WHAT = {"kl": ("KL(ref‖side)", "Σ p_ref (log p_ref − log p_side) over the whole vocabulary, per position"),
-              "kl_rev": ("KL(side‖ref)", "Σ p_side (log p_side − log p_ref) over the whole vocabulary, per position"),
-              "tv": ("total variation", "½ Σ |p_ref − p_side| over the whole vocabulary, per position")}
+_DIST_WHAT = {
+    "kl": ("KL(ref‖side)", "Σ p_ref (log p_ref − log p_side) over the whole vocabulary, per position"),
+    "kl_rev": ("KL(side‖ref)", "Σ p_side (log p_side − log p_ref) over the whole vocabulary, per position"),
+    "tv": ("total variation", "½ Σ |p_ref − p_side| over the whole vocabulary, per position"),
+}
 _DISTRIBUTION: list[Figure] = [
-    *(f for key, (name, what) in _DIST_WHAT.items() for f in (
-        Figure(f"{key}_mean", f"{name} mean", f"mean of {what}", unit="" if key == "tv" else "nats",
-               family="distribution"),
-        *(Figure(f"{key}_p{q}", f"{name} p{q}", f"{q}th percentile of {what}", unit="" if key == "tv" else "nats",
-                 family="distribution") for q in (90, 95, 99)),
-        Figure(f"{key}_max", f"{name} max", f"largest {what}", unit="" if key == "tv" else "nats",
-               family="distribution"))),
-    Figure("top1_agree", "top-1 agreement", "share of positions where both sides' most likely next token is the same",
-           higher_is_worse=False, kind="share", family="distribution"),
-    Figure("top1_differ", "top-1 disagreement", "share of positions where the sides' most likely next tokens differ",
-           kind="share", family="distribution"),
-    Figure("topk_contained", "top-k containment", "share of positions where the reference's most likely token is "
-           "among the side's k most likely (k = the config's logprobs)", higher_is_worse=False, kind="share",
-           family="distribution"),
+    *(
+        f
+        for key, (name, what) in _DIST_WHAT.items()
+        for f in (
+            Figure(
+                f"{key}_mean",
+                f"{name} mean",
+                f"mean of {what}",
+                unit="" if key == "tv" else "nats",
+                family="distribution",
+            ),
+            *(
+                Figure(
+                    f"{key}_p{q}",
+                    f"{name} p{q}",
+                    f"{q}th percentile of {what}",
+                    unit="" if key == "tv" else "nats",
+                    family="distribution",
+                )
+                for q in (90, 95, 99)
+            ),
+            Figure(
+                f"{key}_max",
+                f"{name} max",
+                f"largest {what}",
+                unit="" if key == "tv" else "nats",
+                family="distribution",
+            ),
+        )
+    ),
+    Figure(
+        "top1_agree",
+        "top-1 agreement",
+        "share of positions where both sides' most likely next token is the same",
+        higher_is_worse=False,
+        kind="share",
+        family="distribution",
+    ),
+    Figure(
+        "top1_differ",
+        "top-1 disagreement",
+        "share of positions where the sides' most likely next tokens differ",
+        kind="share",
+        family="distribution",
+    ),
+    Figure(
+        "topk_contained",
+        "top-k containment",
+        "share of positions where the reference's most likely token is "
+        "among the side's k most likely (k = the config's logprobs)",
+        higher_is_worse=False,
+        kind="share",
+        family="distribution",
+    ),
 ]
 _ALL += _DISTRIBUTION
 FIGURES: dict[str, Figure] = {f.key: f for f in _ALL}
@@ -183,13 +340,34 @@ def family(name: str) -> list[Figure]:
 
 
 # The distribution family's table rows, as every view shows them.
-DISTRIBUTION_ROWS: tuple[str, ...] = ("kl_mean", "kl_p90", "kl_p95", "kl_p99", "kl_max", "kl_rev_mean", "kl_rev_p99",
-                                      "kl_rev_max", "tv_mean", "tv_p99", "tv_max", "top1_agree", "topk_contained")
+DISTRIBUTION_ROWS: tuple[str, ...] = (
+    "kl_mean",
+    "kl_p90",
+    "kl_p95",
+    "kl_p99",
+    "kl_max",
+    "kl_rev_mean",
+    "kl_rev_p99",
+    "kl_rev_max",
+    "tv_mean",
+    "tv_p99",
+    "tv_max",
+    "top1_agree",
+    "topk_contained",
+)
 
 # The sampling family's table rows, as every view shows them (the [0.9, 1.1] band first: trl#7269's).
-SAMPLING_ROWS: tuple[str, ...] = ("kept_mass_mean", "kept_mass_min", "kept_size_mean", "kept_sets_differ",
-                                  "raw_minus_processed_mean", "naive_rho_mean", "renorm_rho_mean",
-                                  "naive_outside_0.9_1.1", "renorm_outside_0.9_1.1")
+SAMPLING_ROWS: tuple[str, ...] = (
+    "kept_mass_mean",
+    "kept_mass_min",
+    "kept_size_mean",
+    "kept_sets_differ",
+    "raw_minus_processed_mean",
+    "naive_rho_mean",
+    "renorm_rho_mean",
+    "naive_outside_0.9_1.1",
+    "renorm_outside_0.9_1.1",
+)
 
 
 def figure(key: str) -> Figure:
@@ -209,11 +387,21 @@ def display_name(key: str) -> str:
 # The figures table's rows, in order: (the TokenStats field, the floor check that judges it or None).
 # Every view's table (CLI, app, report) is built from these; names and formats come from FIGURES.
 TABLE_ROWS: tuple[tuple[str, str | None], ...] = (
-    ("abs_dlogp_mean", "abs_dlogp_mean"), ("abs_dlogp_p50", "abs_dlogp_p50"), ("abs_dlogp_p95", "abs_dlogp_p95"),
-    ("abs_dlogp_p99", "abs_dlogp_p99"), ("abs_dlogp_max", "abs_dlogp_max"), ("abs_dprob_mean", "abs_dprob_mean"),
-    ("abs_dprob_max", "abs_dprob_max"), ("k3", "k3"), ("kl", "abs_kl"), ("pearson", "one_minus_pearson"),
-    ("token_mult_prob_error", "token_mult_prob_error_minus_1"), ("rho_min", None), ("rho_mean", None),
-    ("rho_max", None), ("extreme_share", None),
+    ("abs_dlogp_mean", "abs_dlogp_mean"),
+    ("abs_dlogp_p50", "abs_dlogp_p50"),
+    ("abs_dlogp_p95", "abs_dlogp_p95"),
+    ("abs_dlogp_p99", "abs_dlogp_p99"),
+    ("abs_dlogp_max", "abs_dlogp_max"),
+    ("abs_dprob_mean", "abs_dprob_mean"),
+    ("abs_dprob_max", "abs_dprob_max"),
+    ("k3", "k3"),
+    ("kl", "abs_kl"),
+    ("pearson", "one_minus_pearson"),
+    ("token_mult_prob_error", "token_mult_prob_error_minus_1"),
+    ("rho_min", None),
+    ("rho_mean", None),
+    ("rho_max", None),
+    ("extreme_share", None),
 )
 # As (display name, TokenStats field): what render.workload and the CLI screen read.
 FIGURE_ROWS: tuple[tuple[str, str], ...] = tuple((FIGURES[k].name, k) for k, _ in TABLE_ROWS)

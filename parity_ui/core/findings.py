@@ -7,12 +7,12 @@ were typed (a cross-score's directions keyed "<generator>_by_<scorer>", a failur
 and `*_from_json` reads every shape a release wrote (unknown keys are ignored, missing ones default).
 Plain data: no module here imports anything heavy.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
-
 
 # engines.base.clean_logprob stores a masked (-inf) logprob as -1e30: anything below this was masked by a
 # logits processor, not predicted (explain, crossscore and the workload statistics leave it out).
@@ -25,6 +25,7 @@ def _fields(cls: Any, data: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the explanation of a fork (parity_ui.analysis.explain) -------------------------------------------------
+
 
 @dataclass
 class SideAtFork:
@@ -91,6 +92,7 @@ def explanation_from_json(data: dict[str, Any] | None) -> Explanation | None:
 
 # -- teacher-forced cross-scores (parity_ui.analysis.crossscore) ---------------------------------------------
 
+
 @dataclass
 class RatioRange:
     min: float
@@ -154,6 +156,7 @@ def cross_scores_from_json(data: dict[str, Any] | None) -> CrossScores | None:
 
 # -- a determinism probe (parity_ui.commands.probes) ---------------------------------------------------------
 
+
 @dataclass
 class OutputsSummary:
     """Repeated generations of one prompt: distinct outputs (counts most common first) and the first fork."""
@@ -208,11 +211,20 @@ def probe_report_from_json(data: dict[str, Any] | None) -> ProbeReport | None:
     def summary(d: dict[str, Any] | None) -> OutputsSummary:
         return OutputsSummary(**{"runs": 0, "distinct": 0, "first_fork": None, **_fields(OutputsSummary, d or {})})
 
-    sides = {label: SideProbe(side=e.get("side", label), batch_invariant=bool(e.get("batch_invariant")),
-                              alone=summary(e.get("alone")), batched=summary(e.get("batched")),
-                              alone_vs_batched=summary(e.get("alone_vs_batched")))
-             for label, e in (data.get("sides") or {}).items()}
+    sides = {
+        label: SideProbe(
+            side=e.get("side", label),
+            batch_invariant=bool(e.get("batch_invariant")),
+            alone=summary(e.get("alone")),
+            batched=summary(e.get("batched")),
+            alone_vs_batched=summary(e.get("alone_vs_batched")),
+        )
+        for label, e in (data.get("sides") or {}).items()
+    }
     bi = data.get("batch_invariant") or {}
-    return ProbeReport(n=int(data.get("n") or 0), batch=int(data.get("batch") or 0),
-                       batch_invariant=BatchInvariantSupport(bool(bi.get("supported")), bi.get("detail") or ""),
-                       sides=sides)
+    return ProbeReport(
+        n=int(data.get("n") or 0),
+        batch=int(data.get("batch") or 0),
+        batch_invariant=BatchInvariantSupport(bool(bi.get("supported")), bi.get("detail") or ""),
+        sides=sides,
+    )

@@ -4,6 +4,7 @@ Findings carry the concrete change as data (`Finding.setting`: a key, dotted for
 and a value); this module is the one place that turns it into "--set b.enforce_eager=false" or
 "Sides panel: side b, enforce_eager = false". Pure.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -12,8 +13,18 @@ from .types import Finding
 
 Place = Literal["cli", "app"]
 # Canonical keys the app shows as their own form field (parity_ui.ui.config_tab.FORM_KEYS).
-APP_FORM_KEYS = {"dtype", "max_new_tokens", "temperature", "top_p", "top_k", "seed", "logprobs", "max_model_len",
-                 "batch_size", "chat"}
+APP_FORM_KEYS = {
+    "dtype",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "logprobs",
+    "max_model_len",
+    "batch_size",
+    "chat",
+}
 
 
 def _yaml_value(v: Any) -> str:

@@ -16,6 +16,7 @@ reference as the trainer and the side as the rollout:
 Everything is kept as counts and sums, so records pool exactly by adding them (core.pooled.pool_kept_mass).
 Pure: standard library only.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -45,7 +46,7 @@ class KeptMass:
     naive_outside: dict[str, int] = field(default_factory=dict)  # band -> tokens whose naive ratio is outside
     renorm_outside: dict[str, int] = field(default_factory=dict)
 
-    def add(self, other: "KeptMass") -> None:
+    def add(self, other: KeptMass) -> None:
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name == "mass_side_min":
@@ -61,10 +62,13 @@ class KeptMass:
         if n == 0:
             return {key: None for key in SAMPLING_FIGURE_KEYS}
         out: dict[str, float | None] = {
-            "kept_mass_mean": self.mass_side / n, "kept_mass_min": self.mass_side_min,
+            "kept_mass_mean": self.mass_side / n,
+            "kept_mass_min": self.mass_side_min,
             "kept_mass_ref_mean": self.mass_ref / n,
-            "kept_size_mean": self.kept_side / n, "kept_sets_differ": self.sets_differ / n,
-            "naive_rho_mean": self.naive_rho / n, "renorm_rho_mean": self.renorm_rho / n,
+            "kept_size_mean": self.kept_side / n,
+            "kept_sets_differ": self.sets_differ / n,
+            "naive_rho_mean": self.naive_rho / n,
+            "renorm_rho_mean": self.renorm_rho / n,
             "raw_minus_processed_mean": self.raw_minus_processed / n,
         }
         for lo, hi in RHO_BANDS:
@@ -84,7 +88,13 @@ def kept_mass_from_json(d: dict[str, Any] | None) -> KeptMass | None:
 
 
 SAMPLING_FIGURE_KEYS: tuple[str, ...] = (
-    "kept_mass_mean", "kept_mass_min", "kept_mass_ref_mean", "kept_size_mean", "kept_sets_differ",
-    "naive_rho_mean", "renorm_rho_mean", "raw_minus_processed_mean",
+    "kept_mass_mean",
+    "kept_mass_min",
+    "kept_mass_ref_mean",
+    "kept_size_mean",
+    "kept_sets_differ",
+    "naive_rho_mean",
+    "renorm_rho_mean",
+    "raw_minus_processed_mean",
     *(f"{kind}_outside_{band_key(lo, hi)}" for lo, hi in RHO_BANDS for kind in ("naive", "renorm")),
 )

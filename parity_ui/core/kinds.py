@@ -5,6 +5,7 @@ Code above the engines asks a kind what it can do (`kind.can_score`, `kind.can_c
 it never tests a kind's name. Adding a kind is an entry here, a mapper in parity_ui.core.mapping and an
 engine in parity_ui.engines.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 HF_DECODE_PATHS = ("eager", "static", "compiled", "graphed")
 SDPA_KERNELS = ("auto", "no-cudnn", "flash", "efficient", "math", "cudnn")
-SDPA_ENABLED = {"no-cudnn": ["flash", "efficient", "math"], "flash": ["flash"], "efficient": ["efficient"],
-                "math": ["math"], "cudnn": ["cudnn"]}  # sdpa_kernels -> the kernels left enabled (auto: all)
+SDPA_ENABLED = {
+    "no-cudnn": ["flash", "efficient", "math"],
+    "flash": ["flash"],
+    "efficient": ["efficient"],
+    "math": ["math"],
+    "cudnn": ["cudnn"],
+}  # sdpa_kernels -> the kernels left enabled (auto: all)
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+(,\d+)*)?)$")
 
 
@@ -35,84 +41,136 @@ class SideOptions:
     """What every kind accepts."""
 
     dtype: str | None = option(None, "weights dtype of this side; unset = the run's dtype", one_of(*DTYPES))
-    device: str = option("auto", "where this side runs: auto (the first GPU, else the CPU), cpu, cuda:N, "
-                                 "or cuda:N,M to spread it over several GPUs", _DEVICE_ALLOWED)
+    device: str = option(
+        "auto",
+        "where this side runs: auto (the first GPU, else the CPU), cpu, cuda:N, "
+        "or cuda:N,M to spread it over several GPUs",
+        _DEVICE_ALLOWED,
+    )
     fp32_logits: bool = option(False, "compute the lm_head and the logits in float32 (an RL trainer's setup)")
-    batch_size: int | None = option(None, "prompts per generate call for this side; unset = the run's batch_size "
-                                          "(a workload keeps its reference at 1 while the others batch as in "
-                                          "production)", number_in(1, 1024, "an integer"))
-    image_min_pixels: int | None = option(None, "image prompts: this side's own min_pixels (to reproduce a resize "
-                                                "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
-    image_max_pixels: int | None = option(None, "image prompts: this side's own max_pixels (to reproduce a resize "
-                                                "mismatch); unset = the run's", number_in(1, 10**9, "an integer"))
-    generation_config: str | None = option(None, "this side's own generation_config handling: neutral (the model's "
-                                                 "generation_config.json is not applied) or model (it is: the trap "
-                                                 "of one side silently taking the file's defaults); unset = the run's",
-                                           one_of("neutral", "model"))
-    logprobs_mode: str | None = option(None, "this side's own logprobs mode: raw_logprobs or processed_logprobs (to "
-                                             "reproduce a rollout engine reporting processed logprobs against a raw "
-                                             "trainer: the trap preflight names); unset = the run's",
-                                       one_of("raw_logprobs", "processed_logprobs"))
+    batch_size: int | None = option(
+        None,
+        "prompts per generate call for this side; unset = the run's batch_size "
+        "(a workload keeps its reference at 1 while the others batch as in "
+        "production)",
+        number_in(1, 1024, "an integer"),
+    )
+    image_min_pixels: int | None = option(
+        None,
+        "image prompts: this side's own min_pixels (to reproduce a resize mismatch); unset = the run's",
+        number_in(1, 10**9, "an integer"),
+    )
+    image_max_pixels: int | None = option(
+        None,
+        "image prompts: this side's own max_pixels (to reproduce a resize mismatch); unset = the run's",
+        number_in(1, 10**9, "an integer"),
+    )
+    generation_config: str | None = option(
+        None,
+        "this side's own generation_config handling: neutral (the model's "
+        "generation_config.json is not applied) or model (it is: the trap "
+        "of one side silently taking the file's defaults); unset = the run's",
+        one_of("neutral", "model"),
+    )
+    logprobs_mode: str | None = option(
+        None,
+        "this side's own logprobs mode: raw_logprobs or processed_logprobs (to "
+        "reproduce a rollout engine reporting processed logprobs against a raw "
+        "trainer: the trap preflight names); unset = the run's",
+        one_of("raw_logprobs", "processed_logprobs"),
+    )
 
 
 @dataclass
 class VllmOptions(SideOptions):
-    enforce_eager: bool | None = option(None, "no CUDA graphs / compilation; unset: eager on CPU, graphs on GPU",
-                                        flip_to=True, flip_why="eager, vLLM's plain path: no CUDA graphs or "
-                                                                "compilation, which change nothing in its numerics")
-    attention_backend: str | None = option(None, "force an attention backend (e.g. FLASH_ATTN, TRITON_ATTN, "
-                                                 "FLEX_ATTENTION); unset: vLLM picks")
-    enable_prefix_caching: bool = option(False, "reuse KV blocks across requests (a known cause of near-tie "
-                                                "flips, vllm #40896)",
-                                         flip_to=False, flip_why="off: every prompt prefilled in full")
-    enable_chunked_prefill: bool = option(False, "prefill long prompts in chunks (other kernels, vllm #5952)",
-                                          flip_to=False, flip_why="off: each prompt prefilled in one piece")
-    async_scheduling: bool | None = option(None, "overlap scheduling with execution; unset: vLLM's default",
-                                           flip_to=False, flip_why="off: scheduling waits for each step, "
-                                                                   "which changes nothing in the numerics")
-    model_impl: str | None = option(None, "whose model code vLLM runs: vllm (its own), transformers (the "
-                                          "Transformers modeling code inside vLLM, which tells the model's code "
-                                          "from vLLM's runtime); unset: vLLM's choice (auto)",
-                                    one_of("auto", "vllm", "transformers"),
-                                    flip_to="transformers", flip_why="the Transformers modeling code run inside "
-                                                                     "vLLM: what is left is vLLM's runtime")
+    enforce_eager: bool | None = option(
+        None,
+        "no CUDA graphs / compilation; unset: eager on CPU, graphs on GPU",
+        flip_to=True,
+        flip_why="eager, vLLM's plain path: no CUDA graphs or compilation, which change nothing in its numerics",
+    )
+    attention_backend: str | None = option(
+        None, "force an attention backend (e.g. FLASH_ATTN, TRITON_ATTN, FLEX_ATTENTION); unset: vLLM picks"
+    )
+    enable_prefix_caching: bool = option(
+        False,
+        "reuse KV blocks across requests (a known cause of near-tie flips, vllm #40896)",
+        flip_to=False,
+        flip_why="off: every prompt prefilled in full",
+    )
+    enable_chunked_prefill: bool = option(
+        False,
+        "prefill long prompts in chunks (other kernels, vllm #5952)",
+        flip_to=False,
+        flip_why="off: each prompt prefilled in one piece",
+    )
+    async_scheduling: bool | None = option(
+        None,
+        "overlap scheduling with execution; unset: vLLM's default",
+        flip_to=False,
+        flip_why="off: scheduling waits for each step, which changes nothing in the numerics",
+    )
+    model_impl: str | None = option(
+        None,
+        "whose model code vLLM runs: vllm (its own), transformers (the "
+        "Transformers modeling code inside vLLM, which tells the model's code "
+        "from vLLM's runtime); unset: vLLM's choice (auto)",
+        one_of("auto", "vllm", "transformers"),
+        flip_to="transformers",
+        flip_why="the Transformers modeling code run inside vLLM: what is left is vLLM's runtime",
+    )
     batch_invariant: bool = option(False, "VLLM_BATCH_INVARIANT=1: batch 1 == batch N bitwise (GPU, cc >= 8.0)")
     max_num_seqs: int | None = option(None, "sequences scheduled together", number_in(1, 4096, "an integer"))
     gpu_memory_utilization: float | None = option(
-        None, "share of the GPU's memory this side may take; unset: planned from the run's sides",
-        number_in(0.05, 0.98))
+        None, "share of the GPU's memory this side may take; unset: planned from the run's sides", number_in(0.05, 0.98)
+    )
     kv_cache_gib: float = option(1.0, "CPU only: KV cache size in GiB", number_in(0.0625, 1024, "a number of GiB"))
     tensor_parallel_size: int = option(1, "GPUs that split each layer", number_in(1, 64, "an integer"))
     pipeline_parallel_size: int = option(1, "GPUs that split the layers", number_in(1, 64, "an integer"))
     max_cudagraph_capture_size: int | None = option(
-        None, "largest batch captured as a CUDA graph; unset: the run's batch size, at least 16 "
-              "(vLLM's own default captures sizes up to 512, which only costs start-up here)", number_in(1, 4096, "an integer"))
+        None,
+        "largest batch captured as a CUDA graph; unset: the run's batch size, at least 16 "
+        "(vLLM's own default captures sizes up to 512, which only costs start-up here)",
+        number_in(1, 4096, "an integer"),
+    )
     forced_tokens: str | None = option(
-        None, "how this side scores tokens it is handed (a replay's rollout, a workload's scored mode): trace "
-              "(vLLM's SamplingParams.trace_decode_token_ids: one decode step per token, as the rollout made "
-              "them; needs a vLLM that runs it, on Model Runner V2), prompt (prompt logprobs over prompt + "
-              "response, one prefill), auto (trace where this vLLM runs it, else prompt); unset: auto in a "
-              "replay, prompt otherwise", one_of("auto", "trace", "prompt"))
+        None,
+        "how this side scores tokens it is handed (a replay's rollout, a workload's scored mode): trace "
+        "(vLLM's SamplingParams.trace_decode_token_ids: one decode step per token, as the rollout made "
+        "them; needs a vLLM that runs it, on Model Runner V2), prompt (prompt logprobs over prompt + "
+        "response, one prefill), auto (trace where this vLLM runs it, else prompt); unset: auto in a "
+        "replay, prompt otherwise",
+        one_of("auto", "trace", "prompt"),
+    )
 
 
 @dataclass
 class HfOptions(SideOptions):
     attn_implementation: str = option("auto", "transformers' attention implementation", one_of(*ATTN_IMPLEMENTATIONS))
-    decode: str = option("eager", "eager: plain generate (the reference); static: static KV cache; compiled: "
-                                  "static cache + torch.compile of the decode step; graphed: greedy only, "
-                                  "static cache + the decode step as one CUDA graph (parity-ui's loop over "
-                                  "the model's forward; on the CPU the same loop without the graph)",
-                         one_of(*HF_DECODE_PATHS))
-    sdpa_kernels: str = option("auto", "which kernels torch's scaled_dot_product_attention may pick (sdpa "
-                                       "attention): auto (torch's choice), no-cudnn, or only flash, efficient, "
-                                       "math or cudnn; another kernel is another reference",
-                               one_of(*SDPA_KERNELS))
-    replay_routes: str = option("off", "mixture-of-experts, with routes=true: generate again routing with the "
-                                       "reference's recorded experts (a scored workload: score this side's tokens "
-                                       "again with them; a replay's trainer: with the dump's), ids (this side's "
-                                       "own weights for them) or ids+weights (the reference's weights and slot "
-                                       "order too), and show the figures before and after",
-                                one_of("off", "ids", "ids+weights"))
+    decode: str = option(
+        "eager",
+        "eager: plain generate (the reference); static: static KV cache; compiled: "
+        "static cache + torch.compile of the decode step; graphed: greedy only, "
+        "static cache + the decode step as one CUDA graph (parity-ui's loop over "
+        "the model's forward; on the CPU the same loop without the graph)",
+        one_of(*HF_DECODE_PATHS),
+    )
+    sdpa_kernels: str = option(
+        "auto",
+        "which kernels torch's scaled_dot_product_attention may pick (sdpa "
+        "attention): auto (torch's choice), no-cudnn, or only flash, efficient, "
+        "math or cudnn; another kernel is another reference",
+        one_of(*SDPA_KERNELS),
+    )
+    replay_routes: str = option(
+        "off",
+        "mixture-of-experts, with routes=true: generate again routing with the "
+        "reference's recorded experts (a scored workload: score this side's tokens "
+        "again with them; a replay's trainer: with the dump's), ids (this side's "
+        "own weights for them) or ids+weights (the reference's weights and slot "
+        "order too), and show the figures before and after",
+        one_of("off", "ids", "ids+weights"),
+    )
 
 
 @dataclass
@@ -132,17 +190,25 @@ class OpenAIOptions:
     """A running OpenAI-compatible vLLM server. Its dtype, device and engine settings are the
     server's: what it reports is recorded with the run."""
 
-    url: str = option("", "the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
-                      (_url_ok, "an http:// or https:// URL such as http://127.0.0.1:8000/v1"))
+    url: str = option(
+        "",
+        "the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+        (_url_ok, "an http:// or https:// URL such as http://127.0.0.1:8000/v1"),
+    )
     served_model: str | None = option(None, "the model name to ask for; unset: the server's only model")
-    api_key_env: str | None = option(None, "name of the environment variable holding the API key (the key "
-                                           "itself is never stored)")
+    api_key_env: str | None = option(
+        None, "name of the environment variable holding the API key (the key itself is never stored)"
+    )
     timeout_s: float = option(600.0, "longest wait for one answer", number_in(1, 86400, "seconds"))
     verify_tls: bool = option(True, "check the server's TLS certificate (https)")
-    max_in_flight: int = option(8, "requests sent to the server at once when it scores a workload's sequences",
-                                number_in(1, 1024, "an integer"))
-    check_tokenizer: bool = option(True, "before generating, ask the server's /tokenize for the prompts' ids and "
-                                         "refuse to compare when they differ from the run's")
+    max_in_flight: int = option(
+        8, "requests sent to the server at once when it scores a workload's sequences", number_in(1, 1024, "an integer")
+    )
+    check_tokenizer: bool = option(
+        True,
+        "before generating, ask the server's /tokenize for the prompts' ids and "
+        "refuse to compare when they differ from the run's",
+    )
 
 
 @dataclass(frozen=True)
@@ -165,16 +231,49 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    "vllm": Kind("vllm", "vLLM (offline LLM)", VllmOptions, "parity_ui.engines.vllm_engine:VllmEngine", "vllm",
-                 can_batch_invariant=True, can_capture_layers=True, accepts_images=True, gpu_memory="share",
-                 head_start=True, can_record_routes=True),
-    "hf": Kind("hf", "HF transformers (generate)", HfOptions, "parity_ui.engines.hf_engine:HfEngine",
-               "transformers", can_capture_layers=True, accepts_images=True, head_start=True, can_record_routes=True),
-    "vllm-server": Kind("vllm-server", "vLLM server (vllm serve, started by parity-ui)", VllmServerOptions,
-                        "parity_ui.engines.server_engine:VllmServerEngine", "vllm", can_batch_invariant=True,
-                        gpu_memory="share", tokenizes_itself=True),
-    "openai": Kind("openai", "OpenAI-compatible vLLM server at a URL", OpenAIOptions,
-                   "parity_ui.engines.openai_engine:OpenAIEngine", "", gpu_memory="none", tokenizes_itself=True),
+    "vllm": Kind(
+        "vllm",
+        "vLLM (offline LLM)",
+        VllmOptions,
+        "parity_ui.engines.vllm_engine:VllmEngine",
+        "vllm",
+        can_batch_invariant=True,
+        can_capture_layers=True,
+        accepts_images=True,
+        gpu_memory="share",
+        head_start=True,
+        can_record_routes=True,
+    ),
+    "hf": Kind(
+        "hf",
+        "HF transformers (generate)",
+        HfOptions,
+        "parity_ui.engines.hf_engine:HfEngine",
+        "transformers",
+        can_capture_layers=True,
+        accepts_images=True,
+        head_start=True,
+        can_record_routes=True,
+    ),
+    "vllm-server": Kind(
+        "vllm-server",
+        "vLLM server (vllm serve, started by parity-ui)",
+        VllmServerOptions,
+        "parity_ui.engines.server_engine:VllmServerEngine",
+        "vllm",
+        can_batch_invariant=True,
+        gpu_memory="share",
+        tokenizes_itself=True,
+    ),
+    "openai": Kind(
+        "openai",
+        "OpenAI-compatible vLLM server at a URL",
+        OpenAIOptions,
+        "parity_ui.engines.openai_engine:OpenAIEngine",
+        "",
+        gpu_memory="none",
+        tokenizes_itself=True,
+    ),
 }
 
 
@@ -182,6 +281,7 @@ def get_kind(name: str, where: str = "kind") -> Kind:
     """The kind registered as `name`; ConfigError naming the available ones otherwise."""
     kind = KINDS.get(str(name))
     if kind is None:
-        raise ConfigError(where, f"unknown kind {name!r}; available: {', '.join(KINDS)}",
-                          "e.g. --side ref=hf --side b=vllm")
+        raise ConfigError(
+            where, f"unknown kind {name!r}; available: {', '.join(KINDS)}", "e.g. --side ref=hf --side b=vllm"
+        )
     return kind

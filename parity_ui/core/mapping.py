@@ -18,11 +18,13 @@ Semantics that differ between the engines (and that hand-written tables get wron
 - dtype "auto": resolved once from the model's config (HF's rule); vLLM would otherwise pick
   bfloat16 for a float32 checkpoint on GPU.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .config import ParityConfig
 from .context import CONTEXT_FLOOR, positions_limit, rope_factor, sized_context
@@ -36,57 +38,56 @@ from .validation import doc_of
 NOTES: dict[str, str] = {
     "max_new_tokens": "Same meaning: tokens generated after the prompt.",
     "temperature": "0 = greedy. HF rejects temperature=0: greedy there is do_sample=False with "
-                   "temperature/top_p/top_k unset.",
+    "temperature/top_p/top_k unset.",
     "top_p": "Nucleus sampling; 1 = off. Ignored under greedy.",
     "top_k": "0 = off everywhere: vLLM's off is 0 (-1 is its older spelling), HF's 0 or None (its own default is "
-             "50, so unset would NOT be off): parity-ui always passes 0. shared-seed: parity-ui's sampler, 0 = off.",
+    "50, so unset would NOT be off): parity-ui always passes 0. shared-seed: parity-ui's sampler, 0 = off.",
     "min_p": "0 = off.",
-    "repetition_penalty": "Penalizes prompt AND generated tokens (HF PR #1424 semantics; not "
-                          "frequency_penalty).",
+    "repetition_penalty": "Penalizes prompt AND generated tokens (HF PR #1424 semantics; not frequency_penalty).",
     "seed": "vLLM: per-request seed. HF: torch.manual_seed before generate. With sampling=native, sampled "
-            "streams still differ (different RNG streams); with sampling=shared-seed the seed keys the shared noise.",
+    "streams still differ (different RNG streams); with sampling=shared-seed the seed keys the shared noise.",
     "sampling": "native: each engine's own sampler. shared-seed: parity-ui's one sampler in every side (a vLLM "
-                "logits processor, an HF logits processor): temperature, min_p, top_k, top_p in that order, then "
-                "argmax of logits/T + Gumbel noise hashed from (seed, prompt ids, position, token id); the engine "
-                "takes that token greedily, so its raw logprobs stay the model's. At temperature 0 it is greedy "
-                "and nothing is drawn.",
+    "logits processor, an HF logits processor): temperature, min_p, top_k, top_p in that order, then "
+    "argmax of logits/T + Gumbel noise hashed from (seed, prompt ids, position, token id); the engine "
+    "takes that token greedily, so its raw logprobs stay the model's. At temperature 0 it is greedy "
+    "and nothing is drawn.",
     "stop_token_ids": "Extra stop ids, on top of the model's EOS ids.",
     "ignore_eos": "vLLM ignore_eos=True; HF: EOS removed from eos_token_id. NOT min_new_tokens, "
-                  "which masks EOS and changes the distribution.",
+    "which masks EOS and changes the distribution.",
     "dtype": "'auto' is resolved once from the model's config; a side's own dtype overrides it.",
     "max_model_len": "vLLM's context limit; HF has none (parity-ui enforces it on the prompt). Unset: each vLLM "
-                     "side gets what the run needs (longest prompt + max_new_tokens, rounded up to 1024, 2048, "
-                     "4096...), at most the model's positions and what its KV cache holds. Set: checked before "
-                     "loading against the model's positions (RoPE-scaled) and the side's KV cache.",
+    "side gets what the run needs (longest prompt + max_new_tokens, rounded up to 1024, 2048, "
+    "4096...), at most the model's positions and what its KV cache holds. Set: checked before "
+    "loading against the model's positions (RoPE-scaled) and the side's KV cache.",
     "rope_scaling": "vLLM: hf_overrides; HF: the loaded config's rope parameters. Every side reads the SAME dict.",
     "logprobs": "Top-k alternatives per position. HF: log_softmax(float32) of raw logits "
-                "(output_logits), as vLLM's own tests do.",
+    "(output_logits), as vLLM's own tests do.",
     "logprobs_mode": "raw = before sampling processors. processed_logprobs: vLLM's processed mode and HF's "
-                     "processed scores (output_scores).",
+    "processed scores (output_scores).",
     "generation_config": "'neutral': the model's generation_config.json sampling defaults are applied by no "
-                         "side (HF generates from a neutral GenerationConfig). 'model': every side applies them.",
+    "side (HF generates from a neutral GenerationConfig). 'model': every side applies them.",
     "chat": "Applied ONCE by parity-ui; every side receives the same token ids (no second BOS).",
     "batch_size": "Prompts per generate call. Batching HF pads on the left and changes HF's "
-                  "own numerics: the reference itself moves.",
+    "own numerics: the reference itself moves.",
     "cross_score": "parity-ui only: after generating, the reference and each side teacher-force each other's "
-                   "tokens (vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
+    "tokens (vLLM prompt_logprobs, HF one forward pass) to measure drift past the first fork.",
     "routes": "parity-ui only: MoE routes per token and layer. HF: a forward hook on each MoE layer's gate; vLLM: "
-              "its routers wrapped in process (eager), and on a GPU also enable_return_routed_experts (ids). "
-              "replay_routes (hf sides): the gate's top-k replaced by the reference's recorded experts.",
+    "its routers wrapped in process (eager), and on a GPU also enable_return_routed_experts (ids). "
+    "replay_routes (hf sides): the gate's top-k replaced by the reference's recorded experts.",
     "full_distribution": "parity-ui only: full next-token rows compared per position (scored mode, replays). vLLM: "
-                         "a rows-writing logits processor (LLM logits_processors, listed first); HF: generate's "
-                         "logits and the scoring forward pass. Rows go to a scratch .npy, never through the pipe.",
+    "a rows-writing logits processor (LLM logits_processors, listed first); HF: generate's "
+    "logits and the scoring forward pass. Rows go to a scratch .npy, never through the pipe.",
     "full_distribution_budget_mb": "parity-ui only: the most one sequence's full rows may take (vocabulary x "
-                                   "tokens x 4 bytes); over it full_distribution is refused.",
+    "tokens x 4 bytes); over it full_distribution is refused.",
     "generate_while_loading": "parity-ui only: when a side has loaded, it generates while slower sides still "
-                              "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
-                              "'never'. The tokens do not change; the timings of a side that generated early "
-                              "were taken beside another side's start.",
+    "load (one side generates at a time). 'gpu' (default) on a GPU machine, 'always', "
+    "'never'. The tokens do not change; the timings of a side that generated early "
+    "were taken beside another side's start.",
     "eos_token_ids": "Resolved from generation_config.json and the tokenizer; the same list for every side.",
     "image_min_pixels": "Image prompts: the resize floor. vLLM: mm_processor_kwargs; HF: the processor's "
-                        "images_kwargs. null = the processor's default, resolved once and passed to every side.",
+    "images_kwargs. null = the processor's default, resolved once and passed to every side.",
     "image_max_pixels": "Image prompts: the resize ceiling (same paths). Sides that differ see different image "
-                        "token counts (the resize trap).",
+    "token counts (the resize trap).",
     "max_images_per_prompt": "vLLM: limit_mm_per_prompt (video 0); HF has no limit (parity-ui enforces it).",
 }
 
@@ -205,9 +206,13 @@ def side_logprobs_mode(cfg: ParityConfig, side: SideSpec) -> str | None:
         return None
     mode = side.options.logprobs_mode or cfg.logprobs_mode
     if cfg.shared_seed and mode != "raw_logprobs":
-        raise SideError(side.name, "logprobs_mode", f"is {mode}, and sampling=shared-seed records the processed logprob "
-                                                    "itself; the engine's own would include the shared noise",
-                        "unset this side's logprobs_mode (raw; the processed logprob is recorded beside it)")
+        raise SideError(
+            side.name,
+            "logprobs_mode",
+            f"is {mode}, and sampling=shared-seed records the processed logprob "
+            "itself; the engine's own would include the shared noise",
+            "unset this side's logprobs_mode (raw; the processed logprob is recorded beside it)",
+        )
     return mode
 
 
@@ -218,8 +223,9 @@ def side_generation_config(cfg: ParityConfig, side: SideSpec) -> str:
     return getattr(side.options, "generation_config", None) or cfg.generation_config
 
 
-def resolve(model: ModelInfo, tokenizer_eos: list[int], on_gpu: bool,
-            image_pixels: dict[str, int] | None = None) -> Resolved:
+def resolve(
+    model: ModelInfo, tokenizer_eos: list[int], on_gpu: bool, image_pixels: dict[str, int] | None = None
+) -> Resolved:
     eos: list[int] = []
     for t in [*model.eos_token_ids, *tokenizer_eos]:
         if t not in eos:
@@ -239,13 +245,16 @@ def side_image_pixels(cfg: ParityConfig, side: SideSpec, r: Resolved) -> dict[st
         if v is not None:
             out[key] = int(v)
     if out.get("min_pixels", 0) > out.get("max_pixels", 1 << 62):
-        raise SideError(side.name, "image_min_pixels", f"resizes images with min_pixels={out['min_pixels']} over "
-                                                       f"max_pixels={out['max_pixels']}",
-                        "set image_min_pixels at most image_max_pixels (the processor's defaults fill the unset one)")
+        raise SideError(
+            side.name,
+            "image_min_pixels",
+            f"resizes images with min_pixels={out['min_pixels']} over max_pixels={out['max_pixels']}",
+            "set image_min_pixels at most image_max_pixels (the processor's defaults fill the unset one)",
+        )
     return out
 
 
-def _record_pixels(rec: "_Recorder", side: SideSpec, px: dict[str, int], where: str, name: str) -> None:
+def _record_pixels(rec: _Recorder, side: SideSpec, px: dict[str, int], where: str, name: str) -> None:
     for key, native in (("image_min_pixels", "min_pixels"), ("image_max_pixels", "max_pixels")):
         if native in px:
             rec(key, where, f"{name}.{native}", px[native])
@@ -282,9 +291,12 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     v: VllmOptions = side.options  # type: ignore[assignment]
     p = f"{side.name}."
     if v.device == "cpu" and r.on_gpu:
-        raise SideError(side.name, "device", "device=cpu: the vLLM installed here is its GPU build, which cannot "
-                                             "run a side on the CPU", "drop device=cpu for this vLLM side, or use "
-                                                                      "an hf side with device=cpu")
+        raise SideError(
+            side.name,
+            "device",
+            "device=cpu: the vLLM installed here is its GPU build, which cannot run a side on the CPU",
+            "drop device=cpu for this vLLM side, or use an hf side with device=cpu",
+        )
     eager = v.enforce_eager if v.enforce_eager is not None else not r.on_gpu
     llm: dict[str, Any] = {
         "model": model.path,
@@ -293,15 +305,20 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         "dtype": rec("dtype", "LLM", "dtype", side_dtype(cfg, side, model)),
         "seed": rec("seed", "LLM", "seed", cfg.seed),
         "enforce_eager": rec(p + "enforce_eager", "LLM", "enforce_eager", eager),
-        "enable_prefix_caching": rec(p + "enable_prefix_caching", "LLM", "enable_prefix_caching",
-                                     v.enable_prefix_caching),
-        "enable_chunked_prefill": rec(p + "enable_chunked_prefill", "LLM", "enable_chunked_prefill",
-                                      v.enable_chunked_prefill),
-        "tensor_parallel_size": rec(p + "tensor_parallel_size", "LLM", "tensor_parallel_size",
-                                    v.tensor_parallel_size),
+        "enable_prefix_caching": rec(
+            p + "enable_prefix_caching", "LLM", "enable_prefix_caching", v.enable_prefix_caching
+        ),
+        "enable_chunked_prefill": rec(
+            p + "enable_chunked_prefill", "LLM", "enable_chunked_prefill", v.enable_chunked_prefill
+        ),
+        "tensor_parallel_size": rec(p + "tensor_parallel_size", "LLM", "tensor_parallel_size", v.tensor_parallel_size),
         "logprobs_mode": rec("logprobs_mode", "LLM", "logprobs_mode", side_logprobs_mode(cfg, side)),
-        "generation_config": rec("generation_config", "LLM", "generation_config",
-                                 "vllm" if side_generation_config(cfg, side) == "neutral" else "auto"),
+        "generation_config": rec(
+            "generation_config",
+            "LLM",
+            "generation_config",
+            "vllm" if side_generation_config(cfg, side) == "neutral" else "auto",
+        ),
         "max_logprobs": max(cfg.logprobs, 1),
     }
     if getattr(v, "generation_config", None):
@@ -314,8 +331,9 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     if v.logprobs_mode:
         rec(p + "logprobs_mode", "LLM", "logprobs_mode", llm["logprobs_mode"])
     if v.pipeline_parallel_size > 1:
-        llm["pipeline_parallel_size"] = rec(p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size",
-                                            v.pipeline_parallel_size)
+        llm["pipeline_parallel_size"] = rec(
+            p + "pipeline_parallel_size", "LLM", "pipeline_parallel_size", v.pipeline_parallel_size
+        )
     if v.pipeline_parallel_size > 1 or v.tensor_parallel_size > 1:
         # One worker process per GPU; the engine core stays in this worker.
         llm["distributed_executor_backend"] = "mp"
@@ -327,24 +345,31 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         llm["model_impl"] = rec(p + "model_impl", "LLM", "model_impl", v.model_impl)
     if r.on_gpu:
         # None: parity_ui.run.memory_plan fills the share before loading (sides share the GPU).
-        llm["gpu_memory_utilization"] = rec(p + "gpu_memory_utilization", "LLM", "gpu_memory_utilization",
-                                            v.gpu_memory_utilization)
+        llm["gpu_memory_utilization"] = rec(
+            p + "gpu_memory_utilization", "LLM", "gpu_memory_utilization", v.gpu_memory_utilization
+        )
         if not eager:
             # vLLM captures a CUDA graph per batch size up to 512 by default: most of a cold start
             # for a run that sends batches of 1..batch_size. Capture what the run can use.
             cap = v.max_cudagraph_capture_size or default_capture_size(side.batch_size(cfg.batch_size))
-            llm["max_cudagraph_capture_size"] = rec(p + "max_cudagraph_capture_size", "LLM",
-                                                    "max_cudagraph_capture_size", cap)
+            llm["max_cudagraph_capture_size"] = rec(
+                p + "max_cudagraph_capture_size", "LLM", "max_cudagraph_capture_size", cap
+            )
     else:
-        llm["kv_cache_memory_bytes"] = rec(p + "kv_cache_gib", "LLM", "kv_cache_memory_bytes",
-                                           int(v.kv_cache_gib * 2**30))
+        llm["kv_cache_memory_bytes"] = rec(
+            p + "kv_cache_gib", "LLM", "kv_cache_memory_bytes", int(v.kv_cache_gib * 2**30)
+        )
     context = vllm_context(cfg, side, r, model)
     if context is not None:
         llm["max_model_len"] = rec("max_model_len", "LLM", "max_model_len", context)
     else:
         limit = positions_limit(model, cfg.rope_scaling)
-        rec("max_model_len", "LLM", "max_model_len", f"the run's need, rounded up to {CONTEXT_FLOOR}, 2048, 4096..."
-                                                     + (f" (at most {limit})" if limit else ""))
+        rec(
+            "max_model_len",
+            "LLM",
+            "max_model_len",
+            f"the run's need, rounded up to {CONTEXT_FLOOR}, 2048, 4096..." + (f" (at most {limit})" if limit else ""),
+        )
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
     rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
@@ -359,8 +384,9 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         llm["hf_overrides"] = overrides
     px = side_image_pixels(cfg, side, r)
     if px is not None:
-        llm["limit_mm_per_prompt"] = rec("max_images_per_prompt", "LLM", "limit_mm_per_prompt",
-                                         {"image": cfg.max_images_per_prompt, "video": 0})
+        llm["limit_mm_per_prompt"] = rec(
+            "max_images_per_prompt", "LLM", "limit_mm_per_prompt", {"image": cfg.max_images_per_prompt, "video": 0}
+        )
         if px:
             llm["mm_processor_kwargs"] = dict(px)
             _record_pixels(rec, side, px, "LLM", "mm_processor_kwargs")
@@ -379,8 +405,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         "top_p": rec("top_p", "SamplingParams", "top_p", cfg.top_p),
         "top_k": rec("top_k", "SamplingParams", "top_k", cfg.top_k),
         "min_p": rec("min_p", "SamplingParams", "min_p", cfg.min_p),
-        "repetition_penalty": rec("repetition_penalty", "SamplingParams", "repetition_penalty",
-                                  cfg.repetition_penalty),
+        "repetition_penalty": rec("repetition_penalty", "SamplingParams", "repetition_penalty", cfg.repetition_penalty),
         "seed": rec("seed", "SamplingParams", "seed", cfg.seed),
         "stop_token_ids": rec("stop_token_ids", "SamplingParams", "stop_token_ids", stops),
         "ignore_eos": rec("ignore_eos", "SamplingParams", "ignore_eos", cfg.ignore_eos),
@@ -400,8 +425,12 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         rec("sampling", "runtime", "sampler", "greedy" if cfg.greedy else "vLLM's own (its random stream)")
     if cfg.full_distribution:
         _vllm_full_rows(v, r, llm, env, rec)
-    rec("full_distribution_budget_mb", "runtime", "one sequence's full rows at most (MiB)",
-        cfg.full_distribution_budget_mb)
+    rec(
+        "full_distribution_budget_mb",
+        "runtime",
+        "one sequence's full rows at most (MiB)",
+        cfg.full_distribution_budget_mb,
+    )
     rec("chat", "runtime", "prompt_token_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "requests added per engine step loop", cfg.batch_size)
     rec("cross_score", "SamplingParams", "prompt_logprobs", max(cfg.logprobs, 1))
@@ -413,8 +442,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         rec(p + "forced_tokens", "SamplingParams", "prompt_logprobs", forced)
     else:  # the engine enables trace replay where its vLLM runs it ("auto" falls back to prompt logprobs)
         rec(p + "forced_tokens", "LLM", "enable_trace_replay", forced)
-    return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits,
-                    forced_tokens=forced)
+    return VllmArgs(llm=llm, sampling=sampling, env=env, used=rec.used, fp32_logits=v.fp32_logits, forced_tokens=forced)
 
 
 # The shared-seed sampler's names in the engines (parity_ui.engines.shared_seed, vllm_shared_seed).
@@ -424,12 +452,24 @@ SHARED_SEED_EXTRA_ARGS = "parity_shared_seed"
 
 def shared_seed_settings(cfg: ParityConfig) -> dict[str, Any]:
     """What every side's shared-seed sampler draws with: the canonical values, 0 / 1 = off."""
-    return {"seed": cfg.seed, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k,
-            "min_p": cfg.min_p}
+    return {
+        "seed": cfg.seed,
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "top_k": cfg.top_k,
+        "min_p": cfg.min_p,
+    }
 
 
-def _vllm_shared_seed(cfg: ParityConfig, v: VllmOptions, r: Resolved, llm: dict[str, Any], sampling: dict[str, Any],
-                      env: dict[str, str], rec: _Recorder) -> None:
+def _vllm_shared_seed(
+    cfg: ParityConfig,
+    v: VllmOptions,
+    r: Resolved,
+    llm: dict[str, Any],
+    sampling: dict[str, Any],
+    env: dict[str, str],
+    rec: _Recorder,
+) -> None:
     """vLLM samples greedily over the logits its shared-seed processor masked to the drawn token."""
     llm["logits_processors"] = [rec("sampling", "LLM", "logits_processors", SHARED_SEED_PROCESSOR)]
     for key, off in (("temperature", 0.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0)):
@@ -455,8 +495,10 @@ def _vllm_full_rows(v: VllmOptions, r: Resolved, llm: dict[str, Any], env: dict[
     """full_distribution: vLLM writes its full rows through parity-ui's rows processor, listed FIRST
     (the shared-seed processor masks the row it draws from). Like that one it reads each request's
     position from its output list (no async scheduling) and implements the V1 runner's interface."""
-    llm["logits_processors"] = [rec("full_distribution", "LLM", "logits_processors", FULL_ROWS_PROCESSOR),
-                                *llm.get("logits_processors", [])]
+    llm["logits_processors"] = [
+        rec("full_distribution", "LLM", "logits_processors", FULL_ROWS_PROCESSOR),
+        *llm.get("logits_processors", []),
+    ]
     if r.on_gpu and v.async_scheduling is None:
         llm["async_scheduling"] = rec("full_distribution", "LLM", "async_scheduling", False)
     if r.on_gpu:
@@ -474,23 +516,37 @@ def vllm_context(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInf
     bucketed by `sized_context`. None when the need is not known yet (no prompts)."""
     limit = positions_limit(model, cfg.rope_scaling)
     factor = rope_factor(model, cfg.rope_scaling)
-    served = (f"{limit:,} positions ({model.max_position_embeddings:,} x RoPE factor {factor:g})"
-              if factor != 1 else f"{limit:,} positions (max_position_embeddings)") if limit else ""
+    served = (
+        (
+            f"{limit:,} positions ({model.max_position_embeddings:,} x RoPE factor {factor:g})"
+            if factor != 1
+            else f"{limit:,} positions (max_position_embeddings)"
+        )
+        if limit
+        else ""
+    )
     if cfg.max_model_len is not None:
         if limit is not None and cfg.max_model_len > limit and not _long_context_allowed():
-            raise ConfigError("max_model_len", f"{cfg.max_model_len:,} is over the {served} that {model.path} "
-                                               f"serves; vLLM (side '{side.name}') would refuse it after loading",
-                              f"lower max_model_len to {limit} or less, or unset it (each vLLM side then gets what "
-                              "the run needs), or extend the context with rope_scaling (e.g. {rope_type: linear, "
-                              "factor: 2.0})")
+            raise ConfigError(
+                "max_model_len",
+                f"{cfg.max_model_len:,} is over the {served} that {model.path} "
+                f"serves; vLLM (side '{side.name}') would refuse it after loading",
+                f"lower max_model_len to {limit} or less, or unset it (each vLLM side then gets what "
+                "the run needs), or extend the context with rope_scaling (e.g. {rope_type: linear, "
+                "factor: 2.0})",
+            )
         return cfg.max_model_len
     need = r.context_need.get(side.name)
     if need is None:
         return None
     if limit is not None and need > limit:  # the run's model passed prepare's check: a side's own model or images
-        raise SideError(side.name, "model", f"its prompts need {need:,} positions (the longest plus max_new_tokens), "
-                                            f"over the {served} that {model.path} serves",
-                        "shorten the prompt or lower max_new_tokens, or give this side a model with a longer context")
+        raise SideError(
+            side.name,
+            "model",
+            f"its prompts need {need:,} positions (the longest plus max_new_tokens), "
+            f"over the {served} that {model.path} serves",
+            "shorten the prompt or lower max_new_tokens, or give this side a model with a longer context",
+        )
     return sized_context(need, limit)
 
 
@@ -508,30 +564,51 @@ def _refuse_graphed_settings(cfg: ParityConfig, side: SideSpec, h: HfOptions) ->
     logits processor or a sampler would be silently dropped there, so it is refused here."""
     fix = "use decode=static (generate() with the same static cache), which supports it"
     if not cfg.greedy:
-        raise SideError(side.name, "decode", f"decode=graphed decodes greedily only, and this run samples "
-                                             f"(temperature={cfg.temperature})", "set temperature=0, or " + fix)
+        raise SideError(
+            side.name,
+            "decode",
+            f"decode=graphed decodes greedily only, and this run samples (temperature={cfg.temperature})",
+            "set temperature=0, or " + fix,
+        )
     if cfg.repetition_penalty != 1.0:
-        raise SideError(side.name, "decode", f"decode=graphed applies no repetition penalty, and this run sets "
-                                             f"repetition_penalty={cfg.repetition_penalty}",
-                        "set repetition_penalty=1, or " + fix)
+        raise SideError(
+            side.name,
+            "decode",
+            f"decode=graphed applies no repetition penalty, and this run sets "
+            f"repetition_penalty={cfg.repetition_penalty}",
+            "set repetition_penalty=1, or " + fix,
+        )
     mode = side_logprobs_mode(cfg, side) or cfg.logprobs_mode
     if mode.startswith("processed"):
-        raise SideError(side.name, "decode", "decode=graphed records raw logprobs, and this side asks for "
-                                             f"logprobs_mode={mode}", "use a raw logprobs_mode, or " + fix)
+        raise SideError(
+            side.name,
+            "decode",
+            f"decode=graphed records raw logprobs, and this side asks for logprobs_mode={mode}",
+            "use a raw logprobs_mode, or " + fix,
+        )
     if h.attn_implementation not in ("auto", "sdpa", "eager"):
-        raise SideError(side.name, "decode", f"decode=graphed passes no 2-D attention mask, which "
-                                             f"attn_implementation={h.attn_implementation} needs "
-                                             "to cut the static cache to its filled length",
-                        "set attn_implementation=sdpa or eager, or " + fix)
+        raise SideError(
+            side.name,
+            "decode",
+            f"decode=graphed passes no 2-D attention mask, which "
+            f"attn_implementation={h.attn_implementation} needs "
+            "to cut the static cache to its filled length",
+            "set attn_implementation=sdpa or eager, or " + fix,
+        )
     if side_generation_config(cfg, side) == "model":
-        raise SideError(side.name, "decode", "decode=graphed ignores the model's generation_config.json, and "
-                                             "this side asks for it (generation_config=model)",
-                        "set generation_config=neutral, or " + fix)
+        raise SideError(
+            side.name,
+            "decode",
+            "decode=graphed ignores the model's generation_config.json, and "
+            "this side asks for it (generation_config=model)",
+            "set generation_config=neutral, or " + fix,
+        )
 
 
 def _as_greedy_loop(used: dict[str, list[NativeArg]]) -> dict[str, list[NativeArg]]:
     """decode=graphed never calls generate(): the sampling values go to parity-ui's loop, which decodes
     one prompt at a time (no left padding, whatever batch_size says)."""
+
     def moved(key: str, a: NativeArg) -> NativeArg:
         if key == "batch_size":
             return NativeArg("runtime", "one prompt at a time (batch_size does not apply)", 1)
@@ -549,8 +626,9 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         "trust_remote_code": model.trust_remote_code,
     }
     if h.attn_implementation != "auto":
-        load["attn_implementation"] = rec(p + "attn_implementation", "from_pretrained", "attn_implementation",
-                                          h.attn_implementation)
+        load["attn_implementation"] = rec(
+            p + "attn_implementation", "from_pretrained", "attn_implementation", h.attn_implementation
+        )
     overrides: dict[str, Any] = {}
     rope = rope_override(cfg, model)
     if rope is not None:
@@ -589,8 +667,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         gen["top_p"] = rec("top_p", "generate", "top_p", cfg.top_p)
         gen["top_k"] = rec("top_k", "generate", "top_k", cfg.top_k)
         gen["min_p"] = rec("min_p", "generate", "min_p", cfg.min_p if cfg.min_p > 0 else None)
-    gen["repetition_penalty"] = rec("repetition_penalty", "generate", "repetition_penalty",
-                                    cfg.repetition_penalty)
+    gen["repetition_penalty"] = rec("repetition_penalty", "generate", "repetition_penalty", cfg.repetition_penalty)
     stops = stop_ids(cfg, r)
     gen["eos_token_id"] = rec("eos_token_ids", "generate", "eos_token_id", stops or None)
     rec("stop_token_ids", "generate", "eos_token_id", stops or None)
@@ -618,29 +695,56 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
     rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
-    rec("full_distribution", "runtime", "full rows from generate's logits and the scoring forward pass",
-        cfg.full_distribution)
-    rec("full_distribution_budget_mb", "runtime", "one sequence's full rows at most (MiB)",
-        cfg.full_distribution_budget_mb)
+    rec(
+        "full_distribution",
+        "runtime",
+        "full rows from generate's logits and the scoring forward pass",
+        cfg.full_distribution,
+    )
+    rec(
+        "full_distribution_budget_mb",
+        "runtime",
+        "one sequence's full rows at most (MiB)",
+        cfg.full_distribution_budget_mb,
+    )
     if h.replay_routes != "off":
         rec(p + "replay_routes", "runtime", "the gates' top-k replaced by recorded experts", h.replay_routes)
     rec("generate_while_loading", "runtime", "generates once loaded, while others load", cfg.generate_while_loading)
     keep = side_generation_config(cfg, side) == "model"
-    rec("generation_config", "runtime", "model.generation_config",
-        "model's generation_config.json" if keep else "neutral GenerationConfig")
+    rec(
+        "generation_config",
+        "runtime",
+        "model.generation_config",
+        "model's generation_config.json" if keep else "neutral GenerationConfig",
+    )
     if h.generation_config:
-        rec(p + "generation_config", "runtime", "model.generation_config",
-            "model's generation_config.json" if keep else "neutral GenerationConfig")
+        rec(
+            p + "generation_config",
+            "runtime",
+            "model.generation_config",
+            "model's generation_config.json" if keep else "neutral GenerationConfig",
+        )
     px = side_image_pixels(cfg, side, r)
     if px:
         _record_pixels(rec, side, px, "processor", "images_kwargs")
         rec("max_images_per_prompt", "runtime", "(no limit in HF; parity-ui checks it)", cfg.max_images_per_prompt)
     used = _as_greedy_loop(rec.used) if h.decode == "graphed" else rec.used
-    return HfArgs(load=load, config_overrides=overrides, sampling=gen, device=device, seed=cfg.seed,
-                  logprobs_source="scores" if processed else "logits", keep_model_generation_config=keep,
-                  env=env, fp32_logits=h.fp32_logits, decode=h.decode, sdpa_kernels=SDPA_ENABLED.get(h.sdpa_kernels), used=used,
-                  image_pixels=px, shared_seed=shared)
-
+    return HfArgs(
+        load=load,
+        config_overrides=overrides,
+        sampling=gen,
+        device=device,
+        seed=cfg.seed,
+        logprobs_source="scores" if processed else "logits",
+        keep_model_generation_config=keep,
+        env=env,
+        fp32_logits=h.fp32_logits,
+        decode=h.decode,
+        sdpa_kernels=SDPA_ENABLED.get(h.sdpa_kernels),
+        used=used,
+        image_pixels=px,
+        shared_seed=shared,
+    )
 
 
 def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
@@ -652,19 +756,31 @@ def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
         rec(side.name + ".sdpa_kernels", "runtime", "scaled_dot_product_attention", "torch's choice")
         return
     if h.attn_implementation not in ("auto", "sdpa"):
-        raise SideError(side.name, "sdpa_kernels", f"sdpa_kernels={h.sdpa_kernels} chooses among the kernels of "
-                                                   f"sdpa attention, and this side asks for "
-                                                   f"attn_implementation={h.attn_implementation}",
-                        "set attn_implementation=sdpa (or auto) on this side, or leave sdpa_kernels=auto")
-    rec(side.name + ".sdpa_kernels", "runtime", "torch.backends.cuda.enable_*_sdp",
-        "only " + ", ".join(SDPA_ENABLED[h.sdpa_kernels]))
+        raise SideError(
+            side.name,
+            "sdpa_kernels",
+            f"sdpa_kernels={h.sdpa_kernels} chooses among the kernels of "
+            f"sdpa attention, and this side asks for "
+            f"attn_implementation={h.attn_implementation}",
+            "set attn_implementation=sdpa (or auto) on this side, or leave sdpa_kernels=auto",
+        )
+    rec(
+        side.name + ".sdpa_kernels",
+        "runtime",
+        "torch.backends.cuda.enable_*_sdp",
+        "only " + ", ".join(SDPA_ENABLED[h.sdpa_kernels]),
+    )
 
 
 def _refuse_shared_seed(cfg: ParityConfig, side: SideSpec) -> None:
     if cfg.shared_seed:
-        raise SideError(side.name, "sampling", f"a {side.kind} side samples on its server, which cannot draw "
-                                               "parity-ui's shared-seed noise (and may drop the seed)",
-                        "compare shared-seed runs with vllm and hf sides, or set sampling=native")
+        raise SideError(
+            side.name,
+            "sampling",
+            f"a {side.kind} side samples on its server, which cannot draw "
+            "parity-ui's shared-seed noise (and may drop the seed)",
+            "compare shared-seed runs with vllm and hf sides, or set sampling=native",
+        )
 
 
 def completions_sampling(cfg: ParityConfig, r: Resolved, rec: _Recorder) -> dict[str, Any]:
@@ -705,40 +821,84 @@ def to_vllm_server(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelI
     base = to_vllm(cfg, side, r, model)
     rec = _Recorder()
     rec.used = base.used
-    for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "sampling",
-                "stop_token_ids", "ignore_eos", "logprobs", "eos_token_ids", "chat", "batch_size", "cross_score"):
+    for key in (
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "seed",
+        "sampling",
+        "stop_token_ids",
+        "ignore_eos",
+        "logprobs",
+        "eos_token_ids",
+        "chat",
+        "batch_size",
+        "cross_score",
+    ):
         rec.used.pop(key, None)
     rec.used["seed"] = [NativeArg("vllm serve", "--seed", cfg.seed)]
     sampling = completions_sampling(cfg, r, rec)
     o: VllmServerOptions = side.options  # type: ignore[assignment]
     if o.forced_tokens == "trace":
-        raise SideError(side.name, "forced_tokens", "trace: a vllm serve side scores through its completions API, "
-                                                    "which has no trace replay here", "use forced_tokens=prompt, or "
-                                                                                      "an in-process vllm side")
+        raise SideError(
+            side.name,
+            "forced_tokens",
+            "trace: a vllm serve side scores through its completions API, which has no trace replay here",
+            "use forced_tokens=prompt, or an in-process vllm side",
+        )
     rec(f"{side.name}.forced_tokens", "vllm serve", "prompt_logprobs", "prompt")
     rec(f"{side.name}.port", "vllm serve", "--port", o.port or "a free port on 127.0.0.1")
     rec(f"{side.name}.startup_timeout_s", "runtime", "wait for /health", o.startup_timeout_s)
-    return VllmServerArgs(llm=base.llm, sampling=sampling, env=base.env, used=rec.used, fp32_logits=base.fp32_logits,
-                          server={"port": o.port, "startup_timeout_s": o.startup_timeout_s})
+    return VllmServerArgs(
+        llm=base.llm,
+        sampling=sampling,
+        env=base.env,
+        used=rec.used,
+        fp32_logits=base.fp32_logits,
+        server={"port": o.port, "startup_timeout_s": o.startup_timeout_s},
+    )
 
 
 def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> OpenAIArgs:
     _refuse_shared_seed(cfg, side)
     o: OpenAIOptions = side.options  # type: ignore[assignment]
     if not o.url:
-        raise SideError(side.name, "url", "kind openai needs the server's URL",
-                        f"e.g. --side {side.name}=openai,url=http://127.0.0.1:8000/v1")
+        raise SideError(
+            side.name,
+            "url",
+            "kind openai needs the server's URL",
+            f"e.g. --side {side.name}=openai,url=http://127.0.0.1:8000/v1",
+        )
     rec = _Recorder()
     sampling = completions_sampling(cfg, r, rec)
     p = f"{side.name}."
     for name in ("url", "served_model", "api_key_env", "timeout_s", "verify_tls", "check_tokenizer", "max_in_flight"):
         rec(p + name, "client", name, getattr(o, name))
-    for key, why in (("dtype", "the server's"), ("generation_config", "every sampling field is sent explicitly"),
-                     ("logprobs_mode", "the server's")):
+    for key, why in (
+        ("dtype", "the server's"),
+        ("generation_config", "every sampling field is sent explicitly"),
+        ("logprobs_mode", "the server's"),
+    ):
         rec(key, "server", "(set when the server started)", why)
-    return OpenAIArgs(connection={k: getattr(o, k) for k in ("url", "served_model", "api_key_env", "timeout_s",
-                                                           "verify_tls", "check_tokenizer", "max_in_flight")},
-                      sampling=sampling, used=rec.used)
+    return OpenAIArgs(
+        connection={
+            k: getattr(o, k)
+            for k in (
+                "url",
+                "served_model",
+                "api_key_env",
+                "timeout_s",
+                "verify_tls",
+                "check_tokenizer",
+                "max_in_flight",
+            )
+        },
+        sampling=sampling,
+        used=rec.used,
+    )
 
 
 _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]] = {
@@ -749,7 +909,9 @@ _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]
 }
 
 
-def register_kind(kind: Kind, mapper: Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]) -> Callable[[], None]:
+def register_kind(
+    kind: Kind, mapper: Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]
+) -> Callable[[], None]:
     """Add a kind and its mapper (the tests' fake engine registers itself here; users never see one
     that was not registered). Returns the function that removes it again."""
     KINDS[kind.name] = kind
@@ -808,8 +970,7 @@ def format_table(rows: list[MappingRow], labels: dict[str, str] | None = None) -
     """The mapping table as Markdown (the CLI prints it; the app renders it)."""
     names = list(rows[0].sides) if rows else []
     heads = [(labels or {}).get(n, n) for n in names]
-    out = ["| canonical key | value | " + " | ".join(heads) + " | note |",
-           "|---|---|" + "---|" * len(names) + "---|"]
+    out = ["| canonical key | value | " + " | ".join(heads) + " | note |", "|---|---|" + "---|" * len(names) + "---|"]
     for r in rows:
         cells = [r.key, repr(r.value), *(r.sides[n] for n in names), r.note]
         out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")

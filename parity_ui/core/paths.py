@@ -1,4 +1,5 @@
 """Where parity-ui keeps things: the run database and the model cache. All overridable by env."""
+
 from __future__ import annotations
 
 import os

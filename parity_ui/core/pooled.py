@@ -36,6 +36,7 @@ edges of an asymmetric band).
 Positions where either logprob is None, not finite or masked (<= MASKED_LOGPROB: a logits processor
 set it to -inf) are skipped and counted, as in crossscore.gap_stats.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,6 +84,7 @@ SORT_RUN = 1 << 16
 @dataclass
 class PairSample:
     """One prompt's side against the reference. The three sequences are parallel (same length)."""
+
     prompt_index: int
     identical: bool  # token-identical for the compared length
     first_divergence: int | None  # None when identical; also None in scored mode (not defined)
@@ -101,6 +103,7 @@ class PairSample:
 @dataclass
 class Wilson:
     """A 95% Wilson score interval for a share, and the one-sided 95% lower bound (z = 1.645)."""
+
     low: float
     high: float
     lower_one_sided: float
@@ -112,6 +115,7 @@ class Survival:
     k < at[0], S(k) = share[i] for at[i] <= k < at[i+1]. Identical prompts never leave the curve
     (they count to the end), so its last value is the share identical. `n` counts the prompts with
     a defined first divergence: identical, or diverged at a known index (scored mode has none)."""
+
     n: int
     at: list[int]
     share: list[float]
@@ -154,6 +158,7 @@ class BandShare:
 @dataclass
 class TokenStats:
     """Pooled over every scorable (side, reference) logprob pair; None when there is none."""
+
     pairs: int
     skipped: int  # positions with a missing, non-finite or masked logprob on either side
     abs_dlogp_mean: float | None
@@ -215,18 +220,22 @@ class WorkloadStats:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> WorkloadStats:
         s = d["sequences"]
-        seq = SequenceStats(**{
-            **s,
-            "identical_ci": Wilson(**s["identical_ci"]) if s["identical_ci"] else None,
-            "survival": Survival(**s["survival"]) if s["survival"] else None,
-            "seq_ratio": RatioSummary(**s["seq_ratio"]),
-            "verdicts": dict(s["verdicts"]),
-        })
+        seq = SequenceStats(
+            **{
+                **s,
+                "identical_ci": Wilson(**s["identical_ci"]) if s["identical_ci"] else None,
+                "survival": Survival(**s["survival"]) if s["survival"] else None,
+                "seq_ratio": RatioSummary(**s["seq_ratio"]),
+                "verdicts": dict(s["verdicts"]),
+            }
+        )
         return cls(
             sequences=seq,
             tokens=_tokens_from_dict(d["tokens"]),
-            by_position=[BucketStats(start=b["start"], end=b["end"], tokens=_tokens_from_dict(b["tokens"]))
-                         for b in d["by_position"]],
+            by_position=[
+                BucketStats(start=b["start"], end=b["end"], tokens=_tokens_from_dict(b["tokens"]))
+                for b in d["by_position"]
+            ],
             worst_by_divergence=[WorstPrompt(**w) for w in d["worst_by_divergence"]],
             worst_by_gap=[WorstPrompt(**w) for w in d["worst_by_gap"]],
             resamples={k: list(v) for k, v in d["resamples"].items()} if d.get("resamples") else None,
@@ -274,8 +283,10 @@ def routing_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, An
     kf, nf = round(floor["route_differ"] * floor["cells"]), int(floor["cells"])
     (lo_s, hi_s), (lo_f, hi_f) = wilson(ks, ns), wilson(kf, nf)
     where = "above the floor" if lo_s > hi_f else ("below the floor" if hi_s < lo_f else "within the floor")
-    return (f"routes differing {100 * ks / ns:.1f}% [{100 * lo_s:.1f}-{100 * hi_s:.1f}%] of {ns:,} (token, layer) "
-            f"routes, the floor's {100 * kf / nf:.1f}% [{100 * lo_f:.1f}-{100 * hi_f:.1f}%]: {where}")
+    return (
+        f"routes differing {100 * ks / ns:.1f}% [{100 * lo_s:.1f}-{100 * hi_s:.1f}%] of {ns:,} (token, layer) "
+        f"routes, the floor's {100 * kf / nf:.1f}% [{100 * lo_f:.1f}-{100 * hi_f:.1f}%]: {where}"
+    )
 
 
 def wilson_interval(k: int, n: int) -> Wilson:
@@ -319,10 +330,15 @@ class Accumulator:
 
     def __init__(self, buckets: Sequence[int] = DEFAULT_BUCKETS):
         edges = tuple(buckets)
-        if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:])) \
-                or not all(isinstance(e, int) for e in edges):
-            raise ValueError(f"buckets must be increasing integers starting at 0 (each starts a bucket), "
-                             f"got {list(edges)}")
+        if (
+            not edges
+            or edges[0] != 0
+            or any(b <= a for a, b in zip(edges, edges[1:]))
+            or not all(isinstance(e, int) for e in edges)
+        ):
+            raise ValueError(
+                f"buckets must be increasing integers starting at 0 (each starts a bucket), got {list(edges)}"
+            )
         self.buckets = edges
         self._ls = [array("d") for _ in edges]
         self._lr = [array("d") for _ in edges]
@@ -353,8 +369,10 @@ class Accumulator:
         if s.prompt_index < 0:
             raise ValueError(f"{where}: a prompt index is 0-based, not negative")
         if s.prompt_index in self._seen:
-            raise ValueError(f"{where} was added twice; an Accumulator pools one side's samples, one "
-                             f"per prompt: use one Accumulator per side")
+            raise ValueError(
+                f"{where} was added twice; an Accumulator pools one side's samples, one "
+                f"per prompt: use one Accumulator per side"
+            )
         if s.length < 0:
             raise ValueError(f"{where}: length {s.length} is negative")
         if s.identical and s.first_divergence is not None:
@@ -363,8 +381,10 @@ class Accumulator:
             raise ValueError(f"{where}: first_divergence {s.first_divergence} is negative")
         ls, lr, pos = s.logp_side, s.logp_ref, s.positions
         if not len(ls) == len(lr) == len(pos):
-            raise ValueError(f"{where}: logp_side, logp_ref and positions must be parallel, got lengths "
-                             f"{len(ls)}, {len(lr)}, {len(pos)}")
+            raise ValueError(
+                f"{where}: logp_side, logp_ref and positions must be parallel, got lengths "
+                f"{len(ls)}, {len(lr)}, {len(pos)}"
+            )
         vs, vr, vp, skipped = self._scorable_pairs(where, ls, lr, pos)
         # Nothing is kept before every check passed: a refused sample leaves the accumulator as it was.
         self._pool(vs, vr, vp, len(self._index))
@@ -386,18 +406,26 @@ class Accumulator:
         if s.verdict is not None:
             self._verdicts[s.verdict] += 1
 
-    def _scorable_pairs(self, where: str, ls: Sequence[float | None], lr: Sequence[float | None],
-                        pos: Sequence[int]) -> tuple[Sequence[float], Sequence[float], Sequence[int], Counter[int]]:
+    def _scorable_pairs(
+        self, where: str, ls: Sequence[float | None], lr: Sequence[float | None], pos: Sequence[int]
+    ) -> tuple[Sequence[float], Sequence[float], Sequence[int], Counter[int]]:
         """The scorable pairs in ascending position order, and the skipped ones counted per bucket."""
         # Fast path (the common case): everything scorable and in order, checked at C speed.
-        if (None not in ls and None not in lr and all(map(math.isfinite, ls)) and all(map(math.isfinite, lr))
-                and (len(ls) == 0 or min(ls) > MASKED_LOGPROB and min(lr) > MASKED_LOGPROB)
-                and all(map(le, pos, islice(pos, 1, None)))):
+        if (
+            None not in ls
+            and None not in lr
+            and all(map(math.isfinite, ls))
+            and all(map(math.isfinite, lr))
+            and (len(ls) == 0 or min(ls) > MASKED_LOGPROB and min(lr) > MASKED_LOGPROB)
+            and all(map(le, pos, islice(pos, 1, None)))
+        ):
             if len(pos) and pos[0] < 0:
                 raise ValueError(f"{where}: position {pos[0]} is negative")
             if len(ls) and max(max(ls), max(lr)) > LOGPROB_SLACK:
-                raise ValueError(f"{where}: a logprob above 0 ({max(max(ls), max(lr))}) is not a log-probability; "
-                                 f"pass the log-softmax value of the chosen token")
+                raise ValueError(
+                    f"{where}: a logprob above 0 ({max(max(ls), max(lr))}) is not a log-probability; "
+                    f"pass the log-softmax value of the chosen token"
+                )
             return ls, lr, pos, Counter()
         kept: list[tuple[int, float, float]] = []
         skipped: Counter[int] = Counter()
@@ -408,8 +436,10 @@ class Accumulator:
                 skipped[bisect_right(self.buckets, p) - 1] += 1
                 continue
             if a > LOGPROB_SLACK or b > LOGPROB_SLACK:  # type: ignore[operator]
-                raise ValueError(f"{where}: a logprob above 0 ({max(a, b)}) is not a "  # type: ignore[type-var]
-                                 f"log-probability; pass the log-softmax value of the chosen token")
+                raise ValueError(
+                    f"{where}: a logprob above 0 ({max(a, b)}) is not a "  # type: ignore[type-var]
+                    f"log-probability; pass the log-softmax value of the chosen token"
+                )
             kept.append((p, a, b))  # type: ignore[arg-type]
         kept.sort(key=lambda t: t[0])
         return [t[1] for t in kept], [t[2] for t in kept], [t[0] for t in kept], skipped
@@ -430,10 +460,17 @@ class Accumulator:
             raise ValueError(f"top_n must be >= 0, got {top_n}")
         parts = [_partial(self._ls[b], self._lr[b], self._skipped[b]) for b in range(len(self.buckets))]
         ends = [*self.buckets[1:], None]
-        by_position = [BucketStats(start=start, end=end, tokens=_figures([part]))
-                       for start, end, part in zip(self.buckets, ends, parts)]
-        return WorkloadStats(sequences=self._sequence_stats(), tokens=_figures(parts), by_position=by_position,
-                             **self._worst(top_n), resamples=self._resamples())
+        by_position = [
+            BucketStats(start=start, end=end, tokens=_figures([part]))
+            for start, end, part in zip(self.buckets, ends, parts)
+        ]
+        return WorkloadStats(
+            sequences=self._sequence_stats(),
+            tokens=_figures(parts),
+            by_position=by_position,
+            **self._worst(top_n),
+            resamples=self._resamples(),
+        )
 
     def _resamples(self, n_resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, list[float | None]] | None:
         """Every floor figure on `n_resamples` bootstrap resamples of the samples (prompts), each
@@ -487,7 +524,7 @@ class Accumulator:
         draw = range(units)
         for _ in range(n_resamples):
             picks = rng.choices(draw, k=units)
-            drawn, half = Counter(picks), Counter(picks[:(units + 1) // 2])
+            drawn, half = Counter(picks), Counter(picks[: (units + 1) // 2])
             w = list(map(drawn.get, draw, repeat(0)))
             w_half = list(map(half.get, draw, repeat(0)))
             for name, v in _resampled_figures(w, w_half, sums, sorted_gaps, ranks, seq_lr).items():
@@ -512,31 +549,40 @@ class Accumulator:
         lengths_identical = [ln for ln, same in zip(self._length, self._identical) if same]
         ratios = sorted(_exp(r) for r in self._log_ratio if not math.isnan(r))
         return SequenceStats(
-            n=n, identical=identical,
+            n=n,
+            identical=identical,
             share_identical=identical / n if n else None,
             identical_ci=wilson_interval(identical, n) if n else None,
-            diverged=len(firsts), divergence_unknown=unknown, survival=survival,
+            diverged=len(firsts),
+            divergence_unknown=unknown,
+            survival=survival,
             # The lower median: a token index a prompt really forked at, never "token 0.5".
             median_first_divergence=float(median_low(firsts)) if firsts else None,
             median_first_divergence_all=float(median_low(firsts + lengths_identical)) if known else None,
             verdicts=dict(sorted(self._verdicts.items())),
             seq_ratio=RatioSummary(min=ratios[0], median=float(median(ratios)), max=ratios[-1])
-            if ratios else RatioSummary(None, None, None),
+            if ratios
+            else RatioSummary(None, None, None),
             without_pairs=sum(1 for r in self._log_ratio if math.isnan(r)),
         )
 
     def _worst(self, top_n: int) -> dict[str, list[WorstPrompt]]:
-        rows = [WorstPrompt(prompt_index=i, first_divergence=None if f < 0 else f,
-                            max_abs_dlogp=None if math.isnan(m) else m)
-                for i, f, m in zip(self._index, self._first, self._max_abs)]
-        by_first = sorted((w for w in rows if w.first_divergence is not None),
-                          key=lambda w: (w.first_divergence, w.prompt_index))
+        rows = [
+            WorstPrompt(
+                prompt_index=i, first_divergence=None if f < 0 else f, max_abs_dlogp=None if math.isnan(m) else m
+            )
+            for i, f, m in zip(self._index, self._first, self._max_abs)
+        ]
+        by_first = sorted(
+            (w for w in rows if w.first_divergence is not None), key=lambda w: (w.first_divergence, w.prompt_index)
+        )
         by_gap = sorted((w for w in rows if w.max_abs_dlogp), key=lambda w: (-w.max_abs_dlogp, w.prompt_index))
         return {"worst_by_divergence": by_first[:top_n], "worst_by_gap": by_gap[:top_n]}
 
 
-def workload_stats(samples: Iterable[PairSample], *, buckets: Sequence[int] = DEFAULT_BUCKETS,
-                   top_n: int = 10) -> WorkloadStats:
+def workload_stats(
+    samples: Iterable[PairSample], *, buckets: Sequence[int] = DEFAULT_BUCKETS, top_n: int = 10
+) -> WorkloadStats:
     """All at once: an Accumulator fed every sample. Raises like Accumulator.add."""
     acc = Accumulator(buckets)
     for s in samples:
@@ -553,8 +599,23 @@ def token_stats(ls: Sequence[float], lr: Sequence[float], skipped: int = 0) -> T
 
 # Per sample (prompt): its pairs, the sums its token figures add up from, its largest gaps, its
 # probabilities' raw moments (Pearson) and, per band, its pairs with rho outside it.
-_SUMS: tuple[str, ...] = ("n", "abs_d", "d", "em1", "log_rho", "exp_abs", "dp", "max_abs", "max_dp",
-                          "x", "y", "xx", "yy", "xy", *(f"out{i}" for i in range(len(RHO_BANDS))))
+_SUMS: tuple[str, ...] = (
+    "n",
+    "abs_d",
+    "d",
+    "em1",
+    "log_rho",
+    "exp_abs",
+    "dp",
+    "max_abs",
+    "max_dp",
+    "x",
+    "y",
+    "xx",
+    "yy",
+    "xy",
+    *(f"out{i}" for i in range(len(RHO_BANDS))),
+)
 # |log| of the smallest positive float: an underflowed sequence ratio reads as a ~744-nat drift.
 _LOG_TINY = -math.log(5e-324)
 
@@ -572,9 +633,23 @@ def _prompt_sums(ls: Sequence[float], lr: Sequence[float]) -> tuple[float, ...]:
     for lo, hi in RHO_BANDS:
         # rho = exp(-d) < lo  <=>  d > -log(lo);  rho > hi  <=>  d < -log(hi)
         out.append(float(len(d) - bisect_right(d, -math.log(lo)) + bisect_left(d, -math.log(hi))))
-    return (float(len(d)), sum(map(abs, d)), sum(d), sum(map(math.expm1, log_rho)), sum(log_rho),
-            sum(map(exp, map(min, map(abs, d), repeat(EXP_CAP)))), sum(dp), max(-d[0], d[-1]), max(dp),
-            sum(px), sum(py), sum(map(mul, px, px)), sum(map(mul, py, py)), sum(map(mul, px, py)), *out)
+    return (
+        float(len(d)),
+        sum(map(abs, d)),
+        sum(d),
+        sum(map(math.expm1, log_rho)),
+        sum(log_rho),
+        sum(map(exp, map(min, map(abs, d), repeat(EXP_CAP)))),
+        sum(dp),
+        max(-d[0], d[-1]),
+        max(dp),
+        sum(px),
+        sum(py),
+        sum(map(mul, px, px)),
+        sum(map(mul, py, py)),
+        sum(map(mul, px, py)),
+        *out,
+    )
 
 
 # Gaps per block of _WeightedRanks: a rank search costs ~log2(gaps / block) sums over the units and
@@ -596,7 +671,7 @@ class _WeightedRanks:
         self.before: list[list[int]] = []  # before[b][u]: unit u's gaps before index b * block
         for start in range(0, len(gap_units), block):
             self.before.append(counts.copy())
-            for u in gap_units[start:start + block]:
+            for u in gap_units[start : start + block]:
                 counts[u] += 1
         self.before.append(counts)  # past the last gap
         self.w: Sequence[int] = []
@@ -623,8 +698,11 @@ class _WeightedRanks:
             else:
                 hi = mid
         start = lo * self.block
-        run = list(accumulate(map(self.w.__getitem__, self.gap_units[start:start + self.block]),
-                              initial=self._weight_before(lo)))
+        run = list(
+            accumulate(
+                map(self.w.__getitem__, self.gap_units[start : start + self.block]), initial=self._weight_before(lo)
+            )
+        )
         return start + bisect_right(run, k) - 1
 
 
@@ -637,12 +715,19 @@ def _weighted_quantile(sorted_gaps: Sequence[float], ranks: _WeightedRanks, tota
     return a if frac == 0.0 else a + (sorted_gaps[ranks.index(k + 1)] - a) * frac
 
 
-def _resampled_figures(w: list[int], w_half: list[int], sums: Mapping[str, Sequence[float]], sorted_gaps: Sequence[float],
-                       ranks: _WeightedRanks, seq_lr: Sequence[float | None]) -> dict[str, float | None]:
+def _resampled_figures(
+    w: list[int],
+    w_half: list[int],
+    sums: Mapping[str, Sequence[float]],
+    sorted_gaps: Sequence[float],
+    ranks: _WeightedRanks,
+    seq_lr: Sequence[float | None],
+) -> dict[str, float | None]:
     """The floor figures of one resample: each unit counted w[unit] times. A largest value (the
     MAX_FIGURES) is taken over half as many draws (w_half, an m-out-of-n bootstrap): resampling all
     n, the maximum is the sample's own maximum in 63% of resamples and its interval is too narrow
     to tell one extreme prompt from a real excess."""
+
     def tot(name: str) -> float:
         return sum(map(mul, w, sums[name]))
 
@@ -679,6 +764,7 @@ class _Partial:
     """The additive pieces of one bucket's token figures: a bucket's figures are made from its own
     partial, the pooled ones from all buckets' (sums add, sorted gaps are searched together), so
     each value is touched by the per-token passes once."""
+
     n: int
     skipped: int
     sorted_runs: list[array]  # dlogp = logp_side - logp_ref in runs of SORT_RUN, each ascending
@@ -720,8 +806,9 @@ def _partial(ls: Sequence[float], lr: Sequence[float], skipped: int) -> _Partial
     def log_rho() -> Iterator[float]:
         return map(min, map(neg, d()), repeat(EXP_CAP))
 
-    sorted_runs = [array("d", sorted(map(sub, ls[lo:lo + SORT_RUN], lr[lo:lo + SORT_RUN])))
-                   for lo in range(0, n, SORT_RUN)]
+    sorted_runs = [
+        array("d", sorted(map(sub, ls[lo : lo + SORT_RUN], lr[lo : lo + SORT_RUN]))) for lo in range(0, n, SORT_RUN)
+    ]
     p_side = array("d", map(exp, ls))
     p_ref = array("d", map(exp, lr))
 
@@ -737,15 +824,23 @@ def _partial(ls: Sequence[float], lr: Sequence[float], skipped: int) -> _Partial
         return map(sub, p_ref, repeat(my))
 
     return _Partial(
-        n=n, skipped=skipped, sorted_runs=sorted_runs,
-        sum_d=fsum(d()), sum_abs_d=fsum(map(abs, d())),
+        n=n,
+        skipped=skipped,
+        sorted_runs=sorted_runs,
+        sum_d=fsum(d()),
+        sum_abs_d=fsum(map(abs, d())),
         # rho - log rho - 1 summed as sum(expm1(log rho)) - sum(log rho): expm1 keeps each small gap's
         # ~dlogp^2/2 instead of losing it to 1 + tiny.
-        sum_expm1_log_rho=fsum(map(math.expm1, log_rho())), sum_log_rho=fsum(log_rho()),
+        sum_expm1_log_rho=fsum(map(math.expm1, log_rho())),
+        sum_log_rho=fsum(log_rho()),
         sum_exp_abs_d=fsum(map(exp, map(min, map(abs, d()), repeat(EXP_CAP)))),
-        sum_dp=fsum(dp()), max_dp=max(dp(), default=0.0),
-        mean_x=mx, mean_y=my,
-        sxx=fsum(map(mul, cx(), cx())), syy=fsum(map(mul, cy(), cy())), sxy=fsum(map(mul, cx(), cy())),
+        sum_dp=fsum(dp()),
+        max_dp=max(dp(), default=0.0),
+        mean_x=mx,
+        mean_y=my,
+        sxx=fsum(map(mul, cx(), cx())),
+        syy=fsum(map(mul, cy(), cy())),
+        sxy=fsum(map(mul, cx(), cy())),
         x_range=(min(p_side, default=0.0), max(p_side, default=0.0)),
         y_range=(min(p_ref, default=0.0), max(p_ref, default=0.0)),
     )
@@ -756,10 +851,25 @@ def _figures(parts: list[_Partial]) -> TokenStats:
     fsum = math.fsum
     n, skipped = sum(p.n for p in parts), sum(p.skipped for p in parts)
     if n == 0:
-        return TokenStats(pairs=0, skipped=skipped, abs_dlogp_mean=None, abs_dlogp_p50=None, abs_dlogp_p95=None,
-                          abs_dlogp_p99=None, abs_dlogp_max=None, abs_dprob_mean=None, abs_dprob_max=None,
-                          kl=None, k3=None, pearson=None, token_mult_prob_error=None, rho_min=None,
-                          rho_mean=None, rho_max=None, outside=[BandShare(lo, hi, None) for lo, hi in RHO_BANDS])
+        return TokenStats(
+            pairs=0,
+            skipped=skipped,
+            abs_dlogp_mean=None,
+            abs_dlogp_p50=None,
+            abs_dlogp_p95=None,
+            abs_dlogp_p99=None,
+            abs_dlogp_max=None,
+            abs_dprob_mean=None,
+            abs_dprob_max=None,
+            kl=None,
+            k3=None,
+            pearson=None,
+            token_mult_prob_error=None,
+            rho_min=None,
+            rho_mean=None,
+            rho_max=None,
+            outside=[BandShare(lo, hi, None) for lo, hi in RHO_BANDS],
+        )
     runs = [r for p in parts for r in p.sorted_runs]
     d_min, d_max = min(r[0] for r in runs), max(r[-1] for r in runs)
     s_em1 = fsum(p.sum_expm1_log_rho for p in parts)
@@ -768,17 +878,23 @@ def _figures(parts: list[_Partial]) -> TokenStats:
         return fsum(getattr(p, name) for p in parts)
 
     return TokenStats(
-        pairs=n, skipped=skipped,
+        pairs=n,
+        skipped=skipped,
         abs_dlogp_mean=total("sum_abs_d") / n,
-        abs_dlogp_p50=_abs_quantile(runs, n, 0.50), abs_dlogp_p95=_abs_quantile(runs, n, 0.95),
-        abs_dlogp_p99=_abs_quantile(runs, n, 0.99), abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
-        abs_dprob_mean=total("sum_dp") / n, abs_dprob_max=max(p.max_dp for p in parts),
+        abs_dlogp_p50=_abs_quantile(runs, n, 0.50),
+        abs_dlogp_p95=_abs_quantile(runs, n, 0.95),
+        abs_dlogp_p99=_abs_quantile(runs, n, 0.99),
+        abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
+        abs_dprob_mean=total("sum_dp") / n,
+        abs_dprob_max=max(p.max_dp for p in parts),
         kl=total("sum_d") / n,
         k3=max(0.0, (s_em1 - total("sum_log_rho")) / n),
         pearson=_pearson([p for p in parts if p.n], n),
         token_mult_prob_error=total("sum_exp_abs_d") / n,
         # rho = exp(-dlogp) falls as dlogp rises: the smallest ratio belongs to the largest gap.
-        rho_min=_exp(-d_max), rho_mean=1.0 + s_em1 / n, rho_max=_exp(-d_min),
+        rho_min=_exp(-d_max),
+        rho_mean=1.0 + s_em1 / n,
+        rho_max=_exp(-d_min),
         outside=[BandShare(lo, hi, _count_outside(runs, lo, hi) / n) for lo, hi in RHO_BANDS],
         extreme_share=sum(len(r) - bisect_right(r, LN2) + bisect_left(r, -LN2) for r in runs) / n,
     )
@@ -830,8 +946,9 @@ def _pearson(parts: list[_Partial], n: int) -> float | None:
     a partial's sums about the pooled mean = its own + n_b * (its mean - the pooled mean)^2).
     None when either probability vector is constant."""
     fsum = math.fsum
-    if any(min(getattr(p, r)[0] for p in parts) == max(getattr(p, r)[1] for p in parts)
-           for r in ("x_range", "y_range")):
+    if any(
+        min(getattr(p, r)[0] for p in parts) == max(getattr(p, r)[1] for p in parts) for r in ("x_range", "y_range")
+    ):
         return None
     if len(parts) == 1:
         sxx, syy, sxy = parts[0].sxx, parts[0].syy, parts[0].sxy
@@ -856,7 +973,7 @@ def _pearson(parts: list[_Partial], n: int) -> float | None:
 # rounding is ~1e-6..1e-5 nats. |dprob| <= |dlogp| for probabilities, so the same bound.
 # k3 ~ dlogp^2 / 2 for small gaps, hence 5e-9. Shares of tokens: one in a thousand.
 EPSILON_NATS = 1e-4
-EPSILON_K3 = EPSILON_NATS ** 2 / 2
+EPSILON_K3 = EPSILON_NATS**2 / 2
 EPSILON_PEARSON = 1e-6
 EPSILON_SHARE = 1e-3
 # A side's figure may be this many times the floor's before it "exceeds noise": run-to-run spread
@@ -894,8 +1011,12 @@ FLOOR_FIGURES: tuple[tuple[str, Any, float, int], ...] = (
     ("abs_dprob_max", lambda w: w.tokens.abs_dprob_max, EPSILON_NATS, 1),
     ("abs_kl", lambda w: _opt(abs, w.tokens.kl), EPSILON_NATS, 1),
     ("k3", lambda w: w.tokens.k3, EPSILON_K3, 2),
-    ("token_mult_prob_error_minus_1", lambda w: _opt(lambda v: v - 1.0, w.tokens.token_mult_prob_error),
-     EPSILON_NATS, 1),
+    (
+        "token_mult_prob_error_minus_1",
+        lambda w: _opt(lambda v: v - 1.0, w.tokens.token_mult_prob_error),
+        EPSILON_NATS,
+        1,
+    ),
     ("one_minus_pearson", lambda w: _opt(lambda v: 1.0 - v, w.tokens.pearson), EPSILON_PEARSON, 2),
     *((f"outside_{lo:g}_{hi:g}", _band_figure(i), EPSILON_SHARE, 1) for i, (lo, hi) in enumerate(RHO_BANDS)),
     ("seq_abs_log_ratio_max", _seq_log_ratio_max, EPSILON_NATS, 1),
@@ -930,6 +1051,7 @@ class FigureCheck:
 class IdenticalCheck:
     """The share identical, each with its 95% Wilson interval; worse when the side's whole interval
     lies below the floor's (the difference is not sampling noise over this many prompts)."""
+
     side_share: float | None
     floor_share: float | None
     side_ci: Wilson | None
@@ -970,6 +1092,7 @@ class FloorVerdict:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FloorVerdict:
         """The inverse of to_dict (an infinite factor comes back as inf where the floor was zero)."""
+
         def wilson(w: Mapping[str, Any] | None) -> Wilson | None:
             return Wilson(**w) if w else None
 
@@ -984,11 +1107,23 @@ class FloorVerdict:
                     f[k] = math.inf
             figures.append(FigureCheck(**f))
         i = d["identical"]
-        ident = IdenticalCheck(side_share=i["side_share"], floor_share=i["floor_share"], side_ci=wilson(i["side_ci"]),
-                               floor_ci=wilson(i["floor_ci"]), worse=i["worse"])
-        return cls(verdict=d["verdict"], tolerance=d["tolerance"], figures=figures, exceeded=list(d["exceeded"]),
-                   identical=ident, summary=d["summary"], uncertain=list(d.get("uncertain") or []),
-                   prompts=d.get("prompts"))
+        ident = IdenticalCheck(
+            side_share=i["side_share"],
+            floor_share=i["floor_share"],
+            side_ci=wilson(i["side_ci"]),
+            floor_ci=wilson(i["floor_ci"]),
+            worse=i["worse"],
+        )
+        return cls(
+            verdict=d["verdict"],
+            tolerance=d["tolerance"],
+            figures=figures,
+            exceeded=list(d["exceeded"]),
+            identical=ident,
+            summary=d["summary"],
+            uncertain=list(d.get("uncertain") or []),
+            prompts=d.get("prompts"),
+        )
 
 
 def _ratio(side: float, floor: float) -> float:
@@ -1006,8 +1141,9 @@ def _interval_quantile(sorted_values: Sequence[float], q: float) -> float:
     return a + (sorted_values[lo + 1] - a) * (h - lo)
 
 
-def _bootstrap(check: FigureCheck, side: Sequence[float | None] | None, floor: Sequence[float | None] | None
-               ) -> FigureCheck:
+def _bootstrap(
+    check: FigureCheck, side: Sequence[float | None] | None, floor: Sequence[float | None] | None
+) -> FigureCheck:
     """The factor's interval from paired resamples, and the excess kept only where it holds in
     1 - alpha/2 of them (over the limit and beyond epsilon): else "too few prompts to tell"."""
     if not side or not floor or len(side) != len(floor) or check.note == "not comparable":
@@ -1032,12 +1168,14 @@ def _check(name: str, side: float | None, floor: float | None, eps: float, limit
     factor = (math.inf if side > 0 else None) if zero else side / floor
     beyond = factor is not None and factor > limit
     if side - floor <= eps:
-        note = "within (both zero)" if zero and side == 0 else \
-            "within (difference below epsilon)" if beyond else "within"
+        note = (
+            "within (both zero)" if zero and side == 0 else "within (difference below epsilon)" if beyond else "within"
+        )
         return FigureCheck(name, side, floor, factor, limit, eps, False, zero, note)
     if beyond:
-        return FigureCheck(name, side, floor, factor, limit, eps, True, zero,
-                           "exceeds (floor is zero)" if zero else "exceeds")
+        return FigureCheck(
+            name, side, floor, factor, limit, eps, True, zero, "exceeds (floor is zero)" if zero else "exceeds"
+        )
     return FigureCheck(name, side, floor, factor, limit, eps, False, zero, "within")
 
 
@@ -1052,8 +1190,13 @@ def _identical_check(ident: IdenticalCheck, tolerance: float) -> FigureCheck:
     return check
 
 
-def compare_to_floor(side: WorkloadStats, floor: WorkloadStats, *, tolerance: float = DEFAULT_TOLERANCE,
-                     epsilon: Mapping[str, float] | None = None) -> FloorVerdict:
+def compare_to_floor(
+    side: WorkloadStats,
+    floor: WorkloadStats,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    epsilon: Mapping[str, float] | None = None,
+) -> FloorVerdict:
     """Judge a side's figures against the noise floor (the reference against itself under a change
     that must not matter). A figure exceeds when the side's value is more than `tolerance` times
     the floor's (tolerance squared for the quadratic k3 and 1 - r) AND more than its epsilon above
@@ -1076,20 +1219,33 @@ def compare_to_floor(side: WorkloadStats, floor: WorkloadStats, *, tolerance: fl
             raise ValueError(f"epsilon for {name} must be >= 0, got {e}")
         eps[name] = float(e)
     rs, rf = side.resamples or {}, floor.resamples or {}
-    checks = [_bootstrap(_check(name, get(side), get(floor), eps[name], tolerance ** power), rs.get(name), rf.get(name))
-              for name, get, _, power in FLOOR_FIGURES]
+    checks = [
+        _bootstrap(_check(name, get(side), get(floor), eps[name], tolerance**power), rs.get(name), rf.get(name))
+        for name, get, _, power in FLOOR_FIGURES
+    ]
     s_ci, f_ci = side.sequences.identical_ci, floor.sequences.identical_ci
-    ident = IdenticalCheck(side_share=side.sequences.share_identical, floor_share=floor.sequences.share_identical,
-                           side_ci=s_ci, floor_ci=f_ci,
-                           worse=bool(s_ci and f_ci and s_ci.high < f_ci.low))
+    ident = IdenticalCheck(
+        side_share=side.sequences.share_identical,
+        floor_share=floor.sequences.share_identical,
+        side_ci=s_ci,
+        floor_ci=f_ci,
+        worse=bool(s_ci and f_ci and s_ci.high < f_ci.low),
+    )
     checks.append(_identical_check(ident, tolerance))
     exceeded = [c.name for c in checks if c.exceeds]
     uncertain = [c.name for c in checks if c.uncertain]
     comparable = any(c.note != "not comparable" for c in checks)
     verdict = NOT_COMPARABLE if not comparable else EXCEEDS if exceeded else TOO_FEW if uncertain else WITHIN
-    return FloorVerdict(verdict=verdict, tolerance=tolerance, figures=checks, exceeded=exceeded,
-                        identical=ident, summary=_summary(verdict, tolerance, checks, ident, side.sequences.n),
-                        uncertain=uncertain, prompts=side.sequences.n)
+    return FloorVerdict(
+        verdict=verdict,
+        tolerance=tolerance,
+        figures=checks,
+        exceeded=exceeded,
+        identical=ident,
+        summary=_summary(verdict, tolerance, checks, ident, side.sequences.n),
+        uncertain=uncertain,
+        prompts=side.sequences.n,
+    )
 
 
 def factor_text(c: FigureCheck) -> str:
@@ -1100,8 +1256,12 @@ def factor_text(c: FigureCheck) -> str:
         how = "both zero"
     else:
         how = f"{c.factor:.3g}x"
-    if c.factor_low is not None and c.factor_high is not None and c.factor is not None \
-            and not _x(c.factor_low) == _x(c.factor_high) == _x(c.factor):
+    if (
+        c.factor_low is not None
+        and c.factor_high is not None
+        and c.factor is not None
+        and not _x(c.factor_low) == _x(c.factor_high) == _x(c.factor)
+    ):
         how += f", 95% interval {_x(c.factor_low)}–{_x(c.factor_high)}"
     return how
 
@@ -1112,22 +1272,28 @@ def _x(f: float) -> str:
 
 def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: IdenticalCheck, n: int) -> str:
     if verdict == NOT_COMPARABLE:
-        return ("not comparable: no figure is defined for both the side and the floor "
-                "(no prompts or no scorable tokens).")
+        return (
+            "not comparable: no figure is defined for both the side and the floor (no prompts or no scorable tokens)."
+        )
     if verdict == WITHIN:
         return f"within noise: no figure is more than {tolerance:g}x the floor's (beyond its epsilon)."
     if verdict == TOO_FEW:
-        shown = "; ".join(f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})"
-                          for c in checks if c.uncertain)
-        return (f"too few prompts to tell: over {n} prompts, {shown} — over the {tolerance:g}x limit, but not "
-                f"beyond sampling error (the interval, resampling the prompts, reaches the limit); more "
-                f"prompts narrow it.")
+        shown = "; ".join(
+            f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})" for c in checks if c.uncertain
+        )
+        return (
+            f"too few prompts to tell: over {n} prompts, {shown} — over the {tolerance:g}x limit, but not "
+            f"beyond sampling error (the interval, resampling the prompts, reaches the limit); more "
+            f"prompts narrow it."
+        )
     parts = []
     for c in checks:
         if c.exceeds and c.name == NOT_IDENTICAL and ident.side_ci and ident.floor_ci:
-            parts.append(f"share identical {ident.side_share:.3g} [{ident.side_ci.low:.3g}, "
-                         f"{ident.side_ci.high:.3g}] below the floor's {ident.floor_share:.3g} "
-                         f"[{ident.floor_ci.low:.3g}, {ident.floor_ci.high:.3g}] (95% Wilson)")
+            parts.append(
+                f"share identical {ident.side_share:.3g} [{ident.side_ci.low:.3g}, "
+                f"{ident.side_ci.high:.3g}] below the floor's {ident.floor_share:.3g} "
+                f"[{ident.floor_ci.low:.3g}, {ident.floor_ci.high:.3g}] (95% Wilson)"
+            )
         elif c.exceeds:
             parts.append(f"{display_name(c.name)} {c.side:.3g} vs {c.floor:.3g} ({factor_text(c)})")
     return "exceeds noise: " + "; ".join(parts) + "."
@@ -1142,6 +1308,7 @@ SAMPLING_FLOOR_SHARES: tuple[str, ...] = ("renorm_outside_0.9_1.1", "kept_sets_d
 def sampling_report(report: Any, kept: Mapping[str, Any]) -> None:
     """The sampling family onto a workload report (core.workload_record.WorkloadReport): each side's and
     the floor's pooled KeptMass as figures (`stats.sampling`), each side judged against the floor."""
+
     def figures(name: str) -> dict[str, Any] | None:
         k = kept.get(name)
         return {"tokens": k.tokens, **k.figures()} if k is not None and k.tokens else None
@@ -1170,8 +1337,10 @@ def sampling_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, A
         ks, kf = round(side[key] * ns), round(floor[key] * nf)
         (lo_s, hi_s), (lo_f, hi_f) = wilson(ks, ns), wilson(kf, nf)
         name = FIGURES[key].name
-        parts.append(f"{name} {100 * ks / ns:.1f}% [{100 * lo_s:.1f}-{100 * hi_s:.1f}%], the floor's "
-                     f"{100 * kf / nf:.1f}% [{100 * lo_f:.1f}-{100 * hi_f:.1f}%]")
+        parts.append(
+            f"{name} {100 * ks / ns:.1f}% [{100 * lo_s:.1f}-{100 * hi_s:.1f}%], the floor's "
+            f"{100 * kf / nf:.1f}% [{100 * lo_f:.1f}-{100 * hi_f:.1f}%]"
+        )
         if lo_s > hi_f:
             over.append(name)
     where = f"above the floor ({', '.join(over)})" if over else "within the floor"

@@ -3,6 +3,7 @@
 The engines (parity_ui.engines) answer them inside a worker process; the run pipeline and the commands
 build them. Defined here, below both, so a command can ask without importing an engine module.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,12 @@ class Rows:
     """Full next-token rows (core.distribution, full_distribution=true), kept out of the pipe: where
     this sequence's own rows go, and which other rows it is compared with where its own are made."""
 
-    write: str | None = None  # write the own rows here: an .npy [tokens, vocabulary] (float32, or bfloat16 bits where exact) in the run's scratch dir
-    read: str | None = None  # compare the own rows with the rows in this file (one per token); nothing crosses back but scalars
+    write: str | None = (
+        None  # write the own rows here: an .npy [tokens, vocabulary] (float32, or bfloat16 bits where exact) in the run's scratch dir
+    )
+    read: str | None = (
+        None  # compare the own rows with the rows in this file (one per token); nothing crosses back but scalars
+    )
     read_is: str = "side"  # whose rows `read` holds: "side" (this engine is the reference) or "ref"
     k: int = 5  # top-k containment's k
 

@@ -17,6 +17,7 @@ top-8) = 384 + 768 + 96 = 1,248 bytes a token.
 of codes, per-layer agreement rates and the first (step, layer) where the routes differ. Plain
 data: it pickles and is stored in the comparison's JSON.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,13 +69,13 @@ class Routes:
     def experts(self, row: int, layer: int) -> list[int]:
         """The experts at (row, the layer-th recorded MoE layer), in slot order."""
         o = (row * len(self.layers) + layer) * self.top_k
-        return self.ids[o:o + self.top_k]
+        return self.ids[o : o + self.top_k]
 
     def weights_at(self, row: int, layer: int) -> list[float] | None:
         if self.weights is None:
             return None
         o = (row * len(self.layers) + layer) * self.top_k
-        return self.weights[o:o + self.top_k]
+        return self.weights[o : o + self.top_k]
 
     def margin(self, row: int, layer: int) -> float | None:
         return None if self.margins is None else self.margins[row * len(self.layers) + layer]
@@ -84,21 +85,31 @@ class Routes:
         per, n_layers = len(self.layers) * self.top_k, len(self.layers)
         stop = self.rows if stop is None else stop
         return dataclasses.replace(
-            self, ids=self.ids[start * per:stop * per],
-            weights=None if self.weights is None else self.weights[start * per:stop * per],
-            margins=None if self.margins is None else self.margins[start * n_layers:stop * n_layers])
+            self,
+            ids=self.ids[start * per : stop * per],
+            weights=None if self.weights is None else self.weights[start * per : stop * per],
+            margins=None if self.margins is None else self.margins[start * n_layers : stop * n_layers],
+        )
 
     def bytes_per_token(self) -> int:
         lk = len(self.layers) * self.top_k
-        return lk * (1 if self.num_experts <= 256 else 2) + (2 * lk if self.weights is not None else 0) + \
-            (2 * len(self.layers) if self.margins is not None else 0)
+        return (
+            lk * (1 if self.num_experts <= 256 else 2)
+            + (2 * lk if self.weights is not None else 0)
+            + (2 * len(self.layers) if self.margins is not None else 0)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: the arrays as one base64 blob (`pack`), never a list of floats per token."""
         import base64
 
-        return {"layers": list(self.layers), "top_k": self.top_k, "num_experts": self.num_experts,
-                "source": self.source, "packed": base64.b64encode(pack(self)).decode("ascii")}
+        return {
+            "layers": list(self.layers),
+            "top_k": self.top_k,
+            "num_experts": self.num_experts,
+            "source": self.source,
+            "packed": base64.b64encode(pack(self)).decode("ascii"),
+        }
 
 
 def routes_from_json(data: dict[str, Any] | Routes | None) -> Routes | None:
@@ -117,9 +128,11 @@ def pack(r: Routes) -> bytes:
 
     small = r.num_experts <= 256
     flags = (1 if r.weights is not None else 0) | (2 if r.margins is not None else 0)
-    parts = [_HEADER.pack(_MAGIC, r.rows, len(r.layers), r.top_k, r.num_experts, 1 if small else 2, flags),
-             struct.pack(f"<{len(r.layers)}H", *r.layers),
-             np.asarray(r.ids, dtype="<u1" if small else "<i2").tobytes()]
+    parts = [
+        _HEADER.pack(_MAGIC, r.rows, len(r.layers), r.top_k, r.num_experts, 1 if small else 2, flags),
+        struct.pack(f"<{len(r.layers)}H", *r.layers),
+        np.asarray(r.ids, dtype="<u1" if small else "<i2").tobytes(),
+    ]
     if r.weights is not None:
         parts.append(np.asarray(r.weights, dtype="<f2").tobytes())
     if r.margins is not None:
@@ -188,8 +201,12 @@ def agreement_from_json(data: dict[str, Any] | RouteAgreement | None) -> RouteAg
         return data
     names = {f.name for f in dataclasses.fields(RouteAgreement)}
     flip = data.get("first_flip")
-    return RouteAgreement(**{**{k: v for k, v in data.items() if k in names},
-                             "first_flip": RouteFlip(**flip) if isinstance(flip, dict) else flip})
+    return RouteAgreement(
+        **{
+            **{k: v for k, v in data.items() if k in names},
+            "first_flip": RouteFlip(**flip) if isinstance(flip, dict) else flip,
+        }
+    )
 
 
 @dataclass

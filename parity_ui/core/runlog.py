@@ -3,6 +3,7 @@
 Shared by every command that stores runs (compare, probe, sweep), so a run looks the same whoever
 made it and whatever stopped it.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,11 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .. import __version__
 from .errors import CancelledError, ParityError
@@ -65,15 +67,37 @@ def owner_alive(owner: dict[str, Any] | None) -> bool | None:
     return start is not None and start == owner.get("start")
 
 
-def new_run(run_id: str, model: str, config: dict[str, Any], prompts: list[Any], *, kind: str = "compare",
-            group_id: str | None = None) -> Run:
+def new_run(
+    run_id: str,
+    model: str,
+    config: dict[str, Any],
+    prompts: list[Any],
+    *,
+    kind: str = "compare",
+    group_id: str | None = None,
+) -> Run:
     """A run as it starts: status "running", the prompts as given, owned by this process."""
-    return Run(id=run_id, created_utc=utcnow(), model=ModelInfo(name=model, path=""), config=config,
-               status="running", group_id=group_id, kind=kind, owner=this_owner(),
-               versions={"parity_ui": __version__, "python": platform.python_version()},
-               prompts=[PromptResult(index=i, prompt_text=getattr(p, "text", None) or "", prompt_token_ids=[],
-                                     messages=getattr(p, "messages", None), given=_given(p))
-                        for i, p in enumerate(prompts)])
+    return Run(
+        id=run_id,
+        created_utc=utcnow(),
+        model=ModelInfo(name=model, path=""),
+        config=config,
+        status="running",
+        group_id=group_id,
+        kind=kind,
+        owner=this_owner(),
+        versions={"parity_ui": __version__, "python": platform.python_version()},
+        prompts=[
+            PromptResult(
+                index=i,
+                prompt_text=getattr(p, "text", None) or "",
+                prompt_token_ids=[],
+                messages=getattr(p, "messages", None),
+                given=_given(p),
+            )
+            for i, p in enumerate(prompts)
+        ],
+    )
 
 
 def _given(spec: Any) -> dict[str, Any] | None:
@@ -82,8 +106,11 @@ def _given(spec: Any) -> dict[str, Any] | None:
     if spec is None:
         return None
     images = [img.meta() for img in getattr(spec, "images", None) or []]
-    return {"text": getattr(spec, "text", None), "messages": getattr(spec, "messages", None),
-            **({"images": images} if images else {})}
+    return {
+        "text": getattr(spec, "text", None),
+        "messages": getattr(spec, "messages", None),
+        **({"images": images} if images else {}),
+    }
 
 
 def record_failure(run: Run, exc: BaseException) -> None:

@@ -4,6 +4,7 @@ Engines report their settings in one vocabulary (the keys of LABELS, with values
 "off" for no CUDA graphs, "raw"/"processed" logprobs), so a vLLM side and an HF side line up row by
 row; a setting an engine does not have reads "—" and is no difference. Pure functions.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,13 +49,26 @@ MISSING = "—"
 # engine reports under its own name). An option not listed is looked up under its own name (the tests'
 # fake kind reports its options so); "model" and "python" are the model folder and the interpreter.
 OPTION_ROWS: dict[str, str] = {
-    "dtype": "dtype", "fp32_logits": "logits_dtype", "device": "device", "enforce_eager": "cuda_graphs",
-    "attention_backend": "attention", "attn_implementation": "attention", "enable_prefix_caching": "prefix_caching",
-    "enable_chunked_prefill": "chunked_prefill", "async_scheduling": "async_scheduling",
-    "batch_invariant": "batch_invariant", "max_num_seqs": "max_num_seqs", "tensor_parallel_size": "tensor_parallel",
-    "pipeline_parallel_size": "pipeline_parallel", "decode": "decode", "sdpa_kernels": "sdpa_kernels",
-    "generation_config": "generation_config", "max_cudagraph_capture_size": "cuda_graph_sizes",
-    "kv_cache_gib": "kv_cache_blocks", "model": "model", "python": "environment",
+    "dtype": "dtype",
+    "fp32_logits": "logits_dtype",
+    "device": "device",
+    "enforce_eager": "cuda_graphs",
+    "attention_backend": "attention",
+    "attn_implementation": "attention",
+    "enable_prefix_caching": "prefix_caching",
+    "enable_chunked_prefill": "chunked_prefill",
+    "async_scheduling": "async_scheduling",
+    "batch_invariant": "batch_invariant",
+    "max_num_seqs": "max_num_seqs",
+    "tensor_parallel_size": "tensor_parallel",
+    "pipeline_parallel_size": "pipeline_parallel",
+    "decode": "decode",
+    "sdpa_kernels": "sdpa_kernels",
+    "generation_config": "generation_config",
+    "max_cudagraph_capture_size": "cuda_graph_sizes",
+    "kv_cache_gib": "kv_cache_blocks",
+    "model": "model",
+    "python": "environment",
 }
 
 

@@ -6,6 +6,7 @@ section named after it (`vllm: {enforce_eager: true}`, `--set b.enforce_eager=fa
 are validated by its kind; `model=` and `python=` are understood by every kind that runs in a
 worker.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,7 +51,7 @@ class SideSpec:
     def all_options(self) -> dict[str, Any]:
         return dataclasses.asdict(self.options)
 
-    def replace(self, **options: Any) -> "SideSpec":
+    def replace(self, **options: Any) -> SideSpec:
         return dataclasses.replace(self, options=dataclasses.replace(self.options, **options))
 
     def batch_size(self, run_batch_size: int) -> int:
@@ -68,8 +69,11 @@ def parse_side_arg(text: str) -> dict[str, Any]:
     scalars (true, 0.5, null). Raises ConfigError naming the problem."""
     head, _, rest = text.partition(",")
     if "=" not in head:
-        raise ConfigError(f"--side {text}", "is not of the form NAME=KIND[,key=value...]",
-                          "e.g. --side ref=hf,dtype=float32 --side b=vllm,enforce_eager=false")
+        raise ConfigError(
+            f"--side {text}",
+            "is not of the form NAME=KIND[,key=value...]",
+            "e.g. --side ref=hf,dtype=float32 --side b=vllm,enforce_eager=false",
+        )
     name, kind = (s.strip() for s in head.split("=", 1))
     out: dict[str, Any] = {"name": name, "kind": kind}
     pieces: list[str] = []
@@ -80,8 +84,11 @@ def parse_side_arg(text: str) -> dict[str, Any]:
             pieces.append(piece)
     for item in pieces:
         if "=" not in item:
-            raise ConfigError(f"--side {text}", f"option {item!r} is not of the form key=value",
-                              "e.g. --side b=vllm,enforce_eager=false")
+            raise ConfigError(
+                f"--side {text}",
+                f"option {item!r} is not of the form key=value",
+                "e.g. --side b=vllm,enforce_eager=false",
+            )
         key, raw = (s.strip() for s in item.split("=", 1))
         try:
             value = yaml.safe_load(raw) if raw else None
@@ -99,45 +106,67 @@ def _continues(item: str) -> bool:
 
 def _check_name(name: Any, where: str, reserved: set[str]) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ConfigError(where, f"side name {name!r} is not usable",
-                          "start with a letter; letters, digits, '-' and '_' only; at most 32 characters")
+        raise ConfigError(
+            where,
+            f"side name {name!r} is not usable",
+            "start with a letter; letters, digits, '-' and '_' only; at most 32 characters",
+        )
     if name in reserved:
-        raise ConfigError(where, f"side name {name!r} is also a config key",
-                          "pick another name, e.g. 'ref', 'a', 'b', 'eager', 'graphs'")
+        raise ConfigError(
+            where,
+            f"side name {name!r} is also a config key",
+            "pick another name, e.g. 'ref', 'a', 'b', 'eager', 'graphs'",
+        )
     return name
 
 
 def build_side(raw: Any, where: str, reserved: set[str]) -> SideSpec:
     """One side from its dict form; errors name the side and the key."""
     if not isinstance(raw, dict):
-        raise ConfigError(where, f"must be a mapping with name and kind, got {raw!r}",
-                          "e.g. {name: b, kind: vllm, enforce_eager: false}")
+        raise ConfigError(
+            where,
+            f"must be a mapping with name and kind, got {raw!r}",
+            "e.g. {name: b, kind: vllm, enforce_eager: false}",
+        )
     name = _check_name(raw.get("name"), f"{where}.name", reserved)
     if "kind" not in raw:
         raise SideError(name, "kind", "has no kind", f"give its kind: one of {', '.join(KINDS)}, e.g. {name}=vllm")
     if str(raw["kind"]) not in KINDS:
-        raise SideError(name, "kind", f"unknown kind {raw['kind']!r}; available: {', '.join(KINDS)}",
-                        f"e.g. --side {name}=vllm")
+        raise SideError(
+            name, "kind", f"unknown kind {raw['kind']!r}; available: {', '.join(KINDS)}", f"e.g. --side {name}=vllm"
+        )
     kind = get_kind(raw["kind"])
     opts = {k: v for k, v in raw.items() if k not in SIDE_KEYS}
     known = ", ".join(sorted([*(f.name for f in dataclasses.fields(kind.options)), "model", "python"]))
     unknown = sorted(set(opts) - {f.name for f in dataclasses.fields(kind.options)})
     if unknown:
-        raise SideError(name, unknown[0], f"{unknown[0]!r} is not an option of kind {kind.name}",
-                        f"options of kind {kind.name}: {known}")
+        raise SideError(
+            name,
+            unknown[0],
+            f"{unknown[0]!r} is not an option of kind {kind.name}",
+            f"options of kind {kind.name}: {known}",
+        )
     try:
         options = build(kind.options, opts, "")
     except SideError:
         raise
     except ConfigError as e:
-        raise SideError(name, e.key, f"option {e.message.removeprefix('config key ')}",
-                        e.fix.replace(f"set {e.key} ", f"set {name}.{e.key} ")) from None
+        raise SideError(
+            name,
+            e.key,
+            f"option {e.message.removeprefix('config key ')}",
+            e.fix.replace(f"set {e.key} ", f"set {name}.{e.key} "),
+        ) from None
     side = SideSpec(name=name, kind=kind.name, options=options)
     for key in ("model", "python"):
         value = raw.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise SideError(name, key, f"{key} must be a path, got {value!r}",
-                            f"give {key}=/path/to/{'folder' if key == 'model' else 'bin/python'}")
+            raise SideError(
+                name,
+                key,
+                f"{key} must be a path, got {value!r}",
+                f"give {key}=/path/to/{'folder' if key == 'model' else 'bin/python'}",
+            )
         if value and not kind.in_worker:
             raise SideError(name, key, f"kind {kind.name} does not run in a worker here", f"remove {key}")
         setattr(side, key, value.strip() if value else None)
@@ -148,18 +177,27 @@ def build_sides(raw: list[Any] | None, sections: dict[str, dict[str, Any]], rese
     """The run's sides: `raw` (the sides list, None = the defaults) with each side's section (by name)
     merged over it. Raises ConfigError for a duplicate or unknown name, a single side, too many."""
     if raw is not None and not isinstance(raw, list):
-        raise ConfigError("sides", f"must be a list of sides, got {raw!r}",
-                          "e.g. sides: [{name: ref, kind: hf}, {name: b, kind: vllm}]")
+        raise ConfigError(
+            "sides",
+            f"must be a list of sides, got {raw!r}",
+            "e.g. sides: [{name: ref, kind: hf}, {name: b, kind: vllm}]",
+        )
     for i, item in enumerate(raw or []):
         if not isinstance(item, dict):
-            raise ConfigError(f"sides[{i}]", f"must be a mapping with name and kind, got {item!r}",
-                              "e.g. {name: b, kind: vllm} (on the command line: --side b=vllm)")
+            raise ConfigError(
+                f"sides[{i}]",
+                f"must be a mapping with name and kind, got {item!r}",
+                "e.g. {name: b, kind: vllm} (on the command line: --side b=vllm)",
+            )
     items = [dict(s) for s in (DEFAULT_SIDES if raw is None else raw)]
     names = [item.get("name") for item in items]
     for name, section in sections.items():
         if name not in names:
-            raise ConfigError(f"{name}", f"no side is named {name!r} (sides: {', '.join(map(str, names))})",
-                              "name an existing side, or add it with --side NAME=KIND")
+            raise ConfigError(
+                f"{name}",
+                f"no side is named {name!r} (sides: {', '.join(map(str, names))})",
+                "name an existing side, or add it with --side NAME=KIND",
+            )
         items[names.index(name)].update(section)
     sides = [build_side(item, f"sides[{i}]", reserved) for i, item in enumerate(items)]
     seen: set[str] = set()
@@ -168,8 +206,11 @@ def build_sides(raw: list[Any] | None, sections: dict[str, dict[str, Any]], rese
             raise SideError(s.name, "", "two sides have this name", "give every side its own name")
         seen.add(s.name)
     if len(sides) < 2:
-        raise ConfigError("sides", f"has {len(sides)} side; a comparison needs two or more",
-                          "add another, e.g. --side ref=hf --side b=vllm")
+        raise ConfigError(
+            "sides",
+            f"has {len(sides)} side; a comparison needs two or more",
+            "add another, e.g. --side ref=hf --side b=vllm",
+        )
     if len(sides) > MAX_SIDES:
         raise ConfigError("sides", f"has {len(sides)} sides, over the limit of {MAX_SIDES}", "drop some sides")
     return sides

@@ -7,6 +7,7 @@ JSON-ready dicts with `to_dict` / `*_from_dict` (they are stored in SQLite and p
 Nothing here names an engine: results are keyed by side name, and a comparison holds its two
 sides' names (`a` is the reference).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,13 +18,17 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from .findings import (CrossScores, Explanation, ProbeReport, cross_scores_from_json, explanation_from_json,
-                      probe_report_from_json)
-
-from .routes import (RouteAgreement, RouteReplay, Routes, agreement_from_json, replay_from_json,  # noqa: F401
-                     routes_from_json)
 from .distribution import DISTRIBUTION_COLUMNS
+from .findings import (
+    CrossScores,
+    Explanation,
+    ProbeReport,
+    cross_scores_from_json,
+    explanation_from_json,
+    probe_report_from_json,
+)
 from .kept_mass import KeptMass, kept_mass_from_json
+from .routes import RouteAgreement, RouteReplay, Routes, agreement_from_json, replay_from_json, routes_from_json  # noqa: F401
 from .workload_record import WorkloadReport, report_from_json
 
 if TYPE_CHECKING:
@@ -95,8 +100,10 @@ class StepColumns(Sequence[TokenStep]):
         # JSON object keys are strings: the sparse byte columns are keyed by int here.
         self.raw = {int(k): v for k, v in (columns.get("raw") or {}).items()}
         self.top_raw = {int(k): v for k, v in (columns.get("top_raw") or {}).items()}
-        if len({len(columns[n]) for n in (*self.STEP, "top_n")}) != 1 or \
-                len({len(columns[n]) for n in self.TOP} | {sum(self.top_n)}) != 1:
+        if (
+            len({len(columns[n]) for n in (*self.STEP, "top_n")}) != 1
+            or len({len(columns[n]) for n in self.TOP} | {sum(self.top_n)}) != 1
+        ):
             raise ValueError("step columns of different lengths: the stored steps are damaged")
         self._starts: list[int] | None = None
         self._built: dict[int, TokenStep] = {}
@@ -106,17 +113,27 @@ class StepColumns(Sequence[TokenStep]):
         if isinstance(steps, StepColumns):
             return steps
         tops = [t for s in steps for t in s.top]
-        optional = {name: [getattr(s, name) for s in steps] for name in cls.OPTIONAL
-                    if any(getattr(s, name) is not None for s in steps)}
-        return cls({**optional,
-            "position": [s.position for s in steps], "token_id": [s.token_id for s in steps],
-            "text": [s.text for s in steps], "logprob": [s.logprob for s in steps],
-            "rank": [s.rank for s in steps], "top_n": [len(s.top) for s in steps],
-            "top_token_id": [t.token_id for t in tops], "top_logprob": [t.logprob for t in tops],
-            "top_text": [t.text for t in tops],
-            "raw": {i: s.raw for i, s in enumerate(steps) if s.raw},
-            "top_raw": {i: t.raw for i, t in enumerate(tops) if t.raw},
-        })
+        optional = {
+            name: [getattr(s, name) for s in steps]
+            for name in cls.OPTIONAL
+            if any(getattr(s, name) is not None for s in steps)
+        }
+        return cls(
+            {
+                **optional,
+                "position": [s.position for s in steps],
+                "token_id": [s.token_id for s in steps],
+                "text": [s.text for s in steps],
+                "logprob": [s.logprob for s in steps],
+                "rank": [s.rank for s in steps],
+                "top_n": [len(s.top) for s in steps],
+                "top_token_id": [t.token_id for t in tops],
+                "top_logprob": [t.logprob for t in tops],
+                "top_text": [t.text for t in tops],
+                "raw": {i: s.raw for i, s in enumerate(steps) if s.raw},
+                "top_raw": {i: t.raw for i, t in enumerate(tops) if t.raw},
+            }
+        )
 
     def columns(self) -> dict[str, Any]:
         """JSON-ready columns (what from_steps or the store made it from)."""
@@ -153,11 +170,21 @@ class StepColumns(Sequence[TokenStep]):
         built = self._built.get(i)
         if built is None:
             o = self.top_starts()[i]
-            top = [TopLogprob(self.top_token_id[k], self.top_logprob[k], self.top_text[k], self.top_raw.get(k))
-                   for k in range(o, o + self.top_n[i])]
+            top = [
+                TopLogprob(self.top_token_id[k], self.top_logprob[k], self.top_text[k], self.top_raw.get(k))
+                for k in range(o, o + self.top_n[i])
+            ]
             extra = {name: col[i] for name in self.OPTIONAL if (col := getattr(self, name)) is not None}
-            built = self._built[i] = TokenStep(self.position[i], self.token_id[i], self.text[i], self.logprob[i],
-                                               self.rank[i], top, self.raw.get(i), **extra)
+            built = self._built[i] = TokenStep(
+                self.position[i],
+                self.token_id[i],
+                self.text[i],
+                self.logprob[i],
+                self.rank[i],
+                top,
+                self.raw.get(i),
+                **extra,
+            )
         return built
 
     def __len__(self) -> int:
@@ -209,7 +236,7 @@ def top_ids(steps: Sequence[TokenStep], i: int) -> list[int]:
     """Position i's top-k token ids, best first, without building its step from columns."""
     if isinstance(steps, StepColumns):
         starts = steps.top_starts()
-        return steps.top_token_id[starts[i]:starts[i + 1]]
+        return steps.top_token_id[starts[i] : starts[i + 1]]
     return [t.token_id for t in steps[i].top]
 
 
@@ -465,8 +492,9 @@ def plain(obj: Any) -> Any:
         if isinstance(obj, base):
             return base(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                                           if f.init})
+        return dataclasses.replace(
+            obj, **{f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        )
     if isinstance(obj, dict):
         return {plain(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -502,43 +530,57 @@ def step_from_dict(s: dict[str, Any]) -> TokenStep:
 def side_result_from_dict(d: dict[str, Any]) -> SideResult:
     """`steps` as a list of step dicts, or as StepColumns.columns() (how the store keeps them)."""
     steps = d.get("steps") or []
-    return SideResult(**{**_known(SideResult, d),
-                         "steps": StepColumns(steps) if isinstance(steps, dict) else [step_from_dict(s) for s in steps],
-                         "timings": SideTimings(**_known(SideTimings, d.get("timings") or {})),
-                         "routes": routes_from_json(d.get("routes"))})
+    return SideResult(
+        **{
+            **_known(SideResult, d),
+            "steps": StepColumns(steps) if isinstance(steps, dict) else [step_from_dict(s) for s in steps],
+            "timings": SideTimings(**_known(SideTimings, d.get("timings") or {})),
+            "routes": routes_from_json(d.get("routes")),
+        }
+    )
 
 
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
     div = d.get("divergence")
     expl, cross, kept = d.get("explanation"), d.get("cross_scores"), d.get("kept_mass")
-    return Comparison(**{**_known(Comparison, d),
-                         "kept_mass": kept if isinstance(kept, KeptMass) or kept is None else kept_mass_from_json(kept),
-                         "divergence": Divergence(**_known(Divergence, div)) if div else None,
-                         "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
-                         "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross),
-                         "routes": agreement_from_json(d.get("routes")),
-                         "route_replay": replay_from_json(d.get("route_replay"))})
+    return Comparison(
+        **{
+            **_known(Comparison, d),
+            "kept_mass": kept if isinstance(kept, KeptMass) or kept is None else kept_mass_from_json(kept),
+            "divergence": Divergence(**_known(Divergence, div)) if div else None,
+            "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
+            "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross),
+            "routes": agreement_from_json(d.get("routes")),
+            "route_replay": replay_from_json(d.get("route_replay")),
+        }
+    )
 
 
 def prompt_result_from_dict(d: dict[str, Any]) -> PromptResult:
-    return PromptResult(**{
-        **_known(PromptResult, d),
-        "results": {k: side_result_from_dict(v) for k, v in (d.get("results") or {}).items()},
-        "comparisons": [comparison_from_dict(c) for c in d.get("comparisons") or []],
-    })
+    return PromptResult(
+        **{
+            **_known(PromptResult, d),
+            "results": {k: side_result_from_dict(v) for k, v in (d.get("results") or {}).items()},
+            "comparisons": [comparison_from_dict(c) for c in d.get("comparisons") or []],
+        }
+    )
 
 
 def run_from_dict(d: dict[str, Any]) -> Run:
-    return Run(**{
-        **_known(Run, d),
-        "model": ModelInfo(**_known(ModelInfo, d["model"])),
-        "prompts": [prompt_result_from_dict(p) for p in d.get("prompts", [])],
-        "warnings": [Finding(**_known(Finding, w)) for w in d.get("warnings", [])],
-        "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
-        "probes": d["probes"] if isinstance(d.get("probes"), ProbeReport) else probe_report_from_json(d.get("probes")),
-        "workload": _workload(d.get("workload")),
-        "bisect": _bisect(d.get("bisect")),
-    })
+    return Run(
+        **{
+            **_known(Run, d),
+            "model": ModelInfo(**_known(ModelInfo, d["model"])),
+            "prompts": [prompt_result_from_dict(p) for p in d.get("prompts", [])],
+            "warnings": [Finding(**_known(Finding, w)) for w in d.get("warnings", [])],
+            "sides": [SideInfo(**_known(SideInfo, s)) for s in d.get("sides", [])],
+            "probes": d["probes"]
+            if isinstance(d.get("probes"), ProbeReport)
+            else probe_report_from_json(d.get("probes")),
+            "workload": _workload(d.get("workload")),
+            "bisect": _bisect(d.get("bisect")),
+        }
+    )
 
 
 def _bisect(data: Any) -> Any:

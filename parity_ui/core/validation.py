@@ -4,12 +4,14 @@ A field declares what it accepts in its metadata (`option(default, doc, allowed)
 types (coercing only losslessly, int -> float), rejects unknown keys and checks ranges, raising
 `ConfigError` that names the key, what is allowed and how to fix it.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import field
-from typing import Any, Callable, get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 from .errors import ConfigError
 
@@ -19,8 +21,15 @@ Allowed = tuple[Callable[[Any], bool], str]  # (test, human description)
 NO_FLIP = object()  # an option a bisect against another kind of engine cannot flip
 
 
-def option(default: Any = None, doc: str = "", allowed: Allowed | None = None, *, factory: Any = None,
-           flip_to: Any = NO_FLIP, flip_why: str = "") -> Any:
+def option(
+    default: Any = None,
+    doc: str = "",
+    allowed: Allowed | None = None,
+    *,
+    factory: Any = None,
+    flip_to: Any = NO_FLIP,
+    flip_why: str = "",
+) -> Any:
     """A dataclass field with its documentation and allowed values. `flip_to`, for an option only its
     kind has: the value a bisect against another kind of engine sets it to (the one that changes
     nothing in this engine's numerics, or that brings it nearest the other), `flip_why` that value in
@@ -86,8 +95,9 @@ def fields_of(cls: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-def build(cls: type, data: dict[str, Any], prefix: str = "", *, skip: tuple[str, ...] = (),
-          unknown_fix: str = "") -> Any:
+def build(
+    cls: type, data: dict[str, Any], prefix: str = "", *, skip: tuple[str, ...] = (), unknown_fix: str = ""
+) -> Any:
     """An instance of dataclass `cls` from `data`: types checked, unknown keys rejected, ranges
     checked. `prefix` is prepended to key names in errors ("b." for side b's options)."""
     if not isinstance(data, dict):
@@ -97,8 +107,7 @@ def build(cls: type, data: dict[str, Any], prefix: str = "", *, skip: tuple[str,
     unknown = sorted(k for k in set(data) - set(known) if k not in skip)
     if unknown:
         names = ", ".join(sorted(n for n in known if n not in skip))
-        raise ConfigError(prefix + str(unknown[0]), "is not a known key",
-                          unknown_fix or f"known keys here: {names}")
+        raise ConfigError(prefix + str(unknown[0]), "is not a known key", unknown_fix or f"known keys here: {names}")
     kwargs = {name: check_type(prefix + name, value, hints[name]) for name, value in data.items() if name in known}
     obj = cls(**kwargs)
     check_ranges(obj, prefix)

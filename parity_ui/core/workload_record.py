@@ -2,6 +2,7 @@
 pooled figures next to the floor's. Plain data (its JSON is the run's `workload_json`); computing the
 figures from the store and printing them is parity_ui.commands.workload.report's and parity_ui.render.text's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,6 +55,7 @@ class DlogpHistogram:
     binned by log10: counts[i] holds low + i*width <= log10|dlogp| < low + (i+1)*width. Exact zeros
     have no logarithm (`zero`); `below` and `above` count what falls outside the bins. Computed once
     when the figures are pooled, so a view draws it without reading any logprob."""
+
     low: float = HIST_LOW
     width: float = HIST_WIDTH
     counts: list[int] = field(default_factory=lambda: [0] * round((HIST_HIGH - HIST_LOW) / HIST_WIDTH))
@@ -80,8 +82,12 @@ class DlogpHistogram:
         # Each nonzero gap's bin as the one-pair-at-a-time loop computed it, floor((log10 d - low) / width),
         # the same float operations mapped over the sample (~1.5x faster than a Python loop per pair).
         n, counts = len(self.counts), self.counts
-        for i, k in Counter(map(math.floor, map(truediv, map(sub, map(math.log10, filter(None, gaps)),
-                                                               repeat(self.low)), repeat(self.width)))).items():
+        for i, k in Counter(
+            map(
+                math.floor,
+                map(truediv, map(sub, map(math.log10, filter(None, gaps)), repeat(self.low)), repeat(self.width)),
+            )
+        ).items():
             if i < 0:
                 self.below += k
             elif i >= n:
@@ -91,14 +97,24 @@ class DlogpHistogram:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> DlogpHistogram | None:
-        return None if not d else cls(low=d["low"], width=d["width"], counts=list(d["counts"]), zero=d["zero"],
-                                      below=d["below"], above=d["above"])
-
+        return (
+            None
+            if not d
+            else cls(
+                low=d["low"],
+                width=d["width"],
+                counts=list(d["counts"]),
+                zero=d["zero"],
+                below=d["below"],
+                above=d["above"],
+            )
+        )
 
 
 def _all_scorable(xs: Sequence[float | None]) -> bool:
     """Every logprob present, finite and not masked (pooled.scorable of each), checked at C speed."""
     return None not in xs and all(map(math.isfinite, xs)) and (not len(xs) or min(xs) > MASKED_LOGPROB)
+
 
 @dataclass
 class SideFigures:
@@ -133,13 +149,15 @@ class WorkloadReport:
         """Every side token-identical on every finished prompt; None before any figure."""
         if not self.sides:
             return None
-        return all(f.stats.sequences.n and f.stats.sequences.identical == f.stats.sequences.n
-                   for f in self.sides.values())
+        return all(
+            f.stats.sequences.n and f.stats.sequences.identical == f.stats.sequences.n for f in self.sides.values()
+        )
 
     @property
     def first_divergence(self) -> int | None:
-        firsts = [f.stats.worst_by_divergence[0].first_divergence for f in self.sides.values()
-                  if f.stats.worst_by_divergence]
+        firsts = [
+            f.stats.worst_by_divergence[0].first_divergence for f in self.sides.values() if f.stats.worst_by_divergence
+        ]
         firsts = [x for x in firsts if x is not None]
         return min(firsts) if firsts else None
 
@@ -161,33 +179,61 @@ class WorkloadReport:
         def figures(f: SideFigures | None) -> dict[str, Any] | None:
             if f is None:
                 return None
-            return {"side": f.side, "stats": f.stats.to_dict(), "verdict": f.verdict.to_dict() if f.verdict else None,
-                    "hist": dataclasses.asdict(f.hist) if f.hist else None, "routing_verdict": f.routing_verdict,
-                    "distribution_verdict": f.distribution_verdict, "sampling_verdict": f.sampling_verdict}
+            return {
+                "side": f.side,
+                "stats": f.stats.to_dict(),
+                "verdict": f.verdict.to_dict() if f.verdict else None,
+                "hist": dataclasses.asdict(f.hist) if f.hist else None,
+                "routing_verdict": f.routing_verdict,
+                "distribution_verdict": f.distribution_verdict,
+                "sampling_verdict": f.sampling_verdict,
+            }
 
-        return {"options": dataclasses.asdict(self.options), "floor": dataclasses.asdict(self.floor),
-                "n_prompts": self.n_prompts, "done": self.done, "skipped_too_long": list(self.skipped_too_long),
-                "sides": {k: figures(v) for k, v in self.sides.items()}, "floor_figures": figures(self.floor_figures),
-                "headline": self.headline, "rate": self.rate, "replay": self.replay,
-                "cluster": self.cluster}
+        return {
+            "options": dataclasses.asdict(self.options),
+            "floor": dataclasses.asdict(self.floor),
+            "n_prompts": self.n_prompts,
+            "done": self.done,
+            "skipped_too_long": list(self.skipped_too_long),
+            "sides": {k: figures(v) for k, v in self.sides.items()},
+            "floor_figures": figures(self.floor_figures),
+            "headline": self.headline,
+            "rate": self.rate,
+            "replay": self.replay,
+            "cluster": self.cluster,
+        }
 
 
 def report_from_json(d: dict[str, Any]) -> WorkloadReport:
     def figures(f: dict[str, Any] | None) -> SideFigures | None:
         if not f:
             return None
-        return SideFigures(side=f["side"], stats=WorkloadStats.from_dict(f["stats"]),
-                           verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
-                           hist=DlogpHistogram.from_dict(f.get("hist")), routing_verdict=f.get("routing_verdict"),
-                           distribution_verdict=f.get("distribution_verdict"),
-                           sampling_verdict=f.get("sampling_verdict"))
+        return SideFigures(
+            side=f["side"],
+            stats=WorkloadStats.from_dict(f["stats"]),
+            verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
+            hist=DlogpHistogram.from_dict(f.get("hist")),
+            routing_verdict=f.get("routing_verdict"),
+            distribution_verdict=f.get("distribution_verdict"),
+            sampling_verdict=f.get("sampling_verdict"),
+        )
 
-    opts = {k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}}
-    return WorkloadReport(options=WorkloadOptions(**opts), floor=FloorSpec(**d["floor"]), n_prompts=d["n_prompts"],
-                          done=d.get("done", 0), skipped_too_long=list(d.get("skipped_too_long") or []),
-                          sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
-                          floor_figures=figures(d.get("floor_figures")), headline=d.get("headline", ""),
-                          rate=d.get("rate"), replay=d.get("replay"), cluster=d.get("cluster"))
+    opts = {
+        k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}
+    }
+    return WorkloadReport(
+        options=WorkloadOptions(**opts),
+        floor=FloorSpec(**d["floor"]),
+        n_prompts=d["n_prompts"],
+        done=d.get("done", 0),
+        skipped_too_long=list(d.get("skipped_too_long") or []),
+        sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
+        floor_figures=figures(d.get("floor_figures")),
+        headline=d.get("headline", ""),
+        rate=d.get("rate"),
+        replay=d.get("replay"),
+        cluster=d.get("cluster"),
+    )
 
 
 def _pct(x: float | None) -> str:

@@ -3,6 +3,7 @@ package imports neither torch nor vllm: `load_engine` imports the chosen backend
 the "module:Class" its kind names.
 
 May import: core, inputs."""
+
 from __future__ import annotations
 
 import importlib

@@ -6,6 +6,7 @@ fails inside its kernel at 16 and 24 and runs 48): calling the kernel neither le
 through nor refuses one that runs. The result is also checked against plain attention, so a kernel
 that "runs" but computes garbage at that size is caught too.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -44,14 +45,36 @@ def _cpu_probe(head_size: int, dtype: str) -> tuple[bool, str]:
     seq_lens = torch.tensor([tokens], dtype=torch.int32)
     starts = torch.tensor([0, tokens], dtype=torch.int32)
     meta = ops.cpu_attn_get_scheduler_metadata(
-        num_reqs=1, num_heads=heads, num_kv_heads=1, head_dim=head_size, seq_lens=seq_lens, dtype=dt,
-        query_start_loc=starts, causal=True, sliding_window_size=-1, isa=isa, enable_kv_split=False)
+        num_reqs=1,
+        num_heads=heads,
+        num_kv_heads=1,
+        head_dim=head_size,
+        seq_lens=seq_lens,
+        dtype=dt,
+        query_start_loc=starts,
+        causal=True,
+        sliding_window_size=-1,
+        isa=isa,
+        enable_kv_split=False,
+    )
     out = torch.zeros_like(q)
-    scale = head_size ** -0.5
+    scale = head_size**-0.5
     ops.cpu_attention_with_kv_cache(
-        query=q, key_cache=key_cache, value_cache=value_cache, output=out, query_start_loc=starts,
-        seq_lens=seq_lens, scale=scale, causal=True, alibi_slopes=None, sliding_window=-1,
-        block_table=torch.zeros(1, 1, dtype=torch.int32), softcap=0.0, scheduler_metadata=meta, s_aux=None)
+        query=q,
+        key_cache=key_cache,
+        value_cache=value_cache,
+        output=out,
+        query_start_loc=starts,
+        seq_lens=seq_lens,
+        scale=scale,
+        causal=True,
+        alibi_slopes=None,
+        sliding_window=-1,
+        block_table=torch.zeros(1, 1, dtype=torch.int32),
+        softcap=0.0,
+        scheduler_metadata=meta,
+        s_aux=None,
+    )
     err = (out.float() - _reference(q, k, v, scale)).abs().max().item()
     if not err <= TOLERANCE.get(dtype, 1e-2):
         return False, f"the kernel ran but its result is off by {err:.3g} from plain attention"

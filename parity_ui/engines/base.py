@@ -4,24 +4,29 @@ Engines run inside a worker process, possibly under another environment's interp
 crosses the pipe is plain data (dicts and the dataclasses of parity_ui.core.types and parity_ui.core.requests),
 never the mapper's own classes. Native argument names stay inside the dicts the mapper made.
 """
+
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem,  # noqa: F401
-                             RouteReplayRequest, RoutesRequest, ScoreBatch, ScoreRequest)  # what an engine is asked: defined in core, used here
+from ..core.requests import (  # noqa: F401
+    CaptureRequest,
+    GenerateRequest,
+    InputCheck,
+    LoadRequest,
+    Problem,
+    RouteReplayRequest,  # what an engine is asked: defined in core, used here
+    RoutesRequest,
+    ScoreBatch,
+    ScoreRequest,
+)
 from ..core.types import EngineInfo, SideResult, TokenStep, TopLogprob
 
 StepCallback = Callable[[int, TokenStep], None]  # (prompt index, step) as tokens are made
 ShouldStop = Callable[[], bool]
-
-
-
-
-
-
 
 
 class EngineFault(Exception):
@@ -38,14 +43,13 @@ class CancelledByUser(Exception):
     """The user pressed stop while the engine was busy with something long (a server starting)."""
 
 
-
 class Engine(ABC):
     kind: str
     # Set by the worker: is the run being stopped? / a line of progress for the user (long loads).
     should_stop: ShouldStop = staticmethod(lambda: False)
     progress: Callable[[str], None] = staticmethod(lambda message: None)
 
-    def preload(self) -> None:
+    def preload(self) -> None:  # noqa: B027 (a hook with a default: most engines need none)
         """Import the engine's libraries ahead of any request (a worker started as a head start,
         while the parent still prepares the run). The default imports nothing."""
 
@@ -89,8 +93,9 @@ class Engine(ABC):
     def routes(self, req: RoutesRequest) -> Any:
         """Mixture-of-experts routes at the asked positions (parity_ui.engines.routes): a
         parity_ui.core.routes.Routes. Engines that cannot watch their routers raise EngineFault."""
-        raise EngineFault(f"a {self.kind} side cannot record expert routes",
-                          "record routes on a vllm or hf side, or set routes=false")
+        raise EngineFault(
+            f"a {self.kind} side cannot record expert routes", "record routes on a vllm or hf side, or set routes=false"
+        )
 
     def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
         """Generate again while routing with recorded experts (HF sides)."""
@@ -103,11 +108,13 @@ def same_prompt_error(what: str, expected: list[int], got: list[int], image_toke
     at = next((j for j, (x, y) in enumerate(zip(expected, got)) if x != y), min(len(expected), len(got)))
     n_exp = expected.count(image_token_id) if image_token_id is not None else "?"
     n_got = got.count(image_token_id) if image_token_id is not None else "?"
-    return EngineFault(f"the sides did not see the same prompt: {what} made {len(got)} prompt tokens "
-                       f"({n_got} image tokens), the run's processor {len(expected)} ({n_exp} image tokens); "
-                       f"first difference at token {at}",
-                       "pass the same min_pixels/max_pixels to every side and use one processor version "
-                       "(the engine's image processor resized the image differently)")
+    return EngineFault(
+        f"the sides did not see the same prompt: {what} made {len(got)} prompt tokens "
+        f"({n_got} image tokens), the run's processor {len(expected)} ({n_exp} image tokens); "
+        f"first difference at token {at}",
+        "pass the same min_pixels/max_pixels to every side and use one processor version "
+        "(the engine's image processor resized the image differently)",
+    )
 
 
 def clean_logprob(x: float) -> float:
@@ -115,10 +122,12 @@ def clean_logprob(x: float) -> float:
     return x if math.isfinite(x) else -1e30
 
 
-def make_step(position: int, token_id: int, logprob: float | None, rank: int | None,
-              top: list[tuple[int, float]]) -> TokenStep:
+def make_step(
+    position: int, token_id: int, logprob: float | None, rank: int | None, top: list[tuple[int, float]]
+) -> TokenStep:
     return TokenStep(
-        position=position, token_id=int(token_id),
+        position=position,
+        token_id=int(token_id),
         text="",  # filled by the service with ONE tokenizer, so every pane decodes alike
         logprob=None if logprob is None else clean_logprob(float(logprob)),
         rank=rank,

@@ -15,6 +15,7 @@ An optional rounding-level noise (`noise_eps`) multiplies the stream entering ev
 (1 + eps*u), u uniform in [-1, 1]: a run that agrees with the plain one only up to rounding, which
 is how the noise floor is measured.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,10 +44,12 @@ def find_blocks(model: Any, num_layers: int | None) -> tuple[Any, Any, str, str]
         if attn and mlp:
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             return parent, layers, attn, mlp
-    raise EngineFault(f"cannot find the decoder layers of {type(model).__name__} (no list of {num_layers} layers "
-                      "with an attention and an MLP block)",
-                      "layer localisation supports the Llama, Qwen2/Qwen3 and Mistral families and models built "
-                      "like them; compare token streams for this architecture")
+    raise EngineFault(
+        f"cannot find the decoder layers of {type(model).__name__} (no list of {num_layers} layers "
+        "with an attention and an MLP block)",
+        "layer localisation supports the Llama, Qwen2/Qwen3 and Mistral families and models built "
+        "like them; compare token streams for this architecture",
+    )
 
 
 def _first(x: Any) -> Any:
@@ -91,9 +94,11 @@ class _Recorder:
     def result(self, names: list[str], logits_of: Any) -> dict[str, Any]:
         missing = [n for n in names if set(self.rows.get(n, {})) != set(self.want)]
         if missing:
-            raise EngineFault(f"the forward pass did not reach {missing[0]} at every asked position (hooks did not "
-                              "fire: the model ran compiled or as a CUDA graph)",
-                              "capture with enforce_eager=true on this side")
+            raise EngineFault(
+                f"the forward pass did not reach {missing[0]} at every asked position (hooks did not "
+                "fire: the model ran compiled or as a CUDA graph)",
+                "capture with enforce_eager=true on this side",
+            )
         import torch
 
         data, dims = {}, {}
@@ -139,6 +144,7 @@ def _hook_layers(rec: _Recorder, layers: Any, attn: str, mlp: str, vllm_style: b
                 rec.keep(f"L{i}.residual", out[0] + out[1])
             else:
                 rec.keep(f"L{i}.residual", _first(out))
+
         return hook
 
     def block(name: str) -> Any:
@@ -158,12 +164,16 @@ def _hook_layers(rec: _Recorder, layers: Any, attn: str, mlp: str, vllm_style: b
 def _final_norm(parent: Any) -> Any:
     norm = next((getattr(parent, n) for n in NORM_NAMES if hasattr(parent, n)), None)
     if norm is None:
-        raise EngineFault(f"cannot find the final norm of {type(parent).__name__}",
-                          "layer localisation supports the Llama, Qwen2/Qwen3 and Mistral families")
+        raise EngineFault(
+            f"cannot find the final norm of {type(parent).__name__}",
+            "layer localisation supports the Llama, Qwen2/Qwen3 and Mistral families",
+        )
     return norm
 
 
-def capture_hf(model: Any, req: CaptureRequest, num_layers: int | None, noise_eps: float | None = None) -> dict[str, Any]:
+def capture_hf(
+    model: Any, req: CaptureRequest, num_layers: int | None, noise_eps: float | None = None
+) -> dict[str, Any]:
     import torch
 
     parent, layers, attn, mlp = find_blocks(model, num_layers)
@@ -188,7 +198,9 @@ def capture_hf(model: Any, req: CaptureRequest, num_layers: int | None, noise_ep
     return out
 
 
-def capture_vllm(llm: Any, req: CaptureRequest, num_layers: int | None, noise_eps: float | None = None) -> dict[str, Any]:
+def capture_vllm(
+    llm: Any, req: CaptureRequest, num_layers: int | None, noise_eps: float | None = None
+) -> dict[str, Any]:
     import torch
     from vllm import SamplingParams
 
@@ -196,8 +208,11 @@ def capture_vllm(llm: Any, req: CaptureRequest, num_layers: int | None, noise_ep
 
     cfg = llm.llm_engine.vllm_config.parallel_config
     if cfg.tensor_parallel_size > 1 or cfg.pipeline_parallel_size > 1:
-        raise EngineFault("layer capture is not supported yet for tensor- or pipeline-parallel vLLM sides (the "
-                          "layers live in other processes)", "localise with tensor_parallel_size=1 on this side")
+        raise EngineFault(
+            "layer capture is not supported yet for tensor- or pipeline-parallel vLLM sides (the "
+            "layers live in other processes)",
+            "localise with tensor_parallel_size=1 on this side",
+        )
     runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
     model = runner.model
     parent, layers, attn, mlp = find_blocks(model, num_layers)

@@ -22,6 +22,7 @@ the scorer's device: no second copy of the rows anywhere, no parent-side pass ov
 
 Runs inside workers (imports torch and numpy).
 """
+
 from __future__ import annotations
 
 import os
@@ -73,8 +74,13 @@ def row_figures(ref: Any, side: Any, k: int) -> dict[str, Any]:
     kk = max(1, min(k, ls.shape[-1]))
     topk = (ls.topk(kk, dim=-1).indices == a_ref[:, None]).any(-1)
     clean = lambda x: torch.nan_to_num(x, nan=BIG, posinf=BIG).clamp(min=0.0)  # noqa: E731
-    return {"kl": clean(kl), "kl_rev": clean(kl_rev), "tv": tv, "top1": (a_ref == a_side).to(torch.int64),
-            "topk": topk.to(torch.int64)}
+    return {
+        "kl": clean(kl),
+        "kl_rev": clean(kl_rev),
+        "tv": tv,
+        "top1": (a_ref == a_side).to(torch.int64),
+        "topk": topk.to(torch.int64),
+    }
 
 
 class RowsMissing(Exception):
@@ -153,8 +159,10 @@ def meet(own: Any, rows: Rows, n: int, host: Any = None) -> dict[str, list[Any]]
             raise RowsMissing("no rows file named")
         host = read_rows(rows.read)  # RowsMissing when it is not there
     if host.dim() == 2 and host.shape[1] != own.shape[-1]:
-        raise ValueError(f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {host.shape[1]:,} in the "
-                         "other side's rows (a padded lm_head?): their distributions cannot be compared token by token")
+        raise ValueError(
+            f"the sides' vocabularies differ: {own.shape[-1]:,} logits here, {host.shape[1]:,} in the "
+            "other side's rows (a padded lm_head?): their distributions cannot be compared token by token"
+        )
     other = load_rows(rows.read, n, own.device, host)
     parts = []
     for s in range(0, n, BLOCK):

@@ -4,6 +4,7 @@ Runs only inside a worker process. Logprobs are log_softmax(float32(logits)) of 
 as vLLM's own test suite does, never generate's processed `scores` (unless the config asks for
 processed logprobs, to match vLLM's processed_logprobs mode).
 """
+
 from __future__ import annotations
 
 import platform
@@ -12,8 +13,22 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..core.types import EngineInfo, SideResult, SideTimings, StepColumns, TokenStep
-from .base import (CaptureRequest, Engine, GenerateRequest, LoadRequest, Problem, RouteReplayRequest, RoutesRequest,
-                   ScoreBatch, ScoreRequest, ShouldStop, StepCallback, clean_logprob, make_step, result)
+from .base import (
+    CaptureRequest,
+    Engine,
+    GenerateRequest,
+    LoadRequest,
+    Problem,
+    RouteReplayRequest,
+    RoutesRequest,
+    ScoreBatch,
+    ScoreRequest,
+    ShouldStop,
+    StepCallback,
+    clean_logprob,
+    make_step,
+    result,
+)
 
 if TYPE_CHECKING:
     from .hf_greedy import GreedyDecoder
@@ -25,8 +40,9 @@ def _fp32_head(model: Any) -> None:
     import torch
 
     head = model.get_output_embeddings()
-    fp32 = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
-                           device=head.weight.device, dtype=torch.float32)
+    fp32 = torch.nn.Linear(
+        head.in_features, head.out_features, bias=head.bias is not None, device=head.weight.device, dtype=torch.float32
+    )
     with torch.no_grad():
         fp32.weight.copy_(head.weight.float())
         if head.bias is not None:
@@ -57,30 +73,51 @@ class HfEngine(Engine):
         a = req.args
         problems = []
         config = _config(req)
-        if not a["load"]["trust_remote_code"] and config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES \
-                and not any(arch.endswith("ForConditionalGeneration") for arch in config.architectures or []):
-            problems.append(Problem("hf-unknown-architecture",
-                                    f"transformers {_version()} has no causal LM for model_type {config.model_type!r}",
-                                    "use an environment with a newer transformers (python=), or "
-                                    "trust_remote_code when the model ships its own code"))
+        if (
+            not a["load"]["trust_remote_code"]
+            and config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+            and not any(arch.endswith("ForConditionalGeneration") for arch in config.architectures or [])
+        ):
+            problems.append(
+                Problem(
+                    "hf-unknown-architecture",
+                    f"transformers {_version()} has no causal LM for model_type {config.model_type!r}",
+                    "use an environment with a newer transformers (python=), or "
+                    "trust_remote_code when the model ships its own code",
+                )
+            )
         device = a["device"]
         if device.startswith("cuda"):
             n = torch.cuda.device_count()
             index = int(device.split(":")[1]) if ":" in device and device != "balanced" else 0
             if n == 0:
-                problems.append(Problem("no-gpu", f"device {device} asked for, but torch {torch.__version__} sees "
-                                                  "no CUDA device", "set this side's device=cpu, or run on a GPU"))
+                problems.append(
+                    Problem(
+                        "no-gpu",
+                        f"device {device} asked for, but torch {torch.__version__} sees no CUDA device",
+                        "set this side's device=cpu, or run on a GPU",
+                    )
+                )
             elif index >= n:
-                problems.append(Problem("no-such-gpu", f"device {device} asked for, but only {n} GPU(s) are visible",
-                                        f"pick a device from cuda:0 to cuda:{n - 1}"))
+                problems.append(
+                    Problem(
+                        "no-such-gpu",
+                        f"device {device} asked for, but only {n} GPU(s) are visible",
+                        f"pick a device from cuda:0 to cuda:{n - 1}",
+                    )
+                )
         attn = a["load"].get("attn_implementation")
         if attn == "flash_attention_2":
             from transformers.utils import is_flash_attn_2_available
 
             if not is_flash_attn_2_available():
-                problems.append(Problem("attn-unavailable", "attn_implementation=flash_attention_2 but the "
-                                                            "flash_attn package is not usable here",
-                                        "use sdpa or eager, or install flash-attn in this environment"))
+                problems.append(
+                    Problem(
+                        "attn-unavailable",
+                        "attn_implementation=flash_attention_2 but the flash_attn package is not usable here",
+                        "use sdpa or eager, or install flash-attn in this environment",
+                    )
+                )
         if a["decode"] == "graphed":  # on the config as loaded: a RoPE override decides what a graph can hold
             problems += self._graphed_problems(config, device)
         kernels = a.get("sdpa_kernels")
@@ -88,17 +125,27 @@ class HfEngine(Engine):
             usable = _usable_sdpa_kernels(device, a["load"]["dtype"])
             if not usable & set(kernels):
                 where = "the CPU" if device == "cpu" else f"{a['load']['dtype']} on a GPU"
-                problems.append(Problem("sdpa-kernel-unavailable",
-                                        f"sdpa_kernels: torch has no {' or '.join(kernels)} attention kernel for {where}",
-                                        f"use sdpa_kernels={' or '.join(sorted(usable))}, or no-cudnn"))
+                problems.append(
+                    Problem(
+                        "sdpa-kernel-unavailable",
+                        f"sdpa_kernels: torch has no {' or '.join(kernels)} attention kernel for {where}",
+                        f"use sdpa_kernels={' or '.join(sorted(usable))}, or no-cudnn",
+                    )
+                )
         return problems
 
     @staticmethod
     def _graphed_problems(config: Any, device: str) -> list[Problem]:
         fix = "use decode=static (a static cache without the graph) or decode=eager"
         if getattr(config, "vision_config", None) is not None:
-            return [Problem("graphed-unsupported", "decode=graphed decodes text models only: a vision-language "
-                                                   "model places its positions from the images", fix)]
+            return [
+                Problem(
+                    "graphed-unsupported",
+                    "decode=graphed decodes text models only: a vision-language "
+                    "model places its positions from the images",
+                    fix,
+                )
+            ]
         if device == "balanced":
             return [Problem("graphed-unsupported", "decode=graphed runs on one device, not spread over GPUs", fix)]
         if device.startswith("cuda"):
@@ -137,7 +184,8 @@ class HfEngine(Engine):
             text_config = getattr(config, "text_config", None)  # vision-language configs nest the LM's
             model.generation_config = GenerationConfig(
                 bos_token_id=getattr(config, "bos_token_id", getattr(text_config, "bos_token_id", None)),
-                pad_token_id=getattr(config, "pad_token_id", getattr(text_config, "pad_token_id", None)))
+                pad_token_id=getattr(config, "pad_token_id", getattr(text_config, "pad_token_id", None)),
+            )
         self.model = model
         self._greedy = None
         attn = getattr(model.config, "_attn_implementation", None)
@@ -146,8 +194,11 @@ class HfEngine(Engine):
 
             # flash attention cuts a static cache to its filled length from the 2-D attention mask,
             # which the loop does not pass: it would attend over the empty slots.
-            raise EngineFault(f"decode=graphed runs with sdpa or eager attention, and this model resolved to {attn}",
-                              "set attn_implementation=sdpa on this side, or use decode=static", fatal=True)
+            raise EngineFault(
+                f"decode=graphed runs with sdpa or eager attention, and this model resolved to {attn}",
+                "set attn_implementation=sdpa on this side, or use decode=static",
+                fatal=True,
+            )
         _enable_sdpa_kernels(a.get("sdpa_kernels"))
         warmup_s = self._warm_up(model)
         dev = str(model.device)
@@ -158,10 +209,15 @@ class HfEngine(Engine):
         head = model.get_output_embeddings()
         device_map = getattr(model, "hf_device_map", None)
         return EngineInfo(
-            kind="hf", version=transformers.__version__, device=dev,
+            kind="hf",
+            version=transformers.__version__,
+            device=dev,
             dtype=str(model.dtype).replace("torch.", ""),
-            versions={"transformers": transformers.__version__, "torch": torch.__version__,
-                      "python": sys.version.split()[0]},
+            versions={
+                "transformers": transformers.__version__,
+                "torch": torch.__version__,
+                "python": sys.version.split()[0],
+            },
             resolved={
                 "dtype": str(model.dtype).replace("torch.", ""),
                 "device": dev if not device_map else f"spread: {sorted(set(map(str, device_map.values())))}",
@@ -170,16 +226,18 @@ class HfEngine(Engine):
                 "logits_dtype": str(head.weight.dtype).replace("torch.", ""),
                 "kv_cache": "static" if a["decode"] != "eager" else "dynamic",
                 "decode": a["decode"],
-                "cuda_graphs": {"compiled": "torch.compile",
-                                "graphed": "one per decode step" if dev.startswith("cuda") else "off (CPU)"
-                                }.get(a["decode"], "off"),
+                "cuda_graphs": {
+                    "compiled": "torch.compile",
+                    "graphed": "one per decode step" if dev.startswith("cuda") else "off (CPU)",
+                }.get(a["decode"], "off"),
                 "logprobs_mode": "processed" if a["logprobs_source"] == "scores" else "raw",
                 "generation_config": "model" if a["keep_model_generation_config"] else "neutral",
                 "engine": f"transformers {transformers.__version__}",
                 "torch": torch.__version__,
                 "python": sys.version.split()[0],
                 "warmup_s": warmup_s,
-            })
+            },
+        )
 
     def _warm_up(self, model: Any) -> float | None:
         """One short forward pass on a GPU at load time: the CUDA context, cuBLAS handles and kernel
@@ -204,7 +262,7 @@ class HfEngine(Engine):
         torch.cuda.synchronize()
         return round(time.perf_counter() - t, 3)
 
-    def _decoder(self, k: int) -> "GreedyDecoder":
+    def _decoder(self, k: int) -> GreedyDecoder:
         from .hf_greedy import GreedyDecoder
 
         if self._greedy is None or self._greedy.k != max(k, 1):
@@ -226,8 +284,10 @@ class HfEngine(Engine):
         ranks = ((lp > chosen).sum(dim=-1) + 1).tolist()
         top_v, top_i = torch.topk(lp, k, dim=-1)
         chosen_l, top_v_l, top_i_l = chosen[:, 0].tolist(), top_v.tolist(), top_i.tolist()
-        return [make_step(i, tid, chosen_l[i], int(ranks[i]), list(zip(top_i_l[i], top_v_l[i])))
-                for i, tid in enumerate(tokens)]
+        return [
+            make_step(i, tid, chosen_l[i], int(ranks[i]), list(zip(top_i_l[i], top_v_l[i])))
+            for i, tid in enumerate(tokens)
+        ]
 
     def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         import torch
@@ -288,20 +348,27 @@ class HfEngine(Engine):
                 torch.manual_seed(a["seed"])
             # transformers compiles the decode step by itself when the cache is static (on a GPU):
             # "static" means a static cache WITHOUT compilation, "compiled" lets it compile.
-            gc = GenerationConfig(**gen, return_dict_in_generate=True, disable_compile=a["decode"] != "compiled",
-                                  output_logits=a["logprobs_source"] == "logits",
-                                  output_scores=a["logprobs_source"] == "scores")
+            gc = GenerationConfig(
+                **gen,
+                return_dict_in_generate=True,
+                disable_compile=a["decode"] != "compiled",
+                output_logits=a["logprobs_source"] == "logits",
+                output_scores=a["logprobs_source"] == "scores",
+            )
             drawer = None
             if a.get("shared_seed"):
                 from .shared_seed import HfSharedSeedProcessor, Settings
 
-                drawer = HfSharedSeedProcessor(Settings.from_dict(a["shared_seed"]), [req.prompts[i] for i in chunk],
-                                               width)
+                drawer = HfSharedSeedProcessor(
+                    Settings.from_dict(a["shared_seed"]), [req.prompts[i] for i in chunk], width
+                )
             with torch.inference_mode():
                 out = self.model.generate(
-                    input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device),
+                    input_ids=ids.to(self.model.device),
+                    attention_mask=mask.to(self.model.device),
                     **{k: v.to(self.model.device) for k, v in vision.items()},
-                    generation_config=gc, streamer=_Stream(),
+                    generation_config=gc,
+                    streamer=_Stream(),
                     stopping_criteria=StoppingCriteriaList([_Cancel()]),
                     **({"logits_processor": LogitsProcessorList([drawer])} if drawer else {}),
                 )
@@ -328,18 +395,28 @@ class HfEngine(Engine):
                     for step, d in zip(steps, drawer.records[row]):
                         step.margin, step.kept, step.kept_mass = d.margin, d.kept, d.kept_mass
                         step.processed_logprob, step.kept_hash = d.processed_logprob, d.kept_hash
-                results.append(result(i, token_ids=tokens, steps=steps, finish_reason=reason,
-                                      timings=SideTimings(prefill_s=first[0], total_s=total)))
+                results.append(
+                    result(
+                        i,
+                        token_ids=tokens,
+                        steps=steps,
+                        finish_reason=reason,
+                        timings=SideTimings(prefill_s=first[0], total_s=total),
+                    )
+                )
         return results
 
-    def _generate_graphed(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop,
-                          stops: set[int], k: int) -> list[SideResult]:
+    def _generate_graphed(
+        self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop, stops: set[int], k: int
+    ) -> list[SideResult]:
         """decode=graphed: one prompt at a time through parity-ui's greedy loop (hf_greedy)."""
         if req.images and any(req.images):
             from .base import EngineFault
 
-            raise EngineFault("decode=graphed decodes text prompts only, and this run has images",
-                              "use decode=eager or decode=static for image prompts")
+            raise EngineFault(
+                "decode=graphed decodes text prompts only, and this run has images",
+                "use decode=eager or decode=static for image prompts",
+            )
         decoder = self._decoder(k)
         if self.args["seed"] is not None:
             import torch
@@ -350,15 +427,25 @@ class HfEngine(Engine):
         length = max(decoder.cache_len(len(p), max_new) for p in req.prompts)
         results = []
         for i, prompt in enumerate(req.prompts):
+
             def on_token(position: int, tid: int, i: int = i) -> None:
                 if req.stream:
                     on_step(i, make_step(position, tid, None, None, []))
 
             out = decoder.decode(prompt, max_new, stops, on_token, should_stop, cache_len=length)
-            steps = [make_step(j, tid, lp, rank, top)
-                     for j, (tid, lp, rank, top) in enumerate(zip(out.tokens, out.chosen, out.ranks, out.top))]
-            results.append(result(i, token_ids=out.tokens, steps=steps, finish_reason=out.stopped,
-                                  timings=SideTimings(prefill_s=out.first_token_s, total_s=out.total_s)))
+            steps = [
+                make_step(j, tid, lp, rank, top)
+                for j, (tid, lp, rank, top) in enumerate(zip(out.tokens, out.chosen, out.ranks, out.top))
+            ]
+            results.append(
+                result(
+                    i,
+                    token_ids=out.tokens,
+                    steps=steps,
+                    finish_reason=out.stopped,
+                    timings=SideTimings(prefill_s=out.first_token_s, total_s=out.total_s),
+                )
+            )
         return results
 
     def _vision_inputs(self, req: GenerateRequest, i: int) -> dict[str, Any]:
@@ -373,7 +460,8 @@ class HfEngine(Engine):
             from transformers import AutoImageProcessor
 
             self._image_processor = AutoImageProcessor.from_pretrained(
-                self.model_path, trust_remote_code=self.args["load"]["trust_remote_code"])
+                self.model_path, trust_remote_code=self.args["load"]["trust_remote_code"]
+            )
         ip = self._image_processor
         px = dict(req.image_pixels or self.args.get("image_pixels") or {})
         enc = ip(images=[decode_image(x["data"]) for x in images], return_tensors="pt", **px)
@@ -385,9 +473,11 @@ class HfEngine(Engine):
         if got != expected:
             from .base import EngineFault
 
-            raise EngineFault(f"the sides did not see the same prompt: transformers' image processor made "
-                              f"{expected} image tokens for prompt {i}, the run's processor {got}",
-                              "pass the same min_pixels/max_pixels to every side and use one processor version")
+            raise EngineFault(
+                f"the sides did not see the same prompt: transformers' image processor made "
+                f"{expected} image tokens for prompt {i}, the run's processor {got}",
+                "pass the same min_pixels/max_pixels to every side and use one processor version",
+            )
         import inspect
 
         import torch
@@ -438,7 +528,7 @@ class HfEngine(Engine):
             n = len(tokens)
             # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j. One slice,
             # not a view per position stacked again (n small tensor ops per row, ~2x the forward on a GPU).
-            own = logits[base - 1:base - 1 + n]
+            own = logits[base - 1 : base - 1 + n]
             lp = torch.log_softmax(own.float(), dim=-1)
             chosen = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])  # [n, 1]
             ranks = ((lp > chosen).sum(dim=-1) + 1).tolist()
@@ -448,11 +538,20 @@ class HfEngine(Engine):
             from .full_distribution import columns_for
 
             dist = columns_for(own, req.rows, n, ahead) if req.rows is not None and n else {}
-        return StepColumns({
-            "position": list(range(n)), "token_id": list(tokens), "text": [""] * n,
-            "logprob": list(map(clean_logprob, chosen_l)), "rank": ranks, "top_n": [k] * n,
-            "top_token_id": top_i_l, "top_logprob": list(map(clean_logprob, top_v_l)), "top_text": [""] * (n * k),
-            **dist})
+        return StepColumns(
+            {
+                "position": list(range(n)),
+                "token_id": list(tokens),
+                "text": [""] * n,
+                "logprob": list(map(clean_logprob, chosen_l)),
+                "rank": ranks,
+                "top_n": [k] * n,
+                "top_token_id": top_i_l,
+                "top_logprob": list(map(clean_logprob, top_v_l)),
+                "top_text": [""] * (n * k),
+                **dist,
+            }
+        )
 
     def routes(self, req: RoutesRequest) -> Any:
         from .routes import routes_hf
@@ -471,8 +570,11 @@ class HfEngine(Engine):
             for i, (item, routes) in enumerate(zip(req.score, req.routes)):
                 with ForcedRoutes(self.model, routes, 0, req.mode):
                     steps = self.score(item)
-                out.append(SideResult(side="", prompt_index=i, token_ids=list(item.continuation), steps=steps,
-                                      finish_reason="scored"))
+                out.append(
+                    SideResult(
+                        side="", prompt_index=i, token_ids=list(item.continuation), steps=steps, finish_reason="scored"
+                    )
+                )
             return out
         g = req.generate
         for i, (prompt, routes) in enumerate(zip(g.prompts, req.routes)):
@@ -530,5 +632,6 @@ def _usable_sdpa_kernels(device: str, dtype: str) -> set[str]:
 def _sdpa_kernels_enabled() -> str:
     import torch
 
-    return ", ".join(name for name, switch in SDPA_SWITCHES.items()
-                     if getattr(torch.backends.cuda, f"{switch}_sdp_enabled")())
+    return ", ".join(
+        name for name, switch in SDPA_SWITCHES.items() if getattr(torch.backends.cuda, f"{switch}_sdp_enabled")()
+    )

@@ -16,13 +16,15 @@ CPU the same loop runs without the graph, which is what the float32 tests check 
 
 Runs only inside a worker process (imports torch lazily).
 """
+
 from __future__ import annotations
 
 import contextlib
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .base import EngineFault
 
@@ -79,9 +81,15 @@ class GreedyDecoder:
         return prompt_len + max(max_new, 1) - 1
 
     # -- one prompt -------------------------------------------------------------------------------
-    def decode(self, prompt: list[int], max_new: int, stops: set[int],
-               on_token: Callable[[int, int], None], should_stop: Callable[[], bool],
-               cache_len: int | None = None) -> GreedyOutput:
+    def decode(
+        self,
+        prompt: list[int],
+        max_new: int,
+        stops: set[int],
+        on_token: Callable[[int, int], None],
+        should_stop: Callable[[], bool],
+        cache_len: int | None = None,
+    ) -> GreedyOutput:
         torch = self._torch
         length = max(cache_len or 0, self.cache_len(len(prompt), max_new))
         # On cuda:N the graph must be captured on N's streams: capture uses the current device's.
@@ -112,9 +120,15 @@ class GreedyDecoder:
                 if tid in stops:
                     stopped = "stop"
             n = len(tokens)
-            out = GreedyOutput(tokens=tokens, chosen=bufs.chosen[:n].tolist(), ranks=bufs.ranks[:n].tolist(),
-                               top=[list(zip(i, v)) for i, v in zip(bufs.top_i[:n].tolist(), bufs.top_v[:n].tolist())],
-                               first_token_s=first_s, total_s=0.0, stopped=stopped)
+            out = GreedyOutput(
+                tokens=tokens,
+                chosen=bufs.chosen[:n].tolist(),
+                ranks=bufs.ranks[:n].tolist(),
+                top=[list(zip(i, v)) for i, v in zip(bufs.top_i[:n].tolist(), bufs.top_v[:n].tolist())],
+                first_token_s=first_s,
+                total_s=0.0,
+                stopped=stopped,
+            )
         out.total_s = time.perf_counter() - t0
         return out
 
@@ -125,9 +139,12 @@ class GreedyDecoder:
         logits = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, **extra).logits
         seen = int(self._cache.get_seq_length())
         if seen != len(prompt):  # a forward that ignores the cache would decode without any history
-            raise EngineFault(f"decode=graphed: the model's forward left {seen} positions in the static cache "
-                              f"for a {len(prompt)}-token prompt (it does not use transformers' cache)",
-                              "use decode=eager", fatal=True)
+            raise EngineFault(
+                f"decode=graphed: the model's forward left {seen} positions in the static cache "
+                f"for a {len(prompt)}-token prompt (it does not use transformers' cache)",
+                "use decode=eager",
+                fatal=True,
+            )
         self._pick(logits, bufs)
 
     def _sync_token(self, bufs: _Buffers, i: int) -> int:
@@ -176,10 +193,11 @@ class GreedyDecoder:
                 self._step(bufs)
             self._restore(bufs, lengths, saved)  # capture records the step, it does not run it
         except Exception as e:  # noqa: BLE001 - any capture failure means this model cannot take this path
-            raise EngineFault(f"decode=graphed could not capture this model's decode step as a CUDA graph "
-                              f"({type(e).__name__}: {e})",
-                              "use decode=static (the same static cache without the graph) or decode=eager",
-                              fatal=True) from e
+            raise EngineFault(
+                f"decode=graphed could not capture this model's decode step as a CUDA graph ({type(e).__name__}: {e})",
+                "use decode=static (the same static cache without the graph) or decode=eager",
+                fatal=True,
+            ) from e
         self._graph = graph
 
     def _restore(self, bufs: _Buffers, lengths: list[Any], saved: tuple[Any, Any]) -> None:
@@ -205,7 +223,8 @@ class GreedyDecoder:
             chosen=torch.zeros(max_new, dtype=torch.float32, device=dev),
             ranks=torch.zeros(max_new, dtype=torch.long, device=dev),
             top_v=torch.zeros((max_new, self.k), dtype=torch.float32, device=dev),
-            top_i=torch.zeros((max_new, self.k), dtype=torch.long, device=dev))
+            top_i=torch.zeros((max_new, self.k), dtype=torch.long, device=dev),
+        )
         self._length = (length, max_new)
         return self._bufs
 
@@ -233,9 +252,14 @@ def graph_problem(config: Any) -> str | None:
     layers = getattr(cache, "layers", None)
     if layers is None:
         return f"transformers {transformers.__version__}'s static cache has no per-layer state (needs 5.x)"
-    odd = sorted({type(layer).__name__ for layer in layers
-                  if type(layer).__name__ != "StaticLayer"
-                  or not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)})
+    odd = sorted(
+        {
+            type(layer).__name__
+            for layer in layers
+            if type(layer).__name__ != "StaticLayer"
+            or not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
+        }
+    )
     if odd:
         return f"its static cache has {', '.join(odd)} layers, whose state a CUDA graph cannot carry"
     return None

@@ -5,6 +5,7 @@ Every network failure becomes an EngineFault whose message says what happened at
 whose fix says what to do about it: connection refused, DNS, TLS, timeouts, HTTP errors with the
 server's own message, malformed or truncated answers.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -13,15 +14,22 @@ import socket
 import ssl
 import urllib.error
 import urllib.request
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from .base import EngineFault
 
 
 class HttpClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0,
-                 connect_timeout_s: float = 10.0, verify_tls: bool = True):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        verify_tls: bool = True,
+    ):
         self.base = base_url.rstrip("/")
         self.root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base  # /version lives here
         self.api_key = api_key
@@ -40,7 +48,7 @@ class HttpClient:
             raise http_fault(url, e.code, e.read()) from None
         except urllib.error.URLError as e:
             raise network_fault(url, e.reason, timeout) from None
-        except (socket.timeout, TimeoutError) as e:
+        except TimeoutError as e:
             raise network_fault(url, e, timeout) from None
         except (http.client.HTTPException, ConnectionError) as e:
             raise network_fault(url, e, timeout) from None
@@ -66,12 +74,13 @@ class HttpClient:
             while True:
                 try:
                     line = resp.readline()
-                except (socket.timeout, TimeoutError) as e:
+                except TimeoutError as e:
                     raise network_fault(url, e, self.timeout_s) from None
                 except (http.client.HTTPException, ConnectionError, OSError) as e:
-                    raise EngineFault(f"the connection to {url} broke mid-stream ({type(e).__name__}: {e})",
-                                      "check that the server is still running (its log); the tokens received "
-                                      "so far are kept") from None
+                    raise EngineFault(
+                        f"the connection to {url} broke mid-stream ({type(e).__name__}: {e})",
+                        "check that the server is still running (its log); the tokens received so far are kept",
+                    ) from None
                 if not line:
                     break
                 line = line.strip()
@@ -83,23 +92,27 @@ class HttpClient:
                     break
                 event = _json(url, payload)
                 if isinstance(event, dict) and "error" in event:
-                    raise EngineFault(f"{url} reported an error mid-stream: {_message(event)}",
-                                      "see the server's log; the tokens received so far are kept")
+                    raise EngineFault(
+                        f"{url} reported an error mid-stream: {_message(event)}",
+                        "see the server's log; the tokens received so far are kept",
+                    )
                 yield event
         finally:
             resp.close()
         if not done:
-            raise EngineFault(f"{url} closed the stream before it finished (no [DONE]): the server died or "
-                              "the connection dropped", "check that the server is still running (its log); "
-                                                        "the tokens received so far are kept")
+            raise EngineFault(
+                f"{url} closed the stream before it finished (no [DONE]): the server died or the connection dropped",
+                "check that the server is still running (its log); the tokens received so far are kept",
+            )
 
 
 def _read(url: str, resp: Any) -> bytes:
     try:
         return resp.read()
     except (http.client.IncompleteRead, ConnectionError, OSError) as e:
-        raise EngineFault(f"{url} sent a truncated answer ({type(e).__name__})",
-                          "check that the server is still running (its log)") from None
+        raise EngineFault(
+            f"{url} sent a truncated answer ({type(e).__name__})", "check that the server is still running (its log)"
+        ) from None
 
 
 def _json(url: str, raw: bytes) -> Any:
@@ -107,8 +120,10 @@ def _json(url: str, raw: bytes) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         excerpt = raw[:120].decode("utf-8", "replace")
-        raise EngineFault(f"{url} answered with something that is not JSON: {excerpt!r}",
-                          "point url= at an OpenAI-compatible vLLM server (its /v1 base URL)") from None
+        raise EngineFault(
+            f"{url} answered with something that is not JSON: {excerpt!r}",
+            "point url= at an OpenAI-compatible vLLM server (its /v1 base URL)",
+        ) from None
 
 
 def _message(body: Any) -> str:
@@ -129,11 +144,15 @@ def http_fault(url: str, status: int, raw: bytes) -> EngineFault:
     except (json.JSONDecodeError, UnicodeDecodeError):
         msg = raw[:300].decode("utf-8", "replace").strip() or "(no body)"
     if status in (401, 403):
-        fix = ("the server wants an API key: export it in an environment variable and name that variable with "
-               "the side option api_key_env=VAR (the key itself is never stored)")
+        fix = (
+            "the server wants an API key: export it in an environment variable and name that variable with "
+            "the side option api_key_env=VAR (the key itself is never stored)"
+        )
     elif status == 404:
-        fix = ("check url= (it is the server's /v1 base, e.g. http://127.0.0.1:8000/v1) and served_model= "
-               "(GET /v1/models lists what the server serves)")
+        fix = (
+            "check url= (it is the server's /v1 base, e.g. http://127.0.0.1:8000/v1) and served_model= "
+            "(GET /v1/models lists what the server serves)"
+        )
     elif status == 400:
         fix = "the server refused the request's settings; change the setting it names (or the server's own limits)"
     elif status >= 500:
@@ -146,17 +165,24 @@ def http_fault(url: str, status: int, raw: bytes) -> EngineFault:
 def network_fault(url: str, reason: Any, timeout: float) -> EngineFault:
     host = urlsplit(url).netloc
     if isinstance(reason, ssl.SSLError) or "SSL" in type(reason).__name__ or "CERTIFICATE" in str(reason).upper():
-        return EngineFault(f"TLS failed talking to {host}: {reason}",
-                           "use the right scheme (http:// vs https://), install the server's CA certificate, "
-                           "or set verify_tls=false for a self-signed server you trust")
+        return EngineFault(
+            f"TLS failed talking to {host}: {reason}",
+            "use the right scheme (http:// vs https://), install the server's CA certificate, "
+            "or set verify_tls=false for a self-signed server you trust",
+        )
     if isinstance(reason, socket.gaierror):
         return EngineFault(f"cannot resolve the host in {url} ({reason})", "check the host name in url=")
     if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason).lower():
-        return EngineFault(f"nothing is listening at {host} (connection refused)",
-                           "start the server (vllm serve MODEL --port PORT), check url=, or let parity-ui start "
-                           "one with kind vllm-server")
+        return EngineFault(
+            f"nothing is listening at {host} (connection refused)",
+            "start the server (vllm serve MODEL --port PORT), check url=, or let parity-ui start "
+            "one with kind vllm-server",
+        )
     if isinstance(reason, (socket.timeout, TimeoutError)) or "timed out" in str(reason).lower():
-        return EngineFault(f"{url} did not answer within {timeout:.0f} s",
-                           "check that the server is up and not overloaded, or raise the side's timeout_s")
-    return EngineFault(f"cannot reach {url}: {type(reason).__name__}: {reason}",
-                       "check url= and that the server is running")
+        return EngineFault(
+            f"{url} did not answer within {timeout:.0f} s",
+            "check that the server is up and not overloaded, or raise the side's timeout_s",
+        )
+    return EngineFault(
+        f"cannot reach {url}: {type(reason).__name__}: {reason}", "check url= and that the server is running"
+    )

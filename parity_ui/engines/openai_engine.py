@@ -7,6 +7,7 @@ uses `prompt_logprobs`. Before generating, the server's /tokenize must give the 
 
 Standard library only: the worker may run under another environment's interpreter.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,21 @@ import time
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
-from .base import (Engine, EngineFault, GenerateRequest, InputCheck, LoadRequest, Problem, ScoreBatch,
-                   ScoreRequest, ShouldStop, StepCallback, append_step, make_step, result)
+from .base import (
+    Engine,
+    EngineFault,
+    GenerateRequest,
+    InputCheck,
+    LoadRequest,
+    Problem,
+    ScoreBatch,
+    ScoreRequest,
+    ShouldStop,
+    StepCallback,
+    append_step,
+    make_step,
+    result,
+)
 from .http_client import HttpClient
 
 TOKEN_PREFIX = "token_id:"
@@ -25,14 +39,15 @@ def token_id(name: str) -> int:
     """`token_id:123` (return_tokens_as_token_ids) or a bare id string (prompt_logprobs keys)."""
     text = str(name)
     try:
-        return int(text[len(TOKEN_PREFIX):] if text.startswith(TOKEN_PREFIX) else text)
+        return int(text[len(TOKEN_PREFIX) :] if text.startswith(TOKEN_PREFIX) else text)
     except ValueError:
-        raise EngineFault(f"the server named a token {text[:40]!r}, not an id",
-                          "use a vLLM server: parity-ui asks for return_tokens_as_token_ids") from None
+        raise EngineFault(
+            f"the server named a token {text[:40]!r}, not an id",
+            "use a vLLM server: parity-ui asks for return_tokens_as_token_ids",
+        ) from None
 
 
-def step_from_choice(position: int, tok: str, logprob: float | None, top: dict[str, float] | None,
-                     k: int) -> TokenStep:
+def step_from_choice(position: int, tok: str, logprob: float | None, top: dict[str, float] | None, k: int) -> TokenStep:
     """One generated token from a streamed completions chunk. The completions API gives no rank:
     it is the chosen token's place in the returned top-k, or None when it is outside."""
     tid = token_id(tok)
@@ -50,8 +65,7 @@ def step_from_prompt_logprobs(position: int, tid: int, entry: dict[str, Any] | N
     chosen = parsed.get(tid)
     ranked = sorted(parsed.items(), key=lambda kv: kv[1].get("rank") or 1 << 30)
     top = [(t, v["logprob"]) for t, v in ranked if (v.get("rank") or 1 << 30) <= k][:k]
-    return make_step(position, tid, chosen["logprob"] if chosen else None,
-                     chosen.get("rank") if chosen else None, top)
+    return make_step(position, tid, chosen["logprob"] if chosen else None, chosen.get("rank") if chosen else None, top)
 
 
 class OpenAIEngine(Engine):
@@ -70,36 +84,46 @@ class OpenAIEngine(Engine):
         if conn.get("api_key_env"):
             key = os.environ.get(conn["api_key_env"])
             if not key:
-                raise EngineFault(f"the environment variable {conn['api_key_env']} (api_key_env) is not set",
-                                  f"export {conn['api_key_env']}=<the server's API key> before starting parity-ui")
-        return HttpClient(conn["url"], key, timeout_s=conn.get("timeout_s", 600.0),
-                          verify_tls=conn.get("verify_tls", True))
+                raise EngineFault(
+                    f"the environment variable {conn['api_key_env']} (api_key_env) is not set",
+                    f"export {conn['api_key_env']}=<the server's API key> before starting parity-ui",
+                )
+        return HttpClient(
+            conn["url"], key, timeout_s=conn.get("timeout_s", 600.0), verify_tls=conn.get("verify_tls", True)
+        )
 
     def _served(self, models: Any, asked: str | None, local_path: str) -> tuple[dict[str, Any], list[Problem]]:
         data = models.get("data") if isinstance(models, dict) else None
         if not isinstance(data, list) or not data:
-            raise EngineFault(f"{self.client.base}/models lists no model: {str(models)[:200]}",
-                              "point url= at a vLLM OpenAI-compatible server's /v1 base")
+            raise EngineFault(
+                f"{self.client.base}/models lists no model: {str(models)[:200]}",
+                "point url= at a vLLM OpenAI-compatible server's /v1 base",
+            )
         names = [str(m.get("id")) for m in data]
         if asked:
             match = next((m for m in data if m.get("id") == asked), None)
             if match is None:
-                raise EngineFault(f"the server does not serve {asked!r}; it serves {', '.join(names)}",
-                                  "set served_model= to one of those, or point url= at the right server")
+                raise EngineFault(
+                    f"the server does not serve {asked!r}; it serves {', '.join(names)}",
+                    "set served_model= to one of those, or point url= at the right server",
+                )
             return match, []
         if len(data) > 1:
-            raise EngineFault(f"the server serves several models ({', '.join(names)})",
-                              "choose one with served_model=")
+            raise EngineFault(f"the server serves several models ({', '.join(names)})", "choose one with served_model=")
         m = data[0]
         problems = []
         served = os.path.basename(str(m.get("root") or m.get("id")).rstrip("/"))
         local = os.path.basename(local_path.rstrip("/"))
         if served != local:
-            problems.append(Problem(
-                "server-model-name", f"the server serves {m.get('root') or m.get('id')!r}, the run's model is "
-                                     f"{local_path!r}: the comparison assumes the same weights",
-                "serve the same checkpoint, or check the names; the tokenizer check runs before generating",
-                severity="warning"))
+            problems.append(
+                Problem(
+                    "server-model-name",
+                    f"the server serves {m.get('root') or m.get('id')!r}, the run's model is "
+                    f"{local_path!r}: the comparison assumes the same weights",
+                    "serve the same checkpoint, or check the names; the tokenizer check runs before generating",
+                    severity="warning",
+                )
+            )
         return m, problems
 
     def _connect(self, req: LoadRequest) -> list[Problem]:
@@ -120,13 +144,23 @@ class OpenAIEngine(Engine):
     def load(self, req: LoadRequest) -> EngineInfo:
         self._connect(req)
         version = self._version()
-        resolved = {"server": self.client.base, "served_model": self.model_name, "max_model_len": self.max_model_len,
-                    "engine": f"vLLM {version}" if version else "unknown",
-                    # every sampling field is sent, so the model's generation_config.json cannot leak in
-                    "generation_config": "neutral", **self._server_config()}
-        return EngineInfo(kind=self.kind, version=version or "unknown", device=f"server {self.client.base}",
-                          dtype=str(resolved.get("dtype", "unknown (the server does not say)")),
-                          versions={"vllm": version or "unknown"}, resolved=resolved)
+        resolved = {
+            "server": self.client.base,
+            "served_model": self.model_name,
+            "max_model_len": self.max_model_len,
+            "engine": f"vLLM {version}" if version else "unknown",
+            # every sampling field is sent, so the model's generation_config.json cannot leak in
+            "generation_config": "neutral",
+            **self._server_config(),
+        }
+        return EngineInfo(
+            kind=self.kind,
+            version=version or "unknown",
+            device=f"server {self.client.base}",
+            dtype=str(resolved.get("dtype", "unknown (the server does not say)")),
+            versions={"vllm": version or "unknown"},
+            resolved=resolved,
+        )
 
     def _version(self) -> str | None:
         try:
@@ -150,30 +184,45 @@ class OpenAIEngine(Engine):
         problems = []
         need = max((len(i) for i in req.ids), default=0) + req.max_new_tokens
         if self.max_model_len and need > self.max_model_len:
-            problems.append(Problem("server-too-short", f"the server serves at most {self.max_model_len} positions; "
-                                    f"the longest prompt needs {need} with max_new_tokens",
-                                    "restart the server with a larger --max-model-len, or shorten the prompt / "
-                                    "lower max_new_tokens"))
+            problems.append(
+                Problem(
+                    "server-too-short",
+                    f"the server serves at most {self.max_model_len} positions; "
+                    f"the longest prompt needs {need} with max_new_tokens",
+                    "restart the server with a larger --max-model-len, or shorten the prompt / lower max_new_tokens",
+                )
+            )
         if not self.conn.get("check_tokenizer", True):
             return problems
         for i, (text, ids) in enumerate(zip(req.texts, req.text_ids)):
             try:
-                got = self.client.post("/tokenize", {"model": self.model_name, "prompt": text,
-                                                     "add_special_tokens": False}, root=True)
+                got = self.client.post(
+                    "/tokenize", {"model": self.model_name, "prompt": text, "add_special_tokens": False}, root=True
+                )
             except EngineFault as e:
-                problems.append(Problem("server-tokenize", f"cannot check the server's tokenizer: {e.message}",
-                                        "use a vLLM server (it has /tokenize), or set check_tokenizer=false "
-                                        "to compare without this check"))
+                problems.append(
+                    Problem(
+                        "server-tokenize",
+                        f"cannot check the server's tokenizer: {e.message}",
+                        "use a vLLM server (it has /tokenize), or set check_tokenizer=false "
+                        "to compare without this check",
+                    )
+                )
                 break
             tokens = got.get("tokens") if isinstance(got, dict) else None
             if tokens != ids:
-                at = next((j for j, (x, y) in enumerate(zip(tokens or [], ids)) if x != y),
-                          min(len(tokens or []), len(ids)))
-                problems.append(Problem(
-                    "server-tokenizer", f"the server tokenizes prompt {i} differently from the run's model "
-                                        f"({len(tokens or [])} vs {len(ids)} tokens, first difference at token {at}): "
-                                        "it serves another model or tokenizer",
-                    "serve the run's model (the same tokenizer files), or pick the model the server serves"))
+                at = next(
+                    (j for j, (x, y) in enumerate(zip(tokens or [], ids)) if x != y), min(len(tokens or []), len(ids))
+                )
+                problems.append(
+                    Problem(
+                        "server-tokenizer",
+                        f"the server tokenizes prompt {i} differently from the run's model "
+                        f"({len(tokens or [])} vs {len(ids)} tokens, first difference at token {at}): "
+                        "it serves another model or tokenizer",
+                        "serve the run's model (the same tokenizer files), or pick the model the server serves",
+                    )
+                )
                 break
         return problems
 
@@ -203,18 +252,29 @@ class OpenAIEngine(Engine):
                 break
         return results
 
-    def _take(self, choice: dict[str, Any], chunk: list[int], results: list[SideResult], req: GenerateRequest,
-              on_step: StepCallback, t0: float) -> None:
+    def _take(
+        self,
+        choice: dict[str, Any],
+        chunk: list[int],
+        results: list[SideResult],
+        req: GenerateRequest,
+        on_step: StepCallback,
+        t0: float,
+    ) -> None:
         idx = int(choice.get("index", 0))
         if idx >= len(chunk):
-            raise EngineFault(f"the server answered for prompt {idx} of a request with {len(chunk)}",
-                              "a vLLM server answers one choice per prompt; check the server")
+            raise EngineFault(
+                f"the server answered for prompt {idx} of a request with {len(chunk)}",
+                "a vLLM server answers one choice per prompt; check the server",
+            )
         i = chunk[idx]
         res, lp = results[i], choice.get("logprobs") or {}
         tokens = lp.get("tokens") or []
         if choice.get("text") and not tokens:
-            raise EngineFault("the server sent text without token logprobs", "use a vLLM server: parity-ui needs "
-                                                                            "logprobs with token ids")
+            raise EngineFault(
+                "the server sent text without token logprobs",
+                "use a vLLM server: parity-ui needs logprobs with token ids",
+            )
         now = time.perf_counter() - t0
         lps, tops = lp.get("token_logprobs") or [None] * len(tokens), lp.get("top_logprobs") or [None] * len(tokens)
         for tok, logprob, top in zip(tokens, lps, tops):
@@ -244,21 +304,29 @@ class OpenAIEngine(Engine):
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         ids = req.prompt + req.continuation
-        body = self._body(ids, {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False,
-                                "return_tokens_as_token_ids": True}, prompt_logprobs=max(req.logprobs, 1))
+        body = self._body(
+            ids,
+            {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "return_tokens_as_token_ids": True},
+            prompt_logprobs=max(req.logprobs, 1),
+        )
         answer = self.client.post("/completions", body)
         choices = answer.get("choices") if isinstance(answer, dict) else None
         lps = choices[0].get("prompt_logprobs") if choices else None
         if not isinstance(lps, list) or len(lps) != len(ids):
-            raise EngineFault(f"the server returned no usable prompt_logprobs ({type(lps).__name__})",
-                              "use a vLLM server (it supports prompt_logprobs), or turn cross_score off")
+            raise EngineFault(
+                f"the server returned no usable prompt_logprobs ({type(lps).__name__})",
+                "use a vLLM server (it supports prompt_logprobs), or turn cross_score off",
+            )
         base = len(req.prompt)
-        return [step_from_prompt_logprobs(j, req.continuation[j], lps[base + j], req.logprobs)
-                for j in range(len(req.continuation))]
+        return [
+            step_from_prompt_logprobs(j, req.continuation[j], lps[base + j], req.logprobs)
+            for j in range(len(req.continuation))
+        ]
 
 
 def config_from_server_info(vc: dict[str, Any]) -> dict[str, Any]:
     """The settings a vLLM server's /server_info reports, in parity-ui's common vocabulary."""
+
     def get(*path: str) -> Any:
         node: Any = vc
         for p in path:

@@ -24,6 +24,7 @@ OLMoE) or sigmoid score plus correction bias with the groups not kept masked out
 GLM-4-MoE); where fewer than k + 1 experts remain after the group mask, the (k+1)-th is taken
 before the mask.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,9 +33,10 @@ from typing import Any
 from ..core.routes import Routes
 from .base import EngineFault
 
-MOE_UNSUPPORTED = ("this model has no mixture-of-experts layer parity-ui can watch (no router found)",
-                   "record routes on an MoE model (Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V2/V3, GLM-4-MoE), "
-                   "or set routes=false")
+MOE_UNSUPPORTED = (
+    "this model has no mixture-of-experts layer parity-ui can watch (no router found)",
+    "record routes on an MoE model (Qwen3-MoE, Mixtral, OLMoE, DeepSeek-V2/V3, GLM-4-MoE), or set routes=false",
+)
 
 
 @dataclass
@@ -99,14 +101,19 @@ def weights_for(spec: RouterSpec, logits: Any, ids: Any) -> Any:
 
 # ---- transformers ----
 
+
 def _hf_spec(gate: Any, config: Any) -> RouterSpec:
     bias = getattr(gate, "e_score_correction_bias", None)
-    return RouterSpec(top_k=int(gate.top_k), num_experts=int(gate.weight.shape[0]),
-                      scoring="sigmoid" if bias is not None or getattr(config, "scoring_func", "") == "sigmoid"
-                      else "softmax",
-                      n_group=getattr(gate, "num_group", None), topk_group=getattr(gate, "topk_group", None),
-                      bias=bias, renormalize=bool(getattr(gate, "norm_topk_prob", True)),
-                      scaling=float(getattr(gate, "routed_scaling_factor", 1.0) or 1.0))
+    return RouterSpec(
+        top_k=int(gate.top_k),
+        num_experts=int(gate.weight.shape[0]),
+        scoring="sigmoid" if bias is not None or getattr(config, "scoring_func", "") == "sigmoid" else "softmax",
+        n_group=getattr(gate, "num_group", None),
+        topk_group=getattr(gate, "topk_group", None),
+        bias=bias,
+        renormalize=bool(getattr(gate, "norm_topk_prob", True)),
+        scaling=float(getattr(gate, "routed_scaling_factor", 1.0) or 1.0),
+    )
 
 
 def hf_gates(model: Any) -> list[tuple[int, Any]]:
@@ -118,8 +125,12 @@ def hf_gates(model: Any) -> list[tuple[int, Any]]:
     out = []
     for i, layer in enumerate(layers):
         gate = getattr(getattr(layer, mlp, None), "gate", None)
-        if gate is not None and hasattr(gate, "top_k") and getattr(gate, "weight", None) is not None \
-                and gate.weight.dim() == 2:
+        if (
+            gate is not None
+            and hasattr(gate, "top_k")
+            and getattr(gate, "weight", None) is not None
+            and gate.weight.dim() == 2
+        ):
             out.append((i, gate))
     return out
 
@@ -143,16 +154,25 @@ class _Keeper:
         import torch
 
         if any(not rows for rows in self.ids):
-            raise EngineFault("an MoE layer's router was not called during the forward pass (hooks do not fire "
-                              "inside CUDA graphs or compiled graphs)", "record routes with enforce_eager=true")
+            raise EngineFault(
+                "an MoE layer's router was not called during the forward pass (hooks do not fire "
+                "inside CUDA graphs or compiled graphs)",
+                "record routes with enforce_eager=true",
+            )
         ids = torch.stack([torch.cat(r)[positions] for r in self.ids], dim=1)  # [n, L, k]
         has_w = all(w is not None for rows in self.weights for w in rows)
         has_m = all(m is not None for rows in self.margins for m in rows)
         weights = torch.stack([torch.cat(r)[positions] for r in self.weights], dim=1) if has_w else None
         margins = torch.stack([torch.cat(r)[positions] for r in self.margins], dim=1) if has_m else None
-        return Routes(layers=layer_ids, top_k=spec.top_k, num_experts=spec.num_experts,
-                      ids=ids.reshape(-1).tolist(), weights=None if weights is None else weights.reshape(-1).tolist(),
-                      margins=None if margins is None else margins.reshape(-1).tolist(), source=source)
+        return Routes(
+            layers=layer_ids,
+            top_k=spec.top_k,
+            num_experts=spec.num_experts,
+            ids=ids.reshape(-1).tolist(),
+            weights=None if weights is None else weights.reshape(-1).tolist(),
+            margins=None if margins is None else margins.reshape(-1).tolist(),
+            source=source,
+        )
 
 
 def routes_hf(model: Any, ids: list[int], positions: list[int]) -> Routes:
@@ -166,9 +186,11 @@ def routes_hf(model: Any, ids: list[int], positions: list[int]) -> Routes:
     specs = [_hf_spec(g, model.config) for _, g in gates]
     handles = []
     for j, (_, gate) in enumerate(gates):
+
         def hook(mod: Any, args: Any, out: Any, j: int = j) -> None:
             logits, weights, idx = out[0], out[1], out[2]
             keeper.keep(j, specs[j], logits, weights, idx)
+
         handles.append(gate.register_forward_hook(hook))
     try:
         with torch.inference_mode():
@@ -187,17 +209,24 @@ class ForcedRoutes:
     def __init__(self, model: Any, routes: Routes, start: int, mode: str):
         gates = hf_gates(model)
         if [i for i, _ in gates] != list(routes.layers):
-            raise EngineFault(f"the routes to replay were recorded for MoE layers {_span(routes.layers)}, and this "
-                              f"model's are {_span([i for i, _ in gates])}",
-                              "replay routes recorded with the same model (the same number of layers)")
+            raise EngineFault(
+                f"the routes to replay were recorded for MoE layers {_span(routes.layers)}, and this "
+                f"model's are {_span([i for i, _ in gates])}",
+                "replay routes recorded with the same model (the same number of layers)",
+            )
         spec = _hf_spec(gates[0][1], model.config)
         if spec.top_k != routes.top_k or spec.num_experts != routes.num_experts:
-            raise EngineFault(f"the routes to replay choose {routes.top_k} of {routes.num_experts} experts, and "
-                              f"this model {spec.top_k} of {spec.num_experts}",
-                              "replay routes recorded with the same model")
+            raise EngineFault(
+                f"the routes to replay choose {routes.top_k} of {routes.num_experts} experts, and "
+                f"this model {spec.top_k} of {spec.num_experts}",
+                "replay routes recorded with the same model",
+            )
         if mode == "ids+weights" and routes.weights is None:
-            raise EngineFault("replay with ids+weights asked for, but the recorded routes carry no weights "
-                              "(that engine's capture gives expert ids only)", "replay with ids only")
+            raise EngineFault(
+                "replay with ids+weights asked for, but the recorded routes carry no weights "
+                "(that engine's capture gives expert ids only)",
+                "replay with ids only",
+            )
         self.gates, self.routes, self.start, self.mode = gates, routes, start, mode
         self.seen = [0] * len(gates)
         self.forced = 0
@@ -231,15 +260,16 @@ class ForcedRoutes:
                 if not 0 <= rec < r.rows:
                     continue
                 o = (rec * n_layers + j) * k
-                ids = torch.tensor(r.ids[o:o + k], device=idx.device, dtype=idx.dtype)
+                ids = torch.tensor(r.ids[o : o + k], device=idx.device, dtype=idx.dtype)
                 new_idx[row] = ids
                 if self.mode == "ids+weights":
-                    new_w[row] = torch.tensor(r.weights[o:o + k], device=weights.device, dtype=weights.dtype)
+                    new_w[row] = torch.tensor(r.weights[o : o + k], device=weights.device, dtype=weights.dtype)
                 else:
-                    new_w[row] = weights_for(spec, logits[row:row + 1], ids[None])[0].to(weights.dtype)
+                    new_w[row] = weights_for(spec, logits[row : row + 1], ids[None])[0].to(weights.dtype)
                 if j == 0:
                     self.forced += 1
             return logits, new_w, new_idx
+
         return forward
 
 
@@ -248,6 +278,7 @@ def _span(layers: list[int]) -> str:
 
 
 # ---- vLLM ----
+
 
 def _vllm_routers(model: Any) -> list[tuple[int, Any]]:
     """(decoder layer index, router object) of every fused-MoE layer of a vLLM model (0.32: the
@@ -266,13 +297,16 @@ def _vllm_routers(model: Any) -> list[tuple[int, Any]]:
 
 
 def _vllm_spec(router: Any) -> RouterSpec:
-    return RouterSpec(top_k=int(router.top_k), num_experts=int(router.global_num_experts),
-                      scoring=str(getattr(router, "scoring_func", "softmax") or "softmax"),
-                      n_group=getattr(router, "num_expert_group", None) if getattr(router, "use_grouped_topk", False)
-                      else None,
-                      topk_group=getattr(router, "topk_group", None), bias=getattr(router, "e_score_correction_bias", None),
-                      renormalize=bool(getattr(router, "renormalize", True)),
-                      scaling=float(getattr(router, "routed_scaling_factor", 1.0) or 1.0))
+    return RouterSpec(
+        top_k=int(router.top_k),
+        num_experts=int(router.global_num_experts),
+        scoring=str(getattr(router, "scoring_func", "softmax") or "softmax"),
+        n_group=getattr(router, "num_expert_group", None) if getattr(router, "use_grouped_topk", False) else None,
+        topk_group=getattr(router, "topk_group", None),
+        bias=getattr(router, "e_score_correction_bias", None),
+        renormalize=bool(getattr(router, "renormalize", True)),
+        scaling=float(getattr(router, "routed_scaling_factor", 1.0) or 1.0),
+    )
 
 
 def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
@@ -285,8 +319,10 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
     engine = llm.llm_engine
     par = engine.vllm_config.parallel_config
     if par.tensor_parallel_size > 1 or par.pipeline_parallel_size > 1:
-        raise EngineFault("route capture by hooks needs the model in this process (tensor_parallel_size=1)",
-                          "record routes with one GPU a side, or load with enable_return_routed_experts")
+        raise EngineFault(
+            "route capture by hooks needs the model in this process (tensor_parallel_size=1)",
+            "record routes with one GPU a side, or load with enable_return_routed_experts",
+        )
     model = engine.model_executor.driver_worker.worker.model_runner.model
     routers = _vllm_routers(model)  # none found: another vLLM's layout, or no MoE; the built-in capture may answer
     keeper = _Keeper(len(routers))
@@ -300,6 +336,7 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
             weights, idx = _o(hidden_states, router_logits, *a, **kw)
             keeper.keep(_j, specs[_j], router_logits, weights, idx)
             return weights, idx
+
         router.select_experts = select
     try:
         llm.reset_prefix_cache()  # cached blocks would skip the positions asked for
@@ -323,13 +360,20 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
     if routed is None:
         if not routers and not _builtin_on(engine):
             raise EngineFault(*MOE_UNSUPPORTED)
-        raise EngineFault("vLLM returned no routed experts and its routers' hooks did not fire (a compiled "
-                          "model or CUDA graphs)", "record routes with enforce_eager=true on this side")
+        raise EngineFault(
+            "vLLM returned no routed experts and its routers' hooks did not fire (a compiled model or CUDA graphs)",
+            "record routes with enforce_eager=true on this side",
+        )
     import numpy as np
 
     arr = np.asarray(routed)[positions]  # [n, layers, k]: rows for prompt + output - 1 positions
-    return Routes(layers=list(range(arr.shape[1])), top_k=int(arr.shape[2]), num_experts=_num_experts(engine),
-                  ids=arr.reshape(-1).astype(int).tolist(), source="vllm built-in")
+    return Routes(
+        layers=list(range(arr.shape[1])),
+        top_k=int(arr.shape[2]),
+        num_experts=_num_experts(engine),
+        ids=arr.reshape(-1).astype(int).tolist(),
+        source="vllm built-in",
+    )
 
 
 def _num_experts(engine: Any) -> int:
@@ -337,8 +381,9 @@ def _num_experts(engine: Any) -> int:
     if get is not None:
         return int(get())
     cfg = engine.model_config.hf_text_config
-    return int(next(getattr(cfg, k) for k in ("num_experts", "n_routed_experts", "num_local_experts")
-                    if getattr(cfg, k, None)))
+    return int(
+        next(getattr(cfg, k) for k in ("num_experts", "n_routed_experts", "num_local_experts") if getattr(cfg, k, None))
+    )
 
 
 def _agree(hooked: Routes, routed: Any, positions: list[int]) -> str:
@@ -352,7 +397,9 @@ def _agree(hooked: Routes, routed: Any, positions: list[int]) -> str:
         for j, layer in enumerate(hooked.layers):
             if layer < arr.shape[1] and sorted(arr[p, layer].tolist()) != sorted(hooked.experts(r, j)):
                 differ += 1
-    return "agrees" if not differ else f"differs in {differ} of {len(usable) * len(hooked.layers)} (token, layer) routes"
+    return (
+        "agrees" if not differ else f"differs in {differ} of {len(usable) * len(hooked.layers)} (token, layer) routes"
+    )
 
 
 def _builtin_on(engine: Any) -> bool:

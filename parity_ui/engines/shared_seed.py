@@ -28,6 +28,7 @@ the side's own raw distribution (T=1, what a trainer's log-softmax sees), the pr
 
 Runs inside workers (imports torch); the records cross the pipe as plain floats.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -124,13 +125,23 @@ class Settings:
     min_p: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "min_p": self.min_p}
+        return {
+            "seed": self.seed,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Settings":
-        return cls(int(d["seed"]), float(d["temperature"]), float(d.get("top_p", 1.0)), int(d.get("top_k", 0)),
-                   float(d.get("min_p", 0.0)))
+    def from_dict(cls, d: dict[str, Any]) -> Settings:
+        return cls(
+            int(d["seed"]),
+            float(d["temperature"]),
+            float(d.get("top_p", 1.0)),
+            int(d.get("top_k", 0)),
+            float(d.get("min_p", 0.0)),
+        )
 
 
 @dataclass
@@ -193,9 +204,12 @@ def draw(logits: Any, s: Settings, keys: list[tuple[int, int]]) -> tuple[Any, li
     processed = torch.log_softmax(x.masked_fill(~keep, -math.inf), dim=-1).gather(-1, chosen[:, None])[:, 0]
     n_kept = keep.sum(dim=-1)
     prints = kept_fingerprint(keep)
-    records = [Drawn(int(t), float(m) if math.isfinite(m) else NO_RUNNER_UP, int(k), float(sm), float(lp), int(h))
-               for t, m, k, sm, lp, h in zip(chosen.tolist(), margin.tolist(), n_kept.tolist(), mass.tolist(),
-                                             processed.tolist(), prints.tolist())]
+    records = [
+        Drawn(int(t), float(m) if math.isfinite(m) else NO_RUNNER_UP, int(k), float(sm), float(lp), int(h))
+        for t, m, k, sm, lp, h in zip(
+            chosen.tolist(), margin.tolist(), n_kept.tolist(), mass.tolist(), processed.tolist(), prints.tolist()
+        )
+    ]
     return chosen, records
 
 

@@ -18,13 +18,14 @@ bits, 1 the float32 rows.
 
 No vLLM and no torch here: numpy and the OS (unit-tested without either engine).
 """
+
 from __future__ import annotations
 
 import json
 import mmap
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -116,8 +117,11 @@ class StepLog:
             if rows[0][0] < 0:  # no row ever came: no index, and the reader names the file missing
                 missing.append(p)
                 continue
-            doc = {"vocab": self.vocab, "files": {str(k): os.path.basename(self.base + SUFFIX[k]) for k in self.fds},
-                   "rows": rows}
+            doc = {
+                "vocab": self.vocab,
+                "files": {str(k): os.path.basename(self.base + SUFFIX[k]) for k in self.fds},
+                "rows": rows,
+            }
             part = p + INDEX + ".part"
             with open(part, "w") as f:
                 json.dump(doc, f, separators=(",", ":"))

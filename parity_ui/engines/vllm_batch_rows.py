@@ -4,15 +4,21 @@ rows), so a change in vLLM's batch protocol is met in one place.
 
 Imports vLLM: loaded only by vLLM itself, inside a vLLM side's worker.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
 
-def follow_batch(rows: dict[int, Any], batch_update: BatchUpdate | None, key: str,
-                 make: Callable[[dict[str, Any], Any, list[int]], Any]) -> None:
+def follow_batch(
+    rows: dict[int, Any],
+    batch_update: BatchUpdate | None,
+    key: str,
+    make: Callable[[dict[str, Any], Any, list[int]], Any],
+) -> None:
     """Apply a step's BatchUpdate to `rows` (batch index -> the processor's row), in vLLM's documented
     order: removed, added, moved. An added request takes part when its SamplingParams.extra_args carry
     `key`; `make(spec, prompt, outputs)` builds its row, or returns None when it cannot take part."""

@@ -5,6 +5,7 @@ Runs only inside a worker process. The engine core is kept in this process
 Works with vLLM 0.26 (the GPU machine) and 0.32 (the CPU build); version differences are handled
 here, next to the calls they concern.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -14,10 +15,34 @@ import time
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
-from .base import (CaptureRequest, Engine, EngineFault, GenerateRequest, LoadRequest, Problem, RoutesRequest, ScoreBatch,
-                   ScoreRequest, ShouldStop, StepCallback, append_step, make_step, result, same_prompt_error)
-from .vllm_support import (PROMPT, TRACE, check_vllm, device_name, engine_input, forced_tokens_label,
-                           resolved_settings, trace_refusal, trace_unavailable)
+from .base import (
+    CaptureRequest,
+    Engine,
+    EngineFault,
+    GenerateRequest,
+    LoadRequest,
+    Problem,
+    RoutesRequest,
+    ScoreBatch,
+    ScoreRequest,
+    ShouldStop,
+    StepCallback,
+    append_step,
+    make_step,
+    result,
+    same_prompt_error,
+)
+from .vllm_support import (
+    PROMPT,
+    TRACE,
+    check_vllm,
+    device_name,
+    engine_input,
+    forced_tokens_label,
+    resolved_settings,
+    trace_refusal,
+    trace_unavailable,
+)
 
 _ids = itertools.count()
 
@@ -28,8 +53,7 @@ def _step_from_logprobs(position: int, token_id: int, entry: dict[int, Any] | No
     chosen = entry.get(token_id)
     ranked = sorted(entry.items(), key=lambda kv: kv[1].rank if kv[1].rank is not None else 1 << 30)
     top = [(tid, lp.logprob) for tid, lp in ranked if lp.rank is not None and lp.rank <= k][:k]
-    return make_step(position, token_id, chosen.logprob if chosen else None,
-                     chosen.rank if chosen else None, top)
+    return make_step(position, token_id, chosen.logprob if chosen else None, chosen.rank if chosen else None, top)
 
 
 def _tagged(sampling: dict[str, Any], rid: str) -> dict[str, Any]:
@@ -53,14 +77,18 @@ def _with_draw(step: TokenStep, rid: str, in_process: bool) -> None:
         if in_process:
             from .base import EngineFault
 
-            raise EngineFault(f"vLLM did not apply parity-ui's shared-seed logits processor (no draw recorded at "
-                              f"token {step.position}): this vLLM ignored it, so its tokens are its own greedy choice",
-                              "use a vLLM with V1 custom logits processors (0.11 or later), or sampling=native",
-                              fatal=True)
+            raise EngineFault(
+                f"vLLM did not apply parity-ui's shared-seed logits processor (no draw recorded at "
+                f"token {step.position}): this vLLM ignored it, so its tokens are its own greedy choice",
+                "use a vLLM with V1 custom logits processors (0.11 or later), or sampling=native",
+                fatal=True,
+            )
         return
     if drawn.token_id != step.token_id:
-        raise RuntimeError(f"vLLM chose token {step.token_id} where the shared-seed processor drew {drawn.token_id} "
-                           f"(position {step.position}): another processor or a penalty moved its choice")
+        raise RuntimeError(
+            f"vLLM chose token {step.token_id} where the shared-seed processor drew {drawn.token_id} "
+            f"(position {step.position}): another processor or a penalty moved its choice"
+        )
     step.margin, step.kept, step.kept_mass = drawn.margin, drawn.kept, drawn.kept_mass
     step.processed_logprob, step.kept_hash = drawn.processed_logprob, drawn.kept_hash
 
@@ -118,16 +146,23 @@ class VllmEngine(Engine):
         if req.args.get("fp32_logits") and resolved.get("logits_dtype") != "float32":
             raise RuntimeError(
                 f"fp32_logits was asked for, but vLLM {vllm.__version__} did not take head_dtype=float32 "
-                f"(its logits are {resolved.get('logits_dtype')}); this vLLM cannot compute the lm_head in float32")
+                f"(its logits are {resolved.get('logits_dtype')}); this vLLM cannot compute the lm_head in float32"
+            )
         par = self.llm.llm_engine.vllm_config.parallel_config
         width = par.tensor_parallel_size * par.pipeline_parallel_size
-        device = device_name() if width == 1 else (
-            f"{width} GPUs (TP {par.tensor_parallel_size} x PP {par.pipeline_parallel_size}; {device_name()})")
+        device = (
+            device_name()
+            if width == 1
+            else (f"{width} GPUs (TP {par.tensor_parallel_size} x PP {par.pipeline_parallel_size}; {device_name()})")
+        )
         return EngineInfo(
-            kind="vllm", version=vllm.__version__, device=device,
+            kind="vllm",
+            version=vllm.__version__,
+            device=device,
             dtype=str(mc.dtype).replace("torch.", ""),
             versions={"vllm": vllm.__version__, "torch": torch.__version__, "python": sys.version.split()[0]},
-            resolved=resolved)
+            resolved=resolved,
+        )
 
     def _load_llm(self, LLM: Any, args: dict[str, Any]) -> tuple[Any, str | None]:
         """The LLM, with trace replay enabled where the side asks for it ("trace", or "auto" in a
@@ -149,10 +184,13 @@ class VllmEngine(Engine):
                 if why is None:
                     raise
         if mode == TRACE:
-            raise EngineFault(f"forced_tokens=trace was asked for, but {why}",
-                              "use forced_tokens=auto (prompt logprobs where trace replay is not offered) or a "
-                              "vLLM whose trace replay runs here (SamplingParams.trace_decode_token_ids, on a GPU "
-                              "with Model Runner V2)", fatal=True)
+            raise EngineFault(
+                f"forced_tokens=trace was asked for, but {why}",
+                "use forced_tokens=auto (prompt logprobs where trace replay is not offered) or a "
+                "vLLM whose trace replay runs here (SamplingParams.trace_decode_token_ids, on a GPU "
+                "with Model Runner V2)",
+                fatal=True,
+            )
         return LLM(**args["llm"]), why
 
     def _sampling(self, sampling: dict[str, Any], **extra: Any) -> Any:
@@ -177,8 +215,11 @@ class VllmEngine(Engine):
             for i in chunk:
                 rid = f"parity-{next(_ids)}"
                 rid_to_idx[rid] = i
-                engine.add_request(rid, engine_input(engine, self._prompt(req, i)),
-                                   self._sampling(_with_rows(_tagged(req.sampling, rid), req.rows_of(i))))
+                engine.add_request(
+                    rid,
+                    engine_input(engine, self._prompt(req, i)),
+                    self._sampling(_with_rows(_tagged(req.sampling, rid), req.rows_of(i))),
+                )
             try:
                 while engine.has_unfinished_requests():
                     if should_stop():
@@ -195,8 +236,12 @@ class VllmEngine(Engine):
                             checked.add(out.request_id)
                             if list(out.prompt_token_ids) != list(req.prompts[i]):
                                 engine.abort_request(list(rid_to_idx))
-                                raise same_prompt_error(f"vLLM's processor (prompt {i})", req.prompts[i],
-                                                        list(out.prompt_token_ids), req.image_token_id)
+                                raise same_prompt_error(
+                                    f"vLLM's processor (prompt {i})",
+                                    req.prompts[i],
+                                    list(out.prompt_token_ids),
+                                    req.image_token_id,
+                                )
                         res, comp = results[i], out.outputs[0]
                         now = time.perf_counter() - t0
                         lps = comp.logprobs or [None] * len(comp.token_ids)
@@ -224,16 +269,20 @@ class VllmEngine(Engine):
         from ..inputs.images import decode_image
         from ..inputs.prompts import collapse_image_runs
 
-        prompt: dict[str, Any] = {"prompt_token_ids": collapse_image_runs(list(req.prompts[i]), req.image_token_id),
-                                  "multi_modal_data": {"image": [decode_image(x["data"]) for x in images]}}
+        prompt: dict[str, Any] = {
+            "prompt_token_ids": collapse_image_runs(list(req.prompts[i]), req.image_token_id),
+            "multi_modal_data": {"image": [decode_image(x["data"]) for x in images]},
+        }
         if req.image_pixels:
             prompt["mm_processor_kwargs"] = dict(req.image_pixels)
         return prompt
 
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         ids = req.prompt + req.continuation
-        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
-                            prompt_logprobs=max(req.logprobs, 1))
+        sp = self._sampling(
+            {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
+            prompt_logprobs=max(req.logprobs, 1),
+        )
         engine = self.llm.llm_engine
         rid = f"score-{next(_ids)}"
         engine.add_request(rid, engine_input(engine, ids), sp)
@@ -246,8 +295,10 @@ class VllmEngine(Engine):
             raise RuntimeError("vLLM returned no prompt_logprobs")
         # prompt_logprobs[j] scores ids[j] given ids[:j] (entry 0 is None).
         base = len(req.prompt)
-        return [_step_from_logprobs(j, req.continuation[j], prompt_lps[base + j], req.logprobs)
-                for j in range(len(req.continuation))]
+        return [
+            _step_from_logprobs(j, req.continuation[j], prompt_lps[base + j], req.logprobs)
+            for j in range(len(req.continuation))
+        ]
 
     def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
         """Every item as its own request, scheduled together (prompt_logprobs are per request, so
@@ -277,8 +328,12 @@ class VllmEngine(Engine):
             if i not in got:
                 raise RuntimeError(f"vLLM returned no prompt_logprobs for item {i}")
             base = len(r.prompt)
-            steps.append([_step_from_logprobs(j, r.continuation[j], got[i][base + j], r.logprobs)
-                          for j in range(len(r.continuation))])
+            steps.append(
+                [
+                    _step_from_logprobs(j, r.continuation[j], got[i][base + j], r.logprobs)
+                    for j in range(len(r.continuation))
+                ]
+            )
         return steps
 
     def _trace_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
@@ -289,8 +344,11 @@ class VllmEngine(Engine):
         first token's comes from the prefill, as in a rollout."""
         engine = self.llm.llm_engine
         k = max(max(r.logprobs for r in req.items), 1)
-        base = {key: self.args["sampling"][key] for key in ("temperature", "top_p", "top_k", "min_p")
-                if key in self.args.get("sampling", {})}
+        base = {
+            key: self.args["sampling"][key]
+            for key in ("temperature", "top_p", "top_k", "min_p")
+            if key in self.args.get("sampling", {})
+        }
         rids: dict[str, int] = {}
         got: dict[int, list[Any]] = {}
         ids: dict[int, list[int]] = {}
@@ -301,9 +359,19 @@ class VllmEngine(Engine):
             rid = f"trace-{next(_ids)}"
             rids[rid] = i
             # ignore_eos and no stop ids: a forced EOS inside the response must not end the replay.
-            sp = self._sampling({**base, "max_tokens": len(r.continuation), "logprobs": k, "ignore_eos": True,
-                                 "stop_token_ids": [], "skip_special_tokens": False, "detokenize": False, "n": 1},
-                                trace_decode_token_ids=list(r.continuation))
+            sp = self._sampling(
+                {
+                    **base,
+                    "max_tokens": len(r.continuation),
+                    "logprobs": k,
+                    "ignore_eos": True,
+                    "stop_token_ids": [],
+                    "skip_special_tokens": False,
+                    "detokenize": False,
+                    "n": 1,
+                },
+                trace_decode_token_ids=list(r.continuation),
+            )
             engine.add_request(rid, engine_input(engine, r.prompt), sp)
         while engine.has_unfinished_requests():
             if self.should_stop():
@@ -319,9 +387,11 @@ class VllmEngine(Engine):
         steps = []
         for i, r in enumerate(req.items):
             if ids.get(i) != list(r.continuation):
-                raise EngineFault(f"vLLM's trace replay of item {i} emitted other tokens than forced "
-                                  f"({len(ids.get(i) or [])} of {len(r.continuation)}; first {(ids.get(i) or [])[:5]})",
-                                  "run the replay with forced_tokens=prompt on this side")
+                raise EngineFault(
+                    f"vLLM's trace replay of item {i} emitted other tokens than forced "
+                    f"({len(ids.get(i) or [])} of {len(r.continuation)}; first {(ids.get(i) or [])[:5]})",
+                    "run the replay with forced_tokens=prompt on this side",
+                )
             steps.append([_step_from_logprobs(j, tid, got[i][j], r.logprobs) for j, tid in enumerate(r.continuation)])
         return steps
 

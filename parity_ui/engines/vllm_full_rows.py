@@ -23,6 +23,7 @@ with the decode loop). A step is now one block, written in THREADS large calls (
 
 Imports vLLM: loaded only by vLLM itself, inside a vLLM side's worker.
 """
+
 from __future__ import annotations
 
 import queue
@@ -82,9 +83,11 @@ class _Writer:
             slot = self.free.get()
         if slot is None or slot[0].shape[0] < n or slot[0].shape[1] != vocab:
             rows = max(n, self.rows)
-            slot = (torch.empty((rows, vocab), dtype=torch.float32, pin_memory=self.pin),
-                    torch.empty((rows, vocab), dtype=torch.int16, pin_memory=self.pin),
-                    torch.empty((rows,), dtype=torch.bool, pin_memory=self.pin))
+            slot = (
+                torch.empty((rows, vocab), dtype=torch.float32, pin_memory=self.pin),
+                torch.empty((rows, vocab), dtype=torch.int16, pin_memory=self.pin),
+                torch.empty((rows,), dtype=torch.bool, pin_memory=self.pin),
+            )
         return slot
 
     def step(self, rows: torch.Tensor, log: StepLog, puts: list[Put]) -> None:
@@ -118,14 +121,22 @@ class _Writer:
     def drain(self) -> None:
         self.jobs.join()
 
-    def _write(self, event: Any, slot: tuple[torch.Tensor, ...], log: StepLog, kind: int, first: int,
-               puts: list[Put], held: Any) -> None:
+    def _write(
+        self,
+        event: Any,
+        slot: tuple[torch.Tensor, ...],
+        log: StepLog,
+        kind: int,
+        first: int,
+        puts: list[Put],
+        held: Any,
+    ) -> None:
         event.synchronize()
         n = len(puts)
         block = (slot[1] if kind == BITS else slot[0])[:n].numpy()
         parts = [(a, min(n, a + -(-n // THREADS))) for a in range(0, n, -(-n // THREADS))]
         if self.pool is not None and len(parts) > 1:
-            for _ in self.pool.map(lambda ab: log.write(kind, first + ab[0], block[ab[0]:ab[1]]), parts):
+            for _ in self.pool.map(lambda ab: log.write(kind, first + ab[0], block[ab[0] : ab[1]]), parts):
                 pass
         else:
             log.write(kind, first, block)
@@ -195,8 +206,12 @@ class FullRowsLogitsProcessor(LogitsProcessor):
         return False  # vLLM must call it on greedy requests too (it changes nothing)
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        follow_batch(self.rows, batch_update, EXTRA_ARGS_KEY,
-                     lambda spec, _prompt, outputs: _Row(str(spec["path"]), int(spec["tokens"]), outputs))
+        follow_batch(
+            self.rows,
+            batch_update,
+            EXTRA_ARGS_KEY,
+            lambda spec, _prompt, outputs: _Row(str(spec["path"]), int(spec["tokens"]), outputs),
+        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:

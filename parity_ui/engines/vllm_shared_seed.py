@@ -18,6 +18,7 @@ CPU); with tensor or pipeline parallelism it runs in vLLM's GPU workers and reco
 
 Imports vLLM: loaded only by vLLM itself, inside a vLLM side's worker.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -53,9 +54,16 @@ class SharedSeedLogitsProcessor(LogitsProcessor):
         return False  # it decides the token: vLLM must apply it before its greedy argmax
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        follow_batch(self.rows, batch_update, EXTRA_ARGS_KEY,
-                     lambda spec, prompt, outputs: None if prompt is None else _Row(
-                         Settings.from_dict(spec), prompt_key(prompt), outputs, str(spec.get("tag", ""))))
+        follow_batch(
+            self.rows,
+            batch_update,
+            EXTRA_ARGS_KEY,
+            lambda spec, prompt, outputs: (
+                None
+                if prompt is None
+                else _Row(Settings.from_dict(spec), prompt_key(prompt), outputs, str(spec.get("tag", "")))
+            ),
+        )
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:

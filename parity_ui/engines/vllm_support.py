@@ -4,6 +4,7 @@ kernel call, inside the worker, before the model loads (parity_ui.engines.vllm_e
 Everything here reads attributes defensively: vLLM moves them between releases (0.26 on the GPU
 machine, 0.32 on the CPU build), and a missing attribute must read as "unknown", not crash a run.
 """
+
 from __future__ import annotations
 
 import enum
@@ -65,8 +66,11 @@ def check_vllm(req: LoadRequest) -> list[Problem]:
     version = vllm.__version__
     on_gpu = torch.cuda.is_available()
 
-    archs = cfg.get("architectures") or json.loads((Path(req.model_path) / "config.json").read_text()).get(
-        "architectures") or []
+    archs = (
+        cfg.get("architectures")
+        or json.loads((Path(req.model_path) / "config.json").read_text()).get("architectures")
+        or []
+    )
     try:
         from vllm.model_executor.models import ModelRegistry
 
@@ -74,59 +78,101 @@ def check_vllm(req: LoadRequest) -> list[Problem]:
     except Exception:  # noqa: BLE001 - a registry we cannot read decides nothing
         supported = set()
     if supported and archs and not any(a in supported for a in archs) and not llm.get("trust_remote_code"):
-        problems.append(Problem(
-            "vllm-unknown-architecture", f"vLLM {version} does not know the architecture {archs[0]}"
-            + (" (a mixture-of-experts model)" if any(k in cfg for k in ("num_experts", "n_routed_experts",
-                                                                         "num_local_experts")) else ""),
-            "use an environment with a vLLM that supports it (python=), or compare with an hf side only"))
+        problems.append(
+            Problem(
+                "vllm-unknown-architecture",
+                f"vLLM {version} does not know the architecture {archs[0]}"
+                + (
+                    " (a mixture-of-experts model)"
+                    if any(k in cfg for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+                    else ""
+                ),
+                "use an environment with a vLLM that supports it (python=), or compare with an hf side only",
+            )
+        )
 
     head_dim, heads, kv = head_geometry(cfg)
     tp, pp = int(llm.get("tensor_parallel_size", 1)), int(llm.get("pipeline_parallel_size", 1))
     if tp > 1 and heads and heads % tp:
-        problems.append(Problem(
-            "tp-heads", f"tensor_parallel_size={tp} does not divide the model's {heads} attention heads",
-            f"use a tensor_parallel_size that divides {heads} (or pipeline_parallel_size instead)"))
+        problems.append(
+            Problem(
+                "tp-heads",
+                f"tensor_parallel_size={tp} does not divide the model's {heads} attention heads",
+                f"use a tensor_parallel_size that divides {heads} (or pipeline_parallel_size instead)",
+            )
+        )
     elif tp > 1 and kv and kv % tp and tp % kv:
-        problems.append(Problem(
-            "tp-kv-heads", f"tensor_parallel_size={tp} and the model's {kv} KV heads: neither divides the other",
-            f"use a tensor_parallel_size that divides {kv}"))
+        problems.append(
+            Problem(
+                "tp-kv-heads",
+                f"tensor_parallel_size={tp} and the model's {kv} KV heads: neither divides the other",
+                f"use a tensor_parallel_size that divides {kv}",
+            )
+        )
     layers = cfg.get("num_hidden_layers")
     if pp > 1 and layers and layers < pp:
-        problems.append(Problem("pp-layers", f"pipeline_parallel_size={pp} is more than the model's {layers} layers",
-                                f"use at most {layers}"))
+        problems.append(
+            Problem(
+                "pp-layers",
+                f"pipeline_parallel_size={pp} is more than the model's {layers} layers",
+                f"use at most {layers}",
+            )
+        )
     gpus = torch.cuda.device_count() if on_gpu else 0
     if tp * pp > 1 and gpus < tp * pp:
-        problems.append(Problem(
-            "not-enough-gpus", f"tensor_parallel_size x pipeline_parallel_size = {tp * pp} GPUs, but {gpus} are "
-                               "visible to this side", "lower the parallel sizes or give the side more GPUs (device=cuda:0,1)"))
+        problems.append(
+            Problem(
+                "not-enough-gpus",
+                f"tensor_parallel_size x pipeline_parallel_size = {tp * pp} GPUs, but {gpus} are visible to this side",
+                "lower the parallel sizes or give the side more GPUs (device=cuda:0,1)",
+            )
+        )
 
     dtype = llm.get("dtype")
     if on_gpu and dtype == "bfloat16":
         major, minor = torch.cuda.get_device_capability(0)
         if major < 8:
-            problems.append(Problem("bf16-unsupported", f"bfloat16 needs compute capability >= 8.0; this GPU has "
-                                                        f"{major}.{minor}", "use dtype float16 or float32"))
+            problems.append(
+                Problem(
+                    "bf16-unsupported",
+                    f"bfloat16 needs compute capability >= 8.0; this GPU has {major}.{minor}",
+                    "use dtype float16 or float32",
+                )
+            )
     if head_dim:
         problems.extend(_attention_problems(head_dim, dtype, on_gpu, version))
     sliding = sliding_window_of(cfg)
     if sliding and not on_gpu:
         # Not known before the run: parity_ui.analysis.window_check replaces this with what the run measured on
         # the tokens whose context ran past the window.
-        problems.append(Problem(
-            "sliding-window-cpu", f"the model uses a sliding window of {sliding} tokens, which vLLM's CPU attention "
-                                  "applies with its own kernel: not measured yet (the run compares the tokens whose "
-                                  "context runs past the window)", "compare with prompts shorter than the window, "
-                                                                   "or run the vLLM side on a GPU", severity="warning"))
+        problems.append(
+            Problem(
+                "sliding-window-cpu",
+                f"the model uses a sliding window of {sliding} tokens, which vLLM's CPU attention "
+                "applies with its own kernel: not measured yet (the run compares the tokens whose "
+                "context runs past the window)",
+                "compare with prompts shorter than the window, or run the vLLM side on a GPU",
+                severity="warning",
+            )
+        )
 
     if (llm.get("hf_overrides") or {}).get("head_dtype") and not _has_head_dtype():
-        problems.append(Problem(
-            "fp32-logits-unsupported", f"fp32_logits needs vLLM's head_dtype override, which vLLM {version} lacks",
-            "drop fp32_logits for this side, or use an environment with a newer vLLM (python=)"))
+        problems.append(
+            Problem(
+                "fp32-logits-unsupported",
+                f"fp32_logits needs vLLM's head_dtype override, which vLLM {version} lacks",
+                "drop fp32_logits for this side, or use an environment with a newer vLLM (python=)",
+            )
+        )
     if os.environ.get("VLLM_BATCH_INVARIANT") == "1" and not on_gpu:
-        problems.append(Problem(
-            "batch-invariant-unsupported", "batch_invariant=true has no effect here: vLLM's CPU worker never "
-                                           "enables it", "run this side on an NVIDIA GPU of compute capability "
-                                                         ">= 8.0, or drop batch_invariant", severity="warning"))
+        problems.append(
+            Problem(
+                "batch-invariant-unsupported",
+                "batch_invariant=true has no effect here: vLLM's CPU worker never enables it",
+                "run this side on an NVIDIA GPU of compute capability >= 8.0, or drop batch_invariant",
+                severity="warning",
+            )
+        )
     return problems
 
 
@@ -150,10 +196,15 @@ def _attention_problems(head_dim: int, dtype: str | None, on_gpu: bool, version:
     if ok:
         return []
     where = "GPU" if on_gpu else "CPU"
-    return [Problem("attention-head-size",
-                    f"vLLM {version}'s {where} attention cannot run head size {head_dim} in {dtype}: {why}",
-                    "compare with hf sides only (e.g. --side ref=hf,dtype=float32 --side b=hf), or run on "
-                    + ("the CPU build" if on_gpu else "a GPU") + " where the kernel supports it")]
+    return [
+        Problem(
+            "attention-head-size",
+            f"vLLM {version}'s {where} attention cannot run head size {head_dim} in {dtype}: {why}",
+            "compare with hf sides only (e.g. --side ref=hf,dtype=float32 --side b=hf), or run on "
+            + ("the CPU build" if on_gpu else "a GPU")
+            + " where the kernel supports it",
+        )
+    ]
 
 
 def _model_impl(mc: Any) -> str | None:
@@ -177,8 +228,9 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
     eng = llm.llm_engine
     vc = getattr(eng, "vllm_config", None)
     mc = _get(vc, "model_config") or eng.model_config
-    cache, sched, comp, par = (_get(vc, n) for n in ("cache_config", "scheduler_config", "compilation_config",
-                                                     "parallel_config"))
+    cache, sched, comp, par = (
+        _get(vc, n) for n in ("cache_config", "scheduler_config", "compilation_config", "parallel_config")
+    )
     eager = bool(_get(mc, "enforce_eager"))
     mode = _name(_get(comp, "mode")) or _name(_get(comp, "level"))
     graphs = _name(_get(comp, "cudagraph_mode"))
@@ -194,7 +246,8 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
         "compilation": "off" if eager else mode,
         "cuda_graph_sizes": (f"{len(sizes)} sizes, up to {max(sizes)}" if sizes else None) if not eager else None,
         "prefix_caching": _get(cache, "enable_prefix_caching"),
-        "chunked_prefill": _get(sched, "chunked_prefill_enabled") if _get(sched, "chunked_prefill_enabled") is not None
+        "chunked_prefill": _get(sched, "chunked_prefill_enabled")
+        if _get(sched, "chunked_prefill_enabled") is not None
         else _get(sched, "enable_chunked_prefill"),
         "async_scheduling": _get(sched, "async_scheduling"),
         "model_impl": _model_impl(mc),
@@ -237,7 +290,7 @@ def _attention_backend(llm: Any) -> str | None:
         if groups:
             names = set()
             for g in groups:
-                for x in (g if isinstance(g, list) else [g]):
+                for x in g if isinstance(g, list) else [g]:
                     backend = getattr(x, "backend", x)
                     name = getattr(backend, "get_name", None)
                     names.add(name() if callable(name) else type(backend).__name__)

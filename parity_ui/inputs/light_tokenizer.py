@@ -16,6 +16,7 @@ decode, convert_ids_to_tokens, apply_chat_template (rendered exactly as transfor
 the same sandboxed jinja2 environment, filters and globals), the special tokens, len().
 
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,21 +30,47 @@ from typing import Any
 from ..core.paths import cache_dir
 
 # The files that decide a tokenizer's behaviour: a change to any of them asks for a new verification.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "chat_template.json", "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "added_tokens.json",
+)
 # Classes known to be tokenizer.json plus configuration (no Python-side encoding rules). Anything else,
 # and any trust_remote_code tokenizer, keeps transformers without trying.
-LIGHT_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend", "GPT2Tokenizer", "GPT2TokenizerFast",
-                 "Qwen2Tokenizer", "Qwen2TokenizerFast", "LlamaTokenizer", "LlamaTokenizerFast",
-                 "Qwen3Tokenizer", "GemmaTokenizer", "GemmaTokenizerFast", None}
+LIGHT_CLASSES = {
+    "PreTrainedTokenizerFast",
+    "TokenizersBackend",
+    "GPT2Tokenizer",
+    "GPT2TokenizerFast",
+    "Qwen2Tokenizer",
+    "Qwen2TokenizerFast",
+    "LlamaTokenizer",
+    "LlamaTokenizerFast",
+    "Qwen3Tokenizer",
+    "GemmaTokenizer",
+    "GemmaTokenizerFast",
+    None,
+}
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
-_PROBE_TEXTS = ("Give me a brief explanation of gravity.", "  leading spaces, tabs\tand\nnew lines  ",
-                "Ünïcödé, 中文, emoji 🙂 and code: def f(x): return x**2", "")
-_PROBE_CHATS = ([{"role": "user", "content": "Give me a brief explanation of gravity."}],
-                [{"role": "system", "content": "You are terse."},
-                 {"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"},
-                 {"role": "user", "content": "Another?"}])
+_PROBE_TEXTS = (
+    "Give me a brief explanation of gravity.",
+    "  leading spaces, tabs\tand\nnew lines  ",
+    "Ünïcödé, 中文, emoji 🙂 and code: def f(x): return x**2",
+    "",
+)
+_PROBE_CHATS = (
+    [{"role": "user", "content": "Give me a brief explanation of gravity."}],
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Name a prime."},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": "Another?"},
+    ],
+)
 
 
 def _token_text(value: Any) -> str | None:
@@ -176,13 +203,18 @@ class LightTokenizer:
             return self._tok.token_to_id(tokens)
         return [self._tok.token_to_id(t) for t in tokens]
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tokenize: bool = False,
-                            add_generation_prompt: bool = False, **kwargs: Any) -> Any:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tokenize: bool = False, add_generation_prompt: bool = False, **kwargs: Any
+    ) -> Any:
         if not self.chat_template:
             raise ValueError("the tokenizer has no chat template")
-        text = _compiled(self.chat_template).render(messages=messages, tools=None, documents=None,
-                                                    add_generation_prompt=add_generation_prompt,
-                                                    **{**self.special_tokens_map, **kwargs})
+        text = _compiled(self.chat_template).render(
+            messages=messages,
+            tools=None,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **{**self.special_tokens_map, **kwargs},
+        )
         return self(text, add_special_tokens=False)["input_ids"] if tokenize else text
 
 
@@ -211,8 +243,9 @@ def _compiled(template: str) -> Any:
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
+    def tojson(
+        x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+    ) -> str:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
@@ -259,8 +292,11 @@ def differences(light: Any, full: Any) -> list[str]:
     n = len(full)
     sample = sorted({0, 1, 2, n // 3, n // 2, n - 2, n - 1} & set(range(n)))
     same("pieces", light.convert_ids_to_tokens(sample), full.convert_ids_to_tokens(sample))
-    same("decode of single ids", [light.decode([i]) for i in sample],
-         [full.decode([i], clean_up_tokenization_spaces=False) for i in sample])
+    same(
+        "decode of single ids",
+        [light.decode([i]) for i in sample],
+        [full.decode([i], clean_up_tokenization_spaces=False) for i in sample],
+    )
     return out
 
 

@@ -3,6 +3,7 @@
 Reads only small files (config.json, generation_config.json, tokenizer_config.json, safetensors
 headers): no weights are loaded in the calling process.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.context import kv_layout
-from .demo_model import DEMO_NAME, ensure_demo_model
 from ..core.errors import ModelError
 from ..core.types import ModelInfo
+from .demo_model import DEMO_NAME, ensure_demo_model
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -56,15 +57,21 @@ def _locate(name: str) -> Path:
     p = Path(name).expanduser()
     if p.exists() or name.startswith((".", "/", "~")):
         if not p.is_dir():
-            raise ModelError(f"model path {name!r} does not exist or is not a folder",
-                             "give a folder holding config.json and the weights, or 'demo'")
+            raise ModelError(
+                f"model path {name!r} does not exist or is not a folder",
+                "give a folder holding config.json and the weights, or 'demo'",
+            )
         if not (p / "config.json").is_file():
-            raise ModelError(f"model folder {name!r} has no config.json",
-                             "point at the folder that holds config.json (a Hugging Face model folder)")
+            raise ModelError(
+                f"model folder {name!r} has no config.json",
+                "point at the folder that holds config.json (a Hugging Face model folder)",
+            )
         return p.resolve()
     if name.count("/") != 1:
-        raise ModelError(f"model {name!r} is neither a folder nor a Hugging Face id (org/name)",
-                         "give 'demo', a local folder, or an id such as HuggingFaceTB/SmolLM2-135M-Instruct")
+        raise ModelError(
+            f"model {name!r} is neither a folder nor a Hugging Face id (org/name)",
+            "give 'demo', a local folder, or an id such as HuggingFaceTB/SmolLM2-135M-Instruct",
+        )
     return _from_hub(name)
 
 
@@ -78,14 +85,18 @@ def _from_hub(repo_id: str) -> Path:
     except Exception:
         pass
     if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ModelError(f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
-                         "download it where there is network (huggingface-cli download) or give a local folder")
+        raise ModelError(
+            f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
+            "download it where there is network (huggingface-cli download) or give a local folder",
+        )
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as e:  # network, auth, missing repo: all the same to the user
-        raise ModelError(f"model {repo_id!r} is not in the local cache and could not be downloaded: "
-                         f"{type(e).__name__}: {str(e)[:200]}",
-                         "check the id and the network, or give a local folder") from None
+        raise ModelError(
+            f"model {repo_id!r} is not in the local cache and could not be downloaded: "
+            f"{type(e).__name__}: {str(e)[:200]}",
+            "check the id and the network, or give a local folder",
+        ) from None
 
 
 def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
@@ -105,8 +116,10 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
     eos = list(dict.fromkeys(_ids(gen.get("eos_token_id")) + _ids(text_cfg.get("eos_token_id"))))
     archs = cfg.get("architectures") or []
     if not archs and not trust_remote_code:
-        raise ModelError(f"{folder}/config.json names no architectures",
-                         "use a causal LM folder whose config.json lists its architecture")
+        raise ModelError(
+            f"{folder}/config.json names no architectures",
+            "use a causal LM folder whose config.json lists its architecture",
+        )
     return ModelInfo(
         name=name or DEMO_NAME,
         path=str(folder),

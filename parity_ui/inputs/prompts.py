@@ -3,15 +3,17 @@
 Both engines receive the token ids made here, so neither tokenizes again: no second BOS, no
 template applied twice, no tokenizer-version drift between the engines.
 """
+
 from __future__ import annotations
 
 import json
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..core.errors import PromptError
 from . import light_tokenizer
@@ -24,10 +26,14 @@ def check_upload_size(name: str, size: int, what: str = "prompt file") -> None:
     """Raise PromptError naming the file's size, the app's limit and what to do instead (the CLI,
     which reads a file of any size from disk) when an upload is over MAX_PROMPT_FILE_BYTES."""
     if size > MAX_PROMPT_FILE_BYTES:
-        raise PromptError(f"{what} {name!r} is {size / 2**20:.1f} MiB, over the app's "
-                          f"{MAX_PROMPT_FILE_BYTES // 2**20} MiB upload limit",
-                          "run it from the command line: parity compare --model MODEL --prompt-file FILE "
-                          "(no size limit there), or upload a smaller selection of it")
+        raise PromptError(
+            f"{what} {name!r} is {size / 2**20:.1f} MiB, over the app's "
+            f"{MAX_PROMPT_FILE_BYTES // 2**20} MiB upload limit",
+            "run it from the command line: parity compare --model MODEL --prompt-file FILE "
+            "(no size limit there), or upload a smaller selection of it",
+        )
+
+
 PROMPT_FILE_TYPES = (".txt", ".md", ".jsonl")
 
 
@@ -47,8 +53,11 @@ class PromptSpec:
     token_ids: list[int] | None = None
 
     def excerpt(self, n: int = 80) -> str:
-        s = self.text if self.text is not None else " | ".join(content_text(m.get("content", ""))
-                                                                for m in self.messages or [])
+        s = (
+            self.text
+            if self.text is not None
+            else " | ".join(content_text(m.get("content", "")) for m in self.messages or [])
+        )
         if self.images:
             s = f"[{len(self.images)} image{'s' if len(self.images) > 1 else ''}] " + s
         s = " ".join(s.split())
@@ -58,9 +67,18 @@ class PromptSpec:
         """The messages the chat template gets: image parts as {"type": "image"} (the processor adds the
         pixels), a text prompt with images as one user message, images first."""
         if self.messages is not None:
-            return [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
-                     [{"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p.get("text", "")}
-                      for p in m["content"]]} for m in self.messages]
+            return [
+                {
+                    "role": m["role"],
+                    "content": m["content"]
+                    if isinstance(m["content"], str)
+                    else [
+                        {"type": "image"} if p.get("type") == "image" else {"type": "text", "text": p.get("text", "")}
+                        for p in m["content"]
+                    ],
+                }
+                for m in self.messages
+            ]
         parts: list[dict[str, Any]] = [{"type": "image"} for _ in self.images]
         return [{"role": "user", "content": parts + [{"type": "text", "text": self.text or ""}]}]
 
@@ -69,8 +87,11 @@ def content_text(content: Any) -> str:
     """A message's content as text: image parts as [image NAME]."""
     if isinstance(content, str):
         return content
-    return " ".join(p.get("text", "") if p.get("type") == "text" else f"[image {p.get('name', '')}]".replace(" ]", "]")
-                    for p in content if isinstance(p, dict))
+    return " ".join(
+        p.get("text", "") if p.get("type") == "text" else f"[image {p.get('name', '')}]".replace(" ]", "]")
+        for p in content
+        if isinstance(p, dict)
+    )
 
 
 @dataclass
@@ -89,22 +110,30 @@ class EncodedPrompt:
         return self.spec.images
 
 
-_PARTS_FIX = ('content is a string, or a list of parts: {"type": "text", "text": "..."} and '
-              '{"type": "image", "path": "picture.png"} (relative to the prompt file\'s folder)')
+_PARTS_FIX = (
+    'content is a string, or a list of parts: {"type": "text", "text": "..."} and '
+    '{"type": "image", "path": "picture.png"} (relative to the prompt file\'s folder)'
+)
 
 
-def _check_messages(messages: Any, where: str, base: Path | None = None,
-                    images: list[ImageInput] | None = None) -> list[dict[str, Any]]:
+def _check_messages(
+    messages: Any, where: str, base: Path | None = None, images: list[ImageInput] | None = None
+) -> list[dict[str, Any]]:
     """Chat messages, checked. Image parts' files are read (into `images`) and replaced by their name."""
     if not isinstance(messages, list) or not messages:
-        raise PromptError(f"{where}: 'messages' must be a non-empty list",
-                          'write {"messages": [{"role": "user", "content": "..."}]}')
+        raise PromptError(
+            f"{where}: 'messages' must be a non-empty list", 'write {"messages": [{"role": "user", "content": "..."}]}'
+        )
     out: list[dict[str, Any]] = []
     for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
-                not isinstance(m.get("content"), (str, list)):
-            raise PromptError(f"{where}: each message needs a string 'role' and 'content'",
-                              'write {"role": "user", "content": "..."}')
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), (str, list))
+        ):
+            raise PromptError(
+                f"{where}: each message needs a string 'role' and 'content'", 'write {"role": "user", "content": "..."}'
+            )
         if isinstance(m["content"], str):
             out.append({"role": m["role"], "content": m["content"]})
             continue
@@ -120,16 +149,19 @@ def _check_messages(messages: Any, where: str, base: Path | None = None,
                 images.append(img)
                 parts.append({"type": "image", "name": img.name, "sha256": img.sha256})
             else:
-                raise PromptError(f"{where}: a content part must be a text or an image part (got {str(part)[:80]})",
-                                  _PARTS_FIX)
+                raise PromptError(
+                    f"{where}: a content part must be a text or an image part (got {str(part)[:80]})", _PARTS_FIX
+                )
         out.append({"role": m["role"], "content": parts})
     return out
 
 
 def _check_image_count(images: list[ImageInput], where: str) -> None:
     if len(images) > MAX_IMAGES_PER_PROMPT:
-        raise PromptError(f"{where} has {len(images)} images; parity-ui takes at most {MAX_IMAGES_PER_PROMPT} "
-                          "a prompt", "split the prompt, or attach fewer images")
+        raise PromptError(
+            f"{where} has {len(images)} images; parity-ui takes at most {MAX_IMAGES_PER_PROMPT} a prompt",
+            "split the prompt, or attach fewer images",
+        )
 
 
 def prompt_from_object(obj: Any, where: str, base: Path | None = None) -> PromptSpec:
@@ -150,8 +182,9 @@ def prompt_from_object(obj: Any, where: str, base: Path | None = None) -> Prompt
         messages = _check_messages(obj["messages"], where, base, images)
         _check_image_count(images, where)
         return PromptSpec(messages=messages, images=images)
-    raise PromptError(f"{where} has neither a string 'prompt' nor 'messages'",
-                      'write {"prompt": "..."} or {"messages": [...]}')
+    raise PromptError(
+        f"{where} has neither a string 'prompt' nor 'messages'", 'write {"prompt": "..."} or {"messages": [...]}'
+    )
 
 
 def parse_prompt_bytes(data: bytes, filename: str, base: Path | None = None) -> list[PromptSpec]:
@@ -159,16 +192,23 @@ def parse_prompt_bytes(data: bytes, filename: str, base: Path | None = None) -> 
     {"images": [paths]} or image parts in the messages). `base`: the folder image paths start from."""
     suffix = Path(filename).suffix.lower()
     if suffix not in PROMPT_FILE_TYPES:
-        raise PromptError(f"prompt file {filename!r} has type {suffix or '(none)'!r}",
-                          "use a .txt file (one prompt) or a .jsonl file (one prompt a line)")
+        raise PromptError(
+            f"prompt file {filename!r} has type {suffix or '(none)'!r}",
+            "use a .txt file (one prompt) or a .jsonl file (one prompt a line)",
+        )
     if len(data) > MAX_PROMPT_FILE_BYTES:
-        raise PromptError(f"prompt file {filename!r} is {len(data) / 2**20:.1f} MiB, over the "
-                          f"{MAX_PROMPT_FILE_BYTES // 2**20} MiB limit", "split it into smaller files")
+        raise PromptError(
+            f"prompt file {filename!r} is {len(data) / 2**20:.1f} MiB, over the "
+            f"{MAX_PROMPT_FILE_BYTES // 2**20} MiB limit",
+            "split it into smaller files",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise PromptError(f"prompt file {filename!r} is not UTF-8 text (byte {e.start})",
-                          "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+        raise PromptError(
+            f"prompt file {filename!r} is not UTF-8 text (byte {e.start})",
+            "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8",
+        ) from None
     if suffix == ".jsonl":
         specs = []
         for n, line in enumerate(text.splitlines(), start=1):
@@ -178,8 +218,10 @@ def parse_prompt_bytes(data: bytes, filename: str, base: Path | None = None) -> 
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise PromptError(f"{where} is not valid JSON: {e.msg}",
-                                  'one JSON object a line: {"prompt": "..."} or {"messages": [...]}') from None
+                raise PromptError(
+                    f"{where} is not valid JSON: {e.msg}",
+                    'one JSON object a line: {"prompt": "..."} or {"messages": [...]}',
+                ) from None
             specs.append(prompt_from_object(obj, where, base))
         if not specs:
             raise PromptError(f"prompt file {filename!r} holds no prompts", "add one JSON object a line")
@@ -194,8 +236,10 @@ def read_prompt_file(path: str | Path) -> list[PromptSpec]:
     if not p.is_file():
         raise PromptError(f"prompt file {str(p)!r} not found", "check the path given to --prompt-file")
     if p.stat().st_size > MAX_PROMPT_FILE_BYTES:
-        raise PromptError(f"prompt file {str(p)!r} is over the {MAX_PROMPT_FILE_BYTES // 2**20} MiB limit",
-                          "split it into smaller files")
+        raise PromptError(
+            f"prompt file {str(p)!r} is over the {MAX_PROMPT_FILE_BYTES // 2**20} MiB limit",
+            "split it into smaller files",
+        )
     return parse_prompt_bytes(p.read_bytes(), p.name, base=p.parent)
 
 
@@ -209,9 +253,12 @@ def decode_as_is(tok: Any, ids: list[int]) -> str:
     return tok.decode(ids, clean_up_tokenization_spaces=False)
 
 
-def prompts_as_given(text: str | None, image_names: Sequence[str] = (),
-                     file_prompts: Sequence[PromptSpec] | None = None,
-                     prompt_file: str | None = None) -> list[PromptSpec]:
+def prompts_as_given(
+    text: str | None,
+    image_names: Sequence[str] = (),
+    file_prompts: Sequence[PromptSpec] | None = None,
+    prompt_file: str | None = None,
+) -> list[PromptSpec]:
     """The prompts to store with a run that failed before its prompts could be read (an empty
     prompt, an image refused, a bad config): what the user gave, so the stored error row says
     what it was about. The CLI and the app both call this.
@@ -249,11 +296,14 @@ def check_chat_template(model_path: str, prompts: Sequence[PromptSpec], chat: bo
     if has_chat_template_file(model_path) is not False:
         return
     if any(p.messages is not None for p in prompts):
-        raise PromptError("chat messages were given but the model has no chat template",
-                          "give plain text prompts, or pick a chat model")
+        raise PromptError(
+            "chat messages were given but the model has no chat template",
+            "give plain text prompts, or pick a chat model",
+        )
     if chat and any(not p.images and p.text is not None and p.text.strip() for p in prompts):
-        raise PromptError("chat=true but the model has no chat template",
-                          "set chat: false, or pick a model with a chat template")
+        raise PromptError(
+            "chat=true but the model has no chat template", "set chat: false, or pick a model with a chat template"
+        )
 
 
 class PromptTokenizer:
@@ -294,12 +344,16 @@ class PromptTokenizer:
                 raise PromptError("the prompt has no token ids", "give a non-empty prompt")
             return EncodedPrompt(spec=spec, token_ids=list(spec.token_ids), text=decode_as_is(self.tok, spec.token_ids))
         if spec.images:
-            raise PromptError("an image prompt reached the text tokenizer",
-                              "image prompts are encoded with the model's processor (VisionProcessor)")
+            raise PromptError(
+                "an image prompt reached the text tokenizer",
+                "image prompts are encoded with the model's processor (VisionProcessor)",
+            )
         if spec.messages is not None:
             if not self.has_chat_template:
-                raise PromptError("chat messages were given but the model has no chat template",
-                                  "give plain text prompts, or pick a chat model")
+                raise PromptError(
+                    "chat messages were given but the model has no chat template",
+                    "give plain text prompts, or pick a chat model",
+                )
             messages = spec.messages
         elif spec.text is None or not spec.text.strip():
             raise PromptError("the prompt is empty", "type or upload a prompt")
@@ -307,8 +361,10 @@ class PromptTokenizer:
             messages = [{"role": "user", "content": spec.text}] if chat else None
         if messages is not None:
             if not self.has_chat_template:
-                raise PromptError("chat=true but the model has no chat template",
-                                  "set chat: false, or pick a model with a chat template")
+                raise PromptError(
+                    "chat=true but the model has no chat template",
+                    "set chat: false, or pick a model with a chat template",
+                )
             text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             # The template already wrote BOS and the special tokens: adding them again is the
             # classic double-BOS bug (vllm #9519).
@@ -382,8 +438,11 @@ class PromptTokenizer:
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table, which byte-level BPE vocabularies are written in."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
-        list(range(ord("\xae"), ord("\xff") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\xa1"), ord("\xac") + 1))
+        + list(range(ord("\xae"), ord("\xff") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -436,8 +495,11 @@ def _light_ready(model: str) -> bool:
     else:
         folder = Path(model).expanduser()
     try:
-        return folder.is_dir() and light_tokenizer.candidate(str(folder.resolve())) and \
-            light_tokenizer.verified(str(folder.resolve()))
+        return (
+            folder.is_dir()
+            and light_tokenizer.candidate(str(folder.resolve()))
+            and light_tokenizer.verified(str(folder.resolve()))
+        )
     except OSError:
         return False
 
@@ -458,10 +520,11 @@ class VisionProcessor:
         try:
             self.proc = AutoProcessor.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         except Exception as e:  # noqa: BLE001 - missing processor files, torchvision, remote code
-            raise PromptError(f"the model's image processor cannot be loaded from {model_path} "
-                              f"({type(e).__name__}: {str(e)[:200]})",
-                              "the folder needs preprocessor_config.json (and the processor's files); "
-                              "some processors need torchvision or --trust-remote-code") from None
+            raise PromptError(
+                f"the model's image processor cannot be loaded from {model_path} ({type(e).__name__}: {str(e)[:200]})",
+                "the folder needs preprocessor_config.json (and the processor's files); "
+                "some processors need torchvision or --trust-remote-code",
+            ) from None
         ip = getattr(self.proc, "image_processor", None)
         if ip is None or not hasattr(self.proc, "image_token"):
             raise PromptError(f"{model_path} has no image processor", "pick a vision-language model")
@@ -471,8 +534,9 @@ class VisionProcessor:
         self.patch_size = int(getattr(ip, "patch_size", 14) or 14)
         self.merge_size = int(getattr(ip, "merge_size", 2) or 2)
         tok = self.proc.tokenizer
-        self.image_token_id = int(getattr(self.proc, "image_token_id", None)
-                                  or tok.convert_tokens_to_ids(self.proc.image_token))
+        self.image_token_id = int(
+            getattr(self.proc, "image_token_id", None) or tok.convert_tokens_to_ids(self.proc.image_token)
+        )
         self.has_chat_template = bool(getattr(self.proc, "chat_template", None) or getattr(tok, "chat_template", None))
 
     @property
@@ -481,8 +545,10 @@ class VisionProcessor:
 
     def template(self, spec: PromptSpec) -> str:
         if not self.has_chat_template:
-            raise PromptError("image prompts need the model's chat template (it places the image), and this "
-                              "model has none", "pick a chat vision-language model (e.g. a Qwen2.5-VL Instruct)")
+            raise PromptError(
+                "image prompts need the model's chat template (it places the image), and this model has none",
+                "pick a chat vision-language model (e.g. a Qwen2.5-VL Instruct)",
+            )
         return self.proc.apply_chat_template(spec.chat_messages(), tokenize=False, add_generation_prompt=True)
 
     def encode(self, spec: PromptSpec, pixels: dict[str, int]) -> EncodedPrompt:
@@ -491,19 +557,30 @@ class VisionProcessor:
         text = self.template(spec)
         n_parts = text.count(self.proc.image_token)
         if n_parts != len(spec.images):
-            raise PromptError(f"the chat template placed {n_parts} image(s) for {len(spec.images)} given",
-                              "the model's chat template does not place images where its processor expects "
-                              "them; use the model's own chat template")
+            raise PromptError(
+                f"the chat template placed {n_parts} image(s) for {len(spec.images)} given",
+                "the model's chat template does not place images where its processor expects "
+                "them; use the model's own chat template",
+            )
         pil = [decode_image(i.data) for i in spec.images]
         enc = self.proc(text=[text], images=pil, return_tensors="np", images_kwargs=dict(pixels))
         ids = [int(x) for x in enc["input_ids"][0]]
         grids = [[int(v) for v in g] for g in enc.get("image_grid_thw", [])]
-        counts = [t * h * w // (self.merge_size ** 2) for t, h, w in grids]
+        counts = [t * h * w // (self.merge_size**2) for t, h, w in grids]
         if ids.count(self.image_token_id) != sum(counts):
-            raise PromptError(f"the processor made {ids.count(self.image_token_id)} image tokens for image grids "
-                              f"that need {sum(counts)}", "check the model's processor files")
-        return EncodedPrompt(spec=spec, token_ids=ids, text=decode_as_is(self.proc.tokenizer, ids), image_tokens=counts,
-                             image_grids=grids, pixels=dict(pixels))
+            raise PromptError(
+                f"the processor made {ids.count(self.image_token_id)} image tokens for image grids "
+                f"that need {sum(counts)}",
+                "check the model's processor files",
+            )
+        return EncodedPrompt(
+            spec=spec,
+            token_ids=ids,
+            text=decode_as_is(self.proc.tokenizer, ids),
+            image_tokens=counts,
+            image_grids=grids,
+            pixels=dict(pixels),
+        )
 
 
 @lru_cache(maxsize=2)

@@ -34,6 +34,7 @@ logprobs recorded at T != 1 or in processed mode) as a streaming pass.
 
 May import: core (the package's rule).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,18 +52,32 @@ FORMATS = ("parity", "nemo-rl", "verl", "slime")
 
 # What each format needs (required) and reads when present (optional): shown for an unknown format.
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "parity": (("prompt_ids", "response_ids"),
-               ("rollout_logprobs", "trainer_logprobs", "loss_mask", "sampling", "policy_version", "routed_experts",
-                "id")),
-    "nemo-rl": (("token_ids", "input_lengths", "token_loss_mask"),
-                ("generation_logprobs", "prev_logprobs", "sample_loss_mask", "content", "rewards", "advantages")),
+    "parity": (
+        ("prompt_ids", "response_ids"),
+        ("rollout_logprobs", "trainer_logprobs", "loss_mask", "sampling", "policy_version", "routed_experts", "id"),
+    ),
+    "nemo-rl": (
+        ("token_ids", "input_lengths", "token_loss_mask"),
+        ("generation_logprobs", "prev_logprobs", "sample_loss_mask", "content", "rewards", "advantages"),
+    ),
     "verl": (("input", "output"), ("gts", "score", "step")),
-    "slime": (("samples[].tokens", "samples[].response_length"),
-              ("samples[].loss_mask", "samples[].rollout_log_probs", "samples[].weight_versions",
-               "samples[].rollout_routed_experts", "samples[].status")),
+    "slime": (
+        ("samples[].tokens", "samples[].response_length"),
+        (
+            "samples[].loss_mask",
+            "samples[].rollout_log_probs",
+            "samples[].weight_versions",
+            "samples[].rollout_routed_experts",
+            "samples[].status",
+        ),
+    ),
 }
-FORMAT_NAMES = {"parity": "parity-ui rollout format", "nemo-rl": "NeMo-RL train_data_step*.jsonl",
-                "verl": "verl rollout_data_dir jsonl (text only)", "slime": "slime / miles rollout_{id}.pt"}
+FORMAT_NAMES = {
+    "parity": "parity-ui rollout format",
+    "nemo-rl": "NeMo-RL train_data_step*.jsonl",
+    "verl": "verl rollout_data_dir jsonl (text only)",
+    "slime": "slime / miles rollout_{id}.pt",
+}
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")
 LOGPROB_SLACK = 1e-3
 
@@ -132,6 +147,7 @@ class DumpError(ParityError):
 
 # -- detection ---------------------------------------------------------------------------------------
 
+
 def _first_json(path: Path) -> dict[str, Any] | None:
     with path.open("rb") as f:
         for raw in f:
@@ -173,17 +189,26 @@ def detect_format(path: str | Path) -> str:
         keys = set(first) if first else set()
     fmt = _format_of_keys(keys)
     if fmt is None:
-        raise DumpError(f"{p.name}: not a rollout dump parity-ui knows (its fields: "
-                        f"{', '.join(sorted(keys)) or 'none readable'})",
-                        "write it in parity-ui's rollout format (docs/rollouts.md), or name the format; "
-                        f"supported:\n{describe_formats()}")
+        raise DumpError(
+            f"{p.name}: not a rollout dump parity-ui knows (its fields: {', '.join(sorted(keys)) or 'none readable'})",
+            "write it in parity-ui's rollout format (docs/rollouts.md), or name the format; "
+            f"supported:\n{describe_formats()}",
+        )
     return fmt
 
 
 # -- opening -------------------------------------------------------------------------------------------
 
-def open_dump(path: str | Path, fmt: str = "auto", *, tokenizer: Any = None, trust_pickle: bool = False,
-              on_bad: str = "stop", chat_template: bool = False) -> RolloutDump:
+
+def open_dump(
+    path: str | Path,
+    fmt: str = "auto",
+    *,
+    tokenizer: Any = None,
+    trust_pickle: bool = False,
+    on_bad: str = "stop",
+    chat_template: bool = False,
+) -> RolloutDump:
     """The dump at `path` in format `fmt` ("auto": detected). `tokenizer` (an HF tokenizer) is needed
     for verl's text-only rows. Raises DumpError for an unknown format, a refused pickle, or a file
     that is not there."""
@@ -203,22 +228,30 @@ def open_dump(path: str | Path, fmt: str = "auto", *, tokenizer: Any = None, tru
         dump.rows_fn = lambda: _guarded(dump, on_bad, _jsonl_records(p), _nemo_row)
     elif fmt == "verl":
         if tokenizer is None:
-            raise DumpError("a verl dump holds text only and needs the model's tokenizer to rebuild the ids",
-                            "pass the model (--model) whose tokenizer the run used")
-        dump.notes.append("verl's dump holds decoded text only (skip_special_tokens=True): the ids are "
-                          "reconstructed with the model's tokenizer" + (" and chat template" if chat_template else "")
-                          + ", not read; there are no recorded logprobs")
-        dump.rows_fn = lambda: _guarded(dump, on_bad, _jsonl_records(p),
-                                        lambda rec, i, w: _verl_row(rec, i, w, tokenizer, chat_template))
+            raise DumpError(
+                "a verl dump holds text only and needs the model's tokenizer to rebuild the ids",
+                "pass the model (--model) whose tokenizer the run used",
+            )
+        dump.notes.append(
+            "verl's dump holds decoded text only (skip_special_tokens=True): the ids are "
+            "reconstructed with the model's tokenizer"
+            + (" and chat template" if chat_template else "")
+            + ", not read; there are no recorded logprobs"
+        )
+        dump.rows_fn = lambda: _guarded(
+            dump, on_bad, _jsonl_records(p), lambda rec, i, w: _verl_row(rec, i, w, tokenizer, chat_template)
+        )
     else:
         samples = _load_pickle(p, trust_pickle)
-        dump.rows_fn = lambda: _guarded(dump, on_bad, ((i, f"sample {i}", s) for i, s in enumerate(samples)),
-                                        _slime_row)
+        dump.rows_fn = lambda: _guarded(
+            dump, on_bad, ((i, f"sample {i}", s) for i, s in enumerate(samples)), _slime_row
+        )
     return dump
 
 
-def _guarded(dump: RolloutDump, on_bad: str, records: Iterator[tuple[int, str, Any]],
-             make: Callable[[Any, int, str], RolloutRow]) -> Iterator[RolloutRow]:
+def _guarded(
+    dump: RolloutDump, on_bad: str, records: Iterator[tuple[int, str, Any]], make: Callable[[Any, int, str], RolloutRow]
+) -> Iterator[RolloutRow]:
     for i, where, rec in records:
         try:
             if isinstance(rec, BadRow):
@@ -226,8 +259,10 @@ def _guarded(dump: RolloutDump, on_bad: str, records: Iterator[tuple[int, str, A
             yield make(rec, i, where)
         except DumpError as e:
             if on_bad == "stop":
-                raise DumpError(f"{Path(dump.path).name}, {where}: {e.message}",
-                                e.fix or "fix or drop that row, or pass --on-bad skip to skip it and count it") from None
+                raise DumpError(
+                    f"{Path(dump.path).name}, {where}: {e.message}",
+                    e.fix or "fix or drop that row, or pass --on-bad skip to skip it and count it",
+                ) from None
             dump.bad.append(BadRow(where, e.message))
 
 
@@ -240,8 +275,15 @@ def _jsonl_records(p: Path) -> Iterator[tuple[int, str, Any]]:
             try:
                 obj = json.loads(raw)
             except ValueError as e:
-                yield i, f"line {n}", BadRow(f"line {n}", f"not valid JSON ({e.msg} at column {e.colno}); "
-                                                          "a truncated line (the dump was cut while written?)")
+                yield (
+                    i,
+                    f"line {n}",
+                    BadRow(
+                        f"line {n}",
+                        f"not valid JSON ({e.msg} at column {e.colno}); "
+                        "a truncated line (the dump was cut while written?)",
+                    ),
+                )
                 i += 1
                 continue
             if not isinstance(obj, dict):
@@ -264,6 +306,7 @@ def _parity_records(p: Path) -> Iterator[tuple[int, str, Any]]:
 
 
 # -- each format's row ---------------------------------------------------------------------------------
+
 
 def _ints(v: Any, name: str) -> list[int]:
     if hasattr(v, "tolist"):
@@ -297,9 +340,11 @@ def _routes_array(v: Any, name: str) -> Any:
         a = None
     if a is None or a.ndim != 3 or a.dtype.kind not in "iu":
         shape = "ragged" if a is None else ("x".join(map(str, a.shape)) or "a scalar") + f" {a.dtype}"
-        raise DumpError(f"{name} is {shape}, not integers [prompt+response-1 positions, layers, top_k]",
-                        f"write {name} as the engine returns it (vLLM enable_return_routed_experts, slime "
-                        "rollout_routed_experts): one row per input position but the last")
+        raise DumpError(
+            f"{name} is {shape}, not integers [prompt+response-1 positions, layers, top_k]",
+            f"write {name} as the engine returns it (vLLM enable_return_routed_experts, slime "
+            "rollout_routed_experts): one row per input position but the last",
+        )
     return a
 
 
@@ -312,34 +357,43 @@ def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
         raise DumpError("sampling is not an object", 'write sampling as {"temperature": 1.0, "top_p": 1.0, ...}')
     mask = rec.get("loss_mask")
     version = rec.get("policy_version")
-    return RolloutRow(index=i, where=where, prompt_ids=_ints(rec["prompt_ids"], "prompt_ids"),
-                      response_ids=_ints(rec["response_ids"], "response_ids"),
-                      rollout_logprobs=_floats(rec.get("rollout_logprobs"), "rollout_logprobs"),
-                      trainer_logprobs=_floats(rec.get("trainer_logprobs"), "trainer_logprobs"),
-                      loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
-                      sampling=dict(sampling) if sampling else None,
-                      policy_version=None if version is None else str(version),
-                      has_routed_experts=rec.get("routed_experts") is not None,
-                      routed_experts=_routes_array(rec.get("routed_experts"), "routed_experts"))
+    return RolloutRow(
+        index=i,
+        where=where,
+        prompt_ids=_ints(rec["prompt_ids"], "prompt_ids"),
+        response_ids=_ints(rec["response_ids"], "response_ids"),
+        rollout_logprobs=_floats(rec.get("rollout_logprobs"), "rollout_logprobs"),
+        trainer_logprobs=_floats(rec.get("trainer_logprobs"), "trainer_logprobs"),
+        loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
+        sampling=dict(sampling) if sampling else None,
+        policy_version=None if version is None else str(version),
+        has_routed_experts=rec.get("routed_experts") is not None,
+        routed_experts=_routes_array(rec.get("routed_experts"), "routed_experts"),
+    )
 
 
 def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     missing = [k for k in FIELDS["nemo-rl"][0] if rec.get(k) is None]
     if missing:
-        raise DumpError(f"no {', '.join(missing)} (a NeMo-RL train_data_step*.jsonl row has them)",
-                        "use the train_data_step*.jsonl of a NeMo-RL version that logs token_ids")
+        raise DumpError(
+            f"no {', '.join(missing)} (a NeMo-RL train_data_step*.jsonl row has them)",
+            "use the train_data_step*.jsonl of a NeMo-RL version that logs token_ids",
+        )
     ids = _ints(rec["token_ids"], "token_ids")
     n = int(rec["input_lengths"])
     if not 0 < n <= len(ids):
         raise DumpError(f"input_lengths {n} is outside token_ids' {len(ids)} tokens", "")
     tmask = _ints(rec["token_loss_mask"], "token_loss_mask")
     if len(tmask) < n:
-        raise DumpError(f"token_loss_mask has {len(tmask)} entries for {n} tokens (input_lengths)",
-                        "token_loss_mask must cover every token of token_ids")
+        raise DumpError(
+            f"token_loss_mask has {len(tmask)} entries for {n} tokens (input_lengths)",
+            "token_loss_mask must cover every token of token_ids",
+        )
     start = next((k for k in range(n) if tmask[k]), None)
     if start is None or start == 0:
-        raise DumpError("token_loss_mask marks no generated token after a prompt",
-                        "the row has no response to replay; drop it")
+        raise DumpError(
+            "token_loss_mask marks no generated token after a prompt", "the row has no response to replay; drop it"
+        )
     smask = rec.get("sample_loss_mask", 1)
     smask = 1 if smask is None else int(smask)
 
@@ -351,10 +405,16 @@ def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
             raise DumpError(f"{name} has {len(col)} entries for {n} tokens", f"{name} must cover every token")
         return col[start:n]
 
-    return RolloutRow(index=i, where=where, prompt_ids=ids[:start], response_ids=ids[start:n],
-                      rollout_logprobs=cut(rec.get("generation_logprobs"), "generation_logprobs"),
-                      trainer_logprobs=cut(rec.get("prev_logprobs"), "prev_logprobs"),
-                      loss_mask=[m * smask for m in tmask[start:n]], sampling=None)
+    return RolloutRow(
+        index=i,
+        where=where,
+        prompt_ids=ids[:start],
+        response_ids=ids[start:n],
+        rollout_logprobs=cut(rec.get("generation_logprobs"), "generation_logprobs"),
+        trainer_logprobs=cut(rec.get("prev_logprobs"), "prev_logprobs"),
+        loss_mask=[m * smask for m in tmask[start:n]],
+        sampling=None,
+    )
 
 
 def _verl_row(rec: dict[str, Any], i: int, where: str, tok: Any, chat_template: bool) -> RolloutRow:
@@ -362,8 +422,9 @@ def _verl_row(rec: dict[str, Any], i: int, where: str, tok: Any, chat_template: 
     if not isinstance(prompt, str) or not isinstance(output, str):
         raise DumpError("no input/output text (a verl rollout_data_dir row has both)", "")
     if chat_template:
-        p_ids = list(tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
-                                             add_generation_prompt=True))
+        p_ids = list(
+            tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True)
+        )
         if p_ids and isinstance(p_ids[0], list):
             p_ids = p_ids[0]
         p_ids = [int(x) for x in (p_ids["input_ids"] if isinstance(p_ids, dict) else p_ids)]
@@ -373,18 +434,30 @@ def _verl_row(rec: dict[str, Any], i: int, where: str, tok: Any, chat_template: 
     notes = []
     # What verl wrote is decode(ids, skip_special_tokens=True): the rebuilt ids must decode back to it.
     if not chat_template and tok.decode(p_ids, skip_special_tokens=True) != prompt:
-        notes.append("the input text does not decode back from its re-tokenised ids (it spells out special "
-                     "tokens or a chat template's markers, which verl's dump drops)")
+        notes.append(
+            "the input text does not decode back from its re-tokenised ids (it spells out special "
+            "tokens or a chat template's markers, which verl's dump drops)"
+        )
     if tok.decode(r_ids, skip_special_tokens=True) != output:
-        notes.append("the output text does not decode back from its re-tokenised ids (special tokens the "
-                     "model generated were dropped by the dump)")
+        notes.append(
+            "the output text does not decode back from its re-tokenised ids (special tokens the "
+            "model generated were dropped by the dump)"
+        )
     joint = list(tok(prompt + output, add_special_tokens=True)["input_ids"]) if not chat_template else None
     if joint is not None and joint != p_ids + r_ids:
-        notes.append("the tokenizer merges across the prompt/response boundary, so the response's first ids "
-                     "are not the ones generated")
-    return RolloutRow(index=i, where=where, prompt_ids=p_ids, response_ids=r_ids, reconstructed=True,
-                      text_note="; ".join(notes) or None,
-                      policy_version=str(rec["step"]) if rec.get("step") is not None else None)
+        notes.append(
+            "the tokenizer merges across the prompt/response boundary, so the response's first ids "
+            "are not the ones generated"
+        )
+    return RolloutRow(
+        index=i,
+        where=where,
+        prompt_ids=p_ids,
+        response_ids=r_ids,
+        reconstructed=True,
+        text_note="; ".join(notes) or None,
+        policy_version=str(rec["step"]) if rec.get("step") is not None else None,
+    )
 
 
 def _get(s: Any, k: str) -> Any:
@@ -403,12 +476,19 @@ def _slime_row(s: Any, i: int, where: str) -> RolloutRow:
     mask = _get(s, "loss_mask")
     status = _get(s, "status")
     status = getattr(status, "value", status)
-    return RolloutRow(index=i, where=where, prompt_ids=ids[:-rl], response_ids=ids[-rl:],
-                      rollout_logprobs=_floats(_get(s, "rollout_log_probs"), "rollout_log_probs"),
-                      trainer_logprobs=None, loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
-                      sampling=None, policy_version=",".join(str(v) for v in dict.fromkeys(versions)) or None,
-                      has_routed_experts=_get(s, "rollout_routed_experts") is not None,
-                      routed_experts=_routes_array(_get(s, "rollout_routed_experts"), "rollout_routed_experts"))
+    return RolloutRow(
+        index=i,
+        where=where,
+        prompt_ids=ids[:-rl],
+        response_ids=ids[-rl:],
+        rollout_logprobs=_floats(_get(s, "rollout_log_probs"), "rollout_log_probs"),
+        trainer_logprobs=None,
+        loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
+        sampling=None,
+        policy_version=",".join(str(v) for v in dict.fromkeys(versions)) or None,
+        has_routed_experts=_get(s, "rollout_routed_experts") is not None,
+        routed_experts=_routes_array(_get(s, "rollout_routed_experts"), "rollout_routed_experts"),
+    )
 
 
 def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
@@ -423,26 +503,33 @@ def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
     except (pickle.UnpicklingError, RuntimeError, AttributeError) as e:
         if not trust_pickle:
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise DumpError(f"{p.name} is a pickle that a safe load refuses ({first}): loading it runs whatever "
-                            "code the file names, so parity-ui will not load it unasked",
-                            "if you trust the file (you wrote it), pass --trust-pickle; or convert it to "
-                            "parity-ui's rollout format (docs/rollouts.md)") from None
+            raise DumpError(
+                f"{p.name} is a pickle that a safe load refuses ({first}): loading it runs whatever "
+                "code the file names, so parity-ui will not load it unasked",
+                "if you trust the file (you wrote it), pass --trust-pickle; or convert it to "
+                "parity-ui's rollout format (docs/rollouts.md)",
+            ) from None
         try:
             data = torch.load(p, map_location="cpu", weights_only=False)
         except Exception as e2:  # noqa: BLE001 - e.g. the classes it names are not importable here
-            raise DumpError(f"{p.name} could not be unpickled ({type(e2).__name__}: {str(e2)[:200]})",
-                            "install the framework whose classes it names (slime / miles) in this environment, "
-                            "or convert the dump to parity-ui's rollout format") from None
+            raise DumpError(
+                f"{p.name} could not be unpickled ({type(e2).__name__}: {str(e2)[:200]})",
+                "install the framework whose classes it names (slime / miles) in this environment, "
+                "or convert the dump to parity-ui's rollout format",
+            ) from None
     except EOFError:
         raise DumpError(f"{p.name} ends early (a truncated pickle)", "copy the whole file again") from None
     samples = _get(data, "samples") if not isinstance(data, list) else data
     if not isinstance(samples, (list, tuple)):
-        raise DumpError(f"{p.name} holds no list of samples", "a slime --save-debug-rollout-data file holds "
-                                                              "dict(rollout_id=..., samples=[...])")
+        raise DumpError(
+            f"{p.name} holds no list of samples",
+            "a slime --save-debug-rollout-data file holds dict(rollout_id=..., samples=[...])",
+        )
     return list(samples)
 
 
 # -- preflight: the replay traps, before any engine loads --------------------------------------------
+
 
 @dataclass
 class Preflight:
@@ -468,8 +555,14 @@ def _first(rows: list[str], n: int = 3) -> str:
     return ", ".join(rows[:n]) + more
 
 
-def preflight(rows: Iterator[RolloutRow], *, vocab_size: int | None, eos_ids: list[int] | tuple[int, ...] = (),
-              limit: int | None = None, on_row: Callable[[RolloutRow], None] | None = None) -> Preflight:
+def preflight(
+    rows: Iterator[RolloutRow],
+    *,
+    vocab_size: int | None,
+    eos_ids: list[int] | tuple[int, ...] = (),
+    limit: int | None = None,
+    on_row: Callable[[RolloutRow], None] | None = None,
+) -> Preflight:
     """One streaming pass over the rows: the traps as findings (severity "error" refuses the replay),
     each naming the rows and the fix. `on_row` sees each row (the caller keeps what it needs)."""
     pf = Preflight()
@@ -501,7 +594,8 @@ def preflight(rows: Iterator[RolloutRow], *, vocab_size: int | None, eos_ids: li
                 continue
             if len(col) != n:
                 (shifted if abs(len(col) - n) == 1 else lp_len_bad).append(
-                    f"{row.where} ({name}: {len(col)} logprobs for {n} tokens)")
+                    f"{row.where} ({name}: {len(col)} logprobs for {n} tokens)"
+                )
             elif any(x > LOGPROB_SLACK for x in col if not math.isnan(x)):
                 positive.append(f"{row.where} ({name})")
         pf.with_logprobs += row.rollout_logprobs is not None
@@ -513,7 +607,7 @@ def preflight(rows: Iterator[RolloutRow], *, vocab_size: int | None, eos_ids: li
         pf.versions[row.policy_version] += 1
         if eos and any(t in eos for t in row.response_ids[:-1]):
             k = next(j for j, t in enumerate(row.response_ids[:-1]) if t in eos)
-            if any(row.mask()[k + 1:]):
+            if any(row.mask()[k + 1 :]):
                 after_eos.append(f"{row.where} (EOS at token {k} of {n})")
         s = row.sampling
         if s is None:
@@ -524,8 +618,14 @@ def preflight(rows: Iterator[RolloutRow], *, vocab_size: int | None, eos_ids: li
                 t_not_1[float(t)] += 1
             mode = s.get("logprobs_mode") or "raw_logprobs"
             if mode not in LOGPROBS_MODES:
-                pf.findings.append(Finding("replay-logprobs-mode", "error", f"{row.where}: logprobs_mode {mode!r} "
-                                           "is not one of vLLM's", f"use one of {', '.join(LOGPROBS_MODES)}"))
+                pf.findings.append(
+                    Finding(
+                        "replay-logprobs-mode",
+                        "error",
+                        f"{row.where}: logprobs_mode {mode!r} is not one of vLLM's",
+                        f"use one of {', '.join(LOGPROBS_MODES)}",
+                    )
+                )
             elif mode != "raw_logprobs":
                 processed[mode] += 1
         if on_row is not None:
@@ -534,59 +634,141 @@ def preflight(rows: Iterator[RolloutRow], *, vocab_size: int | None, eos_ids: li
     if pf.rows == 0:
         add(Finding("replay-empty", "error", "the dump holds no row to replay", "check the file and --format"))
     if vocab_bad:
-        add(Finding("replay-vocab", "error", f"{len(vocab_bad)} rows hold token ids outside the model's vocabulary of "
-                    f"{vocab_size}: {_first(vocab_bad)}; the dump was written for another model or tokenizer",
-                    "replay it with the model (--model) the run trained"))
+        add(
+            Finding(
+                "replay-vocab",
+                "error",
+                f"{len(vocab_bad)} rows hold token ids outside the model's vocabulary of "
+                f"{vocab_size}: {_first(vocab_bad)}; the dump was written for another model or tokenizer",
+                "replay it with the model (--model) the run trained",
+            )
+        )
     if mask_bad:
-        add(Finding("replay-mask-length", "error", f"{len(mask_bad)} rows have a loss mask whose length is not the "
-                    f"response's: {_first(mask_bad)}",
-                    "write one loss_mask entry per response token (not per prompt+response token)"))
+        add(
+            Finding(
+                "replay-mask-length",
+                "error",
+                f"{len(mask_bad)} rows have a loss mask whose length is not the response's: {_first(mask_bad)}",
+                "write one loss_mask entry per response token (not per prompt+response token)",
+            )
+        )
     if shifted:
-        add(Finding("replay-shift", "error", f"{len(shifted)} rows have one logprob more or fewer than response "
-                    f"tokens: {_first(shifted)}. A logprob belongs to the token it scores (the logprob of response "
-                    "token i given the tokens before it), not to the position that predicts the next one",
-                    "write one logprob per response token, aligned to the token it scores"))
+        add(
+            Finding(
+                "replay-shift",
+                "error",
+                f"{len(shifted)} rows have one logprob more or fewer than response "
+                f"tokens: {_first(shifted)}. A logprob belongs to the token it scores (the logprob of response "
+                "token i given the tokens before it), not to the position that predicts the next one",
+                "write one logprob per response token, aligned to the token it scores",
+            )
+        )
     if lp_len_bad:
-        add(Finding("replay-logprob-length", "error", f"{len(lp_len_bad)} rows have logprobs whose length is not "
-                    f"the response's: {_first(lp_len_bad)}", "write one logprob per response token"))
+        add(
+            Finding(
+                "replay-logprob-length",
+                "error",
+                f"{len(lp_len_bad)} rows have logprobs whose length is not the response's: {_first(lp_len_bad)}",
+                "write one logprob per response token",
+            )
+        )
     if positive:
-        add(Finding("replay-not-logprobs", "error", f"{len(positive)} rows have 'logprobs' above 0: "
-                    f"{_first(positive)}; these are not log-probabilities (logits? probabilities?)",
-                    "record log-probabilities (vLLM logprobs_mode raw_logprobs)"))
+        add(
+            Finding(
+                "replay-not-logprobs",
+                "error",
+                f"{len(positive)} rows have 'logprobs' above 0: "
+                f"{_first(positive)}; these are not log-probabilities (logits? probabilities?)",
+                "record log-probabilities (vLLM logprobs_mode raw_logprobs)",
+            )
+        )
     if after_eos:
-        add(Finding("replay-after-eos", "warning", f"{len(after_eos)} rows have tokens after an EOS that the loss "
-                    f"mask keeps: {_first(after_eos)}; a run that stops at EOS never sampled them (padding?)",
-                    "mask the tokens after EOS (loss_mask 0), or cut the response at its EOS"))
+        add(
+            Finding(
+                "replay-after-eos",
+                "warning",
+                f"{len(after_eos)} rows have tokens after an EOS that the loss "
+                f"mask keeps: {_first(after_eos)}; a run that stops at EOS never sampled them (padding?)",
+                "mask the tokens after EOS (loss_mask 0), or cut the response at its EOS",
+            )
+        )
     named = [v for v in pf.versions if v is not None]
     if len(named) > 1:
         counts = ", ".join(f"{v}: {c}" for v, c in pf.versions.most_common(5) if v is not None)
-        add(Finding("replay-versions", "warning", f"the rows come from {len(named)} policy versions ({counts}); "
-                    "the replay scores every row with one checkpoint, so rows of other versions differ by "
-                    "training, not by numerics", "replay one version's rows at a time (--policy-version V)"))
+        add(
+            Finding(
+                "replay-versions",
+                "warning",
+                f"the rows come from {len(named)} policy versions ({counts}); "
+                "the replay scores every row with one checkpoint, so rows of other versions differ by "
+                "training, not by numerics",
+                "replay one version's rows at a time (--policy-version V)",
+            )
+        )
     if t_not_1:
         ts = ", ".join(f"T={t:g}: {c} rows" for t, c in t_not_1.items())
-        add(Finding("replay-temperature", "warning", f"the rollout logprobs were recorded at a temperature other than "
-                    f"1 ({ts}); the replayed sides score the raw distribution (T=1), so the recorded ones differ "
-                    "by the temperature, not by numerics", "record raw logprobs at T=1 (vLLM logprobs_mode "
-                    "raw_logprobs), or compare the trainer and the engine re-run only"))
+        add(
+            Finding(
+                "replay-temperature",
+                "warning",
+                f"the rollout logprobs were recorded at a temperature other than "
+                f"1 ({ts}); the replayed sides score the raw distribution (T=1), so the recorded ones differ "
+                "by the temperature, not by numerics",
+                "record raw logprobs at T=1 (vLLM logprobs_mode "
+                "raw_logprobs), or compare the trainer and the engine re-run only",
+            )
+        )
     if processed:
         ms = ", ".join(f"{m}: {c} rows" for m, c in processed.items())
-        add(Finding("replay-processed", "warning", f"the rollout logprobs are processed ({ms}: after temperature and "
-                    "top-k/top-p, renormalised over the kept tokens), the replayed sides' are raw: the ratio then "
-                    "carries log(kept mass)", "record with logprobs_mode raw_logprobs"))
+        add(
+            Finding(
+                "replay-processed",
+                "warning",
+                f"the rollout logprobs are processed ({ms}: after temperature and "
+                "top-k/top-p, renormalised over the kept tokens), the replayed sides' are raw: the ratio then "
+                "carries log(kept mass)",
+                "record with logprobs_mode raw_logprobs",
+            )
+        )
     if no_sampling and pf.rows:
-        add(Finding("replay-sampling-unknown", "info", f"{no_sampling} rows do not record their sampling settings; "
-                    "the recorded logprobs are taken to be raw at T=1", "write sampling.temperature and "
-                    "sampling.logprobs_mode (docs/rollouts.md)"))
+        add(
+            Finding(
+                "replay-sampling-unknown",
+                "info",
+                f"{no_sampling} rows do not record their sampling settings; "
+                "the recorded logprobs are taken to be raw at T=1",
+                "write sampling.temperature and sampling.logprobs_mode (docs/rollouts.md)",
+            )
+        )
     if pf.rows and pf.with_logprobs < pf.rows:
-        add(Finding("replay-no-logprobs", "info", f"{pf.rows - pf.with_logprobs} of {pf.rows} rows have no recorded "
-                    "rollout logprobs: the recorded side is absent for them; the trainer and the engine re-run "
-                    "are still compared", "record the rollout engine's logprobs to compare against them"))
+        add(
+            Finding(
+                "replay-no-logprobs",
+                "info",
+                f"{pf.rows - pf.with_logprobs} of {pf.rows} rows have no recorded "
+                "rollout logprobs: the recorded side is absent for them; the trainer and the engine re-run "
+                "are still compared",
+                "record the rollout engine's logprobs to compare against them",
+            )
+        )
     if pf.text_rows:
-        add(Finding("replay-text-roundtrip", "warning", f"{len(pf.text_rows)} text-only rows do not survive decode "
-                    f"-> encode: " + "; ".join(f"{w}: {why}" for w, why in pf.text_rows[:3]),
-                    "dump token ids (parity-ui's rollout format) instead of text"))
+        add(
+            Finding(
+                "replay-text-roundtrip",
+                "warning",
+                f"{len(pf.text_rows)} text-only rows do not survive decode "
+                f"-> encode: " + "; ".join(f"{w}: {why}" for w, why in pf.text_rows[:3]),
+                "dump token ids (parity-ui's rollout format) instead of text",
+            )
+        )
     if pf.reconstructed:
-        add(Finding("replay-reconstructed", "info", f"the ids of {pf.reconstructed} rows were reconstructed from "
-                    "text with the model's tokenizer, not read from the run", ""))
+        add(
+            Finding(
+                "replay-reconstructed",
+                "info",
+                f"the ids of {pf.reconstructed} rows were reconstructed from "
+                "text with the model's tokenizer, not read from the run",
+                "",
+            )
+        )
     return pf

@@ -17,15 +17,17 @@ type, a file over the size limit, no prompts at all) always raise.
 
 pyarrow is imported only when a .parquet file is read.
 """
+
 from __future__ import annotations
 
 import codecs
 import hashlib
 import json
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Literal
 
 from ..core.errors import PromptError
 from .prompts import PromptSpec, prompt_from_object
@@ -45,8 +47,10 @@ IMAGE_COLUMNS = ("images", "image")
 OnBad = Literal["stop", "skip"]
 
 _JSONL_FIX = 'one JSON object a line, e.g. {"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}'
-_VALUE_FIX = ('the prompt field must hold text (a string) or chat messages (a list of {"role", "content"}); '
-              "name the field that does")
+_VALUE_FIX = (
+    'the prompt field must hold text (a string) or chat messages (a list of {"role", "content"}); '
+    "name the field that does"
+)
 
 
 @dataclass
@@ -90,22 +94,38 @@ class Workload:
     def describe(self) -> str:
         """One line for a log or the page: how many prompts, from where, chosen how, what was skipped."""
         n = len(self.prompts)
-        how = (f"{n:,} of {self.usable_rows:,} prompts (a random sample, seed {self.seed})" if self.sampled
-               else f"the first {n:,} prompts" if not self.read_to_end else f"all {n:,} prompts")
+        how = (
+            f"{n:,} of {self.usable_rows:,} prompts (a random sample, seed {self.seed})"
+            if self.sampled
+            else f"the first {n:,} prompts"
+            if not self.read_to_end
+            else f"all {n:,} prompts"
+        )
         text = f"{how} from {Path(self.source).name} (field {self.field!r})"
         if self.skipped_count:
-            text += f"; {self.skipped_count:,} {'line' if self.format == 'jsonl' else 'row'}" \
-                    f"{'s' if self.skipped_count > 1 else ''} skipped"
+            text += (
+                f"; {self.skipped_count:,} {'line' if self.format == 'jsonl' else 'row'}"
+                f"{'s' if self.skipped_count > 1 else ''} skipped"
+            )
         return text
 
     def record(self, upload_name: str | None = None) -> dict[str, Any]:
         """How the prompts were chosen, stored with the run (WorkloadOptions.source). An upload is
         recorded by its name: its temporary path means nothing later."""
         where = {"path": upload_name, "uploaded": True} if upload_name else {"path": str(self.source)}
-        return {**where, "format": self.format, "field": self.field, "rows": self.total_rows,
-                "prompts": len(self.prompts), "sampled": self.sampled, "seed": self.seed, "limit": self.limit,
-                "skipped_rows": self.skipped_count, "content_hash": self.content_hash,
-                "description": self.describe()}
+        return {
+            **where,
+            "format": self.format,
+            "field": self.field,
+            "rows": self.total_rows,
+            "prompts": len(self.prompts),
+            "sampled": self.sampled,
+            "seed": self.seed,
+            "limit": self.limit,
+            "skipped_rows": self.skipped_count,
+            "content_hash": self.content_hash,
+            "description": self.describe(),
+        }
 
 
 def canonical_prompt(spec: PromptSpec) -> dict[str, Any]:
@@ -132,8 +152,15 @@ class WorkloadReader:
     is checked like a schema when iteration reaches it (a missing key raises, whatever `on_bad`).
     Iterating again reads the file again; the counts describe the latest pass."""
 
-    def __init__(self, path: str | Path, *, field: str | None = None, on_bad: OnBad = "stop",
-                 max_bytes: int | None = None, ignore_images: bool = False):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        field: str | None = None,
+        on_bad: OnBad = "stop",
+        max_bytes: int | None = None,
+        ignore_images: bool = False,
+    ):
         self.path = Path(path)
         name = self.path.name
         if on_bad not in ("stop", "skip"):
@@ -142,16 +169,19 @@ class WorkloadReader:
             raise PromptError(f"the prompt field {field!r} is not a name", "name a key or column, e.g. prompt")
         suffix = self.path.suffix.lower()
         if suffix not in WORKLOAD_FILE_TYPES:
-            raise PromptError(f"workload file {name!r} has type {suffix or '(none)'!r}",
-                              "give a .jsonl file (one JSON object a line) or a .parquet file")
+            raise PromptError(
+                f"workload file {name!r} has type {suffix or '(none)'!r}",
+                "give a .jsonl file (one JSON object a line) or a .parquet file",
+            )
         if not self.path.is_file():
             raise PromptError(f"workload file {str(self.path)!r} not found", "check the path")
         size = self.path.stat().st_size
         if max_bytes is not None and size > max_bytes:
-            raise PromptError(f"workload file {name!r} is {size / 2**20:.1f} MiB, over the "
-                              f"{max_bytes / 2**20:g} MiB limit for an upload",
-                              "give the file's path on this machine instead of uploading it, or upload a "
-                              "smaller selection of it")
+            raise PromptError(
+                f"workload file {name!r} is {size / 2**20:.1f} MiB, over the "
+                f"{max_bytes / 2**20:g} MiB limit for an upload",
+                "give the file's path on this machine instead of uploading it, or upload a smaller selection of it",
+            )
         self.format = suffix[1:]
         self.on_bad: OnBad = on_bad
         self.requested_field = field
@@ -183,9 +213,12 @@ class WorkloadReader:
     def _bad(self, number: int, where: str, err: PromptError) -> None:
         """Stop (re-raise) or count and, for the first few, name the row."""
         if self.on_bad == "stop":  # the way on past it, beside the row's own fix
-            raise PromptError(err.message, f"{err.fix}; or skip such rows and count them (--on-bad skip, "
-                                           f"on_bad=\"skip\")" if err.fix else "skip such rows and count them "
-                                                                               "(--on-bad skip)")
+            raise PromptError(
+                err.message,
+                f'{err.fix}; or skip such rows and count them (--on-bad skip, on_bad="skip")'
+                if err.fix
+                else "skip such rows and count them (--on-bad skip)",
+            )
         self.skipped_count += 1
         if len(self.skipped) < BAD_ROWS_KEPT:
             self.skipped.append(BadRow(number, where, err.message))
@@ -201,8 +234,7 @@ class WorkloadReader:
         elif isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
             obj = {"messages": value}
         else:
-            raise PromptError(f"{where}: {key!r} holds {_describe(value)}, neither text nor chat messages",
-                              _VALUE_FIX)
+            raise PromptError(f"{where}: {key!r} holds {_describe(value)}, neither text nor chat messages", _VALUE_FIX)
         if images is not None:
             obj["images"] = images
         spec = prompt_from_object(obj, where, self.path.parent)
@@ -221,11 +253,17 @@ class WorkloadReader:
                     while (rest := f.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                         pass  # the rest of the line, read piece by piece and dropped
                     self.total_rows += 1
-                    self._bad(n, where, PromptError(f"{where} is over {MAX_LINE_BYTES // 2**20} MiB",
-                                                    "a prompt that long is not a prompt; check the file"))
+                    self._bad(
+                        n,
+                        where,
+                        PromptError(
+                            f"{where} is over {MAX_LINE_BYTES // 2**20} MiB",
+                            "a prompt that long is not a prompt; check the file",
+                        ),
+                    )
                     continue
                 if n == 1 and raw.startswith(codecs.BOM_UTF8):
-                    raw = raw[len(codecs.BOM_UTF8):]
+                    raw = raw[len(codecs.BOM_UTF8) :]
                 if not raw.strip():
                     continue
                 self.total_rows += 1
@@ -233,11 +271,13 @@ class WorkloadReader:
                     try:
                         obj = json.loads(raw.decode("utf-8"))
                     except UnicodeDecodeError as e:
-                        raise PromptError(f"{where} is not UTF-8 text (byte {e.start})",
-                                          "re-save the file as UTF-8") from None
+                        raise PromptError(
+                            f"{where} is not UTF-8 text (byte {e.start})", "re-save the file as UTF-8"
+                        ) from None
                     except json.JSONDecodeError as e:
-                        raise PromptError(f"{where} is not valid JSON: {e.msg} (column {e.colno})",
-                                          _JSONL_FIX) from None
+                        raise PromptError(
+                            f"{where} is not valid JSON: {e.msg} (column {e.colno})", _JSONL_FIX
+                        ) from None
                     if not isinstance(obj, dict):
                         raise PromptError(f"{where} is {_describe(obj)}, not a JSON object", _JSONL_FIX)
                     key = requested or next((k for k in CANDIDATE_FIELDS if obj.get(k) is not None), None)
@@ -245,8 +285,9 @@ class WorkloadReader:
                         seen_object = True
                         _check_first_object(obj, requested, key, where)  # raises whatever on_bad
                     if key is None or key not in obj:
-                        raise PromptError(f"{where} has no {_fields_text(requested)}; its keys: "
-                                          f"{_names(obj)}", _JSONL_FIX)
+                        raise PromptError(
+                            f"{where} has no {_fields_text(requested)}; its keys: {_names(obj)}", _JSONL_FIX
+                        )
                     spec = self._spec(obj[key], key, where, obj.get("images"))
                 except _FileProblem:
                     raise
@@ -264,9 +305,10 @@ class WorkloadReader:
         try:
             pf = pq.ParquetFile(self.path)
         except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... on a bad file
-            raise PromptError(f"{name} is not a Parquet file pyarrow can read ({type(e).__name__}: "
-                              f"{str(e)[:200]})", "give a .parquet file (e.g. written by datasets or pandas), "
-                                                  "or a .jsonl file") from None
+            raise PromptError(
+                f"{name} is not a Parquet file pyarrow can read ({type(e).__name__}: {str(e)[:200]})",
+                "give a .parquet file (e.g. written by datasets or pandas), or a .jsonl file",
+            ) from None
         try:
             schema = pf.schema_arrow
         finally:
@@ -274,27 +316,38 @@ class WorkloadReader:
         names = list(schema.names)
         requested = self.requested_field
         if requested is not None and requested not in names:
-            raise PromptError(f"{name} has no column {requested!r}; its columns: {', '.join(names) or '(none)'}",
-                              "name the column that holds the prompt")
+            raise PromptError(
+                f"{name} has no column {requested!r}; its columns: {', '.join(names) or '(none)'}",
+                "name the column that holds the prompt",
+            )
         column = requested or next((c for c in CANDIDATE_FIELDS if c in names), None)
         if column is None:
-            raise PromptError(f"{name} has none of the prompt columns {', '.join(CANDIDATE_FIELDS)}; its "
-                              f"columns: {', '.join(names) or '(none)'}", "name the column that holds the prompt")
+            raise PromptError(
+                f"{name} has none of the prompt columns {', '.join(CANDIDATE_FIELDS)}; its "
+                f"columns: {', '.join(names) or '(none)'}",
+                "name the column that holds the prompt",
+            )
         t = schema.field(column).type
         if pa.types.is_dictionary(t):  # e.g. a pandas categorical: judged by its values
             t = t.value_type
-        texty = pa.types.is_string(t) or pa.types.is_large_string(t) or \
-            getattr(pa.types, "is_string_view", lambda _: False)(t)
-        listy = pa.types.is_list(t) or pa.types.is_large_list(t) or \
-            getattr(pa.types, "is_list_view", lambda _: False)(t)
+        texty = (
+            pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or getattr(pa.types, "is_string_view", lambda _: False)(t)
+        )
+        listy = (
+            pa.types.is_list(t) or pa.types.is_large_list(t) or getattr(pa.types, "is_list_view", lambda _: False)(t)
+        )
         if not (texty or listy or pa.types.is_null(t)):
-            raise PromptError(f"{name} column {column!r} holds {t} (from row 0 on), neither text nor chat "
-                              "messages", _VALUE_FIX)
+            raise PromptError(
+                f"{name} column {column!r} holds {t} (from row 0 on), neither text nor chat messages", _VALUE_FIX
+            )
         present = [c for c in IMAGE_COLUMNS if c in names]
         if present and not self.ignore_images:
-            raise PromptError(f"{name} has an image column ({present[0]!r}); images in a .parquet workload "
-                              "are not read yet", "give the prompts as a .jsonl file with image paths, or "
-                                                  "set ignore_images to run the text alone")
+            raise PromptError(
+                f"{name} has an image column ({present[0]!r}); images in a .parquet workload are not read yet",
+                "give the prompts as a .jsonl file with image paths, or set ignore_images to run the text alone",
+            )
         return column
 
     def _parquet_rows(self) -> Iterator[SourcePrompt]:
@@ -319,10 +372,18 @@ class WorkloadReader:
             pf.close()
 
 
-def load_workload(path: str | Path, *, field: str | None = None, limit: int | None = None,
-                  sample: int | None = None, seed: int = 0, on_bad: OnBad = "stop",
-                  max_bytes: int | None = None, max_prompts: int = MAX_WORKLOAD_PROMPTS,
-                  ignore_images: bool = False) -> Workload:
+def load_workload(
+    path: str | Path,
+    *,
+    field: str | None = None,
+    limit: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    on_bad: OnBad = "stop",
+    max_bytes: int | None = None,
+    max_prompts: int = MAX_WORKLOAD_PROMPTS,
+    ignore_images: bool = False,
+) -> Workload:
     """Read a workload file's prompts: all of them, the first `limit`, or a uniform random `sample` of
     the usable ones (reproducible from `seed`), in file order, in one streaming pass.
 
@@ -332,14 +393,17 @@ def load_workload(path: str | Path, *, field: str | None = None, limit: int | No
     file with no usable prompt, for bad limit/sample/seed, and when the file holds more than
     `max_prompts` prompts and neither limit nor sample was given."""
     if limit is not None and sample is not None:
-        raise PromptError("both limit and sample were given", "give one: limit N (the first N prompts) or "
-                                                             "sample N (a random N)")
+        raise PromptError(
+            "both limit and sample were given", "give one: limit N (the first N prompts) or sample N (a random N)"
+        )
     for label, n in (("limit", limit), ("sample", sample)):
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
             raise PromptError(f"{label} is {n!r}", f"give {label} as a whole number of prompts, 1 or more")
         if n is not None and n > max_prompts:
-            raise PromptError(f"{label} {n:,} is over the {max_prompts:,} prompts a workload may hold",
-                              f"give {label} {max_prompts:,} or less")
+            raise PromptError(
+                f"{label} {n:,} is over the {max_prompts:,} prompts a workload may hold",
+                f"give {label} {max_prompts:,} or less",
+            )
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise PromptError(f"seed is {seed!r}", "give the sample's seed as a whole number")
     reader = WorkloadReader(path, field=field, on_bad=on_bad, max_bytes=max_bytes, ignore_images=ignore_images)
@@ -364,8 +428,10 @@ def load_workload(path: str | Path, *, field: str | None = None, limit: int | No
             for item in rows:
                 usable += 1
                 if len(picked) == max_prompts:
-                    raise PromptError(f"{reader.path.name} holds more than {max_prompts:,} prompts",
-                                      "choose some: limit N (the first N) or sample N (a random N)")
+                    raise PromptError(
+                        f"{reader.path.name} holds more than {max_prompts:,} prompts",
+                        "choose some: limit N (the first N) or sample N (a random N)",
+                    )
                 picked.append(item)
                 if limit is not None and len(picked) == limit:
                     read_to_end = False  # the rest is not read: a bad line after it does not matter
@@ -378,16 +444,31 @@ def load_workload(path: str | Path, *, field: str | None = None, limit: int | No
         name = reader.path.name
         if reader.skipped_count:
             first = reader.skipped[0].message
-            raise PromptError(f"{name} holds no usable prompt: all {reader.skipped_count:,} rows were skipped "
-                              f"(the first: {first})", "fix the rows, or name the field that holds the prompt")
-        raise PromptError(f"workload file {name!r} holds no prompts",
-                          _JSONL_FIX if reader.format == "jsonl" else "give a .parquet file with rows")
+            raise PromptError(
+                f"{name} holds no usable prompt: all {reader.skipped_count:,} rows were skipped (the first: {first})",
+                "fix the rows, or name the field that holds the prompt",
+            )
+        raise PromptError(
+            f"workload file {name!r} holds no prompts",
+            _JSONL_FIX if reader.format == "jsonl" else "give a .parquet file with rows",
+        )
     specs = [it.spec for it in picked]
-    return Workload(prompts=specs, numbers=[it.number for it in picked], source=str(path), format=reader.format,
-                    field=reader.field, total_rows=reader.total_rows, usable_rows=usable,
-                    skipped_count=reader.skipped_count, skipped=list(reader.skipped), limit=limit,
-                    sampled=sample is not None, seed=seed if sample is not None else None,
-                    read_to_end=read_to_end, content_hash=prompts_hash(specs))
+    return Workload(
+        prompts=specs,
+        numbers=[it.number for it in picked],
+        source=str(path),
+        format=reader.format,
+        field=reader.field,
+        total_rows=reader.total_rows,
+        usable_rows=usable,
+        skipped_count=reader.skipped_count,
+        skipped=list(reader.skipped),
+        limit=limit,
+        sampled=sample is not None,
+        seed=seed if sample is not None else None,
+        read_to_end=read_to_end,
+        content_hash=prompts_hash(specs),
+    )
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -400,12 +481,16 @@ class _FileProblem(PromptError):
 def _check_first_object(obj: dict[str, Any], requested: str | None, key: str | None, where: str) -> None:
     """The first JSON object stands for the file's schema: a field it lacks is the file's problem."""
     if requested is not None and requested not in obj:
-        raise _FileProblem(f"{where} (the first object) has no key {requested!r}; its keys: {_names(obj)}",
-                           "name the key that holds the prompt")
+        raise _FileProblem(
+            f"{where} (the first object) has no key {requested!r}; its keys: {_names(obj)}",
+            "name the key that holds the prompt",
+        )
     if key is None:
-        raise _FileProblem(f"{where} (the first object) has none of the prompt keys "
-                           f"{', '.join(CANDIDATE_FIELDS)}; its keys: {_names(obj)}",
-                           "name the key that holds the prompt")
+        raise _FileProblem(
+            f"{where} (the first object) has none of the prompt keys "
+            f"{', '.join(CANDIDATE_FIELDS)}; its keys: {_names(obj)}",
+            "name the key that holds the prompt",
+        )
 
 
 def _fields_text(requested: str | None) -> str:
@@ -431,6 +516,8 @@ def _pyarrow_parquet() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise PromptError("reading a .parquet workload needs pyarrow, which is not installed",
-                          "pip install pyarrow (parity-ui lists it among its dependencies)") from None
+        raise PromptError(
+            "reading a .parquet workload needs pyarrow, which is not installed",
+            "pip install pyarrow (parity-ui lists it among its dependencies)",
+        ) from None
     return pq

@@ -1,5 +1,6 @@
 """Small HTML cards: run summary, sides, settings diff, error, model info, progress. Pure functions,
 everything escaped. Shared by the app and the static report."""
+
 from __future__ import annotations
 
 from ..analysis.crossscore import key as cross_key
@@ -24,8 +25,10 @@ def split_fix(message: str) -> tuple[str, str]:
 
 def error_html(message: str, fix: str = "", title: str = "Error") -> str:
     fix_html = f'<div class="pc-fix"><b>Fix:</b> {esc(fix)}</div>' if fix else ""
-    return (f'<div class="pc-card pc-error" role="alert"><div class="pc-title">{esc(title)}</div>'
-            f'<div class="pc-msg">{esc(message)}</div>{fix_html}</div>')
+    return (
+        f'<div class="pc-card pc-error" role="alert"><div class="pc-title">{esc(title)}</div>'
+        f'<div class="pc-msg">{esc(message)}</div>{fix_html}</div>'
+    )
 
 
 def notice_html(message: str) -> str:
@@ -51,10 +54,15 @@ def model_html(info: ModelInfo, label: str = "") -> str:
         ("folder", info.path),
     ]
     cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    warn = ('<div class="pc-warn">trust_remote_code is ON: this model\'s own Python code will run.</div>'
-            if info.trust_remote_code else "")
-    return (f'<div class="pc-card pc-model"><div class="pc-title">{esc(label or info.name)}</div>'
-            f'<table class="pc-kv">{cells}</table>{warn}</div>')
+    warn = (
+        '<div class="pc-warn">trust_remote_code is ON: this model\'s own Python code will run.</div>'
+        if info.trust_remote_code
+        else ""
+    )
+    return (
+        f'<div class="pc-card pc-model"><div class="pc-title">{esc(label or info.name)}</div>'
+        f'<table class="pc-kv">{cells}</table>{warn}</div>'
+    )
 
 
 def _badge(run: Run) -> str:
@@ -92,14 +100,21 @@ def divergence_line(c: Comparison, forced: bool = False) -> str:
     if d is None:
         return f"<div>{pair}: first divergence at generated token {c.first_divergence}.{gap}</div>"
     if d.reason == "length":
-        return (f"<div>{pair}: one side stopped at token {c.first_divergence}: {esc(c.a)} made {c.lengths[0]} "
-                f"tokens, {esc(c.b)} {c.lengths[1]}.{gap}</div>")
+        return (
+            f"<div>{pair}: one side stopped at token {c.first_divergence}: {esc(c.a)} made {c.lengths[0]} "
+            f"tokens, {esc(c.b)} {c.lengths[1]}.{gap}</div>"
+        )
     rule = ""
     if d.accepted is not None:
-        rule = (" Each token is in the other side's top-k (vLLM's own test rule accepts this)."
-                if d.accepted else " At least one token is NOT in the other side's top-k.")
-    return (f"<div>{pair}: at generated token <b>{c.first_divergence}</b> {esc(c.a)} chose {_tok(d.texts[0])} "
-            f"(id {d.token_ids[0]}), {esc(c.b)} chose {_tok(d.texts[1])} (id {d.token_ids[1]}).{rule}{gap}</div>")
+        rule = (
+            " Each token is in the other side's top-k (vLLM's own test rule accepts this)."
+            if d.accepted
+            else " At least one token is NOT in the other side's top-k."
+        )
+    return (
+        f"<div>{pair}: at generated token <b>{c.first_divergence}</b> {esc(c.a)} chose {_tok(d.texts[0])} "
+        f"(id {d.token_ids[0]}), {esc(c.b)} chose {_tok(d.texts[1])} (id {d.token_ids[1]}).{rule}{gap}</div>"
+    )
 
 
 def _explanation(c: Comparison) -> str:
@@ -107,7 +122,6 @@ def _explanation(c: Comparison) -> str:
     if e is None or not (e.verdict or e.summary):
         return ""
     return f'<div class="pc-verdict"><b>{esc(e.verdict)}</b> {esc(e.summary)}</div>'
-
 
 
 def _cross_scores(c: Comparison) -> str:
@@ -123,13 +137,17 @@ def _cross_scores(c: Comparison) -> str:
             continue
         r = s.importance_ratio
         ratio = f"ratio {r.min:.3f}..{r.max:.3f}, " if r is not None else ""
-        rows.append(f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s.rms_gap:.3g}, "
-                    f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside [0.9, 1.1], "
-                    f"{ratio}{count(s.other_disagrees, 'position')} where {esc(scorer)} would pick another token</td></tr>")
+        rows.append(
+            f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s.rms_gap:.3g}, "
+            f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside [0.9, 1.1], "
+            f"{ratio}{count(s.other_disagrees, 'position')} where {esc(scorer)} would pick another token</td></tr>"
+        )
     if not rows:
         return ""
-    return (f'<details class="pc-cross"><summary>teacher-forced cross-scores ({esc(c.b)} and {esc(c.a)})</summary>'
-            f'<table class="pc-kv">{"".join(rows)}</table></details>')
+    return (
+        f'<details class="pc-cross"><summary>teacher-forced cross-scores ({esc(c.b)} and {esc(c.a)})</summary>'
+        f'<table class="pc-kv">{"".join(rows)}</table></details>'
+    )
 
 
 def findings_html(findings: list[Finding], place: Place = "app") -> str:
@@ -161,8 +179,11 @@ def phases_html(run: Run) -> str:
     if not run.timings:
         return ""
     total = sum(run.timings.values()) or 1.0
-    cells = "".join(f"<td>{esc(name)}<br><b>{run.timings[name]:.2f}s</b><br>{100 * run.timings[name] / total:.0f}%</td>"
-                    for name in PHASES if name in run.timings)
+    cells = "".join(
+        f"<td>{esc(name)}<br><b>{run.timings[name]:.2f}s</b><br>{100 * run.timings[name] / total:.0f}%</td>"
+        for name in PHASES
+        if name in run.timings
+    )
     return f'<table class="pc-phases"><tr>{cells}</tr></table>'
 
 
@@ -176,11 +197,15 @@ def sides_html(run: Run) -> str:
         versions = ", ".join(f"{k} {v}" for k, v in s.versions.items())
         # 0 exactly: the side's worker was loaded by an earlier run and reused (no load in this run).
         load = "–" if s.load_s is None else "warm" if s.load_s == 0 else f"{s.load_s:.1f}s"
-        rows.append(f"<tr><th>{esc(s.name)}{ref}</th><td>{esc(s.kind)}</td><td>{esc(s.dtype)}</td>"
-                    f"<td>{esc(s.device)}</td><td>{esc(versions)}</td><td>{esc(s.python or 'this environment')}</td>"
-                    f"<td>{load}</td></tr>")
-    return ('<table class="pc-sides"><tr><th>side</th><th>kind</th><th>dtype</th><th>device</th><th>versions</th>'
-            f'<th>environment</th><th>load</th></tr>{"".join(rows)}</table>')
+        rows.append(
+            f"<tr><th>{esc(s.name)}{ref}</th><td>{esc(s.kind)}</td><td>{esc(s.dtype)}</td>"
+            f"<td>{esc(s.device)}</td><td>{esc(versions)}</td><td>{esc(s.python or 'this environment')}</td>"
+            f"<td>{load}</td></tr>"
+        )
+    return (
+        '<table class="pc-sides"><tr><th>side</th><th>kind</th><th>dtype</th><th>device</th><th>versions</th>'
+        f"<th>environment</th><th>load</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def settings_html(run: Run, open_: bool = False) -> str:
@@ -192,11 +217,16 @@ def settings_html(run: Run, open_: bool = False) -> str:
     head = "".join(f"<th>{esc(n)}</th>" for n in names)
     body = "".join(
         f'<tr class="{"diff" if r.differs else ""}"><th>{esc(r.label)}</th>'
-        + "".join(f"<td>{esc(r.values[n])}</td>" for n in names) + "</tr>" for r in rows)
+        + "".join(f"<td>{esc(r.values[n])}</td>" for n in names)
+        + "</tr>"
+        for r in rows
+    )
     n_diff = sum(r.differs for r in rows)
-    return (f'<details class="pc-settings"{" open" if open_ else ""}><summary>resolved settings: {n_diff} differ '
-            f'between the sides</summary><table class="pc-setting-table"><tr><th>setting</th>{head}</tr>{body}'
-            "</table></details>")
+    return (
+        f'<details class="pc-settings"{" open" if open_ else ""}><summary>resolved settings: {n_diff} differ '
+        f'between the sides</summary><table class="pc-setting-table"><tr><th>setting</th>{head}</tr>{body}'
+        "</table></details>"
+    )
 
 
 def _routes(c: Comparison) -> str:
@@ -223,8 +253,10 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
             body.append(f"<div>Prompt {prompt_index} of {len(run.prompts)}.</div>")
         for c in p.comparisons:
             body += [divergence_line(c, run.kind == "replay"), _explanation(c), _cross_scores(c), _routes(c)]
-        body.append(f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
-                    f"{phases_html(run)}</details>")
+        body.append(
+            f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
+            f"{phases_html(run)}</details>"
+        )
     return finish_card(run, body, "run", "pc-summary", reveal)
 
 
@@ -233,15 +265,25 @@ def finish_card(run: Run, body: list[str], label: str, css: str, reveal: bool) -
     `label` names the run in the footer, `css` the card's kind."""
     body = [*body, sides_html(run), settings_html(run), findings_html(run.warnings, "app")]
     when = run.created_utc[:19].replace("T", " ")
-    body.append(f'<div class="pc-foot">{esc(label)} <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
-                f" · {esc(when)} UTC · parity-ui {esc(run.versions.get('parity_ui', ''))}</div>")
+    body.append(
+        f'<div class="pc-foot">{esc(label)} <a href="?run={esc(run.id)}" class="pc-runlink">{esc(run.id)}</a>'
+        f" · {esc(when)} UTC · parity-ui {esc(run.versions.get('parity_ui', ''))}</div>"
+    )
     attrs = ' data-reveal="1"' if reveal else ""
-    return (f'<div class="pc-card {css}" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
-            f'{"".join(body)}</div>')
+    return (
+        f'<div class="pc-card {css}" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
+        f"{''.join(body)}</div>"
+    )
 
 
-def progress_html(phase: str, lines: list[str], counts: dict[str, int], expected: int | None,
-                  elapsed: float, states: dict[str, str] | None = None) -> str:
+def progress_html(
+    phase: str,
+    lines: list[str],
+    counts: dict[str, int],
+    expected: int | None,
+    elapsed: float,
+    states: dict[str, str] | None = None,
+) -> str:
     """The live status box: the current phase, tokens so far per side and what each side is doing
     (`states`: loading, waiting for another side, warming up its first call...), elapsed time."""
     bars = []
@@ -250,9 +292,13 @@ def progress_html(phase: str, lines: list[str], counts: dict[str, int], expected
         total = f" / {expected}" if expected else ""
         state = (states or {}).get(name)
         doing = f' <span class="pp-state">· {esc(state)}</span>' if state else ""
-        bars.append(f'<div class="pp-row" data-side="{esc(name)}"><span class="pp-name">{esc(name)}</span>'
-                    f'<span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
-                    f'<span class="pp-n">{n}{total} tokens{doing}</span></div>')
+        bars.append(
+            f'<div class="pp-row" data-side="{esc(name)}"><span class="pp-name">{esc(name)}</span>'
+            f'<span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
+            f'<span class="pp-n">{n}{total} tokens{doing}</span></div>'
+        )
     log = "".join(f"<li>{esc(x)}</li>" for x in lines[-4:])
-    return (f'<div class="pc-card pc-progress"><div class="pc-title">{esc(phase)} '
-            f'<span class="pp-time">{elapsed:.1f}s</span></div>{"".join(bars)}<ul class="pp-log">{log}</ul></div>')
+    return (
+        f'<div class="pc-card pc-progress"><div class="pc-title">{esc(phase)} '
+        f'<span class="pp-time">{elapsed:.1f}s</span></div>{"".join(bars)}<ul class="pp-log">{log}</ul></div>'
+    )

@@ -1,10 +1,12 @@
 """The images of an image prompt, beside the streams: thumbnails (data: URIs, so the static report stays
 one self-contained file) with each side's image token count and resize, a mismatch marked."""
+
 from __future__ import annotations
 
 import base64
 import html
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ImageLookup = Callable[[str], "tuple[bytes, str] | None"]  # sha256 -> (bytes, format)
 MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif", "BMP": "image/bmp"}
@@ -29,14 +31,25 @@ def images_html(images: list[dict[str, Any]], lookup: ImageLookup | None = None)
         mark = ' style="color:#b00020;font-weight:600"' if len(counts) > 1 else ""
         per_side = ", ".join(f"{html.escape(str(s))}: {n}" for s, n in tokens.items())
         pixels = meta.get("pixels") or {}
-        resize = "; ".join(f"{html.escape(str(s))}: max_pixels={p.get('max_pixels')}" for s, p in pixels.items()
-                           if isinstance(p, dict)) if len({str(p) for p in pixels.values()}) > 1 else ""
-        caption = (f"{name} · {meta.get('width')} x {meta.get('height')} {html.escape(str(meta.get('format', '')))}"
-                   f" · sha256 {html.escape(str(meta.get('sha256', ''))[:12])}")
+        resize = (
+            "; ".join(
+                f"{html.escape(str(s))}: max_pixels={p.get('max_pixels')}"
+                for s, p in pixels.items()
+                if isinstance(p, dict)
+            )
+            if len({str(p) for p in pixels.values()}) > 1
+            else ""
+        )
+        caption = (
+            f"{name} · {meta.get('width')} x {meta.get('height')} {html.escape(str(meta.get('format', '')))}"
+            f" · sha256 {html.escape(str(meta.get('sha256', ''))[:12])}"
+        )
         if per_side:
             caption += f"<br><span{mark}>image tokens: {per_side}</span>"
         if resize:
             caption += f"<br><span{mark}>sides resize differently: {resize}</span>"
-        figs.append(f'<figure class="pc-image" style="margin:0 12px 8px 0">{pic}'
-                    f'<figcaption style="font-size:12px">{caption}</figcaption></figure>')
+        figs.append(
+            f'<figure class="pc-image" style="margin:0 12px 8px 0">{pic}'
+            f'<figcaption style="font-size:12px">{caption}</figcaption></figure>'
+        )
     return f'<div class="pc-images" style="display:flex;flex-wrap:wrap">{"".join(figs)}</div>'

@@ -1,4 +1,5 @@
 """HTML escaping for every render module: one leaf that all of them import, so none imports another for it."""
+
 from __future__ import annotations
 
 import html

@@ -1,17 +1,18 @@
 """A stored run for people and programs: the terminal summary, the `--json` object (schema 2) and
 the static HTML report. Shared by the CLI and the app; imports neither gradio nor plotly.
 """
+
 from __future__ import annotations
 
 import html
 from typing import Any
 
 from ..analysis.crossscore import summary_line
-from .routes import route_lines
+from ..core.distribution import DISTRIBUTION_COLUMNS
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
-from ..core.distribution import DISTRIBUTION_COLUMNS
 from ..core.types import SAMPLING_COLUMNS, Localisation, Run, step_column, to_dict
+from .routes import route_lines
 
 SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
 
@@ -35,8 +36,10 @@ def sampling_lines(run: Run) -> list[str]:
 
     lines = []
     for side, figs in sampling_figures(run).items():
-        lines.append(f"  sampled tokens, {side} against {run.reference} ({figs['tokens']} tokens drawn on both sides; "
-                     "reference = trainer, raw; side = rollout, processed):")
+        lines.append(
+            f"  sampled tokens, {side} against {run.reference} ({figs['tokens']} tokens drawn on both sides; "
+            "reference = trainer, raw; side = rollout, processed):"
+        )
         lines += [f"    {FIGURES[k].name}: {FIGURES[k].format(figs[k])}" for k in SAMPLING_ROWS]
     return lines
 
@@ -49,8 +52,10 @@ def distribution_line(c: Any) -> str:
     d = c.distribution
     keys = ("kl_mean", "kl_max", "kl_rev_mean", "tv_mean", "tv_max", "top1_agree", "topk_contained")
     figs = ", ".join(f"{FIGURES[k].name} {FIGURES[k].format(d.get(k))}" for k in keys)
-    return (f"full distribution ({d['generator']}'s tokens, rows met by {d['scorer']}, {int(d['positions'])} "
-            f"positions): {figs}")
+    return (
+        f"full distribution ({d['generator']}'s tokens, rows met by {d['scorer']}, {int(d['positions'])} "
+        f"positions): {figs}"
+    )
 
 
 def _s(x: float | None) -> str:
@@ -68,7 +73,9 @@ def format_summary(run: Run, prompts: bool = True) -> str:
         ref = " (reference)" if s.reference else ""
         env = f"  python={s.python}" if s.python else ""
         versions = "  ".join(f"{k} {v}" for k, v in s.versions.items())
-        lines.append(f"  side {s.name}{ref}: {s.kind}  {s.dtype}  {s.device}  {versions}  load {'warm (loaded before)' if s.load_s == 0 else _s(s.load_s)}{env}")
+        lines.append(
+            f"  side {s.name}{ref}: {s.kind}  {s.dtype}  {s.device}  {versions}  load {'warm (loaded before)' if s.load_s == 0 else _s(s.load_s)}{env}"
+        )
     rows = [r for r in settings_diff(run.sides) if r.differs]
     if rows and any(s.resolved for s in run.sides):
         lines.append("  resolved settings that differ:")
@@ -80,28 +87,37 @@ def format_summary(run: Run, prompts: bool = True) -> str:
         lines.append(f"prompt {p.index}: {len(p.prompt_token_ids)} prompt tokens")
         for img in p.images:
             tokens = ", ".join(f"{k} {v}" for k, v in (img.get("tokens") or {}).items())
-            lines.append(f"  image {img.get('name')}: {img.get('width')} x {img.get('height')}"
-                         + (f", image tokens: {tokens}" if tokens else ""))
+            lines.append(
+                f"  image {img.get('name')}: {img.get('width')} x {img.get('height')}"
+                + (f", image tokens: {tokens}" if tokens else "")
+            )
         for name, r in p.results.items():
             t = r.timings
-            lines.append(f"  {name:8s}: {len(r.token_ids)} tokens, finish={r.finish_reason}, "
-                         f"first token {_s(t.prefill_s)}, total {_s(t.total_s)}")
+            lines.append(
+                f"  {name:8s}: {len(r.token_ids)} tokens, finish={r.finish_reason}, "
+                f"first token {_s(t.prefill_s)}, total {_s(t.total_s)}"
+            )
         for c in p.comparisons:
             gap = f"{c.max_abs_gap:.3g}" if c.max_abs_gap is not None else "n/a"
             if c.identical:
                 lines.append(f"  {c.b} vs {c.a}: IDENTICAL for all {c.compared} tokens; max |logprob gap| {gap}")
             else:
                 d = c.divergence
-                lines.append(f"  {c.b} vs {c.a}: FIRST DIVERGENCE at generated token {c.first_divergence} "
-                             f"(max |logprob gap| before it: {gap})")
+                lines.append(
+                    f"  {c.b} vs {c.a}: FIRST DIVERGENCE at generated token {c.first_divergence} "
+                    f"(max |logprob gap| before it: {gap})"
+                )
                 if d is not None and d.reason == "length":
                     lines.append(f"    one side stopped: {c.a} made {c.lengths[0]} tokens, {c.b} {c.lengths[1]}")
                 elif d is not None:
-                    lines.append(f"    {c.a} chose {d.texts[0]!r} (id {d.token_ids[0]}), "
-                                 f"{c.b} chose {d.texts[1]!r} (id {d.token_ids[1]})")
+                    lines.append(
+                        f"    {c.a} chose {d.texts[0]!r} (id {d.token_ids[0]}), "
+                        f"{c.b} chose {d.texts[1]!r} (id {d.token_ids[1]})"
+                    )
                     if d.accepted is not None:
-                        lines.append(f"    each in the other's top-k (vLLM's acceptance rule): "
-                                     f"{'yes' if d.accepted else 'no'}")
+                        lines.append(
+                            f"    each in the other's top-k (vLLM's acceptance rule): {'yes' if d.accepted else 'no'}"
+                        )
                 res_a = p.results.get(c.a)
                 if res_a is not None and c.first_divergence:
                     prefix = "".join(s.text for s in res_a.steps[: c.first_divergence])
@@ -125,16 +141,26 @@ def format_summary(run: Run, prompts: bool = True) -> str:
 
 def _stream(res: Any) -> dict[str, Any]:
     return {
-        "token_ids": res.token_ids, "text": res.text, "logprobs": [s.logprob for s in res.steps],
-        "finish_reason": res.finish_reason, "timings": to_dict(res.timings), "error": res.error,
+        "token_ids": res.token_ids,
+        "text": res.text,
+        "logprobs": [s.logprob for s in res.steps],
+        "finish_reason": res.finish_reason,
+        "timings": to_dict(res.timings),
+        "error": res.error,
         "top_logprobs": [[{"token_id": t.token_id, "logprob": t.logprob} for t in s.top] for s in res.steps],
         "routes": to_dict(res.routes),  # MoE: packed experts, weights and margins (core.routes), or null
         # Sampled tokens' draws (shared-seed sampling); absent when the side recorded none.
-        **({"sampling": {name: step_column(res.steps, name) for name in SAMPLING_COLUMNS}}
-           if any(x is not None for x in step_column(res.steps, "kept")) else {}),
+        **(
+            {"sampling": {name: step_column(res.steps, name) for name in SAMPLING_COLUMNS}}
+            if any(x is not None for x in step_column(res.steps, "kept"))
+            else {}
+        ),
         # The whole distribution against the reference per position (full_distribution); absent when not recorded.
-        **({"distribution": {name: step_column(res.steps, name) for name in DISTRIBUTION_COLUMNS}}
-           if any(x is not None for x in step_column(res.steps, "kl")) else {}),
+        **(
+            {"distribution": {name: step_column(res.steps, name) for name in DISTRIBUTION_COLUMNS}}
+            if any(x is not None for x in step_column(res.steps, "kl"))
+            else {}
+        ),
     }
 
 
@@ -147,26 +173,45 @@ def run_json(run: Run) -> dict[str, Any]:
     and non-reference side), per-side streams under `prompts`."""
     prompts = []
     for p in run.prompts:
-        prompts.append({
-            "index": p.index, "prompt_tokens": len(p.prompt_token_ids), "images": p.images,
-            "identical": all(c.identical for c in p.comparisons) if p.comparisons else None,
-            "first_divergence": min((c.first_divergence for c in p.comparisons if c.first_divergence is not None),
-                                    default=None),
-            "sides": {name: _stream(r) for name, r in p.results.items()},
-            "comparisons": [_comparison(c, p.index) for c in p.comparisons],
-        })
+        prompts.append(
+            {
+                "index": p.index,
+                "prompt_tokens": len(p.prompt_token_ids),
+                "images": p.images,
+                "identical": all(c.identical for c in p.comparisons) if p.comparisons else None,
+                "first_divergence": min(
+                    (c.first_divergence for c in p.comparisons if c.first_divergence is not None), default=None
+                ),
+                "sides": {name: _stream(r) for name, r in p.results.items()},
+                "comparisons": [_comparison(c, p.index) for c in p.comparisons],
+            }
+        )
     return {
         "schema": SCHEMA_VERSION,
-        "run_id": run.id, "status": run.status, "identical": run.identical,
-        "first_divergence": run.first_divergence, "error": run.error, "error_code": run.error_code,
-        "kind": run.kind, "group_id": run.group_id, "config": run.config, "model": to_dict(run.model),
-        "device": run.device, "versions": run.versions, "reference": run.reference,
+        "run_id": run.id,
+        "status": run.status,
+        "identical": run.identical,
+        "first_divergence": run.first_divergence,
+        "error": run.error,
+        "error_code": run.error_code,
+        "kind": run.kind,
+        "group_id": run.group_id,
+        "config": run.config,
+        "model": to_dict(run.model),
+        "device": run.device,
+        "versions": run.versions,
+        "reference": run.reference,
         "sides": to_dict(run.sides),
         "comparisons": [c for p in prompts for c in p["comparisons"]],
         "settings_diff": [to_dict(r) for r in settings_diff(run.sides)],
-        "warnings": to_dict(run.warnings), "probes": to_dict(run.probes), "timings": run.timings,
-        "workload": to_dict(run.workload), "bisect": to_dict(run.bisect),
-        "duration_ms": run.duration_ms, "prompts": prompts, "sampling": sampling_figures(run),
+        "warnings": to_dict(run.warnings),
+        "probes": to_dict(run.probes),
+        "timings": run.timings,
+        "workload": to_dict(run.workload),
+        "bisect": to_dict(run.bisect),
+        "duration_ms": run.duration_ms,
+        "prompts": prompts,
+        "sampling": sampling_figures(run),
     }
 
 
@@ -203,8 +248,9 @@ def stored_html_report(stored: Any) -> str | None:
     return html_report(stored.run, stored.localisations, stored.images, rows=rows)
 
 
-def html_report(run: Run, localisations: list[Localisation] | None = None, images: Any = None,
-                rows: list[Any] | None = None) -> str:
+def html_report(
+    run: Run, localisations: list[Localisation] | None = None, images: Any = None, rows: list[Any] | None = None
+) -> str:
     """One self-contained HTML page for a run (no network, no external files): the summary, the
     sides and their resolved settings, each prompt's panes with hover details, the findings. A
     workload's page opens with its section (render.workload: the card, the survival curve and the
@@ -221,9 +267,11 @@ def html_report(run: Run, localisations: list[Localisation] | None = None, image
 
         parts = [bisect_html(run), settings_html(run, open_=True)]
         title = f"parity-ui bisect {run.id}"
-        return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
-                f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>")
+        return (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
+            f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>"
+        )
     prompts = run.prompts
     if run.workload is not None:
         from .workload import workload_section_html
@@ -236,23 +284,32 @@ def html_report(run: Run, localisations: list[Localisation] | None = None, image
 
             parts.insert(1, replay_html(run.workload))
         if prompts:
-            parts.append(f"<h3>The {len(prompts)} prompt(s) that fork earliest</h3><p class=pc-muted>Open any other "
-                         f"with <code>parity runs show {html.escape(run.id)} --prompt N</code>.</p>")
+            parts.append(
+                f"<h3>The {len(prompts)} prompt(s) that fork earliest</h3><p class=pc-muted>Open any other "
+                f"with <code>parity runs show {html.escape(run.id)} --prompt N</code>.</p>"
+            )
     else:
         parts = [run_summary_html(run, 0), settings_html(run, open_=True)]
     for p in prompts:
         if len(run.prompts) > 1 or run.workload is not None:
             parts.append(f"<h3>Prompt {p.index}</h3>")
-        parts.append(f'<details class="pc-prompt"><summary>prompt: {len(p.prompt_token_ids)} tokens</summary>'
-                     f"<pre>{html.escape(p.prompt_text[:20000])}</pre></details>")
+        parts.append(
+            f'<details class="pc-prompt"><summary>prompt: {len(p.prompt_token_ids)} tokens</summary>'
+            f"<pre>{html.escape(p.prompt_text[:20000])}</pre></details>"
+        )
         parts.append(images_html(p.images, images))  # `images`: sha256 -> (bytes, format), e.g. from the store
         divs = {c.b: c.first_divergence for c in p.comparisons}
-        streams = [Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
-                   for s in run.sides if s.name in p.results]
+        streams = [
+            Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
+            for s in run.sides
+            if s.name in p.results
+        ]
         if streams:
             parts.append(panes_html(streams))
     parts.extend(extra_sections(run, localisations))
     title = f"parity-ui run {run.id}"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
-            f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style>{JS}</head><body>"
+        f"<h2>{html.escape(title)}</h2>{''.join(parts)}</body></html>"
+    )

@@ -7,6 +7,7 @@ the same slots, "~" the same experts in another slot order, a digit the experts 
 (overlap@k), "." not compared (after the token fork, where the sides' inputs differ). The first
 token fork and the first route difference are marked.
 """
+
 from __future__ import annotations
 
 from ..core.figures import FIGURES
@@ -41,32 +42,39 @@ def grid_html(c: Comparison) -> str:
                 cls.append("rt-fork")
             if flip is not None and (flip.step, flip.layer) == (t, layer):
                 cls.append("rt-flip")
-            title = f"layer {layer}, token {t}: " + {SAME_ORDER: "same experts, same slots",
-                                                     SAME_SET: "same experts, other slot order",
-                                                     NOT_COMPARED: "not compared (after the token fork)"}.get(
-                code, f"{code} of {r.top_k} experts shared")
+            title = f"layer {layer}, token {t}: " + {
+                SAME_ORDER: "same experts, same slots",
+                SAME_SET: "same experts, other slot order",
+                NOT_COMPARED: "not compared (after the token fork)",
+            }.get(code, f"{code} of {r.top_k} experts shared")
             cells.append(f'<td class="{" ".join(cls)}" title="{esc(title)}">{esc(code)}</td>')
-        rate = (f"<th>{_pct(r.same_set_by_layer[j])} same set</th>" if j < len(r.same_set_by_layer) else "<th></th>")
+        rate = f"<th>{_pct(r.same_set_by_layer[j])} same set</th>" if j < len(r.same_set_by_layer) else "<th></th>"
         rows.append(f"<tr><th>layer {layer}</th>{''.join(cells)}{rate}</tr>")
-    return (f'<details class="pc-routes" open><summary>expert routes, {esc(c.b)} vs {esc(c.a)}: {esc(headline(r))}'
-            f'</summary><table class="rt-grid" data-testid="route-grid"><tr><th>token</th>{head}<th></th></tr>'
-            f'{"".join(rows)}</table>{_replay_html(c.route_replay)}</details>')
+    return (
+        f'<details class="pc-routes" open><summary>expert routes, {esc(c.b)} vs {esc(c.a)}: {esc(headline(r))}'
+        f'</summary><table class="rt-grid" data-testid="route-grid"><tr><th>token</th>{head}<th></th></tr>'
+        f"{''.join(rows)}</table>{_replay_html(c.route_replay)}</details>"
+    )
 
 
 def headline(r: RouteAgreement) -> str:
     """One line: the shares over the compared (token, layer) cells and the first difference."""
     if not r.compared:
         return r.note or "not compared"
-    parts = [f"{FIGURES['route_same_set'].name} {_pct(r.same_set)}",
-             f"{FIGURES['route_same_order'].name} {_pct(r.same_order)}",
-             f"{FIGURES['route_overlap'].name} {_pct(r.mean_overlap)}",
-             f"{FIGURES['route_tokens_any_differ'].name} {_pct(r.steps_any_differ)}",
-             f"over {r.compared} token(s) x {len(r.layers)} layer(s)"]
+    parts = [
+        f"{FIGURES['route_same_set'].name} {_pct(r.same_set)}",
+        f"{FIGURES['route_same_order'].name} {_pct(r.same_order)}",
+        f"{FIGURES['route_overlap'].name} {_pct(r.mean_overlap)}",
+        f"{FIGURES['route_tokens_any_differ'].name} {_pct(r.steps_any_differ)}",
+        f"over {r.compared} token(s) x {len(r.layers)} layer(s)",
+    ]
     f = r.first_flip
     if f is not None:
         known = [m for m in f.margins if m is not None]
-        parts.append(f"first difference at token {f.step}, layer {f.layer}"
-                     + (f" (router margin {min(known):.3g})" if known else ""))
+        parts.append(
+            f"first difference at token {f.step}, layer {f.layer}"
+            + (f" (router margin {min(known):.3g})" if known else "")
+        )
     return "; ".join(parts)
 
 
@@ -84,8 +92,11 @@ def replay_line(rp: RouteReplay | None) -> str:
     def state(identical: bool, fork: int | None, gap: float | None) -> str:
         g = "–" if gap is None else f"{gap:.3g}"
         return ("identical" if identical else f"fork at token {fork}") + f", max |Δlogprob| {g}"
-    return (f"route replay with {rp.source}'s experts ({rp.mode}): before {state(rp.before_identical, rp.before_first_divergence, rp.before_max_abs_gap)}; "
-            f"after {state(rp.after_identical, rp.after_first_divergence, rp.after_max_abs_gap)}")
+
+    return (
+        f"route replay with {rp.source}'s experts ({rp.mode}): before {state(rp.before_identical, rp.before_first_divergence, rp.before_max_abs_gap)}; "
+        f"after {state(rp.after_identical, rp.after_first_divergence, rp.after_max_abs_gap)}"
+    )
 
 
 def route_lines(c: Comparison) -> list[str]:
@@ -95,8 +106,10 @@ def route_lines(c: Comparison) -> list[str]:
     out = [f"    expert routes: {headline(c.routes)}"]
     r = c.routes
     if r.compared and r.same_set_by_layer:
-        out.append("    same set by layer: " + "  ".join(f"L{layer} {_pct(x)}"
-                                                         for layer, x in zip(r.layers, r.same_set_by_layer)))
+        out.append(
+            "    same set by layer: "
+            + "  ".join(f"L{layer} {_pct(x)}" for layer, x in zip(r.layers, r.same_set_by_layer))
+        )
     line = replay_line(c.route_replay)
     if line:
         out.append(f"    {line}")

@@ -3,6 +3,7 @@ their settings (the model, the config, each side's options and resolved settings
 figures (status, result, each comparison's first divergence, a workload's verdicts) and, for single
 comparisons, their token panes (the caller passes them: the app's view builds them). Pure: two Runs
 in, HTML out."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -18,6 +19,7 @@ MISSING = "–"
 @dataclass(frozen=True)
 class PairRow:
     """One setting of two runs: its label, each run's value (MISSING where the run has none)."""
+
     label: str
     a: str
     b: str
@@ -41,8 +43,11 @@ def _flat(prefix: str, value: Any, out: dict[str, str]) -> None:
 def run_settings(run: Run) -> dict[str, str]:
     """A run's settings as flat labels -> text: the model, the kind, the prompts, the config (its
     sides excepted) and each side by name (kind, dtype, device, version, options, resolved)."""
-    out: dict[str, str] = {"model": run.model.path or run.model.name, "kind": run.kind,
-                           "prompts": str(run.workload.n_prompts if run.workload else len(run.prompts))}
+    out: dict[str, str] = {
+        "model": run.model.path or run.model.name,
+        "kind": run.kind,
+        "prompts": str(run.workload.n_prompts if run.workload else len(run.prompts)),
+    }
     config = {k: v for k, v in (run.config or {}).items() if k != "sides"}
     _flat("config", config, out)
     for s in run.sides:
@@ -83,8 +88,11 @@ def _figures(run: Run) -> str:
     """The run's headline figures: status, result, duration, and each comparison of its first
     prompt (a workload: each side's verdict against the floor)."""
     dur = f" · {run.duration_ms / 1000:.1f} s" if run.duration_ms else ""
-    parts = [f'<div class="pc-head">{_badge(run)}<span class="pc-meta">{esc(run.created_utc[:19].replace("T", " "))}'
-             f' UTC{dur}</span></div>', f'<div class="rp-result"><b>{esc(result_line(run))}</b></div>']
+    parts = [
+        f'<div class="pc-head">{_badge(run)}<span class="pc-meta">{esc(run.created_utc[:19].replace("T", " "))}'
+        f" UTC{dur}</span></div>",
+        f'<div class="rp-result"><b>{esc(result_line(run))}</b></div>',
+    ]
     if run.workload is not None:
         parts.append(verdicts_html(run.workload))
     elif run.prompts:
@@ -103,24 +111,41 @@ def run_pair_html(a: Run, b: Run, panes_a: str = "", panes_b: str = "") -> str:
     same = [r for r in rows if not r.differs]
 
     def trs(rs: list[PairRow], cls: str) -> str:
-        return "".join(f'<tr class="{cls}"><th>{esc(r.label)}</th><td>{esc(r.a)}</td><td>{esc(r.b)}</td></tr>'
-                       for r in rs)
+        return "".join(
+            f'<tr class="{cls}"><th>{esc(r.label)}</th><td>{esc(r.a)}</td><td>{esc(r.b)}</td></tr>' for r in rs
+        )
 
     head = f"<tr><th>setting</th><th>A · {esc(a.id)}</th><th>B · {esc(b.id)}</th></tr>"
-    diff_table = (f'<table class="pc-setting-table rp-diff">{head}{trs(differ, "diff")}</table>' if differ
-                  else '<div class="pc-muted">No setting differs between the two runs.</div>')
-    same_table = (f'<details class="rp-same"><summary>{len(same)} settings the same</summary>'
-                  f'<table class="pc-setting-table">{head}{trs(same, "")}</table></details>' if same else "")
-    cols = "".join(f'<div class="rp-col" data-run="{esc(r.id)}"><div class="rp-label">{label} · '
-                   f'<a href="?run={esc(r.id)}">{esc(r.id)}</a> · {esc(r.model.name)}</div>{_figures(r)}</div>'
-                   for label, r in (("A", a), ("B", b)))
+    diff_table = (
+        f'<table class="pc-setting-table rp-diff">{head}{trs(differ, "diff")}</table>'
+        if differ
+        else '<div class="pc-muted">No setting differs between the two runs.</div>'
+    )
+    same_table = (
+        f'<details class="rp-same"><summary>{len(same)} settings the same</summary>'
+        f'<table class="pc-setting-table">{head}{trs(same, "")}</table></details>'
+        if same
+        else ""
+    )
+    cols = "".join(
+        f'<div class="rp-col" data-run="{esc(r.id)}"><div class="rp-label">{label} · '
+        f'<a href="?run={esc(r.id)}">{esc(r.id)}</a> · {esc(r.model.name)}</div>{_figures(r)}</div>'
+        for label, r in (("A", a), ("B", b))
+    )
     panes = ""
     if panes_a or panes_b:
-        panes = ('<div class="rp-cols rp-panes">' + "".join(
-            f'<div class="rp-col"><div class="rp-label">{label} · {esc(r.id)}: tokens of prompt 0</div>{p or ""}</div>'
-            for label, r, p in (("A", a, panes_a), ("B", b, panes_b))) + "</div>")
-    return (f'<div class="rp-pair" data-a="{esc(a.id)}" data-b="{esc(b.id)}"><div class="rp-cols">{cols}</div>'
-            f'<h4>Settings: {len(differ)} differ</h4>{diff_table}{same_table}{panes}</div>')
+        panes = (
+            '<div class="rp-cols rp-panes">'
+            + "".join(
+                f'<div class="rp-col"><div class="rp-label">{label} · {esc(r.id)}: tokens of prompt 0</div>{p or ""}</div>'
+                for label, r, p in (("A", a, panes_a), ("B", b, panes_b))
+            )
+            + "</div>"
+        )
+    return (
+        f'<div class="rp-pair" data-a="{esc(a.id)}" data-b="{esc(b.id)}"><div class="rp-cols">{cols}</div>'
+        f"<h4>Settings: {len(differ)} differ</h4>{diff_table}{same_table}{panes}</div>"
+    )
 
 
 __all__ = ["PairRow", "run_settings", "settings_pairs", "result_line", "run_pair_html"]

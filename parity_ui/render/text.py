@@ -1,5 +1,6 @@
 """Records for a terminal: a probe, a sweep's summary, a layer localisation and a workload's one
 screen as the lines the CLI prints. Pure: a record in, text out."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,11 +19,16 @@ def format_probe(run: Run) -> str:
     p = run.probes
     if p is None:
         return f"probe {run.id}: {run.status}"
-    lines = [f"probe {run.id}: {'DETERMINISTIC' if run.status == 'ok' else 'NOT DETERMINISTIC'}  "
-             f"model={run.model.name}  dtype={run.config.get('dtype')}  n={p.n}  batch={p.batch}"]
+    lines = [
+        f"probe {run.id}: {'DETERMINISTIC' if run.status == 'ok' else 'NOT DETERMINISTIC'}  "
+        f"model={run.model.name}  dtype={run.config.get('dtype')}  n={p.n}  batch={p.batch}"
+    ]
     for label, entry in p.sides.items():
-        for s, what in ((entry.alone, "alone"), (entry.batched, "in a batch"), (entry.alone_vs_batched,
-                                                                                "alone vs batched")):
+        for s, what in (
+            (entry.alone, "alone"),
+            (entry.batched, "in a batch"),
+            (entry.alone_vs_batched, "alone vs batched"),
+        ):
             fork = "" if s.first_fork is None else f", first fork at token {s.first_fork}"
             lines.append(f"  {label:24s} {what:17s}: {s.distinct} distinct of {s.runs}{fork}")
     if not p.batch_invariant.supported:
@@ -35,14 +41,18 @@ def format_sweep(summary: dict[str, Any]) -> str:
     lines = [f"sweep {summary['group_id']}: {len(summary['points'])} points"]
     for p in summary["points"]:
         s = "  ".join(f"{k}={v}" for k, v in p["settings"].items())
-        fd = "identical" if p["first_divergence"] is None and p["status"] == "ok" else \
-            (f"diverges at {p['first_divergence']}" if p["first_divergence"] is not None else p["status"])
+        fd = (
+            "identical"
+            if p["first_divergence"] is None and p["status"] == "ok"
+            else (f"diverges at {p['first_divergence']}" if p["first_divergence"] is not None else p["status"])
+        )
         extra = f" ({p['verdict']})" if p["verdict"] and p["verdict"] != "identical" else ""
         err = f": {p['error'][:100]}" if p["error"] else ""
         lines.append(f"  {s:50s} {fd}{extra}{err}   run {p['run_id']}")
     for e in summary["effects"]:
-        by = ", ".join(f"{v} -> {['-' if x is None else x for x in fds]}" for v, fds in
-                       e["first_divergence_by_value"].items())
+        by = ", ".join(
+            f"{v} -> {['-' if x is None else x for x in fds]}" for v, fds in e["first_divergence_by_value"].items()
+        )
         lines.append(f"  {e['key']}: {'MOVES' if e['moves_divergence'] else 'does not move'} the divergence ({by})")
     return "\n".join(lines)
 
@@ -51,15 +61,20 @@ def format_localisation(loc: Localisation) -> str:
     """The figures as text: one row per layer and block at the examined position."""
     if loc.error:
         return f"localisation {loc.id}: error: {loc.error}"
-    lines = [f"localisation {loc.id} of run {loc.run_id}, prompt {loc.prompt_index}: {loc.b} against {loc.a} at "
-             f"generated token {loc.position} (id index {loc.token_positions[0]}; also {loc.token_positions[1:]})",
-             loc.summary, *(f"note: {n}" for n in loc.notes),
-             f"noise floor: {loc.noise_floor.get('method', '')}",
-             f"{'layer':>5}  {'block':8} {'rel L2':>10} {'floor':>10} {'cosine':>10}"]
+    lines = [
+        f"localisation {loc.id} of run {loc.run_id}, prompt {loc.prompt_index}: {loc.b} against {loc.a} at "
+        f"generated token {loc.position} (id index {loc.token_positions[0]}; also {loc.token_positions[1:]})",
+        loc.summary,
+        *(f"note: {n}" for n in loc.notes),
+        f"noise floor: {loc.noise_floor.get('method', '')}",
+        f"{'layer':>5}  {'block':8} {'rel L2':>10} {'floor':>10} {'cosine':>10}",
+    ]
     for f in loc.per_layer:
         mark = "*" if f["rel_l2"][0] > max(FLOOR_MULTIPLE * f["floor"][0], MIN_REL) else " "
         layer = "-" if f["layer"] is None else str(f["layer"])
-        lines.append(f"{layer:>5}  {f['block']:8} {f['rel_l2'][0]:10.3e} {f['floor'][0]:10.3e} {f['cosine'][0]:10.6f} {mark}")
+        lines.append(
+            f"{layer:>5}  {f['block']:8} {f['rel_l2'][0]:10.3e} {f['floor'][0]:10.3e} {f['cosine'][0]:10.6f} {mark}"
+        )
     lines.append(f"(* = over {FLOOR_MULTIPLE:g}x the floor; {loc.seconds:.1f} s)")
     return "\n".join(lines)
 
@@ -73,14 +88,18 @@ def verdict_line(v: FloorVerdict, most: int = 4) -> str:
     each with its 95% interval over the prompts), or too few prompts to tell."""
     if v.verdict not in (EXCEEDS, TOO_FEW):
         return v.summary
-    over = sorted((c for c in v.figures if (c.exceeds if v.verdict == EXCEEDS else c.uncertain)),
-                  key=lambda c: -(c.factor if c.factor is not None else 0))
+    over = sorted(
+        (c for c in v.figures if (c.exceeds if v.verdict == EXCEEDS else c.uncertain)),
+        key=lambda c: -(c.factor if c.factor is not None else 0),
+    )
     shown = [f"{FIGURES[c.name].name} {_g(c.side)} vs {_g(c.floor)} ({factor_text(c)})" for c in over[:most]]
     more = f" and {len(over) - most} more" if len(over) > most else ""
     if v.verdict == TOO_FEW:
         n = f" over {count(v.prompts, 'prompt')}" if v.prompts else ""
-        return (f"TOO FEW PROMPTS TO TELL{n}: {'; '.join(shown)}{more} — over the {v.tolerance:g}x limit, but the "
-                f"interval reaches it (sampling error); run more prompts")
+        return (
+            f"TOO FEW PROMPTS TO TELL{n}: {'; '.join(shown)}{more} — over the {v.tolerance:g}x limit, but the "
+            f"interval reaches it (sampling error); run more prompts"
+        )
     return f"EXCEEDS the reference's noise: {'; '.join(shown)}{more}"
 
 
@@ -96,8 +115,10 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
     if report.cluster:  # where it ran, and why its batches are not an in-process run's
         lines.append(f"  on {describe_record(report.cluster)}; {report.cluster.get('note', '')}")
     if report.skipped_too_long:
-        lines.append(f"  {len(report.skipped_too_long)} prompt(s) skipped as longer than the context: "
-                     f"{', '.join(map(str, report.skipped_too_long[:10]))}{' ...' if len(report.skipped_too_long) > 10 else ''}")
+        lines.append(
+            f"  {len(report.skipped_too_long)} prompt(s) skipped as longer than the context: "
+            f"{', '.join(map(str, report.skipped_too_long[:10]))}{' ...' if len(report.skipped_too_long) > 10 else ''}"
+        )
     cols = names + (["floor"] if floor else [])
     stats = [report.sides[n].stats for n in names] + ([floor.stats] if floor else [])
     w = 18
@@ -105,18 +126,26 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
     def row(label: str, cells: list[str]) -> None:
         lines.append(f"  {label:28}" + "".join(f"{c:>{w}}" for c in cells))
 
-    row("", [c[:w - 1] for c in cols])
+    row("", [c[: w - 1] for c in cols])
     row("prompts", [str(s.sequences.n) for s in stats])
-    row("identical", [_pct(s.sequences.share_identical) + (
-        f" [{_pct(s.sequences.identical_ci.low)}-{_pct(s.sequences.identical_ci.high)}]"
-        if s.sequences.identical_ci else "") for s in stats])
+    row(
+        "identical",
+        [
+            _pct(s.sequences.share_identical)
+            + (
+                f" [{_pct(s.sequences.identical_ci.low)}-{_pct(s.sequences.identical_ci.high)}]"
+                if s.sequences.identical_ci
+                else ""
+            )
+            for s in stats
+        ],
+    )
     median = FIGURES["median_first_divergence"]
     row(median.name, [median.format(s.sequences.median_first_divergence, "-") for s in stats])
     for label, key in FIGURE_ROWS:
         row(label, [FIGURES[key].format(getattr(s.tokens, key), "-") for s in stats])
     for i, key in enumerate(BAND_KEYS if stats else ()):
-        row(FIGURES[key].name, [_pct(s.tokens.outside[i].outside) if i < len(s.tokens.outside) else "-"
-                                for s in stats])
+        row(FIGURES[key].name, [_pct(s.tokens.outside[i].outside) if i < len(s.tokens.outside) else "-" for s in stats])
     if any(x.routing for x in stats):  # MoE, routes=true: the routing family
         for key in FAMILIES["routing"]:
             row(FIGURES[key].name, [FIGURES[key].format((x.routing or {}).get(key), "-") for x in stats])
@@ -141,8 +170,10 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
             lines.append(f"  {name}: {verdict_line(f.verdict)}")
         worst = f.stats.worst_by_divergence[:5]
         if worst:
-            lines.append(f"  {name}: earliest forks: " + ", ".join(
-                f"prompt {w.prompt_index} at {w.first_divergence}" for w in worst))
+            lines.append(
+                f"  {name}: earliest forks: "
+                + ", ".join(f"prompt {w.prompt_index} at {w.first_divergence}" for w in worst)
+            )
     if run_id and names:
         lines.append(f"  open one: parity runs show {run_id} --prompt N")
     if report.replay:
@@ -158,16 +189,23 @@ def format_replay(report: WorkloadReport) -> str:
     """A replay's attribution (its pairs as rows of one table, the floor last), the masked tokens and
     the worst tokens first."""
     r = report.replay or {}
-    lines = [f"replay of {r.get('dump')} ({r.get('format')}): {report.done} of {report.n_prompts} rows, "
-             f"{r.get('tokens', 0):,} response tokens, {r.get('masked', 0):,} masked by the loss mask (left out)"]
+    lines = [
+        f"replay of {r.get('dump')} ({r.get('format')}): {report.done} of {report.n_prompts} rows, "
+        f"{r.get('tokens', 0):,} response tokens, {r.get('masked', 0):,} masked by the loss mask (left out)"
+    ]
     lines += [f"  note: {n}" for n in r.get("notes") or []]
     lines += [f"  {name} forced the tokens by {how}" for name, how in (r.get("forced") or {}).items()]
     if r.get("rows") and r.get("with_logprobs", 0) < r.get("rows", 0):
-        lines.append(f"  {r['rows'] - r.get('with_logprobs', 0)} rows have no recorded logprobs: the recorded side "
-                     "is absent for them")
+        lines.append(
+            f"  {r['rows'] - r.get('with_logprobs', 0)} rows have no recorded logprobs: the recorded side "
+            "is absent for them"
+        )
     band = {b: i for i, b in enumerate(BAND_KEYS)}
-    head = f"  {'pair (b against a)':34}" + "".join(f"{FIGURES[k].name[:15]:>16}" for k in REPLAY_COLUMNS) + \
-        f"{'seq. geo-mean ρ':>20}  verdict"
+    head = (
+        f"  {'pair (b against a)':34}"
+        + "".join(f"{FIGURES[k].name[:15]:>16}" for k in REPLAY_COLUMNS)
+        + f"{'seq. geo-mean ρ':>20}  verdict"
+    )
     lines.append(head)
     for p in r.get("pairs") or []:
         f = report.floor_figures if p["key"] == report.floor.side else report.sides.get(p["key"])
@@ -184,8 +222,9 @@ def format_replay(report: WorkloadReport) -> str:
         sr = f.stats.sequences.seq_ratio
         geo = "-" if sr.min is None else f"{sr.min:.3g}..{sr.max:.3g}"
         verdict = "floor" if p["key"] == report.floor.side else (f.verdict.verdict if f.verdict else "-")
-        lines.append(f"  {(p['b'] + ' vs ' + p['a'])[:33]:34}" + "".join(f"{c:>16}" for c in cells) +
-                     f"{geo:>20}  {verdict}")
+        lines.append(
+            f"  {(p['b'] + ' vs ' + p['a'])[:33]:34}" + "".join(f"{c:>16}" for c in cells) + f"{geo:>20}  {verdict}"
+        )
     for p in r.get("pairs") or []:
         lines.append(f"    {p['key']}: {p['meaning']}")
     worst = r.get("worst_tokens") or []
@@ -193,7 +232,9 @@ def format_replay(report: WorkloadReport) -> str:
         lines.append("  worst tokens (Δ = trainer − rollout):")
         for w in worst[:10]:
             eng = "  ".join(f"{k} {v:.4g}" for k, v in (w.get("engines") or {}).items() if v is not None)
-            lines.append(f"    {w['row']} (prompt {w['prompt_index']}) token {w['position']} {w['text']!r}: "
-                         f"Δ {w['dlogp']:+.4g}  trainer {w['trainer']:.4g}  {w['pair']} {w['rollout']:.4g}"
-                         + (f"  {eng}" if eng else ""))
+            lines.append(
+                f"    {w['row']} (prompt {w['prompt_index']}) token {w['position']} {w['text']!r}: "
+                f"Δ {w['dlogp']:+.4g}  trainer {w['trainer']:.4g}  {w['pair']} {w['rollout']:.4g}"
+                + (f"  {eng}" if eng else "")
+            )
     return "\n".join(lines)

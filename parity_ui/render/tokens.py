@@ -11,12 +11,13 @@ has not reached it); `r` marks a token whose text cannot show its bytes (a piece
 character), which the byte view shows as hex. Whitespace is made visible: '·' space, '⏎' newline,
 '→' tab; other control characters as \\xNN.
 """
+
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..core.bulk import gc_paused
 from ..core.types import StepColumns, TokenStep, step_column
@@ -42,7 +43,7 @@ class Stream:
 def visible_text(text: str) -> str:
     """HTML for one token's text: escaped, whitespace and control characters made visible."""
     if text == "":
-        return '<i>∅</i>'
+        return "<i>∅</i>"
     out = []
     for ch in text:
         mark = _VISIBLE.get(ch)
@@ -56,7 +57,7 @@ def visible_text(text: str) -> str:
 
 
 def hex_bytes(raw: str) -> str:
-    return " ".join(raw[i:i + 2] for i in range(0, len(raw), 2))
+    return " ".join(raw[i : i + 2] for i in range(0, len(raw), 2))
 
 
 def first_difference(a: Sequence[int], b: Sequence[int], *, finished: bool) -> int | None:
@@ -82,8 +83,10 @@ def _chip_class(i: int, this: Sequence[int], other: Sequence[int], div: int | No
 
 def _chip(step: TokenStep, cls: str) -> str:
     if step.raw:
-        return (f'<span class="t {cls} r"><span class="tx">{visible_text(step.text)}</span>'
-                f'<b class="x">{hex_bytes(step.raw)}</b></span>')
+        return (
+            f'<span class="t {cls} r"><span class="tx">{visible_text(step.text)}</span>'
+            f'<b class="x">{hex_bytes(step.raw)}</b></span>'
+        )
     return f'<span class="t {cls}">{visible_text(step.text)}</span>'
 
 
@@ -96,19 +99,30 @@ def _eager_blocks(n: int, focus: int | None, live: bool) -> set[int] | None:
     return {b for b in range(centre - NEAR, centre + NEAR + 1) if 0 <= b <= last}
 
 
-def _pane(s: Stream, other_ids: Sequence[int], div: int | None, ended: str | None, reference: bool,
-          eager: set[int] | None = None, focus: int | None = None) -> str:
+def _pane(
+    s: Stream,
+    other_ids: Sequence[int],
+    div: int | None,
+    ended: str | None,
+    reference: bool,
+    eager: set[int] | None = None,
+    focus: int | None = None,
+) -> str:
     ids = step_column(s.steps, "token_id")
     tag = '<span class="pt-ref">reference</span>' if reference else ""
-    parts = [f'<div class="pt-pane" data-side="{html.escape(s.name)}"><div class="pt-head">'
-             f'<span>{html.escape(s.label)} {tag}</span><span class="pt-count">{len(s.steps)} tokens</span></div>'
-             '<div class="pt-body">']
+    parts = [
+        f'<div class="pt-pane" data-side="{html.escape(s.name)}"><div class="pt-head">'
+        f'<span>{html.escape(s.label)} {tag}</span><span class="pt-count">{len(s.steps)} tokens</span></div>'
+        '<div class="pt-body">'
+    ]
     for start in range(0, len(s.steps), BLOCK):
         count = min(BLOCK, len(s.steps) - start)
         if eager is not None and start // BLOCK not in eager:
             # Built by the page script when scrolled near; its height is a guess until then.
-            parts.append(f'<div class="b" data-o="{start}" data-n="{count}" data-lazy="1" '
-                         f'style="min-height:{max(1, count // 9) * 24}px"></div>')
+            parts.append(
+                f'<div class="b" data-o="{start}" data-n="{count}" data-lazy="1" '
+                f'style="min-height:{max(1, count // 9) * 24}px"></div>'
+            )
             continue
         parts.append(f'<div class="b" data-o="{start}">')
         for i in range(start, min(start + BLOCK, len(s.steps))):
@@ -159,8 +173,11 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
             lp = c.logprob[i]
             # Exact ties: the other ranks whose logprob equals the chosen token's, bit for bit (an
             # engine orders them arbitrarily: "rank 2" of a tie is no worse than rank 1).
-            ties = [k - starts[i] + 1 for k in range(starts[i], starts[i + 1])
-                    if lp is not None and top_lp[k] == lp and top_id[k] != tid]
+            ties = [
+                k - starts[i] + 1
+                for k in range(starts[i], starts[i + 1])
+                if lp is not None and top_lp[k] == lp and top_id[k] != tid
+            ]
             for k in range(starts[i], starts[i + 1]):
                 vocab.setdefault(top_id[k], top_text[k])
                 if k in c.top_raw:
@@ -169,18 +186,23 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
             row = [tid, _round(lp), c.rank[i], flat, ties] if ties else [tid, _round(lp), c.rank[i], flat]
             if kept is not None and kept[i] is not None:
                 # A sampled token's draw (shared-seed sampling): [sampling margin, kept set size, kept mass S].
-                row += [[]] * (5 - len(row)) + [[_round(margin[i]) if margin else None, kept[i],
-                                                 _round(mass[i]) if mass else None]]
+                row += [[]] * (5 - len(row)) + [
+                    [_round(margin[i]) if margin else None, kept[i], _round(mass[i]) if mass else None]
+                ]
             if kl is not None and kl[i] is not None:
                 # The whole distribution against the reference here (full_distribution): [KL(ref‖side), KL(side‖ref), TV].
-                row += [[]] * (6 - len(row)) + [[_sig(kl[i]), _sig(kl_rev[i]) if kl_rev else None,
-                                                 _sig(tv[i]) if tv else None]]
+                row += [[]] * (6 - len(row)) + [
+                    [_sig(kl[i]), _sig(kl_rev[i]) if kl_rev else None, _sig(tv[i]) if tv else None]
+                ]
             rows.append(row)
         return rows
 
-    data = {"sides": [s.name for s in streams], "labels": [s.label for s in streams],
-            "steps": {s.name: enc(s.steps) for s in streams},
-            "divs": {s.name: s.divergence for s in streams}}
+    data = {
+        "sides": [s.name for s in streams],
+        "labels": [s.label for s in streams],
+        "steps": {s.name: enc(s.steps) for s in streams},
+        "divs": {s.name: s.divergence for s in streams},
+    }
     if window is not None:
         data["off"] = lo
         data["len"] = {s.name: len(s.steps) for s in streams}
@@ -189,8 +211,15 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
     return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
 
 
-def panes_html(streams: Sequence[Stream], *, selected: str | None = None, live: bool = False, note: str = "",
-               details_src: str | None = None, focus: int | None = None) -> str:
+def panes_html(
+    streams: Sequence[Stream],
+    *,
+    selected: str | None = None,
+    live: bool = False,
+    note: str = "",
+    details_src: str | None = None,
+    focus: int | None = None,
+) -> str:
     """Every side's pane, the reference first, plus the details box. Each side's divergence is the
     one the core reported (or computed live); the reference pane is marked against `selected`
     (default: the side that diverged first). With `details_src` (the app's id of a stored view), a
@@ -212,23 +241,41 @@ def _window(streams: Sequence[Stream], eager: Sequence[set[int] | None]) -> tupl
     so its range counts whole."""
     if all(e is None for e in eager):
         return None
-    ranges = [(0, len(s.steps)) if e is None else (min(e) * BLOCK, (max(e) + 1) * BLOCK)
-              for s, e in zip(streams, eager) if e is None or e]
+    ranges = [
+        (0, len(s.steps)) if e is None else (min(e) * BLOCK, (max(e) + 1) * BLOCK)
+        for s, e in zip(streams, eager)
+        if e is None or e
+    ]
     return min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
 
 
-def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, note: str,
-                details_src: str | None, focus: int | None = None) -> str:
+def _panes_html(
+    streams: Sequence[Stream],
+    selected: str | None,
+    live: bool,
+    note: str,
+    details_src: str | None,
+    focus: int | None = None,
+) -> str:
     ref, others = streams[0], list(streams[1:])
     ref_ids = step_column(ref.steps, "token_id")
     diverged = [s for s in others if s.divergence is not None]
-    sel = next((s for s in others if s.name == selected), None) or \
-        (min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None))
+    sel = next((s for s in others if s.name == selected), None) or (
+        min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None)
+    )
     sel_div = sel.divergence if sel else None
     eager = [_eager_blocks(len(s.steps), sel_div if focus is None else focus, live) for s in streams]
-    panes = [_pane(ref, step_column(sel.steps, "token_id") if sel else ref_ids, sel_div,
-                   "stream ended here" if sel_div is not None and sel_div >= len(ref.steps) and not live else None,
-                   True, eager[0], focus)]
+    panes = [
+        _pane(
+            ref,
+            step_column(sel.steps, "token_id") if sel else ref_ids,
+            sel_div,
+            "stream ended here" if sel_div is not None and sel_div >= len(ref.steps) and not live else None,
+            True,
+            eager[0],
+            focus,
+        )
+    ]
     for s, e in zip(others, eager[1:]):
         ended = "stream ended here" if s.divergence is not None and s.divergence >= len(s.steps) and not live else None
         panes.append(_pane(s, ref_ids, s.divergence, ended, False, e, focus))
@@ -239,21 +286,31 @@ def _panes_html(streams: Sequence[Stream], selected: str | None, live: bool, not
     window = _window(streams, eager) if details_src and not live else None
     if window is not None:
         attrs += f' data-src="{html.escape(details_src)}"'
-    hint = ("Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "
-            "position; click to pin.")
-    has_raw = any(s.steps.has_raw if isinstance(s.steps, StepColumns) else any(st.raw for st in s.steps)
-                  for s in streams)
-    toggle = ('<label class="pt-bytes-toggle"><input type="checkbox" class="pt-bytes-cb"> show byte tokens as '
-              'bytes</label>') if has_raw else ""
-    return "".join([
-        f'<div class="pt-root"{attrs} style="--n:{len(streams)}">',
-        f'<div class="pt-note">{html.escape(note)}</div>' if note else "",
-        '<div class="pt-legend"><span class="pt-key m">same token as the reference</span>'
-        '<span class="pt-key d">first divergence</span><span class="pt-key a">after it</span>'
-        + ('<span class="pt-key f">opened token</span>' if focus is not None else "") +
-        f'<span class="pt-ws">· space ⏎ newline → tab</span>{toggle}</div>',
-        '<div class="pt-panes">', *panes, "</div>",
-        f'<div class="pt-info">{hint}</div>',
-        f'<div class="pt-json" hidden>{html.escape(details_json(streams, window), quote=False)}</div>',
-        "</div>",
-    ])
+    hint = (
+        "Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "
+        "position; click to pin."
+    )
+    has_raw = any(
+        s.steps.has_raw if isinstance(s.steps, StepColumns) else any(st.raw for st in s.steps) for s in streams
+    )
+    toggle = (
+        ('<label class="pt-bytes-toggle"><input type="checkbox" class="pt-bytes-cb"> show byte tokens as bytes</label>')
+        if has_raw
+        else ""
+    )
+    return "".join(
+        [
+            f'<div class="pt-root"{attrs} style="--n:{len(streams)}">',
+            f'<div class="pt-note">{html.escape(note)}</div>' if note else "",
+            '<div class="pt-legend"><span class="pt-key m">same token as the reference</span>'
+            '<span class="pt-key d">first divergence</span><span class="pt-key a">after it</span>'
+            + ('<span class="pt-key f">opened token</span>' if focus is not None else "")
+            + f'<span class="pt-ws">· space ⏎ newline → tab</span>{toggle}</div>',
+            '<div class="pt-panes">',
+            *panes,
+            "</div>",
+            f'<div class="pt-info">{hint}</div>',
+            f'<div class="pt-json" hidden>{html.escape(details_json(streams, window), quote=False)}</div>',
+            "</div>",
+        ]
+    )

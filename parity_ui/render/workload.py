@@ -4,6 +4,7 @@ report, the survival curve and the |dlogp| histograms as inline SVG. Pure functi
 run's header (its WorkloadReport) and its pair rows (store.pair_rows): no logprob is read here.
 Shared by the app (parity_ui.ui.workload_view) and the static report (parity_ui.render.report).
 """
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import (BAND_KEYS, CHECK_OF_ROW, DISTRIBUTION_ROWS, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS,
-                            count)
+from ..core.figures import (
+    BAND_KEYS,
+    CHECK_OF_ROW,
+    DISTRIBUTION_ROWS,
+    FIGURE_ROWS,
+    FIGURES,
+    LEGEND,
+    SAMPLING_ROWS,
+    count,
+)
 from ..core.pooled import EXCEEDS, NOT_IDENTICAL, TOO_FEW, WITHIN, FigureCheck, FloorVerdict, factor_text
 from ..core.types import Run
 from ..core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
@@ -66,16 +75,24 @@ def label(report: WorkloadReport, name: str) -> str:
 def resumable(run: Run) -> bool:
     """A stopped, failed or interrupted workload with prompts left to do."""
     w = run.workload
-    return (w is not None and run.status in ("cancelled", "error", "interrupted")
-            and w.done + len(w.skipped_too_long) < w.n_prompts)
+    return (
+        w is not None
+        and run.status in ("cancelled", "error", "interrupted")
+        and w.done + len(w.skipped_too_long) < w.n_prompts
+    )
 
 
 # -- the card ---------------------------------------------------------------------------------------
 
+
 def badge_html(run: Run) -> str:
     """The run's state in a word: against the floor when it finished, else how it ended."""
-    cls, text = {"running": ("cancel", "RUNNING"), "cancelled": ("cancel", "STOPPED"),
-                 "interrupted": ("cancel", "INTERRUPTED"), "error": ("err", "ERROR")}.get(run.status, ("", ""))
+    cls, text = {
+        "running": ("cancel", "RUNNING"),
+        "cancelled": ("cancel", "STOPPED"),
+        "interrupted": ("cancel", "INTERRUPTED"),
+        "error": ("err", "ERROR"),
+    }.get(run.status, ("", ""))
     if not text:
         w = run.workload
         within = w.within_noise if w is not None else None
@@ -95,8 +112,10 @@ def badge_html(run: Run) -> str:
 def check_rows(v: FloorVerdict) -> str:
     """The figures over the floor (or, too few prompts to tell, over it within sampling error), the
     largest factor first: figure, side, floor, factor with its 95% interval over the prompts."""
-    over = sorted((c for c in v.figures if c.exceeds or c.uncertain),
-                  key=lambda c: -(c.factor if c.factor is not None else math.inf))
+    over = sorted(
+        (c for c in v.figures if c.exceeds or c.uncertain),
+        key=lambda c: -(c.factor if c.factor is not None else math.inf),
+    )
     rows = []
     for c in over:
         if c.name == NOT_IDENTICAL and v.identical.side_ci and v.identical.floor_ci:
@@ -110,11 +129,15 @@ def check_rows(v: FloorVerdict) -> str:
         f = FIGURES.get(c.name)
         name = f.name if f else c.name
         tip = f' title="{esc(f.meaning)}"' if f else ""
-        rows.append(f"<tr><th{tip}>{esc(name)}</th><td>{esc(side)}</td><td>{esc(floor)}</td><td>{esc(factor)}</td></tr>")
+        rows.append(
+            f"<tr><th{tip}>{esc(name)}</th><td>{esc(side)}</td><td>{esc(floor)}</td><td>{esc(factor)}</td></tr>"
+        )
     if not rows:
         return ""
-    return ('<table class="pc-setting-table wl-checks"><tr><th>figure over the floor</th><th>side</th><th>floor</th>'
-            f'<th>factor (95% interval over the prompts)</th></tr>{"".join(rows)}</table>')
+    return (
+        '<table class="pc-setting-table wl-checks"><tr><th>figure over the floor</th><th>side</th><th>floor</th>'
+        f"<th>factor (95% interval over the prompts)</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def verdicts_html(report: WorkloadReport) -> str:
@@ -123,18 +146,25 @@ def verdicts_html(report: WorkloadReport) -> str:
     for name, f in report.sides.items():
         v = f.verdict
         if v is None:
-            out.append(f'<div class="wl-verdict" data-side="{esc(name)}"><b>{esc(name)}</b>: no floor to judge '
-                       f"against ({_pct(f.stats.sequences.share_identical)} of prompts identical)</div>")
+            out.append(
+                f'<div class="wl-verdict" data-side="{esc(name)}"><b>{esc(name)}</b>: no floor to judge '
+                f"against ({_pct(f.stats.sequences.share_identical)} of prompts identical)</div>"
+            )
             continue
         cls = {WITHIN: "ok", EXCEEDS: "div", TOO_FEW: "cancel"}.get(v.verdict, "")
         n = f" over {count(v.prompts, 'prompt')}" if v.prompts else ""
-        word = {WITHIN: "within the reference's noise", EXCEEDS: "EXCEEDS the reference's noise",
-                TOO_FEW: f"too few prompts to tell{n}: over the {v.tolerance:g}x limit, but within sampling error "
-                         "(run more prompts)"}.get(v.verdict, v.verdict)
-        out.append(f'<div class="wl-verdict {cls}" data-side="{esc(name)}" data-verdict="{esc(v.verdict)}">'
-                   f"<b>{esc(name)}</b>: {esc(word)}"
-                   f'{"" if v.verdict in (EXCEEDS, TOO_FEW) else f" <span class=pc-muted>({esc(v.summary)})</span>"}'
-                   f"{check_rows(v)}</div>")
+        word = {
+            WITHIN: "within the reference's noise",
+            EXCEEDS: "EXCEEDS the reference's noise",
+            TOO_FEW: f"too few prompts to tell{n}: over the {v.tolerance:g}x limit, but within sampling error "
+            "(run more prompts)",
+        }.get(v.verdict, v.verdict)
+        out.append(
+            f'<div class="wl-verdict {cls}" data-side="{esc(name)}" data-verdict="{esc(v.verdict)}">'
+            f"<b>{esc(name)}</b>: {esc(word)}"
+            f"{'' if v.verdict in (EXCEEDS, TOO_FEW) else f' <span class=pc-muted>({esc(v.summary)})</span>'}"
+            f"{check_rows(v)}</div>"
+        )
     return "".join(out)
 
 
@@ -143,8 +173,11 @@ def workload_card_html(run: Run, reveal: bool = False) -> str:
     and settings, the findings and the run's link."""
     w = run.workload
     sides = " · ".join(esc(s.name) + (" (ref)" if s.reference else "") for s in run.sides)
-    meta = [f"model <b>{esc(run.model.name)}</b>", f"sides {sides}"] if run.sides else \
-        [f"model <b>{esc(run.model.name)}</b>"]
+    meta = (
+        [f"model <b>{esc(run.model.name)}</b>", f"sides {sides}"]
+        if run.sides
+        else [f"model <b>{esc(run.model.name)}</b>"]
+    )
     body = [f'<div class="pc-head">{badge_html(run)}<span class="pc-meta">{" · ".join(meta)}</span></div>']
     if run.status in ("error", "cancelled", "interrupted") and run.error:
         msg, fix = split_fix(run.error)
@@ -161,20 +194,27 @@ def workload_card_html(run: Run, reveal: bool = False) -> str:
             how.append(f"{w.rate:.2f} prompts/s")
         body.append(f'<div class="pc-muted">{"; ".join(how)}</div>')
         if w.cluster:  # where it ran, and why its batches are not an in-process run's
-            body.append(f'<div class="pc-muted wl-cluster">On {esc(describe_record(w.cluster))}. '
-                        f'{esc(w.cluster.get("note", ""))}.</div>')
+            body.append(
+                f'<div class="pc-muted wl-cluster">On {esc(describe_record(w.cluster))}. '
+                f"{esc(w.cluster.get('note', ''))}.</div>"
+            )
         if w.skipped_too_long:
             shown = ", ".join(map(str, w.skipped_too_long[:10])) + (" …" if len(w.skipped_too_long) > 10 else "")
-            body.append(f'<div class="pc-muted">{len(w.skipped_too_long)} prompt(s) skipped as longer than the '
-                        f"context: {esc(shown)}</div>")
+            body.append(
+                f'<div class="pc-muted">{len(w.skipped_too_long)} prompt(s) skipped as longer than the '
+                f"context: {esc(shown)}</div>"
+            )
         body.append(verdicts_html(w))
         if resumable(run):
-            body.append(f'<div class="wl-resume">{w.done} of {w.n_prompts} prompts are done and kept: Resume goes '
-                        f"on with the rest (CLI: <code>parity resume {esc(run.id)}</code>).</div>")
+            body.append(
+                f'<div class="wl-resume">{w.done} of {w.n_prompts} prompts are done and kept: Resume goes '
+                f"on with the rest (CLI: <code>parity resume {esc(run.id)}</code>).</div>"
+            )
     return finish_card(run, body, "workload run", "pc-workload", reveal)
 
 
 # -- the figures table ------------------------------------------------------------------------------
+
 
 def figures_table_html(report: WorkloadReport) -> str:
     """The rows `parity` prints for a workload, each side next to the floor; a side's figure over
@@ -183,7 +223,8 @@ def figures_table_html(report: WorkloadReport) -> str:
     if not sets:
         return ""
     checks: dict[str, dict[str, FigureCheck]] = {
-        f.side: {c.name: c for c in f.verdict.figures} for f in report.sides.values() if f.verdict}
+        f.side: {c.name: c for c in f.verdict.figures} for f in report.sides.values() if f.verdict
+    }
     head = "".join(f"<th>{esc(label(report, f.side))}</th>" for f in sets)
 
     def row(name: str, cells: list[str], check: str | None = None, key: str | None = None) -> str:
@@ -206,24 +247,43 @@ def figures_table_html(report: WorkloadReport) -> str:
         return _pct(s.share_identical) + ci
 
     median = FIGURES["median_first_divergence"]
-    rows = [row("prompts", [str(f.stats.sequences.n) for f in sets]),
-            row("identical (95% interval)", [ident(f) for f in sets], NOT_IDENTICAL, "share_identical"),
-            row(median.name, [median.format(f.stats.sequences.median_first_divergence) for f in sets],
-                key="median_first_divergence")]
-    rows += [row(name, [FIGURES[key].format(getattr(f.stats.tokens, key)) for f in sets], CHECK_OF_ROW.get(key), key)
-             for name, key in FIGURE_ROWS]
+    rows = [
+        row("prompts", [str(f.stats.sequences.n) for f in sets]),
+        row("identical (95% interval)", [ident(f) for f in sets], NOT_IDENTICAL, "share_identical"),
+        row(
+            median.name,
+            [median.format(f.stats.sequences.median_first_divergence) for f in sets],
+            key="median_first_divergence",
+        ),
+    ]
+    rows += [
+        row(name, [FIGURES[key].format(getattr(f.stats.tokens, key)) for f in sets], CHECK_OF_ROW.get(key), key)
+        for name, key in FIGURE_ROWS
+    ]
     for i, key in enumerate(BAND_KEYS):
-        rows.append(row(FIGURES[key].name,
-                        [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–"
-                         for f in sets], key, key))
+        rows.append(
+            row(
+                FIGURES[key].name,
+                [_pct(f.stats.tokens.outside[i].outside) if i < len(f.stats.tokens.outside) else "–" for f in sets],
+                key,
+                key,
+            )
+        )
     rows += family_rows(sets, row)
     kl_svg = kl_svg_html(report)
     legend = "".join(f"<li>{esc(x)}</li>" for x in LEGEND)
-    notes = "".join(f'<li data-side="{esc(f.side)}">{esc(label(report, f.side))}: {esc(v)}</li>'
-                    for f in report.sides.values() for v in (f.distribution_verdict, f.sampling_verdict) if v)
-    return (f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>'
-            + (f'<ul class="wl-family-verdicts">{notes}</ul>' if notes else "") + kl_svg
-            + f'<ul class="pc-muted wl-legend">{legend}</ul>')
+    notes = "".join(
+        f'<li data-side="{esc(f.side)}">{esc(label(report, f.side))}: {esc(v)}</li>'
+        for f in report.sides.values()
+        for v in (f.distribution_verdict, f.sampling_verdict)
+        if v
+    )
+    return (
+        f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>'
+        + (f'<ul class="wl-family-verdicts">{notes}</ul>' if notes else "")
+        + kl_svg
+        + f'<ul class="pc-muted wl-legend">{legend}</ul>'
+    )
 
 
 def kl_svg_html(report: WorkloadReport, width: int = 560, height: int = 220) -> str:
@@ -240,8 +300,10 @@ def kl_svg_html(report: WorkloadReport, width: int = 560, height: int = 220) -> 
     for f in sets:
         d = f.stats.distribution or {}
         n = sum(d["kl_decades"].values()) or 1
-        shares[f.side] = ([d["kl_decades"].get(str(e), 0) / n for e in range(lo, hi + 1)],
-                          d["kl_decades"].get("0", 0) / n)
+        shares[f.side] = (
+            [d["kl_decades"].get(str(e), 0) / n for e in range(lo, hi + 1)],
+            d["kl_decades"].get("0", 0) / n,
+        )
     top = max(max(s) for s, _ in shares.values()) or 1.0
     x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
 
@@ -257,13 +319,24 @@ def kl_svg_html(report: WorkloadReport, width: int = 560, height: int = 220) -> 
         pts.append(xy(hi + 1, 0.0))
         floor = f.side == (report.floor.side or "")
         dash = ' stroke-dasharray="5 4"' if floor else ""
-        lines.append(f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
-                     f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>')
+        lines.append(
+            f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
+            f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>'
+        )
         legend.append((label(report, f.side) + (f" ({_pct(zero)} exactly 0)" if zero else ""), colors[f.side], floor))
     xticks = [(x0 + (x1 - x0) * (e - lo) / (hi + 1 - lo), f"1e{e}") for e in range(lo, hi + 1, 2)]
     yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
-    return _svg_frame(width, height, "KL(ref‖side) per position, each side against the floor",
-                      "KL(ref‖side) (nats, per decade)", "share of positions", "".join(lines), legend, xticks, yticks)
+    return _svg_frame(
+        width,
+        height,
+        "KL(ref‖side) per position, each side against the floor",
+        "KL(ref‖side) (nats, per decade)",
+        "share of positions",
+        "".join(lines),
+        legend,
+        xticks,
+        yticks,
+    )
 
 
 def family_rows(sets: list[SideFigures], row: Any) -> list[str]:
@@ -272,8 +345,9 @@ def family_rows(sets: list[SideFigures], row: Any) -> list[str]:
     runs that recorded them: each a header row, then its figures by display name."""
     out = []
     for attr, keys, title, count_key, count_label in (
-            ("distribution", DISTRIBUTION_ROWS, "the whole distribution (full rows)", "positions", "positions compared"),
-            ("sampling", SAMPLING_ROWS, "sampled tokens: kept mass and ratios", "tokens", "tokens drawn on both sides")):
+        ("distribution", DISTRIBUTION_ROWS, "the whole distribution (full rows)", "positions", "positions compared"),
+        ("sampling", SAMPLING_ROWS, "sampled tokens: kept mass and ratios", "tokens", "tokens drawn on both sides"),
+    ):
         got = [getattr(f.stats, attr) or {} for f in sets]
         if not any(got):
             continue
@@ -284,6 +358,7 @@ def family_rows(sets: list[SideFigures], row: Any) -> list[str]:
 
 
 # -- the prompt table -------------------------------------------------------------------------------
+
 
 @dataclass
 class PairCell:
@@ -323,9 +398,16 @@ def _fork(cell: PairCell | None) -> tuple[str, str]:
     return str(cell.first_divergence), str(cell.first_divergence)
 
 
-def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None = None,
-                      floor: str | None = None, limit: int = MAX_TABLE_ROWS, eager: int | None = None,
-                      labels: dict[str, str] | None = None, forced: bool = False) -> str:
+def prompt_table_html(
+    rows: list[PromptRow],
+    sides: list[str],
+    pick: str | None = None,
+    floor: str | None = None,
+    limit: int = MAX_TABLE_ROWS,
+    eager: int | None = None,
+    labels: dict[str, str] | None = None,
+    forced: bool = False,
+) -> str:
     """Every prompt, a row: its index, the start of its text, and per side (then the floor) where it
     first left the reference, its largest |dlogp| and the explanation's verdict. The page's script
     sorts it by any column in the page (each cell's sort value in data-v), and with `pick` (the
@@ -339,18 +421,23 @@ def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None 
     head = ['<th data-sort="num" title="prompt index">#</th>', '<th data-sort="text">prompt</th>']
     for name in names:
         who = (labels or {}).get(name) or ("floor" if name == floor else name)
-        gap_head = (f'<th data-sort="num" data-col="gap:{esc(name)}" title="{esc(who)}: largest |logprob gap| of the '
-                    f'compared tokens">{esc(who)} max |Δlp|</th>')
+        gap_head = (
+            f'<th data-sort="num" data-col="gap:{esc(name)}" title="{esc(who)}: largest |logprob gap| of the '
+            f'compared tokens">{esc(who)} max |Δlp|</th>'
+        )
         if forced:
             head.append(gap_head)
             continue
-        head += [f'<th data-sort="num" data-col="fork:{esc(name)}" title="{esc(who)}: first divergence from the '
-                 f'reference (identical ones last)">{esc(who)} fork</th>', gap_head,
-                 f'<th data-sort="text" data-col="verdict:{esc(name)}">{esc(who)} verdict</th>']
+        head += [
+            f'<th data-sort="num" data-col="fork:{esc(name)}" title="{esc(who)}: first divergence from the '
+            f'reference (identical ones last)">{esc(who)} fork</th>',
+            gap_head,
+            f'<th data-sort="text" data-col="verdict:{esc(name)}">{esc(who)} verdict</th>',
+        ]
     body = []
     for r in rows:
         text = " ".join(r.excerpt.split())
-        text = text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS - 1] + "…"
+        text = text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
         cells = [f"<td>{r.index}</td>", f"<td>{esc(text)}</td>"]
         for name in names:
             c = r.pairs.get(name)
@@ -361,21 +448,30 @@ def prompt_table_html(rows: list[PromptRow], sides: list[str], pick: str | None 
             if forced:
                 cells.append(gap_cell)
                 continue
-            cells += [f'<td data-v="{key}"{cls}>{shown}</td>', gap_cell,
-                      f"<td>{esc((c.verdict if c and not c.identical else '') or '')}</td>"]
+            cells += [
+                f'<td data-v="{key}"{cls}>{shown}</td>',
+                gap_cell,
+                f"<td>{esc((c.verdict if c and not c.identical else '') or '')}</td>",
+            ]
         body.append(f'<tr data-i="{r.index}">{"".join(cells)}</tr>')
     attrs = f' data-pick="{esc(pick)}"' if pick else ""
     hint = "click a column to sort" + ("; a row to open its tokens below" if pick else "")
-    count = f"{total:,} prompts" if total == len(rows) else \
-        f"the first {len(rows):,} of {total:,} prompts (open any other with parity runs show RUN --prompt N)"
+    count = (
+        f"{total:,} prompts"
+        if total == len(rows)
+        else f"the first {len(rows):,} of {total:,} prompts (open any other with parity runs show RUN --prompt N)"
+    )
     now, later = (body, []) if eager is None else (body[:eager], body[eager:])
     rest = f'<template class="wl-rest">{"".join(later)}</template>' if later else ""
-    return (f'<div class="wl-prompts"><div class="pc-muted">{esc(count)} ({hint})</div>'
-            f'<div class="wl-scroll"><table class="wl-table" data-rows="{len(rows)}"{attrs}><thead><tr>'
-            f'{"".join(head)}</tr></thead><tbody>{"".join(now)}</tbody></table>{rest}</div></div>')
+    return (
+        f'<div class="wl-prompts"><div class="pc-muted">{esc(count)} ({hint})</div>'
+        f'<div class="wl-scroll"><table class="wl-table" data-rows="{len(rows)}"{attrs}><thead><tr>'
+        f"{''.join(head)}</tr></thead><tbody>{''.join(now)}</tbody></table>{rest}</div></div>"
+    )
 
 
 # -- the charts, as inline SVG (the static report) --------------------------------------------------
+
 
 def survival_points(f: SideFigures, max_k: int) -> list[tuple[float, float]] | None:
     """The survival curve as step points (k, share still identical after k tokens), 0..max_k."""
@@ -405,22 +501,39 @@ def histogram_shares(h: DlogpHistogram) -> tuple[list[float], list[float]]:
     return h.edges()[:-1], [c / total for c in h.counts]
 
 
-def _svg_frame(width: int, height: int, title: str, xlabel: str, ylabel: str, body: str,
-               legend: list[tuple[str, str, bool]],
-               xticks: list[tuple[float, str]], yticks: list[tuple[float, str]]) -> str:
-    ticks = "".join(f'<text x="{x:.1f}" y="{height - 22}" font-size="10" text-anchor="middle">{esc(t)}</text>'
-                    for x, t in xticks)
-    ticks += "".join(f'<text x="40" y="{y + 3:.1f}" font-size="10" text-anchor="end">{esc(t)}</text>'
-                     f'<line x1="44" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>' for y, t in yticks)
+def _svg_frame(
+    width: int,
+    height: int,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    body: str,
+    legend: list[tuple[str, str, bool]],
+    xticks: list[tuple[float, str]],
+    yticks: list[tuple[float, str]],
+) -> str:
+    ticks = "".join(
+        f'<text x="{x:.1f}" y="{height - 22}" font-size="10" text-anchor="middle">{esc(t)}</text>' for x, t in xticks
+    )
+    ticks += "".join(
+        f'<text x="40" y="{y + 3:.1f}" font-size="10" text-anchor="end">{esc(t)}</text>'
+        f'<line x1="44" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+        for y, t in yticks
+    )
     dash = ' stroke-dasharray="4 3"'
-    keys = "".join(f'<g transform="translate({60 + 170 * i},14)"><line x1="0" x2="18" y1="-4" y2="-4" stroke="{c}" '
-                   f'stroke-width="2"{dash if dashed else ""}/><text x="22" y="0" '
-                   f'font-size="11">{esc(n)}</text></g>' for i, (n, c, dashed) in enumerate(legend))
-    return (f'<svg class="wl-svg" width="{width}" height="{height}" role="img" aria-label="{esc(title)}">'
-            f'<title>{esc(title)}</title>{ticks}{keys}{body}'
-            f'<text x="{width / 2:.0f}" y="{height - 6}" font-size="11" text-anchor="middle">{esc(xlabel)}</text>'
-            f'<text x="10" y="{height / 2:.0f}" font-size="11" transform="rotate(-90 10 {height / 2:.0f})" '
-            f'text-anchor="middle">{esc(ylabel)}</text></svg>')
+    keys = "".join(
+        f'<g transform="translate({60 + 170 * i},14)"><line x1="0" x2="18" y1="-4" y2="-4" stroke="{c}" '
+        f'stroke-width="2"{dash if dashed else ""}/><text x="22" y="0" '
+        f'font-size="11">{esc(n)}</text></g>'
+        for i, (n, c, dashed) in enumerate(legend)
+    )
+    return (
+        f'<svg class="wl-svg" width="{width}" height="{height}" role="img" aria-label="{esc(title)}">'
+        f"<title>{esc(title)}</title>{ticks}{keys}{body}"
+        f'<text x="{width / 2:.0f}" y="{height - 6}" font-size="11" text-anchor="middle">{esc(xlabel)}</text>'
+        f'<text x="10" y="{height / 2:.0f}" font-size="11" transform="rotate(-90 10 {height / 2:.0f})" '
+        f'text-anchor="middle">{esc(ylabel)}</text></svg>'
+    )
 
 
 def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
@@ -440,15 +553,26 @@ def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
             continue
         floor = f.side == (report.floor.side or "")
         dash = ' stroke-dasharray="5 4"' if floor else ""
-        lines.append(f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="2"{dash} '
-                     f'points="{" ".join(xy(k, s) for k, s in pts)}" data-side="{esc(f.side)}"/>')
+        lines.append(
+            f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="2"{dash} '
+            f'points="{" ".join(xy(k, s) for k, s in pts)}" data-side="{esc(f.side)}"/>'
+        )
         legend.append((label(report, f.side), colors[f.side], floor))
     if not lines:
         return ""
     xticks = [(x0 + (x1 - x0) * k / max_k, str(k)) for k in _nice_ticks(max_k)]
     yticks = [(y1 - (y1 - y0) * s, f"{100 * s:.0f}%") for s in (0, 0.25, 0.5, 0.75, 1.0)]
-    return _svg_frame(width, height, "Prompts still identical after k tokens", "generated tokens k",
-                      "share identical", "".join(lines), legend, xticks, yticks)
+    return _svg_frame(
+        width,
+        height,
+        "Prompts still identical after k tokens",
+        "generated tokens k",
+        "share identical",
+        "".join(lines),
+        legend,
+        xticks,
+        yticks,
+    )
 
 
 def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -> str:
@@ -475,25 +599,37 @@ def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -
         pts.append(xy(hi, 0.0))
         floor = f.side == (report.floor.side or "")
         dash = ' stroke-dasharray="5 4"' if floor else ""
-        lines.append(f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
-                     f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>')
+        lines.append(
+            f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
+            f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>'
+        )
         zeros = f" ({_pct(f.hist.zero / f.hist.total)} exactly 0)" if f.hist.zero else ""
         legend.append((label(report, f.side) + zeros, colors[f.side], floor))
-    xticks = [(x0 + (x1 - x0) * (e - lo) / (hi - lo), f"1e{e:+.0f}".replace("+", ""))
-              for e in range(math.ceil(lo), math.floor(hi) + 1)]
+    xticks = [
+        (x0 + (x1 - x0) * (e - lo) / (hi - lo), f"1e{e:+.0f}".replace("+", ""))
+        for e in range(math.ceil(lo), math.floor(hi) + 1)
+    ]
     yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
-    return _svg_frame(width, height, "|Δlogprob| per token, each side against the floor",
-                      "|Δlogprob| (nats, log scale)",
-                      "share of tokens", "".join(lines), legend, xticks, yticks)
+    return _svg_frame(
+        width,
+        height,
+        "|Δlogprob| per token, each side against the floor",
+        "|Δlogprob| (nats, log scale)",
+        "share of tokens",
+        "".join(lines),
+        legend,
+        xticks,
+        yticks,
+    )
 
 
 def _nice_ticks(n: int) -> list[int]:
-    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6)
-                if n / s <= 8)
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6) if n / s <= 8)
     return list(range(0, n + 1, step))
 
 
 # -- the static report's section --------------------------------------------------------------------
+
 
 def workload_section_html(run: Run, rows: list[PromptRow] | None = None) -> str:
     """The workload as the static report shows it: the card, the two charts, the figures table and,
@@ -502,19 +638,34 @@ def workload_section_html(run: Run, rows: list[PromptRow] | None = None) -> str:
     if w is None:
         return ""
     charts = survival_svg(run) + histogram_svg(w)
-    parts = [workload_card_html(run), f'<div class="wl-charts">{charts}</div>' if charts else "",
-             "<h3>Figures, each side next to the floor</h3>" + figures_table_html(w) if figure_sets(w) else ""]
+    parts = [
+        workload_card_html(run),
+        f'<div class="wl-charts">{charts}</div>' if charts else "",
+        "<h3>Figures, each side next to the floor</h3>" + figures_table_html(w) if figure_sets(w) else "",
+    ]
     if rows:
         floor = w.floor_figures.side if w.floor_figures else None
-        parts.append("<h3>Prompts</h3>" + prompt_table_html(rows, list(w.sides), pick=None, floor=floor,
-                                                            **replay_table_labels(w)))
+        parts.append(
+            "<h3>Prompts</h3>"
+            + prompt_table_html(rows, list(w.sides), pick=None, floor=floor, **replay_table_labels(w))
+        )
     return f'<section class="wl-section">{"".join(parts)}</section>'
 
 
 # -- while it runs ----------------------------------------------------------------------------------
 
-def workload_progress_html(phase: str, done: int, n_prompts: int, eta: str, lines: list[str], elapsed: float,
-                           source: str = "", fraction: float | None = None, states: dict[str, str] | None = None) -> str:
+
+def workload_progress_html(
+    phase: str,
+    done: int,
+    n_prompts: int,
+    eta: str,
+    lines: list[str],
+    elapsed: float,
+    source: str = "",
+    fraction: float | None = None,
+    states: dict[str, str] | None = None,
+) -> str:
     """The live card of a workload: the phase, prompts done of all with the rate and the time left
     (the runner's progress line; `fraction` the share of the work done, inside a chunk too), what
     each side is doing (`states`), the last status lines."""
@@ -526,12 +677,14 @@ def workload_progress_html(phase: str, done: int, n_prompts: int, eta: str, line
         source = src
     log = "".join(f"<li>{esc(x)}</li>" for x in lines[-4:])
     src = f'<div class="pc-muted">{esc(source)}</div>' if source else ""
-    return (f'<div class="pc-card pc-progress wl-progress" data-done="{done}" data-n="{n_prompts}">'
-            f'<div class="pc-title">{esc(phase)} <span class="pp-time">{elapsed:.1f}s</span></div>{src}'
-            f'<div class="pp-row"><span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
-            f'<span class="pp-n wl-eta">{esc(line)}</span></div>'
-            f'<div class="pc-muted">Stop keeps every finished prompt and the figures so far; Resume goes on '
-            f'from there.</div><ul class="pp-log">{log}</ul></div>')
+    return (
+        f'<div class="pc-card pc-progress wl-progress" data-done="{done}" data-n="{n_prompts}">'
+        f'<div class="pc-title">{esc(phase)} <span class="pp-time">{elapsed:.1f}s</span></div>{src}'
+        f'<div class="pp-row"><span class="pp-bar"><span style="width:{pct:.0f}%"></span></span>'
+        f'<span class="pp-n wl-eta">{esc(line)}</span></div>'
+        f'<div class="pc-muted">Stop keeps every finished prompt and the figures so far; Resume goes on '
+        f'from there.</div><ul class="pp-log">{log}</ul></div>'
+    )
 
 
 def replay_table_labels(w: Any) -> dict[str, Any]:

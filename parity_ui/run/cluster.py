@@ -15,14 +15,16 @@ retired and reported as ReplicaLost, so the caller can run its block again on an
 
 Ray's connection is process-wide (ray.init): `connect` keeps the one this process made.
 """
+
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..core.cluster import LOCAL, ClusterRecord, ClusterSpec
 from ..core.errors import CancelledError, ConfigError, EngineError
@@ -48,9 +50,11 @@ class ReplicaLost(EngineError):
     code = "replica-lost"
 
     def __init__(self, side: str, index: int, why: str):
-        super().__init__(f"side {side}: replica {index} was lost: {why}",
-                         "its block runs again on another replica; resume the run with 'parity resume' "
-                         "if every replica of a side is lost")
+        super().__init__(
+            f"side {side}: replica {index} was lost: {why}",
+            "its block runs again on another replica; resume the run with 'parity resume' "
+            "if every replica of a side is lost",
+        )
         self.side, self.index, self.why = side, index, why
 
 
@@ -58,8 +62,11 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("cluster", "needs Ray, which is not installed",
-                          "pip install 'parity-ui[cluster]' (or pip install ray), or run without --cluster") from None
+        raise ConfigError(
+            "cluster",
+            "needs Ray, which is not installed",
+            "pip install 'parity-ui[cluster]' (or pip install ray), or run without --cluster",
+        ) from None
     return ray
 
 
@@ -71,21 +78,36 @@ def connect(address: str) -> Any:
     ray = _ray()
     if ray.is_initialized():
         if _connected.get("address") not in (None, address):
-            raise ConfigError("cluster", f"this process is connected to Ray at {_connected['address']!r}, not "
-                                         f"{address!r}", "run one cluster per process: restart the app or CLI")
+            raise ConfigError(
+                "cluster",
+                f"this process is connected to Ray at {_connected['address']!r}, not {address!r}",
+                "run one cluster per process: restart the app or CLI",
+            )
         return ray
     path = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     try:
         if address == LOCAL:
-            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                     include_dashboard=False, log_to_driver=False, namespace="parity-ui",
-                     runtime_env={"env_vars": {"PYTHONPATH": path}})
+            ray.init(
+                num_cpus=os.cpu_count() or 1,
+                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                include_dashboard=False,
+                log_to_driver=False,
+                namespace="parity-ui",
+                runtime_env={"env_vars": {"PYTHONPATH": path}},
+            )
         else:
-            ray.init(address=address, log_to_driver=False, namespace="parity-ui",
-                     runtime_env={"py_modules": [str(PROJECT_ROOT / "parity_ui")]})
+            ray.init(
+                address=address,
+                log_to_driver=False,
+                namespace="parity-ui",
+                runtime_env={"py_modules": [str(PROJECT_ROOT / "parity_ui")]},
+            )
     except ConnectionError as e:
-        raise ConfigError("cluster", f"no Ray cluster answers at {address!r} ({e})",
-                          "start one with 'ray start --head' and give its address (HOST:6379), or --cluster local") from None
+        raise ConfigError(
+            "cluster",
+            f"no Ray cluster answers at {address!r} ({e})",
+            "start one with 'ray start --head' and give its address (HOST:6379), or --cluster local",
+        ) from None
     _connected["address"] = address
     return ray
 
@@ -192,10 +214,19 @@ class ClusterSides:
     """A run's sides as replicas (see the module docstring). `start()` brings every replica to loaded;
     the verbs then hand each request to an idle replica of its side."""
 
-    def __init__(self, cluster: Cluster, pool: EnginePool, plans: list[SidePlan], spec: ClusterSpec, *,
-                 gpu: bool, emit: EventCallback | None = None,
-                 on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
-                 findings: list[Finding] | None = None, timings: dict[str, float] | None = None):
+    def __init__(
+        self,
+        cluster: Cluster,
+        pool: EnginePool,
+        plans: list[SidePlan],
+        spec: ClusterSpec,
+        *,
+        gpu: bool,
+        emit: EventCallback | None = None,
+        on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+        findings: list[Finding] | None = None,
+        timings: dict[str, float] | None = None,
+    ):
         self.cluster, self.ray, self.pool, self.plans, self.spec = cluster, cluster.ray, pool, plans, spec
         self.gpu = gpu
         self.emit = emit or (lambda e: None)
@@ -240,8 +271,13 @@ class ClusterSides:
                     h.side, h.busy = p.name, False
                 self.by_side[p.name].append(h)
         if fresh:
-            self.emit(RunEvent("status", f"starting {len(fresh)} replica(s) on the Ray cluster "
-                                         f"({', '.join(h.name for _, h in fresh)}); {reps.placement}"))
+            self.emit(
+                RunEvent(
+                    "status",
+                    f"starting {len(fresh)} replica(s) on the Ray cluster "
+                    f"({', '.join(h.name for _, h in fresh)}); {reps.placement}",
+                )
+            )
         try:
             self._bring_up(fresh)
         except BaseException:
@@ -262,10 +298,15 @@ class ClusterSides:
         from ray.util import placement_group
 
         groups_ = [placement_group([{"GPU": float(need)}], strategy="STRICT_PACK") for _ in range(groups)]
-        self._wait_for([g.ready() for g in groups_], what=(
-            f"waiting for {groups} replica group(s) of {need} GPU(s) each on the cluster"))
-        how = "shared by one replica of every side" if need == 1 else \
-            "one replica of every side, each on its own GPU(s) (a TP/PP side on its group)"
+        self._wait_for(
+            [g.ready() for g in groups_],
+            what=(f"waiting for {groups} replica group(s) of {need} GPU(s) each on the cluster"),
+        )
+        how = (
+            "shared by one replica of every side"
+            if need == 1
+            else "one replica of every side, each on its own GPU(s) (a TP/PP side on its group)"
+        )
         return groups_, f"{groups} replica group(s) of {need} GPU(s) on one node each, {how}"
 
     def _group_gpus(self) -> int:
@@ -284,7 +325,8 @@ class ClusterSides:
             # One GPU shared by the group's sides: a fraction each, so Ray packs one of each on it.
             opts["num_gpus"] = 1 / len(self.plans) if self._group_gpus() == 1 else gpus_per_replica(p)
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=reps.groups[index % len(reps.groups)], placement_group_bundle_index=0)
+                placement_group=reps.groups[index % len(reps.groups)], placement_group_bundle_index=0
+            )
         else:
             opts["scheduling_strategy"] = "SPREAD"
         actor = _remote(self.ray, Replica).options(**opts)
@@ -293,8 +335,9 @@ class ClusterSides:
 
     def _bring_up(self, fresh: list[tuple[SidePlan, Handle]]) -> None:
         if fresh:
-            started = self._wait_for([h.actor.start.remote() for _, h in fresh],
-                                     what="replicas starting their engine processes")
+            started = self._wait_for(
+                [h.actor.start.remote() for _, h in fresh], what="replicas starting their engine processes"
+            )
             errors = []
             for (p, h), got in zip(fresh, started):
                 h.host = got["host"]
@@ -302,12 +345,23 @@ class ClusterSides:
                     if pb.severity == "error":
                         errors.append((p, pb))
                     elif h.index == 0:  # one replica's warnings stand for the side's
-                        self.findings.append(Finding(code=pb.code, severity="warning", side=p.name,
-                                                     message=f"side {p.name}: {pb.message}", fix=pb.fix))
+                        self.findings.append(
+                            Finding(
+                                code=pb.code,
+                                severity="warning",
+                                side=p.name,
+                                message=f"side {p.name}: {pb.message}",
+                                fix=pb.fix,
+                            )
+                        )
             if errors:
-                raise CapabilityError("; ".join(f"side {p.name} ({p.kind.label}): {pb.message}" for p, pb in
-                                                dict((p.name, (p, pb)) for p, pb in errors).values()),
-                                      "; ".join(dict.fromkeys(pb.fix for _, pb in errors)))
+                raise CapabilityError(
+                    "; ".join(
+                        f"side {p.name} ({p.kind.label}): {pb.message}"
+                        for p, pb in dict((p.name, (p, pb)) for p, pb in errors).values()
+                    ),
+                    "; ".join(dict.fromkeys(pb.fix for _, pb in errors)),
+                )
         for p in self.plans:  # side by side; a side's replicas at once
             mine = [h for q, h in fresh if q.name == p.name]
             if mine:
@@ -316,7 +370,9 @@ class ClusterSides:
                 for h, (hinfo, _) in zip(mine, got):
                     h.info = hinfo
                 info, took = got[0][0], max(s for _, s in got)
-                self.emit(RunEvent("status", f"{p.name}: loaded in {len(mine)} replica(s) in {took:.1f} s", side=p.name))
+                self.emit(
+                    RunEvent("status", f"{p.name}: loaded in {len(mine)} replica(s) in {took:.1f} s", side=p.name)
+                )
                 loaded = Loaded(info, took)
             else:
                 loaded = self._warm_info(p)
@@ -344,8 +400,10 @@ class ClusterSides:
                 cause = getattr(e, "cause", None)
                 if isinstance(cause, Exception) and hasattr(cause, "fix"):
                     raise cause from None
-                raise EngineError(f"a replica failed while {what}: {type(e).__name__}: {str(e)[:1500]}",
-                                  "see the Ray logs (/tmp/ray/session_latest/logs on each node)") from None
+                raise EngineError(
+                    f"a replica failed while {what}: {type(e).__name__}: {str(e)[:1500]}",
+                    "see the Ray logs (/tmp/ray/session_latest/logs on each node)",
+                ) from None
 
     # -- the verbs ------------------------------------------------------------------------------------
 
@@ -363,8 +421,13 @@ class ClusterSides:
     def busy(self) -> list[str]:
         return [h.name for hs in self.by_side.values() for h in hs if h.busy]
 
-    def generate(self, side: str, req: GenerateRequest, on_token: Any = None,
-                 on_counts: Callable[[dict[int, int]], None] | None = None) -> list[SideResult]:
+    def generate(
+        self,
+        side: str,
+        req: GenerateRequest,
+        on_token: Any = None,
+        on_counts: Callable[[dict[int, int]], None] | None = None,
+    ) -> list[SideResult]:
         results = self._call(side, "generate", req, on_counts)
         for r in results:
             r.side = side
@@ -391,8 +454,10 @@ class ClusterSides:
                 raise CancelledError("the run was stopped", "")
             live = [h for h in self.by_side.get(side, []) if h.alive]
             if not live:
-                raise EngineError(f"side {side}: every replica was lost ({'; '.join(self.lost)})",
-                                  "the finished blocks are stored: start the replicas again with 'parity resume RUN_ID'")
+                raise EngineError(
+                    f"side {side}: every replica was lost ({'; '.join(self.lost)})",
+                    "the finished blocks are stored: start the replicas again with 'parity resume RUN_ID'",
+                )
             free = next((h for h in live if not h.busy), None)
             if free is not None:
                 free.busy = True
@@ -445,8 +510,14 @@ class ClusterSides:
     def _lost(self, h: Handle, why: str) -> ReplicaLost:
         self._retire(h, why)
         self.lost.append(f"{h.name}: {why}")
-        self.emit(RunEvent("status", f"{h.name}: replica lost ({why}); {self.alive(h.side)} of the side's replicas "
-                                     "left; its block runs again", side=h.side))
+        self.emit(
+            RunEvent(
+                "status",
+                f"{h.name}: replica lost ({why}); {self.alive(h.side)} of the side's replicas "
+                "left; its block runs again",
+                side=h.side,
+            )
+        )
         return ReplicaLost(h.side, h.index, why)
 
     def _retire(self, h: Handle, why: str) -> None:
@@ -458,9 +529,17 @@ class ClusterSides:
 
     def record(self, block: int) -> ClusterRecord:
         nodes, cpus, gpus = resources(self.ray)
-        return ClusterRecord(address=self.cluster.address, nodes=nodes, cpus=cpus, gpus=gpus,
-                             replicas=self.counts(), block=block, placement=self.cluster.replicas.placement,
-                             retried_blocks=self.retried, lost_replicas=list(self.lost))
+        return ClusterRecord(
+            address=self.cluster.address,
+            nodes=nodes,
+            cpus=cpus,
+            gpus=gpus,
+            replicas=self.counts(),
+            block=block,
+            placement=self.cluster.replicas.placement,
+            retried_blocks=self.retried,
+            lost_replicas=list(self.lost),
+        )
 
 
 _actor_class: dict[int, Any] = {}

@@ -4,6 +4,7 @@
 version and the versions of the packages a side needs (importlib.metadata), so that a side whose
 environment lacks its engine fails before anything loads, with the side named.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,24 +59,37 @@ def describe_python(python: str, side: str) -> PythonEnv:
             return _cache[python]
     path = Path(python)
     if not path.is_file() or not os.access(path, os.X_OK):
-        raise SideError(side, "python", f"{python!r} is not an executable file",
-                          "give the python of another environment, e.g. python=/opt/vllm-old/bin/python "
-                          "(see docs/sides-and-config.md: 'Another environment as a side')")
+        raise SideError(
+            side,
+            "python",
+            f"{python!r} is not an executable file",
+            "give the python of another environment, e.g. python=/opt/vllm-old/bin/python "
+            "(see docs/sides-and-config.md: 'Another environment as a side')",
+        )
     try:
         # Fixed arguments: the path is checked above and never goes through a shell.
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": ""})
+        proc = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": ""}
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SideError(side, "python", f"{python!r} did not run: {e}", "check that it is a working Python") from None
     try:
         data = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        raise SideError(side, "python", f"{python!r} is not a usable Python: {proc.stderr.strip()[-300:]}",
-                          "give the path of a Python 3.10+ interpreter") from None
+        raise SideError(
+            side,
+            "python",
+            f"{python!r} is not a usable Python: {proc.stderr.strip()[-300:]}",
+            "give the path of a Python 3.10+ interpreter",
+        ) from None
     env = PythonEnv(python=python, version=tuple(data["version"]), packages=data["packages"])
     if env.version < MIN_PYTHON:
-        raise SideError(side, "python", f"{python!r} is Python {'.'.join(map(str, env.version))}; a side needs 3.10+",
-                          "create the environment with Python 3.10 or newer")
+        raise SideError(
+            side,
+            "python",
+            f"{python!r} is Python {'.'.join(map(str, env.version))}; a side needs 3.10+",
+            "create the environment with Python 3.10 or newer",
+        )
     with _lock:
         _cache[python] = env
     return env
@@ -87,7 +101,10 @@ def require_package(env: PythonEnv, package: str, side: str, kind: str) -> str:
         return ""
     version = env.package(package)
     if version is None:
-        raise SideError(side, "python", f"{env.python} has no {package} installed, which kind {kind} needs",
-                          f"install it there ({env.python} -m pip install {package}), or point python= "
-                          "at an environment that has it")
+        raise SideError(
+            side,
+            "python",
+            f"{env.python} has no {package} installed, which kind {kind} needs",
+            f"install it there ({env.python} -m pip install {package}), or point python= at an environment that has it",
+        )
     return version

@@ -1,5 +1,6 @@
 """What this machine has, found without importing torch or vllm (the app process never does) and
 without initialising CUDA here."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,8 +17,12 @@ def gpus() -> list[dict[str, str]]:
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=index,name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [smi, "--query-gpu=index,name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     if out.returncode != 0:
@@ -43,8 +48,7 @@ def compute_capability() -> float | None:
 
 
 # Where vLLM keeps its batch-invariant kernels (the module moved between releases).
-_BATCH_INVARIANT_MODULES = ("model_executor/determinism/batch_invariant.py",
-                            "model_executor/layers/batch_invariant.py")
+_BATCH_INVARIANT_MODULES = ("model_executor/determinism/batch_invariant.py", "model_executor/layers/batch_invariant.py")
 
 
 def batch_invariant_support(gpu: bool) -> tuple[bool, str]:

@@ -8,6 +8,7 @@ plan that cannot fit is refused with the numbers, naming the side, before any we
 Then each vLLM side's context (max_model_len) is checked against the KV cache it will have
 (`fit_contexts`): vLLM itself checks it only after loading the weights.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.context import KvPerToken, kv_bytes, kv_per_token, pool_bytes, tokens_that_fit
 from ..core.errors import ConfigError, SideError
-from .hardware import gpus
 from ..core.types import Finding
+from .hardware import gpus
 
 if TYPE_CHECKING:
     from .plan import SidePlan
@@ -31,7 +32,7 @@ VLLM_OVERHEAD_GIB = 1.0  # activations, CUDA graphs, sampler buffers beyond the 
 HF_OVERHEAD_GIB = 1.0
 
 
-def side_gpus(plan: "SidePlan") -> list[int]:
+def side_gpus(plan: SidePlan) -> list[int]:
     """The GPU indices a side uses."""
     if plan.kind.gpu_memory == "none":
         return []  # a remote server: not on this machine's GPUs
@@ -46,12 +47,12 @@ def side_gpus(plan: "SidePlan") -> list[int]:
     return list(range(width))
 
 
-def weight_bytes(plan: "SidePlan") -> int:
+def weight_bytes(plan: SidePlan) -> int:
     n = plan.model.num_parameters or 0
     return n * BYTES.get(plan.dtype, 4)
 
 
-def hf_bytes(plan: "SidePlan", longest: int, max_new: int, batch: int, logprobs_scored: bool) -> int:
+def hf_bytes(plan: SidePlan, longest: int, max_new: int, batch: int, logprobs_scored: bool) -> int:
     """An HF side's weights + KV cache + the logits generate keeps (output_logits, one row per step)
     + one full forward's logits when it scores a sequence (teacher forcing) + its process's CUDA
     context and allocator (HF_OVERHEAD_GIB)."""
@@ -65,11 +66,17 @@ def hf_bytes(plan: "SidePlan", longest: int, max_new: int, batch: int, logprobs_
     vocab = m.vocab_size or 0
     kept = max_new * batch * vocab * elt
     scored = tokens * vocab * (elt + 4) if logprobs_scored else 0  # the logits and their float32 copy
-    return (weight_bytes(plan) + kv + kept + scored + attention_scores_bytes(plan, tokens, batch)
-            + int(HF_OVERHEAD_GIB * GIB))
+    return (
+        weight_bytes(plan)
+        + kv
+        + kept
+        + scored
+        + attention_scores_bytes(plan, tokens, batch)
+        + int(HF_OVERHEAD_GIB * GIB)
+    )
 
 
-def attention_scores_bytes(plan: "SidePlan", tokens: int, batch: int) -> int:
+def attention_scores_bytes(plan: SidePlan, tokens: int, batch: int) -> int:
     """What an HF side's attention materialises when its kernel keeps the whole score matrix (SDPA
     'math', eager attention): one layer's scores and their softmax at a time, [batch, heads, tokens,
     tokens] in float32 (the noise floor of a scored workload runs SDPA 'math'). Fused kernels keep
@@ -81,8 +88,9 @@ def attention_scores_bytes(plan: "SidePlan", tokens: int, batch: int) -> int:
     return 2 * batch * heads * tokens * tokens * 4
 
 
-def plan_gpu_memory(plans: list["SidePlan"], gpu: bool, longest: int = 0, max_new: int = 0,
-                    batch: int = 1, scored: bool = True) -> list[Finding]:
+def plan_gpu_memory(
+    plans: list[SidePlan], gpu: bool, longest: int = 0, max_new: int = 0, batch: int = 1, scored: bool = True
+) -> list[Finding]:
     """Fill each vLLM side's unset gpu_memory_utilization and check that every GPU's plan fits.
     Returns one info finding with the plan; raises ConfigError when it cannot fit."""
     if not gpu:
@@ -96,9 +104,12 @@ def plan_gpu_memory(plans: list["SidePlan"], gpu: bool, longest: int = 0, max_ne
         idx = side_gpus(p)
         for i in idx:
             if i not in devices:
-                raise SideError(p.name, "device", f"GPU {i} does not exist (this machine has "
-                                                      f"{len(devices)}: 0..{len(devices) - 1})",
-                                  "pick one of the GPUs this machine has")
+                raise SideError(
+                    p.name,
+                    "device",
+                    f"GPU {i} does not exist (this machine has {len(devices)}: 0..{len(devices) - 1})",
+                    "pick one of the GPUs this machine has",
+                )
         if not idx:
             continue
         if p.kind.gpu_memory == "share":
@@ -128,25 +139,41 @@ def plan_gpu_memory(plans: list["SidePlan"], gpu: bool, longest: int = 0, max_ne
                 tp = max(len(side_gpus(plan)), 1)
                 need = weight_bytes(plan) / tp + VLLM_OVERHEAD_GIB * GIB
                 if b < need:
-                    raise SideError(name, "gpu_memory_utilization",
-                                      f"the plan leaves side {name} {b / GIB:.1f} GiB of GPU {i}, but its weights "
-                                      f"and working memory need about {need / GIB:.1f} GiB",
-                                      "drop a side, move one to another GPU (device=cuda:1), or set the shares "
-                                      "yourself (SIDE.gpu_memory_utilization)")
+                    raise SideError(
+                        name,
+                        "gpu_memory_utilization",
+                        f"the plan leaves side {name} {b / GIB:.1f} GiB of GPU {i}, but its weights "
+                        f"and working memory need about {need / GIB:.1f} GiB",
+                        "drop a side, move one to another GPU (device=cuda:1), or set the shares "
+                        "yourself (SIDE.gpu_memory_utilization)",
+                    )
         planned_total = sum(b for _, b in use[i])
         if planned_total > HEADROOM * total:
             parts = ", ".join(f"{n} {b / GIB:.1f} GiB" for n, b in use[i])
-            raise ConfigError("sides", f"GPU {i} has {total / GIB:.0f} GiB; the sides on it would take "
-                                       f"{planned_total / GIB:.1f} GiB ({parts})",
-                              "lower a vLLM side's gpu_memory_utilization, shorten the prompt, or move a side "
-                              "to another GPU (device=cuda:N)")
+            raise ConfigError(
+                "sides",
+                f"GPU {i} has {total / GIB:.0f} GiB; the sides on it would take "
+                f"{planned_total / GIB:.1f} GiB ({parts})",
+                "lower a vLLM side's gpu_memory_utilization, shorten the prompt, or move a side "
+                "to another GPU (device=cuda:N)",
+            )
     lines = []
     for i, total in devices.items():
         if use[i]:
             parts = ", ".join(f"{n} {b / GIB:.1f} GiB" for n, b in use[i])
             lines.append(f"GPU {i} ({total / GIB:.0f} GiB): {parts}")
-    return [Finding(code="memory-plan", severity="info", message="GPU memory plan: " + "; ".join(lines),
-                    fix="set a side's gpu_memory_utilization to change its share")] if lines else []
+    return (
+        [
+            Finding(
+                code="memory-plan",
+                severity="info",
+                message="GPU memory plan: " + "; ".join(lines),
+                fix="set a side's gpu_memory_utilization to change its share",
+            )
+        ]
+        if lines
+        else []
+    )
 
 
 # vLLM allocates the KV cache in blocks: 128 tokens on its CPU backend (vllm/platforms/cpu.py), 16 by
@@ -155,7 +182,7 @@ CPU_BLOCK = 128
 GPU_BLOCK = 16
 
 
-def _kv_budget(plan: "SidePlan", devices: dict[int, int]) -> tuple[float, str, str] | None:
+def _kv_budget(plan: SidePlan, devices: dict[int, int]) -> tuple[float, str, str] | None:
     """(bytes of KV cache one rank of the side has, how that figure comes, the setting that raises it),
     or None when it cannot be known here."""
     llm = plan.args.llm
@@ -168,12 +195,17 @@ def _kv_budget(plan: "SidePlan", devices: dict[int, int]) -> tuple[float, str, s
     total = min(devices[i] for i in idx)
     weights = weight_bytes(plan) / len(idx)
     budget = share * total - weights - VLLM_OVERHEAD_GIB * GIB
-    return budget, (f"about {budget / GIB:.1f} GiB: gpu_memory_utilization={share:g} of {total / GIB:.0f} GiB, less "
-                    f"{weights / GIB:.1f} GiB of weights and ~{VLLM_OVERHEAD_GIB:g} GiB of working memory"), \
-        "gpu_memory_utilization"
+    return (
+        budget,
+        (
+            f"about {budget / GIB:.1f} GiB: gpu_memory_utilization={share:g} of {total / GIB:.0f} GiB, less "
+            f"{weights / GIB:.1f} GiB of weights and ~{VLLM_OVERHEAD_GIB:g} GiB of working memory"
+        ),
+        "gpu_memory_utilization",
+    )
 
 
-def _raise_target(plan: "SidePlan", need_bytes: int, setting: str, devices: dict[int, int]) -> str:
+def _raise_target(plan: SidePlan, need_bytes: int, setting: str, devices: dict[int, int]) -> str:
     """The value of `setting` that would hold `need_bytes` of KV, as a --set the user can type."""
     if setting == "kv_cache_gib":
         value = math.ceil(need_bytes / GIB * 100) / 100
@@ -186,7 +218,7 @@ def _raise_target(plan: "SidePlan", need_bytes: int, setting: str, devices: dict
     return f"raise this side's gpu_memory_utilization to {share:g} (--set {plan.name}.gpu_memory_utilization={share:g})"
 
 
-def fit_contexts(plans: list["SidePlan"], gpu: bool, needs: dict[str, int], explicit: bool) -> None:
+def fit_contexts(plans: list[SidePlan], gpu: bool, needs: dict[str, int], explicit: bool) -> None:
     """Check that one request of each vLLM side's max_model_len fits the KV cache the side will have
     (vLLM's own check, made before loading). A context sized by parity-ui (`explicit` False) that its
     bucket makes too long is trimmed to what fits, never below the run's need (`needs`). Raises
@@ -197,8 +229,12 @@ def fit_contexts(plans: list["SidePlan"], gpu: bool, needs: dict[str, int], expl
         llm = getattr(plan.args, "llm", None)
         if plan.kind.gpu_memory != "share" or not llm or llm.get("max_model_len") is None:
             continue
-        per_token = kv_per_token(plan.model, BYTES.get(plan.dtype, 4), int(llm.get("tensor_parallel_size", 1)),
-                                 int(llm.get("pipeline_parallel_size", 1)))
+        per_token = kv_per_token(
+            plan.model,
+            BYTES.get(plan.dtype, 4),
+            int(llm.get("tensor_parallel_size", 1)),
+            int(llm.get("pipeline_parallel_size", 1)),
+        )
         budget = _kv_budget(plan, devices)
         # A sliding window caches min(window + a batch's tokens, max_model_len) tokens: all of them
         # unless chunked prefill makes the batch smaller than the context.
@@ -216,21 +252,39 @@ def fit_contexts(plans: list["SidePlan"], gpu: bool, needs: dict[str, int], expl
         _refuse(plan, context, need, explicit, per_token, block, fits, budget, devices)
 
 
-def _refuse(plan: "SidePlan", context: int, need: int, explicit: bool, per_token: KvPerToken, block: int, fits: int,
-            budget: tuple[float, str, str], devices: dict[int, int]) -> None:
+def _refuse(
+    plan: SidePlan,
+    context: int,
+    need: int,
+    explicit: bool,
+    per_token: KvPerToken,
+    block: int,
+    fits: int,
+    budget: tuple[float, str, str],
+    devices: dict[int, int],
+) -> None:
     tokens = context if explicit else need
     need_bytes, pool = kv_bytes(tokens, per_token, block), pool_bytes(tokens, per_token, block)
-    what = (f"max_model_len={tokens:,}" if explicit else
-            f"this run needs {tokens:,} positions (its longest prompt plus max_new_tokens), and one request of that "
-            "length")
-    message = (f"{what} needs {need_bytes / GIB:.2f} GiB of KV cache ({per_token}), over {budget[1]}; vLLM would "
-               "refuse to start after loading the weights")
+    what = (
+        f"max_model_len={tokens:,}"
+        if explicit
+        else f"this run needs {tokens:,} positions (its longest prompt plus max_new_tokens), and one request of that "
+        "length"
+    )
+    message = (
+        f"{what} needs {need_bytes / GIB:.2f} GiB of KV cache ({per_token}), over {budget[1]}; vLLM would "
+        "refuse to start after loading the weights"
+    )
     if explicit and need <= fits:
-        fix = (f"lower max_model_len to {fits:,} or less (this run needs {need:,}; or unset it: each vLLM side then "
-               f"gets what the run needs), or {_raise_target(plan, pool, budget[2], devices)}")
+        fix = (
+            f"lower max_model_len to {fits:,} or less (this run needs {need:,}; or unset it: each vLLM side then "
+            f"gets what the run needs), or {_raise_target(plan, pool, budget[2], devices)}"
+        )
     elif explicit:
-        fix = (f"{_raise_target(plan, pool, budget[2], devices)}; lowering max_model_len cannot help: the "
-               f"run itself needs {need:,} positions ({kv_bytes(need, per_token, block) / GIB:.2f} GiB)")
+        fix = (
+            f"{_raise_target(plan, pool, budget[2], devices)}; lowering max_model_len cannot help: the "
+            f"run itself needs {need:,} positions ({kv_bytes(need, per_token, block) / GIB:.2f} GiB)"
+        )
     else:
         fix = f"{_raise_target(plan, pool, budget[2], devices)}, or shorten the prompt or lower max_new_tokens"
     raise SideError(plan.name, budget[2], message, fix)

@@ -17,22 +17,32 @@ Sides still generate one at a time in both. Sides that share a setup share one w
 started, the set answers typed verbs (`generate`, `score`, `capture`) on any of its sides;
 it knows nothing of runs or the store (parity_ui.service and parity_ui.run.recorder do).
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
-from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, RouteReplayRequest,
-                             RoutesRequest, ScoreBatch, ScoreRequest)
-from ..core.routes import Routes
 from ..core.errors import CancelledError, EngineError, ParityError
-from .plan import SidePlan
+from ..core.requests import (
+    CaptureRequest,
+    GenerateRequest,
+    InputCheck,
+    LoadRequest,
+    Problem,
+    RouteReplayRequest,
+    RoutesRequest,
+    ScoreBatch,
+    ScoreRequest,
+)
+from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, TokenStep
+from .plan import SidePlan
 from .worker_client import Capture, CountsCallback, EngineClient, TokenCallback
 from .workers import EnginePool
 
@@ -147,11 +157,20 @@ class Sides:
     each), both also when starting fails; `loaded` holds each side's engine and `generated_early`
     the sides that generated while another still loaded."""
 
-    def __init__(self, pool: EnginePool, plans: list[SidePlan], *, gpu: bool, gated: bool,
-                 emit: EventCallback | None = None, inputs: Callable[[], InputCheck] | None = None,
-                 then: Callable[[Sides, SidePlan], None] | None = None,
-                 on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
-                 findings: list[Finding] | None = None, timings: dict[str, float] | None = None):
+    def __init__(
+        self,
+        pool: EnginePool,
+        plans: list[SidePlan],
+        *,
+        gpu: bool,
+        gated: bool,
+        emit: EventCallback | None = None,
+        inputs: Callable[[], InputCheck] | None = None,
+        then: Callable[[Sides, SidePlan], None] | None = None,
+        on_loaded: Callable[[SidePlan, Loaded], None] | None = None,
+        findings: list[Finding] | None = None,
+        timings: dict[str, float] | None = None,
+    ):
         self.pool, self.plans, self.gpu, self.gated = pool, plans, gpu, gated
         self.emit = emit or (lambda e: None)
         self._inputs, self._then, self._on_loaded = inputs, then, on_loaded
@@ -172,15 +191,21 @@ class Sides:
 
     def client(self, side: str) -> EngineClient:
         if side not in self.clients:
-            raise EngineError(f"side {side} is not among the started sides ({', '.join(self.clients)})",
-                              "name a side of this run")
+            raise EngineError(
+                f"side {side} is not among the started sides ({', '.join(self.clients)})", "name a side of this run"
+            )
         return self.clients[side]
 
     def info(self, side: str) -> EngineInfo:
         return self.loaded[side].info
 
-    def generate(self, side: str, req: GenerateRequest, on_token: TokenCallback | None = None,
-                 on_counts: CountsCallback | None = None) -> list[SideResult]:
+    def generate(
+        self,
+        side: str,
+        req: GenerateRequest,
+        on_token: TokenCallback | None = None,
+        on_counts: CountsCallback | None = None,
+    ) -> list[SideResult]:
         self._first_call(side)
         results = self.client(side).generate(req, on_token, on_counts)
         for r in results:
@@ -204,8 +229,14 @@ class Sides:
             self._called.add(side)
         got = self.loaded.get(side)
         if got is not None and got.load_s > 0:
-            self.emit(RunEvent("status", f"{side}: first call since it loaded: warming up (kernels compile or are "
-                                         "picked on first use); its first tokens take longer", side=side))
+            self.emit(
+                RunEvent(
+                    "status",
+                    f"{side}: first call since it loaded: warming up (kernels compile or are "
+                    "picked on first use); its first tokens take longer",
+                    side=side,
+                )
+            )
 
     def capture(self, side: str, req: CaptureRequest) -> Capture:
         return self.client(side).capture(req)
@@ -237,7 +268,9 @@ class Sides:
         def stop_the_others() -> None:
             if not self.pool.cancelled:
                 ours.append(True)
-                self.pool.cancel(by_user=False)  # generating sides stop at their next token, loading ones before loading
+                self.pool.cancel(
+                    by_user=False
+                )  # generating sides stop at their next token, loading ones before loading
             for gate in (self._checked, self._all_loaded, self._turns):
                 gate.stop()
             for p in unique:  # a worker still importing its libraries would make the run wait for that
@@ -276,8 +309,9 @@ class Sides:
         keys = {p.name: p.load_key for p in self.plans}
         self.pool.retain(set(keys.values()))  # free what this set does not need before loading
         for p in self.plans:
-            self.clients[p.name] = EngineClient(self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python,
-                                                                 p.worker_env))
+            self.clients[p.name] = EngineClient(
+                self.pool.worker(keys[p.name], p.name, p.kind.engine, p.python, p.worker_env)
+            )
         self.pool.drop_spares()  # started ahead for a setup the run did not end up with
         return list({keys[p.name]: p for p in self.plans}.values())
 
@@ -313,8 +347,11 @@ class Sides:
             with self._lock:
                 pending = [q.name for q in self.plans if q.name not in self.loaded]
             if pending:
-                self._say(p.name, f"loaded; waiting for {', '.join(pending)} to load before generating (sides "
-                                  "generate after every side has loaded, so no side's timings include a load)")
+                self._say(
+                    p.name,
+                    f"loaded; waiting for {', '.join(pending)} to load before generating (sides "
+                    "generate after every side has loaded, so no side's timings include a load)",
+                )
         self._all_loaded.wait()
         if self._then is None:
             return
@@ -338,15 +375,24 @@ class Sides:
             if pb.severity == "error":
                 errors.append((p, pb))
             else:
-                self.findings.append(Finding(code=pb.code, severity="warning", side=p.name,
-                                             message=f"side {p.name}: {pb.message}", fix=pb.fix))
+                self.findings.append(
+                    Finding(
+                        code=pb.code,
+                        severity="warning",
+                        side=p.name,
+                        message=f"side {p.name}: {pb.message}",
+                        fix=pb.fix,
+                    )
+                )
         if errors and not self.gated:
             raise self._capability(errors)
         with self._lock:
             self._errors += errors
 
     @staticmethod
-    def _capability(errors: list[tuple[SidePlan, Problem]], when: str = "found before loading the model") -> CapabilityError:
+    def _capability(
+        errors: list[tuple[SidePlan, Problem]], when: str = "found before loading the model"
+    ) -> CapabilityError:
         msg = "; ".join(f"side {p.name} ({p.kind.label}): {pb.message}" for p, pb in errors)
         fixes = "; ".join(dict.fromkeys(pb.fix for _, pb in errors))
         return CapabilityError(f"{msg} ({when})", fixes)
@@ -359,15 +405,20 @@ class Sides:
         shared = self.gpu and p.kind.gpu_memory == "share"
         serial = self._gpu_lock if shared else nullcontext()
         if shared and self._loading is not None and self._loading != p.name:
-            self._say(p.name, f"waiting for {self._loading} to finish loading (vLLM sides on one GPU load one at "
-                              "a time: each measures the free memory)")
+            self._say(
+                p.name,
+                f"waiting for {self._loading} to finish loading (vLLM sides on one GPU load one at "
+                "a time: each measures the free memory)",
+            )
         with serial:
             if shared:
                 self._loading = p.name
             self._say(p.name, "loading the weights")
             t = time.perf_counter()
-            client.worker.info = client.load(load_request(p), on_progress=lambda m, name=p.name: self.emit(
-                RunEvent("status", f"{name}: {m}", side=name)))
+            client.worker.info = client.load(
+                load_request(p),
+                on_progress=lambda m, name=p.name: self.emit(RunEvent("status", f"{name}: {m}", side=name)),
+            )
             took = time.perf_counter() - t
             if shared:
                 self._loading = None
@@ -387,7 +438,14 @@ class Sides:
                 if pb.severity == "error":
                     errors.append((p, pb))
                 else:
-                    self.findings.append(Finding(code=pb.code, severity="warning", side=p.name,
-                                                 message=f"side {p.name}: {pb.message}", fix=pb.fix))
+                    self.findings.append(
+                        Finding(
+                            code=pb.code,
+                            severity="warning",
+                            side=p.name,
+                            message=f"side {p.name}: {pb.message}",
+                            fix=pb.fix,
+                        )
+                    )
         if errors:
             raise self._capability(errors, "found before generating")

@@ -1,5 +1,6 @@
 """The types of a prepared run: what was asked for, and each side's plan. Plain dataclasses, so the
 modules that read a plan (preflight, the memory plan, the service) need not import what makes it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,12 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.config import ParityConfig
-from .environments import PythonEnv
 from ..core.kinds import Kind
 from ..core.mapping import Resolved
-from ..inputs.prompts import EncodedPrompt, PromptSpec, PromptTokenizer
 from ..core.sides import SideSpec
 from ..core.types import Finding, ModelInfo
+from ..inputs.prompts import EncodedPrompt, PromptSpec, PromptTokenizer
+from .environments import PythonEnv
 from .workers import load_key
 
 

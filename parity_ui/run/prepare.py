@@ -4,24 +4,42 @@ side's native arguments, interpreter and model folder, the GPU memory plan, and 
 `prepare(request, gpu)` raises ParityError (ConfigError, ModelError, PromptError) with a fix, naming
 the side where a side is at fault. It reads small files and runs tokenizers; it loads no weights.
 """
+
 from __future__ import annotations
 
 from ..core.config import ParityConfig
 from ..core.context import check_context, max_context
-from .environments import PythonEnv, describe_python, require_package, this_python
 from ..core.errors import ConfigError, PromptError, SideError
 from ..core.kinds import Kind, get_kind
 from ..core.mapping import Resolved, map_side, resolve, side_dtype, side_image_pixels
-from .memory_plan import fit_contexts, plan_gpu_memory
-from ..inputs.models import describe_model
-from .plan import Prepared, RunRequest, SidePlan
-from .preflight import run_preflight
-from ..inputs.prompts import (EncodedPrompt, PromptSpec, PromptTokenizer, VisionProcessor, check_chat_template,
-                              tokenizer_for, vision_for)
 from ..core.sides import SideSpec
 from ..core.types import ModelInfo
+from ..inputs.models import describe_model
+from ..inputs.prompts import (
+    EncodedPrompt,
+    PromptSpec,
+    PromptTokenizer,
+    VisionProcessor,
+    check_chat_template,
+    tokenizer_for,
+    vision_for,
+)
+from .environments import PythonEnv, describe_python, require_package, this_python
+from .memory_plan import fit_contexts, plan_gpu_memory
+from .plan import Prepared, RunRequest, SidePlan
+from .preflight import run_preflight
 
-__all__ = ["prepare", "likely_workers", "plan_side", "plan_sides", "max_context", "check_same_tokens", "Prepared", "RunRequest", "SidePlan"]
+__all__ = [
+    "prepare",
+    "likely_workers",
+    "plan_side",
+    "plan_sides",
+    "max_context",
+    "check_same_tokens",
+    "Prepared",
+    "RunRequest",
+    "SidePlan",
+]
 
 
 def _check_context(cfg: ParityConfig, model: ModelInfo, encoded: list[EncodedPrompt]) -> int | None:
@@ -33,12 +51,15 @@ def _check_context(cfg: ParityConfig, model: ModelInfo, encoded: list[EncodedPro
     return limit
 
 
-def _context_needs(cfg: ParityConfig, encoded: list[EncodedPrompt], side_prompts: dict[str, list[EncodedPrompt]],
-                   at_least: int) -> dict[str, int]:
+def _context_needs(
+    cfg: ParityConfig, encoded: list[EncodedPrompt], side_prompts: dict[str, list[EncodedPrompt]], at_least: int
+) -> dict[str, int]:
     """Per side, the positions its longest prompt (its own image expansion where it has one) plus
     max_new_tokens need, and at least `at_least`."""
-    return {s.name: max(at_least, max(len(e.token_ids) for e in side_prompts.get(s.name, encoded)) + cfg.max_new_tokens)
-            for s in cfg.sides}
+    return {
+        s.name: max(at_least, max(len(e.token_ids) for e in side_prompts.get(s.name, encoded)) + cfg.max_new_tokens)
+        for s in cfg.sides
+    }
 
 
 def _side_model(spec: SideSpec, run_model: ModelInfo, trust_remote_code: bool) -> ModelInfo:
@@ -49,35 +70,54 @@ def _side_model(spec: SideSpec, run_model: ModelInfo, trust_remote_code: bool) -
     except ConfigError:
         raise
     except Exception as e:  # ModelError: name the side
-        raise SideError(spec.name, "model", getattr(e, "message", str(e)),
-                          getattr(e, "fix", "") or "give a model folder") from None
+        raise SideError(
+            spec.name, "model", getattr(e, "message", str(e)), getattr(e, "fix", "") or "give a model folder"
+        ) from None
 
 
-def check_same_tokens(spec: SideSpec, model: ModelInfo, ref_tok: PromptTokenizer, prompts: list[PromptSpec],
-                      encoded: list[EncodedPrompt], chat: bool, trust_remote_code: bool) -> None:
+def check_same_tokens(
+    spec: SideSpec,
+    model: ModelInfo,
+    ref_tok: PromptTokenizer,
+    prompts: list[PromptSpec],
+    encoded: list[EncodedPrompt],
+    chat: bool,
+    trust_remote_code: bool,
+) -> None:
     """A side with its own model folder must tokenize every prompt to the reference's ids: else the
     sides would not be compared on the same input."""
     try:
         tok = tokenizer_for(model.path, trust_remote_code)
     except Exception as e:  # noqa: BLE001 - no or broken tokenizer files
-        raise SideError(spec.name, "model", f"{model.path} has no usable tokenizer ({type(e).__name__}: "
-                                                f"{str(e)[:160]})",
-                          "copy the reference model's tokenizer files (tokenizer.json, tokenizer_config.json, "
-                          "special_tokens_map.json) into it") from None
+        raise SideError(
+            spec.name,
+            "model",
+            f"{model.path} has no usable tokenizer ({type(e).__name__}: {str(e)[:160]})",
+            "copy the reference model's tokenizer files (tokenizer.json, tokenizer_config.json, "
+            "special_tokens_map.json) into it",
+        ) from None
     if len(tok.tok) != len(ref_tok.tok):
-        raise SideError(spec.name, "model", f"{model.path}'s tokenizer has {len(tok.tok)} tokens, the "
-                                                f"reference's {len(ref_tok.tok)}",
-                          "use checkpoints of the same model family, with the same tokenizer files")
+        raise SideError(
+            spec.name,
+            "model",
+            f"{model.path}'s tokenizer has {len(tok.tok)} tokens, the reference's {len(ref_tok.tok)}",
+            "use checkpoints of the same model family, with the same tokenizer files",
+        )
     for i, (spec_p, ref) in enumerate(zip(prompts, encoded)):
         ids = tok.encode(spec_p, chat).token_ids
         if ids != ref.token_ids:
-            at = next((j for j, (x, y) in enumerate(zip(ids, ref.token_ids)) if x != y), min(len(ids), len(ref.token_ids)))
-            raise SideError(spec.name, "model",
-                            f"{model.path} tokenizes prompt {i} differently from the reference (first at "
-                            f"token {at}: {ids[at] if at < len(ids) else 'end'} vs "
-                            f"{ref.token_ids[at] if at < len(ref.token_ids) else 'end'})",
-                            "copy the reference model's tokenizer files into the side's folder, or "
-                            "compare checkpoints of the same model")
+            at = next(
+                (j for j, (x, y) in enumerate(zip(ids, ref.token_ids)) if x != y), min(len(ids), len(ref.token_ids))
+            )
+            raise SideError(
+                spec.name,
+                "model",
+                f"{model.path} tokenizes prompt {i} differently from the reference (first at "
+                f"token {at}: {ids[at] if at < len(ids) else 'end'} vs "
+                f"{ref.token_ids[at] if at < len(ref.token_ids) else 'end'})",
+                "copy the reference model's tokenizer files into the side's folder, or "
+                "compare checkpoints of the same model",
+            )
 
 
 def _interpreter(spec: SideSpec, kind: Kind) -> tuple[str, PythonEnv | None]:
@@ -92,12 +132,21 @@ def plan_side(cfg: ParityConfig, spec: SideSpec, resolved: Resolved, model: Mode
     kind = get_kind(spec.kind)
     python, env = _interpreter(spec, kind)
     args = map_side(cfg, spec, resolved, model)
-    return SidePlan(spec=spec, kind=kind, model=model, dtype=side_dtype(cfg, spec, model), args=args,
-                    python=python, env=env, worker_env=dict(getattr(args, "env", {}) or {}))
+    return SidePlan(
+        spec=spec,
+        kind=kind,
+        model=model,
+        dtype=side_dtype(cfg, spec, model),
+        args=args,
+        python=python,
+        env=env,
+        worker_env=dict(getattr(args, "env", {}) or {}),
+    )
 
 
-def plan_sides(model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code: bool = False, *,
-               context_need: int | None = None) -> list[SidePlan]:
+def plan_sides(
+    model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code: bool = False, *, context_need: int | None = None
+) -> list[SidePlan]:
     """Every side's plan for `cfg` on a model, without prompts (a layer capture replays ids it already
     has; `context_need` is the positions it feeds). Raises ParityError like prepare()."""
     model = describe_model(model_name, trust_remote_code=trust_remote_code)
@@ -109,8 +158,17 @@ def plan_sides(model_name: str, cfg: ParityConfig, gpu: bool, trust_remote_code:
     return plans
 
 
-def plan_memory(plans: list[SidePlan], gpu: bool, resolved: Resolved, cfg: ParityConfig, *, longest: int,
-                max_new: int, batch: int, scored: bool = False) -> list:
+def plan_memory(
+    plans: list[SidePlan],
+    gpu: bool,
+    resolved: Resolved,
+    cfg: ParityConfig,
+    *,
+    longest: int,
+    max_new: int,
+    batch: int,
+    scored: bool = False,
+) -> list:
     """Plan the GPU memory of sides that run together (each vLLM side's unset gpu_memory_utilization
     filled) and check each vLLM side's context against the KV cache that leaves it. Planning again
     with one more side re-divides the shares this plan filled; shares a user set stay. Returns the
@@ -137,10 +195,16 @@ def plan_extra_side(prep: Prepared, spec: SideSpec, like: str, *, scored: bool |
         prep.resolved.context_need[spec.name] = prep.resolved.context_need[like]
     plan = plan_side(prep.config, spec, prep.resolved, prep.side(like).model)
     cfg = prep.config
-    findings = plan_memory([*prep.sides, plan], prep.resolved.on_gpu, prep.resolved, cfg,
-                           longest=max((len(e.token_ids) for e in prep.prompts), default=0),
-                           max_new=cfg.max_new_tokens, batch=cfg.batch_size,
-                           scored=cfg.cross_score if scored is None else scored)
+    findings = plan_memory(
+        [*prep.sides, plan],
+        prep.resolved.on_gpu,
+        prep.resolved,
+        cfg,
+        longest=max((len(e.token_ids) for e in prep.prompts), default=0),
+        max_new=cfg.max_new_tokens,
+        batch=cfg.batch_size,
+        scored=cfg.cross_score if scored is None else scored,
+    )
     prep.warnings[:] = [w for w in prep.warnings if w.code != "memory-plan"] + findings
     return plan
 
@@ -191,15 +255,39 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
     for spec in cfg.sides:
         side_model = _side_model(spec, model, req.trust_remote_code)
         if spec.model and text_only:
-            check_same_tokens(spec, side_model, tok, [p for p, _ in text_only], [e for _, e in text_only], cfg.chat,
-                              req.trust_remote_code)
+            check_same_tokens(
+                spec,
+                side_model,
+                tok,
+                [p for p, _ in text_only],
+                [e for _, e in text_only],
+                cfg.chat,
+                req.trust_remote_code,
+            )
         plans.append(plan_side(cfg, spec, resolved, side_model))
-    warnings = plan_memory(plans, gpu, resolved, cfg, longest=max(len(e.token_ids) for e in encoded),
-                           max_new=cfg.max_new_tokens, batch=cfg.batch_size, scored=cfg.cross_score)
-    prepared = Prepared(config=cfg, model=model, tokenizer=tok, prompts=encoded, resolved=resolved, sides=plans,
-                        max_context=limit, side_prompts=side_prompts,
-                        image_token_id=vision.image_token_id if vision else None, kept=kept,
-                        skipped_too_long=skipped)
+    warnings = plan_memory(
+        plans,
+        gpu,
+        resolved,
+        cfg,
+        longest=max(len(e.token_ids) for e in encoded),
+        max_new=cfg.max_new_tokens,
+        batch=cfg.batch_size,
+        scored=cfg.cross_score,
+    )
+    prepared = Prepared(
+        config=cfg,
+        model=model,
+        tokenizer=tok,
+        prompts=encoded,
+        resolved=resolved,
+        sides=plans,
+        max_context=limit,
+        side_prompts=side_prompts,
+        image_token_id=vision.image_token_id if vision else None,
+        kept=kept,
+        skipped_too_long=skipped,
+    )
     prepared.warnings = run_preflight(prepared) + warnings
     if vision is not None:
         from ..inputs.images import image_findings
@@ -220,8 +308,10 @@ def _too_long(req: RunRequest, model: ModelInfo, encoded: list[EncodedPrompt]) -
     keep = set(kept)
     skipped = [i for i in range(len(encoded)) if i not in keep]
     if not kept:
-        raise PromptError(f"every one of the {len(encoded)} prompts is longer than the context of {limit} with "
-                          f"max_new_tokens={need}", "lower max_new_tokens, or raise max_model_len with rope_scaling")
+        raise PromptError(
+            f"every one of the {len(encoded)} prompts is longer than the context of {limit} with max_new_tokens={need}",
+            "lower max_new_tokens, or raise max_model_len with rope_scaling",
+        )
     return kept, skipped
 
 
@@ -233,27 +323,39 @@ def _check_images(req: RunRequest, model: ModelInfo) -> VisionProcessor | None:
         return None
     i, first = with_images[0]
     if not model.vision:
-        raise PromptError(f"image {first.images[0].name!r} was given with prompt {i}, but {model.name} "
-                          f"({model.architecture or model.model_type}) is a text-only model",
-                          "drop the image (--image), or pick a vision-language model such as Qwen2-VL, "
-                          "Qwen2.5-VL or Qwen3-VL")
+        raise PromptError(
+            f"image {first.images[0].name!r} was given with prompt {i}, but {model.name} "
+            f"({model.architecture or model.model_type}) is a text-only model",
+            "drop the image (--image), or pick a vision-language model such as Qwen2-VL, Qwen2.5-VL or Qwen3-VL",
+        )
     limit = req.config.max_images_per_prompt
     for i, p in with_images:
         if len(p.images) > limit:
-            raise PromptError(f"prompt {i} has {len(p.images)} images ({', '.join(x.name for x in p.images)}), "
-                              f"over max_images_per_prompt={limit} (vLLM's limit_mm_per_prompt)",
-                              f"attach at most {limit} images, or raise the limit: --set max_images_per_prompt="
-                              f"{len(p.images)}")
+            raise PromptError(
+                f"prompt {i} has {len(p.images)} images ({', '.join(x.name for x in p.images)}), "
+                f"over max_images_per_prompt={limit} (vLLM's limit_mm_per_prompt)",
+                f"attach at most {limit} images, or raise the limit: --set max_images_per_prompt={len(p.images)}",
+            )
     refusing = [s for s in req.config.sides if not get_kind(s.kind).accepts_images]
     if refusing:
         s = refusing[0]
-        raise SideError(s.name, "kind", f"kind {s.kind} ({get_kind(s.kind).label}) cannot take image prompts yet",
-                        "compare image prompts with vllm and hf sides; give this side's text prompts only")
+        raise SideError(
+            s.name,
+            "kind",
+            f"kind {s.kind} ({get_kind(s.kind).label}) cannot take image prompts yet",
+            "compare image prompts with vllm and hf sides; give this side's text prompts only",
+        )
     return vision_for(model.path, req.trust_remote_code)
 
 
-def _side_prompts(cfg: ParityConfig, resolved: Resolved, vision: VisionProcessor | None, prompts: list[PromptSpec],
-                  encoded: list[EncodedPrompt], ref_px: dict[str, int]) -> dict[str, list[EncodedPrompt]]:
+def _side_prompts(
+    cfg: ParityConfig,
+    resolved: Resolved,
+    vision: VisionProcessor | None,
+    prompts: list[PromptSpec],
+    encoded: list[EncodedPrompt],
+    ref_px: dict[str, int],
+) -> dict[str, list[EncodedPrompt]]:
     """The ids a side with its own resize settings will see (the same processor, its settings)."""
     if vision is None:
         return {}

@@ -10,6 +10,7 @@ same at 10 prompts and at 10,000 (bench/flush.py measures it).
 Every token a side streams is decoded once, here, with the run's ONE tokenizer; the final results
 reuse those steps.
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,13 +20,13 @@ from typing import Any
 from sqlite_utils import Database
 
 from ..core.errors import CancelledError, ParityError
-from .plan import Prepared, SidePlan
-from ..inputs.prompts import PromptTokenizer
-from ..core.runlog import EventCallback, RunEvent, finish, record_failure, this_owner
 from ..core.pooled import PairSample
+from ..core.runlog import EventCallback, RunEvent, finish, record_failure, this_owner
+from ..core.types import EngineInfo, PromptResult, Run, SideInfo, SideResult, StepColumns, TokenStep
+from ..inputs.prompts import PromptTokenizer
 from ..store.runs import save_comparisons, save_images, save_prompt_rows, save_run_row, save_side_result
 from ..store.workloads import save_chunk
-from ..core.types import EngineInfo, PromptResult, Run, SideInfo, SideResult, StepColumns, TokenStep
+from .plan import Prepared, SidePlan
 
 FLUSH_S = 3.0  # store the tokens streamed so far at most this often while generating
 
@@ -59,8 +60,9 @@ class RunRecorder:
         self._earlier_ms = self.run.duration_ms or 0
         self.save_header()
 
-    def keep_chunk(self, results: list[SideResult], prompts: list[PromptResult],
-                   samples: dict[str, list[PairSample]]) -> None:
+    def keep_chunk(
+        self, results: list[SideResult], prompts: list[PromptResult], samples: dict[str, list[PairSample]]
+    ) -> None:
         """A workload chunk's rows (its results, its prompts' comparisons, its pair samples), in one
         transaction that none of the recorder's own writes interleaves."""
         with self._write, self.db.atomic():
@@ -134,8 +136,14 @@ class RunRecorder:
         steps = list(self._partial.get(side, {}).get(i, []))
         ids = [s.token_id for s in steps]
         reason = "cancelled" if isinstance(error, CancelledError) else ("error" if error else None)
-        return SideResult(side=side, prompt_index=i, steps=steps, token_ids=ids, finish_reason=reason,
-                          error=str(error) if error else None)
+        return SideResult(
+            side=side,
+            prompt_index=i,
+            steps=steps,
+            token_ids=ids,
+            finish_reason=reason,
+            error=str(error) if error else None,
+        )
 
     def keep_partial(self, side: str, tok: PromptTokenizer, error: ParityError) -> None:
         """A side that failed mid-stream: what it made before the failure is often where the story is."""
@@ -188,8 +196,15 @@ class TokenStream:
 
 
 def side_info(p: SidePlan, reference: bool) -> SideInfo:
-    return SideInfo(name=p.name, kind=p.kind.name, reference=reference, options=p.spec.all_options(),
-                    model_path=p.model.path, python=p.spec.python, dtype=p.dtype)
+    return SideInfo(
+        name=p.name,
+        kind=p.kind.name,
+        reference=reference,
+        options=p.spec.all_options(),
+        model_path=p.model.path,
+        python=p.spec.python,
+        dtype=p.dtype,
+    )
 
 
 def fill_side_info(info: SideInfo, engine: EngineInfo, load_s: float) -> None:
@@ -203,8 +218,7 @@ def decode_step(tok: PromptTokenizer, step: TokenStep) -> None:
     """Fill texts (and bytes where the text cannot show them) with the ONE tokenizer."""
     step.text = tok.token_text(step.token_id)
     step.raw = tok.token_raw(step.token_id)
-    step.top = [type(t)(t.token_id, t.logprob, tok.token_text(t.token_id), tok.token_raw(t.token_id))
-                for t in step.top]
+    step.top = [type(t)(t.token_id, t.logprob, tok.token_text(t.token_id), tok.token_raw(t.token_id)) for t in step.top]
 
 
 def _decoded(tok: PromptTokenizer, final: TokenStep, streamed: TokenStep | None) -> TokenStep:
@@ -217,8 +231,9 @@ def _decoded(tok: PromptTokenizer, final: TokenStep, streamed: TokenStep | None)
     if streamed.logprob == final.logprob and [t.token_id for t in streamed.top] == [t.token_id for t in final.top]:
         return streamed
     final.text, final.raw = streamed.text, streamed.raw
-    final.top = [type(t)(t.token_id, t.logprob, tok.token_text(t.token_id), tok.token_raw(t.token_id))
-                 for t in final.top]
+    final.top = [
+        type(t)(t.token_id, t.logprob, tok.token_text(t.token_id), tok.token_raw(t.token_id)) for t in final.top
+    ]
     return final
 
 

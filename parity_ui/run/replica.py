@@ -10,6 +10,7 @@ dict), and the worker itself is spoken to by one call at a time (the driver hand
 request at a time). The worker watches the actor's process: when Ray kills the actor (a lost node,
 `ray.kill`), the engine process and whatever it started die with it.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,15 @@ from .workers import CancelFlag, EngineWorker
 class Replica:
     """A side's engine in its own worker process, hosted by this (Ray actor) process."""
 
-    def __init__(self, label: str, engine: str, python: str, env: dict[str, str], load: LoadRequest,
-                 omp_threads: str | None = None):
+    def __init__(
+        self,
+        label: str,
+        engine: str,
+        python: str,
+        env: dict[str, str],
+        load: LoadRequest,
+        omp_threads: str | None = None,
+    ):
         self.label, self.load_req = label, load
         # Ray sets OMP_NUM_THREADS=1 in an actor that reserves no CPU: the engine would run on one
         # thread (and round differently from an in-process run). The driver's own setting stands;
@@ -47,8 +55,14 @@ class Replica:
         worker's "ready" facts, the problems, and where this replica runs."""
         ready = self.worker.ensure_started()
         problems: list[Problem] = self.client.check(self.load_req)
-        return {"ready": ready, "problems": problems, "host": socket.gethostname(), "pid": os.getpid(),
-                "worker_pid": self.worker.pid, "devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        return {
+            "ready": ready,
+            "problems": problems,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "worker_pid": self.worker.pid,
+            "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
 
     def load(self) -> tuple[Any, float]:
         """Load the weights: the engine's own account of what it resolved, and the seconds it took."""

@@ -6,15 +6,25 @@ pipe as the plain records of parity_ui.core.requests and parity_ui.core.types, s
 another environment's interpreter reads them too. The timeouts and the words a failure is reported
 with live here, once per verb, rather than at every call site.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from ..core.requests import (CaptureRequest, GenerateRequest, InputCheck, LoadRequest, Problem, RouteReplayRequest,
-                             RoutesRequest, ScoreBatch, ScoreRequest)
-from ..core.routes import Routes
 from ..core.errors import CancelledError
+from ..core.requests import (
+    CaptureRequest,
+    GenerateRequest,
+    InputCheck,
+    LoadRequest,
+    Problem,
+    RouteReplayRequest,
+    RoutesRequest,
+    ScoreBatch,
+    ScoreRequest,
+)
+from ..core.routes import Routes
 from ..core.types import EngineInfo, SideResult, TokenStep
 from .workers import EngineWorker
 
@@ -52,16 +62,19 @@ class EngineClient:
 
     def load(self, req: LoadRequest, on_progress: Callable[[str], None] | None = None) -> EngineInfo:
         """Load the weights; the engine's own account of what it resolved. Raises EngineError."""
-        return self.worker.request("load", req, timeout=self.worker.load_timeout, what="loading the model",
-                                   on_progress=on_progress)
+        return self.worker.request(
+            "load", req, timeout=self.worker.load_timeout, what="loading the model", on_progress=on_progress
+        )
 
     def check_input(self, req: InputCheck) -> list[Problem]:
         """After loading: what the engine (a server, tokenizing on its own) finds wrong with the prompts."""
-        return self.worker.request("check_input", req, timeout=CHECK_INPUT_TIMEOUT_S,
-                                   what="checking the prompts against the server")
+        return self.worker.request(
+            "check_input", req, timeout=CHECK_INPUT_TIMEOUT_S, what="checking the prompts against the server"
+        )
 
-    def generate(self, req: GenerateRequest, on_token: TokenCallback | None = None,
-                 on_counts: CountsCallback | None = None) -> list[SideResult]:
+    def generate(
+        self, req: GenerateRequest, on_token: TokenCallback | None = None, on_counts: CountsCallback | None = None
+    ) -> list[SideResult]:
         """Every prompt's result, in prompt order; tokens stream to `on_token` as they are made (or,
         with req.counts and not req.stream, each prompt's token count to `on_counts`, a few times a
         second). Raises CancelledError when the run is stopped, EngineError when the engine fails."""
@@ -93,5 +106,6 @@ class EngineClient:
     def capture(self, req: CaptureRequest) -> Capture:
         """Per-layer activations at the asked positions (parity_ui.commands.layers)."""
         raw = self.worker.request("capture", req, what="capturing layer activations")
-        return Capture(positions=list(raw["positions"]), names=list(raw["names"]), data=dict(raw["data"]),
-                       dims=dict(raw["dims"]))
+        return Capture(
+            positions=list(raw["positions"]), names=list(raw["names"]), data=dict(raw["data"]), dims=dict(raw["dims"])
+        )

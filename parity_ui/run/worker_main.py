@@ -8,6 +8,7 @@ Requests and answers are pickled tuples over the inherited socket `--fd`:
 ("check" | "load" | "check_input" | "generate" | "score" | "score_batch" | "capture" | "routes" | "replay_routes" | "shutdown", payload) in;
 ("ready" | "tokens" | "progress" | "result" | "error", payload) out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ def _die_with_parent(parent: int) -> None:
     """Kill this worker's whole process group (the engine and whatever it started, e.g. vLLM's
     tensor-parallel workers) as soon as the parent is gone, also when it was SIGKILLed: no orphaned
     engine holds a GPU. (PR_SET_PDEATHSIG would fire when the parent's starting *thread* ends.)"""
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(WATCH_S)
@@ -155,9 +157,19 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
             conn.send(("result", handler(payload)))
         except BaseException as e:  # noqa: BLE001 - every failure must reach the parent
             traceback.print_exc()
-            conn.send(("error", {"type": type(e).__name__, "message": str(e)[:2000], "oom": _is_oom(e),
-                                 "fix": getattr(e, "fix", None), "fatal": getattr(e, "fatal", True),  # an EngineFault's
-                                 "traceback": traceback.format_exc()[-4000:]}))
+            conn.send(
+                (
+                    "error",
+                    {
+                        "type": type(e).__name__,
+                        "message": str(e)[:2000],
+                        "oom": _is_oom(e),
+                        "fix": getattr(e, "fix", None),
+                        "fatal": getattr(e, "fatal", True),  # an EngineFault's
+                        "traceback": traceback.format_exc()[-4000:],
+                    },
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -183,8 +195,17 @@ def main(argv: list[str] | None = None) -> None:
             engine.preload()
         except Exception:  # noqa: BLE001 - the check or load request that needs it reports it, with its fix
             traceback.print_exc()
-    conn.send(("ready", {"pid": os.getpid(), "python": sys.executable,
-                         "python_version": sys.version.split()[0], "packages": _packages()}))
+    conn.send(
+        (
+            "ready",
+            {
+                "pid": os.getpid(),
+                "python": sys.executable,
+                "python_version": sys.version.split()[0],
+                "packages": _packages(),
+            },
+        )
+    )
     try:
         serve(conn, engine, should_stop)
     finally:

@@ -7,6 +7,7 @@ CUDA OOM, a crash, a kill, a hang past the timeout) comes back as `EngineError` 
 the worker is then stopped, and the next request starts a fresh one, so a broken CUDA context
 never serves another run.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -20,9 +21,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import CancelledError, EngineError
 from ..core.paths import cache_dir
@@ -46,6 +48,7 @@ def _tail(path: str, n: int = 8) -> str:
 
 
 # -- why a process died ----------------------------------------------------------------------------
+
 
 def oom_kill_count() -> int | None:
     """The kernel's count of OOM kills: this cgroup's (memory.events) where there is one, else the
@@ -94,11 +97,16 @@ def describe_exit(code: int | None, oom_before: int | None, oom_after: int | Non
     except ValueError:
         name = f"signal {sig}"
     if oom_before is not None and oom_after is not None and oom_after > oom_before:
-        return (f"was killed by the kernel's out-of-memory killer ({name}; OOM kills counted "
-                f"{oom_before} -> {oom_after}; {_memory_now()})")
+        return (
+            f"was killed by the kernel's out-of-memory killer ({name}; OOM kills counted "
+            f"{oom_before} -> {oom_after}; {_memory_now()})"
+        )
     if sig == signal.SIGKILL:
-        why = ("not an out-of-memory kill: the kernel's OOM counter did not change" if oom_before is not None
-               else "the OOM counter is not readable here")
+        why = (
+            "not an out-of-memory kill: the kernel's OOM counter did not change"
+            if oom_before is not None
+            else "the OOM counter is not readable here"
+        )
         return f"was killed by {name} from another process ({why}; {_memory_now()})"
     if sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE):
         return f"crashed with {name}"
@@ -114,8 +122,7 @@ def describe_exit(code: int | None, oom_before: int | None, oom_after: int | Non
 # all its threads. Under a busy machine the engine's OpenMP threads then took turns on that one
 # share and spun at every barrier: HF generate went from 11 s to 115 s with one busy process on 2
 # cores (bench/overhead.py --contention 1 showed it as a 16x overhead).
-OWN_PROCESS_GROUP: dict[str, Any] = (
-    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp})
+OWN_PROCESS_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 class CancelFlag:
@@ -149,11 +156,22 @@ class CancelFlag:
 
 # -- one worker ----------------------------------------------------------------------------------
 
+
 class EngineWorker:
     """A handle on one worker process. Not thread-safe: the service serialises calls to it."""
 
-    def __init__(self, label: str, engine: str, python: str, env: dict[str, str], cancel: CancelFlag, *,
-                 start_timeout: float = 120.0, load_timeout: float = 1800.0, request_timeout: float = 3600.0):
+    def __init__(
+        self,
+        label: str,
+        engine: str,
+        python: str,
+        env: dict[str, str],
+        cancel: CancelFlag,
+        *,
+        start_timeout: float = 120.0,
+        load_timeout: float = 1800.0,
+        request_timeout: float = 3600.0,
+    ):
         self.label = label  # the side's name, for messages
         self.engine, self.python, self.env, self.cancel_flag = engine, python, env, cancel
         self.start_timeout, self.load_timeout, self.request_timeout = start_timeout, load_timeout, request_timeout
@@ -181,6 +199,7 @@ class EngineWorker:
         """Start the process in a thread, importing the engine's libraries before it answers, so
         that the imports (the longest part of a cold start) overlap the caller's own work;
         ensure_started() waits for it."""
+
         def go() -> None:
             try:
                 self.start(preload=True)  # abandon() may kill it meanwhile: then this raises
@@ -243,16 +262,35 @@ class EngineWorker:
             self._abandoned = False  # a start asked for now (a later run) stands
             # Fixed arguments only; the interpreter path was checked (parity_ui.run.environments).
             self._proc = subprocess.Popen(
-                [self.python, "-m", "parity_ui.run.worker_main", "--engine", self.engine, "--fd", str(child.fileno()),
-                 "--cancel-fd", str(self.cancel_flag.fd), "--parent", str(os.getpid())]
+                [
+                    self.python,
+                    "-m",
+                    "parity_ui.run.worker_main",
+                    "--engine",
+                    self.engine,
+                    "--fd",
+                    str(child.fileno()),
+                    "--cancel-fd",
+                    str(self.cancel_flag.fd),
+                    "--parent",
+                    str(os.getpid()),
+                ]
                 + (["--preload"] if preload else []),
-                pass_fds=[child.fileno(), self.cancel_flag.fd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env=env, **OWN_PROCESS_GROUP)
+                pass_fds=[child.fileno(), self.cancel_flag.fd],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                **OWN_PROCESS_GROUP,
+            )
         child.close()
         self._conn = Connection(parent.detach())
         # Importing an engine's libraries takes minutes on a slow disk or a busy machine.
-        _, self.ready = self._wait(self.load_timeout if preload else self.start_timeout, None,
-                                   "starting" + (" (importing its libraries)" if preload else ""))
+        _, self.ready = self._wait(
+            self.load_timeout if preload else self.start_timeout,
+            None,
+            "starting" + (" (importing its libraries)" if preload else ""),
+        )
         return self.ready
 
     def _fail(self, message: str, fix: str) -> EngineError:
@@ -263,8 +301,14 @@ class EngineWorker:
         if not keep:
             self.stop()
 
-    def _wait(self, timeout: float, on_event: EventCallback | None, what: str,
-              on_progress: Callable[[str], None] | None = None, keep_worker: bool = False) -> tuple[str, Any]:
+    def _wait(
+        self,
+        timeout: float,
+        on_event: EventCallback | None,
+        what: str,
+        on_progress: Callable[[str], None] | None = None,
+        keep_worker: bool = False,
+    ) -> tuple[str, Any]:
         assert self._conn is not None and self._proc is not None
         deadline = time.monotonic() + timeout
         while True:
@@ -293,12 +337,19 @@ class EngineWorker:
                         raise CancelledError(f"side {self.label}: stopped while {what}", "")
                     if payload.get("fix"):  # the engine explained it (EngineFault): keep its words
                         self._keep_or_stop(keep_worker and not payload.get("fatal"))
-                        raise EngineError(f"side {self.label}: {payload['message']}",
-                                          f"{payload['fix']} (worker log: {self.log_path})")
-                    hint = (" (out of memory: lower max_model_len or batch_size, or this side's "
-                            "gpu_memory_utilization)") if payload["oom"] else ""
-                    raise self._fail(f"side {self.label}: engine failed while {what}: {payload['type']}: "
-                                     f"{payload['message']}{hint}", f"see the worker log {self.log_path}")
+                        raise EngineError(
+                            f"side {self.label}: {payload['message']}",
+                            f"{payload['fix']} (worker log: {self.log_path})",
+                        )
+                    hint = (
+                        (" (out of memory: lower max_model_len or batch_size, or this side's gpu_memory_utilization)")
+                        if payload["oom"]
+                        else ""
+                    )
+                    raise self._fail(
+                        f"side {self.label}: engine failed while {what}: {payload['type']}: {payload['message']}{hint}",
+                        f"see the worker log {self.log_path}",
+                    )
                 if not died:
                     return kind, payload
             if died or self._proc.poll() is not None:
@@ -307,24 +358,35 @@ class EngineWorker:
                 except subprocess.TimeoutExpired:
                     code = None
                 why = describe_exit(code, self._oom_before, oom_kill_count())
-                raise self._fail(f"side {self.label}: the engine process {why} while {what}. "
-                                 f"Last log lines:\n{_tail(self.log_path)}",
-                                 f"see the worker log {self.log_path}; a new worker starts on the next run")
+                raise self._fail(
+                    f"side {self.label}: the engine process {why} while {what}. "
+                    f"Last log lines:\n{_tail(self.log_path)}",
+                    f"see the worker log {self.log_path}; a new worker starts on the next run",
+                )
             if time.monotonic() > deadline:
-                raise self._fail(f"side {self.label}: the engine did not answer within {timeout:.0f} s while {what}",
-                                 "the worker was stopped; retry, or raise the timeout for very long runs")
+                raise self._fail(
+                    f"side {self.label}: the engine did not answer within {timeout:.0f} s while {what}",
+                    "the worker was stopped; retry, or raise the timeout for very long runs",
+                )
 
-    def request(self, kind: str, payload: Any, on_event: EventCallback | None = None,
-                timeout: float | None = None, what: str | None = None,
-                on_progress: Callable[[str], None] | None = None) -> Any:
+    def request(
+        self,
+        kind: str,
+        payload: Any,
+        on_event: EventCallback | None = None,
+        timeout: float | None = None,
+        what: str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> Any:
         if not self.alive or self._conn is None:
             raise EngineError(f"side {self.label}: the engine is not running", "start the run again")
         self._conn.send((kind, payload))
         # An explained fault after the engine loaded (a server's HTTP error, a tokenizer mismatch)
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
         keep = kind in ("generate", "score", "score_batch", "check_input", "capture") and self.info is not None
-        _, result = self._wait(timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress,
-                               keep_worker=keep)
+        _, result = self._wait(
+            timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress, keep_worker=keep
+        )
         if kind == "generate" and self.cancel_flag.is_set():
             raise CancelledError(f"side {self.label}: the run was cancelled", "")
         return result
@@ -395,7 +457,8 @@ class EnginePool:
             w = self.workers.pop(key, None)
             if w is None:
                 w = self.spares.pop(load_key(engine, python, env), None) or EngineWorker(
-                    label, engine, python, env, self.cancel_flag, **self.timeouts)
+                    label, engine, python, env, self.cancel_flag, **self.timeouts
+                )
             self.workers[key] = w  # last: the most recently used (by_side() then gives the run's own)
             w.label = label
             return w
@@ -431,7 +494,7 @@ class EnginePool:
         with self._lock:
             idle = [k for k in self.workers if k not in keys]  # least recently used first
             alive = [k for k in idle if self.workers[k].alive]  # a dead or never started one is not worth keeping
-            kept = set(alive[max(0, len(alive) - keep):]) if keep > 0 else set()
+            kept = set(alive[max(0, len(alive) - keep) :]) if keep > 0 else set()
             stopping = [self.workers.pop(k) for k in idle if k not in kept]
         for w in stopping:
             w.stop()
@@ -467,6 +530,7 @@ class EnginePool:
         with self._lock:
             workers = list(self.workers.values())
             self.workers.clear()
+
         def stop(w: EngineWorker) -> None:
             if w.starting:  # still importing its libraries: it cannot answer a shutdown
                 w.abandon()

@@ -7,6 +7,7 @@
 
 May import: core, inputs.
 """
+
 from .store import Store, StoredReport
 
 __all__ = ["Store", "StoredReport"]

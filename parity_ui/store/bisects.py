@@ -5,6 +5,7 @@ answers. A bisect is written as a run (kind "bisect", its record in `runs.bisect
 recorder, like every run; nothing here writes. Each function takes the open Database, as
 parity_ui.store.runs' do.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,16 @@ from ..core.bisect_record import KIND, TRIAL_KIND
 from ..core.types import Run
 from .runs import get_run
 
-__all__ = ["PromptFork", "BisectLine", "forked_sides", "prompt_forks", "bisects_of", "latest_bisect", "bisect_lines", "trial_counts"]
+__all__ = [
+    "PromptFork",
+    "BisectLine",
+    "forked_sides",
+    "prompt_forks",
+    "bisects_of",
+    "latest_bisect",
+    "bisect_lines",
+    "trial_counts",
+]
 
 
 @dataclass(frozen=True)
@@ -42,20 +52,29 @@ class BisectLine:
 
 def forked_sides(db: Database, run_id: str, reference: str) -> set[str]:
     """The sides of run `run_id` whose tokens were not identical to `reference`'s on some prompt."""
-    return {r["b"] for r in db.query("SELECT DISTINCT b FROM comparisons WHERE run_id = ? AND a = ? "
-                                     "AND identical = 0", [run_id, reference])}
+    return {
+        r["b"]
+        for r in db.query(
+            "SELECT DISTINCT b FROM comparisons WHERE run_id = ? AND a = ? AND identical = 0", [run_id, reference]
+        )
+    }
 
 
 def prompt_forks(db: Database, run_id: str, side: str) -> list[PromptFork]:
     """Each stored comparison of `side` against the reference in run `run_id`, in no set order."""
-    return [PromptFork(r["prompt_idx"], bool(r["identical"]), r["first_divergence"])
-            for r in db.query("SELECT prompt_idx, identical, first_divergence FROM comparisons "
-                              "WHERE run_id = ? AND b = ?", [run_id, side])]
+    return [
+        PromptFork(r["prompt_idx"], bool(r["identical"]), r["first_divergence"])
+        for r in db.query(
+            "SELECT prompt_idx, identical, first_divergence FROM comparisons WHERE run_id = ? AND b = ?", [run_id, side]
+        )
+    ]
 
 
 def _bisect_ids(db: Database, run_id: str, limit: int | None = None) -> list[str]:
-    sql = ("SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
-           "ORDER BY datetime_utc DESC, id DESC" + (f" LIMIT {int(limit)}" if limit else ""))
+    sql = (
+        "SELECT id FROM runs WHERE kind = ? AND json_extract(bisect_json, '$.run_id') = ? "
+        "ORDER BY datetime_utc DESC, id DESC" + (f" LIMIT {int(limit)}" if limit else "")
+    )
     return [r["id"] for r in db.query(sql, [KIND, run_id])]
 
 
@@ -75,12 +94,16 @@ def bisect_lines(db: Database, ids: list[str]) -> list[BisectLine]:
     if not ids:
         return []
     marks = ", ".join("?" * len(ids))
-    return [BisectLine(r["id"], r["status"], r["error"], r["of"], r["side"], r["ref"], r["summary"])
-            for r in db.query("SELECT id, status, error, json_extract(bisect_json, '$.run_id') AS of, "
-                              "json_extract(bisect_json, '$.side') AS side, "
-                              "json_extract(bisect_json, '$.reference') AS ref, "
-                              f"json_extract(bisect_json, '$.summary') AS summary FROM runs WHERE id IN ({marks})",
-                              ids)]
+    return [
+        BisectLine(r["id"], r["status"], r["error"], r["of"], r["side"], r["ref"], r["summary"])
+        for r in db.query(
+            "SELECT id, status, error, json_extract(bisect_json, '$.run_id') AS of, "
+            "json_extract(bisect_json, '$.side') AS side, "
+            "json_extract(bisect_json, '$.reference') AS ref, "
+            f"json_extract(bisect_json, '$.summary') AS summary FROM runs WHERE id IN ({marks})",
+            ids,
+        )
+    ]
 
 
 def trial_counts(db: Database, group_ids: list[str]) -> dict[str, int]:
@@ -89,6 +112,10 @@ def trial_counts(db: Database, group_ids: list[str]) -> dict[str, int]:
     if not group_ids:
         return {}
     marks = ", ".join("?" * len(group_ids))
-    return {r[0]: r[1] for r in db.execute(
-        f"SELECT group_id, count(*) FROM runs WHERE kind = ? AND group_id IN ({marks}) GROUP BY group_id",
-        [TRIAL_KIND, *group_ids]).fetchall()}
+    return {
+        r[0]: r[1]
+        for r in db.execute(
+            f"SELECT group_id, count(*) FROM runs WHERE kind = ? AND group_id IN ({marks}) GROUP BY group_id",
+            [TRIAL_KIND, *group_ids],
+        ).fetchall()
+    }

@@ -6,6 +6,7 @@ its results per case and threshold as JSON (`gate_checks`) and one row per case 
 what "baseline: last-pass" looks up). The tables are made by the one migration list
 (parity_ui.store.runs, m008_gate), so reading them needs no set-up of its own.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,35 @@ from sqlite_utils import Database
 from .runs import set_headline
 
 
-def save_check(db: Database, run_id: str, group_id: str, created: str, spec_path: str, exit_code: int,
-               result: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+def save_check(
+    db: Database,
+    run_id: str,
+    group_id: str,
+    created: str,
+    spec_path: str,
+    exit_code: int,
+    result: dict[str, Any],
+    cases: list[dict[str, Any]],
+) -> None:
     """The check's results, its cases' rows and its run's headline, in one transaction."""
     with db.atomic():
-        db["gate_checks"].insert({"run_id": run_id, "group_id": group_id, "datetime_utc": created,
-                                  "spec_path": spec_path, "exit_code": exit_code,
-                                  "result_json": json.dumps(result, allow_nan=False, default=str)},
-                                 pk="run_id", replace=True)
-        db["gate_cases"].insert_all(({"check_run_id": run_id, "datetime_utc": created, **c} for c in cases),
-                                    pk=("check_run_id", "case_name"), replace=True)
+        db["gate_checks"].insert(
+            {
+                "run_id": run_id,
+                "group_id": group_id,
+                "datetime_utc": created,
+                "spec_path": spec_path,
+                "exit_code": exit_code,
+                "result_json": json.dumps(result, allow_nan=False, default=str),
+            },
+            pk="run_id",
+            replace=True,
+        )
+        db["gate_cases"].insert_all(
+            ({"check_run_id": run_id, "datetime_utc": created, **c} for c in cases),
+            pk=("check_run_id", "case_name"),
+            replace=True,
+        )
         headline = result.get("headline")
         if headline:  # the history list's one line (the run row's own headline column)
             set_headline(db, run_id, headline)
@@ -41,8 +61,11 @@ def last_pass(db: Database, case: str, models: tuple[str, ...], content_hash: st
     """The workload run of the newest passing check of `case` on one of `models` (as given or its
     path) with the same prompts (content hash), or None."""
     marks = ", ".join("?" * len(models))
-    rows = list(db.query(
-        f"SELECT run_id FROM gate_cases WHERE case_name = ? AND passed = 1 AND content_hash = ? "
-        f"AND (model IN ({marks}) OR model_path IN ({marks})) ORDER BY datetime_utc DESC, check_run_id DESC LIMIT 1",
-        [case, content_hash, *models, *models]))
+    rows = list(
+        db.query(
+            f"SELECT run_id FROM gate_cases WHERE case_name = ? AND passed = 1 AND content_hash = ? "
+            f"AND (model IN ({marks}) OR model_path IN ({marks})) ORDER BY datetime_utc DESC, check_run_id DESC LIMIT 1",
+            [case, content_hash, *models, *models],
+        )
+    )
     return rows[0]["run_id"] if rows else None

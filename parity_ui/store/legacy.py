@@ -4,6 +4,7 @@ Used only by the store's m002_sides migration, so that everything that reads a r
 shape. In 0.1 the pair was vLLM against HF with gaps vLLM - HF; as sides, HF is the reference `a`
 and vLLM the side `b`, which keeps every gap's sign.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,12 +33,16 @@ def legacy_config(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def legacy_sides(config: dict[str, Any], engines: dict[str, Any], model_path: str,
-                 load_s: dict[str, float | None]) -> list[dict[str, Any]]:
+def legacy_sides(
+    config: dict[str, Any], engines: dict[str, Any], model_path: str, load_s: dict[str, float | None]
+) -> list[dict[str, Any]]:
     """0.1's engines_json ({"vllm": EngineInfo, "hf": EngineInfo}) as a list of SideInfo dicts."""
     new_config = legacy_config(config)
-    options = {s["name"]: {k: v for k, v in s.items() if k not in ("name", "kind")}
-               for s in (new_config.get("sides") or []) if isinstance(s, dict)}
+    options = {
+        s["name"]: {k: v for k, v in s.items() if k not in ("name", "kind")}
+        for s in (new_config.get("sides") or [])
+        if isinstance(s, dict)
+    }
     if not engines and not options:
         return []
     out = []
@@ -55,15 +60,30 @@ def legacy_sides(config: dict[str, Any], engines: dict[str, Any], model_path: st
             resolved["engine"] = f"{'vLLM' if name == 'vllm' else 'transformers'} {e['version']}"
         if e.get("torch_version"):
             resolved["torch"] = e["torch_version"]
-        out.append({
-            "name": name, "kind": name, "reference": i == 0, "options": options.get(name, {}),
-            "model_path": model_path, "python": None, "url": None, "version": e.get("version", ""),
-            "device": e.get("device", ""), "dtype": e.get("dtype", ""),
-            "versions": {k: v for k, v in (("vllm" if name == "vllm" else "transformers", e.get("version")),
-                                          ("torch", e.get("torch_version"))) if v},
-            "resolved": {k: v for k, v in resolved.items() if v is not None},
-            "load_s": load_s.get(name),
-        })
+        out.append(
+            {
+                "name": name,
+                "kind": name,
+                "reference": i == 0,
+                "options": options.get(name, {}),
+                "model_path": model_path,
+                "python": None,
+                "url": None,
+                "version": e.get("version", ""),
+                "device": e.get("device", ""),
+                "dtype": e.get("dtype", ""),
+                "versions": {
+                    k: v
+                    for k, v in (
+                        ("vllm" if name == "vllm" else "transformers", e.get("version")),
+                        ("torch", e.get("torch_version")),
+                    )
+                    if v
+                },
+                "resolved": {k: v for k, v in resolved.items() if v is not None},
+                "load_s": load_s.get(name),
+            }
+        )
     return out
 
 
@@ -72,15 +92,27 @@ def legacy_comparison(c: dict[str, Any]) -> dict[str, Any]:
     d = c.get("divergence")
     div = None
     if d:
-        div = {"index": d["index"], "token_ids": [d.get("hf_token_id"), d.get("vllm_token_id")],
-               "texts": [d.get("hf_token_text", ""), d.get("vllm_token_text", "")],
-               "in_other_topk": [d.get("hf_token_in_vllm_topk"), d.get("vllm_token_in_hf_topk")],
-               "accepted": d.get("accepted_by_vllm_rule"), "reason": d.get("reason", "token")}
-    return {"a": "hf", "b": "vllm", "identical": c["identical"], "first_divergence": c.get("first_divergence"),
-            "compared": c.get("compared", 0), "lengths": [c.get("length_hf", 0), c.get("length_vllm", 0)],
-            "logprob_gaps": c.get("logprob_gaps", []),  # vLLM - HF = b - a
-            "topk_overlap": c.get("topk_overlap", []), "max_abs_gap": c.get("max_abs_gap"),
-            "mean_abs_gap": c.get("mean_abs_gap"), "divergence": div}
+        div = {
+            "index": d["index"],
+            "token_ids": [d.get("hf_token_id"), d.get("vllm_token_id")],
+            "texts": [d.get("hf_token_text", ""), d.get("vllm_token_text", "")],
+            "in_other_topk": [d.get("hf_token_in_vllm_topk"), d.get("vllm_token_in_hf_topk")],
+            "accepted": d.get("accepted_by_vllm_rule"),
+            "reason": d.get("reason", "token"),
+        }
+    return {
+        "a": "hf",
+        "b": "vllm",
+        "identical": c["identical"],
+        "first_divergence": c.get("first_divergence"),
+        "compared": c.get("compared", 0),
+        "lengths": [c.get("length_hf", 0), c.get("length_vllm", 0)],
+        "logprob_gaps": c.get("logprob_gaps", []),  # vLLM - HF = b - a
+        "topk_overlap": c.get("topk_overlap", []),
+        "max_abs_gap": c.get("max_abs_gap"),
+        "mean_abs_gap": c.get("mean_abs_gap"),
+        "divergence": div,
+    }
 
 
 def legacy_explanation(e: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -104,8 +136,7 @@ def legacy_probes(p: dict[str, Any] | None) -> dict[str, Any] | None:
         return p
     out = {k: v for k, v in p.items() if k not in ("vllm", "vllm_batch_invariant", "hf")}
     sides = {}
-    for label, side, inv in (("hf", "hf", False), ("vllm", "vllm", False),
-                             ("vllm_batch_invariant", "vllm", True)):
+    for label, side, inv in (("hf", "hf", False), ("vllm", "vllm", False), ("vllm_batch_invariant", "vllm", True)):
         if isinstance(p.get(label), dict):
             sides[side + ("+batch_invariant" if inv else "")] = {**p[label], "side": side, "batch_invariant": inv}
     out["sides"] = sides

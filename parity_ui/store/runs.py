@@ -10,6 +10,7 @@ Tables: `runs` (one row a run, its sides in `sides_json`), `prompt_results` (one
 (`runs.bisect_json`).
 Datasette reads the file as it is.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,20 +21,33 @@ import sqlite3
 import sys
 import time
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from ..core.bulk import gc_paused
-from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 from ..core.paths import default_db_path
-from ..core.runlog import owner_alive
 from ..core.pooled import PairSample
-from ..core.types import (Localisation, PromptResult, Run, SideResult, StepColumns, comparison_from_dict, localisation_from_dict,
-                    prompt_result_from_dict, run_from_dict, side_result_from_dict, step_from_dict, to_dict)
+from ..core.runlog import owner_alive
+from ..core.types import (
+    Localisation,
+    PromptResult,
+    Run,
+    SideResult,
+    StepColumns,
+    comparison_from_dict,
+    localisation_from_dict,
+    prompt_result_from_dict,
+    run_from_dict,
+    side_result_from_dict,
+    step_from_dict,
+    to_dict,
+)
+from .legacy import legacy_comparison, legacy_config, legacy_explanation, legacy_probes, legacy_sides
 
 migrations = Migrations("parity_ui")
 
@@ -75,34 +89,86 @@ def _loads(text: str | None) -> Any:
 
 @migrations()
 def m001_runs(db: Database) -> None:
-    db["runs"].create({
-        "id": str, "datetime_utc": str, "kind": str, "group_id": str, "status": str,
-        "identical": int, "first_divergence": int, "model": str, "model_path": str, "dtype": str,
-        "device": str, "n_prompts": int, "prompt_excerpt": str, "error": str, "error_code": str,
-        "duration_ms": int, "config_json": str, "model_json": str, "engines_json": str,
-        "versions_json": str, "warnings_json": str, "probes_json": str,
-    }, pk="id")
+    db["runs"].create(
+        {
+            "id": str,
+            "datetime_utc": str,
+            "kind": str,
+            "group_id": str,
+            "status": str,
+            "identical": int,
+            "first_divergence": int,
+            "model": str,
+            "model_path": str,
+            "dtype": str,
+            "device": str,
+            "n_prompts": int,
+            "prompt_excerpt": str,
+            "error": str,
+            "error_code": str,
+            "duration_ms": int,
+            "config_json": str,
+            "model_json": str,
+            "engines_json": str,
+            "versions_json": str,
+            "warnings_json": str,
+            "probes_json": str,
+        },
+        pk="id",
+    )
     db["runs"].create_index(["datetime_utc"])
     db["runs"].create_index(["group_id"])
-    db["prompt_results"].create({
-        "run_id": str, "idx": int, "prompt_text": str, "prompt_token_ids_json": str,
-        "messages_json": str, "vllm_json": str, "hf_json": str, "comparison_json": str,
-        "explanation_json": str, "cross_scores_json": str,
-    }, pk=("run_id", "idx"), foreign_keys=[("run_id", "runs", "id")])
+    db["prompt_results"].create(
+        {
+            "run_id": str,
+            "idx": int,
+            "prompt_text": str,
+            "prompt_token_ids_json": str,
+            "messages_json": str,
+            "vllm_json": str,
+            "hf_json": str,
+            "comparison_json": str,
+            "explanation_json": str,
+            "cross_scores_json": str,
+        },
+        pk=("run_id", "idx"),
+        foreign_keys=[("run_id", "runs", "id")],
+    )
 
 
 @migrations()
 def m002_sides(db: Database) -> None:
     """The fixed vLLM/HF pair becomes sides: a row per (prompt, side) and per comparison instead of
     a column per engine. Old rows are rewritten once into the new shapes (parity_ui.store.legacy)."""
-    db["side_results"].create({
-        "run_id": str, "prompt_idx": int, "side": str, "n_tokens": int, "finish_reason": str, "error": str,
-        "result_json": str,
-    }, pk=("run_id", "prompt_idx", "side"), foreign_keys=[("run_id", "runs", "id")])
-    db["comparisons"].create({
-        "run_id": str, "prompt_idx": int, "a": str, "b": str, "identical": int, "first_divergence": int,
-        "verdict": str, "comparison_json": str, "explanation_json": str, "cross_scores_json": str,
-    }, pk=("run_id", "prompt_idx", "b"), foreign_keys=[("run_id", "runs", "id")])
+    db["side_results"].create(
+        {
+            "run_id": str,
+            "prompt_idx": int,
+            "side": str,
+            "n_tokens": int,
+            "finish_reason": str,
+            "error": str,
+            "result_json": str,
+        },
+        pk=("run_id", "prompt_idx", "side"),
+        foreign_keys=[("run_id", "runs", "id")],
+    )
+    db["comparisons"].create(
+        {
+            "run_id": str,
+            "prompt_idx": int,
+            "a": str,
+            "b": str,
+            "identical": int,
+            "first_divergence": int,
+            "verdict": str,
+            "comparison_json": str,
+            "explanation_json": str,
+            "cross_scores_json": str,
+        },
+        pk=("run_id", "prompt_idx", "b"),
+        foreign_keys=[("run_id", "runs", "id")],
+    )
     for col in ("sides", "sides_json", "timings_json", "owner_json"):
         db["runs"].add_column(col, str)
     runs = {r["id"]: r for r in db.query("SELECT id, model_path, config_json, engines_json, probes_json FROM runs")}
@@ -114,10 +180,19 @@ def m002_sides(db: Database) -> None:
                 continue
             res["side"] = res.pop("engine", side)
             load_s.setdefault(p["run_id"], {}).setdefault(side, (res.get("timings") or {}).get("load_s"))
-            db["side_results"].insert({  # the steps stay in result_json until m005 moves them
-                "run_id": p["run_id"], "prompt_idx": p["idx"], "side": res["side"],
-                "n_tokens": len(res.get("token_ids") or []), "finish_reason": res.get("finish_reason"),
-                "error": res.get("error"), "result_json": _dumps(res)}, pk=("run_id", "prompt_idx", "side"), replace=True)
+            db["side_results"].insert(
+                {  # the steps stay in result_json until m005 moves them
+                    "run_id": p["run_id"],
+                    "prompt_idx": p["idx"],
+                    "side": res["side"],
+                    "n_tokens": len(res.get("token_ids") or []),
+                    "finish_reason": res.get("finish_reason"),
+                    "error": res.get("error"),
+                    "result_json": _dumps(res),
+                },
+                pk=("run_id", "prompt_idx", "side"),
+                replace=True,
+            )
         comp = _loads(p["comparison_json"])
         if comp is not None:
             new = legacy_comparison(comp)
@@ -127,22 +202,42 @@ def m002_sides(db: Database) -> None:
     for run_id, r in runs.items():
         config = _loads(r["config_json"]) or {}
         sides = legacy_sides(config, _loads(r["engines_json"]) or {}, r["model_path"] or "", load_s.get(run_id, {}))
-        db.execute("UPDATE runs SET config_json = ?, sides_json = ?, sides = ?, probes_json = ? WHERE id = ?",
-                   [json.dumps(legacy_config(config)), json.dumps(sides), _sides_text(sides),
-                    _dumps(legacy_probes(_loads(r["probes_json"]))), run_id])
+        db.execute(
+            "UPDATE runs SET config_json = ?, sides_json = ?, sides = ?, probes_json = ? WHERE id = ?",
+            [
+                json.dumps(legacy_config(config)),
+                json.dumps(sides),
+                _sides_text(sides),
+                _dumps(legacy_probes(_loads(r["probes_json"]))),
+                run_id,
+            ],
+        )
     db["runs"].transform(drop={"engines_json"})
-    db["prompt_results"].transform(drop={"vllm_json", "hf_json", "comparison_json", "explanation_json",
-                                         "cross_scores_json"})
+    db["prompt_results"].transform(
+        drop={"vllm_json", "hf_json", "comparison_json", "explanation_json", "cross_scores_json"}
+    )
     db["runs"].create_index(["status"])
 
 
 @migrations()
 def m003_localisations(db: Database) -> None:
     """Layer localisations (parity_ui.commands.layers): several per run, each with its figures."""
-    db["localisations"].create({
-        "id": str, "run_id": str, "prompt_idx": int, "datetime_utc": str, "a": str, "b": str, "position": int,
-        "first_divergent_layer": int, "first_divergent_block": str, "localisation_json": str,
-    }, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["localisations"].create(
+        {
+            "id": str,
+            "run_id": str,
+            "prompt_idx": int,
+            "datetime_utc": str,
+            "a": str,
+            "b": str,
+            "position": int,
+            "first_divergent_layer": int,
+            "first_divergent_block": str,
+            "localisation_json": str,
+        },
+        pk="id",
+        foreign_keys=[("run_id", "runs", "id")],
+    )
     db["localisations"].create_index(["run_id"])
 
 
@@ -153,10 +248,14 @@ MAX_STORED_IMAGE_BYTES = 20 * 2**20  # an image over this keeps its record (hash
 def m004_images(db: Database) -> None:
     """Image prompts: each image's bytes once per content hash (`images`), which prompt of which run used
     it (`run_images`), and each prompt's image records (`prompt_results.images_json`)."""
-    db["images"].create({"sha256": str, "format": str, "width": int, "height": int, "n_bytes": int,
-                         "data": bytes}, pk="sha256")
-    db["run_images"].create({"run_id": str, "prompt_idx": int, "position": int, "sha256": str, "name": str},
-                            pk=("run_id", "prompt_idx", "position"), foreign_keys=[("run_id", "runs", "id")])
+    db["images"].create(
+        {"sha256": str, "format": str, "width": int, "height": int, "n_bytes": int, "data": bytes}, pk="sha256"
+    )
+    db["run_images"].create(
+        {"run_id": str, "prompt_idx": int, "position": int, "sha256": str, "name": str},
+        pk=("run_id", "prompt_idx", "position"),
+        foreign_keys=[("run_id", "runs", "id")],
+    )
     db["run_images"].create_index(["sha256"])
     db["prompt_results"].add_column("images_json", str)
 
@@ -170,8 +269,10 @@ def m005_step_columns(db: Database) -> None:
     for (rowid,) in db.execute("SELECT rowid FROM side_results WHERE result_json IS NOT NULL").fetchall():
         res = _loads(db.execute("SELECT result_json FROM side_results WHERE rowid = ?", [rowid]).fetchone()[0])
         steps = [step_from_dict(s) for s in res.pop("steps", None) or []]
-        db.execute("UPDATE side_results SET result_json = ?, steps_json = ? WHERE rowid = ?",
-                   [_json(res), _steps_json(steps), rowid])
+        db.execute(
+            "UPDATE side_results SET result_json = ?, steps_json = ? WHERE rowid = ?",
+            [_json(res), _steps_json(steps), rowid],
+        )
 
 
 @migrations()
@@ -182,10 +283,23 @@ def m006_workloads(db: Database) -> None:
     db["runs"].add_column("workload_json", str)
     db["runs"].add_column("headline", str)
     db["prompt_results"].add_column("given_json", str)  # the prompt as the user gave it (text, messages)
-    db["pair_samples"].create({
-        "run_id": str, "side": str, "prompt_idx": int, "identical": int, "first_divergence": int, "length": int,
-        "verdict": str, "max_abs_dlogp": float, "logp_side": bytes, "logp_ref": bytes, "positions": bytes,
-    }, pk=("run_id", "side", "prompt_idx"), foreign_keys=[("run_id", "runs", "id")])
+    db["pair_samples"].create(
+        {
+            "run_id": str,
+            "side": str,
+            "prompt_idx": int,
+            "identical": int,
+            "first_divergence": int,
+            "length": int,
+            "verdict": str,
+            "max_abs_dlogp": float,
+            "logp_side": bytes,
+            "logp_ref": bytes,
+            "positions": bytes,
+        },
+        pk=("run_id", "side", "prompt_idx"),
+        foreign_keys=[("run_id", "runs", "id")],
+    )
 
 
 @migrations()
@@ -199,11 +313,27 @@ def m008_gate(db: Database) -> None:
     """The gate's tables (parity_ui.store.checks): a check's results (`gate_checks`) and one row per
     case (`gate_cases`, what "baseline: last-pass" looks up). A file the gate used before they joined
     this list has them already (from the gate's own migration set), hence "if not exists"."""
-    db["gate_checks"].create({"run_id": str, "group_id": str, "datetime_utc": str, "spec_path": str,
-                              "exit_code": int, "result_json": str}, pk="run_id", if_not_exists=True)
-    db["gate_cases"].create({"check_run_id": str, "case_name": str, "datetime_utc": str, "model": str,
-                             "model_path": str, "content_hash": str, "run_id": str, "control_run_id": str,
-                             "status": str, "passed": int}, pk=("check_run_id", "case_name"), if_not_exists=True)
+    db["gate_checks"].create(
+        {"run_id": str, "group_id": str, "datetime_utc": str, "spec_path": str, "exit_code": int, "result_json": str},
+        pk="run_id",
+        if_not_exists=True,
+    )
+    db["gate_cases"].create(
+        {
+            "check_run_id": str,
+            "case_name": str,
+            "datetime_utc": str,
+            "model": str,
+            "model_path": str,
+            "content_hash": str,
+            "run_id": str,
+            "control_run_id": str,
+            "status": str,
+            "passed": int,
+        },
+        pk=("check_run_id", "case_name"),
+        if_not_exists=True,
+    )
     db["gate_cases"].create_index(["case_name", "passed", "datetime_utc"], if_not_exists=True)
 
 
@@ -250,11 +380,23 @@ def save_images(db: Database, run_id: str, prompts: list[Any]) -> None:
     with db.atomic():
         for i, k, img in rows:
             keep = len(img.data) <= MAX_STORED_IMAGE_BYTES
-            db["images"].insert({"sha256": img.sha256, "format": img.format, "width": img.width, "height": img.height,
-                                 "n_bytes": len(img.data), "data": img.data if keep else None},
-                                pk="sha256", ignore=True)
-            db["run_images"].insert({"run_id": run_id, "prompt_idx": i, "position": k, "sha256": img.sha256,
-                                     "name": img.name}, pk=("run_id", "prompt_idx", "position"), replace=True)
+            db["images"].insert(
+                {
+                    "sha256": img.sha256,
+                    "format": img.format,
+                    "width": img.width,
+                    "height": img.height,
+                    "n_bytes": len(img.data),
+                    "data": img.data if keep else None,
+                },
+                pk="sha256",
+                ignore=True,
+            )
+            db["run_images"].insert(
+                {"run_id": run_id, "prompt_idx": i, "position": k, "sha256": img.sha256, "name": img.name},
+                pk=("run_id", "prompt_idx", "position"),
+                replace=True,
+            )
 
 
 def image_bytes(db: Database, sha256: str) -> tuple[bytes, str] | None:
@@ -270,18 +412,27 @@ def save_localisation(db: Database, loc: Localisation) -> Localisation:
     loc.id = loc.id or new_run_id()
     loc.created_utc = loc.created_utc or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with db.conn:
-        db["localisations"].insert({
-            "id": loc.id, "run_id": loc.run_id, "prompt_idx": loc.prompt_index, "datetime_utc": loc.created_utc,
-            "a": loc.a, "b": loc.b, "position": loc.position, "first_divergent_layer": loc.first_divergent_layer,
-            "first_divergent_block": loc.first_divergent_block, "localisation_json": _dumps(loc.to_dict()),
-        }, replace=True)
+        db["localisations"].insert(
+            {
+                "id": loc.id,
+                "run_id": loc.run_id,
+                "prompt_idx": loc.prompt_index,
+                "datetime_utc": loc.created_utc,
+                "a": loc.a,
+                "b": loc.b,
+                "position": loc.position,
+                "first_divergent_layer": loc.first_divergent_layer,
+                "first_divergent_block": loc.first_divergent_block,
+                "localisation_json": _dumps(loc.to_dict()),
+            },
+            replace=True,
+        )
     return loc
 
 
 def localisations_of(db: Database, run_id: str) -> list[Localisation]:
     """A run's localisations, oldest first."""
-    rows = db.query("SELECT localisation_json FROM localisations WHERE run_id = ? ORDER BY datetime_utc, id",
-                    [run_id])
+    rows = db.query("SELECT localisation_json FROM localisations WHERE run_id = ? ORDER BY datetime_utc, id", [run_id])
     return [localisation_from_dict(_loads(r["localisation_json"])) for r in rows]
 
 
@@ -289,22 +440,41 @@ def _insert_side_result(db: Database, run_id: str, idx: int, res: SideResult) ->
     # The steps go to `steps_json` as columns straight from the steps: no dict per step and top-k
     # entry on the way to JSON.
     row = to_dict(replace(res, steps=[]))
-    db["side_results"].insert({
-        "run_id": run_id, "prompt_idx": idx, "side": row["side"], "n_tokens": len(row.get("token_ids") or []),
-        "finish_reason": row.get("finish_reason"), "error": row.get("error"), "result_json": _dumps(row),
-        "steps_json": _steps_json(res.steps),
-    }, pk=("run_id", "prompt_idx", "side"), replace=True)
+    db["side_results"].insert(
+        {
+            "run_id": run_id,
+            "prompt_idx": idx,
+            "side": row["side"],
+            "n_tokens": len(row.get("token_ids") or []),
+            "finish_reason": row.get("finish_reason"),
+            "error": row.get("error"),
+            "result_json": _dumps(row),
+            "steps_json": _steps_json(res.steps),
+        },
+        pk=("run_id", "prompt_idx", "side"),
+        replace=True,
+    )
 
 
 def _insert_comparison(db: Database, run_id: str, idx: int, comp: dict[str, Any]) -> None:
     explanation = comp.pop("explanation", None)
     cross = comp.pop("cross_scores", None)
-    db["comparisons"].insert({
-        "run_id": run_id, "prompt_idx": idx, "a": comp["a"], "b": comp["b"], "identical": int(comp["identical"]),
-        "first_divergence": comp.get("first_divergence"), "verdict": (explanation or {}).get("verdict"),
-        "comparison_json": _dumps(comp), "explanation_json": _dumps(explanation),
-        "cross_scores_json": _dumps(cross),
-    }, pk=("run_id", "prompt_idx", "b"), replace=True)
+    db["comparisons"].insert(
+        {
+            "run_id": run_id,
+            "prompt_idx": idx,
+            "a": comp["a"],
+            "b": comp["b"],
+            "identical": int(comp["identical"]),
+            "first_divergence": comp.get("first_divergence"),
+            "verdict": (explanation or {}).get("verdict"),
+            "comparison_json": _dumps(comp),
+            "explanation_json": _dumps(explanation),
+            "cross_scores_json": _dumps(cross),
+        },
+        pk=("run_id", "prompt_idx", "b"),
+        replace=True,
+    )
 
 
 def _sides_text(sides: list[dict[str, Any]]) -> str:
@@ -337,10 +507,15 @@ def mark_interrupted(db: Database) -> list[str]:
         if owner_alive(owner) is False:
             pid = (owner or {}).get("pid")
             with db.conn:
-                db.execute("UPDATE runs SET status = 'interrupted', error = ?, error_code = 'interrupted', "
-                           "owner_json = NULL WHERE id = ? AND status = 'running'",
-                           [f"interrupted: the process that ran it (pid {pid}) ended before the run finished; "
-                            "the tokens streamed until then are kept", r["id"]])
+                db.execute(
+                    "UPDATE runs SET status = 'interrupted', error = ?, error_code = 'interrupted', "
+                    "owner_json = NULL WHERE id = ? AND status = 'running'",
+                    [
+                        f"interrupted: the process that ran it (pid {pid}) ended before the run finished; "
+                        "the tokens streamed until then are kept",
+                        r["id"],
+                    ],
+                )
             done.append(r["id"])
     return done
 
@@ -362,30 +537,60 @@ def save_run(db: Database, run: Run) -> None:
 
 def save_run_row(db: Database, run: Run) -> None:
     """The run's own row (status, figures, config, sides, timings): what every flush writes."""
-    db["runs"].upsert({
-        "id": run.id, "datetime_utc": run.created_utc, "kind": run.kind, "group_id": run.group_id,
-        "status": run.status,
-        "identical": None if run.identical is None else int(run.identical),
-        "first_divergence": run.first_divergence, "model": run.model.name, "model_path": run.model.path,
-        "dtype": _dtype(run), "device": run.device, "n_prompts": len(run.prompts),
-        "prompt_excerpt": _excerpt(run), "error": run.error, "error_code": run.error_code,
-        "duration_ms": run.duration_ms, "config_json": _dumps(run.config), "model_json": _dumps(run.model),
-        "versions_json": _dumps(run.versions), "warnings_json": _dumps(run.warnings),
-        "probes_json": _dumps(run.probes), "sides": _sides_text([to_dict(s) for s in run.sides]),
-        "sides_json": _dumps(run.sides), "timings_json": _dumps(run.timings), "owner_json": _dumps(run.owner),
-        "workload_json": _dumps(run.workload), "headline": run.workload.headline if run.workload else None,
-        "bisect_json": _dumps(run.bisect),
-    }, pk="id")
+    db["runs"].upsert(
+        {
+            "id": run.id,
+            "datetime_utc": run.created_utc,
+            "kind": run.kind,
+            "group_id": run.group_id,
+            "status": run.status,
+            "identical": None if run.identical is None else int(run.identical),
+            "first_divergence": run.first_divergence,
+            "model": run.model.name,
+            "model_path": run.model.path,
+            "dtype": _dtype(run),
+            "device": run.device,
+            "n_prompts": len(run.prompts),
+            "prompt_excerpt": _excerpt(run),
+            "error": run.error,
+            "error_code": run.error_code,
+            "duration_ms": run.duration_ms,
+            "config_json": _dumps(run.config),
+            "model_json": _dumps(run.model),
+            "versions_json": _dumps(run.versions),
+            "warnings_json": _dumps(run.warnings),
+            "probes_json": _dumps(run.probes),
+            "sides": _sides_text([to_dict(s) for s in run.sides]),
+            "sides_json": _dumps(run.sides),
+            "timings_json": _dumps(run.timings),
+            "owner_json": _dumps(run.owner),
+            "workload_json": _dumps(run.workload),
+            "headline": run.workload.headline if run.workload else None,
+            "bisect_json": _dumps(run.bisect),
+        },
+        pk="id",
+    )
 
 
 def save_prompt_rows(db: Database, run: Run, indices: Any = None) -> None:
     """The prompts' rows (text, token ids, messages, images): all, or those at `indices`."""
     prompts = run.prompts if indices is None else [run.prompts[i] for i in indices]
-    db["prompt_results"].insert_all(({
-        "run_id": run.id, "idx": p.index, "prompt_text": p.prompt_text,
-        "prompt_token_ids_json": _dumps(p.prompt_token_ids), "messages_json": _dumps(p.messages),
-        "images_json": _dumps(p.images) if p.images else None, "given_json": _dumps(p.given),
-    } for p in prompts), pk=("run_id", "idx"), replace=True)
+    db["prompt_results"].insert_all(
+        (
+            {
+                "run_id": run.id,
+                "idx": p.index,
+                "prompt_text": p.prompt_text,
+                "prompt_token_ids_json": _dumps(p.prompt_token_ids),
+                "messages_json": _dumps(p.messages),
+                "images_json": _dumps(p.images) if p.images else None,
+                "given_json": _dumps(p.given),
+            }
+            for p in prompts
+        ),
+        pk=("run_id", "idx"),
+        replace=True,
+    )
 
 
 def save_side_result(db: Database, run_id: str, res: SideResult) -> None:
@@ -441,40 +646,71 @@ def _get_run(db: Database, run_id: str, only: list[int] | None = None) -> Run | 
         where = f"AND {{col}} IN ({', '.join('?' * len(only))})"
         params += [int(i) for i in only]
     results: dict[int, dict[str, Any]] = {}
-    for s in db.query("SELECT prompt_idx, side, result_json, steps_json FROM side_results WHERE run_id = ? "
-                      f"{where.format(col='prompt_idx')} ORDER BY rowid", params):
+    for s in db.query(
+        "SELECT prompt_idx, side, result_json, steps_json FROM side_results WHERE run_id = ? "
+        f"{where.format(col='prompt_idx')} ORDER BY rowid",
+        params,
+    ):
         res = _loads(s["result_json"])
         if s["steps_json"] is not None:  # else a row an older release wrote: its steps are in result_json
             res["steps"] = _unpack_steps(_loads(s["steps_json"]))
         results.setdefault(s["prompt_idx"], {})[s["side"]] = res
     comparisons: dict[int, list[dict[str, Any]]] = {}
-    for c in db.query(f"SELECT * FROM comparisons WHERE run_id = ? {where.format(col='prompt_idx')} ORDER BY rowid",
-                      params):
-        comparisons.setdefault(c["prompt_idx"], []).append({
-            **_loads(c["comparison_json"]), "explanation": _loads(c["explanation_json"]),
-            "cross_scores": _loads(c["cross_scores_json"])})
-    prompts = [prompt_result_from_dict({
-        "index": p["idx"], "prompt_text": p["prompt_text"],
-        "prompt_token_ids": _loads(p["prompt_token_ids_json"]) or [], "messages": _loads(p["messages_json"]),
-        "images": _loads(p.get("images_json")) or [], "given": _loads(p.get("given_json")),
-        "results": results.get(p["idx"], {}), "comparisons": comparisons.get(p["idx"], []),
-    }) for p in db.query(f"SELECT * FROM prompt_results WHERE run_id = ? {where.format(col='idx')} ORDER BY idx",
-                         params)]
-    run = run_from_dict({
-        "id": r["id"], "created_utc": r["datetime_utc"], "model": _loads(r["model_json"]),
-        "config": _loads(r["config_json"]) or {}, "status": r["status"], "error": r["error"],
-        "error_code": r["error_code"], "warnings": _loads(r["warnings_json"]) or [],
-        "sides": _loads(r["sides_json"]) or [], "versions": _loads(r["versions_json"]) or {},
-        "duration_ms": r["duration_ms"], "group_id": r["group_id"], "kind": r["kind"] or "compare",
-        "probes": _loads(r["probes_json"]), "timings": _loads(r["timings_json"]) or {},
-        "owner": _loads(r["owner_json"]), "workload": _loads(r.get("workload_json")),
-        "bisect": _loads(r.get("bisect_json")),
-    })
+    for c in db.query(
+        f"SELECT * FROM comparisons WHERE run_id = ? {where.format(col='prompt_idx')} ORDER BY rowid", params
+    ):
+        comparisons.setdefault(c["prompt_idx"], []).append(
+            {
+                **_loads(c["comparison_json"]),
+                "explanation": _loads(c["explanation_json"]),
+                "cross_scores": _loads(c["cross_scores_json"]),
+            }
+        )
+    prompts = [
+        prompt_result_from_dict(
+            {
+                "index": p["idx"],
+                "prompt_text": p["prompt_text"],
+                "prompt_token_ids": _loads(p["prompt_token_ids_json"]) or [],
+                "messages": _loads(p["messages_json"]),
+                "images": _loads(p.get("images_json")) or [],
+                "given": _loads(p.get("given_json")),
+                "results": results.get(p["idx"], {}),
+                "comparisons": comparisons.get(p["idx"], []),
+            }
+        )
+        for p in db.query(
+            f"SELECT * FROM prompt_results WHERE run_id = ? {where.format(col='idx')} ORDER BY idx", params
+        )
+    ]
+    run = run_from_dict(
+        {
+            "id": r["id"],
+            "created_utc": r["datetime_utc"],
+            "model": _loads(r["model_json"]),
+            "config": _loads(r["config_json"]) or {},
+            "status": r["status"],
+            "error": r["error"],
+            "error_code": r["error_code"],
+            "warnings": _loads(r["warnings_json"]) or [],
+            "sides": _loads(r["sides_json"]) or [],
+            "versions": _loads(r["versions_json"]) or {},
+            "duration_ms": r["duration_ms"],
+            "group_id": r["group_id"],
+            "kind": r["kind"] or "compare",
+            "probes": _loads(r["probes_json"]),
+            "timings": _loads(r["timings_json"]) or {},
+            "owner": _loads(r["owner_json"]),
+            "workload": _loads(r.get("workload_json")),
+            "bisect": _loads(r.get("bisect_json")),
+        }
+    )
     run.prompts = prompts
     return run
 
 
 # -- workloads: each (prompt, side) pair's logprobs, packed ------------------------------------------
+
 
 def _pack(values: Any, code: str) -> bytes:
     arr = array(code, values)
@@ -495,20 +731,37 @@ def _unpack(data: bytes | None, code: str) -> list[Any]:
 def save_pair_samples(db: Database, run_id: str, side: str, samples: list[PairSample]) -> None:
     """One row per (prompt, side): the side's and the reference's logprobs of the same tokens as
     float64 (a missing one as NaN), with the first divergence and the verdict."""
-    db["pair_samples"].insert_all(({
-        "run_id": run_id, "side": side, "prompt_idx": s.prompt_index, "identical": int(s.identical),
-        "first_divergence": s.first_divergence, "length": s.length, "verdict": s.verdict,
-        "max_abs_dlogp": s.max_abs_gap(),  # the prompt table's column
-        "logp_side": _pack((math.nan if x is None else x for x in s.logp_side), "d"),
-        "logp_ref": _pack((math.nan if x is None else x for x in s.logp_ref), "d"),
-        "positions": _pack(s.positions, "i"),
-    } for s in samples), pk=("run_id", "side", "prompt_idx"), replace=True)
+    db["pair_samples"].insert_all(
+        (
+            {
+                "run_id": run_id,
+                "side": side,
+                "prompt_idx": s.prompt_index,
+                "identical": int(s.identical),
+                "first_divergence": s.first_divergence,
+                "length": s.length,
+                "verdict": s.verdict,
+                "max_abs_dlogp": s.max_abs_gap(),  # the prompt table's column
+                "logp_side": _pack((math.nan if x is None else x for x in s.logp_side), "d"),
+                "logp_ref": _pack((math.nan if x is None else x for x in s.logp_ref), "d"),
+                "positions": _pack(s.positions, "i"),
+            }
+            for s in samples
+        ),
+        pk=("run_id", "side", "prompt_idx"),
+        replace=True,
+    )
 
 
 def pair_rows(db: Database, run_id: str) -> list[dict[str, Any]]:
     """Every (prompt, side) of a workload without its logprobs: what a prompt table lists."""
-    return list(db.query("SELECT prompt_idx, side, identical, first_divergence, length, verdict, max_abs_dlogp "
-                         "FROM pair_samples WHERE run_id = ? ORDER BY prompt_idx, side", [run_id]))
+    return list(
+        db.query(
+            "SELECT prompt_idx, side, identical, first_divergence, length, verdict, max_abs_dlogp "
+            "FROM pair_samples WHERE run_id = ? ORDER BY prompt_idx, side",
+            [run_id],
+        )
+    )
 
 
 def prompt_excerpts(db: Database, run_id: str, n: int = 160) -> dict[int, str]:
@@ -517,27 +770,37 @@ def prompt_excerpts(db: Database, run_id: str, n: int = 160) -> dict[int, str]:
     rows = db.execute(
         "SELECT idx, substr(coalesce(json_extract(given_json, '$.text'), "
         "json_extract(given_json, '$.messages[#-1].content'), prompt_text), 1, ?) FROM prompt_results "
-        "WHERE run_id = ? ORDER BY idx", [n, run_id]).fetchall()
+        "WHERE run_id = ? ORDER BY idx",
+        [n, run_id],
+    ).fetchall()
     return {idx: text if isinstance(text, str) else "" for idx, text in rows}
 
 
 def pair_samples(db: Database, run_id: str, side: str) -> Iterator[PairSample]:
     """A side's stored samples, prompt by prompt, read one row at a time (bounded memory)."""
-    for r in db.query("SELECT * FROM pair_samples WHERE run_id = ? AND side = ? ORDER BY prompt_idx",
-                      [run_id, side]):
-        yield PairSample(prompt_index=r["prompt_idx"], identical=bool(r["identical"]),
-                         first_divergence=r["first_divergence"], length=r["length"] or 0, verdict=r["verdict"],
-                         logp_side=_unpack(r["logp_side"], "d"), logp_ref=_unpack(r["logp_ref"], "d"),
-                         positions=_unpack(r["positions"], "i"))
+    for r in db.query("SELECT * FROM pair_samples WHERE run_id = ? AND side = ? ORDER BY prompt_idx", [run_id, side]):
+        yield PairSample(
+            prompt_index=r["prompt_idx"],
+            identical=bool(r["identical"]),
+            first_divergence=r["first_divergence"],
+            length=r["length"] or 0,
+            verdict=r["verdict"],
+            logp_side=_unpack(r["logp_side"], "d"),
+            logp_ref=_unpack(r["logp_ref"], "d"),
+            positions=_unpack(r["positions"], "i"),
+        )
 
 
 def prompts_done(db: Database, run_id: str, sides: list[str]) -> set[int]:
     """The prompts whose samples are stored for every one of `sides` (a resumed workload skips them)."""
     if not sides:
         return set()
-    rows = db.execute("SELECT prompt_idx FROM pair_samples WHERE run_id = ? AND side IN ("
-                      + ", ".join("?" * len(sides)) + ") GROUP BY prompt_idx HAVING count(DISTINCT side) = ?",
-                      [run_id, *sides, len(sides)]).fetchall()
+    rows = db.execute(
+        "SELECT prompt_idx FROM pair_samples WHERE run_id = ? AND side IN ("
+        + ", ".join("?" * len(sides))
+        + ") GROUP BY prompt_idx HAVING count(DISTINCT side) = ?",
+        [run_id, *sides, len(sides)],
+    ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -562,10 +825,19 @@ class RunSummary:
     headline: str | None = None  # a workload's one line (its prompts, each side's share identical and verdict)
 
 
-def list_runs(db: Database, *, search: str | None = None, model: str | None = None,
-              status: str | None = None, since: str | None = None, until: str | None = None,
-              group_id: str | None = None, limit: int = 200, offset: int = 0,
-              exclude_kinds: tuple[str, ...] = ()) -> list[RunSummary]:
+def list_runs(
+    db: Database,
+    *,
+    search: str | None = None,
+    model: str | None = None,
+    status: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    group_id: str | None = None,
+    limit: int = 200,
+    offset: int = 0,
+    exclude_kinds: tuple[str, ...] = (),
+) -> list[RunSummary]:
     """Newest first. `search` matches the id, model, sides, prompt excerpt and error; `since`/`until`
     are ISO dates compared against datetime_utc; runs of `exclude_kinds` are left out (History
     folds a bisect's trials under their bisect)."""
@@ -589,14 +861,28 @@ def list_runs(db: Database, *, search: str | None = None, model: str | None = No
     sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY datetime_utc DESC, id DESC LIMIT ? OFFSET ?"
     params += [limit, offset]
-    return [RunSummary(
-        id=r["id"], datetime_utc=r["datetime_utc"], kind=r["kind"] or "compare", status=r["status"],
-        identical=None if r["identical"] is None else bool(r["identical"]),
-        first_divergence=r["first_divergence"], model=r["model"] or "", dtype=r["dtype"], device=r["device"] or "",
-        n_prompts=r["n_prompts"] or 0, prompt_excerpt=r["prompt_excerpt"] or "", error=r["error"],
-        duration_ms=r["duration_ms"], group_id=r["group_id"], error_code=r["error_code"], sides=r["sides"] or "",
-        headline=r.get("headline"),
-    ) for r in db.query(sql, params)]
+    return [
+        RunSummary(
+            id=r["id"],
+            datetime_utc=r["datetime_utc"],
+            kind=r["kind"] or "compare",
+            status=r["status"],
+            identical=None if r["identical"] is None else bool(r["identical"]),
+            first_divergence=r["first_divergence"],
+            model=r["model"] or "",
+            dtype=r["dtype"],
+            device=r["device"] or "",
+            n_prompts=r["n_prompts"] or 0,
+            prompt_excerpt=r["prompt_excerpt"] or "",
+            error=r["error"],
+            duration_ms=r["duration_ms"],
+            group_id=r["group_id"],
+            error_code=r["error_code"],
+            sides=r["sides"] or "",
+            headline=r.get("headline"),
+        )
+        for r in db.query(sql, params)
+    ]
 
 
 def distinct_models(db: Database) -> list[str]:
@@ -607,6 +893,7 @@ def distinct_models(db: Database) -> list[str]:
 class RunState:
     """What a stored run's own row says of how far it got: a view built from a run is built again
     when this changes (a stopped workload resumed, here or by the CLI)."""
+
     status: str
     duration_ms: int | None
     headline: str | None
@@ -630,5 +917,34 @@ def set_headline(db: Database, run_id: str, headline: str) -> None:
     db.execute("UPDATE runs SET headline = ? WHERE id = ?", [headline, run_id])
 
 
-__all__ = ["save_images", "image_bytes", "MAX_STORED_IMAGE_BYTES", "migrations", "new_run_id", "open_db", "mark_interrupted", "save_run", "save_run_row", "save_prompt_rows", "save_side_result", "save_comparisons", "save_pair_samples", "pair_samples", "pair_rows", "prompt_excerpts", "prompts_done", "get_run", "list_runs",
-           "distinct_models", "RunSummary", "RunState", "run_state", "is_workload", "set_headline", "save_localisation", "localisations_of", "comparison_from_dict", "side_result_from_dict"]
+__all__ = [
+    "save_images",
+    "image_bytes",
+    "MAX_STORED_IMAGE_BYTES",
+    "migrations",
+    "new_run_id",
+    "open_db",
+    "mark_interrupted",
+    "save_run",
+    "save_run_row",
+    "save_prompt_rows",
+    "save_side_result",
+    "save_comparisons",
+    "save_pair_samples",
+    "pair_samples",
+    "pair_rows",
+    "prompt_excerpts",
+    "prompts_done",
+    "get_run",
+    "list_runs",
+    "distinct_models",
+    "RunSummary",
+    "RunState",
+    "run_state",
+    "is_workload",
+    "set_headline",
+    "save_localisation",
+    "localisations_of",
+    "comparison_from_dict",
+    "side_result_from_dict",
+]

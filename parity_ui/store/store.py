@@ -11,11 +11,13 @@ Database stay the implementation (parity_ui.store.runs, .workloads, .checks), as
 the recorder writes through them inside its own transaction, and tests use them on a bare file.
 Each method is one call into them, looked up when called (a test may replace a function).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from sqlite_utils import Database
 
@@ -31,6 +33,7 @@ class StoredReport:
     workload's header and only the prompts whose panes the page shows; any other run whole), a
     workload's pair rows and prompt excerpts (its prompt table; None for another kind of run), the
     run's localisations and its images by content hash."""
+
     run: Run
     localisations: list[Localisation]
     images: Callable[[str], tuple[bytes, str] | None]
@@ -148,13 +151,26 @@ class Store:
             return None
         if run.workload is None:
             return StoredReport(self.get_run(run_id) or run, self.localisations_of(run_id), self.image_bytes)
-        return StoredReport(self.get_run(run_id, prompts=panes(run)) or run, self.localisations_of(run_id),
-                            self.image_bytes, self.pair_rows(run_id), self.prompt_excerpts(run_id))
+        return StoredReport(
+            self.get_run(run_id, prompts=panes(run)) or run,
+            self.localisations_of(run_id),
+            self.image_bytes,
+            self.pair_rows(run_id),
+            self.prompt_excerpts(run_id),
+        )
 
     # -- the gate's checks ----------------------------------------------------------------------------
 
-    def save_check(self, run_id: str, group_id: str, created: str, spec_path: str, exit_code: int,
-                   result: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+    def save_check(
+        self,
+        run_id: str,
+        group_id: str,
+        created: str,
+        spec_path: str,
+        exit_code: int,
+        result: dict[str, Any],
+        cases: list[dict[str, Any]],
+    ) -> None:
         """A check's results, its cases' rows and its run's headline, in one transaction."""
         checks.save_check(self.db, run_id, group_id, created, spec_path, exit_code, result, cases)
 

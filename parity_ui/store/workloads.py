@@ -4,6 +4,7 @@ user gave them (what a resume or a bisect runs again), a chunk's rows in one wri
 route agreements, kept-mass records and distribution columns the routing, sampling and
 distribution figures are pooled from.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,22 @@ def given_prompts(db: Database, run_id: str) -> list[PromptSpec]:
     for r in rows:
         given = json.loads(r["given_json"]) if r["given_json"] else None
         if not given or given.get("images"):
-            raise ParityError(f"prompt {r['idx']} of run {run_id} is not stored as given"
-                              + (" (it has images)" if given else " (an older release made the run)"),
-                              "start a new run with the same prompt file")
+            raise ParityError(
+                f"prompt {r['idx']} of run {run_id} is not stored as given"
+                + (" (it has images)" if given else " (an older release made the run)"),
+                "start a new run with the same prompt file",
+            )
         out.append(PromptSpec(text=given.get("text"), messages=given.get("messages")))
     return out
 
 
-def save_chunk(db: Database, run_id: str, results: list[SideResult], prompts: list[PromptResult],
-               samples: dict[str, list[PairSample]]) -> None:
+def save_chunk(
+    db: Database,
+    run_id: str,
+    results: list[SideResult],
+    prompts: list[PromptResult],
+    samples: dict[str, list[PairSample]],
+) -> None:
     """A workload chunk's rows: its side results, its prompts' comparisons and each side's pair
     samples. The caller holds the transaction (the recorder's, so its own writes never interleave)."""
     for res in results:
@@ -52,9 +60,11 @@ def route_agreements(db: Database, run_id: str, side: str) -> Iterator[dict[str,
     prompt by prompt, one row at a time: the routing figures are pooled from these, so a resumed run
     counts every chunk, not only the ones its own process ran. Only the agreement is read out of each
     comparison's JSON (json_extract), never its token panes."""
-    for r in db.execute("SELECT json_extract(comparison_json, '$.routes') FROM comparisons WHERE run_id = ? AND b = ? "
-                        "AND json_extract(comparison_json, '$.routes') IS NOT NULL ORDER BY prompt_idx",
-                        [run_id, side]):
+    for r in db.execute(
+        "SELECT json_extract(comparison_json, '$.routes') FROM comparisons WHERE run_id = ? AND b = ? "
+        "AND json_extract(comparison_json, '$.routes') IS NOT NULL ORDER BY prompt_idx",
+        [run_id, side],
+    ):
         yield json.loads(r[0])
 
 
@@ -62,9 +72,11 @@ def kept_masses(db: Database, run_id: str, side: str) -> Iterator[dict[str, Any]
     """Every stored kept-mass record of `side`'s comparison (shared-seed sampling), prompt by prompt,
     one row at a time: the sampling family is pooled from these (as the routing family from its
     agreements), so a resumed run counts every chunk."""
-    for r in db.execute("SELECT json_extract(comparison_json, '$.kept_mass') FROM comparisons WHERE run_id = ? "
-                        "AND b = ? AND json_extract(comparison_json, '$.kept_mass') IS NOT NULL ORDER BY prompt_idx",
-                        [run_id, side]):
+    for r in db.execute(
+        "SELECT json_extract(comparison_json, '$.kept_mass') FROM comparisons WHERE run_id = ? "
+        "AND b = ? AND json_extract(comparison_json, '$.kept_mass') IS NOT NULL ORDER BY prompt_idx",
+        [run_id, side],
+    ):
         yield json.loads(r[0])
 
 
@@ -73,8 +85,11 @@ def distribution_columns(db: Database, run_id: str, side: str) -> Iterator[dict[
     on its steps), prompt by prompt: the distribution family is pooled from these. Only those five
     columns are read out of each row's steps (json_extract), never its top-k."""
     paths = ", ".join(f"'$.{c}'" for c in DISTRIBUTION_COLUMNS)
-    for r in db.execute(f"SELECT json_extract(steps_json, {paths}) FROM side_results WHERE run_id = ? AND side = ? "
-                        "AND json_extract(steps_json, '$.kl') IS NOT NULL ORDER BY prompt_idx", [run_id, side]):
+    for r in db.execute(
+        f"SELECT json_extract(steps_json, {paths}) FROM side_results WHERE run_id = ? AND side = ? "
+        "AND json_extract(steps_json, '$.kl') IS NOT NULL ORDER BY prompt_idx",
+        [run_id, side],
+    ):
         yield dict(zip(DISTRIBUTION_COLUMNS, json.loads(r[0])))
 
 

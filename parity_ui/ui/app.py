@@ -4,6 +4,7 @@ One ParityService per process (in a AppService): the sides' engines are shared b
 session (the GPU is one), and runs queue on the gradio event with concurrency 1. Per-session data
 lives in gr.State.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,9 @@ from typing import Any
 import gradio as gr
 
 from ..render.assets import CSS, JS
+from . import plots
 from .compare_tab import CompareTab, RunGate
 from .config_tab import ConfigTab
-from . import plots
 from .history_tab import HistoryTab
 from .runner import AppService
 
@@ -36,9 +37,11 @@ def create_app(service: AppService) -> gr.Blocks:
     config = ConfigTab(service)
     history = HistoryTab(service, gate)
     with gr.Blocks(title=TITLE) as app:
-        gr.Markdown(f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
-                    "versions or checkpoints) with one canonical config, and see the first token where a side "
-                    "leaves the reference.")
+        gr.Markdown(
+            f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
+            "versions or checkpoints) with one canonical config, and see the first token where a side "
+            "leaves the reference."
+        )
         with gr.Tabs() as tabs:
             compare.create_ui()
             config.create_ui()
@@ -50,22 +53,40 @@ def create_app(service: AppService) -> gr.Blocks:
 
         def after_yaml(event: Any) -> None:
             # The last one asked wins, one after the other: the config line shows the newest YAML.
-            compare.recount(event.then(config.yaml_changed, validate, checked, api_name=False,
-                                       trigger_mode="always_last", show_progress="hidden",
-                                       concurrency_limit=1, concurrency_id="validate"))
+            compare.recount(
+                event.then(
+                    config.yaml_changed,
+                    validate,
+                    checked,
+                    api_name=False,
+                    trigger_mode="always_last",
+                    show_progress="hidden",
+                    concurrency_limit=1,
+                    concurrency_id="validate",
+                )
+            )
 
         compare.sides.create_event_handlers(config.yaml, after_yaml)
         after_yaml(compare.commit_sides)  # Run wrote the panel's last edits into the YAML
         for event in config.validations:  # the YAML editor left, a form field, a preset: a new config
             compare.recount(event)
         for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
-            event.then(compare.sides.from_yaml, [config.yaml, compare.sides.counter.edits], compare.sides.redrawn,
-                       api_name=False, trigger_mode="always_last")
+            event.then(
+                compare.sides.from_yaml,
+                [config.yaml, compare.sides.counter.edits],
+                compare.sides.redrawn,
+                api_name=False,
+                trigger_mode="always_last",
+            )
         history.create_event_handlers(tabs=tabs, app=app)
         # A long view's page script fetches the rest of its hover details here once it shows.
         gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")
-        app.load(compare.initial, [compare.model, compare.trust, compare.prompt, config.yaml],
-                 [compare.model_info, compare.prompt_info], api_name=False)
+        app.load(
+            compare.initial,
+            [compare.model, compare.trust, compare.prompt, config.yaml],
+            [compare.model_info, compare.prompt_info],
+            api_name=False,
+        )
         app.load(config.yaml_changed, validate, checked, api_name=False)
         # The page loads plotly.js (~3.5 MB, a 1-1.5 s freeze of a headless page) with its first
         # figure. A tiny figure drawn off screen when the page loads pays that while the reader is
@@ -94,14 +115,25 @@ def parse_auth(value: str | None) -> tuple[str, str] | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="The parity-ui web app.")
-    ap.add_argument("--host", default=os.environ.get("PARITY_HOST", "127.0.0.1"),
-                    help="address to bind (default 127.0.0.1: this machine only)")
-    ap.add_argument("--port", type=int, default=int(os.environ.get("PARITY_PORT", "7860")),
-                    help="port (default $PARITY_PORT or 7860)")
+    ap.add_argument(
+        "--host",
+        default=os.environ.get("PARITY_HOST", "127.0.0.1"),
+        help="address to bind (default 127.0.0.1: this machine only)",
+    )
+    ap.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("PARITY_PORT", "7860")),
+        help="port (default $PARITY_PORT or 7860)",
+    )
     ap.add_argument("--db", default=None, help="run database (default $PARITY_DB or ./runs.db)")
-    ap.add_argument("--auth", default=None, metavar="USER:PASSWORD",
-                    help="require this login (Gradio's own authentication); default $PARITY_AUTH. Use it whenever "
-                         "--host is not 127.0.0.1")
+    ap.add_argument(
+        "--auth",
+        default=None,
+        metavar="USER:PASSWORD",
+        help="require this login (Gradio's own authentication); default $PARITY_AUTH. Use it whenever "
+        "--host is not 127.0.0.1",
+    )
     return ap.parse_args(argv)
 
 
@@ -109,9 +141,11 @@ def bind_warning(host: str, auth: tuple[str, str] | None) -> str | None:
     """The warning printed when the app is reachable from other machines without a login."""
     if host in LOCAL_HOSTS or auth is not None:
         return None
-    return (f"parity-ui: WARNING: serving on {host} without a login: anyone who can reach this machine can run "
-            "models on it and read every stored run. Add --auth USER:PASSWORD (or set PARITY_AUTH), and use it on "
-            "a trusted network only.")
+    return (
+        f"parity-ui: WARNING: serving on {host} without a login: anyone who can reach this machine can run "
+        "models on it and read every stored run. Add --auth USER:PASSWORD (or set PARITY_AUTH), and use it on "
+        "a trusted network only."
+    )
 
 
 def warm_up(service: AppService) -> None:
@@ -143,9 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     service = AppService(args.db)
     warm_up(service)
     try:
-        create_app(service).launch(server_name=args.host, server_port=args.port, auth=auth,
-                                   auth_message="parity-ui: log in with the user and password the host set "
-                                                "(--auth / PARITY_AUTH)" if auth else None,
-                                   **launch_kwargs())
+        create_app(service).launch(
+            server_name=args.host,
+            server_port=args.port,
+            auth=auth,
+            auth_message="parity-ui: log in with the user and password the host set (--auth / PARITY_AUTH)"
+            if auth
+            else None,
+            **launch_kwargs(),
+        )
     finally:
         service.close()

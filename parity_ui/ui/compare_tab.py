@@ -6,6 +6,7 @@ file (.jsonl, .parquet; parity_ui.ui.workload_input) runs the same way through `
 progress shown with an ETA, and then its view (parity_ui.ui.workload_view) above the token view. A
 stored run whose sides differ gets Which setting? under it (parity_ui.ui.which_setting_view).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,39 +14,42 @@ import queue
 import sys
 import threading
 import traceback
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import gradio as gr
 
 from ..core.config import ParityConfig
-from ..inputs.demo_model import DEMO_LABEL, DEMO_NAME
+from ..core.context import max_context
 from ..core.errors import ConfigError, ParityError, PromptError
+from ..core.types import Run
+from ..core.workload_record import FLOORS
+from ..inputs.demo_model import DEMO_LABEL, DEMO_NAME
 from ..inputs.images import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT, read_image
 from ..inputs.models import local_models
-from ..core.context import max_context
-from ..inputs.prompts import (check_upload_size, PROMPT_FILE_TYPES, PromptSpec, parse_prompt_bytes,
-                       tokenizer_for)
+from ..inputs.prompts import PROMPT_FILE_TYPES, PromptSpec, check_upload_size, parse_prompt_bytes, tokenizer_for
 from ..render import cards
-from ..core.types import Run
 from ..service import ReplayRequest, Request, RunRequest, plan_request
-from ..core.workload_record import FLOORS
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
+from .replay_input import replay_request
 from .result_view import ResultView
 from .sides_panel import SidesPanel
 from .which_setting_view import WhichSettingView
-from .replay_input import replay_request
-from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, uploaded, \
-    with_options
+from .workload_input import WorkloadPick, cleared, is_workload_file, load, note_html, uploaded, with_options
 from .workload_view import WorkloadView, read_for_view
 
 REFUSED = "Not run (nothing stored)"
 THROTTLE_S = 0.2
 UPLOAD_TYPES = (*PROMPT_FILE_TYPES, ".parquet")
-MODE_CHOICES = [("free: every side generates", "free"),
-                ("scored: the reference teacher-forces the others' tokens", "scored")]
-FLOOR_CHOICES = [("auto (batch when free; kernel when scored with an HF reference)", "auto"),
-                 *((f, f) for f in FLOORS if f != "auto")]
+MODE_CHOICES = [
+    ("free: every side generates", "free"),
+    ("scored: the reference teacher-forces the others' tokens", "scored"),
+]
+FLOOR_CHOICES = [
+    ("auto (batch when free; kernel when scored with an HF reference)", "auto"),
+    *((f, f) for f in FLOORS if f != "auto"),
+]
 DEFAULT_PROMPT = "Give me a brief explanation of gravity in simple terms."
 
 
@@ -117,8 +121,10 @@ def model_choices() -> list[tuple[str, str]]:
 def _specs(prompt: str, file_prompts: list[dict] | None, images: list[str] | None = None) -> list[PromptSpec]:
     if file_prompts:
         if images:
-            raise PromptError("images were uploaded next to the prompt, and a prompt file is in use",
-                              "name the images in the .jsonl file, or press 'Use the text box'")
+            raise PromptError(
+                "images were uploaded next to the prompt, and a prompt file is in use",
+                "name the images in the .jsonl file, or press 'Use the text box'",
+            )
         return [PromptSpec(**d) for d in file_prompts]
     if not prompt or not prompt.strip():
         raise PromptError("the prompt is empty", "type a prompt or upload a .txt/.jsonl file")
@@ -128,8 +134,10 @@ def _specs(prompt: str, file_prompts: list[dict] | None, images: list[str] | Non
 def _image_prompt_tokens(info: Any, trust: bool, cfg: ParityConfig, spec: PromptSpec) -> int:
     """An image prompt's length as the reference side will see it (image tokens included)."""
     if not info.vision:
-        raise PromptError(f"images were given, but {info.name} is a text-only model",
-                          "pick a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), or drop the images")
+        raise PromptError(
+            f"images were given, but {info.name} is a text-only model",
+            "pick a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), or drop the images",
+        )
     from ..inputs.prompts import vision_for
 
     v = vision_for(info.path, trust)
@@ -149,8 +157,9 @@ def read_images(files: Any) -> list[Any]:
     """The uploaded images, checked (type, size, pixels, decodable): PromptError naming the file."""
     paths = _paths(files)
     if len(paths) > MAX_IMAGES_PER_PROMPT:
-        raise PromptError(f"{len(paths)} images were uploaded; a prompt takes at most {MAX_IMAGES_PER_PROMPT}",
-                          "remove some images")
+        raise PromptError(
+            f"{len(paths)} images were uploaded; a prompt takes at most {MAX_IMAGES_PER_PROMPT}", "remove some images"
+        )
     out = []
     for path in paths:
         img = read_image(path)
@@ -159,8 +168,9 @@ def read_images(files: Any) -> list[Any]:
     return out
 
 
-def run_refusal(cfg_text: str, refused_file: tuple[str, str] | None,
-                workload: WorkloadPick | None) -> tuple[str, str, str] | None:
+def run_refusal(
+    cfg_text: str, refused_file: tuple[str, str] | None, workload: WorkloadPick | None
+) -> tuple[str, str, str] | None:
     """(title, message, fix) when the page shows input that cannot run: a refused upload, a
     refused workload file or option, a config that does not validate. Run then shows this card and
     stores nothing (the page already says what is wrong); None when the run may go."""
@@ -200,28 +210,50 @@ class CompareTab:
             self.which.create_ui()
 
     def _render_model(self) -> None:
-        self.model = gr.Dropdown(choices=model_choices(), value=DEMO_NAME, allow_custom_value=True,
-                                 label="Model", elem_id="model-pick",
-                                 info="the bundled demo, a model in your Hugging Face cache, a local folder "
-                                      "path, or any Hugging Face id (org/name)")
-        self.trust = gr.Checkbox(value=False, label="trust_remote_code (runs the model's own Python code)",
-                                 elem_id="trust-remote-code")
+        self.model = gr.Dropdown(
+            choices=model_choices(),
+            value=DEMO_NAME,
+            allow_custom_value=True,
+            label="Model",
+            elem_id="model-pick",
+            info="the bundled demo, a model in your Hugging Face cache, a local folder "
+            "path, or any Hugging Face id (org/name)",
+        )
+        self.trust = gr.Checkbox(
+            value=False, label="trust_remote_code (runs the model's own Python code)", elem_id="trust-remote-code"
+        )
         self.model_info = gr.HTML(elem_id="model-info")
 
     def _render_prompt(self) -> None:
-        self.prompt = gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=4, max_lines=14,
-                                 elem_id="prompt", placeholder="Type or paste a prompt; long ones are fine")
+        self.prompt = gr.Textbox(
+            value=DEFAULT_PROMPT,
+            label="Prompt",
+            lines=4,
+            max_lines=14,
+            elem_id="prompt",
+            placeholder="Type or paste a prompt; long ones are fine",
+        )
         with gr.Row(equal_height=False):
-            self.prompt_file = gr.UploadButton("Upload prompts (.txt: one; .jsonl, .parquet: a workload)",
-                                               file_types=list(UPLOAD_TYPES), type="filepath", size="sm",
-                                               elem_id="prompt-file", scale=2)
-            self.clear_file_btn = gr.Button("Use the text box", size="sm", scale=1, visible=False,
-                                            elem_id="clear-file")
+            self.prompt_file = gr.UploadButton(
+                "Upload prompts (.txt: one; .jsonl, .parquet: a workload)",
+                file_types=list(UPLOAD_TYPES),
+                type="filepath",
+                size="sm",
+                elem_id="prompt-file",
+                scale=2,
+            )
+            self.clear_file_btn = gr.Button("Use the text box", size="sm", scale=1, visible=False, elem_id="clear-file")
             self.prompt_info = gr.HTML(elem_id="prompt-count", container=False)
         self._render_workload_options()
-        self.images = gr.File(label=f"Images for the prompt (vision-language models; at most {MAX_IMAGES_PER_PROMPT}, "
-                                    f"{MAX_IMAGE_BYTES // 2**20} MiB each)", file_count="multiple",
-                              file_types=list(IMAGE_TYPES), type="filepath", elem_id="prompt-images", height=120)
+        self.images = gr.File(
+            label=f"Images for the prompt (vision-language models; at most {MAX_IMAGES_PER_PROMPT}, "
+            f"{MAX_IMAGE_BYTES // 2**20} MiB each)",
+            file_count="multiple",
+            file_types=list(IMAGE_TYPES),
+            type="filepath",
+            elem_id="prompt-images",
+            height=120,
+        )
         self.image_info = gr.HTML(elem_id="image-info", container=False)
         self.file_prompts = gr.State(None)
         self.refused_file = gr.State(None)  # (message, fix) of the last upload refused; Run refuses while set
@@ -229,25 +261,39 @@ class CompareTab:
 
     def _render_workload_options(self) -> None:
         """How a workload file's prompts are chosen and run; kept in `self.workload` (a gr.State)."""
-        with gr.Accordion("Workload options (a .jsonl or .parquet file of several prompts)", open=False,
-                          elem_id="wl-options"):
+        with gr.Accordion(
+            "Workload options (a .jsonl or .parquet file of several prompts)", open=False, elem_id="wl-options"
+        ):
             with gr.Row():
                 self.wl_mode = gr.Dropdown(MODE_CHOICES, value="free", label="Mode", elem_id="wl-mode")
-                self.wl_floor = gr.Dropdown(FLOOR_CHOICES, value="auto", label="Noise floor (the reference against "
-                                            "itself under a change that must not matter)", elem_id="wl-floor")
+                self.wl_floor = gr.Dropdown(
+                    FLOOR_CHOICES,
+                    value="auto",
+                    label="Noise floor (the reference against itself under a change that must not matter)",
+                    elem_id="wl-floor",
+                )
             with gr.Row():
-                self.wl_field = gr.Textbox(label="Prompt field", placeholder="auto: prompt, messages, text, question, "
-                                           "input", elem_id="wl-field")
+                self.wl_field = gr.Textbox(
+                    label="Prompt field",
+                    placeholder="auto: prompt, messages, text, question, input",
+                    elem_id="wl-field",
+                )
                 self.wl_limit = gr.Number(0, precision=0, label="Only the first N prompts (0: all)", elem_id="wl-limit")
-                self.wl_sample = gr.Number(0, precision=0, label="A random N prompts, seed 0 (0: all)",
-                                           elem_id="wl-sample")
-                self.wl_skip = gr.Checkbox(False, label="Skip broken lines or rows (counted and named)",
-                                           elem_id="wl-skip")
+                self.wl_sample = gr.Number(
+                    0, precision=0, label="A random N prompts, seed 0 (0: all)", elem_id="wl-sample"
+                )
+                self.wl_skip = gr.Checkbox(
+                    False, label="Skip broken lines or rows (counted and named)", elem_id="wl-skip"
+                )
             with gr.Row():
-                self.wl_cluster = gr.Textbox(label="Ray cluster (empty: in this process)", elem_id="wl-cluster",
-                                             placeholder="local, or a head node's address (HOST:6379)")
-                self.wl_replicas = gr.Textbox(label="Replicas of each side there", elem_id="wl-replicas",
-                                              placeholder="2, or per side: ref=1,b=4")
+                self.wl_cluster = gr.Textbox(
+                    label="Ray cluster (empty: in this process)",
+                    elem_id="wl-cluster",
+                    placeholder="local, or a head node's address (HOST:6379)",
+                )
+                self.wl_replicas = gr.Textbox(
+                    label="Replicas of each side there", elem_id="wl-replicas", placeholder="2, or per side: ref=1,b=4"
+                )
         self.workload = gr.State(WorkloadPick())
 
     def _render_run(self) -> None:
@@ -267,8 +313,15 @@ class CompareTab:
             return cards.error_html(e.message, e.fix, "Model not usable")
         return cards.model_html(info, DEMO_LABEL if (model or DEMO_NAME) == DEMO_NAME else model)
 
-    def count_tokens(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None,
-                     cfg_text: str, workload: WorkloadPick | None = None) -> str:
+    def count_tokens(
+        self,
+        model: str,
+        trust: bool,
+        prompt: str,
+        file_prompts: list[dict] | None,
+        cfg_text: str,
+        workload: WorkloadPick | None = None,
+    ) -> str:
         """Token count of each prompt as the engines will see it, checked against the context; for a
         workload file, what it holds and how it runs (its prompts are checked when it runs)."""
         if workload is not None and workload.active:
@@ -278,8 +331,10 @@ class CompareTab:
             specs = _specs(prompt, file_prompts)
             info = self.service.describe(model or DEMO_NAME, bool(trust))
             tok = tokenizer_for(info.path, bool(trust))
-            counts = [tok.count(s, cfg.chat) if not s.images else _image_prompt_tokens(info, bool(trust), cfg, s)
-                      for s in specs]
+            counts = [
+                tok.count(s, cfg.chat) if not s.images else _image_prompt_tokens(info, bool(trust), cfg, s)
+                for s in specs
+            ]
         except ConfigError:
             return ""  # the config line under the prompt already names the problem
         except ParityError as e:
@@ -298,8 +353,11 @@ class CompareTab:
         from ..core.context import check_context  # the check prepare refuses with, shown here as a card
 
         check = check_context(counts, cfg.max_new_tokens, limit, cfg.max_model_len)
-        what = source + (f"{counts[0]:,} prompt tokens" if len(counts) == 1 else
-                         f"{len(counts)} prompts, {sum(counts):,} tokens (longest {check.longest:,})")
+        what = source + (
+            f"{counts[0]:,} prompt tokens"
+            if len(counts) == 1
+            else f"{len(counts)} prompts, {sum(counts):,} tokens (longest {check.longest:,})"
+        )
         if check.over is not None:
             return cards.error_html(f"{what}: {check.message}.", check.fix, "Prompt too long")
         ctx = f" · context {limit:,}" if limit else ""
@@ -308,8 +366,12 @@ class CompareTab:
         return f'<div class="pc-count">{what} + {cfg.max_new_tokens} new{ctx}</div>'
 
     def _file_values(self, prompts: list[dict] | None, note: str) -> dict[Any, Any]:
-        return {self.file_prompts: prompts, self.clear_file_btn: gr.Button(visible=prompts is not None),
-                self.prompt_info: note, self.refused_file: None}
+        return {
+            self.file_prompts: prompts,
+            self.clear_file_btn: gr.Button(visible=prompts is not None),
+            self.prompt_info: note,
+            self.refused_file: None,
+        }
 
     def upload(self, path: str | None, workload: WorkloadPick | None = None) -> dict[Any, Any]:
         """A file given: .txt/.md one prompt; .jsonl/.parquet a workload, read and described (or
@@ -320,27 +382,53 @@ class CompareTab:
         name = os.path.basename(path)
         if is_workload_file(name):
             pick = uploaded(pick, path)
-            return {self.file_prompts: None, self.clear_file_btn: gr.Button(visible=True),
-                    self.prompt_info: note_html(pick), self.workload: pick, self.refused_file: None}
+            return {
+                self.file_prompts: None,
+                self.clear_file_btn: gr.Button(visible=True),
+                self.prompt_info: note_html(pick),
+                self.workload: pick,
+                self.refused_file: None,
+            }
         try:
             check_upload_size(name, os.path.getsize(path))  # refuse before reading it into memory
             with open(path, "rb") as fh:
                 specs = parse_prompt_bytes(fh.read(), name)
         except ParityError as e:
-            return {**self._file_values(None, cards.error_html(e.message, e.fix, "Prompt file refused")),
-                    self.workload: cleared(pick), self.refused_file: (e.message, e.fix),
-                    self.clear_file_btn: gr.Button(visible=True)}
+            return {
+                **self._file_values(None, cards.error_html(e.message, e.fix, "Prompt file refused")),
+                self.workload: cleared(pick),
+                self.refused_file: (e.message, e.fix),
+                self.clear_file_btn: gr.Button(visible=True),
+            }
         data = [{"text": s.text, "messages": s.messages, "images": s.images} for s in specs]
-        return {**self._file_values(data, cards.notice_html(f"{len(specs)} prompt(s) from {name} run instead of "
-                                                            "the text box.")), self.workload: cleared(pick)}
+        return {
+            **self._file_values(
+                data, cards.notice_html(f"{len(specs)} prompt(s) from {name} run instead of the text box.")
+            ),
+            self.workload: cleared(pick),
+        }
 
-    def workload_options(self, workload: WorkloadPick | None, mode: str, floor: str, field: str | None, limit: Any,
-                         sample: Any, skip_bad: bool, cluster: str = "", replicas: str = "") -> dict[Any, Any]:
+    def workload_options(
+        self,
+        workload: WorkloadPick | None,
+        mode: str,
+        floor: str,
+        field: str | None,
+        limit: Any,
+        sample: Any,
+        skip_bad: bool,
+        cluster: str = "",
+        replicas: str = "",
+    ) -> dict[Any, Any]:
         """An option of the workload changed: kept, and the file read again when it picks other prompts."""
-        pick = with_options(_pick(workload), mode, floor, field, limit, sample, skip_bad, cluster or "",
-                            replicas or "")
-        shown = note_html(pick) if pick.active else cards.error_html(pick.error, pick.fix, "Workload option refused") \
-            if pick.error else gr.skip()
+        pick = with_options(_pick(workload), mode, floor, field, limit, sample, skip_bad, cluster or "", replicas or "")
+        shown = (
+            note_html(pick)
+            if pick.active
+            else cards.error_html(pick.error, pick.fix, "Workload option refused")
+            if pick.error
+            else gr.skip()
+        )
         return {self.workload: pick, self.prompt_info: shown}
 
     def check_images(self, files: Any) -> str:
@@ -351,16 +439,27 @@ class CompareTab:
             images = read_images(files)
         except ParityError as e:
             return cards.error_html(e.message, e.fix, "Image refused")
-        return cards.notice_html("; ".join(f"{i.name}: {i.width} x {i.height} {i.format}" for i in images)
-                                 + " (the model's processor resizes them; see the findings after the run)")
+        return cards.notice_html(
+            "; ".join(f"{i.name}: {i.width} x {i.height} {i.format}" for i in images)
+            + " (the model's processor resizes them; see the findings after the run)"
+        )
 
     def clear_file(self, workload: WorkloadPick | None = None) -> dict[Any, Any]:
         pick = _pick(workload)
         return {**self._file_values(None, ""), self.workload: cleared(pick)}
 
-    def run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
-            images: Any = None, workload: WorkloadPick | None = None, refused_file: Any = None,
-            request: gr.Request = None) -> Iterator[dict[Any, Any]]:
+    def run(
+        self,
+        model: str,
+        trust: bool,
+        prompt: str,
+        file_prompts: list[dict] | None,
+        cfg_text: str,
+        images: Any = None,
+        workload: WorkloadPick | None = None,
+        refused_file: Any = None,
+        request: gr.Request = None,
+    ) -> Iterator[dict[Any, Any]]:
         """Run every side; yields the progress card, the view and the run id as tokens arrive
         (each yield sets only what changed). With a workload file: the workload, its progress with
         the prompts done and the time left. Refused with a card, nothing stored, while the page
@@ -370,14 +469,26 @@ class CompareTab:
         finally:  # the click is over (click_note): the next one runs
             self.release_click(request)
 
-    def _run(self, model: str, trust: bool, prompt: str, file_prompts: list[dict] | None, cfg_text: str,
-             images: Any, workload: WorkloadPick | None, refused_file: Any,
-             request: gr.Request) -> Iterator[dict[Any, Any]]:
+    def _run(
+        self,
+        model: str,
+        trust: bool,
+        prompt: str,
+        file_prompts: list[dict] | None,
+        cfg_text: str,
+        images: Any,
+        workload: WorkloadPick | None,
+        refused_file: Any,
+        request: gr.Request,
+    ) -> Iterator[dict[Any, Any]]:
         refusal = run_refusal(cfg_text, refused_file, workload)
         if refusal is not None:
             title, message, fix = refusal  # shown where a run's result shows, as any refusal (below)
-            yield {self.progress: "", **self.view.cleared(cards.error_html(f"{title}: {message}", fix, REFUSED)),
-                   self.run_id: None}
+            yield {
+                self.progress: "",
+                **self.view.cleared(cards.error_html(f"{title}: {message}", fix, REFUSED)),
+                self.run_id: None,
+            }
             return
         model = model or DEMO_NAME
         pick: WorkloadPick | None = _pick(workload)
@@ -387,13 +498,20 @@ class CompareTab:
             if pick is not None:
                 req: Request = self._workload_request(pick, model, bool(trust), cfg_text, images)
             else:
-                req = plan_request(model, config_from_text(cfg_text), _specs(prompt, file_prompts, images),
-                                   trust_remote_code=bool(trust))
+                req = plan_request(
+                    model,
+                    config_from_text(cfg_text),
+                    _specs(prompt, file_prompts, images),
+                    trust_remote_code=bool(trust),
+                )
         except ParityError as e:
             # Refused before anything runs (a config, prompt or file the page already says is wrong):
             # shown, not stored; History keeps the runs that ran (#33 item 12).
-            yield {self.progress: "", **self.view.cleared(cards.error_html(e.message, e.fix, REFUSED)),
-                   self.run_id: None}
+            yield {
+                self.progress: "",
+                **self.view.cleared(cards.error_html(e.message, e.fix, REFUSED)),
+                self.run_id: None,
+            }
             return
         cfg = req.config
         session = request.session_hash if request is not None else "api"
@@ -419,13 +537,31 @@ class CompareTab:
         if pick.error:
             raise PromptError(pick.error, pick.fix)
         if _paths(images):
-            raise PromptError("images were uploaded next to the prompt, and a workload file is in use",
-                              "name the images in the .jsonl file, or press 'Use the text box'")
+            raise PromptError(
+                "images were uploaded next to the prompt, and a workload file is in use",
+                "name the images in the .jsonl file, or press 'Use the text box'",
+            )
         if pick.rollout is not None:  # a rollout dump: a replay (parity_ui.ui.replay_input)
-            return replay_request(pick.path, pick.rollout, model, config_from_text(cfg_text), trust=trust,
-                                  skip_bad=pick.skip_bad, limit=pick.limit, floor=pick.floor, name=pick.name)
-        return plan_request(model, config_from_text(cfg_text), [], source=load(pick), options=pick.options(),
-                            trust_remote_code=trust, source_name=pick.name)
+            return replay_request(
+                pick.path,
+                pick.rollout,
+                model,
+                config_from_text(cfg_text),
+                trust=trust,
+                skip_bad=pick.skip_bad,
+                limit=pick.limit,
+                floor=pick.floor,
+                name=pick.name,
+            )
+        return plan_request(
+            model,
+            config_from_text(cfg_text),
+            [],
+            source=load(pick),
+            options=pick.options(),
+            trust_remote_code=trust,
+            source_name=pick.name,
+        )
 
     def _work(self, req: Request, events: queue.Queue) -> None:
         try:
@@ -455,13 +591,20 @@ class CompareTab:
                 yield self._finished(item)
                 return
             if isinstance(item, ParityError):  # refused before anything ran: shown, not stored
-                yield {self.progress: "", **self.view.cleared(cards.error_html(item.message, item.fix, REFUSED)),
-                       self.run_id: None}
+                yield {
+                    self.progress: "",
+                    **self.view.cleared(cards.error_html(item.message, item.fix, REFUSED)),
+                    self.run_id: None,
+                }
                 return
             if isinstance(item, BaseException):
-                yield {self.progress: "", **self.view.error_values(f"internal error: {type(item).__name__}: {item}",
-                                                                   "the app keeps serving; please report this"),
-                       self.run_id: None}
+                yield {
+                    self.progress: "",
+                    **self.view.error_values(
+                        f"internal error: {type(item).__name__}: {item}", "the app keeps serving; please report this"
+                    ),
+                    self.run_id: None,
+                }
                 return
             yield {self.progress: live.progress(), **({self.view.panes: live.panes()} if live.streams_tokens else {})}
 
@@ -471,8 +614,10 @@ class CompareTab:
         (this one waits for it)."""
         session = request.session_hash if request is not None else "api"
         if not self.gate.claim(session):
-            return cards.notice_html("A run of this tab is still under way, so this click started nothing. "
-                                     "Wait for it to end, or press Stop, then press Run again.")
+            return cards.notice_html(
+                "A run of this tab is still under way, so this click started nothing. "
+                "Wait for it to end, or press Stop, then press Run again."
+            )
         holder = self.gate.holder()
         if holder is not None and holder != session:
             return cards.notice_html("Another tab's run holds the engines: this run starts when that one ends.")
@@ -497,34 +642,85 @@ class CompareTab:
         self.count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.workload]
         self.recount(self.model.change(self.describe, ctx, self.model_info, api_name="describe_model"))
         self.trust.change(self.describe, ctx, self.model_info, api_name=False)
-        gr.on([self.prompt.blur, self.prompt.submit], self.count_tokens, self.count_inputs, self.prompt_info,
-              api_name="count_tokens", trigger_mode="always_last", show_progress="hidden",
-              concurrency_limit=1, concurrency_id="count")
+        gr.on(
+            [self.prompt.blur, self.prompt.submit],
+            self.count_tokens,
+            self.count_inputs,
+            self.prompt_info,
+            api_name="count_tokens",
+            trigger_mode="always_last",
+            show_progress="hidden",
+            concurrency_limit=1,
+            concurrency_id="count",
+        )
         file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info, self.workload, self.refused_file]
-        self.prompt_file.upload(self.upload, [self.prompt_file, self.workload], file_outputs,
-                                api_name="upload_prompts").then(
-            self.count_file, [*ctx, self.file_prompts, cfg_yaml], self.prompt_info, api_name=False,
-            show_progress="hidden")
+        self.prompt_file.upload(
+            self.upload, [self.prompt_file, self.workload], file_outputs, api_name="upload_prompts"
+        ).then(
+            self.count_file,
+            [*ctx, self.file_prompts, cfg_yaml],
+            self.prompt_info,
+            api_name=False,
+            show_progress="hidden",
+        )
         self.recount(self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False))
         # Workload options: a pick at once, a typed one when it is left (or on Enter).
-        options = [self.workload, self.wl_mode, self.wl_floor, self.wl_field, self.wl_limit, self.wl_sample,
-                   self.wl_skip, self.wl_cluster, self.wl_replicas]
-        gr.on([self.wl_mode.input, self.wl_floor.input, self.wl_skip.input, self.wl_field.blur, self.wl_field.submit,
-               self.wl_limit.blur, self.wl_limit.submit, self.wl_sample.blur, self.wl_sample.submit,
-               self.wl_cluster.blur, self.wl_cluster.submit, self.wl_replicas.blur, self.wl_replicas.submit],
-              self.workload_options, options, [self.workload, self.prompt_info], api_name=False,
-              show_progress="hidden", trigger_mode="always_last", concurrency_limit=1, concurrency_id="wl-options")
-        self.images.change(self.check_images, [self.images], self.image_info, api_name=False,
-                           show_progress="hidden")
+        options = [
+            self.workload,
+            self.wl_mode,
+            self.wl_floor,
+            self.wl_field,
+            self.wl_limit,
+            self.wl_sample,
+            self.wl_skip,
+            self.wl_cluster,
+            self.wl_replicas,
+        ]
+        gr.on(
+            [
+                self.wl_mode.input,
+                self.wl_floor.input,
+                self.wl_skip.input,
+                self.wl_field.blur,
+                self.wl_field.submit,
+                self.wl_limit.blur,
+                self.wl_limit.submit,
+                self.wl_sample.blur,
+                self.wl_sample.submit,
+                self.wl_cluster.blur,
+                self.wl_cluster.submit,
+                self.wl_replicas.blur,
+                self.wl_replicas.submit,
+            ],
+            self.workload_options,
+            options,
+            [self.workload, self.prompt_info],
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+            concurrency_limit=1,
+            concurrency_id="wl-options",
+        )
+        self.images.change(self.check_images, [self.images], self.image_info, api_name=False, show_progress="hidden")
         # Edits of the Sides panel the YAML has not had yet go in first (Run pressed straight from
         # a slot); then one run at a time on the engines, every other click waiting in gradio's queue.
-        self.commit_sides = self.run_btn.click(self.sides.commit, [cfg_yaml, *self.sides.state],
-                                               [cfg_yaml, self.sides.error, self.sides.counter.synced],
-                                               api_name=False, queue=False, show_progress="hidden")
+        self.commit_sides = self.run_btn.click(
+            self.sides.commit,
+            [cfg_yaml, *self.sides.state],
+            [cfg_yaml, self.sides.error, self.sides.counter.synced],
+            api_name=False,
+            queue=False,
+            show_progress="hidden",
+        )
         ran = self.commit_sides.success(
-            self.run, [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images, self.workload, self.refused_file],
-            [self.progress, *self.view.outputs, self.run_id], api_name="run",
-            concurrency_limit=1, concurrency_id="engines", show_progress="minimal")
+            self.run,
+            [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.images, self.workload, self.refused_file],
+            [self.progress, *self.view.outputs, self.run_id],
+            api_name="run",
+            concurrency_limit=1,
+            concurrency_id="engines",
+            show_progress="minimal",
+        )
         # A workload's view once it is stored (hidden for any other run): the run's own outputs stay
         # those of every run, as API clients know them.
         ran.then(self.wview.revealed, [self.run_id], self.wview.outputs, api_name=False, show_progress="hidden")
@@ -546,9 +742,16 @@ class CompareTab:
     def recount(self, event: Any) -> None:
         """Count the prompt again once `event` is done (a new model, a new config): the last one
         asked wins, and counts run one after the other so an older one never lands last."""
-        event.then(self.count_tokens, self.count_inputs, self.prompt_info, api_name=False,
-                   trigger_mode="always_last", show_progress="hidden", concurrency_limit=1,
-                   concurrency_id="count")
+        event.then(
+            self.count_tokens,
+            self.count_inputs,
+            self.prompt_info,
+            api_name=False,
+            trigger_mode="always_last",
+            show_progress="hidden",
+            concurrency_limit=1,
+            concurrency_id="count",
+        )
 
     def _image(self, sha256: str) -> Any:
         return self.service.reader.image_bytes(sha256)
@@ -563,5 +766,7 @@ class CompareTab:
         return self.view.values(run, int(index or 0), side)
 
     def initial(self, model: str, trust: bool, prompt: str, cfg_text: str) -> dict[Any, Any]:
-        return {self.model_info: self.describe(model, trust),
-                self.prompt_info: self.count_tokens(model, trust, prompt, None, cfg_text)}
+        return {
+            self.model_info: self.describe(model, trust),
+            self.prompt_info: self.count_tokens(model, trust, prompt, None, cfg_text),
+        }

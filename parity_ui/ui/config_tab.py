@@ -3,6 +3,7 @@ sync; validation errors next to the field; the mapping table; presets; load and 
 
 The YAML text is the one source of truth: the form writes into it, and the Run button reads it.
 """
+
 from __future__ import annotations
 
 import html
@@ -72,8 +73,11 @@ def cli_default_note(key: str, value: Any) -> str:
 
 def app_defaults_note() -> str:
     """The Config tab's line naming where the app's starting config differs from a bare CLI run."""
-    diffs = [f"{FORM_KEYS[k][0]} {_shown(v)} ({cli_default_note(k, v)})" for k, v in APP_DEFAULTS.items()
-             if cli_default_note(k, v)]
+    diffs = [
+        f"{FORM_KEYS[k][0]} {_shown(v)} ({cli_default_note(k, v)})"
+        for k, v in APP_DEFAULTS.items()
+        if cli_default_note(k, v)
+    ]
     if not diffs:
         return ""
     text = "The app starts from the CLI's defaults, except: " + "; ".join(diffs) + "."
@@ -84,9 +88,14 @@ def config_summary_html(cfg: ParityConfig) -> str:
     mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
     sides = " vs ".join(html.escape(s.describe()) for s in cfg.sides)
     chat_note = cli_default_note("chat", cfg.chat)
-    parts = [f"sides <b>{sides}</b>", f"dtype <b>{cfg.dtype}</b>", mode, f"max_new_tokens {cfg.max_new_tokens}",
-             f"chat template {_shown(cfg.chat)}" + (f" <i>({html.escape(chat_note)})</i>" if chat_note else ""),
-             f"top-{cfg.logprobs} logprobs"]
+    parts = [
+        f"sides <b>{sides}</b>",
+        f"dtype <b>{cfg.dtype}</b>",
+        mode,
+        f"max_new_tokens {cfg.max_new_tokens}",
+        f"chat template {_shown(cfg.chat)}" + (f" <i>({html.escape(chat_note)})</i>" if chat_note else ""),
+        f"top-{cfg.logprobs} logprobs",
+    ]
     if cfg.max_model_len:
         parts.append(f"max_model_len {cfg.max_model_len}")
     return f'<div class="pc-cfgline">Config: {" · ".join(parts)} <i>(edit in the Config tab)</i></div>'
@@ -94,12 +103,17 @@ def config_summary_html(cfg: ParityConfig) -> str:
 
 def mapping_html(rows: list[Any]) -> str:
     names = list(rows[0].sides) if rows else []
-    head = ("<tr><th>canonical key</th><th>value</th>" + "".join(f"<th>{html.escape(n)} gets</th>" for n in names)
-            + "<th>note</th></tr>")
+    head = (
+        "<tr><th>canonical key</th><th>value</th>"
+        + "".join(f"<th>{html.escape(n)} gets</th>" for n in names)
+        + "<th>note</th></tr>"
+    )
     body = "".join(
         f"<tr><td><code>{html.escape(r.key)}</code></td><td><code>{html.escape(repr(r.value))}</code></td>"
         + "".join(f"<td>{html.escape(r.sides[n])}</td>" for n in names)
-        + f"<td>{html.escape(r.note)}</td></tr>" for r in rows)
+        + f"<td>{html.escape(r.note)}</td></tr>"
+        for r in rows
+    )
     return f'<table class="pc-mapping">{head}{body}</table>'
 
 
@@ -139,12 +153,23 @@ class ConfigTab:
                 with gr.Column(scale=1):
                     self._render_form()
                 with gr.Column(scale=1):
-                    self.yaml = gr.Code(value=default_yaml(), language="yaml", label="Full config (YAML)",
-                                        lines=24, max_lines=40, interactive=True, elem_id="cfg-yaml")
+                    self.yaml = gr.Code(
+                        value=default_yaml(),
+                        language="yaml",
+                        label="Full config (YAML)",
+                        lines=24,
+                        max_lines=40,
+                        interactive=True,
+                        elem_id="cfg-yaml",
+                    )
                     self.error = gr.HTML(elem_id="cfg-error")
                     with gr.Row():
-                        self.load_file = gr.File(label="Load a config file (.yaml, .yml, .json)",
-                                                 file_types=list(CONFIG_FILE_TYPES), type="filepath", height=90)
+                        self.load_file = gr.File(
+                            label="Load a config file (.yaml, .yml, .json)",
+                            file_types=list(CONFIG_FILE_TYPES),
+                            type="filepath",
+                            height=90,
+                        )
                         with gr.Column():
                             self.save_btn = gr.Button("Save config as YAML")
                             self.saved = gr.File(label="Saved config", interactive=False, height=90)
@@ -155,17 +180,20 @@ class ConfigTab:
         d = ParityConfig()
         self.fields: dict[str, Any] = {
             "dtype": gr.Dropdown(choices=list(DTYPES), value=d.dtype, label="dtype", info=FORM_KEYS["dtype"][1]),
-            "max_new_tokens": gr.Number(value=d.max_new_tokens, precision=0, label="max_new_tokens",
-                                        info=FORM_KEYS["max_new_tokens"][1]),
+            "max_new_tokens": gr.Number(
+                value=d.max_new_tokens, precision=0, label="max_new_tokens", info=FORM_KEYS["max_new_tokens"][1]
+            ),
             "temperature": gr.Number(value=d.temperature, label="temperature", info=FORM_KEYS["temperature"][1]),
             "top_p": gr.Number(value=d.top_p, label="top_p", info=FORM_KEYS["top_p"][1]),
             "top_k": gr.Number(value=d.top_k, precision=0, label="top_k", info=FORM_KEYS["top_k"][1]),
             "seed": gr.Number(value=d.seed, precision=0, label="seed", info=FORM_KEYS["seed"][1]),
             "logprobs": gr.Number(value=d.logprobs, precision=0, label="logprobs", info=FORM_KEYS["logprobs"][1]),
-            "max_model_len": gr.Number(value=None, precision=0, label="max_model_len",
-                                       info=FORM_KEYS["max_model_len"][1]),
-            "batch_size": gr.Number(value=d.batch_size, precision=0, label="batch_size",
-                                    info=FORM_KEYS["batch_size"][1]),
+            "max_model_len": gr.Number(
+                value=None, precision=0, label="max_model_len", info=FORM_KEYS["max_model_len"][1]
+            ),
+            "batch_size": gr.Number(
+                value=d.batch_size, precision=0, label="batch_size", info=FORM_KEYS["batch_size"][1]
+            ),
             "chat": gr.Checkbox(value=APP_DEFAULTS["chat"], label="chat template", info=FORM_KEYS["chat"][1]),
         }
         self.counter = EditCounter("form")
@@ -181,8 +209,10 @@ class ConfigTab:
         for key, comp in self.fields.items():
             label, info = FORM_KEYS[key]
             bad = bad_key is not None and (bad_key == key or bad_key.startswith(key + "."))
-            kw: dict[str, Any] = {"info": f"⚠ {message}" if bad else info,
-                                  "elem_classes": ["field-error"] if bad else []}
+            kw: dict[str, Any] = {
+                "info": f"⚠ {message}" if bad else info,
+                "elem_classes": ["field-error"] if bad else [],
+            }
             if data is not None and key in data:
                 kw["value"] = data[key]
             out[comp] = type(comp)(**kw)
@@ -202,14 +232,19 @@ class ConfigTab:
             table = mapping_html(self.service.mapping(model or "demo", cfg, bool(trust)))
         except ParityError as e:
             table = cards.notice_html(f"The mapping table needs a resolvable model: {e.message}")
-        return {self.error: "", self.summary: config_summary_html(cfg), self.mapping: table,
-                **self._field_updates(data, None, "")}
+        return {
+            self.error: "",
+            self.summary: config_summary_html(cfg),
+            self.mapping: table,
+            **self._field_updates(data, None, ""),
+        }
 
     def yaml_changed(self, text: str, model: str, trust: bool) -> dict[Any, Any]:
         return self._validate(text, model, trust, set_fields=True)
 
-    def form_changed(self, text: str, edits: int | None, synced: int | None, model: str, trust: bool,
-                     *values: Any) -> Any:
+    def form_changed(
+        self, text: str, edits: int | None, synced: int | None, model: str, trust: bool, *values: Any
+    ) -> Any:
         """A form field was left (or Enter pressed, or a dtype or chat picked) after an edit: write
         every form value into the YAML (keeping the other keys). Leaving a field unedited writes
         nothing (the YAML keeps its own formatting and comments)."""
@@ -224,8 +259,11 @@ class ConfigTab:
                 value = int(value)
             data[key] = value
         new_text = yaml.safe_dump(data, sort_keys=False)
-        return {self.yaml: new_text, self.counter.synced: edits,
-                **self._validate(new_text, model, trust, set_fields=False)}
+        return {
+            self.yaml: new_text,
+            self.counter.synced: edits,
+            **self._validate(new_text, model, trust, set_fields=False),
+        }
 
     def apply_preset(self, name: str | None, model: str, trust: bool) -> dict[Any, Any]:
         text = preset_yaml(name) if name in PRESETS else default_yaml()
@@ -274,21 +312,39 @@ class ConfigTab:
         self.summary = summary
         checked = [self.error, summary, self.mapping, *self.field_list]
         ctx = [model, trust]
-        self.validations = [self.yaml.blur(self.yaml_changed, [self.yaml, *ctx], checked, api_name="validate_config",
-                                           trigger_mode="always_last", show_progress="hidden",
-                                           concurrency_limit=1, concurrency_id="validate")]
+        self.validations = [
+            self.yaml.blur(
+                self.yaml_changed,
+                [self.yaml, *ctx],
+                checked,
+                api_name="validate_config",
+                trigger_mode="always_last",
+                show_progress="hidden",
+                concurrency_limit=1,
+                concurrency_id="validate",
+            )
+        ]
         numbers = [c for c in self.field_list if isinstance(c, gr.Number)]
         picks = [c for c in self.field_list if not isinstance(c, gr.Number)]
         self.counter.count(self.field_list)  # before the write: a pick triggers both
-        self.validations.append(gr.on(
-            [*[c.blur for c in numbers], *[c.submit for c in numbers], *[c.input for c in picks]],
-            self.form_changed, [self.yaml, self.counter.edits, self.counter.synced, *ctx, *self.field_list],
-            [self.yaml, self.counter.synced, *checked], api_name=False, trigger_mode="always_last",
-            show_progress="hidden", concurrency_limit=1, concurrency_id="validate"))
+        self.validations.append(
+            gr.on(
+                [*[c.blur for c in numbers], *[c.submit for c in numbers], *[c.input for c in picks]],
+                self.form_changed,
+                [self.yaml, self.counter.edits, self.counter.synced, *ctx, *self.field_list],
+                [self.yaml, self.counter.synced, *checked],
+                api_name=False,
+                trigger_mode="always_last",
+                show_progress="hidden",
+                concurrency_limit=1,
+                concurrency_id="validate",
+            )
+        )
         # The events that rewrite the YAML wholesale: the app redraws the Sides panel after them.
         self.yaml_rewrites = [
-            self.apply_preset_btn.click(self.apply_preset, [self.preset, *ctx], [self.yaml, *checked],
-                                        api_name="apply_preset"),
+            self.apply_preset_btn.click(
+                self.apply_preset, [self.preset, *ctx], [self.yaml, *checked], api_name="apply_preset"
+            ),
             self.reset_btn.click(self.reset, ctx, [self.yaml, self.preset, *checked], api_name="reset_config"),
             self.load_file.upload(self.load, [self.load_file, *ctx], [self.yaml, *checked], api_name="load_config"),
         ]

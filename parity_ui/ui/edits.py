@@ -6,6 +6,7 @@ lags by seconds. The fields below write when the user leaves them instead. What 
 is knowing whether a field holds edits the server has not had yet: the page counts keystrokes
 itself (a script-only event, no server call), and each write records the count it wrote.
 """
+
 from __future__ import annotations
 
 import threading

@@ -4,6 +4,7 @@ opens in the workload view (parity_ui.ui.workload_view): its header and pair row
 tokens read when its row is clicked. A run whose sides differ has Which setting? under it
 (parity_ui.ui.which_setting_view); a bisect is listed with its answer and opens as its record.
 Every way to open a run (a row, the button, Enter, a deep link) is one server event (`open_all`)."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,9 @@ from typing import Any
 
 import gradio as gr
 
+from ..core.bisect_record import TRIAL_KIND, bisect_line
 from ..core.types import Run
 from .recent import Recent
-from ..core.bisect_record import TRIAL_KIND, bisect_line
 from .result_view import ResultView, pane_details
 from .which_setting_view import WhichSettingView, bisect_result_html
 from .workload_view import WorkloadView
@@ -89,22 +90,45 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
 
 def _excerpt(text: str) -> str:
     text = " ".join((text or "").split())
-    return text if len(text) <= PROMPT_CHARS else text[:PROMPT_CHARS - 1] + "…"
+    return text if len(text) <= PROMPT_CHARS else text[: PROMPT_CHARS - 1] + "…"
 
 
-def history_rows(store: Any, search: str = "", model: str | None = None, status: str | None = None,
-                 period: str = "any time", limit: int = 500) -> list[list[Any]]:
+def history_rows(
+    store: Any,
+    search: str = "",
+    model: str | None = None,
+    status: str | None = None,
+    period: str = "any time",
+    limit: int = 500,
+) -> list[list[Any]]:
     """The History list's rows (COLUMNS), newest first. A bisect's trial runs are not listed: its
     row says how many it ran, and opening it shows them (its record)."""
     days = PERIODS.get(period)
     since = (date.today() - timedelta(days=days)).isoformat() if days else None
-    runs = store.list_runs(search=search or None, model=model or None, status=status or None, since=since,
-                           limit=limit, exclude_kinds=(TRIAL_KIND,))
+    runs = store.list_runs(
+        search=search or None,
+        model=model or None,
+        status=status or None,
+        since=since,
+        limit=limit,
+        exclude_kinds=(TRIAL_KIND,),
+    )
     listed = [r for r in runs if r.kind == "bisect"]
     bisects = {r.id: bisect_line(r) for r in store.bisect_lines([r.id for r in listed])}
     trials = store.trial_counts([r.group_id for r in listed if r.group_id])
-    return [[r.status, _result(r, bisects, trials), model_cell(r.model), r.sides, _excerpt(r.prompt_excerpt),
-             r.dtype or "", r.datetime_utc[:19].replace("T", " "), r.id] for r in runs]
+    return [
+        [
+            r.status,
+            _result(r, bisects, trials),
+            model_cell(r.model),
+            r.sides,
+            _excerpt(r.prompt_excerpt),
+            r.dtype or "",
+            r.datetime_utc[:19].replace("T", " "),
+            r.id,
+        ]
+        for r in runs
+    ]
 
 
 class HistoryTab:
@@ -123,8 +147,11 @@ class HistoryTab:
         self._opens_lock = threading.Lock()
         self._opened_at = -1e9  # time.monotonic() of the last open: a read ahead near it stands down
         self._opening = 0  # opens under way (handlers run in threads): a read ahead stands down meanwhile
-        self.view = ResultView("hist", localisations=lambda run_id: self.store.localisations_of(run_id),
-                               images=lambda sha: self.store.image_bytes(sha))
+        self.view = ResultView(
+            "hist",
+            localisations=lambda run_id: self.store.localisations_of(run_id),
+            images=lambda sha: self.store.image_bytes(sha),
+        )
         self.wview = WorkloadView("hist", service, self.gate, self.view)
         self.which = WhichSettingView("hist", service, self.gate)
 
@@ -136,19 +163,28 @@ class HistoryTab:
     def create_ui(self) -> None:
         with gr.Tab("History", id="history") as self.tab:
             with gr.Row():
-                self.search = gr.Textbox(label="Search", placeholder="id, model, side, prompt or error text", scale=3,
-                                         elem_id="hist-search")
+                self.search = gr.Textbox(
+                    label="Search", placeholder="id, model, side, prompt or error text", scale=3, elem_id="hist-search"
+                )
                 self.model = gr.Dropdown(label="Model", choices=[], value=None, scale=2)
                 self.status = gr.Dropdown(label="Status", choices=STATUSES, value=None, scale=1)
                 self.period = gr.Dropdown(label="When", choices=list(PERIODS), value="any time", scale=1)
                 self.refresh_btn = gr.Button("Refresh", scale=1)
-            self.table = gr.Dataframe(headers=COLUMNS, value=[], interactive=False, wrap=False, datatype=DATATYPES,
-                                      column_widths=COLUMN_WIDTHS, max_height=640, elem_id="hist-table",
-                                      label="Runs (newest first; click one to open it; a bisect's trials are "
-                                            "under the bisect)")
+            self.table = gr.Dataframe(
+                headers=COLUMNS,
+                value=[],
+                interactive=False,
+                wrap=False,
+                datatype=DATATYPES,
+                column_widths=COLUMN_WIDTHS,
+                max_height=640,
+                elem_id="hist-table",
+                label="Runs (newest first; click one to open it; a bisect's trials are under the bisect)",
+            )
             with gr.Row():
-                self.run_id = gr.Textbox(label="Run id", scale=3, elem_id="hist-run-id",
-                                         placeholder="click a row above, or paste an id")
+                self.run_id = gr.Textbox(
+                    label="Run id", scale=3, elem_id="hist-run-id", placeholder="click a row above, or paste an id"
+                )
                 self.open_btn = gr.Button("Open run", scale=1, elem_id="hist-open")
                 # /open_run's trigger for API clients (the page's own opens are open_all: one event).
                 self.api_open = gr.Button("Open run", visible=False, elem_id="hist-open-api")
@@ -157,11 +193,16 @@ class HistoryTab:
                 self.export_file = gr.File(label="Exported run", interactive=False, visible=False, scale=2)
             with gr.Accordion("Compare two stored runs side by side", open=False, elem_id="hist-pair-box"):
                 with gr.Row():
-                    self.pair_a = gr.Textbox(label="Run A", scale=2, elem_id="hist-pair-a",
-                                             placeholder="click a row, then 'Use as A'; or paste an id")
+                    self.pair_a = gr.Textbox(
+                        label="Run A",
+                        scale=2,
+                        elem_id="hist-pair-a",
+                        placeholder="click a row, then 'Use as A'; or paste an id",
+                    )
                     self.use_a = gr.Button("Use as A", scale=1, size="sm", elem_id="hist-use-a")
-                    self.pair_b = gr.Textbox(label="Run B", scale=2, elem_id="hist-pair-b",
-                                             placeholder="click another row, then 'Use as B'")
+                    self.pair_b = gr.Textbox(
+                        label="Run B", scale=2, elem_id="hist-pair-b", placeholder="click another row, then 'Use as B'"
+                    )
                     self.use_b = gr.Button("Use as B", scale=1, size="sm", elem_id="hist-use-b")
                     self.pair_btn = gr.Button("Compare A and B", scale=1, variant="primary", elem_id="hist-pair-btn")
                 self.pair_out = gr.HTML(elem_id="hist-pair")
@@ -176,10 +217,13 @@ class HistoryTab:
         rows = history_rows(self.store, search, model, status, period)
         newest = next((r[ID] for r in rows if r[STATUS] != "running"), None)
         if newest is not None:
-            threading.Thread(target=self.prefetch, args=(newest, time.monotonic()), name="parity-prefetch",
-                             daemon=True).start()
-        return {self.table: gr.Dataframe(value=rows, headers=COLUMNS, datatype=DATATYPES),
-                self.model: gr.Dropdown(choices=models, value=model if model in models else None)}
+            threading.Thread(
+                target=self.prefetch, args=(newest, time.monotonic()), name="parity-prefetch", daemon=True
+            ).start()
+        return {
+            self.table: gr.Dataframe(value=rows, headers=COLUMNS, datatype=DATATYPES),
+            self.model: gr.Dropdown(choices=models, value=model if model in models else None),
+        }
 
     def prefetch(self, run_id: str, listed_at: float) -> None:
         """Read the newest listed run and build its view while the user looks at the list: the run
@@ -259,13 +303,15 @@ class HistoryTab:
             return self.view.values(None, message="Pick a run in the table above.")
         run = self._load(run_id)
         if run is None:
-            return self.view.error_values(f"no run with id {run_id!r} in this database",
-                                          "pick one from the table, or check the link")
+            return self.view.error_values(
+                f"no run with id {run_id!r} in this database", "pick one from the table, or check the link"
+            )
         if run.kind == "bisect":  # its record: the trials and the answer (its prompts have no tokens of their own)
             return self.view.cleared(bisect_result_html(run))
         if run.workload is not None:  # its view shows above (`wview.show`); a prompt's tokens on a click there
-            return self.view.values(None, message="A workload run: pick a prompt in its table above to see its "
-                                                  "tokens here.")
+            return self.view.values(
+                None, message="A workload run: pick a prompt in its table above to see its tokens here."
+            )
         return self.view.values(run, plots=False)  # the figures follow (`figures`), once the panes show
 
     def figures(self, run_id: str, index: int | None, side: str | None) -> dict[Any, Any]:
@@ -291,14 +337,20 @@ class HistoryTab:
 
         a, b = (a or "").strip(), (b or "").strip()
         if not a or not b:
-            return error_html("Pick two runs to compare", "click a row and press 'Use as A', then another and "
-                                                         "'Use as B' (or paste two ids)", "Nothing to compare")
+            return error_html(
+                "Pick two runs to compare",
+                "click a row and press 'Use as A', then another and 'Use as B' (or paste two ids)",
+                "Nothing to compare",
+            )
         runs = {}
         for label, run_id in (("A", a), ("B", b)):
             run = self._load(run_id)
             if run is None:
-                return error_html(f"no run with id {run_id!r} (run {label}) in this database",
-                                  "pick it from the table above", "Nothing to compare")
+                return error_html(
+                    f"no run with id {run_id!r} (run {label}) in this database",
+                    "pick it from the table above",
+                    "Nothing to compare",
+                )
             runs[label] = run
 
         def panes(run: Run) -> str:
@@ -377,23 +429,32 @@ class HistoryTab:
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
 
         def then_figures(event: Any) -> None:  # the last run opened wins (its figures, not an earlier one's)
-            event.then(self.figures, picks, self.view.plot_outputs, api_name=False, show_progress="hidden",
-                       trigger_mode="always_last")
+            event.then(
+                self.figures,
+                picks,
+                self.view.plot_outputs,
+                api_name=False,
+                show_progress="hidden",
+                trigger_mode="always_last",
+            )
 
         # Every way to open a run is one event (open_all), its figures chained after the panes show.
         picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)
-        then_figures(picked.then(self.open_all, [self.run_id], self.open_outputs, api_name=False,
-                                 trigger_mode="always_last"))
+        then_figures(
+            picked.then(self.open_all, [self.run_id], self.open_outputs, api_name=False, trigger_mode="always_last")
+        )
         then_figures(self.open_btn.click(self.open_all, [self.run_id], self.open_outputs, api_name=False))
         then_figures(self.run_id.submit(self.open_all, [self.run_id], self.open_outputs, api_name=False))
         # API clients keep /open_run with its inputs and outputs (the token view's parts).
         self.api_open.click(self.open, [self.run_id], self.view.outputs, api_name="open_run")
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
-        self.use_a.click(lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_a], api_name=False,
-                         queue=False)
-        self.use_b.click(lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_b], api_name=False,
-                         queue=False)
+        self.use_a.click(
+            lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_a], api_name=False, queue=False
+        )
+        self.use_b.click(
+            lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_b], api_name=False, queue=False
+        )
         self.pair_btn.click(self.compare_pair, [self.pair_a, self.pair_b], [self.pair_out], api_name="compare_runs")
         self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
         self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)

@@ -5,19 +5,20 @@ throttled rate. Sides generate one after the other, the reference first. A workl
 tokens: its live view (WorkloadLive) is a progress card with the prompts done and an ETA; a bisect's
 (BisectLive), the trial under way and the trials done.
 """
+
 from __future__ import annotations
 
 import queue
 import re
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-from ..render.cards import progress_html
-from ..render.report_parts import bisect_progress_html
-from ..render.workload import workload_progress_html
-from ..render.tokens import Stream, first_difference, panes_html
 from ..core.runlog import RunEvent
 from ..core.types import TokenStep
+from ..render.cards import progress_html
+from ..render.report_parts import bisect_progress_html
+from ..render.tokens import Stream, first_difference, panes_html
+from ..render.workload import workload_progress_html
 
 
 class SideStates:
@@ -44,8 +45,10 @@ class SideStates:
 
     def now(self) -> dict[str, str]:
         t = time.monotonic()
-        return {side: what if what == "done" else f"{what} ({t - since:.0f} s)"
-                for side, (what, since) in self.state.items()}
+        return {
+            side: what if what == "done" else f"{what} ({t - since:.0f} s)"
+            for side, (what, since) in self.state.items()
+        }
 
 
 class LiveRun:
@@ -89,15 +92,22 @@ class LiveRun:
 
     def progress(self) -> str:
         expected = self.max_new_tokens * self.n_prompts if self.max_new_tokens else None
-        return progress_html(self.phase, self.log, self.counts(), expected, time.monotonic() - self.t0,
-                             self.states.now())
+        return progress_html(
+            self.phase, self.log, self.counts(), expected, time.monotonic() - self.t0, self.states.now()
+        )
 
     def panes(self, prompt_index: int = 0) -> str:
         per = [self.steps[s].get(prompt_index, []) for s in self.sides]
         ref_ids = [s.token_id for s in per[0]] if per else []
-        streams = [Stream(name, name, steps,
-                          None if i == 0 else first_difference(ref_ids, [s.token_id for s in steps], finished=False))
-                   for i, (name, steps) in enumerate(zip(self.sides, per))]
+        streams = [
+            Stream(
+                name,
+                name,
+                steps,
+                None if i == 0 else first_difference(ref_ids, [s.token_id for s in steps], finished=False),
+            )
+            for i, (name, steps) in enumerate(zip(self.sides, per))
+        ]
         note = "Streaming as the sides generate (the reference first, then each side)"
         note += f": prompt {prompt_index} of {self.n_prompts}." if self.n_prompts > 1 else "."
         return panes_html(streams, live=True, note=note)
@@ -106,6 +116,7 @@ class LiveRun:
 class WorkloadLive:
     """A workload in progress: the phase, prompts done of all (the runner's "progress" events carry
     them in prompt_index, and their message the rate and the time left), the last status lines."""
+
     streams_tokens = False  # chunks are generated whole: nothing to show between progress lines
 
     def __init__(self, n_prompts: int, source: str = ""):
@@ -125,8 +136,11 @@ class WorkloadLive:
             self.done = ev.prompt_index or 0
             self.eta = ev.message
             self.fraction = ev.fraction
-            self.phase = ("Generating, comparing and storing, blocks at once on the cluster's replicas"
-                          if " replica(s)" in ev.message else "Generating, comparing and storing, a chunk at a time")
+            self.phase = (
+                "Generating, comparing and storing, blocks at once on the cluster's replicas"
+                if " replica(s)" in ev.message
+                else "Generating, comparing and storing, a chunk at a time"
+            )
             return
         if ev.kind == "token":
             return
@@ -140,21 +154,32 @@ class WorkloadLive:
                 self.phase = "Resuming: the prompts not done yet"
             elif m.startswith("generating"):
                 self.phase = "Generating, comparing and storing, a chunk at a time"
-            elif m.startswith(("starting", "loading")) or (ev.side is not None and self.fraction is None
-                                                           and not self.phase.startswith("Generating")):
+            elif m.startswith(("starting", "loading")) or (
+                ev.side is not None and self.fraction is None and not self.phase.startswith("Generating")
+            ):
                 self.phase = "Starting the sides (a warm side is reused)"
             elif m.startswith("stored"):
                 self.phase = "Stored"
 
     def progress(self) -> str:
-        return workload_progress_html(self.phase, self.done, self.n_prompts, self.eta, self.log,
-                                      time.monotonic() - self.t0, self.source, self.fraction, self.states.now())
+        return workload_progress_html(
+            self.phase,
+            self.done,
+            self.n_prompts,
+            self.eta,
+            self.log,
+            time.monotonic() - self.t0,
+            self.source,
+            self.fraction,
+            self.states.now(),
+        )
 
 
 class BisectLive:
     """A bisect in progress (parity_ui.commands.setting_bisect's status lines): its own id (its first line names it, so
     the view can read its stored record as trials finish), the trial under way, the trials done, the
     estimate, the last lines. A trial's own lines come indented ("  trial 3: ...")."""
+
     streams_tokens = False
     _OPENS = re.compile(r"^bisect (\w+) of run ")
     _DONE = re.compile(r"^trial (\d+): (RESTORES|DIVERGES|FAILED)")

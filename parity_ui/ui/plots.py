@@ -1,5 +1,6 @@
 """Plotly figures for a stored run. Pure functions: a comparison and its two sides' results in, a
 Figure out."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,14 +25,26 @@ def _mark_divergence(fig: go.Figure, div: int | None) -> None:
     if div is None:
         return
     fig.add_vline(x=div, line_color=DIV_COLOR, line_dash="dash", line_width=1.5)
-    fig.add_annotation(x=div, y=1.0, yref="paper", text=f"first divergence ({div})", showarrow=False,
-                       font={"color": DIV_COLOR, "size": 11}, xanchor="left", yanchor="bottom")
+    fig.add_annotation(
+        x=div,
+        y=1.0,
+        yref="paper",
+        text=f"first divergence ({div})",
+        showarrow=False,
+        font={"color": DIV_COLOR, "size": 11},
+        xanchor="left",
+        yanchor="bottom",
+    )
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height,
-                      margin={"l": 50, "r": 20, "t": 50, "b": 40}, hovermode="x unified",
-                      legend={"orientation": "h", "y": -0.18})
+    fig.update_layout(
+        title={"text": title, "font": {"size": 14}},
+        height=height,
+        margin={"l": 50, "r": 20, "t": 50, "b": 40},
+        hovermode="x unified",
+        legend={"orientation": "h", "y": -0.18},
+    )
     return fig
 
 
@@ -66,8 +79,15 @@ def _line(x: list, y: list, name: str, color: str, **kw) -> go.Scatter:
     # SVG, not WebGL: thinned to MAX_POINTS a trace is one <path>, which a page without a GPU (a
     # headless or remote browser) draws in ~0.1 s where WebGL took 0.4-0.7 s per figure.
     xs, ys = thin(*_arrays(x, y), "min")
-    return go.Scatter(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) <= MANY else "lines",
-                      line={"color": color, "width": 1.5}, marker={"size": 4}, **kw)
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        name=name,
+        mode="lines+markers" if len(xs) <= MANY else "lines",
+        line={"color": color, "width": 1.5},
+        marker={"size": 4},
+        **kw,
+    )
 
 
 def _bars(y: list, name: str, color: str) -> go.Bar | go.Scatter:
@@ -85,8 +105,9 @@ def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) ->
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4])
     for r, name, color in ((a, c.a, REF_COLOR), (b, c.b, SIDE_COLOR)):
         steps = _steps(r)
-        fig.add_trace(_line(step_column(steps, "position"), step_column(steps, "logprob"), f"{name} logprob", color),
-                      row=1, col=1)
+        fig.add_trace(
+            _line(step_column(steps, "position"), step_column(steps, "logprob"), f"{name} logprob", color), row=1, col=1
+        )
     gaps = c.logprob_gaps
     fig.add_trace(_bars(gaps, f"gap {c.b} − {c.a}", "#64748b"), row=2, col=1)
     _mark_divergence(fig, c.first_divergence)
@@ -98,8 +119,11 @@ def logprob_figure(c: Comparison, a: SideResult | None, b: SideResult | None) ->
 
 def _margins(r: SideResult | None) -> tuple[list[int], list[float]]:
     c = StepColumns.from_steps(_steps(r))
-    pairs = [(x, first - second) for x, first, second in zip(c.position, c.top_logprobs(0), c.top_logprobs(1))
-             if first is not None and second is not None]
+    pairs = [
+        (x, first - second)
+        for x, first, second in zip(c.position, c.top_logprobs(0), c.top_logprobs(1))
+        if first is not None and second is not None
+    ]
     return [x for x, _ in pairs], [y for _, y in pairs]
 
 
@@ -146,17 +170,36 @@ def layers_figure(loc: Localisation) -> go.Figure | None:
     n = len(stream[0]["rel_l2"]) if stream else 0
     for i in reversed(range(n)):
         pos = loc.position - (loc.token_positions[0] - loc.token_positions[i])
-        fig.add_trace(go.Scatter(
-            x=xs, y=[max(f["rel_l2"][i], 1e-12) for f in stream], mode="lines+markers",
-            name=f"stream, token {pos}" + (" (examined)" if i == 0 else ""),
-            line={"color": DIV_COLOR if i == 0 else "#94a3b8", "width": 2.5 if i == 0 else 1},
-            opacity=1.0 if i == 0 else 0.6))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[max(f["rel_l2"][i], 1e-12) for f in stream],
+                mode="lines+markers",
+                name=f"stream, token {pos}" + (" (examined)" if i == 0 else ""),
+                line={"color": DIV_COLOR if i == 0 else "#94a3b8", "width": 2.5 if i == 0 else 1},
+                opacity=1.0 if i == 0 else 0.6,
+            )
+        )
     for block, color in (("attn", SIDE_COLOR), ("mlp", REF_COLOR)):
         figs = [f for f in loc.per_layer if f["block"] == block]
-        fig.add_trace(go.Scatter(x=[f["layer"] for f in figs], y=[max(f["rel_l2"][0], 1e-12) for f in figs],
-                                 mode="markers", name=f"{block} output", marker={"color": color, "size": 7}))
-    fig.add_trace(go.Scatter(x=xs, y=[max(10 * f["floor"][0], 1e-12) for f in stream], mode="lines",
-                             name="10x noise floor", line={"color": "#52525b", "dash": "dash"}))
+        fig.add_trace(
+            go.Scatter(
+                x=[f["layer"] for f in figs],
+                y=[max(f["rel_l2"][0], 1e-12) for f in figs],
+                mode="markers",
+                name=f"{block} output",
+                marker={"color": color, "size": 7},
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=[max(10 * f["floor"][0], 1e-12) for f in stream],
+            mode="lines",
+            name="10x noise floor",
+            line={"color": "#52525b", "dash": "dash"},
+        )
+    )
     if loc.first_divergent_layer is not None:
         fig.add_vline(x=loc.first_divergent_layer, line_color=DIV_COLOR, line_dash="dot")
     fig.update_yaxes(type="log", title="relative L2 error")

@@ -1,9 +1,11 @@
 """The last few values made from slow reads or builds (a stored run, its view), each made once."""
+
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 
 class Recent:

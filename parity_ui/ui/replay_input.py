@@ -7,9 +7,11 @@ text file (parity-ui's own, NeMo-RL's); a slime .pt is a pickle and verl's text-
 trainer's chat template: both are replayed from the CLI (`parity replay FILE --model M`), as is a
 dump over the app's upload limit.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from ..core.config import ParityConfig
 from ..inputs.rollouts import FORMAT_NAMES, DumpError, detect_format, open_dump
 from ..service import ReplayRequest
@@ -49,22 +51,45 @@ def read_dump(path: str, name: str, fmt: str, *, skip_bad: bool, limit: int | No
     if rows == 0:
         raise DumpError(f"{name} holds no row to replay", "check the file")
     lp = "" if with_lp == rows else f"; {rows - with_lp} without recorded logprobs"
-    return DumpPick(fmt, rows, f"{name}: a rollout dump ({FORMAT_NAMES[fmt]}), {rows:,} rows{lp}",
-                    [f"{b.where}: {b.message}" for b in dump.bad[:shown]])
+    return DumpPick(
+        fmt,
+        rows,
+        f"{name}: a rollout dump ({FORMAT_NAMES[fmt]}), {rows:,} rows{lp}",
+        [f"{b.where}: {b.message}" for b in dump.bad[:shown]],
+    )
 
 
 def how(pick_rows: int) -> str:
-    return (f"Runs as a replay of {pick_rows:,} rows: the run's own tokens forced through the sides (the first side "
-            "is the trainer, the others re-run the rollout engine), against the logprobs it recorded; the worst "
-            "tokens first (the text box is not used).")
+    return (
+        f"Runs as a replay of {pick_rows:,} rows: the run's own tokens forced through the sides (the first side "
+        "is the trainer, the others re-run the rollout engine), against the logprobs it recorded; the worst "
+        "tokens first (the text box is not used)."
+    )
 
 
-def replay_request(path: str, fmt: str, model: str, cfg: ParityConfig, *, trust: bool, skip_bad: bool,
-                   limit: int | None, floor: str, name: str | None = None) -> ReplayRequest:
-    return ReplayRequest(dump=path, model=model, config=cfg, format=fmt, on_bad="skip" if skip_bad else "stop",
-                         name=name,
-                         limit=limit, floor=floor if floor in ("auto", "kernel", "none") else "auto",
-                         trust_remote_code=trust)
+def replay_request(
+    path: str,
+    fmt: str,
+    model: str,
+    cfg: ParityConfig,
+    *,
+    trust: bool,
+    skip_bad: bool,
+    limit: int | None,
+    floor: str,
+    name: str | None = None,
+) -> ReplayRequest:
+    return ReplayRequest(
+        dump=path,
+        model=model,
+        config=cfg,
+        format=fmt,
+        on_bad="skip" if skip_bad else "stop",
+        name=name,
+        limit=limit,
+        floor=floor if floor in ("auto", "kernel", "none") else "auto",
+        trust_remote_code=trust,
+    )
 
 
 def too_large_fix() -> str:

@@ -1,17 +1,19 @@
 """The view of one stored run (summary, token panes, plots), shared by Compare and History so a
 run reopened later looks exactly as it did when it finished."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import gradio as gr
 
+from ..core.types import Localisation, Run
 from ..render import cards
 from ..render.images import images_html
 from ..render.report_parts import localisation_html
 from ..render.tokens import Stream, details_json, panes_html
-from ..core.types import Localisation, Run
 from . import plots
 from .recent import Recent
 
@@ -36,8 +38,9 @@ def view_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     return {**pane_parts(run, prompt_index, side, reveal), **plot_parts(run, prompt_index, side)}
 
 
-def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False,
-               focus: int | None = None) -> dict[str, Any]:
+def pane_parts(
+    run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False, focus: int | None = None
+) -> dict[str, Any]:
     """The summary card, the side shown and the token panes (opened at `focus`, marked, where given):
     what a reader needs first."""
     idx = _index(run, prompt_index)
@@ -47,8 +50,9 @@ def pane_parts(run: Run, prompt_index: int = 0, side: str | None = None, reveal:
     streams = _streams(run, idx)
     parts["side"] = side = _picked_side(run, idx, side)
     if any(s.steps for s in streams):
-        parts["panes"] = panes_html(streams, selected=side, details_src=f"{run.id}:{run.prompts[idx].index}",
-                                    focus=focus)
+        parts["panes"] = panes_html(
+            streams, selected=side, details_src=f"{run.id}:{run.prompts[idx].index}", focus=focus
+        )
     return parts
 
 
@@ -93,8 +97,11 @@ def _picked_side(run: Run, idx: int, side: str | None) -> str | None:
 def _streams(run: Run, idx: int) -> list[Stream]:
     p = run.prompts[idx]
     divs = {c.b: c.first_divergence for c in p.comparisons}
-    return [Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
-            for s in run.sides if s.name in p.results]
+    return [
+        Stream(s.name, f"{s.name} ({s.kind})", p.results[s.name].steps, divs.get(s.name))
+        for s in run.sides
+        if s.name in p.results
+    ]
 
 
 def pane_details(get_run: Callable[[str], Run | None], src: str) -> str:
@@ -129,15 +136,15 @@ class ResultView:
     def __post_init__(self) -> None:
         self.built = Recent(self.KEEP)
 
-    def parts(self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False,
-              focus: int | None = None) -> dict[str, Any]:
+    def parts(
+        self, run: Run, prompt_index: int = 0, side: str | None = None, reveal: bool = False, focus: int | None = None
+    ) -> dict[str, Any]:
         """pane_parts, kept for finished runs (a stored run no longer changes; a 16k-token pair's
         panes take ~0.05-0.1 s to build); a view being built (History's read ahead) is waited for."""
         if run.status == "running":
             return pane_parts(run, prompt_index, side, reveal, focus)
         key = (run.id, prompt_index, side, reveal) + ((focus,) if focus is not None else ())
-        return self.built.get(key,
-                              lambda: pane_parts(run, prompt_index, side, reveal, focus))
+        return self.built.get(key, lambda: pane_parts(run, prompt_index, side, reveal, focus))
 
     def figures(self, run: Run, prompt_index: int = 0, side: str | None = None) -> dict[str, Any]:
         """plot_parts, kept like `parts` (by the side they show: None and the side it defaults to are one)."""
@@ -149,50 +156,91 @@ class ResultView:
     def create_ui(self) -> None:
         self.summary = gr.HTML(elem_id=f"{self.prefix}-summary")
         with gr.Row():
-            self.prompt_pick = gr.Dropdown(label="Prompt of this batch", choices=[], visible=False,
-                                           interactive=True, elem_id=f"{self.prefix}-prompt-pick")
-            self.side_pick = gr.Dropdown(label="Side compared with the reference (plots, reference pane)",
-                                         choices=[], visible=False, interactive=True,
-                                         elem_id=f"{self.prefix}-side-pick")
+            self.prompt_pick = gr.Dropdown(
+                label="Prompt of this batch",
+                choices=[],
+                visible=False,
+                interactive=True,
+                elem_id=f"{self.prefix}-prompt-pick",
+            )
+            self.side_pick = gr.Dropdown(
+                label="Side compared with the reference (plots, reference pane)",
+                choices=[],
+                visible=False,
+                interactive=True,
+                elem_id=f"{self.prefix}-side-pick",
+            )
         self.panes = gr.HTML(elem_id=f"{self.prefix}-panes")
         self.batch_plot = gr.Plot(visible=False, show_label=False)
         with gr.Row():
             self.logprob_plot = gr.Plot(visible=False, show_label=False)
             self.margin_plot = gr.Plot(visible=False, show_label=False)
         with gr.Row():
-            self.layers_btn = gr.Button("Find the layer", visible=False, size="sm", variant="secondary",
-                                        elem_id=f"{self.prefix}-layers-btn")
+            self.layers_btn = gr.Button(
+                "Find the layer", visible=False, size="sm", variant="secondary", elem_id=f"{self.prefix}-layers-btn"
+            )
         self.layers_html = gr.HTML(elem_id=f"{self.prefix}-layers")
         self.layers_plot = gr.Plot(visible=False, show_label=False)
 
     @property
     def outputs(self) -> list[Any]:
         """Every component `values` may set, in the order the events list them (their API order)."""
-        return [self.summary, self.prompt_pick, self.side_pick, self.panes, self.logprob_plot, self.margin_plot,
-                self.batch_plot, self.layers_btn, self.layers_html, self.layers_plot]
+        return [
+            self.summary,
+            self.prompt_pick,
+            self.side_pick,
+            self.panes,
+            self.logprob_plot,
+            self.margin_plot,
+            self.batch_plot,
+            self.layers_btn,
+            self.layers_html,
+            self.layers_plot,
+        ]
 
     def layer_values(self, run: Run | None, prompt_index: int) -> dict[Any, Any]:
         """The "Find the layer" button (only for runs whose sides can be captured) and what is stored."""
-        hidden = {self.layers_btn: gr.Button(visible=False), self.layers_html: "",
-                  self.layers_plot: gr.Plot(visible=False, value=None)}
+        hidden = {
+            self.layers_btn: gr.Button(visible=False),
+            self.layers_html: "",
+            self.layers_plot: gr.Plot(visible=False, value=None),
+        }
         if run is None or run.status not in ("ok", "diverged") or len(run.sides) < 2:
             return hidden
         from ..core.kinds import KINDS
 
         capturable = [s for s in run.sides if KINDS.get(s.kind) is not None and KINDS[s.kind].can_capture_layers]
         html, fig = layers_parts(self.localisations(run.id), prompt_index)
-        return {self.layers_btn: gr.Button(visible=len(capturable) >= 2), self.layers_html: html,
-                self.layers_plot: gr.Plot(value=fig, visible=fig is not None)}
+        return {
+            self.layers_btn: gr.Button(visible=len(capturable) >= 2),
+            self.layers_html: html,
+            self.layers_plot: gr.Plot(value=fig, visible=fig is not None),
+        }
 
     def cleared(self, summary: str = "") -> dict[Any, Any]:
         """No run shown: `summary` (a notice or an error card) and every other part empty or hidden."""
         hidden = gr.Plot(visible=False, value=None)
-        return {self.summary: summary, self.prompt_pick: gr.Dropdown(visible=False),
-                self.side_pick: gr.Dropdown(visible=False), self.panes: "", self.logprob_plot: hidden,
-                self.margin_plot: hidden, self.batch_plot: hidden, **self.layer_values(None, 0)}
+        return {
+            self.summary: summary,
+            self.prompt_pick: gr.Dropdown(visible=False),
+            self.side_pick: gr.Dropdown(visible=False),
+            self.panes: "",
+            self.logprob_plot: hidden,
+            self.margin_plot: hidden,
+            self.batch_plot: hidden,
+            **self.layer_values(None, 0),
+        }
 
-    def values(self, run: Run | None, prompt_index: int = 0, side: str | None = None, message: str = "",
-               reveal: bool = False, plots: bool = True, focus: int | None = None) -> dict[Any, Any]:
+    def values(
+        self,
+        run: Run | None,
+        prompt_index: int = 0,
+        side: str | None = None,
+        message: str = "",
+        reveal: bool = False,
+        plots: bool = True,
+        focus: int | None = None,
+    ) -> dict[Any, Any]:
         """Every component of `outputs` with its value; `run=None` shows `message` instead. `plots=False`
         hides the figures, for an event that sends them next (`plot_values`): the panes show without
         waiting for the figures to be built, sent and drawn (~0.3 s of a 16k-token pair's first open)."""
@@ -203,13 +251,16 @@ class ResultView:
         if run.prompts:  # an image prompt shows its images beside the streams
             panes = images_html(run.prompts[_index(run, prompt_index)].images, self.images) + panes
         sides = side_choices(run)
-        return {self.summary: parts["summary"],
-                self.prompt_pick: gr.Dropdown(choices=prompt_choices(run), value=prompt_index,
-                                              visible=len(run.prompts) > 1),
-                self.side_pick: gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1),
-                self.panes: panes,
-                **(self.plot_values(run, prompt_index, parts["side"]) if plots else self.plot_values(None)),
-                **self.layer_values(run, prompt_index)}
+        return {
+            self.summary: parts["summary"],
+            self.prompt_pick: gr.Dropdown(
+                choices=prompt_choices(run), value=prompt_index, visible=len(run.prompts) > 1
+            ),
+            self.side_pick: gr.Dropdown(choices=sides, value=parts["side"], visible=len(sides) > 1),
+            self.panes: panes,
+            **(self.plot_values(run, prompt_index, parts["side"]) if plots else self.plot_values(None)),
+            **self.layer_values(run, prompt_index),
+        }
 
     @property
     def plot_outputs(self) -> list[Any]:
@@ -220,15 +271,18 @@ class ResultView:
         if run is None:
             return {plot: gr.Plot(visible=False, value=None) for plot in self.plot_outputs}
         figs = self.figures(run, prompt_index, side)
-        return {plot: gr.Plot(value=figs[k], visible=figs[k] is not None)
-                for plot, k in zip(self.plot_outputs, ("logprob", "margin", "batch"))}
+        return {
+            plot: gr.Plot(value=figs[k], visible=figs[k] is not None)
+            for plot, k in zip(self.plot_outputs, ("logprob", "margin", "batch"))
+        }
 
     def error_values(self, message: str, fix: str = "") -> dict[Any, Any]:
         return self.cleared(cards.error_html(message, fix))
 
     def wire_layers(self, runner: Any, picks: list[Any]) -> None:
-        """"Find the layer": localise the picked comparison's divergence (parity_ui.commands.layers), store it,
+        """ "Find the layer": localise the picked comparison's divergence (parity_ui.commands.layers), store it,
         show every localisation of this prompt. Queued with the runs: it uses the same engines."""
+
         def find(run_id: str | None, index: int | None, side: str | None) -> Any:
             if not run_id:
                 return gr.skip()
@@ -240,5 +294,12 @@ class ResultView:
             html, fig = layers_parts(self.localisations(loc.run_id), loc.prompt_index)
             return {self.layers_html: html, self.layers_plot: gr.Plot(value=fig, visible=fig is not None)}
 
-        self.layers_btn.click(find, picks, [self.layers_html, self.layers_plot], api_name=False,
-                              concurrency_limit=1, concurrency_id="engines", show_progress="full")
+        self.layers_btn.click(
+            find,
+            picks,
+            [self.layers_html, self.layers_plot],
+            api_name=False,
+            concurrency_limit=1,
+            concurrency_id="engines",
+            show_progress="full",
+        )

@@ -6,6 +6,7 @@ Runs are serialised by the service's own lock and written through its store. The
 the views read through `reader`, one connection per handler thread: with WAL, reads never wait for
 a run's write.
 """
+
 from __future__ import annotations
 
 import threading

@@ -5,6 +5,7 @@ and a YAML edit redraws the panel.
 The conversions are pure functions (tested without a browser); `SidesPanel` builds the components
 and wires them.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -39,8 +40,13 @@ def slots_from_sides(sides: list[dict[str, Any]]) -> tuple[int, list[str]]:
     values: list[str] = []
     for i in range(MAX_UI_SIDES):
         s = sides[i] if i < len(sides) else {}
-        values += [str(s.get("name", "")), str(s.get("kind", "vllm")), options_text(s) if s else "",
-                   str(s.get("model") or ""), str(s.get("python") or "")]
+        values += [
+            str(s.get("name", "")),
+            str(s.get("kind", "vllm")),
+            options_text(s) if s else "",
+            str(s.get("model") or ""),
+            str(s.get("python") or ""),
+        ]
     return min(max(len(sides), 2), MAX_UI_SIDES), values
 
 
@@ -48,7 +54,7 @@ def sides_from_slots(count: int, values: list[str]) -> list[dict[str, Any]]:
     """The shown slots as side dicts. Raises ConfigError naming the slot and the problem."""
     sides = []
     for i in range(int(count)):
-        name, kind, opts, model, python = (str(v or "").strip() for v in values[5 * i: 5 * i + 5])
+        name, kind, opts, model, python = (str(v or "").strip() for v in values[5 * i : 5 * i + 5])
         if not name:
             raise ConfigError(f"side {i + 1}", "has no name", "give every side a name, e.g. ref, a, b")
         side = parse_side_arg(f"{name}={kind}" + (f",{opts}" if opts else ""))
@@ -74,8 +80,11 @@ def sides_in_yaml(text: str) -> list[dict[str, Any]]:
     Raises ConfigError on YAML that does not parse."""
     data = parse_config_text(text, "YAML")
     raw = data.get("sides")
-    sides = [dict(s) for s in raw] if isinstance(raw, list) and all(isinstance(s, dict) for s in raw) else \
-        [dict(s) for s in DEFAULT_SIDES]
+    sides = (
+        [dict(s) for s in raw]
+        if isinstance(raw, list) and all(isinstance(s, dict) for s in raw)
+        else [dict(s) for s in DEFAULT_SIDES]
+    )
     for s in sides:
         section = data.get(s.get("name"))
         if isinstance(section, dict):
@@ -91,8 +100,13 @@ class SidesPanel:
     def create_ui(self) -> None:
         with gr.Accordion("Sides: what is compared (the first is the reference)", open=False, elem_id="sides-panel"):
             with gr.Row():
-                self.preset = gr.Dropdown(label="Preset", choices=[(v, k) for k, v in SIDE_PRESET_LABELS.items()],
-                                          value=None, scale=3, elem_id="sides-preset")
+                self.preset = gr.Dropdown(
+                    label="Preset",
+                    choices=[(v, k) for k, v in SIDE_PRESET_LABELS.items()],
+                    value=None,
+                    scale=3,
+                    elem_id="sides-preset",
+                )
                 self.apply_btn = gr.Button("Use preset", scale=1, elem_id="sides-apply")
                 self.add_btn = gr.Button("Add side", scale=1, elem_id="sides-add")
             count, values = slots_from_sides([dict(s) for s in DEFAULT_SIDES])
@@ -102,17 +116,40 @@ class SidesPanel:
             self.remove_btns: list[Any] = []
             kinds = [(f"{k.label}", k.name) for k in KINDS.values()]
             for i in range(MAX_UI_SIDES):
-                v = values[5 * i: 5 * i + 5]
+                v = values[5 * i : 5 * i + 5]
                 with gr.Row(visible=i < count, equal_height=True) as row:
-                    name = gr.Textbox(v[0], label="reference side" if i == 0 else f"side {i + 1}", scale=1,
-                                      elem_id=f"side-{i}-name", max_lines=1)
+                    name = gr.Textbox(
+                        v[0],
+                        label="reference side" if i == 0 else f"side {i + 1}",
+                        scale=1,
+                        elem_id=f"side-{i}-name",
+                        max_lines=1,
+                    )
                     kind = gr.Dropdown(kinds, value=v[1], label="kind", scale=1, elem_id=f"side-{i}-kind")
-                    opts = gr.Textbox(v[2], label="options (key=value, ...)", scale=3, elem_id=f"side-{i}-options",
-                                      max_lines=1, placeholder="dtype=bfloat16, enforce_eager=false")
-                    model = gr.Textbox(v[3], label="model folder (optional)", scale=2, elem_id=f"side-{i}-model",
-                                       max_lines=1, placeholder="the run's model")
-                    python = gr.Textbox(v[4], label="python of another env (optional)", scale=2,
-                                        elem_id=f"side-{i}-python", max_lines=1, placeholder="this environment")
+                    opts = gr.Textbox(
+                        v[2],
+                        label="options (key=value, ...)",
+                        scale=3,
+                        elem_id=f"side-{i}-options",
+                        max_lines=1,
+                        placeholder="dtype=bfloat16, enforce_eager=false",
+                    )
+                    model = gr.Textbox(
+                        v[3],
+                        label="model folder (optional)",
+                        scale=2,
+                        elem_id=f"side-{i}-model",
+                        max_lines=1,
+                        placeholder="the run's model",
+                    )
+                    python = gr.Textbox(
+                        v[4],
+                        label="python of another env (optional)",
+                        scale=2,
+                        elem_id=f"side-{i}-python",
+                        max_lines=1,
+                        placeholder="this environment",
+                    )
                     rm = gr.Button("Remove", scale=0, size="sm", elem_id=f"side-{i}-remove")
                 self.rows.append(row)
                 self.slots += [name, kind, opts, model, python]
@@ -124,8 +161,11 @@ class SidesPanel:
     # -- handlers ------------------------------------------------------------------------------
 
     def _show(self, count: int, values: list[str]) -> dict[Any, Any]:
-        return {self.count: count, **{row: gr.Row(visible=i < count) for i, row in enumerate(self.rows)},
-                **dict(zip(self.slots, values))}
+        return {
+            self.count: count,
+            **{row: gr.Row(visible=i < count) for i, row in enumerate(self.rows)},
+            **dict(zip(self.slots, values)),
+        }
 
     def _written(self, text: str, count: int, values: list[str]) -> dict[Any, Any]:
         """The slots' sides written into the YAML, or the error box saying what is wrong with them."""
@@ -146,8 +186,9 @@ class SidesPanel:
         count, values = slots_from_sides(sides)
         return {**self._show(count, values), self.counter.synced: edits}
 
-    def flush(self, request: gr.Request, text: str, edits: int | None, synced: int | None, count: int,
-              *values: str) -> Any:
+    def flush(
+        self, request: gr.Request, text: str, edits: int | None, synced: int | None, count: int, *values: str
+    ) -> Any:
         """A slot was left (or Enter pressed, or a kind picked): its edits since the last write go
         into the YAML, or the error box says what is wrong (and they stay pending). A write that
         read older slots than one already written is dropped (WriteOrder says why)."""
@@ -182,7 +223,7 @@ class SidesPanel:
         names = {values[5 * i] for i in range(count)}
         new = next(f"s{j}" for j in range(2, 99) if f"s{j}" not in names)
         vals = list(values)
-        vals[5 * count: 5 * count + 5] = [new, "vllm", "", "", ""]
+        vals[5 * count : 5 * count + 5] = [new, "vllm", "", "", ""]
         out = self._show(count + 1, vals)
         written = self._written(text, count + 1, vals)
         if self.yaml in written:
@@ -195,7 +236,7 @@ class SidesPanel:
 
             return {self.error: notice_html("A comparison needs two sides: change this one instead of removing it.")}
         vals = list(values)
-        del vals[5 * index: 5 * index + 5]
+        del vals[5 * index : 5 * index + 5]
         vals += ["", "vllm", "", "", ""]
         return {**self._written(text, count - 1, vals), **self._show(count - 1, vals)}
 
@@ -215,22 +256,47 @@ class SidesPanel:
         texts = [c for c in self.slots if isinstance(c, gr.Textbox)]
         kinds = [c for c in self.slots if not isinstance(c, gr.Textbox)]
         self.counter.count(self.slots)  # before `flush`: a kind's pick triggers both
-        after_yaml(gr.on([*[c.blur for c in texts], *[c.submit for c in texts], *[c.input for c in kinds]],
-                         self.flush, [cfg_yaml, *self.state], [cfg_yaml, self.error, self.counter.synced],
-                         api_name=False, trigger_mode="always_last", show_progress="hidden"))
-        rewrites = [self.add_btn.click(self.add, [cfg_yaml, self.count, *self.slots], [cfg_yaml, *shown],
-                                       api_name="add_side")]
-        rewrites += [btn.click(partial(self.remove, i), [cfg_yaml, self.count, *self.slots],
-                               [cfg_yaml, *shown, self.error], api_name=False)
-                     for i, btn in enumerate(self.remove_btns)]
-        rewrites.append(self.apply_btn.click(self.apply_preset, [self.preset, cfg_yaml], [cfg_yaml, *shown],
-                                             api_name="sides_preset"))
+        after_yaml(
+            gr.on(
+                [*[c.blur for c in texts], *[c.submit for c in texts], *[c.input for c in kinds]],
+                self.flush,
+                [cfg_yaml, *self.state],
+                [cfg_yaml, self.error, self.counter.synced],
+                api_name=False,
+                trigger_mode="always_last",
+                show_progress="hidden",
+            )
+        )
+        rewrites = [
+            self.add_btn.click(self.add, [cfg_yaml, self.count, *self.slots], [cfg_yaml, *shown], api_name="add_side")
+        ]
+        rewrites += [
+            btn.click(
+                partial(self.remove, i),
+                [cfg_yaml, self.count, *self.slots],
+                [cfg_yaml, *shown, self.error],
+                api_name=False,
+            )
+            for i, btn in enumerate(self.remove_btns)
+        ]
+        rewrites.append(
+            self.apply_btn.click(
+                self.apply_preset, [self.preset, cfg_yaml], [cfg_yaml, *shown], api_name="sides_preset"
+            )
+        )
         for event in rewrites:
-            event.then(self.counter.caught_up, [self.counter.edits], [self.counter.synced], api_name=False,
-                       queue=False)  # the slots were written whole: nothing is pending
+            event.then(
+                self.counter.caught_up, [self.counter.edits], [self.counter.synced], api_name=False, queue=False
+            )  # the slots were written whole: nothing is pending
             after_yaml(event)
-        cfg_yaml.blur(self.from_yaml, [cfg_yaml, self.counter.edits], self.redrawn, api_name=False,
-                      trigger_mode="always_last", show_progress="hidden")
+        cfg_yaml.blur(
+            self.from_yaml,
+            [cfg_yaml, self.counter.edits],
+            self.redrawn,
+            api_name=False,
+            trigger_mode="always_last",
+            show_progress="hidden",
+        )
 
     @property
     def state(self) -> list[Any]:

@@ -5,6 +5,7 @@ Pure (no gradio): the Compare tab keeps a `WorkloadPick` in a gr.State and calls
 the CLI's: a file of two or more prompts, or any .parquet file, runs as a workload
 (parity_ui.commands.workload.run); a .jsonl file of one prompt runs as one comparison.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,10 +15,10 @@ from typing import Any
 
 from ..core.cluster import parse_cluster, parse_replicas
 from ..core.errors import ParityError, PromptError
-from ..inputs.prompts import MAX_PROMPT_FILE_BYTES, check_upload_size
-from ..render.cards import error_html, esc
 from ..core.workload_record import FLOORS, MODES, WorkloadOptions
+from ..inputs.prompts import MAX_PROMPT_FILE_BYTES, check_upload_size
 from ..inputs.workload_source import WORKLOAD_FILE_TYPES, Workload, load_workload
+from ..render.cards import error_html, esc
 from . import replay_input
 
 # An upload is held whole by the app (gradio writes it to a temporary file first): the app's upload
@@ -31,6 +32,7 @@ class WorkloadPick:
     """The uploaded workload file and its options, as the page last set them. `path` None: no file
     (the options are kept for the next one). `error`: why the file or the options were refused
     (Run then stores that as an error run)."""
+
     path: str | None = None
     name: str = ""
     field: str | None = None
@@ -61,8 +63,12 @@ class WorkloadPick:
 
     def options(self) -> WorkloadOptions:
         cluster = parse_cluster(self.cluster)  # checked by with_options: it raises nothing here
-        return WorkloadOptions(mode=self.mode, floor=self.floor, cluster=cluster,
-                               replicas=parse_replicas(self.replicas) if cluster and self.replicas else {})
+        return WorkloadOptions(
+            mode=self.mode,
+            floor=self.floor,
+            cluster=cluster,
+            replicas=parse_replicas(self.replicas) if cluster and self.replicas else {},
+        )
 
 
 def is_workload_file(name: str) -> bool:
@@ -74,15 +80,30 @@ def load(pick: WorkloadPick) -> Workload:
     problem and the fix: the file's type or size, a broken line or row, a missing field."""
     if pick.path is None:
         raise PromptError("no workload file was uploaded", "upload a .jsonl or .parquet file")
-    return load_workload(pick.path, field=pick.field, limit=pick.limit, sample=pick.sample, seed=pick.seed,
-                         on_bad="skip" if pick.skip_bad else "stop", max_bytes=UPLOAD_MAX_BYTES)
+    return load_workload(
+        pick.path,
+        field=pick.field,
+        limit=pick.limit,
+        sample=pick.sample,
+        seed=pick.seed,
+        on_bad="skip" if pick.skip_bad else "stop",
+        max_bytes=UPLOAD_MAX_BYTES,
+    )
 
 
 def select(pick: WorkloadPick) -> WorkloadPick:
     """The pick with its file read: how many prompts, the description and the skipped rows, or the
     error (never raises for the file's problems)."""
-    pick = dataclasses.replace(pick, prompts=0, description="", skipped=[], error=None, fix="", rollout=None,
-                               parquet=pick.name.lower().endswith(".parquet"))
+    pick = dataclasses.replace(
+        pick,
+        prompts=0,
+        description="",
+        skipped=[],
+        error=None,
+        fix="",
+        rollout=None,
+        parquet=pick.name.lower().endswith(".parquet"),
+    )
     if pick.path is None:
         return pick
     fmt = replay_input.rollout_format(pick.path)
@@ -94,10 +115,15 @@ def select(pick: WorkloadPick) -> WorkloadPick:
     except ParityError as e:
         return dataclasses.replace(pick, error=e.message, fix=e.fix)
     except OSError as e:  # the upload's temporary file went away
-        return dataclasses.replace(pick, error=f"the uploaded file {pick.name!r} cannot be read ({e.strerror})",
-                                   fix="upload it again")
-    return dataclasses.replace(pick, prompts=len(w.prompts), description=w.describe(),
-                               skipped=[f"{b.where}: {b.message}" for b in w.skipped[:SKIPPED_SHOWN]])
+        return dataclasses.replace(
+            pick, error=f"the uploaded file {pick.name!r} cannot be read ({e.strerror})", fix="upload it again"
+        )
+    return dataclasses.replace(
+        pick,
+        prompts=len(w.prompts),
+        description=w.describe(),
+        skipped=[f"{b.where}: {b.message}" for b in w.skipped[:SKIPPED_SHOWN]],
+    )
 
 
 def _dump(pick: WorkloadPick, fmt: str) -> WorkloadPick:
@@ -105,14 +131,16 @@ def _dump(pick: WorkloadPick, fmt: str) -> WorkloadPick:
     pick = dataclasses.replace(pick, rollout=fmt)
     try:
         check_upload_size(pick.name, os.path.getsize(pick.path), "rollout dump")
-        d = replay_input.read_dump(pick.path, pick.name, fmt, skip_bad=pick.skip_bad, limit=pick.limit,
-                                   shown=SKIPPED_SHOWN)
+        d = replay_input.read_dump(
+            pick.path, pick.name, fmt, skip_bad=pick.skip_bad, limit=pick.limit, shown=SKIPPED_SHOWN
+        )
     except ParityError as e:
         fix = replay_input.too_large_fix() if "upload limit" in e.message else e.fix
         return dataclasses.replace(pick, error=e.message, fix=fix)
     except OSError as e:
-        return dataclasses.replace(pick, error=f"the uploaded file {pick.name!r} cannot be read ({e.strerror})",
-                                   fix="upload it again")
+        return dataclasses.replace(
+            pick, error=f"the uploaded file {pick.name!r} cannot be read ({e.strerror})", fix="upload it again"
+        )
     return dataclasses.replace(pick, prompts=d.rows, description=d.description, skipped=d.skipped)
 
 
@@ -123,8 +151,9 @@ def uploaded(pick: WorkloadPick, path: str) -> WorkloadPick:
 
 def cleared(pick: WorkloadPick) -> WorkloadPick:
     """No file (the text box runs again); the options stay for the next file."""
-    return dataclasses.replace(pick, path=None, name="", prompts=0, description="", skipped=[], error=None, fix="",
-                               rollout=None)
+    return dataclasses.replace(
+        pick, path=None, name="", prompts=0, description="", skipped=[], error=None, fix="", rollout=None
+    )
 
 
 def _count(label: str, value: Any) -> int | None:
@@ -135,23 +164,39 @@ def _count(label: str, value: Any) -> int | None:
     try:
         n = float(value)
     except (TypeError, ValueError):
-        raise PromptError(f"{label} is {value!r}", f"give {label} as a whole number of prompts, or leave it empty")
+        raise PromptError(
+            f"{label} is {value!r}", f"give {label} as a whole number of prompts, or leave it empty"
+        ) from None
     if n != int(n) or n < 1:
-        raise PromptError(f"{label} is {value!r}", f"give {label} as a whole number of prompts, 1 or more, or 0 "
-                                                  "(all of them)")
+        raise PromptError(
+            f"{label} is {value!r}", f"give {label} as a whole number of prompts, 1 or more, or 0 (all of them)"
+        )
     return int(n)
 
 
-def with_options(pick: WorkloadPick, mode: str, floor: str, field_name: str | None, limit: Any, sample: Any,
-                 skip_bad: bool, cluster: str | None = None, replicas: str | None = None) -> WorkloadPick:
+def with_options(
+    pick: WorkloadPick,
+    mode: str,
+    floor: str,
+    field_name: str | None,
+    limit: Any,
+    sample: Any,
+    skip_bad: bool,
+    cluster: str | None = None,
+    replicas: str | None = None,
+) -> WorkloadPick:
     """The pick with the page's options; the file is read again when the selection changed (field,
     limit, sample, skipping). A bad option becomes the pick's error, like a bad file. `cluster` and
     `replicas` (None: unchanged) are checked here, so Run starts on the cluster the user named."""
-    new = dataclasses.replace(pick, mode=mode if mode in MODES else pick.mode,
-                              floor=floor if floor in FLOORS else pick.floor,
-                              field=(field_name or "").strip() or None, skip_bad=bool(skip_bad),
-                              cluster=pick.cluster if cluster is None else cluster.strip(),
-                              replicas=pick.replicas if replicas is None else replicas.strip())
+    new = dataclasses.replace(
+        pick,
+        mode=mode if mode in MODES else pick.mode,
+        floor=floor if floor in FLOORS else pick.floor,
+        field=(field_name or "").strip() or None,
+        skip_bad=bool(skip_bad),
+        cluster=pick.cluster if cluster is None else cluster.strip(),
+        replicas=pick.replicas if replicas is None else replicas.strip(),
+    )
     try:
         parse_cluster(new.cluster)
         if new.replicas:
@@ -175,19 +220,34 @@ def note_html(pick: WorkloadPick) -> str:
     if pick.rollout is not None:
         how = replay_input.how(pick.prompts)
     elif pick.is_workload:
-        how = (f"Runs as a workload: mode {pick.mode}, floor {pick.floor}; each side's pooled figures next to the "
-               "reference's own noise (the text box is not used).")
+        how = (
+            f"Runs as a workload: mode {pick.mode}, floor {pick.floor}; each side's pooled figures next to the "
+            "reference's own noise (the text box is not used)."
+        )
     else:
         how = "One prompt: runs as one comparison (the text box is not used)."
     skipped = "".join(f"<li>{esc(s)}</li>" for s in pick.skipped)
     skipped = f'<ul class="pc-findings">{skipped}</ul>' if skipped else ""
-    return (f'<div class="pc-card pc-notice wl-pick" data-prompts="{pick.prompts}"><b>{esc(pick.description)}</b>'
-            f"<div>{esc(how)}</div>{skipped}</div>")
+    return (
+        f'<div class="pc-card pc-notice wl-pick" data-prompts="{pick.prompts}"><b>{esc(pick.description)}</b>'
+        f"<div>{esc(how)}</div>{skipped}</div>"
+    )
 
 
 def source_record(w: Workload, name: str) -> dict[str, Any]:
     """How the prompts were chosen, stored with the run (WorkloadOptions.source): the file by its name
     (an upload's temporary path means nothing later)."""
-    return {"path": name, "uploaded": True, "format": w.format, "field": w.field, "rows": w.total_rows,
-            "prompts": len(w.prompts), "sampled": w.sampled, "seed": w.seed, "limit": w.limit,
-            "skipped_rows": w.skipped_count, "content_hash": w.content_hash, "description": w.describe()}
+    return {
+        "path": name,
+        "uploaded": True,
+        "format": w.format,
+        "field": w.field,
+        "rows": w.total_rows,
+        "prompts": len(w.prompts),
+        "sampled": w.sampled,
+        "seed": w.seed,
+        "limit": w.limit,
+        "skipped_rows": w.skipped_count,
+        "content_hash": w.content_hash,
+        "description": w.describe(),
+    }

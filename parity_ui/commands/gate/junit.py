@@ -8,6 +8,7 @@ hostname, tests, failures, errors, skipped, time, then <properties>, the test ca
 and <system-err>; a <testcase> with name, classname and time, holding at most one of <failure>,
 <error> or <skipped>, each failure and error with a type.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,31 +30,50 @@ def junit_xml(check: CheckResult) -> str:
     host = socket.gethostname() or "localhost"
     for i, case in enumerate(check.cases):
         checks = case.checks
-        suite = ET.SubElement(root, "testsuite", {
-            "package": PACKAGE, "id": str(i), "name": case.name, "timestamp": stamp, "hostname": host,
-            "tests": str(len(checks)), "failures": str(sum(o.status == "fail" for o in checks)),
-            "errors": str(sum(o.status == "error" for o in checks)),
-            "skipped": str(sum(o.status == "skipped" for o in checks)), "time": f"{case.duration_s:.3f}"})
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "package": PACKAGE,
+                "id": str(i),
+                "name": case.name,
+                "timestamp": stamp,
+                "hostname": host,
+                "tests": str(len(checks)),
+                "failures": str(sum(o.status == "fail" for o in checks)),
+                "errors": str(sum(o.status == "error" for o in checks)),
+                "skipped": str(sum(o.status == "skipped" for o in checks)),
+                "time": f"{case.duration_s:.3f}",
+            },
+        )
         props = ET.SubElement(suite, "properties")
-        for name, value in (("model", case.model), ("run_id", case.run_id), ("group_id", check.group_id),
-                            ("check_run_id", check.run_id), ("reference", case.reference),
-                            ("baseline_run_id", case.baseline_id),
-                            ("control_run_id", case.control.run_id if case.control else None),
-                            ("prompts", str(case.prompts)),
-                            *((f"side.{s['name']}", _side(s)) for s in case.sides)):
+        for name, value in (
+            ("model", case.model),
+            ("run_id", case.run_id),
+            ("group_id", check.group_id),
+            ("check_run_id", check.run_id),
+            ("reference", case.reference),
+            ("baseline_run_id", case.baseline_id),
+            ("control_run_id", case.control.run_id if case.control else None),
+            ("prompts", str(case.prompts)),
+            *((f"side.{s['name']}", _side(s)) for s in case.sides),
+        ):
             if value:
                 ET.SubElement(props, "property", {"name": name, "value": str(value)})
         share = f"{case.duration_s / max(len(checks), 1):.3f}"
         for o in checks:
-            tc = ET.SubElement(suite, "testcase", {"name": o.name, "classname": f"{PACKAGE}.{case.name}", "time": share})
+            tc = ET.SubElement(
+                suite, "testcase", {"name": o.name, "classname": f"{PACKAGE}.{case.name}", "time": share}
+            )
             if o.status == "fail":
                 ET.SubElement(tc, "failure", {"type": o.kind, "message": o.message}).text = _details(o, case)
             elif o.status == "error":
                 ET.SubElement(tc, "error", {"type": o.kind, "message": o.message}).text = _details(o, case)
             elif o.status == "skipped":
                 ET.SubElement(tc, "skipped", {"message": o.message})
-        ET.SubElement(suite, "system-out").text = "\n".join(f"{o.status.upper():7} {o.name}: {o.message}"
-                                                            for o in checks)
+        ET.SubElement(suite, "system-out").text = "\n".join(
+            f"{o.status.upper():7} {o.name}: {o.message}" for o in checks
+        )
         ET.SubElement(suite, "system-err").text = ""
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

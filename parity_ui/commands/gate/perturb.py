@@ -11,6 +11,7 @@ The folder is named by a hash of the source files (path, size, mtime), the layer
 seed, so a second check reuses it; it is written under a temporary name and renamed, so a killed
 build leaves nothing that looks finished.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,10 @@ def perturbed_model(model_path: str, layer: int | None, scale: float, seed: int)
     src = Path(model_path)
     weights = sorted(src.glob("*.safetensors"))
     if not weights:
-        raise ParityError(f"the control cannot perturb {src}: it holds no .safetensors weights",
-                          "use control: {set: {...}} (e.g. a side in another dtype) for this model")
+        raise ParityError(
+            f"the control cannot perturb {src}: it holds no .safetensors weights",
+            "use control: {set: {...}} (e.g. a side in another dtype) for this model",
+        )
     h = hashlib.sha256()
     h.update(str(src.resolve()).encode())
     for w in weights:
@@ -56,12 +59,27 @@ def perturbed_model(model_path: str, layer: int | None, scale: float, seed: int)
         # whatever folder the check runs in.
         root = str(PROJECT_ROOT)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.run([sys.executable, "-m", "parity_ui.commands.gate.perturb", str(src), str(tmp),
-                               "-1" if layer is None else str(layer), repr(float(scale)), str(seed)],
-                              capture_output=True, text=True, timeout=1800, env=env)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "parity_ui.commands.gate.perturb",
+                str(src),
+                str(tmp),
+                "-1" if layer is None else str(layer),
+                repr(float(scale)),
+                str(seed),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=env,
+        )
         if proc.returncode != 0:
-            raise ParityError(f"building the control model from {src} failed: {proc.stderr.strip()[-600:]}",
-                              "check the layer number, or use control: {set: {...}}")
+            raise ParityError(
+                f"building the control model from {src} failed: {proc.stderr.strip()[-600:]}",
+                "check the layer number, or use control: {set: {...}}",
+            )
         info = json.loads((tmp / "parity-control.json").read_text())
         shutil.rmtree(dst, ignore_errors=True)
         tmp.rename(dst)
@@ -113,8 +131,9 @@ def _build(src: Path, dst: Path, layer: int, scale: float, seed: int) -> None:  
                 tensors[n] = (w.float() + scale * w.float().std() * noise).to(w.dtype)
                 touched.append(n)
         save_file(tensors, str(dst / shard.name), metadata=meta)
-    (dst / "parity-control.json").write_text(json.dumps({"source": str(src), "layer": layer, "scale": scale,
-                                                         "seed": seed, "tensors": touched}))
+    (dst / "parity-control.json").write_text(
+        json.dumps({"source": str(src), "layer": layer, "scale": scale, "seed": seed, "tensors": touched})
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ passes where it should and fails where it must: HF float32 against vLLM float32 
 (or --model), and as its control the vLLM side in bfloat16, which the same thresholds must fail.
 On the CPU it runs 3 prompts of 8 tokens; on a GPU 16 prompts of 64.
 """
+
 from __future__ import annotations
 
 import json

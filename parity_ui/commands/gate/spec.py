@@ -30,23 +30,40 @@ listing every problem with the case and the LINE. What needs the machine (the mo
 file, a baseline run, an interpreter) is checked by `parity_ui.commands.gate.check.prepare_cases` before
 anything runs. Nothing here touches an engine.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...core.config import SIDE_PRESETS
 from ...core.errors import ParityError
-from ...core.workload_record import FLOORS, MODES
 from ...core.pooled import FLOOR_FIGURE_NAMES, NOT_IDENTICAL
+from ...core.workload_record import FLOORS, MODES
 from .metrics import METRICS, WITHIN_FLOOR
 from .yamlnodes import Map, Seq, YamlReadError, read_yaml
 
 SPEC_KEYS = ("version", "defaults", "cases")
-CASE_KEYS = ("name", "model", "sides", "sides_preset", "prompts", "config", "mode", "floor", "floor_batch_size",
-             "trust_remote_code", "check_sides", "thresholds", "baseline", "control", "replay")
+CASE_KEYS = (
+    "name",
+    "model",
+    "sides",
+    "sides_preset",
+    "prompts",
+    "config",
+    "mode",
+    "floor",
+    "floor_batch_size",
+    "trust_remote_code",
+    "check_sides",
+    "thresholds",
+    "baseline",
+    "control",
+    "replay",
+)
 PROMPT_KEYS = ("file", "field", "limit", "sample", "seed", "texts")
 REPLAY_KEYS = ("file", "format", "limit", "policy_version")
 REPLAY_FORMATS = ("auto", "parity", "nemo-rl", "verl", "slime")
@@ -139,8 +156,10 @@ class ControlSpec:
         if self.perturb is not None:
             p = self.perturb
             layer = "the middle layer" if p.layer is None else f"layer {p.layer}"
-            parts.append(f"{'/'.join(p.sides) if p.sides else 'the checked sides'} on a copy of the model "
-                         f"with {layer}'s weights noised ({p.scale:g} x their std)")
+            parts.append(
+                f"{'/'.join(p.sides) if p.sides else 'the checked sides'} on a copy of the model "
+                f"with {layer}'s weights noised ({p.scale:g} x their std)"
+            )
         return "; ".join(parts)
 
 
@@ -159,6 +178,7 @@ class PromptsSpec:
 class ReplaySpec:
     """A case that replays an RL run's rollout dump (parity_ui.commands.replay) instead of prompts:
     its thresholds judge the replay's pairs ("recorded": the run's own mismatch, or an engine re-run)."""
+
     file: str  # resolved against the spec's folder
     format: str
     limit: int | None
@@ -205,14 +225,19 @@ def load_spec(path: str | Path, env: Mapping[str, str] | None = None) -> GateSpe
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(str(p), [Problem(None, None, "file not found", "check the path given to parity check")]) from None
+        raise SpecError(
+            str(p), [Problem(None, None, "file not found", "check the path given to parity check")]
+        ) from None
     except (UnicodeDecodeError, IsADirectoryError) as e:
-        raise SpecError(str(p), [Problem(None, None, f"cannot be read as UTF-8 text ({type(e).__name__})",
-                                         "give a YAML file")]) from None
+        raise SpecError(
+            str(p), [Problem(None, None, f"cannot be read as UTF-8 text ({type(e).__name__})", "give a YAML file")]
+        ) from None
     return parse_spec(text, str(p), base=p.parent, env=env)
 
 
-def parse_spec(text: str, path: str = "spec", base: Path | None = None, env: Mapping[str, str] | None = None) -> GateSpec:
+def parse_spec(
+    text: str, path: str = "spec", base: Path | None = None, env: Mapping[str, str] | None = None
+) -> GateSpec:
     """As load_spec, from text; relative prompt files resolve against `base` (default: the cwd)."""
     try:
         doc = read_yaml(text, env)
@@ -238,15 +263,21 @@ class _Validator:
         for k in m:
             if k not in allowed:
                 close = [a for a in allowed if a.replace("_", "") == k.replace("_", "").replace("-", "")]
-                self.bad(m.line_of(k), f"unknown key {k!r} in {what}",
-                         f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}")
+                self.bad(
+                    m.line_of(k),
+                    f"unknown key {k!r} in {what}",
+                    f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}",
+                )
 
     # -- the document ----------------------------------------------------------------------------------
 
     def spec(self, doc: Any) -> GateSpec:
         if not isinstance(doc, Map):
-            self.bad(getattr(doc, "line", 1) or 1, "the spec must be a mapping with a 'cases' list",
-                     "start the file with 'cases:'")
+            self.bad(
+                getattr(doc, "line", 1) or 1,
+                "the spec must be a mapping with a 'cases' list",
+                "start the file with 'cases:'",
+            )
             return GateSpec(self.path, [], {})
         self.keys(doc, SPEC_KEYS, "the spec")
         if "version" in doc and doc["version"] != 1:
@@ -259,8 +290,11 @@ class _Validator:
             self.keys(defaults, tuple(k for k in CASE_KEYS if k != "name"), "defaults")
         cases = doc.get("cases")
         if not isinstance(cases, Seq) or not cases:
-            self.bad(doc.line_of("cases") if "cases" in doc else doc.line, "the spec has no cases",
-                     "give a list: cases: [{name: ..., model: ..., prompts: ..., thresholds: ...}]")
+            self.bad(
+                doc.line_of("cases") if "cases" in doc else doc.line,
+                "the spec has no cases",
+                "give a list: cases: [{name: ..., model: ..., prompts: ..., thresholds: ...}]",
+            )
             return GateSpec(self.path, [], dict(doc))
         out, seen = [], {}
         for i, raw in enumerate(cases):
@@ -272,8 +306,11 @@ class _Validator:
             if case is None:
                 continue
             if case.name in seen:
-                self.bad(case.line, f"two cases are named {case.name!r} (the other on line {seen[case.name]})",
-                         "give every case its own name")
+                self.bad(
+                    case.line,
+                    f"two cases are named {case.name!r} (the other on line {seen[case.name]})",
+                    "give every case its own name",
+                )
             seen[case.name] = case.line
             out.append(case)
         return GateSpec(self.path, out, _plain(doc))
@@ -281,21 +318,28 @@ class _Validator:
     def one_case(self, m: Map, i: int) -> CaseSpec | None:
         name = m.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
-            self.bad(m.line_of("name"), f"case {i + 1} has {'no name' if name is None else f'the name {name!r}'}",
-                     "name: letters, digits, '.', '_' and '-' (at most 64), e.g. name: fp32-vllm")
+            self.bad(
+                m.line_of("name"),
+                f"case {i + 1} has {'no name' if name is None else f'the name {name!r}'}",
+                "name: letters, digits, '.', '_' and '-' (at most 64), e.g. name: fp32-vllm",
+            )
             name = f"#{i + 1}"
         self.case = name
         self.keys(m, CASE_KEYS, "a case")
         model = m.get("model")
         if not isinstance(model, str) or not model.strip():
-            self.bad(m.line_of("model"), "has no model" if model is None else f"model {model!r} is not a name",
-                     "model: demo, a model folder, or an HF id")
+            self.bad(
+                m.line_of("model"),
+                "has no model" if model is None else f"model {model!r} is not a name",
+                "model: demo, a model folder, or an HF id",
+            )
             model = ""
         config = self.config(m)
         replay = self.replay(m) if m.get("replay") is not None else None
         if replay is not None and m.get("prompts") is not None:
-            self.bad(m.line_of("prompts"), "has both prompts and replay", "a case replays a dump or runs prompts: "
-                                                                         "keep one")
+            self.bad(
+                m.line_of("prompts"), "has both prompts and replay", "a case replays a dump or runs prompts: keep one"
+            )
         prompts = self.prompts(m) if m.get("replay") is None else PromptsSpec(None, None, None, None, 0, None, m.line)
         mode = self.choice(m, "mode", MODES, "free")
         floor = self.choice(m, "floor", FLOORS, "auto")
@@ -306,43 +350,72 @@ class _Validator:
         baseline = self.baseline(m)
         control = self.control(m)
         if not thresholds and baseline is None:
-            self.bad(m.line, "has no thresholds and no baseline: it cannot fail",
-                     "add thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1} or a baseline")
+            self.bad(
+                m.line,
+                "has no thresholds and no baseline: it cannot fail",
+                "add thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1} or a baseline",
+            )
         if prompts is None:
             return None
         if m.get("replay") is not None and replay is None:
             return None
-        return CaseSpec(name=name, line=m.line, model=model.strip(), config=config, prompts=prompts, mode=mode,
-                        floor=floor, floor_batch_size=fbs, trust_remote_code=trust, check_sides=check_sides,
-                        thresholds=thresholds, baseline=baseline, control=control, lines=dict(m.lines),
-                        config_lines=dict(getattr(m.get("config"), "lines", {}) or {}), replay=replay)
+        return CaseSpec(
+            name=name,
+            line=m.line,
+            model=model.strip(),
+            config=config,
+            prompts=prompts,
+            mode=mode,
+            floor=floor,
+            floor_batch_size=fbs,
+            trust_remote_code=trust,
+            check_sides=check_sides,
+            thresholds=thresholds,
+            baseline=baseline,
+            control=control,
+            lines=dict(m.lines),
+            config_lines=dict(getattr(m.get("config"), "lines", {}) or {}),
+            replay=replay,
+        )
 
     # -- parts ------------------------------------------------------------------------------------------
 
     def config(self, m: Map) -> dict[str, Any]:
         cfg = m.get("config") or Map()
         if not isinstance(cfg, Map):
-            self.bad(m.line_of("config"), "config must be a mapping of canonical config keys",
-                     "e.g. config: {max_new_tokens: 64, dtype: bfloat16}")
+            self.bad(
+                m.line_of("config"),
+                "config must be a mapping of canonical config keys",
+                "e.g. config: {max_new_tokens: 64, dtype: bfloat16}",
+            )
             cfg = Map()
         data = _plain(cfg)
         if "sides" in data:
-            self.bad(cfg.line_of("sides"), "the sides go in the case's own 'sides' (or 'sides_preset'), not in config",
-                     "move them up one level")
+            self.bad(
+                cfg.line_of("sides"),
+                "the sides go in the case's own 'sides' (or 'sides_preset'), not in config",
+                "move them up one level",
+            )
         if "sides" in m and "sides_preset" in m:
             self.bad(m.line_of("sides_preset"), "has both sides and sides_preset", "keep one of them")
         elif "sides_preset" in m:
             preset = m["sides_preset"]
             if preset not in SIDE_PRESETS:
-                self.bad(m.line_of("sides_preset"), f"sides_preset {preset!r} is not a preset",
-                         f"one of: {', '.join(SIDE_PRESETS)}")
+                self.bad(
+                    m.line_of("sides_preset"),
+                    f"sides_preset {preset!r} is not a preset",
+                    f"one of: {', '.join(SIDE_PRESETS)}",
+                )
             else:
                 data["sides"] = [dict(s) for s in SIDE_PRESETS[preset]]
         elif "sides" in m:
             sides = m["sides"]
             if not isinstance(sides, Seq) or not all(isinstance(s, Map) for s in sides):
-                self.bad(m.line_of("sides"), "sides must be a list of mappings with name and kind",
-                         "e.g. sides: [{name: ref, kind: hf, dtype: float32}, {name: b, kind: vllm}]")
+                self.bad(
+                    m.line_of("sides"),
+                    "sides must be a list of mappings with name and kind",
+                    "e.g. sides: [{name: ref, kind: hf, dtype: float32}, {name: b, kind: vllm}]",
+                )
             else:
                 data["sides"] = [_plain(s) for s in sides]
         return data
@@ -355,20 +428,27 @@ class _Validator:
         if isinstance(p, str):  # prompts: FILE
             p = Map({"file": p}, line=m.line_of("prompts"), lines={"file": m.line_of("prompts")})
         if not isinstance(p, Map):
-            self.bad(m.line_of("prompts"), "prompts must be a file name or a mapping",
-                     "prompts: {file: prompts.jsonl, limit: 16}")
+            self.bad(
+                m.line_of("prompts"),
+                "prompts must be a file name or a mapping",
+                "prompts: {file: prompts.jsonl, limit: 16}",
+            )
             return None
         self.keys(p, PROMPT_KEYS, "prompts")
         file, texts = p.get("file"), p.get("texts")
         if (file is None) == (texts is None):
-            self.bad(p.line, "prompts needs exactly one of file and texts",
-                     "file: a .jsonl or .parquet workload (relative to the spec), or texts: a list of prompts")
+            self.bad(
+                p.line,
+                "prompts needs exactly one of file and texts",
+                "file: a .jsonl or .parquet workload (relative to the spec), or texts: a list of prompts",
+            )
             return None
         if file is not None and (not isinstance(file, str) or not file.strip()):
             self.bad(p.line_of("file"), f"prompts file {file!r} is not a path", "file: prompts.jsonl")
             return None
-        if texts is not None and (not isinstance(texts, Seq) or not texts
-                                  or not all(isinstance(t, str) and t.strip() for t in texts)):
+        if texts is not None and (
+            not isinstance(texts, Seq) or not texts or not all(isinstance(t, str) and t.strip() for t in texts)
+        ):
             self.bad(p.line_of("texts"), "texts must be a list of non-empty prompts", 'texts: ["Explain gravity."]')
             return None
         field_ = p.get("field")
@@ -383,16 +463,26 @@ class _Validator:
         if file is not None:
             fp = Path(file.strip()).expanduser()
             resolved = str(fp if fp.is_absolute() else self.base / fp)
-        return PromptsSpec(file=resolved, field=field_ if isinstance(field_, str) else None, limit=limit,
-                           sample=sample, seed=seed, texts=list(texts) if texts is not None else None, line=p.line)
+        return PromptsSpec(
+            file=resolved,
+            field=field_ if isinstance(field_, str) else None,
+            limit=limit,
+            sample=sample,
+            seed=seed,
+            texts=list(texts) if texts is not None else None,
+            line=p.line,
+        )
 
     def replay(self, m: Map) -> ReplaySpec | None:
         r = m.get("replay")
         if isinstance(r, str):  # replay: FILE
             r = Map({"file": r}, line=m.line_of("replay"), lines={"file": m.line_of("replay")})
         if not isinstance(r, Map):
-            self.bad(m.line_of("replay"), "replay must be a dump's file name or a mapping",
-                     "replay: {file: rollouts.jsonl, format: auto, limit: 64}")
+            self.bad(
+                m.line_of("replay"),
+                "replay must be a dump's file name or a mapping",
+                "replay: {file: rollouts.jsonl, format: auto, limit: 64}",
+            )
             return None
         self.keys(r, REPLAY_KEYS, "replay")
         file = r.get("file")
@@ -403,8 +493,13 @@ class _Validator:
         limit = self.integer(r, "limit", None, 1, 10_000_000)
         version = r.get("policy_version")
         fp = Path(file.strip()).expanduser()
-        return ReplaySpec(file=str(fp if fp.is_absolute() else self.base / fp), format=fmt, limit=limit,
-                          policy_version=None if version is None else str(version), line=r.line)
+        return ReplaySpec(
+            file=str(fp if fp.is_absolute() else self.base / fp),
+            format=fmt,
+            limit=limit,
+            policy_version=None if version is None else str(version),
+            line=r.line,
+        )
 
     def choice(self, m: Map, key: str, allowed: tuple[str, ...], default: str) -> str:
         v = m.get(key, default)
@@ -454,22 +549,31 @@ class _Validator:
         if t is None:
             return []
         if not isinstance(t, Map):
-            self.bad(m.line_of("thresholds"), "thresholds must be a mapping of metric to limit",
-                     "e.g. thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1}")
+            self.bad(
+                m.line_of("thresholds"),
+                "thresholds must be a mapping of metric to limit",
+                "e.g. thresholds: {share_identical: 0.9, abs_dlogp_p99: 0.1}",
+            )
             return []
         out = []
         for name, value in t.items():
             line = t.line_of(name)
             if name == WITHIN_FLOOR:
                 if floor == "none":
-                    self.bad(line, "within_floor needs the reference's noise floor, and floor is none",
-                             "set floor: batch (or order, kernel, auto), or drop within_floor")
+                    self.bad(
+                        line,
+                        "within_floor needs the reference's noise floor, and floor is none",
+                        "set floor: batch (or order, kernel, auto), or drop within_floor",
+                    )
                 if isinstance(value, Map):
                     figures = {}
                     for fig, factor in value.items():
                         if fig not in FLOOR_FACTOR_NAMES:
-                            self.bad(value.line_of(fig), f"unknown floor figure {fig!r}",
-                                     f"figures: {', '.join(FLOOR_FACTOR_NAMES)}")
+                            self.bad(
+                                value.line_of(fig),
+                                f"unknown floor figure {fig!r}",
+                                f"figures: {', '.join(FLOOR_FACTOR_NAMES)}",
+                            )
                             continue
                         f = self.number(factor, value.line_of(fig), f"within_floor factor of {fig}", 1.0)
                         if f is not None:
@@ -498,18 +602,28 @@ class _Validator:
         if isinstance(b, str):
             b = Map({"run": b}, line=m.line_of("baseline"), lines={"run": m.line_of("baseline")})
         if not isinstance(b, Map):
-            self.bad(m.line_of("baseline"), "baseline must be a mapping", "baseline: {run: last-pass, slack: {abs_dlogp_p99: 20%}}")
+            self.bad(
+                m.line_of("baseline"),
+                "baseline must be a mapping",
+                "baseline: {run: last-pass, slack: {abs_dlogp_p99: 20%}}",
+            )
             return None
         self.keys(b, BASELINE_KEYS, "baseline")
         run = b.get("run")
         if not isinstance(run, str) or not run.strip():
-            self.bad(b.line_of("run"), f"baseline run {run!r} is not a run id or {LAST_PASS}",
-                     f"run: {LAST_PASS} (this case's last passing run) or a run id from 'parity runs list'")
+            self.bad(
+                b.line_of("run"),
+                f"baseline run {run!r} is not a run id or {LAST_PASS}",
+                f"run: {LAST_PASS} (this case's last passing run) or a run id from 'parity runs list'",
+            )
             return None
         slack_raw = b.get("slack")
         if not isinstance(slack_raw, Map) or not slack_raw:
-            self.bad(b.line_of("slack") if "slack" in b else b.line, "baseline needs slack: how much worse than it is allowed, per metric",
-                     "slack: {abs_dlogp_p99: 20%, share_identical: 0.05} (absolute, or a percentage of the baseline's value)")
+            self.bad(
+                b.line_of("slack") if "slack" in b else b.line,
+                "baseline needs slack: how much worse than it is allowed, per metric",
+                "slack: {abs_dlogp_p99: 20%, share_identical: 0.05} (absolute, or a percentage of the baseline's value)",
+            )
             return None
         slack = []
         for name, value in slack_raw.items():
@@ -530,13 +644,18 @@ class _Validator:
         if c is None:
             return None
         if not isinstance(c, Map) or not c:
-            self.bad(m.line_of("control"), "control must be a mapping with set and/or perturb",
-                     "control: {set: {b.dtype: bfloat16}} or control: {perturb: {layer: 0, scale: 0.1}}")
+            self.bad(
+                m.line_of("control"),
+                "control must be a mapping with set and/or perturb",
+                "control: {set: {b.dtype: bfloat16}} or control: {perturb: {layer: 0, scale: 0.1}}",
+            )
             return None
         self.keys(c, CONTROL_KEYS, "control")
         sets = c.get("set") or Map()
         if not isinstance(sets, Map):
-            self.bad(c.line_of("set"), "control set must be a mapping of config keys to values", "set: {b.dtype: bfloat16}")
+            self.bad(
+                c.line_of("set"), "control set must be a mapping of config keys to values", "set: {b.dtype: bfloat16}"
+            )
             sets = Map()
         perturb = None
         if "perturb" in c:
@@ -548,9 +667,13 @@ class _Validator:
             else:
                 self.keys(p, PERTURB_KEYS, "control perturb")
                 scale = self.number(p.get("scale", 0.1), p.line_of("scale"), "perturb scale", 0.0)
-                perturb = PerturbSpec(sides=self.names(p, "sides"), layer=self.integer(p, "layer", None, 0, 10_000),
-                                      scale=scale if scale is not None else 0.1,
-                                      seed=self.integer(p, "seed", 0, 0, 2**31) or 0, line=p.line)
+                perturb = PerturbSpec(
+                    sides=self.names(p, "sides"),
+                    layer=self.integer(p, "layer", None, 0, 10_000),
+                    scale=scale if scale is not None else 0.1,
+                    seed=self.integer(p, "seed", 0, 0, 2**31) or 0,
+                    line=p.line,
+                )
         if not sets and perturb is None:
             self.bad(c.line, "control changes nothing", "give set: {SIDE.dtype: bfloat16} or perturb: {layer: 0}")
             return None

@@ -2,6 +2,7 @@
 the terminal. Both list each case, every failed check with its figure and limit, each control, and,
 where sides run in other environments (`python=`), the per-model table of old against new.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,14 +31,21 @@ def _control_text(c: CaseResult) -> str:
 
 def markdown(check: CheckResult) -> str:
     """The check as Markdown (GitHub-flavoured: tables, details)."""
-    lines = [f"## parity check: {check.verdict}", "",
-             f"{check.headline()} · spec `{check.spec_path}` · check run `{check.run_id}` · "
-             f"group `{check.group_id}` · {check.duration_s:.0f} s", "",
-             "| case | model | result | checks passed | run | control |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"## parity check: {check.verdict}",
+        "",
+        f"{check.headline()} · spec `{check.spec_path}` · check run `{check.run_id}` · "
+        f"group `{check.group_id}` · {check.duration_s:.0f} s",
+        "",
+        "| case | model | result | checks passed | run | control |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in check.cases:
         ok = sum(o.status == "pass" for o in c.checks)
-        lines.append(f"| {_cell(c.name)} | {_cell(c.model)} | {_MARK[c.status]} | {ok}/{len(c.checks)} | "
-                     f"{'`' + c.run_id + '`' if c.run_id else '-'} | {_control_text(c)} |")
+        lines.append(
+            f"| {_cell(c.name)} | {_cell(c.model)} | {_MARK[c.status]} | {ok}/{len(c.checks)} | "
+            f"{'`' + c.run_id + '`' if c.run_id else '-'} | {_control_text(c)} |"
+        )
     bad = [(c, o) for c in check.cases for o in c.checks if o.status in ("fail", "error")]
     if bad:
         lines += ["", "### What failed", ""]
@@ -45,21 +53,35 @@ def markdown(check: CheckResult) -> str:
     table = upgrade_rows(check)
     if table:
         header, rows = table
-        lines += ["", "### Upgrade: each environment's side, per model", "",
-                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += [
+            "",
+            "### Upgrade: each environment's side, per model",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         lines += ["| " + " | ".join(_cell(x) for x in r) + " |" for r in rows]
     for c in check.cases:
-        lines += ["", f"<details><summary>{_cell(c.name)}: every check</summary>", "",
-                  "| check | side | value | limit | result |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"<details><summary>{_cell(c.name)}: every check</summary>",
+            "",
+            "| check | side | value | limit | result |",
+            "|---|---|---|---|---|",
+        ]
         for o in c.outcomes + (c.control.outcomes if c.control else []):
             prefix = "control · " if c.control and o in c.control.outcomes else ""
-            lines.append(f"| {prefix}{_cell(o.check)} | {o.side or '-'} | {fmt(o.value)} | {fmt(o.limit)} | "
-                         f"{_MARK[o.status]} |")
+            lines.append(
+                f"| {prefix}{_cell(o.check)} | {o.side or '-'} | {fmt(o.value)} | {fmt(o.limit)} | {_MARK[o.status]} |"
+            )
         lines += ["", "</details>"]
     if check.cases and check.cases[0].run_id:
         rid = check.cases[0].run_id
-        lines += ["", f"Open a case's run: `parity runs show {rid}`, `parity report {rid}`, or the app's history "
-                      f"(the check's runs share group `{check.group_id}`)."]
+        lines += [
+            "",
+            f"Open a case's run: `parity runs show {rid}`, `parity report {rid}`, or the app's history "
+            f"(the check's runs share group `{check.group_id}`).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -72,8 +94,11 @@ def text(check: CheckResult) -> str:
             out.append(f"         {o.status:7} {o.name}: {o.message}")
         if c.control:
             o = c.control.outcome
-            said = (f"control ({c.control.description}): its thresholds failed, as they must" if o.status == "pass"
-                    else o.message)
+            said = (
+                f"control ({c.control.description}): its thresholds failed, as they must"
+                if o.status == "pass"
+                else o.message
+            )
             out.append(f"         {'ok' if o.status == 'pass' else o.status:7} {said}")
     table = upgrade_rows(check)
     if table:
@@ -109,8 +134,15 @@ def upgrade_rows(check: CheckResult) -> tuple[list[str], list[list[str]]] | None
                 row.append(f"{version}: reference")
                 continue
             mine = [o for o in c.outcomes if o.side == n]
-            state = "ERROR" if any(o.status == "error" for o in mine) else "FAIL" if any(
-                o.status == "fail" for o in mine) else "PASS" if mine else "not checked"
+            state = (
+                "ERROR"
+                if any(o.status == "error" for o in mine)
+                else "FAIL"
+                if any(o.status == "fail" for o in mine)
+                else "PASS"
+                if mine
+                else "not checked"
+            )
             row.append(f"{version}: {state}")
         rows.append(row)
     return ["model", "case", *names], rows

@@ -9,12 +9,14 @@ scalar is typed, so `limit: ${GATE_LIMIT:-8}` is the integer 8 (inside a flow ma
 `{limit: "${GATE_LIMIT:-8}"}`, still the integer 8): a CI job passes paths (the two environments'
 interpreters, a cached model) without editing the file.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -66,6 +68,7 @@ class Seq(list):
 def substitute(text: str, env: Mapping[str, str], line: int) -> str:
     """`${NAME}` / `${NAME:-default}` from `env`. Raises YamlReadError for an unset NAME without a
     default, or a value with a line break (it would move every later line number)."""
+
     def one(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
         value = env.get(name)
@@ -90,8 +93,9 @@ def read_yaml(text: str, env: Mapping[str, str] | None = None) -> Any:
             node = loader.get_single_node()
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
-            raise YamlReadError(YamlProblem(mark.line + 1 if mark else None,
-                                            f"not valid YAML: {e.problem or e}")) from None
+            raise YamlReadError(
+                YamlProblem(mark.line + 1 if mark else None, f"not valid YAML: {e.problem or e}")
+            ) from None
         except yaml.YAMLError as e:
             raise YamlReadError(YamlProblem(None, f"not valid YAML: {e}")) from None
         if node is None:
@@ -115,14 +119,14 @@ def _build(node: yaml.Node, loader: yaml.SafeLoader, env: Mapping[str, str]) -> 
             if not isinstance(key, str):
                 raise YamlReadError(YamlProblem(_line(k), f"key {key!r} is not a name (quote it if it is one)"))
             if key in out:
-                raise YamlReadError(YamlProblem(_line(k), f"key {key!r} is given twice (first on line "
-                                                          f"{out.lines[key]})"))
+                raise YamlReadError(
+                    YamlProblem(_line(k), f"key {key!r} is given twice (first on line {out.lines[key]})")
+                )
             out[key] = _build(v, loader, env)
             out.lines[key] = _line(k)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return Seq([_build(v, loader, env) for v in node.value], line=_line(node),
-                   lines=[_line(v) for v in node.value])
+        return Seq([_build(v, loader, env) for v in node.value], line=_line(node), lines=[_line(v) for v in node.value])
     value = node.value
     if isinstance(value, str) and "${" in value:
         whole = _VAR.fullmatch(value) is not None

@@ -9,12 +9,14 @@ only. A replica that fails loses its block's unfinished work only: the block goe
 of the queue and runs again on another replica, at most MAX_ATTEMPTS times; then, or when a side
 has no replica left, the run stops with what finished stored, and `parity resume` goes on.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import CancelledError, EngineError
 from ...core.runlog import EventCallback, RunEvent
@@ -27,13 +29,19 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 3  # a block runs at most this often, a replica lost each time, before the run stops
 
 
-def run_blocks(chunk: Callable[[Any, list[int]], None], sides: ClusterSides, todo: list[int], size: int,
-               progress: BlockProgress, on_done: Callable[[list[int]], None]) -> None:
+def run_blocks(
+    chunk: Callable[[Any, list[int]], None],
+    sides: ClusterSides,
+    todo: list[int],
+    size: int,
+    progress: BlockProgress,
+    on_done: Callable[[list[int]], None],
+) -> None:
     """Run `chunk(sides, block)` for every block of `todo` (blocks of `size`), a few at once. `on_done`
     runs (under the driver lock) after each block is stored. Raises the first failure (CancelledError
     on Stop, EngineError when a block ran out of attempts or a side out of replicas) once the blocks
     under way have ended; every block finished before it is stored."""
-    queue = deque((k, todo[s:s + size]) for k, s in enumerate(range(0, len(todo), size)))
+    queue = deque((k, todo[s : s + size]) for k, s in enumerate(range(0, len(todo), size)))
     attempts: Counter[int] = Counter()
     failures: list[BaseException] = []
     running = [0]
@@ -67,13 +75,21 @@ def run_blocks(chunk: Callable[[Any, list[int]], None], sides: ClusterSides, tod
                     if attempts[k] < MAX_ATTEMPTS and sides.alive(e.side):
                         sides.retried += 1
                         queue.appendleft((k, block))
-                        progress.emit(RunEvent("status", f"block {k + 1} runs again ({e.side} replica {e.index} "
-                                                         f"lost: {e.why}; attempt {attempts[k] + 1} of {MAX_ATTEMPTS})"))
+                        progress.emit(
+                            RunEvent(
+                                "status",
+                                f"block {k + 1} runs again ({e.side} replica {e.index} "
+                                f"lost: {e.why}; attempt {attempts[k] + 1} of {MAX_ATTEMPTS})",
+                            )
+                        )
                     else:
-                        failures.append(EngineError(
-                            f"block {k + 1} could not be finished: {e.message}" + (
-                                "" if sides.alive(e.side) else f"; no replica of {e.side} is left"),
-                            "every finished block is stored: 'parity resume RUN_ID' goes on with the rest"))
+                        failures.append(
+                            EngineError(
+                                f"block {k + 1} could not be finished: {e.message}"
+                                + ("" if sides.alive(e.side) else f"; no replica of {e.side} is left"),
+                                "every finished block is stored: 'parity resume RUN_ID' goes on with the rest",
+                            )
+                        )
                 except BaseException as e:  # noqa: BLE001 - the first failure ends the run, raised below
                     progress.dropped()
                     failures.append(e)
@@ -81,8 +97,10 @@ def run_blocks(chunk: Callable[[Any, list[int]], None], sides: ClusterSides, tod
                     running[0] -= 1
                     cond.notify_all()
 
-    threads = [threading.Thread(target=work, name=f"parity-block-{i}", daemon=True)
-               for i in range(min(sides.concurrency, len(queue)))]
+    threads = [
+        threading.Thread(target=work, name=f"parity-block-{i}", daemon=True)
+        for i in range(min(sides.concurrency, len(queue)))
+    ]
     for t in threads:
         t.start()
     try:
@@ -107,8 +125,17 @@ class BlockProgress:
 
     EVERY_S = 1.0
 
-    def __init__(self, emit: EventCallback, report: WorkloadReport, todo: int, max_new: int, n_blocks: int,
-                 calls: int, busy: Callable[[], list[str]], replicas: int):
+    def __init__(
+        self,
+        emit: EventCallback,
+        report: WorkloadReport,
+        todo: int,
+        max_new: int,
+        n_blocks: int,
+        calls: int,
+        busy: Callable[[], list[str]],
+        replicas: int,
+    ):
         self.emit, self.report, self.todo, self.max_new = emit, report, max(todo, 1), max(max_new, 1)
         self.n_blocks, self.calls, self.busy, self.replicas = n_blocks, max(calls, 1), busy, replicas
         self.t0 = time.perf_counter()
@@ -117,8 +144,7 @@ class BlockProgress:
         self.last = 0.0
 
     def _mine(self) -> dict[str, Any]:
-        return self.blocks.setdefault(threading.get_ident(), {"k": 0, "size": 0, "call_i": 0, "tokens": {},
-                                                               "what": ""})
+        return self.blocks.setdefault(threading.get_ident(), {"k": 0, "size": 0, "call_i": 0, "tokens": {}, "what": ""})
 
     def started(self, k: int, size: int) -> None:
         self.blocks[threading.get_ident()] = {"k": k, "size": size, "call_i": 0, "tokens": {}, "what": ""}
@@ -161,9 +187,12 @@ class BlockProgress:
         spent = now - self.t0
         left = time_left_text(spent, f)
         busy = self.busy()
-        line = (f"{r.done}/{r.n_prompts} prompts done; {len(self.blocks)} of {self.n_blocks} block(s) under way on "
-                f"{len(busy)} of {self.replicas} replica(s)" + (f" ({', '.join(busy)})" if busy else "")
-                + f"; {100 * f:.0f}% of the work, {left}")
+        line = (
+            f"{r.done}/{r.n_prompts} prompts done; {len(self.blocks)} of {self.n_blocks} block(s) under way on "
+            f"{len(busy)} of {self.replicas} replica(s)"
+            + (f" ({', '.join(busy)})" if busy else "")
+            + f"; {100 * f:.0f}% of the work, {left}"
+        )
         self.emit(RunEvent("progress", line, prompt_index=r.done, fraction=f))
 
 

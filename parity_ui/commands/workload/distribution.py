@@ -17,15 +17,25 @@ a stopped-then-resumed run pools the chunks run before the resume too, as an uni
 A side that cannot give rows, or a reference that cannot meet them, is named as a finding and the
 run goes on without those figures.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import shutil
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from ...core.distribution import (DISTRIBUTION_COLUMNS, ROWS_WHEN_GENERATING, ROWS_WHEN_SCORING, Budget,
-                                  DistributionPool, RowsUnavailable, against_floor, scratch_bytes)
+from ...core.distribution import (
+    DISTRIBUTION_COLUMNS,
+    ROWS_WHEN_GENERATING,
+    ROWS_WHEN_SCORING,
+    Budget,
+    DistributionPool,
+    RowsUnavailable,
+    against_floor,
+    scratch_bytes,
+)
 from ...core.requests import Rows
 from ...core.types import Finding, StepColumns, TokenStep, step_column
 from ..rows_scratch import scratch_dir
@@ -36,8 +46,9 @@ _OWN = re.compile(r"^.*-(\d+)\.(npy|steps)(\..*)?$")  # a scratch file of sequen
 class FullRows:
     """One workload's full-distribution bookkeeping (see the module docstring)."""
 
-    def __init__(self, prep: Any, floor: Any, compared: list[str], findings: list[Finding], forced: bool = False,
-                 chunk: int = 1):
+    def __init__(
+        self, prep: Any, floor: Any, compared: list[str], findings: list[Finding], forced: bool = False, chunk: int = 1
+    ):
         cfg = prep.config
         self.forced = forced  # a replay: every side teacher-forces the same tokens, the reference's rows are met
         vocab = prep.model.vocab_size
@@ -49,27 +60,40 @@ class FullRows:
         self.ref = ref.name
         self.ref_meets = ref.kind.name in ROWS_WHEN_SCORING
         if not self.ref_meets:
-            self.unavailable.append(RowsUnavailable(ref.name, ref.kind.label, "cannot give its full rows when it "
-                                                    "scores (only an hf reference can)"))
+            self.unavailable.append(
+                RowsUnavailable(
+                    ref.name, ref.kind.label, "cannot give its full rows when it scores (only an hf reference can)"
+                )
+            )
         # Scored: the sides under test write as they generate. Forced (a replay): they score too, and meet
         # the reference's rows where their scoring has full rows (vLLM scores through prompt logprobs: top-k).
         can = ROWS_WHEN_SCORING if forced else ROWS_WHEN_GENERATING
         self.writes = {p.name: p.kind.name in can for p in prep.sides[1:]}
         for p in prep.sides[1:]:
             if not self.writes[p.name]:
-                why = ("scores forced tokens through prompt logprobs (a top-k, not the full rows)" if forced
-                       and p.kind.name == "vllm" else "cannot give its full rows (a server returns a top-k at most)")
+                why = (
+                    "scores forced tokens through prompt logprobs (a top-k, not the full rows)"
+                    if forced and p.kind.name == "vllm"
+                    else "cannot give its full rows (a server returns a top-k at most)"
+                )
                 self.unavailable.append(RowsUnavailable(p.name, p.kind.label, why))
-        self.floor = floor.name if floor is not None and floor.kind.name in ROWS_WHEN_SCORING and self.ref_meets \
-            else None
+        self.floor = (
+            floor.name if floor is not None and floor.kind.name in ROWS_WHEN_SCORING and self.ref_meets else None
+        )
         writers = (len(prep.sides) - 1 if not forced else 1) + (1 if self.floor and not forced else 0)
         # A chunk's files live until it is stored: every writer's rows of every sequence in it.
         self.scratch = scratch_dir(scratch_bytes(vocab or 0, cfg.max_new_tokens, chunk) * writers)
         self.dir = self.scratch.path
         self.findings = findings
         for u in self.unavailable:
-            findings.append(Finding(code="full-distribution-unavailable", severity="warning", message=u.message(),
-                                    fix="compare the full distribution between hf and vllm sides (an hf reference)"))
+            findings.append(
+                Finding(
+                    code="full-distribution-unavailable",
+                    severity="warning",
+                    message=u.message(),
+                    fix="compare the full distribution between hf and vllm sides (an hf reference)",
+                )
+            )
 
     def _path(self, who: str, j: int) -> str:
         return os.path.join(self.dir, f"{who}-{j}.npy")
@@ -141,14 +165,22 @@ class FullRows:
         for name, figs in report.sides.items():
             pool = self.pools.get(name)
             if pool is None or not len(pool):
-                if self.writes.get(name) and self.ref_meets and report.done and not any(
-                        f.code == "full-distribution-missing" and name in f.message for f in self.findings):
-                    self.findings.append(Finding(
-                        code="full-distribution-missing", severity="warning",
-                        message=f"full_distribution: no full rows of side {name} reached the scorer (a vLLM with "
-                                "tensor or pipeline parallelism runs its logits processors in its own workers, "
-                                "an hf side with decode=graphed keeps no logits): its pair has no distribution figures",
-                        fix="run that side on one GPU (no TP/PP) or with decode=eager, or set full_distribution=false"))
+                if (
+                    self.writes.get(name)
+                    and self.ref_meets
+                    and report.done
+                    and not any(f.code == "full-distribution-missing" and name in f.message for f in self.findings)
+                ):
+                    self.findings.append(
+                        Finding(
+                            code="full-distribution-missing",
+                            severity="warning",
+                            message=f"full_distribution: no full rows of side {name} reached the scorer (a vLLM with "
+                            "tensor or pipeline parallelism runs its logits processors in its own workers, "
+                            "an hf side with decode=graphed keeps no logits): its pair has no distribution figures",
+                            fix="run that side on one GPU (no TP/PP) or with decode=eager, or set full_distribution=false",
+                        )
+                    )
                 continue
             figs.stats.distribution = pool.figures()
             figs.distribution_verdict = against_floor(figs.stats.distribution, fl)
@@ -167,7 +199,7 @@ def set_columns(steps: Any, cols: dict[str, list[Any]]) -> None:
     """Optional per-position columns onto stored steps (StepColumns) or plain TokenSteps."""
     if isinstance(steps, StepColumns):
         for c, values in cols.items():
-            setattr(steps, c, list(values[:len(steps)]) + [None] * max(0, len(steps) - len(values)))
+            setattr(steps, c, list(values[: len(steps)]) + [None] * max(0, len(steps) - len(values)))
         steps._built.clear()
         return
     for i, s in enumerate(steps):

@@ -5,10 +5,12 @@ the replicas of each side, the blocks retried and the replicas lost, and the not
 composition differs per replica. Everything else (the store, the figures, the floor, Stop, resume)
 is the in-process workload's own.
 """
+
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ...core.cluster import ALL, BATCH_NOTE, ClusterSpec, check_sides
 from ...core.runlog import RunEvent, phase
@@ -30,19 +32,33 @@ def run_on_cluster(w: Workload, plans: list[SidePlan], todo: list[int], on_loade
     spec = ClusterSpec(o.cluster or "local", dict(o.replicas) or {ALL: 1})
     check_sides(spec.replicas, [p.name for p in plans])
     report = run.workload
-    with w.service.cluster_sides(plans, spec, gpu=prep.resolved.on_gpu, emit=w.emit, findings=run.warnings,
-                                 timings=run.timings, on_loaded=on_loaded) as sides:
+    with w.service.cluster_sides(
+        plans,
+        spec,
+        gpu=prep.resolved.on_gpu,
+        emit=w.emit,
+        findings=run.warnings,
+        timings=run.timings,
+        on_loaded=on_loaded,
+    ) as sides:
         record = sides.record(o.chunk)
         report.cluster = record.to_dict()
         if not any(f.code == CLUSTER_NOTE for f in run.warnings):
-            run.warnings.append(Finding(code=CLUSTER_NOTE, severity="info", message=BATCH_NOTE,
-                                        fix="compare against the floor measured on the same cluster, or run in "
-                                            "process (without --cluster) for in-process batches"))
+            run.warnings.append(
+                Finding(
+                    code=CLUSTER_NOTE,
+                    severity="info",
+                    message=BATCH_NOTE,
+                    fix="compare against the floor measured on the same cluster, or run in "
+                    "process (without --cluster) for in-process batches",
+                )
+            )
         w.rec.save_header()
         w.emit(RunEvent("status", record.describe()))
         n_blocks = -(-len(todo) // o.chunk) if todo else 0
-        progress = BlockProgress(w.emit, report, len(todo), prep.config.max_new_tokens, n_blocks, w._calls(),
-                                 sides.busy, sides.concurrency)
+        progress = BlockProgress(
+            w.emit, report, len(todo), prep.config.max_new_tokens, n_blocks, w._calls(), sides.busy, sides.concurrency
+        )
         w.progress = progress
         t0, finished = time.perf_counter(), [0]
 
@@ -53,8 +69,13 @@ def run_on_cluster(w: Workload, plans: list[SidePlan], todo: list[int], on_loade
             report.cluster = sides.record(o.chunk).to_dict()
             w.rec.save_header()
 
-        w.emit(RunEvent("status", f"generating {len(todo)} prompt(s) in {n_blocks} block(s) of up to {o.chunk} "
-                                  f"on {sides.concurrency} replica(s)"))
+        w.emit(
+            RunEvent(
+                "status",
+                f"generating {len(todo)} prompt(s) in {n_blocks} block(s) of up to {o.chunk} "
+                f"on {sides.concurrency} replica(s)",
+            )
+        )
         try:
             with phase(run, "generate"):
                 run_blocks(w._chunk, sides, todo, o.chunk, progress, on_done)

@@ -10,6 +10,7 @@ per item, so the numbers are the same in any grouping); a scorer that batches wh
 before. Only the scoring runs on the thread: the parent's work and the store stay on the caller's
 thread. A Stop or an engine failure in a call reaches the caller when it asks for that piece.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -27,8 +28,9 @@ def pieces(n: int, per_item: bool, piece: int = PIECE) -> list[range]:
     return [range(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
-def scored_in_pieces(calls: Sequence[Callable[[range], Any]], parts: list[range],
-                     threaded: bool = True) -> Iterator[tuple[range, list[Any]]]:
+def scored_in_pieces(
+    calls: Sequence[Callable[[range], Any]], parts: list[range], threaded: bool = True
+) -> Iterator[tuple[range, list[Any]]]:
     """For each part, in order: (part, [call(part) for call in calls]), the calls of every part made in
     order on one background thread, running ahead of the caller. An exception a call raised is raised
     here when its part is reached; leaving early cancels the calls not started yet (the running one

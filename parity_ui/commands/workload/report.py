@@ -6,6 +6,7 @@ are computed from the stored pair samples (`pooled`), never from what a process 
 a stopped, failed or resumed run reports exactly what is in the database. Its terminal screen is
 parity_ui.render.text.format_workload.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

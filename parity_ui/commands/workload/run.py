@@ -20,36 +20,37 @@ Memory stays bounded: a chunk's steps go to the store and leave memory; the pool
 back from the store (parity_ui.commands.workload.report.pooled). Stop keeps every finished chunk and computes
 the figures so far; `resume_workload` takes a stopped, failed or interrupted run up again.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ...analysis.compare import compare
-from ...core.cluster import check_sides, parse_cluster
-from ...core.config import ParityConfig, config_from_dict
-from ...core.requests import GenerateRequest, ScoreRequest
-from ...core.errors import ConfigError, ParityError
 from ...analysis.explain import explain
 from ...analysis.kept_mass import kept_mass
-from ...run.pipeline import Sides
-from ...run.plan import Prepared, RunRequest, SidePlan
-from ...run.prepare import plan_extra_side
-from ...inputs.prompts import PromptSpec
-from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
+from ...core.cluster import check_sides, parse_cluster
+from ...core.config import ParityConfig, config_from_dict
+from ...core.errors import ConfigError, ParityError
+from ...core.pooled import PairSample
+from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
 from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
+from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
+from ...inputs.prompts import PromptSpec
+from ...run.pipeline import Sides
+from ...run.plan import Prepared, RunRequest, SidePlan
+from ...run.prepare import plan_extra_side
+from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
 from .blocks import time_left_text
 from .pieces import pieces, scored_in_pieces
 from .report import pooled, pooled_routing, pooled_sampling
-from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
-from ...core.pooled import PairSample
 
 if TYPE_CHECKING:
     from ..service_api import Service
@@ -73,29 +74,45 @@ def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | N
     report). Never raises for a user or engine error: the run is stored with its status, its finished
     prompts and their pooled figures."""
     emit = emit or (lambda e: None)
-    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind,
-                           group_id=req.group_id) as rec:
+    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id) as rec:
         check_options(req.options, req.config)
         Workload(service, rec, req, emit).run(done=set())
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
     return rec.run
 
 
-def resume_workload(service: Service, run_id: str, emit: EventCallback | None = None, *,
-                    cluster: str | None = None, replicas: dict[str, int] | None = None) -> Run:
+def resume_workload(
+    service: Service,
+    run_id: str,
+    emit: EventCallback | None = None,
+    *,
+    cluster: str | None = None,
+    replicas: dict[str, int] | None = None,
+) -> Run:
     """Go on with a stopped, failed or interrupted workload run: the prompts it has not finished,
     with the same sides, options and prompts (as given); on the cluster it ran on, unless `cluster`
     names another ("none": in process) or `replicas` other counts. Raises ParityError when there is
     nothing to resume (no such run, not a workload, already finished, or it is running in another
     process)."""
     emit = emit or (lambda e: None)
-    stored = stored_to_resume(service, run_id, "workload", "prompt", "start a new run to measure again",
-                              lambda r: r.done + len(r.skipped_too_long) >= r.n_prompts)
+    stored = stored_to_resume(
+        service,
+        run_id,
+        "workload",
+        "prompt",
+        "start a new run to measure again",
+        lambda r: r.done + len(r.skipped_too_long) >= r.n_prompts,
+    )
     report = stored.workload
     go_on_where(report.options, cluster, replicas)
     prompts = given_prompts(service, run_id)
-    req = WorkloadRequest(model=stored.model.name, prompts=prompts, config=config_from_dict(stored.config),
-                          options=report.options, group_id=stored.group_id)
+    req = WorkloadRequest(
+        model=stored.model.name,
+        prompts=prompts,
+        config=config_from_dict(stored.config),
+        options=report.options,
+        group_id=stored.group_id,
+    )
     stored.prompts = new_run(run_id, stored.model.name, stored.config, prompts).prompts  # the rows are re-filled
     with service.recording(req.model, req.config.to_dict(), prompts, resume=stored) as rec:
         sides = [s.name for s in stored.sides[1:]]
@@ -106,8 +123,9 @@ def resume_workload(service: Service, run_id: str, emit: EventCallback | None = 
     return rec.run
 
 
-def stored_to_resume(service: Service, run_id: str, kind: str, unit: str, fix_done: str,
-                     finished: Callable[[WorkloadReport], bool]) -> Run:
+def stored_to_resume(
+    service: Service, run_id: str, kind: str, unit: str, fix_done: str, finished: Callable[[WorkloadReport], bool]
+) -> Run:
     """The stored run `run_id` if a `kind` run ("workload", "replay") can go on from it; else a
     ParityError naming why: no such run, another kind, running in another process, or every `unit`
     (prompt, row) finished."""
@@ -117,8 +135,10 @@ def stored_to_resume(service: Service, run_id: str, kind: str, unit: str, fix_do
     if stored.kind != kind or stored.workload is None:
         raise ParityError(f"run {run_id} is a {stored.kind} run, not a {kind}", f"resume a {kind} run")
     if stored.status == "running":
-        raise ParityError(f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
-                          "wait for it, or stop it first")
+        raise ParityError(
+            f"run {run_id} is still running (in process {(stored.owner or {}).get('pid')})",
+            "wait for it, or stop it first",
+        )
     if stored.status in ("ok", "diverged") and finished(stored.workload):
         raise ParityError(f"run {run_id} finished every {unit}", fix_done)
     return stored
@@ -158,11 +178,17 @@ def check_options(o: WorkloadOptions, cfg: ParityConfig) -> None:
         check_cluster(o, [s.name for s in cfg.sides] + [FLOOR])
     if o.mode == "scored":
         if not cfg.greedy:
-            raise ConfigError("temperature", "scored mode compares greedy sequences (temperature 0)",
-                              "set temperature=0, or use --mode free")
+            raise ConfigError(
+                "temperature",
+                "scored mode compares greedy sequences (temperature 0)",
+                "set temperature=0, or use --mode free",
+            )
         if o.floor in ("batch", "order"):
-            raise ConfigError("floor", f"{o.floor!r} changes nothing in scored mode: the reference scores one "
-                                       "sequence at a time", "use --floor kernel (an HF reference) or --floor none")
+            raise ConfigError(
+                "floor",
+                f"{o.floor!r} changes nothing in scored mode: the reference scores one sequence at a time",
+                "use --floor kernel (an HF reference) or --floor none",
+            )
 
 
 def check_cluster(o: WorkloadOptions, sides: list[str]) -> None:
@@ -170,8 +196,11 @@ def check_cluster(o: WorkloadOptions, sides: list[str]) -> None:
     only with one. Raises ConfigError."""
     o.cluster = parse_cluster(o.cluster)
     if o.replicas and not o.cluster:
-        raise ConfigError("replicas", "replicas run on a Ray cluster", "add --cluster local (this machine) or "
-                                                                      "--cluster ADDRESS, or leave out --replicas")
+        raise ConfigError(
+            "replicas",
+            "replicas run on a Ray cluster",
+            "add --cluster local (this machine) or --cluster ADDRESS, or leave out --replicas",
+        )
     check_sides(o.replicas, sides)
 
 
@@ -188,8 +217,12 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
         return None, FloorSpec("none", None, "no floor: the sides' figures stand alone")
     if change == "kernel":
         if ref.kind.name != "hf":
-            raise ConfigError("floor", f"the kernel floor switches an HF reference's attention kernel; the reference "
-                                       f"{ref.name} is {ref.kind.label}", "use --floor batch or order, or none")
+            raise ConfigError(
+                "floor",
+                f"the kernel floor switches an HF reference's attention kernel; the reference "
+                f"{ref.name} is {ref.kind.label}",
+                "use --floor batch or order, or none",
+            )
         now = ref.spec.options.sdpa_kernels
         other = "math" if now != "math" else "auto"
         spec = dataclasses.replace(ref.spec.replace(sdpa_kernels=other), name=name)
@@ -200,18 +233,24 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
         if change == "batch" and floor_bs == bs:
             floor_bs = 1 if bs > 1 else o.floor_batch_size
         spec = dataclasses.replace(ref.spec.replace(batch_size=floor_bs), name=name)
-        desc = (f"the reference {ref.name} again at batch {floor_bs} (it runs at {bs}), its prompts in reverse order"
-                if change == "batch" else f"the reference {ref.name} again, its prompts in reverse order")
+        desc = (
+            f"the reference {ref.name} again at batch {floor_bs} (it runs at {bs}), its prompts in reverse order"
+            if change == "batch"
+            else f"the reference {ref.name} again, its prompts in reverse order"
+        )
     try:
         plan = plan_extra_side(prep, spec, like=ref.name, scored=prep.config.cross_score or o.mode == "scored")
     except ParityError as e:  # the floor is resident with every other side: it may be what does not fit
         if not prep.resolved.on_gpu:
             raise
-        raise ConfigError("floor", f"the noise floor's side ({desc}) runs beside the other sides and does not fit "
-                                   f"on the GPU with them: {e.message}",
-                          "run without a floor (--floor none), give the floor's reference less to hold (a smaller "
-                          "batch_size or max_new_tokens), or lower a vLLM side's gpu_memory_utilization; "
-                          f"without the floor: {e.fix}") from None
+        raise ConfigError(
+            "floor",
+            f"the noise floor's side ({desc}) runs beside the other sides and does not fit "
+            f"on the GPU with them: {e.message}",
+            "run without a floor (--floor none), give the floor's reference less to hold (a smaller "
+            "batch_size or max_new_tokens), or lower a vLLM side's gpu_memory_utilization; "
+            f"without the floor: {e.fix}",
+        ) from None
     return plan, FloorSpec(change, name, desc)
 
 
@@ -226,8 +265,13 @@ class Workload:
         run, o = self.rec.run, self.opts
         self.emit(RunEvent("status", f"preparing {len(self.req.prompts)} prompts"))
         with phase(run, "prepare"):
-            rreq = RunRequest(model=self.req.model, prompts=self.req.prompts, config=self.req.config,
-                              trust_remote_code=self.req.trust_remote_code, too_long=o.too_long)
+            rreq = RunRequest(
+                model=self.req.model,
+                prompts=self.req.prompts,
+                config=self.req.config,
+                trust_remote_code=self.req.trust_remote_code,
+                too_long=o.too_long,
+            )
             if not o.cluster:  # replicas start on the cluster, not here
                 self.service.head_start(rreq)  # the engines import while this process tokenizes every prompt
             prep = self.service.prepare(rreq)
@@ -237,16 +281,24 @@ class Workload:
         if o.mode == "free" and getattr(prep.config, "routes", False):
             for p in prep.sides[1:]:
                 if getattr(p.spec.options, "replay_routes", "off") != "off":
-                    run.warnings.append(Finding(
-                        code="route-replay-free", severity="warning", side=p.name,
-                        message=f"{p.name}.replay_routes is not run in a free-running workload (it would generate "
-                                "every prompt again, alone); the routes are still recorded and compared",
-                        fix="use --mode scored, where the replay is one forced pass per sequence"))
+                    run.warnings.append(
+                        Finding(
+                            code="route-replay-free",
+                            severity="warning",
+                            side=p.name,
+                            message=f"{p.name}.replay_routes is not run in a free-running workload (it would generate "
+                            "every prompt again, alone); the routes are still recorded and compared",
+                            fix="use --mode scored, where the replay is one forced pass per sequence",
+                        )
+                    )
         floor, spec = floor_plan(prep, o)
         if floor is not None:
             run.sides.append(side_info(floor, reference=False))
-        report = run.workload if run.workload is not None and done else \
-            WorkloadReport(options=o, floor=spec, n_prompts=len(self.req.prompts))
+        report = (
+            run.workload
+            if run.workload is not None and done
+            else WorkloadReport(options=o, floor=spec, n_prompts=len(self.req.prompts))
+        )
         report.skipped_too_long = [i for i in prep.skipped_too_long]
         report.floor = spec
         run.workload = report
@@ -258,10 +310,16 @@ class Workload:
 
             self.full = FullRows(prep, floor, self.compared, run.warnings, forced=o.mode == "replay", chunk=o.chunk)
         elif prep.config.full_distribution:
-            run.warnings.append(Finding(code="full-distribution-free", severity="info", fix="use --mode scored",
-                                        message="full_distribution compares the sides where they see the same context: "
-                                                "a free-running workload has none past each fork, so it is computed "
-                                                "in scored mode and replays only; this run has no distribution figures"))
+            run.warnings.append(
+                Finding(
+                    code="full-distribution-free",
+                    severity="info",
+                    fix="use --mode scored",
+                    message="full_distribution compares the sides where they see the same context: "
+                    "a free-running workload has none past each fork, so it is computed "
+                    "in scored mode and replays only; this run has no distribution figures",
+                )
+            )
         todo = [j for j, i in enumerate(prep.kept) if i not in done]
         report.done = len(prep.kept) - len(todo)
         self.rec.save_header()
@@ -273,8 +331,14 @@ class Workload:
 
                 run_on_cluster(self, plans, todo, on_loaded)
             else:
-                with self.service.sides(plans, gpu=prep.resolved.on_gpu, emit=self.emit, findings=run.warnings,
-                                        timings=run.timings, on_loaded=on_loaded) as sides:
+                with self.service.sides(
+                    plans,
+                    gpu=prep.resolved.on_gpu,
+                    emit=self.emit,
+                    findings=run.warnings,
+                    timings=run.timings,
+                    on_loaded=on_loaded,
+                ) as sides:
                     with phase(run, "generate"):
                         self._chunks(sides, todo)
         finally:
@@ -290,8 +354,9 @@ class Workload:
 
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared side (and the floor's), from the store."""
-        pooled(self.service.store, self.rec.run.id, report,
-               [p.name for p in self.prep.sides[1:]] + self._replayed_pairs())
+        pooled(
+            self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]] + self._replayed_pairs()
+        )
         if getattr(self, "full", None) is not None:  # every stored chunk's columns, a resume's earlier ones too
             self.full.report(report, self.service.store, self.rec.run.id)
         pooled_sampling(self.service.store, self.rec.run.id, report)  # the same: every stored kept-mass record
@@ -308,11 +373,16 @@ class Workload:
         t0, finished = time.perf_counter(), 0
         size = self.opts.chunk
         n_chunks = -(-len(todo) // size) if todo else 0
-        self.emit(RunEvent("status", f"generating {len(todo)} prompt(s) in {n_chunks} chunk(s) of up to {size}; "
-                                     "progress moves as each side's tokens come"))
+        self.emit(
+            RunEvent(
+                "status",
+                f"generating {len(todo)} prompt(s) in {n_chunks} chunk(s) of up to {size}; "
+                "progress moves as each side's tokens come",
+            )
+        )
         self.progress = progress = Progress(self.emit, report, len(todo), self.prep.config.max_new_tokens, n_chunks)
         for k, start in enumerate(range(0, len(todo), size)):
-            chunk = todo[start:start + size]
+            chunk = todo[start : start + size]
             progress.chunk(k, len(chunk), self._calls())
             self._chunk(sides, chunk)
             finished += len(chunk)
@@ -324,8 +394,11 @@ class Workload:
     def _calls(self) -> int:
         """The engine calls one chunk makes (each side's generate, each scoring): progress's unit."""
         n_sides = len(self.prep.sides) - 1
-        return (2 * n_sides + (1 if self.floor else 0)) if self.opts.mode == "scored" else \
-            (1 + n_sides + (1 if self.floor else 0))
+        return (
+            (2 * n_sides + (1 if self.floor else 0))
+            if self.opts.mode == "scored"
+            else (1 + n_sides + (1 if self.floor else 0))
+        )
 
     def _chunk(self, sides: Sides, chunk: list[int]) -> None:
         """One chunk's sequences made, compared and stored (a replay forces a dump's tokens instead)."""
@@ -334,17 +407,29 @@ class Workload:
         else:
             self._free(sides, chunk)
 
-    def _generate(self, sides: Sides, p: SidePlan, chunk: list[int], reverse: bool = False,
-                  rows: bool = False, decode: bool = True) -> dict[int, SideResult]:
+    def _generate(
+        self,
+        sides: Sides,
+        p: SidePlan,
+        chunk: list[int],
+        reverse: bool = False,
+        rows: bool = False,
+        decode: bool = True,
+    ) -> dict[int, SideResult]:
         """One side's results for the chunk's prompts, by prompt position (decoded, unless not `decode`);
         with `rows`, its full rows written for the scorer to meet (full_distribution)."""
         prep = self.prep
         order = list(reversed(chunk)) if reverse else chunk
         prompts = prep.prompts_of(p.name)
-        greq = GenerateRequest(prompts=[prompts[j].token_ids for j in order], sampling=p.args.sampling,
-                               batch_size=p.spec.batch_size(prep.config.batch_size),
-                               logprobs=max(prep.config.logprobs, 1), stream=False, counts=True,
-                               rows=self.full.generate_rows(p.name, order) if rows and self.full else None)
+        greq = GenerateRequest(
+            prompts=[prompts[j].token_ids for j in order],
+            sampling=p.args.sampling,
+            batch_size=p.spec.batch_size(prep.config.batch_size),
+            logprobs=max(prep.config.logprobs, 1),
+            stream=False,
+            counts=True,
+            rows=self.full.generate_rows(p.name, order) if rows and self.full else None,
+        )
         self.progress.call(p.name, "generating")
         got = sides.generate(p.name, greq, on_counts=self.progress.counts)
         self.progress.call_done()
@@ -367,16 +452,28 @@ class Workload:
         if routes:
             from ..routes import chunk_routes
 
-            chunk_routes(self.prep, self.rec.run, sides, [*self.prep.sides] + ([self.floor] if self.floor else []),
-                         results, chunk)
-        comparisons = {j: [self._explained(self._routed(compare(results[ref.name][j], results[n][j]), results, j),
-                                           results, j)
-                           for n in self.compared] for j in chunk}
+            chunk_routes(
+                self.prep,
+                self.rec.run,
+                sides,
+                [*self.prep.sides] + ([self.floor] if self.floor else []),
+                results,
+                chunk,
+            )
+        comparisons = {
+            j: [
+                self._explained(self._routed(compare(results[ref.name][j], results[n][j]), results, j), results, j)
+                for n in self.compared
+            ]
+            for j in chunk
+        }
         for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
             for c in comparisons[j]:
                 c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])  # stored; pooled from the store
-        samples = {n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk
-                       for c in comparisons[j] if c.b == n] for n in self.compared}
+        samples = {
+            n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk for c in comparisons[j] if c.b == n]
+            for n in self.compared
+        }
         self._store(chunk, results, comparisons, samples)
 
     def _scored(self, sides: Sides, chunk: list[int]) -> None:
@@ -396,21 +493,32 @@ class Workload:
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
             floor = self.floor if self.floor is not None and p.name == first else None
-            items = [ScoreRequest(prep.prompts[j].token_ids, gen[p.name][j].token_ids, k,
-                                  rows=full.score_rows(p.name, j, floor is not None) if full else None) for j in chunk]
-            floor_items = [dataclasses.replace(it, rows=full.floor_rows(j) if full else None)
-                           for it, j in zip(items, chunk)] if floor is not None else []
+            items = [
+                ScoreRequest(
+                    prep.prompts[j].token_ids,
+                    gen[p.name][j].token_ids,
+                    k,
+                    rows=full.score_rows(p.name, j, floor is not None) if full else None,
+                )
+                for j in chunk
+            ]
+            floor_items = (
+                [dataclasses.replace(it, rows=full.floor_rows(j) if full else None) for it, j in zip(items, chunk)]
+                if floor is not None
+                else []
+            )
             scorers = [(ref, items)] + ([(floor, floor_items)] if floor is not None else [])
 
             def call(side: SidePlan, its: list[ScoreRequest]) -> Callable[[range], list[Any]]:
-                return lambda part: sides.score_batch(side.name, [its[x] for x in part])
+                return lambda part: sides.score_batch(side.name, [its[x] for x in part])  # noqa: B023 (`part` is the lambda's own)
 
             # Routes (and the route replay) call the workers from this thread: before the scoring, which
             # then runs inline, as on a cluster (a block's calls hand the driver lock over from its thread).
             # Full rows keep their order in pieces: per piece the reference's call (writing its rows for
             # the floor) comes before the floor's (meeting them), on the one scoring thread.
-            ref_routes, floor_routes, replayed = self._scored_routes(sides, p, chunk, gen, items, floor is not None) \
-                if routes else ({}, {}, {})
+            ref_routes, floor_routes, replayed = (
+                self._scored_routes(sides, p, chunk, gen, items, floor is not None) if routes else ({}, {}, {})
+            )
             inline = bool(self.opts.cluster) or bool(routes)
             self.progress.call(ref.name, f"scoring {p.name}'s tokens" + (" (and the floor)" if floor else ""))
             parts = pieces(len(chunk), per_item=not inline and all(s.kind.name == "hf" for s, _ in scorers))
@@ -418,7 +526,7 @@ class Workload:
             # traceback holding this frame is freed.
             with closing(scored_in_pieces([call(s, its) for s, its in scorers], parts, threaded=not inline)) as scoring:
                 for part, got in scoring:
-                    for x, j in enumerate(chunk[part.start:part.stop]):
+                    for x, j in enumerate(chunk[part.start : part.stop]):
                         scored = got[0][x]
                         decode_result(prep.tokenizer, gen[p.name][j])
                         view = reference_view(ref.name, gen[p.name][j], scored, prep)
@@ -427,15 +535,19 @@ class Workload:
                             view.routes = ref_routes[j].rows_between(base - 1)
                         if p.name == first:
                             results.setdefault(ref.name, {})[j] = view
-                        c = self._explained(self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
-                                            {ref.name: {j: view}, p.name: gen[p.name]}, j)
+                        c = self._explained(
+                            self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
+                            {ref.name: {j: view}, p.name: gen[p.name]},
+                            j,
+                        )
                         comparisons[j].append(c)
                         samples[p.name].append(before := scored_sample(c, gen[p.name][j], scored))
                         if full:
                             full.harvest(p.name, gen[p.name][j].steps, scored)
                         if j in replayed:
                             samples[self._replayed_name(p)].append(
-                                self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored, before))
+                                self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored, before)
+                            )
                         if floor is not None:
                             fscored = got[1][x]
                             fview = reference_view(floor.name, gen[p.name][j], fscored, prep)
@@ -444,8 +556,11 @@ class Workload:
                             if j in floor_routes:
                                 fview.routes = floor_routes[j].rows_between(base - 1)
                             results.setdefault(floor.name, {})[j] = fview
-                            fc = self._explained(self._forced_routes(compare(view, fview), view, fview),
-                                                 {ref.name: {j: view}, floor.name: {j: fview}}, j)
+                            fc = self._explained(
+                                self._forced_routes(compare(view, fview), view, fview),
+                                {ref.name: {j: view}, floor.name: {j: fview}},
+                                j,
+                            )
                             comparisons[j].append(fc)
                             samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], fscored), scored))
             self.progress.call_done()
@@ -457,8 +572,15 @@ class Workload:
 
     # -- MoE routes in scored mode: the scorer's routes on the side's tokens, and the cheap route replay --
 
-    def _scored_routes(self, sides: Sides, p: SidePlan, chunk: list[int], gen: dict[str, dict[int, SideResult]],
-                       items: list[ScoreRequest], with_floor: bool) -> tuple[dict, dict, dict]:
+    def _scored_routes(
+        self,
+        sides: Sides,
+        p: SidePlan,
+        chunk: list[int],
+        gen: dict[str, dict[int, SideResult]],
+        items: list[ScoreRequest],
+        with_floor: bool,
+    ) -> tuple[dict, dict, dict]:
         """The reference's (and the floor's) routes on p's sequences, from input position 0, and, where p
         asks for replay_routes, p's scoring of its own tokens routing with the reference's experts."""
         from ..routes import forced_routes, score_with_routes
@@ -484,8 +606,11 @@ class Workload:
         """The pooled pairs of a scored workload's route replays (sides with replay_routes), by name."""
         if self.opts.mode != "scored" or not getattr(self.prep.config, "routes", False):
             return []
-        return [self._replayed_name(p) for p in self.prep.sides[1:]
-                if getattr(p.spec.options, "replay_routes", "off") != "off"]
+        return [
+            self._replayed_name(p)
+            for p in self.prep.sides[1:]
+            if getattr(p.spec.options, "replay_routes", "off") != "off"
+        ]
 
     @staticmethod
     def _forced_routes(c: Comparison, a: SideResult, b: SideResult) -> Comparison:
@@ -496,8 +621,15 @@ class Workload:
             c.routes = compare_routes(a.routes, b.routes, min(len(a.token_ids), len(b.token_ids)))
         return c
 
-    def _route_replay(self, c: Comparison, view: SideResult, side: SideResult, replayed: Sequence[TokenStep],
-                      scored: Sequence[TokenStep], before: PairSample) -> PairSample:
+    def _route_replay(
+        self,
+        c: Comparison,
+        view: SideResult,
+        side: SideResult,
+        replayed: Sequence[TokenStep],
+        scored: Sequence[TokenStep],
+        before: PairSample,
+    ) -> PairSample:
         """The side's own tokens scored again with the reference's routes: the comparison's before/after
         (c.route_replay: the first token where the two would choose differently, and the largest
         |Δlogprob| over the whole sequence, as scored mode measures it) and the replayed pair's sample
@@ -508,10 +640,16 @@ class Workload:
         after = compare(view, reference_view(side.side, side, replayed, self.prep))
         sample = scored_sample(after, _as_result(side, replayed), scored)
         c.route_replay = RouteReplay(
-            mode=getattr(p.spec.options, "replay_routes", "ids"), source=view.side,
-            before_first_divergence=c.first_divergence, after_first_divergence=after.first_divergence,
-            before_identical=c.identical, after_identical=after.identical, before_max_abs_gap=_max_gap(before),
-            after_max_abs_gap=_max_gap(sample), compared=len(sample.positions))
+            mode=getattr(p.spec.options, "replay_routes", "ids"),
+            source=view.side,
+            before_first_divergence=c.first_divergence,
+            after_first_divergence=after.first_divergence,
+            before_identical=c.identical,
+            after_identical=after.identical,
+            before_max_abs_gap=_max_gap(before),
+            after_max_abs_gap=_max_gap(sample),
+            compared=len(sample.positions),
+        )
         return sample
 
     def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
@@ -521,8 +659,9 @@ class Workload:
         if a.routes is not None and b.routes is not None:
             from ...analysis.routes import comparable_steps, compare_routes
 
-            c.routes = compare_routes(a.routes, b.routes,
-                                      comparable_steps(c.first_divergence, len(a.token_ids), len(b.token_ids)))
+            c.routes = compare_routes(
+                a.routes, b.routes, comparable_steps(c.first_divergence, len(a.token_ids), len(b.token_ids))
+            )
         return c
 
     def _explained(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
@@ -530,8 +669,13 @@ class Workload:
         c.explanation = explain(c, results[c.a][j], results[c.b][j], self.prep.config, differing(run.sides, c.a, c.b))
         return c
 
-    def _store(self, chunk: list[int], results: dict[str, dict[int, SideResult]],
-               comparisons: dict[int, list[Comparison]], samples: dict[str, list[PairSample]]) -> None:
+    def _store(
+        self,
+        chunk: list[int],
+        results: dict[str, dict[int, SideResult]],
+        comparisons: dict[int, list[Comparison]],
+        samples: dict[str, list[PairSample]],
+    ) -> None:
         """The chunk's rows in one transaction; then its steps leave memory (the store has them)."""
         run = self.rec.run
         prompts = [run.prompts[self.prep.kept[j]] for j in chunk]
@@ -606,18 +750,31 @@ class Progress:
 def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:
     """Free-running: the two sides' own logprobs on the same context, up to the first divergence."""
     n = c.first_divergence if c.first_divergence is not None else c.compared
-    return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
-                      length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
-                      logp_side=step_column(side.steps, "logprob")[:n], logp_ref=step_column(ref.steps, "logprob")[:n],
-                      positions=list(range(n)))
+    return PairSample(
+        prompt_index=side.prompt_index,
+        identical=c.identical,
+        first_divergence=c.first_divergence,
+        length=len(side.token_ids),
+        verdict=c.explanation.verdict if c.explanation else None,
+        logp_side=step_column(side.steps, "logprob")[:n],
+        logp_ref=step_column(ref.steps, "logprob")[:n],
+        positions=list(range(n)),
+    )
 
 
 def scored_sample(c: Comparison, side: SideResult, scored: Sequence[TokenStep]) -> PairSample:
     """Scored: the side's own logprobs against the reference's teacher-forced ones, every token."""
     lr = step_column(scored, "logprob")
-    return PairSample(prompt_index=side.prompt_index, identical=c.identical, first_divergence=c.first_divergence,
-                      length=len(side.token_ids), verdict=c.explanation.verdict if c.explanation else None,
-                      logp_side=step_column(side.steps, "logprob"), logp_ref=lr, positions=list(range(len(lr))))
+    return PairSample(
+        prompt_index=side.prompt_index,
+        identical=c.identical,
+        first_divergence=c.first_divergence,
+        length=len(side.token_ids),
+        verdict=c.explanation.verdict if c.explanation else None,
+        logp_side=step_column(side.steps, "logprob"),
+        logp_ref=lr,
+        positions=list(range(len(lr))),
+    )
 
 
 def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], prep: Prepared) -> SideResult:
@@ -629,22 +786,36 @@ def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], pre
     starts = cols.top_starts()
     first = [starts[i] if cols.top_n[i] else None for i in range(len(cols))]
     ids = [cols.top_token_id[k] if k is not None else cols.token_id[i] for i, k in enumerate(first)]
-    view = StepColumns({
-        "position": list(cols.position), "token_id": ids,
-        "text": [cols.top_text[k] if k is not None else cols.text[i] for i, k in enumerate(first)],
-        "logprob": [cols.top_logprob[k] if k is not None else cols.logprob[i] for i, k in enumerate(first)],
-        "rank": [1] * len(cols), "top_n": list(cols.top_n), "top_token_id": list(cols.top_token_id),
-        "top_logprob": list(cols.top_logprob), "top_text": list(cols.top_text),
-        "raw": {i: cols.top_raw[k] for i, k in enumerate(first) if k is not None and k in cols.top_raw},
-        "top_raw": dict(cols.top_raw)})
-    return SideResult(side=name, prompt_index=side.prompt_index, token_ids=ids, steps=view,
-                      text=prep.tokenizer.decode(ids), finish_reason="scored")
+    view = StepColumns(
+        {
+            "position": list(cols.position),
+            "token_id": ids,
+            "text": [cols.top_text[k] if k is not None else cols.text[i] for i, k in enumerate(first)],
+            "logprob": [cols.top_logprob[k] if k is not None else cols.logprob[i] for i, k in enumerate(first)],
+            "rank": [1] * len(cols),
+            "top_n": list(cols.top_n),
+            "top_token_id": list(cols.top_token_id),
+            "top_logprob": list(cols.top_logprob),
+            "top_text": list(cols.top_text),
+            "raw": {i: cols.top_raw[k] for i, k in enumerate(first) if k is not None and k in cols.top_raw},
+            "top_raw": dict(cols.top_raw),
+        }
+    )
+    return SideResult(
+        side=name,
+        prompt_index=side.prompt_index,
+        token_ids=ids,
+        steps=view,
+        text=prep.tokenizer.decode(ids),
+        finish_reason="scored",
+    )
 
 
 def _max_gap(s: PairSample) -> float | None:
     """The largest |Δlogprob| of a pair sample (None: no finite pair)."""
-    gaps = [abs(x - y) for x, y in zip(s.logp_side, s.logp_ref) if x is not None and y is not None
-            and math.isfinite(x - y)]
+    gaps = [
+        abs(x - y) for x, y in zip(s.logp_side, s.logp_ref) if x is not None and y is not None and math.isfinite(x - y)
+    ]
     return max(gaps) if gaps else None
 
 
