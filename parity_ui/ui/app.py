@@ -73,7 +73,7 @@ def create_app(service: AppService) -> gr.Blocks:
         for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
             event.then(
                 compare.sides.from_yaml,
-                [config.yaml, compare.sides.counter.edits],
+                [config.yaml],
                 compare.sides.redrawn,
                 api_name=False,
                 trigger_mode="always_last",

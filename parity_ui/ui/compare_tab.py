@@ -707,7 +707,7 @@ class CompareTab:
         self.commit_sides = self.run_btn.click(
             self.sides.commit,
             [cfg_yaml, *self.sides.state],
-            [cfg_yaml, self.sides.error, self.sides.counter.synced],
+            [cfg_yaml, self.sides.error, self.sides.drawn],
             api_name=False,
             queue=False,
             show_progress="hidden",

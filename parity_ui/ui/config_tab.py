@@ -18,7 +18,6 @@ from ..core.config import PRESETS, ParityConfig, config_from_dict, parse_config_
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import DTYPES
 from ..render import cards
-from .edits import EditCounter, pending
 
 MAX_CONFIG_BYTES = 1 * 2**20
 CONFIG_FILE_TYPES = (".yaml", ".yml", ".json")
@@ -196,7 +195,6 @@ class ConfigTab:
             ),
             "chat": gr.Checkbox(value=APP_DEFAULTS["chat"], label="chat template", info=FORM_KEYS["chat"][1]),
         }
-        self.counter = EditCounter("form")
 
     @property
     def field_list(self) -> list[Any]:
@@ -242,28 +240,30 @@ class ConfigTab:
     def yaml_changed(self, text: str, model: str, trust: bool) -> dict[Any, Any]:
         return self._validate(text, model, trust, set_fields=True)
 
-    def form_changed(
-        self, text: str, edits: int | None, synced: int | None, model: str, trust: bool, *values: Any
-    ) -> Any:
-        """A form field was left (or Enter pressed, or a dtype or chat picked) after an edit: write
-        every form value into the YAML (keeping the other keys). Leaving a field unedited writes
-        nothing (the YAML keeps its own formatting and comments)."""
-        if not pending(edits, synced):
-            return gr.skip()
+    def form_changed(self, text: str, model: str, trust: bool, *values: Any) -> Any:
+        """A form field was left (or Enter pressed, or a dtype or chat picked): when a value differs
+        from the YAML's, write every form value into the YAML (keeping the other keys). A field left
+        unedited writes nothing (the YAML keeps its own formatting and comments). Decided by content,
+        not by counting keystrokes in the page: the count of a paste left at once arrived after the
+        write it should have caused (issue 46 item 1)."""
         try:
             data = parse_config_text(text, "YAML")
         except ConfigError as e:
             return {self.error: cards.error_html(e.message, "fix the YAML first, then use the form", "Invalid config")}
+        form = {}
         for key, value in zip(self.fields, values):
             if isinstance(value, float) and value.is_integer() and key not in ("temperature", "top_p"):
                 value = int(value)
-            data[key] = value
+            form[key] = value
+        try:
+            current = config_from_text(text).to_dict()
+            if all(current.get(k) == v for k, v in form.items()):
+                return gr.skip()
+        except ConfigError:
+            pass  # the YAML is not a valid config: the form's values may be its fix
+        data.update(form)
         new_text = yaml.safe_dump(data, sort_keys=False)
-        return {
-            self.yaml: new_text,
-            self.counter.synced: edits,
-            **self._validate(new_text, model, trust, set_fields=False),
-        }
+        return {self.yaml: new_text, **self._validate(new_text, model, trust, set_fields=False)}
 
     def apply_preset(self, name: str | None, model: str, trust: bool) -> dict[Any, Any]:
         text = preset_yaml(name) if name in PRESETS else default_yaml()
@@ -326,13 +326,12 @@ class ConfigTab:
         ]
         numbers = [c for c in self.field_list if isinstance(c, gr.Number)]
         picks = [c for c in self.field_list if not isinstance(c, gr.Number)]
-        self.counter.count(self.field_list)  # before the write: a pick triggers both
         self.validations.append(
             gr.on(
                 [*[c.blur for c in numbers], *[c.submit for c in numbers], *[c.input for c in picks]],
                 self.form_changed,
-                [self.yaml, self.counter.edits, self.counter.synced, *ctx, *self.field_list],
-                [self.yaml, self.counter.synced, *checked],
+                [self.yaml, *ctx, *self.field_list],
+                [self.yaml, *checked],
                 api_name=False,
                 trigger_mode="always_last",
                 show_progress="hidden",
