@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.compare import compare
+from ..analysis.verdict_basis import verdict_basis
 from ..core.config import ParityConfig, config_from_dict
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import get_kind
@@ -46,7 +47,7 @@ from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, new_run
 from ..core.types import Comparison, Finding, SideInfo, SideResult, StepColumns, TokenStep, step_column
-from ..core.workload_record import WorkloadOptions, WorkloadReport
+from ..core.workload_record import SideFigures, WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
@@ -694,16 +695,24 @@ class Replay(Workload):
 
 
 def replay_headline(report: WorkloadReport) -> str:
-    """One line: rows replayed, and the run's own pair's band share and verdict."""
+    """One line: rows replayed, the run's own pair's verdict with the figure that decided it (its
+    floor and interval: analysis.verdict_basis), and its band share beside the floor's."""
     r = report.replay or {}
     main = report.sides.get(RECORDED) or next(iter(report.sides.values()), None)
     if main is None:
         return f"replay of {report.done}/{report.n_prompts} rows: no figures yet"
     t = main.stats.tokens
-    band = next((b for b in t.outside if (b.low, b.high) == (0.8, 1.2)), None)
-    share = "-" if band is None or band.outside is None else f"{100 * band.outside:.1f}%"
-    verdict = f" ({main.verdict.verdict})" if main.verdict else ""
+    share = _band_share(main)
+    floor = f" (the floor's {_band_share(report.floor_figures)})" if report.floor_figures and main.verdict else ""
+    basis = verdict_basis(main.verdict)
     return (
         f"replay of {report.done}/{report.n_prompts} rows ({r.get('format', '?')}), {t.pairs} tokens "
-        f"({r.get('masked', 0)} masked): {main.side} vs trainer, ρ outside [0.8, 1.2] {share}{verdict}"
+        f"({r.get('masked', 0)} masked): {main.side} vs trainer, "
+        + (f"{basis}; " if basis else "")
+        + f"ρ outside [0.8, 1.2] {share}{floor}"
     )
+
+
+def _band_share(f: SideFigures) -> str:
+    band = next((b for b in f.stats.tokens.outside if (b.low, b.high) == (0.8, 1.2)), None)
+    return "-" if band is None or band.outside is None else f"{100 * band.outside:.2g}%"

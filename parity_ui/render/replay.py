@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.figures import BAND_KEYS, FIGURES
+from ..analysis.verdict_basis import deciding, verdict_basis
+from ..core.figures import BAND_KEYS, FIGURES, display_name
 from ..core.workload_record import WorkloadReport
 from .cards import esc
 
@@ -48,7 +49,12 @@ def pairs_html(report: WorkloadReport) -> str:
                 v = getattr(t, k, None)
                 cells.append(_pct(v) if FIGURES[k].kind == "share" else _num(v))
         verdict = "the floor" if is_floor else (f.verdict.verdict if f.verdict else "–")
+        why = "" if is_floor or f.verdict is None else verdict_basis(f.verdict)
+        decided = [] if is_floor or f.verdict is None else deciding(f.verdict)
+        if decided:  # the figure that decided it (issue 46 item 2), all of it on hover
+            verdict += f" ({display_name(decided[0].name)})"
         cls = ' class="div"' if not is_floor and f.verdict is not None and f.verdict.verdict != "within noise" else ""
+        cls += f' title="{esc(why)}"' if why else ""
         rows.append(
             f'<tr data-pair="{esc(p["key"])}" title="{esc(p["meaning"])}"><td>{esc(p["b"])} vs '
             f"{esc(p['a'])}</td><td>{t.pairs:,}</td>"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.verdict_basis import verdict_basis
 from ..core.cluster import describe_record
 from ..core.figures import BAND_KEYS, DISTRIBUTION_ROWS, FAMILIES, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
@@ -227,6 +228,10 @@ def format_replay(report: WorkloadReport) -> str:
         )
     for p in r.get("pairs") or []:
         lines.append(f"    {p['key']}: {p['meaning']}")
+    for p in r.get("pairs") or []:  # what each verdict rests on (issue 46 item 2)
+        f = report.sides.get(p["key"]) if p["key"] != report.floor.side else None
+        if f is not None and f.verdict is not None:
+            lines.append(f"  {p['b']} vs {p['a']}: {verdict_basis(f.verdict)}")
     worst = r.get("worst_tokens") or []
     if worst:
         lines.append("  worst tokens (Δ = trainer − rollout):")
