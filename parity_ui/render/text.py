@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.verdict_basis import verdict_basis
+from ..analysis.verdict_basis import deciding
 from ..core.cluster import describe_record
 from ..core.figures import BAND_KEYS, DISTRIBUTION_ROWS, FAMILIES, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
@@ -89,10 +89,7 @@ def verdict_line(v: FloorVerdict, most: int = 4) -> str:
     each with its 95% interval over the prompts), or too few prompts to tell."""
     if v.verdict not in (EXCEEDS, TOO_FEW):
         return v.summary
-    over = sorted(
-        (c for c in v.figures if (c.exceeds if v.verdict == EXCEEDS else c.uncertain)),
-        key=lambda c: -(c.factor if c.factor is not None else 0),
-    )
+    over = deciding(v)
     shown = [f"{FIGURES[c.name].name} {_g(c.side)} vs {_g(c.floor)} ({factor_text(c)})" for c in over[:most]]
     more = f" and {len(over) - most} more" if len(over) > most else ""
     if v.verdict == TOO_FEW:
@@ -228,10 +225,6 @@ def format_replay(report: WorkloadReport) -> str:
         )
     for p in r.get("pairs") or []:
         lines.append(f"    {p['key']}: {p['meaning']}")
-    for p in r.get("pairs") or []:  # what each verdict rests on (issue 46 item 2)
-        f = report.sides.get(p["key"]) if p["key"] != report.floor.side else None
-        if f is not None and f.verdict is not None:
-            lines.append(f"  {p['b']} vs {p['a']}: {verdict_basis(f.verdict)}")
     worst = r.get("worst_tokens") or []
     if worst:
         lines.append("  worst tokens (Δ = trainer − rollout):")
