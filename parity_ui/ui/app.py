@@ -17,7 +17,8 @@ import gradio as gr
 
 from ..render.assets import CSS, JS
 from . import plots
-from .compare_tab import CompareTab, RunGate
+from .active_run import ActiveRunBar, RunGate
+from .compare_tab import CompareTab
 from .config_tab import ConfigTab
 from .history_tab import HistoryTab
 from .runner import AppService
@@ -36,12 +37,14 @@ def create_app(service: AppService) -> gr.Blocks:
     compare = CompareTab(service, gate)
     config = ConfigTab(service)
     history = HistoryTab(service, gate)
+    bar = ActiveRunBar(gate)  # a run another tab started (or whose tab went away): seen, and stopped, from any tab
     with gr.Blocks(title=TITLE) as app:
         gr.Markdown(
             f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
             "versions or checkpoints) with one canonical config, and see the first token where a side "
             "leaves the reference."
         )
+        bar.create_ui()
         with gr.Tabs() as tabs:
             compare.create_ui()
             config.create_ui()
@@ -79,6 +82,7 @@ def create_app(service: AppService) -> gr.Blocks:
                 trigger_mode="always_last",
             )
         history.create_event_handlers(tabs=tabs, app=app)
+        bar.create_event_handlers(app)
         # A long view's page script fetches the rest of its hover details here once it shows.
         gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")
         app.load(

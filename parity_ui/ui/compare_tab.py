@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
-import threading
-import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +27,7 @@ from ..inputs.models import local_models
 from ..inputs.prompts import PROMPT_FILE_TYPES, PromptSpec, check_upload_size, parse_prompt_bytes, tokenizer_for
 from ..render import cards
 from ..service import ReplayRequest, Request, RunRequest, plan_request
+from .active_run import RunGate, session_of, waiting_text
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .replay_input import replay_request
@@ -58,60 +56,16 @@ def _pick(workload: Any) -> WorkloadPick:
     return workload if isinstance(workload, WorkloadPick) else WorkloadPick()
 
 
-class RunGate:
-    """Which session's run holds the engines, so Stop in one browser tab never cancels another's."""
-
-    def __init__(self, service: Any):
-        self.service = service
-        self._lock = threading.Lock()
-        self.session: str | None = None
-        self.stop_requested = False
-        self._passed_on = False
-        self._clicked: set[str] = set()  # sessions whose Run click is queued or running
-
-    def claim(self, session: str) -> bool:
-        """A Run click: True when the session has no run queued or running. Gradio drops a second
-        click of the same event while the first is pending (trigger_mode "once") without a word; the
-        page says so instead (CompareTab.click_note)."""
-        with self._lock:
-            if session in self._clicked:
-                return False
-            self._clicked.add(session)
-            return True
-
-    def release(self, session: str) -> None:
-        with self._lock:
-            self._clicked.discard(session)
-
-    def holder(self) -> str | None:
-        with self._lock:
-            return self.session
-
-    def begin(self, session: str) -> None:
-        with self._lock:
-            self.session, self.stop_requested, self._passed_on = session, False, False
-
-    def end(self, session: str) -> None:
-        with self._lock:
-            if self.session == session:
-                self.session, self.stop_requested = None, False
-
-    def stop(self, session: str) -> bool:
-        with self._lock:
-            if self.session != session:
-                return False
-            self.stop_requested = True
-        self.service.cancel()
-        return True
-
-    def command_began(self) -> None:
-        """Called at each event of the run (events come from inside the service's command). The
-        service lowers the Stop flag when a command begins (a Stop is for one command), so a Stop
-        pressed between the click and that moment is passed on here, once; a later Stop reaches the
-        command directly, and nested work (trials, chunks) inherits it: nothing re-arms it."""
-        if self.stop_requested and not self._passed_on:
-            self._passed_on = True
-            self.service.cancel()
+def _what(req: Request) -> str:
+    """A run for people, as the other tabs name it: "a comparison on demo (hf vs vllm)"."""
+    sides = " vs ".join(s.name for s in req.config.sides)
+    model = os.path.basename(str(req.model).rstrip("/")) or str(req.model)
+    if isinstance(req, ReplayRequest):
+        return f"a replay on {model} ({sides})"
+    if isinstance(req, RunRequest):
+        n = len(req.prompts)
+        return f"a comparison of {n} prompt{'s' if n != 1 else ''} on {model} ({sides})"
+    return f"a workload of {len(req.prompts)} prompts on {model} ({sides})"
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -514,21 +468,18 @@ class CompareTab:
             }
             return
         cfg = req.config
-        session = request.session_hash if request is not None else "api"
-        events: queue.Queue = queue.Queue()
-        worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-run")
+        session = session_of(request)
         if isinstance(req, RunRequest):
             live: Any = LiveRun([side.name for side in cfg.sides], len(req.prompts), cfg.max_new_tokens)
         elif isinstance(req, ReplayRequest):
             live = WorkloadLive(pick.prompts if pick is not None else 0, pick.description if pick is not None else "")
         else:
             live = WorkloadLive(len(req.prompts), req.options.source.get("description", ""))
-        self.gate.begin(session)
+        active, events = self.gate.launch(session, _what(req), live, lambda emit: self.service.run(req, emit))
         try:
-            worker.start()
-            yield from self._stream(live, events)
-        finally:
-            self.gate.end(session)
+            yield from self._stream(active, events)
+        finally:  # the run goes on if this tab went away: every tab's bar then shows it (active_run)
+            self.gate.unfollow(active)
 
     def _workload_request(self, pick: WorkloadPick, model: str, trust: bool, cfg_text: str, images: Any) -> Request:
         """The picked file read again (as it runs), as the service's plan_request makes it: a workload, or
@@ -563,30 +514,17 @@ class CompareTab:
             source_name=pick.name,
         )
 
-    def _work(self, req: Request, events: queue.Queue) -> None:
-        try:
-            events.put(self.service.run(req, events.put))
-        except ParityError as e:  # a replay's dump refused by its preflight, before any engine loads
-            events.put(e)
-        except BaseException as e:  # service.run stores user errors itself; this is a bug guard
-            traceback.print_exc(file=sys.stderr)
-            events.put(e)
-
     def _finished(self, run: Run) -> dict[Any, Any]:
         if run.workload is not None:  # its view follows (workload_view), a prompt's tokens on a click there
             note = "Pick a prompt in the workload's table above to see its tokens here."
             return {self.progress: "", **self.view.values(None, message=note), self.run_id: run.id}
         return {self.progress: "", **self.view.values(run, reveal=True), self.run_id: run.id}
 
-    def _stream(self, live: Any, events: queue.Queue) -> Iterator[dict[Any, Any]]:
-        """The live view (a LiveRun, or a WorkloadLive: progress only) until the run is done."""
-        yield {**self.view.cleared(), self.progress: live.progress()}
-
-        def feed(ev: Any) -> None:
-            live.feed(ev)
-            self.gate.command_began()
-
-        for item in follow(events, feed, THROTTLE_S):
+    def _stream(self, active: Any, events: queue.Queue) -> Iterator[dict[Any, Any]]:
+        """The live view (a LiveRun, or a WorkloadLive: progress only) until the run is done. The worker
+        thread feeds it (RunGate.launch); this draws it."""
+        yield {**self.view.cleared(), self.progress: self.gate.draw(active, lambda live: live.progress())}
+        for item in follow(events, lambda ev: None, THROTTLE_S):
             if isinstance(item, Run):
                 yield self._finished(item)
                 return
@@ -606,31 +544,34 @@ class CompareTab:
                     self.run_id: None,
                 }
                 return
-            yield {self.progress: live.progress(), **({self.view.panes: live.panes()} if live.streams_tokens else {})}
+            yield self.gate.draw(
+                active,
+                lambda live: {
+                    self.progress: live.progress(),
+                    **({self.view.panes: live.panes()} if live.streams_tokens else {}),
+                },
+            )
 
     def click_note(self, request: gr.Request = None) -> str:
         """Run pressed: nothing to say, unless this tab's run is still queued or running (the click
-        starts nothing: gradio lets one run per event at a time) or another tab's run holds the engines
-        (this one waits for it)."""
-        session = request.session_hash if request is not None else "api"
+        starts nothing: gradio lets one run per event at a time) or another run holds the engines
+        (this one waits for it: which one, and Stop ends it)."""
+        session = session_of(request)
         if not self.gate.claim(session):
             return cards.notice_html(
                 "A run of this tab is still under way, so this click started nothing. "
                 "Wait for it to end, or press Stop, then press Run again."
             )
-        holder = self.gate.holder()
-        if holder is not None and holder != session:
-            return cards.notice_html("Another tab's run holds the engines: this run starts when that one ends.")
+        head = self.gate.head()
+        if head is not None and head.session != session:
+            return cards.notice_html(waiting_text(head, session) + ": this run starts when that one ends.")
         return ""
 
     def release_click(self, request: gr.Request = None) -> None:
-        self.gate.release(request.session_hash if request is not None else "api")
+        self.gate.release(session_of(request))
 
     def stop(self, request: gr.Request) -> str:
-        session = request.session_hash if request is not None else "api"
-        if self.gate.stop(session):
-            return cards.notice_html("Stopping: the run is stored as cancelled.")
-        return cards.notice_html("Nothing of yours is running (a queued run starts when the engines are free).")
+        return cards.notice_html(self.gate.stop(session_of(request)))
 
     # -- events --------------------------------------------------------------------------------
 

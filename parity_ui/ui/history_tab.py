@@ -137,7 +137,7 @@ class HistoryTab:
     QUIET_S = 2.0  # nor when a run was opened this shortly before the list: its page is still being built
 
     def __init__(self, service: Any, gate: Any = None):
-        from .compare_tab import RunGate
+        from .active_run import RunGate
 
         self.service = service
         self.gate = gate if gate is not None else RunGate(service)

@@ -625,8 +625,6 @@ def test_the_app_says_where_its_defaults_differ_from_a_bare_cli_run():
 def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
     """While tokens stream, each update sets the progress and the panes only (the rest is left as it
     is); the end sets the whole view and the run id."""
-    import queue
-
     import gradio as gr
 
     from parity_ui.ui import compare_tab
@@ -642,10 +640,12 @@ def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
         tab.create_ui()
     monkeypatch.setattr(compare_tab, "THROTTLE_S", 0.0)
     run = _run({"hf": SAME, "vllm": SAME})
-    events: queue.Queue = queue.Queue()
-    events.put(RunEvent("token", side="hf", prompt_index=0, step=_step(0, 10, "The")))
-    events.put(run)
-    first, *streaming, last = list(tab._stream(LiveRun(["hf", "vllm"], 1, 8), events))
+    def work(emit):
+        emit(RunEvent("token", side="hf", prompt_index=0, step=_step(0, 10, "The")))
+        return run
+
+    active, events = tab.gate.launch("s", "a comparison", LiveRun(["hf", "vllm"], 1, 8), work)
+    first, *streaming, last = list(tab._stream(active, events))
     assert tab.run_id not in first and first[tab.view.panes] == "" and tab.progress in first
     assert streaming and all(set(u) == {tab.progress, tab.view.panes} for u in streaming)
     assert 'data-live="1"' in streaming[-1][tab.view.panes]
