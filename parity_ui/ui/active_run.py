@@ -198,7 +198,7 @@ class ActiveRunBar:
         self.note = gr.HTML(elem_id="active-note")
         self.timer = gr.Timer(self.POLL_S)
 
-    def values(self, request: gr.Request = None) -> dict[Any, Any]:
+    def values(self, request: gr.Request | None = None) -> dict[Any, Any]:
         session = session_of(request)
         run = self.gate.others(session)
         if run is None:
@@ -215,11 +215,11 @@ class ActiveRunBar:
         self._shown[session] = html
         return {self.row: gr.Row(visible=True), self.html: html}
 
-    def stop(self, request: gr.Request = None) -> str:
+    def stop(self, request: gr.Request | None = None) -> str:
         return cards.notice_html(self.gate.stop(session_of(request)))
 
     def create_event_handlers(self, app: Any) -> None:
         outputs = [self.row, self.html]
-        self.timer.tick(self.values, None, outputs, api_name=False, queue=False, show_progress="hidden")
-        app.load(self.values, None, outputs, api_name=False, queue=False, show_progress="hidden")
-        self.stop_btn.click(self.stop, None, self.note, api_name=False, queue=False)
+        self.timer.tick(self.values, None, outputs, queue=False, show_progress="hidden", api_visibility="private")
+        app.load(self.values, None, outputs, queue=False, show_progress="hidden", api_visibility="private")
+        self.stop_btn.click(self.stop, None, self.note, queue=False, api_visibility="private")
