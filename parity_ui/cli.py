@@ -184,22 +184,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     service = _service(args)
     try:
-        try:
-            source = _workload(args)
-            prompts = [] if source is not None else _prompts(args)
-            cfg = _config(args)
-            options = _workload_options(args)
-        except ParityError as e:
-            return _report(
-                service.record_failure(
-                    args.model,
-                    _as_given(args),
-                    _raw_config(args),
-                    e,
-                    kind="workload" if _is_workload_file(args.prompt_file) else "compare",
-                ),
-                args,
-            )
+        # Refused before anything runs (a bad config, prompt or workload file): the error and its fix
+        # on stderr, rc 2, nothing stored, as the app (issue 46 item 5); main() prints it.
+        source = _workload(args)
+        prompts = [] if source is not None else _prompts(args)
+        cfg = _config(args)
+        options = _workload_options(args)
         req = plan_request(
             args.model, cfg, prompts, source=source, options=options, trust_remote_code=args.trust_remote_code
         )

@@ -90,6 +90,19 @@ def plan_request(
     )
 
 
+def is_refusal(e: BaseException, run: Run) -> bool:
+    """A ParityError raised before any side of `run` started: the user's input refused (a model not
+    found, no chat template, a bad config or prompt, a context too long), not a run that failed (an
+    engine that crashed, a Stop)."""
+    from .core.errors import CancelledError, EngineError, ParityError
+
+    return (
+        isinstance(e, ParityError)
+        and not isinstance(e, (CancelledError, EngineError))
+        and "start" not in (run.timings or {})
+    )
+
+
 def open_store(db_path: str | None = None) -> Store:
     """The run database for reading what is stored (`parity runs`, `parity report`), without the
     engines' workers a ParityService owns."""
@@ -174,12 +187,17 @@ class ParityService:
         kind: str = "compare",
         group_id: str | None = None,
         resume: Run | None = None,
+        refuse: bool = False,
     ) -> Iterator[RunRecorder]:
         """A new run, stored as it starts (or `resume`, a stored run taken up again by this process).
         An Exception raised in the block becomes the run's status ("error", or "cancelled" on Stop)
         with its message, is stored, and does NOT propagate: read `rec.run.status`. Ctrl-C is stored
         as "interrupted", then raised. A Stop pressed before the command began is not for it; one
-        pressed during it stops every recording nested in it (`command`)."""
+        pressed during it stops every recording nested in it (`command`). With `refuse` (a run the
+        user asked for: the app's Run, `parity compare`), a ParityError raised before any side
+        started (a model not found, no chat template, a prompt over the context...) is a refusal:
+        the run's rows go and the error propagates (issue 46 item 5: nothing stored, as the app's
+        other refusals)."""
         with self.command():
             if resume is not None:
                 rec = RunRecorder(self.db, resume)
@@ -192,6 +210,9 @@ class ParityService:
                 yield rec
             except BaseException as e:  # noqa: BLE001 - stored, then re-raised only for Ctrl-C
                 self.pool.drop_spares()  # workers started ahead for a run that failed before taking them
+                if refuse and resume is None and is_refusal(e, rec.run):
+                    rec.forget()
+                    raise
                 rec.fail(e)
                 if not isinstance(e, Exception):
                     rec.finish()
@@ -283,30 +304,36 @@ class ParityService:
 
     def run(self, req: Request, on_event: EventCallback | None = None) -> Run:
         """The request `plan_request` made: a comparison (`compare`) or a workload (`workload`); or
-        a replay (the app's uploaded rollout dump: `replay`)."""
+        a replay (the app's uploaded rollout dump: `replay`). What the user asked for (the app's Run,
+        `parity compare`): a refusal before any side starts raises ParityError, nothing stored."""
         if isinstance(req, WorkloadRequest):
-            return self.workload(req, on_event)
+            return self.workload(req, on_event, refuse=True)
         if isinstance(req, ReplayRequest):
             return self.replay(req, on_event)
-        return self.compare(req, on_event)
+        return self.compare(req, on_event, refuse=True)
 
-    def compare(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
+    def compare(self, req: RunRequest, on_event: EventCallback | None = None, *, refuse: bool = False) -> Run:
         """Run every side, compare, store (parity_ui.commands.compare). Always returns the stored Run;
-        never raises for a user or engine error (the run's status is then "error" with the message)."""
+        never raises for a user or engine error (the run's status is then "error" with the message),
+        except, with `refuse`, for a refusal before any side started (recording() says which): then
+        it raises that ParityError and stores nothing."""
         from .commands.compare import compare_sides
 
         emit = on_event or (lambda e: None)
-        with self.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id) as rec:
+        with self.recording(
+            req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id, refuse=refuse
+        ) as rec:
             compare_sides(self, rec, req, emit)
         emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
         return rec.run
 
-    def workload(self, req: WorkloadRequest, on_event: EventCallback | None = None) -> Run:
+    def workload(self, req: WorkloadRequest, on_event: EventCallback | None = None, *, refuse: bool = False) -> Run:
         """Many prompts as one run, judged against the reference's noise floor
-        (parity_ui.commands.workload.run). Stored as it goes; never raises for a user or engine error."""
+        (parity_ui.commands.workload.run). Stored as it goes; never raises for a user or engine error,
+        except a refusal with `refuse` (as compare)."""
         from .commands.workload.run import run_workload
 
-        return run_workload(self, req, on_event)
+        return run_workload(self, req, on_event, refuse=refuse)
 
     def resume(
         self,

@@ -58,7 +58,7 @@ def _locate(name: str) -> Path:
     if p.exists() or name.startswith((".", "/", "~")):
         if not p.is_dir():
             raise ModelError(
-                f"model path {name!r} does not exist or is not a folder",
+                f"model {name!r} not found: the folder {p.absolute()} does not exist or is not a folder",
                 "give a folder holding config.json and the weights, or 'demo'",
             )
         if not (p / "config.json").is_file():
@@ -69,14 +69,54 @@ def _locate(name: str) -> Path:
         return p.resolve()
     if name.count("/") != 1:
         raise ModelError(
-            f"model {name!r} is neither a folder nor a Hugging Face id (org/name)",
+            f"model {name!r} not found: there is no folder {p.absolute()}, and it is not a Hugging Face id (org/name)",
             "give 'demo', a local folder, or an id such as HuggingFaceTB/SmolLM2-135M-Instruct",
         )
     return _from_hub(name)
 
 
+FIX_NOT_FOUND = (
+    "check the id (org/name, as on huggingface.co); where there is network, download it (hf download ID) "
+    "and give its folder; or give 'demo'"
+)
+
+
+def _hub_cache() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except Exception:  # noqa: BLE001 - only named in a message
+        return "the Hugging Face cache"
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    """A library's message cut at its first sentence (or line), never mid-word."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = first.split(". ")[0].rstrip(".")
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0] + " …"
+    return first
+
+
+def hub_reason(e: BaseException) -> str:
+    """Why the hub gave no model, in words: the library's exception told apart by its kind."""
+    kinds = {type(c).__name__ for c in (e, e.__cause__, e.__context__) if c is not None}
+    if "GatedRepoError" in kinds:
+        return "the hub keeps that model gated: accept its terms on huggingface.co and log in (hf auth login)"
+    if kinds & {"RepositoryNotFoundError", "RevisionNotFoundError"}:
+        return "the hub has no model by that id (or it is private: log in with hf auth login)"
+    if kinds & {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError"}:
+        return "the hub could not be reached (no network here?)"
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return "the hub could not be reached (no network here?)"
+    said = _first_sentence(str(e))
+    return f"the hub answered {type(e).__name__}" + (f": {said}" if said else "")
+
+
 def _from_hub(repo_id: str) -> Path:
-    """A hub id: the local HF cache first, the hub only if the machine allows it."""
+    """A hub id: the local HF cache first, the hub only if the machine allows it. Not found: a
+    ModelError naming each place tried."""
     from huggingface_hub import snapshot_download  # ships with transformers
 
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -84,19 +124,13 @@ def _from_hub(repo_id: str) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:
         pass
+    tried = f"model {repo_id!r} not found: there is no folder {Path(repo_id).absolute()}, it is not in {_hub_cache()}"
     if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ModelError(
-            f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
-            "download it where there is network (huggingface-cli download) or give a local folder",
-        )
+        raise ModelError(f"{tried}, and HF_HUB_OFFLINE=1 keeps the hub from being asked", FIX_NOT_FOUND)
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
-    except Exception as e:  # network, auth, missing repo: all the same to the user
-        raise ModelError(
-            f"model {repo_id!r} is not in the local cache and could not be downloaded: "
-            f"{type(e).__name__}: {str(e)[:200]}",
-            "check the id and the network, or give a local folder",
-        ) from None
+    except Exception as e:  # network, auth, missing repo: told apart in words, never the library's raw text
+        raise ModelError(f"{tried}, and {hub_reason(e)}", FIX_NOT_FOUND) from None
 
 
 def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:

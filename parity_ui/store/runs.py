@@ -535,6 +535,18 @@ def save_run(db: Database, run: Run) -> None:
             save_comparisons(db, run.id, p)
 
 
+def forget_run(db: Database, run_id: str) -> None:
+    """Remove a run and every row that names it (a run refused before anything ran leaves nothing:
+    issue 46 item 5), and the image bytes no run names any more."""
+    with db.atomic():
+        for table in db.tables:
+            if table.name != "runs" and "run_id" in table.columns_dict:
+                db.execute(f"DELETE FROM [{table.name}] WHERE run_id = ?", [run_id])
+        db.execute("DELETE FROM runs WHERE id = ?", [run_id])
+        if "images" in db.table_names() and "run_images" in db.table_names():
+            db.execute("DELETE FROM images WHERE sha256 NOT IN (SELECT sha256 FROM run_images)")
+
+
 def save_run_row(db: Database, run: Run) -> None:
     """The run's own row (status, figures, config, sides, timings): what every flush writes."""
     db["runs"].upsert(

@@ -73,6 +73,7 @@ def create_app(service: AppService) -> gr.Blocks:
         after_yaml(compare.commit_sides)  # Run wrote the panel's last edits into the YAML
         for event in config.validations:  # the YAML editor left, a form field, a preset: a new config
             compare.recount(event)
+            compare.clear_stale(event)  # a "Not run" card whose problem the new config fixed goes
         for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
             event.then(
                 compare.sides.from_yaml,

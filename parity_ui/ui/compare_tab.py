@@ -18,7 +18,7 @@ import gradio as gr
 
 from ..core.config import ParityConfig
 from ..core.context import max_context
-from ..core.errors import ConfigError, ParityError, PromptError
+from ..core.errors import ConfigError, ModelError, ParityError, PromptError
 from ..core.types import Run
 from ..core.workload_record import FLOORS
 from ..inputs.demo_model import DEMO_LABEL, DEMO_NAME
@@ -291,6 +291,8 @@ class CompareTab:
             ]
         except ConfigError:
             return ""  # the config line under the prompt already names the problem
+        except ModelError:
+            return ""  # the model card beside the prompt names it (not a problem of the prompt)
         except ParityError as e:
             return cards.error_html(e.message, e.fix, "Prompt not usable")
         source = "Uploaded file: " if file_prompts else ""
@@ -567,6 +569,43 @@ class CompareTab:
             return cards.notice_html(waiting_text(head, session) + ": this run starts when that one ends.")
         return ""
 
+    def stale_refusal(
+        self,
+        summary: str | None,
+        model: str,
+        trust: bool,
+        prompt: str,
+        file_prompts: list[dict] | None,
+        cfg_text: str,
+        refused_file: Any = None,
+        workload: WorkloadPick | None = None,
+    ) -> Any:
+        """After an input changed (the config checked, reset or loaded, a model picked, a file given or
+        cleared): a "Not run" card whose problem is gone goes (issue 46 item 6: it stayed, even after
+        Reset to defaults). It stays while the page would refuse the run again."""
+        if REFUSED not in (summary or ""):
+            return gr.skip()
+        pick = _pick(workload)
+        if run_refusal(cfg_text, refused_file, pick) is not None:
+            return gr.skip()
+        try:
+            self.service.describe(model or DEMO_NAME, bool(trust))
+            if not pick.active:
+                _specs(prompt, file_prompts)
+        except ParityError:
+            return gr.skip()
+        return {self.view.summary: ""}
+
+    def clear_stale(self, event: Any) -> None:
+        """Chain `stale_refusal` after `event`."""
+        event.then(
+            self.stale_refusal,
+            [self.view.summary, *self.count_inputs[:5], self.refused_file, self.workload],
+            [self.view.summary],
+            api_name=False,
+            show_progress="hidden",
+        )
+
     def release_click(self, request: gr.Request = None) -> None:
         self.gate.release(session_of(request))
 
@@ -581,7 +620,9 @@ class CompareTab:
         queued up on a busy machine. A new config recounts it through `recount`."""
         ctx = [self.model, self.trust]
         self.count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.workload]
-        self.recount(self.model.change(self.describe, ctx, self.model_info, api_name="describe_model"))
+        described = self.model.change(self.describe, ctx, self.model_info, api_name="describe_model")
+        self.recount(described)
+        self.clear_stale(described)
         self.trust.change(self.describe, ctx, self.model_info, api_name=False)
         gr.on(
             [self.prompt.blur, self.prompt.submit],
@@ -595,16 +636,20 @@ class CompareTab:
             concurrency_id="count",
         )
         file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info, self.workload, self.refused_file]
-        self.prompt_file.upload(
+        uploaded_file = self.prompt_file.upload(
             self.upload, [self.prompt_file, self.workload], file_outputs, api_name="upload_prompts"
-        ).then(
+        )
+        self.clear_stale(uploaded_file)
+        uploaded_file.then(
             self.count_file,
             [*ctx, self.file_prompts, cfg_yaml],
             self.prompt_info,
             api_name=False,
             show_progress="hidden",
         )
-        self.recount(self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False))
+        cleared_file = self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False)
+        self.recount(cleared_file)
+        self.clear_stale(cleared_file)
         # Workload options: a pick at once, a typed one when it is left (or on Enter).
         options = [
             self.workload,

@@ -195,3 +195,44 @@ def test_a_run_whose_tab_closed_is_seen_waited_for_and_stopped_from_another_tab(
     mine = done.get_attribute("data-run")
     assert new.pop(mine) in ("ok", "diverged") and list(new.values()) == ["cancelled"], new
     b.close()
+
+
+def test_a_model_not_found_is_said_so_where_the_model_is_and_run_stores_nothing(page, app):
+    """Issue 46 item 5: an id that is neither a folder nor reachable reads "not found" with what was
+    tried, on the model card (not "Prompt not usable" with the hub library's text cut mid-sentence),
+    and Run refuses with that card, storing nothing."""
+    from parity_ui.store.runs import list_runs, open_db
+
+    before = {r.id for r in list_runs(open_db(app["db"]))}
+    box = page.locator("#model-pick input")
+    box.click()
+    box.fill("no-such-org/no-such-model")
+    box.press("Enter")
+    card = page.wait_for_selector("#model-info .pc-error:has-text('not found')", timeout=REPLY_MS).inner_text()
+    assert "no-such-org/no-such-model" in card and "there is no folder" in card and "it is not in" in card, card
+    page.wait_for_timeout(1500)  # the prompt's count, asked after the model: it must not repeat the model's problem
+    assert "Prompt not usable" not in page.locator("#prompt-count").inner_text()
+    page.click("#run-btn")
+    refused = page.wait_for_selector("#cmp-summary .pc-error:has-text('Not run (nothing stored)')", timeout=REPLY_MS)
+    assert "not found" in refused.inner_text() and "Fix:" in refused.inner_text()
+    assert {r.id for r in list_runs(open_db(app["db"]))} == before
+
+
+def test_a_not_run_card_goes_once_its_problem_is_gone(page):
+    """Issue 46 item 6: the "Not run" card of a refused config stayed after the config was fixed, even
+    after Reset to defaults."""
+    page.get_by_role("tab", name="Config").click()
+    editor = page.locator("#cfg-yaml .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("max_new_tokens: 0\n")
+    editor.blur()
+    page.wait_for_selector("#cfg-error .pc-error", timeout=REPLY_MS)
+    page.get_by_role("tab", name="Compare").click()
+    page.click("#run-btn")
+    page.wait_for_selector("#cmp-summary .pc-error:has-text('Not run')", timeout=REPLY_MS)
+    page.get_by_role("tab", name="Config").click()
+    page.get_by_role("button", name="Reset to defaults").click()
+    page.wait_for_selector("#cfg-error .pc-error", state="detached", timeout=REPLY_MS)
+    page.get_by_role("tab", name="Compare").click()
+    page.wait_for_selector("#cmp-summary .pc-error", state="detached", timeout=REPLY_MS)

@@ -69,12 +69,17 @@ class WorkloadRequest:
     kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.commands.setting_bisect)
 
 
-def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
+def run_workload(
+    service: Service, req: WorkloadRequest, emit: EventCallback | None = None, *, refuse: bool = False
+) -> Run:
     """Run the workload and store it as a run of kind "workload" (or `req.kind`; run.workload: the
     report). Never raises for a user or engine error: the run is stored with its status, its finished
-    prompts and their pooled figures."""
+    prompts and their pooled figures; with `refuse`, a refusal before any side started raises and
+    stores nothing (service.recording)."""
     emit = emit or (lambda e: None)
-    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id) as rec:
+    with service.recording(
+        req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id, refuse=refuse
+    ) as rec:
         check_options(req.options, req.config)
         Workload(service, rec, req, emit).run(done=set())
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
