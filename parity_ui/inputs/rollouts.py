@@ -372,6 +372,31 @@ def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     )
 
 
+def _nemo_cut_error(tmask: list[int], n: int, total: int, start: int | None) -> DumpError:
+    """Why a NeMo-RL row has no response inside its input_lengths, naming the field and the cut:
+    NeMo-RL writes input_lengths as the unpadded prompt + response length, token_loss_mask 1 over
+    the response (issue 46 item 7: a row whose input_lengths covered only the prompt read "marks no
+    generated token after a prompt", naming neither)."""
+    marked = [k for k, m in enumerate(tmask) if m]
+    if start == 0:
+        return DumpError(
+            "token_loss_mask marks token 0, so no prompt comes before the response",
+            "token_loss_mask is 0 over the prompt and 1 over the response tokens (NeMo-RL's own)",
+        )
+    if marked:  # the mask marks tokens, all of them at or past the cut
+        return DumpError(
+            f"input_lengths is {n}, but token_loss_mask marks no token before it (its first marked token is "
+            f"token {marked[0]} of token_ids' {total}): input_lengths covers only the prompt. NeMo-RL writes "
+            "there the unpadded prompt + response length",
+            f"write input_lengths as the prompt + response length ({marked[-1] + 1} here, one past the last "
+            "token token_loss_mask marks), or --on-bad skip to leave the row out",
+        )
+    return DumpError(
+        f"token_loss_mask marks no token (all {len(tmask)} are 0): the row has no response to replay",
+        "drop the row, or --on-bad skip to leave such rows out",
+    )
+
+
 def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     missing = [k for k in FIELDS["nemo-rl"][0] if rec.get(k) is None]
     if missing:
@@ -391,9 +416,7 @@ def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
         )
     start = next((k for k in range(n) if tmask[k]), None)
     if start is None or start == 0:
-        raise DumpError(
-            "token_loss_mask marks no generated token after a prompt", "the row has no response to replay; drop it"
-        )
+        raise _nemo_cut_error(tmask, n, len(ids), start)
     smask = rec.get("sample_loss_mask", 1)
     smask = 1 if smask is None else int(smask)
 

@@ -49,6 +49,24 @@ def test_nemo_rl_rows_are_cut_at_the_first_trained_token(tmp_path):
     assert b.loss_mask == [0, 0]  # a sample the trainer dropped: every token masked
 
 
+def test_a_nemo_rl_row_whose_input_lengths_covers_only_the_prompt_names_the_field_and_the_cut(tmp_path):
+    """Issue 46 item 7: NeMo-RL's input_lengths is the unpadded prompt + response length; a row where it
+    stops at the prompt's end is refused naming input_lengths, where the marked tokens are, and the fix."""
+    rec = {"input_lengths": 3, "token_ids": [1, 10, 11, 20, 21, 3, 3], "token_loss_mask": [0, 0, 0, 1, 1, 0, 0],
+           "generation_logprobs": [0, 0, 0, -0.4, -0.6, 0, 0]}
+    path = _write_jsonl(tmp_path / "train_data_step1.jsonl", [rec])
+    with pytest.raises(DumpError) as e:
+        list(open_dump(path, "nemo-rl").rows())
+    msg = str(e.value)
+    assert "input_lengths is 3" in msg and "covers only the prompt" in msg, msg
+    assert "first marked token is token 3" in msg and "prompt + response length" in msg, msg
+    assert "write input_lengths as the prompt + response length (5 here" in msg, msg
+    # A mask that marks nothing at all: said so, and not blamed on input_lengths.
+    path = _write_jsonl(tmp_path / "train_data_step2.jsonl", [{**rec, "input_lengths": 7, "token_loss_mask": [0] * 7}])
+    with pytest.raises(DumpError, match="marks no token \\(all 7 are 0\\)"):
+        list(open_dump(path, "nemo-rl").rows())
+
+
 def test_truncated_jsonl_line_is_named_or_skipped(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(PARITY[0]) + "\n" + json.dumps(PARITY[1])[:25] + "\n")
