@@ -514,9 +514,81 @@ def _slime_row(s: Any, i: int, where: str) -> RolloutRow:
     )
 
 
+class _RecordType(type):
+    """The type of PickledRecord's stand-ins: a class nested in an absent one (slime's Sample.Status)
+    is pickled (protocol 2) as getattr(Sample, "Status"), so an attribute of a stand-in class is a
+    stand-in class too."""
+
+    def __getattr__(cls, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        nested = _RecordType(attr, (PickledRecord,), {"_pickled_as": f"{cls._pickled_as}.{attr}"})
+        setattr(cls, attr, nested)
+        return nested
+
+
+class PickledRecord(metaclass=_RecordType):
+    """A stand-in for a class the pickle names that does not import here (slime's Sample on a machine
+    without slime): its fields become attributes, read as any object's. Made per class name by
+    `lenient_pickle` (issue 46 item 8: the user passed --trust-pickle; needing the framework too
+    refused a file whose fields are all plain data)."""
+
+    _pickled_as = "?"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) == 1 and not kwargs:
+            self.value = args[0]  # an Enum member pickled as Status("completed")
+        elif args:
+            self.args = args
+        self.__dict__.update(kwargs)
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
+            for part in state:
+                if isinstance(part, dict):
+                    self.__dict__.update(part)
+        elif isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.state = state
+
+    def __repr__(self) -> str:
+        return f"<{self._pickled_as} read as a record: {', '.join(self.__dict__)}>"
+
+
+def lenient_pickle() -> Any:
+    """A pickle module for torch.load whose unpickler imports each class the file names where it
+    imports, and maps one that does not (its module absent: the framework is not installed here) to a
+    PickledRecord. Unpickling still runs what the classes that do import run: only ever called when
+    the user passed --trust-pickle."""
+    import pickle
+    import types
+
+    records: dict[tuple[str, str], type] = {}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            try:
+                return super().find_class(module, name)
+            except (ImportError, AttributeError):
+                key = (module, name)
+                if key not in records:
+                    records[key] = _RecordType(
+                        name.rsplit(".", 1)[-1], (PickledRecord,), {"_pickled_as": f"{module}.{name}"}
+                    )
+                return records[key]
+
+    mod = types.ModuleType("parity_lenient_pickle")
+    mod.Unpickler = Unpickler  # type: ignore[attr-defined]
+    mod.load = lambda f, **kw: Unpickler(f, **kw).load()  # type: ignore[attr-defined]
+    mod.__dict__.update({k: getattr(pickle, k) for k in ("UnpicklingError", "HIGHEST_PROTOCOL", "dump", "dumps")})
+    return mod
+
+
 def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
     """slime's torch.save(dict(rollout_id, samples)). weights_only=True first (plain containers and
-    tensors only: no code runs); a file that needs any other class is refused without trust_pickle."""
+    tensors only: no code runs); a file that needs any other class is refused without trust_pickle,
+    and with it loaded whole, a class absent here read as a record (lenient_pickle)."""
     import pickle
 
     import torch
@@ -532,13 +604,12 @@ def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
                 "if you trust the file (you wrote it), pass --trust-pickle; or convert it to "
                 "parity-ui's rollout format (docs/rollouts.md)",
             ) from None
-        try:
-            data = torch.load(p, map_location="cpu", weights_only=False)
-        except Exception as e2:  # noqa: BLE001 - e.g. the classes it names are not importable here
+        try:  # the user said yes: its classes are imported where they exist, read as records where not
+            data = torch.load(p, map_location="cpu", weights_only=False, pickle_module=lenient_pickle())
+        except Exception as e2:  # noqa: BLE001 - a damaged file, or a class whose own code fails
             raise DumpError(
                 f"{p.name} could not be unpickled ({type(e2).__name__}: {str(e2)[:200]})",
-                "install the framework whose classes it names (slime / miles) in this environment, "
-                "or convert the dump to parity-ui's rollout format",
+                "convert the dump to parity-ui's rollout format (docs/rollouts.md)",
             ) from None
     except EOFError:
         raise DumpError(f"{p.name} ends early (a truncated pickle)", "copy the whole file again") from None

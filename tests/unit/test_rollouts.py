@@ -148,6 +148,57 @@ def test_a_pickle_that_needs_code_is_refused_without_the_flag(tmp_path):
     assert rows[0].response_ids == [20, 21]
 
 
+def test_a_slime_pickle_of_classes_absent_here_is_read_as_records_with_the_flag_only(tmp_path):
+    """Issue 46 item 8: a slime .pt of Sample objects, on a machine without slime, with --trust-pickle:
+    the classes' module does not exist here, so their fields are read as plain records; without the
+    flag it is still refused."""
+    import dataclasses
+    import enum
+    import sys
+    import types
+
+    import torch
+
+    name = "slime_not_installed_here.utils.types"
+    mod = types.ModuleType(name)
+
+    @dataclasses.dataclass
+    class Sample:
+        class Status(enum.Enum):
+            COMPLETED = "completed"
+            TRUNCATED = "truncated"
+
+        tokens: list
+        response_length: int
+        rollout_log_probs: list
+        loss_mask: list
+        status: "Sample.Status"
+        weight_versions: list
+
+    Sample.__module__ = Sample.Status.__module__ = name
+    Sample.__qualname__, Sample.Status.__qualname__ = "Sample", "Sample.Status"
+    mod.Sample = Sample
+    parts = name.split(".")
+    packages = {".".join(parts[:i]): types.ModuleType(".".join(parts[:i])) for i in range(1, len(parts))}
+    sys.modules.update({**packages, name: mod})  # as if slime were installed, only while it is saved
+    path = tmp_path / "rollout_3.pt"
+    try:
+        torch.save(dict(rollout_id=3, samples=[Sample([1, 10, 11, 20, 21], 2, [-0.3, -0.2], [1, 1],
+                                                      Sample.Status.TRUNCATED, ["7"])]), path)
+    finally:
+        for m in (*packages, name):
+            del sys.modules[m]  # the framework is not installed here
+    with pytest.raises(ModuleNotFoundError):
+        __import__(name)
+    with pytest.raises(DumpError) as e:
+        open_dump(path)  # no flag: refused, nothing of it runs
+    assert "--trust-pickle" in str(e.value)
+    (row,) = list(open_dump(path, trust_pickle=True).rows())
+    assert row.prompt_ids == [1, 10, 11] and row.response_ids == [20, 21]
+    assert row.rollout_logprobs == [-0.3, -0.2] and row.loss_mask == [1, 1] and row.policy_version == "7"
+    assert name not in sys.modules  # read without importing (or faking) the framework
+
+
 def test_truncated_pickle_is_named(tmp_path):
     import torch
 
