@@ -644,6 +644,10 @@ class Preflight:
         return [f for f in self.findings if f.severity == "error"]
 
 
+def _nonfinite_name(x: float) -> str:
+    return "NaN" if math.isnan(x) else ("-inf" if x < 0 else "+inf")
+
+
 def _first(rows: list[str], n: int = 3) -> str:
     more = f" and {len(rows) - n} more" if len(rows) > n else ""
     return ", ".join(rows[:n]) + more
@@ -665,6 +669,8 @@ def preflight(
     lp_len_bad: list[str] = []
     shifted: list[str] = []
     positive: list[str] = []
+    nonfinite: list[str] = []  # rows with NaN / inf recorded logprobs on kept tokens: which, where
+    nonfinite_tokens = 0
     after_eos: list[str] = []
     t_not_1: Counter = Counter()
     processed: Counter = Counter()
@@ -692,6 +698,14 @@ def preflight(
                 )
             elif any(x > LOGPROB_SLACK for x in col if not math.isnan(x)):
                 positive.append(f"{row.where} ({name})")
+            else:
+                mask = row.mask()
+                bad = [(i, x) for i, x in enumerate(col) if not math.isfinite(x) and (i >= len(mask) or mask[i])]
+                if bad:
+                    nonfinite_tokens += len(bad)
+                    shown = ", ".join(f"token {i} {_nonfinite_name(x)}" for i, x in bad[:3])
+                    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+                    nonfinite.append(f"{row.where} ({name}: {shown}{more})")
         pf.with_logprobs += row.rollout_logprobs is not None
         pf.with_trainer += row.trainer_logprobs is not None
         pf.with_routes += row.has_routed_experts
@@ -774,6 +788,18 @@ def preflight(
                 f"{len(positive)} rows have 'logprobs' above 0: "
                 f"{_first(positive)}; these are not log-probabilities (logits? probabilities?)",
                 "record log-probabilities (vLLM logprobs_mode raw_logprobs)",
+            )
+        )
+    if nonfinite:
+        add(
+            Finding(
+                "replay-nonfinite",
+                "warning",
+                f"{nonfinite_tokens} recorded logprobs of kept tokens are NaN or infinite, in {len(nonfinite)} "
+                f"rows: {_first(nonfinite)}; those tokens are left out of every figure (a row counts only its "
+                "finite tokens)",
+                "record finite logprobs: a NaN is a failed computation, -inf a token the rollout engine's "
+                "sampler had masked (check its top-k/top-p/min-p and logprobs_mode); or mask those tokens",
             )
         )
     if after_eos:

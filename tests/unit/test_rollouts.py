@@ -111,6 +111,27 @@ def test_preflight_names_each_trap(tmp_path):
     assert "processed_logprobs" in codes["replay-processed"].message
 
 
+def test_nan_and_infinite_recorded_logprobs_are_named_with_their_rows_tokens_and_count(tmp_path):
+    """Issue 46 item 9: a row [-0.5, NaN, -0.2] was counted as 2 tokens without a word."""
+    nan, inf = float("nan"), float("inf")
+    rows = [{"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-0.5, nan, -0.2]},
+            {"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-0.5, -0.1, -0.2],
+             "trainer_logprobs": [-inf, -0.1, -0.2]},
+            {"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-0.5, -0.1, nan],
+             "loss_mask": [1, 1, 0]},  # a masked token's NaN is never scored: not counted
+            {"prompt_ids": [1, 5], "response_ids": [6, 7], "rollout_logprobs": [-0.5, -0.1]}]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # NaN and -Infinity, as Python writes them
+    pf = preflight(open_dump(path).rows(), vocab_size=100)
+    codes = {f.code: f for f in pf.findings}
+    f = codes["replay-nonfinite"]
+    assert f.severity == "warning"
+    assert "2 recorded logprobs of kept tokens are NaN or infinite, in 2 rows" in f.message, f.message
+    assert "line 1 (rollout: token 1 NaN)" in f.message and "line 2 (trainer: token 0 -inf)" in f.message
+    assert "line 3" not in f.message and "left out of every figure" in f.message
+    assert "-inf a token the rollout engine's sampler had masked" in f.fix
+
+
 class _Sample:  # stands for slime's Sample class, which a safe load may not build
     def __init__(self, **kw):
         self.__dict__.update(kw)
