@@ -137,7 +137,9 @@ def _progress(event: Any) -> None:
 
 
 def _emit(args: argparse.Namespace) -> Any:
-    return _progress if not args.json and not args.quiet else None
+    """The progress printer: lines on stderr unless --quiet. --json keeps them (its object is on stdout;
+    a long replay or workload was silent under it: issue 46 item 10)."""
+    return _progress if not args.quiet else None
 
 
 def _is_workload_file(path: str | None) -> bool:
@@ -193,7 +195,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         req = plan_request(
             args.model, cfg, prompts, source=source, options=options, trust_remote_code=args.trust_remote_code
         )
-        if isinstance(req, WorkloadRequest) and not args.json and not args.quiet:
+        if isinstance(req, WorkloadRequest) and not args.quiet:
             print(f"[parity] workload: {source.describe()}", file=sys.stderr)
             for bad in source.skipped[:5]:
                 print(f"[parity] skipped {bad.where}: {bad.message}", file=sys.stderr)
@@ -506,7 +508,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    quiet = args.quiet or args.json
+    quiet = args.quiet  # --json's object goes to stdout; progress stays on stderr
 
     def say(message: str) -> None:
         if not quiet:
@@ -539,7 +541,7 @@ def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(p)
@@ -628,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     c.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code")
-    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(c)
@@ -677,7 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument("--trust-remote-code", action="store_true")
     _add_cluster_args(rp)
-    rp.add_argument("--json", action="store_true", help="print one JSON object")
+    rp.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     rp.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(rp)

@@ -187,3 +187,25 @@ def test_config_show_yaml_lists_the_sides(tmp_path):
     proc = parity("config", "show", "--yaml", "--sides-preset", "eager-vs-graphs", db=tmp_path / "x.db")
     assert proc.returncode == 0, proc.stderr
     assert "name: eager" in proc.stdout and "enforce_eager: false" in proc.stdout
+
+
+def test_json_keeps_the_progress_on_stderr_and_quiet_drops_it(tmp_path, capsys):
+    """Issue 46 item 10: under --json no progress reached stderr at all (long replays and workloads were
+    silent). The object is alone on stdout; the progress lines stay on stderr unless --quiet. In this
+    process on the fake kind (its workers in seconds)."""
+    import json
+
+    from fake_engine import fake_model, registered
+    from parity_ui.cli import main
+
+    with registered():
+        model = str(fake_model(tmp_path / "fake", max_position_embeddings=64))
+        args = ["compare", "--model", model, "--prompt", "def f(x):", "--side", "ref=fake", "--side", "b=fake",
+                "--set", "max_new_tokens=4"]
+        assert main(["--db", str(tmp_path / "a.db"), *args, "--json"]) == 0
+        out = capsys.readouterr()
+        assert json.loads(out.out)["status"] == "ok"  # stdout: the object alone
+        assert "[parity] preparing" in out.err and "[parity] stored run" in out.err, out.err
+        assert main(["--db", str(tmp_path / "b.db"), *args, "--json", "--quiet"]) == 0
+        out = capsys.readouterr()
+        assert json.loads(out.out)["status"] == "ok" and "[parity]" not in out.err
