@@ -91,16 +91,13 @@ def plan_request(
 
 
 def is_refusal(e: BaseException, run: Run) -> bool:
-    """A ParityError raised before any side of `run` started: the user's input refused (a model not
-    found, no chat template, a bad config or prompt, a context too long), not a run that failed (an
-    engine that crashed, a Stop)."""
-    from .core.errors import CancelledError, EngineError, ParityError
+    """The user's input refused before any side of `run` started (a model not found, no chat template,
+    a bad config, side or prompt, a context too long): a ConfigError, ModelError or PromptError raised
+    while preparing. Not a run that failed: an engine that crashed or refused its setup
+    (EngineError, CapabilityError), a Stop."""
+    from .core.errors import ConfigError, ModelError, PromptError
 
-    return (
-        isinstance(e, ParityError)
-        and not isinstance(e, (CancelledError, EngineError))
-        and "start" not in (run.timings or {})
-    )
+    return isinstance(e, (ConfigError, ModelError, PromptError)) and "start" not in (run.timings or {})
 
 
 def open_store(db_path: str | None = None) -> Store:

@@ -152,11 +152,14 @@ def test_two_checkpoints_perturbed_weights_diverge_identical_copies_do_not(servi
 
 def test_a_side_model_with_another_tokenizer_is_refused_before_loading(service, models, tmp_path):
     other = build_model(tmp_path / "other-tok", "llama", seed=3, vocab_size=512)
-    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32",
-               sides=["ref=hf", f"b=vllm,model={other}"])
-    assert run.status == "error" and run.error_code == "side"
-    assert "side 'b'" in run.error and "tokenizer" in run.error and "Fix:" in run.error
-    assert run.timings.get("load") is None  # nothing loaded
+    from parity_ui.core.errors import SideError
+    from parity_ui.store.runs import list_runs
+
+    before = len(list_runs(service.db))
+    with pytest.raises(SideError) as e:  # refused before any side starts: nothing stored (issue 46 item 5)
+        _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", sides=["ref=hf", f"b=vllm,model={other}"])
+    assert "side 'b'" in str(e.value) and "tokenizer" in str(e.value) and "Fix:" in str(e.value)
+    assert len(list_runs(service.db)) == before
 
 
 def test_hf_in_another_environment_with_another_transformers(service, models, alt_env):
