@@ -243,6 +243,31 @@ def config_from_dict(data: dict[str, Any] | None) -> ParityConfig:
     return cfg
 
 
+def decoding_text(config: Any) -> str:
+    """How the tokens were chosen, in words, from a config or a stored run's config dict: "greedy";
+    "shared-seed sampling (seed 0), T=1, top_p 0.8"; "native sampling (each side its own random
+    stream), T=0.7". Sampled runs must never read as greedy (issue 46 item 11)."""
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    t = float(get("temperature", 0.0) or 0.0)
+    if t == 0.0:
+        return "greedy"
+    cuts = [
+        f"{k} {v:g}"
+        for k, v, off in (
+            ("top_p", get("top_p", 1.0), 1.0),
+            ("top_k", get("top_k", 0), 0),
+            ("min_p", get("min_p", 0.0), 0.0),
+        )
+        if v is not None and v != off
+    ]
+    how = (
+        f"shared-seed sampling (seed {get('seed', 0)})"
+        if get("sampling", "native") == "shared-seed"
+        else "native sampling (each side its own random stream)"
+    )
+    return ", ".join([how, f"T={t:g}", *cuts])
+
+
 def _check_shared_seed(cfg: ParityConfig) -> None:
     """What shared-seed sampling cannot honour, refused by name (never silently changed)."""
     if not cfg.shared_seed:

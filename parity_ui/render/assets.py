@@ -272,10 +272,15 @@ JS_TEMPLATE = r"""
       bodies.forEach((o) => { if (o !== b) o.scrollTop = b.scrollTop; });
       requestAnimationFrame(() => { syncing = false; });
     }, {passive: true}));
-    root.addEventListener('mouseover', (e) => {
+    // Hover follows the pointer's own moves, never content moving under a resting pointer: a scroll
+    // (the view revealed at a run's end, the panes opened at the fork) fires mouseover there but no
+    // mousemove, and the details showed another position than the fork (issue 46 item 11).
+    root.addEventListener('mousemove', (e) => {
       const c = e.target.closest('.pt-body .t');
-      if (c && root._pin === undefined) render(root, indexOf(c));
-    });
+      if (!c || root._pin !== undefined) return;
+      const i = indexOf(c);
+      if (i !== root._hover) { root._hover = i; render(root, i); }
+    }, {passive: true});
     root.addEventListener('click', (e) => {
       const c = e.target.closest('.pt-body .t');
       if (!c) return;

@@ -835,6 +835,7 @@ class RunSummary:
     error_code: str | None = None
     sides: str = ""
     headline: str | None = None  # a workload's one line (its prompts, each side's share identical and verdict)
+    decoding: str = "greedy"  # how tokens were chosen (core.config.decoding_text): a sampled run says so
 
 
 def list_runs(
@@ -892,9 +893,17 @@ def list_runs(
             error_code=r["error_code"],
             sides=r["sides"] or "",
             headline=r.get("headline"),
+            decoding=_decoding(r.get("config_json")),
         )
         for r in db.query(sql, params)
     ]
+
+
+def _decoding(config_json: str | None) -> str:
+    from ..core.config import decoding_text
+
+    config = _loads(config_json) if config_json else None
+    return decoding_text(config) if isinstance(config, dict) else "greedy"
 
 
 def distinct_models(db: Database) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 import yaml
 
-from ..core.config import PRESETS, ParityConfig, config_from_dict, parse_config_text
+from ..core.config import PRESETS, ParityConfig, config_from_dict, decoding_text, parse_config_text
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import DTYPES
 from ..render import cards
@@ -84,7 +84,7 @@ def app_defaults_note() -> str:
 
 
 def config_summary_html(cfg: ParityConfig) -> str:
-    mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
+    mode = html.escape(decoding_text(cfg))
     sides = " vs ".join(html.escape(s.describe()) for s in cfg.sides)
     chat_note = cli_default_note("chat", cfg.chat)
     parts = [

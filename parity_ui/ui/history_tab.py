@@ -83,9 +83,11 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):
         return r.status
+    # A sampled run says so (issue 46 item 11): "identical" means another thing under sampling.
+    drawn = "" if r.decoding == "greedy" else f" ({r.decoding})"
     if r.identical:
-        return "identical"
-    return f"diverged at token {r.first_divergence}"
+        return "identical" + drawn
+    return f"diverged at token {r.first_divergence}" + drawn
 
 
 def _excerpt(text: str) -> str:
