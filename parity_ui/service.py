@@ -28,6 +28,7 @@ from typing import Any
 
 from .commands.replay import ReplayRequest
 from .commands.workload.run import WorkloadRequest
+from .core.config import routes_for
 from .core.mapping import mapping_table, resolve
 from .core.requests import InputCheck
 from .core.runlog import EventCallback, RunEvent, new_run
@@ -147,7 +148,7 @@ class ParityService:
     def mapping(self, model: str, cfg: Any, trust_remote_code: bool = False) -> list[Any]:
         info = describe_model(model, trust_remote_code=trust_remote_code)
         tok = tokenizer_for(info.path, trust_remote_code)
-        return mapping_table(cfg, resolve(info, tok.eos_token_ids, self.on_gpu))
+        return mapping_table(routes_for(cfg, info.num_experts), resolve(info, tok.eos_token_ids, self.on_gpu))
 
     def head_start(self, req: RunRequest) -> None:
         """Start the workers a run will most likely need before preparing it: their engines'

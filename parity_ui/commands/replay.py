@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis.compare import compare
 from ..analysis.verdict_basis import verdict_basis
-from ..core.config import ParityConfig, config_from_dict
+from ..core.config import ParityConfig, config_from_dict, routes_for
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import get_kind
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
@@ -149,7 +149,7 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
     prompts: list[PromptSpec] = []
     longest = 0
 
-    routes = DumpRoutesCheck(info.path, bool(getattr(req.config, "routes", False)))  # MoE: the recorded routes
+    routes = DumpRoutesCheck(info.path, bool(routes_for(req.config, info.num_experts).routes))  # MoE: recorded routes
 
     def keep(row: RolloutRow) -> None:
         nonlocal longest

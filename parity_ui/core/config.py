@@ -91,10 +91,11 @@ class ParityConfig:
         True,
         "after generating, each side re-scores the reference's tokens and the reference each side's (teacher forcing)",
     )
-    routes: bool = option(
-        False,
+    routes: bool | None = option(
+        None,
         "mixture-of-experts models: record which experts every MoE layer chose for each "
-        "token on every side that can, and compare them layer by layer",
+        "token on every side that can, and compare them layer by layer; unset (null): on for a "
+        "model whose config names experts, off for a dense one",
     )
     full_distribution: bool = option(
         False,
@@ -241,6 +242,15 @@ def config_from_dict(data: dict[str, Any] | None) -> ParityConfig:
     cfg.sides = build_sides(raw_sides, sections, set(TOP_KEYS))
     _check_shared_seed(cfg)
     return cfg
+
+
+def routes_for(cfg: ParityConfig, num_experts: int | None) -> ParityConfig:
+    """`routes` follows the model where it is unset (issue 46 item 12): on for a mixture-of-experts
+    model (`num_experts`, from its config.json: parity_ui.inputs.models), off for a dense one; a
+    value the user set stays."""
+    if cfg.routes is not None:
+        return cfg
+    return dataclasses.replace(cfg, routes=bool(num_experts))
 
 
 def decoding_text(config: Any) -> str:

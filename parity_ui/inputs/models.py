@@ -18,6 +18,17 @@ from ..core.errors import ModelError
 from ..core.types import ModelInfo
 from .demo_model import DEMO_NAME, ensure_demo_model
 
+# config.json keys naming the expert count and top-k, by model family
+EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts")
+
+
+def moe_shape_of(cfg: dict[str, Any]) -> tuple[int, int] | None:
+    """(experts, top-k) of a (text) config.json dict; None for a dense model."""
+    experts = next((cfg[k] for k in EXPERT_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 1), None)
+    top_k = next((cfg[k] for k in TOPK_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
+    return (experts, top_k) if experts and top_k else None
+
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
@@ -149,6 +160,7 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         rope = None  # transformers 5 writes rope_parameters even for plain RoPE
     eos = list(dict.fromkeys(_ids(gen.get("eos_token_id")) + _ids(text_cfg.get("eos_token_id"))))
     archs = cfg.get("architectures") or []
+    moe = moe_shape_of(text_cfg)
     if not archs and not trust_remote_code:
         raise ModelError(
             f"{folder}/config.json names no architectures",
@@ -179,6 +191,8 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         kv_layout=kv_layout(text_cfg),
         vision=isinstance(cfg.get("vision_config"), dict),
         image_token_id=cfg.get("image_token_id") if isinstance(cfg.get("image_token_id"), int) else None,
+        num_experts=moe[0] if moe else None,
+        experts_per_token=moe[1] if moe else None,
     )
 
 

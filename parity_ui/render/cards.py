@@ -54,6 +54,15 @@ def model_html(info: ModelInfo, label: str = "") -> str:
         ("chat template", "yes" if info.has_chat_template else "no"),
         ("folder", info.path),
     ]
+    if info.num_experts:  # routes follow the model: on here unless the config sets them off
+        rows.insert(
+            1,
+            (
+                "experts",
+                f"mixture of experts ({info.num_experts} experts, top-{info.experts_per_token}): "
+                "routes recorded unless routes is off",
+            ),
+        )
     cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     warn = (
         '<div class="pc-warn">trust_remote_code is ON: this model\'s own Python code will run.</div>'

@@ -41,7 +41,16 @@ FORM_KEYS: dict[str, tuple[str, str]] = {
     "max_model_len": ("max_model_len", "context limit; empty = the model's own"),
     "batch_size": ("batch_size", "prompts per generate call"),
     "chat": ("chat template", "apply the model's chat template once (both engines get the same ids)"),
+    "routes": (
+        "MoE routes",
+        "record and compare which experts each token used; 'follow the model': on for a mixture-of-experts "
+        "model, off for a dense one (what it costs: the docs' MoE routes page)",
+    ),
 }
+# The routes field's choices and their YAML values (null: follow the model).
+ROUTES_CHOICES = [("follow the model (on for MoE models)", "auto"), ("on", "on"), ("off", "off")]
+ROUTES_VALUE = {"auto": None, "on": True, "off": False}
+ROUTES_SHOWN = {None: "auto", True: "on", False: "off"}
 
 
 def config_from_text(text: str) -> ParityConfig:
@@ -128,9 +137,11 @@ def _raw_form_values(text: str) -> dict[str, Any]:
         v = data.get(key)
         if key == "chat" and isinstance(v, bool):
             out[key] = v
+        elif key == "routes" and (v is None or isinstance(v, bool)):
+            out[key] = v
         elif key == "dtype" and v in DTYPES:
             out[key] = v
-        elif key not in ("chat", "dtype") and isinstance(v, (int, float)) and not isinstance(v, bool):
+        elif key not in ("chat", "dtype", "routes") and isinstance(v, (int, float)) and not isinstance(v, bool):
             out[key] = v
     return out
 
@@ -194,6 +205,13 @@ class ConfigTab:
                 value=d.batch_size, precision=0, label="batch_size", info=FORM_KEYS["batch_size"][1]
             ),
             "chat": gr.Checkbox(value=APP_DEFAULTS["chat"], label="chat template", info=FORM_KEYS["chat"][1]),
+            "routes": gr.Dropdown(
+                choices=ROUTES_CHOICES,
+                value=ROUTES_SHOWN[d.routes],
+                label="MoE routes",
+                info=FORM_KEYS["routes"][1],
+                elem_id="cfg-routes",
+            ),
         }
 
     @property
@@ -212,7 +230,7 @@ class ConfigTab:
                 "elem_classes": ["field-error"] if bad else [],
             }
             if data is not None and key in data:
-                kw["value"] = data[key]
+                kw["value"] = ROUTES_SHOWN.get(data[key], "auto") if key == "routes" else data[key]
             out[comp] = type(comp)(**kw)
         return out
 
@@ -254,7 +272,7 @@ class ConfigTab:
         for key, value in zip(self.fields, values):
             if isinstance(value, float) and value.is_integer() and key not in ("temperature", "top_p"):
                 value = int(value)
-            form[key] = value
+            form[key] = ROUTES_VALUE.get(value) if key == "routes" else value
         try:
             current = config_from_text(text).to_dict()
             if all(current.get(k) == v for k, v in form.items()):

@@ -481,7 +481,9 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     assert shape("/run") == (["model", "trust", "prompt", "cfg_text", "images"], ["Html", *view])
     assert shape("/open_run") == (["run_id"], view)
     assert shape("/count_tokens") == (["model", "trust", "prompt", "cfg_text"], ["Html"])
-    form = ["Dropdown", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Checkbox"]
+    # the form; routes appended last (issue 46 item 12): the earlier outputs keep their places
+    form = ["Dropdown", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Checkbox",
+            "Dropdown"]
     assert shape("/validate_config") == (["text", "model", "trust"], ["Html", "Html", "Html", *form])
     assert shape("/upload_prompts") == (["path"], ["Html"])
     slots = ["Textbox", "Dropdown", "Textbox", "Textbox", "Textbox"] * 4
