@@ -30,6 +30,13 @@ class SideStates:
         self.state: dict[str, tuple[str, float]] = {}
 
     def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "progress":
+            # A workload's sides take turns in each chunk: the side of this line works now, and one that
+            # generated or scored before it has done its part (issue 46 item 14: it read "generating" on).
+            # A line with no side is between calls: nobody works.
+            for side, (what, _) in list(self.state.items()):
+                if side != ev.side and what in ("generating", "scoring"):
+                    self.state[side] = ("its part of the chunk done", time.monotonic())
         if ev.side is None:
             return
         if ev.kind in ("token", "progress"):
@@ -123,7 +130,7 @@ class WorkloadLive:
         self.n_prompts = n_prompts
         self.source = source
         self.done = 0
-        self.eta = ""  # the newest progress line: "128/1000 prompts done, 2.1 prompts/s, about 6 min left"
+        self.eta = ""  # the newest progress line (commands.workload.blocks.progress_line)
         self.fraction: float | None = None  # the share of the work done, inside a chunk too
         self.phase = "Queued: waiting for the engines"
         self.log: list[str] = []

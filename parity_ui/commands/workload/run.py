@@ -48,7 +48,7 @@ from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
 from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
-from .blocks import time_left_text
+from .blocks import progress_line, time_left_text
 from .pieces import pieces, scored_in_pieces
 from .report import pooled, pooled_routing, pooled_sampling
 
@@ -738,17 +738,13 @@ class Progress:
             return
         self.last = now
         r, f = self.report, self.fraction()
-        spent = now - self.t0
-        left = time_left_text(spent, f)
-        line = f"{r.done}/{r.n_prompts} prompts done"
+        left = time_left_text(now - self.t0, f)
+        doing = ""
         if self.what:
-            made = sum(self.tokens.values())
-            doing = f"{self.side} {self.what}"
+            doing = f"chunk {self.k + 1} of {self.n_chunks}: {self.side} {self.what}"
             if self.what == "generating":
-                doing += f" ({made:,} tokens of up to {self.size * self.max_new:,})"
-            line += f"; chunk {self.k + 1} of {self.n_chunks}: {doing}; {100 * f:.0f}% of the work, {left}"
-        else:
-            line += f", {r.rate:.2f} prompts/s, {left} ({100 * f:.0f}% of the work)"
+                doing += f" ({sum(self.tokens.values()):,} tokens of up to {self.size * self.max_new:,})"
+        line = progress_line(r.done, r.n_prompts, f, left, r.rate, doing)
         self.emit(RunEvent("progress", line, prompt_index=r.done, side=self.side if self.what else None, fraction=f))
 
 
