@@ -206,7 +206,7 @@ class CompareTab:
             file_types=list(IMAGE_TYPES),
             type="filepath",
             elem_id="prompt-images",
-            height=120,
+            height=170,  # the floating label clears the upload icon (at 120 it sat over it, clipped)
         )
         self.image_info = gr.HTML(elem_id="image-info", container=False)
         self.file_prompts = gr.State(None)
@@ -253,7 +253,8 @@ class CompareTab:
     def _render_run(self) -> None:
         with gr.Row():
             self.run_btn = gr.Button("Run every side", variant="primary", elem_id="run-btn", scale=3)
-            self.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1)
+            # Not red while nothing runs (issue 46 item 15): Stop is a plain button; what it stops is said.
+            self.stop_btn = gr.Button("Stop", variant="secondary", elem_id="stop-btn", scale=1)
         self.stop_note = gr.HTML(elem_id="stop-note")
         self.progress = gr.HTML(elem_id="progress")
         self.run_id = gr.State(None)

@@ -155,7 +155,14 @@ class ConfigTab:
     def create_ui(self) -> None:
         with gr.Tab("Config", id="config"):
             with gr.Row():
-                self.preset = gr.Dropdown(label="Preset", choices=list(PRESETS), value=None, scale=3)
+                self.preset = gr.Dropdown(
+                    label="Config preset",
+                    info=f"a ready config ({', '.join(PRESETS)}): pick one, then Apply preset",
+                    choices=list(PRESETS),
+                    value=None,
+                    scale=3,
+                    elem_id="cfg-preset",
+                )
                 self.apply_preset_btn = gr.Button("Apply preset", scale=1)
                 self.reset_btn = gr.Button("Reset to defaults", scale=1)
             gr.HTML(app_defaults_note(), elem_id="cfg-app-defaults")

@@ -118,7 +118,8 @@ class SidesPanel:
         with gr.Accordion("Sides: what is compared (the first is the reference)", open=False, elem_id="sides-panel"):
             with gr.Row():
                 self.preset = gr.Dropdown(
-                    label="Preset",
+                    label="Sides preset",
+                    info="a ready pair of sides: pick one, then Use preset (it replaces the sides below)",
                     choices=[(v, k) for k, v in SIDE_PRESET_LABELS.items()],
                     value=None,
                     scale=3,

@@ -236,3 +236,34 @@ def test_a_not_run_card_goes_once_its_problem_is_gone(page):
     page.wait_for_selector("#cfg-error .pc-error", state="detached", timeout=REPLY_MS)
     page.get_by_role("tab", name="Compare").click()
     page.wait_for_selector("#cmp-summary .pc-error", state="detached", timeout=REPLY_MS)
+
+
+def test_the_page_reads_cleanly_labels_fit_and_stop_is_quiet_while_idle(page):
+    """Issue 46 item 15: the two Preset dropdowns named and explained; the image drop zone's label clear
+    of its icon; a side's kind clear of its dropdown's arrow; Stop not bright red while nothing runs;
+    bold text in one font (the bundled one has a few bold glyphs only: "CAncelled")."""
+    page.click("#sides-panel >> text=Sides")
+    page.wait_for_selector("#side-0-kind input", state="visible", timeout=REPLY_MS)
+    sides_preset = page.locator("#sides-preset").inner_text()
+    assert "Sides preset" in sides_preset and "then Use preset" in sides_preset, sides_preset
+    geometry = page.evaluate("""() => {
+        const box = (el) => el.getBoundingClientRect();
+        const label = box(document.querySelector('#prompt-images [data-testid="block-label"]'));
+        const icon = box(document.querySelector('#prompt-images [data-testid="upload-icon"]'));
+        const input = document.querySelector('#side-0-kind input');
+        const arrow = box(document.querySelector('#side-0-kind .icon-wrap'));
+        const text = box(input).right - parseFloat(getComputedStyle(input).paddingRight);
+        const stop = getComputedStyle(document.querySelector('#stop-btn')).backgroundColor;
+        const font = getComputedStyle(document.querySelector('#run-btn')).fontFamily;
+        return {overlap: !(label.bottom <= icon.top || icon.bottom <= label.top || label.right <= icon.left
+                           || icon.right <= label.left),
+                textEnd: text, arrowStart: arrow.left, stop, font};
+    }""")
+    assert not geometry["overlap"], geometry
+    assert geometry["textEnd"] <= geometry["arrowStart"] + 0.5, geometry
+    r, g, b = (int(x) for x in geometry["stop"].removeprefix("rgb(").rstrip(")").split(",")[:3])
+    assert not (r > 180 and g < 120 and b < 120), geometry["stop"]  # not red
+    assert not geometry["font"].lstrip('"').startswith("Source Sans Pro"), geometry["font"]
+    page.get_by_role("tab", name="Config").click()
+    config_preset = page.locator("#cfg-preset").inner_text()
+    assert "Config preset" in config_preset and "then Apply preset" in config_preset, config_preset
