@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -376,6 +377,29 @@ def test_demo_model_bfloat16_diverges_and_the_index_is_reported(service):
     assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids,
                                                                 p.results["vllm"].token_ids)
     assert run.side("vllm").dtype == run.side("hf").dtype == "bfloat16"
+
+
+def test_the_readme_caption_is_what_the_apps_demo_run_shows_on_this_machine(service):
+    """Issue 46 item 16: the README's screenshot caption (scripts/readme_screenshot.py writes both from the
+    app's run) named token 27 where a fresh clone forks at 21 on this CPU. The app's Run with its own
+    defaults (the default prompt and config) on the demo model must give the caption README.md and
+    docs/index.md carry."""
+    import importlib.util
+
+    from parity_ui.service import plan_request
+    from parity_ui.ui.compare_tab import DEFAULT_PROMPT
+    from parity_ui.ui.config_tab import config_from_text, default_yaml
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("readme_screenshot", root / "scripts" / "readme_screenshot.py")
+    shot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shot)
+    run = service.run(plan_request("demo", config_from_text(default_yaml()), [PromptSpec(text=DEFAULT_PROMPT)]))
+    assert run.status in ("ok", "diverged"), run.error
+    want = shot.caption_for(run)
+    for page in shot.PAGES:
+        (said,) = shot.captions_in(page.read_text(encoding="utf-8"))
+        assert " ".join(said.split()) == want, f"{page.name}: run scripts/readme_screenshot.py\n{said}\n{want}"
 
 
 def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_the_slower_side_loads(models, tmp_path):
