@@ -24,7 +24,7 @@ from sqlite_utils import Database
 from ..core.pooled import PairSample
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
-from . import bisects, checks, runs, workloads
+from . import bisects, checks, runs, weights, workloads
 
 
 @dataclass
@@ -180,3 +180,16 @@ class Store:
     def last_pass(self, case: str, models: tuple[str, ...], content_hash: str) -> str | None:
         """The workload run of the newest passing check of `case` on one of `models` with these prompts."""
         return checks.last_pass(self.db, case, models, content_hash)
+
+    # -- weight-sync checks (issue 41) ------------------------------------------------------------------
+
+    def save_weight_check(self, run_id: str, created: str, report: dict[str, Any]) -> None:
+        """A weight check's report (core.weights.WeightReport.to_dict()) and its run's headline."""
+        weights.save_weight_check(self.db, run_id, created, report)
+
+    def weight_check(self, run_id: str) -> dict[str, Any] | None:
+        return weights.weight_check(self.db, run_id)
+
+    def weight_checks(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The newest weight checks first, as the app's list shows them."""
+        return weights.weight_checks(self.db, limit)
