@@ -261,7 +261,8 @@ class WeightReport:
     @property
     def tensors_equal(self) -> bool:
         """Every unit read on both sides is equal (or within a quantised format's tolerance), none missing."""
-        return self.readable and bool(self.tensors) and not self.differing and not self.unknown
+        checked = any(t.status in (EQUAL, TOLERATED) for t in self.tensors)
+        return self.readable and checked and not self.differing and not self.unknown
 
     @property
     def probe_at_floor(self) -> bool:
@@ -290,8 +291,12 @@ class WeightReport:
         if not self.readable:
             parts.append(f"tensors not readable ({self.not_readable}): probe only")
         else:
-            n, d = len(self.tensors), self.differing
+            d = self.differing
+            unchecked = sum(t.status == UNREADABLE for t in self.tensors)
+            n = len(self.tensors) - unchecked
             parts.append(f"all {n} tensors equal" if not d and not self.unknown else f"{len(d)} of {n} tensors differ")
+            if unchecked:
+                parts[-1] += f" ({unchecked} not checked)"
             if d:
                 parts[-1] += ": " + ", ".join(t.label for t in d[:3]) + (" ..." if len(d) > 3 else "")
             if self.unknown:

@@ -110,6 +110,19 @@ def push_in_worker(worker: Any, folder: str, skip: str | None, zero: str | None,
     }
 
 
+def items_in_worker(worker: Any, items: list[tuple[str, Any]], path: str) -> dict[str, Any]:
+    """One in-process worker's push of tensors it is handed (a training script's state dict): the same
+    two paths. Only with vLLM's in-process executor do the tensors arrive without a copy."""
+    from .weight_units import model_of
+
+    t0 = time.perf_counter()
+    if path == "reload":
+        worker.reload_weights(weights_iterator=iter(items), is_checkpoint_format=True)
+    else:
+        model_of(worker).load_weights(iter(items))
+    return {"pushed": [n for n, _ in items], "skipped": [], "zeroed": [], "seconds": time.perf_counter() - t0}
+
+
 def sleep_supported() -> bool:
     from vllm.platforms import current_platform
 
@@ -128,6 +141,42 @@ def push(
 ) -> UpdateRecord:
     """Push `folder`'s weights into the running `llm` (a vllm.LLM) through `path`, around a sleep/wake
     cycle of level `sleep` (0: none). Raises EngineFault naming what went wrong."""
+    return _cycle(llm, (push_in_worker, (folder, skip, zero, path)), path, sleep, start_from, folder)
+
+
+def push_state_dict(
+    llm: Any,
+    state_dict: dict[str, Any],
+    *,
+    skip: str | None = None,
+    zero: str | None = None,
+    sleep: int = 0,
+    path: str = "reload",
+) -> UpdateRecord:
+    """Push a state dict's tensors (checkpoint names) into an in-process `llm`, as a trainer does between
+    steps; `skip` / `zero` plant the same faults as for a folder."""
+    import torch
+
+    skip_re = re.compile(skip) if skip else None
+    zero_re = re.compile(zero) if zero else None
+    items, skipped, zeroed = [], [], []
+    for name, t in state_dict.items():
+        if skip_re is not None and skip_re.search(name):
+            skipped.append(name)
+            continue
+        if zero_re is not None and zero_re.search(name):
+            zeroed.append(name)
+            t = torch.zeros_like(t)
+        items.append((name, t.detach()))
+    rec = _cycle(llm, (items_in_worker, (items, path)), path, sleep, "", "(state dict)")
+    rec.skipped, rec.zeroed = skipped, zeroed
+    return rec
+
+
+def _cycle(
+    llm: Any, call: tuple[Any, tuple[Any, ...]], path: str, sleep: int, start_from: str, source: str
+) -> UpdateRecord:
+    """The push `call` (a worker function and its arguments) around the sleep cycle, its faults explained."""
     t0 = time.perf_counter()
     note = ""
     if sleep:
@@ -139,7 +188,7 @@ def push(
             else CPU_SLEEP_NOTE
         )
     try:
-        answers = llm.collective_rpc(push_in_worker, args=(folder, skip, zero, path))
+        answers = llm.collective_rpc(call[0], args=call[1])
     except AssertionError as e:
         raise EngineFault(
             f"the push through {path} failed in vLLM's loader: {e}",
@@ -150,7 +199,7 @@ def push(
         ) from e
     except (KeyError, ValueError) as e:
         raise EngineFault(
-            f"vLLM's loader refused a tensor of {folder}: {e}",
+            f"vLLM's loader refused a tensor of {source}: {e}",
             "push a checkpoint of the model the engine runs (the same architecture and tensor names)",
             fatal=True,
         ) from e
@@ -161,7 +210,7 @@ def push(
     first = answers[0]
     return UpdateRecord(
         start_from=start_from,
-        pushed_from=folder,
+        pushed_from=source,
         path=path,
         pushed=len(first["pushed"]),
         skipped=list(first["skipped"]),

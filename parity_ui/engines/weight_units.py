@@ -380,3 +380,20 @@ def diff_in_worker(worker: Any, template: str, names: list[str] | None) -> list[
             mine, fmt, scale = u.dequantised(cache)
             figures.append(asdict(compare_values(key, mine.detach(), f.get_tensor(key), fmt, scale)))
     return figures
+
+
+def values_in_worker(worker: Any, keys: list[str], names: list[str] | None) -> dict[str, Any]:
+    """The units named by `keys`, their values on the host (the in-loop check's differences: in process,
+    so nothing is pickled)."""
+    import torch
+
+    rank = rank_of(worker)
+    wanted = set(keys)
+    cache: dict[Any, Any] = {}
+    out = {}
+    with torch.inference_mode():
+        for u in units(model_of(worker), set(names) if names is not None else None):
+            k = u.key(rank)
+            if k in wanted:
+                out[k] = u.values(cache).detach().to("cpu").clone()
+    return out

@@ -4,11 +4,31 @@ tensors first (core.weights.ordered keeps that order in the report itself)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..core.weights import DIFFERS, EQUAL, MISSING, ProbeComparison, TensorFigure, WeightReport
 from .markup import esc
 
 SHOWN_EQUAL = 12  # equal tensors listed after the differing ones (the rest counted)
+# The view's own few rules (kept here, not in the page's CSS: this view is one self-contained piece)
+STYLE = (
+    "<style>.weights-check .w-ok{color:#1a7f37}.weights-check .w-bad{color:#cf222e}"
+    ".weights-table{border-collapse:collapse;font-size:0.85em}.weights-table td,.weights-table th"
+    "{border:1px solid #d0d7de;padding:2px 6px;text-align:left}.weights-table tr.w-differs td"
+    "{background:#ffebe9}.weights-table tr.w-missing td{background:#fff8c5}.weights-check .w-note"
+    "{color:#57606a;font-size:0.85em}</style>"
+)
+
+
+def check_choices(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The stored checks as (label, run id) for a picker: when, verdict, model, the headline's start."""
+    out = []
+    for r in rows:
+        verdict = {0: "LANDED", 1: "NOT LANDED"}.get(int(r.get("exit_code", 2)), "ERROR")
+        when = str(r.get("datetime_utc") or "")[:19].replace("T", " ")
+        model = str(r.get("model") or "").rstrip("/").rsplit("/", 1)[-1]
+        out.append((f"{when}  {verdict}  {model}  ({r.get('differing', 0)} differ)  {r['run_id']}", r["run_id"]))
+    return out
 
 
 def _g(x: float | None, fmt: str = ".3g") -> str:
@@ -114,6 +134,7 @@ def weights_html(r: WeightReport) -> str:
     """The app's view of one check: verdict, update, probe, then the tensors table, differing first."""
     ok = r.exit_code == 0
     parts = [
+        STYLE,
         f'<div class="weights-check" data-verdict="{esc(r.verdict)}">',
         f'<h3 class="{"w-ok" if ok else "w-bad"}">{esc(r.headline())}</h3>',
         f"<p>model <code>{esc(r.model)}</code>"

@@ -79,6 +79,8 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + f"workload: {r.headline}"
     if r.kind == "replay" and r.headline:  # the headline begins "replay of N rows"
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + r.headline
+    if r.kind == "weights" and r.headline:  # a weight-sync check's verdict line (issue 41)
+        return r.headline
     if r.status == "error":
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):
@@ -308,6 +310,11 @@ class HistoryTab:
             )
         if run.kind == "bisect":  # its record: the trials and the answer (its prompts have no tokens of their own)
             return self.view.cleared(bisect_result_html(run))
+        if run.kind == "weights":  # a weight-sync check: its report (the probe's sequences have no tokens to show)
+            from ..render.weights import weights_html
+
+            report = self.service.weight_report(run_id, self.service.reader)
+            return self.view.cleared(weights_html(report) if report is not None else run.error or "no report stored")
         if run.workload is not None:  # its view shows above (`wview.show`); a prompt's tokens on a click there
             return self.view.values(
                 None, message="A workload run: pick a prompt in its table above to see its tokens here."
