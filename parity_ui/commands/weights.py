@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING, Any
@@ -251,8 +252,11 @@ def _run(
 def _tensors(
     sides: Sides, report: WeightReport, live_name: str, names: list[str], budget_mb: float, emit: EventCallback
 ) -> None:
-    fresh: SideWeights = sides.client(FRESH).weights(WeightsRequest(names))
-    live: SideWeights = sides.client(live_name).weights(WeightsRequest(names))
+    # Both engines digest at once (two worker processes: an 8B model's tensors take seconds each)
+    with ThreadPoolExecutor(2) as pool:
+        got = [pool.submit(sides.client(s).weights, WeightsRequest(names)) for s in (FRESH, live_name)]
+        fresh: SideWeights = got[0].result()
+        live: SideWeights = got[1].result()
     report.notes += fresh.notes
     report.update = live.update
     if live.update is not None and live.update.sleep_note:

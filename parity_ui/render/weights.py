@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..core.weights import DIFFERS, EQUAL, MISSING, ProbeComparison, TensorFigure, WeightReport
+from ..core.weights import DIFFERS, EQUAL, MISSING, ProbeComparison, TensorFigure, WeightReport, ordered
 from .markup import esc
 
 SHOWN_EQUAL = 12  # equal tensors listed after the differing ones (the rest counted)
@@ -86,7 +86,7 @@ def format_weights(r: WeightReport) -> str:
     if not r.readable:
         out.append(f"  tensors: not readable: {r.not_readable}")
     else:
-        differ = [t for t in r.tensors if t.status != EQUAL]
+        differ = [t for t in ordered(r.tensors) if t.status != EQUAL]
         equal = [t for t in r.tensors if t.status == EQUAL]
         out.append(
             f"  tensors: {len(r.tensors)} units, {len(differ)} not equal ({r.timings.get('tensor_check_s', 0):.2f} s)"
@@ -164,7 +164,7 @@ def weights_html(r: WeightReport) -> str:
     else:
         head = "<tr><th>status</th><th>engine tensor [slice]</th><th>checkpoint source</th><th>rank</th>"
         head += "<th>shape</th><th>difference</th><th>digest live / fresh</th><th>note</th></tr>"
-        rows = "".join(_row(t) for t in r.tensors)
+        rows = "".join(_row(t) for t in ordered(r.tensors))
         parts.append(f'<table class="weights-table"><thead>{head}</thead><tbody>{rows}</tbody></table>')
     parts += [f'<p class="w-note">{esc(n)}</p>' for n in r.notes]
     parts.append("</div>")
