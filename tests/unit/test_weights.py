@@ -12,9 +12,24 @@ from pathlib import Path
 import pytest
 
 from parity_ui.analysis.weights import compare_digests, compare_param_digests, probe_comparison, with_diffs
-from parity_ui.core.weights import (DIFFERS, EMPTY_SHA256, EQUAL, MISSING, TOLERATED, UNREADABLE, DiffFigure,
-                                    ProbeComparison, ProbeRecord, SideWeights, TensorDigest, TensorFigure,
-                                    UpdateRecord, WeightReport, ordered, probe_sequences)
+from parity_ui.core.weights import (
+    DIFFERS,
+    EMPTY_SHA256,
+    EQUAL,
+    MISSING,
+    TOLERATED,
+    UNREADABLE,
+    DiffFigure,
+    ProbeComparison,
+    ProbeRecord,
+    SideWeights,
+    TensorDigest,
+    TensorFigure,
+    UpdateRecord,
+    WeightReport,
+    ordered,
+    probe_sequences,
+)
 
 TESTS = Path(__file__).resolve().parents[1]
 
