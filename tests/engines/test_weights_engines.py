@@ -23,7 +23,7 @@ from tiny_models import build_moe_model, copy_model, perturb_weights
 from parity_ui.commands.weights import WeightsCheckRequest
 
 # Tensors B changes against A (scale 0.5 of each weight's std: far beyond float32 rounding).
-CHANGED = ("model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.up_proj.weight", "model.norm.weight")
+CHANGED = ("model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.up_proj.weight", "lm_head.weight")
 UP = r"layers\.1\.mlp\.up_proj"
 MOE_CHANGED = ("model.layers.0.mlp.experts.3.gate_proj.weight", "model.layers.0.mlp.experts.3.up_proj.weight",
                "model.layers.0.mlp.experts.3.down_proj.weight", "model.layers.0.self_attn.v_proj.weight",
@@ -126,3 +126,64 @@ def test_one_stale_expert_of_a_moe_is_named_and_the_probe_sees_it(service, moe):
     assert any(t.name.endswith("mlp.gate.weight") and t.status == "equal" for t in r.tensors)  # the router landed
     assert not r.probe.at_floor
     assert "(layer, expert) pairs" in r.probe.coverage
+
+
+@pytest.fixture(scope="module")
+def dev_server(ckpts, tmp_path_factory):
+    """`vllm serve` on A in development mode (VLLM_SERVER_DEV_MODE=1: /collective_rpc, /weight_checker)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from conftest_browser import free_port
+
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ckpts["A"],
+                             "--dtype", "float32", "--max-model-len", "512", "--gpu-memory-utilization", "0.2",
+                             "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the server exited ({proc.returncode}); see {log.name}"
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):
+                break
+        except OSError:
+            time.sleep(1)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def test_a_server_updated_elsewhere_is_read_through_its_weight_checker_and_probed(service, ckpts, dev_server):
+    """vLLM 0.32's dev-mode server: its per-parameter digests (POST /weight_checker) against the fresh
+    load's, and the probe. Before its weights are updated it serves A (lm_head differs, the probe
+    leaves the floor); after POST /collective_rpc reload_weights(weights_path=B), it lands. The CPU
+    build empties its packed linear parameters, so those read "not readable": the probe covers them."""
+    import urllib.request
+
+    req = WeightsCheckRequest(model=ckpts["B"], url=dev_server + "/v1")
+    before = service.weights(req)
+    assert before.exit_code == 1 and before.readable
+    assert [t.name for t in before.differing] == ["lm_head.weight"]
+    assert not before.probe.at_floor and not before.probe.comparisons[0].judged  # vs the local fresh load: shown
+
+    body = json.dumps({"method": "reload_weights", "kwargs": {"weights_path": ckpts["B"]}}).encode()
+    rpc = urllib.request.Request(dev_server + "/collective_rpc", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(rpc, timeout=300) as resp:
+        assert resp.status == 200
+    after = service.weights(req)
+    assert after.exit_code == 0, after.headline()
+    assert {t.status for t in after.tensors} == {"equal", "not readable"}
+    assert {t.name for t in after.tensors if t.status == "not readable"} >= {"model.layers.0.self_attn.qkv_proj.weight"}
+    assert after.probe.at_floor and "not checked" in after.headline()
