@@ -20,6 +20,8 @@ and it runs, in bf16 on the GPU (float32 on the CPU), through ParityService.weig
   stale  the same push leaving layer L out (--skip 'layers\\.L\\.'): the engine keeps A's layer L,
          a stale layer. The check must name exactly layer L's units; the probe must leave the floor,
          and `first_token` is the first of its forced tokens over the floor (goal: <= 256).
+  full_sleep1, stale_sleep2  (the GPU, the demo model) the same around sleep(1) / sleep(2): level 2
+         discards the weights, so a layer left out holds whatever the re-allocated memory holds.
   bare   in this process after the service has closed: vLLM on B, and the per-parameter SHA-256 of its
          raw bytes (vLLM 0.32's weight_checksum formula: what POST /weight_checker computes) timed in
          its worker: the engine doing the digest alone. The ratio tool / bare is printed.
@@ -188,6 +190,9 @@ def main() -> None:
         try:
             fig["full"] = one(service, a, b, layer, dtype)
             fig["stale"] = one(service, a, b, layer, dtype, skip=rf"layers\.{layer}\.")
+            if gpu and kind == "demo":  # the sleep cycle, where vLLM has it (the CPU build has none)
+                fig["full_sleep1"] = one(service, a, b, layer, dtype, sleep=1)
+                fig["stale_sleep2"] = one(service, a, b, layer, dtype, sleep=2, skip=rf"layers\.{layer}\.")
         finally:
             service.close()
         if not args.no_bare:

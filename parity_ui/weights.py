@@ -182,6 +182,9 @@ class WeightChecker:
                 differing[u.key] = want
         self._sizes(figures, differing, names)
         known = {s for u in units for s in u.sources}
+        # a tied tensor (lm_head = embed_tokens) is one parameter in the engine: known through its twin
+        ptr = {n: t.data_ptr() for n, t in state_dict.items() if hasattr(t, "data_ptr")}
+        twins = {ptr[n] for n in known if n in ptr}
         report = WeightReport(
             model="(state dict)",
             start_from=None,
@@ -190,7 +193,7 @@ class WeightChecker:
             reference="trainer" if self.trainer is not None else None,
             tensors=ordered(figures),
             ranks=[{"rank": r, "live": d, "ref": None, "equal": None} for r, d in ranks.items()],
-            unknown=[n for n in names if n not in known],
+            unknown=[n for n in names if n not in known and ptr.get(n) not in twins],
             notes=notes,
         )
         report.timings["tensor_check_s"] = round(time.perf_counter() - t0, 3)
