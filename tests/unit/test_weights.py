@@ -382,3 +382,27 @@ def test_the_in_loop_api_imports_without_the_ui_or_an_engine():
     code = ("import sys, parity_ui.weights, parity_ui.commands.weights; "
             "assert not {'gradio', 'plotly', 'torch', 'vllm'} & set(sys.modules), sorted(sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+def test_a_server_without_a_weight_checker_is_not_readable_and_says_which_vllm_has_one():
+    """A server that answers 404 on POST /weight_checker (vLLM 0.26, or 0.32 outside dev mode): the
+    check says "not readable" with the reason, and the probe is then the whole check."""
+    sys.path.insert(0, str(TESTS))
+    from misbehaving_server import MODEL, FakeServer
+    from parity_ui.core.requests import LoadRequest
+    from parity_ui.core.weights import WeightsRequest
+    from parity_ui.engines.openai_engine import OpenAIEngine
+
+    server = FakeServer(lambda text: [ord(c) % 500 for c in text])
+    try:
+        engine = OpenAIEngine()
+        engine.load(LoadRequest("openai", MODEL, {"connection": {
+            "url": f"http://127.0.0.1:{server.server_address[1]}/v1", "served_model": None, "api_key_env": None,
+            "timeout_s": 3.0, "verify_tls": True, "check_tokenizer": False}}))
+        got = engine.weights(WeightsRequest(None))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not got.readable and got.units == [] and got.params == {}
+    assert "0.32.0-fake" in got.why and "VLLM_SERVER_DEV_MODE=1" in got.why and "0.26" in got.why
+    assert ("/weight_checker", {"action": "checksum"}) in server.requests
