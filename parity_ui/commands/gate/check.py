@@ -675,22 +675,7 @@ def _run_weights_case(service: Service, case: PreparedCase, group: str, say: Say
         say(f"case {case.name}: control: {desc}")
         bad = run_weights(service, _weights_request(case, group, **c.weights), emit)
         judged = _weights_outcomes(bad, c.line)
-        failed = [o for o in judged if o.status == "fail"]
-        if any(o.status == "error" for o in judged):
-            outcome = Outcome("control", label, None, "error", f"control ({desc}): {judged[0].message}", line=c.line)
-        elif failed:
-            outcome = Outcome(
-                "control", label, None, "pass", f"the control ({desc}) failed as it must: {bad.headline()}", line=c.line
-            )
-        else:
-            outcome = Outcome(
-                "control",
-                label,
-                None,
-                "fail",
-                f"the check cannot fail: its control passed ({desc}: run {bad.run_id})",
-                line=c.line,
-            )
+        outcome = _control_outcome(desc, label, judged, bad.run_id, c.line)
         result.control = ControlResult(desc, bad.run_id or None, outcome, judged)
     result.duration_s = time.perf_counter() - t0
     return result
@@ -758,35 +743,39 @@ def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: A
     say(f"case {case.name}: control: {desc}")
     run = _workload(service, case, cfg, group, emit)
     judged = _judged(case, run)
+    outcome = _control_outcome(desc, label, judged, run.id, spec.line)
+    say(
+        f"case {case.name}: control run {run.id}: "
+        + ("failed the thresholds, as it must" if outcome.status == "pass" else outcome.message)
+    )
+    return ControlResult(desc, run.id, outcome, judged)
+
+
+def _control_outcome(desc: str, label: str, judged: list[Outcome], run_id: str, line: int) -> Outcome:
+    """A control passes when its checks fail (the gate can fail); an error in them is the control's."""
     failed = [o for o in judged if o.status == "fail"]
     if any(o.status == "error" for o in judged):
         err = next(o for o in judged if o.status == "error")
-        outcome = Outcome("control", label, None, "error", f"control ({desc}): {err.message}", line=spec.line)
-    elif failed:
-        outcome = Outcome(
+        return Outcome("control", label, None, "error", f"control ({desc}): {err.message}", line=line)
+    if failed:
+        return Outcome(
             "control",
             label,
             None,
             "pass",
             f"the control ({desc}) failed {len(failed)} of {len(judged)} checks, as it must: "
             f"{failed[0].name}: {failed[0].message}",
-            line=spec.line,
+            line=line,
         )
-    else:
-        outcome = Outcome(
-            "control",
-            label,
-            None,
-            "fail",
-            f"the gate cannot fail: its control passed ({desc}: every one of {len(judged)} checks "
-            f"held on run {run.id}); tighten the thresholds or strengthen the control",
-            line=spec.line,
-        )
-    say(
-        f"case {case.name}: control run {run.id}: "
-        + ("failed the thresholds, as it must" if outcome.status == "pass" else outcome.message)
+    return Outcome(
+        "control",
+        label,
+        None,
+        "fail",
+        f"the gate cannot fail: its control passed ({desc}: every one of {len(judged)} checks "
+        f"held on run {run_id}); tighten the thresholds or strengthen the control",
+        line=line,
     )
-    return ControlResult(desc, run.id, outcome, judged)
 
 
 def _with_model(side: Any, folder: str) -> Any:
