@@ -209,6 +209,8 @@ class VllmEngine(Engine):
         in_process = par.tensor_parallel_size * par.pipeline_parallel_size == 1
         for start in range(0, len(req.prompts), req.batch_size):
             chunk = range(start, min(start + req.batch_size, len(req.prompts)))
+            if req.fresh_cache and not engine.reset_prefix_cache():
+                raise RuntimeError("vLLM did not empty its prefix cache (requests still running)")
             t0 = time.perf_counter()
             rid_to_idx: dict[str, int] = {}
             checked: set[str] = set()
@@ -243,6 +245,9 @@ class VllmEngine(Engine):
                                     req.image_token_id,
                                 )
                         res, comp = results[i], out.outputs[0]
+                        cached = getattr(out, "num_cached_tokens", None)
+                        if cached is not None:  # the prefix cache's hits for this request (vLLM sets it once)
+                            res.cached_tokens = max(res.cached_tokens or 0, int(cached))
                         now = time.perf_counter() - t0
                         lps = comp.logprobs or [None] * len(comp.token_ids)
                         for tid, entry in zip(comp.token_ids, lps):
