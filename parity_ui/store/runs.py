@@ -337,6 +337,18 @@ def m008_gate(db: Database) -> None:
     db["gate_cases"].create_index(["case_name", "passed", "datetime_utc"], if_not_exists=True)
 
 
+@migrations()
+def m009_audits(db: Database) -> None:
+    """Invariance audits (parity_ui.store.audits): an audit is a run of kind "audit"; its record, every
+    axis of every side judged bit for bit, in `audits` (one row per audit run)."""
+    db["audits"].create(
+        {"run_id": str, "datetime_utc": str, "verdict": str, "certified": int, "report_json": str},
+        pk="run_id",
+        foreign_keys=[("run_id", "runs", "id")],
+        if_not_exists=True,
+    )
+
+
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
 
 
