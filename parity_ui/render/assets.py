@@ -3,6 +3,7 @@ the first divergence into view, the byte view, bringing a finished run's verdict
 a workload's prompt table and opening a prompt from it). Passed to launch(css=..., head=...) and
 inlined into the static report."""
 
+from .audit import AUDIT_CSS
 from .tokens import BLOCK
 
 CSS = """
@@ -389,6 +390,26 @@ JS_TEMPLATE = r"""
     box.dispatchEvent(new Event('input', {bubbles: true}));
     btn.click();
   }
+  // An audit's grid (render.audit): a broken cell, or an axis's first break, writes `side|axis|prompt`
+  // into the view's off-screen box and presses its button: the server opens that pair at its break.
+  function pickCell(grid, td) {
+    const pick = grid.dataset.pick;
+    const box = document.querySelector(`#${pick}-au-pick textarea, #${pick}-au-pick input`);
+    const btn = document.querySelector(`#${pick}-au-open`);
+    if (!box || !btn) return;
+    grid.querySelectorAll('td.sel').forEach((c) => c.classList.remove('sel'));
+    td.classList.add('sel');
+    box.value = td.dataset.k;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+    btn.click();
+  }
+  function initGrid(grid) {
+    grid.dataset.init = '1';
+    grid.addEventListener('click', (e) => {
+      const td = e.target.closest('td[data-k]');
+      if (td) pickCell(grid, td);
+    });
+  }
   function initTable(table) {
     table.dataset.init = '1';
     moreOnScroll(table);
@@ -405,6 +426,7 @@ JS_TEMPLATE = r"""
     document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
     document.querySelectorAll('.pc-summary[data-reveal]:not([data-revealed]), .pc-workload[data-reveal]:not([data-revealed])').forEach(reveal);
     document.querySelectorAll('table.wl-table:not([data-init])').forEach(initTable);
+    document.querySelectorAll('table.au-grid[data-pick]:not([data-init])').forEach(initGrid);
   };
   let queued = false;
   new MutationObserver(() => {
@@ -416,3 +438,4 @@ JS_TEMPLATE = r"""
 """
 
 JS = JS_TEMPLATE.replace("__BLOCK__", str(BLOCK))
+CSS += AUDIT_CSS
