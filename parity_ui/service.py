@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .commands.audit.run import AuditRequest
+from .commands.audit.run import AuditOutcome, AuditRequest
 from .commands.replay import ReplayRequest
 from .commands.workload.run import WorkloadRequest
 from .core.mapping import mapping_table, resolve
@@ -46,6 +46,7 @@ from .store import Store
 from .store.runs import new_run_id
 
 __all__ = [
+    "AuditOutcome",
     "AuditRequest",
     "ParityService",
     "Request",

@@ -216,10 +216,30 @@ def _prepare(
         info = describe_model(model, trust_remote_code=case.trust_remote_code)
     except ParityError as e:
         bad(case.line_of("model"), f"model {case.model!r}: {e.message}", e.fix)
-    prompts, source = _replay_source(case, bad) if case.replay is not None else _prompts(case, limit, bad)
-    cfg = _config(case, case.config, overrides, bad, case.line_of("config"))
+    if case.replay is not None:
+        prompts, source = _replay_source(case, bad)
+    elif case.audit is not None and case.prompts.file is None and case.prompts.texts is None:
+        prompts, source = _builtin_source(case, limit)
+    else:
+        prompts, source = _prompts(case, limit, bad)
+    min_sides = 1 if case.audit is not None else 2  # an audit audits each setup alone
+    cfg = _config(case, case.config, overrides, bad, case.line_of("config"), min_sides=min_sides)
     if cfg is None:
         return None
+    if case.audit is not None:  # judged at zero by its own control: no workload options, no baseline
+        if problems or info is None or prompts is None:
+            return None
+        return PreparedCase(
+            spec=case,
+            model=model,
+            model_path=info.path,
+            config=cfg,
+            prompts=prompts,
+            source=source,
+            sides=[s.name for s in cfg.sides],
+            baseline=None,
+            control=None,
+        )
     names = [s.name for s in cfg.sides]
     sides = case.check_sides or (["recorded"] if case.replay is not None else names[1:])
     # A replay's judged "sides" are its pairs: the recorded rollout (against the trainer), an engine
@@ -306,6 +326,23 @@ def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[Promp
     }
 
 
+def _builtin_source(case: CaseSpec, limit: int | None) -> tuple[list[PromptSpec], dict[str, Any]]:
+    """An audit case without prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts)."""
+    from ...inputs.audit_prompts import builtin_prompts, describe_builtin
+
+    a = case.audit
+    assert a is not None
+    n = min(a.prompts, limit) if limit else a.prompts
+    specs = builtin_prompts(n, a.longest)
+    return specs, {
+        "path": None,
+        "format": "built-in",
+        "prompts": len(specs),
+        "content_hash": prompts_hash(specs),
+        "description": describe_builtin(n, a.longest),
+    }
+
+
 def _prompts(
     case: CaseSpec, limit: int | None, bad: Callable[..., None]
 ) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
@@ -347,10 +384,16 @@ def _prompts(
 
 
 def _config(
-    case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int, prefix: str = ""
+    case: CaseSpec,
+    data: dict[str, Any],
+    overrides: list[str],
+    bad: Callable[..., None],
+    line: int,
+    prefix: str = "",
+    min_sides: int = 2,
 ) -> ParityConfig | None:
     try:
-        return config_from_dict(apply_overrides(data, overrides))
+        return config_from_dict(apply_overrides(data, overrides), min_sides)
     except ConfigError as e:
         top = e.key.split(".")[0]
         where = line
@@ -542,6 +585,12 @@ def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str,
 
 def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
     t0 = time.perf_counter()
+    if case.spec.audit is not None:
+        from .audit_case import run_audit_case
+
+        result = run_audit_case(service, case, group, say, emit)
+        result.duration_s = time.perf_counter() - t0
+        return result
     if case.spec.replay is not None:
         try:
             run = _replay(service, case, case.config, group, emit)

@@ -1,0 +1,107 @@
+"""A gate case that is an invariance audit (`audit:` in a spec; parity_ui.commands.audit): the case
+passes only at zero. Each (side, axis) is one check: identical passes; broken, vacuous or an error
+fails; an axis the setup does not have (or that the case left out) is skipped, its reason said. The
+audit's own control is the case's control: detected passes; not detected, the audit is VOID and the
+case cannot pass."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...core.audit_record import BROKEN, ERROR, IDENTICAL, VACUOUS, AuditReport, axis_label
+from ..audit.run import AuditRequest, run_audit
+from .judge import Outcome, Status
+
+if TYPE_CHECKING:
+    from ..service_api import Service
+    from .check import CaseResult, PreparedCase
+
+LABEL = "invariance audit: bitwise identical"
+
+
+def audit_outcomes(report: AuditReport, run_id: str, line: int | None = None) -> list[Outcome]:
+    """One outcome per audited (side, axis), in the audit's order. Pure."""
+    out = []
+    for r in report.results:
+        check = f"{axis_label(r.axis)}: identical bit for bit"
+        status: Status
+        if r.status == IDENTICAL:
+            status, message = "pass", f"{r.prompts} prompts, {r.tokens:,} tokens identical (run {run_id})"
+        elif r.status in (BROKEN, VACUOUS):
+            status = "fail"
+            message = f"{r.status}: {r.reason or r.status} (run {run_id}" + (
+                f"; pair run {r.pair_run})" if r.pair_run else ")"
+            )
+        elif r.status == ERROR:
+            status, message = "error", f"{r.reason} (run {run_id})"
+        else:
+            status, message = "skipped", f"{r.status}: {r.reason}"
+        out.append(Outcome("audit", check, r.side, status, message, value=float(r.broken), limit=0.0, line=line))
+    return out
+
+
+def control_outcome(report: AuditReport, line: int | None = None) -> Outcome:
+    label = "control: the audit detects a planted one-ulp change"
+    if not report.controls:
+        return Outcome("control", label, None, "fail", "no control ran: the audit is VOID", line=line)
+    missed = [c for c in report.controls if c.detected is not True]
+    if not missed:
+        return Outcome(
+            "control",
+            label,
+            None,
+            "pass",
+            "; ".join(f"{c.kind}: detected ({c.description})" for c in report.controls),
+            line=line,
+        )
+    c = missed[0]
+    why = f"could not run: {c.error}" if c.detected is None else "NOT detected"
+    return Outcome(
+        "control", label, None, "fail", f"the audit is VOID: control {c.kind} {why} ({c.description})", line=line
+    )
+
+
+def run_audit_case(service: Service, case: PreparedCase, group: str, say: Any, emit: Any) -> CaseResult:
+    from .check import CaseResult, ControlResult, _side_row
+
+    a = case.spec.audit
+    assert a is not None
+    out = run_audit(
+        service,
+        AuditRequest(
+            model=case.model,
+            config=case.config,
+            prompts=case.prompts,
+            axes=a.axes,
+            batch_size=a.batch,
+            control_setting=a.control_setting,
+            control_set=a.control_set,
+            source=str(case.source.get("description") or ""),
+            trust_remote_code=case.spec.trust_remote_code,
+            group_id=group,
+            seed=a.seed,
+        ),
+        emit,
+    )
+    run, report = out.run, out.report
+    say(f"case {case.name}: audit {run.id}: {report.headline()}")
+    if run.status not in ("ok", "diverged") and not report.results:
+        outcomes = [Outcome("run", "the audit runs", None, "error", f"audit {run.id} failed: {run.error}", line=a.line)]
+    else:
+        outcomes = audit_outcomes(report, run.id, a.line)
+    ctl = control_outcome(report, a.line)
+    return CaseResult(
+        name=case.name,
+        model=case.model,
+        run_id=run.id,
+        outcomes=outcomes,
+        control=ControlResult(
+            "; ".join(c.description for c in report.controls) or "a planted one-ulp change",
+            next((c.run_id for c in report.controls if c.run_id), None),
+            ctl,
+            [ctl],
+        ),
+        sides=[_side_row(s) for s in run.sides],
+        reference=run.reference,
+        prompts=len(case.prompts),
+    )
