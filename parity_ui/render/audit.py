@@ -106,6 +106,15 @@ def verdict_card_html(report: AuditReport, run_id: str = "") -> str:
     )
 
 
+def _size(b: Any) -> str:
+    """A break's size in a few characters: ulps where they read as a count, else the difference."""
+    if b.kind == "token":
+        return f"token {b.a_token} vs {b.b_token}"
+    if b.ulps is not None and b.ulps < 10**6:
+        return f"{b.ulps:,} ulp"
+    return f"|d| {b.abs_diff:.3g}" if b.abs_diff is not None else b.kind
+
+
 def _cell(r: AxisResult, i: int, pick: bool) -> str:
     cell = next((c for c in r.cells if c.prompt == i), None)
     if cell is None:
@@ -137,7 +146,7 @@ def audit_grid_html(report: AuditReport, pick: str | None = None) -> str:
         if r.first is not None:
             k = f' data-k="{esc(r.side)}|{esc(r.axis)}|{r.first.prompt}"' if pick and r.pair_run else ""
             first = f'<td class="broken" title="{esc(r.first.describe())}"{k}>p{r.first.prompt} t{r.first.token}'
-            first += f" ({r.first.ulps:,} ulp)</td>" if r.first.ulps is not None else f" ({esc(r.first.kind)})</td>"
+            first += f" ({_size(r.first)})</td>"
         else:
             first = "<td></td>"
         count = f"{r.broken}/{r.prompts}" if r.status in (BROKEN, IDENTICAL, VACUOUS) else ""
