@@ -60,6 +60,14 @@ def next_float32(x: float, ulps: int = 1) -> float:
     return struct.unpack("<f", struct.pack("<I", raw & 0xFFFFFFFF))[0]
 
 
+def next_up(x: float) -> tuple[float, str]:
+    """The next representable value above x, one ulp away, in x's own space: float32 where x is a
+    float32 value (what engines compute), else float64 (a logprob that came as decimal text)."""
+    if _f32(x) is not None:
+        return next_float32(x), "float32"
+    return math.nextafter(x, math.inf), "float64"
+
+
 def first_break(
     prompt: int,
     a_ids: Sequence[int],

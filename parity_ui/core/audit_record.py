@@ -164,6 +164,7 @@ class AuditReport:
     evidence: dict[str, Any] = field(default_factory=dict)  # weights' digests, versions, resolved settings
     seconds: float = 0.0
     load_s: float = 0.0  # the base engines' loads
+    passes: dict[str, dict[str, float]] = field(default_factory=dict)  # side -> pass (alone, batch...) -> seconds
     stopped: bool = False
     schema: int = SCHEMA
 

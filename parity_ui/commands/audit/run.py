@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...analysis.bitwise import next_float32
+from ...analysis.bitwise import next_up
 from ...core.audit_record import (
     AXES,
     AXIS_KEYS,
@@ -126,6 +126,10 @@ class _Auditor:
         self.passes: dict[str, Passes] = {}
         self.pending: list[tuple[str, str]] = []  # (side, axis) still to run, in run order
         self.variants: dict[str, dict[str, Any]] = {}  # "side/axis" -> the second engine's change and settings
+        # The config the engines load with: its batch size the audit's full batch, so that a setup sized by
+        # it (vLLM's CUDA-graph capture sizes) is the one a batch of that size meets in production.
+        n = len(req.prompts)
+        self.config = dataclasses.replace(req.config, batch_size=max(1, min(req.batch_size or n, n)))
 
     # -- the record -----------------------------------------------------------------------------------
 
@@ -169,25 +173,40 @@ class _Auditor:
     def _prepare(self) -> Prepared:
         """The run prepared; PromptError naming every prompt over the context (before anything loads)."""
         req = self.req
-        rr = RunRequest(
-            model=req.model, prompts=req.prompts, config=req.config, trust_remote_code=req.trust_remote_code
+        self._check_lengths()
+        return self.service.prepare(
+            RunRequest(
+                model=req.model, prompts=req.prompts, config=self.config, trust_remote_code=req.trust_remote_code
+            )
         )
-        prep = self.service.prepare(dataclasses.replace(rr, too_long="skip"))
-        if prep.skipped_too_long:
-            limit = prep.max_context
-            over = []
-            for i in prep.skipped_too_long:
-                n = len(prep.tokenizer.encode(req.prompts[i], req.config.chat).token_ids)
+
+    def _check_lengths(self) -> None:
+        """An audit certifies the prompts it is given, all of them: one over the context refuses the audit,
+        every such prompt named with its length, before anything loads."""
+        from ...core.context import max_context
+        from ...inputs.models import describe_model
+        from ...inputs.prompts import tokenizer_for
+
+        req, cfg = self.req, self.req.config
+        if not req.prompts:
+            raise PromptError("no prompt to audit", "give a prompt file, or leave it out for the built-in set")
+        model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+        limit = max_context(cfg, model)
+        if limit is None:
+            return
+        tok = tokenizer_for(model.path, req.trust_remote_code)
+        over = []
+        for i, spec in enumerate(req.prompts):
+            n = len(tok.encode(spec, cfg.chat).token_ids)
+            if n + cfg.max_new_tokens > limit:
                 over.append(f"prompt {i} ({n:,} tokens)")
+        if over:
             raise PromptError(
-                f"{len(over)} of the {len(req.prompts)} prompts do not fit the context of {limit:,} positions "
-                f"with max_new_tokens={req.config.max_new_tokens}: "
-                + ", ".join(over[:20])
-                + ("..." if len(over) > 20 else ""),
+                f"{len(over)} of the {len(req.prompts)} prompts do not fit the context of {limit:,} positions with "
+                f"max_new_tokens={cfg.max_new_tokens}: " + ", ".join(over[:20]) + ("..." if len(over) > 20 else ""),
                 "drop or shorten them, lower max_new_tokens, or raise the context (max_model_len with rope_scaling); "
                 "an audit certifies the prompts it is given, all of them",
             )
-        return prep
 
     def _plan_axes(self, prep: Prepared, axes: list[str]) -> None:
         machine = Machine(self.service.on_gpu, gpu_count() if self.service.on_gpu else 0)
@@ -263,6 +282,7 @@ class _Auditor:
             self._check_stop()
             self._ulp_control()
             self._keep_base_streams()
+            report.passes = {name: dict(p.seconds) for name, p in self.passes.items()}
         for plan in prep.sides:
             for axis in VARIANT:
                 if (plan.name, axis) in self.pending:
@@ -428,7 +448,7 @@ class _Auditor:
         side = self.report.sides[0]
         p = self.passes[side]
         source = p.alone() if "alone" in p.made else p.batch()
-        desc = "one recorded logprob moved by one float32 ulp"
+        desc = "one recorded logprob moved by one ulp"
         pick = _plant_site(source)
         if pick is None:
             self.report.controls.append(
@@ -442,7 +462,8 @@ class _Auditor:
         lps = list(source[i].logprobs)
         real = lps[k]
         assert real is not None  # _plant_site picks a finite one
-        lps[k] = planted_value = next_float32(real)
+        planted_value, space = next_up(real)
+        lps[k] = planted_value
         planted[i] = dataclasses.replace(source[i], logprobs=lps)
         res = judge_axis(side, "control", source, planted, len(p.prompts))
         brk = res.first
@@ -470,7 +491,7 @@ class _Auditor:
         self.report.controls.append(
             ControlResult(
                 "ulp",
-                f"{desc}: side {side}, prompt {i}, token {k} ({source[i].logprobs[k]!r} -> {lps[k]!r})",
+                f"{desc} ({space}): side {side}, prompt {i}, token {k} ({source[i].logprobs[k]!r} -> {lps[k]!r})",
                 detected,
                 brk,
                 run_id,
@@ -506,7 +527,7 @@ class _Auditor:
             RunRequest(
                 model=req.model,
                 prompts=req.prompts,
-                config=req.config.with_sides([v.spec]),
+                config=self.config.with_sides([v.spec]),
                 trust_remote_code=req.trust_remote_code,
             )
         )
@@ -627,19 +648,13 @@ class _Auditor:
 
 def _plant_site(streams: dict[int, Stream]) -> tuple[int, int] | None:
     """(prompt, token) to plant the control's change at: the middle token of the longest stream whose
-    logprob there is a finite float32 value."""
+    logprob there is finite (else the first finite one)."""
     order = sorted(streams, key=lambda i: (-len(streams[i].ids), i))
     for i in order:
         lps = streams[i].logprobs
-        if not lps:
-            continue
-        for k in [len(lps) // 2, *range(len(lps))]:
+        for k in [len(lps) // 2, *range(len(lps))] if lps else []:
             x = lps[k]
             if x is not None and math.isfinite(x):
-                try:
-                    next_float32(x)
-                except ValueError:
-                    continue
                 return i, k
     return None
 
