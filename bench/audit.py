@@ -1,14 +1,16 @@
 """An invariance audit (`parity audit`, issue 40) through parity-ui, timed per axis, against the bare vLLM
 doing the audit's two main passes (every prompt alone, and the full batch) in one run.
 
-    python3 bench/audit.py --setup vllm    --prompts 128 --tokens 512     # GPU: demo bf16, every axis
-    python3 bench/audit.py --setup vllm-bi --prompts 128 --tokens 512     # GPU: the same, VLLM_BATCH_INVARIANT=1
-    python3 bench/audit.py --setup hf      --prompts 16  --tokens 128     # GPU: HF bf16 (padded batches, kernels)
-    python3 bench/audit.py --setup vllm-8b --model /tmp/llama8b --prompts 32 --tokens 256   # the 8B-shaped model
+    python3 bench/audit.py --setup vllm    --prompts 128 --tokens 512 --no-bare   # GPU: demo bf16, every axis
+    python3 bench/audit.py --setup vllm-bi --prompts 128 --tokens 512 --no-bare   # the same, VLLM_BATCH_INVARIANT=1
+    python3 bench/audit.py --setup vllm    --prompts 32  --tokens 512 --axes replay,batch   # the bare's ratio
+    python3 bench/audit.py --setup hf      --prompts 16  --tokens 128             # HF bf16 (padded batches, kernels)
+    python3 bench/audit.py --setup vllm-8b --model /tmp/llama8b --prompts 24 --tokens 256 --no-bare   # 8B-shaped
     python bench/audit.py --small                                         # CPU, tiny, here: vllm and hf
 
 One setup per command: a GPU command may run 10 minutes, and one audit of 128 prompts x 512 tokens is
-meant to take at most that. Setups (one side each, audited alone):
+meant to take at most that (the bare passes, another alone pass, would not fit beside it: the ratio
+is measured at 32 prompts). Setups (one side each, audited alone):
 - vllm:    b=vllm, dtype (bfloat16), enable_prefix_caching=true, CUDA graphs (vLLM's default on a GPU);
 - vllm-bi: the same with batch_invariant=true (VLLM_BATCH_INVARIANT=1);
 - hf:      ref=hf, dtype: batch 1 against a left-padded batch, eager against sdpa, decode against prefill;

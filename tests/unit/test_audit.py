@@ -343,8 +343,10 @@ def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_dete
     assert svc.store.get_run(ctl.run_id).kind == "audit-pair"
     assert report.evidence["weights"] and report.evidence["tolerance"] == 0.0
     assert report.evidence["pair_runs"]["b/batch"] == brk.pair_run
-    # the second instance is another process: its pid differs from the base's
+    # the second instance is another process: its pid (the fake reports it) differs from the base's
     assert by[("ref", "instance")].status == IDENTICAL
+    second = report.evidence["second_engines"]["ref/instance"]
+    assert second["versions"]["pid"] != report.evidence["sides"]["ref"]["versions"]["pid"]
 
 
 def test_a_stop_keeps_the_finished_axes(svc, model):

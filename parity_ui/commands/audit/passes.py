@@ -88,10 +88,13 @@ class Passes:
     # -- the passes -----------------------------------------------------------------------------------
 
     def alone(self, only: list[int] | None = None) -> dict[int, Stream]:
-        """Each prompt alone (those in `only`, else all)."""
-        full = self._timed("alone", lambda: self._generate(self.prompts, 1))
-        keep = range(len(self.prompts)) if only is None else only
-        return {i: stream_of(full[i], "alone") for i in keep}
+        """Each prompt alone (those in `only`, else all): a pass of every prompt made once serves both;
+        `only` on an engine that has not made it generates just those (a second engine's long prompts)."""
+        if only is None or "alone" in self.made:
+            full = self._timed("alone", lambda: self._generate(self.prompts, 1))
+            return {i: stream_of(full[i], "alone") for i in (range(len(self.prompts)) if only is None else only)}
+        some = self._timed(f"alone{only}", lambda: self._generate([self.prompts[i] for i in only], 1))
+        return {i: stream_of(r, "alone") for i, r in zip(only, some)}
 
     def batch(self) -> dict[int, Stream]:
         res = self._timed("batch", lambda: self._generate(self.prompts, self.batch_size))

@@ -111,6 +111,7 @@ def run_audit(service: Service, req: AuditRequest, emit: EventCallback | None = 
         auditor = _Auditor(service, req, rec, report, emit or (lambda e: None))
         try:
             auditor.run()
+            auditor.judge()
         finally:
             auditor.close()
     # After the recording's last write of the run row: the audit's headline is the row's one line.
@@ -148,24 +149,27 @@ class _Auditor:
     def say(self, message: str) -> None:
         self.emit(RunEvent("status", message))
 
+    def judge(self) -> None:
+        """The run's status once every axis ran: error when an axis failed, ok when nothing broke, was
+        vacuous or went unseen (VOID), else diverged."""
+        run = self.rec.run
+        errors = [r for r in self.report.results if r.status == ERROR]
+        if errors:
+            run.status = "error"
+            run.error = "; ".join(f"{r.side} {axis_label(r.axis)}: {r.reason}" for r in errors)[:2000]
+            return
+        clean = not self.report.broken and not self.report.void
+        clean = clean and not any(r.status == VACUOUS for r in self.report.results)
+        run.status = "ok" if clean else "diverged"
+
     def close(self) -> None:
-        """Whatever ended the audit: axes never reached read why, the run's status says the verdict."""
+        """Whatever ended the audit: the axes never reached say why, and the record is stored."""
         stopped = self.service.stopped
         for side, axis in self.pending:
             r = self.report.result(side, axis)
             if r is not None and r.status == NOT_RUN and r.reason == "pending":
                 r.reason = STOPPED if stopped else "not reached: the audit ended before it (see the run's error)"
         self.report.stopped = self.report.stopped or stopped
-        run = self.rec.run
-        if run.status == "running":  # it ran to its end
-            errors = [r for r in self.report.results if r.status == ERROR]
-            if errors:
-                run.status = "error"
-                run.error = "; ".join(f"{r.side} {axis_label(r.axis)}: {r.reason}" for r in errors)[:2000]
-            else:
-                clean = not self.report.broken and not self.report.void
-                clean = clean and not any(r.status == VACUOUS for r in self.report.results)
-                run.status = "ok" if clean else "diverged"
         self.save()
 
     # -- preparation ----------------------------------------------------------------------------------
@@ -582,7 +586,12 @@ class _Auditor:
             labels = (f"the full batch, side {plan.name} as set", f"the full batch, {v.changed}")
         result = self._judged(plan, axis, a, b, labels, skipped=skipped, second=(vplan, vinfo))
         result.settings = _differing(resolved, vinfo.resolved)
-        self.variants[f"{plan.name}/{axis}"] = {"changed": v.changed, "resolved": vinfo.resolved}
+        self.variants[f"{plan.name}/{axis}"] = {
+            "changed": v.changed,
+            "resolved": vinfo.resolved,
+            "versions": vinfo.versions,
+            "device": vinfo.device,
+        }
         return result
 
     def _setting_control(self) -> None:
