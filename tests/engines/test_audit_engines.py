@@ -104,6 +104,16 @@ def test_a_setup_without_cache_hits_reads_vacuous(audited, service, tiny_llama):
     assert not out.report.certified and out.report.verdict == "NOT CERTIFIED" and out.run.status == "diverged"
 
 
+def test_an_hf_setup_that_holds_is_certified_with_both_controls(audited, service, tiny_llama):
+    cfg = build_config(None, SETTINGS, sides=["ref=hf"], min_sides=1)
+    out = service.audit(AuditRequest(model=str(tiny_llama), config=cfg, prompts=builtin_prompts(3, 100),
+                                     axes="replay,instance", control_setting=True))
+    assert [c.detected for c in out.report.controls] == [True, True]  # one ulp; bfloat16 against float32
+    assert out.report.certified and out.report.verdict == "CERTIFIED ZERO" and out.run.status == "ok"
+    weights = out.report.evidence["weights"][str(tiny_llama)]
+    assert len(weights["files"]["model.safetensors"]) == 64 and weights["weight_files"] == 1
+
+
 def test_a_broken_axis_hands_its_pair_to_parity_layers(audited, service):
     r = _by(audited)[("ref", "attention")]
     loc = service.localise(r.pair_run, r.pair_index(r.first.prompt), r.first.token, ("base", "flipped"))

@@ -305,13 +305,13 @@ def svc(tmp_path, model):
         s.close()
 
 
-def _audit(svc, model, sides, axes=None, n=3, words=40, tokens=6, emit=None):
+def _audit(svc, model, sides, axes=None, n=3, words=40, tokens=6, emit=None, **more):
     from parity_ui.inputs.audit_prompts import builtin_prompts
     from parity_ui.service import AuditRequest
 
     cfg = build_config(None, [f"max_new_tokens={tokens}"], sides=sides, min_sides=1)
     return svc.audit(AuditRequest(model=model, config=cfg, prompts=builtin_prompts(n, words), axes=axes,
-                                  source="test"), emit)
+                                  source="test", **more), emit)
 
 
 def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_detected(svc, model):
@@ -347,6 +347,18 @@ def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_dete
     assert by[("ref", "instance")].status == IDENTICAL
     second = report.evidence["second_engines"]["ref/instance"]
     assert second["versions"]["pid"] != report.evidence["sides"]["ref"]["versions"]["pid"]
+
+
+def test_a_setting_control_that_changes_nothing_makes_the_audit_void(svc, model):
+    # The fake's numbers ignore the dtype: its default setting control (the dtype flipped) cannot show.
+    out = _audit(svc, model, ["ref=fake"], axes="replay", control_setting=True)
+    ulp, setting = out.report.controls
+    assert ulp.detected is True and setting.kind == "setting" and setting.detected is False
+    assert out.report.void and out.report.verdict == "VOID" and not out.report.certified
+    assert out.run.status == "diverged" and "VOID" in out.report.headline()
+    shifted = _audit(svc, model, ["ref=fake"], axes="replay", control_setting=True, control_set="shift=0.25")
+    assert [c.detected for c in shifted.report.controls] == [True, True] and shifted.report.certified
+    assert "shift=0.25" in shifted.report.controls[1].description and shifted.run.status == "ok"
 
 
 def test_a_stop_keeps_the_finished_axes(svc, model):
@@ -408,6 +420,10 @@ def test_the_cli_certifies_and_writes_the_evidence(tmp_path, model, capsys):
     assert code == 0 and cert["certified"] is True and cert["verdict"] == "CERTIFIED ZERO"
     assert json.loads((tmp_path / "cert.json").read_text())["run_id"] == cert["run_id"]
     assert 'id="parity-audit"' in (tmp_path / "cert.html").read_text()
+    page = tmp_path / "again.html"
+    assert main(["--db", str(tmp_path / "cli.db"), "report", cert["run_id"], "-o", str(page)]) == 0
+    assert "CERTIFIED ZERO" in page.read_text() and 'id="parity-audit"' in page.read_text()  # parity report
+    capsys.readouterr()
     with registered():
         code = main(["--db", str(tmp_path / "cli.db"), "audit", "--model", model, "--side", "b=fake,batch_noise=0.5",
                      "--set", "max_new_tokens=4", "--prompts", "3", "--longest", "30", "--axes", "batch",

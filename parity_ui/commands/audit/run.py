@@ -106,7 +106,6 @@ def run_audit(service: Service, req: AuditRequest, emit: EventCallback | None = 
     the run is stored with status "error" (its message names the problem and the fix) and the axes
     finished before it are kept; Ctrl-C is stored, then raised."""
     report = AuditReport(sides=[s.name for s in req.config.sides], axes=[], source=req.source)
-    auditor: _Auditor | None = None
     with service.recording(req.model, req.config.to_dict(), req.prompts, kind=KIND, group_id=req.group_id) as rec:
         auditor = _Auditor(service, req, rec, report, emit or (lambda e: None))
         try:
