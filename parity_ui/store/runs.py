@@ -341,7 +341,7 @@ def m008_gate(db: Database) -> None:
 def m009_audits(db: Database) -> None:
     """Invariance audits (parity_ui.store.audits): an audit is a run of kind "audit"; its record, every
     axis of every side judged bit for bit, in `audits` (one row per audit run)."""
-    db["audits"].create(
+    db.table("audits").create(
         {"run_id": str, "datetime_utc": str, "verdict": str, "certified": int, "report_json": str},
         pk="run_id",
         foreign_keys=[("run_id", "runs", "id")],
