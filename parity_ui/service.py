@@ -530,6 +530,10 @@ class ParityService:
             )
         return run
 
+    def drop_workers(self, plans: list[SidePlan]) -> None:
+        """Stop the workers of these plans now (an audit's second instance: a process no run reuses)."""
+        self.pool.drop({p.load_key for p in plans})
+
     def cancel(self) -> None:
         """Stop the command under way (safe from any thread): every side stops at its next token or
         before loading, and every run nested in the command is stored as cancelled."""

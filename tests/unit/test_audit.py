@@ -347,6 +347,7 @@ def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_dete
     assert by[("ref", "instance")].status == IDENTICAL
     second = report.evidence["second_engines"]["ref/instance"]
     assert second["versions"]["pid"] != report.evidence["sides"]["ref"]["versions"]["pid"]
+    assert not [w for w in svc.pool.workers.values() if "PARITY_AUDIT_INSTANCE" in w.env]  # stopped after use
 
 
 def test_a_setting_control_that_changes_nothing_makes_the_audit_void(svc, model):

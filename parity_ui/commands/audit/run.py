@@ -537,7 +537,14 @@ class _Auditor:
         vplan = prep_v.sides[0]
         vplan.worker_env = {**vplan.worker_env, **v.env}
         base = self.passes[plan.name]
-        with self.service.sides([vplan], gpu=prep_v.resolved.on_gpu, emit=self.emit) as vs:
+        try:
+            return self._run_on(vplan, base, work)
+        finally:
+            if v.env:  # a second instance: its own process, which no later run asks for again
+                self.service.drop_workers([vplan])
+
+    def _run_on(self, vplan: SidePlan, base: Passes, work: Callable[[Passes], Any]) -> tuple[Any, SidePlan, SideInfo]:
+        with self.service.sides([vplan], gpu=self.service.on_gpu, emit=self.emit) as vs:
             got = vs.loaded[vplan.name]
             info = SideInfo(
                 name=vplan.name,
