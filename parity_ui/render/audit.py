@@ -29,29 +29,6 @@ from ..core.audit_record import (
 )
 from .markup import esc
 
-AUDIT_CSS = """
-.au-card { border:1px solid #d4d4d8; border-radius:8px; padding:10px 14px; margin:6px 0 10px; background:#fff; color:#18181b; }
-.au-card.ok { border-left:6px solid #16a34a; } .au-card.bad { border-left:6px solid #dc2626; }
-.au-card.void { border-left:6px solid #7c3aed; } .au-card.other { border-left:6px solid #d97706; }
-.au-verdict { font-size:18px; font-weight:700; margin-bottom:4px; }
-.au-muted { color:#71717a; }
-.au-scroll { overflow-x:auto; max-width:100%; }
-.au-grid { border-collapse:collapse; font-size:12px; color:#18181b; }
-.au-grid th, .au-grid td { border:1px solid #e4e4e7; padding:2px 6px; text-align:left; white-space:nowrap; }
-.au-grid th { background:#fafafa; position:sticky; top:0; }
-.au-grid td.c { text-align:center; min-width:18px; padding:2px 3px; font-family:ui-monospace,monospace; }
-.au-grid .identical { background:#e8f5ec; color:#166534; }
-.au-grid .broken { background:#fde2e2; color:#991b1b; font-weight:700; }
-.au-grid .vacuous { background:#fef3c7; color:#92400e; }
-.au-grid .skipped, .au-grid .na { color:#a1a1aa; }
-.au-grid .err { background:#fde2e2; color:#7f1d1d; }
-.au-grid[data-pick] td[data-k] { cursor:pointer; }
-.au-grid[data-pick] td[data-k]:hover { outline:2px solid #2563eb; outline-offset:-2px; }
-.au-grid td.why { white-space:normal; max-width:420px; color:#52525b; }
-.au-axis { margin:6px 0; } .au-axis code { font-size:12px; }
-.au-ev { font-size:12px; } .au-ev td { vertical-align:top; padding:1px 8px 1px 0; }
-"""
-
 _STATUS_CLASS = {
     IDENTICAL: "identical",
     BROKEN: "broken",
@@ -265,7 +242,7 @@ def audit_page_html(report: AuditReport, run_id: str) -> str:
     title = f"parity-ui audit {run_id}: {report.verdict}"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
-        f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}{AUDIT_CSS}</style></head><body>"
+        f"<style>body{{font-family:system-ui,sans-serif;margin:24px;}}{CSS}</style></head><body>"
         f"<h2>{esc(title)}</h2>{verdict_card_html(report, run_id)}{audit_grid_html(report)}"
         f"<h3>Axes</h3>{axes_detail_html(report)}{evidence_html(report)}"
         f'<script type="application/json" id="parity-audit">{payload}</script></body></html>'

@@ -10,24 +10,11 @@ comes from the one migration list (parity_ui.store.runs, m009_audits).
 from __future__ import annotations
 
 import json
-import math
-from typing import Any
 
 from sqlite_utils import Database
 
 from ..core.audit_record import AuditReport, report_from_json
-from .runs import set_headline
-
-
-def _finite(v: Any) -> Any:
-    """JSON has no infinity: an abs difference of inf (a NaN against a number) is stored as 1e308."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None if math.isnan(v) else math.copysign(1e308, v)
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
-    return v
+from .runs import _json, set_headline
 
 
 def save_audit(db: Database, run_id: str, created: str, report: AuditReport) -> None:
@@ -40,7 +27,7 @@ def save_audit(db: Database, run_id: str, created: str, report: AuditReport) -> 
                 "datetime_utc": created,
                 "verdict": report.verdict,
                 "certified": int(report.certified),
-                "report_json": json.dumps(_finite(data), allow_nan=False),
+                "report_json": _json(data),  # an infinite difference (a NaN against a number) as 1e30
             },
             pk="run_id",
             replace=True,

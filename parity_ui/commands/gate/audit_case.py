@@ -6,15 +6,19 @@ case cannot pass."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...core.audit_record import BROKEN, ERROR, IDENTICAL, VACUOUS, AuditReport, axis_label
+from ...core.config import ParityConfig
+from ...core.types import Run
+from ...inputs.prompts import PromptSpec
 from ..audit.run import AuditRequest, run_audit
 from .judge import Outcome, Status
+from .spec import AuditSpec
 
 if TYPE_CHECKING:
     from ..service_api import Service
-    from .check import CaseResult, PreparedCase
 
 LABEL = "invariance audit: bitwise identical"
 
@@ -61,47 +65,59 @@ def control_outcome(report: AuditReport, line: int | None = None) -> Outcome:
     )
 
 
-def run_audit_case(service: Service, case: PreparedCase, group: str, say: Any, emit: Any) -> CaseResult:
-    from .check import CaseResult, ControlResult, _side_row
+@dataclass
+class AuditCase:
+    """An audit case's run and its judgement (parity_ui.commands.gate.check makes the CaseResult)."""
 
-    a = case.spec.audit
-    assert a is not None
+    run: Run
+    report: AuditReport
+    outcomes: list[Outcome]
+    control: Outcome
+    control_description: str
+    control_run: str | None
+
+
+def run_audit_case(
+    service: Service,
+    spec: AuditSpec,
+    model: str,
+    config: ParityConfig,
+    prompts: list[PromptSpec],
+    source: str,
+    trust_remote_code: bool,
+    group: str,
+    emit: Any,
+) -> AuditCase:
+    """The case's audit run (stored in the check's group) and judged at zero."""
     out = run_audit(
         service,
         AuditRequest(
-            model=case.model,
-            config=case.config,
-            prompts=case.prompts,
-            axes=a.axes,
-            batch_size=a.batch,
-            control_setting=a.control_setting,
-            control_set=a.control_set,
-            source=str(case.source.get("description") or ""),
-            trust_remote_code=case.spec.trust_remote_code,
+            model=model,
+            config=config,
+            prompts=prompts,
+            axes=spec.axes,
+            batch_size=spec.batch,
+            control_setting=spec.control_setting,
+            control_set=spec.control_set,
+            source=source,
+            trust_remote_code=trust_remote_code,
             group_id=group,
-            seed=a.seed,
+            seed=spec.seed,
         ),
         emit,
     )
     run, report = out.run, out.report
-    say(f"case {case.name}: audit {run.id}: {report.headline()}")
     if run.status not in ("ok", "diverged") and not report.results:
-        outcomes = [Outcome("run", "the audit runs", None, "error", f"audit {run.id} failed: {run.error}", line=a.line)]
+        outcomes = [
+            Outcome("run", "the audit runs", None, "error", f"audit {run.id} failed: {run.error}", line=spec.line)
+        ]
     else:
-        outcomes = audit_outcomes(report, run.id, a.line)
-    ctl = control_outcome(report, a.line)
-    return CaseResult(
-        name=case.name,
-        model=case.model,
-        run_id=run.id,
-        outcomes=outcomes,
-        control=ControlResult(
-            "; ".join(c.description for c in report.controls) or "a planted one-ulp change",
-            next((c.run_id for c in report.controls if c.run_id), None),
-            ctl,
-            [ctl],
-        ),
-        sides=[_side_row(s) for s in run.sides],
-        reference=run.reference,
-        prompts=len(case.prompts),
+        outcomes = audit_outcomes(report, run.id, spec.line)
+    return AuditCase(
+        run,
+        report,
+        outcomes,
+        control_outcome(report, spec.line),
+        "; ".join(c.description for c in report.controls) or "a planted one-ulp change",
+        next((c.run_id for c in report.controls if c.run_id), None),
     )

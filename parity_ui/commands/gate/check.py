@@ -226,27 +226,16 @@ def _prepare(
     cfg = _config(case, case.config, overrides, bad, case.line_of("config"), min_sides=min_sides)
     if cfg is None:
         return None
-    if case.audit is not None:  # judged at zero by its own control: no workload options, no baseline
-        if problems or info is None or prompts is None:
-            return None
-        return PreparedCase(
-            spec=case,
-            model=model,
-            model_path=info.path,
-            config=cfg,
-            prompts=prompts,
-            source=source,
-            sides=[s.name for s in cfg.sides],
-            baseline=None,
-            control=None,
-        )
     names = [s.name for s in cfg.sides]
     sides = case.check_sides or (["recorded"] if case.replay is not None else names[1:])
     # A replay's judged "sides" are its pairs: the recorded rollout (against the trainer), an engine
-    # re-run, or the recorded logprobs against a re-run (parity_ui.commands.replay).
+    # re-run, or the recorded logprobs against a re-run (parity_ui.commands.replay). An audit's are every
+    # side, each audited alone (the spec refuses its check_sides).
     allowed = names[1:] + (
         ["recorded", "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]] if case.replay is not None else []
     )
+    if case.audit is not None:
+        sides = allowed = names
     for s in sides:
         if s not in allowed:
             bad(
@@ -264,7 +253,8 @@ def _prepare(
     try:
         from ..workload.run import check_options  # the same rules a workload run applies
 
-        check_options(_options(case, {}), cfg)
+        if case.audit is None:  # an audit has no workload options: it is judged at zero
+            check_options(_options(case, {}), cfg)
     except ConfigError as e:
         bad(case.line_of("mode" if "mode" in e.key or "temperature" in e.key else "floor"), e.message, e.fix)
     control = None
@@ -588,9 +578,29 @@ def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: 
     if case.spec.audit is not None:
         from .audit_case import run_audit_case
 
-        result = run_audit_case(service, case, group, say, emit)
-        result.duration_s = time.perf_counter() - t0
-        return result
+        done = run_audit_case(
+            service,
+            case.spec.audit,
+            case.model,
+            case.config,
+            case.prompts,
+            str(case.source.get("description") or ""),
+            case.spec.trust_remote_code,
+            group,
+            emit,
+        )
+        say(f"case {case.name}: audit {done.run.id}: {done.report.headline()}")
+        return CaseResult(
+            name=case.name,
+            model=case.model,
+            run_id=done.run.id,
+            outcomes=done.outcomes,
+            control=ControlResult(done.control_description, done.control_run, done.control, [done.control]),
+            sides=[_side_row(s) for s in done.run.sides],
+            reference=done.run.reference,
+            prompts=len(case.prompts),
+            duration_s=time.perf_counter() - t0,
+        )
     if case.spec.replay is not None:
         try:
             run = _replay(service, case, case.config, group, emit)
