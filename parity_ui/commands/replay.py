@@ -50,8 +50,8 @@ from ..core.workload_record import WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
-from ..run.pipeline import Sides
 from ..run.recorder import decode_result
+from ..run.sideset import SideSet
 from .replay_routes import DumpRoutesCheck, replay_routes, route_shape
 from .workload.report import pooled, pooled_routing
 from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster, go_on_where, stored_to_resume
@@ -428,7 +428,7 @@ class Replay(Workload):
             f for f in self.pf.findings if f not in run.warnings
         ]
 
-    def _forced_paths(self, sides: Sides) -> dict[str, str]:
+    def _forced_paths(self, sides: SideSet) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
         why), as its engine reported; sides that do not say (HF: always one teacher-forced forward)
         read "teacher-forced forward"."""
@@ -444,7 +444,7 @@ class Replay(Workload):
 
     # -- one chunk ------------------------------------------------------------------------------------
 
-    def _chunk(self, sides: Sides, chunk: list[int]) -> None:
+    def run_chunk(self, sides: SideSet, chunk: list[int]) -> None:
         prep, ref, run = self.prep, self.prep.reference, self.rec.run
         if not any(s.name == RECORDED for s in run.sides):
             run.sides.append(
@@ -547,7 +547,7 @@ class Replay(Workload):
     # -- MoE routes (routes=true): every side's on the forced tokens, the recorded side's from the dump --
 
     def _routes(
-        self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
+        self, sides: SideSet, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
     ) -> dict[str, dict[int, Any]]:
         if not getattr(self.prep.config, "routes", False):
             return {}
@@ -579,7 +579,7 @@ class Replay(Workload):
 
         return replayed_pair(ref.name, RECORDED)
 
-    def _r3(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], items: list[Any]) -> dict[int, Any]:
+    def _r3(self, sides: SideSet, chunk: list[int], rows: dict[int, RolloutRow], items: list[Any]) -> dict[int, Any]:
         """R3: the trainer scores each row again, routing with the rollout's recorded experts (one forced
         pass a row): {j: SideResult}."""
         if self._r3_name() is None or getattr(self, "_shape", None) is None:

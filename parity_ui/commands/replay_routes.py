@@ -26,8 +26,8 @@ from ..core.errors import ParityError
 from ..core.requests import RoutesRequest
 from ..core.routes import Routes
 from ..core.types import Finding, Run
-from ..run.pipeline import Sides
 from ..run.preflight_moe import moe_shape
+from ..run.sideset import SideSet
 
 RECORDED_SOURCE = "rollout dump"
 
@@ -153,7 +153,7 @@ class DumpRoutesCheck:
 
 
 def replay_routes(
-    run: Run, sides: Sides, names: list[str], seqs: dict[int, tuple[list[int], list[int]]], can: dict[str, bool]
+    run: Run, sides: SideSet, names: list[str], seqs: dict[int, tuple[list[int], list[int]]], can: dict[str, bool]
 ) -> dict[str, dict[int, Routes]]:
     """Each replayed side's routes on each row's forced tokens, rows from len(prompt) - 1 on: {side: {j:
     Routes}}. A side that cannot record them is named once in the run's warnings and left out."""

@@ -18,11 +18,11 @@ from ..core.requests import GenerateRequest, RouteReplayRequest, RoutesRequest
 from ..core.routes import RouteReplay, Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import Finding, Run
-from ..run.pipeline import Sides
 from ..run.plan import Prepared
+from ..run.sideset import SideSet
 
 
-def record_routes(prep: Prepared, run: Run, sides: Sides, emit: EventCallback) -> None:
+def record_routes(prep: Prepared, run: Run, sides: SideSet, emit: EventCallback) -> None:
     """Every side's routes on every prompt, each comparison's route agreement, and the replays asked
     for. Failures become warnings: the comparison stands without routes."""
     full: dict[tuple[str, int], Routes] = {}  # (side, prompt) -> routes from input position 0 (for replay)
@@ -70,7 +70,7 @@ def record_routes(prep: Prepared, run: Run, sides: Sides, emit: EventCallback) -
 
 
 def chunk_routes(
-    prep: Prepared, run: Run, sides: Sides, plans: list[Any], results: dict[str, dict[int, Any]], chunk: list[int]
+    prep: Prepared, run: Run, sides: SideSet, plans: list[Any], results: dict[str, dict[int, Any]], chunk: list[int]
 ) -> None:
     """A workload chunk's routes: every side that can records its routes on each of the chunk's prompts
     (results[side][j] gets .routes); a side that cannot is named once in the run's warnings."""
@@ -113,7 +113,7 @@ def chunk_routes(
 
 
 def forced_routes(
-    run: Run, sides: Sides, plan: Any, sequences: dict[int, tuple[list[int], list[int]]]
+    run: Run, sides: SideSet, plan: Any, sequences: dict[int, tuple[list[int], list[int]]]
 ) -> dict[int, Routes]:
     """A scored workload: `plan`'s routes (the reference or the floor) on sequences it did not make,
     {j: (prompt ids, another side's tokens)}, from input position 0 (what a route replay forces; the
@@ -163,7 +163,7 @@ def replayed_pair(side: str, source: str) -> str:
 
 
 def score_with_routes(
-    run: Run, sides: Sides, plan: Any, mode: str, items: dict[int, Any], routes: dict[int, Routes]
+    run: Run, sides: SideSet, plan: Any, mode: str, items: dict[int, Any], routes: dict[int, Routes]
 ) -> dict[int, Any]:
     """A scored workload's route replay: `plan` teacher-forces each item (its own tokens) once more,
     routing with routes[j] (another side's, from input position 0): {j: SideResult}. {} on a failure
@@ -195,7 +195,9 @@ def _warn_once(run: Run, f: Finding) -> None:
         run.warnings.append(f)
 
 
-def _replays(prep: Prepared, run: Run, sides: Sides, full: dict[tuple[str, int], Routes], emit: EventCallback) -> None:
+def _replays(
+    prep: Prepared, run: Run, sides: SideSet, full: dict[tuple[str, int], Routes], emit: EventCallback
+) -> None:
     ref = prep.reference.name
     for p in prep.sides[1:]:
         mode = getattr(p.spec.options, "replay_routes", "off")

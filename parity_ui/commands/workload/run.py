@@ -44,10 +44,10 @@ from ...core.settings import differing
 from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
-from ...run.pipeline import Sides
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
 from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
+from ...run.sideset import SideSet
 from .blocks import time_left_text
 from .pieces import pieces, scored_in_pieces
 from .report import pooled, pooled_routing, pooled_sampling
@@ -368,7 +368,7 @@ class Workload:
 
     # -- the chunks ---------------------------------------------------------------------------------
 
-    def _chunks(self, sides: Sides, todo: list[int]) -> None:
+    def _chunks(self, sides: SideSet, todo: list[int]) -> None:
         report = self.rec.run.workload
         t0, finished = time.perf_counter(), 0
         size = self.opts.chunk
@@ -383,15 +383,15 @@ class Workload:
         self.progress = progress = Progress(self.emit, report, len(todo), self.prep.config.max_new_tokens, n_chunks)
         for k, start in enumerate(range(0, len(todo), size)):
             chunk = todo[start : start + size]
-            progress.chunk(k, len(chunk), self._calls())
-            self._chunk(sides, chunk)
+            progress.chunk(k, len(chunk), self.calls_per_chunk())
+            self.run_chunk(sides, chunk)
             finished += len(chunk)
             report.done += len(chunk)
             report.rate = finished / max(time.perf_counter() - t0, 1e-9)
             progress.chunk_done(len(chunk))
             self.rec.save_header()
 
-    def _calls(self) -> int:
+    def calls_per_chunk(self) -> int:
         """The engine calls one chunk makes (each side's generate, each scoring): progress's unit."""
         n_sides = len(self.prep.sides) - 1
         return (
@@ -400,7 +400,7 @@ class Workload:
             else (1 + n_sides + (1 if self.floor else 0))
         )
 
-    def _chunk(self, sides: Sides, chunk: list[int]) -> None:
+    def run_chunk(self, sides: SideSet, chunk: list[int]) -> None:
         """One chunk's sequences made, compared and stored (a replay forces a dump's tokens instead)."""
         if self.opts.mode == "scored":
             self._scored(sides, chunk)
@@ -409,7 +409,7 @@ class Workload:
 
     def _generate(
         self,
-        sides: Sides,
+        sides: SideSet,
         p: SidePlan,
         chunk: list[int],
         reverse: bool = False,
@@ -441,7 +441,7 @@ class Workload:
             out[j] = res
         return out
 
-    def _free(self, sides: Sides, chunk: list[int]) -> None:
+    def _free(self, sides: SideSet, chunk: list[int]) -> None:
         ref = self.prep.reference
         results = {ref.name: self._generate(sides, ref, chunk)}
         for p in self.prep.sides[1:]:
@@ -476,7 +476,7 @@ class Workload:
         }
         self._store(chunk, results, comparisons, samples)
 
-    def _scored(self, sides: Sides, chunk: list[int]) -> None:
+    def _scored(self, sides: SideSet, chunk: list[int]) -> None:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
         full = self.full
@@ -565,7 +565,7 @@ class Workload:
                             samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], fscored), scored))
             self.progress.call_done()
             if floor is not None:
-                self.progress.call_done()  # the floor's scoring: one call of the chunk's count (_calls)
+                self.progress.call_done()  # the floor's scoring: one call of the chunk's count (calls_per_chunk)
         self._store(chunk, results, comparisons, samples)
         if full:
             full.end_chunk(chunk)
@@ -574,7 +574,7 @@ class Workload:
 
     def _scored_routes(
         self,
-        sides: Sides,
+        sides: SideSet,
         p: SidePlan,
         chunk: list[int],
         gen: dict[str, dict[int, SideResult]],
