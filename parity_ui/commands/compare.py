@@ -130,7 +130,7 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
             ]
             for c in pr.comparisons:
                 c.kept_mass = kept_mass(c, pr.results[c.a], pr.results[c.b])
-    if getattr(prep.config, "routes", False):
+    if prep.config.routes:
         from .routes import record_routes
 
         with phase(run, "routes"):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.config import config_from_dict
 from ..core.errors import ParityError
 from ..core.kinds import VllmOptions, get_kind
+from ..core.mapping import option
 from ..core.requests import CaptureRequest
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
@@ -344,7 +345,7 @@ def localise(
     chosen = [_eager(specs[a]), _eager(specs[b])]
     notes = []
     for s, orig in zip(chosen, (specs[a], specs[b])):
-        eager = getattr(orig.options, "enforce_eager", True)
+        eager = option(orig, "enforce_eager", True)
         would_graph = eager is False or (eager is None and service.on_gpu)
         if s is not orig and would_graph:
             notes.append(

@@ -42,6 +42,7 @@ from ..analysis.compare import compare
 from ..core.config import ParityConfig, config_from_dict
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import get_kind
+from ..core.mapping import route_replay_mode
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, new_run
@@ -148,7 +149,7 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
     prompts: list[PromptSpec] = []
     longest = 0
 
-    routes = DumpRoutesCheck(info.path, bool(getattr(req.config, "routes", False)))  # MoE: the recorded routes
+    routes = DumpRoutesCheck(info.path, req.config.routes)  # MoE: the recorded routes
 
     def keep(row: RolloutRow) -> None:
         nonlocal longest
@@ -549,7 +550,7 @@ class Replay(Workload):
     def _routes(
         self, sides: SideSet, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
     ) -> dict[str, dict[int, Any]]:
-        if not getattr(self.prep.config, "routes", False):
+        if not self.prep.config.routes:
             return {}
         prep = self.prep
         plans = {p.name: p for p in prep.sides + ([self.floor] if self.floor is not None else [])}
@@ -569,11 +570,7 @@ class Replay(Workload):
         """The pair of rollout routing replay (R3): the trainer with replay_routes, where the dump records
         routes and routes=true; None otherwise."""
         ref = self.prep.reference
-        if not (
-            getattr(self.prep.config, "routes", False)
-            and self.pf.with_routes
-            and getattr(ref.spec.options, "replay_routes", "off") != "off"
-        ):
+        if not (self.prep.config.routes and self.pf.with_routes and route_replay_mode(ref.spec) != "off"):
             return None
         from .routes import replayed_pair
 
@@ -589,7 +586,7 @@ class Replay(Workload):
         ref = self.prep.reference
         by_j = dict(zip(chunk, items))
         recorded = {j: self._shape.routes(rows[j]) for j in chunk if rows[j].routed_experts is not None}
-        return score_with_routes(self.rec.run, sides, ref, ref.spec.options.replay_routes, by_j, recorded)
+        return score_with_routes(self.rec.run, sides, ref, route_replay_mode(ref.spec), by_j, recorded)
 
     @staticmethod
     def _routed_pair(c: Comparison, a: SideResult, b: SideResult, n: int) -> Comparison:
@@ -679,7 +676,7 @@ class Replay(Workload):
             getattr(self, "full", None) is not None
         ):  # the distribution family per engine pair (its key is the side's name)
             self.full.report(report, self.service.store, self.rec.run.id)
-        if getattr(self.prep.config, "routes", False):  # the recorded routes against the trainer's, each engine's
+        if self.prep.config.routes:  # the recorded routes against the trainer's, each engine's
             pooled_routing(self.service.store, self.rec.run.id, report)
         report.headline = replay_headline(report)
 

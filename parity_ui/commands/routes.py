@@ -14,6 +14,7 @@ from typing import Any
 
 from ..analysis.compare import compare
 from ..analysis.routes import comparable_steps, compare_routes
+from ..core.mapping import route_replay_mode
 from ..core.requests import GenerateRequest, RouteReplayRequest, RoutesRequest
 from ..core.routes import RouteReplay, Routes
 from ..core.runlog import EventCallback, RunEvent
@@ -200,7 +201,7 @@ def _replays(
 ) -> None:
     ref = prep.reference.name
     for p in prep.sides[1:]:
-        mode = getattr(p.spec.options, "replay_routes", "off")
+        mode = route_replay_mode(p.spec)
         if mode == "off":
             continue
         prompts = [pr for pr in run.prompts if (ref, pr.index) in full and pr.comparison(p.name)]

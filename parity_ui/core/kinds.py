@@ -223,6 +223,7 @@ class Kind:
     can_batch_invariant: bool = False
     can_capture_layers: bool = False
     can_record_routes: bool = False  # MoE routes by hooks on its routers (parity_ui.engines.routes)
+    can_replay_routes: bool = False  # MoE: routes forced from recorded experts (its replay_routes option)
     accepts_images: bool = False
     in_worker: bool = True  # runs in a spawned worker process (and so may use another python=)
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
@@ -254,6 +255,7 @@ KINDS: dict[str, Kind] = {
         accepts_images=True,
         head_start=True,
         can_record_routes=True,
+        can_replay_routes=True,
     ),
     "vllm-server": Kind(
         "vllm-server",

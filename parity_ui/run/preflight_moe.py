@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.mapping import route_replay_mode
 from ..core.types import Finding
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def check_moe(prepared: Prepared) -> list[Finding]:
                     fix=f"give {p.name} a checkpoint of the same MoE model (model=)",
                 )
             )
-    routes = getattr(prepared.config, "routes", False)
+    routes = prepared.config.routes
     if routes and not any(shapes.values()):
         out.append(
             Finding(
@@ -78,7 +79,7 @@ def check_moe(prepared: Prepared) -> list[Finding]:
                     fix="record routes on vllm or hf sides",
                 )
             )
-        mode = getattr(p.spec.options, "replay_routes", "off")
+        mode = route_replay_mode(p.spec)
         if mode != "off" and not routes:
             out.append(
                 Finding(

@@ -158,7 +158,7 @@ def test_moe_preflight_names_shape_mismatch_and_sides_without_routes(tmp_path):
 
     def side(name, kind, path, replay="off"):
         return SimpleNamespace(name=name, kind=KINDS[kind], model=SimpleNamespace(path=path),
-                               spec=SimpleNamespace(options=SimpleNamespace(replay_routes=replay)))
+                               spec=SimpleNamespace(kind=kind, options=SimpleNamespace(replay_routes=replay)))
 
     prep = SimpleNamespace(config=SimpleNamespace(routes=True),
                            sides=[side("ref", "vllm", a), side("b", "hf", b, "ids"), side("s", "openai", a)])

@@ -37,6 +37,7 @@ from ...analysis.kept_mass import kept_mass
 from ...core.cluster import check_sides, parse_cluster
 from ...core.config import ParityConfig, config_from_dict
 from ...core.errors import ConfigError, ParityError
+from ...core.mapping import route_replay_mode
 from ...core.pooled import PairSample
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
@@ -278,9 +279,9 @@ class Workload:
         self.prep = prep
         self.rec.prepared(prep)
         self._prepared()
-        if o.mode == "free" and getattr(prep.config, "routes", False):
+        if o.mode == "free" and prep.config.routes:
             for p in prep.sides[1:]:
-                if getattr(p.spec.options, "replay_routes", "off") != "off":
+                if route_replay_mode(p.spec) != "off":
                     run.warnings.append(
                         Finding(
                             code="route-replay-free",
@@ -360,7 +361,7 @@ class Workload:
         if getattr(self, "full", None) is not None:  # every stored chunk's columns, a resume's earlier ones too
             self.full.report(report, self.service.store, self.rec.run.id)
         pooled_sampling(self.service.store, self.rec.run.id, report)  # the same: every stored kept-mass record
-        if getattr(self.prep.config, "routes", False):  # every stored chunk's routes, a resume's earlier ones too
+        if self.prep.config.routes:  # every stored chunk's routes, a resume's earlier ones too
             pooled_routing(self.service.store, self.rec.run.id, report)
 
     def _status(self) -> str:
@@ -448,7 +449,7 @@ class Workload:
             results[p.name] = self._generate(sides, p, chunk)
         if self.floor is not None:
             results[self.floor.name] = self._generate(sides, self.floor, chunk, reverse=True)
-        routes = getattr(self.prep.config, "routes", False)
+        routes = self.prep.config.routes
         if routes:
             from ..routes import chunk_routes
 
@@ -480,7 +481,7 @@ class Workload:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
         full = self.full
-        routes = getattr(prep.config, "routes", False)
+        routes = prep.config.routes
         # Decoded below, piece by piece, while the reference scores the next piece (pieces.py).
         gen = {p.name: self._generate(sides, p, chunk, rows=True, decode=False) for p in prep.sides[1:]}
         if routes:  # each generating side's routes on its own tokens
@@ -589,7 +590,7 @@ class Workload:
         seqs = {j: (prep.prompts[j].token_ids, gen[p.name][j].token_ids) for j in chunk}
         ref_routes = forced_routes(run, sides, prep.reference, seqs)
         floor_routes = forced_routes(run, sides, self.floor, seqs) if with_floor else {}
-        mode = getattr(p.spec.options, "replay_routes", "off")
+        mode = route_replay_mode(p.spec)
         replayed = {}
         if mode != "off" and ref_routes:
             self.progress.call(p.name, f"scoring its tokens with {prep.reference.name}'s expert routes")
@@ -604,13 +605,9 @@ class Workload:
 
     def _replayed_pairs(self) -> list[str]:
         """The pooled pairs of a scored workload's route replays (sides with replay_routes), by name."""
-        if self.opts.mode != "scored" or not getattr(self.prep.config, "routes", False):
+        if self.opts.mode != "scored" or not self.prep.config.routes:
             return []
-        return [
-            self._replayed_name(p)
-            for p in self.prep.sides[1:]
-            if getattr(p.spec.options, "replay_routes", "off") != "off"
-        ]
+        return [self._replayed_name(p) for p in self.prep.sides[1:] if route_replay_mode(p.spec) != "off"]
 
     @staticmethod
     def _forced_routes(c: Comparison, a: SideResult, b: SideResult) -> Comparison:
@@ -640,7 +637,7 @@ class Workload:
         after = compare(view, reference_view(side.side, side, replayed, self.prep))
         sample = scored_sample(after, _as_result(side, replayed), scored)
         c.route_replay = RouteReplay(
-            mode=getattr(p.spec.options, "replay_routes", "ids"),
+            mode=route_replay_mode(p.spec),
             source=view.side,
             before_first_divergence=c.first_divergence,
             after_first_divergence=after.first_divergence,
