@@ -73,8 +73,8 @@ def run(args, full: bool, db: str, n_prompts: int | None = None, sync: bool = Fa
 
 
 def _where(need: int) -> str:
-    """Where the tool kept a chunk's rows (commands.rows_scratch's choice for this size)."""
-    from parity_ui.commands import rows_scratch
+    """Where the tool kept a chunk's rows (measures.scratch's choice for this size)."""
+    from parity_ui.measures import scratch as rows_scratch
 
     if os.environ.get("PARITY_ROWS_DIR"):
         return f"{os.environ['PARITY_ROWS_DIR']} (named)"

@@ -51,10 +51,12 @@ from ..core.workload_record import WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
+from ..measures import PairSeen, ScoreAsk
+from ..measures.routes import forced_side_routes, replayed_pair, score_with_routes
+from ..measures.tokens import pool_tokens
 from ..run.recorder import decode_result
 from ..run.sideset import SideSet
-from .replay_routes import DumpRoutesCheck, replay_routes, route_shape
-from .workload.report import pooled, pooled_routing
+from .replay_routes import DumpRoutesCheck, route_shape
 from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster, go_on_where, stored_to_resume
 
 if TYPE_CHECKING:
@@ -423,11 +425,7 @@ class Replay(Workload):
         # The dump's findings beside the sides' own (fp32 lm_head on one side only, dtypes...), stored
         # with the run's header before any engine loads.
         run = self.rec.run
-        # In a replay the trainer (the reference) may replay the dump's recorded routes (replay_routes):
-        # the comparison's "it replays no one's routes" does not hold here.
-        run.warnings = [w for w in run.warnings if w.code != "replay-on-reference"] + [
-            f for f in self.pf.findings if f not in run.warnings
-        ]
+        run.warnings += [f for f in self.pf.findings if f not in run.warnings]
 
     def _forced_paths(self, sides: SideSet) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
@@ -473,16 +471,17 @@ class Replay(Workload):
         items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]
         forced: dict[str, dict[int, Any]] = {}
         spent = run.workload.replay.setdefault("score_s", {})
-        full = getattr(
-            self, "full", None
-        )  # full_distribution: the trainer writes its rows, the sides that can meet them
         for name in [ref.name] + [p.name for p in prep.sides[1:]] + ([self.floor.name] if self.floor else []):
             t0 = time.perf_counter()  # each side's own scoring time, round trips included (bench/replay.py)
-            mine = (
-                [dataclasses.replace(it, rows=full.forced_rows(name, j)) for it, j in zip(items, chunk)]
-                if full
-                else items
-            )
+            mine = [  # what the measures ask of each side's forcing (full_distribution: rows written and met)
+                ScoreRequest(
+                    it.prompt,
+                    it.continuation,
+                    it.logprobs,
+                    **self.active.score_fields(ScoreAsk(name, name, j, "forced")),
+                )
+                for it, j in zip(items, chunk)
+            ]
             forced[name] = dict(zip(chunk, sides.score_batch(name, mine)))
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
         results: dict[str, dict[int, SideResult]] = {}
@@ -500,8 +499,6 @@ class Replay(Workload):
             for name, r in res.items():
                 r.routes = routes.get(name, {}).get(j)
                 results.setdefault(name, {})[j] = r
-                if full and name in forced and name != ref.name:
-                    full.harvest(name, r.steps, forced[name][j])
             lp = {name: _logprobs(r.steps) for name, r in res.items()}
             if row.trainer_logprobs is not None:
                 lp[RECORDED_TRAINER + "!"] = [_clean(x) for x in row.trainer_logprobs]
@@ -528,20 +525,19 @@ class Replay(Workload):
                         positions=keep,
                     )
                 )
-            for name in res:
+            for name in res:  # each side against the trainer, every token (they all forced the same ones)
                 if name != ref.name:
-                    comparisons[j].append(
-                        self._routed_pair(
-                            compare(res[ref.name], res[name]), res[ref.name], res[name], len(row.response_ids)
-                        )
-                    )
+                    scored = forced[name][j] if name in forced else None
+                    pair = PairSeen(name, compare(res[ref.name], res[name]), res[ref.name], res[name], j, True)
+                    pair.scored = scored
+                    self.active.harvest(pair)
+                    comparisons[j].append(pair.c)
             self._note_worst(i, row, lp, keep, ref.name)
         replay = run.workload.replay
         replay["tokens"], replay["masked"] = self._tokens, self._masked
         replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
         self._store(chunk, results, comparisons, samples)
-        if full:
-            full.end_chunk(chunk)
+        self.active.end_chunk(chunk)
         for j in chunk:
             self._ahead.pop(prep.kept[j], None)
 
@@ -555,7 +551,7 @@ class Replay(Workload):
         prep = self.prep
         plans = {p.name: p for p in prep.sides + ([self.floor] if self.floor is not None else [])}
         seqs = {j: (prep.prompts[j].token_ids, rows[j].response_ids) for j in chunk}
-        out = replay_routes(self.rec.run, sides, names, seqs, {n: plans[n].kind.can_record_routes for n in names})
+        out = forced_side_routes(self.rec.run, sides, names, seqs, {n: plans[n].kind.can_record_routes for n in names})
         if not hasattr(self, "_shape"):
             self._shape = route_shape(prep.model.path)
         if self._shape is not None:
@@ -572,8 +568,6 @@ class Replay(Workload):
         ref = self.prep.reference
         if not (self.prep.config.routes and self.pf.with_routes and route_replay_mode(ref.spec) != "off"):
             return None
-        from .routes import replayed_pair
-
         return replayed_pair(ref.name, RECORDED)
 
     def _r3(self, sides: SideSet, chunk: list[int], rows: dict[int, RolloutRow], items: list[Any]) -> dict[int, Any]:
@@ -581,21 +575,10 @@ class Replay(Workload):
         pass a row): {j: SideResult}."""
         if self._r3_name() is None or getattr(self, "_shape", None) is None:
             return {}
-        from .routes import score_with_routes
-
         ref = self.prep.reference
         by_j = dict(zip(chunk, items))
         recorded = {j: self._shape.routes(rows[j]) for j in chunk if rows[j].routed_experts is not None}
         return score_with_routes(self.rec.run, sides, ref, route_replay_mode(ref.spec), by_j, recorded)
-
-    @staticmethod
-    def _routed_pair(c: Comparison, a: SideResult, b: SideResult, n: int) -> Comparison:
-        """Both routed the same forced tokens: every token's routes compare."""
-        if a.routes is not None and b.routes is not None:
-            from ..analysis.routes import compare_routes
-
-            c.routes = compare_routes(a.routes, b.routes, n)
-        return c
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         # The worker's columns as they came (a list of TokenStep per position cost the parent ~as much as the scoring).
@@ -671,13 +654,8 @@ class Replay(Workload):
 
     def _pool(self, report: WorkloadReport) -> None:
         keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
-        pooled(self.service.store, self.rec.run.id, report, keys)
-        if (
-            getattr(self, "full", None) is not None
-        ):  # the distribution family per engine pair (its key is the side's name)
-            self.full.report(report, self.service.store, self.rec.run.id)
-        if self.prep.config.routes:  # the recorded routes against the trainer's, each engine's
-            pooled_routing(self.service.store, self.rec.run.id, report)
+        pool_tokens(self.service.store, self.rec.run.id, report, keys)
+        self.active.pool(self.service.store, self.rec.run.id, report)  # routes, full rows: per pair against the trainer
         report.headline = replay_headline(report)
 
     def _status(self) -> str:

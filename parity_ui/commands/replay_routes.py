@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ParityError
-from ..core.requests import RoutesRequest
 from ..core.routes import Routes
-from ..core.types import Finding, Run
+from ..core.types import Finding
 from ..run.preflight_moe import moe_shape
-from ..run.sideset import SideSet
 
 RECORDED_SOURCE = "rollout dump"
 
@@ -150,49 +148,3 @@ class DumpRoutesCheck:
                 )
             ]
         return []
-
-
-def replay_routes(
-    run: Run, sides: SideSet, names: list[str], seqs: dict[int, tuple[list[int], list[int]]], can: dict[str, bool]
-) -> dict[str, dict[int, Routes]]:
-    """Each replayed side's routes on each row's forced tokens, rows from len(prompt) - 1 on: {side: {j:
-    Routes}}. A side that cannot record them is named once in the run's warnings and left out."""
-    out: dict[str, dict[int, Routes]] = {}
-    for name in names:
-        if not can.get(name):
-            _warn_once(
-                run,
-                Finding(
-                    "routes-unsupported",
-                    "warning",
-                    f"{name} cannot record expert routes",
-                    "record routes on vllm or hf sides",
-                    side=name,
-                ),
-            )
-            continue
-        try:
-            out[name] = {
-                j: sides.routes(
-                    name, RoutesRequest(ids=list(p) + list(r), positions=list(range(len(p) - 1, len(p) - 1 + len(r))))
-                )
-                for j, (p, r) in seqs.items()
-                if r
-            }
-        except Exception as e:  # noqa: BLE001 - the replay goes on without this side's routes
-            _warn_once(
-                run,
-                Finding(
-                    "routes-failed",
-                    "warning",
-                    f"{name}: expert routes not recorded: {getattr(e, 'message', None) or e}",
-                    getattr(e, "fix", "") or "set routes=false",
-                    side=name,
-                ),
-            )
-    return out
-
-
-def _warn_once(run: Run, f: Finding) -> None:
-    if not any((w.code, w.side) == (f.code, f.side) for w in run.warnings):
-        run.warnings.append(f)

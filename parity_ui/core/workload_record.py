@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import sub, truediv
@@ -120,11 +120,46 @@ def _all_scorable(xs: Sequence[float | None]) -> bool:
 class SideFigures:
     side: str
     stats: WorkloadStats
-    verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
+    verdict: FloorVerdict | None = (
+        None  # the token figures against the floor; None for the floor itself, or without one
+    )
     hist: DlogpHistogram | None = None  # None in a report stored before histograms were pooled
-    routing_verdict: str | None = None  # MoE: the routing figures against the floor's (core.pooled)
-    distribution_verdict: str | None = None  # full_distribution: the distribution family against the floor's
-    sampling_verdict: str | None = None  # shared-seed: the sampling family's shares against the floor's
+    # Each pooled measure's family against the floor's, one sentence, by the measure's key (core.measures
+    # POOLED: "routing", "distribution", "sampling"); absent: not recorded, or no floor to judge against.
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+
+# `--json` (schema 3) and stored reports before it: each family's verdict as its own key (an alias of
+# SideFigures.verdicts, kept for one schema version; read back from older reports).
+VERDICT_ALIASES = {"routing": "routing_verdict", "distribution": "distribution_verdict", "sampling": "sampling_verdict"}
+
+
+def put_family(
+    report: WorkloadReport,
+    key: str,
+    figures: Callable[[str], dict[str, Any] | None],
+    judge: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None],
+) -> None:
+    """A pooled measure's family onto a report: `figures(name)` for each side and the floor (None: not
+    recorded), and each side's verdict against the floor's (`judge(side, floor)`)."""
+    floor = report.floor_figures
+    if floor is not None:
+        _set_family(floor, key, figures(floor.side))
+    fl = floor.stats.family(key) if floor is not None else None
+    for name, figs in report.sides.items():
+        _set_family(figs, key, figures(name))
+        verdict = judge(figs.stats.family(key), fl)
+        if verdict:
+            figs.verdicts[key] = verdict
+        else:
+            figs.verdicts.pop(key, None)
+
+
+def _set_family(f: SideFigures, key: str, figures: dict[str, Any] | None) -> None:
+    if figures is None:
+        f.stats.families.pop(key, None)
+    else:
+        f.stats.families[key] = figures
 
 
 @dataclass
@@ -184,9 +219,8 @@ class WorkloadReport:
                 "stats": f.stats.to_dict(),
                 "verdict": f.verdict.to_dict() if f.verdict else None,
                 "hist": dataclasses.asdict(f.hist) if f.hist else None,
-                "routing_verdict": f.routing_verdict,
-                "distribution_verdict": f.distribution_verdict,
-                "sampling_verdict": f.sampling_verdict,
+                "verdicts": dict(f.verdicts),
+                **{alias: f.verdicts.get(key) for key, alias in VERDICT_ALIASES.items()},
             }
 
         return {
@@ -213,9 +247,10 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
             stats=WorkloadStats.from_dict(f["stats"]),
             verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
             hist=DlogpHistogram.from_dict(f.get("hist")),
-            routing_verdict=f.get("routing_verdict"),
-            distribution_verdict=f.get("distribution_verdict"),
-            sampling_verdict=f.get("sampling_verdict"),
+            verdicts={
+                **{k: v for k, alias in VERDICT_ALIASES.items() if (v := f.get(alias))},
+                **(f.get("verdicts") or {}),
+            },
         )
 
     opts = {

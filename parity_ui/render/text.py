@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import BAND_KEYS, DISTRIBUTION_ROWS, FAMILIES, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS, count
+from ..core.figures import BAND_KEYS, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
 from ..core.workload_record import WorkloadReport, _pct
+from .sections import SECTIONS
 
 
 def format_probe(run: Run) -> str:
@@ -146,26 +147,13 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
         row(label, [FIGURES[key].format(getattr(s.tokens, key), "-") for s in stats])
     for i, key in enumerate(BAND_KEYS if stats else ()):
         row(FIGURES[key].name, [_pct(s.tokens.outside[i].outside) if i < len(s.tokens.outside) else "-" for s in stats])
-    if any(x.routing for x in stats):  # MoE, routes=true: the routing family
-        for key in FAMILIES["routing"]:
-            row(FIGURES[key].name, [FIGURES[key].format((x.routing or {}).get(key), "-") for x in stats])
-    if any(x.distribution for x in stats):  # full_distribution=true: the distribution family
-        for key in DISTRIBUTION_ROWS:
-            row(FIGURES[key].name, [FIGURES[key].format((x.distribution or {}).get(key), "-") for x in stats])
-        row("positions, full rows met", [str(int((x.distribution or {}).get("positions") or 0)) for x in stats])
-    if any(x.sampling for x in stats):  # shared-seed sampling: kept mass and both ratios
-        for key in SAMPLING_ROWS:
-            row(FIGURES[key].name, [FIGURES[key].format((x.sampling or {}).get(key), "-") for x in stats])
-        row("tokens drawn on both sides", [str(int((x.sampling or {}).get("tokens") or 0)) for x in stats])
+    for s in SECTIONS:  # each measure's family, where the run recorded it (routes, full rows, draws)
+        for label, cells in s.text_rows(stats):
+            row(label, cells)
     lines += [f"  {x}" for x in LEGEND]
     for name in names:
         f = report.sides[name]
-        if f.routing_verdict:
-            lines.append(f"  {name}: {f.routing_verdict}")
-        if f.distribution_verdict:
-            lines.append(f"  {name}: {f.distribution_verdict}")
-        if f.sampling_verdict:
-            lines.append(f"  {name}: {f.sampling_verdict}")
+        lines += [f"  {name}: {v}" for s in SECTIONS if (v := f.verdicts.get(s.key))]
         if f.verdict is not None:
             lines.append(f"  {name}: {verdict_line(f.verdict)}")
         worst = f.stats.worst_by_divergence[:5]

@@ -235,8 +235,8 @@ def test_routes_on_ray_are_recorded_compared_and_replayed_as_in_process(ray_serv
         assert run.status in ("ok", "diverged"), run.error
         assert not [w for w in run.warnings if w.code.startswith("route")], run.warnings
     assert there.cluster is not None and there.cluster["replicas"] == {"ref": 2, "b": 2}
-    assert here.sides["b"].stats.routing["route_differ"] > 0  # the flips are recorded, on Ray too
-    assert there.sides["b"].stats.routing == here.sides["b"].stats.routing
+    assert here.sides["b"].stats.family("routing")["route_differ"] > 0  # the flips are recorded, on Ray too
+    assert there.sides["b"].stats.family("routing") == here.sides["b"].stats.family("routing")
     replayed = "b+ref routes"  # b scoring its own tokens with the reference's experts: no flip left
     assert there.sides[replayed].stats.to_dict() == here.sides[replayed].stats.to_dict()
     assert list(svc.store.route_agreements(runs[1].id, "b")) == list(svc.store.route_agreements(runs[0].id, "b"))

@@ -151,4 +151,4 @@ def test_full_distribution_on_a_replay_names_the_sides_without_rows_and_goes_on(
     named = {w.message.split()[2] for w in run.warnings if w.code == "full-distribution-unavailable"}
     assert named == {"ref", "b"}
     assert run.workload.sides["b"].stats.tokens.pairs == 6 * N
-    assert all(f.stats.distribution is None for f in run.workload.sides.values())
+    assert all(f.stats.family("distribution") is None for f in run.workload.sides.values())

@@ -106,7 +106,10 @@ _LIST: list[Metric] = [
     # MoE (routes=true): the routing family; a workload without routes cannot be checked (fails, says so)
     *(
         Metric(
-            key, not FIGURES[key].higher_is_worse, (lambda s, key=key: (s.routing or {}).get(key)), FIGURES[key].meaning
+            key,
+            not FIGURES[key].higher_is_worse,
+            (lambda s, key=key: (s.family("routing") or {}).get(key)),
+            FIGURES[key].meaning,
         )
         for key in FAMILIES["routing"]
     ),
@@ -115,7 +118,7 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.distribution or {}).get(key)),
+            (lambda s, key=key: (s.family("distribution") or {}).get(key)),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["distribution"]
@@ -125,7 +128,7 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.sampling or {}).get(key)),
+            (lambda s, key=key: (s.family("sampling") or {}).get(key)),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["sampling"]
