@@ -309,17 +309,14 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
 def _worst_position(run: Run, prompt_index: int) -> int:
     """A replayed row's token to localise when none is asked: its worst token (the largest |Δ| of the
     run's own pair, parity_ui.commands.replay), the one the replay view opens."""
-    worst = [
-        w
-        for w in ((run.workload.replay or {}) if run.workload else {}).get("worst_tokens", [])
-        if w["prompt_index"] == prompt_index
-    ]
+    record = run.workload.replay if run.workload is not None else None
+    worst = [w for w in (record.worst_tokens if record is not None else []) if w.prompt_index == prompt_index]
     if not worst:
         raise LayersError(
             f"row {prompt_index} of replay {run.id} has none of the replay's worst tokens",
             "choose the token to localise with --position N",
         )
-    return max(worst, key=lambda w: abs(w["dlogp"]))["position"]
+    return max(worst, key=lambda w: abs(w.dlogp)).position
 
 
 def _eager(spec: Any) -> Any:

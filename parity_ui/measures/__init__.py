@@ -20,6 +20,7 @@ from ..core.types import Run, SideResult, TokenStep
 from ..run.sideset import SideSet
 from .base import Made, Measure, MeasureRun, Mode, PairSeen, Plan, ScoreAsk
 from .distribution import Distribution
+from .replay_pairs import ReplayPairs, RowSeen
 from .routes import Routing
 from .sampling import Sampling
 from .tokens import Tokens
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 # In the order the runners call them: the tokens' pair sample first (a route replay's figures are
 # measured against it), then the families.
-MEASURES: tuple[Measure, ...] = (Tokens(), Routing(), Sampling(), Distribution())
+MEASURES: tuple[Measure, ...] = (Tokens(), Routing(), Sampling(), Distribution(), ReplayPairs())
 
 
 class Active:
@@ -86,6 +87,10 @@ class Active:
         """Whether a measure makes engine calls of its own while a chunk is under way (routes)."""
         return any(m.calls_engines for m in self.runs.values())
 
+    def row(self, seen: Any) -> None:
+        for m in self.runs.values():
+            m.row(seen)
+
     def pairs(self) -> list[str]:
         return [name for m in self.runs.values() for name in m.pairs()]
 
@@ -121,4 +126,16 @@ def start(plan: Plan) -> Active:
     return Active({m.spec.key: m.start(plan) for m in wanted(plan)})
 
 
-__all__ = ["MEASURES", "Active", "Made", "Measure", "MeasureRun", "Mode", "PairSeen", "Plan", "ScoreAsk", "start"]
+__all__ = [
+    "MEASURES",
+    "Active",
+    "Made",
+    "Measure",
+    "MeasureRun",
+    "Mode",
+    "PairSeen",
+    "Plan",
+    "RowSeen",
+    "ScoreAsk",
+    "start",
+]

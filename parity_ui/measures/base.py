@@ -13,7 +13,7 @@ fixed points, in this order, and knows nothing of any one family:
    comparison's cross-scoring came back);
 5. for each compared pair: `harvest` (its record onto the comparison, before the explanation,
    which may read it) and, after the explanation, `sample` (the pair samples the pooled figures
-   come from, by pooled pair name);
+   come from, by pooled pair name); a replay's rows: `row` (its pairs' samples, with the loss mask);
 6. `end_chunk`, `close`;
 7. `pool(store, run_id, report)`: its family from the store, never from what the process held (a
    resumed run pools every chunk), judged against the floor's.
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from ..core.config import ParityConfig
 from ..core.measures import MeasureSpec
 from ..core.pooled import PairSample
+from ..core.replay_record import ReplayRecord
 from ..core.runlog import EventCallback
 from ..core.types import Comparison, Finding, Run, SideResult, TokenStep
 from ..run.plan import Prepared, SidePlan
@@ -53,6 +54,7 @@ class Plan:
     floor: SidePlan | None = None  # a workload's or replay's floor side
     cluster: str | None = None  # on a Ray cluster: "local" or an address
     chunk: int = 1  # sequences made, compared and stored together
+    replay: ReplayRecord | None = None  # a replay's record: what its dump records, where its pairs go
 
     @property
     def config(self) -> ParityConfig:
@@ -104,6 +106,7 @@ class Made:
     floor: SidePlan | None = None
     sequences: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # j -> (prompt, tokens)
     progress: Any = None  # the runner's progress (a measure's calls report to it), where it has one
+    rows: dict[int, Any] = field(default_factory=dict)  # a replay: the dump's rows (inputs.rollouts.RolloutRow) by j
 
 
 @dataclass
@@ -162,8 +165,11 @@ class MeasureRun:
     def sample(self, pair: PairSeen) -> None:
         """After the explanation: the pair samples it pools, into pair.samples by pooled pair name."""
 
+    def row(self, seen: Any) -> None:
+        """A replay's row once every side forced its tokens (parity_ui.measures.replay_pairs.RowSeen)."""
+
     def pairs(self) -> list[str]:
-        """Pooled pairs it adds to the compared sides' (a scored route replay's)."""
+        """Pooled pairs it adds to the compared sides' (a scored route replay's, a replay's own)."""
         return []
 
     def end_chunk(self, chunk: Sequence[int]) -> None:

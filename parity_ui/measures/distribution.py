@@ -289,14 +289,16 @@ class FullRows(MeasureRun):
         """The pooled family onto each side's stats, the floor's too, and each side's verdict against it,
         pooled from every stored prompt of the run."""
         floor = report.floor_figures
-        names = dict.fromkeys([*report.sides, *([floor.side] if floor is not None else [])])
-        pools = {n: stored_pool(store, run_id, n) for n in names}
-        for name in report.sides:
-            if not len(pools[name]):
-                self._missing(name, report)
+        sides = {name: report.side_of(name) for name in report.sides}  # a replay's pair: the side it compares
+        wanted = [*(s for s in sides.values() if s is not None), *([floor.side] if floor is not None else [])]
+        pools = {s: stored_pool(store, run_id, s) for s in dict.fromkeys(wanted)}
+        for name, side in sides.items():
+            if side is None or not len(pools[side]):
+                self._missing(side or name, report)
 
-        def figures(name: str) -> dict[str, Any] | None:
-            return pools[name].figures() if len(pools[name]) else None
+        def figures(side: str) -> dict[str, Any] | None:
+            got = pools.get(side)
+            return got.figures() if got is not None and len(got) else None
 
         put_family(report, FULL_ROWS.key, figures, distribution_against_floor)
 

@@ -11,11 +11,13 @@ from ..analysis.crossscore import summary_line
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
 from ..core.types import Localisation, Run, to_dict
-from .sections import SECTIONS
+from .sections import SECTIONS, workload_html
 from .sections.distribution import distribution_line  # noqa: F401 - re-exported (the CLI summary's line)
 from .sections.sampling import sampling_figures, sampling_lines  # noqa: F401 - re-exported
 
-SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
+# 1: parity-ui 0.1 (vllm/hf keys); 2: sides; 3: a replay's pairs by name ("recorded vs hf"), verdicts by measure,
+# the token figures' k1. Keys schema 3 renamed stay as aliases for one schema version (docs/cli.md).
+SCHEMA_VERSION = 3
 
 
 def _s(x: float | None) -> str:
@@ -157,12 +159,25 @@ def run_json(run: Run) -> dict[str, Any]:
         "warnings": to_dict(run.warnings),
         "probes": to_dict(run.probes),
         "timings": run.timings,
-        "workload": to_dict(run.workload),
+        "workload": _workload_json(run),
         "bisect": to_dict(run.bisect),
         "duration_ms": run.duration_ms,
         "prompts": prompts,
         **{k: v for sec in SECTIONS for k, v in sec.run_json(run).items()},  # the sampling family per side
     }
+
+
+def _workload_json(run: Run) -> Any:
+    """The workload's record; a replay's pairs also under their keys from before schema 3 (aliases for
+    one schema version: "recorded", "vllm", "recorded~vllm"... beside "recorded vs hf"...)."""
+    out = to_dict(run.workload)
+    replay = run.workload.replay if run.workload is not None else None
+    if replay is not None:
+        sides = out["sides"]
+        for p in replay.pairs:
+            if p.key and p.key != p.name and p.name in sides and p.key not in sides:
+                sides[p.key] = sides[p.name]
+    return out
 
 
 WORKLOAD_PANES = 8  # a workload's report shows the token panes of this many prompts: the earliest forks
@@ -229,10 +244,9 @@ def html_report(
         shown = set(workload_report_prompts(run))
         prompts = [p for p in run.prompts if p.index in shown]
         parts = [workload_section_html(run, rows), settings_html(run, open_=True)]
-        if run.workload.replay:  # a replay: its pairs and worst tokens after the workload section
-            from .replay import replay_html
-
-            parts.insert(1, replay_html(run.workload))
+        own = workload_html(run.workload)  # a replay: its pairs and worst tokens after the workload section
+        if own:
+            parts.insert(1, own)
         if prompts:
             parts.append(
                 f"<h3>The {len(prompts)} prompt(s) that fork earliest</h3><p class=pc-muted>Open any other "

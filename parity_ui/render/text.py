@@ -164,65 +164,6 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
             )
     if run_id and names:
         lines.append(f"  open one: parity runs show {run_id} --prompt N")
-    if report.replay:
-        lines.append(format_replay(report))
-    return "\n".join(lines)
-
-
-# A replay's pairs table: the RL figures, in the frameworks' order.
-REPLAY_COLUMNS = ("outside_0.8_1.2", "outside_0.9_1.1", "outside_0.99_1.01", "k3", "extreme_share", "abs_dlogp_max")
-
-
-def format_replay(report: WorkloadReport) -> str:
-    """A replay's attribution (its pairs as rows of one table, the floor last), the masked tokens and
-    the worst tokens first."""
-    r = report.replay or {}
-    lines = [
-        f"replay of {r.get('dump')} ({r.get('format')}): {report.done} of {report.n_prompts} rows, "
-        f"{r.get('tokens', 0):,} response tokens, {r.get('masked', 0):,} masked by the loss mask (left out)"
-    ]
-    lines += [f"  note: {n}" for n in r.get("notes") or []]
-    lines += [f"  {name} forced the tokens by {how}" for name, how in (r.get("forced") or {}).items()]
-    if r.get("rows") and r.get("with_logprobs", 0) < r.get("rows", 0):
-        lines.append(
-            f"  {r['rows'] - r.get('with_logprobs', 0)} rows have no recorded logprobs: the recorded side "
-            "is absent for them"
-        )
-    band = {b: i for i, b in enumerate(BAND_KEYS)}
-    head = (
-        f"  {'pair (b against a)':34}"
-        + "".join(f"{FIGURES[k].name[:15]:>16}" for k in REPLAY_COLUMNS)
-        + f"{'seq. geo-mean ρ':>20}  verdict"
-    )
-    lines.append(head)
-    for p in r.get("pairs") or []:
-        f = report.floor_figures if p["key"] == report.floor.side else report.sides.get(p["key"])
-        if f is None:
-            continue
-        t = f.stats.tokens
-        cells = []
-        for k in REPLAY_COLUMNS:
-            if k in band:
-                i = band[k]
-                cells.append(_pct(t.outside[i].outside) if i < len(t.outside) else "-")
-            else:
-                cells.append(FIGURES[k].format(getattr(t, k, None), "-"))
-        sr = f.stats.sequences.seq_ratio
-        geo = "-" if sr.min is None else f"{sr.min:.3g}..{sr.max:.3g}"
-        verdict = "floor" if p["key"] == report.floor.side else (f.verdict.verdict if f.verdict else "-")
-        lines.append(
-            f"  {(p['b'] + ' vs ' + p['a'])[:33]:34}" + "".join(f"{c:>16}" for c in cells) + f"{geo:>20}  {verdict}"
-        )
-    for p in r.get("pairs") or []:
-        lines.append(f"    {p['key']}: {p['meaning']}")
-    worst = r.get("worst_tokens") or []
-    if worst:
-        lines.append("  worst tokens (Δ = trainer − rollout):")
-        for w in worst[:10]:
-            eng = "  ".join(f"{k} {v:.4g}" for k, v in (w.get("engines") or {}).items() if v is not None)
-            lines.append(
-                f"    {w['row']} (prompt {w['prompt_index']}) token {w['position']} {w['text']!r}: "
-                f"Δ {w['dlogp']:+.4g}  trainer {w['trainer']:.4g}  {w['pair']} {w['rollout']:.4g}"
-                + (f"  {eng}" if eng else "")
-            )
+    for sec in SECTIONS:  # each measure's own part (a replay's pairs table and worst tokens)
+        lines += sec.workload_lines(report)
     return "\n".join(lines)

@@ -555,9 +555,9 @@ def workload_progress_html(
 
 
 def replay_table_labels(w: Any) -> dict[str, Any]:
-    """A replay's prompt-table options: each pair headed "b vs a" (its key alone reads like another's:
-    "recorded" and "recorded_vs_vllm"), and only its largest gap (forced tokens never fork)."""
+    """A replay's prompt-table options: each pair's column headed by its name (the floor's too: "floor
+    vs hf"), and only its largest gap (forced tokens never fork)."""
     if not getattr(w, "replay", None):
         return {}
-    labels = {p["key"]: f"{p['b']} vs {p['a']}" for p in w.replay.get("pairs") or []}
+    labels = {p.stored: p.name for p in w.replay.pairs}
     return {"labels": labels, "forced": True}

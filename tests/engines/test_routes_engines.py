@@ -153,8 +153,9 @@ def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_
     f = c.measures.get("routes").first_flip  # the rollout's routes against the trainer's, on the same tokens
     assert (f.step, f.layer) == (info["step"], info["layer"]) and c.measures.get("routes").compared == len(info["tokens"])
     assert stored.results["recorded"].routes.ids == stored.results["b"].routes.ids  # the dump's = HF's on near
-    assert w.sides["recorded"].stats.family("routing")["route_differ"] > 0 and w.sides["b"].stats.family("routing")["route_differ"] > 0
-    natural, r3 = w.sides["recorded"].stats.tokens, w.sides["trainer+recorded routes"].stats.tokens
+    assert w.sides["recorded vs trainer"].stats.family("routing")["route_differ"] > 0
+    assert w.sides["b vs trainer"].stats.family("routing")["route_differ"] > 0
+    natural, r3 = w.sides["recorded vs trainer"].stats.tokens, w.sides["recorded vs trainer+recorded routes"].stats.tokens
     assert r3.abs_dlogp_max < 1e-4 < natural.abs_dlogp_max and r3.pairs == natural.pairs == len(info["tokens"])
 
 

@@ -105,7 +105,7 @@ def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, 
 
     whole = replay()
     assert whole.status in ("ok", "diverged"), whole.error
-    dist = whole.workload.sides["b"].stats.family("distribution")
+    dist = whole.workload.sides["b vs ref"].stats.family("distribution")
     assert dist["positions"] == n * 6 and 0 < dist["kl_mean"] < 0.02
 
     def stop_after_first_chunk(e):
@@ -114,7 +114,7 @@ def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, 
 
     run = replay(stop_after_first_chunk)
     assert run.status == "cancelled" and 4 <= run.workload.done < n, run.error
-    assert run.workload.sides["b"].stats.family("distribution")["positions"] == 6 * run.workload.done
+    assert run.workload.sides["b vs ref"].stats.family("distribution")["positions"] == 6 * run.workload.done
     again = service.resume(run.id)
     assert again.status in ("ok", "diverged") and again.workload.done == n, again.error
-    assert again.workload.sides["b"].stats.family("distribution") == dist
+    assert again.workload.sides["b vs ref"].stats.family("distribution") == dist

@@ -179,7 +179,7 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
     run = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", plant=(3, 4)))
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
-    rec, b = w.sides["recorded"].stats.family("routing"), w.sides["b"].stats.family("routing")
+    rec, b = w.sides["recorded vs ref"].stats.family("routing"), w.sides["b vs ref"].stats.family("routing")
     # every response token of every row, both layers; the one planted route is the only difference
     assert rec["cells"] == b["cells"] == ROWS * 6 * 2 and rec["tokens"] == ROWS * 6
     assert b["route_differ"] == 0.0 and rec["route_differ"] == pytest.approx(1 / (ROWS * 6 * 2))
@@ -194,19 +194,20 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
     r3 = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", greedy=True),
                  sides=("ref=fake,shift=0.3,replay_routes=ids", "b=fake"))
     assert r3.status in ("ok", "diverged"), r3.error
-    assert "ref+recorded routes" in [p["key"] for p in r3.workload.replay["pairs"]]
+    r3_pair = r3.workload.replay.pair("ref+recorded routes")  # found by its key from before schema 3 too
+    assert r3_pair is not None and r3_pair.name == "recorded vs ref+recorded routes"
     assert not any(f.code == "replay-on-reference" for f in r3.warnings)
     from parity_ui.store.runs import pair_samples
 
-    natural = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "recorded")}
-    replayed = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "ref+recorded routes")}
+    natural = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "recorded vs ref")}
+    replayed = {s.prompt_index: s for s in pair_samples(service.db, r3.id, r3_pair.name)}
     assert sorted(replayed) == sorted(natural) == list(range(ROWS))
     for i, s in replayed.items():
         assert s.logp_side == natural[i].logp_side  # the recorded rollout's, both
         assert s.logp_ref == pytest.approx([x - 0.3 for x in natural[i].logp_ref])
     # routes=false: the routes are read and not compared, and the run says so
     off = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl"), routes=False)
-    assert any(f.code == "replay-routes-off" for f in off.warnings) and off.workload.sides["recorded"].stats.family("routing") is None
+    assert any(f.code == "replay-routes-off" for f in off.warnings) and off.workload.sides["recorded vs ref"].stats.family("routing") is None
 
 
 @pytest.mark.parametrize("bad, said", [("layers", "routes for 3 layers, and the model has 2 layers"),

@@ -294,7 +294,7 @@ class Workload:
         self.floor = floor
         self.compared = [p.name for p in prep.sides[1:]] + ([floor.name] if floor else [])
         # The measures (parity_ui.measures): their preflight's findings with the run's, then their state.
-        self.active = measures.start(Plan(prep, o.mode, run, floor=floor, cluster=o.cluster, chunk=o.chunk))
+        self.active = measures.start(self._plan(floor))
         todo = [j for j, i in enumerate(prep.kept) if i not in done]
         report.done = len(prep.kept) - len(todo)
         self.rec.save_header()
@@ -325,6 +325,11 @@ class Workload:
 
     def _prepared(self) -> None:
         """After prepare, before any engine loads (a replay adds its dump's findings here)."""
+
+    def _plan(self, floor: SidePlan | None) -> Plan:
+        """The run as its measures see it (a replay adds its record)."""
+        o = self.opts
+        return Plan(self.prep, o.mode, self.rec.run, floor=floor, cluster=o.cluster, chunk=o.chunk)  # type: ignore[arg-type]
 
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared pair (and the floor's), from the store: the token figures, then

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from .base import Section
 from .distribution import DistributionSection
+from .replay_pairs import ReplayPairsSection
 from .routing import RoutingSection
 from .sampling import SamplingSection
 
-SECTIONS: tuple[Section, ...] = (RoutingSection(), DistributionSection(), SamplingSection())
+SECTIONS: tuple[Section, ...] = (RoutingSection(), DistributionSection(), SamplingSection(), ReplayPairsSection())
 
-__all__ = ["SECTIONS", "Section"]
+
+def workload_html(report: object, pick: str | None = None) -> str:
+    """Every measure's own part of a workload's view (a replay's pairs and worst tokens)."""
+    return "".join(s.workload_html(report, pick) for s in SECTIONS)  # type: ignore[arg-type]
+
+
+__all__ = ["SECTIONS", "Section", "workload_html"]

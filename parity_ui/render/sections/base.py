@@ -57,6 +57,15 @@ class Section:
         """A chart after the figures table."""
         return ""
 
+    def workload_lines(self, report: WorkloadReport) -> list[str]:
+        """Its own part of a workload's CLI screen, after the figures (a replay's pairs table)."""
+        return []
+
+    def workload_html(self, report: WorkloadReport, pick: str | None = None) -> str:
+        """Its own part of a workload's view and report (a replay's pairs and worst tokens); `pick`: the
+        app's view prefix, so a row can open its tokens."""
+        return ""
+
 
 def family_rows(
     sets: Sequence[SideFigures], row: Row, key: str, keys: Sequence[str], title: str, count_key: str, count_label: str
