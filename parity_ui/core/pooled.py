@@ -169,7 +169,7 @@ class TokenStats:
     abs_dlogp_max: float | None
     abs_dprob_mean: float | None
     abs_dprob_max: float | None
-    kl: float | None  # mean(logp_side - logp_ref)
+    k1: float | None  # mean(logp_side - logp_ref): the k1 estimator of KL(side‖ref), can be negative
     k3: float | None  # mean(rho - log rho - 1), >= 0
     pearson: float | None  # of p_side and p_ref; None when either is constant
     token_mult_prob_error: float | None  # mean(exp(|dlogp|)); 1.0 = perfect
@@ -216,8 +216,11 @@ class WorkloadStats:
         return self.families.get(key)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP)."""
+        """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP). The token figures' k1 is also
+        written as `kl`, its name before schema 3 (an alias for one schema version)."""
         out = asdict(self)
+        for t in [out["tokens"], *(b["tokens"] for b in out["by_position"])]:
+            t["kl"] = t["k1"]
         out.pop("families")
         out.update({key: self.families.get(key) for key in POOLED})
         out.update({k: v for k, v in self.families.items() if k not in POOLED})
@@ -250,7 +253,10 @@ class WorkloadStats:
 
 
 def _tokens_from_dict(t: Mapping[str, Any]) -> TokenStats:
-    return TokenStats(**{**t, "outside": [BandShare(**b) for b in t["outside"]]})
+    """The token figures from JSON: k1 stored before schema 3 as `kl` (read either way)."""
+    got = {k: v for k, v in t.items() if k != "kl"}
+    got.setdefault("k1", t.get("kl"))
+    return TokenStats(**{**got, "outside": [BandShare(**b) for b in t["outside"]]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -865,7 +871,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
             abs_dlogp_max=None,
             abs_dprob_mean=None,
             abs_dprob_max=None,
-            kl=None,
+            k1=None,
             k3=None,
             pearson=None,
             token_mult_prob_error=None,
@@ -891,7 +897,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
         abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
         abs_dprob_mean=total("sum_dp") / n,
         abs_dprob_max=max(p.max_dp for p in parts),
-        kl=total("sum_d") / n,
+        k1=total("sum_d") / n,
         k3=max(0.0, (s_em1 - total("sum_log_rho")) / n),
         pearson=_pearson([p for p in parts if p.n], n),
         token_mult_prob_error=total("sum_exp_abs_d") / n,
@@ -1013,7 +1019,7 @@ FLOOR_FIGURES: tuple[tuple[str, Any, float, int], ...] = (
     ("abs_dlogp_max", lambda w: w.tokens.abs_dlogp_max, EPSILON_NATS, 1),
     ("abs_dprob_mean", lambda w: w.tokens.abs_dprob_mean, EPSILON_NATS, 1),
     ("abs_dprob_max", lambda w: w.tokens.abs_dprob_max, EPSILON_NATS, 1),
-    ("abs_kl", lambda w: _opt(abs, w.tokens.kl), EPSILON_NATS, 1),
+    ("abs_kl", lambda w: _opt(abs, w.tokens.k1), EPSILON_NATS, 1),
     ("k3", lambda w: w.tokens.k3, EPSILON_K3, 2),
     (
         "token_mult_prob_error_minus_1",

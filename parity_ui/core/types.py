@@ -428,7 +428,13 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)  # parity-ui's own and this python's
     duration_ms: int | None = None
     group_id: str | None = None  # runs of one sweep or probe share it
-    kind: str = "compare"  # "compare" | "sweep" | "probe"
+    # What made the run (the command, and so which record it carries): "compare" (one comparison: its
+    # prompts' comparisons), "sweep" (a grid point; the points share group_id), "probe" (`probes`),
+    # "workload" (`workload`: pooled figures, its prompts' steps in the store), "replay" (`workload`, with
+    # its `replay` record: core.replay_record), "bisect" (`bisect`: the trials and the answer),
+    # "bisect-trial" (a bisect's trial: a workload sharing the bisect's group_id), "check" (`parity check`:
+    # its results in the store's gate tables; its cases are workloads or replays sharing its group_id).
+    kind: str = "compare"
     probes: ProbeReport | None = None  # a probe run's findings (parity_ui.commands.probes)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.core.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run

@@ -88,3 +88,17 @@ def test_the_hover_data_carries_each_draw():
     first, second = data["steps"]["a"]
     assert first[5] == [0.01235, 12, 0.82346] and first[4] == []
     assert len(second) == 4  # no draw recorded there: no sixth item
+
+
+def test_every_optional_step_column_is_declared_by_its_measure():
+    """TokenStep's optional per-token fields are exactly the columns the measures declare
+    (core.measures), which StepColumns stores; a column added to one and not the other fails here."""
+    import dataclasses
+
+    from parity_ui.core.measures import SPECS, STEP_COLUMNS
+
+    fixed = {"position", "token_id", "text", "logprob", "rank", "top", "raw"}
+    assert {f.name for f in dataclasses.fields(TokenStep)} - fixed == set(STEP_COLUMNS)
+    assert StepColumns.OPTIONAL == STEP_COLUMNS and len(set(STEP_COLUMNS)) == len(STEP_COLUMNS)
+    owners = {c: s.key for s in SPECS for c in s.columns}
+    assert owners["kept_hash"] == "sampling" and owners["kl"] == "distribution"
