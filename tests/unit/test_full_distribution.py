@@ -486,3 +486,19 @@ def test_rows_read_ahead_meet_as_rows_read_in_place(tmp_path):
             assert meet(refs[i], rows, 4, ahead.take(i)) == meet(refs[i], rows, 4)
     finally:
         ahead.close()
+
+
+def test_full_rows_on_a_cluster_of_several_machines_are_refused_by_name_before_anything_loads():
+    """A side's rows wait in a scratch dir on its own machine for the scorer that meets them: on --cluster
+    local they do; on a cluster at an address the scorer's replica may be elsewhere, so the measure is
+    refused in preflight, named, with the fix. Every other measure runs on a cluster as in process."""
+    from parity_ui.core.errors import ConfigError
+    from parity_ui.measures.distribution import Distribution
+
+    plan = _plan("scored", ("ref", "hf"), ("b", "vllm"))
+    plan.cluster = "local"
+    assert Distribution().preflight(plan) == []
+    plan.cluster = "ray://head:10001"
+    with pytest.raises(ConfigError) as e:
+        Distribution().preflight(plan)
+    assert e.value.key == "full_distribution" and "--cluster local" in e.value.fix
