@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ... import measures
 from ...analysis.compare import compare
@@ -43,7 +43,7 @@ from ...core.settings import differing
 from ...core.types import Comparison, Run, SideResult
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
-from ...measures import Made, PairSeen, Plan, ScoreAsk
+from ...measures import Made, Mode, PairSeen, Plan, ScoreAsk
 from ...measures.base import Role
 from ...measures.tokens import as_result, reference_view
 from ...run.plan import Prepared, RunRequest, SidePlan
@@ -329,7 +329,8 @@ class Workload:
     def _plan(self, floor: SidePlan | None) -> Plan:
         """The run as its measures see it (a replay adds its record)."""
         o = self.opts
-        return Plan(self.prep, o.mode, self.rec.run, floor=floor, cluster=o.cluster, chunk=o.chunk)  # type: ignore[arg-type]
+        mode = cast(Mode, o.mode)  # checked against MODES (check_options)
+        return Plan(self.prep, mode, self.rec.run, floor=floor, cluster=o.cluster, chunk=o.chunk)
 
     def _pool(self, report: WorkloadReport) -> None:
         """The figures of every compared pair (and the floor's), from the store: the token figures, then
