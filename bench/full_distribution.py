@@ -68,8 +68,8 @@ def run(args, full: bool, db: str, n_prompts: int | None = None, sync: bool = Fa
     w = got.workload.sides["b"]
     return {"run_id": r.id, "wall_s": wall, "work_s": r.timings.get("generate", 0) + r.timings.get("pool", 0),
             "timings": r.timings, "tokens": tokens, "positions_with_kl": sum(x is not None for x in kl),
-            "positions": sum(len(t) for t in tokens), "distribution": w.stats.distribution,
-            "verdict": w.distribution_verdict, "warnings": [x.message for x in got.warnings]}
+            "positions": sum(len(t) for t in tokens), "distribution": w.stats.family("distribution"),
+            "verdict": w.verdicts.get("distribution"), "warnings": [x.message for x in got.warnings]}
 
 
 def _where(need: int) -> str:
