@@ -299,12 +299,10 @@ def record_routes(prep: Prepared, run: Run, sides: SideSet, emit: EventCallback)
     for p in prep.sides:
         if not p.kind.can_record_routes:
             run.warnings.append(
-                Finding(
-                    code="routes-unsupported",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name} ({p.kind.label}) cannot record expert routes: its routers are out of reach",
-                    fix="record routes on vllm or hf sides; the run goes on without routes for this side",
+                _unsupported(
+                    p.name,
+                    f"{p.name} ({p.kind.label}) cannot record expert routes: its routers are out of reach",
+                    "record routes on vllm or hf sides; the run goes on without routes for this side",
                 )
             )
             continue
@@ -320,15 +318,7 @@ def record_routes(prep: Prepared, run: Run, sides: SideSet, emit: EventCallback)
                 full[(p.name, pr.index)] = routes
                 res.routes = routes.rows_between(base - 1)
         except Exception as e:  # noqa: BLE001 - the comparison stands without routes
-            run.warnings.append(
-                Finding(
-                    code="routes-failed",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name}: expert routes not recorded: {_why(e)}",
-                    fix=getattr(e, "fix", "") or "set routes=false",
-                )
-            )
+            run.warnings.append(_not_recorded(p.name, e))
     return full
 
 
@@ -346,16 +336,7 @@ def chunk_routes(
         if p.name not in results:
             continue
         if not p.kind.can_record_routes:
-            _warn_once(
-                run,
-                Finding(
-                    code="routes-unsupported",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name} ({p.kind.label}) cannot record expert routes",
-                    fix="record routes on vllm or hf sides",
-                ),
-            )
+            _warn_once(run, _unsupported(p.name, f"{p.name} ({p.kind.label}) cannot record expert routes"))
             continue
         try:
             for j in chunk:
@@ -368,16 +349,7 @@ def chunk_routes(
                     p.name, RoutesRequest(ids=ids, positions=list(range(base - 1, base - 1 + len(res.token_ids))))
                 )
         except Exception as e:  # noqa: BLE001 - the workload goes on without this side's routes
-            _warn_once(
-                run,
-                Finding(
-                    code="routes-failed",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name}: expert routes not recorded: {_why(e)}",
-                    fix=getattr(e, "fix", "") or "set routes=false",
-                ),
-            )
+            _warn_once(run, _not_recorded(p.name, e))
 
 
 def forced_routes(
@@ -388,16 +360,7 @@ def forced_routes(
     caller keeps rows from len(prompt) - 1 on for the comparison). {} where the side cannot record
     them (named once in the run's warnings)."""
     if not plan.kind.can_record_routes:
-        _warn_once(
-            run,
-            Finding(
-                code="routes-unsupported",
-                severity="warning",
-                side=plan.name,
-                message=f"{plan.name} ({plan.kind.label}) cannot record expert routes",
-                fix="record routes on vllm or hf sides",
-            ),
-        )
+        _warn_once(run, _unsupported(plan.name, f"{plan.name} ({plan.kind.label}) cannot record expert routes"))
         return {}
     out = {}
     try:
@@ -410,16 +373,7 @@ def forced_routes(
                     ),
                 )
     except Exception as e:  # noqa: BLE001 - the workload goes on without this side's routes
-        _warn_once(
-            run,
-            Finding(
-                code="routes-failed",
-                severity="warning",
-                side=plan.name,
-                message=f"{plan.name}: expert routes not recorded: {_why(e)}",
-                fix=getattr(e, "fix", "") or "set routes=false",
-            ),
-        )
+        _warn_once(run, _not_recorded(plan.name, e))
         return {}
     return out
 
@@ -432,16 +386,7 @@ def forced_side_routes(
     out: dict[str, dict[int, Routes]] = {}
     for name in names:
         if not can.get(name):
-            _warn_once(
-                run,
-                Finding(
-                    "routes-unsupported",
-                    "warning",
-                    f"{name} cannot record expert routes",
-                    "record routes on vllm or hf sides",
-                    side=name,
-                ),
-            )
+            _warn_once(run, _unsupported(name, f"{name} cannot record expert routes"))
             continue
         try:
             out[name] = {
@@ -452,16 +397,7 @@ def forced_side_routes(
                 if r
             }
         except Exception as e:  # noqa: BLE001 - the replay goes on without this side's routes
-            _warn_once(
-                run,
-                Finding(
-                    "routes-failed",
-                    "warning",
-                    f"{name}: expert routes not recorded: {getattr(e, 'message', None) or e}",
-                    getattr(e, "fix", "") or "set routes=false",
-                    side=name,
-                ),
-            )
+            _warn_once(run, _not_recorded(name, e))
     return out
 
 
@@ -497,6 +433,22 @@ def score_with_routes(
         )
         return {}
     return dict(zip(js, got))
+
+
+def _unsupported(side: str, message: str, fix: str = "record routes on vllm or hf sides") -> Finding:
+    """A side whose kind cannot record routes (its routers run in another process): named."""
+    return Finding(code="routes-unsupported", severity="warning", side=side, message=message, fix=fix)
+
+
+def _not_recorded(side: str, e: Exception) -> Finding:
+    """A side's routes that failed to record: the run goes on without them."""
+    return Finding(
+        code="routes-failed",
+        severity="warning",
+        side=side,
+        message=f"{side}: expert routes not recorded: {_why(e)}",
+        fix=getattr(e, "fix", "") or "set routes=false",
+    )
 
 
 def _warn_once(run: Run, f: Finding) -> None:
