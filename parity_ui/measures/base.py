@@ -9,8 +9,9 @@ fixed points, in this order, and knows nothing of any one family:
    raises ConfigError naming itself, so nothing loads;
 3. `start(plan)`: the measure's state for one run (a MeasureRun), for the wanted ones;
 4. while the sides work: `generate_fields` / `score_fields` (what it adds to a side's request),
-   `collect` (engine calls of its own once a batch of sequences is made: routes), `on_scored` (a
-   comparison's cross-scoring came back);
+   `collect` (engine calls of its own once a batch of sequences is made: routes; a comparison's
+   once every pair is compared: `after_compare`, timed as its phase), `on_scored` (a comparison's
+   cross-scoring came back);
 5. for each compared pair: `harvest` (its record onto the comparison, before the explanation,
    which may read it) and, after the explanation, `sample` (the pair samples the pooled figures
    come from, by pooled pair name); a replay's rows: `row` (its pairs' samples, with the loss mask);
