@@ -18,6 +18,7 @@ from typing import Any
 from ...core.audit_record import AXES, AXIS_KEYS, NOT_APPLICABLE
 from ...core.errors import ConfigError
 from ...core.kinds import Kind
+from ...core.mapping import option
 from ...core.sides import SideSpec
 from ...core.types import ModelInfo
 
@@ -152,14 +153,13 @@ def variant(
 ) -> Variant:
     """The second engine `axis` compares the base with. `resolved`: the base engine's resolved settings."""
     name = f"{spec.name}-{axis}"[:32]
-    o = spec.options
     if axis == "instance":
         return Variant(dataclasses.replace(spec, name=name), {INSTANCE_ENV: nonce or "2"}, "a fresh engine process")
     if axis == "chunked":
         if budget is None:
             raise ValueError("the chunked-prefill axis needs a budget")
         # vLLM wants the budget >= max_num_seqs: lowered only where the base's is higher.
-        seqs = getattr(o, "max_num_seqs", None) or resolved.get("max_num_seqs")
+        seqs = option(spec, "max_num_seqs") or resolved.get("max_num_seqs")
         lower = {"max_num_seqs": budget} if not isinstance(seqs, int) or seqs > budget else {}
         v = spec.replace(enable_chunked_prefill=True, max_num_batched_tokens=budget, **lower)
         return Variant(dataclasses.replace(v, name=name), {}, f"chunked prefill with a budget of {budget} tokens")
@@ -172,12 +172,12 @@ def variant(
         v = spec.replace(async_scheduling=not on)
         return Variant(dataclasses.replace(v, name=name), {}, f"async scheduling {'off' if on else 'on'}")
     if axis == "tp":
-        tp = int(getattr(o, "tensor_parallel_size", 1) or 1)
+        tp = int(option(spec, "tensor_parallel_size", 1) or 1)
         width = 2 if tp == 1 else 1
         v = spec.replace(tensor_parallel_size=width)
         return Variant(dataclasses.replace(v, name=name), {}, f"tensor parallel {width}")
     if axis == "attention":
-        now = str(resolved.get("attention") or getattr(o, "attn_implementation", "auto"))
+        now = str(resolved.get("attention") or option(spec, "attn_implementation", "auto"))
         other = "sdpa" if now == "eager" else "eager"
         v = spec.replace(attn_implementation=other)
         return Variant(dataclasses.replace(v, name=name), {}, f"attn_implementation={other} (base: {now})")
@@ -203,7 +203,7 @@ def control_variant(spec: SideSpec, dtype_now: str, setting: str | None = None) 
                 "e.g. dtype=bfloat16, or fp32_logits=true",
             )
         value = yaml.safe_load(raw)
-        if getattr(spec.options, key) == value:
+        if option(spec, key) == value:
             raise ConfigError(
                 "control_setting", f"{setting!r} changes nothing: side {spec.name} has it already", "give another value"
             )
