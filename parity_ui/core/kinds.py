@@ -121,6 +121,12 @@ class VllmOptions(SideOptions):
     )
     batch_invariant: bool = option(False, "VLLM_BATCH_INVARIANT=1: batch 1 == batch N bitwise (GPU, cc >= 8.0)")
     max_num_seqs: int | None = option(None, "sequences scheduled together", number_in(1, 4096, "an integer"))
+    max_num_batched_tokens: int | None = option(
+        None,
+        "the scheduler's token budget per step (with chunked prefill: the most prompt tokens prefilled in "
+        "one step, so a longer prompt is prefilled in chunks); unset: vLLM's default",
+        number_in(16, 10_000_000, "an integer"),
+    )
     gpu_memory_utilization: float | None = option(
         None, "share of the GPU's memory this side may take; unset: planned from the run's sides", number_in(0.05, 0.98)
     )

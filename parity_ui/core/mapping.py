@@ -372,6 +372,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         )
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
+    if v.max_num_batched_tokens is not None:
+        llm["max_num_batched_tokens"] = rec(
+            p + "max_num_batched_tokens", "LLM", "max_num_batched_tokens", v.max_num_batched_tokens
+        )
     rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
     overrides: dict[str, Any] = {}
     rope = rope_override(cfg, model)

@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..render.assets import CSS, JS
 from . import plots
+from .audit_tab import AuditTab
 from .compare_tab import CompareTab, RunGate
 from .config_tab import ConfigTab
 from .history_tab import HistoryTab
@@ -36,6 +37,7 @@ def create_app(service: AppService) -> gr.Blocks:
     compare = CompareTab(service, gate)
     config = ConfigTab(service)
     history = HistoryTab(service, gate)
+    audit = AuditTab(service, gate)
     with gr.Blocks(title=TITLE) as app:
         gr.Markdown(
             f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
@@ -46,6 +48,7 @@ def create_app(service: AppService) -> gr.Blocks:
             compare.create_ui()
             config.create_ui()
             history.create_ui()
+            audit.create_ui()
         compare.create_event_handlers(cfg_yaml=config.yaml)
         config.create_event_handlers(model=compare.model, trust=compare.trust, summary=compare.config_line)
         validate = [config.yaml, compare.model, compare.trust]
@@ -79,6 +82,7 @@ def create_app(service: AppService) -> gr.Blocks:
                 trigger_mode="always_last",
             )
         history.create_event_handlers(tabs=tabs, app=app)
+        audit.create_event_handlers()
         # A long view's page script fetches the rest of its hover details here once it shows.
         gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")
         app.load(

@@ -217,8 +217,14 @@ def _prepare(
         info = describe_model(model, trust_remote_code=case.trust_remote_code)
     except ParityError as e:
         bad(case.line_of("model"), f"model {case.model!r}: {e.message}", e.fix)
-    prompts, source = _replay_source(case, bad) if case.replay is not None else _prompts(case, limit, bad)
-    cfg = _config(case, case.config, overrides, bad, case.line_of("config"))
+    if case.replay is not None:
+        prompts, source = _replay_source(case, bad)
+    elif case.audit is not None and case.prompts.file is None and case.prompts.texts is None:
+        prompts, source = _builtin_source(case, limit)
+    else:
+        prompts, source = _prompts(case, limit, bad)
+    min_sides = 1 if case.audit is not None else 2  # an audit audits each setup alone
+    cfg = _config(case, case.config, overrides, bad, case.line_of("config"), min_sides=min_sides)
     if cfg is None:
         return None
     names = [s.name for s in cfg.sides]
@@ -234,6 +240,9 @@ def _prepare(
     )
     keys = [RECORDED, "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]]
     allowed = names[1:] + (pairs + keys if case.replay is not None else [])
+    # An audit's judged sides are every side, each audited alone (the spec refuses its check_sides).
+    if case.audit is not None:
+        sides = allowed = names
     for s in sides:
         if s not in allowed:
             bad(
@@ -251,7 +260,8 @@ def _prepare(
     try:
         from ..workload.run import check_options  # the same rules a workload run applies
 
-        check_options(_options(case, {}), cfg)
+        if case.audit is None:  # an audit has no workload options: it is judged at zero
+            check_options(_options(case, {}), cfg)
     except ConfigError as e:
         bad(case.line_of("mode" if "mode" in e.key or "temperature" in e.key else "floor"), e.message, e.fix)
     control = None
@@ -313,6 +323,23 @@ def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[Promp
     }
 
 
+def _builtin_source(case: CaseSpec, limit: int | None) -> tuple[list[PromptSpec], dict[str, Any]]:
+    """An audit case without prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts)."""
+    from ...inputs.audit_prompts import builtin_prompts, describe_builtin
+
+    a = case.audit
+    assert a is not None
+    n = min(a.prompts, limit) if limit else a.prompts
+    specs = builtin_prompts(n, a.longest)
+    return specs, {
+        "path": None,
+        "format": "built-in",
+        "prompts": len(specs),
+        "content_hash": prompts_hash(specs),
+        "description": describe_builtin(n, a.longest),
+    }
+
+
 def _prompts(
     case: CaseSpec, limit: int | None, bad: Callable[..., None]
 ) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
@@ -354,10 +381,16 @@ def _prompts(
 
 
 def _config(
-    case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int, prefix: str = ""
+    case: CaseSpec,
+    data: dict[str, Any],
+    overrides: list[str],
+    bad: Callable[..., None],
+    line: int,
+    prefix: str = "",
+    min_sides: int = 2,
 ) -> ParityConfig | None:
     try:
-        return config_from_dict(apply_overrides(data, overrides))
+        return config_from_dict(apply_overrides(data, overrides), min_sides)
     except ConfigError as e:
         top = e.key.split(".")[0]
         where = line
@@ -549,6 +582,32 @@ def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str,
 
 def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
     t0 = time.perf_counter()
+    if case.spec.audit is not None:
+        from .audit_case import run_audit_case
+
+        done = run_audit_case(
+            service,
+            case.spec.audit,
+            case.model,
+            case.config,
+            case.prompts,
+            str(case.source.get("description") or ""),
+            case.spec.trust_remote_code,
+            group,
+            emit,
+        )
+        say(f"case {case.name}: audit {done.run.id}: {done.report.headline()}")
+        return CaseResult(
+            name=case.name,
+            model=case.model,
+            run_id=done.run.id,
+            outcomes=done.outcomes,
+            control=ControlResult(done.control_description, done.control_run, done.control, [done.control]),
+            sides=[_side_row(s) for s in done.run.sides],
+            reference=done.run.reference,
+            prompts=len(case.prompts),
+            duration_s=time.perf_counter() - t0,
+        )
     if case.spec.replay is not None:
         try:
             run = _replay(service, case, case.config, group, emit)
