@@ -544,6 +544,79 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check.exit_code
 
 
+def _audit_prompts(args: argparse.Namespace) -> tuple[list[PromptSpec], str]:
+    """An audit's prompts: a file (.txt one prompt; .jsonl/.parquet a workload, --limit), else the
+    built-in mixed-length set of --prompts N, up to --longest words."""
+    if args.prompt_file:
+        if _is_workload_file(args.prompt_file):
+            from .inputs.workload_source import load_workload
+
+            w = load_workload(args.prompt_file, field=args.field, limit=args.limit)
+            return list(w.prompts), w.describe()
+        specs = read_prompt_file(args.prompt_file)
+        return specs[: args.limit] if args.limit else specs, f"{len(specs)} prompt(s) from {args.prompt_file}"
+    from .inputs.audit_prompts import builtin_prompts, describe_builtin
+
+    return builtin_prompts(args.prompts, args.longest), describe_builtin(args.prompts, args.longest)
+
+
+EXIT_CERTIFIED, EXIT_NOT_CERTIFIED = 0, 1
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Exit 0: no axis broke (with --certify: certified zero, every applicable axis identical and the
+    control detected); 1: an axis broke, was vacuous, or the control was not detected (VOID); 2: an
+    error or a Stop (stored with the axes finished before it)."""
+    from .render.audit import audit_page_html, certificate_json, format_audit
+    from .service import AuditRequest
+
+    service = _service(args)
+    try:
+        try:
+            prompts, source = _audit_prompts(args)
+            cfg = build_config(args.config, _overrides(args), base=_base(args), sides=args.sides, min_sides=1)
+        except ParityError as e:
+            return _report(
+                service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="audit"), args
+            )
+        req = AuditRequest(
+            model=args.model,
+            config=cfg,
+            prompts=prompts,
+            axes=args.axes,
+            batch_size=args.batch,
+            control_setting=args.control_setting or bool(args.control_set),
+            control_set=args.control_set,
+            source=source,
+            trust_remote_code=args.trust_remote_code,
+            seed=args.seed,
+        )
+        out = service.audit(req, on_event=_emit(args))
+    finally:
+        service.close()
+    run, report = out.run, out.report
+    if run.status not in ("ok", "diverged"):
+        print(f"parity: error: {run.error}", file=sys.stderr)
+        print(f"parity: stored as audit {run.id} (the axes finished before it are kept)", file=sys.stderr)
+    if args.certify or args.evidence:
+        base = Path(args.evidence or f"parity-audit-{run.id}")
+        base = base.with_suffix("") if base.suffix in (".json", ".html") else base
+        js, page = base.with_name(base.name + ".json"), base.with_name(base.name + ".html")
+        js.write_text(json.dumps(certificate_json(report, run.id), indent=1, default=str), encoding="utf-8")
+        page.write_text(audit_page_html(report, run.id), encoding="utf-8")
+        if not args.json and not args.quiet:
+            print(f"[parity] evidence: {js} and {page}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(certificate_json(report, run.id), default=str))
+    elif report.results:
+        print(format_audit(report, run.id))
+    if run.status not in ("ok", "diverged"):
+        return EXIT_ERROR
+    if args.certify:
+        return EXIT_CERTIFIED if report.certified else EXIT_NOT_CERTIFIED
+    return EXIT_IDENTICAL if run.status == "ok" else EXIT_DIVERGED
+
+
 def cmd_weights(args: argparse.Namespace) -> int:
     """Exit 0: every tensor equal to the fresh load and the probe at the floor (a server whose weights
     cannot be read: the probe alone); 1: a tensor differs or the probe is above the floor; 2: an error."""
@@ -832,6 +905,58 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.set_defaults(func=cmd_sweep)
 
+    au = sub.add_parser(
+        "audit",
+        help="certify zero: every invariance axis of every side (replay, batch, order, prefix cache, prefill "
+        "vs decode, chunked prefill, a second instance, CUDA graphs, async scheduling, TP, attention kernels), "
+        "token ids and logprob bits exactly, with a control that must fail",
+    )
+    au.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
+    au.add_argument(
+        "--prompt-file",
+        help=".txt (one prompt), .jsonl or .parquet (many); default: the built-in mixed-length set",
+    )
+    au.add_argument("--field", help="the prompt's key or column in a .jsonl/.parquet file")
+    au.add_argument("--limit", type=int, help="the file's first N prompts")
+    au.add_argument("--prompts", type=int, default=8, help="the built-in set's size (default 8)")
+    au.add_argument(
+        "--longest", type=int, default=600, help="the built-in set's longest prompt, in words (default 600)"
+    )
+    au.add_argument(
+        "--axes",
+        help="comma-separated axes (default all): replay, batch, order, prefix, prefill_decode, chunked, "
+        "instance, graphs, async, tp, attention",
+    )
+    au.add_argument("--batch", type=int, help="the full batch's size (default: every prompt in one batch)")
+    au.add_argument(
+        "--control-setting",
+        action="store_true",
+        help="also the setting control: the first side with its dtype flipped (float32 <-> bfloat16) must break "
+        "(one engine more; the planted one-ulp control always runs)",
+    )
+    au.add_argument(
+        "--control-set",
+        metavar="OPTION=VALUE",
+        help="the setting control's change instead of the dtype, e.g. fp32_logits=true (implies --control-setting)",
+    )
+    au.add_argument(
+        "--certify",
+        action="store_true",
+        help="exit 0 only when every applicable axis is identical and the control was detected; write the "
+        "evidence (JSON and HTML)",
+    )
+    au.add_argument(
+        "--evidence", metavar="PATH", help="where the evidence goes: PATH.json and PATH.html (default parity-audit-ID)"
+    )
+    au.add_argument("--seed", type=int, default=0, help="the shuffled pass's order (default 0)")
+    au.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
+    au.add_argument("--trust-remote-code", action="store_true")
+    au.add_argument("--json", action="store_true", help="print the certificate as one JSON object")
+    au.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    au.add_argument("--db", default=argparse.SUPPRESS)
+    _add_config_args(au)
+    au.set_defaults(func=cmd_audit)
+
     ck = sub.add_parser(
         "check",
         help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
@@ -927,6 +1052,7 @@ AHEAD = {
     "probe",
     "sweep",
     "check",
+    "audit",
     "weights",
 }  # commands that load a tokenizer
 

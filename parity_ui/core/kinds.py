@@ -121,6 +121,12 @@ class VllmOptions(SideOptions):
     )
     batch_invariant: bool = option(False, "VLLM_BATCH_INVARIANT=1: batch 1 == batch N bitwise (GPU, cc >= 8.0)")
     max_num_seqs: int | None = option(None, "sequences scheduled together", number_in(1, 4096, "an integer"))
+    max_num_batched_tokens: int | None = option(
+        None,
+        "the scheduler's token budget per step (with chunked prefill: the most prompt tokens prefilled in "
+        "one step, so a longer prompt is prefilled in chunks); unset: vLLM's default",
+        number_in(16, 10_000_000, "an integer"),
+    )
     gpu_memory_utilization: float | None = option(
         None, "share of the GPU's memory this side may take; unset: planned from the run's sides", number_in(0.05, 0.98)
     )
@@ -270,6 +276,9 @@ class Kind:
     can_batch_invariant: bool = False
     can_capture_layers: bool = False
     can_record_routes: bool = False  # MoE routes by hooks on its routers (parity_ui.engines.routes)
+    can_replay_routes: bool = False  # MoE: routes forced from recorded experts (its replay_routes option)
+    rows_when_generating: bool = False  # full_distribution: hands over its full next-token rows as it generates
+    rows_when_scoring: bool = False  # ... and as it teacher-forces tokens (a server returns a top-k at most)
     accepts_images: bool = False
     in_worker: bool = True  # runs in a spawned worker process (and so may use another python=)
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
@@ -290,6 +299,7 @@ KINDS: dict[str, Kind] = {
         gpu_memory="share",
         head_start=True,
         can_record_routes=True,
+        rows_when_generating=True,  # its rows-writing logits processor; its scoring is prompt logprobs (top-k)
     ),
     "hf": Kind(
         "hf",
@@ -301,6 +311,9 @@ KINDS: dict[str, Kind] = {
         accepts_images=True,
         head_start=True,
         can_record_routes=True,
+        can_replay_routes=True,
+        rows_when_generating=True,
+        rows_when_scoring=True,
     ),
     "vllm-server": Kind(
         "vllm-server",

@@ -390,6 +390,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         )
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
+    if v.max_num_batched_tokens is not None:
+        llm["max_num_batched_tokens"] = rec(
+            p + "max_num_batched_tokens", "LLM", "max_num_batched_tokens", v.max_num_batched_tokens
+        )
     rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
     overrides: dict[str, Any] = {}
     rope = rope_override(cfg, model)
@@ -979,6 +983,21 @@ _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]
     "vllm-server": to_vllm_server,
     "openai": to_openai,
 }
+
+
+# -- a side's options read by name: here and nowhere else above the kinds (code above asks a kind what it
+# can do, core.kinds; an option one kind has and another lacks reads as its default on the other) --
+
+
+def option(side: SideSpec, name: str, default: Any = None) -> Any:
+    """The side's option `name`, or `default` where its kind has no such option."""
+    return getattr(side.options, name, default)
+
+
+def route_replay_mode(side: SideSpec) -> str:
+    """The side's replay_routes mode (off, ids, ids+weights): "off" unless its kind can force routes
+    (Kind.can_replay_routes)."""
+    return str(option(side, "replay_routes", "off")) if get_kind(side.kind).can_replay_routes else "off"
 
 
 def register_kind(

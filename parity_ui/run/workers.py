@@ -503,6 +503,14 @@ class EnginePool:
         for w in stopping:
             w.stop()
 
+    def drop(self, keys: set[str]) -> None:
+        """Stop the workers of these setups now: one no later run will ask for (an audit's second
+        instance, started in a process of its own), which an idle pool would otherwise keep warm."""
+        with self._lock:
+            stopping = [self.workers.pop(k) for k in keys if k in self.workers]
+        for w in stopping:
+            w.stop()
+
     def by_pid(self, pid: int) -> EngineWorker | None:
         return next((w for w in self.workers.values() if w.pid == pid), None)
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.config import ParityConfig, apply_overrides, config_from_dict, set_key
 from ...core.errors import ConfigError, ParityError, PromptError
+from ...core.replay_record import RECORDED, RECORDED_TRAINER
 from ...core.workload_record import WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
 from ...inputs.workload_source import load_workload, prompts_hash
@@ -219,23 +220,38 @@ def _prepare(
         bad(case.line_of("model"), f"model {case.model!r}: {e.message}", e.fix)
     if case.weights is not None:
         return _prepare_weights(case, model, info, bad) if not problems else None
-    prompts, source = _replay_source(case, bad) if case.replay is not None else _prompts(case, limit, bad)
-    cfg = _config(case, case.config, overrides, bad, case.line_of("config"))
+    if case.replay is not None:
+        prompts, source = _replay_source(case, bad)
+    elif case.audit is not None and case.prompts.file is None and case.prompts.texts is None:
+        prompts, source = _builtin_source(case, limit)
+    else:
+        prompts, source = _prompts(case, limit, bad)
+    min_sides = 1 if case.audit is not None else 2  # an audit audits each setup alone
+    cfg = _config(case, case.config, overrides, bad, case.line_of("config"), min_sides=min_sides)
     if cfg is None:
         return None
     names = [s.name for s in cfg.sides]
-    sides = case.check_sides or (["recorded"] if case.replay is not None else names[1:])
-    # A replay's judged "sides" are its pairs: the recorded rollout (against the trainer), an engine
-    # re-run, or the recorded logprobs against a re-run (parity_ui.commands.replay).
-    allowed = names[1:] + (
-        ["recorded", "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]] if case.replay is not None else []
+    trainer = names[0]
+    sides = case.check_sides or ([f"{RECORDED} vs {trainer}"] if case.replay is not None else names[1:])
+    # A replay's judged "sides" are its pairs, by name (core.replay_record): the recorded rollout against
+    # the trainer, an engine re-run against it, or the recorded logprobs against a re-run; their keys
+    # from before schema 3 ("recorded", "vllm", "recorded~vllm", "recorded~trainer") are taken too.
+    pairs = (
+        [f"{RECORDED} vs {trainer}", f"{RECORDED} vs {RECORDED_TRAINER}"]
+        + [f"{n} vs {trainer}" for n in names[1:]]
+        + [f"{RECORDED} vs {n}" for n in names[1:]]
     )
+    keys = [RECORDED, "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]]
+    allowed = names[1:] + (pairs + keys if case.replay is not None else [])
+    # An audit's judged sides are every side, each audited alone (the spec refuses its check_sides).
+    if case.audit is not None:
+        sides = allowed = names
     for s in sides:
         if s not in allowed:
             bad(
                 case.line_of("check_sides"),
                 f"check_sides names {s!r}, which is not a compared side (the reference is {names[0]})",
-                f"sides: {', '.join(names[1:])}",
+                f"sides: {', '.join(names[1:] if case.replay is None else pairs)}",
             )
     for s in cfg.sides:
         if s.python and not (os.path.isfile(s.python) and os.access(s.python, os.X_OK)):
@@ -247,7 +263,8 @@ def _prepare(
     try:
         from ..workload.run import check_options  # the same rules a workload run applies
 
-        check_options(_options(case, {}), cfg)
+        if case.audit is None:  # an audit has no workload options: it is judged at zero
+            check_options(_options(case, {}), cfg)
     except ConfigError as e:
         bad(case.line_of("mode" if "mode" in e.key or "temperature" in e.key else "floor"), e.message, e.fix)
     control = None
@@ -370,6 +387,23 @@ def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[Promp
     }
 
 
+def _builtin_source(case: CaseSpec, limit: int | None) -> tuple[list[PromptSpec], dict[str, Any]]:
+    """An audit case without prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts)."""
+    from ...inputs.audit_prompts import builtin_prompts, describe_builtin
+
+    a = case.audit
+    assert a is not None
+    n = min(a.prompts, limit) if limit else a.prompts
+    specs = builtin_prompts(n, a.longest)
+    return specs, {
+        "path": None,
+        "format": "built-in",
+        "prompts": len(specs),
+        "content_hash": prompts_hash(specs),
+        "description": describe_builtin(n, a.longest),
+    }
+
+
 def _prompts(
     case: CaseSpec, limit: int | None, bad: Callable[..., None]
 ) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
@@ -411,10 +445,16 @@ def _prompts(
 
 
 def _config(
-    case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int, prefix: str = ""
+    case: CaseSpec,
+    data: dict[str, Any],
+    overrides: list[str],
+    bad: Callable[..., None],
+    line: int,
+    prefix: str = "",
+    min_sides: int = 2,
 ) -> ParityConfig | None:
     try:
-        return config_from_dict(apply_overrides(data, overrides))
+        return config_from_dict(apply_overrides(data, overrides), min_sides)
     except ConfigError as e:
         top = e.key.split(".")[0]
         where = line
@@ -690,6 +730,32 @@ def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: 
     if case.spec.weights is not None:
         return _run_weights_case(service, case, group, say, emit)
     t0 = time.perf_counter()
+    if case.spec.audit is not None:
+        from .audit_case import run_audit_case
+
+        done = run_audit_case(
+            service,
+            case.spec.audit,
+            case.model,
+            case.config,
+            case.prompts,
+            str(case.source.get("description") or ""),
+            case.spec.trust_remote_code,
+            group,
+            emit,
+        )
+        say(f"case {case.name}: audit {done.run.id}: {done.report.headline()}")
+        return CaseResult(
+            name=case.name,
+            model=case.model,
+            run_id=done.run.id,
+            outcomes=done.outcomes,
+            control=ControlResult(done.control_description, done.control_run, done.control, [done.control]),
+            sides=[_side_row(s) for s in done.run.sides],
+            reference=done.run.reference,
+            prompts=len(case.prompts),
+            duration_s=time.perf_counter() - t0,
+        )
     if case.spec.replay is not None:
         try:
             run = _replay(service, case, case.config, group, emit)

@@ -23,6 +23,10 @@ cases:
     control:                      # a perturbation the thresholds MUST fail
       set: {vllm.dtype: float16}  # config keys, or:
       perturb: {layer: 0, scale: 0.1}   # the checked sides on a copy of the model, one layer's weights noised
+  - name: zero                    # an invariance audit (parity audit): judged at zero, no thresholds
+    model: demo
+    sides: [{name: b, kind: vllm, enable_prefix_caching: true}]   # one side is enough
+    audit: {axes: [replay, batch, prefix], batch: 8}               # or audit: true (every axis, built-in prompts)
   - name: weights-after-update   # a weight-sync case (parity weights, issue 41): no prompts, no thresholds
     model: ./step-200            # the checkpoint the engine must serve after the update
     weights: {from: ./step-100, sleep: 1, update_path: auto, probe_tokens: 256}   # or {url: http://...:8000/v1}
@@ -48,7 +52,7 @@ from ...core.config import SIDE_PRESETS
 from ...core.errors import ParityError
 from ...core.pooled import FLOOR_FIGURE_NAMES, NOT_IDENTICAL
 from ...core.workload_record import FLOORS, MODES
-from .metrics import METRICS, WITHIN_FLOOR
+from .metrics import METRIC_ALIASES, METRICS, WITHIN_FLOOR
 from .yamlnodes import Map, Seq, YamlReadError, read_yaml
 
 SPEC_KEYS = ("version", "defaults", "cases")
@@ -68,8 +72,12 @@ CASE_KEYS = (
     "baseline",
     "control",
     "replay",
+    "audit",
     "weights",
 )
+AUDIT_KEYS = ("axes", "batch", "prompts", "longest", "control_setting", "control_set", "seed")
+# What an audit case may not have: it is judged at zero, by its own control.
+NOT_WITH_AUDIT = ("thresholds", "baseline", "control", "replay", "mode", "floor", "floor_batch_size", "check_sides")
 PROMPT_KEYS = ("file", "field", "limit", "sample", "seed", "texts")
 REPLAY_KEYS = ("file", "format", "limit", "policy_version")
 REPLAY_FORMATS = ("auto", "parity", "nemo-rl", "verl", "slime")
@@ -222,6 +230,21 @@ class ReplaySpec:
 
 
 @dataclass
+class AuditSpec:
+    """A case that audits its sides (parity_ui.commands.audit): passes only at zero, every applicable
+    axis identical and the planted control detected."""
+
+    axes: list[str] | None  # None: every axis
+    batch: int | None
+    prompts: int  # the built-in set's size (when the case names no prompts)
+    longest: int
+    control_setting: bool
+    control_set: str | None
+    seed: int
+    line: int
+
+
+@dataclass
 class WeightsSpec:
     """A weight-sync case (parity_ui.commands.weights): the engine starts from `start_from` (or is a
     server at `url`) and must serve the case's model; its checks are "every tensor equal" and "the
@@ -259,6 +282,7 @@ class CaseSpec:
     lines: dict[str, int] = field(default_factory=dict)  # key -> line (for errors found later)
     config_lines: dict[str, int] = field(default_factory=dict)  # config key -> line
     replay: ReplaySpec | None = None  # a replay case (its prompts are the dump's rows)
+    audit: AuditSpec | None = None  # an audit case (its prompts: the case's, else the built-in set)
     weights: WeightsSpec | None = None  # a weight-sync case (no prompts, its own two checks)
 
     def line_of(self, key: str) -> int:
@@ -393,12 +417,23 @@ class _Validator:
         if m.get("weights") is not None:
             return self.weights_case(m, name, model)
         config = self.config(m)
+        audit = self.audit(m) if m.get("audit") not in (None, False) else None
+        if audit is not None:
+            for key in NOT_WITH_AUDIT:
+                if key in m:
+                    self.bad(
+                        m.line_of(key),
+                        f"an audit case has no {key}: it is judged at zero (every applicable axis identical) "
+                        "against its own control",
+                        f"drop {key}, or drop audit for a workload case",
+                    )
         replay = self.replay(m) if m.get("replay") is not None else None
         if replay is not None and m.get("prompts") is not None:
             self.bad(
                 m.line_of("prompts"), "has both prompts and replay", "a case replays a dump or runs prompts: keep one"
             )
-        prompts = self.prompts(m) if m.get("replay") is None else PromptsSpec(None, None, None, None, 0, None, m.line)
+        no_prompts = m.get("replay") is not None or (audit is not None and m.get("prompts") is None)
+        prompts = self.prompts(m) if not no_prompts else PromptsSpec(None, None, None, None, 0, None, m.line)
         mode = self.choice(m, "mode", MODES, "free")
         floor = self.choice(m, "floor", FLOORS, "auto")
         fbs = self.integer(m, "floor_batch_size", 8, 1, 1024)
@@ -407,7 +442,7 @@ class _Validator:
         thresholds = self.thresholds(m, floor)
         baseline = self.baseline(m)
         control = self.control(m)
-        if not thresholds and baseline is None:
+        if not thresholds and baseline is None and audit is None:
             self.bad(
                 m.line,
                 "has no thresholds and no baseline: it cannot fail",
@@ -434,6 +469,7 @@ class _Validator:
             lines=dict(m.lines),
             config_lines=dict(getattr(m.get("config"), "lines", {}) or {}),
             replay=replay,
+            audit=audit,
         )
 
     def weights_case(self, m: Map, name: str, model: str) -> CaseSpec | None:
@@ -614,6 +650,49 @@ class _Validator:
             line=r.line,
         )
 
+    def audit(self, m: Map) -> AuditSpec | None:
+        a = m.get("audit")
+        if a is True:
+            a = Map(line=m.line_of("audit"))
+        if not isinstance(a, Map):
+            self.bad(
+                m.line_of("audit"),
+                "audit must be true or a mapping",
+                "audit: true, or audit: {axes: [replay, batch, prefix], batch: 8}",
+            )
+            return None
+        self.keys(a, AUDIT_KEYS, "audit")
+        axes = a.get("axes")
+        if axes is not None:
+            from ..audit.axes import parse_axes
+
+            try:
+                if not isinstance(axes, (str, list)) or not all(isinstance(x, str) for x in axes):
+                    raise ParityError(f"axes {axes!r} is not a list of axis names", "axes: [replay, batch]")
+                axes = parse_axes(axes)
+            except ParityError as e:
+                self.bad(a.line_of("axes"), e.message, e.fix)
+                axes = None
+        control_set = a.get("control_set")
+        if control_set is not None and not isinstance(control_set, str):
+            self.bad(
+                a.line_of("control_set"),
+                f"control_set {control_set!r} is not OPTION=VALUE",
+                "control_set: dtype=bfloat16",
+            )
+            control_set = None
+        batch = self.integer(a, "batch", None, 2, 4096)
+        return AuditSpec(
+            axes=axes,
+            batch=batch,
+            prompts=self.integer(a, "prompts", 8, 1, 4096) or 8,
+            longest=self.integer(a, "longest", 600, 16, 1_000_000) or 600,
+            control_setting=self.boolean(a, "control_setting") or control_set is not None,
+            control_set=control_set,
+            seed=self.integer(a, "seed", 0, 0, 2**31) or 0,
+            line=a.line,
+        )
+
     def choice(self, m: Map, key: str, allowed: tuple[str, ...], default: str) -> str:
         v = m.get(key, default)
         if v not in allowed:
@@ -700,6 +779,7 @@ class _Validator:
                 if k is not None:
                     out.append(Threshold(WITHIN_FLOOR, k, line))
                 continue
+            name = METRIC_ALIASES.get(name, name)  # kl: k1's name before schema 3
             if name not in METRICS:
                 self.bad(line, f"unknown metric {name!r}", f"metrics: {', '.join([*METRICS, WITHIN_FLOOR])}")
                 continue
@@ -741,6 +821,7 @@ class _Validator:
         slack = []
         for name, value in slack_raw.items():
             line = slack_raw.line_of(name)
+            name = METRIC_ALIASES.get(name, name)
             if name not in METRICS:
                 self.bad(line, f"unknown metric {name!r} in baseline slack", f"metrics: {', '.join(METRICS)}")
                 continue
