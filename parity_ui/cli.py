@@ -617,6 +617,50 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_IDENTICAL if run.status == "ok" else EXIT_DIVERGED
 
 
+def cmd_weights(args: argparse.Namespace) -> int:
+    """Exit 0: every tensor equal to the fresh load and the probe at the floor (a server whose weights
+    cannot be read: the probe alone); 1: a tensor differs or the probe is above the floor; 2: an error."""
+    import yaml
+
+    from .render.weights import format_weights
+    from .service import WeightsCheckRequest
+
+    extra: dict[str, Any] = {}
+    for item in args.vllm_options:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(
+                f"parity: error: --vllm {item!r} is not KEY=VALUE. Fix: e.g. --vllm enforce_eager=true", file=sys.stderr
+            )
+            return EXIT_ERROR
+        extra[key.strip()] = yaml.safe_load(value)
+    req = WeightsCheckRequest(
+        model=args.model,
+        start_from=getattr(args, "from"),
+        url=args.url,
+        served_model=args.served_model,
+        skip=args.skip,
+        zero=args.zero,
+        sleep=args.sleep,
+        update_path=args.update_path,
+        dtype=args.dtype,
+        probe=not args.no_probe,
+        probe_tokens=args.probe_tokens,
+        probe_sequences=args.probe_sequences,
+        vllm_options=extra,
+        trust_remote_code=args.trust_remote_code,
+    )
+    service = _service(args)
+    try:
+        report = service.weights(req, on_event=_emit(args))
+    finally:
+        service.close()
+    if report.error:
+        print(f"parity: error: {report.error}", file=sys.stderr)
+    print(json.dumps(report.to_dict()) if args.json else format_weights(report))
+    return report.exit_code
+
+
 def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
     p.add_argument("--prompt", required=True, help="the prompt text")
@@ -952,10 +996,65 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     ck.add_argument("--db", default=argparse.SUPPRESS)
     ck.set_defaults(func=cmd_check)
+
+    wt = sub.add_parser(
+        "weights",
+        help="did the weights land? a vLLM started from --from receives --model in flight, then every tensor is "
+        "checked against --model loaded fresh, and a logprob probe against the noise floor; exit 0 equal, "
+        "1 not, 2 error",
+    )
+    wt.add_argument("--model", required=True, help="the checkpoint the engine should serve now (B): a folder or 'demo'")
+    wt.add_argument("--from", metavar="A", help="the checkpoint the engine starts from; --model is pushed into it")
+    wt.add_argument("--url", help="instead of --from: a running vLLM server (its /v1 base) updated elsewhere")
+    wt.add_argument("--served-model", help="with --url: the model name the server serves (unset: its only one)")
+    wt.add_argument("--skip", metavar="REGEX", help="checkpoint tensors left out of the push (a planted stale tensor)")
+    wt.add_argument("--zero", metavar="REGEX", help="checkpoint tensors pushed as zeros (a planted fault)")
+    wt.add_argument(
+        "--sleep",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        choices=(0, 1, 2),
+        help="push around a sleep/wake cycle of this level (--sleep alone: 1); vLLM's CPU build has no sleep mode",
+    )
+    wt.add_argument(
+        "--update-path",
+        choices=("auto", "load_weights", "reload"),
+        default="auto",
+        help="model.load_weights (RL frameworks' path) or vLLM's reload_weights; auto: reload on the CPU build",
+    )
+    wt.add_argument("--dtype", default="auto", help="every side's dtype (auto: the model's)")
+    wt.add_argument("--probe-tokens", type=int, default=256, help="forced tokens the probe scores per side")
+    wt.add_argument("--probe-sequences", type=int, default=8, help="sequences they are spread over")
+    wt.add_argument("--no-probe", action="store_true", help="tensors only (no hf side, no probe)")
+    wt.add_argument(
+        "--vllm",
+        dest="vllm_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of both vLLM sides (e.g. enforce_eager=true, tensor_parallel_size=2); repeatable",
+    )
+    wt.add_argument("--trust-remote-code", action="store_true")
+    wt.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    wt.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    wt.add_argument("--db", default=argparse.SUPPRESS)
+    wt.set_defaults(func=cmd_weights)
     return ap
 
 
-AHEAD = {"compare", "resume", "layers", "bisect", "probe", "sweep", "check", "audit"}  # commands that load a tokenizer
+AHEAD = {
+    "compare",
+    "resume",
+    "layers",
+    "bisect",
+    "probe",
+    "sweep",
+    "check",
+    "audit",
+    "weights",
+}  # commands that load a tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ contexts every command is built from:
   (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
 The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`, `probe`,
-`sweep`, `localise`, `bisect`, `check`, `audit`; `run` takes whichever request `plan_request` made (the one
+`sweep`, `localise`, `bisect`, `check`, `audit`, `weights`; `run` takes whichever request `plan_request` made (the one
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
 
@@ -28,6 +28,7 @@ from typing import Any
 
 from .commands.audit.run import AuditOutcome, AuditRequest
 from .commands.replay import ReplayRequest
+from .commands.weights import WeightsCheckRequest
 from .commands.workload.run import WorkloadRequest
 from .core.mapping import mapping_table, resolve
 from .core.requests import InputCheck
@@ -53,6 +54,7 @@ __all__ = [
     "RunRequest",
     "WorkloadRequest",
     "ReplayRequest",
+    "WeightsCheckRequest",
     "WorkloadOptions",
     "RunEvent",
     "CapabilityError",
@@ -513,6 +515,29 @@ class ParityService:
         """A stored audit's record (parity_ui.core.audit_record.AuditReport), or None. `store`: the
         caller's read connection (the app's per thread)."""
         return (store or self.store).audit_of(run_id)
+
+    def weights(self, req: WeightsCheckRequest, on_event: EventCallback | None = None) -> Any:
+        """Did the weights land? A vLLM that started from one checkpoint and received `req.model` in flight
+        (or a server at req.url updated elsewhere) checked tensor by tensor against the same checkpoint
+        loaded fresh by the same engine, and by a teacher-forced probe against the noise floor
+        (parity_ui.commands.weights). Returns the WeightReport, stored with its run (kind "weights");
+        never raises for a user or engine error (the report then has its error, exit code 2)."""
+        from .commands.weights import run_weights
+
+        with self.command():
+            return run_weights(self, req, on_event)
+
+    def weight_report(self, run_id: str, store: Store | None = None) -> Any:
+        """A stored weight check's report (core.weights.WeightReport), or None. `store`: the caller's
+        read connection (the app's per thread)."""
+        from .core.weights import WeightReport
+
+        data = (store or self.store).weight_check(run_id)
+        return WeightReport.from_dict(data) if data is not None else None
+
+    def weight_checks(self, store: Store | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The stored weight checks, newest first (run_id, datetime_utc, model, exit_code, headline...)."""
+        return (store or self.store).weight_checks(limit)
 
     # -- reading what is stored ---------------------------------------------------------------------
 

@@ -423,6 +423,42 @@ class VllmEngine(Engine):
 
         return routes_vllm(self.llm, req.ids, req.positions)
 
+    # -- weights (issue 41): every rank's live tensors, through collective_rpc ---------------------------
+
+    def weights(self, req: Any) -> Any:
+        from ..core.weights import SideWeights, TensorDigest
+        from .weight_units import digests_in_worker
+
+        t0 = time.perf_counter()
+        out = SideWeights(how="in the engine's workers (collective_rpc)")
+        for answer in self.llm.collective_rpc(digests_in_worker, args=(req.names,)):
+            out.units += [TensorDigest(**u) for u in answer["units"]]
+            out.ranks[answer["rank"]] = answer["rank_digest"]
+            out.params.update(answer["params"])
+            if answer["packed"]:
+                out.notes.append(
+                    f"{answer['rank']}: {len(answer['packed'])} linear weights are packed into vLLM-CPU's kernels "
+                    "(their parameters are empty): read back through each layer's kernel on an identity input"
+                )
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def weights_dump(self, req: Any) -> dict[str, Any]:
+        from .weight_units import dump_in_worker
+
+        answers = self.llm.collective_rpc(dump_in_worker, args=(req.keys, req.path, req.names))
+        return {"files": [a["path"] for a in answers if a["path"]], "units": sum(a["units"] for a in answers)}
+
+    def weights_diff(self, req: Any) -> list[Any]:
+        from ..core.weights import DiffFigure
+        from .weight_units import diff_in_worker
+
+        return [
+            DiffFigure(**d)
+            for answer in self.llm.collective_rpc(diff_in_worker, args=(req.path, req.names))
+            for d in answer
+        ]
+
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm
 

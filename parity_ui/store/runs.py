@@ -371,6 +371,30 @@ def m010_audits(db: Database) -> None:
     )
 
 
+@migrations()
+def m011_weight_checks(db: Database) -> None:
+    """Weight-sync checks (parity_ui.store.weights, issue 41): a check is a run of kind "weights" (its row in
+    `runs`, so the history lists it) and its report as JSON, with what the app's list shows."""
+    table = db.table("weight_checks")
+    table.create(
+        {
+            "run_id": str,
+            "datetime_utc": str,
+            "model": str,
+            "start_from": str,
+            "updated": str,
+            "exit_code": int,
+            "differing": int,
+            "tensors": int,
+            "headline": str,
+            "report_json": str,
+        },
+        pk="run_id",
+        if_not_exists=True,
+    )
+    table.create_index(["datetime_utc"], if_not_exists=True)
+
+
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
 
 

@@ -25,7 +25,7 @@ from ..core.audit_record import AuditReport
 from ..core.pooled import PairSample
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
-from . import audits, bisects, checks, runs, workloads
+from . import audits, bisects, checks, runs, weights, workloads
 
 
 @dataclass
@@ -194,3 +194,16 @@ class Store:
     def audit_of(self, run_id: str) -> AuditReport | None:
         """A stored audit's record, or None."""
         return audits.audit_of(self.db, run_id)
+
+    # -- weight-sync checks (issue 41) ------------------------------------------------------------------
+
+    def save_weight_check(self, run_id: str, created: str, report: dict[str, Any]) -> None:
+        """A weight check's report (core.weights.WeightReport.to_dict()) and its run's headline."""
+        weights.save_weight_check(self.db, run_id, created, report)
+
+    def weight_check(self, run_id: str) -> dict[str, Any] | None:
+        return weights.weight_check(self.db, run_id)
+
+    def weight_checks(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The newest weight checks first, as the app's list shows them."""
+        return weights.weight_checks(self.db, limit)

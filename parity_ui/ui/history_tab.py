@@ -84,6 +84,8 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + r.headline
     if r.kind == AUDIT_KIND and r.headline and r.status != "error":  # the headline begins "audit VERDICT"
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + r.headline
+    if r.kind == "weights" and r.headline:  # a weight-sync check's verdict line (issue 41)
+        return r.headline
     if r.status == "error":
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):
@@ -320,6 +322,11 @@ class HistoryTab:
             return self.view.values(
                 None, message="An audit: click a broken cell of its grid to see that break's tokens here."
             )
+        if run.kind == "weights":  # a weight-sync check: its report (the probe's sequences have no tokens to show)
+            from ..render.weights import weights_html
+
+            report = self.service.weight_report(run_id, self.service.reader)
+            return self.view.cleared(weights_html(report) if report is not None else run.error or "no report stored")
         if run.workload is not None:  # its view shows above (`wview.show`); a prompt's tokens on a click there
             return self.view.values(
                 None, message="A workload run: pick a prompt in its table above to see its tokens here."
