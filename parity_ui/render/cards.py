@@ -11,7 +11,7 @@ from ..core.runlog import PHASES
 from ..core.settings import settings_diff
 from ..core.types import Comparison, Finding, ModelInfo, PromptResult, Run
 from .markup import esc  # noqa: F401 - other modules take esc from here too
-from .routes import grid_html
+from .sections import SECTIONS
 
 _FIX = " Fix: "
 
@@ -244,9 +244,9 @@ def settings_html(run: Run, open_: bool = False) -> str:
     )
 
 
-def _routes(c: Comparison) -> str:
-
-    return grid_html(c)
+def _sections(c: Comparison) -> str:
+    """Each measure's part of the comparison's card (routes: the layer x token grid)."""
+    return "".join(s.comparison_html(c) for s in SECTIONS)
 
 
 def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> str:
@@ -274,7 +274,7 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
                 divergence_line(c, run.kind == "replay", sampled),
                 _explanation(c),
                 _cross_scores(c, sampled),
-                _routes(c),
+                _sections(c),
             ]
         body.append(
             f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
@@ -296,6 +296,16 @@ def finish_card(run: Run, body: list[str], label: str, css: str, reveal: bool) -
     return (
         f'<div class="pc-card {css}" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
         f"{''.join(body)}</div>"
+    )
+
+
+def status_progress_html(phase: str, lines: list[str], elapsed: float) -> str:
+    """A command that tells where it is in status lines (an audit's axes, a weight check's steps), in
+    progress: its phase, the time so far, its last lines."""
+    log = "".join(f"<li>{esc(x)}</li>" for x in lines)
+    return (
+        f'<div class="pc-card pc-progress pc-status-progress"><div class="pc-title">{esc(phase)} '
+        f'<span class="pp-time">{elapsed:.1f}s</span></div><ul class="pp-log">{log}</ul></div>'
     )
 
 

@@ -18,10 +18,12 @@ import gradio as gr
 from ..render.assets import CSS, JS
 from . import plots
 from .active_run import ActiveRunBar, RunGate
+from .audit_tab import AuditTab
 from .compare_tab import CompareTab
 from .config_tab import ConfigTab
 from .history_tab import HistoryTab
 from .runner import AppService
+from .weights_tab import WeightsTab
 
 TITLE = "parity-ui: engine setups side by side, token by token"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -38,6 +40,8 @@ def create_app(service: AppService) -> gr.Blocks:
     config = ConfigTab(service)
     history = HistoryTab(service, gate)
     bar = ActiveRunBar(gate)  # a run another tab started (or whose tab went away): seen, and stopped, from any tab
+    audit = AuditTab(service, gate)
+    weights = WeightsTab(service, gate)
     with gr.Blocks(title=TITLE) as app:
         gr.Markdown(
             f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
@@ -49,6 +53,8 @@ def create_app(service: AppService) -> gr.Blocks:
             compare.create_ui()
             config.create_ui()
             history.create_ui()
+            audit.create_ui()
+            weights.create_ui()
         compare.create_event_handlers(cfg_yaml=config.yaml)
         config.create_event_handlers(model=compare.model, trust=compare.trust, summary=compare.config_line)
         validate = [config.yaml, compare.model, compare.trust]
@@ -84,6 +90,8 @@ def create_app(service: AppService) -> gr.Blocks:
             )
         history.create_event_handlers(tabs=tabs, app=app)
         bar.create_event_handlers(app)
+        audit.create_event_handlers()
+        weights.create_event_handlers(app)
         # A long view's page script fetches the rest of its hover details here once it shows.
         gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")
         app.load(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from ..core.runlog import RunEvent
 from ..core.types import TokenStep
-from ..render.cards import progress_html
+from ..render.cards import progress_html, status_progress_html
 from ..render.report_parts import bisect_progress_html
 from ..render.tokens import Stream, first_difference, panes_html
 from ..render.workload import workload_progress_html
@@ -180,6 +180,32 @@ class WorkloadLive:
             self.fraction,
             self.states.now(),
         )
+
+
+class StatusLive:
+    """A command in progress that says where it is in status lines (an audit: each axis as it starts
+    and ends; a weight check: the digests, the probe): its phase and its last LINES lines. Until its
+    first event the phase is its title, or, while it waits for another run, which run
+    (active_run.RunGate.draw sets it)."""
+
+    streams_tokens = False
+    LINES = 14
+
+    def __init__(self, title: str):
+        self.title = title
+        self.phase = title
+        self.log: list[str] = []
+        self.t0 = time.monotonic()
+
+    def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "token" or not ev.message:
+            return
+        self.phase = self.title
+        self.log.append(ev.message.strip())
+        del self.log[: -self.LINES]
+
+    def progress(self) -> str:
+        return status_progress_html(self.phase, self.log, time.monotonic() - self.t0)
 
 
 class BisectLive:

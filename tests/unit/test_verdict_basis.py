@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from parity_ui.core.replay_record import FLOOR_PAIR, RECORDED_PAIR, ReplayPair, ReplayRecord
 from parity_ui.core.pooled import EXCEEDS, PairSample, compare_to_floor, workload_stats
 from parity_ui.core.workload_record import FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
 
@@ -29,13 +30,16 @@ def _replay_report() -> WorkloadReport:
     side, floor = workload_stats(_pairs(0.0017, 1)), workload_stats(_pairs(0.0, 2))
     verdict = compare_to_floor(side, floor)
     assert verdict.verdict == EXCEEDS and verdict.exceeded == ["abs_kl"]  # the k1 drift alone decides
-    pairs = [{"key": "recorded", "a": "trainer", "b": "recorded", "meaning": "the rollout against the trainer"},
-             {"key": "floor", "a": "trainer", "b": "trainer again", "meaning": "the trainer against itself"}]
+    pairs = [
+        ReplayPair(kind=RECORDED_PAIR, a="hf", b="recorded", meaning="the rollout against the trainer"),
+        ReplayPair(kind=FLOOR_PAIR, a="hf", b="floor", meaning="the trainer against itself", side="floor"),
+    ]
+    record = ReplayRecord(dump="d.jsonl", format="verl", rows=256, tokens=12800, pairs=pairs)
     return WorkloadReport(options=WorkloadOptions(mode="replay"), floor=FloorSpec("batch", "floor", "the floor"),
                           n_prompts=256, done=256,
-                          sides={"recorded": SideFigures("recorded", side, verdict)},
+                          sides={"recorded vs hf": SideFigures("recorded vs hf", side, verdict)},
                           floor_figures=SideFigures("floor", floor),
-                          replay={"format": "verl", "masked": 0, "pairs": pairs, "dump": "d.jsonl", "tokens": 12800})
+                          replay=record)
 
 
 def test_the_replay_headline_names_the_figure_that_decided_with_its_floor_and_interval():
@@ -43,18 +47,18 @@ def test_the_replay_headline_names_the_figure_that_decided_with_its_floor_and_in
 
     report = _replay_report()
     line = replay_headline(report)
-    k1 = report.sides["recorded"].verdict.figures[[c.name for c in report.sides["recorded"].verdict.figures].index("abs_kl")]
+    k1 = report.sides["recorded vs hf"].verdict.figures[[c.name for c in report.sides["recorded vs hf"].verdict.figures].index("abs_kl")]
     assert f"exceeds noise on |mean log-ratio (k1)| {k1.side:.3g} vs the floor's {k1.floor:.3g}" in line, line
     assert "95% interval" in line, line
     # The band share is shown beside the floor's, not beside the verdict as if it had decided it.
-    band = report.sides["recorded"].stats.tokens.outside[-1].outside
+    band = report.sides["recorded vs hf"].stats.tokens.outside[-1].outside
     floor_band = report.floor_figures.stats.tokens.outside[-1].outside
     assert f"ρ outside [0.8, 1.2] {100 * band:.2g}% (the floor's {100 * floor_band:.2g}%)" in line, line
     assert "(exceeds noise)" not in line
 
 
 def test_the_replay_pairs_table_names_what_each_verdict_rests_on():
-    from parity_ui.render.replay import pairs_html
+    from parity_ui.render.sections.replay_pairs import pairs_html
 
     report = _replay_report()
     html = pairs_html(report)
