@@ -590,6 +590,12 @@ class HfEngine(Engine):
 
         return capture_hf(self.model, req, getattr(self.model.config, "num_hidden_layers", None), req.noise_eps)
 
+    def op_trace(self, req: Any) -> dict[str, Any]:
+        from .op_hooks import hf_ops
+        from .op_trace import run_pass
+
+        return run_pass(hf_ops(self.model), req)
+
 
 def _config(req: LoadRequest) -> Any:
     """The model's config with the run's overrides (RoPE scaling) set, as the weights will load with it."""

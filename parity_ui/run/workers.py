@@ -383,7 +383,9 @@ class EngineWorker:
         self._conn.send((kind, payload))
         # An explained fault after the engine loaded (a server's HTTP error, a tokenizer mismatch)
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
-        keep = kind in ("generate", "score", "score_batch", "check_input", "capture") and self.info is not None
+        keep = (
+            kind in ("generate", "score", "score_batch", "check_input", "capture", "op_trace") and self.info is not None
+        )
         _, result = self._wait(
             timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress, keep_worker=keep
         )
