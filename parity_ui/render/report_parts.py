@@ -122,6 +122,12 @@ def localisation_html(loc: Localisation) -> str:
         for f in loc.per_layer
     )
     notes = "".join(f"<li>{esc(n)}</li>" for n in loc.notes)
+    if loc.op_map:
+        from .op_map import op_map_html
+
+        extra = op_map_html(loc)
+    else:
+        extra = ""
     return (
         f'<div class="pc-card pc-layers"><b>Where inside the model: {esc(loc.b)} vs {esc(loc.a)}</b> '
         f"<span class=pc-muted>prompt {loc.prompt_index}, generated token {loc.position}, {when}</span>"
@@ -130,7 +136,7 @@ def localisation_html(loc: Localisation) -> str:
         f"{_svg_curve(loc)}<p class=pc-muted>Noise floor: {esc(loc.noise_floor.get('method', ''))}</p>"
         f"<details><summary>every layer and block ({len(loc.per_layer)})</summary>"
         '<table class="pc-setting-table"><tr><th>layer</th><th>block</th><th>rel L2</th><th>floor</th>'
-        f"<th>cosine</th></tr>{rows}</table></details></div>"
+        f"<th>cosine</th></tr>{rows}</table></details>{extra}</div>"
     )
 
 
