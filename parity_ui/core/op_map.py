@@ -70,6 +70,8 @@ SUPPORTED = {
     "Qwen3MoeForCausalLM": "Qwen3-MoE",
 }
 
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")  # transformers 5 names it num_local_experts
+
 STATS = ("cum_rel", "cum_max", "cum_cos", "add_rel", "add_max", "add_cos", "floor_cum", "floor_add")
 TOP = 3  # top differing dims kept per cell, for the cumulative and the added error each
 TOPS = ("cum_idx", "cum_val", "add_idx", "add_val")
@@ -149,7 +151,7 @@ def shape_from_config(cfg: dict[str, Any]) -> OpShape:
     hidden = int(cfg["hidden_size"])
     heads = int(cfg["num_attention_heads"])
     head_dim = int(cfg.get("head_dim") or hidden // heads)
-    experts = int(cfg.get("num_experts") or 0) if known == "Qwen3-MoE" else 0
+    experts = next((int(cfg[k]) for k in EXPERT_KEYS if cfg.get(k)), 0) if known == "Qwen3-MoE" else 0
     if experts and (cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step") or 1) != 1):
         raise UnknownArchitecture(
             f"{known} with dense layers among the MoE ones (mlp_only_layers / decoder_sparse_step)"
