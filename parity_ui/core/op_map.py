@@ -132,8 +132,9 @@ class OpShape:
     def dump_bytes(self, window: int, total: int, itemsize: int, full_ops: tuple[str, ...] = ()) -> int:
         """The reference's tensors the map ships to the other side: every op's output at the window's
         positions, k and v (and any op to swap in) at every position up to the window's end."""
-        per_layer = sum(self.dim(op) for op in self.ops())
-        full = sum(self.dim(op) for op in {"k", "v", *full_ops} if op in self.ops())
+        whole = {"k", "v", *full_ops}
+        per_layer = sum(self.dim(op) for op in self.ops() if op not in whole)
+        full = sum(self.dim(op) for op in whole if op in self.ops())
         routing = self.top_k * 2 if self.moe else 0  # ids and weights
         elements = window * (self.hidden + self.layers * (per_layer + routing) + self.hidden + self.vocab)
         elements += total * self.layers * full
