@@ -195,8 +195,23 @@ def heatmap_svg(m: OpMap, kind: str, width: int = 900, height: int = 520) -> str
     return "".join(parts)
 
 
-def op_map_html(loc: Localisation) -> str:
-    """The static report's op map: both maps, the first cell, the swap, the cells furthest over."""
+SWAP_ROWS = {
+    "cells_over_downstream": "cells over the floor downstream of the op",
+    "logits_over": "positions whose logits are over the floor",
+    "logits_rel_examined": "the logits' error at the examined token",
+    "logits_rel_max": "the logits' largest error",
+    "argmax_b_examined": "the side's argmax at the examined token",
+    "argmax_agrees": "positions where the two argmaxes agree",
+}
+
+
+def _v(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def op_map_html(loc: Localisation, heatmaps: bool = True) -> str:
+    """The static report's op map: both maps, the first cell, the swap, the cells furthest over. Without
+    `heatmaps` (the app, which draws the map with plotly) the rest only."""
     import numpy as np
 
     assert loc.op_map is not None
@@ -216,7 +231,8 @@ def op_map_html(loc: Localisation) -> str:
     if m.swap:
         s = m.swap
         rows = "".join(
-            f"<tr><th>{esc(k)}</th><td>{esc(s['before'][k])}</td><td>{esc(s['after'][k])}</td></tr>"
+            f"<tr><th>{esc(SWAP_ROWS.get(k, k))}</th><td>{esc(_v(s['before'][k]))}</td>"
+            f"<td>{esc(_v(s['after'][k]))}</td></tr>"
             for k in s["before"]
         )
         swap = (
@@ -232,9 +248,13 @@ def op_map_html(loc: Localisation) -> str:
         f'<div class="pc-card om-map"><b>Op map: {esc(loc.b)} vs {esc(loc.a)}</b> <span class=pc-muted>{esc(m.arch)}, '
         f"{m.layers} layers, positions {m.positions[0]}..{m.positions[-1]} (red dashes: the examined token; blue box: "
         f"the first cell over the floor)</span>"
-        f"<p>Added error (each op of {esc(loc.b)} fed {esc(loc.a)}'s input), over the floor's threshold:</p>"
-        f"{heatmap_svg(m, 'add')}<p>Cumulative error:</p>{heatmap_svg(m, 'cum')}"
-        f"<div class=om-cell>{cell}</div>{swap}{f'<ul>{routers}</ul>' if routers else ''}"
+        + (
+            f"<p>Added error (each op of {esc(loc.b)} fed {esc(loc.a)}'s input), over the floor's threshold:</p>"
+            f"{heatmap_svg(m, 'add')}<p>Cumulative error:</p>{heatmap_svg(m, 'cum')}"
+            if heatmaps
+            else ""
+        )
+        + f"<div class=om-cell>{cell}</div>{swap}{f'<ul>{routers}</ul>' if routers else ''}"
         "<details><summary>the 15 cells furthest over the floor (added)</summary>"
         '<table class="pc-setting-table"><tr><th>op</th><th>position</th><th>token</th><th>added</th><th>floor</th>'
         f"<th>cumulative</th></tr>{top}</table></details>"

@@ -100,8 +100,9 @@ def _svg_curve(loc: Localisation, width: int = 420, height: int = 110) -> str:
     )
 
 
-def localisation_html(loc: Localisation) -> str:
-    """One layer localisation: the verdict, how the floor was measured, a curve and every figure."""
+def localisation_html(loc: Localisation, heatmaps: bool = True) -> str:
+    """One layer localisation: the verdict, how the floor was measured, a curve and every figure; with an
+    op map, its section (without its static heatmaps where the page draws the map itself: the app)."""
     when = esc(loc.created_utc or "")
     if loc.error:
         return (
@@ -125,7 +126,7 @@ def localisation_html(loc: Localisation) -> str:
     if loc.op_map:
         from .op_map import op_map_html
 
-        extra = op_map_html(loc)
+        extra = op_map_html(loc, heatmaps)
     else:
         extra = ""
     return (

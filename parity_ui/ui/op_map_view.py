@@ -129,6 +129,19 @@ def op_map_figure(loc: Localisation) -> go.Figure | None:
                 "name": "divergence",
             }
         )
+    if 0 < m.prompt_len <= m.positions[-1] and m.prompt_len > m.positions[0]:
+        shapes.append(
+            {
+                "type": "line",
+                "x0": m.prompt_len - 0.5,
+                "x1": m.prompt_len - 0.5,
+                "y0": 0,
+                "y1": 1,
+                "yref": "paper",
+                "line": {"color": "#71717a", "dash": "dot", "width": 1},
+                "name": "generated from here",
+            }
+        )
     annotations = []
     if first is not None:
         r, t = first
@@ -165,7 +178,7 @@ def op_map_figure(loc: Localisation) -> go.Figure | None:
         height=height,
         margin={"l": 130, "r": 20, "t": 70, "b": 40},
         yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": order, "tickfont": {"size": 9}},
-        xaxis={"title": "position (prompt and generated tokens)"},
+        xaxis=_x_axis(m),
         shapes=shapes,
         annotations=annotations,
         updatemenus=[
@@ -202,3 +215,16 @@ def swap_target(loc: Localisation, r: int) -> str | None:
     if op in NOT_SWAPPABLE or op == "logits":
         return None
     return f"{'final' if layer >= m.layers else layer}.{op}"
+
+
+def _x_axis(m: OpMap) -> dict[str, Any]:
+    """Positions, with each token's text under it where they fit (a short window)."""
+    axis: dict[str, Any] = {"title": "position (prompt | generated tokens, dotted line between)"}
+    if len(m.positions) <= 48:
+        axis.update(
+            tickmode="array",
+            tickvals=m.positions,
+            ticktext=[f"{p}<br>{esc(repr(t)[1:-1][:8])}" for p, t in zip(m.positions, m.token_text)],
+            tickfont={"size": 9},
+        )
+    return axis

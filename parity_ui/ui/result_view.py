@@ -119,7 +119,7 @@ def pane_details(get_run: Callable[[str], Run | None], src: str) -> str:
 def layers_parts(locs: list[Localisation], prompt_index: int) -> tuple[str, Any]:
     """The stored localisations of one prompt (newest first) and the newest one's plot."""
     mine = [x for x in locs if x.prompt_index == prompt_index][::-1]
-    html = "".join(localisation_html(x) for x in mine)
+    html = "".join(localisation_html(x, heatmaps=False) for x in mine)  # the op map is drawn by plotly
     newest = next((x for x in mine if not x.error), None)
     return html, plots.layers_figure(newest) if newest is not None else None
 

@@ -164,7 +164,8 @@ def test_the_app_figure_marks_the_first_cell_and_the_examined_token_and_offers_t
     fig = op_map_figure(loc)
     names = [t.name for t in fig.data]
     assert names[:2] == ["added", "cumulative"] and "router margin" in names
-    assert {s.name for s in fig.layout.shapes} == {"divergence", "first over the floor"}
+    assert {s.name for s in fig.layout.shapes} == {"divergence", "first over the floor", "generated from here"}
+    assert fig.layout.xaxis.ticktext[0] == "10<br>t0"  # a short window names its tokens
     assert fig.layout.meta["loc"] == "L1"
     order = list(fig.layout.yaxis.categoryarray)
     assert order.index("L0 router margin") == order.index("L0 router") + 1
