@@ -442,6 +442,8 @@ def summarise(
         if diverged and x is not None and y is not None and x != y:
             if ra == x and rb == y:
                 head += f". The teacher-forced logits reproduce the divergence ({a} picks {x}, {b} picks {y})"
+                if first is None:
+                    head += ": with every op within the floor, a near-tie that rounding alone can flip"
             else:
                 head += (
                     ". The teacher-forced logits do not reproduce the divergence here (one prefill at batch 1, eager): "
