@@ -435,6 +435,15 @@ def summarise(
             head += f"; against the fp32 side {tw['side']}, {b}'s added error there is {ratio:.2g}x {a}'s own " + (
                 "(within its own rounding)" if ratio <= THREE_WAY_MULTIPLE else "(beyond its own rounding)"
             )
+    beyond = m.beyond_fp32("add")
+    if beyond is not None and m.three_way is not None:
+        rows = [r for r in range(len(m.rows)) if beyond[r].any()]
+        head += f". Three-way against the fp32 side {m.three_way['side']}: " + (
+            f"{b}'s added error is beyond {THREE_WAY_MULTIPLE:g}x {a}'s own rounding error at {int(beyond.sum())} "
+            f"cell(s) of {len(rows)} op(s), first {m.label(rows[0])}"
+            if rows
+            else f"every op of {b} is within {THREE_WAY_MULTIPLE:g}x {a}'s own rounding error against fp32"
+        )
     t_ex = m.positions.index(m.examined) if m.examined in m.positions else None
     if t_ex is not None:
         x, y = tokens

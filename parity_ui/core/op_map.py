@@ -256,6 +256,16 @@ class OpMap:
         r = int(rows[0])
         return r, int(np.flatnonzero(over[r])[0])
 
+    def beyond_fp32(self, kind: str = "add") -> Any:
+        """[R, T] bool (three-way maps): b's error against the fp32 side is more than THREE_WAY_MULTIPLE x a's
+        own there (and over MIN_REL): more than the rounding of the reference's dtype. None without one."""
+        import numpy as np
+
+        if self.three_way is None:
+            return None
+        b, a = np.nan_to_num(self.three_way[f"b_{kind}"]), np.nan_to_num(self.three_way[f"a_{kind}"])
+        return (b > THREE_WAY_MULTIPLE * a) & (b > MIN_REL)
+
     def row_of(self, layer: int, op: str) -> int:
         return self.rows.index((layer, op))
 

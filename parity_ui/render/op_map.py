@@ -100,6 +100,13 @@ def format_op_map(loc: Localisation) -> str:
         lines.append(
             "cumulative error over the floor: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in cum_rows.items())
         )
+    beyond = m.beyond_fp32("add")
+    if beyond is not None and m.three_way is not None:
+        rows = [m.label(r) for r in range(R) if beyond[r].any()]
+        lines.append(
+            f"three-way against fp32 side {m.three_way['side']}: {loc.b}'s added error beyond 2x {loc.a}'s own at "
+            f"{int(beyond.sum())} of {R * T} cells" + (f" ({', '.join(rows[:8])})" if rows else "")
+        )
     for layer, rt in sorted(m.routers.items()):
         flips = sum(1 for s in rt["same"] if s < 1)
         lines.append(

@@ -121,3 +121,34 @@ def test_a_vllm_side_with_a_planted_fault_against_an_hf_reference(service, check
     assert first is not None and m.rows[first[0]] == (layer, op), loc.summary
     assert m.swap["removes"], m.swap["sentence"]
     assert m.swap["after"]["logits_rel_examined"] < m.swap["before"]["logits_rel_examined"] / 100
+
+
+def test_three_way_against_an_fp32_side_says_which_op_is_beyond_the_dtype_rounding(service, tiny_llama, tmp_path):
+    """bf16 sides and an fp32 one (transformers alone: three quick loads): a q_proj perturbed by 5% (beyond
+    bf16's rounding) is named, and against fp32 its error is beyond twice the reference's own, while ops
+    that only round as the reference does stay within."""
+    from tiny_models import copy_model, perturb_relative
+
+    fault = perturb_relative(copy_model(tiny_llama, tmp_path / "q5"), "model.layers.1.self_attn.q_proj.weight",
+                             scale=5e-2)
+    from parity_ui.core.config import build_config
+    from parity_ui.inputs.prompts import PromptSpec
+    from parity_ui.run.prepare import RunRequest
+
+    cfg = build_config(None, ["dtype=bfloat16", "max_new_tokens=4", "ignore_eos=true"],
+                       sides=["ref=hf", f"b=hf,model={fault}", "f32=hf,dtype=float32"])
+    run = service.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text=PROMPT)], config=cfg))
+    assert run.status in ("ok", "diverged"), run.error
+    c = run.prompts[0].comparisons[0]
+    loc = service.localise(run, 0, None if c.first_divergence is not None else c.compared - 1, ("ref", "b"),
+                           ops=True)
+    assert not loc.error, loc.error
+    from parity_ui.core.op_map import op_map_from_dict
+
+    m = op_map_from_dict(loc.op_map)
+    assert m.three_way is not None and m.three_way["side"] == "f32"
+    first = m.first_over("add")
+    assert first is not None and m.rows[first[0]] == (1, "q"), loc.summary
+    beyond = m.beyond_fp32("add")
+    assert beyond[m.row_of(1, "q")].mean() > 0.5 and "Three-way against the fp32 side f32" in loc.summary
+    assert beyond[m.row_of(0, "q")].mean() < 0.5  # layer 0's q rounds as the reference's does
