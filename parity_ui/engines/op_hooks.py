@@ -528,8 +528,8 @@ class VllmOps(_Layers):
             positions, hidden, residual = vals
             if i == 0:
                 n = p.n
-                if positions.shape[0] != n or not torch.equal(
-                    positions.reshape(-1).long(), torch.arange(n, device=positions.device)
+                if positions.shape[0] < n or not torch.equal(
+                    positions.reshape(-1)[:n].long(), torch.arange(n, device=positions.device)
                 ):
                     raise EngineFault(
                         f"vLLM ran the {n} ids as {positions.shape[0]} rows at positions other than 0..{n - 1} (the "
@@ -537,6 +537,7 @@ class VllmOps(_Layers):
                         "map with enable_chunked_prefill=false on this side, or pick a shorter --window",
                     )
                 self.positions = positions.reshape(-1)
+                p.padded = positions.shape[0] if positions.shape[0] > n else None
                 self._embed_done(p, hidden)
                 p.layer = i
             if not p.noise_eps:
@@ -567,8 +568,8 @@ class VllmOps(_Layers):
                 # before the real call so that the real call's own k and v end in the cache.
                 qa = q.clone()
                 qa[p.win] = p.noisy(p.ref_rows(i, "q")).to(q.dtype)
-                ka = p.noisy(p.ref_rows(i, "k", full=True)).to(k.dtype).reshape(k.shape)
-                va = p.noisy(p.ref_rows(i, "v", full=True)).to(v.dtype).reshape(v.shape)
+                ka = p.fill(k, p.noisy(p.ref_rows(i, "k", full=True)).to(k.dtype))
+                va = p.fill(v, p.noisy(p.ref_rows(i, "v", full=True)).to(v.dtype))
                 with quiet(p):
                     out = mod.forward(qa, ka.contiguous(), va.contiguous(), *args[3:])
                 self.pending[i] = _first(out).reshape(q.shape[0], -1)[p.win].clone()

@@ -117,6 +117,7 @@ class Pass:
         self.routers: dict[int, dict[str, list[float]]] = {}
         self.layer: int | None = None
         self.swapped = False
+        self.padded: int | None = None  # rows of the forward when the engine padded the ids' batch
 
     # -- what the hooks call ------------------------------------------------------------------------
 
@@ -136,6 +137,8 @@ class Pass:
         layer = self.layer if layer is None else layer
         t = t.detach()
         t = t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
+        if self.padded and t.shape[0] == self.padded:  # the engine padded the batch: the ids' rows come first
+            t = t[: self.n]
         if t.shape[0] != self.n:
             raise EngineFault(
                 f"the forward pass ran {t.shape[0]} rows at {op}, not the {self.n} ids asked for (the prefill was "
@@ -151,7 +154,15 @@ class Pass:
         assert self.ref is not None
         ref = self.ref.get(key(*self.swap), t.dtype)
         self.swapped = True
-        return ref.reshape(t.shape)
+        return self.fill(t, ref)
+
+    def fill(self, t: Any, rows: Any) -> Any:
+        """t with its first rows (the ids') replaced by `rows` (a padded batch keeps its padding rows)."""
+        if t.shape[0] == rows.shape[0] or t.dim() != 2:
+            return rows.reshape(t.shape)
+        out = t.clone()
+        out[: rows.shape[0]] = rows.reshape(rows.shape[0], -1)
+        return out
 
     def swapping(self, layer: int | None, op: str) -> bool:
         return not self.quiet and self.swap == ((self.layer if layer is None else layer), op)
