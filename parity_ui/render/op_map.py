@@ -224,7 +224,11 @@ def op_map_html(loc: Localisation, heatmaps: bool = True) -> str:
     assert loc.op_map is not None
     m = op_map_from_dict(loc.op_map)
     first = m.first_over("add")
-    cell = "".join(f"<div>{esc(x)}</div>" for x in cell_lines(m, *first)) if first else "<div>none</div>"
+    cell = (
+        "".join(f"<div>{esc(x)}</div>" for x in cell_lines(m, *first))
+        if first
+        else f"<div>no op of {esc(loc.b)} adds error beyond the floor in the window</div>"
+    )
     r = ratio(m, "add")
     flat = np.argsort(-np.nan_to_num(r, nan=-99).ravel())[:15]
     top = "".join(
@@ -254,7 +258,8 @@ def op_map_html(loc: Localisation, heatmaps: bool = True) -> str:
     return (
         f'<div class="pc-card om-map"><b>Op map: {esc(loc.b)} vs {esc(loc.a)}</b> <span class=pc-muted>{esc(m.arch)}, '
         f"{m.layers} layers, positions {m.positions[0]}..{m.positions[-1]} (red dashes: the examined token; blue box: "
-        f"the first cell over the floor)</span>"
+        f"the first cell over the floor; pale blue to pale green: within the floor, yellow at its threshold, orange "
+        f"to dark red up to 1,000x over it)</span>"
         + (
             f"<p>Added error (each op of {esc(loc.b)} fed {esc(loc.a)}'s input), over the floor's threshold:</p>"
             f"{heatmap_svg(m, 'add')}<p>Cumulative error:</p>{heatmap_svg(m, 'cum')}"
