@@ -8,8 +8,8 @@ What it does:
   1. a comparison of ref=hf against b=vllm (enforce_eager=true: the op map's own setup, so its workers are the
      comparison's, warm) in bf16 on a prompt long enough that prompt + the tokens both sides share reach the
      window (the bf16 fork: the two engines part after a few dozen tokens);
-  2. the op map over the last WINDOW positions (layers x ops x positions), once to warm the hooks' kernels,
-     then again: THE figure, seconds with the engines warm (goal: <= 60 s for 30 layers x 256 positions),
+  2. the op map over the last WINDOW positions (layers x ops x positions), once to warm the workers (a
+     vLLM sized for the map's context may load) and the hooks' kernels, then again: THE figure, seconds with the engines warm (goal: <= 60 s for 30 layers x 256 positions),
      with its passes (the reference's dump, the side's trace, the floor);
   3. the causal swap of the first op over the floor (or the last layer's q when none), timed;
   4. the bare engines doing one pass's work: one teacher-forced prefill of the same ids in each engine,
@@ -163,8 +163,10 @@ def main() -> None:
     model = args.model or (str(build_small(out / "tiny-llama-4l")) if args.small else "demo")
     gpu = torch.cuda.is_available()
     result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0) if gpu else None, "model": model}
-    # the workers stay warm between the comparison and the maps (on a GPU the pool keeps none by default)
-    service = ParityService(db_path=str(out / "runs.db"), pool=EnginePool(keep_idle=2))
+    # The pool reuses a worker whose setup the next command needs and stops the others before it loads
+    # (their GPU memory): the first map may load an eager vLLM sized for the map's context, the second
+    # map finds both sides warm.
+    service = ParityService(db_path=str(out / "runs.db"), pool=EnginePool())
     try:
         run, run_s = compare(service, model, max_new)
         c = run.prompts[0].comparisons[0]
