@@ -4,7 +4,7 @@ against a measured floor; with `--swap LAYER.OP` the causal check. parity_ui.cor
 record, parity_ui.engines.op_trace the capture.
 
 The passes (each one teacher-forced forward over the prompt and the common tokens, eager, unchunked):
-  1. side a dumps every op's output to a scratch file (memory where it fits, rows_scratch);
+  1. side a dumps every op's output to a scratch file (memory where it fits, measures.scratch);
   2. side b is traced against it: cumulative and added error per cell;
   3. side a is traced against its own file with rounding-level noise (half its dtype's epsilon) in the
      stream entering every layer and in every op's input: the floor of both kinds of error;
@@ -46,9 +46,9 @@ from ..core.op_map import (
 from ..core.requests import OpTraceRequest
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import FLOOR_MULTIPLE, Localisation, Run
+from ..measures.scratch import available_memory, scratch_dir
 from ..run.prepare import plan_sides
 from .layers import BEFORE, EPS, LayersError, plan
-from .rows_scratch import available_memory, scratch_dir
 
 if TYPE_CHECKING:
     from .service_api import Service
