@@ -171,6 +171,20 @@ class HfOptions(SideOptions):
         "order too), and show the figures before and after",
         one_of("off", "ids", "ids+weights"),
     )
+    score_batch: str = option(
+        "auto",
+        "how this side teacher-forces many sequences (a replay, a scored workload, cross-scoring): padded "
+        "(rows by length, right-padded, several a forward), same-length (only rows of one length share a "
+        "forward), one-row (one row a forward), auto (checked at load: padded where padding gives the "
+        "same bits as one row alone here, else same-length where that does, else one-row)",
+        one_of("auto", "padded", "same-length", "one-row"),
+    )
+    score_tokens: int | None = option(
+        None,
+        "most tokens one scoring forward holds (rows x the longest, padding included); unset: 8192 on a "
+        "GPU, 4096 on the CPU, fewer where the logits would pass 2 GiB",
+        number_in(1, 10**7, "a number of tokens"),
+    )
 
 
 @dataclass
@@ -228,6 +242,11 @@ class Kind:
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
     tokenizes_itself: bool = False  # a server: check its tokenizer and limits before generating
     head_start: bool = False  # its worker imports heavy libraries: start it while the parent prepares the run
+    # score_batch gives every row the bits it gets scored alone (HF: rows share a forward only where that
+    # was checked to keep them, parity_ui.engines.hf_score), so callers may hand it any grouping; without
+    # it a batch may move a row's numbers (vLLM's prompt logprobs), so it is batched only where the run
+    # already batches it.
+    scores_rows_alone: bool = False
 
 
 KINDS: dict[str, Kind] = {
@@ -254,6 +273,7 @@ KINDS: dict[str, Kind] = {
         accepts_images=True,
         head_start=True,
         can_record_routes=True,
+        scores_rows_alone=True,
     ),
     "vllm-server": Kind(
         "vllm-server",

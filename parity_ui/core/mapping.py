@@ -141,6 +141,8 @@ class HfArgs:
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
     shared_seed: dict[str, Any] | None = None  # the shared-seed sampler's settings (sampling=shared-seed)
+    score_batch: str = "auto"  # how score_batch packs rows (parity_ui.engines.hf_score)
+    score_tokens: int | None = None  # tokens a scoring forward holds; None: the engine's default
 
 
 @dataclass
@@ -694,6 +696,8 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec(p + "score_batch", "runtime", "teacher-forced rows a forward (hf_score)", h.score_batch)
+    rec(p + "score_tokens", "runtime", "tokens a scoring forward holds", h.score_tokens or "the device's default")
     rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
     rec(
         "full_distribution",
@@ -744,6 +748,8 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         used=used,
         image_pixels=px,
         shared_seed=shared,
+        score_batch=h.score_batch,
+        score_tokens=h.score_tokens,
     )
 
 

@@ -148,6 +148,8 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.attn_implementation": (set(), {"from_pretrained.attn_implementation"}),
     "hf.decode": (set(), {"generate.cache_implementation", "runtime.torch.compile"}),
     "hf.sdpa_kernels": (set(), {"runtime.scaled_dot_product_attention"}),
+    "hf.score_batch": (set(), {"runtime.teacher-forced rows a forward (hf_score)"}),
+    "hf.score_tokens": (set(), {"runtime.tokens a scoring forward holds"}),
     # image prompts (the keys show for a vision model)
     "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
     "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),
