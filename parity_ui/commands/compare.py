@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.compare import compare
-from ..analysis.crossscore import cross_score
+from ..analysis.crossscore import cross_score, cross_scores, directions, to_score
 from ..analysis.explain import explain
 from ..analysis.kept_mass import kept_mass
 from ..analysis.window_check import settle_sliding_window
@@ -152,6 +152,9 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
 
 def _cross_score(prep: Prepared, run: Any, sides: Sides, rows: Any = None) -> None:
     can_score = {p.name for p in prep.sides if p.kind.can_score}
+    # Scorers that give a row the same bits in any grouping (HF) score all of their rows in one call,
+    # packed into forwards by their engine; the others one row a call, as their batch could move them.
+    batched = {p.name for p in prep.sides if p.kind.can_score and p.kind.scores_rows_alone}
     k = max(prep.config.logprobs, 1)
     now: dict[str, Any] = {}  # the comparison and prompt being cross-scored (full_distribution's rows)
 
@@ -175,15 +178,61 @@ def _cross_score(prep: Prepared, run: Any, sides: Sides, rows: Any = None) -> No
     at = {
         i: j for j, i in enumerate(getattr(prep, "kept", None) or [])
     }  # a run prompt's place in the generate requests (its rows file)
+    ahead = _batched_scores(run, sides, rows, at, k, batched)
     for n, pr in enumerate(run.prompts):
         if pr.images:
             continue
         for c in pr.comparisons:
             now.update(c=c, i=at.get(n, n))
             try:
-                c.cross_scores = cross_score(score, c, pr.prompt_token_ids, pr.results, k, can_score)
+                mine = ahead.get(id(c))
+                if isinstance(mine, Exception):
+                    raise mine
+                if mine is not None:  # scored in its scorer's one call: the other direction here
+                    rest = {d for d in directions(c, pr.results, can_score) if d not in mine}
+                    for gen, scorer in rest:
+                        if to_score(pr.results.get(gen)):
+                            mine[(gen, scorer)] = score(scorer, pr.prompt_token_ids, pr.results[gen].token_ids, k)
+                    c.cross_scores = cross_scores(c, pr.results, can_score, mine)
+                else:
+                    c.cross_scores = cross_score(score, c, pr.prompt_token_ids, pr.results, k, can_score)
             except Exception as e:  # noqa: BLE001 - the comparison already stands
                 c.cross_scores = CrossScores(error=f"{type(e).__name__}: {e}")
+
+
+def _batched_scores(run: Any, sides: Sides, rows: Any, at: dict[int, int], k: int, batched: set[str]) -> dict[int, Any]:
+    """The directions whose scorer is in `batched`, every prompt's in one score_batch call per scorer:
+    {id(comparison): {(generator, scorer): steps}}, or {id(comparison): the exception} where that
+    scorer's call failed (each comparison then records it, as one call per row did)."""
+    asks: dict[str, list[tuple[Any, str, ScoreRequest]]] = {}
+    for n, pr in enumerate(run.prompts):
+        if pr.images:
+            continue
+        for c in pr.comparisons:
+            for gen, scorer in directions(c, pr.results, batched):
+                res = pr.results.get(gen)
+                if res is not None and to_score(res):
+                    meet = rows.score_rows(c, scorer, at.get(n, n)) if rows is not None else None
+                    asks.setdefault(scorer, []).append(
+                        (c, gen, ScoreRequest(pr.prompt_token_ids, res.token_ids, k, rows=meet))
+                    )
+    out: dict[int, Any] = {}
+    for scorer, items in asks.items():
+        try:
+            got = sides.score_batch(scorer, [req for _, _, req in items])
+            if len(got) < len(items):
+                raise RuntimeError(f"{scorer} scored {len(got)} of {len(items)} sequences (stopped)")
+        except Exception as e:  # noqa: BLE001 - each comparison records it
+            for c, _, _ in items:
+                out[id(c)] = e
+            continue
+        for (c, gen, req), steps in zip(items, got):
+            if isinstance(out.get(id(c)), Exception):
+                continue
+            out.setdefault(id(c), {})[(gen, scorer)] = steps
+            if req.rows is not None:
+                rows.record(c, steps)
+    return out
 
 
 def image_inputs(prep: Prepared, side: str) -> dict[str, Any]:
