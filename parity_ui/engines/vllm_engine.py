@@ -309,7 +309,12 @@ class VllmEngine(Engine):
             return self._trace_batch(req)
         engine = self.llm.llm_engine
         k = max(max(r.logprobs for r in req.items), 1)
-        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False}, prompt_logprobs=k)
+        # detokenize off, as in `score`: vLLM would otherwise decode the token of every prompt position's
+        # logprobs (a replay's 1,000 x 512 tokens: 512k decodes) for a text parity-ui never reads.
+        sp = self._sampling(
+            {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
+            prompt_logprobs=k,
+        )
         rids = {}
         for i, r in enumerate(req.items):
             rid = f"score-{next(_ids)}"
