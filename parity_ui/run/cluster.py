@@ -31,6 +31,7 @@ from ..core.errors import CancelledError, ConfigError, EngineError
 from ..core.requests import GenerateRequest, ScoreRequest
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, StepColumns
+from ..inputs.prompts import settle_tokenizers
 from .pipeline import CapabilityError, Loaded, load_request
 from .plan import SidePlan
 from .workers import PROJECT_ROOT, EnginePool
@@ -428,12 +429,14 @@ class ClusterSides:
         on_token: Any = None,
         on_counts: Callable[[dict[int, int]], None] | None = None,
     ) -> list[SideResult]:
+        settle_tokenizers()  # the run's tokenizer verdict in before an engine is handed a token
         results = self._call(side, "generate", req, on_counts)
         for r in results:
             r.side = side
         return results
 
     def score_batch(self, side: str, items: list[ScoreRequest]) -> list[Any]:
+        settle_tokenizers()
         return self._call(side, "score_batch", items, None)
 
     def score(self, side: str, req: ScoreRequest) -> list[Any]:
