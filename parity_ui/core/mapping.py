@@ -284,8 +284,17 @@ def _visible_gpus(device: str) -> str | None:
 
 def default_capture_size(batch_size: int) -> int:
     """The largest CUDA-graph batch a side captures when the user does not say: the run's batch size,
-    at least 16 (determinism probes batch a few copies), rounded up to a multiple of 8."""
-    return max(16, -(-batch_size // 8) * 8)
+    at least 16 (determinism probes batch a few copies), rounded up to a power of two up to vLLM's own
+    512 (above it, to a multiple of 8).
+
+    Why a power of two: the size is part of vLLM's compile-cache key (CompilationConfig.compute_hash),
+    so every new size compiles the model again (21-22 s on an H100, docs/performance.md); buckets let
+    runs of nearby batch sizes reuse one compile. The numerics stay vLLM's default ones: the sizes
+    captured are vLLM's own list (1, 2, 4, 8, 16, 24, ...) cut at this size, so a batch runs padded to
+    the same captured size whatever the cut, as long as the cut is not below it."""
+    if batch_size > 512:
+        return -(-batch_size // 8) * 8
+    return max(16, 1 << (batch_size - 1).bit_length())
 
 
 def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmArgs:

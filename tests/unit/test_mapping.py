@@ -739,3 +739,12 @@ def test_full_distribution_lists_the_rows_processor_before_the_shared_seed_one()
     assert v.llm["async_scheduling"] is False and v.env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     _, _, v, _ = args({})
     assert "logits_processors" not in v.llm
+
+
+def test_graph_capture_sizes_fall_in_buckets_that_share_a_compile():
+    """The capture size is part of vLLM's compile-cache key: runs of nearby batch sizes get one size."""
+    from parity_ui.core.mapping import default_capture_size
+
+    assert [default_capture_size(b) for b in (1, 16, 17, 24, 32, 33, 100, 128, 200, 512)] == \
+        [16, 16, 32, 32, 32, 64, 128, 128, 256, 512]
+    assert default_capture_size(600) == 600 and default_capture_size(601) == 608  # past vLLM's own 512
