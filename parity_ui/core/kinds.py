@@ -247,6 +247,10 @@ class Kind:
     # it a batch may move a row's numbers (vLLM's prompt logprobs), so it is batched only where the run
     # already batches it.
     scores_rows_alone: bool = False
+    # A module run as `python -m MODULE MODEL_FOLDER` beside the worker's start on a GPU host (head start):
+    # it fills a per-model cache the engine would otherwise fill on the critical path (its `needed(folder,
+    # env)` says whether there is anything to do, from the files alone). "" for none.
+    prewarm: str = ""
 
 
 KINDS: dict[str, Kind] = {
@@ -262,6 +266,7 @@ KINDS: dict[str, Kind] = {
         gpu_memory="share",
         head_start=True,
         can_record_routes=True,
+        prewarm="parity_ui.engines.vllm_prewarm",
     ),
     "hf": Kind(
         "hf",
