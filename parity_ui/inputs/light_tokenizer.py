@@ -349,6 +349,9 @@ class Verification:
             env=env,
         )
 
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
     def wait(self, timeout: float = 600.0) -> str | None:
         """Wait for the verdict; None when it was kept (read it with `verified`), else why none was."""
         try:

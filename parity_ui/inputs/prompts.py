@@ -415,6 +415,8 @@ class PromptTokenizer:
             ids = self.tok(text, add_special_tokens=True)["input_ids"]
         if not ids:
             raise PromptError("the prompt tokenizes to no tokens", "give a non-empty prompt")
+        if self.pending is not None and self.pending.done():
+            self.settle()  # the verdict is in: settle now, and stop keeping what was encoded (a long-lived app)
         if self.pending is not None:
             self._encoded.append((spec, chat, list(ids)))
         return EncodedPrompt(spec=spec, token_ids=list(ids), text=decode_as_is(self.tok, ids))

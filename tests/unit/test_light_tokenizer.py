@@ -148,6 +148,9 @@ class _Verdict:
     def wait(self, timeout: float = 600.0):
         return None
 
+    def done(self) -> bool:
+        return False  # still running, as far as the encodes before settle_tokenizers() know
+
 
 def test_a_verdict_that_differs_hands_over_to_transformers_when_the_run_s_ids_agree(folders, cache, monkeypatch):
     import parity_ui.inputs.prompts as prompts
@@ -179,3 +182,23 @@ def test_a_verdict_that_differs_on_the_run_s_own_prompt_ids_stops_the_run_with_t
     with pytest.raises(PromptError) as e:
         prompts.settle_tokenizers()
     assert "other token ids than transformers" in str(e.value) and "run again" in e.value.fix
+
+
+def test_a_verdict_that_came_in_is_settled_by_the_next_encode_and_nothing_more_is_kept(folders, cache, monkeypatch):
+    """A long-lived process (the app) that tokenizes without running: once the other process is done,
+    the next encode settles it, so the prompts encoded meanwhile are not kept for ever."""
+    import parity_ui.inputs.prompts as prompts
+
+    class Done(_Verdict):
+        def __init__(self, model_path: str):
+            super().__init__(model_path, equal=True)
+
+        def done(self) -> bool:
+            return True
+
+    monkeypatch.setattr(prompts, "_transformers_imported", lambda: False)
+    monkeypatch.setattr(lt, "Verification", Done)
+    tok = PromptTokenizer(folders[0])
+    assert tok.pending is not None
+    tok.encode(PromptSpec(text="Name a prime."), True)
+    assert tok.pending is None and tok._encoded == [] and tok.light  # verified equal: light it stays
