@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from ..core.types import Finding, Run
     from ..inputs.prompts import PromptSpec
     from ..run.cluster import ClusterSides
-    from ..run.pipeline import Loaded, Sides
+    from ..run.pipeline import Sides
     from ..run.plan import Prepared, RunRequest, SidePlan
     from ..run.recorder import RunRecorder
+    from ..run.sideset import Loaded
     from ..store import Store
 
 
@@ -85,5 +86,7 @@ class Service(Protocol):
         kind: str = "compare",
         group_id: str | None = None,
     ) -> Run: ...
+
+    def drop_workers(self, plans: list[SidePlan]) -> None: ...
 
     def cancel(self) -> None: ...

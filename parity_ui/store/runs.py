@@ -337,6 +337,64 @@ def m008_gate(db: Database) -> None:
     db["gate_cases"].create_index(["case_name", "passed", "datetime_utc"], if_not_exists=True)
 
 
+@migrations()
+def m009_replay_pair_names(db: Database) -> None:
+    """A replay's pairs get one name each, "b vs a" (core.replay_record): its stored pair samples move
+    from the pair's old key ("recorded", "vllm", "recorded~vllm", ...) to its name, and its report is
+    rewritten in the new shape (the old keys stay in it as each pair's `key`). The floor's samples stay
+    under the floor side, as a workload's."""
+    from ..core.workload_record import report_from_json
+
+    for r in list(db.query("SELECT id, workload_json FROM runs WHERE kind = 'replay' AND workload_json IS NOT NULL")):
+        data = json.loads(r["workload_json"])
+        old = (data.get("replay") or {}).get("pairs") or []
+        if not old or all("kind" in p for p in old):
+            continue
+        report = report_from_json(data)
+        for pair in report.replay.pairs if report.replay is not None else []:
+            if pair.key and pair.key != pair.stored:
+                db.execute(
+                    "UPDATE pair_samples SET side = ? WHERE run_id = ? AND side = ?", [pair.stored, r["id"], pair.key]
+                )
+        db.execute("UPDATE runs SET workload_json = ? WHERE id = ?", [_json(_jsonable(report.to_json())), r["id"]])
+
+
+@migrations()
+def m010_audits(db: Database) -> None:
+    """Invariance audits (parity_ui.store.audits): an audit is a run of kind "audit"; its record, every
+    axis of every side judged bit for bit, in `audits` (one row per audit run)."""
+    db.table("audits").create(
+        {"run_id": str, "datetime_utc": str, "verdict": str, "certified": int, "report_json": str},
+        pk="run_id",
+        foreign_keys=[("run_id", "runs", "id")],
+        if_not_exists=True,
+    )
+
+
+@migrations()
+def m011_weight_checks(db: Database) -> None:
+    """Weight-sync checks (parity_ui.store.weights, issue 41): a check is a run of kind "weights" (its row in
+    `runs`, so the history lists it) and its report as JSON, with what the app's list shows."""
+    table = db.table("weight_checks")
+    table.create(
+        {
+            "run_id": str,
+            "datetime_utc": str,
+            "model": str,
+            "start_from": str,
+            "updated": str,
+            "exit_code": int,
+            "differing": int,
+            "tensors": int,
+            "headline": str,
+            "report_json": str,
+        },
+        pk="run_id",
+        if_not_exists=True,
+    )
+    table.create_index(["datetime_utc"], if_not_exists=True)
+
+
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
 
 

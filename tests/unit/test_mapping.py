@@ -78,7 +78,7 @@ def side_args(data: dict, on_gpu: bool = False, model: ModelInfo | None = None) 
 # Every key set to a value that makes its mapping show (max_model_len unset is not passed, ...).
 EVERYTHING = {
     "max_model_len": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-    "vllm": {"max_num_seqs": 4, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
+    "vllm": {"max_num_seqs": 4, "max_num_batched_tokens": 256, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
              "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
              "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
              "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
@@ -135,6 +135,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "vllm.model_impl": ({"LLM.model_impl"}, set()),
     "vllm.batch_invariant": ({"env.VLLM_BATCH_INVARIANT"}, set()),
     "vllm.max_num_seqs": ({"LLM.max_num_seqs"}, set()),
+    "vllm.max_num_batched_tokens": ({"LLM.max_num_batched_tokens"}, set()),
     "vllm.batch_size": ({"runtime.requests added per engine step loop (this side)"}, set()),
     "vllm.gpu_memory_utilization": ({"LLM.gpu_memory_utilization", "runtime.(not used on the CPU)"}, set()),
     "vllm.kv_cache_gib": ({"LLM.kv_cache_memory_bytes", "runtime.(not used on a GPU)"}, set()),
