@@ -40,9 +40,9 @@ from .inputs.prompts import PromptSpec, tokenizer_for
 from .run.hardware import on_gpu
 from .run.pipeline import CapabilityError, Loaded, Sides
 from .run.plan import Prepared, RunRequest, SidePlan
-from .run.prepare import likely_workers, prepare
+from .run.prepare import likely_prewarms, likely_workers, prepare
 from .run.recorder import RunRecorder
-from .run.workers import EnginePool
+from .run.workers import EnginePool, start_prewarm
 from .store import Store
 from .store.runs import new_run_id
 
@@ -150,6 +150,10 @@ class ParityService:
         the tokenizer. `sides()` takes them; a wrong guess is dropped."""
         for side, engine, python, env in likely_workers(req, self.on_gpu):
             self.pool.prestart(side, engine, python, env)
+        # A GPU host with a cold cache: vLLM's model-class inspection (a vLLM import of its own) runs
+        # beside the workers' imports instead of inside the load (parity_ui.engines.vllm_prewarm).
+        for module, python, env, folder in likely_prewarms(req, self.on_gpu):
+            start_prewarm(module, python, env, folder)
 
     # -- the contexts every command is built from -------------------------------------------------
 
