@@ -3,6 +3,7 @@ free 127.0.0.1 port, and launch Debian's headless Chromium through Playwright (n
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import shutil
 import socket
@@ -44,7 +45,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180.0, ok: tupl
             if e.code in ok:
                 return
             time.sleep(0.5)
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not listening yet, or a half-started server's reply
             time.sleep(0.5)
     raise TimeoutError(f"the app did not serve {url} within {timeout:.0f} s")
 

@@ -77,6 +77,32 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     )
 
 
+def directions(c: Comparison, results: dict[str, SideResult], can_score: set[str]) -> list[tuple[str, str]]:
+    """(generator, scorer) of each direction of comparison c that the scorer can score: b's tokens by
+    a, then a's by b."""
+    return [(gen, scorer) for gen, scorer in ((c.b, c.a), (c.a, c.b)) if scorer in can_score]
+
+
+def to_score(res: SideResult | None) -> bool:
+    """Whether a generator's result has tokens to score (a direction without is None)."""
+    return res is not None and bool(res.token_ids) and not res.error
+
+
+def cross_scores(
+    c: Comparison, results: dict[str, SideResult], can_score: set[str], scored: dict[tuple[str, str], list[TokenStep]]
+) -> CrossScores:
+    """The CrossScores of comparison c from each direction's teacher-forced steps, `scored[(gen, scorer)]`
+    (every direction of `directions` whose generator has tokens). Pure."""
+    out: dict[str, GapStats | None] = {}
+    for gen, scorer in directions(c, results, can_score):
+        res = results.get(gen)
+        if res is None or not to_score(res):
+            out[key(gen, scorer)] = None
+            continue
+        out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored[(gen, scorer)])
+    return CrossScores(directions=out)
+
+
 def cross_score(
     score: ScoreFn,
     c: Comparison,
@@ -87,17 +113,12 @@ def cross_score(
 ) -> CrossScores:
     """Score each side's sequence with the other (when the other can score). Keys "<gen>_by_<scorer>";
     a direction is None when its generator made no tokens. Engine errors propagate."""
-    out: dict[str, GapStats | None] = {}
-    for gen, scorer in ((c.b, c.a), (c.a, c.b)):
-        res = results.get(gen)
-        if scorer not in can_score:
-            continue
-        if res is None or not res.token_ids or res.error:
-            out[key(gen, scorer)] = None
-            continue
-        scored = score(scorer, prompt_ids, res.token_ids, logprobs)
-        out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored)
-    return CrossScores(directions=out)
+    scored = {
+        (gen, scorer): score(scorer, prompt_ids, results[gen].token_ids, logprobs)
+        for gen, scorer in directions(c, results, can_score)
+        if to_score(results.get(gen))
+    }
+    return cross_scores(c, results, can_score, scored)
 
 
 def summary_line(cs: CrossScores | None) -> str:

@@ -29,7 +29,17 @@ from typing import Any
 from .config import ParityConfig
 from .context import CONTEXT_FLOOR, positions_limit, rope_factor, sized_context
 from .errors import ConfigError, SideError
-from .kinds import KINDS, SDPA_ENABLED, HfOptions, Kind, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
+from .kinds import (
+    KINDS,
+    SDPA_ENABLED,
+    HfOptions,
+    Kind,
+    OpenAIOptions,
+    VllmOptions,
+    VllmServerOptions,
+    VllmUpdatedOptions,
+    get_kind,
+)
 from .sides import SideSpec
 from .types import ModelInfo
 from .validation import doc_of
@@ -141,6 +151,8 @@ class HfArgs:
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
     shared_seed: dict[str, Any] | None = None  # the shared-seed sampler's settings (sampling=shared-seed)
+    score_batch: str = "auto"  # how score_batch packs rows (parity_ui.engines.hf_score)
+    score_tokens: int | None = None  # tokens a scoring forward holds; None: the engine's default
 
 
 @dataclass
@@ -152,6 +164,14 @@ class VllmServerArgs(VllmArgs):
 
 
 @dataclass
+class VllmUpdatedArgs(VllmArgs):
+    """A vLLM that loads `update["start_from"]` and then receives `update["pushed_from"]` (the side's
+    model) in flight (parity_ui.engines.vllm_updated)."""
+
+    update: dict[str, Any] = field(default_factory=dict)  # start_from, pushed_from, skip, zero, sleep, path
+
+
+@dataclass
 class OpenAIArgs:
     connection: dict[str, Any]  # url, served_model, api_key_env, timeout_s, verify_tls, check_tokenizer
     sampling: dict[str, Any]  # the completions request body's sampling fields, every one explicit
@@ -159,7 +179,7 @@ class OpenAIArgs:
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
 
 
-SideArgs = VllmArgs | HfArgs | VllmServerArgs | OpenAIArgs
+SideArgs = VllmArgs | HfArgs | VllmServerArgs | OpenAIArgs | VllmUpdatedArgs
 
 
 class _Recorder:
@@ -282,8 +302,17 @@ def _visible_gpus(device: str) -> str | None:
 
 def default_capture_size(batch_size: int) -> int:
     """The largest CUDA-graph batch a side captures when the user does not say: the run's batch size,
-    at least 16 (determinism probes batch a few copies), rounded up to a multiple of 8."""
-    return max(16, -(-batch_size // 8) * 8)
+    at least 16 (determinism probes batch a few copies), rounded up to a power of two up to vLLM's own
+    512 (above it, to a multiple of 8).
+
+    Why a power of two: the size is part of vLLM's compile-cache key (CompilationConfig.compute_hash),
+    so every new size compiles the model again (21-22 s on an H100, docs/performance.md); buckets let
+    runs of nearby batch sizes reuse one compile. The numerics stay vLLM's default ones: the sizes
+    captured are vLLM's own list (1, 2, 4, 8, 16, 24, ...) cut at this size, so a batch runs padded to
+    the same captured size whatever the cut, as long as the cut is not below it."""
+    if batch_size > 512:
+        return -(-batch_size // 8) * 8
+    return max(16, 1 << (batch_size - 1).bit_length())
 
 
 def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmArgs:
@@ -372,6 +401,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         )
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
+    if v.max_num_batched_tokens is not None:
+        llm["max_num_batched_tokens"] = rec(
+            p + "max_num_batched_tokens", "LLM", "max_num_batched_tokens", v.max_num_batched_tokens
+        )
     rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
     overrides: dict[str, Any] = {}
     rope = rope_override(cfg, model)
@@ -694,6 +727,8 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec(p + "score_batch", "runtime", "teacher-forced rows a forward (hf_score)", h.score_batch)
+    rec(p + "score_tokens", "runtime", "tokens a scoring forward holds", h.score_tokens or "the device's default")
     rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
     rec(
         "full_distribution",
@@ -744,6 +779,8 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         used=used,
         image_pixels=px,
         shared_seed=shared,
+        score_batch=h.score_batch,
+        score_tokens=h.score_tokens,
     )
 
 
@@ -901,8 +938,62 @@ def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) 
     )
 
 
+def to_vllm_updated(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmUpdatedArgs:
+    """vLLM started from `start_from`, then the side's model pushed in through vLLM's own update path
+    (issue 41). The push's settings travel with the load: a worker that pushed otherwise is another setup."""
+    o: VllmUpdatedOptions = side.options  # type: ignore[assignment]
+    p = f"{side.name}."
+    if not o.start_from.strip():
+        raise SideError(
+            side.name,
+            "start_from",
+            "a vllm-updated side needs the checkpoint it starts from",
+            f"e.g. --side {side.name}=vllm-updated,start_from=/path/to/checkpoint-A (the side's model is pushed into it)",
+        )
+    path = o.update_path if o.update_path != "auto" else ("load_weights" if r.on_gpu else "reload")
+    if path == "load_weights" and not r.on_gpu:
+        raise SideError(
+            side.name,
+            "update_path",
+            "load_weights cannot land on vLLM's CPU build: it packs each linear layer's weight into its kernel "
+            "and empties the parameter, so the loader refuses ('Attempted to load weight ... into parameter "
+            "(torch.Size([0]))')",
+            "use update_path=reload (vLLM's reload_weights re-packs each layer), or auto",
+        )
+    base = to_vllm(cfg, side, r, model)
+    rec = _Recorder()
+    rec.used = base.used
+    llm = dict(base.llm)
+    llm["model"] = rec(p + "start_from", "LLM", "model", o.start_from)
+    if o.sleep and r.on_gpu:
+        llm["enable_sleep_mode"] = rec(p + "sleep", "LLM", "enable_sleep_mode", True)
+    native = "model.load_weights(weights)" if path == "load_weights" else "worker.reload_weights(weights_iterator=...)"
+    rec(p + "update_path", "collective_rpc", native, path)
+    rec(p + "skip", "runtime", "tensors left out of the push", o.skip)
+    rec(p + "zero", "runtime", "tensors pushed as zeros", o.zero)
+    rec(p + "sleep", "LLM", "sleep(level) / wake_up(tags)", o.sleep)
+    update = {
+        "start_from": o.start_from,
+        "pushed_from": model.path,
+        "skip": o.skip,
+        "zero": o.zero,
+        "sleep": o.sleep,
+        "path": path,
+    }
+    return VllmUpdatedArgs(
+        llm=llm,
+        sampling=base.sampling,
+        env=base.env,
+        used=rec.used,
+        fp32_logits=base.fp32_logits,
+        forced_tokens=base.forced_tokens,
+        update=update,
+    )
+
+
 _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]] = {
     "vllm": to_vllm,
+    "vllm-updated": to_vllm_updated,
     "hf": to_hf,
     "vllm-server": to_vllm_server,
     "openai": to_openai,

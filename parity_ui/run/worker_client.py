@@ -28,6 +28,7 @@ from ..core.requests import (
 )
 from ..core.routes import Routes
 from ..core.types import EngineInfo, SideResult, TokenStep
+from ..core.weights import DiffFigure, DiffRequest, DumpRequest, SideWeights, WeightsRequest
 from .workers import EngineWorker
 
 TokenCallback = Callable[[int, TokenStep], None]  # (prompt index, step), in the order the engine made them
@@ -35,6 +36,7 @@ CountsCallback = Callable[[dict[int, int]], None]  # {prompt index: tokens so fa
 
 CHECK_TIMEOUT_S = 300.0  # the capability check imports the engine and calls tiny kernels
 CHECK_INPUT_TIMEOUT_S = 600.0  # a server tokenizes every prompt
+WEIGHTS_TIMEOUT_S = 1800.0  # an 8B model's tensors hashed (seconds on a GPU; a big CPU model much longer)
 
 
 @dataclass
@@ -110,6 +112,18 @@ class EngineClient:
         side's figures against one, as plain data (float32 bytes)."""
         what = "dumping every op's output" if req.dump_to else "tracing every op against the reference"
         return self.worker.request("op_trace", req, what=what)
+
+    def weights(self, req: WeightsRequest) -> SideWeights:
+        """Its live weights digested unit by unit (issue 41), or readable=False with the reason."""
+        return self.worker.request("weights", req, timeout=WEIGHTS_TIMEOUT_S, what="digesting its weights")
+
+    def weights_dump(self, req: DumpRequest) -> dict[str, Any]:
+        """The named units written to a scratch file for another side to meet."""
+        return self.worker.request("weights_dump", req, timeout=WEIGHTS_TIMEOUT_S, what="writing weights to compare")
+
+    def weights_diff(self, req: DiffRequest) -> list[DiffFigure]:
+        """The units another side dumped, met with the live ones: the sizes of the differences."""
+        return self.worker.request("weights_diff", req, timeout=WEIGHTS_TIMEOUT_S, what="measuring weight differences")
 
     def capture(self, req: CaptureRequest) -> Capture:
         """Per-layer activations at the asked positions (parity_ui.commands.layers)."""

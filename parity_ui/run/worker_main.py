@@ -143,6 +143,9 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
         "op_trace": engine.op_trace,
         "routes": engine.routes,
         "replay_routes": lambda p: _as_columns(engine.replay_routes(p)),
+        "weights": engine.weights,
+        "weights_dump": engine.weights_dump,
+        "weights_diff": engine.weights_diff,
     }
     while True:
         try:

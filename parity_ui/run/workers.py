@@ -384,7 +384,19 @@ class EngineWorker:
         # An explained fault after the engine loaded (a server's HTTP error, a tokenizer mismatch)
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
         keep = (
-            kind in ("generate", "score", "score_batch", "check_input", "capture", "op_trace") and self.info is not None
+            kind
+            in (
+                "generate",
+                "score",
+                "score_batch",
+                "check_input",
+                "capture",
+                "op_trace",
+                "weights",
+                "weights_dump",
+                "weights_diff",
+            )
+            and self.info is not None
         )
         _, result = self._wait(
             timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress, keep_worker=keep
@@ -429,6 +441,27 @@ class EngineWorker:
 
 def load_key(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=repr)
+
+
+def start_prewarm(module: str, python: str, env: dict[str, str], model_path: str) -> None:
+    """`python -m MODULE MODEL_FOLDER` with a side's environment (Kind.prewarm), left to finish on its
+    own: it fills a cache the side's engine reads when it loads, and nothing waits for it. Its output
+    goes to a log beside the workers'."""
+    full = {**os.environ, **env}
+    full["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [full.get("PYTHONPATH")])])
+    full.setdefault("VLLM_NO_USAGE_STATS", "1")
+    full.setdefault("DO_NOT_TRACK", "1")
+    log_path = _log_dir() / f"prewarm-{int(time.time() * 1000)}.log"
+    with open(log_path, "ab", buffering=0) as log:
+        # Fixed arguments: a module named by the kinds registry and the model folder prepare resolved.
+        subprocess.Popen(
+            [python, "-m", module, model_path],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=full,
+            **OWN_PROCESS_GROUP,
+        )
 
 
 class EnginePool:
@@ -498,6 +531,14 @@ class EnginePool:
             alive = [k for k in idle if self.workers[k].alive]  # a dead or never started one is not worth keeping
             kept = set(alive[max(0, len(alive) - keep) :]) if keep > 0 else set()
             stopping = [self.workers.pop(k) for k in idle if k not in kept]
+        for w in stopping:
+            w.stop()
+
+    def drop(self, keys: set[str]) -> None:
+        """Stop the workers of these setups now: one no later run will ask for (an audit's second
+        instance, started in a process of its own), which an idle pool would otherwise keep warm."""
+        with self._lock:
+            stopping = [self.workers.pop(k) for k in keys if k in self.workers]
         for w in stopping:
             w.stop()
 

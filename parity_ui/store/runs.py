@@ -359,6 +359,42 @@ def m009_replay_pair_names(db: Database) -> None:
         db.execute("UPDATE runs SET workload_json = ? WHERE id = ?", [_json(_jsonable(report.to_json())), r["id"]])
 
 
+@migrations()
+def m010_audits(db: Database) -> None:
+    """Invariance audits (parity_ui.store.audits): an audit is a run of kind "audit"; its record, every
+    axis of every side judged bit for bit, in `audits` (one row per audit run)."""
+    db.table("audits").create(
+        {"run_id": str, "datetime_utc": str, "verdict": str, "certified": int, "report_json": str},
+        pk="run_id",
+        foreign_keys=[("run_id", "runs", "id")],
+        if_not_exists=True,
+    )
+
+
+@migrations()
+def m011_weight_checks(db: Database) -> None:
+    """Weight-sync checks (parity_ui.store.weights, issue 41): a check is a run of kind "weights" (its row in
+    `runs`, so the history lists it) and its report as JSON, with what the app's list shows."""
+    table = db.table("weight_checks")
+    table.create(
+        {
+            "run_id": str,
+            "datetime_utc": str,
+            "model": str,
+            "start_from": str,
+            "updated": str,
+            "exit_code": int,
+            "differing": int,
+            "tensors": int,
+            "headline": str,
+            "report_json": str,
+        },
+        pk="run_id",
+        if_not_exists=True,
+    )
+    table.create_index(["datetime_utc"], if_not_exists=True)
+
+
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time
 
 

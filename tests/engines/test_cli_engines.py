@@ -22,7 +22,7 @@ def test_compare_json_runs_list_show_and_report(tmp_path, tiny):
     for key in ("schema", "run_id", "status", "identical", "first_divergence", "config", "warnings", "sides",
                 "comparisons", "settings_diff", "timings"):
         assert key in out
-    assert out["schema"] == 2 and out["reference"] == "hf"
+    assert out["schema"] == 3 and out["reference"] == "hf"
     assert out["status"] == "ok" and out["identical"] is True and out["first_divergence"] is None
     assert [s["name"] for s in out["sides"]] == ["hf", "vllm"] and out["sides"][1]["resolved"]["engine"].startswith("vLLM")
     (c,) = out["comparisons"]

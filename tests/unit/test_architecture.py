@@ -3,6 +3,7 @@ root) says in its docstring what it may import ("May import: core, inputs."), an
 every import in the package — at module level, inside functions, under TYPE_CHECKING — and fails on
 one that the importer's own docstring does not allow. The rule lives where a reader looks for it;
 this test keeps it true (the layers contract of import-linter, without the extra tool)."""
+
 from __future__ import annotations
 
 import ast
@@ -32,8 +33,11 @@ def _rules(package: Path) -> dict[str, set[str]]:
         doc = ast.get_docstring(ast.parse(src.read_text())) or ""
         m = RULE.search(doc)
         name = entry.name if entry.is_dir() else entry.stem
-        rules[name] = set() if m is None or m.group(1).strip().lower() == "nothing else of parity_ui" else \
-            {w.strip() for w in m.group(1).split(",") if w.strip()}
+        rules[name] = (
+            set()
+            if m is None or m.group(1).strip().lower() == "nothing else of parity_ui"
+            else {w.strip() for w in m.group(1).split(",") if w.strip()}
+        )
         rules[name].add(name)
     return rules
 
@@ -74,12 +78,16 @@ def violations(package: Path) -> list[str]:
         if unit == "__init__":
             continue
         if unit not in rules:
-            found.append(f"{path.relative_to(package.parent)}: its folder's docstring says nothing of what it may import")
+            found.append(
+                f"{path.relative_to(package.parent)}: its folder's docstring says nothing of what it may import"
+            )
             continue
         for line, target in _imports(package, path):
             if target not in rules[unit]:
-                found.append(f"{path.relative_to(package.parent)}:{line} imports {target} "
-                             f"({unit} may import {', '.join(sorted(rules[unit] - {unit})) or 'nothing else'})")
+                found.append(
+                    f"{path.relative_to(package.parent)}:{line} imports {target} "
+                    f"({unit} may import {', '.join(sorted(rules[unit] - {unit})) or 'nothing else'})"
+                )
     return found
 
 
@@ -149,3 +157,35 @@ def test_no_code_above_the_kinds_probes_the_config_or_a_sides_options_by_name():
         if probes.search(line)
     ]
     assert found == []
+
+
+def test_every_name_the_bench_tests_and_scripts_import_from_the_package_exists():
+    """bench/ scripts run only on a lent GPU or by hand, so a moved function breaks them silently
+    (bench/ui_render.py imported free_sample from workload.run after it moved to measures.tokens)."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[2]
+    missing = []
+    for folder in ("bench", "scripts", "tests"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (
+                    isinstance(node, ast.ImportFrom)
+                    and node.level == 0
+                    and node.module
+                    and node.module.startswith("parity_ui")
+                ):
+                    continue
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as e:
+                    missing.append(f"{path.relative_to(root)}: {node.module} ({e})")
+                    continue
+                for alias in node.names:
+                    if hasattr(module, alias.name):
+                        continue
+                    try:
+                        importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        missing.append(f"{path.relative_to(root)}: {node.module}.{alias.name}")
+    assert not missing, "imports that no longer resolve:\n" + "\n".join(missing)

@@ -78,7 +78,7 @@ def side_args(data: dict, on_gpu: bool = False, model: ModelInfo | None = None) 
 # Every key set to a value that makes its mapping show (max_model_len unset is not passed, ...).
 EVERYTHING = {
     "max_model_len": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-    "vllm": {"max_num_seqs": 4, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
+    "vllm": {"max_num_seqs": 4, "max_num_batched_tokens": 256, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
              "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
              "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
              "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
@@ -135,6 +135,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "vllm.model_impl": ({"LLM.model_impl"}, set()),
     "vllm.batch_invariant": ({"env.VLLM_BATCH_INVARIANT"}, set()),
     "vllm.max_num_seqs": ({"LLM.max_num_seqs"}, set()),
+    "vllm.max_num_batched_tokens": ({"LLM.max_num_batched_tokens"}, set()),
     "vllm.batch_size": ({"runtime.requests added per engine step loop (this side)"}, set()),
     "vllm.gpu_memory_utilization": ({"LLM.gpu_memory_utilization", "runtime.(not used on the CPU)"}, set()),
     "vllm.kv_cache_gib": ({"LLM.kv_cache_memory_bytes", "runtime.(not used on a GPU)"}, set()),
@@ -148,6 +149,8 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.attn_implementation": (set(), {"from_pretrained.attn_implementation"}),
     "hf.decode": (set(), {"generate.cache_implementation", "runtime.torch.compile"}),
     "hf.sdpa_kernels": (set(), {"runtime.scaled_dot_product_attention"}),
+    "hf.score_batch": (set(), {"runtime.teacher-forced rows a forward (hf_score)"}),
+    "hf.score_tokens": (set(), {"runtime.tokens a scoring forward holds"}),
     # image prompts (the keys show for a vision model)
     "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
     "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),
@@ -737,3 +740,12 @@ def test_full_distribution_lists_the_rows_processor_before_the_shared_seed_one()
     assert v.llm["async_scheduling"] is False and v.env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     _, _, v, _ = args({})
     assert "logits_processors" not in v.llm
+
+
+def test_graph_capture_sizes_fall_in_buckets_that_share_a_compile():
+    """The capture size is part of vLLM's compile-cache key: runs of nearby batch sizes get one size."""
+    from parity_ui.core.mapping import default_capture_size
+
+    assert [default_capture_size(b) for b in (1, 16, 17, 24, 32, 33, 100, 128, 200, 512)] == \
+        [16, 16, 32, 32, 32, 64, 128, 128, 256, 512]
+    assert default_capture_size(600) == 600 and default_capture_size(601) == 608  # past vLLM's own 512

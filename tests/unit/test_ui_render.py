@@ -468,7 +468,7 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     """API clients (gradio_client, the browser tests) see the same endpoints, inputs and outputs,
     whatever the handlers return inside."""
     eps = built_app.get_api_info()["named_endpoints"]
-    assert sorted(eps) == ["/add_side", "/apply_preset", "/compare_runs", "/count_tokens", "/describe_model",
+    assert sorted(eps) == ["/add_side", "/apply_preset", "/audit", "/compare_runs", "/count_tokens", "/describe_model",
                            "/export_run", "/history",
                            "/load_config", "/open_run", "/report_run", "/reset_config", "/run", "/save_config",
                            "/sides_preset", "/stop", "/upload_prompts", "/validate_config"]
