@@ -48,7 +48,7 @@ from typing import Any
 from ..core.errors import ParityError
 from ..core.types import Finding
 
-FORMATS = ("parity", "nemo-rl", "verl", "slime")
+FORMATS = ("parity", "nemo-rl", "verl", "slime", "prime-rl", "verl-dp")
 
 # What each format needs (required) and reads when present (optional): shown for an unknown format.
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -61,6 +61,14 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("generation_logprobs", "prev_logprobs", "sample_loss_mask", "content", "rewards", "advantages"),
     ),
     "verl": (("input", "output"), ("gts", "score", "step")),
+    "prime-rl": (
+        ("schema_version", "token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs"),
+        ("step", "export_step", "rank", "micro_step", "run_id", "env_name", "position_ids"),
+    ),
+    "verl-dp": (
+        ("batch.prompts", "batch.responses", "batch.attention_mask"),
+        ("batch.response_mask", "batch.rollout_log_probs", "batch.routed_experts", "meta.json global_steps"),
+    ),
     "slime": (
         ("samples[].tokens", "samples[].response_length"),
         (
@@ -69,6 +77,10 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "samples[].weight_versions",
             "samples[].rollout_routed_experts",
             "samples[].status",
+            "samples[].rollout_top_p_token_ids / _offsets",
+            "samples[].prefix_cache_info",
+            "samples[].spec_info",
+            "train_data/{id}.pt samples[].log_probs (train dump v2, joined on sample_index)",
         ),
     ),
 }
@@ -77,6 +89,8 @@ FORMAT_NAMES = {
     "nemo-rl": "NeMo-RL train_data_step*.jsonl",
     "verl": "verl rollout_data_dir jsonl (text only)",
     "slime": "slime / miles rollout_{id}.pt",
+    "prime-rl": "prime-rl token_exports/step_N/rank_R.jsonl",
+    "verl-dp": "verl rollout skip dump <step>/gen_batch.dp (a DataProto pickle)",
 }
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")
 LOGPROB_SLACK = 1e-3
@@ -111,6 +125,12 @@ class RolloutRow:
     routed_experts: Any = None
     reconstructed: bool = False  # ids re-tokenised from text (verl)
     text_note: str | None = None  # why this row's text does not survive decode -> encode (verl)
+    # The rollout's kept set of each response token (the top-p nucleus it sampled from: slime's
+    # rollout_top_p_token_ids / offsets); None: not recorded
+    kept_ids: list[list[int]] | None = None
+    # What else the framework recorded of the row, for people and the trend: rank, env, prefix-cache
+    # and speculative-decoding counts, the sample's index in the run (parity_ui.inputs.step_dumps)
+    facts: dict[str, Any] | None = None
 
     def mask(self) -> list[int]:
         return self.loss_mask if self.loss_mask is not None else [1] * len(self.response_ids)
@@ -167,6 +187,8 @@ def _format_of_keys(keys: set[str]) -> str | None:
         return "nemo-rl"
     if {"input", "output"} <= keys:
         return "verl"
+    if {"schema_version", "inference_logprobs", "trainer_logprobs"} <= keys:
+        return "prime-rl"
     return None
 
 
@@ -176,6 +198,11 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise DumpError(f"no rollout dump at {p}", "give the path of a .jsonl, .parquet or .pt dump")
+    from .step_dumps import detect_step_format  # a step of prime-rl's or verl's: a directory or gen_batch.dp
+
+    step_fmt = detect_step_format(p)
+    if step_fmt is not None:
+        return step_fmt
     suffix = p.suffix.lower()
     if suffix in (".pt", ".pth", ".pkl"):
         return "slime"
@@ -222,10 +249,17 @@ def open_dump(
     if on_bad not in ("stop", "skip"):
         raise DumpError(f"on_bad is {on_bad!r}", "use stop or skip")
     dump = RolloutDump(str(p), fmt, rows_fn=lambda: iter(()))
+    if fmt in ("prime-rl", "verl-dp"):  # a step of theirs: its own module (all ranks joined; a pickle refused)
+        from .step_dumps import open_step
+
+        open_step(dump, p, trust_pickle=trust_pickle, guard=lambda records, make: _guarded(dump, on_bad, records, make))
+        return dump
     if fmt == "parity":
         dump.rows_fn = lambda: _guarded(dump, on_bad, _parity_records(p), _parity_row)
     elif fmt == "nemo-rl":
-        dump.rows_fn = lambda: _guarded(dump, on_bad, _jsonl_records(p), _nemo_row)
+        from .step_dumps import nemo_unbatched  # NeMo-RL writes each field as a one-row batch
+
+        dump.rows_fn = lambda: _guarded(dump, on_bad, nemo_unbatched(_jsonl_records(p)), _nemo_row)
     elif fmt == "verl":
         if tokenizer is None:
             raise DumpError(
@@ -242,9 +276,12 @@ def open_dump(
             dump, on_bad, _jsonl_records(p), lambda rec, i, w: _verl_row(rec, i, w, tokenizer, chat_template)
         )
     else:
+        from .slime_dump import join_train_dump, sample_row
+
         samples = _load_pickle(p, trust_pickle)
+        joined = join_train_dump(p, samples, trust_pickle, dump.notes)  # the trainer's logprobs, where dumped
         dump.rows_fn = lambda: _guarded(
-            dump, on_bad, ((i, f"sample {i}", s) for i, s in enumerate(samples)), _slime_row
+            dump, on_bad, ((i, f"sample {i}", (s, t)) for i, (s, t) in enumerate(joined)), sample_row
         )
     return dump
 
