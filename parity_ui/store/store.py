@@ -24,7 +24,7 @@ from sqlite_utils import Database
 from ..core.pooled import PairSample
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
-from . import bisects, checks, runs, workloads
+from . import bisects, checks, runs, trends, workloads
 
 
 @dataclass
@@ -158,6 +158,21 @@ class Store:
             self.pair_rows(run_id),
             self.prompt_excerpts(run_id),
         )
+
+    # -- trends --------------------------------------------------------------------------------------
+
+    def save_trend(self, run_id: str, report: Any) -> None:
+        """A trend's record (core.trend.TrendReport) as it now stands, in one transaction."""
+        with self.db.atomic():
+            trends.save_trend(self.db, run_id, report)
+
+    def trend(self, run_id: str) -> Any:
+        """The trend run's record (core.trend.TrendReport), or None."""
+        return trends.trend(self.db, run_id)
+
+    def trend_lines(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        """{trend run id: (its directory, its headline)}: what History lists a trend with."""
+        return trends.trend_lines(self.db, ids)
 
     # -- the gate's checks ----------------------------------------------------------------------------
 
