@@ -388,7 +388,8 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     from .service import open_store
 
     only = None if args.prompt is None else [args.prompt]
-    run = open_store(args.db).get_run(args.id, prompts=only)
+    store = open_store(args.db)
+    run = store.get_run(args.id, prompts=only)
     if run is None:
         print(
             f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
@@ -403,7 +404,16 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    if args.json:
+    trend = store.trend(run.id) if run.kind == "trend" else None
+    if trend is not None:  # a run's trend over its steps: its record is the whole of it
+        from .render.trend import trend_text
+
+        print(
+            json.dumps({**run_json(run), "trend": trend.to_json()}, default=str)
+            if args.json
+            else trend_text(trend, run.id)
+        )
+    elif args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None and only is None:
         from .render.text import format_workload

@@ -33,7 +33,7 @@ from ..core.trend import ClipStats, StepFigures, figures_of
 from ..core.types import SideInfo, SideResult, StepColumns
 from ..core.workload_record import DlogpHistogram, FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
 from ..inputs.rollouts import RolloutRow
-from ..run.recorder import decode_columns
+from ..run.recorder import decode_result
 from .replay import RECORDED, RECORDED_TRAINER, WORST_TOKENS, ReplayRequest, _selected, dump_source, read_dump
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def replay_recorded(service: Service, req: ReplayRequest, emit: EventCallback | 
     t0 = time.perf_counter()
     dump, prompts, pf, _ = read_dump(req, emit)
     if not can_replay_recorded(pf):
-        missing = "the trainer's logprobs" if not pf.with_trainer else "the rollout's logprobs"
+        missing = "trainer logprobs" if not pf.with_trainer else "rollout logprobs"
         raise ParityError(
             f"{dump.describe()} holds no {missing}: the run's own pair cannot be pooled without an engine",
             "replay it with the trainer as an engine (parity replay DUMP --model M --side a=hf --side b=vllm)",
@@ -269,7 +269,7 @@ class Recorded:
                 "position": list(range(n)),
                 "token_id": list(row.response_ids),
                 "text": [""] * n,
-                "logprob": [_clean(x) for x in (lps or [None] * n)],
+                "logprob": [_clean(x) for x in lps] if lps is not None else [None] * n,
                 "rank": [None] * n,
                 "top_n": [0] * n,
                 "top_token_id": [],
@@ -277,11 +277,10 @@ class Recorded:
                 "top_text": [],
             }
         )
-        decode_columns(self.tok, cols)
         res = SideResult(
             side=side, prompt_index=i, token_ids=list(row.response_ids), steps=cols, finish_reason="recorded"
         )
-        res.text = "".join(cols.text)
+        decode_result(self.tok, res)  # the texts with the run's one tokenizer, as a replay's recorded side
         return res
 
     def _note_worst(self, i: int, row: RolloutRow, s: PairSample) -> None:
@@ -320,7 +319,7 @@ class Recorded:
             self.facts[f"rank {f['rank']}"] += 1
 
     def _facts(self) -> dict[str, Any]:
-        c, out = self.facts, {}
+        c, out = self.facts, dict[str, Any]()
         if c["prompt_tokens"]:
             out["prefix_cache_hit_rate"] = c["cached_tokens"] / c["prompt_tokens"]
         if c["spec_draft"]:

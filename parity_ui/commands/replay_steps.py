@@ -17,7 +17,7 @@ step was skipped (incomplete, ranks missing, written for another model), and the
 Follow mode watches the directory and replays each step once it is complete (its marker, or its files
 unchanged for `settle_s`), appending to the same trend; the time from a step's completion to its
 figures is kept per step (`landed_s`). A gate (`GateRule`s: `k3>0.001`) is judged as each step lands:
-the first breach is recorded, reported (`on_step`), and ends the trend unless `keep_going`.
+the first breach is recorded and reported (`on_step`); it ends a follow unless `keep_going`.
 """
 
 from __future__ import annotations
@@ -151,7 +151,10 @@ class Trend:
         self.save()
 
     def _stopped(self) -> bool:
-        return bool(self.service.stopped) or (self.report.breach is not None and not self.req.keep_going)
+        """The user's Stop; in a follow, also a gate's breach (unless keep_going): the training script
+        reads its line and the exit code. A trend over a finished run replays every step either way."""
+        breach = self.report.breach is not None and self.req.follow and not self.req.keep_going
+        return bool(self.service.stopped) or breach
 
     def _follow(self, layout: RunLayout | None) -> None:
         req, done = self.req, set()

@@ -95,7 +95,13 @@ def join_train_dump(path: Path, samples: list[Any], trust_pickle: bool, notes: l
     train_path = train_dump_for(path)
     if train_path is None:
         return [(s, None) for s in samples]
-    train = load_train_dump(train_path, trust_pickle)
+    try:
+        train = load_train_dump(train_path, trust_pickle)
+    except DumpError as e:
+        if "format_version" not in e.message:
+            raise
+        notes.append(f"{e.message}: not joined (no trainer logprobs)")
+        return [(s, None) for s in samples]
     by_index = {t.get("sample_index"): t for t in train if t.get("sample_index") is not None}
     if samples and all(_get(s, "index") is not None for s in samples) and by_index:
         key, pairs = "sample_index", [(s, by_index.get(_get(s, "index"))) for s in samples]

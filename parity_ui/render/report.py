@@ -240,6 +240,10 @@ def stored_html_report(stored: Any) -> str | None:
     such run). Reads nothing itself."""
     if stored is None:
         return None
+    if getattr(stored, "trend", None) is not None:  # a run's trend over its steps: its own page
+        from .trend import trend_page
+
+        return trend_page(stored.trend, stored.run)
     rows = None
     if stored.pairs is not None:
         from .workload import prompt_rows

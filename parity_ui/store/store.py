@@ -39,6 +39,7 @@ class StoredReport:
     images: Callable[[str], tuple[bytes, str] | None]
     pairs: list[dict[str, Any]] | None = None
     excerpts: dict[int, str] | None = None
+    trend: Any = None  # a trend run's record (core.trend.TrendReport)
 
 
 class Store:
@@ -149,6 +150,8 @@ class Store:
         run = self.get_run(run_id, prompts=[])
         if run is None:
             return None
+        if run.kind == "trend":
+            return StoredReport(run, [], self.image_bytes, trend=self.trend(run_id))
         if run.workload is None:
             return StoredReport(self.get_run(run_id) or run, self.localisations_of(run_id), self.image_bytes)
         return StoredReport(

@@ -14,7 +14,7 @@ from .runs import _json
 
 def save_trend(db: Database, run_id: str, report: TrendReport) -> None:
     """The trend's record as it now stands (replacing the one written before)."""
-    db["trends"].upsert(
+    db.table("trends").upsert(
         {
             "run_id": run_id,
             "root": report.root,
