@@ -131,9 +131,12 @@ def replay_sides(cfg: ParityConfig) -> list[Any]:
     return out
 
 
-def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[PromptSpec], Preflight, int]:
+def read_dump(
+    req: ReplayRequest, emit: EventCallback, rows_out: list[RolloutRow] | None = None
+) -> tuple[Any, list[PromptSpec], Preflight, int]:
     """The dump opened and checked (one streaming pass) before any engine loads: its prompts (ids as
-    given), the preflight, the longest response. Raises ParityError naming the rows and the fix."""
+    given), the preflight, the longest response. Raises ParityError naming the rows and the fix.
+    `rows_out` (a recorded-only replay's, which reads each row once): the rows read are appended to it."""
     info = describe_model(req.model, trust_remote_code=req.trust_remote_code)
     tok = tokenizer_for(info.path, req.trust_remote_code)
     dump = open_dump(
@@ -155,6 +158,8 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
         prompts.append(PromptSpec(text=f"{row.where}", token_ids=row.prompt_ids))
         longest = max(longest, len(row.response_ids))
         routes.see(row)
+        if rows_out is not None:
+            rows_out.append(row)
 
     pf = preflight(_selected(dump.rows(), req), vocab_size=len(tok.tok), eos_ids=tok.eos_token_ids, on_row=keep)
     routes.raise_if_bad()  # routes recorded for another model: named before any engine loads

@@ -25,11 +25,12 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from operator import sub
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core.pooled import Accumulator, PairSample
 from ..core.runlog import EventCallback, RunEvent
-from ..core.trend import ClipStats, StepFigures, figures_of
+from ..core.trend import ClipStats, StepFigures, all_scorable, figures_of
 from ..core.types import SideInfo, SideResult, StepColumns
 from ..core.workload_record import DlogpHistogram, FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
 from ..inputs.rollouts import RolloutRow
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 TRAINER = "trainer (recorded)"  # the reference side: the trainer's logprobs as the run recorded them
 PAIR = RECORDED_TRAINER  # the pair's key: its samples and figures are stored under it, as an engine replay's
 CHUNK = 256  # rows stored together
+KEEP_TOKENS = 2_000_000  # response tokens of a dump kept from its preflight's pass (else it is read twice)
 
 
 def can_replay_recorded(pf: Any) -> bool:
@@ -54,6 +56,32 @@ def _clean(v: float | None) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
+def _cleaned(xs: list[float]) -> list[float | None]:
+    """NaN (a logprob not recorded) as None, as the replay's columns hold it; the list itself where it
+    holds none (the usual case: its sum, NaN iff some value is, found at C speed)."""
+    try:
+        total = sum(xs)
+    except TypeError:  # a None among them
+        total = math.nan
+    return xs if total == total else [_clean(x) for x in xs]  # type: ignore[return-value]
+
+
+class _Sample(PairSample):
+    """A PairSample whose largest gap (the store's prompt table column, the worst tokens' filter) is
+    found at C speed where every pair is scorable, and once."""
+
+    _max: float | None | bool = False
+
+    def max_abs_gap(self) -> float | None:
+        if self._max is False:
+            if all_scorable(self.logp_side) and all_scorable(self.logp_ref):
+                side, ref = cast("list[float]", self.logp_side), cast("list[float]", self.logp_ref)
+                self._max = max(map(abs, map(sub, side, ref)), default=None)
+            else:
+                self._max = super().max_abs_gap()
+        return cast("float | None", self._max)
+
+
 def pair_sample(i: int, row: RolloutRow) -> PairSample | None:
     """The row's recorded rollout against its recorded trainer logprobs, on the tokens the loss mask
     keeps: exactly the sample parity_ui.commands.replay stores for its "recorded~trainer" pair. None
@@ -62,9 +90,8 @@ def pair_sample(i: int, row: RolloutRow) -> PairSample | None:
         return None
     n, mask = len(row.response_ids), row.mask()
     keep = [t for t in range(n) if t < len(mask) and mask[t]]
-    side = [_clean(x) for x in row.rollout_logprobs]
-    ref = [_clean(x) for x in row.trainer_logprobs]
-    return PairSample(
+    side, ref = _cleaned(row.rollout_logprobs), _cleaned(row.trainer_logprobs)
+    return _Sample(
         prompt_index=i,
         identical=True,
         first_divergence=None,
@@ -90,9 +117,7 @@ class RecordedPool:
     def add(self, s: PairSample, row: RolloutRow) -> None:
         self.acc.add(s)
         self.hist.add(s.logp_side, s.logp_ref)
-        both = [(a, b) for a, b in zip(s.logp_ref, s.logp_side) if _ok(a) and _ok(b)]
-        trainer, rollout = [a for a, _ in both], [b for _, b in both]
-        self.clip.add(trainer, rollout)  # type: ignore[arg-type]
+        self.clip.add(s.logp_ref, s.logp_side)
         self.rows += 1
         if row.kept_ids is not None:
             for t in s.positions:
@@ -103,7 +128,7 @@ class RecordedPool:
             v = row.policy_version or "?"
             acc, clip, rows = self.versions.setdefault(v, (Accumulator(), ClipStats(), [0]))
             acc.add(s)
-            clip.add(trainer, rollout)  # type: ignore[arg-type]
+            clip.add(s.logp_ref, s.logp_side)
             rows[0] += 1
 
     def kept_size(self) -> float | None:
@@ -117,12 +142,6 @@ class RecordedPool:
             st = acc.result(top_n=0)
             versions[v] = StepFigures(rows[0], st.tokens.pairs, figures_of(st, clip))
         return own, versions
-
-
-def _ok(x: float | None) -> bool:
-    from ..core.pooled import scorable
-
-    return scorable(x)
 
 
 @dataclass
@@ -144,7 +163,8 @@ def replay_recorded(service: Service, req: ReplayRequest, emit: EventCallback | 
 
     emit = emit or (lambda e: None)
     t0 = time.perf_counter()
-    dump, prompts, pf, _ = read_dump(req, emit)
+    kept = RowsKept()  # the rows read by the preflight's pass, pooled without reading the dump again
+    dump, prompts, pf, _ = read_dump(req, emit, kept)
     if not can_replay_recorded(pf):
         missing = "trainer logprobs" if not pf.with_trainer else "rollout logprobs"
         raise ParityError(
@@ -159,10 +179,30 @@ def replay_recorded(service: Service, req: ReplayRequest, emit: EventCallback | 
     cfg = req.config.to_dict()
     with service.recording(req.model, cfg, prompts, kind="replay", group_id=req.group_id) as rec:
         result = RecordedResult(run=rec.run)
-        Recorded(rec, req, dump, pf, tok, info, result, emit).run()
+        Recorded(rec, req, dump, pf, tok, info, result, emit).run(None if kept.overflow else kept)
     result.seconds = time.perf_counter() - t0
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status} ({result.seconds:.1f}s, no engine)"))
     return result
+
+
+class RowsKept(list[RolloutRow]):
+    """The rows a preflight read, kept up to KEEP_TOKENS response tokens (a step of a run: 1,000 rows x
+    512 tokens take ~60 MB); past that, none (`overflow`) and the dump is read again as it streams, so a
+    dump of any size is pooled in bounded memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens, self.overflow = 0, False
+
+    def append(self, row: RolloutRow) -> None:
+        if self.overflow:
+            return
+        self.tokens += len(row.response_ids)
+        if self.tokens > KEEP_TOKENS:
+            self.overflow = True
+            self.clear()
+            return
+        super().append(row)
 
 
 class Recorded:
@@ -177,7 +217,7 @@ class Recorded:
         self.masked = self.tokens = 0
         self.facts: Counter[str] = Counter()
 
-    def run(self) -> None:
+    def run(self, kept: list[RolloutRow] | None) -> None:
         run, pf, dump = self.rec.run, self.pf, self.dump
         run.model = self.info
         run.warnings = list(pf.findings)
@@ -222,7 +262,7 @@ class Recorded:
         named = [v for v in pf.versions if v is not None]
         pool = RecordedPool(by_version=len(named) > 1)
         self.emit(RunEvent("status", f"pooling {pf.rows:,} rows' recorded pair (no engine)"))
-        rows = _selected(self.dump.rows(), self.req)
+        rows = iter(kept) if kept is not None else _selected(self.dump.rows(), self.req)
         chunk: list[tuple[int, RolloutRow]] = []
         for i, row in enumerate(rows):
             run.prompts[i].prompt_token_ids = list(row.prompt_ids)
@@ -257,19 +297,23 @@ class Recorded:
                 continue
             pool.add(s, row)
             samples.append(s)
-            results.append(self._stream(TRAINER, i, row, row.trainer_logprobs))
-            results.append(self._stream(RECORDED, i, row, row.rollout_logprobs))
+            trainer = self._stream(TRAINER, i, row, row.trainer_logprobs)
+            results += [trainer, self._stream(RECORDED, i, row, row.rollout_logprobs, like=trainer)]
             self._note_worst(i, row, s)
         self.rec.keep_chunk(results, [], {PAIR: samples})
 
-    def _stream(self, side: str, i: int, row: RolloutRow, lps: list[float] | None) -> SideResult:
+    def _stream(
+        self, side: str, i: int, row: RolloutRow, lps: list[float] | None, like: SideResult | None = None
+    ) -> SideResult:
+        """One recorded stream of the row as a side's result; `like`: the row's other stream, whose
+        texts (the same tokens) it shares rather than decoding them again."""
         n = len(row.response_ids)
         cols = StepColumns(
             {
                 "position": list(range(n)),
                 "token_id": list(row.response_ids),
                 "text": [""] * n,
-                "logprob": [_clean(x) for x in lps] if lps is not None else [None] * n,
+                "logprob": list(_cleaned(lps)) if lps is not None else [None] * n,
                 "rank": [None] * n,
                 "top_n": [0] * n,
                 "top_token_id": [],
@@ -280,12 +324,21 @@ class Recorded:
         res = SideResult(
             side=side, prompt_index=i, token_ids=list(row.response_ids), steps=cols, finish_reason="recorded"
         )
-        decode_result(self.tok, res)  # the texts with the run's one tokenizer, as a replay's recorded side
+        if like is None:
+            decode_result(self.tok, res)  # the texts with the run's one tokenizer, as a replay's recorded side
+        else:
+            other = cast(StepColumns, like.steps)
+            cols.text, cols.raw = other.text, other.raw  # type: ignore[attr-defined]
+            res.text = like.text
         return res
 
     def _note_worst(self, i: int, row: RolloutRow, s: PairSample) -> None:
         """The worst tokens of the pair (largest |Δ| = |trainer − rollout|), a bounded heap: the entries
         parity_ui.commands.replay keeps, so the replay view lists and opens them the same way."""
+        if len(self.worst) >= WORST_TOKENS:  # a row whose largest gap cannot enter the heap is passed over
+            top = s.max_abs_gap()
+            if top is None or top < self.worst[0][0]:
+                return
         for t, a, b in zip(s.positions, s.logp_ref, s.logp_side):
             if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
                 continue

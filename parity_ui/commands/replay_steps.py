@@ -291,8 +291,6 @@ def engine_figures(store: Any, run: Run) -> tuple[StepFigures, dict[str, StepFig
     """A step replayed with engines: the run's own pair's figures (the recorded trainer's where the
     dump has it, else the trainer re-run's against the recorded rollout), its clip counts from the
     stored samples, and the routing and kept-mass figures of the recorded rollout against the trainer."""
-    from ..core.pooled import scorable
-
     report = run.workload
     if report is None or not report.sides:
         return StepFigures(), {}
@@ -302,8 +300,7 @@ def engine_figures(store: Any, run: Run) -> tuple[StepFigures, dict[str, StepFig
     figs = report.sides[key]
     clip = ClipStats()
     for s in store.pair_samples(run.id, key):
-        both = [(a, b) for a, b in zip(s.logp_ref, s.logp_side) if scorable(a) and scorable(b)]
-        clip.add([a for a, _ in both], [b for _, b in both])
+        clip.add(s.logp_ref, s.logp_side)
     stats = dataclasses.replace(figs.stats)
     other = report.sides.get(RECORDED)
     if other is not None:  # the recorded routes and kept sets against the trainer re-run

@@ -20,11 +20,16 @@ Pure: standard library only.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from itertools import repeat
+from operator import sub
+from typing import Any, cast
 
 from .figures import FIGURES, Figure
+from .findings import MASKED_LOGPROB
+from .pooled import scorable
 
 RHO_CLIP = 2.0  # truncated importance sampling's cap C (verl's algorithm.rollout_is_threshold default)
 EXP_CAP = 600.0
@@ -107,6 +112,14 @@ def trend_figure(key: str) -> Figure:
     return f
 
 
+def all_scorable(xs: Sequence[float | None]) -> bool:
+    """Every logprob present, finite and not masked (core.pooled.scorable of each), checked at C speed."""
+    if None in xs:
+        return False
+    vals = cast("Sequence[float]", xs)
+    return all(map(math.isfinite, vals)) and (not len(vals) or min(vals) > MASKED_LOGPROB)
+
+
 @dataclass
 class ClipStats:
     """The importance ratio ρ = p_trainer / p_rollout as a trainer clips it, counted token by token."""
@@ -117,19 +130,20 @@ class ClipStats:
     low: int = 0  # tokens with ρ < 1 / C
     cap: float = RHO_CLIP
 
-    def add(self, trainer: Sequence[float], rollout: Sequence[float]) -> None:
-        """Both sequences scorable and parallel (what a PairSample pools)."""
-        cap, log_cap = self.cap, math.log(self.cap)
-        for a, b in zip(trainer, rollout):
-            d = a - b
-            self.tokens += 1
-            if d > log_cap:
-                self.clipped += 1
-                self.clipped_sum += cap
-            else:
-                self.clipped_sum += math.exp(max(d, -EXP_CAP))
-                if d < -log_cap:
-                    self.low += 1
+    def add(self, trainer: Sequence[float | None], rollout: Sequence[float | None]) -> None:
+        """One sample's parallel logprobs; a pair with a missing, non-finite or masked logprob is left
+        out, as the pooled figures leave it out (core.pooled.scorable)."""
+        if all_scorable(trainer) and all_scorable(rollout):  # the usual case, checked at C speed
+            d = list(map(sub, cast("Sequence[float]", trainer), cast("Sequence[float]", rollout)))
+        else:
+            d = [a - b for a, b in zip(trainer, rollout) if scorable(a) and scorable(b)]  # type: ignore[operator]
+        d.sort()
+        log_cap = math.log(self.cap)
+        kept = bisect_right(d, log_cap)  # d <= log C: rho not clipped
+        self.tokens += len(d)
+        self.clipped += len(d) - kept
+        self.low += bisect_left(d, -log_cap)
+        self.clipped_sum += self.cap * (len(d) - kept) + sum(map(math.exp, map(max, d[:kept], repeat(-EXP_CAP))))
 
     def figures(self) -> dict[str, float | None]:
         n = self.tokens

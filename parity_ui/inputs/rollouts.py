@@ -303,14 +303,14 @@ def _guarded(
             dump.bad.append(BadRow(where, e.message))
 
 
-def _jsonl_records(p: Path) -> Iterator[tuple[int, str, Any]]:
+def _jsonl_records(p: Path, loads: Callable[[bytes], Any] = json.loads) -> Iterator[tuple[int, str, Any]]:
     i = 0
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj = loads(raw)
             except ValueError as e:
                 yield (
                     i,
