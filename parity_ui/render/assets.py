@@ -139,6 +139,10 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .rp-result { margin:4px 0; }
 .rp-diff tr.diff td { background:#fffbeb; }
 .rp-panes { margin-top:10px; }
+/* A run's trend over its steps (render.trend): small charts side by side, the jumping step's row marked. */
+.tr-charts { display:flex; gap:10px; flex-wrap:wrap; margin:8px 0; }
+.tr-steps tr.div td { background:#fef2f2; }
+.tr-jumps li { margin:2px 0; } .tr-chart a { cursor:pointer; }
 """
 
 JS_TEMPLATE = r"""

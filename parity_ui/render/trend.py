@@ -172,10 +172,11 @@ def _chart(report: TrendReport, key: str, width: int = 300, height: int = 150) -
 
     ys = [y_of(v) for _, v, _ in pts]
     lo, hi = min(ys), max(ys)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 0.5 if log else lo - abs(lo) * 0.1 - 1e-9, hi + 0.5 if log else hi + abs(hi) * 0.1 + 1e-9
+    if hi - lo < 1e-12:  # a flat series: a band around it (never below 0 for a figure that is not)
+        pad = 0.5 if log else max(abs(hi) * 0.1, 1e-9)
+        lo, hi = (lo - pad if log or lo - pad >= 0 or lo < 0 else 0.0), hi + pad
     s_lo, s_hi = min(s for s, _, _ in pts), max(s for s, _, _ in pts)
-    x0, x1, y0, y1 = 44.0, width - 10.0, 22.0, height - 26.0
+    x0, x1, y0, y1 = 64.0, width - 10.0, 22.0, height - 26.0
 
     def xy(s: int, v: float) -> tuple[float, float]:
         x = x0 + (x1 - x0) * ((s - s_lo) / (s_hi - s_lo) if s_hi > s_lo else 0.5)
@@ -202,8 +203,8 @@ def _chart(report: TrendReport, key: str, width: int = 300, height: int = 150) -
         f'<text x="{xy(s, pts[0][1])[0]:.1f}" y="{height - 10}" font-size="10" text-anchor="middle">{s}</text>'
         for s in sorted({s for s, _, _ in pts})[:: max(1, len(pts) // 8)]
     )
-    ylab = f'<text x="40" y="{y0 + 4:.1f}" font-size="10" text-anchor="end">{esc(_tick(hi, log, key))}</text>'
-    ylab += f'<text x="40" y="{y1:.1f}" font-size="10" text-anchor="end">{esc(_tick(lo, log, key))}</text>'
+    ylab = f'<text x="{x0 - 4}" y="{y0 + 4:.1f}" font-size="10" text-anchor="end">{esc(_tick(hi, log, key))}</text>'
+    ylab += f'<text x="{x0 - 4}" y="{y1:.1f}" font-size="10" text-anchor="end">{esc(_tick(lo, log, key))}</text>'
     title = f"{f.name} over the steps" + (" (log scale)" if log else "")
     return (
         f'<svg class="wl-svg tr-chart" data-figure="{esc(key)}" width="{width}" height="{height}" role="img" '
