@@ -20,9 +20,10 @@ rank file's json.loads, numpy over the trained tokens, k3 = mean(ρ − log ρ �
 (asserted): its k3 per step equals the tool's to 1e-6 relative. The ratio tool / bare says what the
 rest costs (the store, the token streams, the quantiles, the bootstrap).
 
-(b) Follow mode: `--follow` on a directory where this process writes --follow-steps more steps, one at
-a time (the rank files, then the STABLE marker, as prime-rl does); the delay per step from the marker's
-touch to the step's figures reaching the follow's callback (its `landed_s`, measured in the follower).
+(b) Follow mode: `--follow` on a directory where another process (the training run's side) writes
+--follow-steps steps, one every --follow-gap seconds (the rank files, then the STABLE marker, as
+prime-rl does); the delay per step from the marker to the step's figures (the follow's own `landed_s`:
+the marker's mtime to the moment the step's figures are stored).
 
 Writes the figures as JSON to --out (or $OUT/replay_steps.json when $OUT is set) and prints them.
 Run it under the engine lock: it loads no engine, but it takes both cores for its length.
@@ -37,7 +38,6 @@ import resource
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -47,6 +47,15 @@ sys.path.insert(0, str(ROOT / "tests"))  # rl_dumps (the frameworks' layouts), t
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bare_engines
 
 from bare_engines import in_fresh_process  # noqa: E402
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory since its exec (VmHWM): ru_maxrss would carry the spawning
+    parent's peak across exec (Linux keeps it), which here holds the dump it wrote."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rows_of(step: int, n: int, tokens: int, vocab: int, fault_from: int, seed: int = 0) -> list[dict]:
@@ -88,7 +97,7 @@ def tool(args, q) -> None:
     svc.close()
     q.put({
         "wall_s": wall,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": peak_rss_mib(),
         "status": run.status,
         "k3": {s.step: s.figures.figures.get("k3") for s in report.steps},
         "tokens": sum(s.figures.tokens for s in report.steps),
@@ -122,43 +131,43 @@ def bare(args, q) -> None:
                         train.append(np.array(rec["trainer_logprobs"], float)[m])
         d = np.concatenate(train) - np.concatenate(roll)
         k3[src.step] = float(np.mean(np.expm1(d) - d))  # expm1: exp(d) - 1 - d cancels at small d
-    q.put({"wall_s": time.perf_counter() - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "k3": k3})
+    q.put({"wall_s": time.perf_counter() - t0, "peak_rss_mib": peak_rss_mib(), "k3": k3})
+
+
+def _write_steps(args, root: Path, gap_s: float) -> None:
+    """The training run's side of follow mode, in its own process (as a trainer is): each step's rank
+    files, then its STABLE marker, one step every `gap_s`."""
+    from rl_dumps import write_prime_step
+
+    for s in range(1, args.follow_steps + 1):
+        time.sleep(gap_s)
+        write_prime_step(root, s, rows_of(s, args.rows, args.tokens, args.vocab, 99), stable=False)
+        (root / "token_exports" / f"step_{s}" / "STABLE").touch()
 
 
 def follow(args, work: Path) -> dict:
-    """Follow a run while its steps land: the delay from each step's marker to its figures."""
+    """Follow a run while its steps land (written by another process): the delay from each step's
+    STABLE marker to its figures (the follow's own `landed_s`: the marker's mtime to the step's figures)."""
+    import multiprocessing as mp
+
     from parity_ui.core.config import build_config
     from parity_ui.service import ParityService, TrendRequest
-    from rl_dumps import write_prime_step
 
     root = work / "follow"
     root.mkdir()
-    landed: dict[int, float] = {}
-    marker_at: dict[int, float] = {}
-
-    def writer() -> None:
-        for s in range(1, args.follow_steps + 1):
-            time.sleep(1.0)
-            write_prime_step(root, s, rows_of(s, args.rows, args.tokens, args.vocab, 99), stable=False)
-            marker_at[s] = time.time()
-            (root / "token_exports" / f"step_{s}" / "STABLE").touch()
-
+    writer = mp.get_context("spawn").Process(target=_write_steps, args=(args, root, args.follow_gap))
+    writer.start()
     svc = ParityService(db_path=str(work / "follow.db"))
-    t = threading.Thread(target=writer)
-    t.start()
-
-    def on_step(step, report) -> None:
-        landed[step.step] = time.time()
-
     req = TrendRequest(root=str(root), model=args.model, config=build_config(None, []), follow=True, poll_s=0.2,
                        until_step=args.follow_steps, idle_exit_s=600)
-    svc.trend(req, on_step=on_step)
-    t.join()
+    run = svc.trend(req)
+    report = svc.store.trend(run.id)
     svc.close()
-    delays = {s: landed[s] - marker_at[s] for s in landed}
-    return {"steps": args.follow_steps, "rows": args.rows, "tokens": args.tokens,
+    writer.join()
+    delays = {s.step: s.landed_s for s in report.steps if s.landed_s is not None}
+    return {"steps": args.follow_steps, "rows": args.rows, "tokens": args.tokens, "gap_s": args.follow_gap,
             "marker_to_figures_s": {s: round(d, 2) for s, d in delays.items()},
+            "replay_s": {s.step: round(s.seconds or 0, 2) for s in report.steps},
             "max_s": round(max(delays.values()), 2)}
 
 
@@ -170,12 +179,13 @@ def main() -> None:
     ap.add_argument("--format", default="prime-rl", choices=["prime-rl", "nemo-rl"])
     ap.add_argument("--model", help="a model folder (its tokenizer; default: the tests' tiny Llama, built here)")
     ap.add_argument("--follow-steps", type=int, default=3)
+    ap.add_argument("--follow-gap", type=float, default=20.0, help="seconds between two steps landing")
     ap.add_argument("--small", action="store_true", help="3 steps x 50 rows x 64 tokens")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.small:
-        args.steps, args.rows, args.tokens, args.follow_steps = 3, 50, 64, 2
+        args.steps, args.rows, args.tokens, args.follow_steps, args.follow_gap = 3, 50, 64, 2, 1.0
     work = Path(tempfile.mkdtemp(prefix="parity-steps-"))
     try:
         if args.model is None:

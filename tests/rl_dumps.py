@@ -14,6 +14,23 @@ from pathlib import Path
 from typing import Any
 
 
+def synthetic_rows(step: int, n: int = 6, tokens: int = 12, fault_from: int = 3, shift: float = 0.4,
+                   seed: int = 0) -> list[dict[str, Any]]:
+    """Rows made up for tests above the engines: trainer = rollout + float noise; from `fault_from` on
+    every other token's trainer logprob is `shift` lower (a fault that moves the mismatch)."""
+    import random
+
+    rnd = random.Random(seed * 1000 + step)
+    out = []
+    for k in range(n):
+        roll = [-rnd.uniform(0.05, 3.0) for _ in range(tokens)]
+        bad = shift if step >= fault_from else 0.0
+        trainer = [min(0.0, x + rnd.gauss(0, 2e-4) - bad * (t % 2)) for t, x in enumerate(roll)]
+        out.append({"prompt": [1, 30 + k, 31], "response": [rnd.randrange(40, 400) for _ in range(tokens)],
+                    "rollout": roll, "trainer": trainer, "mask": [1] * (tokens - 1) + [0], "version": step})
+    return out
+
+
 def f32(x: float) -> float:
     """x as a float32 holds it (prime-rl and slime write float32 tensors' values)."""
     return struct.unpack("f", struct.pack("f", x))[0]

@@ -82,7 +82,9 @@ class _Sample(PairSample):
         return cast("float | None", self._max)
 
 
-def pair_sample(i: int, row: RolloutRow) -> PairSample | None:
+def pair_sample(
+    i: int, row: RolloutRow, cleaned: tuple[list[float | None], list[float | None]] | None = None
+) -> PairSample | None:
     """The row's recorded rollout against its recorded trainer logprobs, on the tokens the loss mask
     keeps: exactly the sample parity_ui.commands.replay stores for its "recorded~trainer" pair. None
     for a row without both columns."""
@@ -90,7 +92,7 @@ def pair_sample(i: int, row: RolloutRow) -> PairSample | None:
         return None
     n, mask = len(row.response_ids), row.mask()
     keep = [t for t in range(n) if t < len(mask) and mask[t]]
-    side, ref = _cleaned(row.rollout_logprobs), _cleaned(row.trainer_logprobs)
+    side, ref = cleaned or (_cleaned(row.rollout_logprobs), _cleaned(row.trainer_logprobs))
     return _Sample(
         prompt_index=i,
         identical=True,
@@ -288,7 +290,9 @@ class Recorded:
         results: list[SideResult] = []
         samples: list[PairSample] = []
         for i, row in chunk:
-            s = pair_sample(i, row)
+            both = row.rollout_logprobs is not None and row.trainer_logprobs is not None
+            cleaned = (_cleaned(row.rollout_logprobs), _cleaned(row.trainer_logprobs)) if both else None  # type: ignore[arg-type]
+            s = pair_sample(i, row, cleaned)
             n = len(row.response_ids)
             self.tokens += n
             self.masked += n - (len(s.positions) if s is not None else 0)
@@ -297,23 +301,25 @@ class Recorded:
                 continue
             pool.add(s, row)
             samples.append(s)
-            trainer = self._stream(TRAINER, i, row, row.trainer_logprobs)
-            results += [trainer, self._stream(RECORDED, i, row, row.rollout_logprobs, like=trainer)]
+            assert cleaned is not None
+            trainer = self._stream(TRAINER, i, row, cleaned[1])
+            results += [trainer, self._stream(RECORDED, i, row, cleaned[0], like=trainer)]
             self._note_worst(i, row, s)
         self.rec.keep_chunk(results, [], {PAIR: samples})
 
     def _stream(
-        self, side: str, i: int, row: RolloutRow, lps: list[float] | None, like: SideResult | None = None
+        self, side: str, i: int, row: RolloutRow, lps: list[float | None], like: SideResult | None = None
     ) -> SideResult:
-        """One recorded stream of the row as a side's result; `like`: the row's other stream, whose
-        texts (the same tokens) it shares rather than decoding them again."""
+        """One recorded stream of the row as a side's result (`lps`: its logprobs, NaN already None);
+        `like`: the row's other stream, whose texts (the same tokens) it shares rather than decoding
+        them again."""
         n = len(row.response_ids)
         cols = StepColumns(
             {
                 "position": list(range(n)),
                 "token_id": list(row.response_ids),
                 "text": [""] * n,
-                "logprob": list(_cleaned(lps)) if lps is not None else [None] * n,
+                "logprob": lps,
                 "rank": [None] * n,
                 "top_n": [0] * n,
                 "top_token_id": [],

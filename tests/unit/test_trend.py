@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import threading
 import time
 
@@ -19,7 +18,7 @@ from parity_ui.core.config import build_config
 from parity_ui.core.errors import ParityError
 from parity_ui.core.trend import parse_gate
 from parity_ui.service import ParityService, ReplayRequest, TrendRequest
-from rl_dumps import write_nemo_step, write_parity_step, write_prime_step
+from rl_dumps import synthetic_rows, write_nemo_step, write_parity_step, write_prime_step
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +33,7 @@ def service(tmp_path):
     svc.close()
 
 
-def rows(step, n=6, tokens=12, fault_from=3, shift=0.4, seed=0):
-    """Synthetic rows: trainer = rollout + float noise; from `fault_from` on every other token's trainer
-    logprob is `shift` lower (a fault that moves the mismatch)."""
-    rnd = random.Random(seed * 1000 + step)
-    out = []
-    for k in range(n):
-        roll = [-rnd.uniform(0.05, 3.0) for _ in range(tokens)]
-        bad = shift if step >= fault_from else 0.0
-        trainer = [min(0.0, x + rnd.gauss(0, 2e-4) - bad * (t % 2)) for t, x in enumerate(roll)]
-        out.append({"prompt": [1, 30 + k, 31], "response": [rnd.randrange(40, 400) for _ in range(tokens)],
-                    "rollout": roll, "trainer": trainer, "mask": [1] * (tokens - 1) + [0], "version": step})
-    return out
+rows = synthetic_rows
 
 
 def _req(root, model, **kw):
