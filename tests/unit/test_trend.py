@@ -231,3 +231,43 @@ def test_cli_table_json_exit_codes_report_and_history(service, model, tmp_path, 
 
     listed = {r[-1]: r for r in history_rows(open_store(db))}
     assert "gate FAILED at step 3" in listed[trend_id][1] and str(tmp_path / "run") in listed[trend_id][4]
+
+
+def test_with_engines_the_trend_follows_the_recorded_routes_against_the_trainers(tmp_path):
+    """--side given: each step replayed through the sides (the fake kinds in real workers); a run whose
+    rollout engine routes one layer otherwise from step 3 on: routes identical jumps there."""
+    from fake_engine import FakeEngine, fake_service, registered
+
+    def fake_routes(ids, moved):
+        e = FakeEngine()
+        e.args = {"route_flip_every": None}
+        out = []
+        for p in range(len(ids) - 1):
+            row = [e._route(ids[: p + 1], p, layer)[0] for layer in (0, 1)]
+            if moved:  # layer 1's second expert: one the trainer does not pick
+                a, b = row[1]
+                row[1] = [a, next(x for x in range(8) if x not in (a, b))]
+            out.append(row)
+        return out
+
+    with registered():
+        model = str(fake_model(tmp_path / "moe", max_position_embeddings=256, moe=True))
+        root = tmp_path / "run"
+        root.mkdir()
+        for step in range(1, 6):
+            with (root / f"step_{step}.jsonl").open("w") as f:
+                for k in range(4):
+                    prompt, resp = [1, 8 + k, 9 + step], [20 + k, 21, 22, 23, 24]
+                    f.write(json.dumps({"prompt_ids": prompt, "response_ids": resp, "rollout_logprobs": [-1.0] * 5,
+                                        "routed_experts": fake_routes(prompt + resp, step >= 3)}) + "\n")
+        with fake_service(tmp_path / "runs.db") as svc:
+            cfg = build_config(None, ["routes=true"], sides=["ref=fake", "b=fake"])
+            req = TrendRequest(root=str(root), model=model, config=cfg, engines=True, floor="none", settle_s=0)
+            run = svc.trend(req)
+            report = svc.store.trend(run.id)
+    assert report.mode == "engines" and [s.status for s in report.steps] == ["ok"] * 5, [s.note for s in report.steps]
+    same = {s.step: s.figures.figures.get("route_same_set") for s in report.steps}
+    assert same[1] == same[2] == 1.0 and same[3] == same[5] == 0.5, same
+    change = next(c for c in report.changes if c.figure == "route_same_set")
+    assert change.step == 3 and change.after == 0.5
+    assert report.step(1).figures.figures["k3"] is not None  # the trainer re-run against the recorded rollout
