@@ -12,7 +12,8 @@ prime-rl's `mismatch_kl` —, |Δlogprob| quantiles, the ρ bands before any cli
 the importance ratio as the trainer clips it (`ClipStats`: truncated at RHO_CLIP, verl's
 rollout_is_threshold default, and the share the clip changed, which hides ρ ≪ 1: TRL #5243, NeMo-RL
 #3900), the routing agreement where routes were recorded and replayed, and the rollout's kept sets
-(their mean size, where the dump records them; their mass under the trainer where an engine scored them).
+(their mean size, where the dump records them; their mass where a step's figures carry the sampling
+family: a replay does not score the recorded kept sets under the trainer yet).
 
 Pure: standard library only.
 """
