@@ -381,7 +381,11 @@ class HistoryTab:
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-export-")) / f"parity-run-{run.id}.json"
-        out.write_text(json.dumps(run_json(run), indent=2), encoding="utf-8")
+        data = run_json(run)
+        trend = self.store.trend(run.id) if run.kind == "trend" else None
+        if trend is not None:  # as `parity runs show ID --json` prints it
+            data["trend"] = trend.to_json()
+        out.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
     def report(self, run_id: str) -> Any:
