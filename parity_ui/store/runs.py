@@ -342,7 +342,7 @@ def m009_trends(db: Database) -> None:
     """A run's trend over its steps (parity_ui.commands.replay_steps): a run of kind "trend" whose
     record is here (`trend_json`: core.trend.TrendReport), one row per trend, its steps' replays runs
     of kind "replay" with the trend's id as their group_id (parity_ui.store.trends)."""
-    db["trends"].create(
+    db.table("trends").create(
         {"run_id": str, "root": str, "format": str, "headline": str, "trend_json": str},
         pk="run_id",
         foreign_keys=[("run_id", "runs", "id")],
