@@ -68,13 +68,13 @@ def run(args, full: bool, db: str, n_prompts: int | None = None, sync: bool = Fa
     w = got.workload.sides["b"]
     return {"run_id": r.id, "wall_s": wall, "work_s": r.timings.get("generate", 0) + r.timings.get("pool", 0),
             "timings": r.timings, "tokens": tokens, "positions_with_kl": sum(x is not None for x in kl),
-            "positions": sum(len(t) for t in tokens), "distribution": w.stats.distribution,
-            "verdict": w.distribution_verdict, "warnings": [x.message for x in got.warnings]}
+            "positions": sum(len(t) for t in tokens), "distribution": w.stats.family("distribution"),
+            "verdict": w.verdicts.get("distribution"), "warnings": [x.message for x in got.warnings]}
 
 
 def _where(need: int) -> str:
-    """Where the tool kept a chunk's rows (commands.rows_scratch's choice for this size)."""
-    from parity_ui.commands import rows_scratch
+    """Where the tool kept a chunk's rows (measures.scratch's choice for this size)."""
+    from parity_ui.measures import scratch as rows_scratch
 
     if os.environ.get("PARITY_ROWS_DIR"):
         return f"{os.environ['PARITY_ROWS_DIR']} (named)"

@@ -74,7 +74,7 @@ def figures(run: Any, side: str = "b") -> dict[str, Any]:
     out: dict[str, Any] = {"status": run.status, "error": run.error, "prompts": len(comps),
                            "identical": sum(c.identical for c in comps),
                            "first_divergence": [c.first_divergence for c in comps]}
-    ag = [c.routes for c in comps if c.routes is not None]
+    ag = [c.measures["routes"] for c in comps if c.measures.get("routes") is not None]
     out["routing"] = route_figures(ag)
     if ag and ag[0].layers:
         n_layers = len(ag[0].layers)

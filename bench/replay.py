@@ -79,11 +79,12 @@ def tool(args, dump: Path, db: str) -> dict:
     assert run.status in ("ok", "diverged"), run.error
     rep = run.workload.replay
     other = "again" if args.memory else "rollout"
-    out = {"run_id": run.id, "wall_s": wall, "timings": run.timings, "score_s": rep.get("score_s", {}),
-           "forced": rep.get("forced", {}), "tokens": rep.get("tokens"), "headline": run.workload.headline}
+    out = {"run_id": run.id, "wall_s": wall, "timings": run.timings, "score_s": rep.score_s,
+           "forced": rep.forced, "tokens": rep.tokens, "headline": run.workload.headline}
     if not args.memory:
         rows: dict[int, list[float]] = {}
-        for s in pair_samples(svc.db, run.id, other):
+        pair = next(p for p in rep.pairs if p.b == other and p.a == run.reference)  # "<other> vs <trainer>"
+        for s in pair_samples(svc.db, run.id, pair.stored):
             rows[s.prompt_index] = list(s.logp_ref)  # the pair's a: the trainer
         out["trainer_logprobs"] = [rows[i] for i in sorted(rows)]
     svc.close()

@@ -17,7 +17,7 @@ The commands, one method each, each a short delegation: `compare`, `workload`, `
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
 
-May import: core, inputs, analysis, run, store, commands.
+May import: core, inputs, analysis, run, store, measures, commands.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def fake_kind() -> Any:
     from parity_ui.core.kinds import Kind
 
     return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False,
-                can_record_routes=True)
+                can_record_routes=True, can_replay_routes=True)
 
 
 class registered:
@@ -156,7 +156,8 @@ class registered_other:
         from parity_ui.core.mapping import register_kind
 
         self._undo = register_kind(Kind("fake-other", "another fake engine (tests only)", OtherFakeOptions,
-                                        "fake_engine:FakeEngine", "", head_start=False, can_record_routes=True),
+                                        "fake_engine:FakeEngine", "", head_start=False, can_record_routes=True,
+                                        can_replay_routes=True),
                                    to_other_fake)
 
     def __exit__(self, *exc: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.config import ParityConfig
 from ..core.findings import MASKED_LOGPROB, Explanation, SideAtFork
+from ..core.measures import ROUTES
 from ..core.settings import LABELS
 from ..core.types import Comparison, SideResult, TokenStep
 from .compare import rank_of, top_margin
@@ -151,11 +152,12 @@ def explain(
     if c is None:
         return replace(base, verdict="error", summary="no comparison: a side produced no result.")
     noise = c.max_abs_gap
+    routes = ROUTES.of(c)  # the routing measure's record (MoE, routes=true), harvested before the explanation
     note = _settings_note(differing or [])
     base = replace(base, index=c.first_divergence, noise_before=noise, sides=[c.a, c.b])
     if c.identical:
         gap = "n/a" if noise is None else f"{noise:.3g}"
-        flip = flip_summary(c.routes, None)
+        flip = flip_summary(routes, None)
         return replace(
             base,
             verdict="identical",
@@ -201,11 +203,11 @@ def explain(
     )
     out = replace(out, largest_margin=worst, tie_bound=tie_bound)
     in_topk = d is not None and d.accepted
-    flip = flip_summary(c.routes, i)
-    if flip and is_router_near_tie(c.routes):
+    flip = flip_summary(routes, i)
+    if flip and is_router_near_tie(routes):
         # The routing that made the forked token (or an earlier one) chose other experts at a router near-tie:
         # the cause sits in the router, before any logit.
-        f = c.routes.first_flip
+        f = routes.first_flip
         return replace(
             out,
             verdict="router near-tie",
@@ -217,7 +219,7 @@ def explain(
             "(replay_routes) tells how much of the gap they explain." + note,
         )
     if flip:
-        f = c.routes.first_flip
+        f = routes.first_flip
         out = replace(
             out,
             route_layer=f.layer,

@@ -3,5 +3,5 @@ localisation, a bisect (which setting?), the gate. Each takes the service throug
 service_api (never the ParityService itself) and is reached from outside only through a method of
 parity_ui.service.ParityService.
 
-May import: core, inputs, analysis, run, store.
+May import: core, inputs, analysis, run, store, measures.
 """

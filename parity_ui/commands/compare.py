@@ -1,26 +1,30 @@
 """A comparison's steps inside its recording: prepare, bring up every side and let each generate
 (parity_ui.run.pipeline decides when), then compare each side with the reference, cross-score and
-explain. ParityService.run calls it; the recorder stores every step as it is made.
+explain. The measures (parity_ui.measures: routes, the full distribution, kept mass) are called at
+their fixed points; none is named here. ParityService.run calls it; the recorder stores every step as
+it is made.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import measures
 from ..analysis.compare import compare
 from ..analysis.crossscore import cross_score
 from ..analysis.explain import explain
-from ..analysis.kept_mass import kept_mass
 from ..analysis.window_check import settle_sliding_window
 from ..core.errors import ParityError
 from ..core.findings import CrossScores
 from ..core.requests import GenerateRequest, InputCheck, ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, phase
 from ..core.settings import differing
-from ..core.types import Finding, TokenStep
+from ..core.types import Finding, Run, TokenStep
+from ..measures import Active, PairSeen, Plan, ScoreAsk
 from ..run.pipeline import Sides
 from ..run.plan import Prepared, RunRequest, SidePlan
 from ..run.recorder import RunRecorder
+from ..run.sideset import SideSet
 
 if TYPE_CHECKING:
     from .service_api import Service
@@ -35,15 +39,10 @@ def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: Eve
         service.head_start(req)
         prep = service.prepare(req)
     rec.prepared(prep)
-
-    rows = None  # full_distribution: rows written as each side generates, met while cross-scoring
-    if prep.config.full_distribution:
-        from .compare_rows import CompareRows
-
-        rows = CompareRows(prep, run.warnings)
+    active = measures.start(Plan(prep, "compare", run))  # their preflight's findings go with the run's
 
     def generate(sides: Sides, p: SidePlan) -> None:
-        generate_side(sides, p, prep, rec, emit, rows)
+        generate_side(sides, p, prep, rec, emit, active)
 
     with service.sides(
         prep.sides,
@@ -70,10 +69,9 @@ def compare_sides(service: Service, rec: RunRecorder, req: RunRequest, emit: Eve
                 )
             )
         try:
-            finish_comparisons(prep, rec, sides, emit, rows)
+            finish_comparisons(prep, rec, sides, emit, active)
         finally:
-            if rows is not None:
-                rows.close()
+            active.close()
     run.status = "ok" if run.identical else "diverged"
 
 
@@ -96,7 +94,7 @@ def input_check(prep: Prepared) -> InputCheck:
 
 
 def generate_side(
-    sides: Sides, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback, rows: Any = None
+    sides: SideSet, p: SidePlan, prep: Prepared, rec: RunRecorder, emit: EventCallback, active: Active | None = None
 ) -> None:
     """One side's generation of every prompt, streamed as events and flushed to the store as it
     goes; its results stored when done, or what it made before a failure."""
@@ -108,7 +106,7 @@ def generate_side(
         batch_size=p.spec.batch_size(prep.config.batch_size),
         logprobs=max(prep.config.logprobs, 1),
         **image_inputs(prep, p.name),
-        rows=rows.generate_rows(p.name, len(ids)) if rows is not None else None,
+        **(active.generate_fields(p.name, range(len(ids))) if active is not None else {}),
     )
     try:
         results = sides.generate(p.name, greq, rec.stream(p.name, prep.tokenizer, emit))
@@ -119,9 +117,13 @@ def generate_side(
     emit(RunEvent("side_done", f"{p.name} done", side=p.name))
 
 
-def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: EventCallback, rows: Any = None) -> None:
-    """Each side against the reference on every prompt, cross-scored and explained, stored."""
+def finish_comparisons(
+    prep: Prepared, rec: RunRecorder, sides: SideSet, emit: EventCallback, active: Active | None = None
+) -> None:
+    """Each side against the reference on every prompt, each pair harvested by the measures, cross-scored
+    and explained, stored."""
     run = rec.run
+    active = active if active is not None else measures.Active({})
     ref, others = prep.reference.name, [p.name for p in prep.sides[1:]]
     with phase(run, "compare"):
         for pr in run.prompts:
@@ -129,17 +131,14 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
                 compare(pr.results[ref], pr.results[b]) for b in others if ref in pr.results and b in pr.results
             ]
             for c in pr.comparisons:
-                c.kept_mass = kept_mass(c, pr.results[c.a], pr.results[c.b])
-    if getattr(prep.config, "routes", False):
-        from .routes import record_routes
-
-        with phase(run, "routes"):
-            record_routes(prep, run, sides, emit)
-        rec.keep([res for pr in run.prompts for res in pr.results.values() if res.routes is not None])
+                active.harvest(PairSeen(c.b, c, pr.results[c.a], pr.results[c.b], pr.index))
+    changed = active.after_compare(sides, run, emit)  # the measures' own engine calls (routes), each timed
+    if changed:
+        rec.keep(changed)
     if prep.config.cross_score:
         emit(RunEvent("status", "cross-scoring: teacher-forced, each side against the reference"))
         with phase(run, "cross_score"):
-            _cross_score(prep, run, sides, rows)
+            _cross_score(prep, run, sides, active)
     with phase(run, "explain"):
         for pr in run.prompts:
             for c in pr.comparisons:
@@ -150,16 +149,16 @@ def finish_comparisons(prep: Prepared, rec: RunRecorder, sides: Sides, emit: Eve
     rec.compared(run.prompts)
 
 
-def _cross_score(prep: Prepared, run: Any, sides: Sides, rows: Any = None) -> None:
+def _cross_score(prep: Prepared, run: Run, sides: SideSet, active: Active) -> None:
     can_score = {p.name for p in prep.sides if p.kind.can_score}
     k = max(prep.config.logprobs, 1)
-    now: dict[str, Any] = {}  # the comparison and prompt being cross-scored (full_distribution's rows)
+    now: dict[str, Any] = {}  # the comparison and prompt being cross-scored (what a measure asks of it)
 
     def score(side: str, prompt: list[int], continuation: list[int], logprobs: int) -> list[TokenStep]:
-        meet = rows.score_rows(now["c"], side, now["i"]) if rows is not None else None
-        steps = sides.score(side, ScoreRequest(prompt, continuation, logprobs, rows=meet))
-        if meet is not None:
-            rows.record(now["c"], steps)
+        c = now["c"]
+        ask = ScoreAsk(scorer=side, of=c.b if side == c.a else c.a, j=now["i"], role="cross", c=c)
+        steps = sides.score(side, ScoreRequest(prompt, continuation, logprobs, **active.score_fields(ask)))
+        active.on_scored(ask, steps)
         return steps
 
     if any(pr.images for pr in run.prompts):  # teacher forcing does not carry images (yet)

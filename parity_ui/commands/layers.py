@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.config import config_from_dict
 from ..core.errors import ParityError
 from ..core.kinds import VllmOptions, get_kind
+from ..core.mapping import option
 from ..core.requests import CaptureRequest
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
@@ -308,17 +309,14 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
 def _worst_position(run: Run, prompt_index: int) -> int:
     """A replayed row's token to localise when none is asked: its worst token (the largest |Δ| of the
     run's own pair, parity_ui.commands.replay), the one the replay view opens."""
-    worst = [
-        w
-        for w in ((run.workload.replay or {}) if run.workload else {}).get("worst_tokens", [])
-        if w["prompt_index"] == prompt_index
-    ]
+    record = run.workload.replay if run.workload is not None else None
+    worst = [w for w in (record.worst_tokens if record is not None else []) if w.prompt_index == prompt_index]
     if not worst:
         raise LayersError(
             f"row {prompt_index} of replay {run.id} has none of the replay's worst tokens",
             "choose the token to localise with --position N",
         )
-    return max(worst, key=lambda w: abs(w["dlogp"]))["position"]
+    return max(worst, key=lambda w: abs(w.dlogp)).position
 
 
 def _eager(spec: Any) -> Any:
@@ -344,7 +342,7 @@ def localise(
     chosen = [_eager(specs[a]), _eager(specs[b])]
     notes = []
     for s, orig in zip(chosen, (specs[a], specs[b])):
-        eager = getattr(orig.options, "enforce_eager", True)
+        eager = option(orig, "enforce_eager", True)
         would_graph = eager is False or (eager is None and service.on_gpu)
         if s is not orig and would_graph:
             notes.append(

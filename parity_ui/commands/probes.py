@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..core.config import ParityConfig
 from ..core.errors import ConfigError
 from ..core.findings import BatchInvariantSupport, OutputsSummary, ProbeReport, SideProbe
+from ..core.mapping import option
 from ..core.requests import GenerateRequest
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import Run, SideResult
@@ -91,7 +92,7 @@ def _probe_side(sides: Sides, plan: SidePlan, ids: list[int], n: int, batch: int
     b = [batched[i].token_ids for i in where]
     probe = SideProbe(
         side=plan.name,
-        batch_invariant=bool(getattr(plan.spec.options, "batch_invariant", False)),
+        batch_invariant=bool(plan.kind.can_batch_invariant and option(plan.spec, "batch_invariant", False)),
         alone=summarize_outputs(a),
         batched=summarize_outputs(b),
         alone_vs_batched=summarize_outputs([a[0], *b]),

@@ -11,17 +11,15 @@ the same chunks, store rows, pooled figures, floor and Stop. Where a sequence's 
   reference under a change that must not matter (another attention kernel).
 
 The pairs (each a row of one table; each pair's samples pooled into the workload figures, with the
-loss mask applied: masked tokens are left out and counted), in the frameworks' convention
-Δ = trainer − rollout and ρ = p_trainer / p_rollout:
-- "recorded": the recorded rollout logprobs against the trainer: the run's own mismatch;
-- "<engine>": the engine re-run against the trainer: numerics and settings (a pair for `parity bisect`);
-- "recorded~<engine>": the recorded logprobs against the engine re-run: does the engine reproduce
-  its own logprobs (batch composition, scheduling, cache), or were they made under other settings?
-- "recorded~trainer": the recorded rollout against the run's recorded trainer logprobs, when the dump has them;
-- the floor: the trainer against itself under another kernel.
+loss mask applied: masked tokens are left out and counted) are the replay-pairs measure's
+(parity_ui.measures.replay_pairs), each named "b vs a" everywhere (core.replay_record): the recorded
+rollout against the trainer (the run's own mismatch), each engine re-run against the trainer (numerics
+and settings), the recorded logprobs against each re-run (does the engine reproduce its own
+logprobs?), the recorded rollout against the dump's own trainer logprobs, R3 (MoE), and the floor.
 
-Stored as a run of kind "replay" (its record: run.workload, with `replay` the dump, the pairs, the
-masked tokens and the worst tokens), so the history, `parity runs show` and `--json` read it.
+Stored as a run of kind "replay" (its record: run.workload, with `replay` a core.replay_record.ReplayRecord:
+the dump, the pairs, the masked tokens and the worst tokens), so the history, `parity runs show` and
+`--json` read it.
 Stop keeps the finished chunks and their figures; `resume_replay` (ParityService.resume, `parity
 resume ID`) reads the same dump again (its size and row count checked) and replays the rows not yet
 done, its counts and worst tokens carried on. A row that cannot be read (a truncated line) stops the
@@ -31,8 +29,6 @@ replay before any engine loads, naming it, or with on_bad="skip" is left out and
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,26 +39,26 @@ from ..core.config import ParityConfig, config_from_dict
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import get_kind
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
+from ..core.replay_record import RECORDED, ReplayRecord
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, new_run
-from ..core.types import Comparison, Finding, SideInfo, SideResult, StepColumns, TokenStep, step_column
+from ..core.types import Comparison, Finding, SideInfo, SideResult, StepColumns, TokenStep
 from ..core.workload_record import WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
-from ..run.pipeline import Sides
+from ..measures import Made, PairSeen, Plan, RowSeen, ScoreAsk
+from ..measures.replay_pairs import WORST_TOKENS, clean  # noqa: F401 - WORST_TOKENS: re-exported
+from ..measures.routes import DumpRoutesCheck
+from ..measures.tokens import pool_tokens
+from ..run.plan import SidePlan
 from ..run.recorder import decode_result
-from .replay_routes import DumpRoutesCheck, replay_routes, route_shape
-from .workload.report import pooled, pooled_routing
+from ..run.sideset import SideSet
 from .workload.run import FLOOR, Workload, WorkloadRequest, check_cluster, go_on_where, stored_to_resume
 
 if TYPE_CHECKING:
     from ..core.types import Run
     from .service_api import Service
-
-RECORDED = "recorded"
-RECORDED_TRAINER = "recorded~trainer"
-WORST_TOKENS = 20
 
 
 @dataclass
@@ -151,7 +147,7 @@ def read_dump(
     prompts: list[PromptSpec] = []
     longest = 0
 
-    routes = DumpRoutesCheck(info.path, bool(getattr(req.config, "routes", False)))  # MoE: the recorded routes
+    routes = DumpRoutesCheck(info.path, req.config.routes)  # MoE: the recorded routes
 
     def keep(row: RolloutRow) -> None:
         nonlocal longest
@@ -305,14 +301,6 @@ def run_replay(service: Service, req: ReplayRequest, emit: EventCallback | None 
     return rec.run
 
 
-def _logprobs(steps: Any) -> list[float | None]:
-    return list(step_column(steps, "logprob"))  # from the columns, not a TokenStep built per position
-
-
-def _clean(v: float | None) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
 class Replay(Workload):
     """A workload whose sequences are a dump's rows, forced (see the module docstring)."""
 
@@ -334,13 +322,6 @@ class Replay(Workload):
         # block whose replica was lost asks again (parity_ui.commands.workload.blocks).
         self._ahead: dict[int, RolloutRow] = {}
         self._wanted: set[int] | None = None
-        self._worst: list[tuple[float, int, dict[str, Any]]] = []
-        self._masked = self._tokens = 0
-        before = rec.run.workload.replay if rec.run.workload is not None else None
-        if before:  # a resumed replay: its counts and worst tokens so far go on
-            self._tokens, self._masked = before.get("tokens", 0), before.get("masked", 0)
-            for w in before.get("worst_tokens") or []:
-                heapq.heappush(self._worst, (abs(w["dlogp"]), -(w["prompt_index"] * 1_000_000 + w["position"]), w))
 
     # -- where the rows come from: the dump again, streamed in order ----------------------------------
 
@@ -359,81 +340,33 @@ class Replay(Workload):
             if self._next - 1 in wanted:
                 self._ahead[self._next - 1] = row
 
-    def _pairs(self) -> list[dict[str, str]]:
-        engines = [p.name for p in self.prep.sides[1:]]
-        trainer = self.prep.reference.name
-        out = []
-        if self.pf.with_logprobs:
-            out.append(
-                {
-                    "key": RECORDED,
-                    "a": trainer,
-                    "b": RECORDED,
-                    "meaning": "the recorded rollout logprobs against the trainer: the run's own mismatch",
-                }
-            )
-        for e in engines:
-            out.append(
-                {
-                    "key": e,
-                    "a": trainer,
-                    "b": e,
-                    "meaning": f"the rollout engine re-run ({e}) against the trainer: numerics and settings",
-                }
-            )
-        if self.pf.with_logprobs:
-            for e in engines:
-                out.append(
-                    {
-                        "key": f"{RECORDED}~{e}",
-                        "a": e,
-                        "b": RECORDED,
-                        "meaning": f"the recorded logprobs against the engine re-run ({e}): does the engine "
-                        "reproduce its own logprobs?",
-                    }
-                )
-        if self.pf.with_trainer:
-            out.append(
-                {
-                    "key": RECORDED_TRAINER,
-                    "a": "trainer (recorded)",
-                    "b": RECORDED,
-                    "meaning": "the recorded rollout against the run's own recorded trainer logprobs",
-                }
-            )
-        r3 = self._r3_name()
-        if r3 is not None and self.pf.with_logprobs:
-            out.append(
-                {
-                    "key": r3,
-                    "a": r3,
-                    "b": RECORDED,
-                    "meaning": "the trainer routing with the rollout's recorded experts (rollout routing replay, "
-                    "R3) against the recorded rollout: the mismatch left once routing is the rollout's",
-                }
-            )
-        if self.floor is not None:
-            out.append(
-                {
-                    "key": self.floor.name,
-                    "a": trainer,
-                    "b": self.floor.name,
-                    "meaning": f"the floor: {self.rec.run.workload.floor.description}",
-                }
-            )
-        return out
-
     def _prepared(self) -> None:
         # The dump's findings beside the sides' own (fp32 lm_head on one side only, dtypes...), stored
         # with the run's header before any engine loads.
         run = self.rec.run
-        # In a replay the trainer (the reference) may replay the dump's recorded routes (replay_routes):
-        # the comparison's "it replays no one's routes" does not hold here.
-        run.warnings = [w for w in run.warnings if w.code != "replay-on-reference"] + [
-            f for f in self.pf.findings if f not in run.warnings
-        ]
+        run.warnings += [f for f in self.pf.findings if f not in run.warnings]
 
-    def _forced_paths(self, sides: Sides) -> dict[str, str]:
+    def _plan(self, floor: SidePlan | None) -> Plan:
+        """The replay's record (a resumed one goes on with its own: its pairs, counts and worst tokens),
+        handed to the measures with the run (the replay-pairs measure declares its pairs into it)."""
+        report = self.rec.run.workload
+        assert report is not None
+        if report.replay is None:
+            pf = self.pf
+            report.replay = ReplayRecord(
+                dump=self.rreq.name or self.dump.path,
+                format=self.dump.format,
+                rows=pf.rows,
+                notes=list(self.dump.notes),
+                skipped=list(pf.skipped),
+                reconstructed=pf.reconstructed,
+                with_logprobs=pf.with_logprobs,
+                with_trainer=pf.with_trainer,
+                with_routes=pf.with_routes,
+            )
+        return dataclasses.replace(super()._plan(floor), replay=report.replay)
+
+    def _forced_paths(self, sides: SideSet) -> dict[str, str]:
         """Each replayed side: how it forced the tokens (trace decode steps or prompt logprobs, and
         why), as its engine reported; sides that do not say (HF: always one teacher-forced forward)
         read "teacher-forced forward"."""
@@ -449,161 +382,65 @@ class Replay(Workload):
 
     # -- one chunk ------------------------------------------------------------------------------------
 
-    def _chunk(self, sides: Sides, chunk: list[int]) -> None:
+    def run_chunk(self, sides: SideSet, chunk: list[int]) -> None:
         prep, ref, run = self.prep, self.prep.reference, self.rec.run
+        record = run.workload.replay if run.workload is not None else None
+        assert record is not None
         if not any(s.name == RECORDED for s in run.sides):
             run.sides.append(
                 SideInfo(name=RECORDED, kind="recorded", options={"dump": self.dump.path, "format": self.dump.format})
             )
-        if run.workload.replay is None:
-            run.workload.replay = {
-                "dump": self.rreq.name or self.dump.path,
-                "format": self.dump.format,
-                "notes": self.dump.notes,
-                "rows": self.pf.rows,
-                "tokens": 0,
-                "masked": 0,
-                "skipped": self.pf.skipped,
-                "reconstructed": self.pf.reconstructed,
-                "with_logprobs": self.pf.with_logprobs,
-                "with_trainer": self.pf.with_trainer,
-                "with_routes": self.pf.with_routes,
-                "pairs": self._pairs(),
-                "worst_tokens": [],
-                "forced": self._forced_paths(sides),
-            }
+        if not record.forced:
+            record.forced = self._forced_paths(sides)
         rows = {j: self._row(prep.kept[j]) for j in chunk}
         k = max(prep.config.logprobs, 1)
         items = [ScoreRequest(prep.prompts[j].token_ids, rows[j].response_ids, k) for j in chunk]
         forced: dict[str, dict[int, Any]] = {}
-        spent = run.workload.replay.setdefault("score_s", {})
-        full = getattr(
-            self, "full", None
-        )  # full_distribution: the trainer writes its rows, the sides that can meet them
-        for name in [ref.name] + [p.name for p in prep.sides[1:]] + ([self.floor.name] if self.floor else []):
+        plans = [*prep.sides, *self._floors()]
+        for p in plans:
             t0 = time.perf_counter()  # each side's own scoring time, round trips included (bench/replay.py)
-            mine = (
-                [dataclasses.replace(it, rows=full.forced_rows(name, j)) for it, j in zip(items, chunk)]
-                if full
-                else items
-            )
-            forced[name] = dict(zip(chunk, sides.score_batch(name, mine)))
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
-        results: dict[str, dict[int, SideResult]] = {}
-        comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
-        samples: dict[str, list[PairSample]] = {p["key"]: [] for p in run.workload.replay["pairs"]}
-        routes = self._routes(sides, chunk, rows, list(forced))
-        r3 = self._r3(sides, chunk, rows, items)
-        for j in chunk:
-            row, i = rows[j], prep.kept[j]
-            if any(j not in by for by in forced.values()):
-                continue  # stopped inside the chunk: the Stop is reported by the next verb
-            res = {name: self._forced(name, i, row, by[j]) for name, by in forced.items()}
-            if row.rollout_logprobs is not None:
-                res[RECORDED] = self._recorded(i, row)
-            for name, r in res.items():
-                r.routes = routes.get(name, {}).get(j)
-                results.setdefault(name, {})[j] = r
-                if full and name in forced and name != ref.name:
-                    full.harvest(name, r.steps, forced[name][j])
-            lp = {name: _logprobs(r.steps) for name, r in res.items()}
-            if row.trainer_logprobs is not None:
-                lp[RECORDED_TRAINER + "!"] = [_clean(x) for x in row.trainer_logprobs]
-            if j in r3:
-                lp[self._r3_name()] = _logprobs(r3[j].steps)
-            mask = row.mask()
-            keep = [t for t in range(len(row.response_ids)) if t < len(mask) and mask[t]]
-            self._tokens += len(row.response_ids)
-            self._masked += len(row.response_ids) - len(keep)
-            for pair in run.workload.replay["pairs"]:
-                a = RECORDED_TRAINER + "!" if pair["key"] == RECORDED_TRAINER else pair["a"]
-                if a not in lp or pair["b"] not in lp:
-                    continue
-                la, lb = lp[a], lp[pair["b"]]
-                samples[pair["key"]].append(
-                    PairSample(
-                        prompt_index=i,
-                        identical=True,
-                        first_divergence=None,
-                        length=len(row.response_ids),
-                        verdict=None,
-                        logp_side=[lb[t] for t in keep],
-                        logp_ref=[la[t] for t in keep],
-                        positions=keep,
-                    )
+            mine = [  # what the measures ask of each side's forcing (full_distribution: rows written and met)
+                ScoreRequest(
+                    it.prompt,
+                    it.continuation,
+                    it.logprobs,
+                    **self.active.score_fields(ScoreAsk(p.name, p.name, j, "forced")),
                 )
-            for name in res:
+                for it, j in zip(items, chunk)
+            ]
+            forced[p.name] = dict(zip(chunk, sides.score_batch(p.name, mine)))
+            record.score_s[p.name] = record.score_s.get(p.name, 0.0) + time.perf_counter() - t0
+        # Stopped inside the chunk: the rows every side forced are kept; the Stop is reported by the next verb.
+        done = [j for j in chunk if all(j in by for by in forced.values())]
+        by_row: dict[int, dict[str, SideResult]] = {}
+        for j in done:
+            row, i = rows[j], prep.kept[j]
+            by_row[j] = {name: self._forced(name, i, row, by[j]) for name, by in forced.items()}
+            if row.rollout_logprobs is not None:
+                by_row[j][RECORDED] = self._recorded(i, row)
+        results: dict[str, dict[int, SideResult]] = {}
+        for j in done:
+            for name, r in by_row[j].items():
+                results.setdefault(name, {})[j] = r
+        seqs = {j: (prep.prompts[j].token_ids, rows[j].response_ids) for j in done}
+        made = Made("forced", done, plans=plans, results=results, sequences=seqs, rows={j: rows[j] for j in done})
+        made.items = dict(zip(chunk, items))
+        self.active.collect(sides, made)  # the measures' own calls: routes on the forced tokens, R3
+        comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
+        samples: dict[str, list[PairSample]] = {name: [] for name in self.active.pairs()}
+        for j in done:
+            res = by_row[j]
+            self.active.row(RowSeen(j, prep.kept[j], rows[j], res, samples))
+            for name in res:  # each side against the trainer, every token (they all forced the same ones)
                 if name != ref.name:
-                    comparisons[j].append(
-                        self._routed_pair(
-                            compare(res[ref.name], res[name]), res[ref.name], res[name], len(row.response_ids)
-                        )
-                    )
-            self._note_worst(i, row, lp, keep, ref.name)
-        replay = run.workload.replay
-        replay["tokens"], replay["masked"] = self._tokens, self._masked
-        replay["worst_tokens"] = [w for _, _, w in sorted(self._worst, key=lambda x: (-x[0], x[1]))]
+                    pair = PairSeen(name, compare(res[ref.name], res[name]), res[ref.name], res[name], j, True)
+                    pair.scored = forced[name][j] if name in forced else None
+                    self.active.harvest(pair)
+                    comparisons[j].append(pair.c)
         self._store(chunk, results, comparisons, samples)
-        if full:
-            full.end_chunk(chunk)
+        self.active.end_chunk(chunk)
         for j in chunk:
             self._ahead.pop(prep.kept[j], None)
-
-    # -- MoE routes (routes=true): every side's on the forced tokens, the recorded side's from the dump --
-
-    def _routes(
-        self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], names: list[str]
-    ) -> dict[str, dict[int, Any]]:
-        if not getattr(self.prep.config, "routes", False):
-            return {}
-        prep = self.prep
-        plans = {p.name: p for p in prep.sides + ([self.floor] if self.floor is not None else [])}
-        seqs = {j: (prep.prompts[j].token_ids, rows[j].response_ids) for j in chunk}
-        out = replay_routes(self.rec.run, sides, names, seqs, {n: plans[n].kind.can_record_routes for n in names})
-        if not hasattr(self, "_shape"):
-            self._shape = route_shape(prep.model.path)
-        if self._shape is not None:
-            out[RECORDED] = {
-                j: self._shape.routes(rows[j]).rows_between(len(seqs[j][0]) - 1)
-                for j in chunk
-                if rows[j].routed_experts is not None
-            }
-        return out
-
-    def _r3_name(self) -> str | None:
-        """The pair of rollout routing replay (R3): the trainer with replay_routes, where the dump records
-        routes and routes=true; None otherwise."""
-        ref = self.prep.reference
-        if not (
-            getattr(self.prep.config, "routes", False)
-            and self.pf.with_routes
-            and getattr(ref.spec.options, "replay_routes", "off") != "off"
-        ):
-            return None
-        from .routes import replayed_pair
-
-        return replayed_pair(ref.name, RECORDED)
-
-    def _r3(self, sides: Sides, chunk: list[int], rows: dict[int, RolloutRow], items: list[Any]) -> dict[int, Any]:
-        """R3: the trainer scores each row again, routing with the rollout's recorded experts (one forced
-        pass a row): {j: SideResult}."""
-        if self._r3_name() is None or getattr(self, "_shape", None) is None:
-            return {}
-        from .routes import score_with_routes
-
-        ref = self.prep.reference
-        by_j = dict(zip(chunk, items))
-        recorded = {j: self._shape.routes(rows[j]) for j in chunk if rows[j].routed_experts is not None}
-        return score_with_routes(self.rec.run, sides, ref, ref.spec.options.replay_routes, by_j, recorded)
-
-    @staticmethod
-    def _routed_pair(c: Comparison, a: SideResult, b: SideResult, n: int) -> Comparison:
-        """Both routed the same forced tokens: every token's routes compare."""
-        if a.routes is not None and b.routes is not None:
-            from ..analysis.routes import compare_routes
-
-            c.routes = compare_routes(a.routes, b.routes, n)
-        return c
 
     def _forced(self, name: str, i: int, row: RolloutRow, steps: list[TokenStep]) -> SideResult:
         # The worker's columns as they came (a list of TokenStep per position cost the parent ~as much as the scoring).
@@ -619,13 +456,14 @@ class Replay(Workload):
 
     def _recorded(self, i: int, row: RolloutRow) -> SideResult:
         n, lps = len(row.response_ids), row.rollout_logprobs
+        assert lps is not None
         # As columns (what the store keeps anyway), not a TokenStep per position.
         steps = StepColumns(
             {
                 "position": list(range(n)),
                 "token_id": list(row.response_ids),
                 "text": [""] * n,
-                "logprob": [_clean(lps[t]) for t in range(n)],
+                "logprob": [clean(lps[t]) for t in range(n)],
                 "rank": [None] * n,
                 "top_n": [0] * n,
                 "top_token_id": [],
@@ -639,57 +477,18 @@ class Replay(Workload):
         decode_result(self.prep.tokenizer, res)
         return res
 
-    def _note_worst(
-        self, i: int, row: RolloutRow, lp: dict[str, list[float | None]], keep: list[int], trainer: str
-    ) -> None:
-        """The worst tokens of the run's own pair (recorded vs trainer; without recorded logprobs, the
-        first engine re-run vs the trainer), kept as a bounded heap."""
-        side = RECORDED if RECORDED in lp else next((p.name for p in self.prep.sides[1:]), None)
-        if side is None:
-            return
-        engines = [p.name for p in self.prep.sides[1:]]
-        la, lb = lp[trainer], lp[side]
-        for t in keep:
-            a, b = la[t], lb[t]
-            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-                continue
-            d = a - b
-            key = (abs(d), -(i * 1_000_000 + t))
-            full = len(self._worst) >= WORST_TOKENS
-            if full and key <= self._worst[0][:2]:
-                continue  # not among the worst: no entry (its text decoded) made for it
-            entry = {
-                "prompt_index": i,
-                "row": row.where,
-                "position": t,
-                "token_id": row.response_ids[t],
-                "text": self.prep.tokenizer.token_text(row.response_ids[t]),
-                "pair": side,
-                "trainer": a,
-                "rollout": b,
-                "dlogp": d,
-                "engines": {e: lp[e][t] for e in engines if e in lp},
-            }
-            if full:
-                heapq.heapreplace(self._worst, (*key, entry))
-            else:
-                heapq.heappush(self._worst, (*key, entry))
-
     # -- the figures ----------------------------------------------------------------------------------
 
     def _pool(self, report: WorkloadReport) -> None:
-        keys = [p["key"] for p in (report.replay or {}).get("pairs", []) if p["key"] != report.floor.side]
-        pooled(self.service.store, self.rec.run.id, report, keys)
-        if (
-            getattr(self, "full", None) is not None
-        ):  # the distribution family per engine pair (its key is the side's name)
-            self.full.report(report, self.service.store, self.rec.run.id)
-        if getattr(self.prep.config, "routes", False):  # the recorded routes against the trainer's, each engine's
-            pooled_routing(self.service.store, self.rec.run.id, report)
+        """Each pair's token figures (the floor's too), from the store, then each measure's family on the
+        pairs that compare a side with the trainer (routes, full rows)."""
+        pool_tokens(self.service.store, self.rec.run.id, report, self.active.pairs())
+        self.active.pool(self.service.store, self.rec.run.id, report)
         report.headline = replay_headline(report)
 
     def _status(self) -> str:
         report = self.rec.run.workload
+        assert report is not None
         # ok: every pair within the floor (or no floor); a pair over it, even within sampling error, is not ok.
         return (
             "diverged"
@@ -699,9 +498,10 @@ class Replay(Workload):
 
 
 def replay_headline(report: WorkloadReport) -> str:
-    """One line: rows replayed, and the run's own pair's band share and verdict."""
-    r = report.replay or {}
-    main = report.sides.get(RECORDED) or next(iter(report.sides.values()), None)
+    """One line: rows replayed, and the run's own pair's band share and verdict (by its name)."""
+    r = report.replay
+    own = r.main if r is not None else None
+    main = (report.sides.get(own.name) if own is not None else None) or next(iter(report.sides.values()), None)
     if main is None:
         return f"replay of {report.done}/{report.n_prompts} rows: no figures yet"
     t = main.stats.tokens
@@ -709,6 +509,6 @@ def replay_headline(report: WorkloadReport) -> str:
     share = "-" if band is None or band.outside is None else f"{100 * band.outside:.1f}%"
     verdict = f" ({main.verdict.verdict})" if main.verdict else ""
     return (
-        f"replay of {report.done}/{report.n_prompts} rows ({r.get('format', '?')}), {t.pairs} tokens "
-        f"({r.get('masked', 0)} masked): {main.side} vs trainer, ρ outside [0.8, 1.2] {share}{verdict}"
+        f"replay of {report.done}/{report.n_prompts} rows ({r.format if r else '?'}), {t.pairs} tokens "
+        f"({r.masked if r else 0} masked): {main.side}, ρ outside [0.8, 1.2] {share}{verdict}"
     )

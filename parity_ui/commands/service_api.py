@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from ..core.types import Finding, Run
     from ..inputs.prompts import PromptSpec
     from ..run.cluster import ClusterSides
-    from ..run.pipeline import Loaded, Sides
+    from ..run.pipeline import Sides
     from ..run.plan import Prepared, RunRequest, SidePlan
     from ..run.recorder import RunRecorder
+    from ..run.sideset import Loaded
     from ..store import Store
 
 

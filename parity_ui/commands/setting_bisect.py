@@ -286,7 +286,7 @@ class Search:
         its engine has: to the value its factor names)."""
         spec = self.side
         opts = {
-            k: self.by_key[k].reference if self.by_key[k].engine_only else getattr(self.ref.options, k)
+            k: self.by_key[k].reference if self.by_key[k].engine_only else self.ref.all_options()[k]
             for k in flipped
             if k not in ("model", "python")
         }

@@ -19,7 +19,7 @@ from typing import Any
 from .bisect_record import APPLIED, NO_VISIBLE_DIFFERENCE, NOT_APPLIED, NOT_SHOWN, OTHER, Factor, FlipCheck, show_value
 from .config import ParityConfig
 from .kinds import get_kind
-from .mapping import side_dtype, side_generation_config
+from .mapping import option, side_dtype, side_generation_config
 from .settings import option_row, reported
 from .sides import SideSpec
 from .types import ModelInfo, SideInfo
@@ -37,8 +37,8 @@ def effective(cfg: ParityConfig, spec: SideSpec, name: str, model: ModelInfo, on
     if name == "generation_config":
         return side_generation_config(cfg, spec)
     if name in ("image_min_pixels", "image_max_pixels"):
-        return getattr(spec.options, name) or getattr(cfg, name)
-    value = getattr(spec.options, name)
+        return option(spec, name) or getattr(cfg, name)
+    value = spec.all_options()[name]
     if name == "enforce_eager" and value is None:
         return not on_gpu  # vLLM's default here: eager on the CPU, graphs on a GPU
     return value
@@ -110,13 +110,11 @@ def _flip_to(f: dataclasses.Field) -> Any:
 def _kind_only(spec: SideSpec, other_fields: set[str], flippable: bool = False) -> dict[str, Any]:
     """A side's options that the other kind lacks, where set away from their defaults (those a bisect
     flips, with a flip_to, left out unless `flippable`: they are factors of their own)."""
-    defaults = type(spec.options)()
+    mine, defaults = spec.all_options(), dataclasses.asdict(type(spec.options)())
     return {
-        f.name: getattr(spec.options, f.name)
+        f.name: mine[f.name]
         for f in dataclasses.fields(spec.options)
-        if f.name not in other_fields
-        and getattr(spec.options, f.name) != getattr(defaults, f.name)
-        and (flippable or _flip_to(f) is NO_FLIP)
+        if f.name not in other_fields and mine[f.name] != defaults[f.name] and (flippable or _flip_to(f) is NO_FLIP)
     }
 
 

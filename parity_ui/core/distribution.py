@@ -36,10 +36,9 @@ ROW_BYTES = 4  # a full row at most: float32 (exact for float32 logits, so an fp
 # the writer keeps bfloat16 logits as their 2-byte bits (engines.full_distribution.narrowed): the budget
 # and the scratch space count the wider case
 QUANTILES = (("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
-# Kinds whose engines can hand over full rows: hf (generate and score), vllm (generate, through its
-# logits-processor hook; its scoring goes through prompt logprobs, top-k only). Servers cannot.
-ROWS_WHEN_GENERATING = ("hf", "vllm")
-ROWS_WHEN_SCORING = ("hf",)
+# Which kinds can hand over full rows, and when, is theirs to say (core.kinds: Kind.rows_when_generating,
+# rows_when_scoring): hf generating and scoring, vllm generating (a logits-processor hook; its scoring goes
+# through prompt logprobs, a top-k only), servers never.
 
 
 @dataclass(frozen=True)
@@ -160,37 +159,35 @@ def pool(columns: Iterable[Mapping[str, Sequence[Any]]]) -> DistributionPool:
     return out
 
 
-# The figures judged against the floor (key, epsilon: a difference below it is rounding, never "exceeds").
-FLOOR_CHECKS: tuple[tuple[str, float], ...] = (
-    ("kl_mean", 1e-6),
-    ("kl_rev_mean", 1e-6),
-    ("tv_mean", 1e-4),
-    ("kl_p99", 1e-5),
-    ("top1_differ", 1e-3),
-)
+@dataclass
+class DistributionRecord:
+    """One comparison's distribution family (full_distribution=true), over the cross-scored sequence
+    where both sides' full rows met: whose tokens (`generator`), whose scoring met the rows (`scorer`)
+    and the pooled figures (DistributionPool.figures). Stored flat, as {"generator", "scorer", ...figures}."""
+
+    generator: str
+    scorer: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        return self.figures.get(key)
+
+    def __getitem__(self, key: str) -> Any:  # read as its stored JSON reads: d["generator"], d["kl_mean"]
+        return self.to_json()[key]
+
+    @property
+    def positions(self) -> int:
+        return int(self.figures.get("positions") or 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generator": self.generator, "scorer": self.scorer, **self.figures}
 
 
-def against_floor(
-    side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None, tolerance: float = 1.5
-) -> str | None:
-    """The distribution family judged against the floor, as the token figures are (core.pooled's rule:
-    over `tolerance` x the floor's value AND more than the figure's epsilon above it); one sentence,
-    None without both. The KL figures are quadratic in a logit error, so their limit is tolerance²."""
-    from .figures import FIGURES
-    from .pooled import _check
-
-    if not side or not floor or not side.get("positions") or not floor.get("positions"):
-        return None
-    parts, over = [], []
-    for key, eps in FLOOR_CHECKS:
-        power = 2 if key.startswith("kl") else 1
-        c = _check(key, side.get(key), floor.get(key), eps, tolerance**power)
-        f = FIGURES[key]
-        parts.append(f"{f.name} {f.format(c.side)} vs {f.format(c.floor)}")
-        if c.exceeds:
-            over.append(f.name)
-    where = f"exceeds noise ({', '.join(over)})" if over else "within noise"
-    return f"full distribution: {where}: " + "; ".join(parts)
+def distribution_from_json(d: Mapping[str, Any] | DistributionRecord | None) -> DistributionRecord | None:
+    if d is None or isinstance(d, DistributionRecord):
+        return d
+    rest = {k: v for k, v in d.items() if k not in ("generator", "scorer")}
+    return DistributionRecord(str(d.get("generator", "")), str(d.get("scorer", "")), rest)
 
 
 @dataclass(frozen=True)

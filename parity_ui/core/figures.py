@@ -93,7 +93,7 @@ _ALL: list[Figure] = [
     Figure("abs_dprob_max", "|Δprob| max", "largest |p_side − p_ref| of a chosen token"),
     # -- tokens: the two KL estimators (see the module docstring)
     Figure(
-        "kl",
+        "k1",
         "mean log-ratio (k1)",
         "mean(logp_side − logp_ref): the k1 estimator of KL(side‖ref); unbiased but can be negative, "
         "so it is not called KL",
@@ -395,7 +395,7 @@ TABLE_ROWS: tuple[tuple[str, str | None], ...] = (
     ("abs_dprob_mean", "abs_dprob_mean"),
     ("abs_dprob_max", "abs_dprob_max"),
     ("k3", "k3"),
-    ("kl", "abs_kl"),
+    ("k1", "abs_kl"),
     ("pearson", "one_minus_pearson"),
     ("token_mult_prob_error", "token_mult_prob_error_minus_1"),
     ("rho_min", None),

@@ -24,6 +24,9 @@ from typing import Any
 
 from .figures import RHO_BANDS
 
+# The per-token columns a side's shared-seed draws add to its steps (TokenStep; absent = not recorded).
+SAMPLING_COLUMNS = ("margin", "kept", "kept_mass", "processed_logprob", "kept_hash")
+
 
 def band_key(lo: float, hi: float) -> str:
     return f"{lo:g}_{hi:g}"
@@ -80,7 +83,9 @@ class KeptMass:
         return asdict(self)
 
 
-def kept_mass_from_json(d: dict[str, Any] | None) -> KeptMass | None:
+def kept_mass_from_json(d: dict[str, Any] | KeptMass | None) -> KeptMass | None:
+    if isinstance(d, KeptMass):
+        return d
     if not d:
         return None
     names = {f.name for f in fields(KeptMass)}

@@ -223,6 +223,9 @@ class Kind:
     can_batch_invariant: bool = False
     can_capture_layers: bool = False
     can_record_routes: bool = False  # MoE routes by hooks on its routers (parity_ui.engines.routes)
+    can_replay_routes: bool = False  # MoE: routes forced from recorded experts (its replay_routes option)
+    rows_when_generating: bool = False  # full_distribution: hands over its full next-token rows as it generates
+    rows_when_scoring: bool = False  # ... and as it teacher-forces tokens (a server returns a top-k at most)
     accepts_images: bool = False
     in_worker: bool = True  # runs in a spawned worker process (and so may use another python=)
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
@@ -243,6 +246,7 @@ KINDS: dict[str, Kind] = {
         gpu_memory="share",
         head_start=True,
         can_record_routes=True,
+        rows_when_generating=True,  # its rows-writing logits processor; its scoring is prompt logprobs (top-k)
     ),
     "hf": Kind(
         "hf",
@@ -254,6 +258,9 @@ KINDS: dict[str, Kind] = {
         accepts_images=True,
         head_start=True,
         can_record_routes=True,
+        can_replay_routes=True,
+        rows_when_generating=True,
+        rows_when_scoring=True,
     ),
     "vllm-server": Kind(
         "vllm-server",

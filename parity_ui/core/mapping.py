@@ -909,6 +909,21 @@ _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]
 }
 
 
+# -- a side's options read by name: here and nowhere else above the kinds (code above asks a kind what it
+# can do, core.kinds; an option one kind has and another lacks reads as its default on the other) --
+
+
+def option(side: SideSpec, name: str, default: Any = None) -> Any:
+    """The side's option `name`, or `default` where its kind has no such option."""
+    return getattr(side.options, name, default)
+
+
+def route_replay_mode(side: SideSpec) -> str:
+    """The side's replay_routes mode (off, ids, ids+weights): "off" unless its kind can force routes
+    (Kind.can_replay_routes)."""
+    return str(option(side, "replay_routes", "off")) if get_kind(side.kind).can_replay_routes else "off"
+
+
 def register_kind(
     kind: Kind, mapper: Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]
 ) -> Callable[[], None]:

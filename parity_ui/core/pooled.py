@@ -54,6 +54,7 @@ from typing import Any
 
 from .figures import BAND_KEYS, RHO_BANDS, display_name
 from .findings import MASKED_LOGPROB
+from .measures import POOLED
 
 # Position buckets: each value starts a bucket, the last one is open-ended.
 DEFAULT_BUCKETS: tuple[int, ...] = (0, 16, 64, 256)
@@ -168,7 +169,7 @@ class TokenStats:
     abs_dlogp_max: float | None
     abs_dprob_mean: float | None
     abs_dprob_max: float | None
-    kl: float | None  # mean(logp_side - logp_ref)
+    k1: float | None  # mean(logp_side - logp_ref): the k1 estimator of KL(side‖ref), can be negative
     k3: float | None  # mean(rho - log rho - 1), >= 0
     pearson: float | None  # of p_side and p_ref; None when either is constant
     token_mult_prob_error: float | None  # mean(exp(|dlogp|)); 1.0 = perfect
@@ -203,19 +204,27 @@ class WorkloadStats:
     # Each floor figure (FLOOR_FIGURE_NAMES) on BOOTSTRAP_RESAMPLES resamples of the prompts (None:
     # undefined in that resample); None with fewer than 2 prompts, or stored before intervals.
     resamples: dict[str, list[float | None]] | None = None
-    # MoE runs with routes=true: the routing family (core.figures FAMILIES["routing"]) pooled over the
-    # (token, layer) cells compared, plus "cells" and "tokens" (the counts); None: not recorded
-    routing: dict[str, float | None] | None = None
-    # full_distribution=true: the distribution family (core.figures FAMILIES["distribution"]) pooled over
-    # the positions both sides' full rows met, plus "positions"; None: not recorded
-    distribution: dict[str, float | None] | None = None
-    # Shared-seed sampled runs: the sampling family (core.figures FAMILIES["sampling"]) pooled over the tokens
-    # both sides drew, plus "tokens"; None: no draws recorded
-    sampling: dict[str, float | None] | None = None
+    # Each pooled measure's family of figures, by its key (core.measures POOLED; absent: not recorded):
+    # "routing" (MoE, routes=true: over the (token, layer) cells compared, plus "cells" and "tokens"),
+    # "distribution" (full_distribution=true: over the positions both sides' full rows met, plus "positions"),
+    # "sampling" (shared-seed draws: over the tokens both sides drew, plus "tokens"). Stored flat, each
+    # under its key beside the token figures (every key, null when absent), as before measures had a seam.
+    families: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def family(self, key: str) -> dict[str, Any] | None:
+        """A measure's pooled figures (core.measures POOLED), None where not recorded."""
+        return self.families.get(key)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP)."""
-        return asdict(self)
+        """JSON-ready: every float is finite (ratios saturate at e^EXP_CAP). The token figures' k1 is also
+        written as `kl`, its name before schema 3 (an alias for one schema version)."""
+        out = asdict(self)
+        for t in [out["tokens"], *(b["tokens"] for b in out["by_position"])]:
+            t["kl"] = t["k1"]
+        out.pop("families")
+        out.update({key: self.families.get(key) for key in POOLED})
+        out.update({k: v for k, v in self.families.items() if k not in POOLED})
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> WorkloadStats:
@@ -239,14 +248,15 @@ class WorkloadStats:
             worst_by_divergence=[WorstPrompt(**w) for w in d["worst_by_divergence"]],
             worst_by_gap=[WorstPrompt(**w) for w in d["worst_by_gap"]],
             resamples={k: list(v) for k, v in d["resamples"].items()} if d.get("resamples") else None,
-            routing=dict(d["routing"]) if d.get("routing") else None,
-            distribution=dict(d["distribution"]) if d.get("distribution") else None,
-            sampling=dict(d["sampling"]) if d.get("sampling") else None,
+            families={key: dict(d[key]) for key in POOLED if d.get(key)},
         )
 
 
 def _tokens_from_dict(t: Mapping[str, Any]) -> TokenStats:
-    return TokenStats(**{**t, "outside": [BandShare(**b) for b in t["outside"]]})
+    """The token figures from JSON: k1 stored before schema 3 as `kl` (read either way)."""
+    got = {k: v for k, v in t.items() if k != "kl"}
+    got.setdefault("k1", t.get("kl"))
+    return TokenStats(**{**got, "outside": [BandShare(**b) for b in t["outside"]]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -861,7 +871,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
             abs_dlogp_max=None,
             abs_dprob_mean=None,
             abs_dprob_max=None,
-            kl=None,
+            k1=None,
             k3=None,
             pearson=None,
             token_mult_prob_error=None,
@@ -887,7 +897,7 @@ def _figures(parts: list[_Partial]) -> TokenStats:
         abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
         abs_dprob_mean=total("sum_dp") / n,
         abs_dprob_max=max(p.max_dp for p in parts),
-        kl=total("sum_d") / n,
+        k1=total("sum_d") / n,
         k3=max(0.0, (s_em1 - total("sum_log_rho")) / n),
         pearson=_pearson([p for p in parts if p.n], n),
         token_mult_prob_error=total("sum_exp_abs_d") / n,
@@ -1009,7 +1019,7 @@ FLOOR_FIGURES: tuple[tuple[str, Any, float, int], ...] = (
     ("abs_dlogp_max", lambda w: w.tokens.abs_dlogp_max, EPSILON_NATS, 1),
     ("abs_dprob_mean", lambda w: w.tokens.abs_dprob_mean, EPSILON_NATS, 1),
     ("abs_dprob_max", lambda w: w.tokens.abs_dprob_max, EPSILON_NATS, 1),
-    ("abs_kl", lambda w: _opt(abs, w.tokens.kl), EPSILON_NATS, 1),
+    ("abs_kl", lambda w: _opt(abs, w.tokens.k1), EPSILON_NATS, 1),
     ("k3", lambda w: w.tokens.k3, EPSILON_K3, 2),
     (
         "token_mult_prob_error_minus_1",
@@ -1305,22 +1315,6 @@ def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: I
 SAMPLING_FLOOR_SHARES: tuple[str, ...] = ("renorm_outside_0.9_1.1", "kept_sets_differ")
 
 
-def sampling_report(report: Any, kept: Mapping[str, Any]) -> None:
-    """The sampling family onto a workload report (core.workload_record.WorkloadReport): each side's and
-    the floor's pooled KeptMass as figures (`stats.sampling`), each side judged against the floor."""
-
-    def figures(name: str) -> dict[str, Any] | None:
-        k = kept.get(name)
-        return {"tokens": k.tokens, **k.figures()} if k is not None and k.tokens else None
-
-    floor = report.floor_figures
-    if floor is not None:
-        floor.stats.sampling = figures(floor.side)
-    for name, figs in report.sides.items():
-        figs.stats.sampling = figures(name)
-        figs.sampling_verdict = sampling_against_floor(figs.stats.sampling, floor.stats.sampling if floor else None)
-
-
 def sampling_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None) -> str | None:
     """The sampling family judged against the floor: the renormalised ratio's share outside [0.9, 1.1]
     and the share of kept sets that differ, each by the 95% Wilson intervals over the tokens drawn (as
@@ -1359,3 +1353,37 @@ def pool_kept_mass(records: Iterable[Any]) -> Any:
             total = KeptMass()
         total.add(r)
     return total
+
+
+# -- the distribution family (core.distribution): judged as the token figures are ----------------------------
+
+# The figures judged against the floor (key, epsilon: a difference below it is rounding, never "exceeds").
+FLOOR_CHECKS: tuple[tuple[str, float], ...] = (
+    ("kl_mean", 1e-6),
+    ("kl_rev_mean", 1e-6),
+    ("tv_mean", 1e-4),
+    ("kl_p99", 1e-5),
+    ("top1_differ", 1e-3),
+)
+
+
+def distribution_against_floor(
+    side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None, tolerance: float = 1.5
+) -> str | None:
+    """The distribution family judged against the floor, as the token figures are (this module's rule,
+    over `tolerance` x the floor's value AND more than the figure's epsilon above it); one sentence,
+    None without both. The KL figures are quadratic in a logit error, so their limit is tolerance²."""
+    from .figures import FIGURES
+
+    if not side or not floor or not side.get("positions") or not floor.get("positions"):
+        return None
+    parts, over = [], []
+    for key, eps in FLOOR_CHECKS:
+        power = 2 if key.startswith("kl") else 1
+        c = _check(key, side.get(key), floor.get(key), eps, tolerance**power)
+        f = FIGURES[key]
+        parts.append(f"{f.name} {f.format(c.side)} vs {f.format(c.floor)}")
+        if c.exceeds:
+            over.append(f.name)
+    where = f"exceeds noise ({', '.join(over)})" if over else "within noise"
+    return f"full distribution: {where}: " + "; ".join(parts)

@@ -56,7 +56,7 @@ class SideSpec:
 
     def batch_size(self, run_batch_size: int) -> int:
         """Prompts per generate call for this side: its own batch_size, else the run's."""
-        return getattr(self.options, "batch_size", None) or run_batch_size
+        return self.all_options().get("batch_size") or run_batch_size  # a kind without the option: the run's
 
     def describe(self) -> str:
         """`name (kind, key=value, ...)` for messages."""

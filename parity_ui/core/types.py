@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from .distribution import DISTRIBUTION_COLUMNS
 from .findings import (
     CrossScores,
     Explanation,
@@ -27,8 +26,9 @@ from .findings import (
     explanation_from_json,
     probe_report_from_json,
 )
-from .kept_mass import KeptMass, kept_mass_from_json
-from .routes import RouteAgreement, RouteReplay, Routes, agreement_from_json, replay_from_json, routes_from_json  # noqa: F401
+from .kept_mass import SAMPLING_COLUMNS  # noqa: F401 - re-exported: the sampling measure's step columns
+from .measures import RECORDS, STEP_COLUMNS, read_records
+from .routes import Routes, routes_from_json
 from .workload_record import WorkloadReport, report_from_json
 
 if TYPE_CHECKING:
@@ -57,21 +57,19 @@ class TokenStep:
     rank: int | None  # 1 = the side's own argmax
     top: list[TopLogprob] = field(default_factory=list)  # best first
     raw: str | None = None  # bytes as hex when `text` is lossy (a partial UTF-8 byte token)
-    # Sampled decoding (parity_ui.engines.shared_seed), None where the side did not record it:
+    # The optional columns, each declared by its measure (core.measures STEP_COLUMNS; None: not recorded).
+    # Sampled decoding (the sampling measure, parity_ui.engines.shared_seed):
     margin: float | None = None  # the perturbed top-2 gap of a shared-seed draw, nats (1e30: one token kept)
     kept: int | None = None  # tokens in the kept set the token was drawn from
     kept_mass: float | None = None  # S: that set's mass under this side's raw distribution
     processed_logprob: float | None = None  # the token's logprob at temperature T, renormalised over the kept set
     kept_hash: int | None = None  # the kept set's fingerprint: equal on two sides = the same kept set
-    # The whole distribution against the reference at this position (core.distribution, full_distribution=true):
+    # The whole distribution against the reference at this position (the distribution measure, core.distribution):
     kl: float | None = None  # KL(ref ‖ side), nats
     kl_rev: float | None = None  # KL(side ‖ ref), nats
     tv: float | None = None  # total variation distance
     top1: int | None = None  # 1: the same argmax on both sides
     topk: int | None = None  # 1: the reference's argmax is among the side's top k
-
-
-SAMPLING_COLUMNS = ("margin", "kept", "kept_mass", "processed_logprob", "kept_hash")  # optional: absent = not recorded
 
 
 class StepColumns(Sequence[TokenStep]):
@@ -89,8 +87,20 @@ class StepColumns(Sequence[TokenStep]):
 
     STEP = ("position", "token_id", "text", "logprob", "rank")
     TOP = ("top_token_id", "top_logprob", "top_text")
-    OPTIONAL = (*SAMPLING_COLUMNS, *DISTRIBUTION_COLUMNS)  # one entry per step where recorded, else None (absent)
+    OPTIONAL = STEP_COLUMNS  # the measures' columns: one entry per step where recorded, else None (absent)
     __slots__ = (*STEP, *TOP, *OPTIONAL, "top_n", "raw", "top_raw", "_starts", "_built")
+    # The fixed columns' types (the optional ones, declared by the measures, are read by name).
+    position: list[int]
+    token_id: list[int]
+    text: list[str]
+    logprob: list[float | None]
+    rank: list[int | None]
+    top_token_id: list[int]
+    top_logprob: list[float]  # (None where a stored value was NaN)
+    top_text: list[str]
+    top_n: list[int]
+    raw: dict[int, str]
+    top_raw: dict[int, str]
 
     def __init__(self, columns: dict[str, Any]):
         for name in (*self.STEP, *self.TOP, "top_n"):
@@ -328,12 +338,16 @@ class Comparison:
     divergence: Divergence | None = None
     explanation: Explanation | None = None  # parity_ui.analysis.explain
     cross_scores: CrossScores | None = None  # parity_ui.analysis.crossscore: each direction's teacher-forced figures
-    routes: RouteAgreement | None = None  # MoE: the two sides' routes compared (parity_ui.analysis.routes)
-    route_replay: RouteReplay | None = None  # b run again with a's routes: the figures before and after
-    kept_mass: KeptMass | None = None  # parity_ui.analysis.kept_mass: sampled tokens' kept sets and both ratios
-    # full_distribution: the whole-distribution family over the cross-scored sequence where both sides' full rows
-    # met (parity_ui.commands.compare_rows): {"generator", "scorer", "positions", "kl_mean", ...}; None: not recorded
-    distribution: dict[str, Any] | None = None
+    # What the measures harvested from this pair, by record key (core.measures RECORDS: "routes", "route_replay",
+    # "kept_mass", "distribution"; read one typed with core.measures.ROUTES.of(c)...). Absent: not recorded.
+    # Stored and printed flat: each record under its key beside the fields above (every key, null when absent).
+    measures: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: to_dict(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "measures"}
+        out.update({key: to_dict(self.measures.get(key)) for key in RECORDS})
+        out.update({k: to_dict(v) for k, v in self.measures.items() if k not in RECORDS})
+        return out
 
 
 @dataclass
@@ -414,7 +428,13 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)  # parity-ui's own and this python's
     duration_ms: int | None = None
     group_id: str | None = None  # runs of one sweep or probe share it
-    kind: str = "compare"  # "compare" | "sweep" | "probe"
+    # What made the run (the command, and so which record it carries): "compare" (one comparison: its
+    # prompts' comparisons), "sweep" (a grid point; the points share group_id), "probe" (`probes`),
+    # "workload" (`workload`: pooled figures, its prompts' steps in the store), "replay" (`workload`, with
+    # its `replay` record: core.replay_record), "bisect" (`bisect`: the trials and the answer),
+    # "bisect-trial" (a bisect's trial: a workload sharing the bisect's group_id), "check" (`parity check`:
+    # its results in the store's gate tables; its cases are workloads or replays sharing its group_id).
+    kind: str = "compare"
     probes: ProbeReport | None = None  # a probe run's findings (parity_ui.commands.probes)
     timings: dict[str, float] = field(default_factory=dict)  # phase -> seconds (parity_ui.core.runlog.PHASES)
     owner: dict[str, Any] | None = None  # {pid, host, start}: who writes a running run
@@ -541,17 +561,16 @@ def side_result_from_dict(d: dict[str, Any]) -> SideResult:
 
 
 def comparison_from_dict(d: dict[str, Any]) -> Comparison:
+    """A comparison from its JSON (stored, or `--json`'s), its measure records each under its key."""
     div = d.get("divergence")
-    expl, cross, kept = d.get("explanation"), d.get("cross_scores"), d.get("kept_mass")
+    expl, cross = d.get("explanation"), d.get("cross_scores")
     return Comparison(
         **{
             **_known(Comparison, d),
-            "kept_mass": kept if isinstance(kept, KeptMass) or kept is None else kept_mass_from_json(kept),
             "divergence": Divergence(**_known(Divergence, div)) if div else None,
             "explanation": expl if isinstance(expl, Explanation) else explanation_from_json(expl),
             "cross_scores": cross if isinstance(cross, CrossScores) else cross_scores_from_json(cross),
-            "routes": agreement_from_json(d.get("routes")),
-            "route_replay": replay_from_json(d.get("route_replay")),
+            "measures": read_records(d),
         }
     )
 

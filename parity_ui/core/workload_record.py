@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import sub, truediv
@@ -16,6 +16,7 @@ from typing import Any
 
 from .findings import MASKED_LOGPROB
 from .pooled import EXCEEDS, TOO_FEW, WITHIN, FloorVerdict, WorkloadStats, scorable
+from .replay_record import ReplayRecord, replay_record_from_json
 
 MODES = ("free", "scored", "replay")  # replay: a dump's tokens forced (parity_ui.commands.replay)
 FLOORS = ("auto", "batch", "order", "kernel", "none")
@@ -120,11 +121,48 @@ def _all_scorable(xs: Sequence[float | None]) -> bool:
 class SideFigures:
     side: str
     stats: WorkloadStats
-    verdict: FloorVerdict | None = None  # against the floor; None for the floor itself, or without one
+    verdict: FloorVerdict | None = (
+        None  # the token figures against the floor; None for the floor itself, or without one
+    )
     hist: DlogpHistogram | None = None  # None in a report stored before histograms were pooled
-    routing_verdict: str | None = None  # MoE: the routing figures against the floor's (core.pooled)
-    distribution_verdict: str | None = None  # full_distribution: the distribution family against the floor's
-    sampling_verdict: str | None = None  # shared-seed: the sampling family's shares against the floor's
+    # Each pooled measure's family against the floor's, one sentence, by the measure's key (core.measures
+    # POOLED: "routing", "distribution", "sampling"); absent: not recorded, or no floor to judge against.
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+
+# `--json` (schema 3) and stored reports before it: each family's verdict as its own key (an alias of
+# SideFigures.verdicts, kept for one schema version; read back from older reports).
+VERDICT_ALIASES = {"routing": "routing_verdict", "distribution": "distribution_verdict", "sampling": "sampling_verdict"}
+
+
+def put_family(
+    report: WorkloadReport,
+    key: str,
+    figures: Callable[[str], dict[str, Any] | None],
+    judge: Callable[[dict[str, Any] | None, dict[str, Any] | None], str | None],
+) -> None:
+    """A pooled measure's family onto a report: `figures(side)` for each pair (from the side it pools
+    from: WorkloadReport.side_of) and the floor (None: not recorded), and each pair's verdict against
+    the floor's (`judge(side, floor)`)."""
+    floor = report.floor_figures
+    if floor is not None:
+        _set_family(floor, key, figures(floor.side))
+    fl = floor.stats.family(key) if floor is not None else None
+    for name, figs in report.sides.items():
+        side = report.side_of(name)
+        _set_family(figs, key, figures(side) if side is not None else None)
+        verdict = judge(figs.stats.family(key), fl)
+        if verdict:
+            figs.verdicts[key] = verdict
+        else:
+            figs.verdicts.pop(key, None)
+
+
+def _set_family(f: SideFigures, key: str, figures: dict[str, Any] | None) -> None:
+    if figures is None:
+        f.stats.families.pop(key, None)
+    else:
+        f.stats.families[key] = figures
 
 
 @dataclass
@@ -134,15 +172,35 @@ class WorkloadReport:
     n_prompts: int  # as given
     done: int = 0  # prompts every side has finished (stored)
     skipped_too_long: list[int] = field(default_factory=list)  # prompt indices left out (too_long=skip)
-    sides: dict[str, SideFigures] = field(default_factory=dict)  # each compared side (not the floor)
+    # Each compared pair's figures (not the floor's), by the pair's name: in a workload a pair is a side
+    # against the reference, named by the side (and a scored route replay "b+ref routes"); in a replay its
+    # ReplayPairs ("recorded vs hf", ...: core.replay_record). `figures_of` also takes a replay pair's
+    # key from before schema 3.
+    sides: dict[str, SideFigures] = field(default_factory=dict)
     floor_figures: SideFigures | None = None
     headline: str = ""
     rate: float | None = None  # prompts per second while generating (progress, ETA)
-    # A replay's own record (parity_ui.commands.replay.ReplayRecord as a dict): the dump, its pairs,
-    # the masked tokens, the worst tokens. None for other workloads.
-    replay: dict[str, Any] | None = None
+    # A replay's own record (core.replay_record.ReplayRecord): the dump, its pairs, the masked tokens,
+    # the worst tokens. None for other workloads.
+    replay: ReplayRecord | None = None
     # The cluster it ran on (parity_ui.core.cluster.ClusterRecord as a dict); None in process.
     cluster: dict[str, Any] | None = None
+
+    def figures_of(self, name: str) -> SideFigures | None:
+        """A pair's figures by its name (a replay's: or its key before schema 3)."""
+        got = self.sides.get(name)
+        if got is None and self.replay is not None:
+            p = self.replay.pair(name)
+            got = self.sides.get(p.name) if p is not None else None
+        return got
+
+    def side_of(self, name: str) -> str | None:
+        """The side whose stored comparisons and steps a pair's measures pool from (routes, full rows): a
+        workload's pair is its side; a replay's the side it compares with the trainer, where it is one."""
+        if self.replay is None:
+            return name
+        p = self.replay.pair(name)
+        return p.side if p is not None else (name if name == self.floor.side else None)
 
     @property
     def identical(self) -> bool | None:
@@ -184,9 +242,8 @@ class WorkloadReport:
                 "stats": f.stats.to_dict(),
                 "verdict": f.verdict.to_dict() if f.verdict else None,
                 "hist": dataclasses.asdict(f.hist) if f.hist else None,
-                "routing_verdict": f.routing_verdict,
-                "distribution_verdict": f.distribution_verdict,
-                "sampling_verdict": f.sampling_verdict,
+                "verdicts": dict(f.verdicts),
+                **{alias: f.verdicts.get(key) for key, alias in VERDICT_ALIASES.items()},
             }
 
         return {
@@ -199,7 +256,7 @@ class WorkloadReport:
             "floor_figures": figures(self.floor_figures),
             "headline": self.headline,
             "rate": self.rate,
-            "replay": self.replay,
+            "replay": self.replay.to_json() if self.replay is not None else None,
             "cluster": self.cluster,
         }
 
@@ -213,25 +270,34 @@ def report_from_json(d: dict[str, Any]) -> WorkloadReport:
             stats=WorkloadStats.from_dict(f["stats"]),
             verdict=FloorVerdict.from_dict(f["verdict"]) if f.get("verdict") else None,
             hist=DlogpHistogram.from_dict(f.get("hist")),
-            routing_verdict=f.get("routing_verdict"),
-            distribution_verdict=f.get("distribution_verdict"),
-            sampling_verdict=f.get("sampling_verdict"),
+            verdicts={
+                **{k: v for k, alias in VERDICT_ALIASES.items() if (v := f.get(alias))},
+                **(f.get("verdicts") or {}),
+            },
         )
 
     opts = {
         k: v for k, v in (d.get("options") or {}).items() if k in {f.name for f in dataclasses.fields(WorkloadOptions)}
     }
+    floor = FloorSpec(**d["floor"])
+    replay = replay_record_from_json(d.get("replay"), floor.side)
+    sides = {k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None}
+    if replay is not None:  # a replay stored before schema 3: its pairs' figures by key, now by name
+        for p in replay.pairs:
+            if p.key and p.key in sides and p.key != p.name and p.kind != "floor":
+                sides[p.name] = sides.pop(p.key)
+                sides[p.name].side = p.name
     return WorkloadReport(
         options=WorkloadOptions(**opts),
-        floor=FloorSpec(**d["floor"]),
+        floor=floor,
         n_prompts=d["n_prompts"],
         done=d.get("done", 0),
         skipped_too_long=list(d.get("skipped_too_long") or []),
-        sides={k: f for k, v in (d.get("sides") or {}).items() if (f := figures(v)) is not None},
+        sides=sides,
         floor_figures=figures(d.get("floor_figures")),
         headline=d.get("headline", ""),
         rate=d.get("rate"),
-        replay=d.get("replay"),
+        replay=replay,
         cluster=d.get("cluster"),
     )
 

@@ -6,7 +6,7 @@ dwarf everything else a run keeps. Instead:
 
 1. The side whose rows exist first (the one that generated the tokens; in a replay the first scorer)
    writes them to a scratch .npy in the run's scratch dir (in memory, /dev/shm, where it has room:
-   commands.rows_scratch) — float32, exact for float32 logits, so two sides that agree bit for bit
+   measures.scratch) — float32, exact for float32 logits, so two sides that agree bit for bit
    give KL = 0 exactly; or the bfloat16 bits where every value is one (a bf16 model's logits): as
    exact, half the bytes — `write_rows` from a whole tensor (HF), or a decode step at a time (vLLM's
    logits-processor hook, parity_ui.engines.vllm_full_rows: each step's rows one block of a log, an

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import PromptError
+from ..core.mapping import option
 
 MAX_IMAGE_BYTES = 20 * 2**20  # a file over this is refused (and would not be stored)
 MAX_IMAGE_PIXELS = 40_000_000  # width x height: ~6300 x 6300; more is refused before decoding
@@ -194,10 +195,9 @@ def image_findings(prep: Any, vision: Any) -> list[Any]:
                         f"prompt {i} image {img.name!r}: {b.image_tokens[k]} image tokens on {plan.name}, "
                         f"{a.image_tokens[k]} on {ref.name}"
                     )
-        key = (
-            next(k for k in ("image_max_pixels", "image_min_pixels") if getattr(plan.spec.options, k, None) is not None)
-            if any(getattr(plan.spec.options, k, None) is not None for k in ("image_max_pixels", "image_min_pixels"))
-            else "image_max_pixels"
+        key = next(
+            (k for k in ("image_max_pixels", "image_min_pixels") if option(plan.spec, k) is not None),
+            "image_max_pixels",
         )
         out.append(
             Finding(

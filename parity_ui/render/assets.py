@@ -93,7 +93,7 @@ CSS = """
 .pc-phases td { text-align:center; border:1px solid #eee; }
 .pc-muted { color:#71717a; }
 .pc-settings summary, .pc-timings summary, .pc-cross summary { cursor:pointer; color:#3f3f46; }
-/* MoE routes: the layer x token grid (parity_ui.render.routes) */
+/* MoE routes: the layer x token grid (parity_ui.render.sections.routing) */
 .rt-grid { border-collapse:collapse; font:11px ui-monospace,monospace; margin:4px 0; }
 .rt-grid td, .rt-grid th { min-width:14px; height:14px; padding:0; text-align:center; border:1px solid #fff; }
 .rt-grid th { color:#71717a; font-weight:400; padding:0 4px; white-space:nowrap; }

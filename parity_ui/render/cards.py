@@ -10,7 +10,7 @@ from ..core.runlog import PHASES
 from ..core.settings import settings_diff
 from ..core.types import Comparison, Finding, ModelInfo, PromptResult, Run
 from .markup import esc  # noqa: F401 - other modules take esc from here too
-from .routes import grid_html
+from .sections import SECTIONS
 
 _FIX = " Fix: "
 
@@ -229,9 +229,9 @@ def settings_html(run: Run, open_: bool = False) -> str:
     )
 
 
-def _routes(c: Comparison) -> str:
-
-    return grid_html(c)
+def _sections(c: Comparison) -> str:
+    """Each measure's part of the comparison's card (routes: the layer x token grid)."""
+    return "".join(s.comparison_html(c) for s in SECTIONS)
 
 
 def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> str:
@@ -252,7 +252,7 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
         if len(run.prompts) > 1:
             body.append(f"<div>Prompt {prompt_index} of {len(run.prompts)}.</div>")
         for c in p.comparisons:
-            body += [divergence_line(c, run.kind == "replay"), _explanation(c), _cross_scores(c), _routes(c)]
+            body += [divergence_line(c, run.kind == "replay"), _explanation(c), _cross_scores(c), _sections(c)]
         body.append(
             f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
             f"{phases_html(run)}</details>"

@@ -8,54 +8,16 @@ import html
 from typing import Any
 
 from ..analysis.crossscore import summary_line
-from ..core.distribution import DISTRIBUTION_COLUMNS
 from ..core.fixes import fix_text
 from ..core.settings import format_text, settings_diff
-from ..core.types import SAMPLING_COLUMNS, Localisation, Run, step_column, to_dict
-from .routes import route_lines
+from ..core.types import Localisation, Run, to_dict
+from .sections import SECTIONS, workload_html
+from .sections.distribution import distribution_line  # noqa: F401 - re-exported (the CLI summary's line)
+from .sections.sampling import sampling_figures, sampling_lines  # noqa: F401 - re-exported
 
-SCHEMA_VERSION = 2  # 1: parity-ui 0.1 (vllm/hf keys); 2: sides
-
-
-def sampling_figures(run: Run) -> dict[str, dict[str, float | None]]:
-    """Per non-reference side, the sampling family's figures pooled over the run's prompts (sides
-    that recorded no draws are left out)."""
-    from ..core.pooled import pool_kept_mass
-
-    out = {}
-    for side in dict.fromkeys(c.b for p in run.prompts for c in p.comparisons):
-        pooled = pool_kept_mass(c.kept_mass for p in run.prompts for c in p.comparisons if c.b == side)
-        if pooled is not None:
-            out[side] = {"tokens": pooled.tokens, **pooled.figures()}
-    return out
-
-
-def sampling_lines(run: Run) -> list[str]:
-    """The sampling family as terminal lines, by display name (core.figures)."""
-    from ..core.figures import FIGURES, SAMPLING_ROWS
-
-    lines = []
-    for side, figs in sampling_figures(run).items():
-        lines.append(
-            f"  sampled tokens, {side} against {run.reference} ({figs['tokens']} tokens drawn on both sides; "
-            "reference = trainer, raw; side = rollout, processed):"
-        )
-        lines += [f"    {FIGURES[k].name}: {FIGURES[k].format(figs[k])}" for k in SAMPLING_ROWS]
-    return lines
-
-
-def distribution_line(c: Any) -> str:
-    """One line for the CLI summary: a comparison's whole-distribution figures (full_distribution), by
-    display name."""
-    from ..core.figures import FIGURES
-
-    d = c.distribution
-    keys = ("kl_mean", "kl_max", "kl_rev_mean", "tv_mean", "tv_max", "top1_agree", "topk_contained")
-    figs = ", ".join(f"{FIGURES[k].name} {FIGURES[k].format(d.get(k))}" for k in keys)
-    return (
-        f"full distribution ({d['generator']}'s tokens, rows met by {d['scorer']}, {int(d['positions'])} "
-        f"positions): {figs}"
-    )
+# 1: parity-ui 0.1 (vllm/hf keys); 2: sides; 3: a replay's pairs by name ("recorded vs hf"), verdicts by measure,
+# the token figures' k1. Keys schema 3 renamed stay as aliases for one schema version (docs/cli.md).
+SCHEMA_VERSION = 3
 
 
 def _s(x: float | None) -> str:
@@ -126,10 +88,10 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                 lines.append(f"    verdict: {c.explanation.verdict}: {c.explanation.summary}")
             if c.cross_scores:
                 lines.append(f"    teacher-forced: {summary_line(c.cross_scores)}")
-            if c.distribution:
-                lines.append(f"    {distribution_line(c)}")
-            lines += route_lines(c)
-    lines += sampling_lines(run)
+            for sec in SECTIONS:  # each measure's lines (the full distribution, routes...)
+                lines += sec.comparison_lines(c)
+    for sec in SECTIONS:
+        lines += sec.run_lines(run)
     if run.timings:
         lines.append("  time per phase: " + "  ".join(f"{k} {v:.2f}s" for k, v in run.timings.items()))
     if run.bisect is not None:
@@ -149,18 +111,8 @@ def _stream(res: Any) -> dict[str, Any]:
         "error": res.error,
         "top_logprobs": [[{"token_id": t.token_id, "logprob": t.logprob} for t in s.top] for s in res.steps],
         "routes": to_dict(res.routes),  # MoE: packed experts, weights and margins (core.routes), or null
-        # Sampled tokens' draws (shared-seed sampling); absent when the side recorded none.
-        **(
-            {"sampling": {name: step_column(res.steps, name) for name in SAMPLING_COLUMNS}}
-            if any(x is not None for x in step_column(res.steps, "kept"))
-            else {}
-        ),
-        # The whole distribution against the reference per position (full_distribution); absent when not recorded.
-        **(
-            {"distribution": {name: step_column(res.steps, name) for name in DISTRIBUTION_COLUMNS}}
-            if any(x is not None for x in step_column(res.steps, "kl"))
-            else {}
-        ),
+        # Each measure's per-token columns (shared-seed draws, the full distribution); absent when not recorded.
+        **{k: v for sec in SECTIONS for k, v in sec.stream_json(res).items()},
     }
 
 
@@ -207,12 +159,25 @@ def run_json(run: Run) -> dict[str, Any]:
         "warnings": to_dict(run.warnings),
         "probes": to_dict(run.probes),
         "timings": run.timings,
-        "workload": to_dict(run.workload),
+        "workload": _workload_json(run),
         "bisect": to_dict(run.bisect),
         "duration_ms": run.duration_ms,
         "prompts": prompts,
-        "sampling": sampling_figures(run),
+        **{k: v for sec in SECTIONS for k, v in sec.run_json(run).items()},  # the sampling family per side
     }
+
+
+def _workload_json(run: Run) -> Any:
+    """The workload's record; a replay's pairs also under their keys from before schema 3 (aliases for
+    one schema version: "recorded", "vllm", "recorded~vllm"... beside "recorded vs hf"...)."""
+    out = to_dict(run.workload)
+    replay = run.workload.replay if run.workload is not None else None
+    if replay is not None:
+        sides = out["sides"]
+        for p in replay.pairs:
+            if p.key and p.key != p.name and p.name in sides and p.key not in sides:
+                sides[p.key] = sides[p.name]
+    return out
 
 
 WORKLOAD_PANES = 8  # a workload's report shows the token panes of this many prompts: the earliest forks
@@ -283,10 +248,9 @@ def html_report(
         shown = set(workload_report_prompts(run))
         prompts = [p for p in run.prompts if p.index in shown]
         parts = [workload_section_html(run, rows), settings_html(run, open_=True)]
-        if run.workload.replay:  # a replay: its pairs and worst tokens after the workload section
-            from .replay import replay_html
-
-            parts.insert(1, replay_html(run.workload))
+        own = workload_html(run.workload)  # a replay: its pairs and worst tokens after the workload section
+        if own:
+            parts.insert(1, own)
         if prompts:
             parts.append(
                 f"<h3>The {len(prompts)} prompt(s) that fork earliest</h3><p class=pc-muted>Open any other "

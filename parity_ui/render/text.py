@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import BAND_KEYS, DISTRIBUTION_ROWS, FAMILIES, FIGURE_ROWS, FIGURES, LEGEND, SAMPLING_ROWS, count
+from ..core.figures import BAND_KEYS, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
 from ..core.types import FLOOR_MULTIPLE, MIN_REL, Localisation, Run
 from ..core.workload_record import WorkloadReport, _pct
+from .sections import SECTIONS
 
 
 def format_probe(run: Run) -> str:
@@ -146,26 +147,13 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
         row(label, [FIGURES[key].format(getattr(s.tokens, key), "-") for s in stats])
     for i, key in enumerate(BAND_KEYS if stats else ()):
         row(FIGURES[key].name, [_pct(s.tokens.outside[i].outside) if i < len(s.tokens.outside) else "-" for s in stats])
-    if any(x.routing for x in stats):  # MoE, routes=true: the routing family
-        for key in FAMILIES["routing"]:
-            row(FIGURES[key].name, [FIGURES[key].format((x.routing or {}).get(key), "-") for x in stats])
-    if any(x.distribution for x in stats):  # full_distribution=true: the distribution family
-        for key in DISTRIBUTION_ROWS:
-            row(FIGURES[key].name, [FIGURES[key].format((x.distribution or {}).get(key), "-") for x in stats])
-        row("positions, full rows met", [str(int((x.distribution or {}).get("positions") or 0)) for x in stats])
-    if any(x.sampling for x in stats):  # shared-seed sampling: kept mass and both ratios
-        for key in SAMPLING_ROWS:
-            row(FIGURES[key].name, [FIGURES[key].format((x.sampling or {}).get(key), "-") for x in stats])
-        row("tokens drawn on both sides", [str(int((x.sampling or {}).get("tokens") or 0)) for x in stats])
+    for s in SECTIONS:  # each measure's family, where the run recorded it (routes, full rows, draws)
+        for label, cells in s.text_rows(stats):
+            row(label, cells)
     lines += [f"  {x}" for x in LEGEND]
     for name in names:
         f = report.sides[name]
-        if f.routing_verdict:
-            lines.append(f"  {name}: {f.routing_verdict}")
-        if f.distribution_verdict:
-            lines.append(f"  {name}: {f.distribution_verdict}")
-        if f.sampling_verdict:
-            lines.append(f"  {name}: {f.sampling_verdict}")
+        lines += [f"  {name}: {v}" for s in SECTIONS if (v := f.verdicts.get(s.key))]
         if f.verdict is not None:
             lines.append(f"  {name}: {verdict_line(f.verdict)}")
         worst = f.stats.worst_by_divergence[:5]
@@ -176,65 +164,6 @@ def format_workload(report: WorkloadReport, run_id: str = "", status: str = "") 
             )
     if run_id and names:
         lines.append(f"  open one: parity runs show {run_id} --prompt N")
-    if report.replay:
-        lines.append(format_replay(report))
-    return "\n".join(lines)
-
-
-# A replay's pairs table: the RL figures, in the frameworks' order.
-REPLAY_COLUMNS = ("outside_0.8_1.2", "outside_0.9_1.1", "outside_0.99_1.01", "k3", "extreme_share", "abs_dlogp_max")
-
-
-def format_replay(report: WorkloadReport) -> str:
-    """A replay's attribution (its pairs as rows of one table, the floor last), the masked tokens and
-    the worst tokens first."""
-    r = report.replay or {}
-    lines = [
-        f"replay of {r.get('dump')} ({r.get('format')}): {report.done} of {report.n_prompts} rows, "
-        f"{r.get('tokens', 0):,} response tokens, {r.get('masked', 0):,} masked by the loss mask (left out)"
-    ]
-    lines += [f"  note: {n}" for n in r.get("notes") or []]
-    lines += [f"  {name} forced the tokens by {how}" for name, how in (r.get("forced") or {}).items()]
-    if r.get("rows") and r.get("with_logprobs", 0) < r.get("rows", 0):
-        lines.append(
-            f"  {r['rows'] - r.get('with_logprobs', 0)} rows have no recorded logprobs: the recorded side "
-            "is absent for them"
-        )
-    band = {b: i for i, b in enumerate(BAND_KEYS)}
-    head = (
-        f"  {'pair (b against a)':34}"
-        + "".join(f"{FIGURES[k].name[:15]:>16}" for k in REPLAY_COLUMNS)
-        + f"{'seq. geo-mean ρ':>20}  verdict"
-    )
-    lines.append(head)
-    for p in r.get("pairs") or []:
-        f = report.floor_figures if p["key"] == report.floor.side else report.sides.get(p["key"])
-        if f is None:
-            continue
-        t = f.stats.tokens
-        cells = []
-        for k in REPLAY_COLUMNS:
-            if k in band:
-                i = band[k]
-                cells.append(_pct(t.outside[i].outside) if i < len(t.outside) else "-")
-            else:
-                cells.append(FIGURES[k].format(getattr(t, k, None), "-"))
-        sr = f.stats.sequences.seq_ratio
-        geo = "-" if sr.min is None else f"{sr.min:.3g}..{sr.max:.3g}"
-        verdict = "floor" if p["key"] == report.floor.side else (f.verdict.verdict if f.verdict else "-")
-        lines.append(
-            f"  {(p['b'] + ' vs ' + p['a'])[:33]:34}" + "".join(f"{c:>16}" for c in cells) + f"{geo:>20}  {verdict}"
-        )
-    for p in r.get("pairs") or []:
-        lines.append(f"    {p['key']}: {p['meaning']}")
-    worst = r.get("worst_tokens") or []
-    if worst:
-        lines.append("  worst tokens (Δ = trainer − rollout):")
-        for w in worst[:10]:
-            eng = "  ".join(f"{k} {v:.4g}" for k, v in (w.get("engines") or {}).items() if v is not None)
-            lines.append(
-                f"    {w['row']} (prompt {w['prompt_index']}) token {w['position']} {w['text']!r}: "
-                f"Δ {w['dlogp']:+.4g}  trainer {w['trainer']:.4g}  {w['pair']} {w['rollout']:.4g}"
-                + (f"  {eng}" if eng else "")
-            )
+    for sec in SECTIONS:  # each measure's own part (a replay's pairs table and worst tokens)
+        lines += sec.workload_lines(report)
     return "\n".join(lines)

@@ -12,23 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.cluster import describe_record
-from ..core.figures import (
-    BAND_KEYS,
-    CHECK_OF_ROW,
-    DISTRIBUTION_ROWS,
-    FIGURE_ROWS,
-    FIGURES,
-    LEGEND,
-    SAMPLING_ROWS,
-    count,
-)
+from ..core.figures import BAND_KEYS, CHECK_OF_ROW, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, NOT_IDENTICAL, TOO_FEW, WITHIN, FigureCheck, FloorVerdict, factor_text
 from ..core.types import Run
 from ..core.workload_record import DlogpHistogram, SideFigures, WorkloadReport
 from .cards import error_html, esc, finish_card, split_fix
+from .charts import figure_sets, label, side_colors, svg_frame
+from .sections import SECTIONS
 
-FLOOR_COLOR = "#64748b"
-SIDE_COLORS = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#be123c")
 # Sort keys of a prompt's first divergence that is not a position: identical ones sort after every
 # fork (ascending: the earliest forks first), a fork at an unknown position just before them.
 IDENTICAL_KEY, UNKNOWN_KEY = 1e12, 1e11
@@ -52,24 +43,6 @@ def _g(x: float | None, fmt: str = ".3g") -> str:
 
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
-
-
-def side_colors(report: WorkloadReport) -> dict[str, str]:
-    """A color per compared side, the floor gray: the same in every chart of the view."""
-    out = {name: SIDE_COLORS[i % len(SIDE_COLORS)] for i, name in enumerate(report.sides)}
-    if report.floor_figures is not None:
-        out[report.floor_figures.side] = FLOOR_COLOR
-    return out
-
-
-def figure_sets(report: WorkloadReport) -> list[SideFigures]:
-    """Every side's figures, then the floor's (when there is one)."""
-    return [*report.sides.values(), *([report.floor_figures] if report.floor_figures else [])]
-
-
-def label(report: WorkloadReport, name: str) -> str:
-    """A side's name in a legend: the floor is called what it is."""
-    return "floor (reference vs itself)" if report.floor_figures and name == report.floor_figures.side else name
 
 
 def resumable(run: Run) -> bool:
@@ -269,92 +242,21 @@ def figures_table_html(report: WorkloadReport) -> str:
                 key,
             )
         )
-    rows += family_rows(sets, row)
-    kl_svg = kl_svg_html(report)
+    for s in SECTIONS:  # each measure's family, where the run recorded it
+        rows += s.html_rows(sets, row)
     legend = "".join(f"<li>{esc(x)}</li>" for x in LEGEND)
     notes = "".join(
         f'<li data-side="{esc(f.side)}">{esc(label(report, f.side))}: {esc(v)}</li>'
         for f in report.sides.values()
-        for v in (f.distribution_verdict, f.sampling_verdict)
-        if v
+        for s in SECTIONS
+        if s.html_verdicts() and (v := f.verdicts.get(s.key))
     )
     return (
         f'<table class="pc-setting-table wl-figures"><tr><th>figure</th>{head}</tr>{"".join(rows)}</table>'
         + (f'<ul class="wl-family-verdicts">{notes}</ul>' if notes else "")
-        + kl_svg
+        + "".join(s.html_extra(report) for s in SECTIONS)
         + f'<ul class="pc-muted wl-legend">{legend}</ul>'
     )
-
-
-def kl_svg_html(report: WorkloadReport, width: int = 560, height: int = 220) -> str:
-    """The KL(ref‖side) distribution (full_distribution): each side's and the floor's (dashed) share of
-    positions per decade of KL, exact zeros in the legend; "" when no side recorded it."""
-    from ..core.distribution import KL_DECADES
-
-    sets = [f for f in figure_sets(report) if (f.stats.distribution or {}).get("kl_decades")]
-    if not sets:
-        return ""
-    colors = side_colors(report)
-    lo, hi = KL_DECADES
-    shares = {}
-    for f in sets:
-        d = f.stats.distribution or {}
-        n = sum(d["kl_decades"].values()) or 1
-        shares[f.side] = (
-            [d["kl_decades"].get(str(e), 0) / n for e in range(lo, hi + 1)],
-            d["kl_decades"].get("0", 0) / n,
-        )
-    top = max(max(s) for s, _ in shares.values()) or 1.0
-    x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
-
-    def xy(x: float, s: float) -> str:
-        return f"{x0 + (x1 - x0) * (x - lo) / (hi + 1 - lo):.1f},{y1 - (y1 - y0) * s / top:.1f}"
-
-    lines, legend = [], []
-    for f in sets:
-        per, zero = shares[f.side]
-        pts = [xy(lo, 0.0)]
-        for e, s in zip(range(lo, hi + 1), per):
-            pts += [xy(e, s), xy(e + 1, s)]
-        pts.append(xy(hi + 1, 0.0))
-        floor = f.side == (report.floor.side or "")
-        dash = ' stroke-dasharray="5 4"' if floor else ""
-        lines.append(
-            f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
-            f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>'
-        )
-        legend.append((label(report, f.side) + (f" ({_pct(zero)} exactly 0)" if zero else ""), colors[f.side], floor))
-    xticks = [(x0 + (x1 - x0) * (e - lo) / (hi + 1 - lo), f"1e{e}") for e in range(lo, hi + 1, 2)]
-    yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
-    return _svg_frame(
-        width,
-        height,
-        "KL(ref‖side) per position, each side against the floor",
-        "KL(ref‖side) (nats, per decade)",
-        "share of positions",
-        "".join(lines),
-        legend,
-        xticks,
-        yticks,
-    )
-
-
-def family_rows(sets: list[SideFigures], row: Any) -> list[str]:
-    """The distribution family (full_distribution: the KL distribution as mean / p90 / p95 / p99 / max,
-    TV, top-1, top-k) and the sampling family (kept mass, both ratios and their band shares), for the
-    runs that recorded them: each a header row, then its figures by display name."""
-    out = []
-    for attr, keys, title, count_key, count_label in (
-        ("distribution", DISTRIBUTION_ROWS, "the whole distribution (full rows)", "positions", "positions compared"),
-        ("sampling", SAMPLING_ROWS, "sampled tokens: kept mass and ratios", "tokens", "tokens drawn on both sides"),
-    ):
-        got = [getattr(f.stats, attr) or {} for f in sets]
-        if not any(got):
-            continue
-        out.append(f'<tr class="wl-family"><th colspan="{len(sets) + 1}">{esc(title)}</th></tr>')
-        out.append(row(count_label, [str(int(g.get(count_key) or 0)) if g else "–" for g in got]))
-        out += [row(FIGURES[k].name, [FIGURES[k].format(g.get(k)) for g in got], key=k) for k in keys]
-    return out
 
 
 # -- the prompt table -------------------------------------------------------------------------------
@@ -501,41 +403,6 @@ def histogram_shares(h: DlogpHistogram) -> tuple[list[float], list[float]]:
     return h.edges()[:-1], [c / total for c in h.counts]
 
 
-def _svg_frame(
-    width: int,
-    height: int,
-    title: str,
-    xlabel: str,
-    ylabel: str,
-    body: str,
-    legend: list[tuple[str, str, bool]],
-    xticks: list[tuple[float, str]],
-    yticks: list[tuple[float, str]],
-) -> str:
-    ticks = "".join(
-        f'<text x="{x:.1f}" y="{height - 22}" font-size="10" text-anchor="middle">{esc(t)}</text>' for x, t in xticks
-    )
-    ticks += "".join(
-        f'<text x="40" y="{y + 3:.1f}" font-size="10" text-anchor="end">{esc(t)}</text>'
-        f'<line x1="44" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-        for y, t in yticks
-    )
-    dash = ' stroke-dasharray="4 3"'
-    keys = "".join(
-        f'<g transform="translate({60 + 170 * i},14)"><line x1="0" x2="18" y1="-4" y2="-4" stroke="{c}" '
-        f'stroke-width="2"{dash if dashed else ""}/><text x="22" y="0" '
-        f'font-size="11">{esc(n)}</text></g>'
-        for i, (n, c, dashed) in enumerate(legend)
-    )
-    return (
-        f'<svg class="wl-svg" width="{width}" height="{height}" role="img" aria-label="{esc(title)}">'
-        f"<title>{esc(title)}</title>{ticks}{keys}{body}"
-        f'<text x="{width / 2:.0f}" y="{height - 6}" font-size="11" text-anchor="middle">{esc(xlabel)}</text>'
-        f'<text x="10" y="{height / 2:.0f}" font-size="11" transform="rotate(-90 10 {height / 2:.0f})" '
-        f'text-anchor="middle">{esc(ylabel)}</text></svg>'
-    )
-
-
 def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
     """Share of prompts still identical after k tokens, each side and the floor (dashed)."""
     report = run.workload
@@ -562,7 +429,7 @@ def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
         return ""
     xticks = [(x0 + (x1 - x0) * k / max_k, str(k)) for k in _nice_ticks(max_k)]
     yticks = [(y1 - (y1 - y0) * s, f"{100 * s:.0f}%") for s in (0, 0.25, 0.5, 0.75, 1.0)]
-    return _svg_frame(
+    return svg_frame(
         width,
         height,
         "Prompts still identical after k tokens",
@@ -610,7 +477,7 @@ def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -
         for e in range(math.ceil(lo), math.floor(hi) + 1)
     ]
     yticks = [(y1 - (y1 - y0) * s / top, f"{100 * s:.1f}%") for s in (0, top / 2, top)]
-    return _svg_frame(
+    return svg_frame(
         width,
         height,
         "|Δlogprob| per token, each side against the floor",
@@ -688,9 +555,9 @@ def workload_progress_html(
 
 
 def replay_table_labels(w: Any) -> dict[str, Any]:
-    """A replay's prompt-table options: each pair headed "b vs a" (its key alone reads like another's:
-    "recorded" and "recorded_vs_vllm"), and only its largest gap (forced tokens never fork)."""
+    """A replay's prompt-table options: each pair's column headed by its name (the floor's too: "floor
+    vs hf"), and only its largest gap (forced tokens never fork)."""
     if not getattr(w, "replay", None):
         return {}
-    labels = {p["key"]: f"{p['b']} vs {p['a']}" for p in w.replay.get("pairs") or []}
+    labels = {p.stored: p.name for p in w.replay.pairs}
     return {"labels": labels, "forced": True}

@@ -1,7 +1,8 @@
 """A run's sides as replicas on a Ray cluster: Ray started here (`local`) or joined (an address),
 each side's replicas started as actors that host the project's own worker (parity_ui.run.replica),
-placed by Ray, and one object that answers the same verbs as parity_ui.run.pipeline.Sides
-(`generate`, `score_batch`) by handing each request to an idle replica of that side.
+placed by Ray, and one object that answers the same verbs as parity_ui.run.pipeline.Sides (the
+side-set contract, parity_ui.run.sideset.SideSet: `generate`, `score_batch`, `routes`,
+`replay_routes`, `capture`...) by handing each request to an idle replica of that side.
 
 No scheduler: Ray places the actors (a placement group per replica group where the cluster has
 GPUs, so that one replica of every side shares a GPU exactly as an in-process run's sides share one;
@@ -28,11 +29,14 @@ from typing import Any
 
 from ..core.cluster import LOCAL, ClusterRecord, ClusterSpec
 from ..core.errors import CancelledError, ConfigError, EngineError
-from ..core.requests import GenerateRequest, ScoreRequest
+from ..core.requests import CaptureRequest, GenerateRequest, RouteReplayRequest, RoutesRequest, ScoreRequest
+from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
-from ..core.types import EngineInfo, Finding, SideResult, StepColumns
-from .pipeline import CapabilityError, Loaded, load_request
+from ..core.types import EngineInfo, Finding, SideResult, StepColumns, TokenStep
+from .pipeline import CapabilityError, load_request
 from .plan import SidePlan
+from .sideset import Loaded, SideSet
+from .worker_client import Capture
 from .workers import PROJECT_ROOT, EnginePool
 
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # results are small columns: a block's tokens, not tensors
@@ -433,11 +437,24 @@ class ClusterSides:
             r.side = side
         return results
 
-    def score_batch(self, side: str, items: list[ScoreRequest]) -> list[Any]:
+    def score_batch(self, side: str, items: list[ScoreRequest]) -> list[list[TokenStep]]:
         return self._call(side, "score_batch", items, None)
 
-    def score(self, side: str, req: ScoreRequest) -> list[Any]:
+    def score(self, side: str, req: ScoreRequest) -> list[TokenStep]:
         return self.score_batch(side, [req])[0]
+
+    def routes(self, side: str, req: RoutesRequest) -> Routes:
+        """MoE routes by a forced pass on an idle replica (any replica of the side has its weights)."""
+        return self._call(side, "routes", req, None)
+
+    def replay_routes(self, side: str, req: RouteReplayRequest) -> list[SideResult]:
+        results = _as_results(self._call(side, "replay_routes", req, None))
+        for r in results:
+            r.side = side
+        return results
+
+    def capture(self, side: str, req: CaptureRequest) -> Capture:
+        return self._call(side, "capture", req, None)
 
     @contextmanager
     def _released(self) -> Iterator[None]:
@@ -558,3 +575,7 @@ def _as_results(results: list[SideResult]) -> list[SideResult]:
         if not isinstance(r.steps, StepColumns):
             r.steps = StepColumns.from_steps(r.steps)
     return results
+
+
+def _is_a_side_set(sides: ClusterSides) -> SideSet:
+    return sides  # mypy: ClusterSides implements the side-set contract (parity_ui.run.sideset)

@@ -14,7 +14,8 @@ decides only where a pipeline waits for the others:
   stops the others.
 
 Sides still generate one at a time in both. Sides that share a setup share one worker. Once
-started, the set answers typed verbs (`generate`, `score`, `capture`) on any of its sides;
+started, the set answers the typed verbs of the side-set contract (parity_ui.run.sideset.SideSet:
+`generate`, `score`, `routes`, `capture`...) on any of its sides;
 it knows nothing of runs or the store (parity_ui.service and parity_ui.run.recorder do).
 """
 
@@ -43,6 +44,7 @@ from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, TokenStep
 from .plan import SidePlan
+from .sideset import Loaded, SideSet
 from .worker_client import Capture, CountsCallback, EngineClient, TokenCallback
 from .workers import EnginePool
 
@@ -53,12 +55,6 @@ class CapabilityError(ParityError):
     """A side's engine cannot run this setup; found before the weights load."""
 
     code = "capability"
-
-
-@dataclass
-class Loaded:
-    info: EngineInfo
-    load_s: float  # 0.0 when the worker was already warm
 
 
 @dataclass
@@ -73,7 +69,8 @@ class Milestones:
         self.reached.setdefault(step, []).append(time.perf_counter())
 
     def phases(self, until: float, generated: bool) -> dict[str, float]:
-        out, last = {}, self.t0
+        out: dict[str, float] = {}
+        last = self.t0
         for step in ("start", "check", "load"):
             if step in self.reached:
                 out[step] = round(max(self.reached[step]) - last, 4)
@@ -449,3 +446,7 @@ class Sides:
                     )
         if errors:
             raise self._capability(errors, "found before generating")
+
+
+def _is_a_side_set(sides: Sides) -> SideSet:
+    return sides  # mypy: Sides implements the side-set contract (parity_ui.run.sideset)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.kinds import VllmOptions
+from ..core.mapping import option
 from ..core.types import Finding
 from ..core.validation import non_default
 from .hardware import batch_invariant_support
@@ -222,7 +223,7 @@ def check_generation_config(prepared: Prepared) -> list[Finding]:
     applying = [
         p
         for p in prepared.sides
-        if (getattr(p.spec.options, "generation_config", None) or prepared.config.generation_config) == "model"
+        if (option(p.spec, "generation_config") or prepared.config.generation_config) == "model"
     ]
     if not applying:
         return [
@@ -393,7 +394,7 @@ def check_dtype(prepared: Prepared) -> list[Finding]:
                 fix="that is the point when a trainer in fp32 checks bf16 rollouts; use one dtype to compare engines",
             )
         )
-    fp32 = [p.name for p in prepared.sides if getattr(p.spec.options, "fp32_logits", False)]
+    fp32 = [p.name for p in prepared.sides if option(p.spec, "fp32_logits", False)]
     if fp32 and len(fp32) < len(prepared.sides) and low:
         others = [p.name for p in prepared.sides if p.name not in fp32]
         out.append(
@@ -558,7 +559,7 @@ def check_batching(prepared: Prepared) -> list[Finding]:
                 )
             )
     for p in invariant:
-        if getattr(p.spec.options, "batch_invariant", False) and not p.spec.python:
+        if option(p.spec, "batch_invariant", False) and not p.spec.python:  # `invariant`: kinds that can
             ok, why = batch_invariant_support(prepared.resolved.on_gpu)
             if not ok:
                 out.append(
@@ -676,8 +677,9 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
             f.name for f in dataclasses.fields(p.spec.options)
         }
         mine, theirs = non_default(p.spec.options), non_default(ref.spec.options)
+        ref_opts, side_opts = ref.spec.all_options(), p.spec.all_options()
         for k in sorted((set(mine) | set(theirs)) & shared - {"dtype"}):
-            a, b = getattr(ref.spec.options, k), getattr(p.spec.options, k)
+            a, b = ref_opts[k], side_opts[k]
             if a != b:
                 (inert if k in _INERT_OPTIONS else diffs).append(f"{k} ({a!r} vs {b!r})")
         if p.model.path != ref.model.path:

@@ -2,10 +2,11 @@
 anything loads (parity_ui.run.preflight runs these with its other checks).
 
 - sides whose models disagree on the number of experts or on top-k (a side with its own model folder):
-  their routes cannot be compared expert for expert;
-- routes=true with a side whose kind cannot record routes (a server: its routers are in another
-  process), or with a model that has no MoE layers;
-- replay_routes on a side while routes=false (nothing is recorded to replay).
+  their routes cannot be compared expert for expert.
+
+What routes=true and replay_routes need of the sides (a kind that can record or force routes, a model
+with MoE layers) is the routing measure's preflight (parity_ui.measures.routes), asked when a run starts
+its measures.
 """
 
 from __future__ import annotations
@@ -52,52 +53,6 @@ def check_moe(prepared: Prepared) -> list[Finding]:
                     message=f"the sides' models route differently: {ref} picks {a[1]} of {a[0]} experts, {p.name} "
                     f"{b[1]} of {b[0]}; their routes cannot be compared expert for expert",
                     fix=f"give {p.name} a checkpoint of the same MoE model (model=)",
-                )
-            )
-    routes = getattr(prepared.config, "routes", False)
-    if routes and not any(shapes.values()):
-        out.append(
-            Finding(
-                code="routes-no-moe",
-                severity="warning",
-                message="routes=true, but the model has no mixture-of-experts layers (no expert count "
-                "in its config.json): no routes will be recorded",
-                fix="use an MoE model, or drop routes=true",
-                setting={"key": "routes", "value": False},
-            )
-        )
-    for p in prepared.sides:
-        if routes and not p.kind.can_record_routes:
-            out.append(
-                Finding(
-                    code="routes-unsupported",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name} ({p.kind.label}) cannot record expert routes (its routers run in another "
-                    "process); the run goes on without its routes",
-                    fix="record routes on vllm or hf sides",
-                )
-            )
-        mode = getattr(p.spec.options, "replay_routes", "off")
-        if mode != "off" and not routes:
-            out.append(
-                Finding(
-                    code="replay-without-routes",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name}.replay_routes={mode} needs the reference's routes, and routes=false",
-                    fix="set routes=true",
-                    setting={"key": "routes", "value": True},
-                )
-            )
-        if mode != "off" and p is prepared.sides[0]:
-            out.append(
-                Finding(
-                    code="replay-on-reference",
-                    severity="warning",
-                    side=p.name,
-                    message=f"{p.name} is the reference: it replays no one's routes",
-                    fix="set replay_routes on another hf side",
                 )
             )
     return out

@@ -11,7 +11,7 @@ from ..core.config import ParityConfig
 from ..core.context import check_context, max_context
 from ..core.errors import ConfigError, PromptError, SideError
 from ..core.kinds import Kind, get_kind
-from ..core.mapping import Resolved, map_side, resolve, side_dtype, side_image_pixels
+from ..core.mapping import Resolved, map_side, option, resolve, side_dtype, side_image_pixels
 from ..core.sides import SideSpec
 from ..core.types import ModelInfo
 from ..inputs.models import describe_model
@@ -176,7 +176,7 @@ def plan_memory(
     for p in plans:  # a share filled by an earlier plan is not the user's: divide it again
         llm = getattr(p.args, "llm", None)
         if p.kind.gpu_memory == "share" and isinstance(llm, dict) and "gpu_memory_utilization" in llm:
-            llm["gpu_memory_utilization"] = getattr(p.spec.options, "gpu_memory_utilization", None)
+            llm["gpu_memory_utilization"] = option(p.spec, "gpu_memory_utilization")
     findings = plan_gpu_memory(plans, gpu, longest=longest, max_new=max_new, batch=batch, scored=scored)
     if resolved.context_need:
         fit_contexts(plans, gpu, resolved.context_need, explicit=cfg.max_model_len is not None)

@@ -1,7 +1,8 @@
 """One replica of one side on a Ray cluster: a Ray actor that hosts the project's own worker process
 (parity_ui.run.workers.EngineWorker running parity_ui.run.worker_main), so a replica loads the same
 engine class with the same mapped arguments, the same interpreter and the same environment as an
-in-process side, and answers the same typed verbs (parity_ui.run.worker_client.EngineClient).
+in-process side, and answers the same typed verbs (parity_ui.run.worker_client.EngineClient): the
+side-set contract's (parity_ui.run.sideset), so every measure runs on a cluster as in process.
 
 This module imports no Ray: parity_ui.run.cluster wraps `Replica` with `ray.remote` when it starts
 replicas. The actor is threaded (a few calls at once) so that `cancel` and `counts` are answered
@@ -18,7 +19,16 @@ import socket
 import time
 from typing import Any
 
-from ..core.requests import GenerateRequest, LoadRequest, Problem, ScoreBatch, ScoreRequest
+from ..core.requests import (
+    CaptureRequest,
+    GenerateRequest,
+    LoadRequest,
+    Problem,
+    RouteReplayRequest,
+    RoutesRequest,
+    ScoreBatch,
+    ScoreRequest,
+)
 from .worker_client import EngineClient
 from .workers import CancelFlag, EngineWorker
 
@@ -78,6 +88,18 @@ class Replica:
     def score_batch(self, items: list[ScoreRequest]) -> list[Any]:
         self.flag.clear()
         return self.client.score_batch(ScoreBatch(items))
+
+    def routes(self, req: RoutesRequest) -> Any:
+        self.flag.clear()
+        return self.client.routes(req)
+
+    def replay_routes(self, req: RouteReplayRequest) -> list[Any]:
+        self.flag.clear()
+        return self.client.replay_routes(req)
+
+    def capture(self, req: CaptureRequest) -> Any:
+        self.flag.clear()
+        return self.client.capture(req)
 
     def counts(self) -> dict[int, int]:
         """Each prompt's tokens so far in the generate under way (for the driver's progress)."""

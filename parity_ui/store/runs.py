@@ -338,7 +338,29 @@ def m008_gate(db: Database) -> None:
 
 
 @migrations()
-def m009_trends(db: Database) -> None:
+def m009_replay_pair_names(db: Database) -> None:
+    """A replay's pairs get one name each, "b vs a" (core.replay_record): its stored pair samples move
+    from the pair's old key ("recorded", "vllm", "recorded~vllm", ...) to its name, and its report is
+    rewritten in the new shape (the old keys stay in it as each pair's `key`). The floor's samples stay
+    under the floor side, as a workload's."""
+    from ..core.workload_record import report_from_json
+
+    for r in list(db.query("SELECT id, workload_json FROM runs WHERE kind = 'replay' AND workload_json IS NOT NULL")):
+        data = json.loads(r["workload_json"])
+        old = (data.get("replay") or {}).get("pairs") or []
+        if not old or all("kind" in p for p in old):
+            continue
+        report = report_from_json(data)
+        for pair in report.replay.pairs if report.replay is not None else []:
+            if pair.key and pair.key != pair.stored:
+                db.execute(
+                    "UPDATE pair_samples SET side = ? WHERE run_id = ? AND side = ?", [pair.stored, r["id"], pair.key]
+                )
+        db.execute("UPDATE runs SET workload_json = ? WHERE id = ?", [_json(_jsonable(report.to_json())), r["id"]])
+
+
+@migrations()
+def m010_trends(db: Database) -> None:
     """A run's trend over its steps (parity_ui.commands.replay_steps): a run of kind "trend" whose
     record is here (`trend_json`: core.trend.TrendReport), one row per trend, its steps' replays runs
     of kind "replay" with the trend's id as their group_id (parity_ui.store.trends)."""

@@ -22,9 +22,11 @@ from typing import Any
 import gradio as gr
 
 from ..core.errors import ParityError
+from ..core.replay_record import RECORDED, ReplayRow
 from ..core.types import Run
 from ..render import cards
-from ..render.replay import replay_html, token_note
+from ..render.sections import workload_html
+from ..render.sections.replay_pairs import token_note
 from ..render.workload import (
     EAGER_TABLE_ROWS,
     PromptRow,
@@ -134,7 +136,9 @@ class WorkloadView:
                 self.survival_plot = gr.HTML(visible=False, elem_id=f"{p}-wl-survival")
                 self.hist_plot = gr.HTML(visible=False, elem_id=f"{p}-wl-hist")
             self.figures = gr.HTML(elem_id=f"{p}-wl-figures")
-            self.replay = gr.HTML(elem_id=f"{p}-wl-replay")  # a replay's pairs and worst tokens (render.replay)
+            self.replay = gr.HTML(
+                elem_id=f"{p}-wl-replay"
+            )  # a replay's pairs and worst tokens (render.sections.replay_pairs)
             self.table = gr.HTML(elem_id=f"{p}-wl-prompts")
             # A row clicked in the table writes its prompt here and presses the button (the page's
             # script; both off screen): one server call opens that prompt's token view.
@@ -209,7 +213,7 @@ class WorkloadView:
                 "survival": None if w.replay else survival_svg(run) or None,
                 "hist": histogram_svg(w) or None,
                 "figures": figures_table_html(w),
-                "replay": replay_html(w, pick=self.prefix) if w.replay else "",
+                "replay": workload_html(w, pick=self.prefix),  # a replay's pairs and worst tokens
                 "table": prompt_table_html(
                     data.rows,
                     list(w.sides),
@@ -278,8 +282,9 @@ class WorkloadView:
             side = _replay_side(run)
             out = self.result_view.values(run, i, side, plots=False, focus=at)  # opened (and marked) at its token
             parts = self.parts(run.id)
-            worst = (parts["run"].workload.replay or {}).get("worst_tokens", []) if parts else []
-            note = cards.notice_html(token_note(run.id, i, at, worst))
+            record = parts["run"].workload.replay if parts else None
+            row = replay_row(run, i)
+            note = cards.notice_html(token_note(run.id, row, at, record.worst_tokens if record else []))
         else:
             out = self.result_view.values(run, i, plots=False)  # the figures follow (prompt_figures)
             note = cards.notice_html(f"Prompt {i} of workload {run.id}: its tokens, each side against the reference.")
@@ -394,7 +399,13 @@ class WorkloadView:
         self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
 
 
+def replay_row(run: Any, i: int) -> ReplayRow:
+    """A replayed row by its one name: its place in the dump, as the replay gave it (the prompt's given text)."""
+    pr = run.prompts[0] if run.prompts else None
+    return ReplayRow(i, str(((pr.given or {}).get("text") if pr is not None else None) or f"row {i}"))
+
+
 def _replay_side(run: Any) -> str | None:
     """The side a replay's row opens on: the recorded rollout against the trainer, where the row has it
     (None: any other run, or a row without it: the view's first side)."""
-    return "recorded" if run.kind == "replay" and run.prompts and "recorded" in run.prompts[0].results else None
+    return RECORDED if run.kind == "replay" and run.prompts and RECORDED in run.prompts[0].results else None

@@ -40,9 +40,9 @@ def db(tmp_path_factory):
     p.results["ref"].routes = routes([same] * 4, 4e-7)
     p.results["b"].routes = routes([same, [[1, 2], [4, 3], [5, 6]], [[1, 2], [3, 7], [5, 6]], same], 5e-7)
     c = compare(p.results["ref"], p.results["b"])
-    c.routes = compare_routes(p.results["ref"].routes, p.results["b"].routes, 3)
+    c.measures["routes"] = compare_routes(p.results["ref"].routes, p.results["b"].routes, 3)
     c.explanation = explain(c, p.results["ref"], p.results["b"], build_config())
-    c.route_replay = RouteReplay(mode="ids", source="ref", before_first_divergence=2, after_first_divergence=None,
+    c.measures["route_replay"] = RouteReplay(mode="ids", source="ref", before_first_divergence=2, after_first_divergence=None,
                                  before_identical=False, after_identical=True, before_max_abs_gap=0.0,
                                  after_max_abs_gap=2e-6, compared=4)
     p.comparisons = [c]

@@ -121,5 +121,5 @@ def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, in_pro
         assert run.kind == "replay" and run.status in ("ok", "diverged"), run.error
         assert run.workload.done == len(PROMPTS)
     here, there = ({n: f.stats.to_dict() for n, f in r.workload.sides.items()} for r in runs)
-    assert set(here) >= {"recorded", "b"} and not _differ(there, here), _differ(there, here)
+    assert set(here) >= {"recorded vs ref", "b vs ref"} and not _differ(there, here), _differ(there, here)
     assert runs[1].workload.cluster["replicas"] == {"ref": 2, "b": 2}

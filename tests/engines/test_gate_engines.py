@@ -35,7 +35,7 @@ def test_the_self_test_passes_in_float32_and_its_bfloat16_control_fails(tmp_path
     assert code == 0
     cases = _suites(junit)["self-test-fp32"]
     assert all(tc.find("failure") is None and tc.find("error") is None for tc in cases.values())
-    assert list(cases) == ["abs_dlogp_p99 <= 0.02 [vllm]", "kl <= 0.005 [vllm]", "control: the thresholds fail"]
+    assert list(cases) == ["abs_dlogp_p99 <= 0.02 [vllm]", "k1 <= 0.005 [vllm]", "control: the thresholds fail"]
     odb = open_db(db)
     check = check_result(odb, next(r["run_id"] for r in odb.query("SELECT run_id FROM gate_checks")))
     case = check["cases"][0]

@@ -59,27 +59,28 @@ def test_fp32_replay_finds_trainer_and_engine_equal_to_the_recorded_logprobs(ser
     run = _replay(service, tiny_llama, _parity_jsonl(tmp_path / "r.jsonl", rows, top_p=0.8))
     assert run.kind == "replay" and run.status == "ok", (run.status, run.error)
     rep = run.workload.replay
-    assert rep["masked"] == len(rows) and rep["tokens"] == sum(len(r) for _, r, _ in rows)
-    for key in ("recorded", "b", "recorded~b"):
+    assert rep.masked == len(rows) and rep.tokens == sum(len(r) for _, r, _ in rows)
+    for key in ("recorded vs a", "b vs a", "recorded vs b"):
         t = _pair(run, key)
-        assert t.pairs == rep["tokens"] - rep["masked"]
+        assert t.pairs == rep.tokens - rep.masked
         assert t.abs_dlogp_max < 1e-4, (key, t.abs_dlogp_max)
         assert t.outside[-1].outside == 0.0 and t.extreme_share == 0.0
     assert any(s.name == "recorded" and s.kind == "recorded" for s in run.sides)
     stored = service.get_run(run.id)
-    assert stored.kind == "replay" and stored.workload.replay["pairs"][0]["key"] == "recorded"
+    assert stored.kind == "replay" and stored.workload.replay.pairs[0].name == "recorded vs a"
+    assert stored.workload.replay.pairs[0].key == "recorded"  # its key before schema 3, an alias
 
 
 def test_perturbed_logprobs_are_named_worst(service, tiny_llama, rollouts, tmp_path):
     bad = {(0, 2), (2, 5)}
     run = _replay(service, tiny_llama, _parity_jsonl(tmp_path / "p.jsonl", rollouts[1.0], perturb=bad))
-    worst = run.workload.replay["worst_tokens"]
-    assert {(w["prompt_index"], w["position"]) for w in worst[:2]} == bad
-    assert all(abs(w["dlogp"] + 1.0) < 1e-3 for w in worst[:2])  # Δ = trainer − rollout = −1
-    assert abs(worst[2]["dlogp"]) < 1e-4
-    assert run.status == "diverged" and run.workload.sides["recorded"].verdict.verdict != "within noise", \
-        run.workload.sides["recorded"].verdict
-    assert _pair(run, "b").abs_dlogp_max < 1e-4  # the engine re-run still agrees with the trainer
+    worst = run.workload.replay.worst_tokens
+    assert {(w.prompt_index, w.position) for w in worst[:2]} == bad
+    assert all(abs(w.dlogp + 1.0) < 1e-3 for w in worst[:2]) and worst[0].pair == "recorded vs a"  # Δ = −1
+    assert abs(worst[2].dlogp) < 1e-4
+    assert run.status == "diverged" and run.workload.sides["recorded vs a"].verdict.verdict != "within noise", \
+        run.workload.sides["recorded vs a"].verdict
+    assert _pair(run, "b vs a").abs_dlogp_max < 1e-4  # the engine re-run still agrees with the trainer
     # parity layers on a replayed row: at its worst token when none is asked; never on the recorded side.
     loc = service.localise(run.id, prompt_index=2)
     assert loc.error is None and (loc.a, loc.b, loc.position) == ("a", "b", 5), loc.error
@@ -109,10 +110,10 @@ def test_nemo_rl_and_slime_dumps_replay_the_same_tokens(service, tiny_llama, rol
     for name in ("train_data_step1.jsonl", "rollout_0.pt"):
         run = _replay(service, tiny_llama, tmp_path / name)
         assert run.status == "ok", (name, run.error)
-        assert _pair(run, "recorded").abs_dlogp_max < 1e-4
-        assert run.workload.replay["tokens"] == sum(len(r) for _, r, _ in rows)
+        assert _pair(run, "recorded vs a").abs_dlogp_max < 1e-4
+        assert run.workload.replay.tokens == sum(len(r) for _, r, _ in rows)
     nemo = _replay(service, tiny_llama, tmp_path / "train_data_step1.jsonl")
-    assert _pair(nemo, "recorded~trainer").abs_dlogp_max == 0.0  # prev_logprobs written equal to the rollout's
+    assert _pair(nemo, "recorded vs trainer (recorded)").abs_dlogp_max == 0.0  # prev_logprobs written equal to the rollout's
 
 
 def test_verl_text_dump_names_the_row_that_does_not_round_trip(service, tiny_llama, rollouts, tmp_path):
@@ -129,8 +130,8 @@ def test_verl_text_dump_names_the_row_that_does_not_round_trip(service, tiny_lla
     assert run.status in ("ok", "diverged"), run.error
     finding = next(w for w in run.warnings if w.code == "replay-text-roundtrip")
     assert "line 2" in finding.message and "line 1" not in finding.message
-    assert "recorded" not in run.workload.sides and "b" in run.workload.sides  # no logprobs: trainer vs engine only
-    assert any("reconstructed" in n for n in run.workload.replay["notes"])
+    assert list(run.workload.sides) == ["b vs a"]  # no logprobs: trainer vs engine only
+    assert any("reconstructed" in n for n in run.workload.replay.notes)
 
 
 class _NeedsCode:
@@ -169,15 +170,15 @@ def test_engine_rerun_says_how_it_forced_the_tokens_and_both_paths_agree(service
     cfg.sides[1].options.forced_tokens = "prompt"
     run = service.replay(ReplayRequest(dump=str(path), model=str(tiny_llama), config=cfg))
     assert run.status == "ok", (run.status, run.error)
-    forced = run.workload.replay["forced"]
+    forced = run.workload.replay.forced
     assert forced["b"].startswith("prompt logprobs") and forced["a"] == "teacher-forced forward"
-    for key in ("b", "c", "recorded~c"):
+    for key in ("b vs a", "c vs a", "recorded vs c"):
         assert _pair(run, key).abs_dlogp_max < 1e-4, (key, forced)
     if forced["c"].startswith("trace"):
-        assert _pair(run, "c").pairs == _pair(run, "b").pairs
+        assert _pair(run, "c vs a").pairs == _pair(run, "b vs a").pairs
     else:  # the fallback names why trace replay did not run
         assert forced["c"].startswith("prompt logprobs over prompt + response (") and "trace replay" in forced["c"]
-        assert _pair(run, "c").abs_dlogp_max == _pair(run, "b").abs_dlogp_max
+        assert _pair(run, "c vs a").abs_dlogp_max == _pair(run, "b vs a").abs_dlogp_max
     side_c = next(s for s in run.sides if s.name == "c")
     assert side_c.resolved["forced_tokens"] == forced["c"]
 
@@ -195,12 +196,12 @@ def test_bf16_trainer_gives_non_zero_figures_judged_against_its_floor(service, t
     cfg = build_config(None, [], sides=["a=hf,dtype=bfloat16", SIDES[1]])
     run = service.replay(ReplayRequest(dump=str(tmp_path / "r.parquet"), model=str(tiny_llama), config=cfg))
     assert run.status in ("ok", "diverged"), run.error
-    rec = run.workload.sides["recorded"]
+    rec = run.workload.sides["recorded vs a"]
     assert rec.stats.tokens.pairs == sum(len(r) for _, r, _ in rows)
     assert rec.stats.tokens.abs_dlogp_max > 1e-3 and rec.stats.tokens.k3 > 0, rec.stats.tokens
     floor = run.workload.floor_figures
     assert floor is not None and floor.stats.tokens.abs_dlogp_max > 0  # bf16: the trainer's own noise is not 0
-    assert run.workload.floor.side in {p["key"] for p in run.workload.replay["pairs"]}
+    assert run.workload.replay.pairs[-1].name == f"{run.workload.floor.side} vs a"  # the floor pair, last
     assert rec.verdict is not None and rec.verdict.figures, rec.verdict
     assert {c.name for c in rec.verdict.figures} and rec.verdict.verdict in (
         "within noise", "exceeds noise", "too few prompts to tell")

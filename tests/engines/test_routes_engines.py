@@ -53,24 +53,24 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     # vLLM (router hooks) and HF (gate hooks) chose the same experts in the same slots, every token and layer
     assert ref.routes.ids == same.routes.ids
     c_same = stored.comparison("same")
-    assert c_same.identical and c_same.routes.same_order == 1.0 and c_same.routes.first_flip is None
-    assert set("".join(c_same.routes.grid)) == {"="}
+    assert c_same.identical and c_same.measures.get("routes").same_order == 1.0 and c_same.measures.get("routes").first_flip is None
+    assert set("".join(c_same.measures.get("routes").grid)) == {"="}
     # the planted tie: recorded margin within 1e-6 on both engines, at exactly that (layer, token)
     j = ref.routes.layers.index(info["layer"])
     assert ref.routes.margin(info["step"], j) < 1e-6 and same.routes.margin(info["step"], j) < 1e-6
     c = stored.comparison("flip")
     assert c.first_divergence == info["step"]
-    f = c.routes.first_flip
+    f = c.measures.get("routes").first_flip
     assert (f.step, f.layer) == (info["step"], info["layer"])
     assert info["experts"][0] in f.experts[0] and info["experts"][1] in f.experts[1] and f.overlap == 1
     assert max(f.margins) < 1e-6
-    assert c.routes.compared == info["step"] + 1  # up to the fork: after it the inputs differ
+    assert c.measures.get("routes").compared == info["step"] + 1  # up to the fork: after it the inputs differ
     e = c.explanation
     assert e.verdict == "router near-tie"
     assert (e.route_layer, e.route_step) == (info["layer"], info["step"]) and e.route_margin < 1e-6
     assert f"experts differ at layer {info['layer']}, token {info['step']}: router margin" in e.summary
     # attribution by replay: routing with the reference's experts, the fork is gone
-    r = c.route_replay
+    r = c.measures.get("route_replay")
     assert r.error is None, r.error
     assert (r.mode, r.source) == ("ids", "ref")
     assert r.before_first_divergence == info["step"] and not r.before_identical
@@ -101,15 +101,15 @@ def test_a_scored_workload_compares_routes_on_the_sides_tokens_and_replays_them_
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
     b, floor, replayed = w.sides["b"], w.floor_figures, w.sides["b+ref routes"]
-    assert b.stats.routing["cells"] == floor.stats.routing["cells"] == 2 * 12 * 2  # every token, both layers
-    assert b.stats.routing["route_differ"] > 0 and "the floor's" in b.routing_verdict
+    assert b.stats.family("routing")["cells"] == floor.stats.family("routing")["cells"] == 2 * 12 * 2  # every token, both layers
+    assert b.stats.family("routing")["route_differ"] > 0 and "the floor's" in b.verdicts.get("routing")
     stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
     c = stored.comparison("b")
-    assert c.first_divergence == info["step"] and c.routes.compared == 12  # past the fork: the same input
-    f = c.routes.first_flip
+    assert c.first_divergence == info["step"] and c.measures.get("routes").compared == 12  # past the fork: the same input
+    f = c.measures.get("routes").first_flip
     assert (f.step, f.layer) == (info["step"], info["layer"]) and min(f.margins) < 1e-6
     assert c.explanation.verdict == "router near-tie", c.explanation.summary
-    r = c.route_replay
+    r = c.measures.get("route_replay")
     assert r.error is None and (r.mode, r.source, r.compared) == ("ids", "ref", 12)
     assert r.before_first_divergence == info["step"] and not r.before_identical
     assert r.after_identical and r.after_max_abs_gap < 1e-4 < r.before_max_abs_gap
@@ -150,11 +150,12 @@ def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_
     w = run.workload
     stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
     c = stored.comparison("recorded")
-    f = c.routes.first_flip  # the rollout's routes against the trainer's, on the same tokens
-    assert (f.step, f.layer) == (info["step"], info["layer"]) and c.routes.compared == len(info["tokens"])
+    f = c.measures.get("routes").first_flip  # the rollout's routes against the trainer's, on the same tokens
+    assert (f.step, f.layer) == (info["step"], info["layer"]) and c.measures.get("routes").compared == len(info["tokens"])
     assert stored.results["recorded"].routes.ids == stored.results["b"].routes.ids  # the dump's = HF's on near
-    assert w.sides["recorded"].stats.routing["route_differ"] > 0 and w.sides["b"].stats.routing["route_differ"] > 0
-    natural, r3 = w.sides["recorded"].stats.tokens, w.sides["trainer+recorded routes"].stats.tokens
+    assert w.sides["recorded vs trainer"].stats.family("routing")["route_differ"] > 0
+    assert w.sides["b vs trainer"].stats.family("routing")["route_differ"] > 0
+    natural, r3 = w.sides["recorded vs trainer"].stats.tokens, w.sides["recorded vs trainer+recorded routes"].stats.tokens
     assert r3.abs_dlogp_max < 1e-4 < natural.abs_dlogp_max and r3.pairs == natural.pairs == len(info["tokens"])
 
 
@@ -176,7 +177,7 @@ def test_grouped_sigmoid_router_with_shared_expert_routes_alike_on_both_engines(
         hf, vl = pr.results["hf"], pr.results["vllm"]
         assert hf.routes.ids == vl.routes.ids and hf.routes.rows == 10
         c = pr.comparisons[0]
-        assert c.routes.same_order == 1.0 and c.routes.steps_any_differ == 0.0
+        assert c.measures.get("routes").same_order == 1.0 and c.measures.get("routes").steps_any_differ == 0.0
         assert all(abs(x - y) < 1e-3 for x, y in zip(hf.routes.weights, vl.routes.weights))
 
 
@@ -199,16 +200,16 @@ def test_a_workload_reports_the_routing_figures_against_its_floor(service, glm):
     w = run.workload
     b, floor = w.sides["b"], w.floor_figures
     for figs in (b, floor):
-        r = figs.stats.routing
+        r = figs.stats.family("routing")
         assert set(FAMILIES["routing"]) <= set(r) and r["cells"] >= 6 * 2 and r["tokens"] >= 6
         assert 0.0 <= r["route_differ"] <= 1.0 and r["route_same_set"] == pytest.approx(1 - r["route_differ"])
         assert r["route_same_order"] <= r["route_same_set"] <= r["route_overlap"] <= 1.0
-    assert "the floor's" in b.routing_verdict and b.routing_verdict.endswith("floor")
-    assert value_of("route_same_set", b.stats) == b.stats.routing["route_same_set"]
+    assert "the floor's" in b.verdicts.get("routing") and b.verdicts.get("routing").endswith("floor")
+    assert value_of("route_same_set", b.stats) == b.stats.family("routing")["route_same_set"]
     screen = format_workload(w, run.id)
     assert "routes identical" in screen and "tokens with routes differing" in screen
     stored = service.store.get_run(run.id).workload  # the figures are stored with the report
-    assert stored.sides["b"].stats.routing == b.stats.routing and stored.sides["b"].routing_verdict == b.routing_verdict
+    assert stored.sides["b"].stats.family("routing") == b.stats.family("routing") and stored.sides["b"].verdicts.get("routing") == b.verdicts.get("routing")
     print(screen)  # the figures, for a reader of -s
 
 

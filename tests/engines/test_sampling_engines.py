@@ -126,7 +126,7 @@ def test_a_free_workload_keeps_each_comparisons_kept_mass(service, tiny_llama):
                                                 config=cfg, options=opts))
     assert run.status == "ok", run.error  # float32: every prompt identical
     stored = service.store.get_run(run.id)
-    kept = [c.kept_mass for p in stored.prompts for c in p.comparisons]
+    kept = [c.measures.get("kept_mass") for p in stored.prompts for c in p.comparisons]
     assert len(kept) == 8 and all(k is not None and k.tokens == 16 for k in kept)
     figs = run_json(stored)["sampling"]["vllm"]
     assert figs["tokens"] == 128 and figs["renorm_outside_0.9_1.1"] == 0.0 and figs["naive_outside_0.9_1.1"] == 1.0
@@ -156,12 +156,12 @@ def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(ser
     fp32 = scored("float32")
     assert fp32.status in ("ok", "diverged"), fp32.error
     rep = fp32.workload
-    d, fl = rep.sides["vllm"].stats.distribution, rep.floor_figures.stats.distribution
+    d, fl = rep.sides["vllm"].stats.family("distribution"), rep.floor_figures.stats.family("distribution")
     assert d["positions"] == 24 and fl["positions"] == 24
     assert d["kl_max"] < 1e-6 and d["kl_rev_max"] < 1e-6 and d["tv_max"] < 1e-3
     assert d["top1_agree"] == 1.0 and d["topk_contained"] == 1.0
     assert min(d[k] for k in FAMILIES["distribution"] if k.startswith("kl")) >= 0.0
-    assert "within noise" in rep.sides["vllm"].distribution_verdict
+    assert "within noise" in rep.sides["vllm"].verdicts.get("distribution")
     # Stored per position on the side's steps; no scratch rows left behind.
     stored = service.store.get_run(fp32.id)
     steps = stored.prompts[0].results["vllm"].steps
@@ -174,10 +174,10 @@ def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(ser
 
     bf16 = scored("bfloat16")
     assert bf16.status in ("ok", "diverged"), bf16.error
-    b = bf16.workload.sides["vllm"].stats.distribution
+    b = bf16.workload.sides["vllm"].stats.family("distribution")
     assert b["kl_mean"] > 100 * max(d["kl_mean"], 1e-12) and b["tv_mean"] > 10 * max(d["tv_mean"], 1e-9)
     assert min(b["kl_mean"], b["kl_rev_mean"]) >= 0.0
-    assert "exceeds noise" in bf16.workload.sides["vllm"].distribution_verdict
+    assert "exceeds noise" in bf16.workload.sides["vllm"].verdicts.get("distribution")
     # A single comparison: the vLLM side writes its rows as it generates, the hf reference meets them while
     # cross-scoring the side's tokens (the same context on both).
     from parity_ui.render.report import format_summary
@@ -188,11 +188,12 @@ def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(ser
     assert one.status == "ok", one.error
     for p in one.prompts:
         (c,) = p.comparisons
-        assert c.distribution["generator"] == "vllm" and c.distribution["scorer"] == "hf"
-        assert c.distribution["positions"] == 12 and c.distribution["kl_max"] < 1e-6
-        assert c.distribution["top1_agree"] == 1.0
+        assert c.measures.get("distribution")["generator"] == "vllm" and c.measures.get("distribution")["scorer"] == "hf"
+        assert c.measures.get("distribution")["positions"] == 12 and c.measures.get("distribution")["kl_max"] < 1e-6
+        assert c.measures.get("distribution")["top1_agree"] == 1.0
     assert "full distribution (vllm's tokens, rows met by hf, 12 positions)" in format_summary(one)
-    assert service.store.get_run(one.id).prompts[0].comparisons[0].distribution == one.prompts[0].comparisons[0].distribution
+    stored = service.store.get_run(one.id).prompts[0].comparisons[0].measures["distribution"]
+    assert stored == one.prompts[0].comparisons[0].measures["distribution"]  # read back as the record it was
     print(f"full distribution, tiny model, 2 x 12 scored: fp32 KL mean {d['kl_mean']:.3g} max {d['kl_max']:.3g} "
           f"TV mean {d['tv_mean']:.3g}; floor KL mean {fl['kl_mean']:.3g}; bf16 KL mean {b['kl_mean']:.3g} "
           f"p99 {b['kl_p99']:.3g} TV mean {b['tv_mean']:.3g} top-1 {b['top1_agree']:.0%}")

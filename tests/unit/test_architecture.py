@@ -133,3 +133,19 @@ def test_the_architecture_page_names_every_module():
         if path.name not in page and not nested:
             missing.append(rel.as_posix())
     assert missing == [], f"modules not on docs/architecture.md: {missing}"
+
+
+def test_no_code_above_the_kinds_probes_the_config_or_a_sides_options_by_name():
+    """`config.routes` is a typed field, read as one; a side's options are read by name only in
+    core/mapping (option(), route_replay_mode()), and code elsewhere asks a kind what it can do."""
+    import re
+
+    probes = re.compile(r'getattr\(.*config.*"routes"|getattr\(.*options')
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() != "core/mapping.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if probes.search(line)
+    ]
+    assert found == []

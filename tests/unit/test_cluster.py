@@ -217,6 +217,31 @@ def test_on_ray_a_killed_replica_loses_nothing_and_stop_then_resume_finishes(ray
     assert _by_prompt(svc, resumed) == _by_prompt(svc, here)
 
 
+def test_routes_on_ray_are_recorded_compared_and_replayed_as_in_process(ray_service, tmp_path):
+    """routes=true with --cluster local: the replicas answer the routes verbs (the side-set contract,
+    parity_ui.run.sideset), so a scored workload's routing figures, its route replay's pair and the
+    stored route agreements are the in-process run's."""
+    from fake_engine import fake_model
+
+    svc, _ = ray_service
+    moe = str(fake_model(tmp_path / "moe", max_position_embeddings=64, moe=True))
+    cfg = build_config(None, ["max_new_tokens=6", "routes=true"],
+                       sides=["ref=fake", "b=fake,route_flip_every=3,replay_routes=ids"])
+    runs = [run_workload(svc, WorkloadRequest(model=moe, prompts=PROMPTS[:6], config=cfg, options=WorkloadOptions(
+        mode="scored", chunk=3, floor="none", cluster=cluster, replicas={ALL: 2} if cluster else {})))
+        for cluster in (None, "local")]
+    here, there = (r.workload for r in runs)
+    for run in runs:
+        assert run.status in ("ok", "diverged"), run.error
+        assert not [w for w in run.warnings if w.code.startswith("route")], run.warnings
+    assert there.cluster is not None and there.cluster["replicas"] == {"ref": 2, "b": 2}
+    assert here.sides["b"].stats.family("routing")["route_differ"] > 0  # the flips are recorded, on Ray too
+    assert there.sides["b"].stats.family("routing") == here.sides["b"].stats.family("routing")
+    replayed = "b+ref routes"  # b scoring its own tokens with the reference's experts: no flip left
+    assert there.sides[replayed].stats.to_dict() == here.sides[replayed].stats.to_dict()
+    assert list(svc.store.route_agreements(runs[1].id, "b")) == list(svc.store.route_agreements(runs[0].id, "b"))
+
+
 def test_the_cli_runs_a_workload_on_ray_and_its_screen_says_where(ray_service, tmp_path, capsys):
     """Last in the module: the CLI's service stops the local Ray instance when it closes."""
     import json

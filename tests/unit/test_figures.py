@@ -72,7 +72,7 @@ def test_no_figure_named_kl_is_ever_negative_and_each_estimator_is_named():
     side = [[-0.02, 0.01] * 16 for _ in range(8)]
     r = _report(side, [[0.001, -0.001] * 16 for _ in range(8)])
     stats = r.sides["b"].stats.tokens
-    assert stats.kl < 0 <= stats.k3
+    assert stats.k1 < 0 <= stats.k3
     screen = format_workload(r, "RUN")
     html = figures_table_html(r)
     for text in (screen, re.sub(r"<[^>]+>", " ", html)):

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from parity_ui.core.config import build_config
-from parity_ui.core.distribution import Budget, DistributionPool, against_floor, clamp_kl, pool
+from parity_ui.core.distribution import Budget, DistributionPool, clamp_kl, pool
+from parity_ui.core.pooled import distribution_against_floor as against_floor
 from parity_ui.core.errors import ConfigError
 from parity_ui.core.figures import FAMILIES, FIGURES, display_name
 from parity_ui.core.requests import Rows
@@ -173,16 +174,16 @@ def test_a_scored_workload_whose_sides_cannot_give_rows_names_them_and_goes_on(t
     named = [w for w in run.warnings if w.code == "full-distribution-unavailable"]
     assert {w.message.split()[2] for w in named} == {"ref", "b"}
     assert "its pair has no distribution figures" in named[0].message
-    assert run.workload.sides["b"].stats.distribution is None  # not recorded, never 0
+    assert run.workload.sides["b"].stats.family("distribution") is None  # not recorded, never 0
     assert run.workload.sides["b"].stats.tokens.pairs == 18  # the rest of the run stands
     # The views read the family wherever a run recorded it (here planted on the stored report).
     from parity_ui.render.text import format_workload
     from parity_ui.render.workload import figures_table_html
 
     w = run.workload
-    w.sides["b"].stats.distribution = {**pool([{"kl": [0.01, 0.03], "kl_rev": [0.02, 0.02], "tv": [0.1, 0.2],
+    w.sides["b"].stats.families["distribution"] = {**pool([{"kl": [0.01, 0.03], "kl_rev": [0.02, 0.02], "tv": [0.1, 0.2],
                                                 "top1": [1, 0], "topk": [1, 1]}]).figures()}
-    w.sides["b"].distribution_verdict = "full distribution: within noise: KL(ref‖side) mean 0.02 vs 0.02"
+    w.sides["b"].verdicts["distribution"] = "full distribution: within noise: KL(ref‖side) mean 0.02 vs 0.02"
     html, text = figures_table_html(w), format_workload(w)
     for out in (html, text):
         assert "KL(ref‖side) mean" in out and "KL(ref‖side) p99" in out and "top-1 agreement" in out
@@ -202,39 +203,55 @@ def test_the_sampling_family_is_judged_against_the_floor_by_wilson_intervals():
     assert sampling_against_floor(floor, None) is None
 
 
+def _plan(mode, *kinds, cross=True, findings=None, floor=None, chunk=1):
+    """The distribution measure's view of a run: its sides (real kinds: what they can do with rows)."""
+    from types import SimpleNamespace as NS
+
+    from parity_ui.core.kinds import KINDS
+    from parity_ui.measures.base import Plan
+
+    cfg = build_config(None, ["full_distribution=true", "max_new_tokens=4", f"cross_score={'true' if cross else 'false'}"])
+    sides = [NS(name=name, kind=KINDS[k]) for name, k in kinds]
+    prep = NS(config=cfg, model=NS(vocab_size=1000), reference=sides[0], sides=sides, prompts=[])
+    return Plan(prep, mode, NS(warnings=findings if findings is not None else []), floor=floor, chunk=chunk)
+
+
 def test_a_comparison_meets_rows_in_one_cross_scoring_direction_or_names_the_pair():
     from types import SimpleNamespace as NS
 
-    from parity_ui.commands.compare_rows import CompareRows
+    from parity_ui.core.types import Comparison
+    from parity_ui.measures.base import ScoreAsk
+    from parity_ui.measures.distribution import Distribution, FullRows
 
-    def prep(*kinds, cross=True):
-        cfg = build_config(None, ["full_distribution=true", f"cross_score={'true' if cross else 'false'}"])
-        sides = [NS(name=f"s{i}", kind=NS(name=k, label=k)) for i, k in enumerate(kinds)]
-        return NS(config=cfg, model=NS(vocab_size=1000), reference=sides[0], sides=sides)
+    def sides(*kinds):
+        return [(f"s{i}", k) for i, k in enumerate(kinds)]
 
     findings = []
-    rows = CompareRows(prep("hf", "vllm", "openai", "hf"), findings)
+    plan = _plan("compare", *sides("hf", "vllm", "openai", "hf"), findings=findings)
+    findings += Distribution().preflight(plan)  # named before anything loads
+    rows = FullRows(plan)
     try:
         # hf reference: it meets the vllm side's rows (KL(ref‖side) over the side's tokens); the openai side
         # has no rows and cannot score them: named; an hf side: the reference meets its rows too.
         assert rows.direction == {"s1": ("s1", "s0"), "s3": ("s3", "s0")}
-        assert rows.generate_rows("s0", 2) is None and len(rows.generate_rows("s1", 2)) == 2
-        c = NS(a="s0", b="s1", distribution=None)
-        assert rows.score_rows(c, "s1", 0) is None  # the other direction meets nothing
-        r = rows.score_rows(c, "s0", 1)
+        assert rows.generate_fields("s0", range(2)) == {} and len(rows.generate_fields("s1", range(2))["rows"]) == 2
+        c = Comparison(a="s0", b="s1", identical=True, first_divergence=None, compared=1)
+        assert rows.score_fields(ScoreAsk("s1", "s0", 0, "cross", c=c)) == {}  # the other direction meets nothing
+        ask = ScoreAsk("s0", "s1", 1, "cross", c=c)
+        r = rows.score_fields(ask)["rows"]
         assert r.read.endswith("s1-1.npy") and r.read_is == "side"
-        rows.record(c, [TokenStep(0, 1, "", -0.1, 1, kl=0.2, kl_rev=0.1, tv=0.05, top1=1, topk=1)])
-        assert c.distribution["generator"] == "s1" and c.distribution["kl_mean"] == 0.2
+        rows.on_scored(ask, [TokenStep(0, 1, "", -0.1, 1, kl=0.2, kl_rev=0.1, tv=0.05, top1=1, topk=1)])
+        d = c.measures["distribution"]
+        assert d["generator"] == "s1" and d.generator == "s1" and d["kl_mean"] == 0.2
         assert [f.message.split()[2] for f in findings] == ["s2"]
     finally:
         rows.close()
     # A vllm reference cannot score rows: an hf side meets the reference's instead (the KL directions swap).
-    rows = CompareRows(prep("vllm", "hf"), [])
+    rows = FullRows(_plan("compare", *sides("vllm", "hf")))
     assert rows.direction == {"s1": ("s0", "s1")}
-    assert rows.score_rows(NS(a="s0", b="s1"), "s1", 0).read_is == "ref"
+    assert rows.score_fields(ScoreAsk("s1", "s0", 0, "cross", c=NS(a="s0", b="s1")))["rows"].read_is == "ref"
     rows.close()
-    named = []
-    CompareRows(prep("hf", "vllm", cross=False), named).close()
+    named = Distribution().preflight(_plan("compare", *sides("hf", "vllm"), cross=False))
     assert "cross_score is off" in named[0].message
 
 
@@ -254,20 +271,34 @@ def test_a_workload_report_gets_the_sampling_family_and_its_floor_line():
     from types import SimpleNamespace as NS
 
     from parity_ui.core.kept_mass import KeptMass
-    from parity_ui.core.pooled import sampling_report
+    from parity_ui.measures.sampling import sampling_report
 
     side = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
                     sets_differ=30, naive_rho=110.0, renorm_rho=100.0, raw_minus_processed=-22.0,
                     naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 40})
     floor = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
                      naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 1})
-    report = NS(floor_figures=NS(side="floor", stats=NS(sampling=None)),
-                sides={"b": NS(stats=NS(sampling=None), sampling_verdict=None)})
+    report = _report({"b"}, floor="floor")
     sampling_report(report, {"b": side, "floor": floor})
     b = report.sides["b"]
-    assert b.stats.sampling["tokens"] == 100 and b.stats.sampling["kept_mass_mean"] == 0.8
-    assert b.stats.sampling["renorm_outside_0.9_1.1"] == 0.4 and report.floor_figures.stats.sampling["tokens"] == 100
-    assert "above the floor" in b.sampling_verdict
+    assert b.stats.family("sampling")["tokens"] == 100 and b.stats.family("sampling")["kept_mass_mean"] == 0.8
+    assert b.stats.family("sampling")["renorm_outside_0.9_1.1"] == 0.4 and report.floor_figures.stats.family("sampling")["tokens"] == 100
+    assert "above the floor" in b.verdicts.get("sampling")
+
+
+def _report(sides, floor=None, done=0):
+    """An empty workload report (no figures yet) with these pairs and floor."""
+    from parity_ui.core.pooled import Accumulator
+    from parity_ui.core.workload_record import FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
+
+    return WorkloadReport(
+        options=WorkloadOptions(),
+        floor=FloorSpec("kernel" if floor else "none", floor, ""),
+        n_prompts=2,
+        done=done,
+        sides={n: SideFigures(n, Accumulator().result()) for n in sides},
+        floor_figures=SideFigures(floor, Accumulator().result()) if floor else None,
+    )
 
 
 def test_every_distribution_and_sampling_figure_is_a_gate_metric_with_its_direction():
@@ -278,7 +309,7 @@ def test_every_distribution_and_sampling_figure_is_a_gate_metric_with_its_direct
     for key in (*FAMILIES["distribution"], *FAMILIES["sampling"]):
         assert METRICS[key].higher_is_better == (not FIGURES[key].higher_is_worse), key
         assert METRICS[key].display == FIGURES[key].name
-    stats = NS(distribution={"kl_mean": 2e-4, "top1_agree": 0.99}, sampling=None)
+    stats = NS(family={"distribution": {"kl_mean": 2e-4, "top1_agree": 0.99}}.get)
     assert value_of("kl_mean", stats) == 2e-4 and value_of("top1_agree", stats) == 0.99
     assert METRICS["kl_mean"].higher_is_better is False and METRICS["top1_agree"].higher_is_better is True
     assert value_of("kept_mass_mean", stats) is None  # not recorded: the check cannot be made (fails, says so)
@@ -287,16 +318,16 @@ def test_every_distribution_and_sampling_figure_is_a_gate_metric_with_its_direct
 def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_its_files():
     from types import SimpleNamespace as NS
 
-    from parity_ui.commands.workload.distribution import FullRows
+    from parity_ui.measures.base import ScoreAsk
+    from parity_ui.measures.distribution import Distribution, FullRows
 
-    cfg = build_config(None, ["full_distribution=true", "max_new_tokens=4"])
-    sides = [NS(name="ref", kind=NS(name="hf", label="hf")), NS(name="b", kind=NS(name="vllm", label="vllm"))]
     findings = []
-    full = FullRows(NS(config=cfg, model=NS(vocab_size=100), reference=sides[0], sides=sides), None, ["b"], findings)
+    plan = _plan("scored", ("ref", "hf"), ("b", "vllm"), findings=findings, chunk=2)
+    assert Distribution().preflight(plan) == []  # hf meets, vllm writes: nothing unavailable up front
+    full = FullRows(plan)
     try:
-        assert findings == []  # hf meets, vllm writes: nothing unavailable up front
-        (r1, r2) = full.generate_rows("b", [1, 12])
-        assert r1.write.endswith("b-1.npy") and full.score_rows("b", 12, False).read == r2.write
+        (r1, r2) = full.generate_fields("b", [1, 12])["rows"]
+        assert r1.write.endswith("b-1.npy") and full.score_fields(ScoreAsk("ref", "b", 12, "reference"))["rows"].read == r2.write
         for r in (r1, r2):
             write_rows(r.write, torch.zeros(4, 100))
         for j in (1, 12):  # vLLM's step logs (named after their batch's first sequence) and their indices
@@ -307,10 +338,10 @@ def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_i
         assert len(os.listdir(full.dir)) == 6
         full.end_chunk([1])  # another block's chunk (12) is still under way
         assert sorted(os.listdir(full.dir)) == ["b-12.npy", "b-12.npy.steps.json", "b-12.steps"]
-        report = NS(done=2, floor_figures=None, sides={"b": NS(stats=NS(distribution=None), distribution_verdict=None)})
-        full.report(report)
+        report = _report({"b"}, done=2)
+        full.pool(NS(distribution_columns=lambda run_id, side: iter(())), "run", report)
         assert [f.code for f in findings] == ["full-distribution-missing"] and "side b" in findings[0].message
-        assert report.sides["b"].stats.distribution is None
+        assert report.sides["b"].stats.family("distribution") is None
     finally:
         full.close()
     assert not os.path.exists(full.dir)
@@ -362,7 +393,7 @@ def test_bfloat16_logits_are_kept_as_their_bits_losslessly_and_meet_as_float32_w
 def test_the_rows_scratch_dir_is_in_memory_where_it_holds_a_chunk_and_refused_where_nothing_does(tmp_path, monkeypatch):
     import shutil
 
-    from parity_ui.commands import rows_scratch
+    from parity_ui.measures import scratch as rows_scratch
     monkeypatch.delenv("PARITY_ROWS_DIR", raising=False)
     if rows_scratch._shm_holds(2**20):  # this machine has a /dev/shm: a small chunk goes there
         s = rows_scratch.scratch_dir(2**20)
@@ -455,3 +486,19 @@ def test_rows_read_ahead_meet_as_rows_read_in_place(tmp_path):
             assert meet(refs[i], rows, 4, ahead.take(i)) == meet(refs[i], rows, 4)
     finally:
         ahead.close()
+
+
+def test_full_rows_on_a_cluster_of_several_machines_are_refused_by_name_before_anything_loads():
+    """A side's rows wait in a scratch dir on its own machine for the scorer that meets them: on --cluster
+    local they do; on a cluster at an address the scorer's replica may be elsewhere, so the measure is
+    refused in preflight, named, with the fix. Every other measure runs on a cluster as in process."""
+    from parity_ui.core.errors import ConfigError
+    from parity_ui.measures.distribution import Distribution
+
+    plan = _plan("scored", ("ref", "hf"), ("b", "vllm"))
+    plan.cluster = "local"
+    assert Distribution().preflight(plan) == []
+    plan.cluster = "ray://head:10001"
+    with pytest.raises(ConfigError) as e:
+        Distribution().preflight(plan)
+    assert e.value.key == "full_distribution" and "--cluster local" in e.value.fix

@@ -89,7 +89,7 @@ cases:
     msg, problems = _errors(text)
     by = {(p.case, p.line): p.message for p in problems}
     assert "unknown metric 'abs_dlogp_p98'" in by[("fp32", 7)]
-    assert "threshold kl is 'small' (str), must be a number" in by[("fp32", 8)]
+    assert "threshold k1 is 'small' (str), must be a number" in by[("fp32", 8)]  # kl: k1's old name, read as it
     assert "unknown key 'colour' in a case" in by[("fp32", 9)]
     assert by[("other", 10)] == "has no model"
     assert "within_floor needs the reference's noise floor, and floor is none" in by[("other", 12)]

@@ -13,6 +13,7 @@ from fake_engine import fake_model, fake_service, registered
 from parity_ui.core.config import build_config
 from parity_ui.core.errors import ParityError
 from parity_ui.service import ReplayRequest
+from parity_ui.store import runs as store
 from parity_ui.store.runs import pair_samples
 
 N = 20
@@ -58,16 +59,16 @@ def test_stop_keeps_finished_chunks_and_resume_replays_each_row_once(service, mo
     run = _replay(service, model, path, "ref=fake,delay_ms=2", "b=fake,shift=0.1", emit=stop_after_first_chunk)
     assert run.status == "cancelled" and 4 <= run.workload.done < N, (run.status, run.error, run.workload.done)
     first = run.workload.replay
-    assert first["tokens"] == 6 * run.workload.done and first["worst_tokens"]
+    assert first.tokens == 6 * run.workload.done and first.worst_tokens
     said = []
     again = service.resume(run.id, said.append)
     assert again.id == run.id and again.kind == "replay" and again.status in ("ok", "diverged"), again.error
     assert any("resuming replay" in e.message for e in said if e.kind == "status")
-    for key in ("b", "recorded", "recorded~b"):
-        assert sorted(s.prompt_index for s in pair_samples(service.db, run.id, key)) == list(range(N)), key
+    for name in ("b vs ref", "recorded vs ref", "recorded vs b"):  # each pair's samples, under its one name
+        assert sorted(s.prompt_index for s in pair_samples(service.db, run.id, name)) == list(range(N)), name
     rep = again.workload.replay
-    assert again.workload.done == N and rep["tokens"] == 6 * N and again.workload.sides["b"].stats.tokens.pairs == 6 * N
-    assert len(rep["worst_tokens"]) == 20 and rep["forced"] == first["forced"]
+    assert again.workload.done == N and rep.tokens == 6 * N and again.workload.sides["b vs ref"].stats.tokens.pairs == 6 * N
+    assert len(rep.worst_tokens) == 20 and rep.forced == first.forced
     with pytest.raises(ParityError, match="finished every row"):
         service.resume(run.id)
     # History's prompt column names the dump, not its first row ("line 1")
@@ -94,7 +95,7 @@ def test_a_truncated_line_stops_the_replay_or_is_skipped_and_named(service, mode
     assert len(service.store.list_runs()) == before  # refused before anything is stored
     run = _replay(service, model, path, on_bad="skip")
     assert run.status in ("ok", "diverged"), run.error
-    assert run.workload.done == N - 1 and run.workload.replay["skipped"] == ["line 6"]
+    assert run.workload.done == N - 1 and run.workload.replay.skipped == ["line 6"]
     bad = next(w for w in run.warnings if w.code == "replay-bad-rows")
     assert "line 6" in bad.message and "not valid JSON" in bad.message
 
@@ -150,5 +151,44 @@ def test_full_distribution_on_a_replay_names_the_sides_without_rows_and_goes_on(
     assert run.status in ("ok", "diverged"), run.error
     named = {w.message.split()[2] for w in run.warnings if w.code == "full-distribution-unavailable"}
     assert named == {"ref", "b"}
-    assert run.workload.sides["b"].stats.tokens.pairs == 6 * N
-    assert all(f.stats.distribution is None for f in run.workload.sides.values())
+    assert run.workload.sides["b vs ref"].stats.tokens.pairs == 6 * N
+    assert all(f.stats.family("distribution") is None for f in run.workload.sides.values())
+
+
+def test_a_replay_stored_before_schema_3_opens_with_its_pairs_by_name(service, model, tmp_path):
+    """A replay an older release stored (its pairs keyed by strings such as "recorded~b", its figures by
+    those keys, a worst token's `pair` naming the rollout side, no verdicts by measure) opens with every
+    pair by its one name and the same figures: the store's migration moves the pairs' samples to their
+    names, and the record reads the old shape; --json keeps the old keys as aliases for one schema version."""
+    from parity_ui.render.report import run_json
+    from parity_ui.store.runs import open_db
+
+    run = _replay(service, model, _dump(tmp_path / "r.jsonl"), "ref=fake", "b=fake,shift=0.1", floor="none")
+    assert run.status in ("ok", "diverged"), run.error
+    now = service.get_run(run.id, prompts=[]).workload
+    assert list(now.sides) == ["recorded vs ref", "b vs ref", "recorded vs b"]
+    # The old shape, as the release before schema 3 wrote it.
+    db = service.db
+    data = json.loads(next(db.query("SELECT workload_json FROM runs WHERE id = ?", [run.id]))["workload_json"])
+    pairs = data["replay"]["pairs"]
+    data["replay"]["pairs"] = [{"key": p["key"], "a": p["a"], "b": p["b"], "meaning": p["meaning"]} for p in pairs]
+    data["replay"]["worst_tokens"] = [{**{k: v for k, v in w.items() if k != "side"}, "pair": w["side"]}
+                                      for w in data["replay"]["worst_tokens"]]
+    data["sides"] = {p["key"]: {**{k: v for k, v in data["sides"][p["name"]].items() if k != "verdicts"},
+                                "side": p["key"]} for p in pairs}
+    db.execute("UPDATE runs SET workload_json = ? WHERE id = ?", [json.dumps(data), run.id])
+    for p in pairs:
+        db.execute("UPDATE pair_samples SET side = ? WHERE run_id = ? AND side = ?", [p["key"], run.id, p["name"]])
+    db.execute("DELETE FROM _sqlite_migrations WHERE name = 'm009_replay_pair_names'")
+    db.conn.commit()
+    reopened = open_db(tmp_path / "runs.db")  # the migration runs again on the old rows
+    back = store.get_run(reopened, run.id, prompts=[]).workload
+    assert list(back.sides) == list(now.sides)
+    for name, f in now.sides.items():
+        assert back.sides[name].stats.to_dict() == f.stats.to_dict() and back.sides[name].side == name
+        assert sorted(s.prompt_index for s in pair_samples(reopened, run.id, name)) == list(range(N))
+    assert [p.name for p in back.replay.pairs] == list(now.sides)
+    assert back.replay.worst_tokens == now.replay.worst_tokens  # pair and side named as the new release names them
+    assert back.figures_of("recorded~b") is back.sides["recorded vs b"]  # an old key still finds its pair
+    out = run_json(store.get_run(reopened, run.id, prompts=[]))
+    assert out["schema"] == 3 and out["workload"]["sides"]["recorded~b"] == out["workload"]["sides"]["recorded vs b"]

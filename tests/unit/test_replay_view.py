@@ -87,7 +87,8 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     assert worst.index('<tr data-i="4" data-at="1">') == worst.index("<tr ")  # the perturbed token: first
     assert f'data-pick="{tab.wview.prefix}"' in worst and "+30" in worst  # Δ = trainer − rollout = +30
     got = tab.wview.open_prompt(run.id, "4@1")
-    assert "Row 4 of replay" in got[tab.view.summary] and "Token 1" in got[tab.view.summary]
+    # the row by its one name (its place in the dump, as the tables name it), its index beside it
+    assert f"line 5 of replay {run.id} (prompt 4)" in got[tab.view.summary] and "Token 1" in got[tab.view.summary]
     assert "REPLAYED" in got[tab.view.summary] and "IDENTICAL" not in got[tab.view.summary]  # forced tokens: no fork
     assert "forced tokens (the run's own, on every side); max |logprob gap|" in got[tab.view.summary]
     assert 'data-sel="recorded"' in got[tab.view.panes]  # the trainer against the recorded rollout

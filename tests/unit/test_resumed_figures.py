@@ -54,18 +54,18 @@ def test_a_resumed_scored_workload_pools_the_distribution_of_every_stored_chunk(
     whole = _workload(service, model, sides, **kw)
     assert whole.status in ("ok", "diverged"), whole.error
     w = whole.workload
-    dist = {n: w.sides[n].stats.distribution for n in ("b", "c")}
+    dist = {n: w.sides[n].stats.family("distribution") for n in ("b", "c")}
     for d in dist.values():  # every scored position: the reference scores each side's 8 tokens of the 24 prompts
         assert d["positions"] == len(PROMPTS) * NEW and 0 < d["kl_mean"] < 0.02 and 0 < d["top1_agree"] < 1
     assert dist["b"] != dist["c"]  # c's tokens leave at position 3: the reference scores other sequences
 
     run, again = _stopped_then_resumed(service, model, sides, **kw)
-    assert run.workload.sides["b"].stats.distribution["positions"] == run.workload.done * NEW  # the figures so far
+    assert run.workload.sides["b"].stats.family("distribution")["positions"] == run.workload.done * NEW  # the figures so far
     # the resumed run counts the chunk run before the resume too: the uninterrupted run's figures, exactly
     stored = service.store.get_run(run.id, prompts=[]).workload
     for n in ("b", "c"):
-        assert again.workload.sides[n].stats.distribution == dist[n]
-        assert stored.sides[n].stats.distribution == dist[n]
+        assert again.workload.sides[n].stats.family("distribution") == dist[n]
+        assert stored.sides[n].stats.family("distribution") == dist[n]
 
 
 def test_a_resumed_sampled_workload_pools_the_kept_mass_of_every_stored_chunk(service, model):
@@ -73,18 +73,18 @@ def test_a_resumed_sampled_workload_pools_the_kept_mass_of_every_stored_chunk(se
     whole = _workload(service, model, sides)
     assert whole.status in ("ok", "diverged"), whole.error
     w = whole.workload
-    samp = w.sides["b"].stats.sampling
+    samp = w.sides["b"].stats.family("sampling")
     assert samp["tokens"] > len(PROMPTS) * NEW // 2 and 0 < samp["kept_sets_differ"] < 0.5
-    assert 0.7 <= samp["kept_mass_mean"] < 1 and w.floor_figures.stats.sampling["kept_sets_differ"] == 0.0
-    assert w.sides["b"].sampling_verdict
+    assert 0.7 <= samp["kept_mass_mean"] < 1 and w.floor_figures.stats.family("sampling")["kept_sets_differ"] == 0.0
+    assert w.sides["b"].verdicts.get("sampling")
 
     run, again = _stopped_then_resumed(service, model, sides)
-    assert run.workload.sides["b"].stats.sampling["tokens"] < samp["tokens"]  # the figures so far
+    assert run.workload.sides["b"].stats.family("sampling")["tokens"] < samp["tokens"]  # the figures so far
     a = again.workload
-    assert a.sides["b"].stats.sampling == samp
-    assert a.floor_figures.stats.sampling == w.floor_figures.stats.sampling
-    assert a.sides["b"].sampling_verdict == w.sides["b"].sampling_verdict
-    assert service.store.get_run(run.id, prompts=[]).workload.sides["b"].stats.sampling == samp
+    assert a.sides["b"].stats.family("sampling") == samp
+    assert a.floor_figures.stats.family("sampling") == w.floor_figures.stats.family("sampling")
+    assert a.sides["b"].verdicts.get("sampling") == w.sides["b"].verdicts.get("sampling")
+    assert service.store.get_run(run.id, prompts=[]).workload.sides["b"].stats.family("sampling") == samp
 
 
 def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, model, tmp_path):
@@ -105,7 +105,7 @@ def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, 
 
     whole = replay()
     assert whole.status in ("ok", "diverged"), whole.error
-    dist = whole.workload.sides["b"].stats.distribution
+    dist = whole.workload.sides["b vs ref"].stats.family("distribution")
     assert dist["positions"] == n * 6 and 0 < dist["kl_mean"] < 0.02
 
     def stop_after_first_chunk(e):
@@ -114,7 +114,7 @@ def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, 
 
     run = replay(stop_after_first_chunk)
     assert run.status == "cancelled" and 4 <= run.workload.done < n, run.error
-    assert run.workload.sides["b"].stats.distribution["positions"] == 6 * run.workload.done
+    assert run.workload.sides["b vs ref"].stats.family("distribution")["positions"] == 6 * run.workload.done
     again = service.resume(run.id)
     assert again.status in ("ok", "diverged") and again.workload.done == n, again.error
-    assert again.workload.sides["b"].stats.distribution == dist
+    assert again.workload.sides["b vs ref"].stats.family("distribution") == dist

@@ -38,12 +38,12 @@ def test_a_resumed_workload_pools_the_routes_of_every_stored_chunk(service, mode
     sides = ("ref=fake,delay_ms=2", "b=fake,route_flip_every=3")
     whole = _workload(service, model, *sides)
     assert whole.status == "ok", whole.error
-    full = whole.workload.sides["b"].stats.routing
+    full = whole.workload.sides["b"].stats.family("routing")
     # every prompt's 10 tokens x 2 layers compared (the tokens agree); flips at input positions % 3 == 0
     assert full["cells"] == len(PROMPTS) * NEW * 2 and full["tokens"] == len(PROMPTS) * NEW
     assert 0.1 < full["route_differ"] < 0.25 and full["route_same_set"] == pytest.approx(1 - full["route_differ"])
-    assert whole.workload.floor_figures.stats.routing["route_differ"] == 0.0
-    assert "above the floor" in whole.workload.sides["b"].routing_verdict
+    assert whole.workload.floor_figures.stats.family("routing")["route_differ"] == 0.0
+    assert "above the floor" in whole.workload.sides["b"].verdicts.get("routing")
 
     def stop_after_first_chunk(e):
         if e.kind == "progress" and e.prompt_index == 8:
@@ -51,15 +51,15 @@ def test_a_resumed_workload_pools_the_routes_of_every_stored_chunk(service, mode
 
     run = _workload(service, model, *sides, emit=stop_after_first_chunk)
     assert run.status == "cancelled" and 8 <= run.workload.done < len(PROMPTS), run.error
-    assert run.workload.sides["b"].stats.routing["tokens"] == run.workload.done * NEW  # the figures so far
+    assert run.workload.sides["b"].stats.family("routing")["tokens"] == run.workload.done * NEW  # the figures so far
     again = resume_workload(service, run.id)
     assert again.status == "ok" and again.workload.done == len(PROMPTS), again.error
     # the resumed run's routing figures count the chunks run before the resume too: the whole run's figures
-    assert again.workload.sides["b"].stats.routing == full
-    assert again.workload.floor_figures.stats.routing == whole.workload.floor_figures.stats.routing
-    assert again.workload.sides["b"].routing_verdict == whole.workload.sides["b"].routing_verdict
+    assert again.workload.sides["b"].stats.family("routing") == full
+    assert again.workload.floor_figures.stats.family("routing") == whole.workload.floor_figures.stats.family("routing")
+    assert again.workload.sides["b"].verdicts.get("routing") == whole.workload.sides["b"].verdicts.get("routing")
     stored = service.store.get_run(run.id, prompts=[]).workload
-    assert stored.sides["b"].stats.routing == full
+    assert stored.sides["b"].stats.family("routing") == full
 
 
 def test_scored_mode_compares_the_references_routes_on_the_sides_tokens_and_replays_them_cheaply(service, model):
@@ -67,16 +67,16 @@ def test_scored_mode_compares_the_references_routes_on_the_sides_tokens_and_repl
                     mode="scored", floor="none")
     assert run.status == "ok", run.error
     w = run.workload
-    r = w.sides["b"].stats.routing
+    r = w.sides["b"].stats.family("routing")
     # the reference routed b's own sequences: every token compared, not only up to a fork
     assert r["cells"] == len(PROMPTS) * NEW * 2 and 0.1 < r["route_differ"] < 0.25
     stored = service.store.get_run(run.id, prompts=[0])
     c = stored.prompts[0].comparison("b")
-    assert c.routes.compared == NEW and c.routes.first_flip.layer == 1 and min(c.routes.first_flip.margins) <= 1e-3
+    assert c.measures.get("routes").compared == NEW and c.measures.get("routes").first_flip.layer == 1 and min(c.measures.get("routes").first_flip.margins) <= 1e-3
     assert stored.prompts[0].results["ref"].routes.rows == NEW  # the reference's routes on b's tokens, stored
     # the replay: b scored its own tokens again routing with the reference's experts (the fake's gap was
     # all routing: it drops its shift), before/after on the comparison and pooled as its own pair
-    rp = c.route_replay
+    rp = c.measures.get("route_replay")
     assert (rp.mode, rp.source) == ("ids", "ref") and rp.compared == NEW
     assert rp.before_max_abs_gap == pytest.approx(0.2) and rp.after_max_abs_gap == pytest.approx(0.0, abs=1e-9)
     after = w.sides["b+ref routes"].stats.tokens
@@ -94,7 +94,7 @@ def test_a_free_running_workload_says_it_does_not_replay_routes(service, model):
     assert run.status == "ok", run.error
     (f,) = [w for w in run.warnings if w.code == "route-replay-free"]
     assert f.side == "b" and "--mode scored" in f.fix
-    assert "b+ref routes" not in run.workload.sides and run.workload.sides["b"].stats.routing["cells"] > 0
+    assert "b+ref routes" not in run.workload.sides and run.workload.sides["b"].stats.family("routing")["cells"] > 0
 
 
 # -- a dump's recorded routes in a replay --------------------------------------------------------------
@@ -179,13 +179,13 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
     run = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", plant=(3, 4)))
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
-    rec, b = w.sides["recorded"].stats.routing, w.sides["b"].stats.routing
+    rec, b = w.sides["recorded vs ref"].stats.family("routing"), w.sides["b vs ref"].stats.family("routing")
     # every response token of every row, both layers; the one planted route is the only difference
     assert rec["cells"] == b["cells"] == ROWS * 6 * 2 and rec["tokens"] == ROWS * 6
     assert b["route_differ"] == 0.0 and rec["route_differ"] == pytest.approx(1 / (ROWS * 6 * 2))
     stored = service.store.get_run(run.id, prompts=[3]).prompts[0]
     c = stored.comparison("recorded")
-    f = c.routes.first_flip  # position 4 of the row is response token 4 - (3 - 1) = 2, layer 0
+    f = c.measures.get("routes").first_flip  # position 4 of the row is response token 4 - (3 - 1) = 2, layer 0
     assert (f.step, f.layer, f.overlap) == (2, 0, 1) and f.margins[1] is None  # a dump records no margins
     assert stored.results["recorded"].routes.source == "rollout dump"
     assert stored.results["recorded"].routes.rows == 6
@@ -194,19 +194,20 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
     r3 = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", greedy=True),
                  sides=("ref=fake,shift=0.3,replay_routes=ids", "b=fake"))
     assert r3.status in ("ok", "diverged"), r3.error
-    assert "ref+recorded routes" in [p["key"] for p in r3.workload.replay["pairs"]]
+    r3_pair = r3.workload.replay.pair("ref+recorded routes")  # found by its key from before schema 3 too
+    assert r3_pair is not None and r3_pair.name == "recorded vs ref+recorded routes"
     assert not any(f.code == "replay-on-reference" for f in r3.warnings)
     from parity_ui.store.runs import pair_samples
 
-    natural = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "recorded")}
-    replayed = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "ref+recorded routes")}
+    natural = {s.prompt_index: s for s in pair_samples(service.db, r3.id, "recorded vs ref")}
+    replayed = {s.prompt_index: s for s in pair_samples(service.db, r3.id, r3_pair.name)}
     assert sorted(replayed) == sorted(natural) == list(range(ROWS))
     for i, s in replayed.items():
         assert s.logp_side == natural[i].logp_side  # the recorded rollout's, both
         assert s.logp_ref == pytest.approx([x - 0.3 for x in natural[i].logp_ref])
     # routes=false: the routes are read and not compared, and the run says so
     off = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl"), routes=False)
-    assert any(f.code == "replay-routes-off" for f in off.warnings) and off.workload.sides["recorded"].stats.routing is None
+    assert any(f.code == "replay-routes-off" for f in off.warnings) and off.workload.sides["recorded vs ref"].stats.family("routing") is None
 
 
 @pytest.mark.parametrize("bad, said", [("layers", "routes for 3 layers, and the model has 2 layers"),

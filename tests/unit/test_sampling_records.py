@@ -69,8 +69,9 @@ def test_kept_mass_pools_by_adding_and_round_trips_through_the_comparison():
     assert kept_mass_from_json(total.to_json()) == total
     ref = side("ref", [drawn(0, 5, -1.0, -0.9, 0.9)])
     c = compare(ref, side("b", [drawn(0, 5, -1.0, -0.9, 0.9)]))
-    c.kept_mass = total
-    assert comparison_from_dict(to_dict(c)).kept_mass == total
+    c.measures["kept_mass"] = total
+    assert comparison_from_dict(to_dict(c)).measures["kept_mass"] == total
+    assert to_dict(c)["kept_mass"] == total.to_json()  # stored and printed under its key, as before measures
 
 
 def test_the_sampling_family_is_registered_with_display_names():
@@ -87,3 +88,17 @@ def test_the_hover_data_carries_each_draw():
     first, second = data["steps"]["a"]
     assert first[5] == [0.01235, 12, 0.82346] and first[4] == []
     assert len(second) == 4  # no draw recorded there: no sixth item
+
+
+def test_every_optional_step_column_is_declared_by_its_measure():
+    """TokenStep's optional per-token fields are exactly the columns the measures declare
+    (core.measures), which StepColumns stores; a column added to one and not the other fails here."""
+    import dataclasses
+
+    from parity_ui.core.measures import SPECS, STEP_COLUMNS
+
+    fixed = {"position", "token_id", "text", "logprob", "rank", "top", "raw"}
+    assert {f.name for f in dataclasses.fields(TokenStep)} - fixed == set(STEP_COLUMNS)
+    assert StepColumns.OPTIONAL == STEP_COLUMNS and len(set(STEP_COLUMNS)) == len(STEP_COLUMNS)
+    owners = {c: s.key for s in SPECS for c in s.columns}
+    assert owners["kept_hash"] == "sampling" and owners["kl"] == "distribution"

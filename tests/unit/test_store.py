@@ -100,7 +100,8 @@ def test_migrations_apply_twice_safely(tmp_path):
     assert {"runs", "prompt_results", "side_results", "comparisons"} <= set(db.table_names())
     applied = list(db.query("SELECT name FROM _sqlite_migrations WHERE migration_set = 'parity_ui'"))
     assert [r["name"] for r in applied] == ["m001_runs", "m002_sides", "m003_localisations", "m004_images",
-                                            "m005_step_columns", "m006_workloads", "m007_bisect", "m008_gate", "m009_trends"]
+                                            "m005_step_columns", "m006_workloads", "m007_bisect", "m008_gate",
+                                            "m009_replay_pair_names", "m010_trends"]
     assert to_dict(get_run(db, "01FULLRUN")) == to_dict(full_run())  # the data survived
     db.close()
 

@@ -169,7 +169,7 @@ def test_token_figures_against_hand_computation():
     d = [a - b for a, b in zip(side, ref)]  # 0.1, 0, -0.5, -0.005
     rho = [math.exp(b - a) for a, b in zip(side, ref)]
     assert t.pairs == 4 and t.skipped == 0
-    assert t.kl == pytest.approx(sum(d) / 4)
+    assert t.k1 == pytest.approx(sum(d) / 4)
     assert t.k3 == pytest.approx(sum(r - math.log(r) - 1 for r in rho) / 4)
     assert t.token_mult_prob_error == pytest.approx(sum(math.exp(abs(x)) for x in d) / 4)
     assert (t.rho_min, t.rho_max) == (pytest.approx(min(rho)), pytest.approx(max(rho)))
@@ -201,9 +201,9 @@ def test_band_edges_follow_the_comparison_of_each_ratio():
 def test_kl_sign_and_k3_non_negative():
     # The side more sure of its own tokens than the reference: KL(side||ref) estimate > 0.
     sure = token_stats([-0.1] * 5, [-0.7] * 5)
-    assert sure.kl == pytest.approx(0.6) and sure.k3 > 0
+    assert sure.k1 == pytest.approx(0.6) and sure.k3 > 0
     unsure = token_stats([-0.7] * 5, [-0.1] * 5)
-    assert unsure.kl == pytest.approx(-0.6) and unsure.k3 > 0
+    assert unsure.k1 == pytest.approx(-0.6) and unsure.k3 > 0
     # k3 ~ dlogp^2 / 2 for small gaps, not lost to rounding
     tiny = token_stats([-1.0] * 4, [-1.0 - 1e-6] * 4)
     assert tiny.k3 == pytest.approx(0.5e-12, rel=1e-3)
@@ -218,7 +218,7 @@ def test_identical_logprobs_give_zero_figures():
     stats = workload_stats(samples)
     t = stats.tokens
     assert t.pairs == 1000
-    assert (t.abs_dlogp_mean, t.abs_dlogp_p99, t.abs_dlogp_max, t.abs_dprob_max, t.kl, t.k3) == (0, 0, 0, 0, 0, 0)
+    assert (t.abs_dlogp_mean, t.abs_dlogp_p99, t.abs_dlogp_max, t.abs_dprob_max, t.k1, t.k3) == (0, 0, 0, 0, 0, 0)
     assert t.token_mult_prob_error == 1.0 and t.rho_min == t.rho_mean == t.rho_max == 1.0
     assert all(b.outside == 0.0 for b in t.outside)
     assert t.pearson == pytest.approx(1.0, abs=1e-12)
@@ -243,7 +243,7 @@ def test_masked_and_missing_positions_are_skipped_and_counted():
             {k: v for k, v in b.__dict__.items() if k not in drop}
     # a sample with nothing scorable still counts as a sequence
     none = workload_stats([sample(0, [-1e30, None], [-0.1, -0.2])])
-    assert none.tokens.pairs == 0 and none.tokens.skipped == 2 and none.tokens.kl is None
+    assert none.tokens.pairs == 0 and none.tokens.skipped == 2 and none.tokens.k1 is None
     assert none.sequences.without_pairs == 1 and none.sequences.seq_ratio.median is None
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.config import ParityConfig, apply_overrides, config_from_dict, set_key
 from ...core.errors import ConfigError, ParityError, PromptError
+from ...core.replay_record import RECORDED, RECORDED_TRAINER
 from ...core.workload_record import WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
 from ...inputs.workload_source import load_workload, prompts_hash
@@ -221,18 +222,24 @@ def _prepare(
     if cfg is None:
         return None
     names = [s.name for s in cfg.sides]
-    sides = case.check_sides or (["recorded"] if case.replay is not None else names[1:])
-    # A replay's judged "sides" are its pairs: the recorded rollout (against the trainer), an engine
-    # re-run, or the recorded logprobs against a re-run (parity_ui.commands.replay).
-    allowed = names[1:] + (
-        ["recorded", "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]] if case.replay is not None else []
+    trainer = names[0]
+    sides = case.check_sides or ([f"{RECORDED} vs {trainer}"] if case.replay is not None else names[1:])
+    # A replay's judged "sides" are its pairs, by name (core.replay_record): the recorded rollout against
+    # the trainer, an engine re-run against it, or the recorded logprobs against a re-run; their keys
+    # from before schema 3 ("recorded", "vllm", "recorded~vllm", "recorded~trainer") are taken too.
+    pairs = (
+        [f"{RECORDED} vs {trainer}", f"{RECORDED} vs {RECORDED_TRAINER}"]
+        + [f"{n} vs {trainer}" for n in names[1:]]
+        + [f"{RECORDED} vs {n}" for n in names[1:]]
     )
+    keys = [RECORDED, "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]]
+    allowed = names[1:] + (pairs + keys if case.replay is not None else [])
     for s in sides:
         if s not in allowed:
             bad(
                 case.line_of("check_sides"),
                 f"check_sides names {s!r}, which is not a compared side (the reference is {names[0]})",
-                f"sides: {', '.join(names[1:])}",
+                f"sides: {', '.join(names[1:] if case.replay is None else pairs)}",
             )
     for s in cfg.sides:
         if s.python and not (os.path.isfile(s.python) and os.access(s.python, os.X_OK)):

@@ -44,7 +44,7 @@ def judge(report: WorkloadReport, sides: list[str], thresholds: list[Threshold],
     where = f" (run {run_id})" if run_id else ""
     for t in thresholds:
         for side in sides:
-            figures = report.sides.get(side)
+            figures = report.figures_of(side)  # a replay's pair by its name (or its old key)
             if figures is None:
                 out.append(
                     Outcome("threshold", t.label(), side, "error", f"side {side} has no figures{where}", line=t.line)
@@ -163,7 +163,7 @@ def corridor(
     out = []
     for s in spec.slack:
         for side in sides:
-            mine, theirs = report.sides.get(side), base.sides.get(side)
+            mine, theirs = report.figures_of(side), base.figures_of(side)
             label = _corridor_label(s)
             if mine is None or theirs is None:
                 out.append(

@@ -26,8 +26,8 @@ class Metric:
 
     @property
     def display(self) -> str:
-        """Its name for people (core.figures); `kl` is the k1 estimator's size, never called KL."""
-        return FIGURES["abs_kl" if self.name == "kl" else self.name].name
+        """Its name for people (core.figures); `k1` is the k1 estimator's size, never called KL."""
+        return FIGURES["abs_kl" if self.name == "k1" else self.name].name
 
     @property
     def op(self) -> str:
@@ -75,9 +75,9 @@ _LIST: list[Metric] = [
     Metric("abs_dprob_mean", False, lambda s: s.tokens.abs_dprob_mean, "mean |p_side - p_ref|"),
     Metric("abs_dprob_max", False, lambda s: s.tokens.abs_dprob_max, "largest |p_side - p_ref|"),
     Metric(
-        "kl",
+        "k1",
         False,
-        lambda s: _abs(s.tokens.kl),
+        lambda s: _abs(s.tokens.k1),
         "|mean(logp_side - logp_ref)|: the size of the k1 estimator of "
         "KL(side || ref) (k1 itself can be negative; shown as |mean log-ratio (k1)|)",
     ),
@@ -106,7 +106,10 @@ _LIST: list[Metric] = [
     # MoE (routes=true): the routing family; a workload without routes cannot be checked (fails, says so)
     *(
         Metric(
-            key, not FIGURES[key].higher_is_worse, (lambda s, key=key: (s.routing or {}).get(key)), FIGURES[key].meaning
+            key,
+            not FIGURES[key].higher_is_worse,
+            (lambda s, key=key: (s.family("routing") or {}).get(key)),
+            FIGURES[key].meaning,
         )
         for key in FAMILIES["routing"]
     ),
@@ -115,7 +118,7 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.distribution or {}).get(key)),
+            (lambda s, key=key: (s.family("distribution") or {}).get(key)),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["distribution"]
@@ -125,13 +128,15 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.sampling or {}).get(key)),
+            (lambda s, key=key: (s.family("sampling") or {}).get(key)),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["sampling"]
     ),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _LIST}
+# A spec's metric names from before schema 3, read as their new names (kept for one schema version).
+METRIC_ALIASES: dict[str, str] = {"kl": "k1"}
 WITHIN_FLOOR = "within_floor"
 
 

@@ -41,7 +41,7 @@ cases:
     floor: none
     thresholds:
       abs_dlogp_p99: 0.02      # float32 against float32: rounding only
-      kl: 0.005
+      k1: 0.005
     control:
       set: {vllm.dtype: bfloat16}   # the same thresholds must fail on bf16
 """

@@ -43,7 +43,7 @@ from ...core.config import SIDE_PRESETS
 from ...core.errors import ParityError
 from ...core.pooled import FLOOR_FIGURE_NAMES, NOT_IDENTICAL
 from ...core.workload_record import FLOORS, MODES
-from .metrics import METRICS, WITHIN_FLOOR
+from .metrics import METRIC_ALIASES, METRICS, WITHIN_FLOOR
 from .yamlnodes import Map, Seq, YamlReadError, read_yaml
 
 SPEC_KEYS = ("version", "defaults", "cases")
@@ -587,6 +587,7 @@ class _Validator:
                 if k is not None:
                     out.append(Threshold(WITHIN_FLOOR, k, line))
                 continue
+            name = METRIC_ALIASES.get(name, name)  # kl: k1's name before schema 3
             if name not in METRICS:
                 self.bad(line, f"unknown metric {name!r}", f"metrics: {', '.join([*METRICS, WITHIN_FLOOR])}")
                 continue
@@ -628,6 +629,7 @@ class _Validator:
         slack = []
         for name, value in slack_raw.items():
             line = slack_raw.line_of(name)
+            name = METRIC_ALIASES.get(name, name)
             if name not in METRICS:
                 self.bad(line, f"unknown metric {name!r} in baseline slack", f"metrics: {', '.join(METRICS)}")
                 continue

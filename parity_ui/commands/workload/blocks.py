@@ -1,5 +1,5 @@
 """A workload's chunks on a Ray cluster: the same chunk function as in process
-(Workload._chunk: generate or force, compare, explain, store), run for several blocks at once, each
+(Workload.run_chunk: generate or force, compare, explain, store), run for several blocks at once, each
 block's verbs answered by an idle replica of each side (parity_ui.run.cluster.ClusterSides).
 
 A block is a chunk (--chunk prompts). Blocks are handed out in order to a few driver threads, as

@@ -10,21 +10,43 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...core.cluster import ALL, BATCH_NOTE, ClusterSpec, check_sides
-from ...core.runlog import RunEvent, phase
+from ...core.runlog import EventCallback, RunEvent, phase
 from ...core.types import Finding
+from ...core.workload_record import WorkloadOptions
 from .blocks import BlockProgress, run_blocks
 
 if TYPE_CHECKING:
-    from ...run.plan import SidePlan
-    from .run import Workload
+    from ...run.plan import Prepared, SidePlan
+    from ...run.recorder import RunRecorder
+    from ...run.sideset import SideSet
+    from ..service_api import Service
 
 CLUSTER_NOTE = "cluster-batches"  # the finding's code
 
 
-def run_on_cluster(w: Workload, plans: list[SidePlan], todo: list[int], on_loaded: Callable[[Any, Any], None]) -> None:
+class ChunkRunner(Protocol):
+    """What the cluster path needs of a workload (parity_ui.commands.workload.run.Workload, a replay):
+    its run, options and plan, and its chunk function, which a block runs on the replicas' side set
+    as it runs on the in-process one."""
+
+    service: Service
+    rec: RunRecorder
+    opts: WorkloadOptions
+    prep: Prepared
+    emit: EventCallback
+    progress: Any  # the workload's progress (here a BlockProgress): its generate and scoring calls report to it
+
+    def calls_per_chunk(self) -> int: ...
+
+    def run_chunk(self, sides: SideSet, chunk: list[int]) -> None: ...
+
+
+def run_on_cluster(
+    w: ChunkRunner, plans: list[SidePlan], todo: list[int], on_loaded: Callable[[Any, Any], None]
+) -> None:
     """Start the replicas, run every block of `todo`, keep the cluster's record in the run's report.
     Raises as the in-process path does (CapabilityError, CancelledError, EngineError); the finished
     blocks are stored either way."""
@@ -32,6 +54,7 @@ def run_on_cluster(w: Workload, plans: list[SidePlan], todo: list[int], on_loade
     spec = ClusterSpec(o.cluster or "local", dict(o.replicas) or {ALL: 1})
     check_sides(spec.replicas, [p.name for p in plans])
     report = run.workload
+    assert report is not None  # made before any side starts (Workload.run)
     with w.service.cluster_sides(
         plans,
         spec,
@@ -57,7 +80,14 @@ def run_on_cluster(w: Workload, plans: list[SidePlan], todo: list[int], on_loade
         w.emit(RunEvent("status", record.describe()))
         n_blocks = -(-len(todo) // o.chunk) if todo else 0
         progress = BlockProgress(
-            w.emit, report, len(todo), prep.config.max_new_tokens, n_blocks, w._calls(), sides.busy, sides.concurrency
+            w.emit,
+            report,
+            len(todo),
+            prep.config.max_new_tokens,
+            n_blocks,
+            w.calls_per_chunk(),
+            sides.busy,
+            sides.concurrency,
         )
         w.progress = progress
         t0, finished = time.perf_counter(), [0]
@@ -78,6 +108,6 @@ def run_on_cluster(w: Workload, plans: list[SidePlan], todo: list[int], on_loade
         )
         try:
             with phase(run, "generate"):
-                run_blocks(w._chunk, sides, todo, o.chunk, progress, on_done)
+                run_blocks(w.run_chunk, sides, todo, o.chunk, progress, on_done)
         finally:
             report.cluster = sides.record(o.chunk).to_dict()

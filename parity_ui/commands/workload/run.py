@@ -24,16 +24,15 @@ the figures so far; `resume_workload` takes a stopped, failed or interrupted run
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ... import measures
 from ...analysis.compare import compare
 from ...analysis.explain import explain
-from ...analysis.kept_mass import kept_mass
 from ...core.cluster import check_sides, parse_cluster
 from ...core.config import ParityConfig, config_from_dict
 from ...core.errors import ConfigError, ParityError
@@ -41,16 +40,19 @@ from ...core.pooled import PairSample
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
-from ...core.types import Comparison, Finding, Run, SideResult, StepColumns, TokenStep, step_column
+from ...core.types import Comparison, Run, SideResult
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
-from ...run.pipeline import Sides
+from ...measures import Made, Mode, PairSeen, Plan, ScoreAsk
+from ...measures.base import Role
+from ...measures.tokens import as_result, reference_view
 from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
-from ...run.recorder import RunRecorder, decode_columns, decode_result, side_info
+from ...run.recorder import RunRecorder, decode_result, side_info
+from ...run.sideset import SideSet
 from .blocks import time_left_text
 from .pieces import pieces, scored_in_pieces
-from .report import pooled, pooled_routing, pooled_sampling
+from .report import headline, pool_tokens
 
 if TYPE_CHECKING:
     from ..service_api import Service
@@ -278,19 +280,6 @@ class Workload:
         self.prep = prep
         self.rec.prepared(prep)
         self._prepared()
-        if o.mode == "free" and getattr(prep.config, "routes", False):
-            for p in prep.sides[1:]:
-                if getattr(p.spec.options, "replay_routes", "off") != "off":
-                    run.warnings.append(
-                        Finding(
-                            code="route-replay-free",
-                            severity="warning",
-                            side=p.name,
-                            message=f"{p.name}.replay_routes is not run in a free-running workload (it would generate "
-                            "every prompt again, alone); the routes are still recorded and compared",
-                            fix="use --mode scored, where the replay is one forced pass per sequence",
-                        )
-                    )
         floor, spec = floor_plan(prep, o)
         if floor is not None:
             run.sides.append(side_info(floor, reference=False))
@@ -304,22 +293,8 @@ class Workload:
         run.workload = report
         self.floor = floor
         self.compared = [p.name for p in prep.sides[1:]] + ([floor.name] if floor else [])
-        self.full = None  # full_distribution in scored mode: rows meet in the scorers (distribution.FullRows)
-        if prep.config.full_distribution and o.mode in ("scored", "replay"):
-            from .distribution import FullRows
-
-            self.full = FullRows(prep, floor, self.compared, run.warnings, forced=o.mode == "replay", chunk=o.chunk)
-        elif prep.config.full_distribution:
-            run.warnings.append(
-                Finding(
-                    code="full-distribution-free",
-                    severity="info",
-                    fix="use --mode scored",
-                    message="full_distribution compares the sides where they see the same context: "
-                    "a free-running workload has none past each fork, so it is computed "
-                    "in scored mode and replays only; this run has no distribution figures",
-                )
-            )
+        # The measures (parity_ui.measures): their preflight's findings with the run's, then their state.
+        self.active = measures.start(self._plan(floor))
         todo = [j for j, i in enumerate(prep.kept) if i not in done]
         report.done = len(prep.kept) - len(todo)
         self.rec.save_header()
@@ -342,8 +317,7 @@ class Workload:
                     with phase(run, "generate"):
                         self._chunks(sides, todo)
         finally:
-            if self.full is not None:
-                self.full.close()
+            self.active.close()
             with phase(run, "pool"):  # also after a Stop or a failure: the figures of what finished
                 self._pool(report)
                 self.rec.save_header()
@@ -352,23 +326,26 @@ class Workload:
     def _prepared(self) -> None:
         """After prepare, before any engine loads (a replay adds its dump's findings here)."""
 
+    def _plan(self, floor: SidePlan | None) -> Plan:
+        """The run as its measures see it (a replay adds its record)."""
+        o = self.opts
+        mode = cast(Mode, o.mode)  # checked against MODES (check_options)
+        return Plan(self.prep, mode, self.rec.run, floor=floor, cluster=o.cluster, chunk=o.chunk)
+
     def _pool(self, report: WorkloadReport) -> None:
-        """The figures of every compared side (and the floor's), from the store."""
-        pooled(
-            self.service.store, self.rec.run.id, report, [p.name for p in self.prep.sides[1:]] + self._replayed_pairs()
-        )
-        if getattr(self, "full", None) is not None:  # every stored chunk's columns, a resume's earlier ones too
-            self.full.report(report, self.service.store, self.rec.run.id)
-        pooled_sampling(self.service.store, self.rec.run.id, report)  # the same: every stored kept-mass record
-        if getattr(self.prep.config, "routes", False):  # every stored chunk's routes, a resume's earlier ones too
-            pooled_routing(self.service.store, self.rec.run.id, report)
+        """The figures of every compared pair (and the floor's), from the store: the token figures, then
+        each measure's family onto them."""
+        names = [p.name for p in self.prep.sides[1:]] + self.active.pairs()
+        pool_tokens(self.service.store, self.rec.run.id, report, names)
+        self.active.pool(self.service.store, self.rec.run.id, report)
+        report.headline = headline(report)
 
     def _status(self) -> str:
         return "ok" if self.rec.run.identical else "diverged"
 
     # -- the chunks ---------------------------------------------------------------------------------
 
-    def _chunks(self, sides: Sides, todo: list[int]) -> None:
+    def _chunks(self, sides: SideSet, todo: list[int]) -> None:
         report = self.rec.run.workload
         t0, finished = time.perf_counter(), 0
         size = self.opts.chunk
@@ -383,15 +360,15 @@ class Workload:
         self.progress = progress = Progress(self.emit, report, len(todo), self.prep.config.max_new_tokens, n_chunks)
         for k, start in enumerate(range(0, len(todo), size)):
             chunk = todo[start : start + size]
-            progress.chunk(k, len(chunk), self._calls())
-            self._chunk(sides, chunk)
+            progress.chunk(k, len(chunk), self.calls_per_chunk())
+            self.run_chunk(sides, chunk)
             finished += len(chunk)
             report.done += len(chunk)
             report.rate = finished / max(time.perf_counter() - t0, 1e-9)
             progress.chunk_done(len(chunk))
             self.rec.save_header()
 
-    def _calls(self) -> int:
+    def calls_per_chunk(self) -> int:
         """The engine calls one chunk makes (each side's generate, each scoring): progress's unit."""
         n_sides = len(self.prep.sides) - 1
         return (
@@ -400,7 +377,7 @@ class Workload:
             else (1 + n_sides + (1 if self.floor else 0))
         )
 
-    def _chunk(self, sides: Sides, chunk: list[int]) -> None:
+    def run_chunk(self, sides: SideSet, chunk: list[int]) -> None:
         """One chunk's sequences made, compared and stored (a replay forces a dump's tokens instead)."""
         if self.opts.mode == "scored":
             self._scored(sides, chunk)
@@ -409,7 +386,7 @@ class Workload:
 
     def _generate(
         self,
-        sides: Sides,
+        sides: SideSet,
         p: SidePlan,
         chunk: list[int],
         reverse: bool = False,
@@ -417,7 +394,8 @@ class Workload:
         decode: bool = True,
     ) -> dict[int, SideResult]:
         """One side's results for the chunk's prompts, by prompt position (decoded, unless not `decode`);
-        with `rows`, its full rows written for the scorer to meet (full_distribution)."""
+        with `rows`, what the measures add to a side under test's request (full_distribution: its full
+        rows written for the scorer to meet)."""
         prep = self.prep
         order = list(reversed(chunk)) if reverse else chunk
         prompts = prep.prompts_of(p.name)
@@ -428,7 +406,7 @@ class Workload:
             logprobs=max(prep.config.logprobs, 1),
             stream=False,
             counts=True,
-            rows=self.full.generate_rows(p.name, order) if rows and self.full else None,
+            **(self.active.generate_fields(p.name, order) if rows else {}),
         )
         self.progress.call(p.name, "generating")
         got = sides.generate(p.name, greq, on_counts=self.progress.counts)
@@ -441,85 +419,75 @@ class Workload:
             out[j] = res
         return out
 
-    def _free(self, sides: Sides, chunk: list[int]) -> None:
-        ref = self.prep.reference
+    def _free(self, sides: SideSet, chunk: list[int]) -> None:
+        prep, ref = self.prep, self.prep.reference
         results = {ref.name: self._generate(sides, ref, chunk)}
-        for p in self.prep.sides[1:]:
+        for p in prep.sides[1:]:
             results[p.name] = self._generate(sides, p, chunk)
         if self.floor is not None:
             results[self.floor.name] = self._generate(sides, self.floor, chunk, reverse=True)
-        routes = getattr(self.prep.config, "routes", False)
-        if routes:
-            from ..routes import chunk_routes
-
-            chunk_routes(
-                self.prep,
-                self.rec.run,
-                sides,
-                [*self.prep.sides] + ([self.floor] if self.floor else []),
-                results,
-                chunk,
-            )
-        comparisons = {
-            j: [
-                self._explained(self._routed(compare(results[ref.name][j], results[n][j]), results, j), results, j)
-                for n in self.compared
-            ]
-            for j in chunk
-        }
-        for j in chunk:  # sampled tokens' kept sets, where both sides drew (shared-seed sampling)
-            for c in comparisons[j]:
-                c.kept_mass = kept_mass(c, results[c.a][j], results[c.b][j])  # stored; pooled from the store
-        samples = {
-            n: [free_sample(c, results[ref.name][j], results[n][j]) for j in chunk for c in comparisons[j] if c.b == n]
-            for n in self.compared
-        }
+        self.active.collect(sides, Made("generated", chunk, plans=[*prep.sides, *self._floors()], results=results))
+        comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
+        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared}
+        for j in chunk:
+            for n in self.compared:
+                a, b = results[ref.name][j], results[n][j]
+                self._pair(PairSeen(n, compare(a, b), a, b, j), comparisons, samples)
         self._store(chunk, results, comparisons, samples)
 
-    def _scored(self, sides: Sides, chunk: list[int]) -> None:
+    def _pair(
+        self, pair: PairSeen, comparisons: dict[int, list[Comparison]], samples: dict[str, list[PairSample]]
+    ) -> None:
+        """One compared pair through the measures: harvested, explained, sampled (a sample by pooled pair)."""
+        self.active.harvest(pair)
+        run = self.rec.run
+        c = pair.c
+        c.explanation = explain(c, pair.a, pair.b, self.prep.config, differing(run.sides, c.a, c.b))
+        comparisons[pair.j].append(c)
+        self.active.sample(pair)
+        for name, sample in pair.samples.items():
+            samples[name].append(sample)
+
+    def _floors(self) -> list[SidePlan]:
+        return [self.floor] if self.floor is not None else []
+
+    def _scored(self, sides: SideSet, chunk: list[int]) -> None:
         prep, ref = self.prep, self.prep.reference
         k = max(prep.config.logprobs, 1)
-        full = self.full
-        routes = getattr(prep.config, "routes", False)
         # Decoded below, piece by piece, while the reference scores the next piece (pieces.py).
         gen = {p.name: self._generate(sides, p, chunk, rows=True, decode=False) for p in prep.sides[1:]}
-        if routes:  # each generating side's routes on its own tokens
-            from ..routes import chunk_routes
-
-            chunk_routes(prep, self.rec.run, sides, prep.sides[1:], gen, chunk)
+        self.active.collect(sides, Made("generated", chunk, plans=prep.sides[1:], results=gen))
         results: dict[str, dict[int, SideResult]] = {n: dict(r) for n, r in gen.items()}
         comparisons: dict[int, list[Comparison]] = {j: [] for j in chunk}
-        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared + self._replayed_pairs()}
+        samples: dict[str, list[PairSample]] = {n: [] for n in self.compared + self.active.pairs()}
         first = prep.sides[1].name  # the reference's view (its choice given a side's prefix) is shown for this one
         for p in prep.sides[1:]:
             floor = self.floor if self.floor is not None and p.name == first else None
-            items = [
-                ScoreRequest(
+
+            def ask(scorer: SidePlan, j: int, role: Role) -> ScoreRequest:
+                return ScoreRequest(
                     prep.prompts[j].token_ids,
-                    gen[p.name][j].token_ids,
+                    gen[p.name][j].token_ids,  # noqa: B023 (called in this iteration only)
                     k,
-                    rows=full.score_rows(p.name, j, floor is not None) if full else None,
+                    **self.active.score_fields(ScoreAsk(scorer.name, p.name, j, role, with_floor=floor is not None)),  # noqa: B023
                 )
-                for j in chunk
-            ]
-            floor_items = (
-                [dataclasses.replace(it, rows=full.floor_rows(j) if full else None) for it, j in zip(items, chunk)]
-                if floor is not None
-                else []
-            )
+
+            items = [ask(ref, j, "reference") for j in chunk]
+            floor_items = [ask(floor, j, "floor") for j in chunk] if floor is not None else []
             scorers = [(ref, items)] + ([(floor, floor_items)] if floor is not None else [])
 
             def call(side: SidePlan, its: list[ScoreRequest]) -> Callable[[range], list[Any]]:
                 return lambda part: sides.score_batch(side.name, [its[x] for x in part])  # noqa: B023 (`part` is the lambda's own)
 
-            # Routes (and the route replay) call the workers from this thread: before the scoring, which
-            # then runs inline, as on a cluster (a block's calls hand the driver lock over from its thread).
-            # Full rows keep their order in pieces: per piece the reference's call (writing its rows for
-            # the floor) comes before the floor's (meeting them), on the one scoring thread.
-            ref_routes, floor_routes, replayed = (
-                self._scored_routes(sides, p, chunk, gen, items, floor is not None) if routes else ({}, {}, {})
-            )
-            inline = bool(self.opts.cluster) or bool(routes)
+            # A measure's own engine calls (routes, the route replay) are made from this thread: before the
+            # scoring, which then runs inline, as on a cluster (a block's calls hand the driver lock over from
+            # its thread). Full rows keep their order in pieces: per piece the reference's call (writing its
+            # rows for the floor) comes before the floor's (meeting them), on the one scoring thread.
+            seqs = {j: (prep.prompts[j].token_ids, gen[p.name][j].token_ids) for j in chunk}
+            made = Made("scored", chunk, side=p, items=dict(zip(chunk, items)), floor=floor, sequences=seqs)
+            made.progress = self.progress
+            self.active.collect(sides, made)
+            inline = bool(self.opts.cluster) or self.active.calls_engines()
             self.progress.call(ref.name, f"scoring {p.name}'s tokens" + (" (and the floor)" if floor else ""))
             parts = pieces(len(chunk), per_item=not inline and all(s.kind.name == "hf" for s, _ in scorers))
             # closing(): an error in the parent's own work stops the thread's calls at once, not when the
@@ -527,147 +495,49 @@ class Workload:
             with closing(scored_in_pieces([call(s, its) for s, its in scorers], parts, threaded=not inline)) as scoring:
                 for part, got in scoring:
                     for x, j in enumerate(chunk[part.start : part.stop]):
-                        scored = got[0][x]
-                        decode_result(prep.tokenizer, gen[p.name][j])
-                        view = reference_view(ref.name, gen[p.name][j], scored, prep)
+                        scored, side = got[0][x], gen[p.name][j]
+                        decode_result(prep.tokenizer, side)
+                        view = reference_view(ref.name, side, scored, prep)
                         base = len(prep.prompts[j].token_ids)
-                        if j in ref_routes:
-                            view.routes = ref_routes[j].rows_between(base - 1)
                         if p.name == first:
                             results.setdefault(ref.name, {})[j] = view
-                        c = self._explained(
-                            self._forced_routes(compare(view, gen[p.name][j]), view, gen[p.name][j]),
-                            {ref.name: {j: view}, p.name: gen[p.name]},
+                        pair = PairSeen(
+                            p.name,
+                            compare(view, side),
+                            view,
+                            side,
                             j,
+                            forced=True,
+                            sample_side=side,
+                            ref_steps=scored,
+                            scored=scored,
+                            base=base,
+                            generated=side,
                         )
-                        comparisons[j].append(c)
-                        samples[p.name].append(before := scored_sample(c, gen[p.name][j], scored))
-                        if full:
-                            full.harvest(p.name, gen[p.name][j].steps, scored)
-                        if j in replayed:
-                            samples[self._replayed_name(p)].append(
-                                self._route_replay(c, view, gen[p.name][j], replayed[j].steps, scored, before)
-                            )
+                        self._pair(pair, comparisons, samples)
                         if floor is not None:
                             fscored = got[1][x]
-                            fview = reference_view(floor.name, gen[p.name][j], fscored, prep)
-                            if full:
-                                full.harvest(floor.name, fview.steps, fscored)
-                            if j in floor_routes:
-                                fview.routes = floor_routes[j].rows_between(base - 1)
+                            fview = reference_view(floor.name, side, fscored, prep)
                             results.setdefault(floor.name, {})[j] = fview
-                            fc = self._explained(
-                                self._forced_routes(compare(view, fview), view, fview),
-                                {ref.name: {j: view}, floor.name: {j: fview}},
+                            fpair = PairSeen(
+                                floor.name,
+                                compare(view, fview),
+                                view,
+                                fview,
                                 j,
+                                forced=True,
+                                sample_side=as_result(side, fscored),
+                                ref_steps=scored,
+                                scored=fscored,
+                                base=base,
+                                generated=side,
                             )
-                            comparisons[j].append(fc)
-                            samples[floor.name].append(scored_sample(fc, _as_result(gen[p.name][j], fscored), scored))
+                            self._pair(fpair, comparisons, samples)
             self.progress.call_done()
             if floor is not None:
-                self.progress.call_done()  # the floor's scoring: one call of the chunk's count (_calls)
+                self.progress.call_done()  # the floor's scoring: one call of the chunk's count (calls_per_chunk)
         self._store(chunk, results, comparisons, samples)
-        if full:
-            full.end_chunk(chunk)
-
-    # -- MoE routes in scored mode: the scorer's routes on the side's tokens, and the cheap route replay --
-
-    def _scored_routes(
-        self,
-        sides: Sides,
-        p: SidePlan,
-        chunk: list[int],
-        gen: dict[str, dict[int, SideResult]],
-        items: list[ScoreRequest],
-        with_floor: bool,
-    ) -> tuple[dict, dict, dict]:
-        """The reference's (and the floor's) routes on p's sequences, from input position 0, and, where p
-        asks for replay_routes, p's scoring of its own tokens routing with the reference's experts."""
-        from ..routes import forced_routes, score_with_routes
-
-        prep, run = self.prep, self.rec.run
-        seqs = {j: (prep.prompts[j].token_ids, gen[p.name][j].token_ids) for j in chunk}
-        ref_routes = forced_routes(run, sides, prep.reference, seqs)
-        floor_routes = forced_routes(run, sides, self.floor, seqs) if with_floor else {}
-        mode = getattr(p.spec.options, "replay_routes", "off")
-        replayed = {}
-        if mode != "off" and ref_routes:
-            self.progress.call(p.name, f"scoring its tokens with {prep.reference.name}'s expert routes")
-            replayed = score_with_routes(run, sides, p, mode, dict(zip(chunk, items)), ref_routes)
-            self.progress.call_done()
-        return ref_routes, floor_routes, replayed
-
-    def _replayed_name(self, p: SidePlan) -> str:
-        from ..routes import replayed_pair
-
-        return replayed_pair(p.name, self.prep.reference.name)
-
-    def _replayed_pairs(self) -> list[str]:
-        """The pooled pairs of a scored workload's route replays (sides with replay_routes), by name."""
-        if self.opts.mode != "scored" or not getattr(self.prep.config, "routes", False):
-            return []
-        return [
-            self._replayed_name(p)
-            for p in self.prep.sides[1:]
-            if getattr(p.spec.options, "replay_routes", "off") != "off"
-        ]
-
-    @staticmethod
-    def _forced_routes(c: Comparison, a: SideResult, b: SideResult) -> Comparison:
-        """Scored mode: both routed the same input (the side's sequence), so every token's routes compare."""
-        if a.routes is not None and b.routes is not None:
-            from ...analysis.routes import compare_routes
-
-            c.routes = compare_routes(a.routes, b.routes, min(len(a.token_ids), len(b.token_ids)))
-        return c
-
-    def _route_replay(
-        self,
-        c: Comparison,
-        view: SideResult,
-        side: SideResult,
-        replayed: Sequence[TokenStep],
-        scored: Sequence[TokenStep],
-        before: PairSample,
-    ) -> PairSample:
-        """The side's own tokens scored again with the reference's routes: the comparison's before/after
-        (c.route_replay: the first token where the two would choose differently, and the largest
-        |Δlogprob| over the whole sequence, as scored mode measures it) and the replayed pair's sample
-        (pooled as its own row)."""
-        from ...core.routes import RouteReplay
-
-        p = next(x for x in self.prep.sides if x.name == side.side)
-        after = compare(view, reference_view(side.side, side, replayed, self.prep))
-        sample = scored_sample(after, _as_result(side, replayed), scored)
-        c.route_replay = RouteReplay(
-            mode=getattr(p.spec.options, "replay_routes", "ids"),
-            source=view.side,
-            before_first_divergence=c.first_divergence,
-            after_first_divergence=after.first_divergence,
-            before_identical=c.identical,
-            after_identical=after.identical,
-            before_max_abs_gap=_max_gap(before),
-            after_max_abs_gap=_max_gap(sample),
-            compared=len(sample.positions),
-        )
-        return sample
-
-    def _routed(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
-        """MoE (routes=true): the pair's route agreement, stored with the comparison (the routing figures
-        are pooled from the store)."""
-        a, b = results[c.a][j], results[c.b][j]
-        if a.routes is not None and b.routes is not None:
-            from ...analysis.routes import comparable_steps, compare_routes
-
-            c.routes = compare_routes(
-                a.routes, b.routes, comparable_steps(c.first_divergence, len(a.token_ids), len(b.token_ids))
-            )
-        return c
-
-    def _explained(self, c: Comparison, results: dict[str, dict[int, SideResult]], j: int) -> Comparison:
-        run = self.rec.run
-        c.explanation = explain(c, results[c.a][j], results[c.b][j], self.prep.config, differing(run.sides, c.a, c.b))
-        return c
+        self.active.end_chunk(chunk)
 
     def _store(
         self,
@@ -745,80 +615,3 @@ class Progress:
         else:
             line += f", {r.rate:.2f} prompts/s, {left} ({100 * f:.0f}% of the work)"
         self.emit(RunEvent("progress", line, prompt_index=r.done, side=self.side if self.what else None, fraction=f))
-
-
-def free_sample(c: Comparison, ref: SideResult, side: SideResult) -> PairSample:
-    """Free-running: the two sides' own logprobs on the same context, up to the first divergence."""
-    n = c.first_divergence if c.first_divergence is not None else c.compared
-    return PairSample(
-        prompt_index=side.prompt_index,
-        identical=c.identical,
-        first_divergence=c.first_divergence,
-        length=len(side.token_ids),
-        verdict=c.explanation.verdict if c.explanation else None,
-        logp_side=step_column(side.steps, "logprob")[:n],
-        logp_ref=step_column(ref.steps, "logprob")[:n],
-        positions=list(range(n)),
-    )
-
-
-def scored_sample(c: Comparison, side: SideResult, scored: Sequence[TokenStep]) -> PairSample:
-    """Scored: the side's own logprobs against the reference's teacher-forced ones, every token."""
-    lr = step_column(scored, "logprob")
-    return PairSample(
-        prompt_index=side.prompt_index,
-        identical=c.identical,
-        first_divergence=c.first_divergence,
-        length=len(side.token_ids),
-        verdict=c.explanation.verdict if c.explanation else None,
-        logp_side=step_column(side.steps, "logprob"),
-        logp_ref=lr,
-        positions=list(range(len(lr))),
-    )
-
-
-def reference_view(name: str, side: SideResult, scored: Sequence[TokenStep], prep: Prepared) -> SideResult:
-    """What the scorer would have chosen at each position of the side's sequence (its top-1 given the
-    side's prefix): the side's own sequence up to where the scorer ranks a token second or worse,
-    which is where a greedy scorer would have forked. Built as columns from the scored columns."""
-    cols = StepColumns.from_steps(scored)
-    decode_columns(prep.tokenizer, cols)
-    starts = cols.top_starts()
-    first = [starts[i] if cols.top_n[i] else None for i in range(len(cols))]
-    ids = [cols.top_token_id[k] if k is not None else cols.token_id[i] for i, k in enumerate(first)]
-    view = StepColumns(
-        {
-            "position": list(cols.position),
-            "token_id": ids,
-            "text": [cols.top_text[k] if k is not None else cols.text[i] for i, k in enumerate(first)],
-            "logprob": [cols.top_logprob[k] if k is not None else cols.logprob[i] for i, k in enumerate(first)],
-            "rank": [1] * len(cols),
-            "top_n": list(cols.top_n),
-            "top_token_id": list(cols.top_token_id),
-            "top_logprob": list(cols.top_logprob),
-            "top_text": list(cols.top_text),
-            "raw": {i: cols.top_raw[k] for i, k in enumerate(first) if k is not None and k in cols.top_raw},
-            "top_raw": dict(cols.top_raw),
-        }
-    )
-    return SideResult(
-        side=name,
-        prompt_index=side.prompt_index,
-        token_ids=ids,
-        steps=view,
-        text=prep.tokenizer.decode(ids),
-        finish_reason="scored",
-    )
-
-
-def _max_gap(s: PairSample) -> float | None:
-    """The largest |Δlogprob| of a pair sample (None: no finite pair)."""
-    gaps = [
-        abs(x - y) for x, y in zip(s.logp_side, s.logp_ref) if x is not None and y is not None and math.isfinite(x - y)
-    ]
-    return max(gaps) if gaps else None
-
-
-def _as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
-    """The floor scorer's logprobs of the side's tokens, as a result whose steps carry them."""
-    return dataclasses.replace(side, steps=scored)

@@ -1,5 +1,6 @@
-"""Mixture-of-experts routes for people: the layer x token grid of route agreement (HTML, shown with
-the token panes), and the terminal lines of a comparison's routes and its route replay.
+"""The routing measure's section (MoE, routes=true): the layer x token grid of route agreement (HTML,
+shown with the token panes), the terminal lines of a comparison's routes and its route replay, and a
+workload's routing family on the CLI screen (its rows and its verdict).
 
 Pure: a Comparison in, HTML or text out. The grid has one row per MoE layer and one column per
 token (the route of token t is the routing that predicted it); a cell reads "=" the same experts in
@@ -10,10 +11,15 @@ token fork and the first route difference are marked.
 
 from __future__ import annotations
 
-from ..core.figures import FIGURES
-from ..core.routes import NOT_COMPARED, SAME_ORDER, SAME_SET, RouteAgreement, RouteReplay
-from ..core.types import Comparison
-from .markup import esc
+from collections.abc import Sequence
+
+from ...core.figures import FAMILIES, FIGURES
+from ...core.measures import ROUTE_REPLAY, ROUTES, ROUTING
+from ...core.pooled import WorkloadStats
+from ...core.routes import NOT_COMPARED, SAME_ORDER, SAME_SET, RouteAgreement, RouteReplay
+from ...core.types import Comparison
+from ..markup import esc
+from .base import Section
 
 _CLASS = {SAME_ORDER: "rt-same", SAME_SET: "rt-order", NOT_COMPARED: "rt-na"}
 
@@ -24,7 +30,7 @@ def _pct(x: float | None) -> str:
 
 def grid_html(c: Comparison) -> str:
     """The layer x token grid of `c`'s route agreement, with the per-layer rates; "" without routes."""
-    r = c.routes
+    r = ROUTES.of(c)
     if r is None:
         return ""
     if not r.grid:
@@ -53,7 +59,7 @@ def grid_html(c: Comparison) -> str:
     return (
         f'<details class="pc-routes" open><summary>expert routes, {esc(c.b)} vs {esc(c.a)}: {esc(headline(r))}'
         f'</summary><table class="rt-grid" data-testid="route-grid"><tr><th>token</th>{head}<th></th></tr>'
-        f"{''.join(rows)}</table>{_replay_html(c.route_replay)}</details>"
+        f"{''.join(rows)}</table>{_replay_html(ROUTE_REPLAY.of(c))}</details>"
     )
 
 
@@ -101,16 +107,36 @@ def replay_line(rp: RouteReplay | None) -> str:
 
 def route_lines(c: Comparison) -> list[str]:
     """The terminal lines of a comparison's routes (indented as the run screen's)."""
-    if c.routes is None:
+    r = ROUTES.of(c)
+    if r is None:
         return []
-    out = [f"    expert routes: {headline(c.routes)}"]
-    r = c.routes
+    out = [f"    expert routes: {headline(r)}"]
     if r.compared and r.same_set_by_layer:
         out.append(
             "    same set by layer: "
             + "  ".join(f"L{layer} {_pct(x)}" for layer, x in zip(r.layers, r.same_set_by_layer))
         )
-    line = replay_line(c.route_replay)
+    line = replay_line(ROUTE_REPLAY.of(c))
     if line:
         out.append(f"    {line}")
     return out
+
+
+class RoutingSection(Section):
+    key = ROUTING.key
+    title = ROUTING.title
+
+    def comparison_lines(self, c: Comparison) -> list[str]:
+        return route_lines(c)
+
+    def comparison_html(self, c: Comparison) -> str:
+        return grid_html(c)
+
+    def text_rows(self, stats: Sequence[WorkloadStats]) -> list[tuple[str, list[str]]]:
+        got = [x.family(self.key) for x in stats]
+        if not any(got):
+            return []
+        return [(FIGURES[k].name, [FIGURES[k].format((g or {}).get(k), "-") for g in got]) for k in FAMILIES["routing"]]
+
+    def html_verdicts(self) -> bool:
+        return False  # the app shows a pair's routes in its comparison's grid; the figures table not yet
