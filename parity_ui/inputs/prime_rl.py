@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .rollouts import DumpError, RolloutRow, _floats, _ints, _jsonl_records
+from .rollout_rows import DumpError, RolloutRow, floats, ints, jsonl_records
 
 SCHEMA_VERSION = 1
 STABLE = "STABLE"  # the marker prime-rl touches in a step's directory once every rank flushed
@@ -90,7 +90,7 @@ def records(step_dir: Path) -> Iterator[tuple[int, str, Any]]:
     i = 0
     loads = _loads()
     for rank, path in rank_files(step_dir):
-        for _, where, rec in _jsonl_records(path, loads):
+        for _, where, rec in jsonl_records(path, loads):
             yield i, f"rank {rank}, {where}", rec
             i += 1
 
@@ -101,14 +101,14 @@ def _fast_floats(v: Any, name: str) -> list[float]:
     try:
         return array("d", v).tolist()
     except TypeError:
-        return _floats(v, name) or []
+        return floats(v, name) or []
 
 
 def _fast_ints(v: Any, name: str) -> list[int]:
     try:
         return array("q", v).tolist()
     except (TypeError, OverflowError):
-        return _ints(v, name)
+        return ints(v, name)
 
 
 def row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .rollouts import DumpError, RolloutRow, _floats, _get, _ints, _slime_row
+from .rollout_rows import DumpError, RolloutRow, floats, ints, routes_array, sample_field
 
 TRAIN_FORMAT_VERSION = 2
 _ID = re.compile(r"^(?:rollout_)?(\d+)\.pt$")
@@ -77,14 +77,14 @@ def _safe_load(path: Path, trust_pickle: bool) -> Any:
 def load_train_dump(path: Path, trust_pickle: bool) -> list[dict[str, Any]]:
     """The train dump's samples. Raises DumpError for a file that is not a v2 train dump."""
     data = _safe_load(path, trust_pickle)
-    version = _get(data, "format_version")
+    version = sample_field(data, "format_version")
     if version != TRAIN_FORMAT_VERSION:
         raise DumpError(
             f"{path.name} is not a slime train dump v2 (format_version {version!r}): the per-rank dumps "
             "before slime #2266 carry no sample_index to join on",
             "dump with a slime that has --save-debug-train-data v2 (#2266), or leave the train dump out",
         )
-    samples = _get(data, "samples")
+    samples = sample_field(data, "samples")
     if not isinstance(samples, (list, tuple)):
         raise DumpError(f"{path.name} holds no list of samples", "a train dump v2 holds samples=[...]")
     return list(samples)
@@ -103,9 +103,9 @@ def join_train_dump(path: Path, samples: list[Any], trust_pickle: bool, notes: l
         notes.append(f"{e.message}: not joined (no trainer logprobs)")
         return [(s, None) for s in samples]
     by_index = {t.get("sample_index"): t for t in train if t.get("sample_index") is not None}
-    if samples and all(_get(s, "index") is not None for s in samples) and by_index:
-        key, pairs = "sample_index", [(s, by_index.get(_get(s, "index"))) for s in samples]
-        extra = len(set(by_index) - {_get(s, "index") for s in samples})
+    if samples and all(sample_field(s, "index") is not None for s in samples) and by_index:
+        key, pairs = "sample_index", [(s, by_index.get(sample_field(s, "index"))) for s in samples]
+        extra = len(set(by_index) - {sample_field(s, "index") for s in samples})
     else:  # no indices: the rollout position slime orders its train samples by
         by_pos = {t.get("rollout_position"): t for t in train if t.get("rollout_position") is not None}
         key, pairs = "rollout_position", [(s, by_pos.get(k)) for k, s in enumerate(samples)]
@@ -120,14 +120,14 @@ def join_train_dump(path: Path, samples: list[Any], trust_pickle: bool, notes: l
 
 
 def _kept_sets(s: Any, n: int) -> list[list[int]] | None:
-    ids, offsets = _get(s, "rollout_top_p_token_ids"), _get(s, "rollout_top_p_token_offsets")
+    ids, offsets = sample_field(s, "rollout_top_p_token_ids"), sample_field(s, "rollout_top_p_token_offsets")
     if ids is None and offsets is None:
         return None
     if ids is None or offsets is None:
         raise DumpError(
             "rollout_top_p_token_ids and rollout_top_p_token_offsets come together (a CSR); one is missing", ""
         )
-    ids, offsets = _ints(ids, "rollout_top_p_token_ids"), _ints(offsets, "rollout_top_p_token_offsets")
+    ids, offsets = ints(ids, "rollout_top_p_token_ids"), ints(offsets, "rollout_top_p_token_offsets")
     if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(ids):
         raise DumpError(
             f"rollout_top_p_token_offsets has {len(offsets)} entries ending at {offsets[-1] if offsets else '-'} "
@@ -140,16 +140,16 @@ def _kept_sets(s: Any, n: int) -> list[list[int]] | None:
 def _facts(s: Any, t: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in ("index", "group_index", "rollout_id"):
-        if _get(s, k) is not None:
-            out[k] = _get(s, k)
+        if sample_field(s, k) is not None:
+            out[k] = sample_field(s, k)
     for k in ("prefix_cache_info", "spec_info"):
-        v = _get(s, k)
+        v = sample_field(s, k)
         if v is not None and not isinstance(v, dict) and hasattr(v, "to_dict"):
             v = v.to_dict()
         if isinstance(v, dict) and any(v.values()):
             out[k] = dict(v)
-    meta = _get(s, "metadata") or {}
-    start = _get(s, "routed_experts_start_len")
+    meta = sample_field(s, "metadata") or {}
+    start = sample_field(s, "routed_experts_start_len")
     start = start if start is not None else (meta.get("routed_experts_start_len") if isinstance(meta, dict) else None)
     if start is not None:
         out["routed_experts_start_len"] = int(start)
@@ -158,15 +158,44 @@ def _facts(s: Any, t: Any) -> dict[str, Any]:
     return out
 
 
+def rollout_row(s: Any, i: int, where: str) -> RolloutRow:
+    """A rollout sample's own fields as a RolloutRow (tokens, response_length, loss_mask, rollout_log_probs,
+    weight_versions, rollout_routed_experts): what every slime / miles dump has."""
+    tokens, rl = sample_field(s, "tokens"), sample_field(s, "response_length")
+    if tokens is None or rl is None:
+        raise DumpError("no tokens / response_length (a slime Sample has both)", "")
+    ids = ints(tokens, "tokens")
+    rl = int(rl)
+    if not 0 < rl < len(ids):
+        raise DumpError(f"response_length {rl} does not fit its {len(ids)} tokens", "")
+    versions = sample_field(s, "weight_versions") or []
+    mask = sample_field(s, "loss_mask")
+    status = sample_field(s, "status")
+    status = getattr(status, "value", status)
+    return RolloutRow(
+        index=i,
+        where=where,
+        prompt_ids=ids[:-rl],
+        response_ids=ids[-rl:],
+        rollout_logprobs=floats(sample_field(s, "rollout_log_probs"), "rollout_log_probs"),
+        trainer_logprobs=None,
+        loss_mask=ints(mask, "loss_mask") if mask is not None else None,
+        sampling=None,
+        policy_version=",".join(str(v) for v in dict.fromkeys(versions)) or None,
+        has_routed_experts=sample_field(s, "rollout_routed_experts") is not None,
+        routed_experts=routes_array(sample_field(s, "rollout_routed_experts"), "rollout_routed_experts"),
+    )
+
+
 def sample_row(rec: tuple[Any, Any], i: int, where: str) -> RolloutRow:
     """A rollout sample (and its train sample, or None) as a RolloutRow."""
     s, t = rec
-    row = _slime_row(s, i, where)
+    row = rollout_row(s, i, where)
     n = len(row.response_ids)
     row.kept_ids = _kept_sets(s, n)
     row.facts = _facts(s, t) or None
     if t is not None and t.get("log_probs") is not None:
-        lps = _floats(t["log_probs"], "log_probs (train dump)")
+        lps = floats(t["log_probs"], "log_probs (train dump)")
         if lps is not None and len(lps) != n:
             raise DumpError(
                 f"the train dump's log_probs has {len(lps)} entries for {n} response tokens",

@@ -9,11 +9,12 @@ May import: core (the package's rule).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import nemo_rl, prime_rl, verl_dump
-from .rollouts import RolloutDump
+from .rollout_rows import RolloutRow
 
 
 def detect_step_format(p: Path) -> str | None:
@@ -25,37 +26,43 @@ def detect_step_format(p: Path) -> str | None:
     return None
 
 
-def open_step(
-    dump: RolloutDump,
-    p: Path,
-    *,
-    trust_pickle: bool,
-    guard: Callable[[Iterator[tuple[int, str, Any]], Callable[[Any, int, str], Any]], Iterator[Any]],
-) -> None:
-    """Fill `dump` (its rows, its notes) for the step at `p`. Raises DumpError (a refused pickle, verl
-    not importable, a missing rank named in the notes)."""
-    if dump.format == "prime-rl":
+@dataclass
+class OpenedStep:
+    """A step as opened: the path it is known by, what to say of it, its records and its row maker
+    (parity_ui.inputs.rollouts.open_dump streams them through its bad-row guard)."""
+
+    path: str
+    records: Callable[[], Iterator[tuple[int, str, Any]]]
+    make: Callable[[Any, int, str], RolloutRow]
+    notes: list[str] = field(default_factory=list)
+
+
+def open_step(fmt: str, p: Path, *, trust_pickle: bool) -> OpenedStep:
+    """The step at `p` in `fmt` ("prime-rl" or "verl-dp"). Raises DumpError (a refused pickle, verl
+    not importable); a missing rank is named in the notes."""
+    if fmt == "prime-rl":
         step_dir = prime_rl.step_dir_of(p)
         ranks = [r for r, _ in prime_rl.rank_files(step_dir)]
-        dump.path = str(step_dir)
-        dump.notes.append(
+        notes = [
             f"prime-rl token export {step_dir.name}: ranks {', '.join(map(str, ranks))} joined"
             + ("" if prime_rl.is_stable(step_dir) else "; no STABLE marker: the step may still be written")
-        )
+        ]
         gone = prime_rl.missing_ranks(ranks)
         if gone:
-            dump.notes.append(f"ranks {', '.join(map(str, gone))} are missing from {step_dir.name}")
-        dump.notes.append(
+            notes.append(f"ranks {', '.join(map(str, gone))} are missing from {step_dir.name}")
+        notes.append(
             "prime-rl's logprobs are of the temperature-scaled distribution on both sides (the export "
             "does not record the temperature): an engine re-run scores T=1"
         )
-        dump.rows_fn = lambda: guard(prime_rl.records(step_dir), prime_rl.row)
-        return
+        return OpenedStep(str(step_dir), lambda: prime_rl.records(step_dir), prime_rl.row, notes)
     step_dir = verl_dump.step_dir_of(p)
     data = verl_dump.load(step_dir, trust_pickle)
-    dump.path = str(step_dir / verl_dump.GEN_BATCH)
-    dump.notes.append("verl's rollout dump has no trainer logprobs: the trainer is replayed as an engine")
-    dump.rows_fn = lambda: guard(verl_dump.records(data), verl_dump.row)
+    return OpenedStep(
+        str(step_dir / verl_dump.GEN_BATCH),
+        lambda: verl_dump.records(data),
+        verl_dump.row,
+        ["verl's rollout dump has no trainer logprobs: the trainer is replayed as an engine"],
+    )
 
 
 def nemo_unbatched(records: Iterator[tuple[int, str, Any]]) -> Iterator[tuple[int, str, Any]]:

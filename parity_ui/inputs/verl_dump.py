@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .rollouts import DumpError, RolloutRow
+from .rollout_rows import DumpError, RolloutRow
 
 GEN_BATCH = "gen_batch.dp"
 META = "meta.json"
