@@ -1,48 +1,54 @@
 """Recorded-only replay: a dump that holds both the rollout engine's and the trainer's logprobs of the
 same tokens (prime-rl's token export, NeMo-RL's train_data_step*.jsonl, slime's rollout dump joined
 with its train dump v2, parity-ui's format with trainer_logprobs) has the run's own mismatch in it.
-Its pair "recorded vs trainer" and every figure of it are pooled here WITHOUT loading any engine:
-reading and pooling only (seconds for 10,000 rows; bench/replay_steps.py).
+Its pair "recorded vs trainer (recorded)" and every figure of it are pooled here WITHOUT loading any
+engine: reading and pooling only (seconds for 10,000 rows; bench/replay_steps.py).
 
-The run is stored as a replay (kind "replay") like one made with engines, so History, `parity runs
-show`, `parity report`, the gate and the trend read it the same way: two recorded sides, the
-trainer's logprobs as the reference ("trainer (recorded)") and the rollout's ("recorded"), each row's
-two token streams (the token view shows them), the pair's samples (the prompt table's gaps) and its
-pooled figures, the worst tokens first. The pair's samples are made exactly as parity_ui.commands.replay
-makes its "recorded~trainer" pair (the same logprobs, positions and loss mask), so the figures equal
-an engine replay's recorded pair to the digit (tests/engines/test_replay_steps_engines.py). There is
-no floor (no engine ran to measure one): no verdict, and the status is "ok" unless the run failed.
+The run is stored as a replay (kind "replay", its record a core.replay_record.ReplayRecord with
+`recorded_only` set) like one made with engines, so History, `parity runs show`, `parity report`, the
+gate and the trend read it the same way: two recorded sides, the trainer's logprobs as the reference
+("trainer (recorded)") and the rollout's ("recorded"), each row's two token streams (the token view
+shows them), the pair's samples (the prompt table's gaps) and its pooled figures, the worst tokens
+first. There is no Plan (no side is prepared), so the measures are not started; their pieces are used
+as the engine replay's measures use them: the pair (replay_pairs.recorded_trainer_pair), each row's
+sample, token counts and worst tokens (replay_pairs.sample_row, WorstTokens), the recorded streams
+(replay.recorded_result), and the pooling, in memory as rows come rather than read back from the store
+(tokens.PairPool, the clipped ratio's core.clipped.ClipStats). So the figures equal an engine replay's
+same pair to the digit (tests/engines/test_replay_steps_engines.py). There is no floor (no engine ran
+to measure one): no verdict, and the status is "ok" unless the run failed.
 
-Beside the run, `RecordedResult` carries what the trend keeps of a step: the clipped importance ratio
-(core.trend.ClipStats), the figures per policy version where the rows name several, the recorded kept
-sets' mean size and the run's prefix-cache and speculative-decoding facts.
+Beside the run, `RecordedResult` carries what the trend keeps of a step: its figures and the figures
+per policy version where the rows name several, the recorded kept sets' mean size and the run's
+prefix-cache and speculative-decoding facts.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import sub
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from ..core.pooled import Accumulator, PairSample
+from ..core.clipped import ClipStats
+from ..core.errors import ParityError
+from ..core.pooled import Accumulator, PairSample, WorkloadStats
+from ..core.replay_record import RECORDED, RECORDED_TRAINER, ReplayPair, ReplayRecord
 from ..core.runlog import EventCallback, RunEvent
-from ..core.trend import ClipStats, StepFigures, all_scorable, figures_of
-from ..core.types import SideInfo, SideResult, StepColumns
-from ..core.workload_record import DlogpHistogram, FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
+from ..core.trend import StepFigures, figures_of
+from ..core.types import SideInfo, SideResult
+from ..core.workload_record import FloorSpec, SideFigures, WorkloadOptions, WorkloadReport
+from ..inputs.models import describe_model
+from ..inputs.prompts import tokenizer_for
 from ..inputs.rollouts import RolloutRow
-from ..run.recorder import decode_result
-from .replay import RECORDED, RECORDED_TRAINER, WORST_TOKENS, ReplayRequest, _selected, dump_source, read_dump
+from ..measures.clipped import put_clipped
+from ..measures.replay_pairs import WorstTokens, cleaned, recorded_trainer_pair, sample_row
+from ..measures.tokens import PairPool
+from .replay import ReplayRequest, _selected, dump_source, read_dump, recorded_result, replay_headline
 
 if TYPE_CHECKING:
     from ..core.types import Run
     from .service_api import Service
 
-TRAINER = "trainer (recorded)"  # the reference side: the trainer's logprobs as the run recorded them
-PAIR = RECORDED_TRAINER  # the pair's key: its samples and figures are stored under it, as an engine replay's
 CHUNK = 256  # rows stored together
 KEEP_TOKENS = 2_000_000  # response tokens of a dump kept from its preflight's pass (else it is read twice)
 
@@ -52,73 +58,27 @@ def can_replay_recorded(pf: Any) -> bool:
     return pf.rows > 0 and pf.with_logprobs > 0 and pf.with_trainer > 0
 
 
-def _clean(v: float | None) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
-def _cleaned(xs: list[float]) -> list[float | None]:
-    """NaN (a logprob not recorded) as None, as the replay's columns hold it; the list itself where it
-    holds none (the usual case: its sum, NaN iff some value is, found at C speed)."""
-    try:
-        total = sum(xs)
-    except TypeError:  # a None among them
-        total = math.nan
-    return xs if total == total else [_clean(x) for x in xs]  # type: ignore[return-value]
-
-
-class _Sample(PairSample):
-    """A PairSample whose largest gap (the store's prompt table column, the worst tokens' filter) is
-    found at C speed where every pair is scorable, and once."""
-
-    _max: float | None | bool = False
-
-    def max_abs_gap(self) -> float | None:
-        if self._max is False:
-            if all_scorable(self.logp_side) and all_scorable(self.logp_ref):
-                side, ref = cast("list[float]", self.logp_side), cast("list[float]", self.logp_ref)
-                self._max = max(map(abs, map(sub, side, ref)), default=None)
-            else:
-                self._max = super().max_abs_gap()
-        return cast("float | None", self._max)
-
-
-def pair_sample(
-    i: int, row: RolloutRow, cleaned: tuple[list[float | None], list[float | None]] | None = None
-) -> PairSample | None:
-    """The row's recorded rollout against its recorded trainer logprobs, on the tokens the loss mask
-    keeps: exactly the sample parity_ui.commands.replay stores for its "recorded~trainer" pair. None
-    for a row without both columns."""
-    if row.rollout_logprobs is None or row.trainer_logprobs is None:
-        return None
-    n, mask = len(row.response_ids), row.mask()
-    keep = [t for t in range(n) if t < len(mask) and mask[t]]
-    side, ref = cleaned or (_cleaned(row.rollout_logprobs), _cleaned(row.trainer_logprobs))
-    return _Sample(
-        prompt_index=i,
-        identical=True,
-        first_divergence=None,
-        length=n,
-        verdict=None,
-        logp_side=[side[t] for t in keep],
-        logp_ref=[ref[t] for t in keep],
-        positions=keep,
+def recorded_pair() -> ReplayPair:
+    """The one pair of a recorded-only replay: the engine replay's "recorded vs trainer (recorded)"."""
+    return recorded_trainer_pair(
+        "the recorded rollout logprobs against the run's own recorded trainer logprobs: the run's mismatch, "
+        "pooled without an engine"
     )
 
 
 class RecordedPool:
-    """The pair pooled in memory as rows come (the same Accumulator the store's figures come from),
-    with the clip counts, the per-version pools and the recorded kept sets' size."""
+    """The pair pooled in memory as rows come: its token figures and histogram (tokens.PairPool, what the
+    store's pooling runs), its clipped ratio, each policy version's own pool, the recorded kept sets' size."""
 
     def __init__(self, by_version: bool = False):
-        self.acc, self.hist, self.clip = Accumulator(), DlogpHistogram(), ClipStats()
+        self.pair, self.clip = PairPool(), ClipStats()
         self.by_version = by_version
         self.versions: dict[str, tuple[Accumulator, ClipStats, list[int]]] = {}
         self.kept_sum, self.kept_n = 0, 0
         self.rows = 0
 
     def add(self, s: PairSample, row: RolloutRow) -> None:
-        self.acc.add(s)
-        self.hist.add(s.logp_side, s.logp_ref)
+        self.pair.add(s)
         self.clip.add(s.logp_ref, s.logp_side)
         self.rows += 1
         if row.kept_ids is not None:
@@ -133,16 +93,23 @@ class RecordedPool:
             clip.add(s.logp_ref, s.logp_side)
             rows[0] += 1
 
+    def figures(self, name: str) -> SideFigures:
+        """The pair's pooled figures, its clipped-ratio family on them, as the measures pool them."""
+        figs = self.pair.figures(name)
+        put_clipped(figs, self.clip)
+        return figs
+
     def kept_size(self) -> float | None:
         return self.kept_sum / self.kept_n if self.kept_n else None
 
-    def step_figures(self, stats: Any) -> tuple[StepFigures, dict[str, StepFigures]]:
-        """The step's figures (from `stats`, this pool's result) and each policy version's."""
-        own = StepFigures(self.rows, stats.tokens.pairs, figures_of(stats, self.clip, self.kept_size()))
+    def step_figures(self, stats: WorkloadStats) -> tuple[StepFigures, dict[str, StepFigures]]:
+        """The step's figures (from `stats`, this pool's figures) and each policy version's."""
+        own = StepFigures(self.rows, stats.tokens.pairs, figures_of(stats, self.kept_size()))
         versions = {}
         for v, (acc, clip, rows) in sorted(self.versions.items()):
-            st = acc.result(top_n=0)
-            versions[v] = StepFigures(rows[0], st.tokens.pairs, figures_of(st, clip))
+            f = SideFigures(v, acc.result(top_n=0))
+            put_clipped(f, clip)
+            versions[v] = StepFigures(rows[0], f.stats.tokens.pairs, figures_of(f.stats))
         return own, versions
 
 
@@ -152,6 +119,7 @@ class RecordedResult:
     figures: StepFigures | None = None
     versions: dict[str, StepFigures] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    pair: str | None = None  # the pair the figures are of (its name)
     seconds: float = 0.0
 
 
@@ -159,10 +127,6 @@ def replay_recorded(service: Service, req: ReplayRequest, emit: EventCallback | 
     """Replay the dump's own pair without an engine and store it as a run of kind "replay". Raises
     ParityError (nothing stored) for a dump that cannot be read, fails the preflight, or holds no
     trainer logprobs (then only an engine can stand for the trainer: `parity replay` with sides)."""
-    from ..core.errors import ParityError
-    from ..inputs.models import describe_model
-    from ..inputs.prompts import tokenizer_for
-
     emit = emit or (lambda e: None)
     t0 = time.perf_counter()
     kept = RowsKept()  # the rows read by the preflight's pass, pooled without reading the dump again
@@ -215,8 +179,7 @@ class Recorded:
     ):
         self.rec, self.req, self.dump, self.pf, self.tok, self.info = rec, req, dump, pf, tok, info
         self.result, self.emit = result, emit
-        self.worst: list[tuple[float, int, dict[str, Any]]] = []
-        self.masked = self.tokens = 0
+        self.worst = WorstTokens()
         self.facts: Counter[str] = Counter()
 
     def run(self, kept: list[RolloutRow] | None) -> None:
@@ -225,7 +188,9 @@ class Recorded:
         run.warnings = list(pf.findings)
         options = {"dump": dump.path, "format": dump.format}
         run.sides = [
-            SideInfo(name=TRAINER, kind="recorded", reference=True, options={**options, "logprobs": "trainer"}),
+            SideInfo(
+                name=RECORDED_TRAINER, kind="recorded", reference=True, options={**options, "logprobs": "trainer"}
+            ),
             SideInfo(name=RECORDED, kind="recorded", options={**options, "logprobs": "rollout"}),
         ]
         report = WorkloadReport(
@@ -235,31 +200,19 @@ class Recorded:
             floor=FloorSpec("none", None, "no floor: recorded-only, no engine ran"),
             n_prompts=pf.rows,
         )
-        report.replay = {
-            "dump": self.req.name or dump.path,
-            "format": dump.format,
-            "notes": dump.notes,
-            "rows": pf.rows,
-            "tokens": 0,
-            "masked": 0,
-            "skipped": pf.skipped,
-            "reconstructed": pf.reconstructed,
-            "with_logprobs": pf.with_logprobs,
-            "with_trainer": pf.with_trainer,
-            "with_routes": pf.with_routes,
-            "recorded_only": True,
-            "pairs": [
-                {
-                    "key": PAIR,
-                    "a": TRAINER,
-                    "b": RECORDED,
-                    "meaning": "the recorded rollout logprobs against the run's own recorded trainer logprobs: the "
-                    "run's mismatch, pooled without an engine",
-                }
-            ],
-            "worst_tokens": [],
-            "forced": {},
-        }
+        self.record = report.replay = ReplayRecord(
+            dump=self.req.name or dump.path,
+            format=dump.format,
+            rows=pf.rows,
+            notes=list(dump.notes),
+            skipped=list(pf.skipped),
+            reconstructed=pf.reconstructed,
+            with_logprobs=pf.with_logprobs,
+            with_trainer=pf.with_trainer,
+            with_routes=pf.with_routes,
+            pairs=[recorded_pair()],
+            recorded_only=True,
+        )
         run.workload = report
         named = [v for v in pf.versions if v is not None]
         pool = RecordedPool(by_version=len(named) > 1)
@@ -275,97 +228,40 @@ class Recorded:
         if chunk:
             self._chunk(chunk, pool)
         self.rec.keep_prompts()
-        stats = pool.acc.result()
-        report.sides = {PAIR: SideFigures(PAIR, stats, verdict=None, hist=pool.hist)}
-        report.replay["tokens"], report.replay["masked"] = self.tokens, self.masked
-        report.replay["worst_tokens"] = [w for _, _, w in sorted(self.worst, key=lambda x: (-x[0], x[1]))]
+        pair = self.record.pairs[0]
+        figs = pool.figures(pair.name)
+        report.sides = {pair.name: figs}
+        self.record.worst_tokens = self.worst.worst()
         report.done = pf.rows
-        report.headline = recorded_headline(report)
-        self.result.figures, self.result.versions = pool.step_figures(stats)
+        report.headline = replay_headline(report)
+        self.result.figures, self.result.versions = pool.step_figures(figs.stats)
+        self.result.pair = pair.name
         self.result.facts = self._facts()
         run.status = "ok"
         self.rec.save_header()
 
     def _chunk(self, chunk: list[tuple[int, RolloutRow]], pool: RecordedPool) -> None:
+        """A chunk of rows: each row's pair sample (replay_pairs.sample_row, the engine replay's), pooled,
+        its two recorded streams and its worst tokens; stored together."""
         results: list[SideResult] = []
-        samples: list[PairSample] = []
+        samples: dict[str, list[PairSample]] = {}
+        pair = self.record.pairs[0]
         for i, row in chunk:
-            both = row.rollout_logprobs is not None and row.trainer_logprobs is not None
-            cleaned = (_cleaned(row.rollout_logprobs), _cleaned(row.trainer_logprobs)) if both else None  # type: ignore[arg-type]
-            s = pair_sample(i, row, cleaned)
-            n = len(row.response_ids)
-            self.tokens += n
-            self.masked += n - (len(s.positions) if s is not None else 0)
             self._see_facts(row)
-            if s is None:
+            lp = {}
+            if row.rollout_logprobs is not None:
+                lp[RECORDED] = cleaned(row.rollout_logprobs)
+            if row.trainer_logprobs is not None:
+                lp[RECORDED_TRAINER] = cleaned(row.trainer_logprobs)
+            made = sample_row(self.record, i, row, lp, samples)
+            s = made.get(pair.name)
+            if s is None:  # a row without both columns: counted, nothing to compare
                 continue
             pool.add(s, row)
-            samples.append(s)
-            assert cleaned is not None
-            trainer = self._stream(TRAINER, i, row, cleaned[1])
-            results += [trainer, self._stream(RECORDED, i, row, cleaned[0], like=trainer)]
-            self._note_worst(i, row, s)
-        self.rec.keep_chunk(results, [], {PAIR: samples})
-
-    def _stream(
-        self, side: str, i: int, row: RolloutRow, lps: list[float | None], like: SideResult | None = None
-    ) -> SideResult:
-        """One recorded stream of the row as a side's result (`lps`: its logprobs, NaN already None);
-        `like`: the row's other stream, whose texts (the same tokens) it shares rather than decoding
-        them again."""
-        n = len(row.response_ids)
-        cols = StepColumns(
-            {
-                "position": list(range(n)),
-                "token_id": list(row.response_ids),
-                "text": [""] * n,
-                "logprob": lps,
-                "rank": [None] * n,
-                "top_n": [0] * n,
-                "top_token_id": [],
-                "top_logprob": [],
-                "top_text": [],
-            }
-        )
-        res = SideResult(
-            side=side, prompt_index=i, token_ids=list(row.response_ids), steps=cols, finish_reason="recorded"
-        )
-        if like is None:
-            decode_result(self.tok, res)  # the texts with the run's one tokenizer, as a replay's recorded side
-        else:
-            other = cast(StepColumns, like.steps)
-            cols.text, cols.raw = other.text, other.raw  # type: ignore[attr-defined]
-            res.text = like.text
-        return res
-
-    def _note_worst(self, i: int, row: RolloutRow, s: PairSample) -> None:
-        """The worst tokens of the pair (largest |Δ| = |trainer − rollout|), a bounded heap: the entries
-        parity_ui.commands.replay keeps, so the replay view lists and opens them the same way."""
-        if len(self.worst) >= WORST_TOKENS:  # a row whose largest gap cannot enter the heap is passed over
-            top = s.max_abs_gap()
-            if top is None or top < self.worst[0][0]:
-                return
-        for t, a, b in zip(s.positions, s.logp_ref, s.logp_side):
-            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-                continue
-            d = a - b
-            key = (abs(d), -(i * 1_000_000 + t))
-            full = len(self.worst) >= WORST_TOKENS
-            if full and key <= self.worst[0][:2]:
-                continue
-            entry = {
-                "prompt_index": i,
-                "row": row.where,
-                "position": t,
-                "token_id": row.response_ids[t],
-                "text": self.tok.token_text(row.response_ids[t]),
-                "pair": RECORDED,
-                "trainer": a,
-                "rollout": b,
-                "dlogp": d,
-                "engines": {},
-            }
-            (heapq.heapreplace if full else heapq.heappush)(self.worst, (*key, entry))
+            trainer = recorded_result(RECORDED_TRAINER, i, row, lp[RECORDED_TRAINER], self.tok)
+            results += [trainer, recorded_result(RECORDED, i, row, lp[RECORDED], self.tok, like=trainer)]
+            self.worst.see(i, row, pair, s, self.tok.token_text, {})
+        self.rec.keep_chunk(results, [], samples)
 
     def _see_facts(self, row: RolloutRow) -> None:
         f = row.facts or {}
@@ -391,28 +287,10 @@ class Recorded:
 
 def refuse_resume(service: Service, run_id: str) -> None:
     """A recorded-only replay has no engine to go on with: raise ParityError saying to run it again."""
-    from ..core.errors import ParityError
-
     stored = service.store.get_run(run_id, prompts=[])
     replay = stored.workload.replay if stored is not None and stored.workload is not None else None
-    if replay and replay.get("recorded_only"):
+    if replay is not None and replay.recorded_only:
         raise ParityError(
             f"run {run_id} is a recorded-only replay: it loads no engine, so there is nothing to resume",
-            f"run it again (seconds): parity replay {replay.get('dump', 'DUMP')} --model MODEL --recorded-only",
+            f"run it again (seconds): parity replay {replay.dump or 'DUMP'} --model MODEL --recorded-only",
         )
-
-
-def recorded_headline(report: WorkloadReport) -> str:
-    """One line: rows pooled, the pair's k3 and its [0.8, 1.2] band share."""
-    r = report.replay or {}
-    figs = report.sides.get(PAIR)
-    if figs is None:
-        return f"recorded-only replay of {report.n_prompts} rows: no figures"
-    t = figs.stats.tokens
-    band = next((b for b in t.outside if (b.low, b.high) == (0.8, 1.2)), None)
-    share = "-" if band is None or band.outside is None else f"{100 * band.outside:.1f}%"
-    k3 = "-" if t.k3 is None else f"{t.k3:.3g}"
-    return (
-        f"replay of {report.done}/{report.n_prompts} rows ({r.get('format', '?')}, recorded only, no engine), "
-        f"{t.pairs} tokens ({r.get('masked', 0)} masked): recorded vs trainer, KL k3 {k3}, ρ outside [0.8, 1.2] {share}"
-    )

@@ -31,19 +31,12 @@ from typing import TYPE_CHECKING, Any
 from ..analysis.changepoint import find_changes
 from ..core.config import ParityConfig
 from ..core.errors import ParityError
+from ..core.measures import ROUTING, SAMPLING
 from ..core.runlog import EventCallback, RunEvent
-from ..core.trend import (
-    WATCHED,
-    ClipStats,
-    GateRule,
-    StepFigures,
-    TrendReport,
-    TrendStep,
-    figures_of,
-)
+from ..core.trend import WATCHED, GateRule, StepFigures, TrendReport, TrendStep, figures_of, followed_pair
 from ..inputs.rollouts import DumpError
 from ..inputs.run_steps import SETTLE_S, RunLayout, StepSource, readiness, scan_run, step_wanted
-from .replay import RECORDED, RECORDED_TRAINER, ReplayRequest
+from .replay import ReplayRequest
 from .replay_recorded import replay_recorded
 
 if TYPE_CHECKING:
@@ -238,17 +231,16 @@ class Trend:
                 step.run_id = run.id
                 if run.status == "error":
                     raise ParityError(run.error or "the step's replay failed", "open the step's run for its error")
-                step.figures, step.versions = engine_figures(self.service.store, run)
-                if run.workload is not None and run.workload.replay and run.workload.replay.get("skipped"):
-                    step.status = "partial"
+                step.figures, step.pair = engine_figures(run)
             else:
                 got = replay_recorded(self.service, self._request(src))
-                step.run_id, step.facts = got.run.id, got.facts
+                run = got.run
+                step.run_id, step.facts, step.pair = run.id, got.facts, got.pair
                 step.figures, step.versions = got.figures or StepFigures(), got.versions
-                skipped = (got.run.workload.replay or {}).get("skipped") if got.run.workload else None
-                if skipped:
-                    notes.append(f"{len(skipped)} rows could not be read and were skipped")
-                    step.status = "partial"
+            skipped = run.workload.replay.skipped if run.workload is not None and run.workload.replay else []
+            if skipped:
+                notes.append(f"{len(skipped)} rows could not be read and were skipped")
+                step.status = "partial"
         except ParityError as e:
             step.status = "error"
             notes.append(_step_error(e))
@@ -266,6 +258,8 @@ class Trend:
 
     def _add(self, step: TrendStep) -> None:
         report = self.report
+        if not report.pair and step.pair:
+            report.pair = step.pair  # the pair the trend follows: its first step's (followed_pair)
         report.steps = sorted([s for s in report.steps if s.step != step.step] + [step], key=lambda s: s.step)
         report.changes = find_changes({f: report.series(f) for f in WATCHED}, WATCHED)
         if report.breach is None and step.status in ("ok", "partial"):
@@ -287,27 +281,27 @@ def _step_error(e: ParityError) -> str:
     return e.message + (f" ({e.fix})" if e.fix else "")
 
 
-def engine_figures(store: Any, run: Run) -> tuple[StepFigures, dict[str, StepFigures]]:
-    """A step replayed with engines: the run's own pair's figures (the recorded trainer's where the
-    dump has it, else the trainer re-run's against the recorded rollout), its clip counts from the
-    stored samples, and the routing and kept-mass figures of the recorded rollout against the trainer."""
+def engine_figures(run: Run) -> tuple[StepFigures, str | None]:
+    """A step replayed with engines: the figures of the pair the trend follows (core.trend.followed_pair:
+    the recorded rollout against the recorded trainer where the dump has it, else against the trainer
+    re-run), its clipped ratio among them (the clipped-ratio measure pooled it), and the routing and
+    kept-mass families of the replay's own pair (the recorded routes against the trainer re-run's) where
+    the followed pair has none; and the followed pair's name."""
     report = run.workload
-    if report is None or not report.sides:
-        return StepFigures(), {}
-    key = RECORDED_TRAINER if RECORDED_TRAINER in report.sides else RECORDED if RECORDED in report.sides else None
-    if key is None:
-        key = next(iter(report.sides))
-    figs = report.sides[key]
-    clip = ClipStats()
-    for s in store.pair_samples(run.id, key):
-        clip.add(s.logp_ref, s.logp_side)
-    stats = dataclasses.replace(figs.stats)
-    other = report.sides.get(RECORDED)
-    if other is not None:  # the recorded routes and kept sets against the trainer re-run
-        stats.routing = stats.routing or other.stats.routing
-        stats.sampling = stats.sampling or other.stats.sampling
-    rows = report.done
-    return StepFigures(rows, figs.stats.tokens.pairs, figures_of(stats, clip)), {}
+    record = report.replay if report is not None else None
+    pair = followed_pair(record)
+    figs = report.sides.get(pair.name) if report is not None and pair is not None else None
+    if report is None or record is None or pair is None or figs is None:
+        return StepFigures(), None
+    stats = dataclasses.replace(figs.stats, families=dict(figs.stats.families))
+    own = record.main
+    other = report.sides.get(own.name) if own is not None else None
+    if other is not None:
+        for key in (ROUTING.key, SAMPLING.key):
+            got = other.stats.family(key)
+            if key not in stats.families and got:
+                stats.families[key] = got
+    return StepFigures(report.done, figs.stats.tokens.pairs, figures_of(stats)), pair.name
 
 
 def trend_headline(report: TrendReport) -> str:

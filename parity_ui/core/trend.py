@@ -9,11 +9,13 @@ size against the steps before it (parity_ui.analysis.changepoint).
 
 The figures (`TREND_FIGURES`): the pooled token figures of the pair (core.pooled: KL(side‖ref) k3 —
 prime-rl's `mismatch_kl` —, |Δlogprob| quantiles, the ρ bands before any clipping, ρ min/mean/max),
-the importance ratio as the trainer clips it (`ClipStats`: truncated at RHO_CLIP, verl's
-rollout_is_threshold default, and the share the clip changed, which hides ρ ≪ 1: TRL #5243, NeMo-RL
-#3900), the routing agreement where routes were recorded and replayed, and the rollout's kept sets
-(their mean size, where the dump records them; their mass where a step's figures carry the sampling
-family: a replay does not score the recorded kept sets under the trainer yet).
+the importance ratio as the trainer clips it (the clipped-ratio family, core.clipped: the share the
+clip changed hides ρ ≪ 1: TRL #5243, NeMo-RL #3900), the routing agreement where routes were recorded
+and replayed (the routing family), and the rollout's kept sets (their mean size, where the dump records
+them: the trend's own figure; their mass where a step's figures carry the sampling family: a replay
+does not score the recorded kept sets under the trainer yet). Every figure but the kept sets' size is
+read off the step replay's pooled figures of the pair (figures_of), so the trend shows what the
+step's own replay shows.
 
 Pure: standard library only.
 """
@@ -21,44 +23,19 @@ Pure: standard library only.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from itertools import repeat
-from operator import sub
-from typing import Any, cast
+from typing import Any
 
 from .figures import FIGURES, Figure
-from .findings import MASKED_LOGPROB
-from .pooled import scorable
+from .measures import CLIPPED, ROUTING, SAMPLING
+from .replay_record import RECORDED_TRAINER_PAIR, ReplayPair, ReplayRecord
 
-RHO_CLIP = 2.0  # truncated importance sampling's cap C (verl's algorithm.rollout_is_threshold default)
-EXP_CAP = 600.0
-
-# The trend's own figures (the clipped ratio, the kept sets' size): registered here, next to the
-# pooled figures of core.figures they are shown with.
+# The trend's own figure (the recorded kept sets' size: of the dump's rows, not of a pair), registered
+# here next to the pooled figures of core.figures it is shown with.
 OWN: dict[str, Figure] = {
     f.key: f
     for f in (
-        Figure(
-            "rho_clipped_mean",
-            "ratio ρ clipped, mean",
-            f"mean of min(ρ, {RHO_CLIP:g}): the importance ratio as truncated importance sampling uses it",
-            higher_is_worse=False,
-        ),
-        Figure(
-            "rho_clipped_share",
-            f"ρ > {RHO_CLIP:g} (clipped)",
-            f"share of tokens whose ratio the clip at {RHO_CLIP:g} changed",
-            kind="share",
-        ),
-        Figure(
-            "rho_low_share",
-            f"ρ < {1 / RHO_CLIP:g} (not clipped)",
-            f"share of tokens whose ratio is below {1 / RHO_CLIP:g}: the gradient starvation a clip at "
-            f"{RHO_CLIP:g} leaves unseen (TRL #5243, rllm #760)",
-            kind="share",
-        ),
         Figure(
             "kept_size_recorded",
             "kept set size (recorded)",
@@ -113,48 +90,6 @@ def trend_figure(key: str) -> Figure:
     return f
 
 
-def all_scorable(xs: Sequence[float | None]) -> bool:
-    """Every logprob present, finite and not masked (core.pooled.scorable of each), checked at C speed."""
-    if None in xs:
-        return False
-    vals = cast("Sequence[float]", xs)
-    return all(map(math.isfinite, vals)) and (not len(vals) or min(vals) > MASKED_LOGPROB)
-
-
-@dataclass
-class ClipStats:
-    """The importance ratio ρ = p_trainer / p_rollout as a trainer clips it, counted token by token."""
-
-    tokens: int = 0
-    clipped_sum: float = 0.0  # sum of min(ρ, C)
-    clipped: int = 0  # tokens with ρ > C
-    low: int = 0  # tokens with ρ < 1 / C
-    cap: float = RHO_CLIP
-
-    def add(self, trainer: Sequence[float | None], rollout: Sequence[float | None]) -> None:
-        """One sample's parallel logprobs; a pair with a missing, non-finite or masked logprob is left
-        out, as the pooled figures leave it out (core.pooled.scorable)."""
-        if all_scorable(trainer) and all_scorable(rollout):  # the usual case, checked at C speed
-            d = list(map(sub, cast("Sequence[float]", trainer), cast("Sequence[float]", rollout)))
-        else:
-            d = [a - b for a, b in zip(trainer, rollout) if scorable(a) and scorable(b)]  # type: ignore[operator]
-        d.sort()
-        log_cap = math.log(self.cap)
-        kept = bisect_right(d, log_cap)  # d <= log C: rho not clipped
-        self.tokens += len(d)
-        self.clipped += len(d) - kept
-        self.low += bisect_left(d, -log_cap)
-        self.clipped_sum += self.cap * (len(d) - kept) + sum(map(math.exp, map(max, d[:kept], repeat(-EXP_CAP))))
-
-    def figures(self) -> dict[str, float | None]:
-        n = self.tokens
-        return {
-            "rho_clipped_mean": self.clipped_sum / n if n else None,
-            "rho_clipped_share": self.clipped / n if n else None,
-            "rho_low_share": self.low / n if n else None,
-        }
-
-
 @dataclass
 class StepFigures:
     """One step's (or one policy version's within it) figures and counts."""
@@ -170,6 +105,7 @@ class TrendStep:
     status: str  # "ok", "partial" (ranks missing, rows skipped), "skipped" (incomplete), "error"
     run_id: str | None = None  # the step's replay run (None: not replayed)
     figures: StepFigures = field(default_factory=StepFigures)
+    pair: str | None = None  # the step replay's pair its figures are of (ReplayPair.name; followed_pair)
     versions: dict[str, StepFigures] = field(default_factory=dict)  # per policy version, where rows name one
     note: str | None = None  # why skipped, what is missing (ranks), the error
     files: list[str] = field(default_factory=list)
@@ -219,7 +155,7 @@ class TrendReport:
     root: str
     format: str
     mode: str  # "recorded" (no engine) or "engines" (each step replayed with the sides)
-    pair: str = "recorded vs trainer"  # the pair whose figures the trend follows
+    pair: str = ""  # the pair whose figures the trend follows (ReplayPair.name: its first step's)
     steps: list[TrendStep] = field(default_factory=list)
     changes: list[ChangePoint] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # mixed models, missing ranks, skipped steps, named
@@ -285,9 +221,19 @@ def parse_gate(items: Iterable[str]) -> list[GateRule]:
     return out
 
 
-def figures_of(stats: Any, clip: ClipStats | None = None, kept_size: float | None = None) -> dict[str, float | None]:
-    """The trend's figures of one pooled pair (a core.pooled.WorkloadStats, its clip counts, the
-    recorded kept sets' mean size)."""
+def followed_pair(record: ReplayRecord | None) -> ReplayPair | None:
+    """The pair of a step's replay the trend follows: the run's own mismatch as the run itself recorded
+    it (the recorded rollout against the dump's own trainer logprobs) where the dump has both, else the
+    replay's own pair (ReplayRecord.main: the recorded rollout, or an engine re-run, against the trainer
+    replayed as an engine)."""
+    if record is None:
+        return None
+    return next((p for p in record.pairs if p.kind == RECORDED_TRAINER_PAIR), None) or record.main
+
+
+def figures_of(stats: Any, kept_size: float | None = None) -> dict[str, float | None]:
+    """The trend's figures of one pooled pair (a core.pooled.WorkloadStats: its token figures and its
+    families: the clipped ratio, routes, kept mass) and the recorded kept sets' mean size."""
     from .figures import BAND_KEYS
 
     t = stats.tokens
@@ -305,11 +251,12 @@ def figures_of(stats: Any, clip: ClipStats | None = None, kept_size: float | Non
     }
     for key, band in zip(BAND_KEYS, t.outside):
         out[key] = band.outside
-    out.update(clip.figures() if clip is not None else {})
-    routing = getattr(stats, "routing", None) or {}
+    clipped = stats.family(CLIPPED.key) or {}
+    out.update({k: v for k, v in clipped.items() if k != "tokens"})
+    routing = stats.family(ROUTING.key) or {}
     if routing.get("route_same_set") is not None:
         out["route_same_set"] = routing["route_same_set"]
-    sampling = getattr(stats, "sampling", None) or {}
+    sampling = stats.family(SAMPLING.key) or {}
     if sampling.get("kept_mass_mean") is not None:
         out["kept_mass_mean"] = sampling["kept_mass_mean"]
     if kept_size is not None:

@@ -122,7 +122,7 @@ def trend_text(report: TrendReport, run_id: str | None = None) -> str:
         return "  ".join(c.rjust(w) for c, w in zip(r, widths)) + "  " + r[-1]
 
     out = [
-        f"Trend of {report.root} ({report.format}; {report.pair}; "
+        f"Trend of {report.root} ({report.format}; {report.pair or 'no pair yet'}; "
         + ("recorded only, no engine" if report.mode == "recorded" else "replayed with engines")
         + (f"; trend run {run_id}" if run_id else "")
         + ")",
@@ -222,7 +222,7 @@ def trend_html(report: TrendReport, run_id: str | None = None, figures: tuple[st
     """The trend's section: what was read, the jumps, the charts, the steps table (each step opens its
     replay), what was left out and the gate."""
     facts = [
-        f"{len(report.steps)} steps of {report.root} ({report.format}); the pair: {report.pair}; "
+        f"{len(report.steps)} steps of {report.root} ({report.format}); the pair: {report.pair or 'none yet'}; "
         + ("recorded only: no engine loaded" if report.mode == "recorded" else "each step replayed with engines")
     ]
     if report.follow:

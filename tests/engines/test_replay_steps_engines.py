@@ -109,8 +109,10 @@ def test_the_trend_of_real_rollouts_names_step_3(service, tiny_llama, run_dirs, 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_recorded_only_figures_equal_the_engine_replay_to_the_digit(service, tiny_llama, run_dirs, fmt):
-    from parity_ui.commands.replay_recorded import PAIR, replay_recorded
+    from parity_ui.commands.replay_recorded import replay_recorded
     from parity_ui.inputs.run_steps import scan_run
+
+    pair = "recorded vs trainer (recorded)"  # the same pair's one name in both replays
 
     srcs = {s.step: s for s in scan_run(run_dirs[fmt]).steps}
     for step in (1, FAULT_FROM):
@@ -119,11 +121,15 @@ def test_recorded_only_figures_equal_the_engine_replay_to_the_digit(service, tin
         recorded = replay_recorded(service, req).run.workload
         engine = service.replay(req)
         assert engine.status in ("ok", "diverged"), engine.error
-        a, b = recorded.sides[PAIR], engine.workload.sides["recorded~trainer"]
-        assert dataclasses.asdict(a.stats) == dataclasses.asdict(b.stats), (fmt, step)
+        a, b = recorded.sides[pair], engine.workload.sides[pair]
+        assert dataclasses.asdict(a.stats) == dataclasses.asdict(b.stats), (fmt, step)  # the clipped ratio too
         assert dataclasses.asdict(a.hist) == dataclasses.asdict(b.hist)
+        assert recorded.replay.tokens == engine.workload.replay.tokens and a.stats.family("clipped")
+        assert recorded.replay.masked == engine.workload.replay.masked
         # The engine's own trainer (HF re-run) scores the recorded tokens as the recorded trainer did.
-        rerun = engine.workload.sides["recorded"].stats.tokens
+        own = engine.workload.replay.main
+        assert own.name == "recorded vs a"
+        rerun = engine.workload.sides[own.name].stats.tokens
         assert rerun.pairs == a.stats.tokens.pairs
         if step == 1:  # fp32, the same weights: the recorded trainer and the re-run agree to float rounding
             assert abs(rerun.abs_dlogp_max - a.stats.tokens.abs_dlogp_max) < 1e-4

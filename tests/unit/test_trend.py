@@ -68,28 +68,40 @@ def test_gate_rules_parse_and_name_the_unknown():
 
 
 def test_recorded_only_figures_equal_the_store_pooled_figures_of_the_same_pair(service, model, tmp_path):
-    from parity_ui.commands.replay_recorded import PAIR, TRAINER, replay_recorded
-    from parity_ui.commands.workload.report import side_figures
+    from parity_ui.commands.replay_recorded import replay_recorded
+    from parity_ui.core.replay_record import RECORDED_TRAINER, RECORDED_TRAINER_PAIR
+    from parity_ui.measures.clipped import pool_clipped
+    from parity_ui.measures.tokens import side_figures
 
     path = write_parity_step(tmp_path, 1, rows(3))
     req = ReplayRequest(dump=str(path), model=model, config=build_config(None, []))
     got = replay_recorded(service, req)
     run = got.run
-    assert run.kind == "replay" and run.status == "ok" and run.workload.replay["recorded_only"]
-    mem = run.workload.sides[PAIR]
-    stored = side_figures(service.store, run.id, PAIR)  # what an engine replay pools its pairs with
-    assert dataclasses.asdict(mem.stats) == dataclasses.asdict(stored.stats)
-    assert dataclasses.asdict(mem.hist) == dataclasses.asdict(stored.hist)
-    assert run.workload.replay["masked"] == 6 and mem.stats.tokens.pairs == 6 * 11
-    # The token view's two streams: the recorded trainer (the reference) against the recorded rollout.
+    record = run.workload.replay
+    assert run.kind == "replay" and run.status == "ok" and record.recorded_only
+    # One pair, named as an engine replay names the same pair; "recorded~trainer" (its key before schema 3)
+    (pair,) = record.pairs
+    name = "recorded vs trainer (recorded)"
+    assert pair.kind == RECORDED_TRAINER_PAIR and pair.name == name == got.pair and record.main is pair
+    assert record.pair("recorded~trainer") is pair and run.workload.figures_of("recorded~trainer") is not None
+    mem = run.workload.sides[name]
+    stored = side_figures(service.store, run.id, name)  # what an engine replay pools its pairs with
     back = service.get_run(run.id, prompts=[2])
+    pool_clipped(service.store, run.id, back.workload)  # the clipped-ratio measure's pooling, from the store
+    assert dataclasses.asdict(mem.stats.tokens) == dataclasses.asdict(stored.stats.tokens)
+    assert dataclasses.asdict(mem.hist) == dataclasses.asdict(stored.hist)
+    assert mem.stats.families["clipped"] == back.workload.sides[name].stats.families["clipped"]
+    assert mem.stats.families["clipped"]["rho_low_share"] == 0.0 and mem.stats.families["clipped"]["tokens"] == 66
+    assert record.masked == 6 and record.tokens == 72 and mem.stats.tokens.pairs == 6 * 11
+    # The token view's two streams: the recorded trainer (the reference) against the recorded rollout.
     p = back.prompts[0]
-    assert set(p.results) == {TRAINER, "recorded"} and back.sides[0].name == TRAINER
+    assert set(p.results) == {RECORDED_TRAINER, "recorded"} and back.sides[0].name == RECORDED_TRAINER
     assert [s.logprob for s in p.results["recorded"].steps] == pytest.approx(rows(3)[2]["rollout"])
-    assert all(s.text for s in p.results[TRAINER].steps)
-    worst = run.workload.replay["worst_tokens"][0]
-    assert abs(worst["dlogp"] + 0.4) < 1e-2 and worst["pair"] == "recorded"
+    assert all(s.text for s in p.results[RECORDED_TRAINER].steps)
+    worst = record.worst_tokens[0]
+    assert abs(worst.dlogp + 0.4) < 1e-2 and worst.pair == name and worst.side == "recorded" and worst.row
     assert got.figures.figures["k3"] == mem.stats.tokens.k3 and got.figures.figures["rho_low_share"] == 0.0
+    assert "recorded only, no engine" in run.workload.headline and name in run.workload.headline
     with pytest.raises(ParityError, match="recorded-only replay"):
         service.resume(run.id)
 
@@ -123,7 +135,10 @@ def test_the_trend_names_the_step_where_the_mismatch_jumps(service, model, tmp_p
     step3 = report.step(3)
     replay = service.get_run(step3.run_id, prompts=[])
     assert replay.group_id == run.id and replay.kind == "replay"
-    assert step3.figures.figures["k3"] == replay.workload.sides["recorded~trainer"].stats.tokens.k3
+    assert step3.figures.figures["k3"] == replay.workload.sides["recorded vs trainer (recorded)"].stats.tokens.k3
+    assert step3.pair == report.pair == "recorded vs trainer (recorded)"
+    assert step3.figures.figures["rho_clipped_share"] == replay.workload.sides[report.pair].stats.families[
+        "clipped"]["rho_clipped_share"]
     assert step3.facts["ranks"] == [0, 1]
     assert "jumps at step 3" in report.headline
 
