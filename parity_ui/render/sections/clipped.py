@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...core.clipped import CLIPPED_ROWS
-from ...core.figures import FIGURES
 from ...core.measures import CLIPPED
 from ...core.pooled import WorkloadStats
 from ...core.workload_record import SideFigures
-from .base import Row, Section, family_rows
+from .base import Row, Section, family_rows, family_text_rows
 
 
 class ClippedSection(Section):
@@ -19,12 +18,7 @@ class ClippedSection(Section):
     title = CLIPPED.title
 
     def text_rows(self, stats: Sequence[WorkloadStats]) -> list[tuple[str, list[str]]]:
-        got = [x.family(self.key) for x in stats]
-        if not any(got):
-            return []
-        rows = [(FIGURES[k].name, [FIGURES[k].format((g or {}).get(k), "-") for g in got]) for k in CLIPPED_ROWS]
-        rows.append(("tokens (clipped ratio)", [str(int((g or {}).get("tokens") or 0)) for g in got]))
-        return rows
+        return family_text_rows(stats, self.key, CLIPPED_ROWS, "tokens", "tokens (clipped ratio)")
 
     def html_rows(self, sets: Sequence[SideFigures], row: Row) -> list[str]:
         return family_rows(sets, row, self.key, CLIPPED_ROWS, self.title, "tokens", "tokens")
