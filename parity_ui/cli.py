@@ -626,6 +626,123 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check.exit_code
 
 
+def _audit_prompts(args: argparse.Namespace) -> tuple[list[PromptSpec], str]:
+    """An audit's prompts: a file (.txt one prompt; .jsonl/.parquet a workload, --limit), else the
+    built-in mixed-length set of --prompts N, up to --longest words."""
+    if args.prompt_file:
+        if _is_workload_file(args.prompt_file):
+            from .inputs.workload_source import load_workload
+
+            w = load_workload(args.prompt_file, field=args.field, limit=args.limit)
+            return list(w.prompts), w.describe()
+        specs = read_prompt_file(args.prompt_file)
+        return specs[: args.limit] if args.limit else specs, f"{len(specs)} prompt(s) from {args.prompt_file}"
+    from .inputs.audit_prompts import builtin_prompts, describe_builtin
+
+    return builtin_prompts(args.prompts, args.longest), describe_builtin(args.prompts, args.longest)
+
+
+EXIT_CERTIFIED, EXIT_NOT_CERTIFIED = 0, 1
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Exit 0: no axis broke (with --certify: certified zero, every applicable axis identical and the
+    control detected); 1: an axis broke, was vacuous, or the control was not detected (VOID); 2: an
+    error or a Stop (stored with the axes finished before it)."""
+    from .render.audit import audit_page_html, certificate_json, format_audit
+    from .service import AuditRequest
+
+    service = _service(args)
+    try:
+        try:
+            prompts, source = _audit_prompts(args)
+            cfg = build_config(args.config, _overrides(args), base=_base(args), sides=args.sides, min_sides=1)
+        except ParityError as e:
+            return _report(
+                service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="audit"), args
+            )
+        req = AuditRequest(
+            model=args.model,
+            config=cfg,
+            prompts=prompts,
+            axes=args.axes,
+            batch_size=args.batch,
+            control_setting=args.control_setting or bool(args.control_set),
+            control_set=args.control_set,
+            source=source,
+            trust_remote_code=args.trust_remote_code,
+            seed=args.seed,
+        )
+        out = service.audit(req, on_event=_emit(args))
+    finally:
+        service.close()
+    run, report = out.run, out.report
+    if run.status not in ("ok", "diverged"):
+        print(f"parity: error: {run.error}", file=sys.stderr)
+        print(f"parity: stored as audit {run.id} (the axes finished before it are kept)", file=sys.stderr)
+    if args.certify or args.evidence:
+        base = Path(args.evidence or f"parity-audit-{run.id}")
+        base = base.with_suffix("") if base.suffix in (".json", ".html") else base
+        js, page = base.with_name(base.name + ".json"), base.with_name(base.name + ".html")
+        js.write_text(json.dumps(certificate_json(report, run.id), indent=1, default=str), encoding="utf-8")
+        page.write_text(audit_page_html(report, run.id), encoding="utf-8")
+        if not args.json and not args.quiet:
+            print(f"[parity] evidence: {js} and {page}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(certificate_json(report, run.id), default=str))
+    elif report.results:
+        print(format_audit(report, run.id))
+    if run.status not in ("ok", "diverged"):
+        return EXIT_ERROR
+    if args.certify:
+        return EXIT_CERTIFIED if report.certified else EXIT_NOT_CERTIFIED
+    return EXIT_IDENTICAL if run.status == "ok" else EXIT_DIVERGED
+
+
+def cmd_weights(args: argparse.Namespace) -> int:
+    """Exit 0: every tensor equal to the fresh load and the probe at the floor (a server whose weights
+    cannot be read: the probe alone); 1: a tensor differs or the probe is above the floor; 2: an error."""
+    import yaml
+
+    from .render.weights import format_weights
+    from .service import WeightsCheckRequest
+
+    extra: dict[str, Any] = {}
+    for item in args.vllm_options:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(
+                f"parity: error: --vllm {item!r} is not KEY=VALUE. Fix: e.g. --vllm enforce_eager=true", file=sys.stderr
+            )
+            return EXIT_ERROR
+        extra[key.strip()] = yaml.safe_load(value)
+    req = WeightsCheckRequest(
+        model=args.model,
+        start_from=getattr(args, "from"),
+        url=args.url,
+        served_model=args.served_model,
+        skip=args.skip,
+        zero=args.zero,
+        sleep=args.sleep,
+        update_path=args.update_path,
+        dtype=args.dtype,
+        probe=not args.no_probe,
+        probe_tokens=args.probe_tokens,
+        probe_sequences=args.probe_sequences,
+        vllm_options=extra,
+        trust_remote_code=args.trust_remote_code,
+    )
+    service = _service(args)
+    try:
+        report = service.weights(req, on_event=_emit(args))
+    finally:
+        service.close()
+    if report.error:
+        print(f"parity: error: {report.error}", file=sys.stderr)
+    print(json.dumps(report.to_dict()) if args.json else format_weights(report))
+    return report.exit_code
+
+
 def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
     p.add_argument("--prompt", required=True, help="the prompt text")
@@ -904,6 +1021,58 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.set_defaults(func=cmd_sweep)
 
+    au = sub.add_parser(
+        "audit",
+        help="certify zero: every invariance axis of every side (replay, batch, order, prefix cache, prefill "
+        "vs decode, chunked prefill, a second instance, CUDA graphs, async scheduling, TP, attention kernels), "
+        "token ids and logprob bits exactly, with a control that must fail",
+    )
+    au.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
+    au.add_argument(
+        "--prompt-file",
+        help=".txt (one prompt), .jsonl or .parquet (many); default: the built-in mixed-length set",
+    )
+    au.add_argument("--field", help="the prompt's key or column in a .jsonl/.parquet file")
+    au.add_argument("--limit", type=int, help="the file's first N prompts")
+    au.add_argument("--prompts", type=int, default=8, help="the built-in set's size (default 8)")
+    au.add_argument(
+        "--longest", type=int, default=600, help="the built-in set's longest prompt, in words (default 600)"
+    )
+    au.add_argument(
+        "--axes",
+        help="comma-separated axes (default all): replay, batch, order, prefix, prefill_decode, chunked, "
+        "instance, graphs, async, tp, attention",
+    )
+    au.add_argument("--batch", type=int, help="the full batch's size (default: every prompt in one batch)")
+    au.add_argument(
+        "--control-setting",
+        action="store_true",
+        help="also the setting control: the first side with its dtype flipped (float32 <-> bfloat16) must break "
+        "(one engine more; the planted one-ulp control always runs)",
+    )
+    au.add_argument(
+        "--control-set",
+        metavar="OPTION=VALUE",
+        help="the setting control's change instead of the dtype, e.g. fp32_logits=true (implies --control-setting)",
+    )
+    au.add_argument(
+        "--certify",
+        action="store_true",
+        help="exit 0 only when every applicable axis is identical and the control was detected; write the "
+        "evidence (JSON and HTML)",
+    )
+    au.add_argument(
+        "--evidence", metavar="PATH", help="where the evidence goes: PATH.json and PATH.html (default parity-audit-ID)"
+    )
+    au.add_argument("--seed", type=int, default=0, help="the shuffled pass's order (default 0)")
+    au.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
+    au.add_argument("--trust-remote-code", action="store_true")
+    au.add_argument("--json", action="store_true", help="print the certificate as one JSON object")
+    au.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    au.add_argument("--db", default=argparse.SUPPRESS)
+    _add_config_args(au)
+    au.set_defaults(func=cmd_audit)
+
     ck = sub.add_parser(
         "check",
         help="a CI gate: run a spec's cases, judge thresholds, baseline and control; "
@@ -943,10 +1112,65 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     ck.add_argument("--db", default=argparse.SUPPRESS)
     ck.set_defaults(func=cmd_check)
+
+    wt = sub.add_parser(
+        "weights",
+        help="did the weights land? a vLLM started from --from receives --model in flight, then every tensor is "
+        "checked against --model loaded fresh, and a logprob probe against the noise floor; exit 0 equal, "
+        "1 not, 2 error",
+    )
+    wt.add_argument("--model", required=True, help="the checkpoint the engine should serve now (B): a folder or 'demo'")
+    wt.add_argument("--from", metavar="A", help="the checkpoint the engine starts from; --model is pushed into it")
+    wt.add_argument("--url", help="instead of --from: a running vLLM server (its /v1 base) updated elsewhere")
+    wt.add_argument("--served-model", help="with --url: the model name the server serves (unset: its only one)")
+    wt.add_argument("--skip", metavar="REGEX", help="checkpoint tensors left out of the push (a planted stale tensor)")
+    wt.add_argument("--zero", metavar="REGEX", help="checkpoint tensors pushed as zeros (a planted fault)")
+    wt.add_argument(
+        "--sleep",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        choices=(0, 1, 2),
+        help="push around a sleep/wake cycle of this level (--sleep alone: 1); vLLM's CPU build has no sleep mode",
+    )
+    wt.add_argument(
+        "--update-path",
+        choices=("auto", "load_weights", "reload"),
+        default="auto",
+        help="model.load_weights (RL frameworks' path) or vLLM's reload_weights; auto: reload on the CPU build",
+    )
+    wt.add_argument("--dtype", default="auto", help="every side's dtype (auto: the model's)")
+    wt.add_argument("--probe-tokens", type=int, default=256, help="forced tokens the probe scores per side")
+    wt.add_argument("--probe-sequences", type=int, default=8, help="sequences they are spread over")
+    wt.add_argument("--no-probe", action="store_true", help="tensors only (no hf side, no probe)")
+    wt.add_argument(
+        "--vllm",
+        dest="vllm_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of both vLLM sides (e.g. enforce_eager=true, tensor_parallel_size=2); repeatable",
+    )
+    wt.add_argument("--trust-remote-code", action="store_true")
+    wt.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    wt.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    wt.add_argument("--db", default=argparse.SUPPRESS)
+    wt.set_defaults(func=cmd_weights)
     return ap
 
 
-AHEAD = {"compare", "resume", "layers", "bisect", "probe", "sweep", "check"}  # commands that load a tokenizer
+AHEAD = {
+    "compare",
+    "resume",
+    "layers",
+    "bisect",
+    "probe",
+    "sweep",
+    "check",
+    "audit",
+    "weights",
+}  # commands that load a tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ contexts every command is built from:
   (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
 The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`,
-`replay_recorded`, `trend`, `probe`,
-`sweep`, `localise`, `bisect`, `check`; `run` takes whichever request `plan_request` made (the one
+`replay_recorded`, `trend`, `probe`, `sweep`, `localise`, `bisect`, `check`, `audit`, `weights`; `run` takes
+whichever request `plan_request` made (the one
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
 
@@ -27,8 +27,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .commands.audit.run import AuditOutcome, AuditRequest
 from .commands.replay import ReplayRequest
 from .commands.replay_steps import TrendRequest
+from .commands.weights import WeightsCheckRequest
 from .commands.workload.run import WorkloadRequest
 from .core.mapping import mapping_table, resolve
 from .core.requests import InputCheck
@@ -47,11 +49,14 @@ from .store import Store
 from .store.runs import new_run_id
 
 __all__ = [
+    "AuditOutcome",
+    "AuditRequest",
     "ParityService",
     "Request",
     "RunRequest",
     "WorkloadRequest",
     "ReplayRequest",
+    "WeightsCheckRequest",
     "TrendRequest",
     "WorkloadOptions",
     "RunEvent",
@@ -521,6 +526,44 @@ class ParityService:
                 emit=emit,
             )
 
+    def audit(self, req: Any, on_event: EventCallback | None = None) -> Any:
+        """Certify zero (parity_ui.commands.audit): every invariance axis of every side, bit for bit, with
+        a control that must fail; `req` an AuditRequest. Returns an AuditOutcome (the stored run of kind
+        "audit" and its record). Never raises for a user or engine error: the run is stored with status
+        "error" and the axes finished before it."""
+        from .commands.audit import run_audit
+
+        with self.command():  # one Stop ends every axis, and keeps those finished
+            return run_audit(self, req, on_event)
+
+    def audit_report(self, run_id: str, store: Store | None = None) -> Any:
+        """A stored audit's record (parity_ui.core.audit_record.AuditReport), or None. `store`: the
+        caller's read connection (the app's per thread)."""
+        return (store or self.store).audit_of(run_id)
+
+    def weights(self, req: WeightsCheckRequest, on_event: EventCallback | None = None) -> Any:
+        """Did the weights land? A vLLM that started from one checkpoint and received `req.model` in flight
+        (or a server at req.url updated elsewhere) checked tensor by tensor against the same checkpoint
+        loaded fresh by the same engine, and by a teacher-forced probe against the noise floor
+        (parity_ui.commands.weights). Returns the WeightReport, stored with its run (kind "weights");
+        never raises for a user or engine error (the report then has its error, exit code 2)."""
+        from .commands.weights import run_weights
+
+        with self.command():
+            return run_weights(self, req, on_event)
+
+    def weight_report(self, run_id: str, store: Store | None = None) -> Any:
+        """A stored weight check's report (core.weights.WeightReport), or None. `store`: the caller's
+        read connection (the app's per thread)."""
+        from .core.weights import WeightReport
+
+        data = (store or self.store).weight_check(run_id)
+        return WeightReport.from_dict(data) if data is not None else None
+
+    def weight_checks(self, store: Store | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The stored weight checks, newest first (run_id, datetime_utc, model, exit_code, headline...)."""
+        return (store or self.store).weight_checks(limit)
+
     # -- reading what is stored ---------------------------------------------------------------------
 
     def get_run(self, run_id: str, prompts: list[int] | None = None) -> Run | None:
@@ -536,6 +579,10 @@ class ParityService:
                 f"no run with id {run_id!r} in {self.db_path or 'runs.db'}", "list the ids with 'parity runs list'"
             )
         return run
+
+    def drop_workers(self, plans: list[SidePlan]) -> None:
+        """Stop the workers of these plans now (an audit's second instance: a process no run reuses)."""
+        self.pool.drop({p.load_key for p in plans})
 
     def cancel(self) -> None:
         """Stop the command under way (safe from any thread): every side stops at its next token or

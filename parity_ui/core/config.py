@@ -231,14 +231,15 @@ def _split_sections(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
     return top, sections
 
 
-def config_from_dict(data: dict[str, Any] | None) -> ParityConfig:
-    """Build and validate a config; raises ConfigError naming the first bad key."""
+def config_from_dict(data: dict[str, Any] | None, min_sides: int = 2) -> ParityConfig:
+    """Build and validate a config; raises ConfigError naming the first bad key. `min_sides`: 1 for an
+    invariance audit (one setup audited alone), else a comparison's two."""
     top, sections = _split_sections(dict(data or {}))
     raw_sides = top.pop("sides", None)
     cfg = build(ParityConfig, top)
     if cfg.rope_scaling is not None:
         cfg.rope_scaling = _validate_rope(cfg.rope_scaling)
-    cfg.sides = build_sides(raw_sides, sections, set(TOP_KEYS))
+    cfg.sides = build_sides(raw_sides, sections, set(TOP_KEYS), min_sides)
     _check_shared_seed(cfg)
     return cfg
 
@@ -366,15 +367,17 @@ def build_config(
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
     sides: list[str] | None = None,
+    min_sides: int = 2,
 ) -> ParityConfig:
-    """The config from defaults <- base <- file <- --side <- --set, validated."""
+    """The config from defaults <- base <- file <- --side <- --set, validated (`min_sides`: as
+    config_from_dict)."""
     data: dict[str, Any] = dict(base or {})
     if path:
         data = _merge(data, load_config_file(path))
     data = apply_side_args(data, sides or [])
     if overrides:
         data = apply_overrides(data, overrides)
-    return config_from_dict(data)
+    return config_from_dict(data, min_sides)
 
 
 def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

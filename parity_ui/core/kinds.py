@@ -121,6 +121,12 @@ class VllmOptions(SideOptions):
     )
     batch_invariant: bool = option(False, "VLLM_BATCH_INVARIANT=1: batch 1 == batch N bitwise (GPU, cc >= 8.0)")
     max_num_seqs: int | None = option(None, "sequences scheduled together", number_in(1, 4096, "an integer"))
+    max_num_batched_tokens: int | None = option(
+        None,
+        "the scheduler's token budget per step (with chunked prefill: the most prompt tokens prefilled in "
+        "one step, so a longer prompt is prefilled in chunks); unset: vLLM's default",
+        number_in(16, 10_000_000, "an integer"),
+    )
     gpu_memory_utilization: float | None = option(
         None, "share of the GPU's memory this side may take; unset: planned from the run's sides", number_in(0.05, 0.98)
     )
@@ -141,6 +147,53 @@ class VllmOptions(SideOptions):
         "response, one prefill), auto (trace where this vLLM runs it, else prompt); unset: auto in a "
         "replay, prompt otherwise",
         one_of("auto", "trace", "prompt"),
+    )
+
+
+def _regex_ok(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        re.compile(str(v))
+    except re.error:
+        return False
+    return True
+
+
+_REGEX_ALLOWED = (_regex_ok, "a regular expression over checkpoint tensor names, e.g. 'layers\\.3\\.mlp\\.down_proj'")
+
+
+@dataclass
+class VllmUpdatedOptions(VllmOptions):
+    """A vLLM that loads one checkpoint, then receives the side's model's weights in flight, the way an
+    RL trainer pushes them (parity_ui.engines.weight_push; issue 41)."""
+
+    start_from: str = option(
+        "",
+        "the checkpoint folder the engine loads first (A); the side's model (B) is then pushed into it",
+    )
+    skip: str | None = option(
+        None,
+        "checkpoint tensors left out of the push (a planted stale tensor): a regex over their names",
+        _REGEX_ALLOWED,
+    )
+    zero: str | None = option(
+        None,
+        "checkpoint tensors pushed as zeros (a planted fault, as an all-zero routing table): a regex over their names",
+        _REGEX_ALLOWED,
+    )
+    sleep: int = option(
+        0,
+        "sleep level around the push: 0 none, 1 (weights offloaded to host memory), 2 (discarded); "
+        "vLLM's CPU build has no sleep mode (the cycle then only pauses the scheduler, and says so)",
+        one_of(0, 1, 2),
+    )
+    update_path: str = option(
+        "auto",
+        "how the weights are pushed: load_weights (model.load_weights in each worker, as TRL and verl do), "
+        "reload (vLLM's worker.reload_weights: layerwise, re-running each layer's post-loading processing), "
+        "auto (reload on vLLM's CPU build, whose packed linear weights load_weights cannot reach; load_weights on a GPU)",
+        one_of("auto", "load_weights", "reload"),
     )
 
 
@@ -280,6 +333,18 @@ KINDS: dict[str, Kind] = {
         "",
         gpu_memory="none",
         tokenizes_itself=True,
+    ),
+    "vllm-updated": Kind(
+        "vllm-updated",
+        "vLLM, weights pushed in flight (starts from start_from, receives its model)",
+        VllmUpdatedOptions,
+        "parity_ui.engines.vllm_updated:VllmUpdatedEngine",
+        "vllm",
+        can_batch_invariant=True,
+        can_capture_layers=True,
+        gpu_memory="share",
+        head_start=True,
+        can_record_routes=True,
     ),
 }
 

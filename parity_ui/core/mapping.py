@@ -29,7 +29,17 @@ from typing import Any
 from .config import ParityConfig
 from .context import CONTEXT_FLOOR, positions_limit, rope_factor, sized_context
 from .errors import ConfigError, SideError
-from .kinds import KINDS, SDPA_ENABLED, HfOptions, Kind, OpenAIOptions, VllmOptions, VllmServerOptions, get_kind
+from .kinds import (
+    KINDS,
+    SDPA_ENABLED,
+    HfOptions,
+    Kind,
+    OpenAIOptions,
+    VllmOptions,
+    VllmServerOptions,
+    VllmUpdatedOptions,
+    get_kind,
+)
 from .sides import SideSpec
 from .types import ModelInfo
 from .validation import doc_of
@@ -152,6 +162,14 @@ class VllmServerArgs(VllmArgs):
 
 
 @dataclass
+class VllmUpdatedArgs(VllmArgs):
+    """A vLLM that loads `update["start_from"]` and then receives `update["pushed_from"]` (the side's
+    model) in flight (parity_ui.engines.vllm_updated)."""
+
+    update: dict[str, Any] = field(default_factory=dict)  # start_from, pushed_from, skip, zero, sleep, path
+
+
+@dataclass
 class OpenAIArgs:
     connection: dict[str, Any]  # url, served_model, api_key_env, timeout_s, verify_tls, check_tokenizer
     sampling: dict[str, Any]  # the completions request body's sampling fields, every one explicit
@@ -159,7 +177,7 @@ class OpenAIArgs:
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
 
 
-SideArgs = VllmArgs | HfArgs | VllmServerArgs | OpenAIArgs
+SideArgs = VllmArgs | HfArgs | VllmServerArgs | OpenAIArgs | VllmUpdatedArgs
 
 
 class _Recorder:
@@ -372,6 +390,10 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
         )
     if v.max_num_seqs is not None:
         llm["max_num_seqs"] = rec(p + "max_num_seqs", "LLM", "max_num_seqs", v.max_num_seqs)
+    if v.max_num_batched_tokens is not None:
+        llm["max_num_batched_tokens"] = rec(
+            p + "max_num_batched_tokens", "LLM", "max_num_batched_tokens", v.max_num_batched_tokens
+        )
     rec(p + "batch_size", "runtime", "requests added per engine step loop (this side)", side.batch_size(cfg.batch_size))
     overrides: dict[str, Any] = {}
     rope = rope_override(cfg, model)
@@ -901,8 +923,62 @@ def to_openai(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) 
     )
 
 
+def to_vllm_updated(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmUpdatedArgs:
+    """vLLM started from `start_from`, then the side's model pushed in through vLLM's own update path
+    (issue 41). The push's settings travel with the load: a worker that pushed otherwise is another setup."""
+    o: VllmUpdatedOptions = side.options  # type: ignore[assignment]
+    p = f"{side.name}."
+    if not o.start_from.strip():
+        raise SideError(
+            side.name,
+            "start_from",
+            "a vllm-updated side needs the checkpoint it starts from",
+            f"e.g. --side {side.name}=vllm-updated,start_from=/path/to/checkpoint-A (the side's model is pushed into it)",
+        )
+    path = o.update_path if o.update_path != "auto" else ("load_weights" if r.on_gpu else "reload")
+    if path == "load_weights" and not r.on_gpu:
+        raise SideError(
+            side.name,
+            "update_path",
+            "load_weights cannot land on vLLM's CPU build: it packs each linear layer's weight into its kernel "
+            "and empties the parameter, so the loader refuses ('Attempted to load weight ... into parameter "
+            "(torch.Size([0]))')",
+            "use update_path=reload (vLLM's reload_weights re-packs each layer), or auto",
+        )
+    base = to_vllm(cfg, side, r, model)
+    rec = _Recorder()
+    rec.used = base.used
+    llm = dict(base.llm)
+    llm["model"] = rec(p + "start_from", "LLM", "model", o.start_from)
+    if o.sleep and r.on_gpu:
+        llm["enable_sleep_mode"] = rec(p + "sleep", "LLM", "enable_sleep_mode", True)
+    native = "model.load_weights(weights)" if path == "load_weights" else "worker.reload_weights(weights_iterator=...)"
+    rec(p + "update_path", "collective_rpc", native, path)
+    rec(p + "skip", "runtime", "tensors left out of the push", o.skip)
+    rec(p + "zero", "runtime", "tensors pushed as zeros", o.zero)
+    rec(p + "sleep", "LLM", "sleep(level) / wake_up(tags)", o.sleep)
+    update = {
+        "start_from": o.start_from,
+        "pushed_from": model.path,
+        "skip": o.skip,
+        "zero": o.zero,
+        "sleep": o.sleep,
+        "path": path,
+    }
+    return VllmUpdatedArgs(
+        llm=llm,
+        sampling=base.sampling,
+        env=base.env,
+        used=rec.used,
+        fp32_logits=base.fp32_logits,
+        forced_tokens=base.forced_tokens,
+        update=update,
+    )
+
+
 _MAPPERS: dict[str, Callable[[ParityConfig, SideSpec, Resolved, ModelInfo], Any]] = {
     "vllm": to_vllm,
+    "vllm-updated": to_vllm_updated,
     "hf": to_hf,
     "vllm-server": to_vllm_server,
     "openai": to_openai,

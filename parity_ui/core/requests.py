@@ -58,6 +58,9 @@ class GenerateRequest:
     image_token_id: int | None = None
     image_pixels: dict[str, int] | None = None
     rows: list[Rows] | None = None  # per prompt: where its full rows go (full_distribution), None: not asked
+    # An engine with a prefix cache empties it before each batch of this request, so that no request
+    # reads what an earlier one left there (an invariance audit's cold passes); engines without one ignore it.
+    fresh_cache: bool = False
 
     def rows_of(self, i: int) -> Rows | None:
         return self.rows[i] if self.rows and i < len(self.rows) else None

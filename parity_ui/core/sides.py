@@ -173,9 +173,12 @@ def build_side(raw: Any, where: str, reserved: set[str]) -> SideSpec:
     return side
 
 
-def build_sides(raw: list[Any] | None, sections: dict[str, dict[str, Any]], reserved: set[str]) -> list[SideSpec]:
+def build_sides(
+    raw: list[Any] | None, sections: dict[str, dict[str, Any]], reserved: set[str], min_sides: int = 2
+) -> list[SideSpec]:
     """The run's sides: `raw` (the sides list, None = the defaults) with each side's section (by name)
-    merged over it. Raises ConfigError for a duplicate or unknown name, a single side, too many."""
+    merged over it. Raises ConfigError for a duplicate or unknown name, fewer than `min_sides` (a
+    comparison needs two; an invariance audit audits one setup alone), too many."""
     if raw is not None and not isinstance(raw, list):
         raise ConfigError(
             "sides",
@@ -205,10 +208,10 @@ def build_sides(raw: list[Any] | None, sections: dict[str, dict[str, Any]], rese
         if s.name in seen:
             raise SideError(s.name, "", "two sides have this name", "give every side its own name")
         seen.add(s.name)
-    if len(sides) < 2:
+    if len(sides) < min_sides:
         raise ConfigError(
             "sides",
-            f"has {len(sides)} side; a comparison needs two or more",
+            f"has {len(sides)} side; a comparison needs two or more" if min_sides == 2 else f"has {len(sides)} sides",
             "add another, e.g. --side ref=hf --side b=vllm",
         )
     if len(sides) > MAX_SIDES:

@@ -271,6 +271,7 @@ class SideResult:
     timings: SideTimings = field(default_factory=SideTimings)
     error: str | None = None
     routes: Routes | None = None  # MoE runs with routes=true: the experts each step routed to (core.routes)
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache (None: not reported)
 
 
 @dataclass

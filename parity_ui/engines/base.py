@@ -101,6 +101,20 @@ class Engine(ABC):
         """Generate again while routing with recorded experts (HF sides)."""
         raise EngineFault(f"a {self.kind} side cannot route with recorded experts", "replay routes on an hf side")
 
+    def weights(self, req: Any) -> Any:
+        """Its live weights, digested unit by unit (a core.weights.SideWeights; issue 41). An engine
+        that cannot expose them answers readable=False with the reason: the check then runs the
+        behavioural probe alone."""
+        from ..core.weights import SideWeights
+
+        return SideWeights(readable=False, why=f"a {self.kind} side does not expose its weights")
+
+    def weights_dump(self, req: Any) -> dict[str, Any]:
+        raise EngineFault(f"a {self.kind} side cannot hand over its weights", "compare weights on vllm sides")
+
+    def weights_diff(self, req: Any) -> list[Any]:
+        raise EngineFault(f"a {self.kind} side cannot meet another side's weights", "compare weights on vllm sides")
+
 
 def same_prompt_error(what: str, expected: list[int], got: list[int], image_token_id: int | None) -> EngineFault:
     """The engine's own expansion of an image prompt differs from the run's processor: the sides would

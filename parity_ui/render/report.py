@@ -205,6 +205,10 @@ def stored_html_report(stored: Any) -> str | None:
     such run). Reads nothing itself."""
     if stored is None:
         return None
+    if getattr(stored, "audit", None) is not None:  # an audit's page is its certificate
+        from .audit import audit_page_html
+
+        return audit_page_html(stored.audit, stored.run.id)
     if getattr(stored, "trend", None) is not None:  # a run's trend over its steps: its own page
         from .trend import trend_page
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.errors import CancelledError
 from ..core.requests import (
@@ -26,6 +27,7 @@ from ..core.requests import (
 )
 from ..core.routes import Routes
 from ..core.types import EngineInfo, SideResult, TokenStep
+from ..core.weights import DiffFigure, DiffRequest, DumpRequest, SideWeights, WeightsRequest
 from .workers import EngineWorker
 
 TokenCallback = Callable[[int, TokenStep], None]  # (prompt index, step), in the order the engine made them
@@ -33,6 +35,7 @@ CountsCallback = Callable[[dict[int, int]], None]  # {prompt index: tokens so fa
 
 CHECK_TIMEOUT_S = 300.0  # the capability check imports the engine and calls tiny kernels
 CHECK_INPUT_TIMEOUT_S = 600.0  # a server tokenizes every prompt
+WEIGHTS_TIMEOUT_S = 1800.0  # an 8B model's tensors hashed (seconds on a GPU; a big CPU model much longer)
 
 
 @dataclass
@@ -102,6 +105,18 @@ class EngineClient:
     def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
         """Every prompt generated again, routing with the recorded experts."""
         return self.worker.request("replay_routes", req, what="replaying expert routes")
+
+    def weights(self, req: WeightsRequest) -> SideWeights:
+        """Its live weights digested unit by unit (issue 41), or readable=False with the reason."""
+        return self.worker.request("weights", req, timeout=WEIGHTS_TIMEOUT_S, what="digesting its weights")
+
+    def weights_dump(self, req: DumpRequest) -> dict[str, Any]:
+        """The named units written to a scratch file for another side to meet."""
+        return self.worker.request("weights_dump", req, timeout=WEIGHTS_TIMEOUT_S, what="writing weights to compare")
+
+    def weights_diff(self, req: DiffRequest) -> list[DiffFigure]:
+        """The units another side dumped, met with the live ones: the sizes of the differences."""
+        return self.worker.request("weights_diff", req, timeout=WEIGHTS_TIMEOUT_S, what="measuring weight differences")
 
     def capture(self, req: CaptureRequest) -> Capture:
         """Per-layer activations at the asked positions (parity_ui.commands.layers)."""

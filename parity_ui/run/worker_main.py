@@ -142,6 +142,9 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
         "capture": engine.capture,
         "routes": engine.routes,
         "replay_routes": lambda p: _as_columns(engine.replay_routes(p)),
+        "weights": engine.weights,
+        "weights_dump": engine.weights_dump,
+        "weights_diff": engine.weights_diff,
     }
     while True:
         try:

@@ -383,7 +383,11 @@ class EngineWorker:
         self._conn.send((kind, payload))
         # An explained fault after the engine loaded (a server's HTTP error, a tokenizer mismatch)
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
-        keep = kind in ("generate", "score", "score_batch", "check_input", "capture") and self.info is not None
+        keep = (
+            kind
+            in ("generate", "score", "score_batch", "check_input", "capture", "weights", "weights_dump", "weights_diff")
+            and self.info is not None
+        )
         _, result = self._wait(
             timeout or self.request_timeout, on_event, what or f"running {kind}", on_progress, keep_worker=keep
         )
@@ -496,6 +500,14 @@ class EnginePool:
             alive = [k for k in idle if self.workers[k].alive]  # a dead or never started one is not worth keeping
             kept = set(alive[max(0, len(alive) - keep) :]) if keep > 0 else set()
             stopping = [self.workers.pop(k) for k in idle if k not in kept]
+        for w in stopping:
+            w.stop()
+
+    def drop(self, keys: set[str]) -> None:
+        """Stop the workers of these setups now: one no later run will ask for (an audit's second
+        instance, started in a process of its own), which an idle pool would otherwise keep warm."""
+        with self._lock:
+            stopping = [self.workers.pop(k) for k in keys if k in self.workers]
         for w in stopping:
             w.stop()
 

@@ -360,7 +360,43 @@ def m009_replay_pair_names(db: Database) -> None:
 
 
 @migrations()
-def m010_trends(db: Database) -> None:
+def m010_audits(db: Database) -> None:
+    """Invariance audits (parity_ui.store.audits): an audit is a run of kind "audit"; its record, every
+    axis of every side judged bit for bit, in `audits` (one row per audit run)."""
+    db.table("audits").create(
+        {"run_id": str, "datetime_utc": str, "verdict": str, "certified": int, "report_json": str},
+        pk="run_id",
+        foreign_keys=[("run_id", "runs", "id")],
+        if_not_exists=True,
+    )
+
+
+@migrations()
+def m011_weight_checks(db: Database) -> None:
+    """Weight-sync checks (parity_ui.store.weights, issue 41): a check is a run of kind "weights" (its row in
+    `runs`, so the history lists it) and its report as JSON, with what the app's list shows."""
+    table = db.table("weight_checks")
+    table.create(
+        {
+            "run_id": str,
+            "datetime_utc": str,
+            "model": str,
+            "start_from": str,
+            "updated": str,
+            "exit_code": int,
+            "differing": int,
+            "tensors": int,
+            "headline": str,
+            "report_json": str,
+        },
+        pk="run_id",
+        if_not_exists=True,
+    )
+    table.create_index(["datetime_utc"], if_not_exists=True)
+
+
+@migrations()
+def m012_trends(db: Database) -> None:
     """A run's trend over its steps (parity_ui.commands.replay_steps): a run of kind "trend" whose
     record is here (`trend_json`: core.trend.TrendReport), one row per trend, its steps' replays runs
     of kind "replay" with the trend's id as their group_id (parity_ui.store.trends)."""

@@ -21,10 +21,11 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from ..core.audit_record import AuditReport
 from ..core.pooled import PairSample
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
-from . import bisects, checks, runs, trends, workloads
+from . import audits, bisects, checks, runs, trends, weights, workloads
 
 
 @dataclass
@@ -39,6 +40,7 @@ class StoredReport:
     images: Callable[[str], tuple[bytes, str] | None]
     pairs: list[dict[str, Any]] | None = None
     excerpts: dict[int, str] | None = None
+    audit: AuditReport | None = None  # an audit run's record (parity_ui.store.audits)
     trend: Any = None  # a trend run's record (core.trend.TrendReport)
 
 
@@ -150,6 +152,8 @@ class Store:
         run = self.get_run(run_id, prompts=[])
         if run is None:
             return None
+        if run.kind == "audit":  # its record is the page; its prompts' base streams are not shown
+            return StoredReport(run, [], self.image_bytes, audit=self.audit_of(run_id))
         if run.kind == "trend":
             return StoredReport(run, [], self.image_bytes, trend=self.trend(run_id))
         if run.workload is None:
@@ -198,3 +202,26 @@ class Store:
     def last_pass(self, case: str, models: tuple[str, ...], content_hash: str) -> str | None:
         """The workload run of the newest passing check of `case` on one of `models` with these prompts."""
         return checks.last_pass(self.db, case, models, content_hash)
+
+    # -- invariance audits ----------------------------------------------------------------------------
+
+    def save_audit(self, run_id: str, created: str, report: AuditReport) -> None:
+        """An audit's record and its run's headline (written again as each axis finishes)."""
+        audits.save_audit(self.db, run_id, created, report)
+
+    def audit_of(self, run_id: str) -> AuditReport | None:
+        """A stored audit's record, or None."""
+        return audits.audit_of(self.db, run_id)
+
+    # -- weight-sync checks (issue 41) ------------------------------------------------------------------
+
+    def save_weight_check(self, run_id: str, created: str, report: dict[str, Any]) -> None:
+        """A weight check's report (core.weights.WeightReport.to_dict()) and its run's headline."""
+        weights.save_weight_check(self.db, run_id, created, report)
+
+    def weight_check(self, run_id: str) -> dict[str, Any] | None:
+        return weights.weight_check(self.db, run_id)
+
+    def weight_checks(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The newest weight checks first, as the app's list shows them."""
+        return weights.weight_checks(self.db, limit)

@@ -17,10 +17,12 @@ import gradio as gr
 
 from ..render.assets import CSS, JS
 from . import plots
+from .audit_tab import AuditTab
 from .compare_tab import CompareTab, RunGate
 from .config_tab import ConfigTab
 from .history_tab import HistoryTab
 from .runner import AppService
+from .weights_tab import WeightsTab
 
 TITLE = "parity-ui: engine setups side by side, token by token"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -36,6 +38,8 @@ def create_app(service: AppService) -> gr.Blocks:
     compare = CompareTab(service, gate)
     config = ConfigTab(service)
     history = HistoryTab(service, gate)
+    audit = AuditTab(service, gate)
+    weights = WeightsTab(service)
     with gr.Blocks(title=TITLE) as app:
         gr.Markdown(
             f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
@@ -46,6 +50,8 @@ def create_app(service: AppService) -> gr.Blocks:
             compare.create_ui()
             config.create_ui()
             history.create_ui()
+            audit.create_ui()
+            weights.create_ui()
         compare.create_event_handlers(cfg_yaml=config.yaml)
         config.create_event_handlers(model=compare.model, trust=compare.trust, summary=compare.config_line)
         validate = [config.yaml, compare.model, compare.trust]
@@ -79,6 +85,8 @@ def create_app(service: AppService) -> gr.Blocks:
                 trigger_mode="always_last",
             )
         history.create_event_handlers(tabs=tabs, app=app)
+        audit.create_event_handlers()
+        weights.create_event_handlers(app)
         # A long view's page script fetches the rest of its hover details here once it shows.
         gr.api(history.pane_details, api_name="pane_details", api_visibility="undocumented")
         app.load(

@@ -20,8 +20,11 @@ from typing import Any
 
 import gradio as gr
 
+from ..core.audit_record import KIND as AUDIT_KIND
+from ..core.audit_record import PAIR_KIND
 from ..core.bisect_record import TRIAL_KIND, bisect_line
 from ..core.types import Run
+from .audit_view import AuditView
 from .recent import Recent
 from .result_view import ResultView, pane_details
 from .which_setting_view import WhichSettingView, bisect_result_html
@@ -79,6 +82,10 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + f"workload: {r.headline}"
     if r.kind == "replay" and r.headline:  # the headline begins "replay of N rows"
         return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + r.headline
+    if r.kind == AUDIT_KIND and r.headline and r.status != "error":  # the headline begins "audit VERDICT"
+        return ("" if r.status in ("ok", "diverged") else f"{r.status}: ") + r.headline
+    if r.kind == "weights" and r.headline:  # a weight-sync check's verdict line (issue 41)
+        return r.headline
     if r.status == "error":
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):
@@ -111,7 +118,7 @@ def history_rows(
         status=status or None,
         since=since,
         limit=limit,
-        exclude_kinds=(TRIAL_KIND,),
+        exclude_kinds=(TRIAL_KIND, PAIR_KIND),  # an audit's pairs open from its grid
     )
     listed = [r for r in runs if r.kind == "bisect"]
     bisects = {r.id: bisect_line(r) for r in store.bisect_lines([r.id for r in listed])}
@@ -155,6 +162,7 @@ class HistoryTab:
         )
         self.wview = WorkloadView("hist", service, self.gate, self.view)
         self.which = WhichSettingView("hist", service, self.gate)
+        self.audit = AuditView("hist", service, self.view)
 
     @property
     def store(self) -> Any:
@@ -208,6 +216,7 @@ class HistoryTab:
                     self.pair_btn = gr.Button("Compare A and B", scale=1, variant="primary", elem_id="hist-pair-btn")
                 self.pair_out = gr.HTML(elem_id="hist-pair")
             self.wview.create_ui()
+            self.audit.create_ui()
             self.view.create_ui()
             self.which.create_ui()
 
@@ -241,7 +250,7 @@ class HistoryTab:
             if not wanted():
                 return
             run = self._load(run_id)
-            if run is not None and run.kind in ("bisect", "trend"):
+            if run is not None and run.kind in ("bisect", "trend", AUDIT_KIND):
                 return  # its record is the whole view: nothing to build ahead
             if run is not None and run.workload is not None:
                 if wanted():
@@ -309,6 +318,16 @@ class HistoryTab:
             )
         if run.kind == "bisect":  # its record: the trials and the answer (its prompts have no tokens of their own)
             return self.view.cleared(bisect_result_html(run))
+        if run.kind == AUDIT_KIND and run.status != "error":  # its grid shows above (`audit.show`); a break's
+            # tokens on a click there. One that failed shows its error as any run does.
+            return self.view.values(
+                None, message="An audit: click a broken cell of its grid to see that break's tokens here."
+            )
+        if run.kind == "weights":  # a weight-sync check: its report (the probe's sequences have no tokens to show)
+            from ..render.weights import weights_html
+
+            report = self.service.weight_report(run_id, self.service.reader)
+            return self.view.cleared(weights_html(report) if report is not None else run.error or "no report stored")
         if run.kind == "trend":  # its record: the steps, the charts, the jumps; a step opens its replay
             from ..render.trend import trend_html
 
@@ -410,7 +429,7 @@ class HistoryTab:
         ~0.3 s of a 1,000-prompt workload's open, #33 item 6). A panel that fails to build (a stored
         record it cannot read) shows its error in its own place; the rest of the open still shows."""
         out = self.open(run_id)
-        for panel in (self.wview, self.which):
+        for panel in (self.wview, self.which, self.audit):
             try:
                 out.update(panel.show(run_id))
             except Exception as e:  # noqa: BLE001 - one panel's failure must not blank the run's view
@@ -420,7 +439,7 @@ class HistoryTab:
 
     @property
     def open_outputs(self) -> list[Any]:
-        return [*self.view.outputs, *self.wview.outputs, *self.which.outputs]
+        return [*self.view.outputs, *self.wview.outputs, *self.which.outputs, *self.audit.outputs]
 
     def from_url(self, request: gr.Request) -> Any:
         """Page load: `?run=ID` opens that run (the page's script selects this tab: FROM_URL_JS)."""
@@ -475,5 +494,6 @@ class HistoryTab:
         self.view.wire_layers(self.service, picks)
         self.wview.create_event_handlers()
         self.which.create_event_handlers()
+        self.audit.create_event_handlers()
         then_figures(app.load(self.from_url, None, [self.run_id, *self.open_outputs], api_name=False))
         app.load(None, None, None, js=FROM_URL_JS, api_name=False)

@@ -14,6 +14,7 @@ Two steps, so that bad input costs nothing:
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 from collections.abc import Callable
@@ -217,8 +218,16 @@ def _prepare(
         info = describe_model(model, trust_remote_code=case.trust_remote_code)
     except ParityError as e:
         bad(case.line_of("model"), f"model {case.model!r}: {e.message}", e.fix)
-    prompts, source = _replay_source(case, bad) if case.replay is not None else _prompts(case, limit, bad)
-    cfg = _config(case, case.config, overrides, bad, case.line_of("config"))
+    if case.weights is not None:
+        return _prepare_weights(case, model, info, bad) if not problems else None
+    if case.replay is not None:
+        prompts, source = _replay_source(case, bad)
+    elif case.audit is not None and case.prompts.file is None and case.prompts.texts is None:
+        prompts, source = _builtin_source(case, limit)
+    else:
+        prompts, source = _prompts(case, limit, bad)
+    min_sides = 1 if case.audit is not None else 2  # an audit audits each setup alone
+    cfg = _config(case, case.config, overrides, bad, case.line_of("config"), min_sides=min_sides)
     if cfg is None:
         return None
     names = [s.name for s in cfg.sides]
@@ -234,6 +243,9 @@ def _prepare(
     )
     keys = [RECORDED, "recorded~trainer"] + [f"recorded~{n}" for n in names[1:]]
     allowed = names[1:] + (pairs + keys if case.replay is not None else [])
+    # An audit's judged sides are every side, each audited alone (the spec refuses its check_sides).
+    if case.audit is not None:
+        sides = allowed = names
     for s in sides:
         if s not in allowed:
             bad(
@@ -251,7 +263,8 @@ def _prepare(
     try:
         from ..workload.run import check_options  # the same rules a workload run applies
 
-        check_options(_options(case, {}), cfg)
+        if case.audit is None:  # an audit has no workload options: it is judged at zero
+            check_options(_options(case, {}), cfg)
     except ConfigError as e:
         bad(case.line_of("mode" if "mode" in e.key or "temperature" in e.key else "floor"), e.message, e.fix)
     control = None
@@ -292,6 +305,67 @@ def _prepare(
     )
 
 
+def _weights_request(case: PreparedCase, group: str, **planted: str) -> Any:
+    from ..weights import WeightsCheckRequest
+
+    w = case.spec.weights
+    assert w is not None
+    return WeightsCheckRequest(
+        model=case.model,
+        start_from=w.start_from,
+        url=w.url,
+        served_model=w.served_model,
+        skip=planted.get("skip", w.skip),
+        zero=planted.get("zero", w.zero),
+        sleep=w.sleep,
+        update_path=w.update_path,
+        dtype=w.dtype,
+        probe=w.probe,
+        probe_tokens=w.probe_tokens,
+        probe_sequences=w.probe_sequences,
+        trust_remote_code=case.spec.trust_remote_code,
+        group_id=group,
+    )
+
+
+def _prepare_weights(case: CaseSpec, model: str, info: Any, bad: Callable[..., None]) -> PreparedCase | None:
+    """A weights case checked before it runs: the checkpoints (architecture, shapes, tensor names) and the
+    control's regexes, as `parity weights` checks them (parity_ui.commands.weights.check_request)."""
+    import hashlib
+
+    from ..weights import WeightsError, check_request
+
+    w = case.weights
+    assert w is not None
+    if info is None:
+        return None
+    prepared = PreparedCase(
+        spec=case,
+        model=model,
+        model_path=info.path,
+        config=ParityConfig(),
+        prompts=[],
+        source={},
+        sides=["updated" if w.start_from else "server"],
+        baseline=None,
+        control=None,
+    )
+    planted: list[dict[str, str]] = [{}] + ([dict(case.control.weights)] if case.control is not None else [])
+    for extra in planted:
+        try:
+            check_request(_weights_request(prepared, "", **extra))
+        except (WeightsError, ParityError) as e:
+            line = case.control.line if extra and case.control is not None else w.line
+            bad(line, ("control: " if extra else "weights: ") + e.message, e.fix)
+            return None
+    key = json.dumps([info.path, w.start_from, w.url, w.skip, w.zero, w.sleep, w.update_path, w.dtype])
+    prepared.source = {
+        "description": f"weights pushed from {w.start_from}" if w.start_from else f"weights of the server {w.url}",
+        "content_hash": hashlib.sha256(key.encode()).hexdigest()[:16],
+    }
+    return prepared
+
+
 def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
     """A replay case's source record: the dump by path and content hash (a baseline's key)."""
     import hashlib
@@ -310,6 +384,23 @@ def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[Promp
         "format": r.format,
         "content_hash": h.hexdigest()[:16],
         "description": f"replay of {Path(r.file).name}",
+    }
+
+
+def _builtin_source(case: CaseSpec, limit: int | None) -> tuple[list[PromptSpec], dict[str, Any]]:
+    """An audit case without prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts)."""
+    from ...inputs.audit_prompts import builtin_prompts, describe_builtin
+
+    a = case.audit
+    assert a is not None
+    n = min(a.prompts, limit) if limit else a.prompts
+    specs = builtin_prompts(n, a.longest)
+    return specs, {
+        "path": None,
+        "format": "built-in",
+        "prompts": len(specs),
+        "content_hash": prompts_hash(specs),
+        "description": describe_builtin(n, a.longest),
     }
 
 
@@ -354,10 +445,16 @@ def _prompts(
 
 
 def _config(
-    case: CaseSpec, data: dict[str, Any], overrides: list[str], bad: Callable[..., None], line: int, prefix: str = ""
+    case: CaseSpec,
+    data: dict[str, Any],
+    overrides: list[str],
+    bad: Callable[..., None],
+    line: int,
+    prefix: str = "",
+    min_sides: int = 2,
 ) -> ParityConfig | None:
     try:
-        return config_from_dict(apply_overrides(data, overrides))
+        return config_from_dict(apply_overrides(data, overrides), min_sides)
     except ConfigError as e:
         top = e.key.split(".")[0]
         where = line
@@ -459,7 +556,11 @@ def run_check(
     results: list[CaseResult] = []
     with service.recording(models, record, [], kind="check", group_id=group) as rec:
         for case in cases:
-            what = case.source.get("description") if case.spec.replay is not None else f"{len(case.prompts)} prompts"
+            what = (
+                case.source.get("description")
+                if case.spec.replay is not None or case.spec.weights is not None
+                else f"{len(case.prompts)} prompts"
+            )
             say(f"case {case.name}: {what}, model {case.model}, sides {', '.join(s.name for s in case.config.sides)}")
             results.append(_run_case(service, case, group, say, emit))
             say(f"case {case.name}: {results[-1].status.upper()}")
@@ -547,8 +648,114 @@ def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str,
     )
 
 
-def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
+def _weights_outcomes(report: Any, line: int) -> list[Outcome]:
+    """A weights case's two checks: every tensor equal (or, on a server that cannot expose them, none
+    judged), the probe at the floor."""
+    if report.error:
+        return [Outcome("run", "the weights check runs", None, "error", report.error, line=line)]
+    out = []
+    if report.readable:
+        d = report.differing
+        out.append(
+            Outcome(
+                "weights",
+                "every tensor equal after the update",
+                None,
+                "pass" if report.tensors_equal else "fail",
+                report.headline() if d or report.unknown else f"{len(report.tensors)} units equal to the fresh load",
+                float(len(d)),
+                0.0,
+                line,
+            )
+        )
+    else:
+        out.append(
+            Outcome("weights", "every tensor equal after the update", None, "skipped", report.not_readable, line=line)
+        )
+    if report.probe is not None:
+        p = report.probe
+        judged = [c for c in p.comparisons if c.judged]
+        out.append(
+            Outcome(
+                "weights",
+                "the probe at the noise floor",
+                None,
+                "pass" if p.at_floor else "fail",
+                "; ".join(
+                    f"{c.side} vs {c.against}: {c.verdict} (max |dlogp| {c.abs_dlogp_max}, floor "
+                    f"{c.floor_abs_dlogp_max})"
+                    for c in judged
+                ),
+                line=line,
+            )
+        )
+    return out
+
+
+def _run_weights_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
+    from ..weights import run_weights
+
     t0 = time.perf_counter()
+    w = case.spec.weights
+    assert w is not None
+    report = run_weights(service, _weights_request(case, group), emit)
+    result = CaseResult(
+        name=case.name,
+        model=case.model,
+        run_id=report.run_id or None,
+        outcomes=_weights_outcomes(report, w.line),
+        sides=_stored_sides(service, report.run_id),
+        prompts=report.probe.sequences if report.probe else 0,
+    )
+    say(f"case {case.name}: run {report.run_id}: {report.headline()}")
+    c = case.spec.control
+    if c is not None and c.weights:
+        desc = c.describe()
+        label = "control: the checks fail"
+        say(f"case {case.name}: control: {desc}")
+        bad = run_weights(service, _weights_request(case, group, **c.weights), emit)
+        judged = _weights_outcomes(bad, c.line)
+        outcome = _control_outcome(desc, label, judged, bad.run_id, c.line)
+        result.control = ControlResult(desc, bad.run_id or None, outcome, judged)
+    result.duration_s = time.perf_counter() - t0
+    return result
+
+
+def _stored_sides(service: Service, run_id: str) -> list[dict[str, Any]]:
+    run = service.store.get_run(run_id, prompts=[]) if run_id else None
+    return [_side_row(s) for s in run.sides] if run is not None else []
+
+
+def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
+    if case.spec.weights is not None:
+        return _run_weights_case(service, case, group, say, emit)
+    t0 = time.perf_counter()
+    if case.spec.audit is not None:
+        from .audit_case import run_audit_case
+
+        done = run_audit_case(
+            service,
+            case.spec.audit,
+            case.model,
+            case.config,
+            case.prompts,
+            str(case.source.get("description") or ""),
+            case.spec.trust_remote_code,
+            group,
+            emit,
+        )
+        say(f"case {case.name}: audit {done.run.id}: {done.report.headline()}")
+        return CaseResult(
+            name=case.name,
+            model=case.model,
+            run_id=done.run.id,
+            outcomes=done.outcomes,
+            control=ControlResult(done.control_description, done.control_run, done.control, [done.control]),
+            sides=[_side_row(s) for s in done.run.sides],
+            reference=done.run.reference,
+            prompts=len(case.prompts),
+            duration_s=time.perf_counter() - t0,
+        )
     if case.spec.replay is not None:
         try:
             run = _replay(service, case, case.config, group, emit)
@@ -602,35 +809,39 @@ def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: A
     say(f"case {case.name}: control: {desc}")
     run = _workload(service, case, cfg, group, emit)
     judged = _judged(case, run)
+    outcome = _control_outcome(desc, label, judged, run.id, spec.line)
+    say(
+        f"case {case.name}: control run {run.id}: "
+        + ("failed the thresholds, as it must" if outcome.status == "pass" else outcome.message)
+    )
+    return ControlResult(desc, run.id, outcome, judged)
+
+
+def _control_outcome(desc: str, label: str, judged: list[Outcome], run_id: str, line: int) -> Outcome:
+    """A control passes when its checks fail (the gate can fail); an error in them is the control's."""
     failed = [o for o in judged if o.status == "fail"]
     if any(o.status == "error" for o in judged):
         err = next(o for o in judged if o.status == "error")
-        outcome = Outcome("control", label, None, "error", f"control ({desc}): {err.message}", line=spec.line)
-    elif failed:
-        outcome = Outcome(
+        return Outcome("control", label, None, "error", f"control ({desc}): {err.message}", line=line)
+    if failed:
+        return Outcome(
             "control",
             label,
             None,
             "pass",
             f"the control ({desc}) failed {len(failed)} of {len(judged)} checks, as it must: "
             f"{failed[0].name}: {failed[0].message}",
-            line=spec.line,
+            line=line,
         )
-    else:
-        outcome = Outcome(
-            "control",
-            label,
-            None,
-            "fail",
-            f"the gate cannot fail: its control passed ({desc}: every one of {len(judged)} checks "
-            f"held on run {run.id}); tighten the thresholds or strengthen the control",
-            line=spec.line,
-        )
-    say(
-        f"case {case.name}: control run {run.id}: "
-        + ("failed the thresholds, as it must" if outcome.status == "pass" else outcome.message)
+    return Outcome(
+        "control",
+        label,
+        None,
+        "fail",
+        f"the gate cannot fail: its control passed ({desc}: every one of {len(judged)} checks "
+        f"held on run {run_id}); tighten the thresholds or strengthen the control",
+        line=line,
     )
-    return ControlResult(desc, run.id, outcome, judged)
 
 
 def _with_model(side: Any, folder: str) -> Any:

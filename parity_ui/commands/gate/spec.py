@@ -23,7 +23,16 @@ cases:
     control:                      # a perturbation the thresholds MUST fail
       set: {vllm.dtype: float16}  # config keys, or:
       perturb: {layer: 0, scale: 0.1}   # the checked sides on a copy of the model, one layer's weights noised
+  - name: zero                    # an invariance audit (parity audit): judged at zero, no thresholds
+    model: demo
+    sides: [{name: b, kind: vllm, enable_prefix_caching: true}]   # one side is enough
+    audit: {axes: [replay, batch, prefix], batch: 8}               # or audit: true (every axis, built-in prompts)
+  - name: weights-after-update   # a weight-sync case (parity weights, issue 41): no prompts, no thresholds
+    model: ./step-200            # the checkpoint the engine must serve after the update
+    weights: {from: ./step-100, sleep: 1, update_path: auto, probe_tokens: 256}   # or {url: http://...:8000/v1}
+    control: {skip: 'layers[.]0[.]mlp[.]down_proj'}   # a tensor left out of the push: the case MUST fail
 ```
+A weights case passes when every tensor equals the fresh load and the probe is at the floor.
 
 `load_spec(path)` reads and checks the structure (keys, types, metrics, names) and raises SpecError
 listing every problem with the case and the LINE. What needs the machine (the model, the prompt
@@ -63,12 +72,44 @@ CASE_KEYS = (
     "baseline",
     "control",
     "replay",
+    "audit",
+    "weights",
 )
+AUDIT_KEYS = ("axes", "batch", "prompts", "longest", "control_setting", "control_set", "seed")
+# What an audit case may not have: it is judged at zero, by its own control.
+NOT_WITH_AUDIT = ("thresholds", "baseline", "control", "replay", "mode", "floor", "floor_batch_size", "check_sides")
 PROMPT_KEYS = ("file", "field", "limit", "sample", "seed", "texts")
 REPLAY_KEYS = ("file", "format", "limit", "policy_version")
 REPLAY_FORMATS = ("auto", "parity", "nemo-rl", "verl", "slime")
 BASELINE_KEYS = ("run", "slack")
-CONTROL_KEYS = ("set", "perturb")
+CONTROL_KEYS = ("set", "perturb", "skip", "zero")
+WEIGHTS_KEYS = (
+    "from",
+    "url",
+    "served_model",
+    "skip",
+    "zero",
+    "sleep",
+    "update_path",
+    "probe",
+    "probe_tokens",
+    "probe_sequences",
+    "dtype",
+)
+# keys a weights case cannot have: it runs no prompts and has its own two checks
+NOT_IN_WEIGHTS = (
+    "sides",
+    "sides_preset",
+    "prompts",
+    "config",
+    "mode",
+    "floor",
+    "floor_batch_size",
+    "thresholds",
+    "baseline",
+    "check_sides",
+    "replay",
+)
 PERTURB_KEYS = ("sides", "layer", "scale", "seed")
 LAST_PASS = "last-pass"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -150,9 +191,11 @@ class ControlSpec:
     set: dict[str, Any]  # config keys (dotted: SIDE.option) -> value
     perturb: PerturbSpec | None
     line: int
+    weights: dict[str, str] = field(default_factory=dict)  # a weights case's planted fault: skip / zero -> REGEX
 
     def describe(self) -> str:
         parts = [f"{k}={v}" for k, v in self.set.items()]
+        parts += [f"the push with {k} {v!r}" for k, v in self.weights.items()]
         if self.perturb is not None:
             p = self.perturb
             layer = "the middle layer" if p.layer is None else f"layer {p.layer}"
@@ -187,6 +230,41 @@ class ReplaySpec:
 
 
 @dataclass
+class AuditSpec:
+    """A case that audits its sides (parity_ui.commands.audit): passes only at zero, every applicable
+    axis identical and the planted control detected."""
+
+    axes: list[str] | None  # None: every axis
+    batch: int | None
+    prompts: int  # the built-in set's size (when the case names no prompts)
+    longest: int
+    control_setting: bool
+    control_set: str | None
+    seed: int
+    line: int
+
+
+@dataclass
+class WeightsSpec:
+    """A weight-sync case (parity_ui.commands.weights): the engine starts from `start_from` (or is a
+    server at `url`) and must serve the case's model; its checks are "every tensor equal" and "the
+    probe at the noise floor"."""
+
+    start_from: str | None  # resolved against the spec's folder
+    url: str | None
+    served_model: str | None
+    skip: str | None
+    zero: str | None
+    sleep: int
+    update_path: str
+    probe: bool
+    probe_tokens: int
+    probe_sequences: int
+    dtype: str
+    line: int
+
+
+@dataclass
 class CaseSpec:
     name: str
     line: int
@@ -204,6 +282,8 @@ class CaseSpec:
     lines: dict[str, int] = field(default_factory=dict)  # key -> line (for errors found later)
     config_lines: dict[str, int] = field(default_factory=dict)  # config key -> line
     replay: ReplaySpec | None = None  # a replay case (its prompts are the dump's rows)
+    audit: AuditSpec | None = None  # an audit case (its prompts: the case's, else the built-in set)
+    weights: WeightsSpec | None = None  # a weight-sync case (no prompts, its own two checks)
 
     def line_of(self, key: str) -> int:
         return self.lines.get(key, self.line)
@@ -334,13 +414,26 @@ class _Validator:
                 "model: demo, a model folder, or an HF id",
             )
             model = ""
+        if m.get("weights") is not None:
+            return self.weights_case(m, name, model)
         config = self.config(m)
+        audit = self.audit(m) if m.get("audit") not in (None, False) else None
+        if audit is not None:
+            for key in NOT_WITH_AUDIT:
+                if key in m:
+                    self.bad(
+                        m.line_of(key),
+                        f"an audit case has no {key}: it is judged at zero (every applicable axis identical) "
+                        "against its own control",
+                        f"drop {key}, or drop audit for a workload case",
+                    )
         replay = self.replay(m) if m.get("replay") is not None else None
         if replay is not None and m.get("prompts") is not None:
             self.bad(
                 m.line_of("prompts"), "has both prompts and replay", "a case replays a dump or runs prompts: keep one"
             )
-        prompts = self.prompts(m) if m.get("replay") is None else PromptsSpec(None, None, None, None, 0, None, m.line)
+        no_prompts = m.get("replay") is not None or (audit is not None and m.get("prompts") is None)
+        prompts = self.prompts(m) if not no_prompts else PromptsSpec(None, None, None, None, 0, None, m.line)
         mode = self.choice(m, "mode", MODES, "free")
         floor = self.choice(m, "floor", FLOORS, "auto")
         fbs = self.integer(m, "floor_batch_size", 8, 1, 1024)
@@ -349,7 +442,7 @@ class _Validator:
         thresholds = self.thresholds(m, floor)
         baseline = self.baseline(m)
         control = self.control(m)
-        if not thresholds and baseline is None:
+        if not thresholds and baseline is None and audit is None:
             self.bad(
                 m.line,
                 "has no thresholds and no baseline: it cannot fail",
@@ -376,6 +469,62 @@ class _Validator:
             lines=dict(m.lines),
             config_lines=dict(getattr(m.get("config"), "lines", {}) or {}),
             replay=replay,
+            audit=audit,
+        )
+
+    def weights_case(self, m: Map, name: str, model: str) -> CaseSpec | None:
+        """A weights case: its `weights` mapping and a control that plants a fault in the push."""
+        for key in NOT_IN_WEIGHTS:
+            if key in m:
+                self.bad(
+                    m.line_of(key),
+                    f"a weights case takes no {key}: it runs no prompts, and its checks are every tensor equal "
+                    "and the probe at the noise floor",
+                    f"remove {key}, or make this a separate case",
+                )
+        w = m["weights"]
+        if not isinstance(w, Map):
+            self.bad(m.line_of("weights"), "weights must be a mapping", "weights: {from: ./step-100}")
+            return None
+        self.keys(w, WEIGHTS_KEYS, "weights")
+        start, url = w.get("from"), w.get("url")
+        if bool(start) == bool(url) or not isinstance(start or url, str):
+            self.bad(
+                w.line,
+                "weights needs where the engine's weights come from: from (a checkpoint the engine starts from) "
+                "or url (a running vLLM server), one of them",
+                "weights: {from: ./step-100}",
+            )
+            return None
+        for key in ("skip", "zero"):
+            if w.get(key) is not None and not isinstance(w.get(key), str):
+                self.bad(w.line_of(key), f"weights {key} must be a regex", f"{key}: 'layers\\.0\\.'")
+        fp = Path(start.strip()).expanduser() if isinstance(start, str) else None
+        local = fp if fp is None or fp.is_absolute() or str(start).strip() == "demo" else self.base / fp
+        control = self.control(m, weights=True)
+        return CaseSpec(
+            name=name,
+            line=m.line,
+            model=model.strip(),
+            config={},
+            prompts=PromptsSpec(None, None, None, None, 0, None, m.line),
+            trust_remote_code=self.boolean(m, "trust_remote_code"),
+            control=control,
+            lines=dict(m.lines),
+            weights=WeightsSpec(
+                start_from=str(local) if local is not None else None,
+                url=url if isinstance(url, str) else None,
+                served_model=w.get("served_model"),
+                skip=w.get("skip"),
+                zero=w.get("zero"),
+                sleep=self.integer(w, "sleep", 0, 0, 2) or 0,
+                update_path=self.choice(w, "update_path", ("auto", "load_weights", "reload"), "auto"),
+                probe=self.boolean(w, "probe") if "probe" in w else True,
+                probe_tokens=self.integer(w, "probe_tokens", 256, 1, 1_000_000) or 256,
+                probe_sequences=self.integer(w, "probe_sequences", 8, 1, 10_000) or 8,
+                dtype=str(w.get("dtype", "auto")),
+                line=w.line,
+            ),
         )
 
     # -- parts ------------------------------------------------------------------------------------------
@@ -499,6 +648,49 @@ class _Validator:
             limit=limit,
             policy_version=None if version is None else str(version),
             line=r.line,
+        )
+
+    def audit(self, m: Map) -> AuditSpec | None:
+        a = m.get("audit")
+        if a is True:
+            a = Map(line=m.line_of("audit"))
+        if not isinstance(a, Map):
+            self.bad(
+                m.line_of("audit"),
+                "audit must be true or a mapping",
+                "audit: true, or audit: {axes: [replay, batch, prefix], batch: 8}",
+            )
+            return None
+        self.keys(a, AUDIT_KEYS, "audit")
+        axes = a.get("axes")
+        if axes is not None:
+            from ..audit.axes import parse_axes
+
+            try:
+                if not isinstance(axes, (str, list)) or not all(isinstance(x, str) for x in axes):
+                    raise ParityError(f"axes {axes!r} is not a list of axis names", "axes: [replay, batch]")
+                axes = parse_axes(axes)
+            except ParityError as e:
+                self.bad(a.line_of("axes"), e.message, e.fix)
+                axes = None
+        control_set = a.get("control_set")
+        if control_set is not None and not isinstance(control_set, str):
+            self.bad(
+                a.line_of("control_set"),
+                f"control_set {control_set!r} is not OPTION=VALUE",
+                "control_set: dtype=bfloat16",
+            )
+            control_set = None
+        batch = self.integer(a, "batch", None, 2, 4096)
+        return AuditSpec(
+            axes=axes,
+            batch=batch,
+            prompts=self.integer(a, "prompts", 8, 1, 4096) or 8,
+            longest=self.integer(a, "longest", 600, 16, 1_000_000) or 600,
+            control_setting=self.boolean(a, "control_setting") or control_set is not None,
+            control_set=control_set,
+            seed=self.integer(a, "seed", 0, 0, 2**31) or 0,
+            line=a.line,
         )
 
     def choice(self, m: Map, key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -641,10 +833,12 @@ class _Validator:
                 slack.append(Slack(name, amount, False, line))
         return BaselineSpec(run=run.strip(), slack=slack, line=b.line_of("run"))
 
-    def control(self, m: Map) -> ControlSpec | None:
+    def control(self, m: Map, weights: bool = False) -> ControlSpec | None:
         c = m.get("control")
         if c is None:
             return None
+        if weights:
+            return self.weights_control(c, m)
         if not isinstance(c, Map) or not c:
             self.bad(
                 m.line_of("control"),
@@ -676,10 +870,32 @@ class _Validator:
                     seed=self.integer(p, "seed", 0, 0, 2**31) or 0,
                     line=p.line,
                 )
+        for key in ("skip", "zero"):
+            if key in c:
+                self.bad(
+                    c.line_of(key), f"control {key} plants a fault in a weights case's push", "use set or perturb here"
+                )
         if not sets and perturb is None:
             self.bad(c.line, "control changes nothing", "give set: {SIDE.dtype: bfloat16} or perturb: {layer: 0}")
             return None
         return ControlSpec(set=_plain(sets), perturb=perturb, line=c.line)
+
+    def weights_control(self, c: Any, m: Map) -> ControlSpec | None:
+        """A weights case's control: tensors left out of the push (skip) or pushed as zeros (zero)."""
+        if not isinstance(c, Map) or not any(k in c for k in ("skip", "zero")):
+            self.bad(
+                m.line_of("control"),
+                "a weights case's control plants a fault in the push: skip or zero, a regex over tensor names",
+                "control: {skip: 'layers\\.0\\.mlp\\.down_proj'}",
+            )
+            return None
+        self.keys(c, ("skip", "zero"), "a weights case's control")
+        planted = {k: c[k] for k in ("skip", "zero") if isinstance(c.get(k), str) and c[k]}
+        if len(planted) != len([k for k in ("skip", "zero") if k in c]):
+            self.bad(
+                c.line, "control skip / zero must be a regex over tensor names", "control: {skip: 'layers\\.0\\.'}"
+            )
+        return ControlSpec(set={}, perturb=None, line=c.line, weights=planted) if planted else None
 
 
 def _with_defaults(case: Map, defaults: Map) -> Map:
