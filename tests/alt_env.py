@@ -5,7 +5,6 @@ the rest through a .pth line into the main venv (a copy of torch would take minu
 Its own site-packages come first on sys.path, so its transformers wins. Built once, then reused.
 A user's real second environment is a full venv (README: "Another environment as a side").
 """
-
 from __future__ import annotations
 
 import os
@@ -26,30 +25,10 @@ def alt_env(root: Path) -> tuple[str, str]:
     stamp = venv / ".ready"
     if not stamp.is_file():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        site = Path(
-            subprocess.run(
-                [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-        )
+        site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   check=True, capture_output=True, text=True).stdout.strip())
         (site / "parity-main-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--target",
-                str(site),
-                f"transformers=={ALT_TRANSFORMERS}",
-                *ALT_EXTRA,
-            ],
-            check=True,
-        )
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                        "--target", str(site), f"transformers=={ALT_TRANSFORMERS}", *ALT_EXTRA], check=True)
         stamp.touch()
     return str(python), ALT_TRANSFORMERS

@@ -1,7 +1,6 @@
 """The tokenizer folders of the clean_up_tokenization_spaces tests (tests/unit/test_clean_up_spaces.py and
 tests/engines/test_clean_up_spaces_engines.py): a tiny model whose tokenizer_config.json asks for the
 clean-up, and every transformers warning caught as text."""
-
 from __future__ import annotations
 
 import json

@@ -1,5 +1,4 @@
 """Shared test setup: runs go to a temporary database, engine caches to known places."""
-
 from __future__ import annotations
 
 import os

@@ -1,6 +1,5 @@
 """Helpers for the browser tests and bench/ui_render.py: start the real app in a subprocess on a
 free 127.0.0.1 port, and launch Debian's headless Chromium through Playwright (never a download)."""
-
 from __future__ import annotations
 
 import contextlib
@@ -18,16 +17,8 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("PARITY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def chromium_available() -> bool:
@@ -59,21 +50,16 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180.0, ok: tupl
 
 
 @contextlib.contextmanager
-def running_app(
-    db_path: Path, log_path: Path, env: dict[str, str] | None = None, script: Path = ROOT / "app.py"
-) -> Iterator[str]:
+def running_app(db_path: Path, log_path: Path, env: dict[str, str] | None = None,
+                script: Path = ROOT / "app.py") -> Iterator[str]:
     """`python app.py` (or `script`: tests/fake_app.py has the fake engine kinds) on a free port with
     PARITY_DB=db_path; yields its base URL."""
     port = free_port()
-    env = {
-        **os.environ,
-        "PARITY_DB": str(db_path),
-        "PARITY_PORT": str(port),
-        "GRADIO_ANALYTICS_ENABLED": "False",
-        **(env or {}),
-    }
+    env = {**os.environ, "PARITY_DB": str(db_path), "PARITY_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
+           **(env or {})}
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_http(url, proc, ok=(200, 401))

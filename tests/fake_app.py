@@ -1,6 +1,5 @@
 """The app with the tests' fake engine kinds registered: browser tests of the app's own logic above the
 engines (python tests/fake_app.py, as app.py). Never shipped to users."""
-
 from __future__ import annotations
 
 import sys

@@ -11,7 +11,6 @@ one generated position (a divergence), `delay_ms` slows each token, `fail_at` cr
 `ignored_flag` and `fail_with_flag` are settings for the bisect tests (reported, accepted but not
 applied, incompatible with `flag`), and `registered_other()` adds a second kind with its own numerics.
 """
-
 from __future__ import annotations
 
 import json
@@ -22,17 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parity_ui.engines.base import (
-    Engine,
-    EngineFault,
-    GenerateRequest,
-    LoadRequest,
-    Problem,
-    ScoreRequest,
-    append_step,
-    make_step,
-    result,
-)
+from parity_ui.engines.base import (Engine, EngineFault, GenerateRequest, LoadRequest, Problem, ScoreRequest,
+                                    append_step, make_step, result)
 from parity_ui.core.kinds import SideOptions
 from parity_ui.core.types import EngineInfo, SideResult, TokenStep
 from parity_ui.core.validation import number_in, option
@@ -45,50 +35,31 @@ FIRST_ID = 8  # tiny_models.SPECIALS take ids 0-7: the fake never picks one (EOS
 class FakeOptions(SideOptions):
     shift: float = option(0.0, "added to every logprob (a numerical gap)", number_in(-10, 10))
     noise: float = option(0.0, "a gap that varies with the position, up to this many nats", number_in(0, 10))
-    swap_at: int | None = option(
-        None, "generated position where the side picks its second choice", number_in(0, 10**6, "an integer")
-    )
+    swap_at: int | None = option(None, "generated position where the side picks its second choice",
+                                 number_in(0, 10**6, "an integer"))
     eos_at: int | None = option(None, "generated position where the side emits EOS", number_in(0, 10**6, "an integer"))
     delay_ms: float = option(0.0, "sleep after each token", number_in(0, 10**5))
     fail_at: int | None = option(None, "generated position where the engine crashes", number_in(0, 10**6, "an integer"))
     load_s: float = option(0.0, "how long the load takes", number_in(0, 3600))
     fail_load: bool = option(False, "the load raises")
     refuse: str | None = option(None, "the capability check refuses with this message")
-    batch_noise: float = option(
-        0.0, "a gap that appears only when prompts are batched (a batch-variant engine)", number_in(0, 10)
-    )
-    fail_after: int | None = option(
-        None, "prompts this worker generates before it crashes", number_in(0, 10**6, "an integer")
-    )
+    batch_noise: float = option(0.0, "a gap that appears only when prompts are batched (a batch-variant engine)",
+                                number_in(0, 10))
+    fail_after: int | None = option(None, "prompts this worker generates before it crashes", number_in(0, 10**6, "an integer"))
     flag: str | None = option(None, "a setting the engine reports resolved as it was given (bisect tests)")
-    ignored_flag: str | None = option(
-        None,
-        "a setting the engine accepts but does not apply (a flag that does not take effect: bisect must report it)",
-    )
-    fail_with_flag: bool = option(
-        False, "the load fails when `flag` is set too (two settings that cannot go together: a bisect trial that fails)"
-    )
-    route_flip_every: int | None = option(
-        None,
-        "MoE routes: every input position divisible by this routes layer 1 "
-        "to another second expert, at a router near-tie (a route flip)",
-        number_in(1, 10**6, "an integer"),
-    )
-    replay_routes: str = option(
-        "off",
-        "score again routing with the reference's recorded experts (ids, "
-        "ids+weights): the fake's replayed logprobs drop its shift",
-    )
-    draws: bool = option(
-        False,
-        "records each token's draw (kept set, its mass, the processed logprob), as a "
-        "shared-seed sampler does: the sampling family without a sampler",
-    )
-    distribution: bool = option(
-        False,
-        "scoring puts the whole-distribution scalars (KL, TV, top-1/top-k) on "
-        "each position, as a reference meeting full rows does",
-    )
+    ignored_flag: str | None = option(None, "a setting the engine accepts but does not apply (a flag that does "
+                                            "not take effect: bisect must report it)")
+    fail_with_flag: bool = option(False, "the load fails when `flag` is set too (two settings that cannot go "
+                                         "together: a bisect trial that fails)")
+    route_flip_every: int | None = option(None, "MoE routes: every input position divisible by this routes layer 1 "
+                                                "to another second expert, at a router near-tie (a route flip)",
+                                          number_in(1, 10**6, "an integer"))
+    replay_routes: str = option("off", "score again routing with the reference's recorded experts (ids, "
+                                       "ids+weights): the fake's replayed logprobs drop its shift")
+    draws: bool = option(False, "records each token's draw (kept set, its mass, the processed logprob), as a "
+                                "shared-seed sampler does: the sampling family without a sampler")
+    distribution: bool = option(False, "scoring puts the whole-distribution scalars (KL, TV, top-1/top-k) on "
+                                       "each position, as a reference meeting full rows does")
 
 
 # The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
@@ -98,18 +69,11 @@ OTHER_ENGINE_SHIFT = 0.3
 @dataclass
 class OtherFakeOptions(FakeOptions):
     other_only: bool = option(False, "an option only the other fake kind has (bisect: part of the engine factor)")
-    engine_shift: float = option(
-        OTHER_ENGINE_SHIFT,
-        "the other kind's own numerics (0: the fake's, so that only its own options differ)",
-        number_in(-10, 10),
-    )
-    graphs_gap: float = option(
-        0.0,
-        "a gap only the other kind can make, like vLLM's CUDA graphs: a bisect against the fake flips it to 0",
-        number_in(0, 10),
-        flip_to=0.0,
-        flip_why="off, its plain path",
-    )
+    engine_shift: float = option(OTHER_ENGINE_SHIFT, "the other kind's own numerics (0: the fake's, so that only "
+                                                     "its own options differ)", number_in(-10, 10))
+    graphs_gap: float = option(0.0, "a gap only the other kind can make, like vLLM's CUDA graphs: a bisect against "
+                                    "the fake flips it to 0", number_in(0, 10),
+                               flip_to=0.0, flip_why="off, its plain path")
 
 
 @dataclass
@@ -122,36 +86,14 @@ class FakeArgs:
 
 def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     o: FakeOptions = side.options
-    load = {
-        k: getattr(o, k)
-        for k in (
-            "shift",
-            "noise",
-            "swap_at",
-            "eos_at",
-            "delay_ms",
-            "fail_at",
-            "load_s",
-            "fail_load",
-            "refuse",
-            "flag",
-            "ignored_flag",
-            "batch_noise",
-            "fail_after",
-            "fail_with_flag",
-            "route_flip_every",
-            "draws",
-            "distribution",
-        )
-    }
+    load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
+                                        "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after",
+                                        "fail_with_flag", "route_flip_every", "draws",
+                                        "distribution")}
     load["vocab_size"] = model.vocab_size or 1024
     load["dtype"] = o.dtype or cfg.dtype
-    sampling = {
-        "max_new_tokens": cfg.max_new_tokens,
-        "ignore_eos": cfg.ignore_eos,
-        "temperature": cfg.temperature,
-        "eos_token_ids": list(r.eos_token_ids),
-    }
+    sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
+                "eos_token_ids": list(r.eos_token_ids)}
     # The worker imports this module by name: the tests folder goes on its path.
     return FakeArgs(load=load, sampling=sampling, env={"PYTHONPATH": TESTS})
 
@@ -159,16 +101,8 @@ def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
 def fake_kind() -> Any:
     from parity_ui.core.kinds import Kind
 
-    return Kind(
-        "fake",
-        "fake engine (tests only)",
-        FakeOptions,
-        "fake_engine:FakeEngine",
-        "",
-        head_start=False,
-        can_record_routes=True,
-        can_replay_routes=True,
-    )
+    return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False,
+                can_record_routes=True, can_replay_routes=True)
 
 
 class registered:
@@ -221,19 +155,10 @@ class registered_other:
         from parity_ui.core.kinds import Kind
         from parity_ui.core.mapping import register_kind
 
-        self._undo = register_kind(
-            Kind(
-                "fake-other",
-                "another fake engine (tests only)",
-                OtherFakeOptions,
-                "fake_engine:FakeEngine",
-                "",
-                head_start=False,
-                can_record_routes=True,
-                can_replay_routes=True,
-            ),
-            to_other_fake,
-        )
+        self._undo = register_kind(Kind("fake-other", "another fake engine (tests only)", OtherFakeOptions,
+                                        "fake_engine:FakeEngine", "", head_start=False, can_record_routes=True,
+                                        can_replay_routes=True),
+                                   to_other_fake)
 
     def __exit__(self, *exc: Any) -> None:
         self._undo()
@@ -247,25 +172,12 @@ def fake_model(folder: Path, vocab_size: int = 512, max_position_embeddings: int
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(folder, vocab_size)
-    (folder / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "vocab_size": len(tok),
-                "hidden_size": 64,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 2,
-                "num_key_value_heads": 2,
-                "max_position_embeddings": max_position_embeddings,
-                "torch_dtype": "float32",
-                "bos_token_id": tok.bos_token_id,
-                "eos_token_id": tok.eos_token_id,
-                "pad_token_id": tok.pad_token_id,
-                **({"num_experts": 8, "num_experts_per_tok": 2} if moe else {}),
-            }
-        )
-    )
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": len(tok),
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "max_position_embeddings": max_position_embeddings, "torch_dtype": "float32",
+        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id,
+        **({"num_experts": 8, "num_experts_per_tok": 2} if moe else {})}))
     return folder
 
 
@@ -282,24 +194,15 @@ class FakeEngine(Engine):
         if a["fail_load"]:
             raise EngineFault("the fake engine was told to fail its load", "drop fail_load", fatal=True)
         if a.get("fail_with_flag") and a["flag"] is not None:
-            raise EngineFault(
-                f"the fake engine cannot load with flag={a['flag']} and fail_with_flag together",
-                "drop one of them",
-                fatal=True,
-            )
+            raise EngineFault(f"the fake engine cannot load with flag={a['flag']} and fail_with_flag together",
+                              "drop one of them", fatal=True)
         resolved = {k: a[k] for k in ("shift", "noise", "swap_at", "eos_at") if a[k]}
         if a["flag"] is not None:
             resolved["flag"] = a["flag"]
         if "graphs_gap" in a:  # the other kind reports its own option
             resolved["graphs_gap"] = a["graphs_gap"]
-        return EngineInfo(
-            kind="fake",
-            version="0",
-            device="cpu (fake)",
-            dtype=a["dtype"],
-            versions={"fake": "0", "pid": str(os.getpid())},
-            resolved=resolved,
-        )
+        return EngineInfo(kind="fake", version="0", device="cpu (fake)", dtype=a["dtype"],
+                          versions={"fake": "0", "pid": str(os.getpid())}, resolved=resolved)
 
     # -- the "model" ---------------------------------------------------------------------------------
 
@@ -307,7 +210,7 @@ class FakeEngine(Engine):
 
     def _top(self, ctx: list[int], pos: int, k: int, batched: bool = False) -> list[tuple[int, float]]:
         a = self.args
-        h = (len(ctx) * 7919 + sum((t + 1) * 31**j for j, t in enumerate(ctx[-4:]))) % 2**31
+        h = (len(ctx) * 7919 + sum((t + 1) * 31 ** j for j, t in enumerate(ctx[-4:]))) % 2**31
         span = a["vocab_size"] - FIRST_ID
         # 37 is prime: the k candidates are distinct for any vocabulary not a multiple of it.
         ids = [FIRST_ID + (h + 37 * r) % span for r in range(max(k, 2))]
@@ -338,14 +241,12 @@ class FakeEngine(Engine):
                 token, lp = top[0]
                 if a["eos_at"] is not None and pos == a["eos_at"] and s["eos_token_ids"]:
                     token, lp = s["eos_token_ids"][0], -0.01
-                step = make_step(pos, token, lp, 1 if token == top[0][0] else None, top[: req.logprobs])
+                step = make_step(pos, token, lp, 1 if token == top[0][0] else None, top[:req.logprobs])
                 if a.get("draws"):  # a fixed function of the context and the side's shift: pools are checkable
                     h = (len(ctx) * 7919 + token) % 97
                     step.kept, step.kept_mass = 2 + h % 5, 0.7 + 0.003 * h
                     step.processed_logprob = lp - math.log(step.kept_mass)
-                    step.kept_hash = (
-                        h % 11 if a["shift"] == 0 or h % 4 else -1
-                    )  # a shifted side keeps another set now and then
+                    step.kept_hash = h % 11 if a["shift"] == 0 or h % 4 else -1  # a shifted side keeps another set now and then
                 append_step(res, step, time.perf_counter() - t0)
                 if req.stream:
                     on_step(i, step)
@@ -365,7 +266,7 @@ class FakeEngine(Engine):
 
     def _route(self, ctx: list[int], pos: int, layer: int) -> tuple[list[int], float]:
         """Layer `layer`'s two experts at input position `pos` (ctx: the ids up to it) and its margin."""
-        h = (len(ctx) * 7919 + sum((t + 1) * 31**j for j, t in enumerate(ctx[-4:]))) % 2**31
+        h = (len(ctx) * 7919 + sum((t + 1) * 31 ** j for j, t in enumerate(ctx[-4:]))) % 2**31
         e0 = (h >> (3 * layer)) % self.ROUTE_EXPERTS
         e1 = (e0 + 1 + (h >> 9) % (self.ROUTE_EXPERTS - 1)) % self.ROUTE_EXPERTS
         every = self.args.get("route_flip_every")
@@ -380,19 +281,12 @@ class FakeEngine(Engine):
         ids, weights, margins = [], [], []
         for p in req.positions:
             for layer in self.ROUTE_LAYERS:
-                experts, margin = self._route(req.ids[: p + 1], p, layer)
+                experts, margin = self._route(req.ids[:p + 1], p, layer)
                 ids += experts
                 weights += [0.625, 0.375]
                 margins.append(margin)
-        return Routes(
-            layers=list(self.ROUTE_LAYERS),
-            top_k=2,
-            num_experts=self.ROUTE_EXPERTS,
-            ids=ids,
-            weights=weights,
-            margins=margins,
-            source="fake",
-        )
+        return Routes(layers=list(self.ROUTE_LAYERS), top_k=2, num_experts=self.ROUTE_EXPERTS, ids=ids,
+                      weights=weights, margins=margins, source="fake")
 
     def replay_routes(self, req: Any) -> list[SideResult]:
         """Scoring with recorded experts (req.score): the fake's logprobs without its own shift, as if
@@ -419,9 +313,8 @@ class FakeEngine(Engine):
             top = self._top(ctx, pos, req.logprobs)
             ids = [t for t, _ in top]
             lp = dict(top).get(token, -12.0)
-            steps.append(
-                make_step(pos, token, lp, ids.index(token) + 1 if token in ids else len(ids) + 1, top[: req.logprobs])
-            )
+            steps.append(make_step(pos, token, lp, ids.index(token) + 1 if token in ids else len(ids) + 1,
+                                   top[:req.logprobs]))
             if self.args.get("distribution"):  # the scalars a reference meeting the side's full rows computes
                 h = (len(ctx) * 7919 + token) % 101
                 s = steps[-1]

@@ -1,6 +1,5 @@
 """Stored runs for History's tests (unit and browser): comparisons with a long hub-cache model path,
 a bisect with its trial runs (#33 item 12). Written with the store's functions, no engine."""
-
 from __future__ import annotations
 
 from parity_ui.analysis.compare import compare
@@ -11,56 +10,22 @@ CACHE = "/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapsh
 
 
 def _side(name: str, ids: list[int]) -> SideResult:
-    steps = [
-        TokenStep(
-            position=i,
-            token_id=t,
-            text=f" t{t}",
-            logprob=-0.1 * (i + 1),
-            rank=1,
-            top=[TopLogprob(t, -0.1 * (i + 1), f" t{t}")],
-        )
-        for i, t in enumerate(ids)
-    ]
+    steps = [TokenStep(position=i, token_id=t, text=f" t{t}", logprob=-0.1 * (i + 1), rank=1,
+                       top=[TopLogprob(t, -0.1 * (i + 1), f" t{t}")]) for i, t in enumerate(ids)]
     return SideResult(side=name, prompt_index=0, token_ids=ids, steps=steps, finish_reason="length")
 
 
-def _run(
-    run_id: str,
-    created: str,
-    *,
-    model: str = CACHE,
-    b_ids=(1, 2, 3, 4),
-    dtype: str = "bfloat16",
-    kind: str = "compare",
-    group_id: str | None = None,
-    status: str | None = None,
-    **kw,
-) -> Run:
+def _run(run_id: str, created: str, *, model: str = CACHE, b_ids=(1, 2, 3, 4), dtype: str = "bfloat16",
+         kind: str = "compare", group_id: str | None = None, status: str | None = None, **kw) -> Run:
     ref, b = _side("ref", [1, 2, 3, 4]), _side("b", list(b_ids))
     c = compare(ref, b)
-    p = PromptResult(
-        index=0,
-        prompt_text="def f(x):\n    return x",
-        prompt_token_ids=[1],
-        results={"ref": ref, "b": b},
-        comparisons=[c],
-    )
-    return Run(
-        id=run_id,
-        created_utc=created,
-        model=ModelInfo(name=model, path=model),
-        config={"dtype": dtype},
-        status=status or ("ok" if c.identical else "diverged"),
-        prompts=[p],
-        kind=kind,
-        group_id=group_id,
-        sides=[
-            SideInfo(name="ref", kind="hf", reference=True, dtype="float32", options={"dtype": "float32"}),
-            SideInfo(name="b", kind="vllm", dtype=dtype, options={"dtype": dtype, "enforce_eager": True}),
-        ],
-        **kw,
-    )
+    p = PromptResult(index=0, prompt_text="def f(x):\n    return x", prompt_token_ids=[1], results={"ref": ref, "b": b},
+                     comparisons=[c])
+    return Run(id=run_id, created_utc=created, model=ModelInfo(name=model, path=model), config={"dtype": dtype},
+               status=status or ("ok" if c.identical else "diverged"), prompts=[p], kind=kind, group_id=group_id,
+               sides=[SideInfo(name="ref", kind="hf", reference=True, dtype="float32", options={"dtype": "float32"}),
+                      SideInfo(name="b", kind="vllm", dtype=dtype, options={"dtype": dtype, "enforce_eager": True})],
+               **kw)
 
 
 def store_history(db, extra: int = 0) -> None:
@@ -71,16 +36,9 @@ def store_history(db, extra: int = 0) -> None:
 
     save_run(db, _run("01PLAIN", "2026-01-01T10:00:00.000+00:00", b_ids=(1, 2, 9, 9)))
     save_run(db, _run("01OTHER", "2026-01-01T11:00:00.000+00:00", model="Qwen/Qwen2.5-0.5B", dtype="float32"))
-    bisect = _run(
-        "01BISECT",
-        "2026-01-01T12:00:00.000+00:00",
-        kind="bisect",
-        group_id="G1",
-        status="ok",
-        bisect=BisectReport(
-            run_id="01PLAIN", reference="ref", side="b", group_id="G1", summary="dtype explains the divergence"
-        ),
-    )
+    bisect = _run("01BISECT", "2026-01-01T12:00:00.000+00:00", kind="bisect", group_id="G1", status="ok",
+                  bisect=BisectReport(run_id="01PLAIN", reference="ref", side="b", group_id="G1",
+                                      summary="dtype explains the divergence"))
     bisect.prompts = []
     save_run(db, bisect)
     for i in range(3):  # its trials: stored runs of the bisect's group, not listed

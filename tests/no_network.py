@@ -10,24 +10,14 @@ Used by the tests (a tiny model is built with the sockets refused) and by bench/
 step refuses, its engine workers log, through a sitecustomize it writes). Audit hooks cannot be
 removed: install it in a process of its own.
 """
-
 from __future__ import annotations
 
 import socket
 import sys
 import traceback
 
-_LOCAL_NAMES = {
-    "",
-    "localhost",
-    "localhost.localdomain",
-    "ip6-localhost",
-    "ip6-loopback",
-    "0.0.0.0",
-    "::",
-    "::1",
-    "127.0.0.1",
-}
+_LOCAL_NAMES = {"", "localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback", "0.0.0.0", "::",
+                "::1", "127.0.0.1"}
 _installed: list[str] = []
 
 
@@ -80,10 +70,8 @@ def install(mode: str = "raise") -> None:
         host, port = hit
         where = "".join(traceback.format_stack(limit=12)[:-1])
         if mode == "raise":
-            raise OSError(
-                f"network access refused by the test guard (tests/no_network.py): {event} {host}:{port}; "
-                "this step must work offline (local files only)"
-            )
+            raise OSError(f"network access refused by the test guard (tests/no_network.py): {event} {host}:{port}; "
+                          "this step must work offline (local files only)")
         print(f"[no_network] {event} {host}:{port} from\n{where}", file=sys.stderr, flush=True)
 
     sys.addaudithook(hook)

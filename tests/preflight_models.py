@@ -1,6 +1,5 @@
 """The models of the preflight tests (tests/unit/test_preflight.py and its engine run,
 tests/engines/test_preflight_engines.py): one tiny model, and copies of it with edited JSON files."""
-
 from __future__ import annotations
 
 import json
@@ -23,13 +22,8 @@ def base(tmp_path_factory) -> Path:
 @pytest.fixture
 def variant(base, tmp_path):
     """A copy of the base model with edited JSON files (no weights are read by preflight)."""
-
-    def make(
-        config: dict | None = None,
-        generation: dict | None = None,
-        template: str | None = None,
-        drop: tuple[str, ...] = (),
-    ) -> Path:
+    def make(config: dict | None = None, generation: dict | None = None, template: str | None = None,
+             drop: tuple[str, ...] = ()) -> Path:
         folder = tmp_path / f"v{len(list(tmp_path.iterdir()))}"
         shutil.copytree(base, folder)
         for name, edit in (("config.json", config), ("generation_config.json", generation)):
@@ -48,5 +42,4 @@ def variant(base, tmp_path):
             data.pop(key, None)
             (folder / "config.json").write_text(json.dumps(data))
         return folder
-
     return make

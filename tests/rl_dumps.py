@@ -6,7 +6,6 @@ A row is a dict: prompt (ids), response (ids), rollout (the rollout engine's log
 token), trainer (the trainer's, or None), optionally mask (per response token), version (policy
 version), kept (the kept top-p set of each response token), index (slime's sample index).
 """
-
 from __future__ import annotations
 
 import json
@@ -15,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 
-def synthetic_rows(
-    step: int, n: int = 6, tokens: int = 12, fault_from: int = 3, shift: float = 0.4, seed: int = 0
-) -> list[dict[str, Any]]:
+def synthetic_rows(step: int, n: int = 6, tokens: int = 12, fault_from: int = 3, shift: float = 0.4,
+                   seed: int = 0) -> list[dict[str, Any]]:
     """Rows made up for tests above the engines: trainer = rollout + float noise; from `fault_from` on
     every other token's trainer logprob is `shift` lower (a fault that moves the mismatch)."""
     import random
@@ -28,16 +26,8 @@ def synthetic_rows(
         roll = [-rnd.uniform(0.05, 3.0) for _ in range(tokens)]
         bad = shift if step >= fault_from else 0.0
         trainer = [min(0.0, x + rnd.gauss(0, 2e-4) - bad * (t % 2)) for t, x in enumerate(roll)]
-        out.append(
-            {
-                "prompt": [1, 30 + k, 31],
-                "response": [rnd.randrange(40, 400) for _ in range(tokens)],
-                "rollout": roll,
-                "trainer": trainer,
-                "mask": [1] * (tokens - 1) + [0],
-                "version": step,
-            }
-        )
+        out.append({"prompt": [1, 30 + k, 31], "response": [rnd.randrange(40, 400) for _ in range(tokens)],
+                    "rollout": roll, "trainer": trainer, "mask": [1] * (tokens - 1) + [0], "version": step})
     return out
 
 
@@ -46,16 +36,8 @@ def f32(x: float) -> float:
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-def write_prime_step(
-    root: Path,
-    step: int,
-    rows: list[dict[str, Any]],
-    *,
-    ranks: int = 2,
-    stable: bool = True,
-    skip_ranks: tuple[int, ...] = (),
-    run_id: str | None = None,
-) -> Path:
+def write_prime_step(root: Path, step: int, rows: list[dict[str, Any]], *, ranks: int = 2, stable: bool = True,
+                     skip_ranks: tuple[int, ...] = (), run_id: str | None = None) -> Path:
     """prime-rl's token export of one step (src/prime_rl/trainer/rl/token_export.py, schema 1): row k
     goes to rank k % ranks; a STABLE marker once every rank's file is written."""
     base = Path(root) / (f"{run_id}/" if run_id else "") / "token_exports" / f"step_{step}"
@@ -68,28 +50,17 @@ def write_prime_step(
         mask = row.get("mask") or [1] * len(r)
         trainer = row["trainer"]
         rec = {
-            "schema_version": 1,
-            "step": step,
-            "rank": rank,
-            "micro_step": 0,
-            "micro_sequence_idx": len(files[rank]),
-            "export_sequence_idx": len(files[rank]),
-            "env_name": "math",
-            "token_ids": p + r,
-            "position_ids": list(range(n)),
+            "schema_version": 1, "step": step, "rank": rank, "micro_step": 0,
+            "micro_sequence_idx": len(files[rank]), "export_sequence_idx": len(files[rank]), "env_name": "math",
+            "token_ids": p + r, "position_ids": list(range(n)),
             "loss_mask": [False] * len(p) + [bool(m) for m in mask],
-            "advantages": [0.0] * n,
-            "losses": [{"rl": {"advantage": 0.0, "mask": bool(m)}} for m in [0] * len(p) + mask],
+            "advantages": [0.0] * n, "losses": [{"rl": {"advantage": 0.0, "mask": bool(m)}} for m in [0] * len(p) + mask],
             "rewards": [None] * n,
             "inference_logprobs": [0.0] * len(p) + [f32(x) for x in row["rollout"]],
             "trainer_logprobs": [-6.93] + [0.0] * (len(p) - 1) + [f32(x) for x in trainer],
             "entropy": [1.0] * n,
-            "mismatch_kl": [None] * n,
-            "log_importance_ratio": [None] * n,
-            "importance_ratio": [None] * n,
-            "prob_delta": [None] * n,
-            "is_masked": [None] * n,
-            "is_masked_high": [None] * n,
+            "mismatch_kl": [None] * n, "log_importance_ratio": [None] * n, "importance_ratio": [None] * n,
+            "prob_delta": [None] * n, "is_masked": [None] * n, "is_masked_high": [None] * n,
             "is_masked_low": [None] * n,
         }
         if run_id:
@@ -112,13 +83,10 @@ def nemo_line(row: dict[str, Any], width: int, idx: int, pad: int = 3) -> str:
     mask = row.get("mask") or [1] * len(r)
     trainer = row["trainer"] if row["trainer"] is not None else [0.0] * len(r)
     rec = {
-        "content": [[{"role": "user", "content": "..."}]],
-        "rewards": [0.0],
-        "input_lengths": [n],
+        "content": [[{"role": "user", "content": "..."}]], "rewards": [0.0], "input_lengths": [n],
         "token_ids": [p + r + [pad] * (width - n)],
         "token_loss_mask": [[0] * len(p) + list(mask) + [0] * (width - n)],
-        "sample_loss_mask": [1.0],
-        "advantages": [[0.0] * width],
+        "sample_loss_mask": [1.0], "advantages": [[0.0] * width],
         "generation_logprobs": [[0.0] * len(p) + list(row["rollout"]) + [0.0] * (width - n)],
         "prev_logprobs": [[0.0] * len(p) + list(trainer) + [0.0] * (width - n)],
         "idx": idx,
@@ -140,40 +108,17 @@ def slime_sample(row: dict[str, Any], index: int) -> dict[str, Any]:
     p, r = row["prompt"], row["response"]
     kept = row.get("kept")
     d = {
-        "group_index": index // 2,
-        "index": row.get("index", index),
-        "rollout_id": None,
-        "prompt": "...",
-        "tokens": p + r,
-        "multimodal_inputs": None,
-        "multimodal_train_inputs": None,
-        "multimodal_train_input_id": None,
-        "apply_chat_template_kwargs": {},
-        "response": "...",
-        "response_length": len(r),
-        "label": None,
-        "reward": 0.0,
-        "loss_mask": list(row.get("mask") or [1] * len(r)),
-        "weight_versions": [str(row.get("version", 0))],
-        "rollout_log_probs": [f32(x) for x in row["rollout"]],
-        "rollout_top_p_token_ids": None,
-        "rollout_top_p_token_offsets": None,
-        "rollout_routed_experts": None,
-        "remove_sample": False,
-        "teacher_log_probs": None,
-        "status": "completed",
-        "metadata": {},
-        "generate_function_path": None,
-        "custom_rm_path": None,
-        "train_metadata": None,
-        "session_id": None,
+        "group_index": index // 2, "index": row.get("index", index), "rollout_id": None, "prompt": "...",
+        "tokens": p + r, "multimodal_inputs": None, "multimodal_train_inputs": None,
+        "multimodal_train_input_id": None, "apply_chat_template_kwargs": {}, "response": "...",
+        "response_length": len(r), "label": None, "reward": 0.0, "loss_mask": list(row.get("mask") or [1] * len(r)),
+        "weight_versions": [str(row.get("version", 0))], "rollout_log_probs": [f32(x) for x in row["rollout"]],
+        "rollout_top_p_token_ids": None, "rollout_top_p_token_offsets": None, "rollout_routed_experts": None,
+        "remove_sample": False, "teacher_log_probs": None, "status": "completed", "metadata": {},
+        "generate_function_path": None, "custom_rm_path": None, "train_metadata": None, "session_id": None,
         "non_generation_time": 0.0,
-        "spec_info": {
-            "spec_accept_token_num": 6,
-            "spec_draft_token_num": 8,
-            "spec_verify_ct": 2,
-            "completion_token_num": len(r),
-        },
+        "spec_info": {"spec_accept_token_num": 6, "spec_draft_token_num": 8, "spec_verify_ct": 2,
+                      "completion_token_num": len(r)},
         "prefix_cache_info": {"cached_tokens": len(p) // 2, "total_prompt_tokens": len(p)},
     }
     if kept is not None:
@@ -201,47 +146,23 @@ def write_slime_step(root: Path, step: int, rows: list[dict[str, Any]], *, train
         train = []
         for k, (row, s) in enumerate(zip(rows, samples)):
             n = len(row["response"])
-            train.append(
-                {
-                    "data_parallel_rank": k % 2,
-                    "sample_index": s["index"],
-                    "rollout_position": k,
-                    "tokens": torch.tensor(s["tokens"]),
-                    "response_lengths": n,
-                    "total_lengths": len(s["tokens"]),
-                    "loss_masks": torch.tensor(s["loss_mask"]),
-                    "rollout_log_probs": torch.tensor(row["rollout"], dtype=torch.float32),
-                    "log_probs": torch.tensor(row["trainer"], dtype=torch.float32),
-                    "ref_log_probs": torch.tensor(row["trainer"], dtype=torch.float32),
-                    "advantages": torch.zeros(n),
-                    "returns": torch.zeros(n),
-                    "kl": torch.zeros(n),
-                    "entropy": torch.ones(n),
-                }
-            )
+            train.append({
+                "data_parallel_rank": k % 2, "sample_index": s["index"], "rollout_position": k,
+                "tokens": torch.tensor(s["tokens"]), "response_lengths": n, "total_lengths": len(s["tokens"]),
+                "loss_masks": torch.tensor(s["loss_mask"]),
+                "rollout_log_probs": torch.tensor(row["rollout"], dtype=torch.float32),
+                "log_probs": torch.tensor(row["trainer"], dtype=torch.float32),
+                "ref_log_probs": torch.tensor(row["trainer"], dtype=torch.float32),
+                "advantages": torch.zeros(n), "returns": torch.zeros(n), "kl": torch.zeros(n),
+                "entropy": torch.ones(n),
+            })
         train.sort(key=lambda t: t["sample_index"])
-        shards = [
-            {
-                "rank": r,
-                "data_parallel_rank": r,
-                "sample_indices": [t["sample_index"] for t in train if t["data_parallel_rank"] == r],
-                "micro_batch_indices": [[0]],
-                "num_microbatches": [1],
-                "global_batch_sizes": [len(rows)],
-            }
-            for r in range(2)
-        ]
-        torch.save(
-            {
-                "format_version": 2,
-                "rollout_id": step,
-                "rank": 0,
-                "samples": train,
-                "dp_shards": shards,
-                "raw_reward": [0.0] * len(rows),
-            },
-            root / "train_data" / f"{step}.pt",
-        )
+        shards = [{"rank": r, "data_parallel_rank": r, "sample_indices": [t["sample_index"] for t in train
+                                                                          if t["data_parallel_rank"] == r],
+                   "micro_batch_indices": [[0]], "num_microbatches": [1], "global_batch_sizes": [len(rows)]}
+                  for r in range(2)]
+        torch.save({"format_version": 2, "rollout_id": step, "rank": 0, "samples": train, "dp_shards": shards,
+                    "raw_reward": [0.0] * len(rows)}, root / "train_data" / f"{step}.pt")
     return path
 
 
@@ -261,9 +182,5 @@ def write_parity_step(root: Path, step: int, rows: list[dict[str, Any]]) -> Path
     return path
 
 
-WRITERS = {
-    "prime-rl": write_prime_step,
-    "nemo-rl": write_nemo_step,
-    "slime": write_slime_step,
-    "parity": write_parity_step,
-}
+WRITERS = {"prime-rl": write_prime_step, "nemo-rl": write_nemo_step, "slime": write_slime_step,
+           "parity": write_parity_step}

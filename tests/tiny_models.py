@@ -5,7 +5,6 @@ them through their normal code paths (config.json + safetensors + tokenizer.json
 Weights are scaled up (initializer_range) so the logits are peaked: greedy near-ties are rare in
 float32, which is what makes "identical in fp32" a meaningful test.
 """
-
 from __future__ import annotations
 
 import json
@@ -25,7 +24,6 @@ def _corpus() -> list[str]:
     import textwrap
 
     import argparse, dataclasses, pathlib  # noqa: E401 - only their sources are used
-
     return [inspect.getsource(m) for m in (argparse, dataclasses, pathlib, j, textwrap)]
 
 
@@ -36,59 +34,36 @@ def build_tokenizer(folder: Path, vocab_size: int = 1024) -> Any:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(), trainer)
     bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
-    )
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", bos)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", pad_token="<pad>")
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(folder)
     return fast
 
 
-def build_model(
-    folder: Path,
-    arch: str = "llama",
-    *,
-    seed: int = 0,
-    max_position_embeddings: int = 2048,
-    generation_config: dict[str, Any] | None = None,
-    dtype: str = "float32",
-    init_range: float = 0.15,
-    vocab_size: int = 1024,
-    hidden_size: int = 128,
-    num_attention_heads: int = 4,
-    num_key_value_heads: int = 2,
-    num_hidden_layers: int = 2,
-    head_dim: int | None = None,
-) -> Path:
+def build_model(folder: Path, arch: str = "llama", *, seed: int = 0, max_position_embeddings: int = 2048,
+                generation_config: dict[str, Any] | None = None, dtype: str = "float32",
+                init_range: float = 0.15, vocab_size: int = 1024, hidden_size: int = 128,
+                num_attention_heads: int = 4, num_key_value_heads: int = 2, num_hidden_layers: int = 2,
+                head_dim: int | None = None) -> Path:
     """Build a tiny random model of `arch` ("llama" or "qwen2") into `folder` and return it."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+    from transformers import (AutoModelForCausalLM, LlamaConfig, Qwen2Config)
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(folder, vocab_size)
-    common = dict(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        max_position_embeddings=max_position_embeddings,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        initializer_range=init_range,
-        tie_word_embeddings=False,
-    )
+    common = dict(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                  num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
+                  num_key_value_heads=num_key_value_heads, max_position_embeddings=max_position_embeddings,
+                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                  initializer_range=init_range, tie_word_embeddings=False)
     if head_dim is not None:
         common["head_dim"] = head_dim
     cfg = LlamaConfig(**common) if arch == "llama" else Qwen2Config(**common)
@@ -97,12 +72,8 @@ def build_model(
     model.to(getattr(torch, dtype)).save_pretrained(folder)
     gen_path = folder / "generation_config.json"
     if generation_config is not None:
-        gen = {
-            "bos_token_id": tok.bos_token_id,
-            "eos_token_id": tok.eos_token_id,
-            "pad_token_id": tok.pad_token_id,
-            **generation_config,
-        }
+        gen = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id,
+               "pad_token_id": tok.pad_token_id, **generation_config}
         gen_path.write_text(json.dumps(gen, indent=2))
     return folder
 
@@ -139,113 +110,46 @@ def perturb_weights(folder: Path, tensor: str, *, scale: float = 0.05, seed: int
 MOE_ARCHS = ("qwen3_moe", "glm4_moe", "deepseek_v3")
 
 
-def moe_config(
-    arch: str,
-    tok: Any,
-    *,
-    hidden_size: int = 64,
-    num_hidden_layers: int = 2,
-    num_experts: int = 8,
-    top_k: int = 2,
-    init_range: float = 0.15,
-    max_position_embeddings: int = 2048,
-) -> Any:
+def moe_config(arch: str, tok: Any, *, hidden_size: int = 64, num_hidden_layers: int = 2, num_experts: int = 8,
+               top_k: int = 2, init_range: float = 0.15, max_position_embeddings: int = 2048) -> Any:
     """The transformers config of a tiny MoE of `arch` (one of MOE_ARCHS) for tokenizer `tok`."""
     from transformers import DeepseekV3Config, Glm4MoeConfig, Qwen3MoeConfig
 
-    common = dict(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        initializer_range=init_range,
-        tie_word_embeddings=False,
-        num_experts_per_tok=top_k,
-        moe_intermediate_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-    )
+    common = dict(vocab_size=len(tok), hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_position_embeddings,
+                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                  initializer_range=init_range, tie_word_embeddings=False, num_experts_per_tok=top_k,
+                  moe_intermediate_size=hidden_size, intermediate_size=2 * hidden_size)
     if arch == "qwen3_moe":
-        return Qwen3MoeConfig(
-            **common,
-            num_experts=num_experts,
-            head_dim=32,
-            norm_topk_prob=True,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
-        )
+        return Qwen3MoeConfig(**common, num_experts=num_experts, head_dim=32, norm_topk_prob=True,
+                              decoder_sparse_step=1, mlp_only_layers=[])
     if arch == "deepseek_v3":
         # MLA: vLLM's MLA takes kv_lora_rank + qk_rope_head_dim in {320, 512, 576}, and its CPU decode kernel takes 576 only.
         # No dense first layers, so every layer routes.
         common["num_key_value_heads"] = 4  # MLA: every head has its own keys
-        return DeepseekV3Config(
-            **common,
-            n_routed_experts=num_experts,
-            n_group=4,
-            topk_group=2,
-            n_shared_experts=1,
-            first_k_dense_replace=0,
-            routed_scaling_factor=1.0,
-            norm_topk_prob=True,
-            kv_lora_rank=512,
-            q_lora_rank=None,
-            qk_rope_head_dim=64,
-            qk_nope_head_dim=16,
-            v_head_dim=32,
-            rope_interleave=True,
-            # vLLM reads these (HF implies them): sigmoid scores with the bias
-            topk_method="noaux_tc",
-            scoring_func="sigmoid",
-        )
+        return DeepseekV3Config(**common, n_routed_experts=num_experts, n_group=4, topk_group=2,
+                                n_shared_experts=1, first_k_dense_replace=0, routed_scaling_factor=1.0,
+                                norm_topk_prob=True, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                                qk_nope_head_dim=16, v_head_dim=32, rope_interleave=True,
+                                # vLLM reads these (HF implies them): sigmoid scores with the bias
+                                topk_method="noaux_tc", scoring_func="sigmoid")
     if arch == "glm4_moe":
         # DeepSeek-V3's router (sigmoid + correction bias, n_group/topk_group, shared expert) behind
         # plain grouped-query attention: the grouped family both engines run alike on the CPU.
-        return Glm4MoeConfig(
-            **common,
-            n_routed_experts=num_experts,
-            n_group=4,
-            topk_group=2,
-            n_shared_experts=1,
-            first_k_dense_replace=0,
-            routed_scaling_factor=1.0,
-            norm_topk_prob=True,
-            head_dim=32,
-            partial_rotary_factor=0.5,
-            use_qk_norm=False,
-            topk_method="noaux_tc",
-            scoring_func="sigmoid",
-        )
+        return Glm4MoeConfig(**common, n_routed_experts=num_experts, n_group=4, topk_group=2, n_shared_experts=1,
+                             first_k_dense_replace=0, routed_scaling_factor=1.0, norm_topk_prob=True,
+                             head_dim=32, partial_rotary_factor=0.5, use_qk_norm=False,
+                             topk_method="noaux_tc", scoring_func="sigmoid")
     raise ValueError(f"unknown MoE arch {arch!r}; one of {MOE_ARCHS}")
 
 
 # A real model's per-layer shape (attention and experts), for random-weight models of few layers.
-SHAPES = {
-    "qwen3-30b-a3b": dict(
-        num_attention_heads=32,
-        num_key_value_heads=4,
-        head_dim=128,
-        moe_intermediate_size=768,
-        intermediate_size=6144,
-        vocab_size=151936,
-        rope_theta=1_000_000.0,
-    )
-}
+SHAPES = {"qwen3-30b-a3b": dict(num_attention_heads=32, num_key_value_heads=4, head_dim=128, moe_intermediate_size=768,
+                                intermediate_size=6144, vocab_size=151936, rope_theta=1_000_000.0)}
 
 
-def build_moe_model(
-    folder: Path,
-    arch: str = "qwen3_moe",
-    *,
-    seed: int = 0,
-    dtype: str = "float32",
-    vocab_size: int = 1024,
-    shape: str | None = None,
-    **config: Any,
-) -> Path:
+def build_moe_model(folder: Path, arch: str = "qwen3_moe", *, seed: int = 0, dtype: str = "float32",
+                    vocab_size: int = 1024, shape: str | None = None, **config: Any) -> Path:
     """Build a random MoE model of `arch` (one of MOE_ARCHS) into `folder`: tiny, or with a real
     model's per-layer `shape` (SHAPES; the tokenizer stays the tiny one, its ids a subset of the
     shape's vocabulary). A shaped model is made in `dtype` directly (billions of parameters)."""
@@ -283,17 +187,8 @@ def _gate_inputs(model: Any, ids: list[int], layer: int) -> Any:
     return got[0].double()
 
 
-def plant_router_tie(
-    src: Path,
-    near: Path,
-    flipped: Path,
-    prompt_ids: list[int],
-    *,
-    max_new_tokens: int = 12,
-    margin: float = 5e-7,
-    first_step: int = 2,
-    candidates: int = 8,
-) -> dict[str, Any]:
+def plant_router_tie(src: Path, near: Path, flipped: Path, prompt_ids: list[int], *, max_new_tokens: int = 12,
+                     margin: float = 5e-7, first_step: int = 2, candidates: int = 8) -> dict[str, Any]:
     """Two checkpoints of the qwen3_moe model in `src` with a planted router near-tie.
 
     At a (layer, step) found here, `near` has the k-th and (k+1)-th experts' router probabilities
@@ -327,10 +222,8 @@ def plant_router_tie(
             kth, nxt = order[k - 1], order[k]
             p = torch.softmax(logits, dim=-1)
             # softmax: dp_nxt ~ p_nxt * dlogit; aim the (k+1)-th's probability `margin` below the k-th's
-            want = [
-                float(torch.log(p[kth] - margin) - torch.log(p[nxt])),
-                float(torch.log(p[kth] + margin) - torch.log(p[nxt])),
-            ]
+            want = [float(torch.log(p[kth] - margin) - torch.log(p[nxt])),
+                    float(torch.log(p[kth] + margin) - torch.log(p[nxt]))]
             rows = []
             for dl in want:
                 Wn = W.clone()
@@ -354,12 +247,6 @@ def plant_router_tie(
                 weights = load_file(path)
                 weights[name] = row.contiguous()
                 save_file(weights, path, metadata={"format": "pt"})
-            return {
-                "layer": layer,
-                "step": step,
-                "position": pos,
-                "experts": [kth, nxt],
-                "margin": margin,
-                "tokens": tokens,
-            }
+            return {"layer": layer, "step": step, "position": pos, "experts": [kth, nxt], "margin": margin,
+                    "tokens": tokens}
     raise RuntimeError("no (layer, step) where swapping the k-th and (k+1)-th expert changes the token")

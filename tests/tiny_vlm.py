@@ -24,7 +24,6 @@ Comparing engines: give vLLM the prompt with ONE <|image_pad|> per image (text, 
 image; vLLM expands it itself. Token ids that are already expanded (HF's input_ids) get expanded again,
 silently. Pass the same min_pixels/max_pixels to both sides, in the same form.
 """
-
 from __future__ import annotations
 
 import json
@@ -32,16 +31,8 @@ from pathlib import Path
 from typing import Any
 
 # Qwen2-VL's special tokens (same strings as the real model; ids are ours).
-QWEN_SPECIALS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                 "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
 
 # Qwen2-VL's chat template, trimmed: a string content is plain text; a list content may hold
 # {"type": "image"} (or "image"/"image_url" keys) parts, rendered as <|vision_start|><|image_pad|><|vision_end|>
@@ -60,11 +51,8 @@ VLM_CHAT_TEMPLATE = (
 )
 
 # arch -> (HF and vLLM share the class name) model class, config class, processor class
-ARCHS = {
-    "qwen2_vl": "Qwen2VLForConditionalGeneration",
-    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-    "qwen3_vl": "Qwen3VLForConditionalGeneration",
-}
+ARCHS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+         "qwen3_vl": "Qwen3VLForConditionalGeneration"}
 CONFIGS = {"qwen2_vl": "Qwen2VLConfig", "qwen2_5_vl": "Qwen2_5_VLConfig", "qwen3_vl": "Qwen3VLConfig"}
 PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
 
@@ -117,11 +105,8 @@ if _current is None or type(_current).__name__ == "DummyObject":
 '''
 
 # arch -> the real video processor class (used when torchvision is installed)
-VIDEO_PROCESSORS = {
-    "qwen2_vl": "Qwen2VLVideoProcessor",
-    "qwen2_5_vl": "Qwen2VLVideoProcessor",
-    "qwen3_vl": "Qwen3VLVideoProcessor",
-}
+VIDEO_PROCESSORS = {"qwen2_vl": "Qwen2VLVideoProcessor", "qwen2_5_vl": "Qwen2VLVideoProcessor",
+                    "qwen3_vl": "Qwen3VLVideoProcessor"}
 
 
 def torchvision_available() -> bool:
@@ -206,16 +191,11 @@ def build_vlm_tokenizer(folder: Path, vocab_size: int = 1024) -> Any:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=QWEN_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=QWEN_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(), trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=QWEN_SPECIALS[1:],
-    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=QWEN_SPECIALS[1:])
     fast.chat_template = VLM_CHAT_TEMPLATE
     fast.save_pretrained(folder)
     return fast
@@ -232,21 +212,10 @@ def _mrope_section(head_dim: int, arch: str) -> list[int]:
     return [half - 2 * hw, hw, hw]
 
 
-def build_vlm(
-    folder: Path,
-    arch: str = "qwen2_vl",
-    seed: int = 0,
-    *,
-    init_range: float = 0.15,
-    vision_init_range: float = 0.05,
-    hidden_size: int = 128,
-    num_hidden_layers: int = 2,
-    vision_embed_dim: int = 64,
-    vision_depth: int = 2,
-    min_pixels: int = 56 * 56,
-    max_pixels: int = 224 * 224,
-    max_position_embeddings: int = 4096,
-) -> Path:
+def build_vlm(folder: Path, arch: str = "qwen2_vl", seed: int = 0, *, init_range: float = 0.15,
+              vision_init_range: float = 0.05, hidden_size: int = 128, num_hidden_layers: int = 2,
+              vision_embed_dim: int = 64, vision_depth: int = 2, min_pixels: int = 56 * 56,
+              max_pixels: int = 224 * 224, max_position_embeddings: int = 4096) -> Path:
     """Build a tiny random vision-language model of `arch` ("qwen2_vl", "qwen2_5_vl" or "qwen3_vl")
     into `folder` (float32) and return it.
 
@@ -265,84 +234,42 @@ def build_vlm(
 
     heads = 4
     head_dim = hidden_size // heads
-    rope: dict[str, Any] = {
-        "rope_type": "default",
-        "rope_theta": 1000000.0,
-        "mrope_section": _mrope_section(head_dim, arch),
-    }
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": 1000000.0,
+                            "mrope_section": _mrope_section(head_dim, arch)}
     if arch == "qwen3_vl":
         rope["mrope_interleaved"] = True
     text_config: dict[str, Any] = dict(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings,
-        rms_norm_eps=1e-6,
-        hidden_act="silu",
-        initializer_range=init_range,
-        rope_parameters=rope,
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
-        tie_word_embeddings=False,
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers, num_attention_heads=heads, num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings, rms_norm_eps=1e-6, hidden_act="silu",
+        initializer_range=init_range, rope_parameters=rope,
+        eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=False,
     )
-    common_vision = dict(
-        depth=vision_depth,
-        num_heads=4,
-        in_channels=3,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        initializer_range=vision_init_range,
-    )
+    common_vision = dict(depth=vision_depth, num_heads=4, in_channels=3, spatial_merge_size=2,
+                         temporal_patch_size=2, initializer_range=vision_init_range)
     if arch == "qwen2_vl":
         text_config.update(use_sliding_window=False, max_window_layers=num_hidden_layers, bos_token_id=None)
-        vision_config = dict(
-            common_vision,
-            embed_dim=vision_embed_dim,
-            hidden_size=hidden_size,
-            hidden_act="quick_gelu",
-            mlp_ratio=2,
-            patch_size=14,
-        )
+        vision_config = dict(common_vision, embed_dim=vision_embed_dim, hidden_size=hidden_size,
+                             hidden_act="quick_gelu", mlp_ratio=2, patch_size=14)
         patch = 14
     elif arch == "qwen2_5_vl":
         text_config.update(use_sliding_window=False, max_window_layers=num_hidden_layers, bos_token_id=None)
         # window_size 56 px = 2x2 merged tokens per window; the last block attends over the full image
-        vision_config = dict(
-            common_vision,
-            hidden_size=vision_embed_dim,
-            intermediate_size=2 * vision_embed_dim,
-            out_hidden_size=hidden_size,
-            hidden_act="silu",
-            patch_size=14,
-            window_size=56,
-            fullatt_block_indexes=[vision_depth - 1],
-            tokens_per_second=2,
-        )
+        vision_config = dict(common_vision, hidden_size=vision_embed_dim, intermediate_size=2 * vision_embed_dim,
+                             out_hidden_size=hidden_size, hidden_act="silu", patch_size=14, window_size=56,
+                             fullatt_block_indexes=[vision_depth - 1], tokens_per_second=2)
         patch = 14
     else:  # qwen3_vl: learned 2-D position grid (8x8, interpolated) + deepstack from vision block 0
         text_config.update(head_dim=head_dim)
-        vision_config = dict(
-            common_vision,
-            hidden_size=vision_embed_dim,
-            intermediate_size=2 * vision_embed_dim,
-            out_hidden_size=hidden_size,
-            hidden_act="gelu_pytorch_tanh",
-            patch_size=16,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=[0],
-        )
+        vision_config = dict(common_vision, hidden_size=vision_embed_dim, intermediate_size=2 * vision_embed_dim,
+                             out_hidden_size=hidden_size, hidden_act="gelu_pytorch_tanh", patch_size=16,
+                             num_position_embeddings=64, deepstack_visual_indexes=[0])
         patch = 16
     config_cls = getattr(transformers, CONFIGS[arch])
     cfg = config_cls(
-        text_config=text_config,
-        vision_config=vision_config,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        text_config=text_config, vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
     cfg.initializer_range = init_range
@@ -355,26 +282,14 @@ def build_vlm(
 
     # Processor files, written by hand: preprocessor_config.json (the image processor, which falls back
     # to Qwen2VLImageProcessorPil without torchvision), the chat template, and the video processor.
-    mean, std = (
-        ([0.5] * 3, [0.5] * 3)
-        if arch == "qwen3_vl"
-        else ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
-    )
+    mean, std = (([0.5] * 3, [0.5] * 3) if arch == "qwen3_vl" else
+                 ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]))
     pre = {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": PROCESSORS[arch],
-        "do_resize": True,
-        "resample": 3,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": mean,
-        "image_std": std,
-        "do_convert_rgb": True,
+        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": PROCESSORS[arch],
+        "do_resize": True, "resample": 3, "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": True, "image_mean": mean, "image_std": std, "do_convert_rgb": True,
         "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels},
-        "patch_size": patch,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
+        "patch_size": patch, "temporal_patch_size": 2, "merge_size": 2,
     }
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
     (folder / "chat_template.jinja").write_text(VLM_CHAT_TEMPLATE)
@@ -384,9 +299,8 @@ def build_vlm(
     return folder
 
 
-def write_video_processor(
-    folder: Path, arch: str, patch: int, mean: list[float], std: list[float], stand_in: bool | None = None
-) -> None:
+def write_video_processor(folder: Path, arch: str, patch: int, mean: list[float], std: list[float],
+                          stand_in: bool | None = None) -> None:
     """video_preprocessor_config.json: the real video processor when torchvision is installed, else
     the stand-in module beside it (`stand_in` forces one or the other; None: decide by torchvision)."""
     folder = Path(folder)
@@ -396,23 +310,11 @@ def write_video_processor(
     common = {"processor_class": PROCESSORS[arch], "patch_size": patch, "temporal_patch_size": 2, "merge_size": 2}
     if stand_in:
         stub.write_text(VIDEO_STUB_SOURCE.replace("patch_size = 14", f"patch_size = {patch}"))
-        video = {
-            "video_processor_type": "NoVideoProcessor",
-            **common,
-            "auto_map": {"AutoVideoProcessor": f"{VIDEO_STUB_MODULE}.NoVideoProcessor"},
-        }
+        video = {"video_processor_type": "NoVideoProcessor", **common,
+                 "auto_map": {"AutoVideoProcessor": f"{VIDEO_STUB_MODULE}.NoVideoProcessor"}}
     else:
         stub.unlink(missing_ok=True)
-        video = {
-            "video_processor_type": VIDEO_PROCESSORS[arch],
-            **common,
-            "do_resize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": mean,
-            "image_std": std,
-            "do_convert_rgb": True,
-            "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28},
-        }
+        video = {"video_processor_type": VIDEO_PROCESSORS[arch], **common, "do_resize": True, "do_rescale": True,
+                 "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": mean, "image_std": std,
+                 "do_convert_rgb": True, "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}}
     (folder / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))

@@ -5,7 +5,6 @@ that paid for it, so a slow test file shows which engine starts it could share.
 
 Each line: test id, what (start|load), side label, engine, seconds. Only workers of this pytest process
 (the session service and services made in tests) are seen; a CLI subprocess's own are not."""
-
 from __future__ import annotations
 
 import os

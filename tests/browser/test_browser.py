@@ -4,7 +4,6 @@ One app process for the module (sides load once, ~40 s on CPU); the tests run in
 share the run the first one makes. The tiny Llama in bf16 diverges from itself across the engines
 on this CPU, so there is a divergence to find. Screenshots go to test-artifacts/.
 """
-
 from __future__ import annotations
 
 import sys
@@ -83,8 +82,7 @@ def _stored(app, run_id):
 
 def _divergent_chips(page, root: str) -> dict:
     """Per pane: the index of each chip marked 'd' and whether it is inside the visible pane."""
-    return page.evaluate(
-        """(root) => {
+    return page.evaluate("""(root) => {
         const out = {};
         document.querySelectorAll(root + ' .pt-pane').forEach((pane) => {
             const chips = Array.from(pane.querySelectorAll('.pt-body .t'));
@@ -95,9 +93,7 @@ def _divergent_chips(page, root: str) -> dict:
                 visible: r ? (r.top >= body.top - 1 && r.bottom <= body.bottom + 1) : null};
         });
         return out;
-    }""",
-        root,
-    )
+    }""", root)
 
 
 def _set_model(page, path: str) -> None:
@@ -119,9 +115,7 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
         if (document.querySelector('#cmp-panes .pt-root[data-live] .pt-body .t')) window.__sawLive++;
     }).observe(document.body, {childList: true, subtree: true}); }""")
     page.click("#run-btn")
-    page.mouse.move(
-        0, 0
-    )  # off the panes: the view scrolls when it ends, and a token under a resting pointer is "hovered"
+    page.mouse.move(0, 0)  # off the panes: the view scrolls when it ends, and a token under a resting pointer is "hovered"
     summary = page.wait_for_selector("#cmp-summary .pc-summary", timeout=RUN_TIMEOUT_MS)
     run_id = summary.get_attribute("data-run")
     run = _stored(app, run_id)
@@ -136,11 +130,8 @@ def test_run_streams_and_highlights_the_core_divergence(app, page, shared):
         assert chips[side]["n"] == len(run.prompts[0].results[side].steps)
     assert f"DIVERGED at token {div}" in summary.inner_text()
     # The verdict was brought into view when the run ended.
-    page.wait_for_function(
-        """() => { const r = document.querySelector('#cmp-summary .pc-summary').getBoundingClientRect();
-        return r.top >= -1 && r.top < window.innerHeight / 2; }""",
-        timeout=CLIENT_MS,
-    )
+    page.wait_for_function("""() => { const r = document.querySelector('#cmp-summary .pc-summary').getBoundingClientRect();
+        return r.top >= -1 && r.top < window.innerHeight / 2; }""", timeout=CLIENT_MS)
     # Fixes on the page name the app's controls, not CLI flags.
     assert "--set" not in summary.inner_text()
     # The details box opens on the divergence, with every side's alternatives and the bytes.
@@ -254,9 +245,7 @@ def test_bad_config_is_explained_and_the_app_keeps_serving(app, page, shared):
     card = page.wait_for_selector("#cmp-summary .pc-summary:not([data-status='error'])", timeout=RUN_TIMEOUT_MS)
     run = _stored(app, card.get_attribute("data-run"))
     assert run.status in ("ok", "diverged") and len(run.prompts[0].results["vllm"].steps) == 8
-    assert all(s.load_s == 0.0 for s in run.sides), (
-        f"the warm sides were not reused: {[(s.name, s.load_s) for s in run.sides]}, config {run.config}"
-    )
+    assert all(s.load_s == 0.0 for s in run.sides), f"the warm sides were not reused: {[(s.name, s.load_s) for s in run.sides]}, config {run.config}"
 
 
 def _type_into(page, selector: str, text: str) -> None:
@@ -323,29 +312,14 @@ def _lossy_run(run_id: str):
 
     def steps():
         toks = [(10, "A", None), (300, "\ufffd", "e2"), (301, "\ufffd", "80a2"), (11, " b", None)]
-        return [
-            TokenStep(position=i, token_id=t, text=x, logprob=-0.1, rank=1, raw=r, top=[TopLogprob(t, -0.1, x, r)])
-            for i, (t, x, r) in enumerate(toks)
-        ]
-
+        return [TokenStep(position=i, token_id=t, text=x, logprob=-0.1, rank=1, raw=r,
+                          top=[TopLogprob(t, -0.1, x, r)]) for i, (t, x, r) in enumerate(toks)]
     results = {n: SideResult(side=n, prompt_index=0, token_ids=[10, 300, 301, 11], steps=steps()) for n in ("ref", "b")}
-    return Run(
-        id=run_id,
-        created_utc="2026-11-22T00:00:00.000+00:00",
-        model=ModelInfo(name="m", path="/m"),
-        config={},
-        status="ok",
-        sides=[SideInfo(name="ref", kind="hf", reference=True), SideInfo(name="b", kind="vllm")],
-        prompts=[
-            PromptResult(
-                index=0,
-                prompt_text="p",
-                prompt_token_ids=[1],
-                results=results,
-                comparisons=[compare(results["ref"], results["b"])],
-            )
-        ],
-    )
+    return Run(id=run_id, created_utc="2026-11-22T00:00:00.000+00:00", model=ModelInfo(name="m", path="/m"),
+               config={}, status="ok", sides=[SideInfo(name="ref", kind="hf", reference=True),
+                                              SideInfo(name="b", kind="vllm")],
+               prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], results=results,
+                                     comparisons=[compare(results["ref"], results["b"])])])
 
 
 def test_byte_tokens_show_their_bytes_on_hover_and_as_bytes_on_demand(app, page):
@@ -397,11 +371,9 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     # the panes sit below History's taller table now: bring them on screen (off-screen blocks are not
     # rendered, and a chip's text reads '' until it is), as a user scrolls to read them
     page.locator("#hist-panes [data-side='hf'] .pt-body").scroll_into_view_if_needed()
-    page.wait_for_function(
-        "(() => { const t = document.querySelector("
-        "'#hist-panes [data-side=\"hf\"] .pt-body .b .t'); return t && t.innerText.length > 0; })()",
-        timeout=CLIENT_MS,
-    )
+    page.wait_for_function("(() => { const t = document.querySelector("
+                           "'#hist-panes [data-side=\"hf\"] .pt-body .b .t'); return t && t.innerText.length > 0; })()",
+                           timeout=CLIENT_MS)
     assert first.locator(".t.m").count() == 128
     want = run.prompts[0].results["hf"].steps[0].text.replace(" ", "·")
     assert first.locator(".t").first.inner_text() == want
@@ -409,9 +381,8 @@ def test_a_16k_run_opens_with_a_small_dom_and_builds_blocks_as_they_scroll_near(
     assert "Position 3" in page.locator("#hist-panes .pt-info").inner_text()
     # After the divergence the other pane's lazily built chips are marked as after it.
     page.evaluate("document.querySelector('#hist-panes [data-side=\"vllm\"] .pt-body').scrollTop = 1e9")
-    page.wait_for_function(
-        "document.querySelectorAll('#hist-panes [data-side=\"vllm\"] .t.a').length > 128", timeout=CLIENT_MS
-    )
+    page.wait_for_function("document.querySelectorAll('#hist-panes [data-side=\"vllm\"] .t.a').length > 128",
+                           timeout=CLIENT_MS)
     print(f"16k run opened and usable in {opened:.2f} s; {built} chips built at open")
     _shot(page, "12-16k-lazy", "#hist-panes")
 

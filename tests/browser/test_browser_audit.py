@@ -3,7 +3,6 @@ fresh database): an audit of two fake sides, one of them batch-variant, runs fro
 and its axes x prompts grid show; a broken cell opens that axis's two streams in the token view at the
 break, marked; the certificate is offered; History lists the audit, and its link opens the same grid.
 Seconds of engine work."""
-
 from __future__ import annotations
 
 import re
@@ -29,10 +28,8 @@ def test_an_audit_runs_from_its_tab_and_a_broken_cell_opens_its_tokens(tmp_path)
 
     ARTIFACTS.mkdir(exist_ok=True)
     model = str(fake_model(tmp_path / "fake", max_position_embeddings=1024))
-    with (
-        running_app(tmp_path / "runs.db", ARTIFACTS / "browser-audit.log", script=FAKE_APP) as url,
-        chromium() as browser,
-    ):
+    with running_app(tmp_path / "runs.db", ARTIFACTS / "browser-audit.log", script=FAKE_APP) as url, \
+            chromium() as browser:
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         page.set_default_timeout(PAGE_MS)
         page.goto(url)

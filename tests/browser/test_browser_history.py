@@ -2,7 +2,6 @@
 model's short name with its full path on hover, sides and prompt on screen first; a bisect's trials
 folded under it; more than a handful of rows) and two stored runs picked from it and compared side by
 side. The runs are written with the store's functions (tests/history_runs.py): no engine runs."""
-
 from __future__ import annotations
 
 import sys
@@ -50,9 +49,8 @@ def test_history_shows_what_matters_first_and_compares_two_runs(db):
         table = page.locator("#hist-table")
         text = table.inner_text()
         # The columns a user reads first, on screen without scrolling sideways.
-        heads = page.evaluate(
-            "Array.from(document.querySelectorAll('#hist-table thead th'), (th) => th.innerText.trim()).filter(Boolean)"
-        )
+        heads = page.evaluate("Array.from(document.querySelectorAll('#hist-table thead th'), "
+                              "(th) => th.innerText.trim()).filter(Boolean)")
         assert heads[:5] == ["status", "result", "model", "sides (reference first)", "prompt"], heads
         box = table.bounding_box()
         for col in ("status", "result", "prompt"):
@@ -82,25 +80,17 @@ def test_history_shows_what_matters_first_and_compares_two_runs(db):
         # Two runs picked from the list, side by side.
         page.get_by_text("Compare two stored runs side by side").click()
         _row(page, "01PLAIN").click()
-        page.wait_for_function(
-            "() => (document.querySelector('#hist-run-id textarea, #hist-run-id input') || {}).value === '01PLAIN'",
-            timeout=PAGE_MS,
-        )
+        page.wait_for_function("() => (document.querySelector('#hist-run-id textarea, #hist-run-id input') || {})"
+                               ".value === '01PLAIN'", timeout=PAGE_MS)
         page.click("#hist-use-a")
-        page.wait_for_function(
-            "() => document.querySelector('#hist-pair-a textarea, #hist-pair-a input').value === '01PLAIN'",
-            timeout=PAGE_MS,
-        )
+        page.wait_for_function("() => document.querySelector('#hist-pair-a textarea, #hist-pair-a input')"
+                               ".value === '01PLAIN'", timeout=PAGE_MS)
         _row(page, "01OTHER").click()
-        page.wait_for_function(
-            "() => (document.querySelector('#hist-run-id textarea, #hist-run-id input') || {}).value === '01OTHER'",
-            timeout=PAGE_MS,
-        )
+        page.wait_for_function("() => (document.querySelector('#hist-run-id textarea, #hist-run-id input') || {})"
+                               ".value === '01OTHER'", timeout=PAGE_MS)
         page.click("#hist-use-b")
-        page.wait_for_function(
-            "() => document.querySelector('#hist-pair-b textarea, #hist-pair-b input').value === '01OTHER'",
-            timeout=PAGE_MS,
-        )
+        page.wait_for_function("() => document.querySelector('#hist-pair-b textarea, #hist-pair-b input')"
+                               ".value === '01OTHER'", timeout=PAGE_MS)
         page.click("#hist-pair-btn")
         pair = page.wait_for_selector("#hist-pair .rp-pair[data-a='01PLAIN'][data-b='01OTHER']", timeout=PAGE_MS)
         said = pair.inner_text()
@@ -140,13 +130,11 @@ def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(t
         assert page.locator(laid).count() == EAGER_TABLE_ROWS
 
         def order() -> tuple[list[int], list[int]]:  # (laid out, waiting in the template)
-            return tuple(
-                page.evaluate(f"""() => {{
+            return tuple(page.evaluate(f"""() => {{
                 const t = document.querySelector('{table}');
                 const rest = t.parentElement.querySelector('template.wl-rest');
                 return [Array.from(t.tBodies[0].rows, (r) => Number(r.dataset.i)),
-                        rest ? Array.from(rest.content.children, (r) => Number(r.dataset.i)) : []]; }}""")
-            )
+                        rest ? Array.from(rest.content.children, (r) => Number(r.dataset.i)) : []]; }}"""))
 
         page.click(f"{table} th[data-col='fork:b']")
         assert page.locator(f"{table} th[data-col='fork:b']").get_attribute("aria-sort") == "ascending"
@@ -159,10 +147,8 @@ def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(t
         page.click(f"{table} th[data-col='fork:b']")
         # Scrolled to its end, again and again: every row laid out, in the sorted order.
         for _ in range(5):
-            page.evaluate(
-                f"() => {{ const box = document.querySelector('{table}').closest('.wl-scroll');"
-                "box.scrollTop = box.scrollHeight; box.dispatchEvent(new Event('scroll')); }"
-            )
+            page.evaluate(f"() => {{ const box = document.querySelector('{table}').closest('.wl-scroll');"
+                          "box.scrollTop = box.scrollHeight; box.dispatchEvent(new Event('scroll')); }")
         assert order() == (want, [])
         page.locator(laid).first.click()
         page.wait_for_selector(f"#hist-summary:has-text('Prompt {want[0]} of workload')", timeout=PAGE_MS)

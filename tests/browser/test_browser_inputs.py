@@ -2,7 +2,6 @@
 kinds, tests/fake_app.py, on a fresh database): nothing typed is lost (#33 item 8), and bad input
 gets a card naming the problem and the fix, Run refuses while the page shows it, and the card goes
 once it is fixed (#33 item 13). Meant to pass on a machine whose cores are busy with other work."""
-
 from __future__ import annotations
 
 import sys
@@ -49,10 +48,8 @@ def page(browser, app):
 
 def _yaml_text(page) -> str:
     """The Config tab's YAML as the editor holds it."""
-    return page.evaluate(
-        "() => { const v = document.querySelector('#cfg-yaml .cm-content');"
-        " return v ? Array.from(v.querySelectorAll('.cm-line')).map((l) => l.textContent).join('\\n') : ''; }"
-    )
+    return page.evaluate("() => { const v = document.querySelector('#cfg-yaml .cm-content');"
+                         " return v ? Array.from(v.querySelectorAll('.cm-line')).map((l) => l.textContent).join('\\n') : ''; }")
 
 
 def test_an_option_typed_right_after_renaming_a_side_reaches_the_yaml(page):
@@ -138,9 +135,8 @@ def test_a_second_run_click_while_a_run_is_under_way_says_so_and_the_next_one_ru
     page.get_by_role("tab", name="Compare").click()
     page.wait_for_selector("#config-line:has-text('ref (fake')", timeout=REPLY_MS)
     page.click("#run-btn")
-    page.wait_for_function(
-        "() => (document.querySelector('#progress')?.innerText || '').trim().length > 0", timeout=REPLY_MS
-    )  # the run is under way (its workers load, then tokens stream)
+    page.wait_for_function("() => (document.querySelector('#progress')?.innerText || '').trim().length > 0",
+                           timeout=REPLY_MS)  # the run is under way (its workers load, then tokens stream)
     page.click("#run-btn")
     note = page.wait_for_selector("#stop-note:has-text('started nothing')", timeout=REPLY_MS)
     assert "press Stop" in note.inner_text()

@@ -2,7 +2,6 @@
 fresh database): a small rollout dump uploaded on the Compare tab is described as a replay, runs,
 shows its view (the pairs and the worst tokens first), and a worst token opens its row's token view
 with the recorded rollout beside the trainer. Seconds of engine work."""
-
 from __future__ import annotations
 
 import json
@@ -40,10 +39,8 @@ def test_an_uploaded_dump_replays_and_its_worst_token_opens_with_the_recorded_ro
 
     ARTIFACTS.mkdir(exist_ok=True)
     model = str(fake_model(tmp_path / "fake", max_position_embeddings=256))
-    with (
-        running_app(tmp_path / "runs.db", ARTIFACTS / "browser-replay.log", script=FAKE_APP) as url,
-        chromium() as browser,
-    ):
+    with running_app(tmp_path / "runs.db", ARTIFACTS / "browser-replay.log", script=FAKE_APP) as url, \
+            chromium() as browser:
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         page.set_default_timeout(PAGE_MS)
         page.goto(url)

@@ -1,7 +1,6 @@
 """The mixture-of-experts route grid in real headless Chromium: a stored run with routes (written with
 the store's functions, no engine) opened by its deep link shows the layer x token grid over the
 token panes, the fork and the first route flip marked, the per-layer rates and the replay line."""
-
 from __future__ import annotations
 
 import sys
@@ -32,15 +31,8 @@ def db(tmp_path_factory):
 
     def routes(rows, margin):
         ids = [e for row in rows for layer in row for e in layer]
-        return Routes(
-            layers=[0, 1, 2],
-            top_k=2,
-            num_experts=8,
-            ids=ids,
-            weights=[0.5] * len(ids),
-            margins=[margin] * (len(rows) * 3),
-            source="hooks",
-        )
+        return Routes(layers=[0, 1, 2], top_k=2, num_experts=8, ids=ids, weights=[0.5] * len(ids),
+                      margins=[margin] * (len(rows) * 3), source="hooks")
 
     same = [[1, 2], [3, 4], [5, 6]]
     run = _run("01MOE", "2026-01-01T10:00:00.000+00:00", b_ids=(1, 2, 9, 9))
@@ -50,17 +42,9 @@ def db(tmp_path_factory):
     c = compare(p.results["ref"], p.results["b"])
     c.measures["routes"] = compare_routes(p.results["ref"].routes, p.results["b"].routes, 3)
     c.explanation = explain(c, p.results["ref"], p.results["b"], build_config())
-    c.measures["route_replay"] = RouteReplay(
-        mode="ids",
-        source="ref",
-        before_first_divergence=2,
-        after_first_divergence=None,
-        before_identical=False,
-        after_identical=True,
-        before_max_abs_gap=0.0,
-        after_max_abs_gap=2e-6,
-        compared=4,
-    )
+    c.measures["route_replay"] = RouteReplay(mode="ids", source="ref", before_first_divergence=2, after_first_divergence=None,
+                                 before_identical=False, after_identical=True, before_max_abs_gap=0.0,
+                                 after_max_abs_gap=2e-6, compared=4)
     p.comparisons = [c]
     path = tmp_path_factory.mktemp("db") / "runs.db"
     d = open_db(path)

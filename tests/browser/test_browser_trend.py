@@ -2,7 +2,6 @@
 prime-rl run was stored, no engine): the trend opens by its link with its charts, the jump named and
 its steps; a click on step 3's point opens that step's replay, whose worst token opens the row's
 token view with the two recorded streams (the trainer's logprobs against the rollout's)."""
-
 from __future__ import annotations
 
 import sys

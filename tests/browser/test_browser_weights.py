@@ -2,7 +2,6 @@
 functions, no engine: tests/engines/test_weights_engines.py makes real ones) picked from the tab's
 list shows its verdict and its tensors table with the differing tensor first, named by its checkpoint
 source inside the fused tensor."""
-
 from __future__ import annotations
 
 import sys
@@ -22,94 +21,29 @@ PAGE_MS = 180_000
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
-    from parity_ui.core.weights import (
-        DIFFERS,
-        EQUAL,
-        ProbeComparison,
-        ProbeRecord,
-        TensorFigure,
-        UpdateRecord,
-        WeightReport,
-    )
+    from parity_ui.core.weights import (DIFFERS, EQUAL, ProbeComparison, ProbeRecord, TensorFigure, UpdateRecord,
+                                        WeightReport)
     from parity_ui.store import Store
 
     db = tmp_path_factory.mktemp("db") / "runs.db"
     unit = "dp0:pp0:pcp0:tp0|"
     # in the model's order, the differing one in the middle: the view must put it first
     tensors = [
-        TensorFigure(
-            unit + "model.embed_tokens.weight",
-            "dp0:pp0:pcp0:tp0",
-            "model.embed_tokens.weight",
-            None,
-            ["model.embed_tokens.weight"],
-            [1024, 128],
-            "float32",
-            EQUAL,
-            "aa11",
-            "aa11",
-        ),
-        TensorFigure(
-            unit + "model.layers.1.mlp.gate_up_proj.weight[up_proj]",
-            "dp0:pp0:pcp0:tp0",
-            "model.layers.1.mlp.gate_up_proj.weight",
-            "up_proj",
-            ["model.layers.1.mlp.up_proj.weight"],
-            [256, 128],
-            "float32",
-            DIFFERS,
-            "bb22",
-            "cc33",
-            max_abs=0.41,
-            rel_l2=0.5,
-            n_differ=32768,
-            numel=32768,
-        ),
-        TensorFigure(
-            unit + "model.norm.weight",
-            "dp0:pp0:pcp0:tp0",
-            "model.norm.weight",
-            None,
-            ["model.norm.weight"],
-            [128],
-            "float32",
-            EQUAL,
-            "dd44",
-            "dd44",
-        ),
+        TensorFigure(unit + "model.embed_tokens.weight", "dp0:pp0:pcp0:tp0", "model.embed_tokens.weight", None,
+                     ["model.embed_tokens.weight"], [1024, 128], "float32", EQUAL, "aa11", "aa11"),
+        TensorFigure(unit + "model.layers.1.mlp.gate_up_proj.weight[up_proj]", "dp0:pp0:pcp0:tp0",
+                     "model.layers.1.mlp.gate_up_proj.weight", "up_proj", ["model.layers.1.mlp.up_proj.weight"],
+                     [256, 128], "float32", DIFFERS, "bb22", "cc33", max_abs=0.41, rel_l2=0.5, n_differ=32768,
+                     numel=32768),
+        TensorFigure(unit + "model.norm.weight", "dp0:pp0:pcp0:tp0", "model.norm.weight", None, ["model.norm.weight"],
+                     [128], "float32", EQUAL, "dd44", "dd44"),
     ]
-    probe = ProbeRecord(
-        8,
-        256,
-        [
-            ProbeComparison(
-                "updated",
-                "fresh",
-                "the fresh load scored twice",
-                256,
-                0.31,
-                0.02,
-                0.0,
-                0.0,
-                "exceeds noise",
-                "exceeds",
-                first_token=3,
-            )
-        ],
-    )
-    report = WeightReport(
-        model="/ckpt/step-200",
-        start_from="/ckpt/step-100",
-        updated="updated (vllm-updated)",
-        fresh="fresh (vllm)",
-        reference="ref (hf)",
-        run_id="01WEIGHTSBROWSER",
-        tensors=tensors,
-        probe=probe,
-        update=UpdateRecord(
-            "/ckpt/step-100", "/ckpt/step-200", "reload", pushed=20, skipped=["model.layers.1.mlp.up_proj.weight"]
-        ),
-    )
+    probe = ProbeRecord(8, 256, [ProbeComparison("updated", "fresh", "the fresh load scored twice", 256, 0.31, 0.02,
+                                                 0.0, 0.0, "exceeds noise", "exceeds", first_token=3)])
+    report = WeightReport(model="/ckpt/step-200", start_from="/ckpt/step-100", updated="updated (vllm-updated)",
+                          fresh="fresh (vllm)", reference="ref (hf)", run_id="01WEIGHTSBROWSER", tensors=tensors,
+                          probe=probe, update=UpdateRecord("/ckpt/step-100", "/ckpt/step-200", "reload", pushed=20,
+                                                           skipped=["model.layers.1.mlp.up_proj.weight"]))
     Store.open(db).save_weight_check(report.run_id, "2026-11-28T06:00:00", report.to_dict())
     return {"db": db, "run_id": report.run_id}
 

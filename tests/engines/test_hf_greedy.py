@@ -2,7 +2,6 @@
 transformers' generate(): float32, so tokens must be identical and logprobs equal to rounding.
 On the CPU the loop runs without the CUDA graph; the graph itself is verified on the lent H100
 (bench/hf_decode.py, figures in the notes)."""
-
 from __future__ import annotations
 
 import pytest
@@ -29,18 +28,12 @@ def model(tmp_path_factory):
 def _reference(model, prompt, n, eos=None):
     from transformers import GenerationConfig
 
-    gc = GenerationConfig(
-        max_new_tokens=n,
-        do_sample=False,
-        return_dict_in_generate=True,
-        output_logits=True,
-        pad_token_id=0,
-        eos_token_id=eos,
-    )
+    gc = GenerationConfig(max_new_tokens=n, do_sample=False, return_dict_in_generate=True, output_logits=True,
+                          pad_token_id=0, eos_token_id=eos)
     ids = torch.tensor([prompt])
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc)
-    tokens = out.sequences[0, len(prompt) :].tolist()
+    tokens = out.sequences[0, len(prompt):].tolist()
     lps = [torch.log_softmax(x[0].float(), -1) for x in out.logits]
     return tokens, lps
 
@@ -117,25 +110,11 @@ def test_should_stop_cancels_between_tokens(model):
 def test_sliding_window_caches_are_named_as_not_graphable():
     from transformers import Qwen2Config
 
-    plain = Qwen2Config(
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        vocab_size=256,
-    )
-    sliding = Qwen2Config(
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        vocab_size=256,
-        use_sliding_window=True,
-        sliding_window=16,
-        max_window_layers=0,
-    )
+    plain = Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                        intermediate_size=128, vocab_size=256)
+    sliding = Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                          intermediate_size=128, vocab_size=256, use_sliding_window=True, sliding_window=16,
+                          max_window_layers=0)
     assert graph_problem(plain) is None
     why = graph_problem(sliding)
     assert why is not None and "StaticSlidingWindowLayer" in why
@@ -170,14 +149,8 @@ def test_the_engine_refuses_graphed_for_what_a_graph_cannot_hold_before_loading(
 
     from parity_ui.engines.hf_engine import HfEngine
 
-    small = dict(
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        vocab_size=256,
-    )
+    small = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                 intermediate_size=128, vocab_size=256)
     sliding = Qwen2Config(**small, use_sliding_window=True, sliding_window=16, max_window_layers=0)
     dynamic = LlamaConfig(**small, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     vision = LlamaConfig(**small)

@@ -3,7 +3,6 @@ replay's trainer side and the scored workload's reference) gives exactly what th
 gave: the same logprobs, ranks and top-k as make_step over each position's own logits row, and the
 same logprobs as bare log-softmax teacher-forcing, bit for bit. A real tiny model in this process
 (no worker): a second or two."""
-
 from __future__ import annotations
 
 import math
@@ -22,17 +21,13 @@ def test_score_batch_columns_equal_the_per_position_steps_and_bare_teacher_forci
     import torch
 
     cfg = build_config(None, ["logprobs=3"], sides=["a=hf,dtype=float32", "b=hf,dtype=float32"])
-    prep = prepare(
-        RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text="x", token_ids=[1, 2, 3])], config=cfg), gpu=False
-    )
+    prep = prepare(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text="x", token_ids=[1, 2, 3])], config=cfg),
+                   gpu=False)
     engine = HfEngine()
     engine.should_stop = lambda: False
     engine.load(load_request(prep.side("a")))
-    items = [
-        ScoreRequest([1, 40, 41, 42], [50, 51, 52, 300, 7], 3),
-        ScoreRequest([9], [100], 1),
-        ScoreRequest([5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16, 17, 18], 4),
-    ]
+    items = [ScoreRequest([1, 40, 41, 42], [50, 51, 52, 300, 7], 3), ScoreRequest([9], [100], 1),
+             ScoreRequest([5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16, 17, 18], 4)]
     got = engine.score_batch(ScoreBatch(items))
     assert len(got) == 3 and all(isinstance(c, StepColumns) for c in got)
     for item, cols in zip(items, got):
@@ -41,9 +36,8 @@ def test_score_batch_columns_equal_the_per_position_steps_and_bare_teacher_forci
             full_lp = torch.log_softmax(logits.float(), dim=-1)
         base, n = len(item.prompt), len(item.continuation)
         # The path before: one logits row per position, stacked, each step made by make_step.
-        before = engine._steps_from_logits(
-            [logits[base - 1 + j].unsqueeze(0) for j in range(n)], 0, item.continuation, item.logprobs
-        )
+        before = engine._steps_from_logits([logits[base - 1 + j].unsqueeze(0) for j in range(n)], 0,
+                                           item.continuation, item.logprobs)
         assert cols == before and StepColumns.from_steps(before).columns() == cols.columns()
         assert engine.score(item) == before  # the one-item verb gives the same steps
         bare = [full_lp[base - 1 + j, t].item() for j, t in enumerate(item.continuation)]

@@ -4,7 +4,6 @@ built here (tests/tiny_vlm.py; no hub): float32 identical, the resize trap repor
 This CPU environment has no torchvision: vLLM's Qwen-VL modules need the shim from tests/tiny_vlm.py on
 the workers' PYTHONPATH (a test-environment workaround; a normal install does not need it).
 """
-
 from __future__ import annotations
 
 import os
@@ -47,7 +46,6 @@ def vlms(tmp_path_factory, shim):
         if arch not in built:
             built[arch] = build_vlm(tmp_path_factory.mktemp("vlm") / arch, arch=arch)
         return built[arch]
-
     return get
 
 
@@ -67,9 +65,8 @@ def pic(tmp_path_factory):
 
 
 def _run(service, model, prompts, *overrides, sides=None):
-    cfg = build_config(
-        None, ["dtype=float32", "max_new_tokens=16", "ignore_eos=true", "max_model_len=1024", *overrides], sides=sides
-    )
+    cfg = build_config(None, ["dtype=float32", "max_new_tokens=16", "ignore_eos=true", "max_model_len=1024",
+                              *overrides], sides=sides)
     return service.run(RunRequest(model=str(model), prompts=prompts, config=cfg, trust_remote_code=True))
 
 
@@ -99,13 +96,8 @@ def test_the_image_changes_the_answer(service, vlm, pic, tmp_path):
 
 
 def test_the_resize_trap_is_reported_before_and_seen_after(service, vlm, pic):
-    run = _run(
-        service,
-        vlm,
-        [PromptSpec(text="Describe the picture.", images=[read_image(pic)])],
-        *PIXELS,
-        sides=["hf=hf", "vllm=vllm,image_max_pixels=7056"],
-    )
+    run = _run(service, vlm, [PromptSpec(text="Describe the picture.", images=[read_image(pic)])], *PIXELS,
+               sides=["hf=hf", "vllm=vllm,image_max_pixels=7056"])
     trap = [w for w in run.warnings if w.code == "image-resize-differs"]
     assert trap and trap[0].side == "vllm" and "6 image tokens on vllm, 12 on hf" in trap[0].message
     assert run.status == "diverged", run.error
@@ -119,27 +111,9 @@ def test_the_resize_trap_is_reported_before_and_seen_after(service, vlm, pic):
 def test_the_other_qwen_vl_families_are_identical_in_float32(service, vlms, pic, arch):
     """Qwen2.5-VL (windowed vision attention) and Qwen3-VL (patch 16, deepstack): two images in one prompt."""
     img = read_image(pic)
-    run = _run(
-        service,
-        vlms(arch),
-        [
-            PromptSpec(
-                messages=[
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "image", "name": "a"},
-                            {"type": "text", "text": "and"},
-                            {"type": "image", "name": "b"},
-                            {"type": "text", "text": "compare them."},
-                        ],
-                    }
-                ],
-                images=[img, img],
-            )
-        ],
-        *PIXELS,
-    )
+    run = _run(service, vlms(arch), [PromptSpec(messages=[{"role": "user", "content": [
+        {"type": "image", "name": "a"}, {"type": "text", "text": "and"}, {"type": "image", "name": "b"},
+        {"type": "text", "text": "compare them."}]}], images=[img, img])], *PIXELS)
     assert run.status == "ok", run.error
     p = run.prompts[0]
     assert p.results["hf"].token_ids == p.results["vllm"].token_ids and len(p.results["hf"].token_ids) == 16

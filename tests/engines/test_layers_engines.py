@@ -1,7 +1,6 @@
 """Layer localisation (parity_ui.commands.layers) on real engines: tiny models whose weights differ in one
 known layer and block, through the service and the `parity layers` CLI. The figures and the verdict on
 synthetic captures, and the bad inputs refused before anything loads, are tests/unit/test_layers.py."""
-
 from __future__ import annotations
 
 import json
@@ -18,7 +17,8 @@ def perturbed(tmp_path_factory, tiny_llama):
 
     root = tmp_path_factory.mktemp("perturbed")
     mlp = perturb_weights(copy_model(tiny_llama, root / "mlp"), "model.layers.1.mlp.down_proj.weight", scale=0.05)
-    attn = perturb_weights(copy_model(tiny_llama, root / "attn"), "model.layers.0.self_attn.o_proj.weight", scale=0.05)
+    attn = perturb_weights(copy_model(tiny_llama, root / "attn"), "model.layers.0.self_attn.o_proj.weight",
+                           scale=0.05)
     return {"mlp": mlp, "attn": attn}
 
 
@@ -52,31 +52,24 @@ def test_vllm_and_hf_in_float32_stay_within_the_noise_floor_at_every_layer(servi
     assert "within the noise floor" in loc.summary
 
 
-@pytest.mark.parametrize(
-    "sides,which,layer,block",
-    [
-        (["ref=hf", "b=hf,model={mlp}"], "mlp", 1, "mlp"),
-        (["ref=hf", "b=vllm,model={mlp}"], "mlp", 1, "mlp"),
-        (["ref=vllm", "b=vllm,model={attn}"], "attn", 0, "attn"),
-    ],
-)
+@pytest.mark.parametrize("sides,which,layer,block", [
+    (["ref=hf", "b=hf,model={mlp}"], "mlp", 1, "mlp"),
+    (["ref=hf", "b=vllm,model={mlp}"], "mlp", 1, "mlp"),
+    (["ref=vllm", "b=vllm,model={attn}"], "attn", 0, "attn"),
+])
 def test_a_checkpoint_perturbed_in_one_block_is_found_there(service, tiny_llama, perturbed, sides, which, layer, block):
     run = _compare(service, tiny_llama, [s.format(**perturbed) for s in sides])
     d = run.prompts[0].comparisons[0].first_divergence
     loc = _localise(service, run, position=None if d is not None else 12)
     assert (loc.first_divergent_layer, loc.first_divergent_block) == (layer, block), loc.summary
     assert f"layer {layer}'s {block}" in loc.summary
-    before = [
-        f
-        for f in loc.per_layer
-        if f["layer"] is not None and (f["layer"], f["block"]) < (layer, block) and f["block"] in ("attn", "mlp")
-    ]
+    before = [f for f in loc.per_layer if f["layer"] is not None and (f["layer"], f["block"]) < (layer, block)
+              and f["block"] in ("attn", "mlp")]
     assert all(f["rel_l2"][0] <= 10 * f["floor"][0] + 1e-6 for f in before)  # clean before the culprit
 
 
-def test_parity_layers_cli_stores_each_localisation_and_failures_too(
-    tmp_path, tiny_llama, perturbed, capsys, cli_on_warm_workers
-):
+def test_parity_layers_cli_stores_each_localisation_and_failures_too(tmp_path, tiny_llama, perturbed, capsys,
+                                                                    cli_on_warm_workers):
     """The `parity` command's main() in this process, on the session's warm workers (the same sides as
     the perturbed-MLP case above): its arguments, output and exit codes; a subprocess CLI is
     tests/engines/test_cli_engines.py."""
@@ -92,25 +85,9 @@ def test_parity_layers_cli_stores_each_localisation_and_failures_too(
         out, err = capsys.readouterr()
         return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
-    made = cli(
-        "compare",
-        "--model",
-        str(tiny_llama),
-        "--prompt",
-        PROMPT,
-        "--set",
-        "dtype=float32",
-        "--set",
-        "max_new_tokens=16",
-        "--set",
-        "ignore_eos=true",
-        "--side",
-        "ref=hf",
-        "--side",
-        f"b=hf,model={perturbed['mlp']}",
-        "--json",
-        "--quiet",
-    )
+    made = cli("compare", "--model", str(tiny_llama), "--prompt", PROMPT, "--set", "dtype=float32", "--set",
+               "max_new_tokens=16", "--set", "ignore_eos=true", "--side", "ref=hf", "--side", f"b=hf,model={perturbed['mlp']}",
+               "--json", "--quiet")
     run_id = json.loads(made.stdout)["run_id"]
     ok = cli("layers", run_id, "--position", "3", "--json", "--quiet")
     assert ok.returncode == 0, ok.stderr

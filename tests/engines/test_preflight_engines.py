@@ -1,7 +1,6 @@
 """Preflight's findings reach a real run: a model whose generation_config.json asks for sampling and another
 EOS is still run greedy and identical in float32, and the stored run and its JSON say why. The checks
 themselves, which load no engine, are tests/unit/test_preflight.py."""
-
 from __future__ import annotations
 
 from parity_ui.core.config import build_config

@@ -1,6 +1,5 @@
 """Determinism probes and setting sweeps on real engines with one shared service; the sweep addresses a
 side's option by the side's name. The pure parts on hand-built data are tests/unit/test_probes_sweep.py."""
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,20 +42,14 @@ def test_probe_counts_outputs_per_side_and_mode(service, model):
     assert bi["supported"] == ("b+batch_invariant" in p["sides"])
     if not service.on_gpu:
         assert not bi["supported"] and "CPU" in bi["detail"]
-    assert (run.status == "ok") == all(
-        e[m]["distinct"] == 1 for e in p["sides"].values() for m in ("alone", "batched", "alone_vs_batched")
-    )
+    assert (run.status == "ok") == all(e[m]["distinct"] == 1 for e in p["sides"].values()
+                                       for m in ("alone", "batched", "alone_vs_batched"))
 
 
 def test_sweep_stores_one_run_per_point_in_one_group(service, model):
     grid = parse_grid(["batch_size=1,2"])
-    sweep = run_sweep(
-        service,
-        str(model),
-        PromptSpec(text=PROMPT),
-        grid,
-        overrides=["dtype=float32", "max_new_tokens=12", "cross_score=false"],
-    )
+    sweep = run_sweep(service, str(model), PromptSpec(text=PROMPT), grid,
+                      overrides=["dtype=float32", "max_new_tokens=12", "cross_score=false"])
     runs = list_runs(service.db, group_id=sweep.group_id)
     assert sorted(r.id for r in runs) == sorted(p.run.id for p in sweep.points) and len(runs) == 2
     assert {r.kind for r in runs} == {"sweep"}
@@ -70,14 +63,8 @@ def test_sweep_stores_one_run_per_point_in_one_group(service, model):
 
 def test_sweep_addresses_a_side_option_by_the_sides_name(service, model):
     grid = parse_grid(["b.dtype=float32,bfloat16"])
-    sweep = run_sweep(
-        service,
-        str(model),
-        PromptSpec(text=PROMPT),
-        grid,
-        sides=["ref=hf,dtype=float32", "b=vllm"],
-        overrides=["max_new_tokens=64", "ignore_eos=true", "cross_score=false"],
-    )
+    sweep = run_sweep(service, str(model), PromptSpec(text=PROMPT), grid, sides=["ref=hf,dtype=float32", "b=vllm"],
+                      overrides=["max_new_tokens=64", "ignore_eos=true", "cross_score=false"])
     assert [p.settings for p in sweep.points] == [{"b.dtype": "float32"}, {"b.dtype": "bfloat16"}]
     assert [p.run.side("b").dtype for p in sweep.points] == ["float32", "bfloat16"]
     assert [p.run.side("ref").dtype for p in sweep.points] == ["float32", "float32"]

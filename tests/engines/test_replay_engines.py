@@ -1,7 +1,6 @@
 """Replay with real engines: rollouts made by a real vLLM (CPU, the tiny model, T=1 seeded sampling,
 top-p < 1 in one case), written in each framework's own format, replayed through HF (the trainer)
 and vLLM again. Small on purpose: 3 prompts, 10 tokens; the session `service` keeps workers warm."""
-
 from __future__ import annotations
 
 import json
@@ -44,19 +43,10 @@ def _parity_jsonl(path, rows, top_p=1.0, perturb=()):
     with open(path, "w") as f:
         for i, (p, r, lp) in enumerate(rows):
             lp = [x + (1.0 if (i, t) in perturb else 0.0) for t, x in enumerate(lp)]
-            f.write(
-                json.dumps(
-                    {
-                        "prompt_ids": p,
-                        "response_ids": r,
-                        "rollout_logprobs": lp,
-                        "loss_mask": [1] * (len(r) - 1) + [0],
-                        "policy_version": 5,
-                        "sampling": {"temperature": 1.0, "top_p": top_p, "logprobs_mode": "raw_logprobs"},
-                    }
-                )
-                + "\n"
-            )
+            f.write(json.dumps({"prompt_ids": p, "response_ids": r, "rollout_logprobs": lp,
+                                "loss_mask": [1] * (len(r) - 1) + [0], "policy_version": 5,
+                                "sampling": {"temperature": 1.0, "top_p": top_p,
+                                             "logprobs_mode": "raw_logprobs"}}) + "\n")
     return path
 
 
@@ -88,9 +78,8 @@ def test_perturbed_logprobs_are_named_worst(service, tiny_llama, rollouts, tmp_p
     assert {(w.prompt_index, w.position) for w in worst[:2]} == bad
     assert all(abs(w.dlogp + 1.0) < 1e-3 for w in worst[:2]) and worst[0].pair == "recorded vs a"  # Δ = −1
     assert abs(worst[2].dlogp) < 1e-4
-    assert run.status == "diverged" and run.workload.sides["recorded vs a"].verdict.verdict != "within noise", (
+    assert run.status == "diverged" and run.workload.sides["recorded vs a"].verdict.verdict != "within noise", \
         run.workload.sides["recorded vs a"].verdict
-    )
     assert _pair(run, "b vs a").abs_dlogp_max < 1e-4  # the engine re-run still agrees with the trainer
     # parity layers on a replayed row: at its worst token when none is asked; never on the recorded side.
     loc = service.localise(run.id, prompt_index=2)
@@ -108,51 +97,23 @@ def test_nemo_rl_and_slime_dumps_replay_the_same_tokens(service, tiny_llama, rol
     with open(tmp_path / "train_data_step1.jsonl", "w") as f:
         for p, r, lp in rows:
             n = len(p) + len(r)
-            f.write(
-                json.dumps(
-                    {
-                        "content": ["..."],
-                        "rewards": 0.0,
-                        "input_lengths": n,
-                        "token_ids": p + r + [3] * (width - n),
-                        "token_loss_mask": [0] * len(p) + [1] * len(r) + [0] * (width - n),
-                        "sample_loss_mask": 1,
-                        "advantages": [0.0] * width,
-                        "generation_logprobs": [0.0] * len(p) + lp + [0.0] * (width - n),
-                        "prev_logprobs": [0.0] * len(p) + lp + [0.0] * (width - n),
-                    }
-                )
-                + "\n"
-            )
-    torch.save(
-        dict(
-            rollout_id=0,
-            samples=[
-                {
-                    "tokens": p + r,
-                    "response_length": len(r),
-                    "loss_mask": [1] * len(r),
-                    "rollout_log_probs": lp,
-                    "weight_versions": ["3"],
-                    "status": "completed",
-                    "prompt": "",
-                    "response": "",
-                    "reward": 0.0,
-                }
-                for p, r, lp in rows
-            ],
-        ),
-        tmp_path / "rollout_0.pt",
-    )
+            f.write(json.dumps({"content": ["..."], "rewards": 0.0, "input_lengths": n,
+                                "token_ids": p + r + [3] * (width - n),
+                                "token_loss_mask": [0] * len(p) + [1] * len(r) + [0] * (width - n),
+                                "sample_loss_mask": 1, "advantages": [0.0] * width,
+                                "generation_logprobs": [0.0] * len(p) + lp + [0.0] * (width - n),
+                                "prev_logprobs": [0.0] * len(p) + lp + [0.0] * (width - n)}) + "\n")
+    torch.save(dict(rollout_id=0, samples=[
+        {"tokens": p + r, "response_length": len(r), "loss_mask": [1] * len(r), "rollout_log_probs": lp,
+         "weight_versions": ["3"], "status": "completed", "prompt": "", "response": "", "reward": 0.0}
+        for p, r, lp in rows]), tmp_path / "rollout_0.pt")
     for name in ("train_data_step1.jsonl", "rollout_0.pt"):
         run = _replay(service, tiny_llama, tmp_path / name)
         assert run.status == "ok", (name, run.error)
         assert _pair(run, "recorded vs a").abs_dlogp_max < 1e-4
         assert run.workload.replay.tokens == sum(len(r) for _, r, _ in rows)
     nemo = _replay(service, tiny_llama, tmp_path / "train_data_step1.jsonl")
-    assert (
-        _pair(nemo, "recorded vs trainer (recorded)").abs_dlogp_max == 0.0
-    )  # prev_logprobs written equal to the rollout's
+    assert _pair(nemo, "recorded vs trainer (recorded)").abs_dlogp_max == 0.0  # prev_logprobs written equal to the rollout's
 
 
 def test_verl_text_dump_names_the_row_that_does_not_round_trip(service, tiny_llama, rollouts, tmp_path):
@@ -163,18 +124,8 @@ def test_verl_text_dump_names_the_row_that_does_not_round_trip(service, tiny_lla
     with open(tmp_path / "3.jsonl", "w") as f:
         for k, (p, r, _) in enumerate(rows):
             prompt = tok.decode(p, skip_special_tokens=True) + ("<|assistant|>" if k == 1 else "")
-            f.write(
-                json.dumps(
-                    {
-                        "input": prompt,
-                        "output": tok.decode(r, skip_special_tokens=True),
-                        "gts": None,
-                        "score": 0.0,
-                        "step": 3,
-                    }
-                )
-                + "\n"
-            )
+            f.write(json.dumps({"input": prompt, "output": tok.decode(r, skip_special_tokens=True),
+                                "gts": None, "score": 0.0, "step": 3}) + "\n")
     run = _replay(service, tiny_llama, tmp_path / "3.jsonl")
     assert run.status in ("ok", "diverged"), run.error
     finding = next(w for w in run.warnings if w.code == "replay-text-roundtrip")
@@ -191,22 +142,18 @@ class _NeedsCode:
 
 
 def test_bad_dumps_are_refused_before_any_engine_loads(service, tiny_llama, tmp_path):
-    (tmp_path / "mask.jsonl").write_text(
-        json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 12], "loss_mask": [1]}) + "\n"
-    )
+    (tmp_path / "mask.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 12],
+                                                     "loss_mask": [1]}) + "\n")
     (tmp_path / "vocab.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11, 50_000]}) + "\n")
-    (tmp_path / "cut.jsonl").write_text(
-        json.dumps({"prompt_ids": [1, 10], "response_ids": [11]}) + "\n" + '{"prompt_ids": [1, 1'
-    )
+    (tmp_path / "cut.jsonl").write_text(json.dumps({"prompt_ids": [1, 10], "response_ids": [11]}) + "\n"
+                                        + '{"prompt_ids": [1, 1')
     import torch
 
     torch.save({"rollout_id": 0, "samples": [_NeedsCode()]}, tmp_path / "rollout_0.pt")
-    for name, words in (
-        ("rollout_0.pt", ["runs whatever code", "--trust-pickle"]),
-        ("mask.jsonl", ["loss mask", "one loss_mask entry"]),
-        ("vocab.jsonl", ["vocabulary", "another model", "--model"]),
-        ("cut.jsonl", ["line 2", "truncated", "--on-bad skip"]),
-    ):
+    for name, words in (("rollout_0.pt", ["runs whatever code", "--trust-pickle"]),
+                        ("mask.jsonl", ["loss mask", "one loss_mask entry"]),
+                        ("vocab.jsonl", ["vocabulary", "another model", "--model"]),
+                        ("cut.jsonl", ["line 2", "truncated", "--on-bad skip"])):
         with pytest.raises(ParityError) as e:
             _replay(service, tiny_llama, tmp_path / name)
         for w in words:
@@ -244,10 +191,8 @@ def test_bf16_trainer_gives_non_zero_figures_judged_against_its_floor(service, t
     import pyarrow.parquet as pq
 
     rows = rollouts[1.0]
-    pq.write_table(
-        pa.Table.from_pylist([{"prompt_ids": p, "response_ids": r, "rollout_logprobs": lp} for p, r, lp in rows]),
-        tmp_path / "r.parquet",
-    )
+    pq.write_table(pa.Table.from_pylist([{"prompt_ids": p, "response_ids": r, "rollout_logprobs": lp}
+                                         for p, r, lp in rows]), tmp_path / "r.parquet")
     cfg = build_config(None, [], sides=["a=hf,dtype=bfloat16", SIDES[1]])
     run = service.replay(ReplayRequest(dump=str(tmp_path / "r.parquet"), model=str(tiny_llama), config=cfg))
     assert run.status in ("ok", "diverged"), run.error
@@ -259,7 +204,4 @@ def test_bf16_trainer_gives_non_zero_figures_judged_against_its_floor(service, t
     assert run.workload.replay.pairs[-1].name == f"{run.workload.floor.side} vs a"  # the floor pair, last
     assert rec.verdict is not None and rec.verdict.figures, rec.verdict
     assert {c.name for c in rec.verdict.figures} and rec.verdict.verdict in (
-        "within noise",
-        "exceeds noise",
-        "too few prompts to tell",
-    )
+        "within noise", "exceeds noise", "too few prompts to tell")

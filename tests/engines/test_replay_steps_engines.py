@@ -8,7 +8,6 @@ prime-rl's, slime's (rollout + train dump v2) and NeMo-RL's formats (tests/rl_du
   rollout and trainer logprobs, and the engine's own trainer re-run agrees with the recorded trainer;
 - follow mode picks up a step written while it runs and fails the gate there.
 Small on purpose: 10 prompts, 8 tokens, 2 rows a step; the session `service` keeps workers warm."""
-
 from __future__ import annotations
 
 import dataclasses
@@ -26,18 +25,9 @@ from rl_dumps import write_nemo_step, write_prime_step, write_slime_step
 pytestmark = pytest.mark.engines
 
 SIDES = ["a=hf,dtype=float32", "b=vllm,dtype=float32,enforce_eager=true"]
-PROMPTS = [
-    "def parse(self, args):",
-    "class Path(object):",
-    "import json\nimport",
-    "for i in range(",
-    "return self._",
-    "with open(path) as f:",
-    "if __name__ ==",
-    "raise ValueError(",
-    "print(json.",
-    "while True:",
-]
+PROMPTS = ["def parse(self, args):", "class Path(object):", "import json\nimport", "for i in range(",
+           "return self._", "with open(path) as f:", "if __name__ ==", "raise ValueError(", "print(json.",
+           "while True:"]
 FORMATS = {"prime-rl": write_prime_step, "slime": write_slime_step, "nemo-rl": write_nemo_step}
 FAULT_FROM = 3
 
@@ -102,9 +92,8 @@ def run_dirs(steps, tmp_path_factory):
 
 
 def _trend(service, model, root, **kw):
-    return TrendRequest(
-        root=str(root), model=str(model), config=build_config(None, [], sides=SIDES), settle_s=0.0, **kw
-    )
+    return TrendRequest(root=str(root), model=str(model), config=build_config(None, [], sides=SIDES),
+                        settle_s=0.0, **kw)
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -127,13 +116,8 @@ def test_recorded_only_figures_equal_the_engine_replay_to_the_digit(service, tin
 
     srcs = {s.step: s for s in scan_run(run_dirs[fmt]).steps}
     for step in (1, FAULT_FROM):
-        req = ReplayRequest(
-            dump=str(srcs[step].path),
-            model=str(tiny_llama),
-            format=fmt,
-            floor="none",
-            config=build_config(None, [], sides=SIDES),
-        )
+        req = ReplayRequest(dump=str(srcs[step].path), model=str(tiny_llama), format=fmt, floor="none",
+                            config=build_config(None, [], sides=SIDES))
         recorded = replay_recorded(service, req).run.workload
         engine = service.replay(req)
         assert engine.status in ("ok", "diverged"), engine.error
@@ -169,11 +153,7 @@ def test_follow_picks_up_a_step_written_while_it_runs(service, tiny_llama, steps
     writer = threading.Thread(target=later)
     writer.start()
     req = dataclasses.replace(
-        _trend(service, tiny_llama, root),
-        follow=True,
-        settle_s=0.5,
-        poll_s=0.1,
-        idle_exit_s=60,
+        _trend(service, tiny_llama, root), follow=True, settle_s=0.5, poll_s=0.1, idle_exit_s=60,
         gate=parse_gate([f"k3>{limit:.3g}"]),
     )
     run = service.trend(req, on_step=lambda s, r: seen.append(s.step))

@@ -12,7 +12,6 @@ One run per router family, each with several sides, so few engines start:
 - grouped sigmoid with a shared expert (GLM-4-MoE: DeepSeek-V3's router behind plain attention):
   vLLM and HF route and generate identically.
 """
-
 from __future__ import annotations
 
 import pytest
@@ -41,10 +40,8 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     from parity_ui.store.runs import get_run
 
     near, flipped, info = planted
-    cfg = build_config(
-        overrides=["dtype=float32", "max_new_tokens=12", "routes=true"],
-        sides=["ref=vllm", "same=hf", f"flip=hf,model={flipped},replay_routes=ids"],
-    )
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "routes=true"],
+                       sides=["ref=vllm", "same=hf", f"flip=hf,model={flipped},replay_routes=ids"])
     run = service.run(RunRequest(model=str(near), prompts=[PromptSpec(text=PROMPT)], config=cfg))
     assert run.status in ("ok", "diverged"), run.error
     stored = get_run(service.db, run.id).prompts[0]  # everything below read back from the store
@@ -56,11 +53,7 @@ def test_planted_router_tie_flips_at_its_layer_and_token_and_replay_removes_the_
     # vLLM (router hooks) and HF (gate hooks) chose the same experts in the same slots, every token and layer
     assert ref.routes.ids == same.routes.ids
     c_same = stored.comparison("same")
-    assert (
-        c_same.identical
-        and c_same.measures.get("routes").same_order == 1.0
-        and c_same.measures.get("routes").first_flip is None
-    )
+    assert c_same.identical and c_same.measures.get("routes").same_order == 1.0 and c_same.measures.get("routes").first_flip is None
     assert set("".join(c_same.measures.get("routes").grid)) == {"="}
     # the planted tie: recorded margin within 1e-6 on both engines, at exactly that (layer, token)
     j = ref.routes.layers.index(info["layer"])
@@ -100,31 +93,19 @@ def test_a_scored_workload_compares_routes_on_the_sides_tokens_and_replays_them_
     from parity_ui.core.workload_record import WorkloadOptions
 
     near, flipped, info = planted
-    cfg = build_config(
-        overrides=["dtype=float32", "max_new_tokens=12", "ignore_eos=true", "routes=true"],
-        sides=["ref=hf", f"b=hf,model={flipped},replay_routes=ids"],
-    )
-    run = run_workload(
-        service,
-        WorkloadRequest(
-            model=str(near),
-            prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")],
-            config=cfg,
-            options=WorkloadOptions(mode="scored", floor="kernel", chunk=2),
-        ),
-    )
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=12", "ignore_eos=true", "routes=true"],
+                       sides=["ref=hf", f"b=hf,model={flipped},replay_routes=ids"])
+    run = run_workload(service, WorkloadRequest(
+        model=str(near), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")], config=cfg,
+        options=WorkloadOptions(mode="scored", floor="kernel", chunk=2)))
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
     b, floor, replayed = w.sides["b"], w.floor_figures, w.sides["b+ref routes"]
-    assert (
-        b.stats.family("routing")["cells"] == floor.stats.family("routing")["cells"] == 2 * 12 * 2
-    )  # every token, both layers
+    assert b.stats.family("routing")["cells"] == floor.stats.family("routing")["cells"] == 2 * 12 * 2  # every token, both layers
     assert b.stats.family("routing")["route_differ"] > 0 and "the floor's" in b.verdicts.get("routing")
     stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
     c = stored.comparison("b")
-    assert (
-        c.first_divergence == info["step"] and c.measures.get("routes").compared == 12
-    )  # past the fork: the same input
+    assert c.first_divergence == info["step"] and c.measures.get("routes").compared == 12  # past the fork: the same input
     f = c.measures.get("routes").first_flip
     assert (f.step, f.layer) == (info["step"], info["layer"]) and min(f.margins) < 1e-6
     assert c.explanation.verdict == "router near-tie", c.explanation.summary
@@ -136,7 +117,8 @@ def test_a_scored_workload_compares_routes_on_the_sides_tokens_and_replays_them_
     assert replayed.stats.sequences.share_identical == 1.0
 
 
-def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_flips_gap(service, planted, tmp_path):
+def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_flips_gap(service, planted,
+                                                                                          tmp_path):
     """A parity-format dump of the near model's greedy rollout with its real routes (HF gate hooks) and
     logprobs, replayed with the flipped checkpoint as the trainer: the recorded routes differ from the
     trainer's at exactly the planted (layer, token), and rollout routing replay (the trainer scoring
@@ -159,37 +141,21 @@ def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_
     r = routes_hf(model, ids, list(range(len(ids) - 1)))  # [positions, layers, top_k], as vLLM returns them
     routed = [[r.experts(p, j) for j in range(len(r.layers))] for p in range(r.rows)]
     dump = tmp_path / "rollouts.jsonl"
-    dump.write_text(
-        json.dumps(
-            {
-                "prompt_ids": prompt,
-                "response_ids": info["tokens"],
-                "rollout_logprobs": lps,
-                "routed_experts": routed,
-                "sampling": {"temperature": 1.0},
-            }
-        )
-        + "\n"
-    )
-    cfg = build_config(
-        overrides=["dtype=float32", "routes=true"], sides=[f"trainer=hf,model={flipped},replay_routes=ids", "b=hf"]
-    )
+    dump.write_text(json.dumps({"prompt_ids": prompt, "response_ids": info["tokens"], "rollout_logprobs": lps,
+                                "routed_experts": routed, "sampling": {"temperature": 1.0}}) + "\n")
+    cfg = build_config(overrides=["dtype=float32", "routes=true"],
+                       sides=[f"trainer=hf,model={flipped},replay_routes=ids", "b=hf"])
     run = service.replay(ReplayRequest(dump=str(dump), model=str(near), config=cfg, floor="none"))
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
     stored = service.store.get_run(run.id, prompts=[0]).prompts[0]
     c = stored.comparison("recorded")
     f = c.measures.get("routes").first_flip  # the rollout's routes against the trainer's, on the same tokens
-    assert (f.step, f.layer) == (info["step"], info["layer"]) and c.measures.get("routes").compared == len(
-        info["tokens"]
-    )
+    assert (f.step, f.layer) == (info["step"], info["layer"]) and c.measures.get("routes").compared == len(info["tokens"])
     assert stored.results["recorded"].routes.ids == stored.results["b"].routes.ids  # the dump's = HF's on near
     assert w.sides["recorded vs trainer"].stats.family("routing")["route_differ"] > 0
     assert w.sides["b vs trainer"].stats.family("routing")["route_differ"] > 0
-    natural, r3 = (
-        w.sides["recorded vs trainer"].stats.tokens,
-        w.sides["recorded vs trainer+recorded routes"].stats.tokens,
-    )
+    natural, r3 = w.sides["recorded vs trainer"].stats.tokens, w.sides["recorded vs trainer+recorded routes"].stats.tokens
     assert r3.abs_dlogp_max < 1e-4 < natural.abs_dlogp_max and r3.pairs == natural.pairs == len(info["tokens"])
 
 
@@ -202,13 +168,10 @@ def glm(tmp_path_factory):
 
 def test_grouped_sigmoid_router_with_shared_expert_routes_alike_on_both_engines(service, glm):
     model = glm
-    cfg = build_config(
-        overrides=["dtype=float32", "max_new_tokens=10", "routes=true", "cross_score=false"],
-        sides=["hf=hf", "vllm=vllm"],
-    )
-    run = service.run(
-        RunRequest(model=str(model), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")], config=cfg)
-    )
+    cfg = build_config(overrides=["dtype=float32", "max_new_tokens=10", "routes=true", "cross_score=false"],
+                       sides=["hf=hf", "vllm=vllm"])
+    run = service.run(RunRequest(model=str(model), prompts=[PromptSpec(text=PROMPT), PromptSpec(text="import os")],
+                                 config=cfg))
     assert run.status == "ok", (run.error, [p.comparisons[0].explanation.summary for p in run.prompts])
     for pr in run.prompts:
         hf, vl = pr.results["hf"], pr.results["vllm"]
@@ -227,24 +190,12 @@ def test_a_workload_reports_the_routing_figures_against_its_floor(service, glm):
     from parity_ui.core.workload_record import WorkloadOptions
     from parity_ui.render.text import format_workload
 
-    prompts = [
-        PromptSpec(text=t)
-        for t in (
-            "def main(args):",
-            "import os",
-            "class Path(",
-            "return self.",
-            "for key, value in",
-            "raise ValueError(",
-        )
-    ]
-    cfg = build_config(
-        overrides=["dtype=bfloat16", "max_new_tokens=6", "ignore_eos=true", "routes=true"], sides=["ref=hf", "b=vllm"]
-    )
-    run = run_workload(
-        service,
-        WorkloadRequest(model=str(glm), prompts=prompts, config=cfg, options=WorkloadOptions(chunk=3, floor="batch")),
-    )
+    prompts = [PromptSpec(text=t) for t in ("def main(args):", "import os", "class Path(", "return self.",
+                                            "for key, value in", "raise ValueError(")]
+    cfg = build_config(overrides=["dtype=bfloat16", "max_new_tokens=6", "ignore_eos=true", "routes=true"],
+                       sides=["ref=hf", "b=vllm"])
+    run = run_workload(service, WorkloadRequest(model=str(glm), prompts=prompts, config=cfg,
+                                                options=WorkloadOptions(chunk=3, floor="batch")))
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
     b, floor = w.sides["b"], w.floor_figures
@@ -258,9 +209,7 @@ def test_a_workload_reports_the_routing_figures_against_its_floor(service, glm):
     screen = format_workload(w, run.id)
     assert "routes identical" in screen and "tokens with routes differing" in screen
     stored = service.store.get_run(run.id).workload  # the figures are stored with the report
-    assert stored.sides["b"].stats.family("routing") == b.stats.family("routing") and stored.sides["b"].verdicts.get(
-        "routing"
-    ) == b.verdicts.get("routing")
+    assert stored.sides["b"].stats.family("routing") == b.stats.family("routing") and stored.sides["b"].verdicts.get("routing") == b.verdicts.get("routing")
     print(screen)  # the figures, for a reader of -s
 
 
@@ -286,12 +235,8 @@ def test_routes_for_another_model_are_refused_before_replaying(planted):
 
     ids = [1, 5, 9, 12]
     natural = routes_hf(model, ids, [0, 1, 2, 3])
-    forced = Routes(
-        layers=[0, 1],
-        top_k=2,
-        num_experts=8,
-        ids=[e if e != natural.ids[0] else (natural.ids[0] + 1) % 8 for e in natural.ids],
-    )
+    forced = Routes(layers=[0, 1], top_k=2, num_experts=8,
+                    ids=[e if e != natural.ids[0] else (natural.ids[0] + 1) % 8 for e in natural.ids])
     forced.ids[0], forced.ids[1] = 6, 7
     with ForcedRoutes(model, forced, 0, "ids") as f:
         got = routes_hf(model, ids, [0, 1, 2, 3])

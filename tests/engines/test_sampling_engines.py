@@ -1,7 +1,6 @@
 """Shared-seed sampling with real engines (issue 31): at T=1 in float32, HF and vLLM draw the same
 tokens for 20 prompts x 64 tokens; the same seed gives the same streams again, another seed others;
 every sampled token carries its draw (margin, kept set, kept mass)."""
-
 from __future__ import annotations
 
 import pytest
@@ -15,9 +14,8 @@ PROMPTS = [f"def {WORDS[i % 10]}_{WORDS[(3 * i + 1) % 10]}(self, {WORDS[(7 * i +
 
 
 def _run(service, model, prompts, *overrides, sides=None):
-    cfg = build_config(
-        None, ["dtype=float32", "ignore_eos=true", "sampling=shared-seed", "temperature=1", *overrides], sides=sides
-    )
+    cfg = build_config(None, ["dtype=float32", "ignore_eos=true", "sampling=shared-seed", "temperature=1",
+                              *overrides], sides=sides)
     return service.run(RunRequest(model=str(model), prompts=[PromptSpec(text=p) for p in prompts], config=cfg))
 
 
@@ -66,10 +64,9 @@ def test_another_seed_draws_another_stream(tiny_llama):
         proc = HfSharedSeedProcessor(Settings(seed, 1.0), [ids], len(ids))
         gc = GenerationConfig(max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None)
         with torch.inference_mode():
-            out = model.generate(
-                input_ids=torch.tensor([ids]), generation_config=gc, logits_processor=LogitsProcessorList([proc])
-            )
-        return out[0, len(ids) :].tolist()
+            out = model.generate(input_ids=torch.tensor([ids]), generation_config=gc,
+                                 logits_processor=LogitsProcessorList([proc]))
+        return out[0, len(ids):].tolist()
 
     s0 = stream(0)
     assert stream(0) == s0 != stream(1)
@@ -87,10 +84,8 @@ def test_bfloat16_forks_are_explained_by_the_sampling_margin(service, tiny_llama
         assert e.verdict == "numerical near-tie", e.summary
         assert "sampling-margin near-tie" in e.summary and e.a.sampling_margin is not None
         assert e.largest_margin <= e.tie_bound
-    print(
-        f"bf16 shared-seed: {len(forks)} of {len(run.prompts)} prompts fork; margins "
-        f"{[round(c.explanation.largest_margin, 4) for c in forks]}"
-    )
+    print(f"bf16 shared-seed: {len(forks)} of {len(run.prompts)} prompts fork; margins "
+          f"{[round(c.explanation.largest_margin, 4) for c in forks]}")
 
 
 def test_top_p_reports_kept_mass_and_both_ratios(service, tiny_llama):
@@ -99,15 +94,8 @@ def test_top_p_reports_kept_mass_and_both_ratios(service, tiny_llama):
     [0.9, 1.1] far more often than the ratio renormalised over the replayed kept set."""
     from parity_ui.render.report import format_summary, run_json
 
-    run = _run(
-        service,
-        tiny_llama,
-        PROMPTS[:6],
-        "max_new_tokens=32",
-        "batch_size=6",
-        "top_p=0.8",
-        sides=["hf=hf,dtype=float32", "vllm=vllm,dtype=bfloat16"],
-    )
+    run = _run(service, tiny_llama, PROMPTS[:6], "max_new_tokens=32", "batch_size=6", "top_p=0.8",
+               sides=["hf=hf,dtype=float32", "vllm=vllm,dtype=bfloat16"])
     assert run.status in ("ok", "diverged"), run.error
     steps = [s for p in run.prompts for s in p.results["vllm"].steps]
     assert all(s.kept is not None and 1 <= s.kept < 1024 and 0.79 <= s.kept_mass < 1 for s in steps)
@@ -120,10 +108,8 @@ def test_top_p_reports_kept_mass_and_both_ratios(service, tiny_llama):
     text = format_summary(run)
     assert "naive ratio outside [0.9, 1.1]" in text and "renormalised ratio outside [0.9, 1.1]" in text
     assert "kept mass S mean" in text
-    print(
-        f"top_p=0.8 fp32 vs bf16: {figs['tokens']} tokens, S mean {figs['kept_mass_mean']:.3f}, outside "
-        f"[0.9, 1.1]: naive {naive:.1%}, renormalised {renorm:.1%}, kept sets differ {figs['kept_sets_differ']:.1%}"
-    )
+    print(f"top_p=0.8 fp32 vs bf16: {figs['tokens']} tokens, S mean {figs['kept_mass_mean']:.3f}, outside "
+          f"[0.9, 1.1]: naive {naive:.1%}, renormalised {renorm:.1%}, kept sets differ {figs['kept_sets_differ']:.1%}")
 
 
 def test_a_free_workload_keeps_each_comparisons_kept_mass(service, tiny_llama):
@@ -133,25 +119,11 @@ def test_a_free_workload_keeps_each_comparisons_kept_mass(service, tiny_llama):
     from parity_ui.core.workload_record import WorkloadOptions
     from parity_ui.render.report import run_json
 
-    cfg = build_config(
-        None,
-        [
-            "dtype=float32",
-            "ignore_eos=true",
-            "sampling=shared-seed",
-            "temperature=1",
-            "top_p=0.8",
-            "max_new_tokens=16",
-            "batch_size=8",
-        ],
-    )
+    cfg = build_config(None, ["dtype=float32", "ignore_eos=true", "sampling=shared-seed", "temperature=1",
+                              "top_p=0.8", "max_new_tokens=16", "batch_size=8"])
     opts = WorkloadOptions(chunk=8, floor="none")
-    run = run_workload(
-        service,
-        WorkloadRequest(
-            model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS[:8]], config=cfg, options=opts
-        ),
-    )
+    run = run_workload(service, WorkloadRequest(model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS[:8]],
+                                                config=cfg, options=opts))
     assert run.status == "ok", run.error  # float32: every prompt identical
     stored = service.store.get_run(run.id)
     kept = [c.measures.get("kept_mass") for p in stored.prompts for c in p.comparisons]
@@ -175,20 +147,11 @@ def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(ser
     from parity_ui.render.text import format_workload
 
     def scored(side_dtype):
-        cfg = build_config(
-            None,
-            ["ignore_eos=true", "max_new_tokens=12", "batch_size=2", "full_distribution=true"],
-            sides=["hf=hf,dtype=float32", f"vllm=vllm,dtype={side_dtype}"],
-        )
-        return run_workload(
-            service,
-            WorkloadRequest(
-                model=str(tiny_llama),
-                config=cfg,
-                prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
-                options=WorkloadOptions(mode="scored", floor="kernel", chunk=2),
-            ),
-        )
+        cfg = build_config(None, ["ignore_eos=true", "max_new_tokens=12", "batch_size=2", "full_distribution=true"],
+                           sides=["hf=hf,dtype=float32", f"vllm=vllm,dtype={side_dtype}"])
+        return run_workload(service, WorkloadRequest(model=str(tiny_llama), config=cfg,
+                                                     prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
+                                                     options=WorkloadOptions(mode="scored", floor="kernel", chunk=2)))
 
     fp32 = scored("float32")
     assert fp32.status in ("ok", "diverged"), fp32.error
@@ -219,29 +182,18 @@ def test_full_distribution_in_a_scored_workload_fp32_at_the_floor_bf16_above(ser
     # cross-scoring the side's tokens (the same context on both).
     from parity_ui.render.report import format_summary
 
-    one = service.run(
-        RunRequest(
-            model=str(tiny_llama),
-            prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
-            config=build_config(
-                None,
-                ["dtype=float32", "ignore_eos=true", "max_new_tokens=12", "batch_size=2", "full_distribution=true"],
-            ),
-        )
-    )
+    one = service.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text=p) for p in PROMPTS[:2]],
+                                 config=build_config(None, ["dtype=float32", "ignore_eos=true", "max_new_tokens=12",
+                                                            "batch_size=2", "full_distribution=true"])))
     assert one.status == "ok", one.error
     for p in one.prompts:
         (c,) = p.comparisons
-        assert (
-            c.measures.get("distribution")["generator"] == "vllm" and c.measures.get("distribution")["scorer"] == "hf"
-        )
+        assert c.measures.get("distribution")["generator"] == "vllm" and c.measures.get("distribution")["scorer"] == "hf"
         assert c.measures.get("distribution")["positions"] == 12 and c.measures.get("distribution")["kl_max"] < 1e-6
         assert c.measures.get("distribution")["top1_agree"] == 1.0
     assert "full distribution (vllm's tokens, rows met by hf, 12 positions)" in format_summary(one)
     stored = service.store.get_run(one.id).prompts[0].comparisons[0].measures["distribution"]
     assert stored == one.prompts[0].comparisons[0].measures["distribution"]  # read back as the record it was
-    print(
-        f"full distribution, tiny model, 2 x 12 scored: fp32 KL mean {d['kl_mean']:.3g} max {d['kl_max']:.3g} "
-        f"TV mean {d['tv_mean']:.3g}; floor KL mean {fl['kl_mean']:.3g}; bf16 KL mean {b['kl_mean']:.3g} "
-        f"p99 {b['kl_p99']:.3g} TV mean {b['tv_mean']:.3g} top-1 {b['top1_agree']:.0%}"
-    )
+    print(f"full distribution, tiny model, 2 x 12 scored: fp32 KL mean {d['kl_mean']:.3g} max {d['kl_max']:.3g} "
+          f"TV mean {d['tv_mean']:.3g}; floor KL mean {fl['kl_mean']:.3g}; bf16 KL mean {b['kl_mean']:.3g} "
+          f"p99 {b['kl_p99']:.3g} TV mean {b['tv_mean']:.3g} top-1 {b['top1_agree']:.0%}")

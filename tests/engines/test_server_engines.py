@@ -1,7 +1,6 @@
 """A real `vllm serve` (the CPU build) as a side, started by parity-ui, compared with HF and with
 offline vLLM; the same server reached as an `openai` side by URL; a server that cannot start; a
 server dying mid-stream; the tool killed while its server starts. ~2 minutes on 2 cores."""
-
 from __future__ import annotations
 
 import os
@@ -96,25 +95,9 @@ def test_a_server_dying_mid_stream_keeps_the_partial_tokens_and_the_next_run_wor
 
 
 def test_killing_the_cli_while_its_server_starts_leaves_no_server(tmp_path, tiny_llama):
-    cmd = [
-        sys.executable,
-        "-m",
-        "parity_ui.cli",
-        "--db",
-        str(tmp_path / "runs.db"),
-        "compare",
-        "--model",
-        str(tiny_llama),
-        "--prompt",
-        "def f(x):",
-        "--set",
-        "dtype=float32",
-        "--side",
-        "a=hf",
-        "--side",
-        "s=vllm-server",
-        "--quiet",
-    ]
+    cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(tmp_path / "runs.db"), "compare", "--model",
+           str(tiny_llama), "--prompt", "def f(x):", "--set", "dtype=float32", "--side", "a=hf",
+           "--side", "s=vllm-server", "--quiet"]
     before = {p.pid for p in _servers()}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180

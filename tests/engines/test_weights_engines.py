@@ -13,7 +13,6 @@ by vLLM and a 256-token probe against the noise floor.
 
 One service for the module's checks (the session's): the fresh load and hf on B stay warm, and the
 gate reuses the updated workers of the first two checks."""
-
 from __future__ import annotations
 
 import json
@@ -26,13 +25,9 @@ from parity_ui.commands.weights import WeightsCheckRequest
 # Tensors B changes against A (scale 0.5 of each weight's std: far beyond float32 rounding).
 CHANGED = ("model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.up_proj.weight", "lm_head.weight")
 UP = r"layers\.1\.mlp\.up_proj"
-MOE_CHANGED = (
-    "model.layers.0.mlp.experts.3.gate_proj.weight",
-    "model.layers.0.mlp.experts.3.up_proj.weight",
-    "model.layers.0.mlp.experts.3.down_proj.weight",
-    "model.layers.0.self_attn.v_proj.weight",
-    "model.layers.1.mlp.gate.weight",
-)
+MOE_CHANGED = ("model.layers.0.mlp.experts.3.gate_proj.weight", "model.layers.0.mlp.experts.3.up_proj.weight",
+               "model.layers.0.mlp.experts.3.down_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+               "model.layers.1.mlp.gate.weight")
 
 
 @pytest.fixture(scope="module")
@@ -62,26 +57,12 @@ def test_a_full_update_around_a_sleep_cycle_lands_every_tensor_and_the_probe_is_
     assert service.store.weight_check(r.run_id)["exit_code"] == 0
 
 
-def test_a_tensor_left_out_of_the_push_is_named_exactly_after_a_sleep_cycle(
-    service, ckpts, cli_on_warm_workers, tmp_path, capsys
-):
+def test_a_tensor_left_out_of_the_push_is_named_exactly_after_a_sleep_cycle(service, ckpts, cli_on_warm_workers,
+                                                                          tmp_path, capsys):
     from parity_ui.cli import main
 
-    code = main(
-        [
-            "--db",
-            str(tmp_path / "runs.db"),
-            "weights",
-            "--model",
-            ckpts["B"],
-            "--from",
-            ckpts["A"],
-            "--skip",
-            UP,
-            "--sleep",
-            "--json",
-        ]
-    )
+    code = main(["--db", str(tmp_path / "runs.db"), "weights", "--model", ckpts["B"], "--from", ckpts["A"],
+                 "--skip", UP, "--sleep", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["exit_code"] == 1 and out["verdict"] == "NOT LANDED"
     assert out["differing"] == ["dp0:pp0:pcp0:tp0|model.layers.1.mlp.gate_up_proj.weight[up_proj]"]
@@ -110,10 +91,8 @@ def test_the_gate_demands_weights_equal_after_the_update_and_its_control_fails(s
     from parity_ui.commands.gate.spec import load_spec
 
     spec_file = tmp_path / "gate.yaml"
-    spec_file.write_text(
-        f"cases:\n  - name: weights-after-update\n    model: {ckpts['B']}\n"
-        f"    weights: {{from: {ckpts['A']}, sleep: 1}}\n    control: {{skip: '{UP}'}}\n"
-    )
+    spec_file.write_text(f"cases:\n  - name: weights-after-update\n    model: {ckpts['B']}\n"
+                         f"    weights: {{from: {ckpts['A']}, sleep: 1}}\n    control: {{skip: '{UP}'}}\n")
     spec = load_spec(spec_file)
     check = run_check(service, spec, prepare_cases(service, spec, spec.cases))
     case = check.cases[0]
@@ -163,28 +142,10 @@ def dev_server(ckpts, tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("server") / "server.log", "w")
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            ckpts["A"],
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            "512",
-            "--gpu-memory-utilization",
-            "0.2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ckpts["A"],
+                             "--dtype", "float32", "--max-model-len", "512", "--gpu-memory-utilization", "0.2",
+                             "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -217,9 +178,8 @@ def test_a_server_updated_elsewhere_is_read_through_its_weight_checker_and_probe
     assert not before.probe.at_floor and not before.probe.comparisons[0].judged  # vs the local fresh load: shown
 
     body = json.dumps({"method": "reload_weights", "kwargs": {"weights_path": ckpts["B"]}}).encode()
-    rpc = urllib.request.Request(
-        dev_server + "/collective_rpc", data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
+    rpc = urllib.request.Request(dev_server + "/collective_rpc", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(rpc, timeout=300) as resp:
         assert resp.status == 200
     after = service.weights(req)

@@ -5,7 +5,6 @@ a zeroed tensor is named and the probe leaves the floor. And what the check foun
 mixture-of-experts model reloaded in flight computes with its experts in the wrong layout (the CPU
 prepack is skipped on a weight update), which the probe flags while the state dict's tensors all
 "landed": a canary that fails the day vLLM fixes it."""
-
 from __future__ import annotations
 
 import os
@@ -27,14 +26,8 @@ def in_process():
     def make(path):
         from vllm import LLM
 
-        llm = LLM(
-            model=str(path),
-            dtype="float32",
-            enforce_eager=True,
-            kv_cache_memory_bytes=64 * 2**20,
-            max_model_len=512,
-            seed=0,
-        )
+        llm = LLM(model=str(path), dtype="float32", enforce_eager=True, kv_cache_memory_bytes=64 * 2**20,
+                  max_model_len=512, seed=0)
         made.append(llm)
         return llm
 
@@ -88,8 +81,7 @@ def test_a_training_loop_checks_its_push_between_steps(tiny_llama, tmp_path, in_
     bad = checker.check(b_state)
     assert bad.exit_code == 1
     assert [t.label for t in bad.differing] == [
-        "model.layers.0.self_attn.k_proj.weight (in model.layers.0.self_attn.qkv_proj.weight)"
-    ]
+        "model.layers.0.self_attn.k_proj.weight (in model.layers.0.self_attn.qkv_proj.weight)"]
     assert bad.differing[0].live_zero and not bad.probe.at_floor
 
 

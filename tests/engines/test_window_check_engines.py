@@ -1,6 +1,5 @@
 """The sliding-window finding for vLLM's CPU backend, measured: real runs of a tiny sliding-window Qwen2
 (HF vs vLLM). The pure checks on built runs are tests/unit/test_window_check.py."""
-
 from __future__ import annotations
 
 import json
@@ -15,18 +14,15 @@ from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.analysis.window_check import CODE, FP32_NOISE_NATS
 
 
-PROMPT = (
-    "def parse_args(self, args=None, namespace=None):\n    if args is None:\n        args = sys.argv[1:]\n"
-    "    return self.parse_known_args(args, namespace)"
-)  # 53 tokens: past a 16-token window
+PROMPT = ("def parse_args(self, args=None, namespace=None):\n    if args is None:\n        args = sys.argv[1:]\n"
+          "    return self.parse_known_args(args, namespace)")  # 53 tokens: past a 16-token window
 
 
 def _set_attention(folder, kind: str) -> None:
     path = folder / "config.json"
     cfg = json.loads(path.read_text())
-    cfg.update(
-        use_sliding_window=True, sliding_window=16, max_window_layers=0, layer_types=[kind] * cfg["num_hidden_layers"]
-    )
+    cfg.update(use_sliding_window=True, sliding_window=16, max_window_layers=0,
+               layer_types=[kind] * cfg["num_hidden_layers"])
     path.write_text(json.dumps(cfg, indent=2))
 
 

@@ -2,7 +2,6 @@
 everywhere with a zero floor, bfloat16 is judged against the floor, scored mode gives free-running's
 per-token gaps up to each fork, Stop and resume finish every prompt exactly once, and a .parquet and a
 .jsonl of the same prompts make the same run. Kept small: 24 prompts, a few tokens each."""
-
 from __future__ import annotations
 
 import json
@@ -16,32 +15,11 @@ from parity_ui.commands.workload.run import WorkloadRequest, resume_workload, ru
 from parity_ui.inputs.workload_source import load_workload
 
 
-LINES = [
-    "def parse_args(",
-    "class Namespace(",
-    "import json",
-    "return self.",
-    "for key, value in",
-    "if not isinstance(",
-    "raise ValueError(",
-    "with open(path",
-    "def __init__(self,",
-    "try:\n    import",
-    "while True:",
-    'print(f"{name}',
-    "from pathlib import",
-    "def __repr__(self):",
-    "elif option ==",
-    "lambda x: x",
-    "self._parser =",
-    "assert len(",
-    "yield from",
-    "def wrap(text,",
-    "except KeyError:",
-    "args = parser.",
-    "return {k: v",
-    "if __name__",
-]
+LINES = ["def parse_args(", "class Namespace(", "import json", "return self.", "for key, value in",
+         "if not isinstance(", "raise ValueError(", "with open(path", "def __init__(self,", "try:\n    import",
+         "while True:", "print(f\"{name}", "from pathlib import", "def __repr__(self):", "elif option ==",
+         "lambda x: x", "self._parser =", "assert len(", "yield from", "def wrap(text,", "except KeyError:",
+         "args = parser.", "return {k: v", "if __name__"]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ root) says in its docstring what it may import ("May import: core, inputs."), an
 every import in the package — at module level, inside functions, under TYPE_CHECKING — and fails on
 one that the importer's own docstring does not allow. The rule lives where a reader looks for it;
 this test keeps it true (the layers contract of import-linter, without the extra tool)."""
-
 from __future__ import annotations
 
 import ast
@@ -33,11 +32,8 @@ def _rules(package: Path) -> dict[str, set[str]]:
         doc = ast.get_docstring(ast.parse(src.read_text())) or ""
         m = RULE.search(doc)
         name = entry.name if entry.is_dir() else entry.stem
-        rules[name] = (
-            set()
-            if m is None or m.group(1).strip().lower() == "nothing else of parity_ui"
-            else {w.strip() for w in m.group(1).split(",") if w.strip()}
-        )
+        rules[name] = set() if m is None or m.group(1).strip().lower() == "nothing else of parity_ui" else \
+            {w.strip() for w in m.group(1).split(",") if w.strip()}
         rules[name].add(name)
     return rules
 
@@ -78,16 +74,12 @@ def violations(package: Path) -> list[str]:
         if unit == "__init__":
             continue
         if unit not in rules:
-            found.append(
-                f"{path.relative_to(package.parent)}: its folder's docstring says nothing of what it may import"
-            )
+            found.append(f"{path.relative_to(package.parent)}: its folder's docstring says nothing of what it may import")
             continue
         for line, target in _imports(package, path):
             if target not in rules[unit]:
-                found.append(
-                    f"{path.relative_to(package.parent)}:{line} imports {target} "
-                    f"({unit} may import {', '.join(sorted(rules[unit] - {unit})) or 'nothing else'})"
-                )
+                found.append(f"{path.relative_to(package.parent)}:{line} imports {target} "
+                             f"({unit} may import {', '.join(sorted(rules[unit] - {unit})) or 'nothing else'})")
     return found
 
 

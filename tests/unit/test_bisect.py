@@ -2,7 +2,6 @@
 in real worker processes (planted causes among harmless differences, a pair needed together, a flag
 that does not take effect, a trial that fails, a budget that runs out, the engine itself as the
 residual), the bad inputs, the stored records and the CLI. Seconds; real engines: test_bisect_engines.py."""
-
 from __future__ import annotations
 
 import itertools
@@ -14,22 +13,8 @@ import pytest
 from fake_engine import fake_model, fake_service, registered
 from parity_ui.commands.setting_bisect import BisectRequest, bisect_run
 from parity_ui.core.bisect_factors import check_flip, differences
-from parity_ui.core.bisect_record import (
-    APPLIED,
-    BUDGET,
-    DIVERGES,
-    ENGINE,
-    FAILED,
-    FOUND,
-    NO_VISIBLE_DIFFERENCE,
-    NOT_APPLIED,
-    NOT_FOUND,
-    NOT_SHOWN,
-    OTHER,
-    RESTORES,
-    Factor,
-    report_from_json,
-)
+from parity_ui.core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
+                                     NOT_APPLIED, NOT_FOUND, NOT_SHOWN, OTHER, RESTORES, Factor, report_from_json)
 from parity_ui.cli import main
 from parity_ui.core.config import build_config
 from parity_ui.analysis.ddmin import best_case_trials, ddmin, split, worst_case_trials
@@ -43,21 +28,11 @@ from parity_ui.core.types import ModelInfo, SideInfo
 PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(3)]
 # Differences that change nothing the fake computes (a reported flag, one it ignores, a delay, a batch
 # size with no batch noise, options its mapper does not read).
-HARMLESS = [
-    "flag=x",
-    "ignored_flag=y",
-    "delay_ms=1",
-    "batch_size=2",
-    "fp32_logits=true",
-    "device=cpu",
-    "generation_config=model",
-    "image_min_pixels=4096",
-    "dtype=bfloat16",
-]
+HARMLESS = ["flag=x", "ignored_flag=y", "delay_ms=1", "batch_size=2", "fp32_logits=true", "device=cpu",
+            "generation_config=model", "image_min_pixels=4096", "dtype=bfloat16"]
 
 
 # -- ddmin alone ------------------------------------------------------------------------------------
-
 
 def _dd(n, cause, **kw):
     items = list(range(n))
@@ -120,20 +95,16 @@ def test_ddmin_refuses_a_search_with_nothing_to_minimise():
 
 # -- pure parts of the search ---------------------------------------------------------------------
 
-
 def _info(name, **resolved):
     return SideInfo(name=name, kind="vllm", resolved=resolved, model_path="/m")
 
 
-@pytest.mark.parametrize(
-    "trial, status",
-    [
-        ({"prefix_caching": False}, APPLIED),
-        ({"prefix_caching": True}, NOT_APPLIED),  # still the side's own value: the flip did not take effect
-        ({"prefix_caching": "weird"}, OTHER),
-        ({}, NOT_SHOWN),
-    ],
-)
+@pytest.mark.parametrize("trial, status", [
+    ({"prefix_caching": False}, APPLIED),
+    ({"prefix_caching": True}, NOT_APPLIED),  # still the side's own value: the flip did not take effect
+    ({"prefix_caching": "weird"}, OTHER),
+    ({}, NOT_SHOWN),
+])
 def test_a_flip_is_checked_against_the_trial_sides_resolved_settings(trial, status):
     f = Factor("enable_prefix_caching", False, True, resolved_key="prefix_caching")
     c = check_flip(f, _info("b", **trial), _info("ref", prefix_caching=False), _info("b", prefix_caching=True))
@@ -144,23 +115,16 @@ def test_a_flip_is_checked_against_the_trial_sides_resolved_settings(trial, stat
 
 def test_a_setting_the_stored_sides_resolved_alike_is_reported_as_not_visible():
     f = Factor("async_scheduling", None, True, resolved_key="async_scheduling")
-    c = check_flip(
-        f, _info("b", async_scheduling=False), _info("ref", async_scheduling=False), _info("b", async_scheduling=False)
-    )
+    c = check_flip(f, _info("b", async_scheduling=False), _info("ref", async_scheduling=False),
+                   _info("b", async_scheduling=False))
     assert c.status == NO_VISIBLE_DIFFERENCE and "did not take effect" in c.message
 
 
 def test_differences_are_taken_as_asked_with_the_runs_values_filled_in():
     model = ModelInfo(name="m", path="/models/m", config_dtype="float32")
-    cfg = build_config(
-        None,
-        ["dtype=float32"],
-        sides=[
-            "ref=vllm",
-            "b=vllm,dtype=float32,max_num_seqs=4,python=/x/python",
-            "c=hf,dtype=bfloat16,attn_implementation=eager,model=/other",
-        ],
-    )
+    cfg = build_config(None, ["dtype=float32"], sides=["ref=vllm",
+                                                       "b=vllm,dtype=float32,max_num_seqs=4,python=/x/python",
+                                                       "c=hf,dtype=bfloat16,attn_implementation=eager,model=/other"])
     flips, fixed = differences(cfg, cfg.side("ref"), cfg.side("b"), model, on_gpu=False)
     assert [f.key for f in flips] == ["max_num_seqs", "python"] and not fixed  # dtype float32 is the run's
     flips, fixed = differences(cfg, cfg.side("ref"), cfg.side("c"), model, on_gpu=False)
@@ -170,7 +134,6 @@ def test_differences_are_taken_as_asked_with_the_runs_values_filled_in():
 
 
 # -- whole searches on the fake kind -----------------------------------------------------------------
-
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -215,7 +178,7 @@ def test_a_planted_cause_among_harmless_differences_is_named_alone(service, mode
     # Settings that need no reload sit innermost, and their trials reuse a warm worker.
     runtime = [f.key for f in r.factors if f.runtime_only]  # the fake loads nothing else from these
     assert {"batch_size", "device", "generation_config"} <= set(runtime) and "shift" not in runtime
-    assert [f.key for f in r.factors][-len(runtime) :] == runtime
+    assert [f.key for f in r.factors][-len(runtime):] == runtime
     assert r.trials[1].warm  # every setting flipped: the reference's own setup, its worker is warm
     # Every trial is a stored run of the search's group; the search has a record of its own.
     group = [x for x in list_runs(service.db, group_id=b.group_id) if x.id != b.id]
@@ -305,9 +268,8 @@ def test_a_trial_that_fails_counts_as_not_restoring_and_the_search_goes_on(servi
 
 
 def test_a_budget_too_small_reports_the_best_set_so_far_and_what_is_undecided(service, model, tmp_path):
-    run = _compare(
-        service, model, "ref=fake", "b=fake,flag=x,shift=0.2,delay_ms=1,noise=0.2,batch_size=2,ignored_flag=y"
-    )
+    run = _compare(service, model, "ref=fake",
+                   "b=fake,flag=x,shift=0.2,delay_ms=1,noise=0.2,batch_size=2,ignored_flag=y")
     b, _ = _bisect(service, run, max_trials=4)
     r = b.bisect
     assert b.status == "error" and b.error_code == "bisect-budget" and r.outcome == BUDGET
@@ -335,12 +297,8 @@ def test_against_another_engine_its_own_settings_are_flipped_to_their_plain_valu
     (engine_shift=0), a gap only its kind can make (graphs_gap, like vLLM's CUDA graphs; its kind names 0
     as the value to flip it to) and a harmless flag. The engine-only setting is a factor, named as such,
     and found; both sides float32 and greedy, the oracle across engines is still the measured floor."""
-    run = _compare(
-        service,
-        model,
-        "ref=fake,dtype=float32",
-        "b=fake-other,dtype=float32,engine_shift=0,graphs_gap=0.4,flag=x,other_only=true",
-    )
+    run = _compare(service, model, "ref=fake,dtype=float32", "b=fake-other,dtype=float32,engine_shift=0,graphs_gap=0.4,"
+                   "flag=x,other_only=true")
     b, said = _bisect(service, run)
     r = b.bisect
     assert b.status == "ok" and r.outcome == FOUND and r.culprit == ["graphs_gap"], b.error
@@ -360,9 +318,8 @@ def test_vllms_own_settings_are_factors_against_an_hf_reference():
     """The vLLM side's options HF lacks, set away from their plain values, are factors flipped to them
     (eager, no prefix caching, the Transformers model code); on the CPU vLLM is eager already."""
     model = ModelInfo(name="m", path="/models/m", config_dtype="float32")
-    cfg = build_config(
-        None, [], sides=["ref=hf", "b=vllm,enforce_eager=false,enable_prefix_caching=true,max_num_seqs=4"]
-    )
+    cfg = build_config(None, [], sides=["ref=hf", "b=vllm,enforce_eager=false,enable_prefix_caching=true,"
+                                                   "max_num_seqs=4"])
     flips, fixed = differences(cfg, cfg.side("ref"), cfg.side("b"), model, on_gpu=True)
     by = {f.key: f for f in flips}
     assert set(by) == {"enforce_eager", "enable_prefix_caching", "async_scheduling", "model_impl"}
@@ -376,13 +333,10 @@ def test_vllms_own_settings_are_factors_against_an_hf_reference():
     assert flips == [] and [f.key for f in fixed] == ["engine"]
 
 
-@pytest.mark.parametrize(
-    "sides, needle",
-    [
-        (("ref=fake", "b=fake,flag=x,delay_ms=1"), "nothing to bisect"),  # already within the noise floor
-        (("ref=fake", "b=fake-other"), "only in the engine itself"),  # nothing flippable
-    ],
-)
+@pytest.mark.parametrize("sides, needle", [
+    (("ref=fake", "b=fake,flag=x,delay_ms=1"), "nothing to bisect"),  # already within the noise floor
+    (("ref=fake", "b=fake-other"), "only in the engine itself"),  # nothing flippable
+])
 def test_pairs_with_nothing_to_search_are_clear_errors(service, model, sides, needle):
     run = _compare(service, model, *sides)
     b, _ = _bisect(service, run)

@@ -2,7 +2,6 @@
 it): parity-ui decodes tokens as they are, so it neither strips spaces before punctuation nor makes
 transformers print "Ignoring clean_up_tokenization_spaces=True for BPE tokenizer ..." into a run.
 The real run (HF and vLLM workers' logs) is tests/engines/test_clean_up_spaces_engines.py."""
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,12 +24,8 @@ def test_a_default_prepare_and_decoding_print_no_clean_up_warning(model, tmp_pat
     with caught() as seen:
         prep = _prepare(folder)
         ids = prep.prompts[0].token_ids
-        res = SideResult(
-            side="hf",
-            prompt_index=0,
-            token_ids=ids,
-            steps=[TokenStep(position=i, token_id=t, text="", logprob=-0.5, rank=1) for i, t in enumerate(ids)],
-        )
+        res = SideResult(side="hf", prompt_index=0, token_ids=ids,
+                         steps=[TokenStep(position=i, token_id=t, text="", logprob=-0.5, rank=1) for i, t in enumerate(ids)])
         decode_result(prep.tokenizer, res)  # what the service does with every side's tokens
     assert not [m for m in seen if WARNING in m], seen
     assert res.text == prep.prompts[0].text and TEXT in res.text
@@ -44,12 +39,8 @@ def test_a_default_prepare_and_decoding_print_no_clean_up_warning(model, tmp_pat
 def test_decoding_keeps_the_spaces_a_clean_up_would_strip(model, tmp_path):
     """Told to clean up even a BPE tokenizer's output, transformers' default decode rewrites ' ,' as ','
     and "do n't" as "don't": parity-ui shows the tokens' own text."""
-    folder = with_config(
-        model,
-        tmp_path / "m",
-        clean_up_tokenization_spaces=True,
-        clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True,
-    )
+    folder = with_config(model, tmp_path / "m", clean_up_tokenization_spaces=True,
+                          clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True)
     prep = _prepare(folder)
     tok, enc = prep.tokenizer, prep.prompts[0]
     assert TEXT in enc.text and TEXT in tok.decode(enc.token_ids)

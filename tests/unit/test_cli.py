@@ -1,6 +1,5 @@
 """The `parity` command as a user runs it: exit codes, messages, stored rows, no tracebacks (no engine runs;
 the runs that do are in tests/engines/test_cli_engines.py)."""
-
 from __future__ import annotations
 
 import pytest
@@ -24,16 +23,13 @@ def _only_run(db):
     return rows[0]
 
 
-@pytest.mark.parametrize(
-    "setting, needle",
-    [
-        ("top_p=1.5", "config key 'top_p'"),
-        ("max_new_tokens=0", "config key 'max_new_tokens'"),
-        ("no_such_key=1", "config key 'no_such_key'"),
-        ("max_new_tokens=many", "config key 'max_new_tokens': must be an integer"),
-        ("vllm.enforce_eager=maybe", "side 'vllm': option 'enforce_eager'"),
-    ],
-)
+@pytest.mark.parametrize("setting, needle", [
+    ("top_p=1.5", "config key 'top_p'"),
+    ("max_new_tokens=0", "config key 'max_new_tokens'"),
+    ("no_such_key=1", "config key 'no_such_key'"),
+    ("max_new_tokens=many", "config key 'max_new_tokens': must be an integer"),
+    ("vllm.enforce_eager=maybe", "side 'vllm': option 'enforce_eager'"),
+])
 def test_invalid_config_values(tmp_path, setting, needle):
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", "demo", "--prompt", "hi", "--set", setting, db=db)
@@ -42,17 +38,14 @@ def test_invalid_config_values(tmp_path, setting, needle):
     assert row.status == "error" and needle in row.error
 
 
-@pytest.mark.parametrize(
-    "sides, needle",
-    [
-        (["a=nosuchkind", "b=hf"], "side 'a': unknown kind 'nosuchkind'"),
-        (["a=vllm", "a=hf"], "side 'a': two sides have this name"),
-        (["only=vllm"], "has 1 side; a comparison needs two or more"),
-        (["a=hf,enforce_eager=true", "b=vllm"], "side 'a': 'enforce_eager' is not an option of kind hf"),
-        (["a=hf", "b=vllm,python=/no/such/python"], "side 'b': '/no/such/python' is not an executable file"),
-        (["a=hf", "b=vllm,python=/bin/sh"], "side 'b'"),
-    ],
-)
+@pytest.mark.parametrize("sides, needle", [
+    (["a=nosuchkind", "b=hf"], "side 'a': unknown kind 'nosuchkind'"),
+    (["a=vllm", "a=hf"], "side 'a': two sides have this name"),
+    (["only=vllm"], "has 1 side; a comparison needs two or more"),
+    (["a=hf,enforce_eager=true", "b=vllm"], "side 'a': 'enforce_eager' is not an option of kind hf"),
+    (["a=hf", "b=vllm,python=/no/such/python"], "side 'b': '/no/such/python' is not an executable file"),
+    (["a=hf", "b=vllm,python=/bin/sh"], "side 'b'"),
+])
 def test_bad_sides_name_the_side_and_are_stored(tmp_path, tiny, sides, needle):
     db = tmp_path / "runs.db"
     args = [a for s in sides for a in ("--side", s)]
@@ -69,20 +62,8 @@ def test_a_python_without_the_kinds_engine_is_refused_before_anything_loads(tmp_
     bare = tmp_path / "bare-env"
     venv.create(bare, with_pip=False)
     db = tmp_path / "runs.db"
-    proc = parity(
-        "compare",
-        "--model",
-        str(tiny),
-        "--prompt",
-        "def f(x):",
-        "--set",
-        "max_new_tokens=8",
-        "--side",
-        "ref=hf",
-        "--side",
-        f"b=vllm,python={bare}/bin/python",
-        db=db,
-    )
+    proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--set", "max_new_tokens=8",
+                  "--side", "ref=hf", "--side", f"b=vllm,python={bare}/bin/python", db=db)
     _assert_clean_error(proc, "side 'b'", "has no vllm installed")
     run = get_run(open_db(db), _only_run(db).id)
     assert "start" not in run.timings  # refused before any worker started
@@ -122,9 +103,8 @@ def test_max_model_len_past_the_models_positions_is_refused_before_anything_load
     model = build_model(tmp_path / "m512", "llama", max_position_embeddings=512)
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(model), "--prompt", "def f(x):", "--set", "max_model_len=2100", db=db)
-    _assert_clean_error(
-        proc, "config key 'max_model_len': 2,100 is over the 512 positions", "lower max_model_len to 512 or less"
-    )
+    _assert_clean_error(proc, "config key 'max_model_len': 2,100 is over the 512 positions",
+                        "lower max_model_len to 512 or less")
     assert "worker log" not in proc.stderr
     run = get_run(open_db(db), _only_run(db).id)
     assert run.status == "error" and run.error_code == "config" and "load" not in run.timings
@@ -132,31 +112,19 @@ def test_max_model_len_past_the_models_positions_is_refused_before_anything_load
 
 def test_max_model_len_over_a_cpu_sides_kv_cache_is_refused_before_anything_loads(tmp_path):
     """12 KiB of KV a token: 131,072 positions need 1.5 GiB, over a CPU vLLM side's 1 GiB."""
-    model = build_model(
-        tmp_path / "long",
-        "llama",
-        max_position_embeddings=131072,
-        num_hidden_layers=3,
-        num_key_value_heads=4,
-        head_dim=128,
-    )
+    model = build_model(tmp_path / "long", "llama", max_position_embeddings=131072, num_hidden_layers=3,
+                        num_key_value_heads=4, head_dim=128)
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(model), "--prompt", "def f(x):", "--set", "max_model_len=131072", db=db)
-    _assert_clean_error(
-        proc,
-        "side 'vllm': max_model_len=131,072 needs 1.50 GiB of KV cache",
-        "over this side's kv_cache_gib=1",
-        "lower max_model_len to 87,168",
-        "--set vllm.kv_cache_gib=1.51",
-    )
+    _assert_clean_error(proc, "side 'vllm': max_model_len=131,072 needs 1.50 GiB of KV cache",
+                        "over this side's kv_cache_gib=1", "lower max_model_len to 87,168",
+                        "--set vllm.kv_cache_gib=1.51")
     assert "worker log" not in proc.stderr
     run = get_run(open_db(db), _only_run(db).id)
     assert run.status == "error" and run.error_code == "side" and "load" not in run.timings
 
 
-@pytest.mark.parametrize(
-    "command", [["probe", "--n", "2", "--batch", "2"], ["sweep", "--grid", "dtype=float32,bfloat16"]]
-)
+@pytest.mark.parametrize("command", [["probe", "--n", "2", "--batch", "2"], ["sweep", "--grid", "dtype=float32,bfloat16"]])
 def test_probe_and_sweep_store_a_failed_run_for_an_invalid_set(tmp_path, tiny, command):
     db = tmp_path / "runs.db"
     proc = parity(*command, "--model", str(tiny), "--prompt", "def f(x):", "--set", "top_p=7", db=db)
@@ -173,21 +141,8 @@ def test_sweep_stores_a_failed_run_for_an_invalid_grid(tmp_path, tiny):
 
 
 def test_config_show_prints_one_column_per_side(tmp_path, tiny):
-    proc = parity(
-        "config",
-        "show",
-        "--model",
-        str(tiny),
-        "--set",
-        "temperature=0.7",
-        "--set",
-        "top_k=0",
-        "--side",
-        "ref=hf",
-        "--side",
-        "b=vllm,enforce_eager=false",
-        db=tmp_path / "x.db",
-    )
+    proc = parity("config", "show", "--model", str(tiny), "--set", "temperature=0.7", "--set", "top_k=0",
+                  "--side", "ref=hf", "--side", "b=vllm,enforce_eager=false", db=tmp_path / "x.db")
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert "| ref (hf) | b (vllm) |" in lines[0]

@@ -3,7 +3,6 @@ hand-out, retry and progress on a stand-in for the replicas (no Ray); and, on a 
 with the fake engine kind in real worker processes, the same run as in process, a replica killed
 mid-run that loses nothing, and Stop then resume. The real engines run on Ray in
 tests/engines/test_cluster_engines.py."""
-
 from __future__ import annotations
 
 import threading
@@ -47,33 +46,21 @@ def test_a_bad_cluster_request_is_an_error_run_naming_the_fix(tmp_path):
         with fake_service(tmp_path / "runs.db") as svc:
             cfg = build_config(None, ["max_new_tokens=4"], sides=["ref=fake", "b=fake"])
             prompts = [PromptSpec(text="a"), PromptSpec(text="b")]
-            for opts, needle in (
-                (WorkloadOptions(replicas={"c": 2}, cluster="local"), "not a side of this run"),
-                (WorkloadOptions(replicas={ALL: 2}), "replicas run on a Ray cluster"),
-            ):
+            for opts, needle in ((WorkloadOptions(replicas={"c": 2}, cluster="local"), "not a side of this run"),
+                                 (WorkloadOptions(replicas={ALL: 2}), "replicas run on a Ray cluster")):
                 run = run_workload(svc, WorkloadRequest(model=model, prompts=prompts, config=cfg, options=opts))
                 assert run.status == "error" and needle in run.error, run.error
 
 
 def test_the_record_says_where_it_ran_and_that_batches_differ():
-    rec = ClusterRecord(
-        address="local",
-        nodes=1,
-        cpus=2,
-        gpus=0,
-        replicas={"ref": 2, "b": 2},
-        block=3,
-        placement="spread",
-        retried_blocks=1,
-        lost_replicas=["b#0: its actor died"],
-    )
+    rec = ClusterRecord(address="local", nodes=1, cpus=2, gpus=0, replicas={"ref": 2, "b": 2}, block=3,
+                        placement="spread", retried_blocks=1, lost_replicas=["b#0: its actor died"])
     line = rec.describe()
     assert "ref x2, b x2" in line and "1 node, 2 CPUs, 0 GPUs" in line and "1 block(s) retried" in line
     assert "batch composition differs per replica" in rec.to_dict()["note"]
 
 
 # -- the blocks, on a stand-in for the replicas ---------------------------------------------------------
-
 
 class _Pool:
     cancelled = False
@@ -181,9 +168,8 @@ def ray_service(tmp_path_factory):
 
 def _run(svc, model, emit=None, cluster="local", **options):
     cfg = build_config(None, ["max_new_tokens=8"], sides=["ref=fake,delay_ms=20", "b=fake,shift=0.1,swap_at=5"])
-    opts = WorkloadOptions(
-        **{"chunk": 3, "floor": "none", "cluster": cluster, "replicas": {ALL: 2} if cluster else {}, **options}
-    )
+    opts = WorkloadOptions(**{"chunk": 3, "floor": "none", "cluster": cluster,
+                              "replicas": {ALL: 2} if cluster else {}, **options})
     return run_workload(svc, WorkloadRequest(model=model, prompts=PROMPTS, config=cfg, options=opts), emit)
 
 
@@ -239,23 +225,11 @@ def test_routes_on_ray_are_recorded_compared_and_replayed_as_in_process(ray_serv
 
     svc, _ = ray_service
     moe = str(fake_model(tmp_path / "moe", max_position_embeddings=64, moe=True))
-    cfg = build_config(
-        None, ["max_new_tokens=6", "routes=true"], sides=["ref=fake", "b=fake,route_flip_every=3,replay_routes=ids"]
-    )
-    runs = [
-        run_workload(
-            svc,
-            WorkloadRequest(
-                model=moe,
-                prompts=PROMPTS[:6],
-                config=cfg,
-                options=WorkloadOptions(
-                    mode="scored", chunk=3, floor="none", cluster=cluster, replicas={ALL: 2} if cluster else {}
-                ),
-            ),
-        )
-        for cluster in (None, "local")
-    ]
+    cfg = build_config(None, ["max_new_tokens=6", "routes=true"],
+                       sides=["ref=fake", "b=fake,route_flip_every=3,replay_routes=ids"])
+    runs = [run_workload(svc, WorkloadRequest(model=moe, prompts=PROMPTS[:6], config=cfg, options=WorkloadOptions(
+        mode="scored", chunk=3, floor="none", cluster=cluster, replicas={ALL: 2} if cluster else {})))
+        for cluster in (None, "local")]
     here, there = (r.workload for r in runs)
     for run in runs:
         assert run.status in ("ok", "diverged"), run.error
@@ -277,56 +251,16 @@ def test_the_cli_runs_a_workload_on_ray_and_its_screen_says_where(ray_service, t
     _, model = ray_service
     f = tmp_path / "w.jsonl"
     f.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in PROMPTS[:6]))
-    code = main(
-        [
-            "--db",
-            str(tmp_path / "cli.db"),
-            "compare",
-            "--model",
-            model,
-            "--prompt-file",
-            str(f),
-            "--side",
-            "ref=fake",
-            "--side",
-            "b=fake,swap_at=3",
-            "--set",
-            "max_new_tokens=6",
-            "--chunk",
-            "2",
-            "--floor",
-            "none",
-            "--cluster",
-            "local",
-            "--replicas",
-            "ref=1,b=2",
-        ]
-    )
+    code = main(["--db", str(tmp_path / "cli.db"), "compare", "--model", model, "--prompt-file", str(f),
+                 "--side", "ref=fake", "--side", "b=fake,swap_at=3", "--set", "max_new_tokens=6", "--chunk", "2",
+                 "--floor", "none", "--cluster", "local", "--replicas", "ref=1,b=2"])
     out = capsys.readouterr()
     assert code == 1, out.err  # diverged
     assert "on Ray cluster local (1 node" in out.out and "replicas ref x1, b x2" in out.out
     assert "batch composition differs per replica" in out.out
     assert "block(s) under way on" in out.err and "left" in out.err  # progress across the replicas, with an ETA
-    bad = main(
-        [
-            "--db",
-            str(tmp_path / "cli.db"),
-            "compare",
-            "--model",
-            model,
-            "--prompt-file",
-            str(f),
-            "--side",
-            "ref=fake",
-            "--side",
-            "b=fake",
-            "--cluster",
-            "local",
-            "--replicas",
-            "c=2",
-            "--quiet",
-        ]
-    )
+    bad = main(["--db", str(tmp_path / "cli.db"), "compare", "--model", model, "--prompt-file", str(f),
+                "--side", "ref=fake", "--side", "b=fake", "--cluster", "local", "--replicas", "c=2", "--quiet"])
     assert bad == 2  # an error run, stored with the fix
     err = capsys.readouterr().err
     assert "not a side of this run" in err and "stored as run" in err

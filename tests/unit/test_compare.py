@@ -1,6 +1,5 @@
 """Token-level comparison on hand-built streams: where two sides diverge, why, what is measured before,
 and how a run with several sides is compared with its reference."""
-
 from __future__ import annotations
 
 import dataclasses
@@ -15,18 +14,11 @@ from parity_ui.core.kinds import KINDS
 from parity_ui.core.types import ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep, TopLogprob
 
 
-def step(
-    pos: int, token_id: int, logprob: float | None = -0.5, top: list[tuple[int, float]] | None = None
-) -> TokenStep:
+def step(pos: int, token_id: int, logprob: float | None = -0.5,
+         top: list[tuple[int, float]] | None = None) -> TokenStep:
     top = top if top is not None else [(token_id, logprob if logprob is not None else -0.5)]
-    return TokenStep(
-        position=pos,
-        token_id=token_id,
-        text=f"t{token_id}",
-        logprob=logprob,
-        rank=1,
-        top=[TopLogprob(token_id=t, logprob=lp, text=f"t{t}") for t, lp in top],
-    )
+    return TokenStep(position=pos, token_id=token_id, text=f"t{token_id}", logprob=logprob, rank=1,
+                     top=[TopLogprob(token_id=t, logprob=lp, text=f"t{t}") for t, lp in top])
 
 
 def result(side: str, steps: list[TokenStep]) -> SideResult:
@@ -39,7 +31,8 @@ def stream(side: str, ids: list[int], logprobs: list[float | None] | None = None
 
 
 def test_identical_streams():
-    c = compare(stream("ref", [5, 6, 7], [-0.1, -0.25, -0.5]), stream("cand", [5, 6, 7], [-0.1, -0.2, -0.3]))
+    c = compare(stream("ref", [5, 6, 7], [-0.1, -0.25, -0.5]),
+                stream("cand", [5, 6, 7], [-0.1, -0.2, -0.3]))
     assert (c.a, c.b) == ("ref", "cand")
     assert c.identical is True
     assert c.first_divergence is None and c.divergence is None
@@ -63,9 +56,8 @@ def test_empty_streams_are_identical():
 
 
 def test_divergence_at_index_measures_only_before_it():
-    c = compare(
-        stream("ref", [5, 6, 9, 8], [-0.2, -0.2, -0.9, -0.4]), stream("cand", [5, 6, 7, 8], [-0.1, -0.2, -0.3, -0.4])
-    )
+    c = compare(stream("ref", [5, 6, 9, 8], [-0.2, -0.2, -0.9, -0.4]),
+                stream("cand", [5, 6, 7, 8], [-0.1, -0.2, -0.3, -0.4]))
     assert c.identical is False
     assert c.first_divergence == 2
     assert c.compared == 4 and c.lengths == [4, 4]
@@ -129,16 +121,10 @@ def test_vllm_rule_unknown_without_topk():
 
 
 def test_topk_overlap_fraction():
-    a = result(
-        "ref", [step(0, 1, -0.1, [(1, -0.1), (2, -2), (3, -3), (4, -4)]), step(1, 2, -0.1, [(2, -0.1), (5, -2)])]
-    )
-    b = result(
-        "cand",
-        [
-            step(0, 1, -0.1, [(1, -0.1), (2, -2), (7, -3), (8, -4)]),
-            step(1, 2, -0.1, [(2, -0.1), (5, -2), (6, -3), (9, -4)]),
-        ],
-    )
+    a = result("ref", [step(0, 1, -0.1, [(1, -0.1), (2, -2), (3, -3), (4, -4)]),
+                       step(1, 2, -0.1, [(2, -0.1), (5, -2)])])
+    b = result("cand", [step(0, 1, -0.1, [(1, -0.1), (2, -2), (7, -3), (8, -4)]),
+                        step(1, 2, -0.1, [(2, -0.1), (5, -2), (6, -3), (9, -4)])])
     c = compare(a, b)
     assert c.topk_overlap == [0.5, 0.5]  # 2 of 4; then 2 shared over k = the larger top-k (4)
 
@@ -149,7 +135,8 @@ def test_topk_overlap_none_when_a_side_has_no_topk():
 
 
 def test_logprob_none_is_skipped_not_zero():
-    c = compare(stream("ref", [1, 2, 3], [-0.3, None, -0.5]), stream("cand", [1, 2, 3], [None, -0.1, -0.2]))
+    c = compare(stream("ref", [1, 2, 3], [-0.3, None, -0.5]),
+                stream("cand", [1, 2, 3], [None, -0.1, -0.2]))
     assert c.logprob_gaps[:2] == [None, None]
     assert c.logprob_gaps[2] == pytest.approx(0.3)
     assert c.max_abs_gap == pytest.approx(0.3) and c.mean_abs_gap == pytest.approx(0.3)
@@ -166,18 +153,15 @@ def test_infinite_gap_is_kept_but_left_out_of_stats():
     assert c.max_abs_gap == pytest.approx(0.2) and c.mean_abs_gap == pytest.approx(0.2)
 
 
-@pytest.mark.parametrize(
-    "a, b, want",
-    [
-        ([1, 2, 3], [1, 2, 3], None),
-        ([], [], None),
-        ([1, 5, 3], [1, 6, 3], 1),
-        ([1, 2], [1, 2, 3], 2),  # a shorter stream differs where it ended
-        ([1, 2, 3], [1, 2], 2),
-        ([], [4], 0),
-        ([1, 5], [1, 6, 7], 1),  # a token mismatch before the end wins
-    ],
-)
+@pytest.mark.parametrize("a, b, want", [
+    ([1, 2, 3], [1, 2, 3], None),
+    ([], [], None),
+    ([1, 5, 3], [1, 6, 3], 1),
+    ([1, 2], [1, 2, 3], 2),  # a shorter stream differs where it ended
+    ([1, 2, 3], [1, 2], 2),
+    ([], [4], 0),
+    ([1, 5], [1, 6, 7], 1),  # a token mismatch before the end wins
+])
 def test_first_mismatch(a, b, want):
     assert first_mismatch(a, b) == want
     assert first_mismatch(b, a) == want
@@ -198,20 +182,17 @@ def test_rank_of():
 
 # -- symmetry: compare(b, a) is compare(a, b) with the sides swapped --------------------------------
 
-
 def _pairs() -> dict[str, tuple[SideResult, SideResult]]:
-    topk_fork = (
-        result("ref", [step(0, 1, -0.1, [(1, -0.1), (2, -2.0), (3, -3.0)]), step(1, 3, -0.6, [(3, -0.6), (4, -0.8)])]),
-        result("cand", [step(0, 1, -0.3, [(1, -0.3), (2, -1.0)]), step(1, 4, -0.7, [(4, -0.7), (8, -0.9)])]),
-    )
+    topk_fork = (result("ref", [step(0, 1, -0.1, [(1, -0.1), (2, -2.0), (3, -3.0)]),
+                                step(1, 3, -0.6, [(3, -0.6), (4, -0.8)])]),
+                 result("cand", [step(0, 1, -0.3, [(1, -0.3), (2, -1.0)]),
+                                 step(1, 4, -0.7, [(4, -0.7), (8, -0.9)])]))
     return {
         "identical": (stream("ref", [5, 6, 7], [-0.1, -0.25, -0.5]), stream("cand", [5, 6, 7], [-0.1, -0.2, -0.3])),
         "token": topk_fork,
         "length": (stream("ref", [5, 6, 7], [-0.1, -0.2, -0.3]), stream("cand", [5, 6], [-0.4, -0.2])),
-        "no topk": (
-            result("ref", [step(0, 1, -0.2), step(1, 3, -0.6, [])]),
-            result("cand", [step(0, 1, -0.1), step(1, 4, -0.7, [(4, -0.7), (3, -0.71)])]),
-        ),
+        "no topk": (result("ref", [step(0, 1, -0.2), step(1, 3, -0.6, [])]),
+                    result("cand", [step(0, 1, -0.1), step(1, 4, -0.7, [(4, -0.7), (3, -0.71)])])),
     }
 
 
@@ -239,24 +220,16 @@ def test_compare_is_symmetric_and_names_both_sides(case):
 
 # -- several sides: every other side against the reference ----------------------------------------
 
-
 def _three_sides() -> dict[str, SideResult]:
-    return {
-        "ref": stream("ref", [5, 6, 7, 8], [-0.1, -0.2, -0.3, -0.4]),
-        "same": stream("same", [5, 6, 7, 8], [-0.1, -0.25, -0.3, -0.4]),
-        "fork": stream("fork", [5, 9, 7], [-0.15, -0.2, -0.3]),
-    }
+    return {"ref": stream("ref", [5, 6, 7, 8], [-0.1, -0.2, -0.3, -0.4]),
+            "same": stream("same", [5, 6, 7, 8], [-0.1, -0.25, -0.3, -0.4]),
+            "fork": stream("fork", [5, 9, 7], [-0.15, -0.2, -0.3])}
 
 
 def test_three_sides_give_two_comparisons_against_the_reference():
     res = _three_sides()
-    pr = PromptResult(
-        index=0,
-        prompt_text="p",
-        prompt_token_ids=[1],
-        results=res,
-        comparisons=[compare(res["ref"], res[b]) for b in ("same", "fork")],
-    )
+    pr = PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], results=res,
+                      comparisons=[compare(res["ref"], res[b]) for b in ("same", "fork")])
     same, fork = pr.comparison("same"), pr.comparison("fork")
     assert (same.a, same.b) == ("ref", "same") and (fork.a, fork.b) == ("ref", "fork")
     assert pr.comparison("ref") is None and pr.comparison("nope") is None
@@ -264,20 +237,10 @@ def test_three_sides_give_two_comparisons_against_the_reference():
     assert not fork.identical and fork.first_divergence == 1 and fork.lengths == [4, 3]
     assert fork.divergence.token_ids == [6, 9] and fork.logprob_gaps == pytest.approx([-0.05])
 
-    sides = [
-        SideInfo(name="ref", kind="hf", reference=True),
-        SideInfo(name="same", kind="vllm"),
-        SideInfo(name="fork", kind="vllm"),
-    ]
-    run = Run(
-        id="r",
-        created_utc="",
-        model=ModelInfo(name="m", path="/m"),
-        config={},
-        status="diverged",
-        prompts=[pr],
-        sides=sides,
-    )
+    sides = [SideInfo(name="ref", kind="hf", reference=True), SideInfo(name="same", kind="vllm"),
+             SideInfo(name="fork", kind="vllm")]
+    run = Run(id="r", created_utc="", model=ModelInfo(name="m", path="/m"), config={}, status="diverged",
+              prompts=[pr], sides=sides)
     assert run.reference == "ref"
     assert run.comparisons == [same, fork]
     assert run.identical is False  # one side forked
@@ -305,27 +268,15 @@ def test_service_compares_every_side_with_the_reference():
         return [TokenStep(position=i, token_id=t, text="", logprob=-0.3, rank=1) for i, t in enumerate(continuation)]
 
     no_score = dataclasses.replace(KINDS["vllm"], can_score=False)
-    plans = [
-        SimpleNamespace(name="ref", kind=KINDS["hf"]),
-        SimpleNamespace(name="same", kind=KINDS["vllm"]),
-        SimpleNamespace(name="fork", kind=no_score),
-    ]
+    plans = [SimpleNamespace(name="ref", kind=KINDS["hf"]), SimpleNamespace(name="same", kind=KINDS["vllm"]),
+             SimpleNamespace(name="fork", kind=no_score)]
     prep = SimpleNamespace(reference=plans[0], sides=plans, config=build_config())
-    sides = [
-        SideInfo(name="ref", kind="hf", reference=True, resolved={"engine": "hf", "dtype": "bfloat16"}),
-        SideInfo(name="same", kind="vllm", resolved={"engine": "vllm", "dtype": "bfloat16"}),
-        SideInfo(name="fork", kind="vllm", resolved={"engine": "vllm", "dtype": "float32"}),
-    ]
+    sides = [SideInfo(name="ref", kind="hf", reference=True, resolved={"engine": "hf", "dtype": "bfloat16"}),
+             SideInfo(name="same", kind="vllm", resolved={"engine": "vllm", "dtype": "bfloat16"}),
+             SideInfo(name="fork", kind="vllm", resolved={"engine": "vllm", "dtype": "float32"})]
     pr = PromptResult(index=0, prompt_text="p", prompt_token_ids=[1, 2], results=res)
-    run = Run(
-        id="r",
-        created_utc="",
-        model=ModelInfo(name="m", path="/m"),
-        config={},
-        status="running",
-        prompts=[pr],
-        sides=sides,
-    )
+    run = Run(id="r", created_utc="", model=ModelInfo(name="m", path="/m"), config={}, status="running",
+              prompts=[pr], sides=sides)
 
     finish_comparisons(prep, RunRecorder(open_db(":memory:"), run), SimpleNamespace(score=score), lambda e: None)
 

@@ -4,7 +4,6 @@ Every rejection must be a ConfigError whose `key` names the offending key (for a
 `SIDE.option`, and a SideError that names the side) and whose message says what is allowed,
 because that message is all a user sees in the CLI and the app.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -87,20 +86,9 @@ def test_to_yaml_round_trips():
 
 
 def test_to_yaml_round_trips_sides_with_options_model_and_python():
-    cfg = config_from_dict(
-        {
-            **two(
-                {
-                    "name": "c",
-                    "kind": "vllm",
-                    "batch_invariant": True,
-                    "model": "/m/other",
-                    "python": "/envs/old/bin/python",
-                }
-            ),
-            "b": {"enforce_eager": False, "dtype": "bfloat16"},
-        }
-    )
+    cfg = config_from_dict({**two({"name": "c", "kind": "vllm", "batch_invariant": True, "model": "/m/other",
+                                   "python": "/envs/old/bin/python"}),
+                            "b": {"enforce_eager": False, "dtype": "bfloat16"}})
     again = config_from_dict(parse_config_text(cfg.to_yaml()))
     assert again == cfg
     assert again.side("c").model == "/m/other" and again.side("c").python == "/envs/old/bin/python"
@@ -109,11 +97,8 @@ def test_to_yaml_round_trips_sides_with_options_model_and_python():
 def test_to_dict_writes_only_what_a_side_changed():
     cfg = config_from_dict(two({"name": "c", "kind": "vllm", "enforce_eager": True, "max_num_seqs": 4}))
     sides = cfg.to_dict()["sides"]
-    assert sides == [
-        {"name": "ref", "kind": "hf"},
-        {"name": "b", "kind": "vllm"},
-        {"name": "c", "kind": "vllm", "enforce_eager": True, "max_num_seqs": 4},
-    ]
+    assert sides == [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm"},
+                     {"name": "c", "kind": "vllm", "enforce_eager": True, "max_num_seqs": 4}]
     assert cfg.side("c").describe() == "c (vllm, enforce_eager=True, max_num_seqs=4)"
     assert cfg.side("b").describe() == "b (vllm)"
 
@@ -133,15 +118,13 @@ def test_parse_json():
 
 
 def test_parse_yaml_sides_list():
-    text = (
-        "dtype: bfloat16\n"
-        "sides:\n"
-        "  - {name: ref, kind: hf, dtype: float32, attn_implementation: eager}\n"
-        "  - name: b\n"
-        "    kind: vllm\n"
-        "    enforce_eager: false\n"
-        "    device: cuda:1\n"
-    )
+    text = ("dtype: bfloat16\n"
+            "sides:\n"
+            "  - {name: ref, kind: hf, dtype: float32, attn_implementation: eager}\n"
+            "  - name: b\n"
+            "    kind: vllm\n"
+            "    enforce_eager: false\n"
+            "    device: cuda:1\n")
     cfg = config_from_dict(parse_config_text(text))
     assert [s.name for s in cfg.sides] == ["ref", "b"] and cfg.reference.name == "ref"
     ref, b = cfg.side("ref"), cfg.side("b")
@@ -151,11 +134,8 @@ def test_parse_yaml_sides_list():
 
 
 def test_parse_json_sides_list():
-    cfg = config_from_dict(
-        parse_config_text(
-            '{"sides": [{"name": "a", "kind": "vllm"}, {"name": "inv", "kind": "vllm", "batch_invariant": true}]}'
-        )
-    )
+    cfg = config_from_dict(parse_config_text(
+        '{"sides": [{"name": "a", "kind": "vllm"}, {"name": "inv", "kind": "vllm", "batch_invariant": true}]}'))
     assert [(s.name, s.kind) for s in cfg.sides] == [("a", "vllm"), ("inv", "vllm")]
     assert cfg.side("inv").options.batch_invariant is True and cfg.side("a").options.batch_invariant is False
 
@@ -224,12 +204,8 @@ def test_build_config_precedence(tmp_path):
 def test_side_args_replace_the_files_sides_and_set_beats_them(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("sides:\n  - {name: x, kind: hf}\n  - {name: y, kind: hf}\n", encoding="utf-8")
-    cfg = build_config(
-        path,
-        ["b.enforce_eager=true"],
-        base={"sides": [{"name": "p", "kind": "vllm"}]},
-        sides=["ref=hf,dtype=float32", "b=vllm,enforce_eager=false,max_num_seqs=2"],
-    )
+    cfg = build_config(path, ["b.enforce_eager=true"], base={"sides": [{"name": "p", "kind": "vllm"}]},
+                       sides=["ref=hf,dtype=float32", "b=vllm,enforce_eager=false,max_num_seqs=2"])
     assert [s.name for s in cfg.sides] == ["ref", "b"]  # --side replaces the base's and the file's, in order
     assert cfg.side("ref").options.dtype == "float32"
     assert cfg.side("b").options.enforce_eager is True  # --set beats --side
@@ -239,24 +215,13 @@ def test_side_args_replace_the_files_sides_and_set_beats_them(tmp_path):
 def test_build_config_does_not_mutate_base():
     base = {"vllm": {"max_num_seqs": 8}, "sides": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}]}
     build_config(None, ["vllm.max_num_seqs=16"], base=base)
-    assert base == {
-        "vllm": {"max_num_seqs": 8},
-        "sides": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}],
-    }
+    assert base == {"vllm": {"max_num_seqs": 8},
+                    "sides": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}]}
 
 
 def test_set_values_are_parsed_as_yaml_scalars():
-    cfg = build_config(
-        None,
-        [
-            "temperature=0.7",
-            "stop_token_ids=[5, 6]",
-            "hf.device=cpu",
-            "max_model_len=null",
-            "ignore_eos=false",
-            "vllm.gpu_memory_utilization=0.3",
-        ],
-    )
+    cfg = build_config(None, ["temperature=0.7", "stop_token_ids=[5, 6]", "hf.device=cpu",
+                              "max_model_len=null", "ignore_eos=false", "vllm.gpu_memory_utilization=0.3"])
     assert cfg.temperature == 0.7 and cfg.stop_token_ids == [5, 6]
     assert cfg.side("hf").options.device == "cpu" and cfg.max_model_len is None and cfg.ignore_eos is False
     assert cfg.side("vllm").options.gpu_memory_utilization == 0.3
@@ -318,14 +283,11 @@ def test_set_into_an_empty_section_from_the_file(tmp_path):
 # --- legacy keys: moved up from the vllm: section, or renamed --------------------------------
 
 
-@pytest.mark.parametrize(
-    "section, top",
-    [
-        ({"generation_config": "vllm"}, {"generation_config": "neutral"}),
-        ({"generation_config": "auto"}, {"generation_config": "model"}),
-        ({"logprobs_mode": "processed_logprobs"}, {"logprobs_mode": "processed_logprobs"}),
-    ],
-)
+@pytest.mark.parametrize("section, top", [
+    ({"generation_config": "vllm"}, {"generation_config": "neutral"}),
+    ({"generation_config": "auto"}, {"generation_config": "model"}),
+    ({"logprobs_mode": "processed_logprobs"}, {"logprobs_mode": "processed_logprobs"}),
+])
 def test_legacy_vllm_section_keys_move_up(section, top):
     cfg = config_from_dict({"vllm": section})
     for key, value in top.items():
@@ -359,25 +321,22 @@ def test_legacy_device_map_is_the_device_option():
 # --- rejections: each names the key and what is allowed -------------------------------------
 
 
-@pytest.mark.parametrize(
-    "data, key, allowed",
-    [
-        ({"top_p": 1.5}, "top_p", "(0, 1]"),
-        ({"top_p": 0}, "top_p", "(0, 1]"),
-        ({"max_new_tokens": 0}, "max_new_tokens", "from 1 to 131072"),
-        ({"temperature": -1}, "temperature", "from 0 (greedy) to 10"),
-        ({"logprobs": MAX_LOGPROBS + 1}, "logprobs", f"from 0 to {MAX_LOGPROBS}"),
-        ({"top_k": -1}, "top_k", ">= 0"),
-        ({"min_p": 1.5}, "min_p", "[0, 1]"),
-        ({"dtype": "float8"}, "dtype", "auto, float32, bfloat16, float16"),
-        ({"stop_token_ids": [1, -2]}, "stop_token_ids", "token ids >= 0"),
-        ({"max_model_len": 8}, "max_model_len", ">= 16"),
-        ({"batch_size": 0}, "batch_size", "from 1 to 1024"),
-        ({"logprobs_mode": "raw_logits"}, "logprobs_mode", "raw_logprobs, processed_logprobs"),
-        ({"vllm": {"logprobs_mode": "raw_logits"}}, "logprobs_mode", "raw_logprobs, processed_logprobs"),
-        ({"generation_config": "vllm"}, "generation_config", "neutral, model"),
-    ],
-)
+@pytest.mark.parametrize("data, key, allowed", [
+    ({"top_p": 1.5}, "top_p", "(0, 1]"),
+    ({"top_p": 0}, "top_p", "(0, 1]"),
+    ({"max_new_tokens": 0}, "max_new_tokens", "from 1 to 131072"),
+    ({"temperature": -1}, "temperature", "from 0 (greedy) to 10"),
+    ({"logprobs": MAX_LOGPROBS + 1}, "logprobs", f"from 0 to {MAX_LOGPROBS}"),
+    ({"top_k": -1}, "top_k", ">= 0"),
+    ({"min_p": 1.5}, "min_p", "[0, 1]"),
+    ({"dtype": "float8"}, "dtype", "auto, float32, bfloat16, float16"),
+    ({"stop_token_ids": [1, -2]}, "stop_token_ids", "token ids >= 0"),
+    ({"max_model_len": 8}, "max_model_len", ">= 16"),
+    ({"batch_size": 0}, "batch_size", "from 1 to 1024"),
+    ({"logprobs_mode": "raw_logits"}, "logprobs_mode", "raw_logprobs, processed_logprobs"),
+    ({"vllm": {"logprobs_mode": "raw_logits"}}, "logprobs_mode", "raw_logprobs, processed_logprobs"),
+    ({"generation_config": "vllm"}, "generation_config", "neutral, model"),
+])
 def test_out_of_range_names_key_and_range(data, key, allowed):
     err = reject(data)
     assert err.key == key
@@ -385,25 +344,18 @@ def test_out_of_range_names_key_and_range(data, key, allowed):
     assert allowed in str(err)
 
 
-@pytest.mark.parametrize(
-    "data, side, option, allowed",
-    [
-        ({"vllm": {"gpu_memory_utilization": 1.0}}, "vllm", "gpu_memory_utilization", "0.05 to 0.98"),
-        ({"vllm": {"kv_cache_gib": 0}}, "vllm", "kv_cache_gib", "0.0625 to 1024"),
-        ({"vllm": {"max_num_seqs": 0}}, "vllm", "max_num_seqs", "from 1 to 4096"),
-        ({"vllm": {"tensor_parallel_size": 0}}, "vllm", "tensor_parallel_size", "from 1 to 64"),
-        ({"hf": {"attn_implementation": "fast"}}, "hf", "attn_implementation", "sdpa"),
-        ({"hf": {"decode": "turbo"}}, "hf", "decode", "eager, static, compiled, graphed"),
-        ({"hf": {"device": "tpu"}}, "hf", "device", "'cuda:N'"),
-        ({"hf": {"dtype": "fp8"}}, "hf", "dtype", "auto, float32, bfloat16, float16"),
-        (
-            {"sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm", "device": "gpu0"}]},
-            "b",
-            "device",
-            "'cuda:N,M'",
-        ),
-    ],
-)
+@pytest.mark.parametrize("data, side, option, allowed", [
+    ({"vllm": {"gpu_memory_utilization": 1.0}}, "vllm", "gpu_memory_utilization", "0.05 to 0.98"),
+    ({"vllm": {"kv_cache_gib": 0}}, "vllm", "kv_cache_gib", "0.0625 to 1024"),
+    ({"vllm": {"max_num_seqs": 0}}, "vllm", "max_num_seqs", "from 1 to 4096"),
+    ({"vllm": {"tensor_parallel_size": 0}}, "vllm", "tensor_parallel_size", "from 1 to 64"),
+    ({"hf": {"attn_implementation": "fast"}}, "hf", "attn_implementation", "sdpa"),
+    ({"hf": {"decode": "turbo"}}, "hf", "decode", "eager, static, compiled, graphed"),
+    ({"hf": {"device": "tpu"}}, "hf", "device", "'cuda:N'"),
+    ({"hf": {"dtype": "fp8"}}, "hf", "dtype", "auto, float32, bfloat16, float16"),
+    ({"sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm", "device": "gpu0"}]},
+     "b", "device", "'cuda:N,M'"),
+])
 def test_side_option_out_of_range_names_side_option_and_range(data, side, option, allowed):
     err = reject(data)
     assert isinstance(err, SideError) and err.side == side
@@ -413,20 +365,13 @@ def test_side_option_out_of_range_names_side_option_and_range(data, side, option
     assert err.fix.startswith(f"set {side}.{option} ")  # the fix addresses the side, as --set does
 
 
-@pytest.mark.parametrize(
-    "data, side, option, known",
-    [
-        ({"vllm": {"gpu_mem": 0.5}}, "vllm", "gpu_mem", "enforce_eager"),
-        ({"hf": {"do_sample": False}}, "hf", "do_sample", "attn_implementation"),
-        # An option of another kind: HF has no CUDA graphs to turn off.
-        (
-            {"sides": [{"name": "ref", "kind": "hf", "enforce_eager": True}, {"name": "b", "kind": "vllm"}]},
-            "ref",
-            "enforce_eager",
-            "decode",
-        ),
-    ],
-)
+@pytest.mark.parametrize("data, side, option, known", [
+    ({"vllm": {"gpu_mem": 0.5}}, "vllm", "gpu_mem", "enforce_eager"),
+    ({"hf": {"do_sample": False}}, "hf", "do_sample", "attn_implementation"),
+    # An option of another kind: HF has no CUDA graphs to turn off.
+    ({"sides": [{"name": "ref", "kind": "hf", "enforce_eager": True}, {"name": "b", "kind": "vllm"}]},
+     "ref", "enforce_eager", "decode"),
+])
 def test_unknown_side_option_names_side_and_the_kinds_options(data, side, option, known):
     err = reject(data)
     assert isinstance(err, SideError) and err.side == side
@@ -457,42 +402,36 @@ def test_scalar_under_a_side_name_is_an_unknown_key_with_where_side_options_go()
     assert "a side's options go under its name" in err.fix
 
 
-@pytest.mark.parametrize(
-    "data, key, expected",
-    [
-        ({"max_new_tokens": "64"}, "max_new_tokens", "must be an integer"),
-        ({"max_new_tokens": True}, "max_new_tokens", "must be an integer"),
-        ({"max_new_tokens": 1.5}, "max_new_tokens", "must be an integer"),
-        ({"ignore_eos": 1.0}, "ignore_eos", "must be true or false"),
-        ({"ignore_eos": "yes please"}, "ignore_eos", "must be true or false"),
-        ({"temperature": "hot"}, "temperature", "must be a number"),
-        ({"temperature": True}, "temperature", "must be a number"),
-        ({"temperature": float("nan")}, "temperature", "must be a number"),
-        ({"dtype": True}, "dtype", "must be a string"),
-        ({"dtype": [16]}, "dtype", "must be a string"),
-        ({"dtype": 16}, "dtype", "is '16', must be one of"),  # a number is read as its text, then range-checked
-        ({"stop_token_ids": 7}, "stop_token_ids", "must be a list"),
-        ({"stop_token_ids": [1, "x"]}, "stop_token_ids[1]", "must be an integer"),
-        ({"rope_scaling": "linear"}, "rope_scaling", "must be a mapping"),
-        ({"seed": None}, "seed", "must not be null"),
-    ],
-)
+@pytest.mark.parametrize("data, key, expected", [
+    ({"max_new_tokens": "64"}, "max_new_tokens", "must be an integer"),
+    ({"max_new_tokens": True}, "max_new_tokens", "must be an integer"),
+    ({"max_new_tokens": 1.5}, "max_new_tokens", "must be an integer"),
+    ({"ignore_eos": 1.0}, "ignore_eos", "must be true or false"),
+    ({"ignore_eos": "yes please"}, "ignore_eos", "must be true or false"),
+    ({"temperature": "hot"}, "temperature", "must be a number"),
+    ({"temperature": True}, "temperature", "must be a number"),
+    ({"temperature": float("nan")}, "temperature", "must be a number"),
+    ({"dtype": True}, "dtype", "must be a string"),
+    ({"dtype": [16]}, "dtype", "must be a string"),
+    ({"dtype": 16}, "dtype", "is '16', must be one of"),  # a number is read as its text, then range-checked
+    ({"stop_token_ids": 7}, "stop_token_ids", "must be a list"),
+    ({"stop_token_ids": [1, "x"]}, "stop_token_ids[1]", "must be an integer"),
+    ({"rope_scaling": "linear"}, "rope_scaling", "must be a mapping"),
+    ({"seed": None}, "seed", "must not be null"),
+])
 def test_wrong_type_names_key_and_type(data, key, expected):
     err = reject(data)
     assert err.key == key
     assert f"'{key}'" in str(err) and expected in str(err)
 
 
-@pytest.mark.parametrize(
-    "data, side, option, expected",
-    [
-        ({"vllm": {"enforce_eager": "true"}}, "vllm", "enforce_eager", "must be true or false"),
-        ({"vllm": {"tensor_parallel_size": 1.5}}, "vllm", "tensor_parallel_size", "must be an integer"),
-        ({"vllm": {"kv_cache_gib": "2G"}}, "vllm", "kv_cache_gib", "must be a number"),
-        ({"hf": {"fp32_logits": "yes"}}, "hf", "fp32_logits", "must be true or false"),
-        ({"hf": {"device": None}}, "hf", "device", "must not be null"),
-    ],
-)
+@pytest.mark.parametrize("data, side, option, expected", [
+    ({"vllm": {"enforce_eager": "true"}}, "vllm", "enforce_eager", "must be true or false"),
+    ({"vllm": {"tensor_parallel_size": 1.5}}, "vllm", "tensor_parallel_size", "must be an integer"),
+    ({"vllm": {"kv_cache_gib": "2G"}}, "vllm", "kv_cache_gib", "must be a number"),
+    ({"hf": {"fp32_logits": "yes"}}, "hf", "fp32_logits", "must be true or false"),
+    ({"hf": {"device": None}}, "hf", "device", "must not be null"),
+])
 def test_side_option_wrong_type_names_side_and_option(data, side, option, expected):
     err = reject(data)
     assert isinstance(err, SideError) and err.key == f"{side}.{option}"
@@ -500,13 +439,8 @@ def test_side_option_wrong_type_names_side_and_option(data, side, option, expect
 
 
 def test_lossless_coercions_are_accepted():
-    cfg = config_from_dict(
-        {
-            "max_new_tokens": 8.0,
-            "temperature": 1,
-            "vllm": {"enforce_eager": None, "kv_cache_gib": 2, "max_num_seqs": 4.0},
-        }
-    )
+    cfg = config_from_dict({"max_new_tokens": 8.0, "temperature": 1,
+                            "vllm": {"enforce_eager": None, "kv_cache_gib": 2, "max_num_seqs": 4.0}})
     assert cfg.max_new_tokens == 8 and isinstance(cfg.max_new_tokens, int)
     assert cfg.temperature == 1.0 and isinstance(cfg.temperature, float)
     vllm = cfg.side("vllm").options
@@ -534,43 +468,27 @@ def test_every_kind_accepts_a_bare_side():
 def test_shared_options_are_every_worker_kinds_but_not_a_remote_servers():
     for name in ("vllm", "hf", "vllm-server"):
         assert option_names(SideOptions) <= option_names(KINDS[name].options), name
-    err = reject(
-        {
-            "sides": [
-                {"name": "ref", "kind": "hf"},
-                {"name": "srv", "kind": "openai", "url": "http://h:1/v1", "dtype": "float32"},
-            ]
-        }
-    )
+    err = reject({"sides": [{"name": "ref", "kind": "hf"},
+                            {"name": "srv", "kind": "openai", "url": "http://h:1/v1", "dtype": "float32"}]})
     assert err.key == "srv.dtype" and "not an option of kind openai" in err.message
 
 
-@pytest.mark.parametrize(
-    "side, key, words",
-    [
-        ({"name": "b", "kind": "tgi"}, "b.kind", "unknown kind 'tgi'; available: vllm, hf, vllm-server, openai"),
-        ({"name": "b"}, "b.kind", "has no kind"),
-        ({"name": "b", "kind": "hf", "model": 3}, "b.model", "model must be a path"),
-        ({"name": "b", "kind": "hf", "python": "  "}, "b.python", "python must be a path"),
-    ],
-)
+@pytest.mark.parametrize("side, key, words", [
+    ({"name": "b", "kind": "tgi"}, "b.kind", "unknown kind 'tgi'; available: vllm, hf, vllm-server, openai"),
+    ({"name": "b"}, "b.kind", "has no kind"),
+    ({"name": "b", "kind": "hf", "model": 3}, "b.model", "model must be a path"),
+    ({"name": "b", "kind": "hf", "python": "  "}, "b.python", "python must be a path"),
+])
 def test_a_bad_side_is_named_with_its_key(side, key, words):
     err = reject({"sides": [{"name": "ref", "kind": "hf"}, side]})
     assert isinstance(err, SideError) and err.side == "b" and err.key == key
     assert "side 'b'" in str(err) and words in err.message and err.fix
 
 
-@pytest.mark.parametrize(
-    "name, words",
-    [
-        ("1a", "is not usable"),
-        ("a b", "is not usable"),
-        ("x" * 33, "is not usable"),
-        (None, "is not usable"),
-        ("seed", "is also a config key"),
-        ("sides", "is also a config key"),
-    ],
-)
+@pytest.mark.parametrize("name, words", [
+    ("1a", "is not usable"), ("a b", "is not usable"), ("x" * 33, "is not usable"), (None, "is not usable"),
+    ("seed", "is also a config key"), ("sides", "is also a config key"),
+])
 def test_side_names_must_be_usable_and_not_config_keys(name, words):
     err = reject({"sides": [{"name": "ref", "kind": "hf"}, {"name": name, "kind": "vllm"}]})
     assert err.key == "sides[1].name" and words in err.message and err.fix
@@ -586,9 +504,8 @@ def test_two_sides_with_one_name_are_rejected():
     assert isinstance(err, SideError) and err.side == "a" and "two sides have this name" in err.message
 
 
-@pytest.mark.parametrize(
-    "count, words", [(0, "has 0 side"), (1, "has 1 side"), (MAX_SIDES + 1, f"over the limit of {MAX_SIDES}")]
-)
+@pytest.mark.parametrize("count, words", [(0, "has 0 side"), (1, "has 1 side"),
+                                          (MAX_SIDES + 1, f"over the limit of {MAX_SIDES}")])
 def test_side_counts(count, words):
     err = reject({"sides": [{"name": f"s{i}", "kind": "vllm"} for i in range(count)]})
     assert err.key == "sides" and words in err.message and err.fix
@@ -637,13 +554,8 @@ def test_sidespec_replace_is_a_copy():
 
 def test_side_arg_values_are_yaml_scalars():
     assert parse_side_arg("b=vllm,enforce_eager=false,gpu_memory_utilization=0.3,max_num_seqs=null,model=/x") == {
-        "name": "b",
-        "kind": "vllm",
-        "enforce_eager": False,
-        "gpu_memory_utilization": 0.3,
-        "max_num_seqs": None,
-        "model": "/x",
-    }
+        "name": "b", "kind": "vllm", "enforce_eager": False, "gpu_memory_utilization": 0.3, "max_num_seqs": None,
+        "model": "/x"}
     assert parse_side_arg(" ref = hf ") == {"name": "ref", "kind": "hf"}
 
 
@@ -680,9 +592,8 @@ def test_multi_gpu_device_through_set_and_yaml():
 
 
 def test_rope_scaling_accepted():
-    cfg = config_from_dict(
-        {"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}}
-    )
+    cfg = config_from_dict({"rope_scaling": {"rope_type": "yarn", "factor": 4,
+                                             "original_max_position_embeddings": 4096}})
     assert cfg.rope_scaling == {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}
 
 
@@ -721,9 +632,8 @@ def test_presets_validate(name):
 
 def test_presets_are_not_mutated_by_building():
     before = repr(PRESETS)
-    build_config(
-        None, ["vllm.enforce_eager=false", "rope_scaling={type: linear, factor: 3}"], base=PRESETS["long-context-9k"]
-    )
+    build_config(None, ["vllm.enforce_eager=false", "rope_scaling={type: linear, factor: 3}"],
+                 base=PRESETS["long-context-9k"])
     assert repr(PRESETS) == before
 
 
@@ -762,8 +672,7 @@ def test_side_presets_compare_what_their_names_say():
 
 def test_side_presets_are_not_mutated_by_building():
     before = repr(SIDE_PRESETS)
-    cfg = build_config(
-        None, ["eager.enforce_eager=false", "graphs.max_num_seqs=2"], base={"sides": SIDE_PRESETS["eager-vs-graphs"]}
-    )
+    cfg = build_config(None, ["eager.enforce_eager=false", "graphs.max_num_seqs=2"],
+                       base={"sides": SIDE_PRESETS["eager-vs-graphs"]})
     assert cfg.side("eager").options.enforce_eager is False and cfg.side("graphs").options.max_num_seqs == 2
     assert repr(SIDE_PRESETS) == before

@@ -5,7 +5,6 @@ then `prepare` on tiny model folders (tokenizer only, no weights load): the sizi
 vLLM side's arguments, and a context past the positions or the KV cache is refused with the fix.
 The real-engine run of a long-context model is in test_engines.py; the CLI refusals in test_cli.py.
 """
-
 from __future__ import annotations
 
 import json
@@ -40,7 +39,6 @@ PROMPT = "def main(args):"
 
 # -- sizing ------------------------------------------------------------------------------------------
 
-
 def test_the_context_is_the_need_bucketed_and_capped_by_the_model():
     assert sized_context(60, 32768) == CONTEXT_FLOOR  # a short run: the floor
     assert sized_context(CONTEXT_FLOOR + 1, None) == 2 * CONTEXT_FLOOR  # then powers of two
@@ -62,16 +60,13 @@ def _model(**kw) -> ModelInfo:
     return ModelInfo(**{**base, **kw})
 
 
-@pytest.mark.parametrize(
-    "rope, model_type, limit",
-    [
-        (None, "llama", 4096),
-        ({"rope_type": "linear", "factor": 2.0}, "llama", 8192),
-        ({"rope_type": "dynamic", "factor": 4.0}, "llama", 16384),
-        ({"rope_type": "llama3", "factor": 8.0}, "llama", 4096),  # llama3 states the scaled length already
-        ({"rope_type": "linear", "factor": 8.0}, "gemma3_text", 4096),  # so does Gemma 3 (vLLM skips it too)
-    ],
-)
+@pytest.mark.parametrize("rope, model_type, limit", [
+    (None, "llama", 4096),
+    ({"rope_type": "linear", "factor": 2.0}, "llama", 8192),
+    ({"rope_type": "dynamic", "factor": 4.0}, "llama", 16384),
+    ({"rope_type": "llama3", "factor": 8.0}, "llama", 4096),  # llama3 states the scaled length already
+    ({"rope_type": "linear", "factor": 8.0}, "gemma3_text", 4096),  # so does Gemma 3 (vLLM skips it too)
+])
 def test_the_positions_a_model_serves_count_its_rope_scaling(rope, model_type, limit):
     assert positions_limit(_model(model_type=model_type), rope) == limit
     assert positions_limit(_model(model_type=model_type, rope_scaling=rope)) == limit  # the model's own
@@ -84,9 +79,8 @@ def test_one_context_check_for_the_app_and_prepare():
     assert check_context([12], 48, 32768, max_model_len=4096).vllm_context == 4096
     over = check_context([10, 600, 700], 64, 512)
     assert over.over == 1  # the first prompt over the limit
-    assert over.message == (
-        "prompt 1 has 600 tokens; with max_new_tokens=64 it needs 664 positions, over the context of 512"
-    )
+    assert over.message == ("prompt 1 has 600 tokens; with max_new_tokens=64 it needs 664 positions, over the "
+                            "context of 512")
     assert "shorten the prompt" in over.fix and "max_model_len" in over.fix
     assert check_context([600], 64, 512).message.startswith("the prompt has 600 tokens")
     assert check_context([10**6], 64, None).over is None  # unknown context: nothing to check
@@ -104,13 +98,11 @@ def test_the_app_shows_the_same_check_as_a_card():
 
 # -- the KV cache --------------------------------------------------------------------------------------
 
-
 def test_kv_figures_match_vllms_for_the_issue_model():
     """18 layers, 1 KV head of 256, a 512-token sliding window, float32, 32,768 positions: vLLM 0.32
     said "1.13 GiB KV cache is needed, which is larger than the available KV cache memory (1.0 GiB)"."""
-    model = _model(
-        num_hidden_layers=18, num_key_value_heads=1, head_dim=256, max_position_embeddings=32768, sliding_window=512
-    )
+    model = _model(num_hidden_layers=18, num_key_value_heads=1, head_dim=256, max_position_embeddings=32768,
+                   sliding_window=512)
     per = kv_per_token(model, 4)
     assert per.bytes == 2 * 18 * 1 * 256 * 4 and per.extra_blocks == 1
     assert str(round(kv_bytes(32768, per, 128) / GIB, 2)) == "1.13"  # vLLM's format_gib
@@ -149,29 +141,18 @@ def test_caches_that_are_not_plain_kv_are_not_estimated():
 
 # -- prepare: tiny model folders, tokenizer only ----------------------------------------------------------
 
-
 @pytest.fixture(scope="module")
 def long_model(tmp_path_factory):
     """131,072 positions; 12 KiB of float32 KV a token: its whole context needs 1.5 GiB, over a CPU
     vLLM side's default 1 GiB (what made vLLM refuse to start before the context was sized)."""
-    return build_model(
-        tmp_path_factory.mktemp("ctx") / "long",
-        "llama",
-        max_position_embeddings=131072,
-        num_hidden_layers=3,
-        num_key_value_heads=4,
-        head_dim=128,
-    )
+    return build_model(tmp_path_factory.mktemp("ctx") / "long", "llama", max_position_embeddings=131072,
+                       num_hidden_layers=3, num_key_value_heads=4, head_dim=128)
 
 
 def _prepare(model, *overrides, prompts=(PROMPT,), sides=None, gpu=False, min_context=0):
     cfg = build_config(None, ["dtype=float32", *overrides], sides=sides)
-    return prepare(
-        RunRequest(
-            model=str(model), prompts=[PromptSpec(text=p) for p in prompts], config=cfg, min_context=min_context
-        ),
-        gpu,
-    )
+    return prepare(RunRequest(model=str(model), prompts=[PromptSpec(text=p) for p in prompts], config=cfg,
+                              min_context=min_context), gpu)
 
 
 def test_each_vllm_side_gets_the_runs_need_bucketed(long_model):
@@ -229,10 +210,8 @@ def test_max_model_len_over_the_kv_cache_is_refused_with_the_length_that_fits(lo
     assert 1.5 < gib <= 1.51  # 1.5 GiB of blocks plus the one vLLM's pool holds back
     # The fix works: either number is accepted.
     assert _prepare(long_model, f"max_model_len={fits}").side("vllm").args.llm["max_model_len"] == fits
-    assert (
-        _prepare(long_model, "max_model_len=131072", f"vllm.kv_cache_gib={gib}").side("vllm").args.llm["max_model_len"]
-        == 131072
-    )
+    assert _prepare(long_model, "max_model_len=131072", f"vllm.kv_cache_gib={gib}").side("vllm").args.llm[
+        "max_model_len"] == 131072
     with pytest.raises(SideError):
         _prepare(long_model, "max_model_len=131072", "vllm.kv_cache_gib=1.5")
 
@@ -284,9 +263,8 @@ def test_a_prompt_past_the_context_is_the_same_check_the_app_shows(tmp_path):
 
 
 def test_on_a_gpu_the_kv_check_uses_the_memory_plans_share(long_model, monkeypatch):
-    monkeypatch.setattr(
-        memory_plan, "gpus", lambda: [{"index": "0", "name": "test", "memory_mib": str(4 * 1024), "compute_cap": "9.0"}]
-    )
+    monkeypatch.setattr(memory_plan, "gpus", lambda: [{"index": "0", "name": "test", "memory_mib": str(4 * 1024),
+                                                       "compute_cap": "9.0"}])
     prep = _prepare(long_model, "max_new_tokens=8", sides=["ref=hf", "b=vllm"], gpu=True)
     assert prep.side("b").args.llm["max_model_len"] == CONTEXT_FLOOR
     with pytest.raises(SideError) as e:
@@ -297,11 +275,8 @@ def test_on_a_gpu_the_kv_check_uses_the_memory_plans_share(long_model, monkeypat
 
 
 def _on_a_gpu(monkeypatch, gib=80):
-    monkeypatch.setattr(
-        memory_plan,
-        "gpus",
-        lambda: [{"index": "0", "name": "test", "memory_mib": str(gib * 1024), "compute_cap": "9.0"}],
-    )
+    monkeypatch.setattr(memory_plan, "gpus", lambda: [{"index": "0", "name": "test", "memory_mib": str(gib * 1024),
+                                                       "compute_cap": "9.0"}])
 
 
 def test_a_workloads_floor_side_gets_a_gpu_share_planned_with_the_others(long_model, monkeypatch):
@@ -339,16 +314,14 @@ def test_sides_planned_without_prompts_get_gpu_shares_too(long_model, monkeypatc
 
 # -- the mapping table -------------------------------------------------------------------------------------
 
-
 def test_the_mapping_table_says_where_an_unset_max_model_len_comes_from(long_model):
     info = describe(long_model)
     row = {r.key: r for r in mapping_table(build_config(None, []), resolve(info, [], False))}["max_model_len"]
     assert row.value is None
     assert "the run's need" in row.sides["vllm"] and "at most 131072" in row.sides["vllm"]
     assert row.sides["hf"] == "(not used)"
-    set_row = {r.key: r for r in mapping_table(build_config(None, ["max_model_len=4096"]), resolve(info, [], False))}[
-        "max_model_len"
-    ]
+    set_row = {r.key: r for r in mapping_table(build_config(None, ["max_model_len=4096"]),
+                                               resolve(info, [], False))}["max_model_len"]
     assert set_row.sides["vllm"] == "LLM.max_model_len=4096"
 
 

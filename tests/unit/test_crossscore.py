@@ -1,6 +1,5 @@
 """Teacher-forced cross-scoring: the statistics (pure, hand-built steps) and which side scores which
 sequence. Each engine's `score` on a tiny real model is tests/engines/test_crossscore_engines.py."""
-
 from __future__ import annotations
 
 import math
@@ -28,10 +27,8 @@ def line(cs):
 
 def steps(logprobs: list[float], ranks: list[int] | None = None, first_id: int = 100) -> list[TokenStep]:
     ranks = ranks or [1] * len(logprobs)
-    return [
-        TokenStep(position=i, token_id=first_id + i, text="", logprob=lp, rank=r)
-        for i, (lp, r) in enumerate(zip(logprobs, ranks))
-    ]
+    return [TokenStep(position=i, token_id=first_id + i, text="", logprob=lp, rank=r)
+            for i, (lp, r) in enumerate(zip(logprobs, ranks))]
 
 
 def side(name: str, logprobs: list[float], first_id: int = 100) -> SideResult:
@@ -156,11 +153,8 @@ def test_cross_score_only_asks_sides_that_can_score(cannot):
 
 
 def test_three_sides_are_each_cross_scored_against_the_reference():
-    res = {
-        "ref": side("ref", [-0.1, -0.2], first_id=7),
-        "b": side("b", [-0.1, -0.3], first_id=7),
-        "c": side("c", [-0.4], first_id=9),
-    }
+    res = {"ref": side("ref", [-0.1, -0.2], first_id=7), "b": side("b", [-0.1, -0.3], first_id=7),
+           "c": side("c", [-0.4], first_id=9)}
     score, calls = recorder()
     outs = {n: cross(score, compare(res["ref"], res[n]), [1], res, 5, set(res)) for n in ("b", "c")}
     assert set(outs["b"]) == {"b_by_ref", "ref_by_b"}
@@ -183,10 +177,8 @@ def test_cross_score_lets_engine_errors_propagate():
 
 def test_summary_line():
     own, other = steps([-0.1, -0.5]), steps([-0.1, -0.2])
-    cs = {
-        key("cand", "ref"): stats("cand", "ref", "ref", own, other),
-        key("ref", "cand"): stats("ref", "cand", "ref", other, own),
-    }
+    cs = {key("cand", "ref"): stats("cand", "ref", "ref", own, other),
+          key("ref", "cand"): stats("ref", "cand", "ref", other, own)}
     text = line(cs)
     first, second = text.split("; ")
     assert first.startswith("cand's tokens scored by ref: RMS gap ")

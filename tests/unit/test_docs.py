@@ -1,6 +1,5 @@
 """The docs: every CLI command is in the generated CLI reference and the page is current, the README's
 test command is what CI runs, the README stays short, and the mkdocs site builds in strict mode."""
-
 from __future__ import annotations
 
 import argparse
@@ -45,9 +44,8 @@ def test_the_cli_reference_is_what_the_parser_gives(monkeypatch):
     """docs/reference/cli.md is generated; when the parser changes, regenerate it with
     `.venv/bin/python scripts/cli_reference.py`. The terminal's width does not change the page."""
     monkeypatch.setenv("COLUMNS", "37")
-    assert _cli_reference().render() == CLI_PAGE.read_text(), (
+    assert _cli_reference().render() == CLI_PAGE.read_text(), \
         "docs/reference/cli.md is stale: run .venv/bin/python scripts/cli_reference.py"
-    )
 
 
 def test_the_cli_reference_check_fails_on_a_stale_page(tmp_path, monkeypatch, capsys):
@@ -77,14 +75,8 @@ def test_the_readme_is_short_and_links_every_docs_page():
 def test_the_docs_build_in_strict_mode(tmp_path):
     """`mkdocs build --strict` (mkdocs.yml sets strict and validates links and anchors between pages)."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
 

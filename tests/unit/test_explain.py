@@ -1,5 +1,4 @@
 """explain() on hand-built side results (pure code above the engines: no engine runs here)."""
-
 from __future__ import annotations
 
 import pytest
@@ -16,29 +15,17 @@ A, B = "ref", "cand"  # side names; the first is the reference
 
 def step(pos: int, tid: int, top: list[tuple[int, float]]) -> TokenStep:
     lp = dict(top).get(tid, -9.0)
-    return TokenStep(
-        position=pos,
-        token_id=tid,
-        text=f"<{tid}>",
-        logprob=lp,
-        rank=1,
-        top=[TopLogprob(t, v, f"<{t}>") for t, v in top],
-    )
+    return TokenStep(position=pos, token_id=tid, text=f"<{tid}>", logprob=lp, rank=1,
+                     top=[TopLogprob(t, v, f"<{t}>") for t, v in top])
 
 
 def result(side: str, steps: list[TokenStep], finish: str = "length") -> SideResult:
-    return SideResult(
-        side=side, prompt_index=0, token_ids=[s.token_id for s in steps], steps=steps, finish_reason=finish
-    )
+    return SideResult(side=side, prompt_index=0, token_ids=[s.token_id for s in steps], steps=steps,
+                      finish_reason=finish)
 
 
-def sides(
-    a: list[TokenStep],
-    b: list[TokenStep],
-    afinish: str = "length",
-    bfinish: str = "length",
-    names: tuple[str, str] = (A, B),
-) -> tuple[SideResult, SideResult]:
+def sides(a: list[TokenStep], b: list[TokenStep], afinish: str = "length", bfinish: str = "length",
+          names: tuple[str, str] = (A, B)) -> tuple[SideResult, SideResult]:
     return result(names[0], a, afinish), result(names[1], b, bfinish)
 
 
@@ -208,7 +195,6 @@ def test_side_error_and_missing_comparison():
 
 # -- the settings the two sides differ in ---------------------------------------------------------
 
-
 def test_summary_names_the_settings_the_sides_differ_only_in():
     a, b = shared(4, gap=0.01)
     keys = ["engine", "dtype", "attention"]
@@ -216,10 +202,8 @@ def test_summary_names_the_settings_the_sides_differ_only_in():
     assert out["differing_settings"] == keys
     # the engines differ too: the settings are not the only difference (issue 33 item 11: this said
     # "differ only in weights dtype, attention backend" above a finding "only in engine (hf vs vllm)")
-    assert out["summary"].endswith(
-        f" The sides differ in engine; as each side resolved its settings, also in "
-        f"{LABELS['dtype']}, {LABELS['attention']}."
-    )
+    assert out["summary"].endswith(f" The sides differ in engine; as each side resolved its settings, also in "
+                                   f"{LABELS['dtype']}, {LABELS['attention']}.")
     assert "only" not in out["summary"]
 
 
@@ -244,26 +228,22 @@ def test_many_differing_settings_are_not_called_only():
 
 def test_near_tie_names_the_settings_from_the_sides_resolved_setups():
     """settings.differing (what the service passes) over two sides' resolved settings, into explain."""
-    infos = [
-        SideInfo(
-            name=A, kind="hf", reference=True, resolved={"engine": "hf", "dtype": "bfloat16", "attention": "sdpa"}
-        ),
-        SideInfo(name=B, kind="vllm", resolved={"engine": "vllm", "dtype": "float32", "attention": "sdpa"}),
-        SideInfo(name="third", kind="vllm", resolved={"engine": "vllm", "dtype": "bfloat16", "attention": "flash"}),
-    ]
+    infos = [SideInfo(name=A, kind="hf", reference=True,
+                      resolved={"engine": "hf", "dtype": "bfloat16", "attention": "sdpa"}),
+             SideInfo(name=B, kind="vllm", resolved={"engine": "vllm", "dtype": "float32", "attention": "sdpa"}),
+             SideInfo(name="third", kind="vllm", resolved={"engine": "vllm", "dtype": "bfloat16",
+                                                           "attention": "flash"})]
     a, b, _ = near_tie()
     keys = differing(infos, A, B)
     assert set(keys) == {"engine", "dtype"}  # the third side's attention is not this pair's business
     out = run_explain(*sides(a, b), differing_keys=keys)
     assert out["verdict"] == "numerical near-tie"
-    assert out["summary"].endswith(
-        f" The sides differ in engine; as each side resolved its settings, also in {LABELS['dtype']}."
-    )
+    assert out["summary"].endswith(f" The sides differ in engine; as each side resolved its settings, also in "
+                                   f"{LABELS['dtype']}.")
     other = run_explain(*sides(a, b, names=(A, "third")), differing_keys=differing(infos, A, "third"))
     assert other["sides"] == [A, "third"]
-    assert other["summary"].endswith(
-        f" The sides differ in engine; as each side resolved its settings, also in {LABELS['attention']}."
-    )
+    assert other["summary"].endswith(f" The sides differ in engine; as each side resolved its settings, also in "
+                                     f"{LABELS['attention']}.")
 
 
 def test_side_name_containing_failed_does_not_make_a_length_fork_an_error():
@@ -279,24 +259,16 @@ def test_side_name_containing_failed_does_not_make_a_length_fork_an_error():
 def test_the_verdict_and_the_finding_below_it_do_not_contradict_each_other():
     """Issue 33 item 11: HF against vLLM with nothing else set. The finding says the sides differ
     "only in engine (hf vs vllm)"; the verdict said "The sides differ only in attention backend"."""
-    infos = [
-        SideInfo(name="hf", kind="hf", reference=True, resolved={"engine": "hf", "attention": "sdpa"}),
-        SideInfo(name="vllm", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"}),
-    ]
+    infos = [SideInfo(name="hf", kind="hf", reference=True, resolved={"engine": "hf", "attention": "sdpa"}),
+             SideInfo(name="vllm", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"})]
     a, b, _ = near_tie()
     out = run_explain(*sides(a, b, names=("hf", "vllm")), differing_keys=differing(infos, "hf", "vllm"))
-    finding = (
-        "differs from the reference hf, as configured, only in engine (hf vs vllm)"  # preflight's sides-differ finding
-    )
+    finding = "differs from the reference hf, as configured, only in engine (hf vs vllm)"  # preflight's sides-differ finding
     assert "only" in finding and "differ only in" not in out["summary"]
-    assert (
-        "The sides differ in engine; as each side resolved its settings, also in attention backend." in out["summary"]
-    )
+    assert "The sides differ in engine; as each side resolved its settings, also in attention backend." in out["summary"]
     # the same pair on one engine: the attention backend IS the only difference, and says so
-    same = [
-        SideInfo(name="x", kind="vllm", reference=True, resolved={"engine": "vllm", "attention": "TRITON_ATTN"}),
-        SideInfo(name="y", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"}),
-    ]
+    same = [SideInfo(name="x", kind="vllm", reference=True, resolved={"engine": "vllm", "attention": "TRITON_ATTN"}),
+            SideInfo(name="y", kind="vllm", resolved={"engine": "vllm", "attention": "FLASH_ATTN"})]
     one = run_explain(*sides(a, b, names=("x", "y")), differing_keys=differing(same, "x", "y"))
     assert one["summary"].endswith(" The sides differ only in attention backend.")
 

@@ -1,6 +1,5 @@
 """Issue 33 item 4: a preflight error that needs no weights (--chat on a model without a chat template)
 is found from the model's files, before transformers and torch import and before any worker starts."""
-
 from __future__ import annotations
 
 import json
@@ -26,10 +25,7 @@ def _folder(tmp_path: Path, template: str | None) -> Path:
 
 
 def test_the_chat_template_is_read_from_the_files(tmp_path):
-    assert (
-        has_chat_template_file(str(_folder(tmp_path / "a", "{{ x }}") if (tmp_path / "a").mkdir() is None else ""))
-        is True
-    )
+    assert has_chat_template_file(str(_folder(tmp_path / "a", "{{ x }}") if (tmp_path / "a").mkdir() is None else "")) is True
     (tmp_path / "b").mkdir()
     assert has_chat_template_file(str(_folder(tmp_path / "b", None))) is False
     (tmp_path / "b" / "chat_template.jinja").write_text("{{ x }}")
@@ -56,19 +52,11 @@ def test_a_fresh_process_refuses_it_without_importing_transformers(tmp_path):
     (model / "tokenizer_config.json").write_text(json.dumps(cfg))
     for extra in ("chat_template.jinja", "chat_template.json"):
         (model / extra).unlink(missing_ok=True)
-    code = (
-        f"import sys\nfrom parity_ui.core.config import build_config\nfrom parity_ui.run.prepare import prepare, "
-        f"RunRequest\nfrom parity_ui.inputs.prompts import PromptSpec\ntry:\n    prepare(RunRequest(model={str(model)!r}, "
-        f"prompts=[PromptSpec(text='hi')], config=build_config(None, ['chat=true'])), False)\nexcept Exception as e:\n"
-        f"    print('REFUSED', e)\nprint('TRANSFORMERS', 'transformers' in sys.modules, 'torch' in sys.modules)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    ).stdout
+    code = (f"import sys\nfrom parity_ui.core.config import build_config\nfrom parity_ui.run.prepare import prepare, "
+            f"RunRequest\nfrom parity_ui.inputs.prompts import PromptSpec\ntry:\n    prepare(RunRequest(model={str(model)!r}, "
+            f"prompts=[PromptSpec(text='hi')], config=build_config(None, ['chat=true'])), False)\nexcept Exception as e:\n"
+            f"    print('REFUSED', e)\nprint('TRANSFORMERS', 'transformers' in sys.modules, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120).stdout
     assert "REFUSED chat=true but the model has no chat template" in out, out
     assert "TRANSFORMERS False False" in out, out

@@ -1,7 +1,6 @@
 """The figures' one registry (core.figures) and the wording every view shows (issue 33, items 3, 11, 15):
 display names, never code keys, in the CLI screen, the app's and report's HTML and the gate's messages;
 no figure named KL is ever negative; counts and indices read as such; exact ties say so."""
-
 from __future__ import annotations
 
 import re
@@ -23,60 +22,31 @@ from parity_ui.render.workload import figures_table_html, verdicts_html
 
 ROOT = Path(__file__).resolve().parents[2]
 # What users must never see: the code's keys of figures that have a display name.
-CODE_KEYS = (
-    "outside_0.9_1.1",
-    "outside_0.99_1.01",
-    "outside_0.999_1.002",
-    "token_mult_prob_error_minus_1",
-    "seq_abs_log_ratio_max",
-    "one_minus_pearson",
-    "abs_dlogp_",
-    "abs_dprob_",
-    "abs_kl",
-    "KL (kl)",
-)
+CODE_KEYS = ("outside_0.9_1.1", "outside_0.99_1.01", "outside_0.999_1.002", "token_mult_prob_error_minus_1",
+             "seq_abs_log_ratio_max", "one_minus_pearson", "abs_dlogp_", "abs_dprob_", "abs_kl", "KL (kl)")
 
 
 def _sample(i: int, gaps: list[float], first: int | None = 2) -> PairSample:
     """dlogp = gap at each token (the side's logprob -1, the reference's -1 - gap)."""
-    return PairSample(
-        prompt_index=i,
-        identical=first is None,
-        first_divergence=first,
-        length=len(gaps),
-        verdict=None,
-        logp_side=[-1.0] * len(gaps),
-        logp_ref=[-1.0 - g for g in gaps],
-        positions=list(range(len(gaps))),
-    )
+    return PairSample(prompt_index=i, identical=first is None, first_divergence=first, length=len(gaps), verdict=None,
+                      logp_side=[-1.0] * len(gaps), logp_ref=[-1.0 - g for g in gaps], positions=list(range(len(gaps))))
 
 
-def _report(
-    side_gaps: list[list[float]], floor_gaps: list[list[float]], firsts: list[int | None] | None = None
-) -> WorkloadReport:
+def _report(side_gaps: list[list[float]], floor_gaps: list[list[float]], firsts: list[int | None] | None = None
+            ) -> WorkloadReport:
     firsts = firsts or [2] * len(side_gaps)
     side = workload_stats([_sample(i, g, f) for i, (g, f) in enumerate(zip(side_gaps, firsts))])
     floor = workload_stats([_sample(i, g, None) for i, g in enumerate(floor_gaps)])
-    r = WorkloadReport(
-        options=WorkloadOptions(),
-        floor=FloorSpec("batch", "floor", "the reference at batch 8"),
-        n_prompts=len(side_gaps),
-        done=len(side_gaps),
-    )
+    r = WorkloadReport(options=WorkloadOptions(), floor=FloorSpec("batch", "floor", "the reference at batch 8"),
+                       n_prompts=len(side_gaps), done=len(side_gaps))
     r.sides = {"b": SideFigures("b", side, compare_to_floor(side, floor))}
     r.floor_figures = SideFigures("floor", floor)
     return r
 
 
 def test_every_figure_is_registered_once_with_a_name_and_a_meaning():
-    for key in (
-        *FLOOR_FIGURE_NAMES,
-        NOT_IDENTICAL,
-        *(k for k, _ in TABLE_ROWS),
-        "share_identical",
-        "identical_wilson_lower",
-        "median_first_divergence",
-    ):
+    for key in (*FLOOR_FIGURE_NAMES, NOT_IDENTICAL, *(k for k, _ in TABLE_ROWS), "share_identical",
+                "identical_wilson_lower", "median_first_divergence"):
         f = FIGURES[key]
         assert f.name and f.meaning and f.name != key or key in ("k3",), key
         assert display_name(key) == f.name
@@ -85,7 +55,6 @@ def test_every_figure_is_registered_once_with_a_name_and_a_meaning():
     assert [k for _, k in FIGURE_ROWS] == [k for k, _ in TABLE_ROWS]
     # the gate's metrics are figures too: each has its display name
     from parity_ui.commands.gate.metrics import METRICS
-
     assert all(m.display for m in METRICS.values())
     # rho is explained wherever the table is
     assert any("ρ = p_ref / p_side" in line for line in LEGEND)
@@ -124,12 +93,8 @@ def test_no_code_key_in_front_of_users():
     r = _report([[0.3, -0.3] * 16 for _ in range(8)], [[0.01, -0.01] * 16 for _ in range(8)])
     v = r.sides["b"].verdict
     assert v.verdict == "exceeds noise"
-    texts = {
-        "screen": format_workload(r, "RUN"),
-        "verdict line": verdict_line(v),
-        "summary": v.summary,
-        "html": figures_table_html(r) + verdicts_html(r),
-    }
+    texts = {"screen": format_workload(r, "RUN"), "verdict line": verdict_line(v), "summary": v.summary,
+             "html": figures_table_html(r) + verdicts_html(r)}
     for where, text in texts.items():
         for key in CODE_KEYS:
             assert key not in text, (where, key)
@@ -140,10 +105,9 @@ def test_no_code_key_in_front_of_users():
 def test_the_gate_names_figures_by_their_display_name():
     from parity_ui.commands.gate.judge import judge
     from parity_ui.commands.gate.spec import Threshold
-
     r = _report([[0.3, -0.3] * 16 for _ in range(8)], [[0.01, -0.01] * 16 for _ in range(8)])
-    (whole,) = judge(r, ["b"], [Threshold("within_floor", 1.5, 1)])
-    (per,) = judge(r, ["b"], [Threshold("within_floor", None, 1, {"outside_0.9_1.1": 1.5, "abs_dlogp_p99": 2.0})])
+    whole, = judge(r, ["b"], [Threshold("within_floor", 1.5, 1)])
+    per, = judge(r, ["b"], [Threshold("within_floor", None, 1, {"outside_0.9_1.1": 1.5, "abs_dlogp_p99": 2.0})])
     for o in (whole, per):
         assert o.status == "fail"
         for key in CODE_KEYS:
@@ -176,41 +140,22 @@ def test_cross_scores_say_one_position():
     from parity_ui.core.findings import CrossScores, GapStats
     from parity_ui.core.types import Comparison
     from parity_ui.render import cards
-
     c = Comparison(a="ref", b="b", identical=False, first_divergence=2, compared=4)
-    c.cross_scores = CrossScores(
-        directions={
-            cross_key("b", "ref"): GapStats(
-                generator="b",
-                scorer="ref",
-                positions=4,
-                skipped=0,
-                other_disagrees=1,
-                rms_gap=0.1,
-                max_abs_gap=0.2,
-                share_outside_band=0.0,
-            )
-        }
-    )
+    c.cross_scores = CrossScores(directions={cross_key("b", "ref"): GapStats(
+        generator="b", scorer="ref", positions=4, skipped=0, other_disagrees=1, rms_gap=0.1, max_abs_gap=0.2,
+        share_outside_band=0.0)})
     text = cards._cross_scores(c)
     assert "1 position where ref" in text and "1 positions" not in text
 
 
 def _step(pos: int, tid: int, top: list[tuple[int, float]]) -> TokenStep:
     lp = dict(top)[tid]
-    return TokenStep(
-        position=pos,
-        token_id=tid,
-        text=f"t{tid}",
-        logprob=lp,
-        rank=[t for t, _ in top].index(tid) + 1,
-        top=[TopLogprob(t, x, f"t{t}") for t, x in top],
-    )
+    return TokenStep(position=pos, token_id=tid, text=f"t{tid}", logprob=lp,
+                     rank=[t for t, _ in top].index(tid) + 1, top=[TopLogprob(t, x, f"t{t}") for t, x in top])
 
 
 def test_an_exact_tie_is_called_a_tie_in_the_verdict_and_the_token_view():
     from parity_ui.render.tokens import Stream, details_json
-
     # position 1: both sides give tokens 50 and 51 the same logprob; hf's engine listed 51 first
     a = [_step(0, 10, [(10, -0.1), (99, -3.0)]), _step(1, 51, [(51, -0.7), (50, -0.7)])]
     b = [_step(0, 10, [(10, -0.1), (99, -3.0)]), _step(1, 50, [(50, -0.7), (51, -0.7)])]
@@ -224,7 +169,6 @@ def test_an_exact_tie_is_called_a_tie_in_the_verdict_and_the_token_view():
     assert tied[2] == 1 and tied[4] == [2]  # vllm chose its rank 1, tied exactly with its rank 2
     assert len(data["steps"]["vllm"][0]) == 4  # no tie, no fifth item
     from parity_ui.render.assets import JS
-
     assert "exact tie with rank" in JS
 
 
@@ -258,11 +202,8 @@ def test_too_few_prompts_to_tell_in_the_screen_the_card_and_the_gate():
         for i in range(n):
             scale = rng.lognormvariate(-5, 1.0)
             side = [-rng.expovariate(1.0) for _ in range(64)]
-            out.append(
-                PairSample(
-                    i, False, 3, 64, None, side, [min(0.0, a + rng.gauss(0, scale)) for a in side], list(range(64))
-                )
-            )
+            out.append(PairSample(i, False, 3, 64, None, side, [min(0.0, a + rng.gauss(0, scale)) for a in side],
+                                  list(range(64))))
         return out
 
     for seed in range(40):
@@ -271,19 +212,13 @@ def test_too_few_prompts_to_tell_in_the_screen_the_card_and_the_gate():
         v = compare_to_floor(side, floor)
         if v.verdict == "too few prompts to tell":
             break
-    r = WorkloadReport(
-        options=WorkloadOptions(),
-        floor=FloorSpec("batch", "floor", "x"),
-        n_prompts=16,
-        done=16,
-        sides={"b": SideFigures("b", side, v)},
-        floor_figures=SideFigures("floor", floor),
-    )
+    r = WorkloadReport(options=WorkloadOptions(), floor=FloorSpec("batch", "floor", "x"), n_prompts=16, done=16,
+                       sides={"b": SideFigures("b", side, v)}, floor_figures=SideFigures("floor", floor))
     assert r.too_few_to_tell and r.within_noise is False
     line = verdict_line(v)
     assert line.startswith("TOO FEW PROMPTS TO TELL over 16 prompts: ") and "95% interval" in line
     html = verdicts_html(r)
     assert 'data-verdict="too few prompts to tell"' in html and "EXCEEDS" not in html
-    (o,) = judge(r, ["b"], [Threshold("within_floor", 1.5, 1)])
+    o, = judge(r, ["b"], [Threshold("within_floor", 1.5, 1)])
     assert o.status == "fail" and o.message.startswith("side b: too few prompts to tell: over 16 prompts")
     assert "exceeds" not in o.message

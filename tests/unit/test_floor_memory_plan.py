@@ -1,7 +1,6 @@
 """Issue 33 item 2: the noise floor's side is resident with the others, so the GPU memory plan counts
 it: the stored plan line names every side, and a floor that does not fit is refused, naming the floor,
 before anything loads. A simulated GPU (memory_plan.gpus patched), no engine."""
-
 from __future__ import annotations
 
 import pytest
@@ -20,22 +19,13 @@ GIB = 2**30
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return build_model(
-        tmp_path_factory.mktemp("floor-mem") / "m",
-        "llama",
-        max_position_embeddings=4096,
-        num_hidden_layers=2,
-        num_key_value_heads=4,
-        head_dim=64,
-    )
+    return build_model(tmp_path_factory.mktemp("floor-mem") / "m", "llama", max_position_embeddings=4096,
+                       num_hidden_layers=2, num_key_value_heads=4, head_dim=64)
 
 
 def _gpu(monkeypatch, gib: float, hf_gib: float | None = None):
-    monkeypatch.setattr(
-        memory_plan,
-        "gpus",
-        lambda: [{"index": "0", "name": "test", "memory_mib": str(int(gib * 1024)), "compute_cap": "9.0"}],
-    )
+    monkeypatch.setattr(memory_plan, "gpus", lambda: [{"index": "0", "name": "test", "memory_mib": str(int(gib * 1024)),
+                                                       "compute_cap": "9.0"}])
     if hf_gib is not None:  # an 8B-sized HF side: its weights and working memory, whatever the tiny model is
         monkeypatch.setattr(memory_plan, "hf_bytes", lambda *a, **k: int(hf_gib * GIB))
 
@@ -96,5 +86,5 @@ def test_the_math_kernel_floor_counts_its_attention_scores(model, monkeypatch):
     floor, _ = floor_plan(prep, WorkloadOptions(mode="scored", floor="kernel"))
     assert floor.spec.options.sdpa_kernels == "math"
     tokens = len(prep.prompts[0].token_ids) + 8
-    assert memory_plan.attention_scores_bytes(floor, tokens, 1) == 2 * floor.model.num_attention_heads * tokens**2 * 4
+    assert memory_plan.attention_scores_bytes(floor, tokens, 1) == 2 * floor.model.num_attention_heads * tokens ** 2 * 4
     assert memory_plan.attention_scores_bytes(prep.reference, tokens, 1) == 0

@@ -2,7 +2,6 @@
 distributions, never negative, the rows files and where they meet, pooling, the floor verdict, the
 memory budget, and a scored workload on the fake kind, whose sides cannot give full rows (named, the run
 goes on). The real engines run it in tests/engines/test_sampling_engines.py."""
-
 from __future__ import annotations
 
 import math
@@ -19,16 +18,8 @@ from parity_ui.core.errors import ConfigError
 from parity_ui.core.figures import FAMILIES, FIGURES, display_name
 from parity_ui.core.requests import Rows
 from parity_ui.core.types import StepColumns, TokenStep
-from parity_ui.engines.full_distribution import (
-    RowsMissing,
-    device_narrowed,
-    meet,
-    narrowed,
-    read_rows,
-    row_figures,
-    widened,
-    write_rows,
-)
+from parity_ui.engines.full_distribution import (RowsMissing, device_narrowed, meet, narrowed, read_rows, row_figures,
+                                                widened, write_rows)
 from parity_ui.engines.step_rows import BITS, INDEX, WIDE, StepLog
 
 
@@ -111,17 +102,10 @@ def test_rows_written_whole_or_a_step_at_a_time_meet_into_scalars(tmp_path):
 
 
 def test_pooling_gives_llama_cpp_figures_and_skips_unrecorded_positions():
-    cols = [
-        {
-            "kl": [0.0, 0.1, 0.2, None],
-            "kl_rev": [0.0, 0.1, 0.3, None],
-            "tv": [0.0, 0.05, 0.1, None],
-            "top1": [1, 1, 0, None],
-            "topk": [1, 1, 1, None],
-        },
-        {"kl": [0.3], "kl_rev": [0.3], "tv": [0.2], "top1": [1], "topk": [0]},
-        {"kl": None},
-    ]  # a pair with nothing recorded
+    cols = [{"kl": [0.0, 0.1, 0.2, None], "kl_rev": [0.0, 0.1, 0.3, None], "tv": [0.0, 0.05, 0.1, None],
+             "top1": [1, 1, 0, None], "topk": [1, 1, 1, None]},
+            {"kl": [0.3], "kl_rev": [0.3], "tv": [0.2], "top1": [1], "topk": [0]},
+            {"kl": None}]  # a pair with nothing recorded
     p = pool(cols)
     figs = p.figures()
     assert figs["positions"] == 4
@@ -137,7 +121,6 @@ def test_pooling_gives_llama_cpp_figures_and_skips_unrecorded_positions():
     assert DistributionPool().figures()["kl_mean"] is None
     assert figs["kl_decades"] == {"0": 1, "-1": 3}  # 0, 0.1, 0.2, 0.3
     from parity_ui.core.distribution import kl_decades
-
     assert kl_decades([1e-12, 5e-12, 1e-20, 1e5, 0.0]) == {"-12": 2, "-16": 1, "2": 1, "0": 1}
     # Display names, no code identifiers.
     assert display_name("kl_mean") == "KL(ref‖side) mean" and FIGURES["kl_rev_p99"].name == "KL(side‖ref) p99"
@@ -145,14 +128,8 @@ def test_pooling_gives_llama_cpp_figures_and_skips_unrecorded_positions():
 
 
 def test_the_floor_verdict_reads_like_the_token_figures():
-    floor = {
-        "positions": 100,
-        "kl_mean": 1e-4,
-        "kl_rev_mean": 1e-4,
-        "tv_mean": 0.01,
-        "kl_p99": 1e-3,
-        "top1_differ": 0.01,
-    }
+    floor = {"positions": 100, "kl_mean": 1e-4, "kl_rev_mean": 1e-4, "tv_mean": 0.01, "kl_p99": 1e-3,
+             "top1_differ": 0.01}
     same = against_floor(dict(floor), floor)
     assert same.startswith("full distribution: within noise") and "KL(ref‖side) mean" in same
     worse = against_floor({**floor, "kl_mean": 1e-2, "tv_mean": 0.2}, floor)
@@ -173,10 +150,8 @@ def test_a_vocabulary_over_the_budget_is_refused_with_the_budget_named():
 
 
 def test_distribution_columns_are_optional_step_columns():
-    steps = [
-        TokenStep(0, 5, "a", -0.1, 1, kl=0.01, kl_rev=0.02, tv=0.03, top1=1, topk=1),
-        TokenStep(1, 6, "b", -0.2, 1),
-    ]
+    steps = [TokenStep(0, 5, "a", -0.1, 1, kl=0.01, kl_rev=0.02, tv=0.03, top1=1, topk=1),
+             TokenStep(1, 6, "b", -0.2, 1)]
     cols = StepColumns.from_steps(steps)
     assert cols.column("kl") == [0.01, None] and cols[0].topk == 1 and cols[1].kl is None
     assert "kl" in cols.columns() and StepColumns(cols.columns()) == steps
@@ -193,15 +168,8 @@ def test_a_scored_workload_whose_sides_cannot_give_rows_names_them_and_goes_on(t
         model = str(fake_model(tmp_path / "fake", max_position_embeddings=64))
         with fake_service(tmp_path / "runs.db") as svc:
             cfg = build_config(None, ["max_new_tokens=6", "full_distribution=true"], sides=["ref=fake", "b=fake"])
-            run = run_workload(
-                svc,
-                WorkloadRequest(
-                    model=model,
-                    prompts=[PromptSpec(text=f"x{i}") for i in range(3)],
-                    config=cfg,
-                    options=WorkloadOptions(mode="scored", floor="none"),
-                ),
-            )
+            run = run_workload(svc, WorkloadRequest(model=model, prompts=[PromptSpec(text=f"x{i}") for i in range(3)],
+                                                    config=cfg, options=WorkloadOptions(mode="scored", floor="none")))
     assert run.status == "ok", run.error
     named = [w for w in run.warnings if w.code == "full-distribution-unavailable"]
     assert {w.message.split()[2] for w in named} == {"ref", "b"}
@@ -213,11 +181,8 @@ def test_a_scored_workload_whose_sides_cannot_give_rows_names_them_and_goes_on(t
     from parity_ui.render.workload import figures_table_html
 
     w = run.workload
-    w.sides["b"].stats.families["distribution"] = {
-        **pool(
-            [{"kl": [0.01, 0.03], "kl_rev": [0.02, 0.02], "tv": [0.1, 0.2], "top1": [1, 0], "topk": [1, 1]}]
-        ).figures()
-    }
+    w.sides["b"].stats.families["distribution"] = {**pool([{"kl": [0.01, 0.03], "kl_rev": [0.02, 0.02], "tv": [0.1, 0.2],
+                                                "top1": [1, 0], "topk": [1, 1]}]).figures()}
     w.sides["b"].verdicts["distribution"] = "full distribution: within noise: KL(ref‖side) mean 0.02 vs 0.02"
     html, text = figures_table_html(w), format_workload(w)
     for out in (html, text):
@@ -245,9 +210,7 @@ def _plan(mode, *kinds, cross=True, findings=None, floor=None, chunk=1):
     from parity_ui.core.kinds import KINDS
     from parity_ui.measures.base import Plan
 
-    cfg = build_config(
-        None, ["full_distribution=true", "max_new_tokens=4", f"cross_score={'true' if cross else 'false'}"]
-    )
+    cfg = build_config(None, ["full_distribution=true", "max_new_tokens=4", f"cross_score={'true' if cross else 'false'}"])
     sides = [NS(name=name, kind=KINDS[k]) for name, k in kinds]
     prep = NS(config=cfg, model=NS(vocab_size=1000), reference=sides[0], sides=sides, prompts=[])
     return Plan(prep, mode, NS(warnings=findings if findings is not None else []), floor=floor, chunk=chunk)
@@ -297,10 +260,8 @@ def test_the_token_panes_hover_carries_the_per_position_kl():
 
     from parity_ui.render.tokens import Stream, details_json
 
-    steps = [
-        TokenStep(0, 5, "a", -0.1, 1, kl=1.234567e-12, kl_rev=2e-12, tv=3e-7, top1=1, topk=1),
-        TokenStep(1, 6, "b", -0.2, 1),
-    ]
+    steps = [TokenStep(0, 5, "a", -0.1, 1, kl=1.234567e-12, kl_rev=2e-12, tv=3e-7, top1=1, topk=1),
+             TokenStep(1, 6, "b", -0.2, 1)]
     d = json.loads(details_json([Stream("vllm", "vllm", steps, None)]))
     first, second = d["steps"]["vllm"]
     assert first[6] == [1.235e-12, 2e-12, 3e-7] and first[5] == [] and len(second) == 4
@@ -312,38 +273,16 @@ def test_a_workload_report_gets_the_sampling_family_and_its_floor_line():
     from parity_ui.core.kept_mass import KeptMass
     from parity_ui.measures.sampling import sampling_report
 
-    side = KeptMass(
-        tokens=100,
-        mass_side=80.0,
-        mass_ref=80.0,
-        kept_side=5000,
-        kept_ref=5000,
-        mass_side_min=0.5,
-        sets_differ=30,
-        naive_rho=110.0,
-        renorm_rho=100.0,
-        raw_minus_processed=-22.0,
-        naive_outside={"0.9_1.1": 100},
-        renorm_outside={"0.9_1.1": 40},
-    )
-    floor = KeptMass(
-        tokens=100,
-        mass_side=80.0,
-        mass_ref=80.0,
-        kept_side=5000,
-        kept_ref=5000,
-        mass_side_min=0.5,
-        naive_outside={"0.9_1.1": 100},
-        renorm_outside={"0.9_1.1": 1},
-    )
+    side = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
+                    sets_differ=30, naive_rho=110.0, renorm_rho=100.0, raw_minus_processed=-22.0,
+                    naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 40})
+    floor = KeptMass(tokens=100, mass_side=80.0, mass_ref=80.0, kept_side=5000, kept_ref=5000, mass_side_min=0.5,
+                     naive_outside={"0.9_1.1": 100}, renorm_outside={"0.9_1.1": 1})
     report = _report({"b"}, floor="floor")
     sampling_report(report, {"b": side, "floor": floor})
     b = report.sides["b"]
     assert b.stats.family("sampling")["tokens"] == 100 and b.stats.family("sampling")["kept_mass_mean"] == 0.8
-    assert (
-        b.stats.family("sampling")["renorm_outside_0.9_1.1"] == 0.4
-        and report.floor_figures.stats.family("sampling")["tokens"] == 100
-    )
+    assert b.stats.family("sampling")["renorm_outside_0.9_1.1"] == 0.4 and report.floor_figures.stats.family("sampling")["tokens"] == 100
     assert "above the floor" in b.verdicts.get("sampling")
 
 
@@ -388,10 +327,7 @@ def test_rows_that_never_reached_the_scorer_are_named_and_a_chunk_deletes_only_i
     full = FullRows(plan)
     try:
         (r1, r2) = full.generate_fields("b", [1, 12])["rows"]
-        assert (
-            r1.write.endswith("b-1.npy")
-            and full.score_fields(ScoreAsk("ref", "b", 12, "reference"))["rows"].read == r2.write
-        )
+        assert r1.write.endswith("b-1.npy") and full.score_fields(ScoreAsk("ref", "b", 12, "reference"))["rows"].read == r2.write
         for r in (r1, r2):
             write_rows(r.write, torch.zeros(4, 100))
         for j in (1, 12):  # vLLM's step logs (named after their batch's first sequence) and their indices
@@ -458,7 +394,6 @@ def test_the_rows_scratch_dir_is_in_memory_where_it_holds_a_chunk_and_refused_wh
     import shutil
 
     from parity_ui.measures import scratch as rows_scratch
-
     monkeypatch.delenv("PARITY_ROWS_DIR", raising=False)
     if rows_scratch._shm_holds(2**20):  # this machine has a /dev/shm: a small chunk goes there
         s = rows_scratch.scratch_dir(2**20)

@@ -3,7 +3,6 @@ validation (every error names the case and the line; nothing is written), thresh
 fail, the JUnit document (checked against the Ant JUnit schema's rules with xmlschema), the Markdown
 summary, the baseline corridor, controls that fail (as they must) and pass (the gate cannot fail),
 --only, exit codes and the stored check. Seconds; the real engines are in test_gate_engines.py."""
-
 from __future__ import annotations
 
 import json
@@ -50,17 +49,10 @@ def _spec(tmp_path, text, name="gate.yaml"):
     return p
 
 
-def _case(
-    model,
-    name="c",
-    sides="[{name: ref, kind: fake}, {name: b, kind: fake}]",
-    thresholds="{share_identical: 1.0}",
-    extra="",
-):
-    return (
-        f"  - name: {name}\n    model: {model}\n    sides: {sides}\n    prompts: {{file: prompts.jsonl}}\n"
-        f"    config: {{max_new_tokens: 8}}\n    thresholds: {thresholds}\n{extra}"
-    )
+def _case(model, name="c", sides="[{name: ref, kind: fake}, {name: b, kind: fake}]", thresholds="{share_identical: 1.0}",
+          extra=""):
+    return (f"  - name: {name}\n    model: {model}\n    sides: {sides}\n    prompts: {{file: prompts.jsonl}}\n"
+            f"    config: {{max_new_tokens: 8}}\n    thresholds: {thresholds}\n{extra}")
 
 
 def _check(tmp_path, spec, *args, capsys=None):
@@ -110,11 +102,8 @@ def test_yaml_syntax_errors_env_vars_and_duplicates_have_lines():
     assert p[0].line == 3 and "${GATE_MODEL} is not set" in msg
     _, p = _errors("cases:\n  - name: a\n    name: b\n")
     assert p[0].line == 3 and "given twice (first on line 2)" in p[0].message
-    spec = parse_spec(
-        'cases:\n  - name: a\n    model: ${M:-demo}\n    prompts: {texts: [x], limit: "${L:-2}"}\n'
-        "    thresholds: {share_identical: 1}\n",
-        env={},
-    )
+    spec = parse_spec("cases:\n  - name: a\n    model: ${M:-demo}\n    prompts: {texts: [x], limit: \"${L:-2}\"}\n"
+                      "    thresholds: {share_identical: 1}\n", env={})
     assert spec.cases[0].model == "demo" and spec.cases[0].prompts.limit == 2  # typed after substitution
 
 
@@ -126,23 +115,18 @@ def test_bad_spec_exits_2_and_writes_nothing(tmp_path, model, prompts):
     assert list_runs(open_db(db)) == []  # no check record, no run
 
 
-@pytest.mark.parametrize(
-    "change,expect",
-    [
-        ("model: /nowhere/model", "case 'c': model '/nowhere/model': model path '/nowhere/model' does not exist"),
-        ("prompts: {file: missing.jsonl}", "case 'c': prompts:"),
-        ("config: {max_new_tokens: -3}", "config key 'max_new_tokens': is -3"),
-        ("check_sides: [zz]", "check_sides names 'zz', which is not a compared side"),
-        ("sides: [{name: ref, kind: fake}, {name: b, kind: fake, bogus: 1}]", "'bogus' is not an option of kind fake"),
-        ("baseline: {run: 01NOSUCHRUN, slack: {share_identical: 0.1}}", "baseline run '01NOSUCHRUN' does not exist"),
-    ],
-)
+@pytest.mark.parametrize("change,expect", [
+    ("model: /nowhere/model", "case 'c': model '/nowhere/model': model path '/nowhere/model' does not exist"),
+    ("prompts: {file: missing.jsonl}", "case 'c': prompts:"),
+    ("config: {max_new_tokens: -3}", "config key 'max_new_tokens': is -3"),
+    ("check_sides: [zz]", "check_sides names 'zz', which is not a compared side"),
+    ("sides: [{name: ref, kind: fake}, {name: b, kind: fake, bogus: 1}]", "'bogus' is not an option of kind fake"),
+    ("baseline: {run: 01NOSUCHRUN, slack: {share_identical: 0.1}}", "baseline run '01NOSUCHRUN' does not exist"),
+])
 def test_problems_found_against_the_machine_name_case_and_line(tmp_path, model, prompts, capsys, change, expect):
     key = change.split(":")[0]
     lines = ["cases:", *_case(model).rstrip("\n").split("\n")]
-    hit = [
-        i for i, ln in enumerate(lines) if ln.strip().startswith(key + ":") or ln.strip().startswith("- " + key + ":")
-    ]
+    hit = [i for i, ln in enumerate(lines) if ln.strip().startswith(key + ":") or ln.strip().startswith("- " + key + ":")]
     if hit:
         lines[hit[0]] = "    " + change
     else:
@@ -162,19 +146,11 @@ def test_a_baseline_of_another_model_or_other_prompts_is_refused(tmp_path, model
     assert code == 0
     run_id = next(r.id for r in list_runs(open_db(db)) if r.kind == "workload")
     other_model = str(fake_model(tmp_path / "other"))
-    spec = _spec(
-        tmp_path,
-        "cases:\n" + _case(other_model, extra=f"    baseline: {{run: {run_id}, slack: {{share_identical: 0.1}}}}\n"),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(other_model, extra=f"    baseline: {{run: {run_id}, slack: {{share_identical: 0.1}}}}\n"))
     assert _check(tmp_path, spec)[0] == 2
     assert f"gate.yaml:8: case 'c': baseline run {run_id} is of model" in capsys.readouterr().err
-    spec = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(model, extra=f"    baseline: {{run: {run_id}, slack: {{share_identical: 0.1}}}}\n").replace(
-            "{file: prompts.jsonl}", "{file: prompts.jsonl, limit: 3}"
-        ),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(model, extra=f"    baseline: {{run: {run_id}, slack: {{share_identical: 0.1}}}}\n")
+                 .replace("{file: prompts.jsonl}", "{file: prompts.jsonl, limit: 3}"))
     assert _check(tmp_path, spec)[0] == 2
     assert "ran other prompts (content hash" in capsys.readouterr().err
 
@@ -196,17 +172,10 @@ def test_thresholds_pass_and_fail_with_the_figure_and_limit_in_junit(tmp_path, m
     summary = tmp_path / "step-summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    spec = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(model, "same", thresholds="{share_identical: 1.0, abs_dlogp_p99: 0.001, kl: 0.001}")
-        + _case(
-            model,
-            "shifted",
-            sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.25}]",
-            thresholds="{share_identical: 1.0, abs_dlogp_p99: 0.1, within_floor: 1.5}",
-        ),
-    )
+    spec = _spec(tmp_path, "cases:\n"
+                 + _case(model, "same", thresholds="{share_identical: 1.0, abs_dlogp_p99: 0.001, kl: 0.001}")
+                 + _case(model, "shifted", sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.25}]",
+                         thresholds="{share_identical: 1.0, abs_dlogp_p99: 0.1, within_floor: 1.5}"))
     junit, md = tmp_path / "out" / "junit.xml", tmp_path / "summary.md"
     code, db = _check(tmp_path, spec, "--junit", str(junit), "--markdown", str(md))
     assert code == 1
@@ -219,13 +188,9 @@ def test_thresholds_pass_and_fail_with_the_figure_and_limit_in_junit(tmp_path, m
     assert set(cases) == {"share_identical >= 1 [b]", "abs_dlogp_p99 <= 0.1 [b]", "within 1.5x the noise floor [b]"}
     fail = cases["abs_dlogp_p99 <= 0.1 [b]"].find("failure")
     assert fail.get("type") == "threshold"
-    assert re.match(
-        r"abs_dlogp_p99 = 0\.25 fails the limit <= 0\.1 \(side b, 6 prompts\) \(run \w+\)", fail.get("message")
-    )
+    assert re.match(r"abs_dlogp_p99 = 0\.25 fails the limit <= 0\.1 \(side b, 6 prompts\) \(run \w+\)", fail.get("message"))
     # the fake reference has no noise of its own: any gap above epsilon exceeds its zero floor
-    assert "|Δlogprob| p99 0.25 vs 0 (floor is zero)" in cases["within 1.5x the noise floor [b]"].find("failure").get(
-        "message"
-    )
+    assert "|Δlogprob| p99 0.25 vs 0 (floor is zero)" in cases["within 1.5x the noise floor [b]"].find("failure").get("message")
     assert cases["share_identical >= 1 [b]"].find("failure") is None
     props = {p.get("name"): p.get("value") for p in suites["shifted"].find("properties")}
     assert props["model"] == model and props["side.b"].startswith("fake")
@@ -243,26 +208,16 @@ def test_thresholds_pass_and_fail_with_the_figure_and_limit_in_junit(tmp_path, m
     stored = check_result(odb, check.id)
     assert stored["exit_code"] == 1 and [c["status"] for c in stored["cases"]] == ["pass", "fail"]
     assert stored["cases"][1]["outcomes"][1]["value"] == pytest.approx(0.25)
-    assert get_run(odb, stored["cases"][1]["run_id"]).workload.sides["b"].stats.tokens.abs_dlogp_p99 == pytest.approx(
-        0.25
-    )
-    assert (
-        odb.execute("SELECT headline FROM runs WHERE id = ?", [check.id]).fetchone()[0] == "gate FAIL: 1/2 cases pass"
-    )
+    assert get_run(odb, stored["cases"][1]["run_id"]).workload.sides["b"].stats.tokens.abs_dlogp_p99 == pytest.approx(0.25)
+    assert odb.execute("SELECT headline FROM runs WHERE id = ?", [check.id]).fetchone()[0] == \
+        "gate FAIL: 1/2 cases pass"
 
 
 def test_the_noise_floor_threshold_fails_a_gap_above_the_floor(tmp_path, model, prompts):
-    spec = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            sides="[{name: ref, kind: fake, batch_noise: 0.2}, {name: b, kind: fake, shift: 0.05}, "
-            "{name: c, kind: fake, shift: -2.0}]",
-            thresholds="{within_floor: 1.5}",
-            extra="    floor: batch\n    floor_batch_size: 4\n",
-        ),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(
+        model, sides="[{name: ref, kind: fake, batch_noise: 0.2}, {name: b, kind: fake, shift: 0.05}, "
+                     "{name: c, kind: fake, shift: -2.0}]",
+        thresholds="{within_floor: 1.5}", extra="    floor: batch\n    floor_batch_size: 4\n"))
     junit = tmp_path / "junit.xml"
     assert _check(tmp_path, spec, "--junit", str(junit))[0] == 1
     cases = {tc.get("name"): tc for tc in _validate_junit(junit).iter("testcase")}
@@ -275,16 +230,9 @@ def test_the_noise_floor_threshold_fails_a_gap_above_the_floor(tmp_path, model, 
 def test_a_zero_floor_fails_any_difference_and_the_message_says_to_use_absolute_limits(tmp_path, model, prompts):
     # Seen on an H100: vLLM eager at batch 8 was bit-identical to eager at batch 1, so CUDA graphs'
     # small gap "exceeded" a zero floor on every figure.
-    spec = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
-            thresholds="{within_floor: 1.5}",
-            extra="    floor: batch\n    floor_batch_size: 4\n",
-        ),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(
+        model, sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
+        thresholds="{within_floor: 1.5}", extra="    floor: batch\n    floor_batch_size: 4\n"))
     junit = tmp_path / "junit.xml"
     assert _check(tmp_path, spec, "--junit", str(junit))[0] == 1
     (tc,) = _validate_junit(junit).iter("testcase")
@@ -293,16 +241,10 @@ def test_a_zero_floor_fails_any_difference_and_the_message_says_to_use_absolute_
 
 
 def test_per_figure_floor_factors(tmp_path, model, prompts):
-    spec = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            sides="[{name: ref, kind: fake, batch_noise: 0.2}, {name: c, kind: fake, shift: -2.0}]",
-            thresholds="{within_floor: {abs_dlogp_p99: 1000, abs_dlogp_p50: 1.5}}",
-            extra="    floor: batch\n    floor_batch_size: 4\n",
-        ),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(
+        model, sides="[{name: ref, kind: fake, batch_noise: 0.2}, {name: c, kind: fake, shift: -2.0}]",
+        thresholds="{within_floor: {abs_dlogp_p99: 1000, abs_dlogp_p50: 1.5}}",
+        extra="    floor: batch\n    floor_batch_size: 4\n"))
     junit = tmp_path / "junit.xml"
     assert _check(tmp_path, spec, "--junit", str(junit))[0] == 1
     (tc,) = _validate_junit(junit).iter("testcase")
@@ -315,13 +257,9 @@ def test_per_figure_floor_factors(tmp_path, model, prompts):
 def test_exit_codes_and_an_engine_error_is_an_error_in_junit(tmp_path, model, prompts):
     ok = _spec(tmp_path, "cases:\n" + _case(model), "ok.yaml")
     assert _check(tmp_path, ok)[0] == 0
-    broken = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(model, "broken", sides="[{name: ref, kind: fake}, {name: b, kind: fake, fail_load: true}]")
-        + _case(model, "fine"),
-        "broken.yaml",
-    )
+    broken = _spec(tmp_path, "cases:\n" + _case(model, "broken", sides="[{name: ref, kind: fake}, "
+                                                                          "{name: b, kind: fake, fail_load: true}]")
+                   + _case(model, "fine"), "broken.yaml")
     junit = tmp_path / "junit.xml"
     code, db = _check(tmp_path, broken, "--junit", str(junit))
     assert code == 2
@@ -345,71 +283,34 @@ def test_only_runs_the_named_cases_and_an_unknown_name_is_an_error(tmp_path, mod
 
 
 def test_the_baseline_corridor_passes_against_itself_and_fails_against_a_perturbed_run(tmp_path, model, prompts):
-    base = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
-            thresholds="{abs_dlogp_p99: 1.0}",
-        ),
-        "base.yaml",
-    )
+    base = _spec(tmp_path, "cases:\n" + _case(model, sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
+                                              thresholds="{abs_dlogp_p99: 1.0}"), "base.yaml")
     code, db = _check(tmp_path, base)
     assert code == 0
     base_id = next(r.id for r in list_runs(open_db(db)) if r.kind == "workload")
     corridor = f"    baseline: {{run: {base_id}, slack: {{abs_dlogp_p99: 20%, share_identical: 0.05}}}}\n"
-    same = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
-            thresholds="{abs_dlogp_p99: 1.0}",
-            extra=corridor,
-        ),
-        "same.yaml",
-    )
+    same = _spec(tmp_path, "cases:\n" + _case(model, sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: 0.01}]",
+                                              thresholds="{abs_dlogp_p99: 1.0}", extra=corridor), "same.yaml")
     junit = tmp_path / "junit.xml"
     assert _check(tmp_path, same, "--junit", str(junit))[0] == 0
     names = [tc.get("name") for tc in ET.parse(junit).getroot().iter("testcase")]
-    assert names == [
-        "abs_dlogp_p99 <= 1 [b]",
-        "baseline: abs_dlogp_p99 <= baseline + 20% [b]",
-        "baseline: share_identical >= baseline - 0.05 [b]",
-    ]
-    worse = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: -0.05}]",
-            thresholds="{abs_dlogp_p99: 1.0}",
-            extra=corridor,
-        ),
-        "worse.yaml",
-    )
+    assert names == ["abs_dlogp_p99 <= 1 [b]", "baseline: abs_dlogp_p99 <= baseline + 20% [b]",
+                     "baseline: share_identical >= baseline - 0.05 [b]"]
+    worse = _spec(tmp_path, "cases:\n" + _case(model, sides="[{name: ref, kind: fake}, {name: b, kind: fake, shift: -0.05}]",
+                                               thresholds="{abs_dlogp_p99: 1.0}", extra=corridor), "worse.yaml")
     assert _check(tmp_path, worse, "--junit", str(junit))[0] == 1  # 0.05 > 0.01 + 20%, though under the threshold 1.0
     fail = next(tc for tc in _validate_junit(junit).iter("testcase") if tc.find("failure") is not None)
     assert fail.get("name") == "baseline: abs_dlogp_p99 <= baseline + 20% [b]"
     assert fail.find("failure").get("message") == (
-        f"abs_dlogp_p99 = 0.05 against baseline {base_id}'s 0.01: limit <= 0.012 (slack 20%), outside the corridor (side b)"
-    )
+        f"abs_dlogp_p99 = 0.05 against baseline {base_id}'s 0.01: limit <= 0.012 (slack 20%), outside the corridor (side b)")
 
 
 def test_last_pass_starts_the_corridor_then_holds_each_check_to_the_last_passing_run(tmp_path, model, prompts):
     def spec(shift):
-        return _spec(
-            tmp_path,
-            "cases:\n"
-            + _case(
-                model,
-                sides=f"[{{name: ref, kind: fake}}, {{name: b, kind: fake, shift: {shift}}}]",
-                thresholds="{abs_dlogp_p99: 1.0}",
-                extra="    baseline: {run: last-pass, slack: {abs_dlogp_p99: 0.001}}\n",
-            ),
-            f"s{shift}.yaml",
-        )
+        return _spec(tmp_path, "cases:\n" + _case(
+            model, sides=f"[{{name: ref, kind: fake}}, {{name: b, kind: fake, shift: {shift}}}]",
+            thresholds="{abs_dlogp_p99: 1.0}", extra="    baseline: {run: last-pass, slack: {abs_dlogp_p99: 0.001}}\n"),
+            f"s{shift}.yaml")
 
     junit = tmp_path / "junit.xml"
     assert _check(tmp_path, spec(0.02), "--junit", str(junit))[0] == 0
@@ -426,11 +327,8 @@ def test_last_pass_starts_the_corridor_then_holds_each_check_to_the_last_passing
 
 
 def test_a_control_that_fails_proves_the_gate_and_one_that_passes_fails_the_check(tmp_path, model, prompts):
-    good = _spec(
-        tmp_path,
-        "cases:\n" + _case(model, thresholds="{abs_dlogp_p99: 0.1}", extra="    control: {set: {b.shift: -0.5}}\n"),
-        "good.yaml",
-    )
+    good = _spec(tmp_path, "cases:\n" + _case(model, thresholds="{abs_dlogp_p99: 0.1}",
+                                              extra="    control: {set: {b.shift: -0.5}}\n"), "good.yaml")
     junit, md = tmp_path / "junit.xml", tmp_path / "s.md"
     code, db = _check(tmp_path, good, "--junit", str(junit), "--markdown", str(md))
     assert code == 0
@@ -439,18 +337,13 @@ def test_a_control_that_fails_proves_the_gate_and_one_that_passes_fails_the_chec
     assert "fails, as it must" in md.read_text()
     kinds = sorted(r.kind for r in list_runs(open_db(db)))
     assert kinds == ["check", "workload", "workload"]  # the case's run and its control's
-    weak = _spec(
-        tmp_path,
-        "cases:\n" + _case(model, thresholds="{abs_dlogp_p99: 1.0}", extra="    control: {set: {b.shift: -0.5}}\n"),
-        "weak.yaml",
-    )
+    weak = _spec(tmp_path, "cases:\n" + _case(model, thresholds="{abs_dlogp_p99: 1.0}",
+                                              extra="    control: {set: {b.shift: -0.5}}\n"), "weak.yaml")
     code, db = _check(tmp_path, weak, "--junit", str(junit), "--markdown", str(md))
     assert code == 1
     fail = [t for t in _validate_junit(junit).iter("testcase")][-1].find("failure")
     assert fail.get("type") == "control"
-    assert fail.get("message").startswith(
-        "the gate cannot fail: its control passed (b.shift=-0.5: every one of 1 checks"
-    )
+    assert fail.get("message").startswith("the gate cannot fail: its control passed (b.shift=-0.5: every one of 1 checks")
     assert "**passed: the gate cannot fail**" in md.read_text()
 
 
@@ -472,15 +365,8 @@ def test_a_control_set_into_a_value_that_is_not_a_section_is_a_spec_error(tmp_pa
 
 def test_sides_in_two_environments_give_the_per_model_table(tmp_path, model, prompts):
     py = sys.executable
-    spec = _spec(
-        tmp_path,
-        "cases:\n"
-        + _case(
-            model,
-            "upgrade",
-            sides=f"[{{name: old, kind: fake, python: {py}}}, {{name: new, kind: fake, python: {py}}}]",
-        ),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(
+        model, "upgrade", sides=f"[{{name: old, kind: fake, python: {py}}}, {{name: new, kind: fake, python: {py}}}]"))
     md = tmp_path / "s.md"
     code, db = _check(tmp_path, spec, "--markdown", str(md), "--json")
     assert code == 0
@@ -490,10 +376,7 @@ def test_sides_in_two_environments_give_the_per_model_table(tmp_path, model, pro
 
 
 def test_a_missing_interpreter_is_a_spec_error_with_its_line(tmp_path, model, prompts, capsys):
-    spec = _spec(
-        tmp_path,
-        "cases:\n" + _case(model, sides="[{name: old, kind: fake, python: /no/python}, {name: new, kind: fake}]"),
-    )
+    spec = _spec(tmp_path, "cases:\n" + _case(model, sides="[{name: old, kind: fake, python: /no/python}, {name: new, kind: fake}]"))
     assert _check(tmp_path, spec)[0] == 2
     assert "gate.yaml:4: case 'c': side old: python '/no/python' is not an executable file" in capsys.readouterr().err
 

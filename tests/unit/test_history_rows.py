@@ -1,7 +1,6 @@
 """History's list and its two-run comparison (#33 item 12): the columns a user reads first, a long model
 path shortened (the full one on hover), a bisect's trial runs folded under the bisect (with their count),
 and two stored runs side by side (settings diff, headline figures, token panes of single comparisons)."""
-
 from __future__ import annotations
 
 import pytest
@@ -11,18 +10,8 @@ from pathlib import Path
 
 from parity_ui.render.run_pair import run_pair_html, settings_pairs
 from parity_ui.store import Store
-from parity_ui.ui.history_tab import (
-    COLUMNS,
-    ID,
-    MODEL,
-    PROMPT,
-    RESULT,
-    SIDES,
-    STATUS,
-    history_rows,
-    model_cell,
-    short_model,
-)
+from parity_ui.ui.history_tab import COLUMNS, ID, MODEL, PROMPT, RESULT, SIDES, STATUS, history_rows, model_cell, \
+    short_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 from history_runs import CACHE, store_history  # noqa: E402
@@ -57,15 +46,10 @@ def test_history_folds_a_bisects_trials_under_it(st):
     ids = [r[ID] for r in rows]
     assert ids == ["01BISECT", "01OTHER", "01PLAIN"]  # no trial listed as a run
     bisect = rows[0]
-    assert (
-        bisect[RESULT].startswith("which setting? b vs ref of 01PLAIN: dtype explains")
-        and "(3 trials" in bisect[RESULT]
-    )
+    assert bisect[RESULT].startswith("which setting? b vs ref of 01PLAIN: dtype explains") and "(3 trials" in bisect[RESULT]
     plain = rows[2]
     assert (plain[STATUS], plain[RESULT]) == ("diverged", "diverged at token 2")
-    assert (
-        "Qwen/Qwen2.5-0.5B-Instruct</span>" in plain[MODEL] and plain[SIDES] and "def f(x): return x" == plain[PROMPT]
-    )
+    assert "Qwen/Qwen2.5-0.5B-Instruct</span>" in plain[MODEL] and plain[SIDES] and "def f(x): return x" == plain[PROMPT]
     assert history_rows(st, search="01TRIAL") == []  # a search does not bring the trials back as runs
 
 

@@ -1,7 +1,6 @@
 """Image prompts without engines: reading and checking images, prompt files with images, the CLI's
 --image, preflight (the resize trap, token counts, downscaling), bad inputs stored as failed runs, and
 images stored with their run. A tiny random Qwen2-VL (tests/tiny_vlm.py) gives the real processor."""
-
 from __future__ import annotations
 
 import io
@@ -15,7 +14,7 @@ from PIL import Image
 
 from parity_ui.core.config import build_config
 from parity_ui.core.errors import ParityError, PromptError
-from parity_ui.inputs.images import MAX_IMAGE_BYTES, image_from_bytes, image_tokens, read_image, smart_resize
+from parity_ui.inputs.images import (MAX_IMAGE_BYTES, image_from_bytes, image_tokens, read_image, smart_resize)
 from parity_ui.core.mapping import map_side, resolve
 from parity_ui.run.prepare import RunRequest, prepare
 from parity_ui.inputs.prompts import PromptSpec, collapse_image_runs, parse_prompt_bytes, read_prompt_file
@@ -37,16 +36,10 @@ def png_bytes(img: Image.Image) -> bytes:
 
 def png_header_only(w: int, h: int) -> bytes:
     """A PNG that claims w x h pixels (header only: no memory spent building it)."""
-
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(b"\x00" * 16))
-        + chunk(b"IEND", b"")
-    )
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b"")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +57,6 @@ def pic(tmp_path):
 
 
 # -- reading and checking images ---------------------------------------------------------------
-
 
 def test_a_good_image_is_described_and_hashed(pic):
     img = read_image(pic)
@@ -132,42 +124,28 @@ def test_collapse_image_runs_keeps_one_placeholder_per_image():
 
 # -- prompt files ------------------------------------------------------------------------------
 
-
 def test_jsonl_prompts_name_their_images_relative_to_the_file(tmp_path, pic):
-    lines = [
-        {"prompt": "What is this?", "images": ["grad.png"]},
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [{"type": "image", "path": "grad.png"}, {"type": "text", "text": "and this?"}],
-                }
-            ]
-        },
-        {"prompt": "text only"},
-    ]
+    lines = [{"prompt": "What is this?", "images": ["grad.png"]},
+             {"messages": [{"role": "user", "content": [{"type": "image", "path": "grad.png"},
+                                                        {"type": "text", "text": "and this?"}]}]},
+             {"prompt": "text only"}]
     f = tmp_path / "prompts.jsonl"
     f.write_text("\n".join(json.dumps(x) for x in lines))
     a, b, c = read_prompt_file(f)
     assert [len(s.images) for s in (a, b, c)] == [1, 1, 0]
     assert a.images[0].sha256 == b.images[0].sha256
     assert b.messages[0]["content"][0] == {"type": "image", "name": "grad.png", "sha256": b.images[0].sha256}
-    assert b.chat_messages() == [
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}
-    ]
+    assert b.chat_messages() == [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}]
     assert a.chat_messages()[0]["content"][0] == {"type": "image"}
     assert a.excerpt().startswith("[1 image]")
 
 
-@pytest.mark.parametrize(
-    "line, needle",
-    [
-        ({"prompt": "x", "images": ["missing.png"]}, "missing.png"),
-        ({"prompt": "x", "images": "grad.png"}, "list of file paths"),
-        ({"messages": [{"role": "user", "content": [{"type": "audio", "path": "a.wav"}]}]}, "text or an image part"),
-        ({"prompt": "x", "images": ["grad.png"] * 9}, "at most"),
-    ],
-)
+@pytest.mark.parametrize("line, needle", [
+    ({"prompt": "x", "images": ["missing.png"]}, "missing.png"),
+    ({"prompt": "x", "images": "grad.png"}, "list of file paths"),
+    ({"messages": [{"role": "user", "content": [{"type": "audio", "path": "a.wav"}]}]}, "text or an image part"),
+    ({"prompt": "x", "images": ["grad.png"] * 9}, "at most"),
+])
 def test_bad_image_lines_name_the_line(tmp_path, pic, line, needle):
     with pytest.raises(PromptError) as e:
         parse_prompt_bytes(json.dumps(line).encode(), "p.jsonl", base=tmp_path)
@@ -176,19 +154,14 @@ def test_bad_image_lines_name_the_line(tmp_path, pic, line, needle):
 
 # -- preparation: one processor, the resize trap, refusals ------------------------------------------
 
-
 def _prepare(model, prompts, *overrides, sides=None):
     cfg = build_config(None, ["dtype=float32", *overrides], sides=sides)
     return prepare(RunRequest(model=str(model), prompts=prompts, config=cfg, trust_remote_code=True), False)
 
 
 def test_one_processor_expands_the_image_for_every_side(vlm, pic):
-    prep = _prepare(
-        vlm,
-        [PromptSpec(text="Describe the picture.", images=[read_image(pic)])],
-        "image_min_pixels=3136",
-        "image_max_pixels=12544",
-    )
+    prep = _prepare(vlm, [PromptSpec(text="Describe the picture.", images=[read_image(pic)])],
+                    "image_min_pixels=3136", "image_max_pixels=12544")
     (e,) = prep.prompts
     assert e.image_tokens == [12] and e.image_grids == [[1, 6, 8]]
     assert e.token_ids.count(prep.image_token_id) == 12 and prep.side_prompts == {}
@@ -208,12 +181,8 @@ def test_processor_defaults_are_resolved_once_for_every_side(vlm, pic):
 
 
 def test_the_resize_trap_is_a_preflight_warning_with_each_sides_token_count(vlm, pic):
-    prep = _prepare(
-        vlm,
-        [PromptSpec(text="x", images=[read_image(pic)])],
-        "image_max_pixels=12544",
-        sides=["ref=hf", "b=vllm,image_max_pixels=7056"],
-    )
+    prep = _prepare(vlm, [PromptSpec(text="x", images=[read_image(pic)])], "image_max_pixels=12544",
+                    sides=["ref=hf", "b=vllm,image_max_pixels=7056"])
     assert prep.prompts_of("b")[0].image_tokens == [6] and prep.prompts[0].image_tokens == [12]
     (trap,) = [w for w in prep.warnings if w.code == "image-resize-differs"]
     assert trap.side == "b" and trap.severity == "warning"
@@ -224,13 +193,8 @@ def test_the_resize_trap_is_a_preflight_warning_with_each_sides_token_count(vlm,
 
 def test_the_context_counts_each_sides_expanded_image_tokens(vlm, pic):
     """The need a vLLM side is sized to counts the image tokens of the ids IT receives."""
-    prep = _prepare(
-        vlm,
-        [PromptSpec(text="x", images=[read_image(pic)])],
-        "image_max_pixels=12544",
-        "max_new_tokens=8",
-        sides=["ref=hf", "b=vllm,image_max_pixels=7056", "c=vllm"],
-    )
+    prep = _prepare(vlm, [PromptSpec(text="x", images=[read_image(pic)])], "image_max_pixels=12544",
+                    "max_new_tokens=8", sides=["ref=hf", "b=vllm,image_max_pixels=7056", "c=vllm"])
     need = {name: len(prep.prompts_of(name)[0].token_ids) + 8 for name in ("ref", "b", "c")}
     assert prep.resolved.context_need == need and need["b"] == need["c"] - 6  # 6 image tokens fewer on b
     assert all(prep.side(name).args.llm["max_model_len"] >= need[name] for name in ("b", "c"))
@@ -260,11 +224,8 @@ def test_more_images_than_the_limit_is_refused(vlm, pic):
 
 def test_a_server_side_refuses_images_before_anything_starts(vlm, pic):
     with pytest.raises(ParityError) as e:
-        _prepare(
-            vlm,
-            [PromptSpec(text="x", images=[read_image(pic)])],
-            sides=["ref=hf", "s=openai,url=http://127.0.0.1:9/v1"],
-        )
+        _prepare(vlm, [PromptSpec(text="x", images=[read_image(pic)])],
+                 sides=["ref=hf", "s=openai,url=http://127.0.0.1:9/v1"])
     assert "side 's'" in str(e.value) and "image" in str(e.value)
 
 
@@ -280,18 +241,14 @@ def test_text_prompts_on_a_vision_model_map_no_pixels(vlm):
 
 # -- bad input through the service and the CLI: stored as failed runs, the service still usable --------
 
-
 def test_bad_image_runs_are_stored_as_failed_and_the_service_goes_on(tmp_path, tiny_llama, vlm, pic):
     svc = ParityService(db_path=str(tmp_path / "runs.db"))
     try:
         img = read_image(pic)
         cfg = build_config(None, ["max_images_per_prompt=1"])
         r1 = svc.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text="x", images=[img])], config=cfg))
-        r2 = svc.run(
-            RunRequest(
-                model=str(vlm), prompts=[PromptSpec(text="x", images=[img, img])], config=cfg, trust_remote_code=True
-            )
-        )
+        r2 = svc.run(RunRequest(model=str(vlm), prompts=[PromptSpec(text="x", images=[img, img])], config=cfg,
+                                trust_remote_code=True))
         for run, needle in ((r1, "text-only"), (r2, "max_images_per_prompt=1")):
             assert run.status == "error" and needle in run.error and run.error_code == "prompt"
             stored = get_run(svc.db, run.id)
@@ -327,7 +284,6 @@ def test_cli_image_goes_with_prompt_not_prompt_file(tmp_path, pic, capsys):
 
 
 # -- shown with the run: the report, the app's view, the upload check ----------------------------------
-
 
 def _stored_image_run(tmp_path, pic):
     from parity_ui.core.runlog import new_run
@@ -401,12 +357,8 @@ def test_layer_localisation_refuses_image_prompts(tmp_path, pic):
 
 def test_min_pixels_over_max_pixels_names_the_side(vlm, pic):
     with pytest.raises(ParityError) as e:
-        _prepare(
-            vlm,
-            [PromptSpec(text="x", images=[read_image(pic)])],
-            "image_max_pixels=12544",
-            sides=["ref=hf", "b=vllm,image_min_pixels=50000"],
-        )
+        _prepare(vlm, [PromptSpec(text="x", images=[read_image(pic)])], "image_max_pixels=12544",
+                 sides=["ref=hf", "b=vllm,image_min_pixels=50000"])
     assert "side 'b'" in str(e.value) and "min_pixels=50000 over max_pixels=12544" in str(e.value)
 
 
@@ -417,10 +369,7 @@ def test_history_lists_image_prompts_with_their_images(tmp_path, pic):
     from parity_ui.core.runlog import new_run
     from parity_ui.store.runs import save_run
 
-    spec = PromptSpec(
-        messages=[
-            {"role": "user", "content": [{"type": "image", "name": "grad.png"}, {"type": "text", "text": "and this?"}]}
-        ]
-    )
+    spec = PromptSpec(messages=[{"role": "user", "content": [{"type": "image", "name": "grad.png"},
+                                                            {"type": "text", "text": "and this?"}]}])
     save_run(db, new_run("01IMAGEMSGS", "m", {}, [spec]))
     assert next(r for r in list_runs(db) if r.id == "01IMAGEMSGS").prompt_excerpt == "[image grad.png] and this?"

@@ -1,7 +1,6 @@
 """Layer localisation (parity_ui.commands.layers): the figures and the verdict on synthetic captures, and the
 bad inputs refused before anything loads. Real engines on tiny models whose weights differ in one known
 layer and block are tests/engines/test_layers_engines.py."""
-
 from __future__ import annotations
 
 from array import array
@@ -19,16 +18,10 @@ def _cap(rows: dict[str, list[list[float]]]) -> Capture:
     return Capture(positions=[5, 4], names=list(rows), data=data, dims={n: len(v[0]) for n, v in rows.items()})
 
 
-BASE = {
-    "L0.attn": [[1.0, 2.0], [1.0, 2.0]],
-    "L0.mlp": [[3.0, 1.0], [3.0, 1.0]],
-    "L0.residual": [[2.0, 2.0], [2.0, 2.0]],
-    "L1.attn": [[1.0, 0.5], [1.0, 0.5]],
-    "L1.mlp": [[0.5, 1.0], [0.5, 1.0]],
-    "L1.residual": [[4.0, 1.0], [4.0, 1.0]],
-    "final_norm": [[1.0, 0.2], [1.0, 0.2]],
-    "logits": [[2.0, 1.0, 0.0], [2.0, 1.0, 0.0]],
-}
+BASE = {"L0.attn": [[1.0, 2.0], [1.0, 2.0]], "L0.mlp": [[3.0, 1.0], [3.0, 1.0]],
+        "L0.residual": [[2.0, 2.0], [2.0, 2.0]], "L1.attn": [[1.0, 0.5], [1.0, 0.5]],
+        "L1.mlp": [[0.5, 1.0], [0.5, 1.0]], "L1.residual": [[4.0, 1.0], [4.0, 1.0]],
+        "final_norm": [[1.0, 0.2], [1.0, 0.2]], "logits": [[2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]}
 
 
 def _with(changes: dict[str, float]) -> Capture:
@@ -78,25 +71,16 @@ def test_positions_examine_the_token_before_and_some_earlier():
 
 # -- bad input, refused before any engine starts ----------------------------------------------------
 
-
 def _run(kinds=("hf", "vllm"), a_ids=(5, 6, 7, 8), b_ids=(5, 6, 9, 8), div=2) -> Run:
     names = ["ref", "b"]
-    pr = PromptResult(
-        index=0,
-        prompt_text="p",
-        prompt_token_ids=[1, 2, 3],
-        results={n: SideResult(side=n, prompt_index=0, token_ids=list(ids)) for n, ids in zip(names, (a_ids, b_ids))},
-        comparisons=[Comparison(a="ref", b="b", identical=div is None, first_divergence=div, compared=len(a_ids))],
-    )
-    return Run(
-        id="R1",
-        created_utc="",
-        model=ModelInfo(name="m", path="/m"),
-        config={},
-        status="diverged",
-        prompts=[pr],
-        sides=[SideInfo(name=n, kind=k, reference=i == 0) for i, (n, k) in enumerate(zip(names, kinds))],
-    )
+    pr = PromptResult(index=0, prompt_text="p", prompt_token_ids=[1, 2, 3],
+                      results={n: SideResult(side=n, prompt_index=0, token_ids=list(ids))
+                               for n, ids in zip(names, (a_ids, b_ids))},
+                      comparisons=[Comparison(a="ref", b="b", identical=div is None, first_divergence=div,
+                                              compared=len(a_ids))])
+    return Run(id="R1", created_utc="", model=ModelInfo(name="m", path="/m"), config={}, status="diverged",
+               prompts=[pr], sides=[SideInfo(name=n, kind=k, reference=i == 0) for i, (n, k) in
+                                    enumerate(zip(names, kinds))])
 
 
 def test_plan_teacher_forces_the_prompt_and_the_common_prefix():
@@ -105,18 +89,15 @@ def test_plan_teacher_forces_the_prompt_and_the_common_prefix():
     assert p.diverged
 
 
-@pytest.mark.parametrize(
-    "kw,needle,fix",
-    [
-        (dict(run=_run(div=None, b_ids=(5, 6, 7, 8))), "never diverged", "--position"),
-        (dict(position=3), "after the divergence at 2", "from 0 to 2"),
-        (dict(run=_run(div=None, b_ids=(5, 6, 7, 8)), position=4), "past what both sides share (0..3)", "from 0 to 3"),
-        (dict(prompt=4), "no prompt 4", "--prompt 0..0"),
-        (dict(sides=("ref", "zz")), "no result for side 'zz'", "--sides"),
-        (dict(sides=("ref", "ref")), "the same", "two different sides"),
-        (dict(run=_run(kinds=("hf", "openai"))), "needs in-process access", "kinds vllm, hf"),
-    ],
-)
+@pytest.mark.parametrize("kw,needle,fix", [
+    (dict(run=_run(div=None, b_ids=(5, 6, 7, 8))), "never diverged", "--position"),
+    (dict(position=3), "after the divergence at 2", "from 0 to 2"),
+    (dict(run=_run(div=None, b_ids=(5, 6, 7, 8)), position=4), "past what both sides share (0..3)", "from 0 to 3"),
+    (dict(prompt=4), "no prompt 4", "--prompt 0..0"),
+    (dict(sides=("ref", "zz")), "no result for side 'zz'", "--sides"),
+    (dict(sides=("ref", "ref")), "the same", "two different sides"),
+    (dict(run=_run(kinds=("hf", "openai"))), "needs in-process access", "kinds vllm, hf"),
+])
 def test_bad_localisation_requests_are_refused_with_a_fix(kw, needle, fix):
     with pytest.raises(LayersError) as e:
         plan(kw.get("run", _run()), kw.get("prompt", 0), kw.get("position"), kw.get("sides"))

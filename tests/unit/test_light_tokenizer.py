@@ -1,7 +1,6 @@
 """Issue 33 item 4: a tokenizer verified equal to transformers' loads without transformers (and torch),
 so a fresh CLI process tokenizes its prompts in a fraction of a second; one that differs keeps
 transformers."""
-
 from __future__ import annotations
 
 import json
@@ -42,14 +41,11 @@ def test_the_light_tokenizer_answers_as_transformers_does(folders, cache):
     assert lt.candidate(folder)
     assert lt.differences(light, full) == []
     chat = [{"role": "user", "content": "Give me a brief explanation of gravity."}]
-    assert light.apply_chat_template(chat, add_generation_prompt=True) == full.apply_chat_template(
-        chat, tokenize=False, add_generation_prompt=True
-    )
+    assert light.apply_chat_template(chat, add_generation_prompt=True) == \
+        full.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     text = "def f(x):\n    return x ** 2  # ünïcödé"
     assert light(text)["input_ids"] == full(text)["input_ids"]
-    assert light.decode(light(text)["input_ids"]) == full.decode(
-        full(text)["input_ids"], clean_up_tokenization_spaces=False
-    )
+    assert light.decode(light(text)["input_ids"]) == full.decode(full(text)["input_ids"], clean_up_tokenization_spaces=False)
 
 
 def test_a_tokenizer_that_differs_is_named_and_keeps_transformers(folders, cache):
@@ -105,20 +101,12 @@ def test_trust_remote_code_never_takes_the_light_path(folders, cache):
 def test_a_fresh_process_tokenizes_without_importing_transformers_or_torch(folders, cache):
     folder = folders[0]
     PromptTokenizer(folder)  # verifies
-    code = (
-        "import sys; from parity_ui.inputs.prompts import PromptSpec, tokenizer_for, import_tokenizers_ahead; "
-        f"assert import_tokenizers_ahead({folder!r}) is None; "
-        f"t = tokenizer_for({folder!r}); ids = t.encode(PromptSpec(text='hi there'), True).token_ids; "
-        "print(len(ids), t.light, 'transformers' in sys.modules, 'torch' in sys.modules)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        env={**os.environ, "PARITY_CACHE_DIR": str(cache)},
-    )
+    code = ("import sys; from parity_ui.inputs.prompts import PromptSpec, tokenizer_for, import_tokenizers_ahead; "
+            f"assert import_tokenizers_ahead({folder!r}) is None; "
+            f"t = tokenizer_for({folder!r}); ids = t.encode(PromptSpec(text='hi there'), True).token_ids; "
+            "print(len(ids), t.light, 'transformers' in sys.modules, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "PARITY_CACHE_DIR": str(cache)})
     assert out.returncode == 0, out.stderr
     n, light, transformers, torch = out.stdout.split()
     assert int(n) > 0 and (light, transformers, torch) == ("True", "False", "False")

@@ -2,7 +2,6 @@
 moves inside a chunk (per token, with the share of the work and the time left) in the app's live card
 and on the CLI, and the live status says what each side really does during a cold start (loading,
 waiting for another side to load, warming up its first call), never "generating" while it waits."""
-
 from __future__ import annotations
 
 import time
@@ -41,9 +40,7 @@ def _recorder():
 def test_a_workloads_progress_moves_before_its_first_chunk_finishes(service, model):
     events, emit = _recorder()
     cfg = build_config(None, ["max_new_tokens=12"], sides=["ref=fake,delay_ms=25", "b=fake,delay_ms=25"])
-    req = WorkloadRequest(
-        model=model, prompts=list(PROMPTS), config=cfg, options=WorkloadOptions(chunk=8, floor="none")
-    )
+    req = WorkloadRequest(model=model, prompts=list(PROMPTS), config=cfg, options=WorkloadOptions(chunk=8, floor="none"))
     run = run_workload(service, req, emit)
     assert run.status == "ok", run.error
     progress = [(t, e) for t, e in events if e.kind == "progress"]
@@ -64,7 +61,7 @@ def test_a_workloads_progress_moves_before_its_first_chunk_finishes(service, mod
     live.feed(moving[-1])
     card = live.progress()
     assert live.done == 0 and 0 < live.fraction < 1
-    assert f"width:{100 * live.fraction:.0f}%" in card and "Generating" in card and "b: generating" in card
+    assert f'width:{100 * live.fraction:.0f}%' in card and "Generating" in card and "b: generating" in card
 
 
 def test_the_cli_prints_progress_inside_a_chunk_without_flooding(monkeypatch, capsys):
@@ -75,14 +72,8 @@ def test_the_cli_prints_progress_inside_a_chunk_without_flooding(monkeypatch, ca
     cli._last_progress.update(t=0.0, done=None)
     for i in range(20):  # one progress event a second inside the first chunk
         now[0] += 1
-        cli._progress(
-            RunEvent(
-                "progress",
-                f"0/16 prompts done; chunk 1 of 1: b generating ({i} tokens)",
-                prompt_index=0,
-                fraction=i / 40,
-            )
-        )
+        cli._progress(RunEvent("progress", f"0/16 prompts done; chunk 1 of 1: b generating ({i} tokens)",
+                               prompt_index=0, fraction=i / 40))
     cli._progress(RunEvent("progress", "16/16 prompts done", prompt_index=16, fraction=1.0))
     lines = capsys.readouterr().err.splitlines()
     assert 4 <= len(lines) <= 6 and lines[-1].endswith("16/16 prompts done")
@@ -112,7 +103,7 @@ def test_a_cold_start_says_who_waits_for_whom_and_that_a_first_call_warms_up(ser
     assert "waiting for b to load" in card and "loading the weights" in card
     assert "· generating" not in card and "prefill" not in card and "Generating" not in card
     # ... and once b's first tokens come, it is generating
-    for _, e in events[[x for _, x in events].index(e) + 1 :]:
+    for _, e in events[[x for _, x in events].index(e) + 1:]:
         live.feed(e)
         if e.kind == "token" and e.side == "b":
             break

@@ -5,7 +5,6 @@ the config and the side kinds' option dataclasses, so a new key or option withou
 NOTE fails here), then one test per semantic rule that differs between the engines, then the
 per-side options: overrides, fp32 logits, devices, a side's own model folder.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -34,19 +33,8 @@ SIDES = {"hf": HfOptions, "vllm": VllmOptions}
 # Rows that are not config keys but facts every side must agree on.
 RESOLVED_ROWS = {"eos_token_ids"}
 # Shared sampling keys: every side's engine must get each of them explicitly.
-SAMPLING = (
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "seed",
-    "stop_token_ids",
-    "ignore_eos",
-    "logprobs",
-    "eos_token_ids",
-)
+SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+            "stop_token_ids", "ignore_eos", "logprobs", "eos_token_ids")
 
 
 def shared_keys() -> list[str]:
@@ -63,15 +51,8 @@ def canonical_keys() -> list[str]:
 
 
 def model_info(**kw) -> ModelInfo:
-    base = dict(
-        name="tiny",
-        path="/models/tiny",
-        config_dtype="float32",
-        eos_token_ids=[2],
-        bos_token_id=1,
-        pad_token_id=3,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-    )
+    base = dict(name="tiny", path="/models/tiny", config_dtype="float32", eos_token_ids=[2],
+                bos_token_id=1, pad_token_id=3, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
     return ModelInfo(**{**base, **kw})
 
 
@@ -96,41 +77,16 @@ def side_args(data: dict, on_gpu: bool = False, model: ModelInfo | None = None) 
 
 # Every key set to a value that makes its mapping show (max_model_len unset is not passed, ...).
 EVERYTHING = {
-    "max_model_len": 4096,
-    "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-    "vllm": {
-        "max_num_seqs": 4,
-        "max_num_batched_tokens": 256,
-        "batch_invariant": True,
-        "attention_backend": "FLASH_ATTN",
-        "async_scheduling": True,
-        "pipeline_parallel_size": 2,
-        "device": "cuda:1",
-        "fp32_logits": True,
-        "max_cudagraph_capture_size": 8,
-        "image_min_pixels": 3136,
-        "image_max_pixels": 12544,
-        "generation_config": "model",
-        "model_impl": "transformers",
-        "forced_tokens": "auto",
-    },
-    "hf": {
-        "attn_implementation": "sdpa",
-        "decode": "compiled",
-        "device": "cuda:0,1",
-        "fp32_logits": True,
-        "image_min_pixels": 3136,
-        "image_max_pixels": 12544,
-        "generation_config": "neutral",
-        "replay_routes": "ids",
-        "logprobs_mode": "processed_logprobs",
-    },
-    "routes": True,
-    "full_distribution": True,
-    "full_distribution_budget_mb": 512,
-    "image_min_pixels": 3136,
-    "image_max_pixels": 50176,
-    "max_images_per_prompt": 2,
+    "max_model_len": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "vllm": {"max_num_seqs": 4, "max_num_batched_tokens": 256, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
+             "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
+             "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
+             "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
+    "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
+           "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral",
+           "replay_routes": "ids", "logprobs_mode": "processed_logprobs"},
+    "routes": True, "full_distribution": True, "full_distribution_budget_mb": 512,
+    "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
 
 # canonical key -> (vLLM native arguments, HF native arguments), as "where.name". Greedy config;
@@ -154,27 +110,20 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "logprobs_mode": ({"LLM.logprobs_mode"}, {"generate.output_scores"}),
     "generation_config": ({"LLM.generation_config"}, {"runtime.model.generation_config"}),
     "chat": ({"runtime.prompt_token_ids"}, {"runtime.input_ids"}),
-    "batch_size": ({"runtime.requests added per engine step loop"}, {"runtime.rows per generate call (left padded)"}),
+    "batch_size": ({"runtime.requests added per engine step loop"},
+                   {"runtime.rows per generate call (left padded)"}),
     "cross_score": ({"SamplingParams.prompt_logprobs"}, {"runtime.one forward pass over prompt + tokens"}),
     # on the CPU hooks on the routers; on a GPU vLLM's own capture
-    "routes": (
-        {"runtime.hooks on the routers (select_experts), in process", "LLM.enable_return_routed_experts"},
-        {"runtime.forward hooks on the MoE gates"},
-    ),
+    "routes": ({"runtime.hooks on the routers (select_experts), in process", "LLM.enable_return_routed_experts"},
+               {"runtime.forward hooks on the MoE gates"}),
     "hf.replay_routes": (set(), {"runtime.the gates' top-k replaced by recorded experts"}),
     # full_distribution: vLLM's rows processor (on a GPU with the V1 runner; EVERYTHING sets async_scheduling itself)
-    "full_distribution": (
-        {"LLM.logits_processors", "env.VLLM_USE_V2_MODEL_RUNNER"},
-        {"runtime.full rows from generate's logits and the scoring forward pass"},
-    ),
-    "full_distribution_budget_mb": (
-        {"runtime.one sequence's full rows at most (MiB)"},
-        {"runtime.one sequence's full rows at most (MiB)"},
-    ),
-    "generate_while_loading": (
-        {"runtime.generates once loaded, while others load"},
-        {"runtime.generates once loaded, while others load"},
-    ),
+    "full_distribution": ({"LLM.logits_processors", "env.VLLM_USE_V2_MODEL_RUNNER"},
+                          {"runtime.full rows from generate's logits and the scoring forward pass"}),
+    "full_distribution_budget_mb": ({"runtime.one sequence's full rows at most (MiB)"},
+                                    {"runtime.one sequence's full rows at most (MiB)"}),
+    "generate_while_loading": ({"runtime.generates once loaded, while others load"},
+                               {"runtime.generates once loaded, while others load"}),
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
     "vllm.device": ({"env.CUDA_VISIBLE_DEVICES", "env.GOMP_SPINCOUNT"}, set()),
     "vllm.fp32_logits": ({"LLM.hf_overrides"}, set()),
@@ -221,11 +170,8 @@ def _native(key: str) -> tuple[set[str], set[str]]:
     h_names: set[str] = set()
     data = EVERYTHING
     if key == "vllm.logprobs_mode":  # under `vllm:` it is 0.1's run-wide key: set it in a sides: list
-        data = {
-            **EVERYTHING,
-            "vllm": {k: v for k, v in EVERYTHING["vllm"].items() if k != "pipeline_parallel_size"},
-            "sides": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm", "logprobs_mode": "raw_logprobs"}],
-        }
+        data = {**EVERYTHING, "vllm": {k: v for k, v in EVERYTHING["vllm"].items() if k != "pipeline_parallel_size"},
+                "sides": [{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm", "logprobs_mode": "raw_logprobs"}]}
     for on_gpu in (False, True):
         _, _, v, h = args(data, on_gpu=on_gpu, model=model_info(vision=True, image_token_id=6))
         v_names |= {f"{a.where}.{a.name}" for a in v.used.get(key, [])}
@@ -269,7 +215,8 @@ def test_native_arguments_per_key(key):
 
 
 def test_mapping_table_rows_show_the_values():
-    cfg, r, _, _ = args({"temperature": 0.0, "stop_token_ids": [9], "vllm": {"max_num_seqs": 4}}, tokenizer_eos=[2, 7])
+    cfg, r, _, _ = args({"temperature": 0.0, "stop_token_ids": [9], "vllm": {"max_num_seqs": 4}},
+                        tokenizer_eos=[2, 7])
     rows = {row.key: row for row in mapping_table(cfg, r)}
     assert rows["eos_token_ids"].value == [2, 7]
     assert rows["stop_token_ids"].value == [9]
@@ -285,16 +232,9 @@ def test_mapping_table_rows_show_the_values():
 
 
 def test_every_sampling_key_reaches_every_kind():
-    cfg = config_from_dict(
-        {
-            "sides": [
-                {"name": "ref", "kind": "hf"},
-                {"name": "b", "kind": "vllm"},
-                {"name": "srv", "kind": "vllm-server"},
-                {"name": "remote", "kind": "openai", "url": "http://127.0.0.1:8000/v1"},
-            ]
-        }
-    )
+    cfg = config_from_dict({"sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm"},
+                                      {"name": "srv", "kind": "vllm-server"},
+                                      {"name": "remote", "kind": "openai", "url": "http://127.0.0.1:8000/v1"}]})
     rows = {row.key: row for row in mapping_table(cfg, resolve(model_info(), [2], False))}
     for key in SAMPLING:
         assert set(rows[key].sides) == {"ref", "b", "srv", "remote"}
@@ -315,19 +255,11 @@ def test_greedy():
 
 def test_sampling_passes_every_knob():
     _, _, v, h = args({"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 7})
-    assert (v.sampling["temperature"], v.sampling["top_p"], v.sampling["top_k"], v.sampling["min_p"]) == (
-        0.7,
-        0.9,
-        40,
-        0.05,
-    )
+    assert (v.sampling["temperature"], v.sampling["top_p"], v.sampling["top_k"], v.sampling["min_p"]) \
+        == (0.7, 0.9, 40, 0.05)
     assert h.sampling["do_sample"] is True
-    assert (h.sampling["temperature"], h.sampling["top_p"], h.sampling["top_k"], h.sampling["min_p"]) == (
-        0.7,
-        0.9,
-        40,
-        0.05,
-    )
+    assert (h.sampling["temperature"], h.sampling["top_p"], h.sampling["top_k"], h.sampling["min_p"]) \
+        == (0.7, 0.9, 40, 0.05)
     assert v.sampling["seed"] == 7 and v.llm["seed"] == 7 and h.seed == 7
 
 
@@ -360,32 +292,18 @@ def test_shared_seed_sampling_is_parity_uis_sampler_in_every_side():
 
 
 def test_a_sides_own_logprobs_mode():
-    cfg, by = side_args(
-        {
-            "sides": [
-                {"name": "trainer", "kind": "hf"},
-                {"name": "rollout", "kind": "vllm", "logprobs_mode": "processed_logprobs"},
-            ]
-        }
-    )
+    cfg, by = side_args({"sides": [{"name": "trainer", "kind": "hf"},
+                                   {"name": "rollout", "kind": "vllm", "logprobs_mode": "processed_logprobs"}]})
     assert by["rollout"].llm["logprobs_mode"] == "processed_logprobs"
     assert by["trainer"].logprobs_source == "logits"
     assert [str(a) for a in by["rollout"].used["rollout.logprobs_mode"]] == ["LLM.logprobs_mode='processed_logprobs'"]
-    cfg, by = side_args(
-        {"sides": [{"name": "ref", "kind": "hf", "logprobs_mode": "processed_logprobs"}, {"name": "b", "kind": "vllm"}]}
-    )
+    cfg, by = side_args({"sides": [{"name": "ref", "kind": "hf", "logprobs_mode": "processed_logprobs"},
+                                   {"name": "b", "kind": "vllm"}]})
     assert by["ref"].logprobs_source == "scores" and by["b"].llm["logprobs_mode"] == "raw_logprobs"
     # shared-seed records processed logprobs itself: an engine's own would carry the noise.
-    cfg = config_from_dict(
-        {
-            "sampling": "shared-seed",
-            "temperature": 1,
-            "sides": [
-                {"name": "ref", "kind": "hf"},
-                {"name": "b", "kind": "vllm", "logprobs_mode": "processed_logprobs"},
-            ],
-        }
-    )
+    cfg = config_from_dict({"sampling": "shared-seed", "temperature": 1,
+                            "sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "b", "kind": "vllm", "logprobs_mode": "processed_logprobs"}]})
     with pytest.raises(SideError, match="logprobs_mode"):
         map_side(cfg, cfg.side("b"), resolve(model_info(), [2], False))
 
@@ -440,41 +358,26 @@ def test_a_side_may_take_the_models_generation_config_on_its_own():
     a side's own option (parity bisect flips it like any other): the side's value wins over the
     run's, `--set b.generation_config=model` addresses the side, 0.1's `vllm.generation_config=auto`
     still means the whole run."""
-    cfg, sides = side_args(
-        {
-            "sides": [
-                {"name": "ref", "kind": "hf"},
-                {"name": "b", "kind": "hf", "generation_config": "model"},
-                {"name": "v", "kind": "vllm", "generation_config": "model"},
-            ]
-        }
-    )
+    cfg, sides = side_args({"sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "b", "kind": "hf", "generation_config": "model"},
+                                      {"name": "v", "kind": "vllm", "generation_config": "model"}]})
     assert sides["ref"].keep_model_generation_config is False and sides["b"].keep_model_generation_config is True
     assert sides["v"].llm["generation_config"] == "auto" and cfg.generation_config == "neutral"
     cfg = build_config(None, ["b.generation_config=model"], sides=["ref=hf", "b=hf"])
     assert (cfg.generation_config, cfg.side("b").options.generation_config) == ("neutral", "model")
-    cfg, sides = side_args(
-        {
-            "generation_config": "model",
-            "sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "hf", "generation_config": "neutral"}],
-        }
-    )
+    cfg, sides = side_args({"generation_config": "model", "sides": [{"name": "ref", "kind": "hf"},
+                                                                    {"name": "b", "kind": "hf",
+                                                                     "generation_config": "neutral"}]})
     assert sides["ref"].keep_model_generation_config is True and sides["b"].keep_model_generation_config is False
     assert build_config(None, ["vllm.generation_config=auto"]).generation_config == "model"
     with pytest.raises(ConfigError, match="generation_config"):
         build_config(None, sides=["ref=hf", "b=hf,generation_config=yes"])
 
 
-@pytest.mark.parametrize(
-    "config_dtype, expected",
-    [
-        ("bfloat16", "bfloat16"),
-        ("torch.float16", "float16"),
-        ("float32", "float32"),
-        ("", "float32"),
-        ("float64", "float32"),
-    ],
-)
+@pytest.mark.parametrize("config_dtype, expected", [
+    ("bfloat16", "bfloat16"), ("torch.float16", "float16"), ("float32", "float32"), ("", "float32"),
+    ("float64", "float32"),
+])
 def test_dtype_auto_resolves_from_model_config(config_dtype, expected):
     model = model_info(config_dtype=config_dtype)
     cfg, _, v, h = args(model=model, on_gpu=True)
@@ -488,26 +391,16 @@ def test_explicit_dtype_wins_over_model_config():
 
 
 def test_a_sides_dtype_wins_over_the_runs_for_that_side_only():
-    cfg, a = side_args(
-        {
-            "dtype": "float16",
-            "sides": [
-                {"name": "ref", "kind": "hf", "dtype": "float32"},
-                {"name": "b", "kind": "vllm"},
-                {"name": "c", "kind": "vllm", "dtype": "auto"},
-            ],
-        },
-        model=model_info(config_dtype="bfloat16"),
-    )
+    cfg, a = side_args({"dtype": "float16", "sides": [{"name": "ref", "kind": "hf", "dtype": "float32"},
+                                                      {"name": "b", "kind": "vllm"},
+                                                      {"name": "c", "kind": "vllm", "dtype": "auto"}]},
+                       model=model_info(config_dtype="bfloat16"))
     assert a["ref"].load["dtype"] == "float32"
     assert a["b"].llm["dtype"] == "float16"  # no dtype of its own: the run's
     assert a["c"].llm["dtype"] == "bfloat16"  # its own 'auto': the model's config
     rows = {row.key: row for row in mapping_table(cfg, resolve(model_info(config_dtype="bfloat16"), [2], False))}
-    assert rows["dtype"].sides == {
-        "ref": "from_pretrained.dtype='float32'",
-        "b": "LLM.dtype='float16'",
-        "c": "LLM.dtype='bfloat16'",
-    }
+    assert rows["dtype"].sides == {"ref": "from_pretrained.dtype='float32'", "b": "LLM.dtype='float16'",
+                                   "c": "LLM.dtype='bfloat16'"}
 
 
 def test_rope_scaling_same_merged_dict_for_every_side():
@@ -621,7 +514,8 @@ def test_an_override_for_one_side_leaves_the_others_alone():
     assert inv.env == {"VLLM_BATCH_INVARIANT": "1"} and default.env == {}
     assert inv.llm["max_num_seqs"] == 2 and "max_num_seqs" not in default.llm
     rows = {row.key: row for row in mapping_table(cfg, r)}
-    assert rows["invariant.batch_invariant"].sides == {"default": "(not used)", "invariant": "VLLM_BATCH_INVARIANT=1"}
+    assert rows["invariant.batch_invariant"].sides == {"default": "(not used)",
+                                                       "invariant": "VLLM_BATCH_INVARIANT=1"}
     assert rows["default.batch_invariant"].value is False and rows["invariant.batch_invariant"].value is True
 
 
@@ -659,9 +553,8 @@ def test_fp32_logits_hf_and_the_rl_preset():
     assert a["rollout"].llm["dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize(
-    "device, visible", [("auto", None), ("cuda", None), ("cuda:1", "1"), ("cuda:0,1", "0,1"), ("cuda:2,3", "2,3")]
-)
+@pytest.mark.parametrize("device, visible", [("auto", None), ("cuda", None), ("cuda:1", "1"), ("cuda:0,1", "0,1"),
+                                             ("cuda:2,3", "2,3")])
 def test_vllm_device_becomes_cuda_visible_devices(device, visible):
     _, _, v, _ = args({"vllm": {"device": device}}, on_gpu=True)
     assert v.env.get("CUDA_VISIBLE_DEVICES") == visible
@@ -669,31 +562,21 @@ def test_vllm_device_becomes_cuda_visible_devices(device, visible):
     assert recorded == ([] if visible is None else [visible])
 
 
-@pytest.mark.parametrize(
-    "device, on_gpu, where, env",
-    [
-        ("auto", False, "cpu", {"GOMP_SPINCOUNT": "10000"}),
-        ("auto", True, "cuda", {}),
-        ("cpu", True, "cpu", {"GOMP_SPINCOUNT": "10000"}),  # HF on the CPU of a GPU machine
-        ("cuda:1", True, "cuda:1", {}),  # one GPU: the model goes there, every GPU stays visible
-        ("cuda:0,1", True, "balanced", {"CUDA_VISIBLE_DEVICES": "0,1"}),  # spread over the side's GPUs only
-    ],
-)
+@pytest.mark.parametrize("device, on_gpu, where, env", [
+    ("auto", False, "cpu", {"GOMP_SPINCOUNT": "10000"}), ("auto", True, "cuda", {}),
+    ("cpu", True, "cpu", {"GOMP_SPINCOUNT": "10000"}),  # HF on the CPU of a GPU machine
+    ("cuda:1", True, "cuda:1", {}),  # one GPU: the model goes there, every GPU stays visible
+    ("cuda:0,1", True, "balanced", {"CUDA_VISIBLE_DEVICES": "0,1"}),  # spread over the side's GPUs only
+])
 def test_hf_device(device, on_gpu, where, env):
     _, _, _, h = args({"hf": {"device": device}}, on_gpu=on_gpu)
     assert h.device == where and h.env == env
 
 
 def test_worker_env_of_two_sides_on_different_gpus():
-    _, a = side_args(
-        {
-            "sides": [
-                {"name": "ref", "kind": "hf", "device": "cuda:0,1"},
-                {"name": "b", "kind": "vllm", "device": "cuda:2", "batch_invariant": True},
-            ]
-        },
-        on_gpu=True,
-    )
+    _, a = side_args({"sides": [{"name": "ref", "kind": "hf", "device": "cuda:0,1"},
+                                {"name": "b", "kind": "vllm", "device": "cuda:2", "batch_invariant": True}]},
+                     on_gpu=True)
     assert a["ref"].env == {"CUDA_VISIBLE_DEVICES": "0,1"}
     assert a["b"].env == {"VLLM_BATCH_INVARIANT": "1", "CUDA_VISIBLE_DEVICES": "2"}
 
@@ -723,16 +606,8 @@ def test_optional_vllm_options_are_passed_only_when_set():
     _, _, unset, _ = args()
     for name in ("attention_backend", "async_scheduling", "max_num_seqs", "max_model_len"):
         assert name not in unset.llm, name  # vLLM decides
-    _, _, v, _ = args(
-        {
-            "vllm": {
-                "attention_backend": "TRITON_ATTN",
-                "async_scheduling": False,
-                "enable_prefix_caching": True,
-                "enable_chunked_prefill": True,
-            }
-        }
-    )
+    _, _, v, _ = args({"vllm": {"attention_backend": "TRITON_ATTN", "async_scheduling": False,
+                                "enable_prefix_caching": True, "enable_chunked_prefill": True}})
     assert v.llm["attention_backend"] == "TRITON_ATTN"
     assert v.llm["async_scheduling"] is False  # an explicit false is passed, not dropped
     assert v.llm["enable_prefix_caching"] is True and v.llm["enable_chunked_prefill"] is True
@@ -756,20 +631,14 @@ def test_hf_graphed_decode_is_parity_uis_loop_and_the_table_says_generate_is_not
     assert "one prompt at a time" in h.used["batch_size"][0].name
 
 
-@pytest.mark.parametrize(
-    "data, names, fix",
-    [
-        ({"temperature": 0.7}, "temperature=0.7", "temperature=0"),
-        ({"repetition_penalty": 1.2}, "repetition_penalty=1.2", "repetition_penalty=1"),
-        ({"logprobs_mode": "processed_logprobs"}, "logprobs_mode=processed_logprobs", "raw logprobs_mode"),
-        ({"generation_config": "model"}, "generation_config=model", "generation_config=neutral"),
-        (
-            {"hf": {"attn_implementation": "flash_attention_2"}},
-            "attn_implementation=flash_attention_2",
-            "attn_implementation=sdpa",
-        ),
-    ],
-)
+@pytest.mark.parametrize("data, names, fix", [
+    ({"temperature": 0.7}, "temperature=0.7", "temperature=0"),
+    ({"repetition_penalty": 1.2}, "repetition_penalty=1.2", "repetition_penalty=1"),
+    ({"logprobs_mode": "processed_logprobs"}, "logprobs_mode=processed_logprobs", "raw logprobs_mode"),
+    ({"generation_config": "model"}, "generation_config=model", "generation_config=neutral"),
+    ({"hf": {"attn_implementation": "flash_attention_2"}}, "attn_implementation=flash_attention_2",
+     "attn_implementation=sdpa"),
+])
 def test_hf_graphed_decode_refuses_what_it_would_silently_drop(data, names, fix):
     """The graphed loop is a plain argmax: a sampler or a logits processor generate() would apply
     must not vanish quietly."""
@@ -779,10 +648,8 @@ def test_hf_graphed_decode_refuses_what_it_would_silently_drop(data, names, fix)
     assert fix in e.value.fix and "decode=static" in e.value.fix
 
 
-@pytest.mark.parametrize(
-    "choice, enabled",
-    [("auto", None), ("no-cudnn", ["flash", "efficient", "math"]), ("math", ["math"]), ("cudnn", ["cudnn"])],
-)
+@pytest.mark.parametrize("choice, enabled", [("auto", None), ("no-cudnn", ["flash", "efficient", "math"]),
+                                             ("math", ["math"]), ("cudnn", ["cudnn"])])
 def test_hf_sdpa_kernels_name_the_kernels_the_worker_leaves_enabled(choice, enabled):
     _, _, _, h = args({"hf": {"sdpa_kernels": choice}})
     assert h.sdpa_kernels == enabled
@@ -806,9 +673,8 @@ def test_hf_attn_implementation_auto_is_transformers_choice():
 
 
 def test_a_side_with_its_own_model_folder():
-    cfg = config_from_dict(
-        {"sides": [{"name": "ref", "kind": "hf"}, {"name": "b", "kind": "vllm", "model": "/models/tiny-ft"}]}
-    )
+    cfg = config_from_dict({"sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "b", "kind": "vllm", "model": "/models/tiny-ft"}]})
     run_model = model_info(config_dtype="float32")
     own = model_info(path="/models/tiny-ft", config_dtype="bfloat16", eos_token_ids=[9])
     r = resolve(run_model, [2], False)

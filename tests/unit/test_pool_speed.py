@@ -11,7 +11,6 @@ holds are compared: a figure added to the report later does not break it.
 
     PYTHONPATH=$PWD python tests/unit/test_pool_speed.py --write    # re-record (only on purpose)
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -64,42 +63,22 @@ def fixed_samples(side: str, n: int = 450, seed: int = 29) -> list[PairSample]:
         identical = i % 3 == 0
         first = None if identical or i % 31 == 0 else rng.randrange(length)
         verdict = None if identical else rng.choice(["numerical near-tie", "real disagreement", None])
-        out.append(
-            PairSample(
-                prompt_index=(i * 7) % n,
-                identical=identical,
-                first_divergence=first,
-                length=length,
-                verdict=verdict,
-                logp_side=logp,
-                logp_ref=ref,
-                positions=positions,
-            )
-        )
+        out.append(PairSample(prompt_index=(i * 7) % n, identical=identical, first_divergence=first, length=length,
+                              verdict=verdict, logp_side=logp, logp_ref=ref, positions=positions))
     return out
 
 
 def pooled_report() -> WorkloadReport:
     store = Store(open_db(":memory:"))
-    run = Run(
-        id="01POOLGOLDEN",
-        created_utc="2026-11-26T00:00:00.000+00:00",
-        kind="replay",
-        model=ModelInfo(name="golden", path="/nowhere"),
-        config={},
-        status="running",
-        sides=[
-            SideInfo(name="ref", kind="hf", reference=True),
-            *(SideInfo(name=s, kind="hf") for s in SIDES),
-            SideInfo(name="floor", kind="hf"),
-        ],
-    )
+    run = Run(id="01POOLGOLDEN", created_utc="2026-11-26T00:00:00.000+00:00", kind="replay",
+              model=ModelInfo(name="golden", path="/nowhere"), config={}, status="running",
+              sides=[SideInfo(name="ref", kind="hf", reference=True), *(SideInfo(name=s, kind="hf") for s in SIDES),
+                     SideInfo(name="floor", kind="hf")])
     save_run(store.db, run)
     for side in (*SIDES, "floor"):
         save_pair_samples(store.db, run.id, side, fixed_samples(side))
-    report = WorkloadReport(
-        options=WorkloadOptions(mode="replay"), floor=FloorSpec("kernel", "floor", "the floor"), n_prompts=450, done=450
-    )
+    report = WorkloadReport(options=WorkloadOptions(mode="replay"), floor=FloorSpec("kernel", "floor", "the floor"),
+                            n_prompts=450, done=450)
     return pooled(store, run.id, report, list(SIDES))
 
 
@@ -134,21 +113,12 @@ def test_the_pooled_report_is_bit_identical_to_before(sort_run, monkeypatch):
     got = report_fingerprint()
     missing = sorted(set(golden) - set(got))
     assert not missing, f"paths no longer in the report: {missing[:10]}"
-    differ = [
-        (p, golden[p], got[p])
-        for p in golden
-        if got[p] != golden[p]
-        or (isinstance(golden[p], float) and math.copysign(1, golden[p]) != math.copysign(1, got[p]))
-    ]
+    differ = [(p, golden[p], got[p]) for p in golden if got[p] != golden[p]
+              or (isinstance(golden[p], float) and math.copysign(1, golden[p]) != math.copysign(1, got[p]))]
     assert not differ, f"{len(differ)} values differ, e.g. {differ[:5]}"
     # The fingerprint covers what matters: resamples, histogram bins, verdicts of both sides and the floor.
-    for key in (
-        "sides.b.stats.resamples.abs_dlogp_p99",
-        "floor_figures.hist.counts",
-        "sides.c.verdict.verdict",
-        "sides.b.stats.tokens.abs_dlogp_p50",
-        "floor_figures.stats.tokens.skipped",
-    ):
+    for key in ("sides.b.stats.resamples.abs_dlogp_p99", "floor_figures.hist.counts", "sides.c.verdict.verdict",
+                "sides.b.stats.tokens.abs_dlogp_p50", "floor_figures.stats.tokens.skipped"):
         assert key in golden, key
     assert golden["sides.c.verdict.verdict"] == "exceeds noise" and golden["floor_figures.hist.zero"] > 0
     assert golden["sides.b.hist.above"] > 0 and golden["sides.b.hist.below"] > 0
@@ -194,12 +164,13 @@ def test_the_histogram_counts_as_one_pair_at_a_time(seed):
             pairs.append((-1.0, -1.0 - d))
     got, start, clean = DlogpHistogram(), 0, 0
     while start < len(pairs):  # samples of 1 to 40 pairs: many all scorable (the fast path), many not
-        chunk = pairs[start : start + rng.randrange(1, 41)]
+        chunk = pairs[start:start + rng.randrange(1, 41)]
         start += len(chunk)
         clean += all(scorable(a) and scorable(b) for a, b in chunk)
         got.add([a for a, _ in chunk], [b for _, b in chunk])
     want = _histogram_one_pair_at_a_time(pairs)
     assert got == want and got.total > 2500 and clean > 20
+
 
 
 @pytest.mark.parametrize("block", [1, 3, 512])
@@ -225,10 +196,8 @@ def test_weighted_ranks_find_what_bisect_over_the_running_total_finds(block):
 
 # The resamples of 120 prompts of side "c" with the bootstrap walking every 21st / 4th gap (a cap of
 # 997 / 5000 gaps: the strided slices start mid-bucket), recorded with the code before the change.
-RESAMPLES_BEFORE = {
-    997: "7e41af8f79fa870c04b174df01c27b407ee82be917614c5e3b0ec974d7ecdc1b",
-    5000: "5bd6d599dc37b57e8418bd06451dc068eb7d130f0df1644c4c7b7e82d2457dcf",
-}
+RESAMPLES_BEFORE = {997: "7e41af8f79fa870c04b174df01c27b407ee82be917614c5e3b0ec974d7ecdc1b",
+                    5000: "5bd6d599dc37b57e8418bd06451dc068eb7d130f0df1644c4c7b7e82d2457dcf"}
 
 
 @pytest.mark.parametrize("cap", sorted(RESAMPLES_BEFORE))
@@ -241,7 +210,6 @@ def test_the_systematic_sample_of_gaps_is_the_same_at_any_step(cap, monkeypatch)
         acc.add(s)
     got = hashlib.sha256(json.dumps(acc.result().resamples).encode()).hexdigest()
     assert got == RESAMPLES_BEFORE[cap]
-
 
 if __name__ == "__main__" and "--write" in sys.argv:
     GOLDEN.write_text(json.dumps(report_fingerprint(), indent=0, sort_keys=True) + "\n")

@@ -6,7 +6,6 @@ machine's GPUs); model folders are one tiny model copied and edited (config.json
 generation_config.json, chat template; tests/preflight_models.py). The engine run that shows the findings
 reaching a stored run and the CLI JSON is tests/engines/test_preflight_engines.py.
 """
-
 from __future__ import annotations
 
 import sys
@@ -59,20 +58,13 @@ def test_preflight_is_what_prepare_stores(base):
     prep = prepared(base, "temperature=0.5")
     codes = [f.code for f in run_preflight(prep)]
     assert "sampled-streams" in codes
-    assert [f.code for f in prep.warnings][: len(codes)] == codes  # the memory plan's come after
+    assert [f.code for f in prep.warnings][:len(codes)] == codes  # the memory plan's come after
 
 
 def test_every_finding_has_a_message_a_fix_and_a_setting_that_applies(variant):
     model = variant(generation={"do_sample": True, "temperature": 0.7, "eos_token_id": [2, 4]})
-    overrides = [
-        "temperature=0.5",
-        "batch_size=20",
-        "chat=true",
-        "repetition_penalty=1.2",
-        "b.enable_prefix_caching=true",
-        "b.enable_chunked_prefill=true",
-        "c.batch_invariant=true",
-    ]
+    overrides = ["temperature=0.5", "batch_size=20", "chat=true", "repetition_penalty=1.2",
+                 "b.enable_prefix_caching=true", "b.enable_chunked_prefill=true", "c.batch_invariant=true"]
     sides = ["ref=hf,dtype=bfloat16,fp32_logits=true", "b=vllm,dtype=bfloat16", "c=vllm,dtype=bfloat16"]
     found = all_findings(model, *overrides, prompts=(PROMPT, "x"), sides=sides)
     codes = {f.code for f in found}
@@ -102,7 +94,6 @@ def test_a_findings_setting_removes_it(base):
 
 
 # -- EOS -----------------------------------------------------------------------------------------
-
 
 def test_eos_that_only_vllm_would_stop_on_is_a_warning(variant):
     model = variant(generation={"eos_token_id": 4})  # tokenizer and config.json say 2
@@ -141,13 +132,11 @@ def test_a_side_whose_model_folder_declares_other_eos(base, variant):
 
 # -- BOS -----------------------------------------------------------------------------------------
 
-
 def test_template_that_writes_bos_for_a_bos_adding_tokenizer(base, variant):
     assert findings(base, "chat=true")["template-bos"].severity == "info"
     assert "template-bos" not in findings(base)  # no template applied
-    no_bos = variant(
-        template="{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}<|assistant|>\n"
-    )
+    no_bos = variant(template="{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n"
+                              "{% endfor %}<|assistant|>\n")
     assert "template-bos" not in findings(no_bos, "chat=true")
 
 
@@ -158,7 +147,6 @@ def test_prompt_that_starts_with_bos_twice(base):
 
 
 # -- generation_config.json ----------------------------------------------------------------------
-
 
 def test_generation_config_defaults_are_reported_as_neutralised(variant):
     f = findings(variant(generation=TRAP))["generation-config-defaults"]
@@ -177,9 +165,8 @@ def test_generation_config_model_says_what_hf_fills(variant):
     greedy = findings(model, "generation_config=model")["generation-config-applied"]
     assert greedy.severity == "info" and "inert under greedy" in greedy.message
     assert greedy.setting == {"key": "generation_config", "value": "neutral"}
-    sampled = findings(model, "generation_config=model", "temperature=0.9", "min_p=0", "top_k=0")[
-        "generation-config-applied"
-    ]
+    sampled = findings(model, "generation_config=model", "temperature=0.9", "min_p=0",
+                       "top_k=0")["generation-config-applied"]
     assert sampled.severity == "warning"
     assert "generation-config-defaults" not in findings(model, "generation_config=model")
     # The old spelling reaches the same check.
@@ -187,9 +174,7 @@ def test_generation_config_model_says_what_hf_fills(variant):
 
 
 def test_one_side_taking_the_models_generation_config_is_named_with_its_own_fix(variant):
-    f = findings(variant(generation=TRAP), sides=["ref=hf", "b=hf,generation_config=model"])[
-        "generation-config-applied"
-    ]
+    f = findings(variant(generation=TRAP), sides=["ref=hf", "b=hf,generation_config=model"])["generation-config-applied"]
     assert f.side == "b" and f.setting == {"key": "b.generation_config", "value": "neutral"}
 
 
@@ -200,7 +185,6 @@ def test_generation_config_model_without_an_hf_side_has_nothing_to_fill(variant)
 
 # -- sampling semantics --------------------------------------------------------------------------
 
-
 def test_sampling_semantics(base):
     sampled = findings(base, "temperature=0.8")
     assert sampled["sampled-streams"].severity == "warning"
@@ -209,11 +193,11 @@ def test_sampling_semantics(base):
     assert "top-k-top-p-order" in both and "top-k-off" not in both
     assert "greedy-ignores-filters" in findings(base, "top_k=5")
     assert "PROMPT" in findings(base, "repetition_penalty=1.2")["repetition-penalty"].message
-    assert not {"sampled-streams", "top-k-off", "greedy-ignores-filters", "repetition-penalty"} & set(findings(base))
+    assert not {"sampled-streams", "top-k-off", "greedy-ignores-filters", "repetition-penalty"} & \
+        set(findings(base))
 
 
 # -- dtype and logits ----------------------------------------------------------------------------
-
 
 def test_dtype_auto_on_a_float32_checkpoint(base, variant):
     found = findings(base, "dtype=auto")
@@ -260,7 +244,6 @@ def test_fp32_logits_on_every_side_or_in_float32_is_fine(base):
 
 # -- RoPE and context ----------------------------------------------------------------------------
 
-
 def test_rope_legacy_spelling(variant):
     model = variant(config={"rope_scaling": {"type": "linear", "factor": 2.0}})
     assert findings(model)["rope-legacy-type"].severity == "info"
@@ -269,19 +252,11 @@ def test_rope_legacy_spelling(variant):
 
 
 def test_rope_scaling_and_rope_parameters_that_disagree(variant):
-    model = variant(
-        config={
-            "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-            "rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
-        }
-    )
+    model = variant(config={"rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                            "rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0}})
     assert findings(model)["rope-conflict"].severity == "warning"
-    same = variant(
-        config={
-            "rope_scaling": {"rope_type": "linear", "factor": 2.0},
-            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
-        }
-    )
+    same = variant(config={"rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                           "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}})
     assert "rope-conflict" not in findings(same)
 
 
@@ -306,7 +281,6 @@ def test_prompt_longer_than_the_unscaled_context(variant):
 
 # -- batching, caching, chunking -----------------------------------------------------------------
 
-
 def test_batching_caching_chunking(base):
     assert "batch-size-unstable" in findings(base, f"batch_size={STABLE_BATCH_BOUND + 1}")
     assert "batch-size-unstable" not in findings(base, f"batch_size={STABLE_BATCH_BOUND}")
@@ -320,15 +294,13 @@ def test_batching_caching_chunking(base):
 
 def test_hf_left_padding_needs_an_hf_side(base):
     two_prompts = (PROMPT, "x = 1")
-    assert "hf-left-padding" not in findings(
-        base, "batch_size=2", prompts=two_prompts, base_cfg={"sides": SIDE_PRESETS["eager-vs-graphs"]}
-    )
+    assert "hf-left-padding" not in findings(base, "batch_size=2", prompts=two_prompts,
+                                             base_cfg={"sides": SIDE_PRESETS["eager-vs-graphs"]})
 
 
 def test_caching_and_chunking_are_found_per_side(base):
-    found = side_findings(
-        base, sides=["ref=vllm", "b=vllm,enable_prefix_caching=true", "c=vllm,enable_chunked_prefill=true"]
-    )
+    found = side_findings(base, sides=["ref=vllm", "b=vllm,enable_prefix_caching=true",
+                                       "c=vllm,enable_chunked_prefill=true"])
     assert ("prefix-caching", "b") in found and ("chunked-prefill", "c") in found
     assert not {("prefix-caching", "ref"), ("prefix-caching", "c"), ("chunked-prefill", "b")} & set(found)
     assert found[("prefix-caching", "b")].message.startswith("side b: ")
@@ -348,18 +320,17 @@ def test_batch_invariant_is_unsupported_on_cpu(base, monkeypatch):
 
 # -- logprobs mode -------------------------------------------------------------------------------
 
-
 def test_logprob_modes(base):
     mode = "logprobs_mode=processed_logprobs"
     assert findings(base, mode, "temperature=0.7")["processed-logprobs-sampling"].severity == "warning"
     assert findings(base, mode)["processed-logprobs"].severity == "info"
     assert findings(base, mode)["processed-logprobs"].setting == {"key": "logprobs_mode", "value": "raw_logprobs"}
     assert "raw-logprobs-processors" in findings(base, "repetition_penalty=1.1")
-    assert not {"processed-logprobs", "processed-logprobs-sampling", "raw-logprobs-processors"} & set(findings(base))
+    assert not {"processed-logprobs", "processed-logprobs-sampling", "raw-logprobs-processors"} & \
+        set(findings(base))
 
 
 # -- what the sides differ in --------------------------------------------------------------------
-
 
 def test_sides_with_the_same_setup(base):
     f = findings(base, sides=["a=vllm", "b=vllm"])["sides-identical-setup"]
@@ -370,10 +341,7 @@ def test_sides_with_the_same_setup(base):
 def test_sides_that_differ_in_an_option(base):
     f = findings(base, base_cfg={"sides": SIDE_PRESETS["eager-vs-graphs"]})["sides-differ"]
     assert f.side == "graphs"
-    assert (
-        f.message
-        == "side graphs differs from the reference eager, as configured, only in enforce_eager (True vs False)."
-    )
+    assert f.message == "side graphs differs from the reference eager, as configured, only in enforce_eager (True vs False)."
 
 
 def test_sides_that_differ_only_in_settings_that_keep_the_tokens(base):
@@ -383,10 +351,8 @@ def test_sides_that_differ_only_in_settings_that_keep_the_tokens(base):
 
 
 def test_every_side_is_described_against_the_reference(base):
-    found = side_findings(
-        base,
-        sides=["ref=hf", "b=vllm", "c=vllm,batch_invariant=true,enforce_eager=true", "d=hf,attn_implementation=eager"],
-    )
+    found = side_findings(base, sides=["ref=hf", "b=vllm", "c=vllm,batch_invariant=true,enforce_eager=true",
+                                       "d=hf,attn_implementation=eager"])
     assert {side for code, side in found if code.startswith("sides-")} == {"b", "c", "d"}
     assert "engine (hf vs vllm)" in found[("sides-differ", "b")].message
     d = found[("sides-differ", "d")].message
@@ -395,14 +361,8 @@ def test_every_side_is_described_against_the_reference(base):
 
 def test_a_side_in_another_environment(base):
     here = Path(sys.executable)
-    other = next(
-        (
-            p
-            for p in (here.with_name("python3"), here.with_name(f"python3.{sys.version_info[1]}"))
-            if p.is_file() and str(p) != str(here)
-        ),
-        None,
-    )
+    other = next((p for p in (here.with_name("python3"), here.with_name(f"python3.{sys.version_info[1]}"))
+                  if p.is_file() and str(p) != str(here)), None)
     if other is None:
         pytest.skip("no second spelling of this interpreter to stand for another environment")
     found = side_findings(base, sides=["a=vllm", f"b=vllm,python={other},batch_invariant=true"])

@@ -1,7 +1,6 @@
 """Determinism probes and setting sweeps: the pure parts on hand-built data. Both on real engines (one
 shared service; the sweep addresses a side's option by the side's name) are
 tests/engines/test_probes_sweep_engines.py."""
-
 from __future__ import annotations
 
 import json
@@ -19,7 +18,6 @@ PROMPT = "def main(args):"
 
 
 # -- pure parts ------------------------------------------------------------------------------------
-
 
 def test_first_fork_and_summary():
     assert first_fork([[1, 2, 3], [1, 2, 3]]) is None
@@ -44,51 +42,29 @@ def test_parse_grid_and_points():
     # the runtime key varies fastest, so consecutive points share loaded engines
     assert [p["batch_size"] for p in points[:2]] == [1, 2]
     assert points[0]["dtype"] == points[1]["dtype"]
-    for bad in (
-        ["dtype"],
-        ["dtype="],
-        ["dtype=a", "dtype=b"],
-        [f"seed={','.join(map(str, range(MAX_POINTS + 1)))}"],
-        [],
-    ):
+    for bad in (["dtype"], ["dtype="], ["dtype=a", "dtype=b"], [f"seed={','.join(map(str, range(MAX_POINTS + 1)))}"], []):
         with pytest.raises(ConfigError):
             parse_grid(bad)
 
 
 def _run(fd: int | None, status: str = "diverged") -> Run:
-    comp = Comparison(
-        a="ref",
-        b="b",
-        identical=fd is None,
-        first_divergence=fd,
-        compared=10,
-        lengths=[10, 10],
-        explanation=explanation_from_json({"verdict": "numerical near-tie" if fd is not None else "identical"}),
-        cross_scores=cross_scores_from_json({"b_by_ref": {"rms_gap": 0.5 if fd is not None else 0.001}}),
-    )
-    return Run(
-        id=f"r{fd}",
-        created_utc="",
-        model=ModelInfo(name="m", path=""),
-        config={},
-        status=status,
-        sides=[SideInfo(name="ref", kind="hf", reference=True), SideInfo(name="b", kind="vllm")],
-        prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], comparisons=[comp])],
-    )
+    comp = Comparison(a="ref", b="b", identical=fd is None, first_divergence=fd, compared=10, lengths=[10, 10],
+                      explanation=explanation_from_json({"verdict": "numerical near-tie" if fd is not None
+                                                         else "identical"}),
+                      cross_scores=cross_scores_from_json({"b_by_ref": {"rms_gap": 0.5 if fd is not None else 0.001}}))
+    return Run(id=f"r{fd}", created_utc="", model=ModelInfo(name="m", path=""), config={}, status=status,
+               sides=[SideInfo(name="ref", kind="hf", reference=True), SideInfo(name="b", kind="vllm")],
+               prompts=[PromptResult(index=0, prompt_text="p", prompt_token_ids=[1], comparisons=[comp])])
 
 
 def test_summary_says_which_key_moves_the_divergence():
     grid = {"dtype": ["float32", "bfloat16"], "batch_size": [1, 2]}
-    sweep = Sweep(
-        group_id="g",
-        grid=grid,
-        points=[
-            SweepPoint({"dtype": "float32", "batch_size": 1}, _run(None, "ok")),
-            SweepPoint({"dtype": "float32", "batch_size": 2}, _run(None, "ok")),
-            SweepPoint({"dtype": "bfloat16", "batch_size": 1}, _run(7)),
-            SweepPoint({"dtype": "bfloat16", "batch_size": 2}, _run(7)),
-        ],
-    )
+    sweep = Sweep(group_id="g", grid=grid, points=[
+        SweepPoint({"dtype": "float32", "batch_size": 1}, _run(None, "ok")),
+        SweepPoint({"dtype": "float32", "batch_size": 2}, _run(None, "ok")),
+        SweepPoint({"dtype": "bfloat16", "batch_size": 1}, _run(7)),
+        SweepPoint({"dtype": "bfloat16", "batch_size": 2}, _run(7)),
+    ])
     s = summarize_sweep(sweep)
     effects = {e["key"]: e for e in s["effects"]}
     assert effects["dtype"]["moves_divergence"] is True
@@ -100,11 +76,8 @@ def test_summary_says_which_key_moves_the_divergence():
 
 def test_error_points_do_not_count_as_effects():
     grid = {"batch_size": [1, 2]}
-    sweep = Sweep(
-        group_id="g",
-        grid=grid,
-        points=[SweepPoint({"batch_size": 1}, _run(3)), SweepPoint({"batch_size": 2}, _run(None, "error"))],
-    )
+    sweep = Sweep(group_id="g", grid=grid, points=[SweepPoint({"batch_size": 1}, _run(3)),
+                                                   SweepPoint({"batch_size": 2}, _run(None, "error"))])
     assert summarize_sweep(sweep)["effects"][0]["moves_divergence"] is False
 
 

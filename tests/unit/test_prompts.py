@@ -1,5 +1,4 @@
 """Prompt files (parse and every rejection), then encoding with a real tokenizer: one BOS, always."""
-
 from __future__ import annotations
 
 import json
@@ -37,14 +36,8 @@ def test_jsonl_prompts_and_messages_skip_blank_lines():
         json.dumps({"prompt": "first"}),
         "",
         "   ",
-        json.dumps(
-            {
-                "messages": [
-                    {"role": "system", "content": "be brief"},
-                    {"role": "user", "content": "héllo", "name": "dropped"},
-                ]
-            }
-        ),
+        json.dumps({"messages": [{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": "héllo", "name": "dropped"}]}),
         json.dumps({"prompt": "third", "id": 3}),
     ]
     specs = parse_prompt_bytes("\n".join(lines).encode(), "p.jsonl")
@@ -83,16 +76,13 @@ def test_line_without_prompt_or_messages(line):
     assert "line 1" in err.message and "'prompt'" in err.message and "'messages'" in err.message
 
 
-@pytest.mark.parametrize(
-    "messages",
-    [
-        [],
-        "hello",
-        [{"role": "user"}],
-        [{"role": "user", "content": 5}],
-        ["user: hi"],
-    ],
-)
+@pytest.mark.parametrize("messages", [
+    [],
+    "hello",
+    [{"role": "user"}],
+    [{"role": "user", "content": 5}],
+    ["user: hi"],
+])
 def test_bad_messages(messages):
     err = rejected(json.dumps({"messages": messages}).encode(), "p.jsonl")
     assert "line 1" in err.message and "message" in err.message and '"role"' in err.fix
@@ -126,10 +116,8 @@ def test_read_too_large_file(tmp_path, monkeypatch):
 
 def test_excerpt():
     assert PromptSpec(text="a\n  b").excerpt() == "a b"
-    assert (
-        PromptSpec(messages=[{"role": "user", "content": "hi"}, {"role": "user", "content": "yo"}]).excerpt()
+    assert PromptSpec(messages=[{"role": "user", "content": "hi"}, {"role": "user", "content": "yo"}]).excerpt() \
         == "hi | yo"
-    )
     assert PromptSpec(text="x" * 100).excerpt(10) == "x" * 9 + "…"
 
 
@@ -166,14 +154,11 @@ def test_plain_text_gets_exactly_one_bos(tok):
     assert enc.text.startswith("<s>") and enc.text.endswith("def main(args):")
 
 
-@pytest.mark.parametrize(
-    "spec, chat",
-    [
-        (PromptSpec(text="def main(args):"), True),
-        (PromptSpec(messages=[{"role": "user", "content": "def main(args):"}]), False),
-        (PromptSpec(messages=[{"role": "user", "content": "def main(args):"}]), True),
-    ],
-)
+@pytest.mark.parametrize("spec, chat", [
+    (PromptSpec(text="def main(args):"), True),
+    (PromptSpec(messages=[{"role": "user", "content": "def main(args):"}]), False),
+    (PromptSpec(messages=[{"role": "user", "content": "def main(args):"}]), True),
+])
 def test_chat_gets_exactly_one_bos(tok, spec, chat):
     enc = tok.encode(spec, chat=chat)
     assert enc.token_ids[0] == tok.tok.bos_token_id
@@ -183,7 +168,8 @@ def test_chat_gets_exactly_one_bos(tok, spec, chat):
 
 def test_the_double_bos_trap_is_real(tok):
     # What the test above guards against: tokenizing the templated text with special tokens on.
-    text = tok.tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = tok.tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                       add_generation_prompt=True)
     assert bos_count(tok, tok.tok(text, add_special_tokens=True)["input_ids"]) == 2
 
 

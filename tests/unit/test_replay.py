@@ -2,7 +2,6 @@
 findings and the sides' traps stored before any engine loads (an fp32 lm_head on one side only),
 Stop and resume, a truncated line kept going or stopped as chosen, a changed dump refused on resume.
 The real engines replay real rollouts in tests/engines/test_replay_engines.py."""
-
 from __future__ import annotations
 
 import json
@@ -37,16 +36,9 @@ def _dump(path, n=N, truncate=False):
     lines = []
     for i in range(n):
         resp = [rnd.randrange(8, 400) for _ in range(6)]
-        lines.append(
-            json.dumps(
-                {
-                    "prompt_ids": [1, 8 + i, 9],
-                    "response_ids": resp,
-                    "rollout_logprobs": [-1.0 - 0.1 * t for t in range(6)],
-                    "sampling": {"temperature": 1.0, "logprobs_mode": "raw_logprobs"},
-                }
-            )
-        )
+        lines.append(json.dumps({"prompt_ids": [1, 8 + i, 9], "response_ids": resp,
+                                 "rollout_logprobs": [-1.0 - 0.1 * t for t in range(6)],
+                                 "sampling": {"temperature": 1.0, "logprobs_mode": "raw_logprobs"}}))
     if truncate:
         lines[5] = lines[5][:30]
     path.write_text("\n".join(lines) + "\n")
@@ -75,11 +67,7 @@ def test_stop_keeps_finished_chunks_and_resume_replays_each_row_once(service, mo
     for name in ("b vs ref", "recorded vs ref", "recorded vs b"):  # each pair's samples, under its one name
         assert sorted(s.prompt_index for s in pair_samples(service.db, run.id, name)) == list(range(N)), name
     rep = again.workload.replay
-    assert (
-        again.workload.done == N
-        and rep.tokens == 6 * N
-        and again.workload.sides["b vs ref"].stats.tokens.pairs == 6 * N
-    )
+    assert again.workload.done == N and rep.tokens == 6 * N and again.workload.sides["b vs ref"].stats.tokens.pairs == 6 * N
     assert len(rep.worst_tokens) == 20 and rep.forced == first.forced
     with pytest.raises(ParityError, match="finished every row"):
         service.resume(run.id)
@@ -114,17 +102,11 @@ def test_a_truncated_line_stops_the_replay_or_is_skipped_and_named(service, mode
 
 def test_an_fp32_lm_head_on_one_side_only_is_named_before_any_engine_loads(service, model, tmp_path):
     path = _dump(tmp_path / "r.jsonl", n=4)
-    run = _replay(
-        service, model, path, "ref=fake,dtype=bfloat16,fp32_logits=true,fail_load=true", "b=fake,dtype=bfloat16"
-    )
+    run = _replay(service, model, path, "ref=fake,dtype=bfloat16,fp32_logits=true,fail_load=true",
+                  "b=fake,dtype=bfloat16")
     assert run.status == "error"  # no engine ever loaded ...
     found = next(w for w in run.warnings if w.code == "fp32-logits-one-sided")  # ... and the trap is named
-    assert (
-        "fp32_logits is on for ref only" in found.message
-        and "(b)" in found.message
-        and "NeMo-RL #3936" in found.message
-        and "every side, or for none" in found.fix
-    )
+    assert "fp32_logits is on for ref only" in found.message and "(b)" in found.message and "NeMo-RL #3936" in found.message and "every side, or for none" in found.fix
     stored = service.get_run(run.id)
     assert any(w.code == "fp32-logits-one-sided" for w in stored.warnings)
 
@@ -190,13 +172,10 @@ def test_a_replay_stored_before_schema_3_opens_with_its_pairs_by_name(service, m
     data = json.loads(next(db.query("SELECT workload_json FROM runs WHERE id = ?", [run.id]))["workload_json"])
     pairs = data["replay"]["pairs"]
     data["replay"]["pairs"] = [{"key": p["key"], "a": p["a"], "b": p["b"], "meaning": p["meaning"]} for p in pairs]
-    data["replay"]["worst_tokens"] = [
-        {**{k: v for k, v in w.items() if k != "side"}, "pair": w["side"]} for w in data["replay"]["worst_tokens"]
-    ]
-    data["sides"] = {
-        p["key"]: {**{k: v for k, v in data["sides"][p["name"]].items() if k != "verdicts"}, "side": p["key"]}
-        for p in pairs
-    }
+    data["replay"]["worst_tokens"] = [{**{k: v for k, v in w.items() if k != "side"}, "pair": w["side"]}
+                                      for w in data["replay"]["worst_tokens"]]
+    data["sides"] = {p["key"]: {**{k: v for k, v in data["sides"][p["name"]].items() if k != "verdicts"},
+                                "side": p["key"]} for p in pairs}
     db.execute("UPDATE runs SET workload_json = ? WHERE id = ?", [json.dumps(data), run.id])
     for p in pairs:
         db.execute("UPDATE pair_samples SET side = ? WHERE run_id = ? AND side = ?", [p["key"], run.id, p["name"]])

@@ -3,7 +3,6 @@ dump uploaded on the Compare tab is told apart from a workload file, described, 
 larger one is pointed to the CLI) and run as a replay; its view (the pairs table, the worst tokens
 first, each opening its row's token view at that token with the recorded side), History's row, and
 a dump its preflight refuses shown, not stored."""
-
 from __future__ import annotations
 
 import json
@@ -75,16 +74,16 @@ def test_an_uploaded_dump_runs_as_a_replay_and_its_worst_token_opens_with_the_re
     shown = tab.wview.revealed(run.id)
     view = shown[tab.wview.replay]
     assert "recorded vs ref" in view and "ρ outside [0.8, 1.2]" in view
-    pairs = view[view.index("rp-pairs-table") :]
-    row = pairs[pairs.index("<tr data-pair") :]
-    row = row[: row.index("</tr>")]
+    pairs = view[view.index("rp-pairs-table"):]
+    row = pairs[pairs.index("<tr data-pair"):]
+    row = row[:row.index("</tr>")]
     assert row.count("%</td>") == 4, row  # the three ρ bands and |Δlogprob| > ln 2: percentages, not "1"
     assert "REPLAYED, NO FLOOR" in shown[tab.wview.card] and "IDENTICAL" not in shown[tab.wview.card]
     assert shown[tab.wview.survival_plot].visible is False  # forced tokens never fork
     assert "rows of rollouts.jsonl (parity)" in view and "rollouts.jsonl: 12 rows" in shown[tab.wview.card]
     table = shown[tab.wview.table]  # the prompt table: each pair headed "b vs a", only its largest gap (no forks)
     assert "recorded vs ref max |Δlp|" in table and " fork</th>" not in table and " verdict</th>" not in table
-    worst = view[view.index("rp-worst-table") :]
+    worst = view[view.index("rp-worst-table"):]
     assert worst.index('<tr data-i="4" data-at="1">') == worst.index("<tr ")  # the perturbed token: first
     assert f'data-pick="{tab.wview.prefix}"' in worst and "+30" in worst  # Δ = trainer − rollout = +30
     got = tab.wview.open_prompt(run.id, "4@1")

@@ -3,7 +3,6 @@ the routing family does (tests/unit/test_routes_workloads.py): the figures equal
 run's exactly. Above the engines, on the fake kind: `distribution=true` puts the whole-distribution
 scalars on its scored positions (what a reference meeting full rows computes), `draws=true` records
 each token's kept set and mass (what a shared-seed sampler records)."""
-
 from __future__ import annotations
 
 import pytest
@@ -61,9 +60,7 @@ def test_a_resumed_scored_workload_pools_the_distribution_of_every_stored_chunk(
     assert dist["b"] != dist["c"]  # c's tokens leave at position 3: the reference scores other sequences
 
     run, again = _stopped_then_resumed(service, model, sides, **kw)
-    assert (
-        run.workload.sides["b"].stats.family("distribution")["positions"] == run.workload.done * NEW
-    )  # the figures so far
+    assert run.workload.sides["b"].stats.family("distribution")["positions"] == run.workload.done * NEW  # the figures so far
     # the resumed run counts the chunk run before the resume too: the uninterrupted run's figures, exactly
     stored = service.store.get_run(run.id, prompts=[]).workload
     for n in ("b", "c"):
@@ -98,15 +95,10 @@ def test_a_resumed_replay_pools_the_distribution_of_every_stored_chunk(service, 
 
     rnd, n = random.Random(0), 16
     path = tmp_path / "r.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"prompt_ids": [1, 8 + i, 9], "response_ids": [rnd.randrange(8, 400) for _ in range(6)]}) + "\n"
-            for i in range(n)
-        )
-    )
-    cfg = build_config(
-        None, ["full_distribution=true"], sides=["ref=fake,delay_ms=2", "b=fake,shift=0.1,distribution=true"]
-    )
+    path.write_text("".join(json.dumps({"prompt_ids": [1, 8 + i, 9], "response_ids": [rnd.randrange(8, 400)
+                                                                                       for _ in range(6)]}) + "\n"
+                            for i in range(n)))
+    cfg = build_config(None, ["full_distribution=true"], sides=["ref=fake,delay_ms=2", "b=fake,shift=0.1,distribution=true"])
 
     def replay(emit=None):
         return service.replay(ReplayRequest(dump=str(path), model=model, config=cfg, chunk=4), emit)

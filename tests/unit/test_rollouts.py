@@ -1,6 +1,5 @@
 """The rollout readers (parity_ui.inputs.rollouts): each framework's dump, written with its own field
 names, read into the same rows; the replay traps caught before any engine loads; bad input named."""
-
 from __future__ import annotations
 
 import json
@@ -16,18 +15,10 @@ def _write_jsonl(path, rows):
     return path
 
 
-PARITY = [
-    {
-        "prompt_ids": [1, 10, 11],
-        "response_ids": [20, 21, 2],
-        "rollout_logprobs": [-0.5, -1.0, -0.1],
-        "trainer_logprobs": [-0.5, -1.1, -0.1],
-        "loss_mask": [1, 1, 0],
-        "sampling": {"temperature": 1.0, "top_p": 0.9, "logprobs_mode": "raw_logprobs"},
-        "policy_version": 3,
-    },
-    {"prompt_ids": [1, 12], "response_ids": [22, 23], "rollout_logprobs": [-0.2, -0.3], "policy_version": 3},
-]
+PARITY = [{"prompt_ids": [1, 10, 11], "response_ids": [20, 21, 2], "rollout_logprobs": [-0.5, -1.0, -0.1],
+           "trainer_logprobs": [-0.5, -1.1, -0.1], "loss_mask": [1, 1, 0],
+           "sampling": {"temperature": 1.0, "top_p": 0.9, "logprobs_mode": "raw_logprobs"}, "policy_version": 3},
+          {"prompt_ids": [1, 12], "response_ids": [22, 23], "rollout_logprobs": [-0.2, -0.3], "policy_version": 3}]
 
 
 def test_parity_jsonl_and_parquet_read_the_same_rows(tmp_path):
@@ -47,17 +38,9 @@ def test_parity_jsonl_and_parquet_read_the_same_rows(tmp_path):
 
 def test_nemo_rl_rows_are_cut_at_the_first_trained_token(tmp_path):
     # NeMo-RL: token_ids padded to the batch, per-token columns aligned to token_ids (0 at the prompt).
-    rec = {
-        "content": ["..."],
-        "rewards": 1.0,
-        "advantages": [0.0] * 7,
-        "input_lengths": 5,
-        "token_ids": [1, 10, 11, 20, 21, 3, 3],
-        "token_loss_mask": [0, 0, 0, 1, 1, 0, 0],
-        "sample_loss_mask": 1,
-        "generation_logprobs": [0, 0, 0, -0.4, -0.6, 0, 0],
-        "prev_logprobs": [0, 0, 0, -0.41, -0.6, 0, 0],
-    }
+    rec = {"content": ["..."], "rewards": 1.0, "advantages": [0.0] * 7, "input_lengths": 5,
+           "token_ids": [1, 10, 11, 20, 21, 3, 3], "token_loss_mask": [0, 0, 0, 1, 1, 0, 0], "sample_loss_mask": 1,
+           "generation_logprobs": [0, 0, 0, -0.4, -0.6, 0, 0], "prev_logprobs": [0, 0, 0, -0.41, -0.6, 0, 0]}
     path = _write_jsonl(tmp_path / "train_data_step3.jsonl", [rec, {**rec, "sample_loss_mask": 0}])
     assert detect_format(path) == "nemo-rl"
     a, b = list(open_dump(path).rows())
@@ -81,15 +64,8 @@ def test_unknown_format_lists_the_supported_ones(tmp_path):
     with pytest.raises(DumpError) as e:
         detect_format(path)
     msg = str(e.value)
-    for fmt in (
-        "--format parity",
-        "--format nemo-rl",
-        "--format verl",
-        "--format slime",
-        "prompt_ids",
-        "token_loss_mask",
-        "response_length",
-    ):
+    for fmt in ("--format parity", "--format nemo-rl", "--format verl", "--format slime", "prompt_ids",
+                "token_loss_mask", "response_length"):
         assert fmt in msg
     with pytest.raises(DumpError, match="unknown rollout format"):
         open_dump(path, "areal")
@@ -101,13 +77,8 @@ def test_preflight_names_each_trap(tmp_path):
         {"prompt_ids": [1, 5], "response_ids": [6, 7], "loss_mask": [1, 1, 1], "rollout_logprobs": [-1, -1]},
         {"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-1, -1]},  # shifted by one
         {"prompt_ids": [1, 5], "response_ids": [6, 2, 8], "rollout_logprobs": [-1, -1, -1], "policy_version": 1},
-        {
-            "prompt_ids": [1, 5],
-            "response_ids": [6, 8],
-            "rollout_logprobs": [-1, -1],
-            "policy_version": 2,
-            "sampling": {"temperature": 0.7, "logprobs_mode": "processed_logprobs"},
-        },
+        {"prompt_ids": [1, 5], "response_ids": [6, 8], "rollout_logprobs": [-1, -1], "policy_version": 2,
+         "sampling": {"temperature": 0.7, "logprobs_mode": "processed_logprobs"}},
     ]
     dump = open_dump(_write_jsonl(tmp_path / "r.jsonl", rows))
     pf = preflight(dump.rows(), vocab_size=1000, eos_ids=[2])
@@ -128,24 +99,10 @@ class _Sample:  # stands for slime's Sample class, which a safe load may not bui
 
 
 def _slime_sample(**over):
-    s = {
-        "group_index": 0,
-        "index": 0,
-        "prompt": "p",
-        "tokens": [1, 10, 11, 20, 21],
-        "response": "r",
-        "response_length": 2,
-        "label": None,
-        "reward": 1.0,
-        "loss_mask": [1, 1],
-        "weight_versions": ["7"],
-        "rollout_log_probs": [-0.3, -0.2],
-        "rollout_routed_experts": None,
-        "status": "completed",
-        "metadata": {},
-        "spec_info": {},
-        "prefix_cache_info": {},
-    }
+    s = {"group_index": 0, "index": 0, "prompt": "p", "tokens": [1, 10, 11, 20, 21], "response": "r",
+         "response_length": 2, "label": None, "reward": 1.0, "loss_mask": [1, 1], "weight_versions": ["7"],
+         "rollout_log_probs": [-0.3, -0.2], "rollout_routed_experts": None, "status": "completed",
+         "metadata": {}, "spec_info": {}, "prefix_cache_info": {}}
     s.update(over)
     return s
 
@@ -191,10 +148,8 @@ def tok(tmp_path_factory):
 
 
 def test_verl_text_rows_are_retokenised_and_a_row_that_does_not_round_trip_is_named(tmp_path, tok):
-    rows = [
-        {"input": "def f(x):", "output": " return x", "gts": None, "score": 1.0, "step": 4},
-        {"input": "<|user|>\ndef g():", "output": " pass", "gts": None, "score": 0.0, "step": 4},
-    ]
+    rows = [{"input": "def f(x):", "output": " return x", "gts": None, "score": 1.0, "step": 4},
+            {"input": "<|user|>\ndef g():", "output": " pass", "gts": None, "score": 0.0, "step": 4}]
     path = _write_jsonl(tmp_path / "4.jsonl", rows)
     assert detect_format(path) == "verl"
     with pytest.raises(DumpError, match="tokenizer"):
@@ -211,10 +166,8 @@ def test_verl_text_rows_are_retokenised_and_a_row_that_does_not_round_trip_is_na
 def test_trace_replay_refusal_is_told_apart_from_other_load_errors():
     from parity_ui.engines.vllm_support import forced_tokens_label, trace_refusal
 
-    refused = ValueError(
-        "1 validation error for VllmConfig\n  Value error, trace replay requires Model Runner V2 "
-        "[type=value_error, input_value=ArgsKwargs((), {})]"
-    )
+    refused = ValueError("1 validation error for VllmConfig\n  Value error, trace replay requires Model Runner V2 "
+                         "[type=value_error, input_value=ArgsKwargs((), {})]")
     why = trace_refusal(refused)
     assert why is not None and why.startswith("trace replay requires Model Runner V2") and "[type=" not in why
     assert trace_refusal(ValueError("max_model_len 99999 is too large")) is None  # never hidden by the fallback

@@ -1,7 +1,6 @@
 """MoE routes above the engines: packing, comparison, the router near-tie verdict, the pooled routing
 figures, the grid and the CLI lines, the store round trip and the MoE preflight (hand-built routes;
 the real engines' routes are tests/engines/test_routes_engines.py)."""
-
 from __future__ import annotations
 
 import json
@@ -23,15 +22,8 @@ LAYERS, K = [0, 1, 2], 2
 def routes(rows: list[list[list[int]]], margins: float = 0.1, experts: int = 8) -> Routes:
     """Routes from [row][layer] -> expert ids; weights 0.6/0.4, every margin `margins`."""
     ids = [e for row in rows for layer in row for e in layer]
-    return Routes(
-        layers=LAYERS,
-        top_k=K,
-        num_experts=experts,
-        ids=ids,
-        weights=[0.6, 0.4] * (len(ids) // 2),
-        margins=[margins] * (len(rows) * len(LAYERS)),
-        source="hooks",
-    )
+    return Routes(layers=LAYERS, top_k=K, num_experts=experts, ids=ids, weights=[0.6, 0.4] * (len(ids) // 2),
+                  margins=[margins] * (len(rows) * len(LAYERS)), source="hooks")
 
 
 SAME = [[[1, 2], [3, 4], [5, 6]]] * 4
@@ -46,9 +38,8 @@ def test_pack_round_trips_compactly_and_says_its_bytes_per_token():
     # uint8 ids + float16 weights + float16 margins: L*k + 2*L*k + 2*L bytes a token
     assert r.bytes_per_token() == 3 * 2 + 2 * 3 * 2 + 2 * 3 == 24
     assert len(pack(r)) == 16 + 2 * 3 + 4 * 24
-    big = Routes(
-        layers=list(range(48)), top_k=8, num_experts=128, ids=[0] * 384, weights=[0.0] * 384, margins=[0.0] * 48
-    )
+    big = Routes(layers=list(range(48)), top_k=8, num_experts=128, ids=[0] * 384, weights=[0.0] * 384,
+                 margins=[0.0] * 48)
     assert big.bytes_per_token() == 1248  # Qwen3-30B-A3B's shape
     wide = Routes(layers=[0], top_k=1, num_experts=300, ids=[299])
     assert unpack(pack(wide)).ids == [299] and unpack(pack(wide)).weights is None  # int16 ids, no weights
@@ -90,22 +81,13 @@ def test_compare_routes_grid_rates_and_first_flip():
 
 
 def _step(pos: int, tid: int, top: list[tuple[int, float]]) -> TokenStep:
-    return TokenStep(
-        position=pos,
-        token_id=tid,
-        text=f"<{tid}>",
-        logprob=dict(top)[tid],
-        rank=1,
-        top=[TopLogprob(t, v, f"<{t}>") for t, v in top],
-    )
+    return TokenStep(position=pos, token_id=tid, text=f"<{tid}>", logprob=dict(top)[tid], rank=1,
+                     top=[TopLogprob(t, v, f"<{t}>") for t, v in top])
 
 
 def _fork_at_2(margin_nats: float) -> tuple[SideResult, SideResult]:
-    a = [
-        _step(0, 10, [(10, -0.1), (99, -3)]),
-        _step(1, 11, [(11, -0.1), (99, -3)]),
-        _step(2, 12, [(12, -0.1), (13, -0.1 - margin_nats)]),
-    ]
+    a = [_step(0, 10, [(10, -0.1), (99, -3)]), _step(1, 11, [(11, -0.1), (99, -3)]),
+         _step(2, 12, [(12, -0.1), (13, -0.1 - margin_nats)])]
     b = [*a[:2], _step(2, 13, [(13, -0.1), (12, -0.1 - margin_nats)])]
     return (SideResult("ref", 0, [s.token_id for s in a], a), SideResult("b", 0, [s.token_id for s in b], b))
 
@@ -135,17 +117,9 @@ def test_grid_html_and_cli_lines_mark_the_fork_and_the_flip():
     c = compare(a, b)
     b_rows = [SAME[0], SAME[0], [[1, 2], [3, 7], [5, 6]], SAME[0]]
     c.measures["routes"] = compare_routes(routes(SAME, margins=5e-7), routes(b_rows, margins=4e-7), 3)
-    c.measures["route_replay"] = RouteReplay(
-        mode="ids",
-        source="ref",
-        before_first_divergence=2,
-        after_first_divergence=None,
-        before_identical=False,
-        after_identical=True,
-        before_max_abs_gap=0.0,
-        after_max_abs_gap=1e-6,
-        compared=3,
-    )
+    c.measures["route_replay"] = RouteReplay(mode="ids", source="ref", before_first_divergence=2, after_first_divergence=None,
+                                 before_identical=False, after_identical=True, before_max_abs_gap=0.0,
+                                 after_max_abs_gap=1e-6, compared=3)
     html = grid_html(c)
     assert html.count("<tr>") == 1 + len(LAYERS) and 'data-testid="route-grid"' in html
     assert 'class="rt-diff rt-fork rt-flip" title="layer 1, token 2: 1 of 2 experts shared"' in html
@@ -185,20 +159,14 @@ def test_moe_preflight_names_shape_mismatch_and_sides_without_routes(tmp_path):
     assert moe_shape(a) == (8, 2) and moe_shape(b) == (16, 2) and moe_shape(dense) is None
 
     def side(name, kind, path, replay="off"):
-        return SimpleNamespace(
-            name=name,
-            kind=KINDS[kind],
-            model=SimpleNamespace(path=path),
-            spec=SimpleNamespace(kind=kind, options=SimpleNamespace(replay_routes=replay)),
-        )
+        return SimpleNamespace(name=name, kind=KINDS[kind], model=SimpleNamespace(path=path),
+                               spec=SimpleNamespace(kind=kind, options=SimpleNamespace(replay_routes=replay)))
 
     def found(prep, mode="compare"):  # the model check (run preflight) and the routing measure's
         return check_moe(prep) + Routing().preflight(Plan(prep, mode, SimpleNamespace(warnings=[])))
 
-    prep = SimpleNamespace(
-        config=SimpleNamespace(routes=True),
-        sides=[side("ref", "vllm", a), side("b", "hf", b, "ids"), side("s", "openai", a)],
-    )
+    prep = SimpleNamespace(config=SimpleNamespace(routes=True),
+                           sides=[side("ref", "vllm", a), side("b", "hf", b, "ids"), side("s", "openai", a)])
     codes = {(f.code, f.side) for f in found(prep)}
     assert codes == {("moe-shape-mismatch", "b"), ("routes-unsupported", "s")}
     msg = next(f.message for f in found(prep) if f.code == "moe-shape-mismatch")

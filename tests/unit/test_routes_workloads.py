@@ -2,7 +2,6 @@
 8 experts, top-2, a fixed function of the context; `route_flip_every` plants route flips): a resumed
 workload pools every stored chunk's routes, scored mode compares the reference's routes on a side's
 tokens with the side's own, a scored route replay, and a dump's recorded routes in a replay."""
-
 from __future__ import annotations
 
 import pytest
@@ -64,9 +63,8 @@ def test_a_resumed_workload_pools_the_routes_of_every_stored_chunk(service, mode
 
 
 def test_scored_mode_compares_the_references_routes_on_the_sides_tokens_and_replays_them_cheaply(service, model):
-    run = _workload(
-        service, model, "ref=fake", "b=fake,shift=0.2,route_flip_every=3,replay_routes=ids", mode="scored", floor="none"
-    )
+    run = _workload(service, model, "ref=fake", "b=fake,shift=0.2,route_flip_every=3,replay_routes=ids",
+                    mode="scored", floor="none")
     assert run.status == "ok", run.error
     w = run.workload
     r = w.sides["b"].stats.family("routing")
@@ -74,11 +72,7 @@ def test_scored_mode_compares_the_references_routes_on_the_sides_tokens_and_repl
     assert r["cells"] == len(PROMPTS) * NEW * 2 and 0.1 < r["route_differ"] < 0.25
     stored = service.store.get_run(run.id, prompts=[0])
     c = stored.prompts[0].comparison("b")
-    assert (
-        c.measures.get("routes").compared == NEW
-        and c.measures.get("routes").first_flip.layer == 1
-        and min(c.measures.get("routes").first_flip.margins) <= 1e-3
-    )
+    assert c.measures.get("routes").compared == NEW and c.measures.get("routes").first_flip.layer == 1 and min(c.measures.get("routes").first_flip.margins) <= 1e-3
     assert stored.prompts[0].results["ref"].routes.rows == NEW  # the reference's routes on b's tokens, stored
     # the replay: b scored its own tokens again routing with the reference's experts (the fake's gap was
     # all routing: it drops its shift), before/after on the comparison and pooled as its own pair
@@ -127,7 +121,7 @@ def _fake_routes(ids):
 
     e = FakeEngine()
     e.args = {"route_flip_every": None}
-    return [[e._route(ids[: p + 1], p, layer)[0] for layer in (0, 1)] for p in range(len(ids) - 1)]
+    return [[e._route(ids[:p + 1], p, layer)[0] for layer in (0, 1)] for p in range(len(ids) - 1)]
 
 
 def _fake_greedy(prompt, n):
@@ -139,7 +133,7 @@ def _fake_greedy(prompt, n):
     ctx = list(prompt)
     for pos in range(n):
         ctx.append(e._top(ctx, pos, 2)[0][0])
-    return ctx[len(prompt) :]
+    return ctx[len(prompt):]
 
 
 def _routes_dump(path, plant=None, bad=None, greedy=False):
@@ -166,17 +160,9 @@ def _routes_dump(path, plant=None, bad=None, greedy=False):
             routed[0][0] = [9, 1]
         elif bad == "rows":
             routed = routed[:-1]
-        lines.append(
-            json.dumps(
-                {
-                    "prompt_ids": prompt,
-                    "response_ids": resp,
-                    "routed_experts": routed,
-                    "rollout_logprobs": [-1.0] * 6,
-                    "sampling": {"temperature": 1.0, "logprobs_mode": "raw_logprobs"},
-                }
-            )
-        )
+        lines.append(json.dumps({"prompt_ids": prompt, "response_ids": resp, "routed_experts": routed,
+                                 "rollout_logprobs": [-1.0] * 6,
+                                 "sampling": {"temperature": 1.0, "logprobs_mode": "raw_logprobs"}}))
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -188,9 +174,8 @@ def _replay(svc, model, path, routes=True, sides=("ref=fake", "b=fake")):
     return svc.replay(ReplayRequest(dump=str(path), model=model, config=cfg, chunk=4, floor="none"))
 
 
-def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_replayed_sides(
-    service, moe_model, tmp_path
-):
+def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_replayed_sides(service, moe_model,
+                                                                                           tmp_path):
     run = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", plant=(3, 4)))
     assert run.status in ("ok", "diverged"), run.error
     w = run.workload
@@ -206,12 +191,8 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
     assert stored.results["recorded"].routes.rows == 6
     # rollout routing replay (R3): the trainer scores again routing with the recorded experts, its own pair
     # (the fake's trainer gap was all routing: replayed, it drops its 0.3 shift)
-    r3 = _replay(
-        service,
-        moe_model,
-        _routes_dump(tmp_path / "r.jsonl", greedy=True),
-        sides=("ref=fake,shift=0.3,replay_routes=ids", "b=fake"),
-    )
+    r3 = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl", greedy=True),
+                 sides=("ref=fake,shift=0.3,replay_routes=ids", "b=fake"))
     assert r3.status in ("ok", "diverged"), r3.error
     r3_pair = r3.workload.replay.pair("ref+recorded routes")  # found by its key from before schema 3 too
     assert r3_pair is not None and r3_pair.name == "recorded vs ref+recorded routes"
@@ -226,21 +207,13 @@ def test_a_dumps_recorded_routes_are_the_recorded_sides_and_compare_with_the_rep
         assert s.logp_ref == pytest.approx([x - 0.3 for x in natural[i].logp_ref])
     # routes=false: the routes are read and not compared, and the run says so
     off = _replay(service, moe_model, _routes_dump(tmp_path / "r.jsonl"), routes=False)
-    assert (
-        any(f.code == "replay-routes-off" for f in off.warnings)
-        and off.workload.sides["recorded vs ref"].stats.family("routing") is None
-    )
+    assert any(f.code == "replay-routes-off" for f in off.warnings) and off.workload.sides["recorded vs ref"].stats.family("routing") is None
 
 
-@pytest.mark.parametrize(
-    "bad, said",
-    [
-        ("layers", "routes for 3 layers, and the model has 2 layers"),
-        ("top_k", "routes choose 3 experts a token, and the model 2"),
-        ("experts", "expert id 9 outside the model's 8 experts"),
-        ("rows", "routes for 7 positions, and the row has 8"),
-    ],
-)
+@pytest.mark.parametrize("bad, said", [("layers", "routes for 3 layers, and the model has 2 layers"),
+                                       ("top_k", "routes choose 3 experts a token, and the model 2"),
+                                       ("experts", "expert id 9 outside the model's 8 experts"),
+                                       ("rows", "routes for 7 positions, and the row has 8")])
 def test_routes_recorded_for_another_model_are_named_before_loading(service, moe_model, tmp_path, bad, said):
     from parity_ui.core.errors import ParityError
 
@@ -252,20 +225,13 @@ def test_routes_recorded_for_another_model_are_named_before_loading(service, moe
 
 # -- router scores in parity layers --------------------------------------------------------------------
 
-
 def test_the_layer_localisation_names_where_the_routers_part_at_the_examined_position():
     from parity_ui.commands.layer_routes import router_view
     from parity_ui.core.routes import Routes
 
     def r(rows, margins):
-        return Routes(
-            layers=[0, 1, 2],
-            top_k=2,
-            num_experts=8,
-            ids=[e for row in rows for layer in row for e in layer],
-            weights=[0.6, 0.4] * (3 * len(rows)),
-            margins=margins,
-        )
+        return Routes(layers=[0, 1, 2], top_k=2, num_experts=8, ids=[e for row in rows for layer in row for e in layer],
+                      weights=[0.6, 0.4] * (3 * len(rows)), margins=margins)
 
     same = [[[1, 2], [3, 4], [5, 6]], [[1, 2], [3, 4], [5, 6]]]
     flipped = [[[1, 2], [3, 7], [5, 6]], [[1, 2], [3, 4], [6, 5]]]

@@ -1,7 +1,6 @@
 """Sampled tokens' records above the engines (no engine runs here): the optional draw columns survive
 the columns and the store, a comparison's kept mass and both ratios from hand-built draws, pooling by
 adding, and the token panes' hover data."""
-
 from __future__ import annotations
 
 import json
@@ -14,16 +13,15 @@ from parity_ui.analysis.kept_mass import kept_mass
 from parity_ui.core.figures import FIGURES, SAMPLING_ROWS, family
 from parity_ui.core.kept_mass import SAMPLING_FIGURE_KEYS, KeptMass, kept_mass_from_json
 from parity_ui.core.pooled import pool_kept_mass
-from parity_ui.core.types import SAMPLING_COLUMNS, StepColumns, SideResult, TokenStep, comparison_from_dict, to_dict
+from parity_ui.core.types import (SAMPLING_COLUMNS, StepColumns, SideResult, TokenStep, comparison_from_dict,
+                                  to_dict)
 from parity_ui.render.tokens import Stream, details_json
 
 
-def drawn(
-    pos: int, tid: int, lp: float, processed: float, mass: float, kept: int = 10, h: int = 7, margin: float = 0.5
-) -> TokenStep:
-    return TokenStep(
-        pos, tid, f"<{tid}>", lp, 1, margin=margin, kept=kept, kept_mass=mass, processed_logprob=processed, kept_hash=h
-    )
+def drawn(pos: int, tid: int, lp: float, processed: float, mass: float, kept: int = 10, h: int = 7,
+          margin: float = 0.5) -> TokenStep:
+    return TokenStep(pos, tid, f"<{tid}>", lp, 1, margin=margin, kept=kept, kept_mass=mass,
+                     processed_logprob=processed, kept_hash=h)
 
 
 def side(name: str, steps: list[TokenStep]) -> SideResult:

@@ -2,7 +2,6 @@
 order with every call's answer, the calls made ahead of the caller on ONE other thread and in order,
 an engine's failure raised at its part, the calls not started dropped when the caller stops early,
 and inline on the caller's thread for a cluster block."""
-
 from __future__ import annotations
 
 import threading
@@ -27,7 +26,6 @@ def test_calls_run_ahead_in_order_on_one_thread_and_answers_come_back_by_part():
         def run(part):
             seen.append((name, part.start, threading.get_ident()))
             return [f"{name}{x}" for x in part]
-
         return run
 
     parts = pieces(10, per_item=True, piece=4)
@@ -39,14 +37,7 @@ def test_calls_run_ahead_in_order_on_one_thread_and_answers_come_back_by_part():
         out.append((part, got))
     assert [p for p, _ in out] == parts
     assert out[1][1] == [["ref4", "ref5", "ref6", "ref7"], ["floor4", "floor5", "floor6", "floor7"]]
-    assert [(n, s) for n, s, _ in seen] == [
-        ("ref", 0),
-        ("floor", 0),
-        ("ref", 4),
-        ("floor", 4),
-        ("ref", 8),
-        ("floor", 8),
-    ]
+    assert [(n, s) for n, s, _ in seen] == [("ref", 0), ("floor", 0), ("ref", 4), ("floor", 4), ("ref", 8), ("floor", 8)]
     assert len({t for _, _, t in seen}) == 1 and seen[0][2] != caller
 
 
@@ -84,7 +75,6 @@ def test_leaving_early_cancels_what_has_not_started_and_inline_runs_on_the_calle
     assert len(made) <= 3
     caller = threading.get_ident()
     where = []
-    got = list(
-        scored_in_pieces([lambda p: where.append(threading.get_ident()) or p.start], pieces(3, True, 1), threaded=False)
-    )
+    got = list(scored_in_pieces([lambda p: where.append(threading.get_ident()) or p.start], pieces(3, True, 1),
+                                threaded=False))
     assert [a for _, (a,) in got] == [0, 1, 2] and set(where) == {caller}

@@ -1,7 +1,6 @@
 """The server kinds (`openai`, `vllm-server`) above the network: argument mapping, the server's
 command line, what its log says, and the `openai` client against a misbehaving server (every fault
 a clear message with a fix). The real `vllm serve` runs in test_server_engines.py."""
-
 from __future__ import annotations
 
 import socket
@@ -31,21 +30,9 @@ def server():
 
 
 def _load(url: str, **conn) -> LoadRequest:
-    return LoadRequest(
-        "openai",
-        MODEL,
-        {
-            "connection": {
-                "url": url,
-                "served_model": None,
-                "api_key_env": None,
-                "timeout_s": 3.0,
-                "verify_tls": True,
-                "check_tokenizer": True,
-                **conn,
-            }
-        },
-    )
+    return LoadRequest("openai", MODEL, {"connection": {"url": url, "served_model": None, "api_key_env": None,
+                                                        "timeout_s": 3.0, "verify_tls": True,
+                                                        "check_tokenizer": True, **conn}})
 
 
 def _sampling(max_tokens: int = 6) -> dict:
@@ -54,26 +41,15 @@ def _sampling(max_tokens: int = 6) -> dict:
 
 def _generate(engine: OpenAIEngine, steps: list | None = None, max_tokens: int = 6):
     seen = steps if steps is not None else []
-    return engine.generate(
-        GenerateRequest(prompts=[[1, 2, 3]], sampling=_sampling(max_tokens), logprobs=2),
-        lambda i, s: seen.append(s),
-        lambda: False,
-    )
+    return engine.generate(GenerateRequest(prompts=[[1, 2, 3]], sampling=_sampling(max_tokens), logprobs=2),
+                           lambda i, s: seen.append(s), lambda: False)
 
 
 # -- mapping -------------------------------------------------------------------------------------
 
-
 def _model(tmp_path) -> ModelInfo:
-    return ModelInfo(
-        name="tiny",
-        path=str(tmp_path),
-        architecture="LlamaForCausalLM",
-        model_type="llama",
-        config_dtype="float32",
-        vocab_size=100,
-        eos_token_ids=[2],
-    )
+    return ModelInfo(name="tiny", path=str(tmp_path), architecture="LlamaForCausalLM", model_type="llama", config_dtype="float32",
+                     vocab_size=100, eos_token_ids=[2])
 
 
 def test_openai_side_sends_every_sampling_field_explicitly(tmp_path):
@@ -81,20 +57,8 @@ def test_openai_side_sends_every_sampling_field_explicitly(tmp_path):
     args = map_side(cfg, cfg.side("srv"), resolve(_model(tmp_path), [2], False))
     body = args.sampling
     # A server fills any omitted field from generation_config.json: nothing may be left out.
-    for field in (
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "max_tokens",
-        "seed",
-        "stop_token_ids",
-        "ignore_eos",
-        "min_tokens",
-    ):
+    for field in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                  "frequency_penalty", "max_tokens", "seed", "stop_token_ids", "ignore_eos", "min_tokens"):
         assert field in body, field
     assert body["return_tokens_as_token_ids"] is True and body["skip_special_tokens"] is False
     assert body["stop_token_ids"] == [2] and body["temperature"] == cfg.temperature
@@ -118,9 +82,7 @@ def test_server_options_do_not_accept_engine_options_of_a_remote_server():
 
 
 def test_vllm_server_side_maps_to_flags_of_vllm_serve(tmp_path):
-    cfg = build_config(
-        None, ["dtype=float32"], sides=["ref=hf", "srv=vllm-server,enable_prefix_caching=true,port=9123"]
-    )
+    cfg = build_config(None, ["dtype=float32"], sides=["ref=hf", "srv=vllm-server,enable_prefix_caching=true,port=9123"])
     args = map_side(cfg, cfg.side("srv"), resolve(_model(tmp_path), [2], False))
     argv = server_argv("/py", args.llm, 9123)
     assert argv[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
@@ -133,11 +95,8 @@ def test_vllm_server_side_maps_to_flags_of_vllm_serve(tmp_path):
 
 
 def test_server_argv_is_a_list_that_keeps_odd_values_whole():
-    argv = server_argv(
-        "/py",
-        {"model": "/m; rm -rf /", "hf_overrides": {"head_dtype": "float32"}, "enforce_eager": False, "seed": 0},
-        1,
-    )
+    argv = server_argv("/py", {"model": "/m; rm -rf /", "hf_overrides": {"head_dtype": "float32"},
+                               "enforce_eager": False, "seed": 0}, 1)
     assert argv[argv.index("--model") + 1] == "/m; rm -rf /"  # one argument, never a shell string
     assert argv[argv.index("--hf-overrides") + 1] == '{"head_dtype": "float32"}'
     assert "--no-enforce-eager" in argv and argv[argv.index("--seed") + 1] == "0"
@@ -145,51 +104,35 @@ def test_server_argv_is_a_list_that_keeps_odd_values_whole():
 
 # -- what the server says of itself ----------------------------------------------------------------
 
-LOG_LINE = (
-    "(EngineCore pid=6270) INFO 11-23 07:43:41 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
-    "config: model='/tmp/fixture/tiny-llama', speculative_config=None, tokenizer='/tmp/fixture/tiny-llama', "
-    "trust_remote_code=False, dtype=torch.float32, max_seq_len=2048, download_dir=None, "
-    "tensor_parallel_size=1, pipeline_parallel_size=2, enforce_eager=True, seed=0, "
-    "served_model_name=/tmp/fixture/tiny-llama, enable_prefix_caching=False, enable_chunked_prefill=True, "
-    "compilation_config={'mode': <CompilationMode.NONE: 0>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}"
-)
+LOG_LINE = ("(EngineCore pid=6270) INFO 11-23 07:43:41 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
+            "config: model='/tmp/fixture/tiny-llama', speculative_config=None, tokenizer='/tmp/fixture/tiny-llama', "
+            "trust_remote_code=False, dtype=torch.float32, max_seq_len=2048, download_dir=None, "
+            "tensor_parallel_size=1, pipeline_parallel_size=2, enforce_eager=True, seed=0, "
+            "served_model_name=/tmp/fixture/tiny-llama, enable_prefix_caching=False, enable_chunked_prefill=True, "
+            "compilation_config={'mode': <CompilationMode.NONE: 0>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}")
 
 
 def test_the_servers_resolved_settings_come_from_its_log():
     got = engine_config_from_log("noise\n" + LOG_LINE + "\nmore")
-    assert got == {
-        "dtype": "float32",
-        "max_model_len": 2048,
-        "tensor_parallel": 1,
-        "pipeline_parallel": 2,
-        "prefix_caching": False,
-        "chunked_prefill": True,
-        "cuda_graphs": "off",
-        "seed": 0,
-    }
+    assert got == {"dtype": "float32", "max_model_len": 2048, "tensor_parallel": 1, "pipeline_parallel": 2,
+                   "prefix_caching": False, "chunked_prefill": True, "cuda_graphs": "off", "seed": 0}
     assert engine_config_from_log("no such line") == {}
 
 
 def test_server_info_of_a_dev_mode_server_maps_to_the_common_vocabulary():
-    got = config_from_server_info(
-        {
-            "model_config": {"dtype": "torch.bfloat16", "max_model_len": 4096, "enforce_eager": False},
-            "compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
-            "parallel_config": {"tensor_parallel_size": 2},
-        }
-    )
+    got = config_from_server_info({"model_config": {"dtype": "torch.bfloat16", "max_model_len": 4096,
+                                                    "enforce_eager": False},
+                                   "compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
+                                   "parallel_config": {"tensor_parallel_size": 2}})
     assert got["dtype"] == "bfloat16" and got["tensor_parallel"] == 2 and got["cuda_graphs"] == "FULL_AND_PIECEWISE"
 
 
-@pytest.mark.parametrize(
-    "tail,word",
-    [
-        ("OSError: [Errno 98] Address already in use", "port is taken"),
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out of memory"),
-        ("api_server.py: error: unrecognized arguments: --bogus", "refused an option"),
-        ("something else entirely", "exited (code 1)"),
-    ],
-)
+@pytest.mark.parametrize("tail,word", [
+    ("OSError: [Errno 98] Address already in use", "port is taken"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out of memory"),
+    ("api_server.py: error: unrecognized arguments: --bogus", "refused an option"),
+    ("something else entirely", "exited (code 1)"),
+])
 def test_why_vllm_serve_did_not_start(tail, word):
     what, fix = why_not_started(tail, 1)
     assert word in what and fix
@@ -203,7 +146,6 @@ def test_rank_comes_from_the_returned_top_k():
 
 
 # -- the client against a misbehaving server -------------------------------------------------------
-
 
 def test_a_well_behaved_server_streams_ids_and_scores(server):
     eng = OpenAIEngine()

@@ -1,7 +1,6 @@
 """The service's own logic above the engines, on the fake engine kind (tests/fake_engine.py) in real
 worker processes: recording, flushing, Stop, generate-while-loading, failures, refusals, probes,
 sweeps and layer requests. Seconds, not minutes: the real engines are tested in test_engines.py."""
-
 from __future__ import annotations
 
 import threading
@@ -20,11 +19,8 @@ from parity_ui.core.findings import ProbeReport
 from parity_ui.store.runs import get_run, list_runs, localisations_of, open_db
 from parity_ui.core.types import to_dict
 
-PROMPTS = [
-    PromptSpec(text="def parse(args):"),
-    PromptSpec(text="import os\nimport sys"),
-    PromptSpec(text="class Path:"),
-]
+PROMPTS = [PromptSpec(text="def parse(args):"), PromptSpec(text="import os\nimport sys"),
+           PromptSpec(text="class Path:")]
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +76,8 @@ def test_a_flush_writes_the_runs_row_and_only_the_prompts_that_streamed(service,
 
     def on_event(e):
         if e.kind == "token" and e.side == "b" and e.prompt_index == 1 and e.step.position == 6:
-            rows = list(
-                reader.query("SELECT prompt_idx, n_tokens FROM side_results WHERE side = 'b' ORDER BY prompt_idx")
-            )
+            rows = list(reader.query("SELECT prompt_idx, n_tokens FROM side_results WHERE side = 'b' ORDER BY "
+                                     "prompt_idx"))
             seen.extend(r["prompt_idx"] for r in rows)
 
     run = _run(service, model, "ref=fake", "b=fake,delay_ms=15", on_event=on_event)
@@ -113,23 +108,14 @@ def test_stop_keeps_every_token_made_before_it(service, model):
         if e.kind == "token" and e.side == "b" and e.step.position == 3:
             service.cancel()
 
-    run = _run(
-        service,
-        model,
-        "ref=fake",
-        "b=fake,delay_ms=20",
-        overrides=["max_new_tokens=200"],
-        prompts=PROMPTS[:1],
-        on_event=on_event,
-    )
+    run = _run(service, model, "ref=fake", "b=fake,delay_ms=20", overrides=["max_new_tokens=200"],
+               prompts=PROMPTS[:1], on_event=on_event)
     assert run.status == "cancelled" and "stopped" in run.error or "cancelled" in run.error
     assert len(run.prompts[0].results["ref"].token_ids) == 200
     assert 4 <= len(run.prompts[0].results["b"].token_ids) < 200
     stored = get_run(service.db, run.id)
-    assert (
-        stored.status == "cancelled"
-        and stored.prompts[0].results["b"].token_ids == run.prompts[0].results["b"].token_ids
-    )
+    assert stored.status == "cancelled" and stored.prompts[0].results["b"].token_ids == \
+        run.prompts[0].results["b"].token_ids
     again = _run(service, model, "ref=fake", "b=fake,delay_ms=20")
     assert again.status == "ok", again.error  # the Stop was for the run it stopped
 
@@ -137,14 +123,8 @@ def test_stop_keeps_every_token_made_before_it(service, model):
 @pytest.mark.parametrize("mode", ["always", "never"])
 def test_a_loaded_side_generates_while_a_slower_one_loads_only_when_asked(service, model, mode):
     said = []
-    run = _run(
-        service,
-        model,
-        "ref=fake",
-        "b=fake,load_s=4",
-        overrides=[f"generate_while_loading={mode}"],
-        on_event=lambda e: e.kind != "token" and said.append((e.kind, e.side, e.message)),
-    )
+    run = _run(service, model, "ref=fake", "b=fake,load_s=4", overrides=[f"generate_while_loading={mode}"],
+               on_event=lambda e: e.kind != "token" and said.append((e.kind, e.side, e.message)))
     assert run.status == "ok", run.error
     ref_done = said.index(("side_done", "ref", "ref done"))
     b_loaded = next(i for i, (k, side, m) in enumerate(said) if side == "b" and m.startswith("b: loaded"))
@@ -162,14 +142,8 @@ def test_a_loaded_side_generates_while_a_slower_one_loads_only_when_asked(servic
 
 @pytest.mark.parametrize("mode", ["always", "never"])
 def test_a_side_that_crashes_mid_stream_is_stored_with_what_it_made(service, model, mode):
-    run = _run(
-        service,
-        model,
-        "ref=fake",
-        "b=fake,fail_at=5",
-        overrides=[f"generate_while_loading={mode}"],
-        prompts=PROMPTS[:1],
-    )
+    run = _run(service, model, "ref=fake", "b=fake,fail_at=5", overrides=[f"generate_while_loading={mode}"],
+               prompts=PROMPTS[:1])
     assert run.status == "error" and run.error_code == "engine"
     assert "side b" in run.error and "crashed at token 5" in run.error and "worker log" in run.error
     b, ref = run.prompts[0].results["b"], run.prompts[0].results.get("ref")
@@ -204,9 +178,8 @@ def test_a_load_the_engine_explains_is_an_error_run_with_its_words(service, mode
 
 
 def test_a_bad_request_is_recorded_before_anything_starts(service, model):
-    run = service.record_failure(
-        model, [PromptSpec(text="as typed")], {"overrides": ["dtype=int3"]}, ValueError("dtype=int3 is not a dtype")
-    )
+    run = service.record_failure(model, [PromptSpec(text="as typed")], {"overrides": ["dtype=int3"]},
+                                 ValueError("dtype=int3 is not a dtype"))
     stored = get_run(service.db, run.id)
     assert stored.status == "error" and "int3" in stored.error and stored.prompts[0].prompt_text == "as typed"
 
@@ -216,9 +189,8 @@ def test_sides_answer_typed_verbs_without_an_earlier_run(service, model):
     cfg = build_config(None, ["max_new_tokens=5"], sides=["ref=fake", "b=fake,shift=1.0"])
     plans = plan_sides(model, cfg, gpu=False)
     with service.sides(plans) as sides:
-        (gen,) = sides.generate(
-            "ref", GenerateRequest(prompts=[[10, 11, 12]], sampling=plans[0].args.sampling, stream=False)
-        )
+        (gen,) = sides.generate("ref", GenerateRequest(prompts=[[10, 11, 12]], sampling=plans[0].args.sampling,
+                                                      stream=False))
         scored = sides.score("b", ScoreRequest([10, 11, 12], gen.token_ids, 2))
     assert gen.side == "ref" and len(gen.token_ids) == 5
     assert [s.logprob for s in scored] == pytest.approx([s.logprob + 1.0 for s in gen.steps])
@@ -241,14 +213,8 @@ def test_a_probe_is_a_recorded_run_with_a_typed_report(service, model):
 def test_a_sweep_point_is_a_recorded_run_of_its_group(service, model):
     from parity_ui.commands.sweep import parse_grid, run_sweep, summarize_sweep
 
-    sweep = run_sweep(
-        service,
-        model,
-        PROMPTS[0],
-        parse_grid(["b.swap_at=2,5"]),
-        sides=["ref=fake", "b=fake"],
-        overrides=["max_new_tokens=8"],
-    )
+    sweep = run_sweep(service, model, PROMPTS[0], parse_grid(["b.swap_at=2,5"]), sides=["ref=fake", "b=fake"],
+                      overrides=["max_new_tokens=8"])
     assert [p.run.first_divergence for p in sweep.points] == [2, 5]
     assert {r.id for r in list_runs(service.db, group_id=sweep.group_id)} == {p.run.id for p in sweep.points}
     assert summarize_sweep(sweep)["effects"][0]["moves_divergence"]
@@ -268,14 +234,8 @@ def test_commands_queue_behind_each_other(service, model):
     order = []
 
     def go(name, delay):
-        _run(
-            service,
-            model,
-            "ref=fake",
-            f"b=fake,delay_ms={delay}",
-            prompts=PROMPTS[:1],
-            on_event=lambda e: e.kind == "side_done" and order.append((name, e.side)),
-        )
+        _run(service, model, "ref=fake", f"b=fake,delay_ms={delay}", prompts=PROMPTS[:1],
+             on_event=lambda e: e.kind == "side_done" and order.append((name, e.side)))
 
     first = threading.Thread(target=go, args=("first", 30))
     first.start()
@@ -296,14 +256,8 @@ def test_one_stop_ends_a_whole_command_and_every_run_nested_in_it(service, model
             stopped.append(True)
             service.cancel()
 
-    summary = service.sweep(
-        model,
-        PROMPTS[0],
-        service.parse_grid(["b.swap_at=3,5,7"]),
-        sides=["ref=fake", "b=fake,delay_ms=5"],
-        overrides=["max_new_tokens=40"],
-        emit=on_event,
-    )
+    summary = service.sweep(model, PROMPTS[0], service.parse_grid(["b.swap_at=3,5,7"]),
+                            sides=["ref=fake", "b=fake,delay_ms=5"], overrides=["max_new_tokens=40"], emit=on_event)
     assert [p["status"] for p in summary["points"]] == ["cancelled", "cancelled", "cancelled"]
     again = _run(service, model, "ref=fake", "b=fake")
     assert again.status == "ok", again.error  # the Stop was for the command it stopped
@@ -312,11 +266,6 @@ def test_one_stop_ends_a_whole_command_and_every_run_nested_in_it(service, model
 def test_a_side_that_fails_stops_its_set_without_stopping_the_command(service, model):
     """A failing side raises the flag to stop its set's other sides; the command's next run (a
     sweep's next point) is not stopped by it, since the user did not press Stop."""
-    summary = service.sweep(
-        model,
-        PROMPTS[0],
-        service.parse_grid(["b.fail_load=true,false"]),
-        sides=["ref=fake,load_s=0.5", "b=fake"],
-        overrides=["max_new_tokens=8"],
-    )
+    summary = service.sweep(model, PROMPTS[0], service.parse_grid(["b.fail_load=true,false"]),
+                            sides=["ref=fake,load_s=0.5", "b=fake"], overrides=["max_new_tokens=8"])
     assert [p["status"] for p in summary["points"]] == ["error", "ok"], summary["points"]

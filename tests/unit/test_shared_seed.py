@@ -1,7 +1,6 @@
 """The shared-seed noise (parity_ui.engines.shared_seed): a pure function of (seed, prompt, position,
 token), bit-identical between the tensor hash and the plain-integer one, Gumbel distributed, and a
 draw that keeps the configured set."""
-
 from __future__ import annotations
 
 import math
@@ -43,7 +42,7 @@ def test_noise_is_roughly_standard_gumbel():
     assert 0 < u.min() and u.max() < 1
     assert abs(u.mean().item() - 0.5) < 0.005 and abs(u.var().item() - 1 / 12) < 0.002
     assert g.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler-Mascheroni
-    assert g.var().item() == pytest.approx(math.pi**2 / 6, abs=0.03)
+    assert g.var().item() == pytest.approx(math.pi ** 2 / 6, abs=0.03)
     # The CDF exp(-exp(-x)) at a few points.
     for x in (-1.0, 0.0, 1.0, 3.0):
         assert (g <= x).double().mean().item() == pytest.approx(math.exp(-math.exp(-x)), abs=0.005)
@@ -96,13 +95,8 @@ def test_the_mapping_names_the_engines_processor_and_its_settings():
     module, _, cls = mapping.SHARED_SEED_PROCESSOR.partition(":")
     assert module == "parity_ui.engines.vllm_shared_seed" and cls == "SharedSeedLogitsProcessor"
     cfg = build_config(None, ["sampling=shared-seed", "temperature=1", "top_p=0.8", "top_k=0"])
-    assert cfg.shared_seed and mapping.shared_seed_settings(cfg) == {
-        "seed": 0,
-        "temperature": 1.0,
-        "top_p": 0.8,
-        "top_k": 0,
-        "min_p": 0.0,
-    }
+    assert cfg.shared_seed and mapping.shared_seed_settings(cfg) == \
+        {"seed": 0, "temperature": 1.0, "top_p": 0.8, "top_k": 0, "min_p": 0.0}
     # temperature 0 in shared-seed mode is greedy: nothing is drawn.
     assert not build_config(None, ["sampling=shared-seed", "temperature=0"]).shared_seed
 

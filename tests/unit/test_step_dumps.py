@@ -3,7 +3,6 @@ sources' layouts): prime-rl's token export with its ranks joined and its STABLE 
 dumps with their new fields joined with the train dump v2 on sample_index, NeMo-RL's one-sample
 batches, verl's gen_batch.dp refused (or read where verl imports); a run's directory: its steps, what is
 incomplete, mixed or missing, named."""
-
 from __future__ import annotations
 
 import json
@@ -23,16 +22,8 @@ def _rows(n=4, shift=0.0):
     for k in range(n):
         r = [20 + k, 21, 22, 23]
         roll = [-0.5, -1.0 - 0.1 * k, -0.25, -2.0]
-        out.append(
-            {
-                "prompt": [1, 10 + k, 11],
-                "response": r,
-                "rollout": roll,
-                "trainer": [x - shift for x in roll],
-                "mask": [1, 1, 1, 0],
-                "index": 100 + k,
-            }
-        )
+        out.append({"prompt": [1, 10 + k, 11], "response": r, "rollout": roll,
+                    "trainer": [x - shift for x in roll], "mask": [1, 1, 1, 0], "index": 100 + k})
     return out
 
 

@@ -1,6 +1,5 @@
 """The run store: migrations (also of a database made by parity-ui 0.1), a full Run round trip,
 error runs, interrupted runs, history filters, run ids."""
-
 from __future__ import annotations
 
 import math
@@ -20,22 +19,10 @@ from parity_ui.core.config import ParityConfig, config_from_dict
 from parity_ui.core.findings import CrossScores, Explanation, GapStats, SideAtFork
 from parity_ui.core.runlog import this_owner
 from parity_ui.store.runs import get_run, list_runs, mark_interrupted, new_run_id, open_db, save_run
-from parity_ui.core.types import (
-    Finding,
-    ModelInfo,
-    PromptResult,
-    Run,
-    SideInfo,
-    SideResult,
-    SideTimings,
-    TokenStep,
-    TopLogprob,
-    to_dict,
-)
+from parity_ui.core.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, SideTimings, TokenStep,
+                             TopLogprob, to_dict)
 
-LEGACY_DB = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "runs-v0.1.0.db"
-)  # made by parity-ui 0.1.0 (vLLM/HF pair)
+LEGACY_DB = Path(__file__).resolve().parents[1] / "fixtures" / "runs-v0.1.0.db"  # made by parity-ui 0.1.0 (vLLM/HF pair)
 
 
 @pytest.fixture
@@ -46,27 +33,12 @@ def db():
 
 
 def side_result(side: str, index: int, ids: list[int]) -> SideResult:
-    steps = [
-        TokenStep(
-            position=i,
-            token_id=t,
-            text=f"tok{t}",
-            logprob=-0.25 * (i + 1),
-            rank=1,
-            top=[TopLogprob(t, -0.25 * (i + 1), f"tok{t}"), TopLogprob(t + 100, -1e30, "\ufffd", "e2")],
-            raw="e2" if t == 7 else None,
-        )
-        for i, t in enumerate(ids)
-    ]
-    return SideResult(
-        side=side,
-        prompt_index=index,
-        token_ids=ids,
-        steps=steps,
-        text="".join(s.text for s in steps),
-        finish_reason="length",
-        timings=SideTimings(load_s=1.5, prefill_s=0.01, total_s=0.2),
-    )
+    steps = [TokenStep(position=i, token_id=t, text=f"tok{t}", logprob=-0.25 * (i + 1), rank=1,
+                       top=[TopLogprob(t, -0.25 * (i + 1), f"tok{t}"), TopLogprob(t + 100, -1e30, "\ufffd", "e2")],
+                       raw="e2" if t == 7 else None)
+             for i, t in enumerate(ids)]
+    return SideResult(side=side, prompt_index=index, token_ids=ids, steps=steps, text="".join(s.text for s in steps),
+                      finish_reason="length", timings=SideTimings(load_s=1.5, prefill_s=0.01, total_s=0.2))
 
 
 def prompt_result(index: int, sides: dict[str, list[int]], **kw) -> PromptResult:
@@ -74,102 +46,44 @@ def prompt_result(index: int, sides: dict[str, list[int]], **kw) -> PromptResult
     ref, *others = results.values()
     comps = [compare(ref, b) for b in others]
     for c in comps:
-        c.explanation = Explanation(
-            verdict="identical" if c.identical else "near-tie",
-            summary="s",
-            thresholds={"x": 1.0},
-            differing_settings=["dtype"],
-            sides=[c.a, c.b],
-            a=SideAtFork(name=c.a, token_id=5, other_token_rank=None),
-        )
-        c.cross_scores = CrossScores(
-            directions={
-                f"{c.b}_by_{c.a}": GapStats(c.b, c.a, 2, 1, rms_gap=0.1, gaps=[0.1, None]),
-                f"{c.a}_by_{c.b}": None,
-            }
-        )
-    return PromptResult(
-        index=index,
-        prompt_text=f"<s>prompt {index}",
-        prompt_token_ids=[1, 10 + index],
-        results=results,
-        comparisons=comps,
-        **kw,
-    )
+        c.explanation = Explanation(verdict="identical" if c.identical else "near-tie", summary="s",
+                                    thresholds={"x": 1.0}, differing_settings=["dtype"], sides=[c.a, c.b],
+                                    a=SideAtFork(name=c.a, token_id=5, other_token_rank=None))
+        c.cross_scores = CrossScores(directions={f"{c.b}_by_{c.a}": GapStats(c.b, c.a, 2, 1, rms_gap=0.1,
+                                                                             gaps=[0.1, None]),
+                                                 f"{c.a}_by_{c.b}": None})
+    return PromptResult(index=index, prompt_text=f"<s>prompt {index}", prompt_token_ids=[1, 10 + index],
+                        results=results, comparisons=comps, **kw)
 
 
 def full_run(run_id: str = "01FULLRUN", created: str = "2026-01-02T10:00:00.000+00:00", **kw) -> Run:
     prompts = [
         prompt_result(0, {"ref": [5, 6, 7], "a": [5, 6, 7], "b": [5, 6, 7]}),
-        prompt_result(
-            1,
-            {"ref": [5, 6, 7], "a": [5, 6, 7], "b": [5, 8, 7]},
-            messages=[{"role": "user", "content": "héllo | there"}],
-        ),
+        prompt_result(1, {"ref": [5, 6, 7], "a": [5, 6, 7], "b": [5, 8, 7]},
+                      messages=[{"role": "user", "content": "héllo | there"}]),
     ]
-    sides = [
-        SideInfo(
-            name="ref",
-            kind="hf",
-            reference=True,
-            options={"dtype": "float32"},
-            model_path="/models/demo",
-            version="5.0.0",
-            device="cpu",
-            dtype="float32",
-            versions={"transformers": "5.0.0"},
-            resolved={"attention": "sdpa"},
-            load_s=1.5,
-        ),
-        SideInfo(name="a", kind="vllm", dtype="float32", device="cpu", python="/opt/old/bin/python"),
-        SideInfo(name="b", kind="vllm", dtype="bfloat16", device="cpu", resolved={"cuda_graphs": "off"}),
-    ]
+    sides = [SideInfo(name="ref", kind="hf", reference=True, options={"dtype": "float32"}, model_path="/models/demo",
+                      version="5.0.0", device="cpu", dtype="float32", versions={"transformers": "5.0.0"},
+                      resolved={"attention": "sdpa"}, load_s=1.5),
+             SideInfo(name="a", kind="vllm", dtype="float32", device="cpu", python="/opt/old/bin/python"),
+             SideInfo(name="b", kind="vllm", dtype="bfloat16", device="cpu", resolved={"cuda_graphs": "off"})]
     base = dict(
-        id=run_id,
-        created_utc=created,
-        model=ModelInfo(
-            name="demo",
-            path="/models/demo",
-            architecture="LlamaForCausalLM",
-            model_type="llama",
-            config_dtype="bfloat16",
-            eos_token_ids=[2, 3],
-            generation_config={"temperature": 0.6},
-            rope_parameters={"rope_theta": 10000.0},
-            head_dim=64,
-        ),
-        config=ParityConfig().to_dict(),
-        status="diverged",
-        prompts=prompts,
-        sides=sides,
-        warnings=[
-            Finding(
-                code="prefix-caching",
-                severity="warning",
-                message="on",
-                fix="off",
-                setting={"key": "b.enable_prefix_caching", "value": False},
-                side="b",
-            )
-        ],
-        versions={"parity_ui": "0.2.0"},
-        duration_ms=1234,
-        group_id="g1",
-        timings={"load": 1.5, "generate": 0.4},
+        id=run_id, created_utc=created,
+        model=ModelInfo(name="demo", path="/models/demo", architecture="LlamaForCausalLM", model_type="llama",
+                        config_dtype="bfloat16", eos_token_ids=[2, 3], generation_config={"temperature": 0.6},
+                        rope_parameters={"rope_theta": 10000.0}, head_dim=64),
+        config=ParityConfig().to_dict(), status="diverged", prompts=prompts, sides=sides,
+        warnings=[Finding(code="prefix-caching", severity="warning", message="on", fix="off",
+                          setting={"key": "b.enable_prefix_caching", "value": False}, side="b")],
+        versions={"parity_ui": "0.2.0"}, duration_ms=1234, group_id="g1", timings={"load": 1.5, "generate": 0.4},
     )
     return Run(**{**base, **kw})
 
 
 def error_run(run_id: str = "01ERRRUN", created: str = "2026-01-01T09:00:00.000+00:00", **kw) -> Run:
-    base = dict(
-        id=run_id,
-        created_utc=created,
-        model=ModelInfo(name="broken", path="/models/broken"),
-        config={"dtype": "auto"},
-        status="error",
-        error="side b: the engine process was killed",
-        error_code="engine",
-    )
+    base = dict(id=run_id, created_utc=created, model=ModelInfo(name="broken", path="/models/broken"),
+                config={"dtype": "auto"}, status="error", error="side b: the engine process was killed",
+                error_code="engine")
     return Run(**{**base, **kw})
 
 
@@ -185,20 +99,10 @@ def test_migrations_apply_twice_safely(tmp_path):
     db = open_db(path)  # and again on reopening
     assert {"runs", "prompt_results", "side_results", "comparisons"} <= set(db.table_names())
     applied = list(db.query("SELECT name FROM _sqlite_migrations WHERE migration_set = 'parity_ui'"))
-    assert [r["name"] for r in applied] == [
-        "m001_runs",
-        "m002_sides",
-        "m003_localisations",
-        "m004_images",
-        "m005_step_columns",
-        "m006_workloads",
-        "m007_bisect",
-        "m008_gate",
-        "m009_replay_pair_names",
-        "m010_audits",
-        "m011_weight_checks",
-        "m012_trends",
-    ]
+    assert [r["name"] for r in applied] == ["m001_runs", "m002_sides", "m003_localisations", "m004_images",
+                                            "m005_step_columns", "m006_workloads", "m007_bisect", "m008_gate",
+                                            "m009_replay_pair_names", "m010_audits",
+                                            "m011_weight_checks", "m012_trends"]
     assert to_dict(get_run(db, "01FULLRUN")) == to_dict(full_run())  # the data survived
     db.close()
 
@@ -230,17 +134,10 @@ def test_a_database_made_by_0_1_migrates_in_place_with_nothing_lost(legacy):
     assert len(runs) == len(before["runs"]) == 8
     for old in before["runs"]:
         new = runs[old["id"]]
-        assert (new.status, new.kind, new.group_id, new.model.name) == (
-            old["status"],
-            old["kind"],
-            old["group_id"],
-            old["model"],
-        )
-        assert (new.error, new.first_divergence, new.duration_ms) == (
-            old["error"],
-            old["first_divergence"],
-            old["duration_ms"],
-        )
+        assert (new.status, new.kind, new.group_id, new.model.name) == (old["status"], old["kind"], old["group_id"],
+                                                                       old["model"])
+        assert (new.error, new.first_divergence, new.duration_ms) == (old["error"], old["first_divergence"],
+                                                                      old["duration_ms"])
         if old["engines_json"] and json.loads(old["engines_json"]):  # a run that reached the engines
             engines = json.loads(old["engines_json"])
             assert [s.name for s in new.sides] == ["hf", "vllm"] and new.sides[0].reference
@@ -308,10 +205,8 @@ def test_steps_stored_in_result_json_move_to_columns_with_nothing_lost(tmp_path)
     # Back to the layout before m005: every side result's steps inside its result_json.
     for p in run.prompts:
         for res in p.results.values():
-            db.execute(
-                "UPDATE side_results SET result_json = ? WHERE run_id = ? AND prompt_idx = ? AND side = ?",
-                [store._dumps(res), run.id, p.index, res.side],
-            )
+            db.execute("UPDATE side_results SET result_json = ? WHERE run_id = ? AND prompt_idx = ? AND side = ?",
+                       [store._dumps(res), run.id, p.index, res.side])
     db["side_results"].transform(drop={"steps_json"})
     db.execute("DELETE FROM _sqlite_migrations WHERE name = 'm005_step_columns'")
     db.conn.commit()
@@ -322,10 +217,8 @@ def test_steps_stored_in_result_json_move_to_columns_with_nothing_lost(tmp_path)
     assert "steps" not in json.loads(row[0])
     assert json.loads(row[1])["token_id"] == [5, 8, 7] and json.loads(row[1])["raw"] == {"2": "e2"}
     older = to_dict(run.prompts[0].results["a"])  # what an older release writes into this file
-    db.execute(
-        "UPDATE side_results SET result_json = ?, steps_json = NULL WHERE side = 'a' AND prompt_idx = 0",
-        [json.dumps(older)],
-    )
+    db.execute("UPDATE side_results SET result_json = ?, steps_json = NULL WHERE side = 'a' AND prompt_idx = 0",
+               [json.dumps(older)])
     assert to_dict(get_run(db, run.id)) == to_dict(run)
     db.close()
 
@@ -338,10 +231,7 @@ def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path, monkeypatch):
         open_db(path)
     raw = sqlite3.connect(path)
     assert "engines_json" in [r[1] for r in raw.execute("PRAGMA table_info(runs)")]
-    assert {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= {
-        "runs",
-        "prompt_results",
-    }
+    assert {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= {"runs", "prompt_results"}
     assert "side_results" not in {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert [r[0] for r in raw.execute("SELECT name FROM _sqlite_migrations")] == ["m001_runs"]
     raw.close()
@@ -376,20 +266,10 @@ def test_one_row_per_prompt_and_side_and_per_comparison(db):
     save_run(db, full_run())
     rows = list(db.query("SELECT prompt_idx, side, n_tokens FROM side_results ORDER BY prompt_idx, side"))
     assert [(r["prompt_idx"], r["side"], r["n_tokens"]) for r in rows] == [
-        (0, "a", 3),
-        (0, "b", 3),
-        (0, "ref", 3),
-        (1, "a", 3),
-        (1, "b", 3),
-        (1, "ref", 3),
-    ]
+        (0, "a", 3), (0, "b", 3), (0, "ref", 3), (1, "a", 3), (1, "b", 3), (1, "ref", 3)]
     comps = list(db.query("SELECT prompt_idx, a, b, identical, first_divergence FROM comparisons ORDER BY rowid"))
-    assert [tuple(r.values()) for r in comps] == [
-        (0, "ref", "a", 1, None),
-        (0, "ref", "b", 1, None),
-        (1, "ref", "a", 1, None),
-        (1, "ref", "b", 0, 1),
-    ]
+    assert [tuple(r.values()) for r in comps] == [(0, "ref", "a", 1, None), (0, "ref", "b", 1, None),
+                                                  (1, "ref", "a", 1, None), (1, "ref", "b", 0, 1)]
 
 
 def test_error_run_without_prompt_results(db):
@@ -470,16 +350,8 @@ def test_a_reused_pid_does_not_keep_a_dead_run_alive(tmp_path):
 def history(db):
     save_run(db, full_run("01A", "2026-01-01T08:00:00.000+00:00", group_id="sweep-1"))
     save_run(db, error_run("01B", "2026-01-02T08:00:00.000+00:00"))
-    save_run(
-        db,
-        full_run(
-            "01C",
-            "2026-01-03T08:00:00.000+00:00",
-            group_id="sweep-1",
-            status="ok",
-            model=ModelInfo(name="qwen", path="/models/qwen"),
-        ),
-    )
+    save_run(db, full_run("01C", "2026-01-03T08:00:00.000+00:00", group_id="sweep-1", status="ok",
+                          model=ModelInfo(name="qwen", path="/models/qwen")))
     save_run(db, full_run("01D", "2026-01-04T08:00:00.000+00:00", group_id=None))
     return db
 
@@ -493,25 +365,22 @@ def test_list_runs_newest_first(history):
     assert ids(list_runs(history, limit=2, offset=1)) == ["01C", "01B"]
 
 
-@pytest.mark.parametrize(
-    "filters, expected",
-    [
-        ({"search": "process was killed"}, ["01B"]),  # the error text
-        ({"search": "prompt 0"}, ["01D", "01C", "01A"]),  # the prompt excerpt
-        ({"search": "01C"}, ["01C"]),  # the id
-        ({"search": "qwe"}, ["01C"]),  # the model
-        ({"search": "b=vllm"}, ["01D", "01C", "01A"]),  # a side
-        ({"model": "demo"}, ["01D", "01A"]),
-        ({"status": "error"}, ["01B"]),
-        ({"status": "ok"}, ["01C"]),
-        ({"since": "2026-01-02"}, ["01D", "01C", "01B"]),
-        ({"until": "2026-01-02"}, ["01A"]),  # exclusive
-        ({"since": "2026-01-02", "until": "2026-01-04"}, ["01C", "01B"]),
-        ({"group_id": "sweep-1"}, ["01C", "01A"]),
-        ({"group_id": "sweep-1", "model": "demo"}, ["01A"]),
-        ({"search": "no such thing"}, []),
-    ],
-)
+@pytest.mark.parametrize("filters, expected", [
+    ({"search": "process was killed"}, ["01B"]),  # the error text
+    ({"search": "prompt 0"}, ["01D", "01C", "01A"]),  # the prompt excerpt
+    ({"search": "01C"}, ["01C"]),  # the id
+    ({"search": "qwe"}, ["01C"]),  # the model
+    ({"search": "b=vllm"}, ["01D", "01C", "01A"]),  # a side
+    ({"model": "demo"}, ["01D", "01A"]),
+    ({"status": "error"}, ["01B"]),
+    ({"status": "ok"}, ["01C"]),
+    ({"since": "2026-01-02"}, ["01D", "01C", "01B"]),
+    ({"until": "2026-01-02"}, ["01A"]),  # exclusive
+    ({"since": "2026-01-02", "until": "2026-01-04"}, ["01C", "01B"]),
+    ({"group_id": "sweep-1"}, ["01C", "01A"]),
+    ({"group_id": "sweep-1", "model": "demo"}, ["01A"]),
+    ({"search": "no such thing"}, []),
+])
 def test_list_runs_filters(history, filters, expected):
     assert ids(list_runs(history, **filters)) == expected
 
@@ -541,12 +410,8 @@ def test_datasette_style_plain_sqlite_reads_every_table(tmp_path):
     db.close()
     raw = sqlite3.connect(path)  # what Datasette does: plain SQL, JSON in *_json text columns
     assert raw.execute("SELECT sides FROM runs").fetchone()[0] == "ref=hf, a=vllm, b=vllm"
-    assert (
-        raw.execute(
-            "SELECT json_extract(result_json, '$.token_ids') FROM side_results WHERE side='b' AND prompt_idx=1"
-        ).fetchone()[0]
-        == "[5,8,7]"
-    )
+    assert raw.execute("SELECT json_extract(result_json, '$.token_ids') FROM side_results WHERE side='b' "
+                       "AND prompt_idx=1").fetchone()[0] == "[5,8,7]"
     raw.close()
     assert os.path.getsize(path) > 0
 
@@ -560,11 +425,7 @@ def test_non_finite_numbers_are_stored_as_valid_json(db):
     save_run(db, run)
     back = get_run(db, run.id)
     assert back.prompts[0].results["ref"].steps[0].logprob == -1e30
-    assert [t.logprob for t in back.prompts[0].results["ref"].steps[0].top] == [
-        None,
-        -1e30,
-        -0.5,
-    ]  # as JSON stores them
+    assert [t.logprob for t in back.prompts[0].results["ref"].steps[0].top] == [None, -1e30, -0.5]  # as JSON stores them
     assert back.prompts[0].comparisons[0].explanation == Explanation(verdict="v", summary="", noise_before=None)
     assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(result_json) = 0").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM side_results WHERE json_valid(steps_json) = 0").fetchone()[0] == 0
@@ -604,6 +465,7 @@ def test_damaged_step_columns_are_refused_with_what_is_wrong():
         StepColumns(cols)
 
 
+
 SQL_ALLOWED_OUTSIDE_THE_STORE: set[str] = set()  # none: every read and write is a named one in parity_ui/store
 
 
@@ -615,14 +477,11 @@ def test_no_module_outside_the_store_contains_sql():
 
     root = Path(parity_ui.__file__).parent
     sql = re.compile(r"SELECT|UPDATE|INSERT|DELETE")
-    found = [
-        f"{path.relative_to(root).as_posix()}:{n}: {line.strip()}"
-        for path in sorted(root.rglob("*.py"))
-        if path.relative_to(root).parts[0] != "store"
-        and path.relative_to(root).as_posix() not in SQL_ALLOWED_OUTSIDE_THE_STORE
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if sql.search(line)
-    ]
+    found = [f"{path.relative_to(root).as_posix()}:{n}: {line.strip()}"
+             for path in sorted(root.rglob("*.py"))
+             if path.relative_to(root).parts[0] != "store"
+             and path.relative_to(root).as_posix() not in SQL_ALLOWED_OUTSIDE_THE_STORE
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if sql.search(line)]
     assert found == [], "SQL outside parity_ui/store (give the store a named read or write):\n" + "\n".join(found)
 
 
@@ -634,16 +493,8 @@ def test_the_store_reads_and_writes_a_check_through_the_one_migration_list(tmp_p
     s = Store.open(tmp_path / "runs.db")
     run = full_run()
     save_run(s.db, run)
-    case = {
-        "case_name": "c",
-        "model": "m",
-        "model_path": "/m",
-        "content_hash": "h",
-        "run_id": "01WL",
-        "control_run_id": None,
-        "status": "pass",
-        "passed": 1,
-    }
+    case = {"case_name": "c", "model": "m", "model_path": "/m", "content_hash": "h", "run_id": "01WL",
+            "control_run_id": None, "status": "pass", "passed": 1}
     s.save_check(run.id, "g", "2026-01-01T00:00:00Z", "spec.yaml", 0, {"headline": "1 of 1 passed"}, [case])
     assert s.check_result(run.id) == {"headline": "1 of 1 passed"}
     assert s.run_state(run.id).headline == "1 of 1 passed"

@@ -1,6 +1,5 @@
 """The tiny vision-language test models (tests/tiny_vlm.py) build offline, and name the video processor
 that fits the environment: the real one with torchvision, the stand-in without."""
-
 from __future__ import annotations
 
 import json
@@ -61,14 +60,12 @@ def test_the_video_processor_is_the_real_one_with_torchvision_and_the_stand_in_w
 
 def test_the_network_guard_lets_this_machine_through():
     """vLLM and the workers talk over loopback and Unix sockets: the guard must not refuse those."""
-    code = (
-        f"import socket, sys; sys.path.insert(0, {str(TESTS)!r}); import no_network; no_network.install('raise');"
-        "socket.getaddrinfo('localhost', 80); s = socket.socket(); s.settimeout(1)\n"
-        "try:\n    s.connect(('127.0.0.1', 9))\nexcept ConnectionRefusedError:\n    pass\n"
-        "try:\n    socket.getaddrinfo(socket.gethostname(), 80)\n"
-        "except socket.gaierror:\n    pass  # a machine whose own name does not resolve: not the guard\n"
-        "print('LOCAL-OK')"
-    )
+    code = (f"import socket, sys; sys.path.insert(0, {str(TESTS)!r}); import no_network; no_network.install('raise');"
+            "socket.getaddrinfo('localhost', 80); s = socket.socket(); s.settimeout(1)\n"
+            "try:\n    s.connect(('127.0.0.1', 9))\nexcept ConnectionRefusedError:\n    pass\n"
+            "try:\n    socket.getaddrinfo(socket.gethostname(), 80)\n"
+            "except socket.gaierror:\n    pass  # a machine whose own name does not resolve: not the guard\n"
+            "print('LOCAL-OK')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "LOCAL-OK" in proc.stdout, proc.stderr[-2000:]
 

@@ -3,7 +3,6 @@ step where a figure jumps named with its size, recorded-only figures equal to th
 the same pair, follow mode picking up a step written while it runs, a gate failed as it goes, bad
 steps (incomplete, another model's, ranks missing) named; the CLI, the report and History read it.
 Real rollouts through real engines: tests/engines/test_replay_steps_engines.py."""
-
 from __future__ import annotations
 
 import dataclasses
@@ -138,10 +137,8 @@ def test_the_trend_names_the_step_where_the_mismatch_jumps(service, model, tmp_p
     assert replay.group_id == run.id and replay.kind == "replay"
     assert step3.figures.figures["k3"] == replay.workload.sides["recorded vs trainer (recorded)"].stats.tokens.k3
     assert step3.pair == report.pair == "recorded vs trainer (recorded)"
-    assert (
-        step3.figures.figures["rho_clipped_share"]
-        == replay.workload.sides[report.pair].stats.families["clipped"]["rho_clipped_share"]
-    )
+    assert step3.figures.figures["rho_clipped_share"] == replay.workload.sides[report.pair].stats.families[
+        "clipped"]["rho_clipped_share"]
     assert step3.facts["ranks"] == [0, 1]
     assert "jumps at step 3" in report.headline
 
@@ -229,22 +226,8 @@ def test_cli_table_json_exit_codes_report_and_history(service, model, tmp_path, 
     code = cli.main(["--db", db, "replay", str(tmp_path / "run"), "--model", model, "--quiet"])
     out = capsys.readouterr().out
     assert code == 0 and "jumps at step 3" in out and " 3 *" in out
-    code = cli.main(
-        [
-            "--db",
-            db,
-            "replay",
-            str(tmp_path / "run"),
-            "--model",
-            model,
-            "--quiet",
-            "--json",
-            "--fail-on",
-            "outside_0.8_1.2>0.1",
-            "--steps",
-            "2-4",
-        ]
-    )
+    code = cli.main(["--db", db, "replay", str(tmp_path / "run"), "--model", model, "--quiet", "--json",
+                     "--fail-on", "outside_0.8_1.2>0.1", "--steps", "2-4"])
     got = json.loads(capsys.readouterr().out)
     assert code == 1 and [s["step"] for s in got["trend"]["steps"]] == [2, 3, 4]
     assert got["trend"]["breach"]["step"] == 3
@@ -256,18 +239,8 @@ def test_cli_table_json_exit_codes_report_and_history(service, model, tmp_path, 
     capsys.readouterr()
     assert cli.main(["--db", db, "runs", "show", trend_id]) == 0
     assert "PARITY GATE FAILED at step 3" in capsys.readouterr().out
-    code = cli.main(
-        [
-            "--db",
-            db,
-            "replay",
-            str(tmp_path / "run" / "token_exports" / "step_3"),
-            "--model",
-            model,
-            "--recorded-only",
-            "--quiet",
-        ]
-    )
+    code = cli.main(["--db", db, "replay", str(tmp_path / "run" / "token_exports" / "step_3"), "--model", model,
+                     "--recorded-only", "--quiet"])
     assert code == 0 and "recorded only, no engine" in capsys.readouterr().out
     from parity_ui.service import open_store
 
@@ -300,17 +273,8 @@ def test_with_engines_the_trend_follows_the_recorded_routes_against_the_trainers
             with (root / f"step_{step}.jsonl").open("w") as f:
                 for k in range(4):
                     prompt, resp = [1, 8 + k, 9 + step], [20 + k, 21, 22, 23, 24]
-                    f.write(
-                        json.dumps(
-                            {
-                                "prompt_ids": prompt,
-                                "response_ids": resp,
-                                "rollout_logprobs": [-1.0] * 5,
-                                "routed_experts": fake_routes(prompt + resp, step >= 3),
-                            }
-                        )
-                        + "\n"
-                    )
+                    f.write(json.dumps({"prompt_ids": prompt, "response_ids": resp, "rollout_logprobs": [-1.0] * 5,
+                                        "routed_experts": fake_routes(prompt + resp, step >= 3)}) + "\n")
         with fake_service(tmp_path / "runs.db") as svc:
             cfg = build_config(None, ["routes=true"], sides=["ref=fake", "b=fake"])
             req = TrendRequest(root=str(root), model=model, config=cfg, engines=True, floor="none", settle_s=0)

@@ -1,7 +1,6 @@
 """The bisect's oracle on its own (parity_ui.analysis.trial_oracle): a trial's pooled figures and the
 reference's noise floor to a verdict, for an exact pair (identical tokens) and any other (the floor).
 Pure: no engine, no store; milliseconds."""
-
 from __future__ import annotations
 
 import pytest
@@ -12,16 +11,9 @@ from parity_ui.core.types import SideInfo
 
 
 def _sample(i, gaps, *, first=None):
-    return PairSample(
-        prompt_index=i,
-        identical=first is None,
-        first_divergence=first,
-        length=len(gaps),
-        verdict=None,
-        logp_side=[-1.0] * len(gaps),
-        logp_ref=[-1.0 - g for g in gaps],
-        positions=list(range(len(gaps))),
-    )
+    return PairSample(prompt_index=i, identical=first is None, first_divergence=first, length=len(gaps),
+                      verdict=None, logp_side=[-1.0] * len(gaps), logp_ref=[-1.0 - g for g in gaps],
+                      positions=list(range(len(gaps))))
 
 
 def _stats(gaps_by_prompt, forks=None):

@@ -1,6 +1,5 @@
 """#33 items 8 and 13 without a browser: the order of the Sides panel's writes, a readable YAML
 error, the upload size card, and Run's refusal while the page shows input that cannot run."""
-
 from __future__ import annotations
 
 import pytest

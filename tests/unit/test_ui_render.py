@@ -4,7 +4,6 @@ Runs are built by hand here: this is code above the engines, and these tests pin
 sees (which chip is marked divergent, whitespace and byte markers, escaping, the words of a fix),
 not engine behaviour.
 """
-
 from __future__ import annotations
 
 import html
@@ -21,45 +20,23 @@ from parity_ui.render import cards, tokens  # noqa: E402
 from parity_ui.render.report import html_report  # noqa: E402
 from parity_ui.core.runlog import RunEvent  # noqa: E402
 from parity_ui.core.findings import Explanation  # noqa: E402
-from parity_ui.core.types import (
-    Finding,
-    ModelInfo,
-    PromptResult,
-    Run,
-    SideInfo,
-    SideResult,
-    TokenStep,  # noqa: E402
-    TopLogprob,
-)
+from parity_ui.core.types import (Finding, ModelInfo, PromptResult, Run, SideInfo, SideResult, TokenStep,  # noqa: E402
+                             TopLogprob)
 from parity_ui.ui import plots  # noqa: E402
 from parity_ui.ui.live import LiveRun  # noqa: E402
 from parity_ui.ui.result_view import view_parts  # noqa: E402
 
 
-def _step(
-    pos: int, tid: int, text: str, lp: float = -0.5, alt: tuple[int, str] = (999, "alt"), raw: str | None = None
-) -> TokenStep:
-    return TokenStep(
-        position=pos,
-        token_id=tid,
-        text=text,
-        logprob=lp,
-        rank=1,
-        raw=raw,
-        top=[TopLogprob(tid, lp, text, raw), TopLogprob(alt[0], lp - 0.3, alt[1])],
-    )
+def _step(pos: int, tid: int, text: str, lp: float = -0.5, alt: tuple[int, str] = (999, "alt"),
+          raw: str | None = None) -> TokenStep:
+    return TokenStep(position=pos, token_id=tid, text=text, logprob=lp, rank=1, raw=raw,
+                     top=[TopLogprob(tid, lp, text, raw), TopLogprob(alt[0], lp - 0.3, alt[1])])
 
 
 def _side(name: str, toks: list[tuple], index: int = 0) -> SideResult:
     steps = [_step(i, *t) for i, t in enumerate(toks)]
-    return SideResult(
-        side=name,
-        prompt_index=index,
-        token_ids=[s.token_id for s in steps],
-        steps=steps,
-        text="".join(s.text for s in steps),
-        finish_reason="length",
-    )
+    return SideResult(side=name, prompt_index=index, token_ids=[s.token_id for s in steps], steps=steps,
+                      text="".join(s.text for s in steps), finish_reason="length")
 
 
 def _run(streams: dict[str, list[tuple]], n_prompts: int = 1) -> Run:
@@ -68,35 +45,14 @@ def _run(streams: dict[str, list[tuple]], n_prompts: int = 1) -> Run:
     for i in range(n_prompts):
         results = {name: _side(name, toks, i) for name, toks in streams.items()}
         ref, *others = results.values()
-        prompts.append(
-            PromptResult(
-                index=i,
-                prompt_text="hi",
-                prompt_token_ids=[1, 2],
-                results=results,
-                comparisons=[compare(ref, b) for b in others],
-            )
-        )
+        prompts.append(PromptResult(index=i, prompt_text="hi", prompt_token_ids=[1, 2], results=results,
+                                    comparisons=[compare(ref, b) for b in others]))
     names = list(streams)
-    run = Run(
-        id="01TESTRUN",
-        created_utc="2026-01-01T00:00:00.000+00:00",
-        model=ModelInfo(name="demo", path="/m"),
-        config={"dtype": "bfloat16"},
-        status="ok",
-        prompts=prompts,
-        sides=[
-            SideInfo(
-                name=n,
-                kind="hf" if i == 0 else "vllm",
-                reference=i == 0,
-                dtype="bfloat16",
-                resolved={"cuda_graphs": "off" if n != "graphs" else "on"},
-            )
-            for i, n in enumerate(names)
-        ],
-        versions={"parity_ui": "0.2.0"},
-    )
+    run = Run(id="01TESTRUN", created_utc="2026-01-01T00:00:00.000+00:00", model=ModelInfo(name="demo", path="/m"),
+              config={"dtype": "bfloat16"}, status="ok", prompts=prompts,
+              sides=[SideInfo(name=n, kind="hf" if i == 0 else "vllm", reference=i == 0, dtype="bfloat16",
+                              resolved={"cuda_graphs": "off" if n != "graphs" else "on"})
+                     for i, n in enumerate(names)], versions={"parity_ui": "0.2.0"})
     run.status = "ok" if run.identical else "diverged"
     return run
 
@@ -131,13 +87,7 @@ def test_divergent_chip_is_marked_at_the_reported_index():
 
 
 def test_three_sides_each_marked_against_the_reference():
-    run = _run(
-        {
-            "ref": SAME + [(13, " on")],
-            "same": SAME + [(13, " on")],
-            "other": SAME[:1] + [(40, " dog"), (12, " sat"), (13, " on")],
-        }
-    )
+    run = _run({"ref": SAME + [(13, " on")], "same": SAME + [(13, " on")], "other": SAME[:1] + [(40, " dog"), (12, " sat"), (13, " on")]})
     parts = view_parts(run)
     panes = _panes(parts["panes"])
     assert list(panes) == ["ref", "same", "other"]
@@ -297,26 +247,11 @@ def test_a_view_opened_at_a_token_marks_it_in_every_pane_and_builds_its_blocks()
 
 def test_summary_card_states_each_divergence_the_settings_and_the_run_link():
     run = _run({"hf": SAME + [(13, " on")], "graphs": SAME + [(15, " in")]})
-    run.prompts[0].comparisons[0].explanation = Explanation(
-        verdict="numerical near-tie", summary="a <b>tiny</b> margin"
-    )
-    run.warnings = [
-        Finding(
-            code="low-precision",
-            severity="warning",
-            message="bf16",
-            fix="see if it is numerical",
-            setting={"key": "dtype", "value": "float32"},
-        ),
-        Finding(
-            code="prefix-caching",
-            severity="warning",
-            message="on",
-            fix="turn it off",
-            setting={"key": "graphs.enable_prefix_caching", "value": False},
-            side="graphs",
-        ),
-    ]
+    run.prompts[0].comparisons[0].explanation = Explanation(verdict="numerical near-tie", summary="a <b>tiny</b> margin")
+    run.warnings = [Finding(code="low-precision", severity="warning", message="bf16", fix="see if it is numerical",
+                            setting={"key": "dtype", "value": "float32"}),
+                    Finding(code="prefix-caching", severity="warning", message="on", fix="turn it off",
+                            setting={"key": "graphs.enable_prefix_caching", "value": False}, side="graphs")]
     html_ = view_parts(run, reveal=True)["summary"]
     assert "DIVERGED at token 3" in html_ and "<b>graphs</b> vs <b>hf</b>" in html_
     assert "numerical near-tie" in html_ and "a &lt;b&gt;tiny&lt;/b&gt; margin" in html_
@@ -518,19 +453,12 @@ def test_no_text_field_reaches_the_server_on_every_key(built_app):
     """Typing runs no server handler: a text field is read when it is left (or on Enter); per key only
     the page's own edit counter moves. Per-keystroke round trips queued up on a busy machine."""
     types = {c["id"]: c["type"] for c in built_app.config["components"]}
-    per_key = [
-        (d["api_name"], types.get(t), event)
-        for d in built_app.config["dependencies"]
-        if d["backend_fn"]
-        for t, event in d["targets"]
-        if event in ("input", "change", "key_up") and types.get(t) in ("textbox", "code", "number")
-    ]
+    per_key = [(d["api_name"], types.get(t), event) for d in built_app.config["dependencies"] if d["backend_fn"]
+               for t, event in d["targets"] if event in ("input", "change", "key_up")
+               and types.get(t) in ("textbox", "code", "number")]
     assert per_key == []
-    counted = [
-        d
-        for d in built_app.config["dependencies"]
-        if not d["backend_fn"] and d["js"] and any(types.get(t) == "textbox" and e == "input" for t, e in d["targets"])
-    ]
+    counted = [d for d in built_app.config["dependencies"] if not d["backend_fn"] and d["js"]
+               and any(types.get(t) == "textbox" and e == "input" for t, e in d["targets"])]
     assert counted, "the slots' keystrokes are no longer counted in the page"
     left = {(types.get(t), e) for d in built_app.config["dependencies"] if d["backend_fn"] for t, e in d["targets"]}
     assert {("textbox", "blur"), ("textbox", "submit"), ("code", "blur"), ("number", "blur")} <= left
@@ -540,26 +468,10 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     """API clients (gradio_client, the browser tests) see the same endpoints, inputs and outputs,
     whatever the handlers return inside."""
     eps = built_app.get_api_info()["named_endpoints"]
-    assert sorted(eps) == [
-        "/add_side",
-        "/apply_preset",
-        "/audit",
-        "/compare_runs",
-        "/count_tokens",
-        "/describe_model",
-        "/export_run",
-        "/history",
-        "/load_config",
-        "/open_run",
-        "/report_run",
-        "/reset_config",
-        "/run",
-        "/save_config",
-        "/sides_preset",
-        "/stop",
-        "/upload_prompts",
-        "/validate_config",
-    ]
+    assert sorted(eps) == ["/add_side", "/apply_preset", "/audit", "/compare_runs", "/count_tokens", "/describe_model",
+                           "/export_run", "/history",
+                           "/load_config", "/open_run", "/report_run", "/reset_config", "/run", "/save_config",
+                           "/sides_preset", "/stop", "/upload_prompts", "/validate_config"]
 
     def shape(name):
         return ([p["parameter_name"] for p in eps[name]["parameters"]], [r["component"] for r in eps[name]["returns"]])
@@ -680,24 +592,16 @@ def test_the_form_writes_the_yaml_only_after_an_edit(tmp_path):
 def test_the_app_says_where_its_defaults_differ_from_a_bare_cli_run():
     from parity_ui.cli import _config, build_parser
     from parity_ui.core.config import build_config
-    from parity_ui.ui.config_tab import (
-        APP_DEFAULTS,
-        CLI_FLAGS,
-        app_defaults_note,
-        config_from_text,
-        config_summary_html,
-        default_yaml,
-    )
+    from parity_ui.ui.config_tab import (APP_DEFAULTS, CLI_FLAGS, app_defaults_note, config_from_text,
+                                         config_summary_html, default_yaml)
 
     app, cli = config_from_text(default_yaml()).to_dict(), build_config().to_dict()
     # Every difference is declared (and so said on the page); nothing else differs.
     assert {k for k in app if app[k] != cli[k]} == set(APP_DEFAULTS) == {"chat"}
     line = config_summary_html(config_from_text(default_yaml()))
     assert "chat template on <i>(the CLI&#x27;s default is off: --chat)</i>" in line
-    assert app_defaults_note() == (
-        '<div class="pc-cfgline">The app starts from the CLI&#x27;s defaults, except: '
-        "chat template on (the CLI&#x27;s default is off: --chat).</div>"
-    )
+    assert app_defaults_note() == ('<div class="pc-cfgline">The app starts from the CLI&#x27;s defaults, except: '
+                                   'chat template on (the CLI&#x27;s default is off: --chat).</div>')
     assert "CLI" not in config_summary_html(build_config())  # a config like the CLI's: nothing to say
     # The flags named give a CLI run the app's values.
     args = build_parser().parse_args(["compare", "--model", "m", "--prompt", "p", *CLI_FLAGS.values()])
@@ -740,17 +644,9 @@ def test_a_side_whose_worker_was_reused_reads_warm_not_a_zero_second_load():
     from parity_ui.render.cards import sides_html
     from parity_ui.render.report import format_summary
 
-    run = Run(
-        id="r",
-        created_utc="",
-        status="ok",
-        model=ModelInfo(name="m", path="/m"),
-        config={},
-        sides=[
-            SideInfo(name="hf", kind="hf", reference=True, load_s=0.0),
-            SideInfo(name="vllm", kind="vllm", load_s=12.34),
-        ],
-    )
+    run = Run(id="r", created_utc="", status="ok", model=ModelInfo(name="m", path="/m"), config={},
+              sides=[SideInfo(name="hf", kind="hf", reference=True, load_s=0.0),
+                     SideInfo(name="vllm", kind="vllm", load_s=12.34)])
     html = sides_html(run)
     assert "<td>warm</td>" in html and "<td>12.3s</td>" in html and "0.0s" not in html
     text = format_summary(run, prompts=False)

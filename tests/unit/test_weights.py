@@ -2,7 +2,6 @@
 against its floor, two checkpoints told apart from their headers, quantised values within their
 format's tolerance, the vllm-updated mapper, the gate's weights case, the store, the screens, and the
 CLI's refusals (named before any engine starts)."""
-
 from __future__ import annotations
 
 import json
@@ -36,18 +35,8 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def unit(name, part=None, digest="a", shape=(4, 4), dtype="float32", zero=False, norm=1.0, sources=None):
-    return TensorDigest(
-        rank="tp0",
-        name=name,
-        part=part,
-        sources=sources or [name],
-        index=[],
-        shape=list(shape),
-        dtype=dtype,
-        digest=digest,
-        norm=norm,
-        zero=zero,
-    )
+    return TensorDigest(rank="tp0", name=name, part=part, sources=sources or [name], index=[], shape=list(shape),
+                        dtype=dtype, digest=digest, norm=norm, zero=zero)
 
 
 def side(*units):
@@ -58,18 +47,11 @@ def side(*units):
 
 
 def test_differing_units_come_first_named_by_their_slice_and_source():
-    fresh = side(
-        unit("embed.weight"),
-        unit("qkv.weight", "q_proj", sources=["q_proj.weight"]),
-        unit("qkv.weight", "k_proj", "k", sources=["k_proj.weight"]),
-        unit("norm.weight"),
-    )
-    live = side(
-        unit("embed.weight"),
-        unit("qkv.weight", "q_proj", sources=["q_proj.weight"]),
-        unit("qkv.weight", "k_proj", "STALE", zero=True, norm=0.0, sources=["k_proj.weight"]),
-        unit("norm.weight"),
-    )
+    fresh = side(unit("embed.weight"), unit("qkv.weight", "q_proj", sources=["q_proj.weight"]),
+                 unit("qkv.weight", "k_proj", "k", sources=["k_proj.weight"]), unit("norm.weight"))
+    live = side(unit("embed.weight"), unit("qkv.weight", "q_proj", sources=["q_proj.weight"]),
+                unit("qkv.weight", "k_proj", "STALE", zero=True, norm=0.0, sources=["k_proj.weight"]),
+                unit("norm.weight"))
     figures, ranks = compare_digests(live, fresh)
     assert [f.status for f in figures] == [DIFFERS, EQUAL, EQUAL, EQUAL]
     first = figures[0]
@@ -91,10 +73,8 @@ def test_an_unreadable_side_gives_no_figures_and_says_why():
 
 
 def test_measured_differences_land_on_their_rows_and_a_quantised_one_within_tolerance_is_tolerated():
-    figures, _ = compare_digests(
-        side(unit("w1", digest="x"), unit("w2", digest="y"), unit("w3", digest="z")),
-        side(unit("w1"), unit("w2"), unit("w3")),
-    )
+    figures, _ = compare_digests(side(unit("w1", digest="x"), unit("w2", digest="y"), unit("w3", digest="z")),
+                                 side(unit("w1"), unit("w2"), unit("w3")))
     diffs = [DiffFigure("tp0|w1", 0.5, 0.1, 3, 16), DiffFigure("tp0|w2", 1e-3, 1e-3, 0, 16, "fp8 e4m3", True)]
     out = with_diffs(figures, diffs, over_budget={"tp0|w3"})
     by = {f.name: f for f in out}
@@ -161,37 +141,13 @@ def test_probe_sequences_are_fixed_texts_then_seeded_ids_of_the_asked_length():
 
 
 def _report(**kw):
-    tensors = [
-        TensorFigure("tp0|a", "tp0", "a", None, ["a"], [2], "float32", EQUAL, "x", "x"),
-        TensorFigure(
-            "tp0|q[k_proj]",
-            "tp0",
-            "q",
-            "k_proj",
-            ["k_proj.weight"],
-            [2],
-            "float32",
-            DIFFERS,
-            "y",
-            "x",
-            rel_l2=math.inf,
-            max_abs=0.5,
-            n_differ=2,
-            numel=2,
-        ),
-    ]
+    tensors = [TensorFigure("tp0|a", "tp0", "a", None, ["a"], [2], "float32", EQUAL, "x", "x"),
+               TensorFigure("tp0|q[k_proj]", "tp0", "q", "k_proj", ["k_proj.weight"], [2], "float32", DIFFERS, "y",
+                            "x", rel_l2=math.inf, max_abs=0.5, n_differ=2, numel=2)]
     comp = ProbeComparison("updated", "fresh", "fresh twice", 256, 0.2, 0.01, 0.0, 0.0, "exceeds noise", "s")
-    return WeightReport(
-        model="B",
-        start_from="A",
-        updated="updated",
-        fresh="fresh",
-        reference="ref",
-        tensors=ordered(tensors),
-        probe=ProbeRecord(8, 256, [comp]),
-        update=UpdateRecord("A", "B", "reload", pushed=20, skipped=["k_proj.weight"]),
-        **kw,
-    )
+    return WeightReport(model="B", start_from="A", updated="updated", fresh="fresh", reference="ref",
+                        tensors=ordered(tensors), probe=ProbeRecord(8, 256, [comp]),
+                        update=UpdateRecord("A", "B", "reload", pushed=20, skipped=["k_proj.weight"]), **kw)
 
 
 def test_the_report_names_the_differing_tensor_and_its_json_keeps_the_order_and_survives_inf():
@@ -213,20 +169,10 @@ def test_exit_codes_every_tensor_equal_and_the_probe_at_the_floor_or_an_error():
     assert r.exit_code == 0 and r.verdict == "LANDED"
     r.error = "the engine died"
     assert r.exit_code == 2
-    probe_only = WeightReport(
-        model="B",
-        start_from=None,
-        updated="server",
-        fresh="fresh",
-        reference="ref",
-        readable=False,
-        not_readable="no /weight_checker",
-        probe=r.probe,
-    )
+    probe_only = WeightReport(model="B", start_from=None, updated="server", fresh="fresh", reference="ref",
+                              readable=False, not_readable="no /weight_checker", probe=r.probe)
     assert probe_only.exit_code == 0 and "probe only" in probe_only.headline()
-    assert (
-        WeightReport(model="B", start_from=None, updated="s", fresh="f", reference=None, readable=False).exit_code == 2
-    )
+    assert WeightReport(model="B", start_from=None, updated="s", fresh="f", reference=None, readable=False).exit_code == 2
     only_unread = _report()
     only_unread.tensors = [TensorFigure("tp0|b", "tp0", "b", None, [], [1], "float32", UNREADABLE, "x", None)]
     assert not only_unread.tensors_equal  # nothing checked is not "every tensor equal"
@@ -241,17 +187,8 @@ def test_the_screens_list_differing_tensors_first():
     html = weights_html(r)
     assert html.index('data-status="differs"') < html.index('data-status="equal"')
     assert "k_proj.weight" in html and 'data-verdict="NOT LANDED"' in html
-    label, value = check_choices(
-        [
-            {
-                "run_id": "RUN1",
-                "exit_code": 1,
-                "datetime_utc": "2026-11-28T05:00:00",
-                "model": "/x/step-200",
-                "differing": 1,
-            }
-        ]
-    )[0]
+    label, value = check_choices([{"run_id": "RUN1", "exit_code": 1, "datetime_utc": "2026-11-28T05:00:00",
+                                   "model": "/x/step-200", "differing": 1}])[0]
     assert value == "RUN1" and "NOT LANDED" in label and "step-200" in label
 
 
@@ -275,13 +212,10 @@ def _ckpt(folder: Path, arch="LlamaForCausalLM", tensors=None, **cfg):
     from safetensors.numpy import save_file
 
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(
-        json.dumps({"architectures": [arch], "model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1, **cfg})
-    )
-    save_file(
-        {k: np.zeros(s, dtype=np.float32) for k, s in (tensors or {"a.weight": (8, 8)}).items()},
-        str(folder / "model.safetensors"),
-    )
+    (folder / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": "llama",
+                                                     "hidden_size": 8, "num_hidden_layers": 1, **cfg}))
+    save_file({k: np.zeros(s, dtype=np.float32) for k, s in (tensors or {"a.weight": (8, 8)}).items()},
+              str(folder / "model.safetensors"))
     return folder
 
 
@@ -327,7 +261,7 @@ def test_fp8_weights_are_compared_dequantised_within_one_step_of_the_format():
     a, fmt, smax = dequantised(layer, "weight", q)
     assert fmt == "float8_e4m3fn" and a.dtype == torch.float32 and torch.allclose(a, w, rtol=0.07, atol=1e-3)
     # one ULP up on a few values (another rounding of the same weights): within the tolerance
-    bumped = q.view(torch.uint8) + (torch.arange(q.numel()).reshape(q.shape) % 7 == 0).to(torch.uint8)
+    bumped = (q.view(torch.uint8) + (torch.arange(q.numel()).reshape(q.shape) % 7 == 0).to(torch.uint8))
     b, _, _ = dequantised(layer, "weight", bumped.view(torch.float8_e4m3fn))
     fig = compare_values("k", a, b, fmt, smax)
     assert fig.within_tolerance and fig.n_differ == 0 and "fp8 e4m3" in fig.tolerance
@@ -357,26 +291,18 @@ def _args(on_gpu: bool, **options):
     from parity_ui.core.mapping import map_side, resolve
     from parity_ui.core.types import ModelInfo
 
-    cfg = config_from_dict(
-        {"sides": [{"name": "ref", "kind": "hf"}, {"name": "upd", "kind": "vllm-updated", **options}]}
-    )
-    model = ModelInfo(
-        name="b", path="/ckpt/B", architecture="LlamaForCausalLM", config_dtype="float32", max_position_embeddings=2048
-    )
+    cfg = config_from_dict({"sides": [{"name": "ref", "kind": "hf"},
+                                      {"name": "upd", "kind": "vllm-updated", **options}]})
+    model = ModelInfo(name="b", path="/ckpt/B", architecture="LlamaForCausalLM", config_dtype="float32",
+                      max_position_embeddings=2048)
     return map_side(cfg, cfg.side("upd"), resolve(model, [2], on_gpu))
 
 
 def test_the_updated_side_loads_start_from_and_pushes_its_model():
     a = _args(False, start_from="/ckpt/A", skip="layers\\.0\\.", sleep=1)
     assert a.llm["model"] == "/ckpt/A" and a.llm["tokenizer"] == "/ckpt/B"
-    assert a.update == {
-        "start_from": "/ckpt/A",
-        "pushed_from": "/ckpt/B",
-        "skip": "layers\\.0\\.",
-        "zero": None,
-        "sleep": 1,
-        "path": "reload",
-    }  # auto on the CPU build: reload
+    assert a.update == {"start_from": "/ckpt/A", "pushed_from": "/ckpt/B", "skip": "layers\\.0\\.", "zero": None,
+                        "sleep": 1, "path": "reload"}  # auto on the CPU build: reload
     assert "enable_sleep_mode" not in a.llm  # refused on the CPU platform
     g = _args(True, start_from="/ckpt/A", sleep=2)
     assert g.update["path"] == "load_weights" and g.llm["enable_sleep_mode"] is True
@@ -406,26 +332,20 @@ def _spec(tmp_path, text):
 
 
 def test_a_weights_case_reads_its_push_and_its_planted_control(tmp_path):
-    spec = _spec(
-        tmp_path,
-        "cases:\n  - name: w\n    model: ./b\n    weights: {from: ./a, sleep: 1}\n"
-        "    control: {skip: 'layers[.]0[.]'}\n",
-    )
+    spec = _spec(tmp_path, "cases:\n  - name: w\n    model: ./b\n    weights: {from: ./a, sleep: 1}\n"
+                           "    control: {skip: 'layers[.]0[.]'}\n")
     case = spec.cases[0]
     assert case.weights.start_from == str(tmp_path / "a")  # resolved against the spec's folder
     assert case.weights.sleep == 1 and case.weights.probe and case.control.weights == {"skip": "layers[.]0[.]"}
     assert "skip" in case.control.describe()
 
 
-@pytest.mark.parametrize(
-    "body, words",
-    [
-        ("    weights: {from: ./a}\n    thresholds: {share_identical: 0.9}\n", "a weights case takes no thresholds"),
-        ("    weights: {from: ./a, url: 'http://h:1/v1'}\n", "from (a checkpoint the engine starts from) or url"),
-        ("    weights: {from: ./a}\n    control: {set: {b.dtype: float16}}\n", "plants a fault in the push"),
-        ("    weights: {from: ./a, bogus: 1}\n", "bogus"),
-    ],
-)
+@pytest.mark.parametrize("body, words", [
+    ("    weights: {from: ./a}\n    thresholds: {share_identical: 0.9}\n", "a weights case takes no thresholds"),
+    ("    weights: {from: ./a, url: 'http://h:1/v1'}\n", "from (a checkpoint the engine starts from) or url"),
+    ("    weights: {from: ./a}\n    control: {set: {b.dtype: float16}}\n", "plants a fault in the push"),
+    ("    weights: {from: ./a, bogus: 1}\n", "bogus"),
+])
 def test_a_weights_case_is_refused_with_its_line(tmp_path, body, words):
     from parity_ui.commands.gate.spec import SpecError
 
@@ -459,10 +379,8 @@ def test_the_cli_refuses_another_architecture_and_an_unmatched_skip_before_any_e
 def test_the_in_loop_api_imports_without_the_ui_or_an_engine():
     import subprocess
 
-    code = (
-        "import sys, parity_ui.weights, parity_ui.commands.weights; "
-        "assert not {'gradio', 'plotly', 'torch', 'vllm'} & set(sys.modules), sorted(sys.modules)"
-    )
+    code = ("import sys, parity_ui.weights, parity_ui.commands.weights; "
+            "assert not {'gradio', 'plotly', 'torch', 'vllm'} & set(sys.modules), sorted(sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
 
 
@@ -478,22 +396,9 @@ def test_a_server_without_a_weight_checker_is_not_readable_and_says_which_vllm_h
     server = FakeServer(lambda text: [ord(c) % 500 for c in text])
     try:
         engine = OpenAIEngine()
-        engine.load(
-            LoadRequest(
-                "openai",
-                MODEL,
-                {
-                    "connection": {
-                        "url": f"http://127.0.0.1:{server.server_address[1]}/v1",
-                        "served_model": None,
-                        "api_key_env": None,
-                        "timeout_s": 3.0,
-                        "verify_tls": True,
-                        "check_tokenizer": False,
-                    }
-                },
-            )
-        )
+        engine.load(LoadRequest("openai", MODEL, {"connection": {
+            "url": f"http://127.0.0.1:{server.server_address[1]}/v1", "served_model": None, "api_key_env": None,
+            "timeout_s": 3.0, "verify_tls": True, "check_tokenizer": False}}))
         got = engine.weights(WeightsRequest(None))
     finally:
         server.shutdown()

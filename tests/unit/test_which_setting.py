@@ -3,7 +3,6 @@ bisect is offered for, requests refused before anything runs (with the problem a
 bisect started through the AppService and shown by the panel (progress, then the stored record),
 a bisect that fails stored and shown with its fix, and History listing and opening bisects. The fake
 engine kind in real worker processes: seconds."""
-
 from __future__ import annotations
 
 import re
@@ -73,7 +72,6 @@ def _view(cls, runner):
 
 # -- which pairs are offered ------------------------------------------------------------------------
 
-
 def test_a_comparison_offers_the_reference_against_each_side_that_forked(runner, model, diverged):
     choice = bisect_choice(runner.store, diverged.id)
     assert choice.pairs == [("ref", "b")] and choice.default == ("ref", "b") and not choice.problem
@@ -86,9 +84,8 @@ def test_a_comparison_offers_the_reference_against_each_side_that_forked(runner,
 
 def test_a_workload_offers_the_sides_beyond_the_noise_floor_and_never_the_floor(runner, model):
     cfg = build_config(None, ["max_new_tokens=8"], sides=["ref=fake", "b=fake,swap_at=2", "c=fake"])
-    run = run_workload(
-        runner, WorkloadRequest(model=model, prompts=[*PROMPTS, *PROMPTS], config=cfg, options=WorkloadOptions(chunk=8))
-    )
+    run = run_workload(runner, WorkloadRequest(model=model, prompts=[*PROMPTS, *PROMPTS], config=cfg,
+                                                       options=WorkloadOptions(chunk=8)))
     assert run.workload.sides["b"].verdict.verdict == "exceeds noise", run.error
     assert run.workload.sides["c"].verdict.verdict == "within noise" and run.workload.floor.side
     assert bisect_choice(runner.store, run.id).pairs == [("ref", "b")]
@@ -97,21 +94,17 @@ def test_a_workload_offers_the_sides_beyond_the_noise_floor_and_never_the_floor(
 def test_a_pair_with_nothing_to_flip_is_not_offered_and_says_so_before_the_click(runner, model):
     """#33 item 10: sides that differ only in the engine itself (no option of its kind has a value to
     flip to) are not offered; the problem says so in plain words, and nothing is stored."""
-
     def workload(*sides):
         cfg = build_config(None, ["max_new_tokens=8"], sides=list(sides))
-        return run_workload(
-            runner,
-            WorkloadRequest(model=model, prompts=[*PROMPTS, *PROMPTS], config=cfg, options=WorkloadOptions(chunk=8)),
-        )
+        return run_workload(runner, WorkloadRequest(model=model, prompts=[*PROMPTS, *PROMPTS], config=cfg,
+                                                            options=WorkloadOptions(chunk=8)))
 
     run = workload("ref=fake", "b=fake-other,engine_shift=-0.3")  # its own numerics: beyond the floor
     assert run.workload.sides["b"].verdict.verdict == "exceeds noise", run.error
     before = len(_bisects(runner))
     choice = bisect_choice(runner.store, run.id)
-    assert choice.pairs == [] and choice.problem.startswith(
-        f"sides ref and b of run {run.id} differ only in the engine itself (fake"
-    )
+    assert choice.pairs == [] and choice.problem.startswith(f"sides ref and b of run {run.id} differ only in the "
+                                                            "engine itself (fake")
     assert "there is no setting to flip" in choice.problem and "(…)" not in choice.problem
     assert "a side of the reference's kind" in choice.fix
     with pytest.raises(ParityError, match="no setting to flip"):
@@ -143,7 +136,6 @@ def test_requests_are_checked_before_anything_runs(runner, diverged):
 
 
 # -- the bisect, through the runner and the panel ---------------------------------------------------
-
 
 def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_it(runner, diverged, monkeypatch):
     from parity_ui.ui import which_setting_view
@@ -182,7 +174,6 @@ def test_the_panel_finds_the_setting_shows_progress_and_history_lists_and_opens_
     assert "Which setting is it?" in opened[tab.view.summary] and opened[tab.view.panes] == ""
     assert tab.which.show(b.id)[tab.which.box].visible is False
     assert "a bisect run" in bisect_choice(runner.store, b.id).problem
-
     # A panel that cannot be built (here Which setting?, reading a record it cannot parse) shows its
     # error in its place; the run's token view and the workload panel still come with the open.
     def unreadable(run_id):

@@ -1,7 +1,6 @@
 """The sliding-window finding for vLLM's CPU backend says what the run measured past the window, not what
 might happen: pure checks on built runs. The real runs of a tiny sliding-window Qwen2 (HF vs vLLM) are
 tests/engines/test_window_check_engines.py."""
-
 from __future__ import annotations
 
 from parity_ui.analysis.compare import compare
@@ -15,43 +14,21 @@ PRE_RUN = Finding(code=CODE, severity="warning", side="vllm", message="side vllm
 
 
 def _result(side: str, ids: list[int], lps: list[float]) -> SideResult:
-    steps = [
-        TokenStep(position=i, token_id=t, text=str(t), logprob=lp, rank=1) for i, (t, lp) in enumerate(zip(ids, lps))
-    ]
+    steps = [TokenStep(position=i, token_id=t, text=str(t), logprob=lp, rank=1) for i, (t, lp) in enumerate(zip(ids, lps))]
     return SideResult(side=side, prompt_index=0, token_ids=ids, steps=steps)
 
 
-def _run(
-    prompt_len: int,
-    ref: list[float],
-    b: list[float],
-    *,
-    window: int = 16,
-    b_ids: list[int] | None = None,
-    dtype: str = "float32",
-    sides: tuple[str, str] = ("hf", "vllm"),
-) -> Run:
+def _run(prompt_len: int, ref: list[float], b: list[float], *, window: int = 16, b_ids: list[int] | None = None,
+         dtype: str = "float32", sides: tuple[str, str] = ("hf", "vllm")) -> Run:
     ids = list(range(1, len(ref) + 1))
     a_res, b_res = _result(sides[0], ids, ref), _result(sides[1], b_ids or ids, b)
     c = compare(a_res, b_res)
     c.explanation = explain(c, a_res, b_res, build_config(None, []))
-    pr = PromptResult(
-        index=0,
-        prompt_text="",
-        prompt_token_ids=list(range(prompt_len)),
-        results={sides[0]: a_res, sides[1]: b_res},
-        comparisons=[c],
-    )
-    return Run(
-        id="r",
-        created_utc="",
-        model=ModelInfo(name="m", path="/m", sliding_window=window),
-        config={},
-        status="ok",
-        prompts=[pr],
-        warnings=[Finding("sides-differ", "info", "x"), PRE_RUN],
-        sides=[SideInfo(name=sides[0], kind="hf", dtype=dtype), SideInfo(name=sides[1], kind="vllm", dtype=dtype)],
-    )
+    pr = PromptResult(index=0, prompt_text="", prompt_token_ids=list(range(prompt_len)),
+                      results={sides[0]: a_res, sides[1]: b_res}, comparisons=[c])
+    return Run(id="r", created_utc="", model=ModelInfo(name="m", path="/m", sliding_window=window), config={},
+               status="ok", prompts=[pr], warnings=[Finding("sides-differ", "info", "x"), PRE_RUN],
+               sides=[SideInfo(name=sides[0], kind="hf", dtype=dtype), SideInfo(name=sides[1], kind="vllm", dtype=dtype)])
 
 
 def _settled(run: Run) -> Finding:

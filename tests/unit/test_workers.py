@@ -1,6 +1,5 @@
 """Worker processes started ahead of a run (EnginePool.prestart): handed to the run that needs their
 setup, dropped at once when none does. Real processes, with the standard-library engine (openai)."""
-
 from __future__ import annotations
 
 import sys
@@ -49,11 +48,8 @@ def test_a_worker_started_ahead_that_no_run_takes_is_killed_at_once():
 
 
 def test_the_guess_made_before_tokenizing_is_the_setup_prepare_decides():
-    cfg = build_config(
-        None,
-        ["dtype=float32", "b.batch_invariant=true"],
-        sides=["hf=hf", "vllm=vllm", "b=vllm", "srv=openai,url=http://127.0.0.1:9"],
-    )
+    cfg = build_config(None, ["dtype=float32", "b.batch_invariant=true"],
+                       sides=["hf=hf", "vllm=vllm", "b=vllm", "srv=openai,url=http://127.0.0.1:9"])
     req = RunRequest(model="demo", prompts=[PromptSpec(text="hello")], config=cfg)
     gpu = on_gpu()
     prep = prepare(req, gpu)
@@ -99,37 +95,14 @@ def test_plain_turns_engine_objects_into_builtins():
     class Scalar(float):
         pass
 
-    info = EngineInfo(
-        kind="vllm",
-        version=Version("0.26.0"),
-        device="cpu",
-        dtype="float32",
-        versions={"torch": Version("2.11.0")},
-        resolved={
-            "compilation": Mode.COMPILE,
-            "sizes": (1, Mode.COMPILE),
-            "gap": Scalar(0.5),
-            "ratio": Fraction(1, 3),
-            "flag": True,
-            "none": None,
-        },
-    )
+    info = EngineInfo(kind="vllm", version=Version("0.26.0"), device="cpu", dtype="float32",
+                      versions={"torch": Version("2.11.0")},
+                      resolved={"compilation": Mode.COMPILE, "sizes": (1, Mode.COMPILE), "gap": Scalar(0.5),
+                                "ratio": Fraction(1, 3), "flag": True, "none": None})
     out = plain(info)
-    assert out == EngineInfo(
-        kind="vllm",
-        version="0.26.0",
-        device="cpu",
-        dtype="float32",
-        versions={"torch": "2.11.0"},
-        resolved={
-            "compilation": "COMPILE",
-            "sizes": (1, "COMPILE"),
-            "gap": 0.5,
-            "ratio": Fraction(1, 3),
-            "flag": True,
-            "none": None,
-        },
-    )
+    assert out == EngineInfo(kind="vllm", version="0.26.0", device="cpu", dtype="float32", versions={"torch": "2.11.0"},
+                             resolved={"compilation": "COMPILE", "sizes": (1, "COMPILE"), "gap": 0.5,
+                                       "ratio": Fraction(1, 3), "flag": True, "none": None})
     assert type(out.version) is str and type(out.resolved["gap"]) is float and out.resolved["flag"] is True
     seen = set()
 

@@ -2,7 +2,6 @@
 as they finish, pooled figures read back from the store, the noise floor and the verdict, scored
 mode, Stop and resume, failures half way, bad input, and the CLI's screen. Seconds, not minutes; the
 real engines run workloads in test_workload_engines.py."""
-
 from __future__ import annotations
 
 import json
@@ -93,9 +92,8 @@ def test_scored_mode_gives_free_runnings_per_token_gaps_up_to_the_fork(service, 
     assert [x.first_divergence for x in f] == [x.first_divergence for x in s] == [5] * 30
     for a, b in zip(f, s):
         n = a.first_divergence
-        assert [x - y for x, y in zip(a.logp_side, a.logp_ref)] == pytest.approx(
-            [x - y for x, y in zip(b.logp_side[:n], b.logp_ref[:n])]
-        )
+        assert [x - y for x, y in zip(a.logp_side, a.logp_ref)] == \
+            pytest.approx([x - y for x, y in zip(b.logp_side[:n], b.logp_ref[:n])])
         assert len(b.logp_side) == 10  # scored: the whole sequence
     stored = get_run(service.db, scored.id, prompts=[3])
     (p,) = stored.prompts
@@ -140,14 +138,11 @@ def test_too_long_prompts_are_skipped_and_counted_or_stop_the_run(service, model
     assert stop.status == "error" and "prompt 0" in stop.error and "context" in stop.error
 
 
-@pytest.mark.parametrize(
-    "sides,options,needle",
-    [
-        (["ref=fake", "b=fake"], {"mode": "scored", "floor": "batch"}, "changes nothing in scored mode"),
-        (["ref=fake", "b=fake"], {"floor": "kernel"}, "switches an HF reference's attention kernel"),
-        (["ref=fake", "b=fake"], {"mode": "fast"}, "must be one of free, scored"),
-    ],
-)
+@pytest.mark.parametrize("sides,options,needle", [
+    (["ref=fake", "b=fake"], {"mode": "scored", "floor": "batch"}, "changes nothing in scored mode"),
+    (["ref=fake", "b=fake"], {"floor": "kernel"}, "switches an HF reference's attention kernel"),
+    (["ref=fake", "b=fake"], {"mode": "fast"}, "must be one of free, scored"),
+])
 def test_bad_workload_options_are_error_runs_with_a_fix(service, model, sides, options, needle):
     run = _workload(service, model, *sides, prompts=PROMPTS[:3], **options)
     assert run.status == "error" and needle in run.error, run.error
@@ -159,26 +154,8 @@ def test_the_cli_prints_one_screen_json_and_a_prompt_on_demand(model, tmp_path, 
     f.write_text("\n".join(json.dumps({"prompt": p.text}) for p in PROMPTS[:12]) + "\n{broken\n")
     db = str(tmp_path / "cli.db")
     with registered():
-        code = main(
-            [
-                "--db",
-                db,
-                "compare",
-                "--model",
-                model,
-                "--prompt-file",
-                str(f),
-                "--side",
-                "ref=fake",
-                "--side",
-                "b=fake,swap_at=3",
-                "--set",
-                "max_new_tokens=6",
-                "--on-bad",
-                "skip",
-                "--quiet",
-            ]
-        )
+        code = main(["--db", db, "compare", "--model", model, "--prompt-file", str(f), "--side", "ref=fake",
+                     "--side", "b=fake,swap_at=3", "--set", "max_new_tokens=6", "--on-bad", "skip", "--quiet"])
         out = capsys.readouterr().out
         assert code == 1 and "12 prompts, free-running: b 0% identical" in out and "EXCEEDS" in out
         assert out.count("prompt ") < 40  # a screen, not a page per prompt
@@ -187,47 +164,13 @@ def test_the_cli_prints_one_screen_json_and_a_prompt_on_demand(model, tmp_path, 
         shown = capsys.readouterr().out
         assert "prompt 4:" in shown and "FIRST DIVERGENCE at generated token 3" in shown and "prompt 5:" not in shown
         assert main(["--db", db, "runs", "show", run_id, "--prompt", "40"]) == 2
-        code = main(
-            [
-                "--db",
-                db,
-                "compare",
-                "--model",
-                model,
-                "--prompt-file",
-                str(f),
-                "--side",
-                "ref=fake",
-                "--side",
-                "b=fake",
-                "--set",
-                "max_new_tokens=6",
-                "--on-bad",
-                "skip",
-                "--json",
-                "--limit",
-                "5",
-            ]
-        )
+        code = main(["--db", db, "compare", "--model", model, "--prompt-file", str(f), "--side", "ref=fake",
+                     "--side", "b=fake", "--set", "max_new_tokens=6", "--on-bad", "skip", "--json", "--limit", "5"])
         got = json.loads(capsys.readouterr().out)
         assert code == 0 and got["workload"]["n_prompts"] == 5 and got["workload"]["sides"]["b"]["stats"]
         assert got["workload"]["options"]["source"]["content_hash"]
-        code = main(
-            [
-                "--db",
-                db,
-                "compare",
-                "--model",
-                model,
-                "--prompt-file",
-                str(f),
-                "--side",
-                "ref=fake",
-                "--side",
-                "b=fake",
-                "--quiet",
-            ]
-        )
+        code = main(["--db", db, "compare", "--model", model, "--prompt-file", str(f), "--side", "ref=fake",
+                     "--side", "b=fake", "--quiet"])
         err = capsys.readouterr().err
         assert code == 2 and "line 13" in err and "--on-bad skip" in err
 
@@ -235,14 +178,12 @@ def test_the_cli_prints_one_screen_json_and_a_prompt_on_demand(model, tmp_path, 
 def test_a_stop_while_the_reference_scores_keeps_the_finished_chunks_and_resume_finishes(service, model):
     """Scored mode's scoring runs on a thread (commands/workload/pieces.py): a Stop during it reaches
     the run as a Stop, the chunks stored before it stay, and the resume scores the rest once."""
-
     def stop_at_second_scoring(e):
         if e.kind == "progress" and "scoring" in e.message and "chunk 2 " in e.message:
             service.cancel()
 
-    run = _workload(
-        service, model, "ref=fake", "b=fake,shift=0.1", mode="scored", floor="none", emit=stop_at_second_scoring
-    )
+    run = _workload(service, model, "ref=fake", "b=fake,shift=0.1", mode="scored", floor="none",
+                    emit=stop_at_second_scoring)
     assert run.status == "cancelled" and run.workload.done == 8, run.error
     assert sorted(s.prompt_index for s in _samples(service, run, "b")) == list(range(8))
     again = resume_workload(service, run.id)

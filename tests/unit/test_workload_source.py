@@ -1,6 +1,5 @@
 """Workload files (.jsonl, .parquet): reading, field detection, limit, sampling, bad rows, every
 rejection, the content hash, and that a large file is streamed (bounded memory), never read whole."""
-
 from __future__ import annotations
 
 import base64
@@ -19,13 +18,8 @@ import pytest
 from parity_ui.core.errors import PromptError
 from parity_ui.inputs.prompts import PromptSpec, read_prompt_file
 from parity_ui.inputs import workload_source as source
-from parity_ui.inputs.workload_source import (
-    BAD_ROWS_KEPT,
-    WorkloadReader,
-    canonical_prompt,
-    load_workload,
-    prompts_hash,
-)
+from parity_ui.inputs.workload_source import (BAD_ROWS_KEPT, WorkloadReader, canonical_prompt, load_workload,
+                                       prompts_hash)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,16 +68,9 @@ def test_parquet_text_column(tmp_path):
 
 def test_parquet_messages_column_as_verl_writes_it(tmp_path):
     # verl's RL parquet: `prompt` is a list of {role, content} structs, beside reward and info columns.
-    rows = [
-        {
-            "data_source": "gsm8k",
-            "prompt": chat(i),
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(i)},
-            "extra_info": {"index": i},
-        }
-        for i in range(4)
-    ]
+    rows = [{"data_source": "gsm8k", "prompt": chat(i), "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"index": i}}
+            for i in range(4)]
     path = write_parquet(tmp_path / "train.parquet", rows)
     assert pa.types.is_list(pq.read_schema(path).field("prompt").type)
     w = load_workload(path)
@@ -149,10 +136,8 @@ def test_sample_is_uniform(tmp_path):
 
 
 def test_same_file_as_jsonl_and_parquet_gives_the_same_prompts(tmp_path):
-    for name, rows in (
-        ("text", [{"prompt": f"prompt {i} é ✓", "id": i} for i in range(300)]),
-        ("chat", [{"prompt": chat(i), "id": i} for i in range(300)]),
-    ):
+    for name, rows in (("text", [{"prompt": f"prompt {i} é ✓", "id": i} for i in range(300)]),
+                       ("chat", [{"prompt": chat(i), "id": i} for i in range(300)])):
         j = load_workload(write_jsonl(tmp_path / f"{name}.jsonl", rows))
         p = load_workload(write_parquet(tmp_path / f"{name}.parquet", rows, row_group_size=64))
         assert j.prompts == p.prompts and len(j.prompts) == 300
@@ -165,10 +150,8 @@ def test_same_file_as_jsonl_and_parquet_gives_the_same_prompts(tmp_path):
 def test_content_hash_is_sha256_of_canonical_json_and_stable(tmp_path):
     rows = [{"prompt": "a"}, {"messages": chat(0)}]
     w = load_workload(write_jsonl(tmp_path / "w.jsonl", rows))
-    lines = [
-        json.dumps({"images": [], "messages": None, "text": "a"}, separators=(",", ":")),
-        json.dumps({"images": [], "messages": chat(0), "text": None}, sort_keys=True, separators=(",", ":")),
-    ]
+    lines = [json.dumps({"images": [], "messages": None, "text": "a"}, separators=(",", ":")),
+             json.dumps({"images": [], "messages": chat(0), "text": None}, sort_keys=True, separators=(",", ":"))]
     assert w.content_hash == hashlib.sha256("".join(x + "\n" for x in lines).encode()).hexdigest()
     assert canonical_prompt(w.prompts[0]) == {"text": "a", "messages": None, "images": []}
     assert load_workload(tmp_path / "w.jsonl").content_hash == w.content_hash
@@ -192,10 +175,8 @@ def test_reader_streams_numbered_prompts_and_counts(tmp_path):
     reader = WorkloadReader(path, on_bad="skip")
     for _ in range(2):  # a second pass reads the file again, counting afresh
         items = list(reader)
-        assert [(it.number, it.spec) for it in items] == [
-            (1, PromptSpec(text="a")),
-            (4, PromptSpec(messages=[{"role": "user", "content": "b"}])),
-        ]
+        assert [(it.number, it.spec) for it in items] == \
+            [(1, PromptSpec(text="a")), (4, PromptSpec(messages=[{"role": "user", "content": "b"}]))]
         assert (reader.total_rows, reader.skipped_count, reader.field) == (3, 1, "prompt, messages")
         assert reader.skipped[0].where == "w.jsonl line 3"
 
@@ -205,10 +186,8 @@ def test_reader_streams_numbered_prompts_and_counts(tmp_path):
 
 def bad_jsonl(tmp_path: Path) -> Path:
     path = tmp_path / "w.jsonl"
-    path.write_bytes(
-        b'{"prompt": "ok 1"}\n{"prompt": "unterminated\n\n[1, 2]\n{"prompt": 42}\n'
-        b'{"prompt": ""}\n{"prompt": "caf\xe9"}\n{"messages": [{"role": "user"}]}\n{"prompt": "ok 2"}\n'
-    )
+    path.write_bytes(b'{"prompt": "ok 1"}\n{"prompt": "unterminated\n\n[1, 2]\n{"prompt": 42}\n'
+                     b'{"prompt": ""}\n{"prompt": "caf\xe9"}\n{"messages": [{"role": "user"}]}\n{"prompt": "ok 2"}\n')
     return path
 
 
@@ -238,7 +217,8 @@ def test_skipped_rows_all_counted_first_few_named(tmp_path):
 
 
 def test_parquet_bad_rows_stop_and_skip(tmp_path):
-    path = write_parquet(tmp_path / "w.parquet", [{"prompt": "a"}, {"prompt": None}, {"prompt": "  "}, {"prompt": "d"}])
+    path = write_parquet(tmp_path / "w.parquet", [{"prompt": "a"}, {"prompt": None}, {"prompt": "  "},
+                                                 {"prompt": "d"}])
     err = refused(load_workload, path)
     assert "w.parquet row 1" in err.message and "null" in err.message
     w = load_workload(path, on_bad="skip")
@@ -358,16 +338,14 @@ def test_more_prompts_than_max_needs_limit_or_sample(tmp_path):
 def test_core_imports_and_reads_jsonl_without_pyarrow(tmp_path):
     path = write_jsonl(tmp_path / "w.jsonl", [{"prompt": "hi"}])
     write_parquet(tmp_path / "w.parquet", [{"prompt": "hi"}])
-    code = (
-        "import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None\n"
-        "from parity_ui.core.errors import PromptError\n"
-        "from parity_ui.inputs.workload_source import load_workload\n"
-        f"assert load_workload({str(path)!r}).prompts[0].text == 'hi'\n"
-        "try:\n"
-        f"    load_workload({str(tmp_path / 'w.parquet')!r})\n"
-        "except PromptError as e:\n"
-        "    print(e)\n"
-    )
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None\n"
+            "from parity_ui.core.errors import PromptError\n"
+            "from parity_ui.inputs.workload_source import load_workload\n"
+            f"assert load_workload({str(path)!r}).prompts[0].text == 'hi'\n"
+            "try:\n"
+            f"    load_workload({str(tmp_path / 'w.parquet')!r})\n"
+            "except PromptError as e:\n"
+            "    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "needs pyarrow" in out.stdout and "pip install pyarrow" in out.stdout
@@ -379,7 +357,7 @@ def test_core_imports_and_reads_jsonl_without_pyarrow(tmp_path):
 def random_text(n_rows: int, width: int) -> list[str]:
     # Incompressible text, so the Parquet file is as large as its prompts.
     blob = base64.b64encode(os.urandom(n_rows * width * 3 // 4 + 3)).decode()
-    return [f"prompt {i} " + blob[i * width : (i + 1) * width] for i in range(n_rows)]
+    return [f"prompt {i} " + blob[i * width:(i + 1) * width] for i in range(n_rows)]
 
 
 # Run in a fresh process: a child's ru_maxrss starts at its parent's peak, but /proc's VmHWM (the
@@ -408,13 +386,8 @@ print(json.dumps(out))
 
 
 def assert_streamed(big: Path, small: Path, rows: int) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(big), str(small), str(rows)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, str(big), str(small), str(rows)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     m = json.loads(proc.stdout)
     size, mib = big.stat().st_size, 2**20

@@ -1,7 +1,6 @@
 """Workload statistics (parity_ui.core.pooled): Wilson intervals, the survival curve, exact
 quantiles, the token figures against hand computations, position buckets, masked positions,
 streaming equals all-at-once, JSON, and the verdict against a noise floor. Pure and fast."""
-
 from __future__ import annotations
 
 import json
@@ -14,45 +13,16 @@ from collections import Counter
 import pytest
 
 from parity_ui.core.pooled import (
-    DEFAULT_BUCKETS,
-    FLOOR_FIGURE_NAMES,
-    NOT_IDENTICAL,
-    RHO_BANDS,
-    Accumulator,
-    FloorVerdict,
-    PairSample,
-    WorkloadStats,
-    compare_to_floor,
-    quantile,
-    token_stats,
-    wilson,
-    wilson_interval,
-    wilson_lower,
-    workload_stats,
+    DEFAULT_BUCKETS, FLOOR_FIGURE_NAMES, NOT_IDENTICAL, RHO_BANDS, Accumulator, FloorVerdict, PairSample,
+    WorkloadStats, compare_to_floor, quantile, token_stats, wilson, wilson_interval, wilson_lower, workload_stats,
 )
 
 
-def sample(
-    i: int,
-    side: list,
-    ref: list,
-    *,
-    identical: bool = False,
-    first: int | None = None,
-    verdict: str | None = None,
-    positions: list[int] | None = None,
-    length: int | None = None,
-) -> PairSample:
-    return PairSample(
-        prompt_index=i,
-        identical=identical,
-        first_divergence=first,
-        length=len(side) if length is None else length,
-        verdict=verdict,
-        logp_side=side,
-        logp_ref=ref,
-        positions=list(range(len(side))) if positions is None else positions,
-    )
+def sample(i: int, side: list, ref: list, *, identical: bool = False, first: int | None = None,
+           verdict: str | None = None, positions: list[int] | None = None, length: int | None = None) -> PairSample:
+    return PairSample(prompt_index=i, identical=identical, first_divergence=first,
+                      length=len(side) if length is None else length, verdict=verdict, logp_side=side,
+                      logp_ref=ref, positions=list(range(len(side))) if positions is None else positions)
 
 
 def gapped(i: int, gaps: list[float], base: float = -1.0, **kw) -> PairSample:
@@ -69,16 +39,8 @@ def random_samples(n: int, seed: int, tokens: int = 40, spread: float = 0.05) ->
         if rng.random() < 0.1:
             side[rng.randrange(tokens)] = -1e30  # masked
         same = rng.random() < 0.3
-        out.append(
-            sample(
-                i,
-                side,
-                ref,
-                identical=same,
-                first=None if same else rng.randrange(tokens),
-                verdict="identical" if same else rng.choice(["numerical near-tie", "real disagreement"]),
-            )
-        )
+        out.append(sample(i, side, ref, identical=same, first=None if same else rng.randrange(tokens),
+                          verdict="identical" if same else rng.choice(["numerical near-tie", "real disagreement"])))
     return out
 
 
@@ -86,19 +48,9 @@ def random_samples(n: int, seed: int, tokens: int = 40, spread: float = 0.05) ->
 
 # 95% Wilson intervals for n = 10, to 4 decimals: the published table (Newcombe 1998's method 3),
 # re-derived here by inverting the score test numerically.
-WILSON_10 = [
-    (0.0000, 0.2775),
-    (0.0179, 0.4042),
-    (0.0567, 0.5098),
-    (0.1078, 0.6032),
-    (0.1682, 0.6873),
-    (0.2366, 0.7634),
-    (0.3127, 0.8318),
-    (0.3968, 0.8922),
-    (0.4902, 0.9433),
-    (0.5958, 0.9821),
-    (0.7225, 1.0000),
-]
+WILSON_10 = [(0.0000, 0.2775), (0.0179, 0.4042), (0.0567, 0.5098), (0.1078, 0.6032), (0.1682, 0.6873),
+             (0.2366, 0.7634), (0.3127, 0.8318), (0.3968, 0.8922), (0.4902, 0.9433), (0.5958, 0.9821),
+             (0.7225, 1.0000)]
 
 
 def test_wilson_matches_the_table_for_every_k():
@@ -110,8 +62,8 @@ def test_wilson_matches_the_table_for_every_k():
 def test_wilson_closed_forms_at_the_ends():
     # Worked by hand from the formula: p = 1 gives low = n / (n + z^2); p = 0 gives high = z^2 / (n + z^2).
     for n in (1, 7, 100, 10_000):
-        assert wilson(n, n)[0] == pytest.approx(n / (n + 1.96**2), rel=1e-12)
-        assert wilson(0, n) == (0.0, pytest.approx(1.96**2 / (n + 1.96**2), rel=1e-12))
+        assert wilson(n, n)[0] == pytest.approx(n / (n + 1.96 ** 2), rel=1e-12)
+        assert wilson(0, n) == (0.0, pytest.approx(1.96 ** 2 / (n + 1.96 ** 2), rel=1e-12))
         z1 = 1.6448536269514722  # one-sided 95%
         assert wilson_lower(n, n) == pytest.approx(n / (n + z1 * z1), rel=1e-12)
 
@@ -130,7 +82,6 @@ def test_wilson_refuses_impossible_counts(k, n):
 
 
 # --- quantiles, survival -------------------------------------------------------------------------
-
 
 def test_quantile_is_exact_with_linear_interpolation():
     values = [float(v) for v in range(101)]
@@ -179,11 +130,8 @@ def test_pooled_pearson_equals_the_correlation_of_all_probabilities():
 
 def test_survival_curve_and_medians_on_a_small_example():
     samples = [
-        gapped(0, [0.1] * 8, first=2),
-        gapped(1, [0.1] * 8, first=2),
-        gapped(2, [0.1] * 8, first=5),
-        gapped(3, [0.0] * 8, identical=True),
-        gapped(4, [0.0] * 8, identical=True),
+        gapped(0, [0.1] * 8, first=2), gapped(1, [0.1] * 8, first=2), gapped(2, [0.1] * 8, first=5),
+        gapped(3, [0.0] * 8, identical=True), gapped(4, [0.0] * 8, identical=True),
         gapped(5, [0.3] * 8),  # scored mode: not identical, no first divergence defined
     ]
     s = workload_stats(samples).sequences
@@ -198,13 +146,11 @@ def test_survival_curve_and_medians_on_a_small_example():
 
 
 def test_verdict_counts_and_worst_prompts():
-    samples = [
-        gapped(0, [0.1, 0.2], first=7, verdict="numerical near-tie"),
-        gapped(1, [0.9, 0.0], first=3, verdict="real disagreement"),
-        gapped(2, [0.0, 0.0], identical=True, verdict="identical"),
-        gapped(3, [0.0, -0.4], first=3, verdict="numerical near-tie"),
-        gapped(4, [0.05, 0.0], first=20),
-    ]
+    samples = [gapped(0, [0.1, 0.2], first=7, verdict="numerical near-tie"),
+               gapped(1, [0.9, 0.0], first=3, verdict="real disagreement"),
+               gapped(2, [0.0, 0.0], identical=True, verdict="identical"),
+               gapped(3, [0.0, -0.4], first=3, verdict="numerical near-tie"),
+               gapped(4, [0.05, 0.0], first=20)]
     stats = workload_stats(samples, top_n=2)
     assert stats.sequences.verdicts == {"identical": 1, "numerical near-tie": 2, "real disagreement": 1}
     assert [w.prompt_index for w in stats.worst_by_divergence] == [1, 3]  # ties by index
@@ -215,7 +161,6 @@ def test_verdict_counts_and_worst_prompts():
 
 
 # --- token figures -------------------------------------------------------------------------------
-
 
 def test_token_figures_against_hand_computation():
     side = [-0.1, -1.0, -2.0, -0.5]
@@ -292,13 +237,10 @@ def test_masked_and_missing_positions_are_skipped_and_counted():
     assert masked.tokens.skipped == 5 and masked.tokens.pairs == 3
     assert [b.tokens.skipped for b in masked.by_position] == [3, 1, 1, 0]
     drop = ("skipped",)
-    for a, b in [
-        (masked.tokens, clean.tokens),
-        *((x.tokens, y.tokens) for x, y in zip(masked.by_position, clean.by_position)),
-    ]:
-        assert {k: v for k, v in a.__dict__.items() if k not in drop} == {
-            k: v for k, v in b.__dict__.items() if k not in drop
-        }
+    for a, b in [(masked.tokens, clean.tokens), *((x.tokens, y.tokens) for x, y in
+                                                   zip(masked.by_position, clean.by_position))]:
+        assert {k: v for k, v in a.__dict__.items() if k not in drop} == \
+            {k: v for k, v in b.__dict__.items() if k not in drop}
     # a sample with nothing scorable still counts as a sequence
     none = workload_stats([sample(0, [-1e30, None], [-0.1, -0.2])])
     assert none.tokens.pairs == 0 and none.tokens.skipped == 2 and none.tokens.k1 is None
@@ -314,12 +256,8 @@ def test_position_buckets():
     stats = workload_stats([gapped(0, gaps, positions=positions)])
     assert [(b.start, b.end) for b in stats.by_position] == [(0, 16), (16, 64), (64, 256), (256, None)]
     assert [b.tokens.pairs for b in stats.by_position] == [16, 48, 192, 44]
-    assert [b.tokens.abs_dlogp_max for b in stats.by_position] == [
-        pytest.approx(0.01),
-        pytest.approx(0.02),
-        pytest.approx(0.03),
-        pytest.approx(0.04),
-    ]
+    assert [b.tokens.abs_dlogp_max for b in stats.by_position] == \
+        [pytest.approx(0.01), pytest.approx(0.02), pytest.approx(0.03), pytest.approx(0.04)]
     assert stats.tokens.pairs == 300
     custom = workload_stats([gapped(0, gaps, positions=positions)], buckets=(0, 100))
     assert [b.tokens.pairs for b in custom.by_position] == [100, 200]
@@ -337,9 +275,8 @@ def test_one_at_a_time_equals_all_at_once_in_any_order():
     assert len(acc) == 120
     shuffled = list(samples)
     random.Random(9).shuffle(shuffled)
-    assert (
-        streamed.to_dict() == workload_stats(samples, top_n=5).to_dict() == workload_stats(shuffled, top_n=5).to_dict()
-    )
+    assert streamed.to_dict() == workload_stats(samples, top_n=5).to_dict() == \
+        workload_stats(shuffled, top_n=5).to_dict()
     assert acc.result(top_n=5).to_dict() == streamed.to_dict()  # result() does not consume
 
 
@@ -354,10 +291,8 @@ def test_json_round_trip():
 
 def test_huge_gaps_saturate_to_finite_json():
     # A logit masked to float16's minimum on one side: hundreds of nats; ratios saturate, no overflow.
-    stats = workload_stats(
-        [sample(i, [-0.01] * 200, [-900.0] * 200, first=0) for i in range(20)]
-        + [sample(20, [-900.0], [-0.01], first=0)]
-    )
+    stats = workload_stats([sample(i, [-0.01] * 200, [-900.0] * 200, first=0) for i in range(20)]
+                           + [sample(20, [-900.0], [-0.01], first=0)])
     t = stats.tokens
     assert t.abs_dlogp_max == pytest.approx(899.99) and t.rho_min == 0.0 and t.rho_max > 1e200
     assert math.isfinite(t.rho_mean) and math.isfinite(t.token_mult_prob_error) and math.isfinite(t.k3)
@@ -388,7 +323,6 @@ def test_bad_samples_are_refused_and_leave_the_accumulator_unchanged():
 
 
 # --- the noise floor -----------------------------------------------------------------------------
-
 
 def alternating(n: int, gap: float, first: int | None = 3, start: int = 0) -> list[PairSample]:
     return [gapped(start + i, [gap, -gap] * 32, first=first) for i in range(n)]
@@ -447,10 +381,8 @@ def test_zero_floor():
 
 def test_share_identical_is_judged_by_wilson_intervals():
     def run(identical: int, n: int = 100):
-        return workload_stats(
-            [gapped(i, [0.0] * 4, identical=True) if i < identical else gapped(i, [0.0] * 4, first=2) for i in range(n)]
-        )
-
+        return workload_stats([gapped(i, [0.0] * 4, identical=True) if i < identical else
+                               gapped(i, [0.0] * 4, first=2) for i in range(n)])
     worse = compare_to_floor(run(40), run(90))
     check = {c.name: c for c in worse.figures}["not_identical"]
     assert worse.identical.worse and worse.exceeded == ["not_identical"] and worse.verdict == "exceeds noise"
@@ -476,10 +408,8 @@ def test_ten_thousand_prompts_of_128_tokens_take_seconds():
     side_block = [-rng.expovariate(1.5) for _ in range(1024)]
     ref_block = [min(0.0, a + rng.gauss(0, 0.02)) for a in side_block]
     # 10,000 different windows of the two blocks (slicing is cheap; the figures are what is timed)
-    samples = [
-        sample(i, side_block[o : o + 128], ref_block[o : o + 128], first=i % 128)
-        for i, o in ((i, (i * 37) % 896) for i in range(10_000))
-    ]
+    samples = [sample(i, side_block[o:o + 128], ref_block[o:o + 128], first=i % 128)
+               for i, o in ((i, (i * 37) % 896) for i in range(10_000))]
     start = time.process_time()
     stats = workload_stats(samples)
     spent = time.process_time() - start
@@ -489,7 +419,6 @@ def test_ten_thousand_prompts_of_128_tokens_take_seconds():
 
 
 # --- the verdict's uncertainty (issue 33, item 7) --------------------------------------------------
-
 
 def _same_process(rng: random.Random, n: int, mult: float = 1.0, tokens: int = 64) -> list[PairSample]:
     """n prompts whose gaps are drawn from one process: each prompt its own scale (some prompts are
@@ -509,11 +438,8 @@ def test_a_side_equal_to_the_floor_in_distribution_on_few_prompts_is_not_called_
         v = compare_to_floor(workload_stats(_same_process(rng, 16)), workload_stats(_same_process(rng, 16)))
         called[v.verdict] += 1
         # the point factors alone (the old verdict) are over the limit on most of these draws
-        over += any(
-            c.factor is not None and c.factor > c.limit and c.side - c.floor > c.epsilon
-            for c in v.figures
-            if c.name != NOT_IDENTICAL
-        )
+        over += any(c.factor is not None and c.factor > c.limit and c.side - c.floor > c.epsilon
+                    for c in v.figures if c.name != NOT_IDENTICAL)
         for c in v.figures:
             if c.uncertain:
                 assert c.note == "too few prompts to tell" and not c.exceeds
@@ -521,17 +447,9 @@ def test_a_side_equal_to_the_floor_in_distribution_on_few_prompts_is_not_called_
     assert over >= 6, over
     assert called["exceeds noise"] <= 1, called  # at most one false alarm in 12 (~5% over many draws)
     assert called["too few prompts to tell"] >= 4, called
-    v = next(
-        v
-        for seed in range(12)
-        if (
-            v := compare_to_floor(
-                workload_stats(_same_process(random.Random(seed), 16)),
-                workload_stats(_same_process(random.Random(seed + 100), 16)),
-            )
-        ).verdict
-        == "too few prompts to tell"
-    )
+    v = next(v for seed in range(12) if (v := compare_to_floor(
+        workload_stats(_same_process(random.Random(seed), 16)),
+        workload_stats(_same_process(random.Random(seed + 100), 16)))).verdict == "too few prompts to tell")
     assert v.summary.startswith("too few prompts to tell: over 16 prompts, ") and "95% interval" in v.summary
     assert not v.exceeded and v.uncertain and v.prompts == 16
     assert FloorVerdict.from_dict(json.loads(json.dumps(v.to_dict(), allow_nan=False))) == v

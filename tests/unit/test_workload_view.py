@@ -4,7 +4,6 @@ the workload view (card, verdicts, charts, figures table, prompt table, a prompt
 stored workload run built with the fake engine kind; History's list and open; the static report's
 section. Seconds, not minutes: the fake engine in real worker processes.
 """
-
 from __future__ import annotations
 
 import json
@@ -19,13 +18,8 @@ from fake_engine import fake_model, registered  # noqa: E402
 from parity_ui.store import runs as store  # noqa: E402
 from parity_ui.core.config import build_config  # noqa: E402
 from parity_ui.inputs.prompts import PromptSpec  # noqa: E402
-from parity_ui.render.workload import (
-    histogram_svg,
-    prompt_rows,
-    prompt_table_html,
-    survival_svg,  # noqa: E402
-    workload_card_html,
-)
+from parity_ui.render.workload import (histogram_svg, prompt_rows, prompt_table_html, survival_svg,  # noqa: E402
+                                       workload_card_html)
 from parity_ui.render.report import html_report, stored_html_report, workload_report_prompts  # noqa: E402
 from parity_ui.core.runlog import RunEvent  # noqa: E402
 from parity_ui.ui.live import WorkloadLive  # noqa: E402
@@ -51,9 +45,8 @@ def runner(model, tmp_path_factory):
     module: `model`.)"""
     r = AppService(str(tmp_path_factory.mktemp("db") / "runs.db"))
     cfg = build_config(None, ["max_new_tokens=10"], sides=SIDES)
-    run = run_workload(
-        r, WorkloadRequest(model=model, prompts=list(PROMPTS), config=cfg, options=WorkloadOptions(chunk=8))
-    )
+    run = run_workload(r, WorkloadRequest(model=model, prompts=list(PROMPTS), config=cfg,
+                                                  options=WorkloadOptions(chunk=8)))
     assert run.status == "diverged", run.error
     r.stored = run
     yield r
@@ -68,7 +61,6 @@ def _tab(cls, runner):
 
 
 # -- the report's histograms, pooled with the figures -----------------------------------------------
-
 
 def test_histograms_are_pooled_with_the_figures_stored_and_old_reports_still_read(runner):
     w = store.get_run(runner.db, runner.stored.id, prompts=[]).workload
@@ -87,21 +79,19 @@ def test_histograms_are_pooled_with_the_figures_stored_and_old_reports_still_rea
 
 # -- the view's parts -------------------------------------------------------------------------------
 
-
 def test_the_card_gives_the_headline_and_each_sides_verdict_with_the_figures_over_the_floor(runner):
     run = store.get_run(runner.db, runner.stored.id, prompts=[])
     html = workload_card_html(run)
     assert run.workload.headline in html and "EXCEEDS NOISE" in html
     b = re.search(r'<div class="wl-verdict div" data-side="b".*?</table>', html).group(0)
-    assert (
-        "EXCEEDS the reference" in b and "|Δlogprob| p99" in b and "floor is zero" in b
-    )  # the display name, not the key
+    assert "EXCEEDS the reference" in b and "|Δlogprob| p99" in b and "floor is zero" in b  # the display name, not the key
     assert 'data-side="c" data-verdict="within noise"' in html
     assert "Resume" not in html  # finished: nothing to resume
 
 
 def test_the_prompt_table_has_a_row_per_prompt_with_sortable_values(runner):
-    rows = prompt_rows(store.pair_rows(runner.db, runner.stored.id), store.prompt_excerpts(runner.db, runner.stored.id))
+    rows = prompt_rows(store.pair_rows(runner.db, runner.stored.id),
+                       store.prompt_excerpts(runner.db, runner.stored.id))
     assert [r.index for r in rows] == list(range(N)) and set(rows[3].pairs) == {"b", "c", "floor"}
     assert rows[3].excerpt == PROMPTS[3].text
     html = prompt_table_html(rows, ["b", "c"], pick="hist", floor="floor")
@@ -133,7 +123,7 @@ def test_the_charts_are_inline_svg_for_the_report(runner):
 def test_the_static_report_opens_with_the_workload_and_shows_only_the_earliest_forks(runner):
     page = stored_html_report(runner.store.for_report(runner.stored.id, workload_report_prompts))
     assert page.startswith("<!doctype html>") and 'class="wl-section"' in page
-    assert page.count('<svg class="wl-svg"') == 2 and "wl-figures" in page and page.count("<tr data-i=") == N
+    assert page.count("<svg class=\"wl-svg\"") == 2 and "wl-figures" in page and page.count("<tr data-i=") == N
     shown = workload_report_prompts(store.get_run(runner.db, runner.stored.id, prompts=[]))
     assert 1 <= len(shown) <= 8 and page.count('class="pt-root"') == len(shown)
     assert 'src="http' not in page and 'href="http' not in page and 'table class="wl-table" data-pick' not in page
@@ -204,7 +194,6 @@ def test_history_lists_a_workload_with_its_headline(runner):
 
 
 # -- uploads on the Compare tab ---------------------------------------------------------------------
-
 
 def _compare(runner):
     from parity_ui.ui.compare_tab import CompareTab, RunGate
@@ -278,17 +267,15 @@ def test_a_refused_workload_is_shown_not_stored_and_the_tab_keeps_working(runner
     assert len(store.list_runs(runner.db)) == before
 
 
-def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the_view(
-    runner, model, tmp_path, monkeypatch
-):
+def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the_view(runner, model, tmp_path,
+                                                                                       monkeypatch):
     from parity_ui.ui import compare_tab
     from parity_ui.ui.workload_input import WorkloadPick
 
     monkeypatch.setattr(compare_tab, "THROTTLE_S", 0.05)
     # Chunks of 5 prompts (the app runs 64 at a time): progress lines to see in 20 prompts.
-    monkeypatch.setattr(
-        WorkloadPick, "options", lambda self: WorkloadOptions(mode=self.mode, floor=self.floor, chunk=5)
-    )
+    monkeypatch.setattr(WorkloadPick, "options",
+                        lambda self: WorkloadOptions(mode=self.mode, floor=self.floor, chunk=5))
     tab = _compare(runner)
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 20), WorkloadPick())[tab.workload]
     pick = tab.workload_options(pick, "free", "order", "", None, None, False)[tab.workload]
@@ -317,10 +304,8 @@ def test_stop_keeps_the_finished_prompts_and_resume_goes_on_from_the_view(runner
         if e.kind == "progress" and e.prompt_index == 8:
             runner.cancel()
 
-    run = runner.run(
-        WorkloadRequest(model=model, prompts=list(PROMPTS), config=cfg, options=WorkloadOptions(chunk=8)),
-        stop_after_first_chunk,
-    )
+    run = runner.run(WorkloadRequest(model=model, prompts=list(PROMPTS), config=cfg,
+                                              options=WorkloadOptions(chunk=8)), stop_after_first_chunk)
     assert run.status == "cancelled" and 8 <= run.workload.done < N, run.error
     tab = _tab(HistoryTab, runner)
     wv = tab.wview
