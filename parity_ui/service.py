@@ -11,8 +11,9 @@ contexts every command is built from:
 - `sides(plans)`: the side setups started, checked and loaded, answering typed verbs
   (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
-The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`, `probe`,
-`sweep`, `localise`, `bisect`, `check`, `audit`, `weights`; `run` takes whichever request `plan_request` made (the one
+The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`,
+`replay_recorded`, `trend`, `probe`, `sweep`, `localise`, `bisect`, `check`, `audit`, `weights`; `run` takes
+whichever request `plan_request` made (the one
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from .commands.audit.run import AuditOutcome, AuditRequest
 from .commands.replay import ReplayRequest
+from .commands.replay_steps import TrendRequest
 from .commands.weights import WeightsCheckRequest
 from .commands.workload.run import WorkloadRequest
 from .core.mapping import mapping_table, resolve
@@ -55,6 +57,7 @@ __all__ = [
     "WorkloadRequest",
     "ReplayRequest",
     "WeightsCheckRequest",
+    "TrendRequest",
     "WorkloadOptions",
     "RunEvent",
     "CapabilityError",
@@ -332,6 +335,9 @@ class ParityService:
         from .commands.workload.run import resume_workload
 
         if is_replay(self, run_id):
+            from .commands.replay_recorded import refuse_resume
+
+            refuse_resume(self, run_id)  # a recorded-only replay is read again, not resumed
             return resume_replay(self, run_id, on_event, cluster=cluster, replicas=replicas)
         return resume_workload(self, run_id, on_event, cluster=cluster, replicas=replicas)
 
@@ -343,6 +349,25 @@ class ParityService:
         from .commands.replay import run_replay
 
         return run_replay(self, req, on_event)
+
+    def replay_recorded(self, req: Any, on_event: EventCallback | None = None) -> Run:
+        """A dump's own pair, the recorded rollout against the recorded trainer logprobs, pooled without
+        loading any engine (parity_ui.commands.replay_recorded; `req` a ReplayRequest, its sides unused).
+        Stored as a run of kind "replay". Raises ParityError, with nothing stored, for a dump that cannot
+        be read, fails the preflight, or holds no trainer logprobs."""
+        from .commands.replay_recorded import replay_recorded
+
+        return replay_recorded(self, req, on_event).run
+
+    def trend(self, req: Any, on_event: EventCallback | None = None, on_step: Any = None) -> Run:
+        """Every step of a run's directory replayed (recorded-only, or with the sides), the mismatch's
+        trend over the steps and where it jumps; `req.follow`: each step as it lands, a gate judged as
+        it goes (parity_ui.commands.replay_steps; `req` a TrendRequest, `on_step(step, report)` called
+        as each step lands). Stored as a run of kind "trend" (its record: `store.trend(run.id)`).
+        Raises ParityError, nothing stored, for a directory that is not a run's."""
+        from .commands.replay_steps import run_trend
+
+        return run_trend(self, req, on_event, on_step)
 
     def probe(
         self,

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field, fields
 from itertools import accumulate, islice, repeat
 from operator import le, mul, neg, sub
 from statistics import NormalDist, median, median_low
-from typing import Any
+from typing import Any, cast
 
 from .figures import BAND_KEYS, RHO_BANDS, display_name
 from .findings import MASKED_LOGPROB
@@ -96,8 +96,13 @@ class PairSample:
     positions: Sequence[int]  # generated-token index of each pair (for the position buckets)
 
     def max_abs_gap(self) -> float | None:
-        """The largest |logp_side - logp_ref| over the pairs the figures pool (both scorable), else None."""
-        gaps = [abs(a - b) for a, b in zip(self.logp_side, self.logp_ref) if scorable(a) and scorable(b)]
+        """The largest |logp_side - logp_ref| over the pairs the figures pool (both scorable), else None.
+        Where every pair is scorable (the usual case) found at C speed: the store's prompt table and a
+        replay's worst tokens ask it of every row."""
+        side, ref = self.logp_side, self.logp_ref
+        if all_scorable(side) and all_scorable(ref):
+            return max(map(abs, map(sub, cast("Sequence[float]", side), cast("Sequence[float]", ref))), default=None)
+        gaps = [abs(a - b) for a, b in zip(side, ref) if scorable(a) and scorable(b)]  # type: ignore[operator]
         return max(gaps) if gaps else None
 
 
@@ -326,6 +331,14 @@ def _exp(x: float) -> float:
 def scorable(x: float | None) -> bool:
     """A logprob the figures pool: present, finite and not masked (MASKED_LOGPROB)."""
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
+
+
+def all_scorable(xs: Sequence[float | None]) -> bool:
+    """Every logprob present, finite and not masked (scorable, each), checked at C speed."""
+    if None in xs:
+        return False
+    vals = cast("Sequence[float]", xs)
+    return all(map(math.isfinite, vals)) and (not len(vals) or min(vals) > MASKED_LOGPROB)
 
 
 # ---------------------------------------------------------------------------------------------

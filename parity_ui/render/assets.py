@@ -164,6 +164,11 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .au-grid td.why { white-space:normal; max-width:420px; color:#52525b; }
 .au-axis { margin:6px 0; } .au-axis code { font-size:12px; }
 .au-ev { font-size:12px; } .au-ev td { vertical-align:top; padding:1px 8px 1px 0; }
+
+/* A run's trend over its steps (render.trend): small charts side by side, the jumping step's row marked. */
+.tr-charts { display:flex; gap:10px; flex-wrap:wrap; margin:8px 0; }
+.tr-steps tr.div td { background:#fef2f2; }
+.tr-jumps li { margin:2px 0; } .tr-chart a { cursor:pointer; }
 """
 
 JS_TEMPLATE = r"""

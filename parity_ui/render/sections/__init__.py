@@ -10,12 +10,19 @@ render.workload) loop over SECTIONS and name no family themselves.
 from __future__ import annotations
 
 from .base import Section
+from .clipped import ClippedSection
 from .distribution import DistributionSection
 from .replay_pairs import ReplayPairsSection
 from .routing import RoutingSection
 from .sampling import SamplingSection
 
-SECTIONS: tuple[Section, ...] = (RoutingSection(), DistributionSection(), SamplingSection(), ReplayPairsSection())
+SECTIONS: tuple[Section, ...] = (
+    RoutingSection(),
+    DistributionSection(),
+    SamplingSection(),
+    ClippedSection(),
+    ReplayPairsSection(),
+)
 
 
 def workload_html(report: object, pick: str | None = None) -> str:
