@@ -450,20 +450,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
+    from .render.op_map import format_op_map, localisation_json
     from .render.text import format_localisation
 
     service = _service(args)
     try:
-        loc = service.localise(args.id, args.prompt, args.position, args.sides, emit=_emit(args))
+        loc = service.localise(
+            args.id,
+            args.prompt,
+            args.position,
+            args.sides,
+            emit=_emit(args),
+            ops=args.ops,
+            window=args.window,
+            swap=args.swap,
+        )
     finally:
         service.close()
     if loc.error:
         print(f"parity: error: {loc.error}", file=sys.stderr)
         print(f"parity: stored as localisation {loc.id} of run {loc.run_id}", file=sys.stderr)
     if args.json:
-        print(json.dumps(loc.to_dict()))
+        print(json.dumps(localisation_json(loc)))
     elif not loc.error:
         print(format_localisation(loc))
+        if loc.op_map:
+            print(format_op_map(loc))
     return EXIT_ERROR if loc.error else 0
 
 
@@ -976,6 +988,23 @@ def build_parser() -> argparse.ArgumentParser:
     ly.add_argument("--position", type=int, help="generated-token position to examine (default: the divergence)")
     ly.add_argument(
         "--sides", help="two side names, e.g. ref,b (default: the reference and the first side that diverged)"
+    )
+    ly.add_argument(
+        "--ops",
+        action="store_true",
+        help="the op map: every layer x op (norms, q/k/v, attention, o_proj, MLP or router/experts) x token, the "
+        "error each op adds against a measured floor",
+    )
+    ly.add_argument(
+        "--window",
+        help="the op map's positions: N (the last N), A:B (positions A..B-1 of the prompt and tokens) or all "
+        "(default: every position that fits in memory); implies --ops",
+    )
+    ly.add_argument(
+        "--swap",
+        metavar="LAYER.OP",
+        help="the causal check: run side b again with side a's output of this op (e.g. 3.q, 0.down, final.norm) "
+        "swapped in; does the divergence disappear? implies --ops",
     )
     ly.add_argument("--json", action="store_true")
     ly.add_argument("--quiet", action="store_true")

@@ -445,19 +445,32 @@ class ParityService:
         position: int | None = None,
         pair: tuple[str, str] | str | None = None,
         emit: EventCallback | None = None,
+        *,
+        ops: bool = False,
+        window: str | None = None,
+        swap: str | None = None,
     ) -> Localisation:
         """Where inside the model two sides of a stored run (a Run or its id) part
         (parity_ui.commands.layers), stored with the run, also when it cannot run (the stored
-        localisation then says why and how to fix it). Raises ParityError for an unknown run id."""
+        localisation then says why and how to fix it). `ops` (or a `window`, or a `swap` "LAYER.OP"):
+        the op map of every layer, op and token with its causal swap (parity_ui.commands.op_map).
+        Raises ParityError for an unknown run id."""
         from .commands.layers import failed, localise
+        from .commands.op_map import op_localise
         from .core.errors import ParityError
 
         run = self._stored(run) if isinstance(run, str) else run
         with self.command():
             try:
-                loc = localise(self, run, prompt_index, position, pair, emit)
+                if ops or window or swap:
+                    loc = op_localise(self, run, prompt_index, position, pair, window, swap, emit)
+                else:
+                    loc = localise(self, run, prompt_index, position, pair, emit)
             except ParityError as e:
                 loc = failed(run, prompt_index, position, pair, e)
+                if ops or window or swap:
+                    asked = " ".join(f"--{k} {v}" for k, v in (("window", window), ("swap", swap)) if v)
+                    loc.notes.append(f"asked for the op map {asked}".strip())
             return self.store.save_localisation(loc)
 
     def bisect(

@@ -17,6 +17,7 @@ from ..core.requests import (  # noqa: F401
     GenerateRequest,
     InputCheck,
     LoadRequest,
+    OpTraceRequest,
     Problem,
     RouteReplayRequest,  # what an engine is asked: defined in core, used here
     RoutesRequest,
@@ -89,6 +90,11 @@ class Engine(ABC):
         """Per-layer activations at the asked positions (parity_ui.commands.layers). Engines that cannot
         hook their layers raise NotImplementedError with the reason."""
         raise NotImplementedError(f"{self.kind} cannot capture layer activations")
+
+    def op_trace(self, req: OpTraceRequest) -> dict[str, Any]:
+        """One pass of the op map (parity_ui.engines.op_trace): the reference's dump, or a side's figures
+        against it. Engines that cannot hook their layers raise NotImplementedError with the reason."""
+        raise NotImplementedError(f"{self.kind} cannot trace its ops (the op map needs the model in process)")
 
     def routes(self, req: RoutesRequest) -> Any:
         """Mixture-of-experts routes at the asked positions (parity_ui.engines.routes): a

@@ -603,6 +603,12 @@ class HfEngine(Engine):
 
         return capture_hf(self.model, req, getattr(self.model.config, "num_hidden_layers", None), req.noise_eps)
 
+    def op_trace(self, req: Any) -> dict[str, Any]:
+        from .op_hooks import hf_ops
+        from .op_trace import run_pass
+
+        return run_pass(hf_ops(self.model), req)
+
 
 def _log(message: str) -> None:
     """A line in the worker's log (its stderr)."""

@@ -496,3 +496,11 @@ class VllmEngine(Engine):
         hf_config = self.llm.llm_engine.model_config.hf_config
         text_config = getattr(hf_config, "text_config", hf_config)
         return capture_vllm(self.llm, req, getattr(text_config, "num_hidden_layers", None), req.noise_eps)
+
+    def op_trace(self, req: Any) -> dict[str, Any]:
+        from .op_hooks import vllm_ops
+        from .op_trace import run_pass
+
+        hf_config = self.llm.llm_engine.model_config.hf_config
+        text_config = getattr(hf_config, "text_config", hf_config)
+        return run_pass(vllm_ops(self.llm, getattr(text_config, "num_hidden_layers", None)), req)

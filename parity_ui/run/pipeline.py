@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.errors import CancelledError, EngineError, ParityError
 from ..core.requests import (
@@ -34,6 +35,7 @@ from ..core.requests import (
     GenerateRequest,
     InputCheck,
     LoadRequest,
+    OpTraceRequest,
     Problem,
     RouteReplayRequest,
     RoutesRequest,
@@ -241,6 +243,9 @@ class Sides:
     def capture(self, side: str, req: CaptureRequest) -> Capture:
         settle_tokenizers()
         return self.client(side).capture(req)
+
+    def op_trace(self, side: str, req: OpTraceRequest) -> dict[str, Any]:
+        return self.client(side).op_trace(req)
 
     def routes(self, side: str, req: RoutesRequest) -> Routes:
         settle_tokenizers()

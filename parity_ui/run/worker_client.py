@@ -19,6 +19,7 @@ from ..core.requests import (
     GenerateRequest,
     InputCheck,
     LoadRequest,
+    OpTraceRequest,
     Problem,
     RouteReplayRequest,
     RoutesRequest,
@@ -105,6 +106,12 @@ class EngineClient:
     def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
         """Every prompt generated again, routing with the recorded experts."""
         return self.worker.request("replay_routes", req, what="replaying expert routes")
+
+    def op_trace(self, req: OpTraceRequest) -> dict[str, Any]:
+        """One pass of the op map (parity_ui.engines.op_trace): the reference's dump written to a file, or a
+        side's figures against one, as plain data (float32 bytes)."""
+        what = "dumping every op's output" if req.dump_to else "tracing every op against the reference"
+        return self.worker.request("op_trace", req, what=what)
 
     def weights(self, req: WeightsRequest) -> SideWeights:
         """Its live weights digested unit by unit (issue 41), or readable=False with the reason."""

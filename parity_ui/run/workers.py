@@ -385,7 +385,17 @@ class EngineWorker:
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
         keep = (
             kind
-            in ("generate", "score", "score_batch", "check_input", "capture", "weights", "weights_dump", "weights_diff")
+            in (
+                "generate",
+                "score",
+                "score_batch",
+                "check_input",
+                "capture",
+                "op_trace",
+                "weights",
+                "weights_dump",
+                "weights_diff",
+            )
             and self.info is not None
         )
         _, result = self._wait(
