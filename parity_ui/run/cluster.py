@@ -12,7 +12,10 @@ prompts to threads that each run the workload's own chunk function. The driver a
 The driver lock: a block's Python (comparing, explaining, storing) runs with `lock` held, so the
 workload's state is touched by one block at a time; a verb releases it while a replica works, which
 is when the blocks overlap. A replica that fails (its actor or node died, its engine crashed) is
-retired and reported as ReplicaLost, so the caller can run its block again on another replica.
+retired and reported as ReplicaLost, so the caller can run its block again on another replica; a
+replacement is started in its place (the same placement and resources), at most as many per side as
+the side started with (ReplacementBudget), and serves once loaded. A replacement that does not come
+up is a lost replica too; the run goes on with the side's others, and stops when it has none.
 
 Ray's connection is process-wide (ray.init): `connect` keeps the one this process made.
 """
@@ -42,6 +45,10 @@ from .workers import PROJECT_ROOT, EnginePool
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # results are small columns: a block's tokens, not tensors
 POLL_S = 0.25  # how often a waiting verb looks at Stop
 COUNTS_EVERY_S = 1.0  # how often it asks its replica for token counts (progress)
+# How long a replacement may take to be placed and start its worker (its load is not timed: a large
+# model takes what it takes). Past it the cluster has no room for it (a lost node's GPUs), and a side
+# with no other replica must not wait for ever.
+REPLACE_START_S = 600.0
 REPLICA_CONCURRENCY = 4  # a replica answers cancel and counts while it generates
 
 _connected: dict[str, Any] = {}  # the address this process joined (Ray allows one connection per process)
@@ -56,8 +63,8 @@ class ReplicaLost(EngineError):
     def __init__(self, side: str, index: int, why: str):
         super().__init__(
             f"side {side}: replica {index} was lost: {why}",
-            "its block runs again on another replica; resume the run with 'parity resume' "
-            "if every replica of a side is lost",
+            "its block runs again on another replica or on its replacement; resume the run with "
+            "'parity resume' if every replica of a side is lost",
         )
         self.side, self.index, self.why = side, index, why
 
@@ -157,6 +164,7 @@ class Handle:
     actor: Any
     alive: bool = True
     busy: bool = False
+    starting: bool = False  # a replacement being started: not serving yet, but the side will have it
     host: str = ""
     why: str = ""
     info: Any = None  # what its engine resolved, once loaded
@@ -164,6 +172,30 @@ class Handle:
     @property
     def name(self) -> str:
         return f"{self.side}#{self.index}"
+
+
+@dataclass
+class ReplacementBudget:
+    """How many lost replicas of each side one run starts again: at most as many as the side started
+    with. A replacement is counted when it is started, whether or not it comes up, so a side whose
+    engine dies on load (or at its first request) is not started again and again: once its budget is
+    spent, the run goes on with the replicas left, and stops when the side has none."""
+
+    allowed: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+
+    def take(self, side: str) -> bool:
+        """Count one replacement of `side` if its budget has room; False when it has none left."""
+        if self.used.get(side, 0) >= self.allowed.get(side, 0):
+            return False
+        self.used[side] = self.used.get(side, 0) + 1
+        return True
+
+    def describe(self, side: str) -> str:
+        return f"{self.used.get(side, 0)} of {self.allowed.get(side, 0)}"
+
+
+_ABANDONED = object()  # a replacement's wait given up (the run ended or was stopped)
 
 
 @dataclass
@@ -242,6 +274,10 @@ class ClusterSides:
         self.by_side: dict[str, list[Handle]] = {}
         self.loaded: dict[str, Loaded] = {}
         self.lost: list[str] = []
+        self.replaced: list[str] = []  # replicas started again in a lost one's place, and up
+        self.budget = ReplacementBudget(self.counts())
+        self._replacing: list[threading.Thread] = []
+        self._closing = threading.Event()
         self.retried = 0
 
     # -- bringing them up -----------------------------------------------------------------------------
@@ -420,7 +456,9 @@ class ClusterSides:
         return max(1, sum(1 for hs in self.by_side.values() for h in hs if h.alive))
 
     def alive(self, side: str) -> int:
-        return sum(1 for h in self.by_side.get(side, []) if h.alive)
+        """The side's replicas that serve or will: a replacement being started counts (a block that
+        lost its replica waits for it when no other replica of the side is free)."""
+        return sum(1 for h in self.by_side.get(side, []) if h.alive or h.starting)
 
     def busy(self) -> list[str]:
         return [h.name for hs in self.by_side.values() for h in hs if h.busy]
@@ -470,7 +508,7 @@ class ClusterSides:
             if self.pool.cancelled:
                 raise CancelledError("the run was stopped", "")
             live = [h for h in self.by_side.get(side, []) if h.alive]
-            if not live:
+            if not live and not self.alive(side):
                 raise EngineError(
                     f"side {side}: every replica was lost ({'; '.join(self.lost)})",
                     "the finished blocks are stored: start the replicas again with 'parity resume RUN_ID'",
@@ -525,17 +563,116 @@ class ClusterSides:
             self.idle.notify_all()
 
     def _lost(self, h: Handle, why: str) -> ReplicaLost:
+        """Retire `h` and start its replacement when the side's budget has room (the caller holds
+        `lock`); the ReplicaLost to raise, so the caller runs the block again."""
         self._retire(h, why)
         self.lost.append(f"{h.name}: {why}")
-        self.emit(
-            RunEvent(
-                "status",
-                f"{h.name}: replica lost ({why}); {self.alive(h.side)} of the side's replicas "
-                "left; its block runs again",
-                side=h.side,
+        serving = sum(1 for x in self.by_side.get(h.side, []) if x.alive)
+        left = f"{self.alive(h.side)} of the side's replicas left"
+        if not self.budget.take(h.side):
+            what = f"not replaced (side {h.side} has had {self.budget.describe(h.side)} replacements); {left}"
+        elif self._replace(h) is None:
+            what = f"Ray did not start its replacement ({self.lost[-1]}); {left}"
+        else:
+            what = (
+                f"replacing it (replacement {self.budget.describe(h.side)} for side {h.side}); "
+                f"{serving} other replica(s) of the side serve meanwhile"
             )
-        )
+        self.emit(RunEvent("status", f"replica {h.name} lost ({why}); {what}", side=h.side))
         return ReplicaLost(h.side, h.index, why)
+
+    def _replace(self, old: Handle) -> Handle | None:
+        """A new replica in `old`'s place: its index (so its placement group, its share of the GPUs),
+        its side and setup, started and loaded by a thread of its own while the run goes on; it serves
+        once loaded (`_bring_back`). None (and the loss recorded) when Ray refuses the actor."""
+        plan = next(p for p in self.plans if p.name == old.side)
+        reps = self.cluster.replicas
+        try:
+            actor = self._actor(plan, old.index, reps)
+        except Exception as e:  # noqa: BLE001 - Ray refused it: the run goes on with the others
+            self.lost.append(f"{old.name} (replacement): not started: {type(e).__name__}: {e}"[:1500])
+            return None
+        new = Handle(old.side, old.index, old.key, actor, alive=False, starting=True)
+        reps.handles[(old.key, old.index)] = new
+        for hs in self.by_side.values():  # every side that shares the setup (the floor "order") gets it
+            for i, x in enumerate(hs):
+                if x is old:
+                    hs[i] = new
+        t = threading.Thread(target=self._bring_back, args=(new,), name=f"parity-replace-{new.name}", daemon=True)
+        self._replacing.append(t)
+        t.start()
+        return new
+
+    def _bring_back(self, h: Handle) -> None:
+        """Start and load the replacement `h` (its own thread, the driver lock free), then let it serve;
+        a replacement that fails is retired and recorded as lost, one still starting when the run ends
+        is stopped (as a half-started replica at start())."""
+        t0, why = time.perf_counter(), ""
+        got: Any = _ABANDONED  # the load's (info, seconds)
+        try:
+            started = self._await(h.actor.start.remote(), REPLACE_START_S)
+            if started is not _ABANDONED:
+                h.host = started["host"]
+                errors = [pb.message for pb in started["problems"] if pb.severity == "error"]
+                if errors:
+                    why = "; ".join(errors)
+                else:
+                    got = self._await(h.actor.load.remote(), None)
+        except TimeoutError:
+            why = f"it was not placed and started within {REPLACE_START_S:.0f} s (no room on the cluster?)"
+        except self.ray.exceptions.RayError as e:
+            cause = getattr(e, "cause", None)
+            why = (f"{type(cause).__name__}: {cause}" if isinstance(cause, Exception) else type(e).__name__)[:1500]
+        except Exception as e:  # noqa: BLE001 - reported as the replacement's loss, not raised in a thread
+            why = f"{type(e).__name__}: {e}"[:1500]
+        with self.lock:
+            h.starting = False
+            if why:
+                self._retire(h, why)
+                self.lost.append(f"{h.name} (replacement): did not start: {why}")
+                self.emit(
+                    RunEvent(
+                        "status",
+                        f"replica {h.name}: its replacement did not start ({why}); "
+                        f"{self.alive(h.side)} of the side's replicas left",
+                        side=h.side,
+                    )
+                )
+            elif got is _ABANDONED:
+                self._retire(h, "the run ended before it was ready")
+            else:
+                h.info, h.alive = got[0], True
+                self.replaced.append(h.name)
+                self.emit(
+                    RunEvent(
+                        "status",
+                        f"replica {h.name} replaced: loaded in {time.perf_counter() - t0:.1f} s"
+                        + (f" on {h.host}" if h.host else ""),
+                        side=h.side,
+                    )
+                )
+            self.idle.notify_all()
+
+    def _await(self, ref: Any, timeout: float | None) -> Any:
+        """A replacement's Ray call, waited for until it answers, the run ends (`close`) or is stopped
+        (_ABANDONED), or `timeout` seconds pass (TimeoutError). Raises Ray's errors."""
+        ray, t0 = self.ray, time.monotonic()
+        while not (self._closing.is_set() or self.pool.cancelled):
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                raise TimeoutError
+            try:
+                return ray.get(ref, timeout=POLL_S)
+            except ray.exceptions.GetTimeoutError:
+                continue
+        return _ABANDONED
+
+    def close(self) -> None:
+        """The run is over: no replacement is waited for (one still starting is stopped; one that
+        loaded stays warm for the next run). Call without `lock` held."""
+        self._closing.set()
+        for t in self._replacing:
+            t.join()
+        self._replacing.clear()
 
     def _retire(self, h: Handle, why: str) -> None:
         h.alive, h.why = False, why
@@ -556,6 +693,7 @@ class ClusterSides:
             placement=self.cluster.replicas.placement,
             retried_blocks=self.retried,
             lost_replicas=list(self.lost),
+            replaced_replicas=list(self.replaced),
         )
 
 
