@@ -5,8 +5,9 @@ side-set contract, parity_ui.run.sideset.SideSet: `generate`, `score_batch`, `ro
 `replay_routes`, `capture`...) by handing each request to an idle replica of that side.
 
 No scheduler: Ray places the actors (a placement group per replica group where the cluster has
-GPUs, so that one replica of every side shares a GPU exactly as an in-process run's sides share one;
-spread over the nodes otherwise) and the caller (parity_ui.commands.workload.blocks) hands blocks of
+GPUs, so that one replica of every side shares a GPU exactly as an in-process run's sides share one,
+and a TP/PP side's group of GPUs is shared with the other sides as in process, they on its first
+GPU; spread over the nodes otherwise) and the caller (parity_ui.commands.workload.blocks) hands blocks of
 prompts to threads that each run the workload's own chunk function. The driver alone writes the store.
 
 The driver lock: a block's Python (comparing, explaining, storing) runs with `lock` held, so the
@@ -154,6 +155,29 @@ def gpus_per_replica(plan: SidePlan) -> int:
     return found.get("tensor_parallel_size", 1) * found.get("pipeline_parallel_size", 1)
 
 
+def group_layout(widths: dict[str, int]) -> tuple[int, dict[str, tuple[float, int]]]:
+    """How a replica group of these sides (side -> its GPUs per replica: 1, or a TP x PP group) sits
+    on its GPUs, as an in-process run's sides sit on a machine's: (the group's GPUs, side -> (the GPUs
+    it asks Ray for, how many of the group's GPUs its worker sees)).
+
+    Every side on one GPU: the group is that GPU, each side a share of it, Ray's to assign. A TP/PP
+    side: the group is the widest side's GPUs and every side runs on the first of them (a side of
+    width w on the first w), as in process, where the reference shares GPU 0 with a TP group's rank
+    0. Ray cannot give one GPU to a fraction and whole GPUs to another actor at once, so there the
+    sides ask Ray for none and are given the group's GPUs by name (ClusterSides._group_devices); the
+    placement group keeps them from anyone else."""
+    need = max(widths.values(), default=1)
+    if need == 1:
+        return 1, {s: (1 / len(widths), 1) for s in widths}
+    return need, {s: (0.0, w) for s, w in widths.items()}
+
+
+def _gpus_of_this_task() -> list[str]:
+    """What Ray made visible to a task placed in a replica group with all of its GPUs: their names
+    as CUDA_VISIBLE_DEVICES gives them (run on the group's node, by ClusterSides._group_devices)."""
+    return [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+
+
 @dataclass
 class Handle:
     """One started replica: its side, index, actor, and whether it serves."""
@@ -205,6 +229,7 @@ class Replicas:
     key: tuple[tuple[str, int], ...] = ()
     handles: dict[tuple[str, int], Handle] = field(default_factory=dict)  # (load key, index)
     groups: list[Any] = field(default_factory=list)  # placement groups, one per replica group
+    devices: list[list[str]] = field(default_factory=list)  # each TP/PP group's GPUs, by name (group_layout)
     placement: str = ""
 
     def clear(self, ray: Any) -> None:
@@ -220,6 +245,7 @@ class Replicas:
                 pass
         self.handles.clear()
         self.groups.clear()
+        self.devices.clear()
         self.key = ()
 
 
@@ -296,7 +322,7 @@ class ClusterSides:
         if key != reps.key:  # another set of sides: the warm replicas go, their GPUs with them
             reps.clear(ray)
             reps.key = key
-            reps.groups, reps.placement = self._placement(max(counts.values()))
+            reps.groups, reps.devices, reps.placement = self._placement(max(counts.values()))
         fresh: list[tuple[SidePlan, Handle]] = []
         named: set[int] = set()
         for p in self.plans:
@@ -328,13 +354,20 @@ class ClusterSides:
             if self.timings is not None:
                 self.timings["start"] = round(time.perf_counter() - t0, 4)
 
-    def _placement(self, groups: int) -> tuple[list[Any], str]:
-        """Where replicas go: with GPUs, a placement group per replica group (one GPU, or a side's TP x
-        PP group, holding one replica of every side, as one GPU holds every side in process); without,
-        spread over the nodes."""
+    def _placement(self, groups: int) -> tuple[list[Any], list[list[str]], str]:
+        """Where replicas go: with GPUs, a placement group per replica group (one GPU, or the widest
+        side's TP x PP GPUs, on one node: group_layout), holding one replica of every side; without,
+        spread over the nodes. (the placement groups, each TP/PP group's GPUs by name, a line)"""
         if not self.gpu:
-            return [], "spread over the nodes by Ray (no GPUs asked)"
+            return [], [], "spread over the nodes by Ray (no GPUs asked)"
         need = self._group_gpus()
+        most = max((n.get("Resources", {}).get("GPU", 0) for n in self.ray.nodes() if n.get("Alive")), default=0)
+        if most < need:  # Ray would wait for ever for a group no node can hold
+            raise CapabilityError(
+                f"a replica group needs {need} GPUs on one node (the widest side's tensor_parallel_size x "
+                f"pipeline_parallel_size), but the cluster's largest node has {most:g}",
+                f"lower the side's parallel sizes to at most {most:g} GPUs, or join a cluster with larger nodes",
+            )
         from ray.util import placement_group
 
         groups_ = [placement_group([{"GPU": float(need)}], strategy="STRICT_PACK") for _ in range(groups)]
@@ -342,36 +375,78 @@ class ClusterSides:
             [g.ready() for g in groups_],
             what=(f"waiting for {groups} replica group(s) of {need} GPU(s) each on the cluster"),
         )
-        how = (
-            "shared by one replica of every side"
-            if need == 1
-            else "one replica of every side, each on its own GPU(s) (a TP/PP side on its group)"
+        if need == 1:
+            return (
+                groups_,
+                [],
+                f"{groups} replica group(s) of 1 GPU(s) on one node each, shared by one replica of every side",
+            )
+        devices = self._group_devices(groups_, need)
+        return (
+            groups_,
+            devices,
+            f"{groups} replica group(s) of {need} GPUs on one node each "
+            f"({'; '.join(','.join(d) for d in devices)}), one replica of every side: a TP/PP side on all "
+            "of them, the others on the first",
         )
-        return groups_, f"{groups} replica group(s) of {need} GPU(s) on one node each, {how}"
 
     def _group_gpus(self) -> int:
-        """A replica group's GPUs: one shared by every side, or, when a side needs a TP/PP group, each
-        side its own (a fraction of a GPU cannot be given together with whole GPUs)."""
-        needs = [gpus_per_replica(p) for p in self.plans]
-        return 1 if max(needs) == 1 else sum(needs)
+        """A replica group's GPUs (group_layout)."""
+        return group_layout({p.name: gpus_per_replica(p) for p in self.plans})[0]
+
+    def _group_devices(self, groups: list[Any], need: int) -> list[list[str]]:
+        """Each TP/PP replica group's GPUs by name: what Ray makes visible to a task given all of the
+        group's GPUs (a placement group's bundle keeps the GPUs it reserved, so every replica placed
+        in it later runs on these)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        probe = _remote(self.ray, _gpus_of_this_task)
+        refs = [
+            probe.options(
+                num_cpus=0,
+                num_gpus=need,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=g, placement_group_bundle_index=0),
+            ).remote()
+            for g in groups
+        ]
+        devices = self._wait_for(refs, what="reading each replica group's GPUs")
+        for d in devices:
+            if len(d) != need:
+                raise EngineError(
+                    f"a replica group of {need} GPUs sees {len(d)} ({','.join(d) or 'none'})",
+                    "check that the nodes' CUDA_VISIBLE_DEVICES (when Ray started) name their GPUs",
+                )
+        return [list(d) for d in devices]
 
     def _actor(self, p: SidePlan, index: int, reps: Replicas) -> Any:
         from .replica import Replica
 
         opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": REPLICA_CONCURRENCY, "max_restarts": 0}
+        devices: str | None = None
         if reps.groups:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            # One GPU shared by the group's sides: a fraction each, so Ray packs one of each on it.
-            opts["num_gpus"] = 1 / len(self.plans) if self._group_gpus() == 1 else gpus_per_replica(p)
+            group = index % len(reps.groups)
+            asked, width = group_layout({q.name: gpus_per_replica(q) for q in self.plans})[1][p.name]
+            opts["num_gpus"] = asked
+            if reps.devices:  # a TP/PP group: the side's GPUs by name (group_layout says why)
+                devices = ",".join(reps.devices[group][:width])
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=reps.groups[index % len(reps.groups)], placement_group_bundle_index=0
+                placement_group=reps.groups[group], placement_group_bundle_index=0
             )
         else:
             opts["scheduling_strategy"] = "SPREAD"
         actor = _remote(self.ray, Replica).options(**opts)
         req = load_request(p)
-        return actor.remote(p.name, p.kind.engine, p.python, dict(p.worker_env), req, os.environ.get("OMP_NUM_THREADS"))
+        return actor.remote(
+            p.name,
+            p.kind.engine,
+            p.python,
+            dict(p.worker_env),
+            req,
+            os.environ.get("OMP_NUM_THREADS"),
+            devices,
+        )
 
     def _bring_up(self, fresh: list[tuple[SidePlan, Handle]]) -> None:
         if fresh:
@@ -700,11 +775,11 @@ class ClusterSides:
 _actor_class: dict[int, Any] = {}
 
 
-def _remote(ray: Any, cls: type) -> Any:
-    """The Ray actor class of `cls`, made once per process."""
-    if id(cls) not in _actor_class:
-        _actor_class[id(cls)] = ray.remote(cls)
-    return _actor_class[id(cls)]
+def _remote(ray: Any, what: Any) -> Any:
+    """The Ray actor class of a class, or the Ray task of a function, made once per process."""
+    if id(what) not in _actor_class:
+        _actor_class[id(what)] = ray.remote(what)
+    return _actor_class[id(what)]
 
 
 def _as_results(results: list[SideResult]) -> list[SideResult]:
