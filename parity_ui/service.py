@@ -289,7 +289,10 @@ class ParityService:
                 timings=timings,
             )
             sides.start()
-            yield sides
+            try:
+                yield sides
+            finally:
+                sides.close()  # a replacement replica still starting is not waited for
 
     # -- commands: one method each -----------------------------------------------------------------
 

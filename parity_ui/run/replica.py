@@ -44,6 +44,7 @@ class Replica:
         env: dict[str, str],
         load: LoadRequest,
         omp_threads: str | None = None,
+        devices: str | None = None,
     ):
         self.label, self.load_req = label, load
         # Ray sets OMP_NUM_THREADS=1 in an actor that reserves no CPU: the engine would run on one
@@ -53,7 +54,9 @@ class Replica:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = omp_threads
-        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # the GPUs Ray gave this replica win over a side's pinned device
+        if devices is not None:  # its replica group's GPUs, named by the driver (cluster.group_layout)
+            env = {**env, "CUDA_VISIBLE_DEVICES": devices}
+        elif os.environ.get("CUDA_VISIBLE_DEVICES"):  # the GPUs Ray gave this replica win over a side's pinned device
             env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
         self.flag = CancelFlag()
         self.worker = EngineWorker(label, engine, python, env, self.flag)
@@ -71,7 +74,7 @@ class Replica:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "worker_pid": self.worker.pid,
-            "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "devices": self.worker.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")),
         }
 
     def load(self) -> tuple[Any, float]:
