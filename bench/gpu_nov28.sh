@@ -5,10 +5,10 @@
 # 30 minutes of device time for the install and every figure, so the most wanted figures come first and
 # the sizes are cut to fit; a step that would start after BUDGET_S is named "skipped (budget)".
 #   STEPS="weights opmap audit-bi tp2 audit replay-256 routes-ab"   which steps, in order
-#   BUDGET_S=1020   no step starts after this many seconds of the chain (two 10-minute calls, less the waits)
+#   BUDGET_S=1260   no step starts after this many seconds of the chain (the calls after the install)
 source "$(dirname "$0")/gpu_steps.sh"  # R, log, step (and cd to the project root)
 STEPS=${STEPS:-"weights opmap audit-bi tp2 audit replay-256 routes-ab"}
-BUDGET_S=${BUDGET_S:-1020}
+BUDGET_S=${BUDGET_S:-1260}
 T0=$(date +%s)
 want() { [[ " $STEPS " == *" $1 "* ]] || return 1
   (( $(date +%s) - T0 < BUDGET_S )) || { log "$1 skipped (budget)"; return 1; }; }
@@ -20,11 +20,12 @@ MODEL="$PARITY_DEMO_MODEL"
 want weights && step weights 420 python3 bench/weights.py --models demo --work /tmp/wb --out $R/weights
 # 42: the op map of the demo in bf16, 30 layers x 256 positions (goal <= 60 s warm), the swap, bare prefills
 want opmap && step opmap 360 python3 bench/opmap.py --out $R/opmap
-# 40: the audit with VLLM_BATCH_INVARIANT=1 (the setup that should certify zero), every axis, 64 x 512
-want audit-bi && step audit-bi 480 python3 bench/audit.py --setup vllm-bi --prompts 64 --tokens 512 --no-bare \
+# 40: the audit with VLLM_BATCH_INVARIANT=1 (the setup that should certify zero), every axis, 128 x 512 (the
+# SGLang protocol's size; goal: the whole audit <= 10 min)
+want audit-bi && step audit-bi 660 python3 bench/audit.py --setup vllm-bi --prompts 128 --tokens 512 --no-bare \
   --out $R/audit-bi
 # 46.19: a TP=2 replica group on Ray (2 GPUs) against TP=1 (bench/cluster_tp2.py; a model TP=2 can split)
-want tp2 && [ -f bench/cluster_tp2.py ] && step tp2 420 python3 bench/cluster_tp2.py --out $R/tp2
+want tp2 && [ -f bench/cluster_tp2.py ] && step tp2 540 python3 bench/cluster_tp2.py --runs tp1,tp2 --out $R/tp2
 # 40: the default vLLM setup (CUDA graphs, prefix caching on), every axis, 64 x 512: which axes break
 want audit && step audit 480 python3 bench/audit.py --setup vllm --prompts 64 --tokens 512 --no-bare --out $R/audit
 # 44: replay 256 x 256 against bare batched HF and bare vLLM
