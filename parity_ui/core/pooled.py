@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field, fields
 from itertools import accumulate, islice, repeat
 from operator import le, mul, neg, sub
 from statistics import NormalDist, median, median_low
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 from .figures import BAND_KEYS, RHO_BANDS, display_name
 from .findings import MASKED_LOGPROB
@@ -101,8 +101,8 @@ class PairSample:
         replay's worst tokens ask it of every row."""
         side, ref = self.logp_side, self.logp_ref
         if all_scorable(side) and all_scorable(ref):
-            return max(map(abs, map(sub, cast("Sequence[float]", side), cast("Sequence[float]", ref))), default=None)
-        gaps = [abs(a - b) for a, b in zip(side, ref) if scorable(a) and scorable(b)]  # type: ignore[operator]
+            return max(map(abs, map(sub, side, ref)), default=None)
+        gaps = [abs(a - b) for a, b in zip(side, ref) if scorable(a) and scorable(b)]
         return max(gaps) if gaps else None
 
 
@@ -328,16 +328,16 @@ def _exp(x: float) -> float:
     return math.exp(min(x, EXP_CAP))
 
 
-def scorable(x: float | None) -> bool:
+def scorable(x: float | None) -> TypeGuard[float]:
     """A logprob the figures pool: present, finite and not masked (MASKED_LOGPROB)."""
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
 
 
-def all_scorable(xs: Sequence[float | None]) -> bool:
+def all_scorable(xs: Sequence[float | None]) -> TypeGuard[Sequence[float]]:
     """Every logprob present, finite and not masked (scorable, each), checked at C speed."""
     if None in xs:
         return False
-    vals = cast("Sequence[float]", xs)
+    vals = cast("Sequence[float]", xs)  # no None: checked just above
     return all(map(math.isfinite, vals)) and (not len(vals) or min(vals) > MASKED_LOGPROB)
 
 
@@ -434,14 +434,7 @@ class Accumulator:
     ) -> tuple[Sequence[float], Sequence[float], Sequence[int], Counter[int]]:
         """The scorable pairs in ascending position order, and the skipped ones counted per bucket."""
         # Fast path (the common case): everything scorable and in order, checked at C speed.
-        if (
-            None not in ls
-            and None not in lr
-            and all(map(math.isfinite, ls))
-            and all(map(math.isfinite, lr))
-            and (len(ls) == 0 or min(ls) > MASKED_LOGPROB and min(lr) > MASKED_LOGPROB)
-            and all(map(le, pos, islice(pos, 1, None)))
-        ):
+        if all_scorable(ls) and all_scorable(lr) and all(map(le, pos, islice(pos, 1, None))):
             if len(pos) and pos[0] < 0:
                 raise ValueError(f"{where}: position {pos[0]} is negative")
             if len(ls) and max(max(ls), max(lr)) > LOGPROB_SLACK:
@@ -458,12 +451,12 @@ class Accumulator:
             if not (scorable(a) and scorable(b)):
                 skipped[bisect_right(self.buckets, p) - 1] += 1
                 continue
-            if a > LOGPROB_SLACK or b > LOGPROB_SLACK:  # type: ignore[operator]
+            if a > LOGPROB_SLACK or b > LOGPROB_SLACK:
                 raise ValueError(
-                    f"{where}: a logprob above 0 ({max(a, b)}) is not a "  # type: ignore[type-var]
+                    f"{where}: a logprob above 0 ({max(a, b)}) is not a "
                     f"log-probability; pass the log-softmax value of the chosen token"
                 )
-            kept.append((p, a, b))  # type: ignore[arg-type]
+            kept.append((p, a, b))
         kept.sort(key=lambda t: t[0])
         return [t[1] for t in kept], [t[2] for t in kept], [t[0] for t in kept], skipped
 
@@ -487,11 +480,13 @@ class Accumulator:
             BucketStats(start=start, end=end, tokens=_figures([part]))
             for start, end, part in zip(self.buckets, ends, parts)
         ]
+        by_first, by_gap = self._worst(top_n)
         return WorkloadStats(
             sequences=self._sequence_stats(),
             tokens=_figures(parts),
             by_position=by_position,
-            **self._worst(top_n),
+            worst_by_divergence=by_first,
+            worst_by_gap=by_gap,
             resamples=self._resamples(),
         )
 
@@ -525,7 +520,8 @@ class Accumulator:
             if not math.isnan(r):
                 v = min(r, EXP_CAP) if r > 0 else min(-r, _LOG_TINY)
                 u = unit_of[slot]
-                seq_lr[u] = v if seq_lr[u] is None else max(seq_lr[u], v)
+                held = seq_lr[u]
+                seq_lr[u] = v if held is None else max(held, v)
         # The pooled |dlogp| (every k-th above BOOTSTRAP_MAX_GAPS: a systematic sample), ascending,
         # with each one's unit.
         total = sum(map(len, self._ls))
@@ -550,8 +546,8 @@ class Accumulator:
             drawn, half = Counter(picks), Counter(picks[: (units + 1) // 2])
             w = list(map(drawn.get, draw, repeat(0)))
             w_half = list(map(half.get, draw, repeat(0)))
-            for name, v in _resampled_figures(w, w_half, sums, sorted_gaps, ranks, seq_lr).items():
-                out[name].append(None if v is None else float(f"{v:.6g}"))
+            for name, fig in _resampled_figures(w, w_half, sums, sorted_gaps, ranks, seq_lr).items():
+                out[name].append(None if fig is None else float(f"{fig:.6g}"))
         return out
 
     def _sequence_stats(self) -> SequenceStats:
@@ -589,7 +585,8 @@ class Accumulator:
             without_pairs=sum(1 for r in self._log_ratio if math.isnan(r)),
         )
 
-    def _worst(self, top_n: int) -> dict[str, list[WorstPrompt]]:
+    def _worst(self, top_n: int) -> tuple[list[WorstPrompt], list[WorstPrompt]]:
+        """The `top_n` prompts that diverged earliest, and those with the largest max |dlogp|."""
         rows = [
             WorstPrompt(
                 prompt_index=i, first_divergence=None if f < 0 else f, max_abs_dlogp=None if math.isnan(m) else m
@@ -599,8 +596,9 @@ class Accumulator:
         by_first = sorted(
             (w for w in rows if w.first_divergence is not None), key=lambda w: (w.first_divergence, w.prompt_index)
         )
-        by_gap = sorted((w for w in rows if w.max_abs_dlogp), key=lambda w: (-w.max_abs_dlogp, w.prompt_index))
-        return {"worst_by_divergence": by_first[:top_n], "worst_by_gap": by_gap[:top_n]}
+        # `or 0.0` never applies (the filter keeps a nonzero gap): it tells the type checker so.
+        by_gap = sorted((w for w in rows if w.max_abs_dlogp), key=lambda w: (-(w.max_abs_dlogp or 0.0), w.prompt_index))
+        return by_first[:top_n], by_gap[:top_n]
 
 
 def workload_stats(
@@ -756,7 +754,7 @@ def _resampled_figures(
 
     n = tot("n")
     few = [i for i, k in enumerate(w_half) if k]
-    lrs = [seq_lr[i] for i in few if seq_lr[i] is not None]
+    lrs = [r for i in few if (r := seq_lr[i]) is not None]
     out: dict[str, float | None] = {name: None for name in FLOOR_FIGURE_NAMES}
     out["seq_abs_log_ratio_max"] = max(lrs) if lrs else None
     if not n:
