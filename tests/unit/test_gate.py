@@ -107,6 +107,15 @@ def test_yaml_syntax_errors_env_vars_and_duplicates_have_lines():
     assert spec.cases[0].model == "demo" and spec.cases[0].prompts.limit == 2  # typed after substitution
 
 
+def test_a_null_whole_number_takes_its_default():
+    # `floor_batch_size: ~` once reached the case as None (the default applied only to an absent key)
+    spec = parse_spec("cases:\n  - name: c\n    model: demo\n    prompts: {file: p.jsonl, seed: ~}\n"
+                      "    thresholds: {share_identical: 0.9}\n    floor: batch\n    floor_batch_size: ~\n",
+                      "gate.yaml", env={})
+    (case,) = spec.cases
+    assert case.floor_batch_size == 8 and case.prompts.seed == 0
+
+
 def test_bad_spec_exits_2_and_writes_nothing(tmp_path, model, prompts):
     spec = _spec(tmp_path, "cases:\n" + _case(model, thresholds="{share_identical: [1]}"))
     junit, md = tmp_path / "junit.xml", tmp_path / "summary.md"
