@@ -25,9 +25,9 @@ XSD = Path(__file__).resolve().parents[1] / "fixtures" / "junit-ant.xsd"
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=64))
+        yield str(build_tiny("fake", max_position_embeddings=64))
 
 
 @pytest.fixture(autouse=True)
