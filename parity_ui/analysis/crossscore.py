@@ -12,7 +12,8 @@ exp(logp_reference - logp_side).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeGuard
 
 from ..core.findings import MASKED_LOGPROB, CrossScores, GapStats, RatioRange
 from ..core.types import Comparison, SideResult, TokenStep
@@ -27,7 +28,7 @@ def key(generator: str, scorer: str) -> str:
     return f"{generator}_by_{scorer}"
 
 
-def _finite(x: float | None) -> bool:
+def _finite(x: float | None) -> TypeGuard[float]:
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
 
 
@@ -37,7 +38,9 @@ def _exp(x: float) -> float:
     return math.exp(min(x, 700.0))
 
 
-def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep], scored: list[TokenStep]) -> GapStats:
+def gap_stats(
+    generator: str, scorer: str, reference: str, own: Sequence[TokenStep], scored: Sequence[TokenStep]
+) -> GapStats:
     """Statistics of own-vs-teacher-forced logprobs for one generated sequence. Pure.
 
     `own` are the generating side's steps, `scored` the other side's teacher-forced steps for the
@@ -48,13 +51,13 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     other_rank: list[int | None] = []
     for a, b in zip(own, scored):
         other_rank.append(b.rank)
-        if not (_finite(a.logprob) and _finite(b.logprob)):
+        la, lb = a.logprob, b.logprob
+        if not (_finite(la) and _finite(lb)):
             gaps.append(None)
             continue
-        gap = a.logprob - b.logprob  # type: ignore[operator]
-        gaps.append(gap)
-        lp_ref, lp_side = (a.logprob, b.logprob) if generator == reference else (b.logprob, a.logprob)
-        ratios.append(_exp(lp_ref - lp_side))  # type: ignore[operator]
+        gaps.append(la - lb)
+        lp_ref, lp_side = (la, lb) if generator == reference else (lb, la)
+        ratios.append(_exp(lp_ref - lp_side))
     vals = [g for g in gaps if g is not None]
     n = len(vals)
     lo, hi = RATIO_BAND

@@ -46,14 +46,17 @@ from ..measures.tokens import PairPool
 from .replay import ReplayRequest, _selected, dump_source, read_dump, recorded_result, replay_headline
 
 if TYPE_CHECKING:
-    from ..core.types import Run
+    from ..core.types import ModelInfo, Run
+    from ..inputs.prompts import PromptTokenizer
+    from ..inputs.rollouts import Preflight, RolloutDump
+    from ..run.recorder import RunRecorder
     from .service_api import Service
 
 CHUNK = 256  # rows stored together
 KEEP_TOKENS = 2_000_000  # response tokens of a dump kept from its preflight's pass (else it is read twice)
 
 
-def can_replay_recorded(pf: Any) -> bool:
+def can_replay_recorded(pf: Preflight) -> bool:
     """The dump holds both logprob columns (on some row): its own mismatch needs no engine."""
     return pf.rows > 0 and pf.with_logprobs > 0 and pf.with_trainer > 0
 
@@ -175,7 +178,15 @@ class Recorded:
     """One recorded-only replay inside its recording."""
 
     def __init__(
-        self, rec: Any, req: ReplayRequest, dump: Any, pf: Any, tok: Any, info: Any, result: RecordedResult, emit: Any
+        self,
+        rec: RunRecorder,
+        req: ReplayRequest,
+        dump: RolloutDump,
+        pf: Preflight,
+        tok: PromptTokenizer,
+        info: ModelInfo,
+        result: RecordedResult,
+        emit: EventCallback,
     ):
         self.rec, self.req, self.dump, self.pf, self.tok, self.info = rec, req, dump, pf, tok, info
         self.result, self.emit = result, emit

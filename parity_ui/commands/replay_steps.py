@@ -26,7 +26,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..analysis.changepoint import find_changes
 from ..core.config import ParityConfig
@@ -41,6 +41,7 @@ from .replay_recorded import replay_recorded
 
 if TYPE_CHECKING:
     from ..core.types import Run
+    from ..run.recorder import RunRecorder
     from .service_api import Service
 
 KIND = "trend"
@@ -111,7 +112,7 @@ class Trend:
         self,
         service: Service,
         req: TrendRequest,
-        rec: Any,
+        rec: RunRecorder,
         report: TrendReport,
         emit: EventCallback,
         on_step: StepCallback | None,

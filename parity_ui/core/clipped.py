@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import sub
-from typing import Any, cast
+from typing import Any
 
 from .figures import FAMILIES, RHO_CLIP
 from .pooled import EXP_CAP, all_scorable, scorable
@@ -39,9 +39,9 @@ class ClipStats:
         """One sample's parallel logprobs (a PairSample's logp_ref, logp_side); a pair with a missing,
         non-finite or masked logprob is left out, as the pooled figures leave it out (core.pooled.scorable)."""
         if all_scorable(trainer) and all_scorable(rollout):  # the usual case, checked at C speed
-            d = list(map(sub, cast("Sequence[float]", trainer), cast("Sequence[float]", rollout)))
+            d = list(map(sub, trainer, rollout))
         else:
-            d = [a - b for a, b in zip(trainer, rollout) if scorable(a) and scorable(b)]  # type: ignore[operator]
+            d = [a - b for a, b in zip(trainer, rollout) if scorable(a) and scorable(b)]
         d.sort()
         log_cap = math.log(self.cap)
         kept = bisect_right(d, log_cap)  # d <= log C: rho not clipped

@@ -208,18 +208,22 @@ class WorkloadReport:
     @property
     def first_divergence(self) -> int | None:
         firsts = [
-            f.stats.worst_by_divergence[0].first_divergence for f in self.sides.values() if f.stats.worst_by_divergence
+            x
+            for f in self.sides.values()
+            if f.stats.worst_by_divergence and (x := f.stats.worst_by_divergence[0].first_divergence) is not None
         ]
-        firsts = [x for x in firsts if x is not None]
         return min(firsts) if firsts else None
 
     @property
     def within_noise(self) -> bool | None:
         """Every side within the floor (None without a floor or figures)."""
         verdicts = [f.verdict for f in self.sides.values()]
-        if not verdicts or any(v is None for v in verdicts):
+        if not verdicts:
             return None
-        return all(v.verdict == WITHIN for v in verdicts)
+        judged = [v for v in verdicts if v is not None]
+        if len(judged) < len(verdicts):
+            return None
+        return all(v.verdict == WITHIN for v in judged)
 
     @property
     def too_few_to_tell(self) -> bool:

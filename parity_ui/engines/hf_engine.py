@@ -490,7 +490,7 @@ class HfEngine(Engine):
         grid = enc["image_grid_thw"]
         expected = int((grid.prod(-1) // (merge * merge)).sum())
         ids = list(req.prompts[i])
-        got = ids.count(req.image_token_id)
+        got = ids.count(req.image_token_id) if req.image_token_id is not None else 0
         if got != expected:
             from .base import EngineFault
 
@@ -590,6 +590,8 @@ class HfEngine(Engine):
                 )
             return out
         g = req.generate
+        if g is None:
+            raise ValueError("a route replay request holds neither prompts to generate nor items to score")
         for i, (prompt, routes) in enumerate(zip(g.prompts, req.routes)):
             one = _replace(g, prompts=[prompt], batch_size=1, stream=False)
             with ForcedRoutes(self.model, routes, 0, req.mode):

@@ -291,7 +291,9 @@ class ForcedRoutes:
             new_idx, new_w = idx.clone(), weights.clone()
             new_idx[at] = ids
             if self.mode == "ids+weights":
-                w = [r.weights[o + t] for o in offsets for t in range(k)]  # type: ignore[index]
+                rw = r.weights
+                assert rw is not None, "ids+weights is refused for routes without weights (__init__)"
+                w = [rw[o + t] for o in offsets for t in range(k)]
                 new_w[at] = torch.tensor(w, device=weights.device, dtype=weights.dtype).view(len(sel), k)
             else:
                 new_w[at] = weights_for(spec, logits[at], ids).to(weights.dtype)

@@ -254,9 +254,9 @@ class VllmEngine(Engine):
                                 results[i].finish_reason = "cancelled"
                         break
                     for out in engine.step():
-                        i = rid_to_idx.get(out.request_id)
-                        if i is None:
+                        if out.request_id not in rid_to_idx:
                             continue
+                        i = rid_to_idx[out.request_id]
                         if req.images_of(i) and out.request_id not in checked and out.prompt_token_ids is not None:
                             checked.add(out.request_id)
                             if list(out.prompt_token_ids) != list(req.prompts[i]):
@@ -413,9 +413,9 @@ class VllmEngine(Engine):
                 engine.abort_request(list(rids))
                 return []
             for out in engine.step():
-                i = rids.get(out.request_id)
-                if i is None:
+                if out.request_id not in rids:
                     continue
+                i = rids[out.request_id]
                 comp = out.outputs[0]
                 ids.setdefault(i, []).extend(comp.token_ids)
                 got.setdefault(i, []).extend(comp.logprobs or [None] * len(comp.token_ids))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..core.errors import PromptError
 from . import light_tokenizer
@@ -389,6 +389,7 @@ class PromptTokenizer:
                 "an image prompt reached the text tokenizer",
                 "image prompts are encoded with the model's processor (VisionProcessor)",
             )
+        messages: list[dict[str, Any]] | None
         if spec.messages is not None:
             if not self.has_chat_template:
                 raise PromptError(
@@ -440,9 +441,9 @@ class PromptTokenizer:
         """token_text of every id: one cache lookup each at C speed (a workload decodes every position's
         top-k, ~10^5-10^6 ids a chunk); the tokenizer runs only for ids not seen yet."""
         out = list(map(self._cache.get, ids))
-        if None in out:
-            out = [t if t is not None else self.token_text(i) for t, i in zip(out, ids)]
-        return out
+        if None not in out:
+            return cast("list[str]", out)  # every id was cached: no None, checked just above
+        return [t if t is not None else self.token_text(i) for t, i in zip(out, ids)]
 
     def decode(self, ids: list[int]) -> str:
         return decode_as_is(self.tok, ids)
@@ -662,7 +663,7 @@ def vision_for(model_path: str, trust_remote_code: bool = False) -> VisionProces
         return _vision_for(model_path, trust_remote_code)
 
 
-def collapse_image_runs(ids: list[int], image_token_id: int) -> list[int]:
+def collapse_image_runs(ids: list[int], image_token_id: int | None) -> list[int]:
     """Each run of image tokens back to ONE placeholder: what vLLM takes (it expands it itself; ids
-    already expanded would be expanded again, silently)."""
+    already expanded would be expanded again, silently). No image token id: the ids as they are."""
     return [t for i, t in enumerate(ids) if not (t == image_token_id and i > 0 and ids[i - 1] == image_token_id)]

@@ -274,7 +274,7 @@ class WorstTokens:
         for t, a, b in zip(s.positions, s.logp_ref, s.logp_side):
             if not (scorable(a) and scorable(b)):
                 continue
-            d = a - b  # type: ignore[operator]
+            d = a - b
             key = (abs(d), -(i * 1_000_000 + t))
             full = len(self.heap) >= WORST_TOKENS
             if full and key <= self.heap[0][:2]:
@@ -287,8 +287,8 @@ class WorstTokens:
                 text=text(row.response_ids[t]),
                 pair=pair.name,
                 side=pair.b,
-                trainer=a,  # type: ignore[arg-type]
-                rollout=b,  # type: ignore[arg-type]
+                trainer=a,
+                rollout=b,
                 dlogp=d,
                 engines={e: lps[t] for e, lps in engines.items()},
             )

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 from ..core.trend import PLOTTED, TREND_FIGURES, TrendReport, TrendStep, trend_figure
+from ..core.types import Run
 from .cards import esc
 
 # The CLI table's figure columns (the rest are in --json and the app's table).
@@ -264,7 +264,7 @@ def trend_html(report: TrendReport, run_id: str | None = None, figures: tuple[st
     )
 
 
-def trend_page(report: TrendReport, run: Any) -> str:
+def trend_page(report: TrendReport, run: Run) -> str:
     """The static report of a trend run: one self-contained page."""
     import html
 

@@ -604,7 +604,8 @@ class ClusterSides:
         h = self._acquire(side)
         try:
             ref = getattr(h.actor, method).remote(payload)
-            cancelled, last_counts, failed, out = False, time.monotonic(), None, None
+            cancelled, last_counts, failed = False, time.monotonic(), None
+            out: Any = None  # the verb's answer, as the actor returned it
             with self._released():
                 while True:
                     done, _ = ray.wait([ref], timeout=POLL_S)

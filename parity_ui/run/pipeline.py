@@ -291,10 +291,11 @@ class Sides:
                 futures = [ex.submit(self._pipeline, p) for p in unique]
                 try:
                     for f in as_completed(futures):
-                        if f.exception() is not None:
+                        failed = f.exception()
+                        if failed is not None:
                             if not errors:
                                 stop_the_others()
-                            errors.append(f.exception())
+                            errors.append(failed)
                 except BaseException:
                     stop_the_others()  # Ctrl-C: before the executor waits for the sides
                     raise
@@ -423,9 +424,9 @@ class Sides:
                 self._loading = p.name
             self._say(p.name, "loading the weights")
             t = time.perf_counter()
+            name = p.name
             client.worker.info = client.load(
-                load_request(p),
-                on_progress=lambda m, name=p.name: self.emit(RunEvent("status", f"{name}: {m}", side=name)),
+                load_request(p), on_progress=lambda m: self.emit(RunEvent("status", f"{name}: {m}", side=name))
             )
             took = time.perf_counter() - t
             if shared:

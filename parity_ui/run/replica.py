@@ -29,7 +29,9 @@ from ..core.requests import (
     ScoreBatch,
     ScoreRequest,
 )
-from .worker_client import EngineClient
+from ..core.routes import Routes
+from ..core.types import SideResult, TokenStep
+from .worker_client import Capture, EngineClient
 from .workers import CancelFlag, EngineWorker
 
 
@@ -88,19 +90,19 @@ class Replica:
         self._counts = {}
         return self.client.generate(req, on_counts=self._counts.update)
 
-    def score_batch(self, items: list[ScoreRequest]) -> list[Any]:
+    def score_batch(self, items: list[ScoreRequest]) -> list[list[TokenStep]]:
         self.flag.clear()
         return self.client.score_batch(ScoreBatch(items))
 
-    def routes(self, req: RoutesRequest) -> Any:
+    def routes(self, req: RoutesRequest) -> Routes:
         self.flag.clear()
         return self.client.routes(req)
 
-    def replay_routes(self, req: RouteReplayRequest) -> list[Any]:
+    def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
         self.flag.clear()
         return self.client.replay_routes(req)
 
-    def capture(self, req: CaptureRequest) -> Any:
+    def capture(self, req: CaptureRequest) -> Capture:
         self.flag.clear()
         return self.client.capture(req)
 

@@ -29,7 +29,7 @@ from ..core.requests import (
 from ..core.routes import Routes
 from ..core.types import EngineInfo, SideResult, TokenStep
 from ..core.weights import DiffFigure, DiffRequest, DumpRequest, SideWeights, WeightsRequest
-from .workers import EngineWorker
+from .workers import EngineWorker, EventCallback
 
 TokenCallback = Callable[[int, TokenStep], None]  # (prompt index, step), in the order the engine made them
 CountsCallback = Callable[[dict[int, int]], None]  # {prompt index: tokens so far}, for the prompts that moved
@@ -82,6 +82,7 @@ class EngineClient:
         """Every prompt's result, in prompt order; tokens stream to `on_token` as they are made (or,
         with req.counts and not req.stream, each prompt's token count to `on_counts`, a few times a
         second). Raises CancelledError when the run is stopped, EngineError when the engine fails."""
+        on_event: EventCallback | None
         if req.counts and not req.stream:
             on_event = on_counts
         else:

@@ -23,6 +23,7 @@ from sqlite_utils import Database
 
 from ..core.audit_record import AuditReport
 from ..core.pooled import PairSample
+from ..core.trend import TrendReport
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
 from . import audits, bisects, checks, runs, trends, weights, workloads
@@ -41,7 +42,7 @@ class StoredReport:
     pairs: list[dict[str, Any]] | None = None
     excerpts: dict[int, str] | None = None
     audit: AuditReport | None = None  # an audit run's record (parity_ui.store.audits)
-    trend: Any = None  # a trend run's record (core.trend.TrendReport)
+    trend: TrendReport | None = None  # a trend run's record
 
 
 class Store:
@@ -168,13 +169,13 @@ class Store:
 
     # -- trends --------------------------------------------------------------------------------------
 
-    def save_trend(self, run_id: str, report: Any) -> None:
-        """A trend's record (core.trend.TrendReport) as it now stands, in one transaction."""
+    def save_trend(self, run_id: str, report: TrendReport) -> None:
+        """A trend's record as it now stands, in one transaction."""
         with self.db.atomic():
             trends.save_trend(self.db, run_id, report)
 
-    def trend(self, run_id: str) -> Any:
-        """The trend run's record (core.trend.TrendReport), or None."""
+    def trend(self, run_id: str) -> TrendReport | None:
+        """The trend run's record, or None."""
         return trends.trend(self.db, run_id)
 
     def trend_lines(self, ids: list[str]) -> dict[str, tuple[str, str]]:

@@ -22,8 +22,8 @@ from rl_dumps import synthetic_rows, write_nemo_step, write_parity_step, write_p
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(fake_model(tmp_path_factory.mktemp("tok")))
+def model(build_tiny):
+    return str(build_tiny("fake"))
 
 
 @pytest.fixture
