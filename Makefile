@@ -1,8 +1,11 @@
 # Two commands do everything on a fresh machine (each runs the idempotent setup first):
 #   make app    start the web app with the bundled demo model on http://127.0.0.1:7860
-#   make test   run the whole test suite
-.PHONY: app test setup test-fast bench
+#   make test   check parity_ui/ (scripts/lint.sh), then run the whole test suite
+.PHONY: app test setup test-fast bench lint
 PY := .venv/bin/python
+# mypy in `make lint` / `make test`: off until `.venv/bin/mypy` is clean on parity_ui/ (issue 45 item 4;
+# files being rewritten on another branch still fail). Switch it on here (MYPY ?= 1), or once: make lint MYPY=1.
+MYPY ?= 0
 
 setup:
 	@bash scripts/setup.sh
@@ -12,7 +15,12 @@ app: setup
 
 test:
 	@bash scripts/setup.sh --test
+	@MYPY=$(MYPY) bash scripts/lint.sh
 	$(PY) -m pytest tests --durations=30
+
+# ruff (format check + lint) on parity_ui/, and mypy where MYPY=1: what `make test` checks first.
+lint: setup
+	@MYPY=$(MYPY) bash scripts/lint.sh
 
 # Unit tests only (no engines, no browser): seconds.
 test-fast: setup

@@ -16,6 +16,11 @@ Measured, each in a fresh process:
   bare vLLM LLM(**the tool's arguments) + one generate (time to the result)
   bare HF   from_pretrained + .to(device) + one generate (likewise)
 The bare runs' token ids must equal the tool's (asserted): the same work.
+
+--fresh-tokenizer: the cold tool run also starts with an empty parity-ui cache (PARITY_CACHE_DIR; the
+demo model is read where it is, PARITY_DEMO_MODEL), so its tokenizer has never been verified, as on a
+newcomer's machine (issue 44: that first prepare took 15.2 s); its prepare phase is reported apart.
+--no-warm: the cold runs only (a GPU chain short of time).
 """
 from __future__ import annotations
 
@@ -91,8 +96,9 @@ def bare_hf(args, q) -> None:
            "generate_s": time.perf_counter() - t_load, "token_ids": out.sequences[0, ids.shape[1]:].tolist()})
 
 
-def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
-    """One fresh CLI process; its stderr read line by line as it comes, each line timed."""
+def run_tool(args, caches: Path, workdir: Path, *extra: str, parity_cache: Path | None = None) -> dict:
+    """One fresh CLI process; its stderr read line by line as it comes, each line timed. `parity_cache`:
+    an empty PARITY_CACHE_DIR for it (no tokenizer verified yet)."""
     root = Path(args.tool_root).resolve()
     db = workdir / f"runs-{time.monotonic_ns()}.db"
     cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(db), "compare", "--model", args.model, "--prompt", PROMPT]
@@ -100,6 +106,11 @@ def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
         cmd += ["--set", o]
     env = {**os.environ, **cache_env(caches),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    if parity_cache is not None:
+        from parity_ui.inputs.models import describe_model
+
+        env["PARITY_DEMO_MODEL"] = describe_model("demo").path  # read where it is, not converted again
+        env["PARITY_CACHE_DIR"] = str(parity_cache)
     lines: list[tuple[float, str]] = []
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -130,6 +141,7 @@ def run_tool(args, caches: Path, workdir: Path, *extra: str) -> dict:
     first_done = done[0][0] if done else (generating[1] if len(generating) > 1 else None)
     results = run.prompts[0].results
     return {"wall_s": round(wall, 2), "first_side_done_s": round(first_done, 2) if first_done else None,
+            "prepare_s": run.timings.get("prepare"), "fresh_tokenizer": parity_cache is not None,
             "first_side": done[0][1] if done else run.sides[0].name, "phases_s": run.timings,
             "side_load_s": {s.name: s.load_s for s in run.sides}, "devices": {s.name: s.device for s in run.sides},
             "side_generate_s": {n: r.timings.total_s for n, r in results.items()},
@@ -155,33 +167,40 @@ def main() -> None:
     ap.add_argument("--bare-first", action="store_true",
                     help="time the bare engines' cold start before the tool's (on a fresh machine the first "
                          "process also pays for reading the libraries from disk)")
+    ap.add_argument("--fresh-tokenizer", action="store_true",
+                    help="the cold tool run with an empty parity-ui cache: its tokenizer never verified")
+    ap.add_argument("--no-warm", action="store_true", help="the cold runs only")
     ap.add_argument("--out")
     args = ap.parse_args()
     figures: dict = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
                      "label": args.label}
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
+        fresh = {"parity_cache": work / "parity-cache"} if args.fresh_tokenizer else {}
         if not args.bare_first:
-            figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
+            figures["tool_cold"] = run_tool(args, work / "tool-caches", work, **fresh)
         if not args.no_bare:
             figures["bare_vllm_cold"] = in_fresh_process(bare_vllm, args, cache_env(work / "bare-caches"))
             figures["bare_hf"] = in_fresh_process(bare_hf, args, cache_env(work / "bare-caches"))
         if args.bare_first:
-            figures["tool_cold"] = run_tool(args, work / "tool-caches", work)
-        figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
+            figures["tool_cold"] = run_tool(args, work / "tool-caches", work, **fresh)
+        if not args.no_warm:
+            figures["tool_warm"] = run_tool(args, work / "tool-caches", work)
         if args.serial:
             figures["tool_warm_serial"] = run_tool(args, work / "tool-caches", work, "generate_while_loading=never")
         if args.graphed:
             figures["tool_warm_graphed"] = run_tool(args, work / "tool-caches", work, "hf.decode=graphed")
-        if not args.no_bare:
+        if not args.no_bare and not args.no_warm:
             figures["bare_vllm_warm"] = in_fresh_process(bare_vllm, args, cache_env(work / "bare-caches"))
     ids = figures["tool_cold"]["token_ids"]
-    assert figures["tool_warm"]["token_ids"] == ids, "the warm run generated other tokens than the cold one"
+    caches = ("cold",) if args.no_warm else ("cold", "warm")
+    if not args.no_warm:
+        assert figures["tool_warm"]["token_ids"] == ids, "the warm run generated other tokens than the cold one"
     if not args.no_bare:
-        for cache in ("cold", "warm"):
+        for cache in caches:
             assert figures[f"bare_vllm_{cache}"]["token_ids"] == ids["vllm"], f"bare vLLM ({cache}) made other tokens"
         assert figures["bare_hf"]["token_ids"] == ids["hf"], "bare HF generated other tokens than the tool"
-        for cache in ("cold", "warm"):
+        for cache in caches:
             tool, bare_v = figures[f"tool_{cache}"], figures[f"bare_vllm_{cache}"]
             figures[f"ratio_{cache}"] = {
                 "tool_wall_to_slowest_bare": tool["wall_s"] / max(bare_v["first_result_s"],

@@ -1,4 +1,4 @@
-# Sourced by the GPU chains (bench/gpu_nov26*.sh, gpu_wings.sh), run by bench/gpu_go.sh on the lent
+# Sourced by the GPU chains (bench/gpu_*.sh, bench/figures/*/gpu_*.sh), run by bench/gpu_go.sh on the lent
 # machine: results in $R (/tmp/res), one file per step, steps.txt with each step's epoch times and exit
 # code; `touch $R/stop` skips the steps not started yet. Runs from the project root.
 R=/tmp/res; mkdir -p $R; cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -7,9 +7,14 @@
 
 What bench/replay.py's trainer side spends beyond the forward pass, without the replay around it: the
 tool leg is what a worker does for one `score_batch` verb (HfEngine.score_batch, the steps as columns,
-pickled and unpickled as they cross the pipe); the bare leg is one forward pass per row, log-softmax,
-the chosen tokens' logprobs to Python (bench/replay.py's bare_hf). The legs alternate (--repeat times)
-so a busy machine slows both alike; the logprobs of the two legs are asserted equal (bit for bit).
+pickled and unpickled as they cross the pipe); the bare legs are one forward pass per row ("bare") and
+the rows sorted by length, many a forward, right-padded, at most --bare-tokens tokens a forward
+("bare_batched", what a user batching it would write: issue 44), each with log-softmax and the chosen
+tokens' logprobs to Python. --vary gives the rows prompts of different lengths (a real replay's); the
+tool's engine packs them as its side's score_batch says (--score-batch, default auto). The legs
+alternate (--repeat times) so a busy machine slows them alike; the tool's logprobs are asserted equal to
+the one-row bare leg's, bit for bit (auto keeps each row's bits), and the batched bare leg's difference
+from them is reported (padding may move bits on a device: "bare_batched_vs_one_row").
 Prints and writes (--out) the median and least seconds per leg, their ratios, and the CPU seconds (on a
 shared CPU the least and the CPU time are steadier than the median).
 """
@@ -32,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, os.environ.get("PARITY_TREE") or str(Path(__file__).resolve().parents[1]))
 
 
-def _engine(model: str, dtype: str):
+def _engine(model: str, dtype: str, score_batch: str = "auto"):
     from parity_ui.core.config import build_config
     from parity_ui.engines.hf_engine import HfEngine
     from parity_ui.inputs.prompts import PromptSpec
@@ -41,15 +46,17 @@ def _engine(model: str, dtype: str):
     from parity_ui.run.plan import RunRequest
     from parity_ui.run.prepare import prepare
 
-    cfg = build_config(None, ["logprobs=1"], sides=[f"trainer=hf,dtype={dtype}", f"other=hf,dtype={dtype}"])
+    # A checkout before issue 44 has no score_batch option: leave it out there.
+    sb = f",score_batch={score_batch}" if score_batch != "auto" else ""
+    cfg = build_config(None, ["logprobs=1"], sides=[f"trainer=hf,dtype={dtype}{sb}", f"other=hf,dtype={dtype}"])
     prep = prepare(RunRequest(model=model, prompts=[PromptSpec(text="x", token_ids=[1, 2, 3])], config=cfg),
                    gpu=on_gpu())
     side = prep.side("trainer")
     os.environ.update(side.worker_env or {})
     engine = HfEngine()
     engine.should_stop = lambda: False
-    engine.load(load_request(side))
-    return engine
+    info = engine.load(load_request(side))
+    return engine, info.resolved.get("score_batch")
 
 
 def main() -> None:
@@ -60,6 +67,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--prompt", type=int, default=40, help="prompt tokens a row")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--vary", action="store_true", help="prompts of different lengths (half to 1.5x --prompt)")
+    ap.add_argument("--score-batch", default="auto", help="the tool side's score_batch")
+    ap.add_argument("--bare-tokens", type=int, default=8192, help="the batched bare leg's tokens a forward")
     ap.add_argument("--profile", action="store_true", help="cProfile one more tool leg and print its top functions")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -68,11 +78,15 @@ def main() -> None:
     from parity_ui.core.requests import ScoreBatch, ScoreRequest
     from parity_ui.core.types import StepColumns
 
-    engine = _engine(args.model, args.dtype)
+    engine, resolved = _engine(args.model, args.dtype, args.score_batch)
     model, dev = engine.model, engine.model.device
     vocab = model.get_output_embeddings().out_features
     rnd = random.Random(0)
-    rows = [([rnd.randrange(16, vocab) for _ in range(args.prompt)], [rnd.randrange(16, vocab) for _ in range(args.tokens)])
+
+    def plen() -> int:
+        return rnd.randrange(max(1, args.prompt // 2), args.prompt * 3 // 2 + 1) if args.vary else args.prompt
+
+    rows = [([rnd.randrange(16, vocab) for _ in range(plen())], [rnd.randrange(16, vocab) for _ in range(args.tokens)])
             for _ in range(args.rows)]
     batch = ScoreBatch([ScoreRequest(p, c, 1) for p, c in rows])
 
@@ -95,26 +109,57 @@ def main() -> None:
                 out.append(lp[idx, torch.tensor(c, device=dev)].tolist())
         return out
 
-    tool(), bare()  # warm both paths (allocator, kernels)
-    times: dict[str, list[float]] = {"tool": [], "bare": []}
-    cpu: dict[str, list[float]] = {"tool": [], "bare": []}  # this process's CPU seconds (all threads): steadier on a shared CPU
+    def bare_batched() -> list[list[float]]:
+        seqs = [p + c for p, c in rows]
+        order = sorted(range(len(rows)), key=lambda i: -len(seqs[i]))
+        batches, cur = [], []
+        for i in order:
+            if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        batches.append(cur)
+        out: list = [None] * len(rows)
+        with torch.inference_mode():
+            for b in batches:
+                w = len(seqs[b[0]])
+                ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
+                mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
+                logits = model(input_ids=ids, attention_mask=mask).logits
+                for x, i in enumerate(b):
+                    p, c = rows[i]
+                    lp = torch.log_softmax(logits[x, len(p) - 1: len(p) - 1 + len(c)].float(), dim=-1)
+                    out[i] = lp.gather(1, torch.tensor(c, device=dev)[:, None])[:, 0].tolist()
+        return out
+
+    tool(), bare(), bare_batched()  # warm every path (allocator, kernels)
+    legs = (("tool", tool), ("bare", bare), ("bare_batched", bare_batched))
+    times: dict[str, list[float]] = {name: [] for name, _ in legs}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in legs}  # this process's CPU seconds: steadier on a shared CPU
     results = {}
     for _ in range(args.repeat):
-        for name, fn in (("tool", tool), ("bare", bare)):
+        for name, fn in legs:
             sync()
             t, c = time.perf_counter(), time.process_time()
             results[name] = fn()
             sync()
             times[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
-    worst = max(abs(a - b) for x, y in zip(results["tool"], results["bare"]) for a, b in zip(x, y))
-    assert worst == 0.0, f"the tool's logprobs differ from bare teacher-forcing's by {worst}"
+    def diff(a: str, b: str) -> float:
+        return max(abs(x - y) for p, r in zip(results[a], results[b]) for x, y in zip(p, r))
+
+    worst = diff("tool", "bare")
+    if args.score_batch in ("auto", "same-length", "one-row"):
+        assert worst == 0.0, f"the tool's logprobs differ from bare teacher-forcing's by {worst}"
     med = {k: statistics.median(v) for k, v in times.items()}
     figures = {"model": args.model, "dtype": args.dtype, "device": str(dev), "rows": args.rows, "tokens": args.tokens,
+               "vary": args.vary, "score_batch": resolved, "load_average": os.getloadavg(),
                "times_s": times, "median_s": med, "tool_over_bare": med["tool"] / med["bare"],
+               "tool_over_bare_batched": med["tool"] / med["bare_batched"],
                "min_s": {k: min(v) for k, v in times.items()}, "tool_over_bare_min": min(times["tool"]) / min(times["bare"]),
+               "tool_over_bare_batched_min": min(times["tool"]) / min(times["bare_batched"]),
                "cpu_s": cpu, "tool_over_bare_cpu": statistics.median(cpu["tool"]) / statistics.median(cpu["bare"]),
-               "max_abs_logprob_diff": worst}
+               "max_abs_logprob_diff": worst, "bare_batched_vs_one_row": diff("bare_batched", "bare")}
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()

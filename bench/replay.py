@@ -8,11 +8,20 @@ while a large dump streams through.
 (a) The tool: `run_replay` on a fresh ParityService over a synthetic dump in parity-ui's rollout
 format (--rows rows: a prompt of the bench's chat prompts, --tokens response ids drawn from the
 vocabulary with a fixed seed, recorded logprobs made up), sides trainer=hf (--dtype) and
-rollout=vllm, no floor. Its trainer side's time is the time the replay spent in that side's
-score_batch calls (the run records it: replay.score_s). The bare engine: HF loaded in a fresh
-process with exactly the arguments the tool maps to, one teacher-forced forward pass per row, as
-the tool's HF engine does. Like for like (asserted): the bare logprobs equal the tool's stored
-trainer logprobs. Goal: tool trainer time / bare time <= 1.2.
+rollout=vllm, no floor, the replay's default chunk unless --chunk. Its sides' times are what the
+replay spent in each side's score_batch calls (the run records them: replay.score_s).
+The bare engines, each in a fresh process with exactly the arguments the tool maps to, written as a
+user would write them (issue 44):
+- bare HF: the rows sorted by length and teacher-forced many a forward (right-padded, an attention
+  mask, at most --bare-tokens tokens a forward), float32 log-softmax of the logits; then the same rows
+  one a forward (what bench/replay.py compared with before), to tell whether padding moves a row's
+  bits on this device ("padded_vs_one_row").
+- bare vLLM: every row in ONE generate call (prompt + response as the prompt, max_tokens=1,
+  prompt_logprobs), the tool's SamplingParams otherwise.
+Like for like: the tool's trainer logprobs against bare HF's (same bits, or the difference named) and
+its rollout side's against bare vLLM's. Goals: the trainer's time <= 1.2x bare batched HF's work; the
+whole replay (a fresh process: start, load, score, compare, store) <= 1.5x the two bare processes'
+wall times together.
 
 (b) The parent process's peak memory (ru_maxrss, and tracemalloc's peak of Python allocations) while
 a dump of --rows x --tokens streams through a replay (sides: two HF sides on the CPU, float32, no
@@ -73,7 +82,8 @@ def tool(args, dump: Path, db: str) -> dict:
     cfg = build_config(None, ["logprobs=1"], sides=_sides(args))
     t0 = time.perf_counter()
     svc = ParityService(db_path=db)
-    run = svc.replay(ReplayRequest(dump=str(dump), model=args.model, config=cfg, floor="none", chunk=args.chunk),
+    chunk = {"chunk": args.chunk} if args.chunk else {}  # unset: the replay's own default
+    run = svc.replay(ReplayRequest(dump=str(dump), model=args.model, config=cfg, floor="none", **chunk),
                      on_event=lambda e: e.kind == "progress" and print(f"  tool: {e.message}", flush=True))
     wall = time.perf_counter() - t0
     assert run.status in ("ok", "diverged"), run.error
@@ -86,7 +96,10 @@ def tool(args, dump: Path, db: str) -> dict:
         pair = next(p for p in rep.pairs if p.b == other and p.a == run.reference)  # "<other> vs <trainer>"
         for s in pair_samples(svc.db, run.id, pair.stored):
             rows[s.prompt_index] = list(s.logp_ref)  # the pair's a: the trainer
+            side[s.prompt_index] = list(s.logp_side)  # its b: the rollout side
         out["trainer_logprobs"] = [rows[i] for i in sorted(rows)]
+        out["rollout_logprobs"] = [side[i] for i in sorted(side)]
+        out["score_batch"] = next((s.resolved.get("score_batch") for s in run.sides if s.name == "trainer"), None)
     svc.close()
     return out
 
@@ -107,7 +120,8 @@ def _prep(args):
 
 
 def bare_hf(args, q) -> None:
-    """Teacher-force every row of the dump, one forward pass each, with the tool's own HF arguments."""
+    """Teacher-force every row of the dump with the tool's own HF arguments: sorted by length, many rows
+    a forward (right-padded), as a user would batch it; then one row a forward."""
     t0 = time.perf_counter()
     import torch
 
@@ -124,18 +138,72 @@ def bare_hf(args, q) -> None:
 
     model, _, _ = load_bare_hf(View())
     dev = prep.side("trainer").args.device
-    t = time.perf_counter()
-    out = []
+    seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
+
+    def logprobs_of(logits, r):  # [len, vocab] -> the response tokens' logprobs
+        base, resp = len(r["prompt_ids"]), r["response_ids"]
+        lp = torch.log_softmax(logits[base - 1: base - 1 + len(resp)].float(), dim=-1)
+        return lp.gather(1, torch.tensor(resp, device=dev)[:, None])[:, 0].tolist()
+
+    def sync():
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    order = sorted(range(len(rows)), key=lambda i: -len(seqs[i]))
+    batches, cur = [], []
+    for i in order:  # longest first, as many rows as fit --bare-tokens (rows x the longest)
+        if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    batches.append(cur)
     with torch.inference_mode():
-        for r in rows:
-            ids = torch.tensor([r["prompt_ids"] + r["response_ids"]], device=dev)
-            lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
-            base = len(r["prompt_ids"])
-            idx = torch.arange(base - 1, base - 1 + len(r["response_ids"]), device=dev)
-            out.append(lp[idx, torch.tensor(r["response_ids"], device=dev)].tolist())
-    if dev.startswith("cuda"):
-        torch.cuda.synchronize()
-    q.put({"logprobs": out, "work_s": time.perf_counter() - t, "wall_s": time.perf_counter() - t0})
+        model(input_ids=torch.tensor([seqs[0][:8]], device=dev))  # the first call's one-time costs
+        sync()
+        t = time.perf_counter()
+        batched: list = [None] * len(rows)
+        for b in batches:
+            w = len(seqs[b[0]])
+            ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
+            mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            for x, i in enumerate(b):
+                batched[i] = logprobs_of(logits[x], rows[i])
+        sync()
+        batched_s = time.perf_counter() - t
+        t = time.perf_counter()
+        alone = [logprobs_of(model(input_ids=torch.tensor([s], device=dev)).logits[0], r) for s, r in zip(seqs, rows)]
+        sync()
+        alone_s = time.perf_counter() - t
+    diff = max(abs(a - b) for x, y in zip(batched, alone) for a, b in zip(x, y))
+    q.put({"logprobs": batched, "logprobs_one_row": alone, "work_s": batched_s, "one_row_s": alone_s,
+           "forwards": len(batches), "padded_vs_one_row": diff, "wall_s": time.perf_counter() - t0})
+
+
+def bare_vllm(args, q) -> None:
+    """Every row of the dump in one vLLM generate call: prompt logprobs over prompt + response."""
+    t0 = time.perf_counter()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    prep = _prep(args)
+    v = prep.side("rollout").args
+    os.environ.update(v.env)
+    from vllm import LLM, SamplingParams
+
+    rows = [json.loads(line) for line in open(args.dump_path)]
+    llm = LLM(**v.llm)
+    t = time.perf_counter()
+    sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
+    outs = llm.generate([{"prompt_token_ids": r["prompt_ids"] + r["response_ids"]} for r in rows], sp, use_tqdm=False)
+    lps = []
+    for r, o in zip(rows, outs):
+        base = len(r["prompt_ids"])
+        lps.append([o.prompt_logprobs[base + j][tid].logprob for j, tid in enumerate(r["response_ids"])])
+    q.put({"logprobs": lps, "work_s": time.perf_counter() - t, "wall_s": time.perf_counter() - t0})
+
+
+def _worst(a: list, b: list) -> float:
+    assert len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b)), "the rows do not line up"
+    return max((abs(x - y) for p, r in zip(a, b) for x, y in zip(p, r)), default=0.0)
 
 
 def speed(args, work: Path) -> dict:
@@ -144,16 +212,29 @@ def speed(args, work: Path) -> dict:
     args.dump_path = str(dump)
     print(f"tool: replay of {args.rows} rows x {args.tokens} tokens", flush=True)
     t = tool(args, dump, str(work / "speed.db"))
-    print("bare HF: teacher-forcing the same rows", flush=True)
-    h = in_fresh_process(bare_hf, args, _prep(args).side("trainer").worker_env)
-    worst = max(abs(a - b) for x, y in zip(h["logprobs"], t["trainer_logprobs"]) for a, b in zip(x, y))
-    assert len(h["logprobs"]) == len(t["trainer_logprobs"]) == args.rows
-    assert worst <= 1e-5, f"bare HF's teacher-forced logprobs differ from the tool's trainer side by {worst}"
-    trainer_s = t["score_s"]["trainer"]
+    prep = _prep(args)
+    print("bare HF: teacher-forcing the same rows, batched, then one a forward", flush=True)
+    h = in_fresh_process(bare_hf, args, prep.side("trainer").worker_env)
+    print("bare vLLM: every row in one generate call, prompt logprobs", flush=True)
+    v = in_fresh_process(bare_vllm, args, prep.side("rollout").worker_env)
+    trainer = t["trainer_logprobs"]
+    vs_one_row, vs_batched = _worst(trainer, h["logprobs_one_row"]), _worst(trainer, h["logprobs"])
+    # Not a misaligned row or another row's context: those move logprobs by whole nats.
+    assert min(vs_one_row, vs_batched) <= 1e-3, f"the tool's trainer logprobs differ from bare HF's by {vs_one_row}"
+    rollout_diff = _worst(t["rollout_logprobs"], v["logprobs"])
+    assert rollout_diff <= 1e-2 or args.dtype != "float32", f"bare vLLM's logprobs differ by {rollout_diff}"
+    trainer_s, rollout_s = t["score_s"]["trainer"], t["score_s"]["rollout"]
+    bare_sum = h["wall_s"] + v["wall_s"]
     return {"rows": args.rows, "tokens": args.tokens, "dtype": args.dtype, "model": args.model,
-            "tool": {k: t[k] for k in ("run_id", "wall_s", "timings", "score_s", "forced", "headline")},
-            "bare_hf": {"work_s": h["work_s"], "wall_s": h["wall_s"]}, "max_abs_logprob_diff": worst,
-            "trainer_over_bare": trainer_s / h["work_s"], "goal": 1.2, "meets_goal": trainer_s / h["work_s"] <= 1.2}
+            "tool": {k: t[k] for k in ("run_id", "wall_s", "timings", "score_s", "forced", "headline", "score_batch")},
+            "bare_hf": {k: h[k] for k in ("work_s", "one_row_s", "forwards", "wall_s", "padded_vs_one_row")},
+            "bare_vllm": {k: v[k] for k in ("work_s", "wall_s")},
+            "trainer_vs_bare_one_row_max_abs_diff": vs_one_row, "trainer_vs_bare_batched_max_abs_diff": vs_batched,
+            "rollout_vs_bare_vllm_max_abs_diff": rollout_diff,
+            "trainer_over_bare_batched": trainer_s / h["work_s"], "trainer_over_bare_one_row": trainer_s / h["one_row_s"],
+            "rollout_over_bare_vllm": rollout_s / v["work_s"], "whole_over_bare_sum": t["wall_s"] / bare_sum,
+            "goals": {"trainer_over_bare_batched": 1.2, "whole_over_bare_sum": 1.5},
+            "meets_goals": {"trainer": trainer_s / h["work_s"] <= 1.2, "whole": t["wall_s"] / bare_sum <= 1.5}}
 
 
 def memory(args, work: Path) -> dict:
@@ -180,7 +261,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--chunk", type=int, default=64, help="rows replayed and stored together")
+    ap.add_argument("--chunk", type=int, default=0, help="rows replayed and stored together (0: the replay's default)")
+    ap.add_argument("--bare-tokens", type=int, default=8192,
+                    help="the bare HF's tokens a forward (rows x the longest, padding included)")
     ap.add_argument("--memory", action="store_true", help="(b): the parent's peak memory only (HF sides, no bare run)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false",
                     help="with --memory: peak RSS only, without tracing Python's allocations (which slows the run)")
@@ -198,7 +281,7 @@ def main() -> None:
         if not (folder / "config.json").exists():
             build_model(folder, "llama")
         args.model, args.dtype = str(folder), "float32"
-        args.rows, args.tokens, args.chunk = 40, 64, 16
+        args.rows, args.tokens, args.chunk = 40, 64, 0
         figures = {"speed": speed(args, work)}
         args.memory, args.rows, args.tokens = True, 300, 256
         figures["memory"] = memory(args, work)

@@ -207,6 +207,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from .service import ReplayRequest
 
+    if args.steps or args.follow or _is_run_dir(args.dump):
+        return cmd_trend(args)
     service = _service(args)
     try:
         cluster, replicas = _cluster_args(args)
@@ -226,9 +228,79 @@ def cmd_replay(args: argparse.Namespace) -> int:
             cluster=cluster,
             replicas=replicas,
         )
+        if args.recorded_only:  # the dump's own pair, no engine
+            return _report(service.replay_recorded(req, on_event=_emit(args)), args, service)
         return _report(service.replay(req, on_event=_emit(args)), args, service)
     finally:
         service.close()
+
+
+def _is_run_dir(path: str) -> bool:
+    """A directory of a run's steps (not one step's own directory: prime-rl's step_N/, verl's <step>/)."""
+    from .inputs.step_dumps import detect_step_format
+
+    p = Path(path)
+    return p.is_dir() and detect_step_format(p) is None
+
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    """`parity replay DIR` (or --steps, --follow): every step of the run, the trend, the jumps, a gate."""
+    from .core.trend import parse_gate
+    from .inputs.run_steps import parse_steps
+    from .render.trend import breach_line, step_json, step_line, trend_text
+    from .service import TrendRequest
+
+    try:
+        gate, steps = parse_gate(args.fail_on), parse_steps(args.steps)
+    except ValueError as e:
+        raise PromptError(str(e), "see parity replay --help (--fail-on, --steps)") from None
+    engines = bool(args.sides or args.sides_preset or args.config)  # engines only when sides are asked for
+    service = _service(args)
+    said: set[int] = set()
+
+    def on_step(step: Any, report: Any) -> None:
+        if not args.follow:
+            return
+        print(step_json(step, report) if args.json else step_line(step), flush=True)
+        if report.breach and report.breach["step"] not in said:
+            said.add(report.breach["step"])
+            print(breach_line(report), flush=True)
+
+    try:
+        req = TrendRequest(
+            root=args.dump,
+            model=args.model,
+            config=_config(args),
+            engines=engines,
+            format=args.format,
+            steps=steps,
+            follow=args.follow,
+            settle_s=args.settle,
+            poll_s=args.poll,
+            idle_exit_s=args.idle_exit,
+            until_step=args.until_step,
+            gate=gate,
+            keep_going=args.keep_going,
+            trust_pickle=args.trust_pickle,
+            on_bad=args.on_bad,
+            policy_version=args.policy_version,
+            limit=args.limit,
+            chunk=args.chunk,
+            floor=args.floor,
+            trust_remote_code=args.trust_remote_code,
+        )
+        run = service.trend(req, on_event=_emit(args), on_step=on_step)
+        report = service.store.trend(run.id)
+    finally:
+        service.close()
+    if report is None or run.status == "error":
+        print(f"parity: error: {run.error or 'the trend was not stored'}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps({"run_id": run.id, "status": run.status, "trend": report.to_json()}, default=str))
+    else:
+        print(trend_text(report, run.id))
+    return EXIT_DIVERGED if report.breach else EXIT_IDENTICAL
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -308,7 +380,8 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     from .service import open_store
 
     only = None if args.prompt is None else [args.prompt]
-    run = open_store(args.db).get_run(args.id, prompts=only)
+    store = open_store(args.db)
+    run = store.get_run(args.id, prompts=only)
     if run is None:
         print(
             f"parity: error: no run with id {args.id!r} in {args.db or 'runs.db'}. "
@@ -323,7 +396,16 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    if args.json:
+    trend = store.trend(run.id) if run.kind == "trend" else None
+    if trend is not None:  # a run's trend over its steps: its record is the whole of it
+        from .render.trend import trend_text
+
+        print(
+            json.dumps({**run_json(run), "trend": trend.to_json()}, default=str)
+            if args.json
+            else trend_text(trend, run.id)
+        )
+    elif args.json:
         print(json.dumps(run_json(run)))
     elif run.workload is not None and only is None:
         from .render.text import format_workload
@@ -360,20 +442,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
+    from .render.op_map import format_op_map, localisation_json
     from .render.text import format_localisation
 
     service = _service(args)
     try:
-        loc = service.localise(args.id, args.prompt, args.position, args.sides, emit=_emit(args))
+        loc = service.localise(
+            args.id,
+            args.prompt,
+            args.position,
+            args.sides,
+            emit=_emit(args),
+            ops=args.ops,
+            window=args.window,
+            swap=args.swap,
+        )
     finally:
         service.close()
     if loc.error:
         print(f"parity: error: {loc.error}", file=sys.stderr)
         print(f"parity: stored as localisation {loc.id} of run {loc.run_id}", file=sys.stderr)
     if args.json:
-        print(json.dumps(loc.to_dict()))
+        print(json.dumps(localisation_json(loc)))
     elif not loc.error:
         print(format_localisation(loc))
+        if loc.op_map:
+            print(format_op_map(loc))
     return EXIT_ERROR if loc.error else 0
 
 
@@ -761,13 +855,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "dump",
         help="the dump: parity-ui's rollout format (.jsonl/.parquet), NeMo-RL "
-        "train_data_step*.jsonl, verl rollout_data_dir .jsonl, slime/miles rollout_*.pt",
+        "train_data_step*.jsonl, verl rollout_data_dir .jsonl, slime/miles rollout_*.pt, a prime-rl "
+        "token_exports/step_N directory, a verl <step>/gen_batch.dp; or a run's directory of step dumps "
+        "(every step replayed, the trend over the steps: see --steps, --follow)",
     )
     rp.add_argument("--model", required=True, help="the model the run trained (a folder or an HF id)")
     rp.add_argument(
         "--format",
         default="auto",
-        choices=["auto", "parity", "nemo-rl", "verl", "slime"],
+        choices=["auto", "parity", "nemo-rl", "verl", "slime", "prime-rl", "verl-dp"],
         help="the dump's format (default: detected)",
     )
     rp.add_argument(
@@ -794,6 +890,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="the trainer's own noise: kernel (another attention kernel; auto with an HF trainer), none",
     )
     rp.add_argument("--trust-remote-code", action="store_true")
+    rp.add_argument(
+        "--recorded-only",
+        action="store_true",
+        help="pool the dump's own pair (its rollout against its trainer logprobs) without loading any engine; "
+        "a run's directory is replayed this way unless --side is given",
+    )
+    t = rp.add_argument_group("a run's directory of step dumps: the trend over its steps")
+    t.add_argument("--steps", metavar="N,A-B,C-", help="only these steps (e.g. 1-10,12 or 100-: from 100 on)")
+    t.add_argument(
+        "--follow",
+        action="store_true",
+        help="watch the directory and replay each step as it lands (after its marker, or once its files stop "
+        "growing), appending to the same trend; one line per step on stdout (--json: a JSON object per line)",
+    )
+    t.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="FIGURE>LIMIT",
+        help="a gate judged as each step lands, e.g. k3>0.001 or outside_0.8_1.2>0.02 (repeatable): the first "
+        "breach prints 'PARITY GATE FAILED ...' and ends with exit code 1",
+    )
+    t.add_argument("--keep-going", action="store_true", help="a gate breach is reported, the follow goes on")
+    t.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="a step without a completion marker is complete once its files are unchanged this long (s)",
+    )
+    t.add_argument("--poll", type=float, default=1.0, help="--follow: seconds between looks at the directory")
+    t.add_argument("--idle-exit", type=float, help="--follow: end after this many seconds without a new step")
+    t.add_argument("--until-step", type=int, help="--follow: end once this step is replayed")
     _add_cluster_args(rp)
     rp.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -851,6 +979,23 @@ def build_parser() -> argparse.ArgumentParser:
     ly.add_argument("--position", type=int, help="generated-token position to examine (default: the divergence)")
     ly.add_argument(
         "--sides", help="two side names, e.g. ref,b (default: the reference and the first side that diverged)"
+    )
+    ly.add_argument(
+        "--ops",
+        action="store_true",
+        help="the op map: every layer x op (norms, q/k/v, attention, o_proj, MLP or router/experts) x token, the "
+        "error each op adds against a measured floor",
+    )
+    ly.add_argument(
+        "--window",
+        help="the op map's positions: N (the last N), A:B (positions A..B-1 of the prompt and tokens) or all "
+        "(default: every position that fits in memory); implies --ops",
+    )
+    ly.add_argument(
+        "--swap",
+        metavar="LAYER.OP",
+        help="the causal check: run side b again with side a's output of this op (e.g. 3.q, 0.down, final.norm) "
+        "swapped in; does the divergence disappear? implies --ops",
     )
     ly.add_argument("--json", action="store_true")
     ly.add_argument("--quiet", action="store_true")

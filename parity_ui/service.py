@@ -11,8 +11,9 @@ contexts every command is built from:
 - `sides(plans)`: the side setups started, checked and loaded, answering typed verbs
   (parity_ui.run.pipeline.Sides). Nothing outlives the block but warm workers.
 
-The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`, `probe`,
-`sweep`, `localise`, `bisect`, `check`, `audit`, `weights`; `run` takes whichever request `plan_request` made (the one
+The commands, one method each, each a short delegation: `compare`, `workload`, `resume`, `replay`,
+`replay_recorded`, `trend`, `probe`, `sweep`, `localise`, `bisect`, `check`, `audit`, `weights`; `run` takes
+whichever request `plan_request` made (the one
 rule for "a comparison or a workload?", for the CLI and the app alike). One command at a time: the
 service's lock.
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from .commands.audit.run import AuditOutcome, AuditRequest
 from .commands.replay import ReplayRequest
+from .commands.replay_steps import TrendRequest
 from .commands.weights import WeightsCheckRequest
 from .commands.workload.run import WorkloadRequest
 from .core.config import routes_for
@@ -41,9 +43,9 @@ from .inputs.prompts import PromptSpec, tokenizer_for
 from .run.hardware import on_gpu
 from .run.pipeline import CapabilityError, Loaded, Sides
 from .run.plan import Prepared, RunRequest, SidePlan
-from .run.prepare import likely_workers, prepare
+from .run.prepare import likely_prewarms, likely_workers, prepare
 from .run.recorder import RunRecorder
-from .run.workers import EnginePool
+from .run.workers import EnginePool, start_prewarm
 from .store import Store
 from .store.runs import new_run_id
 
@@ -56,6 +58,7 @@ __all__ = [
     "WorkloadRequest",
     "ReplayRequest",
     "WeightsCheckRequest",
+    "TrendRequest",
     "WorkloadOptions",
     "RunEvent",
     "CapabilityError",
@@ -161,6 +164,10 @@ class ParityService:
         the tokenizer. `sides()` takes them; a wrong guess is dropped."""
         for side, engine, python, env in likely_workers(req, self.on_gpu):
             self.pool.prestart(side, engine, python, env)
+        # A GPU host with a cold cache: vLLM's model-class inspection (a vLLM import of its own) runs
+        # beside the workers' imports instead of inside the load (parity_ui.engines.vllm_prewarm).
+        for module, python, env, folder in likely_prewarms(req, self.on_gpu):
+            start_prewarm(module, python, env, folder)
 
     # -- the contexts every command is built from -------------------------------------------------
 
@@ -301,7 +308,10 @@ class ParityService:
                 timings=timings,
             )
             sides.start()
-            yield sides
+            try:
+                yield sides
+            finally:
+                sides.close()  # a replacement replica still starting is not waited for
 
     # -- commands: one method each -----------------------------------------------------------------
 
@@ -353,6 +363,9 @@ class ParityService:
         from .commands.workload.run import resume_workload
 
         if is_replay(self, run_id):
+            from .commands.replay_recorded import refuse_resume
+
+            refuse_resume(self, run_id)  # a recorded-only replay is read again, not resumed
             return resume_replay(self, run_id, on_event, cluster=cluster, replicas=replicas)
         return resume_workload(self, run_id, on_event, cluster=cluster, replicas=replicas)
 
@@ -364,6 +377,25 @@ class ParityService:
         from .commands.replay import run_replay
 
         return run_replay(self, req, on_event)
+
+    def replay_recorded(self, req: Any, on_event: EventCallback | None = None) -> Run:
+        """A dump's own pair, the recorded rollout against the recorded trainer logprobs, pooled without
+        loading any engine (parity_ui.commands.replay_recorded; `req` a ReplayRequest, its sides unused).
+        Stored as a run of kind "replay". Raises ParityError, with nothing stored, for a dump that cannot
+        be read, fails the preflight, or holds no trainer logprobs."""
+        from .commands.replay_recorded import replay_recorded
+
+        return replay_recorded(self, req, on_event).run
+
+    def trend(self, req: Any, on_event: EventCallback | None = None, on_step: Any = None) -> Run:
+        """Every step of a run's directory replayed (recorded-only, or with the sides), the mismatch's
+        trend over the steps and where it jumps; `req.follow`: each step as it lands, a gate judged as
+        it goes (parity_ui.commands.replay_steps; `req` a TrendRequest, `on_step(step, report)` called
+        as each step lands). Stored as a run of kind "trend" (its record: `store.trend(run.id)`).
+        Raises ParityError, nothing stored, for a directory that is not a run's."""
+        from .commands.replay_steps import run_trend
+
+        return run_trend(self, req, on_event, on_step)
 
     def probe(
         self,
@@ -441,19 +473,32 @@ class ParityService:
         position: int | None = None,
         pair: tuple[str, str] | str | None = None,
         emit: EventCallback | None = None,
+        *,
+        ops: bool = False,
+        window: str | None = None,
+        swap: str | None = None,
     ) -> Localisation:
         """Where inside the model two sides of a stored run (a Run or its id) part
         (parity_ui.commands.layers), stored with the run, also when it cannot run (the stored
-        localisation then says why and how to fix it). Raises ParityError for an unknown run id."""
+        localisation then says why and how to fix it). `ops` (or a `window`, or a `swap` "LAYER.OP"):
+        the op map of every layer, op and token with its causal swap (parity_ui.commands.op_map).
+        Raises ParityError for an unknown run id."""
         from .commands.layers import failed, localise
+        from .commands.op_map import op_localise
         from .core.errors import ParityError
 
         run = self._stored(run) if isinstance(run, str) else run
         with self.command():
             try:
-                loc = localise(self, run, prompt_index, position, pair, emit)
+                if ops or window or swap:
+                    loc = op_localise(self, run, prompt_index, position, pair, window, swap, emit)
+                else:
+                    loc = localise(self, run, prompt_index, position, pair, emit)
             except ParityError as e:
                 loc = failed(run, prompt_index, position, pair, e)
+                if ops or window or swap:
+                    asked = " ".join(f"--{k} {v}" for k, v in (("window", window), ("swap", swap)) if v)
+                    loc.notes.append(f"asked for the op map {asked}".strip())
             return self.store.save_localisation(loc)
 
     def bisect(

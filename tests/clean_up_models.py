@@ -24,10 +24,8 @@ def with_config(src: Path, dst: Path, **keys) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    from tiny_models import build_model
-
-    return build_model(tmp_path_factory.mktemp("cleanup") / "llama", "llama")
+def model(build_tiny):
+    return build_tiny("llama")  # the session's tiny Llama: the tests change a copy (with_config)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """Shared test setup: runs go to a temporary database, engine caches to known places."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -64,11 +65,38 @@ def service(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory):
-    """The shared tiny Llama (seed 0): same folder for every module, so its workers are reused."""
-    from tiny_models import build_model
+def build_tiny(tmp_path_factory):
+    """The session's one model factory: `build_tiny(name, arch=name, **options)` builds a tiny model once
+    per session and returns its folder, named `name`; every module asking for the same one gets the same
+    folder (and, on the session service, its warm workers). `arch`: "llama" or "qwen2"
+    (tiny_models.build_model), one of tiny_models.MOE_ARCHS (build_moe_model), or "fake" (the fake engine
+    kind's folder, a tokenizer and a config: fake_engine.fake_model; it needs the kind registered to run).
+    `options` go to the builder (seed, max_position_embeddings, num_hidden_layers, ...). The folder is
+    shared: a test that changes a model copies it first (tiny_models.copy_model)."""
+    from fake_engine import fake_model
+    from tiny_models import MOE_ARCHS, build_model, build_moe_model
 
-    return build_model(tmp_path_factory.mktemp("tiny") / "llama", "llama")
+    built: dict[str, Path] = {}
+
+    def build(name: str, arch: str | None = None, **options) -> Path:
+        arch = arch or name
+        key = json.dumps([name, arch, options], sort_keys=True, default=str)
+        if key not in built:
+            if arch == "fake":  # the folder itself, as the fake's tests always made it
+                built[key] = Path(fake_model(tmp_path_factory.mktemp(name), **options))
+            else:
+                folder = tmp_path_factory.mktemp(f"tiny-{name}") / name
+                maker = build_moe_model if arch in MOE_ARCHS else build_model
+                built[key] = Path(maker(folder, arch, **options))
+        return built[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(build_tiny):
+    """The shared tiny Llama (seed 0): same folder for every module, so its workers are reused."""
+    return build_tiny("llama")
 
 
 @pytest.fixture(scope="session")

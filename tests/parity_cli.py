@@ -7,8 +7,6 @@ import sys
 
 import pytest
 
-from tiny_models import build_model
-
 
 def parity(*args, db, timeout=600):
     return subprocess.run([sys.executable, "-m", "parity_ui.cli", "--db", str(db), *args],
@@ -16,5 +14,5 @@ def parity(*args, db, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_model(tmp_path_factory.mktemp("cli") / "llama", "llama", max_position_embeddings=64)
+def tiny(build_tiny):
+    return build_tiny("llama", max_position_embeddings=64)

@@ -103,6 +103,26 @@ def perturb_weights(folder: Path, tensor: str, *, scale: float = 0.05, seed: int
     return Path(folder)
 
 
+def perturb_relative(folder: Path, tensor: str, *, scale: float = 1e-3, row: int | None = None,
+                     seed: int = 1) -> Path:
+    """Multiply one named weight (or one `row` of it) by (1 + scale * N(0, 1)) elementwise, in place: a
+    checkpoint whose one op differs by ~`scale` relative (norm weights too, whose std is 0 at init)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = next(Path(folder).glob("*.safetensors"))
+    weights = load_file(path)
+    if tensor not in weights:
+        raise KeyError(f"{tensor} is not in {path.name}: {sorted(weights)[:8]} ...")
+    w = weights[tensor].float().clone()
+    gen = torch.Generator().manual_seed(seed)
+    target = w if row is None else w[row]
+    target.mul_(1 + scale * torch.randn(target.shape, generator=gen))
+    weights[tensor] = w.to(weights[tensor].dtype).contiguous()
+    save_file(weights, path, metadata={"format": "pt"})
+    return Path(folder)
+
+
 # Mixture-of-experts models: two router families.
 #   qwen3_moe     softmax over the experts, top-k (Qwen3-MoE; Mixtral/OLMoE route the same way)
 #   deepseek_v3   sigmoid scores, experts in n_group groups of which topk_group are kept, then top-k,

@@ -12,7 +12,8 @@ exp(logp_reference - logp_side).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeGuard
 
 from ..core.findings import MASKED_LOGPROB, CrossScores, GapStats, RatioRange
 from ..core.types import Comparison, SideResult, TokenStep
@@ -27,7 +28,7 @@ def key(generator: str, scorer: str) -> str:
     return f"{generator}_by_{scorer}"
 
 
-def _finite(x: float | None) -> bool:
+def _finite(x: float | None) -> TypeGuard[float]:
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
 
 
@@ -37,7 +38,9 @@ def _exp(x: float) -> float:
     return math.exp(min(x, 700.0))
 
 
-def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep], scored: list[TokenStep]) -> GapStats:
+def gap_stats(
+    generator: str, scorer: str, reference: str, own: Sequence[TokenStep], scored: Sequence[TokenStep]
+) -> GapStats:
     """Statistics of own-vs-teacher-forced logprobs for one generated sequence. Pure.
 
     `own` are the generating side's steps, `scored` the other side's teacher-forced steps for the
@@ -48,13 +51,13 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     other_rank: list[int | None] = []
     for a, b in zip(own, scored):
         other_rank.append(b.rank)
-        if not (_finite(a.logprob) and _finite(b.logprob)):
+        la, lb = a.logprob, b.logprob
+        if not (_finite(la) and _finite(lb)):
             gaps.append(None)
             continue
-        gap = a.logprob - b.logprob  # type: ignore[operator]
-        gaps.append(gap)
-        lp_ref, lp_side = (a.logprob, b.logprob) if generator == reference else (b.logprob, a.logprob)
-        ratios.append(_exp(lp_ref - lp_side))  # type: ignore[operator]
+        gaps.append(la - lb)
+        lp_ref, lp_side = (la, lb) if generator == reference else (lb, la)
+        ratios.append(_exp(lp_ref - lp_side))
     vals = [g for g in gaps if g is not None]
     n = len(vals)
     lo, hi = RATIO_BAND
@@ -77,6 +80,32 @@ def gap_stats(generator: str, scorer: str, reference: str, own: list[TokenStep],
     )
 
 
+def directions(c: Comparison, results: dict[str, SideResult], can_score: set[str]) -> list[tuple[str, str]]:
+    """(generator, scorer) of each direction of comparison c that the scorer can score: b's tokens by
+    a, then a's by b."""
+    return [(gen, scorer) for gen, scorer in ((c.b, c.a), (c.a, c.b)) if scorer in can_score]
+
+
+def to_score(res: SideResult | None) -> bool:
+    """Whether a generator's result has tokens to score (a direction without is None)."""
+    return res is not None and bool(res.token_ids) and not res.error
+
+
+def cross_scores(
+    c: Comparison, results: dict[str, SideResult], can_score: set[str], scored: dict[tuple[str, str], list[TokenStep]]
+) -> CrossScores:
+    """The CrossScores of comparison c from each direction's teacher-forced steps, `scored[(gen, scorer)]`
+    (every direction of `directions` whose generator has tokens). Pure."""
+    out: dict[str, GapStats | None] = {}
+    for gen, scorer in directions(c, results, can_score):
+        res = results.get(gen)
+        if res is None or not to_score(res):
+            out[key(gen, scorer)] = None
+            continue
+        out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored[(gen, scorer)])
+    return CrossScores(directions=out)
+
+
 def cross_score(
     score: ScoreFn,
     c: Comparison,
@@ -87,17 +116,12 @@ def cross_score(
 ) -> CrossScores:
     """Score each side's sequence with the other (when the other can score). Keys "<gen>_by_<scorer>";
     a direction is None when its generator made no tokens. Engine errors propagate."""
-    out: dict[str, GapStats | None] = {}
-    for gen, scorer in ((c.b, c.a), (c.a, c.b)):
-        res = results.get(gen)
-        if scorer not in can_score:
-            continue
-        if res is None or not res.token_ids or res.error:
-            out[key(gen, scorer)] = None
-            continue
-        scored = score(scorer, prompt_ids, res.token_ids, logprobs)
-        out[key(gen, scorer)] = gap_stats(gen, scorer, c.a, res.steps, scored)
-    return CrossScores(directions=out)
+    scored = {
+        (gen, scorer): score(scorer, prompt_ids, results[gen].token_ids, logprobs)
+        for gen, scorer in directions(c, results, can_score)
+        if to_score(results.get(gen))
+    }
+    return cross_scores(c, results, can_score, scored)
 
 
 def summary_line(cs: CrossScores | None) -> str:

@@ -74,7 +74,7 @@ def ddmin(
     that reuse a warm worker come first. Raises ValueError when `known` says the whole set does not
     restore parity or the empty set does (nothing to minimise)."""
     outcomes: dict[frozenset, bool] = dict(known or {})
-    whole, empty = frozenset(items), frozenset()
+    whole, empty = frozenset(items), frozenset[T]()
     if outcomes.get(whole) is False:
         raise ValueError("flipping every difference does not restore parity: there is nothing to minimise")
     if outcomes.get(empty) is True:

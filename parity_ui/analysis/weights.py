@@ -176,7 +176,7 @@ def _first_over(
     n = 0
     for s, r in zip(side, ref):
         for a, b in zip(s, r):
-            if scorable(b) and (not scorable(a) or abs(a - b) > limit):  # type: ignore[operator]
+            if scorable(b) and (not scorable(a) or abs(a - b) > limit):
                 return n
             n += 1
     return None

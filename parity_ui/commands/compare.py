@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import measures
 from ..analysis.compare import compare
-from ..analysis.crossscore import cross_score
+from ..analysis.crossscore import cross_score, cross_scores, directions, to_score
 from ..analysis.explain import explain
 from ..analysis.window_check import settle_sliding_window
 from ..core.errors import ParityError
@@ -19,7 +19,7 @@ from ..core.findings import CrossScores
 from ..core.requests import GenerateRequest, InputCheck, ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, phase
 from ..core.settings import differing
-from ..core.types import Finding, Run, TokenStep
+from ..core.types import Comparison, Finding, Run, TokenStep
 from ..measures import Active, PairSeen, Plan, ScoreAsk
 from ..run.pipeline import Sides
 from ..run.plan import Prepared, RunRequest, SidePlan
@@ -151,6 +151,9 @@ def finish_comparisons(
 
 def _cross_score(prep: Prepared, run: Run, sides: SideSet, active: Active) -> None:
     can_score = {p.name for p in prep.sides if p.kind.can_score}
+    # Scorers that give a row the same bits in any grouping (HF) score all of their rows in one call,
+    # packed into forwards by their engine; the others one row a call, as their batch could move them.
+    batched = {p.name for p in prep.sides if p.kind.can_score and p.kind.scores_rows_alone}
     k = max(prep.config.logprobs, 1)
     now: dict[str, Any] = {}  # the comparison and prompt being cross-scored (what a measure asks of it)
 
@@ -174,15 +177,62 @@ def _cross_score(prep: Prepared, run: Run, sides: SideSet, active: Active) -> No
     at = {
         i: j for j, i in enumerate(getattr(prep, "kept", None) or [])
     }  # a run prompt's place in the generate requests (its rows file)
+    ahead = _batched_scores(run, sides, active, at, k, batched)
     for n, pr in enumerate(run.prompts):
         if pr.images:
             continue
         for c in pr.comparisons:
             now.update(c=c, i=at.get(n, n))
             try:
-                c.cross_scores = cross_score(score, c, pr.prompt_token_ids, pr.results, k, can_score)
+                mine = ahead.get(id(c))
+                if isinstance(mine, Exception):
+                    raise mine
+                if mine is not None:  # scored in its scorer's one call: the other direction here
+                    rest = {d for d in directions(c, pr.results, can_score) if d not in mine}
+                    for gen, scorer in rest:
+                        if to_score(pr.results.get(gen)):
+                            mine[(gen, scorer)] = score(scorer, pr.prompt_token_ids, pr.results[gen].token_ids, k)
+                    c.cross_scores = cross_scores(c, pr.results, can_score, mine)
+                else:
+                    c.cross_scores = cross_score(score, c, pr.prompt_token_ids, pr.results, k, can_score)
             except Exception as e:  # noqa: BLE001 - the comparison already stands
                 c.cross_scores = CrossScores(error=f"{type(e).__name__}: {e}")
+
+
+def _batched_scores(
+    run: Run, sides: SideSet, active: Active, at: dict[int, int], k: int, batched: set[str]
+) -> dict[int, Any]:
+    """The directions whose scorer is in `batched`, every prompt's in one score_batch call per scorer:
+    {id(comparison): {(generator, scorer): steps}}, or {id(comparison): the exception} where that
+    scorer's call failed (each comparison then records it, as one call per row did). The active
+    measures are asked and told of each row as `score` in _cross_score does for one row a call."""
+    asks: dict[str, list[tuple[Comparison, str, ScoreAsk, ScoreRequest]]] = {}
+    for n, pr in enumerate(run.prompts):
+        if pr.images:
+            continue
+        for c in pr.comparisons:
+            for gen, scorer in directions(c, pr.results, batched):
+                res = pr.results.get(gen)
+                if res is not None and to_score(res):
+                    ask = ScoreAsk(scorer=scorer, of=gen, j=at.get(n, n), role="cross", c=c)
+                    req = ScoreRequest(pr.prompt_token_ids, res.token_ids, k, **active.score_fields(ask))
+                    asks.setdefault(scorer, []).append((c, gen, ask, req))
+    out: dict[int, Any] = {}
+    for scorer, items in asks.items():
+        try:
+            got = sides.score_batch(scorer, [req for _, _, _, req in items])
+            if len(got) < len(items):
+                raise RuntimeError(f"{scorer} scored {len(got)} of {len(items)} sequences (stopped)")
+        except Exception as e:  # noqa: BLE001 - each comparison records it
+            for c, _, _, _ in items:
+                out[id(c)] = e
+            continue
+        for (c, gen, ask, _), steps in zip(items, got):
+            if isinstance(out.get(id(c)), Exception):
+                continue
+            out.setdefault(id(c), {})[(gen, scorer)] = steps
+            active.on_scored(ask, steps)
+    return out
 
 
 def image_inputs(prep: Prepared, side: str) -> dict[str, Any]:

@@ -11,16 +11,27 @@ ROUTER_NEAR_TIE is a near-tie that rounding alone can flip.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from ..analysis.routes import ROUTER_NEAR_TIE
 from ..core.routes import Routes
 
 
+class RouterLayer(TypedDict):
+    """Both routers at one MoE layer of the examined position (side a first, then side b)."""
+
+    layer: int
+    experts: list[list[int]]
+    weights: list[list[float] | None]
+    margins: list[float | None]
+    same_set: bool
+    same_order: bool
+
+
 def router_view(ra: Routes, rb: Routes, positions: list[int], a: str, b: str) -> tuple[dict[str, Any], str]:
     """Both routers at the captured positions (the examined one first): per MoE layer at the examined
     position, and every (position, layer) whose experts differ; and the sentence for the summary."""
-    layers = []
+    layers: list[RouterLayer] = []
     for j, layer in enumerate(ra.layers):
         ea, eb = ra.experts(0, j), rb.experts(0, j)
         layers.append(
@@ -58,15 +69,15 @@ def router_view(ra: Routes, rb: Routes, positions: list[int], a: str, b: str) ->
         if len(flips) > 1:
             sentence += f", and at {len(flips) - 1} later MoE layer(s)"
     else:
-        known = [
+        smallest = [
             (min(mm for mm in x["margins"] if mm is not None), x["layer"])
             for x in layers
             if any(mm is not None for mm in x["margins"])
         ]
         sentence = "Every MoE layer's router chose the same experts on both sides at this position"
-        if known:
-            m, layer = min(known)
-            sentence += f" (the smallest router margin {m:.3g}, at layer {layer})"
+        if smallest:
+            least, layer = min(smallest)
+            sentence += f" (the smallest router margin {least:.3g}, at layer {layer})"
         earlier = [d for d in differ if d["position"] != positions[0]]
         if earlier:
             sentence += f"; they differ at {len(earlier)} (position, layer) route(s) of the earlier positions captured"

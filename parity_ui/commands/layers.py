@@ -252,6 +252,11 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
         run.reference,
         next((c.b for c in pr.comparisons if not c.identical), names[1] if len(names) > 1 else None),
     )
+    if a is None or b is None:
+        raise LayersError(
+            f"run {run.id} has no two sides to localise between (sides: {', '.join(names)})",
+            "name two sides of this run with --sides a,b",
+        )
     for n in (a, b):
         if n not in pr.results:
             raise LayersError(
@@ -262,6 +267,7 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
         raise LayersError("the two sides are the same", "name two different sides with --sides a,b")
     for n in (a, b):
         info = run.side(n)
+        assert info is not None, f"side {n} has a result, so the run lists it"
         if info.kind == "recorded":  # a replay's recorded rollout: logprobs from a dump, no model behind them
             raise LayersError(
                 f"side {n} is the dump's recorded rollout: there is no model to capture",

@@ -138,7 +138,7 @@ def run_probe(
                 report.sides[plan.name], first = _probe_side(sides, plan, ids, n, batch)
                 decode_result(prep.tokenizer, first)
                 rec.keep([first])
-                if plan.kind.can_batch_invariant and supported and not plan.spec.options.batch_invariant:
+                if plan.kind.can_batch_invariant and supported and not option(plan.spec, "batch_invariant", False):
                     variants.append(plan)
         for plan in variants:  # after the plain sides: each variant replaces its side's worker
             specs = [s.replace(batch_invariant=True) if s.name == plan.name else s for s in cfg.sides]

@@ -32,7 +32,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..analysis.compare import compare
 from ..analysis.verdict_basis import verdict_basis
@@ -49,7 +49,7 @@ from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
 from ..measures import Made, PairSeen, Plan, RowSeen, ScoreAsk
-from ..measures.replay_pairs import WORST_TOKENS, clean  # noqa: F401 - WORST_TOKENS: re-exported
+from ..measures.replay_pairs import WORST_TOKENS, cleaned  # noqa: F401 - WORST_TOKENS: re-exported
 from ..measures.routes import DumpRoutesCheck
 from ..measures.tokens import pool_tokens
 from ..run.plan import SidePlan
@@ -128,9 +128,12 @@ def replay_sides(cfg: ParityConfig) -> list[Any]:
     return out
 
 
-def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[PromptSpec], Preflight, int]:
+def read_dump(
+    req: ReplayRequest, emit: EventCallback, rows_out: list[RolloutRow] | None = None
+) -> tuple[Any, list[PromptSpec], Preflight, int]:
     """The dump opened and checked (one streaming pass) before any engine loads: its prompts (ids as
-    given), the preflight, the longest response. Raises ParityError naming the rows and the fix."""
+    given), the preflight, the longest response. Raises ParityError naming the rows and the fix.
+    `rows_out` (a recorded-only replay's, which reads each row once): the rows read are appended to it."""
     info = describe_model(req.model, trust_remote_code=req.trust_remote_code)
     tok = tokenizer_for(info.path, req.trust_remote_code)
     dump = open_dump(
@@ -152,6 +155,8 @@ def read_dump(req: ReplayRequest, emit: EventCallback) -> tuple[Any, list[Prompt
         prompts.append(PromptSpec(text=f"{row.where}", token_ids=row.prompt_ids))
         longest = max(longest, len(row.response_ids))
         routes.see(row)
+        if rows_out is not None:
+            rows_out.append(row)
 
     pf = preflight(_selected(dump.rows(), req), vocab_size=len(tok.tok), eos_ids=tok.eos_token_ids, on_row=keep)
     routes.raise_if_bad()  # routes recorded for another model: named before any engine loads
@@ -451,27 +456,8 @@ class Replay(Workload):
         return res
 
     def _recorded(self, i: int, row: RolloutRow) -> SideResult:
-        n, lps = len(row.response_ids), row.rollout_logprobs
-        assert lps is not None
-        # As columns (what the store keeps anyway), not a TokenStep per position.
-        steps = StepColumns(
-            {
-                "position": list(range(n)),
-                "token_id": list(row.response_ids),
-                "text": [""] * n,
-                "logprob": [clean(lps[t]) for t in range(n)],
-                "rank": [None] * n,
-                "top_n": [0] * n,
-                "top_token_id": [],
-                "top_logprob": [],
-                "top_text": [],
-            }
-        )
-        res = SideResult(
-            side=RECORDED, prompt_index=i, token_ids=list(row.response_ids), steps=steps, finish_reason="recorded"
-        )
-        decode_result(self.prep.tokenizer, res)
-        return res
+        assert row.rollout_logprobs is not None
+        return recorded_result(RECORDED, i, row, cleaned(row.rollout_logprobs), self.prep.tokenizer)
 
     # -- the figures ----------------------------------------------------------------------------------
 
@@ -493,6 +479,43 @@ class Replay(Workload):
         )
 
 
+def recorded_result(
+    side: str,
+    i: int,
+    row: RolloutRow,
+    logprobs: list[float | None],
+    tokenizer: Any,
+    like: SideResult | None = None,
+) -> SideResult:
+    """One of a row's recorded logprob streams as a side's result (the rollout's, "recorded"; a
+    recorded-only replay's trainer's too), its tokens the row's response: as columns (what the store
+    keeps anyway), not a TokenStep per position. `logprobs`: NaN already None (replay_pairs.cleaned).
+    The texts are decoded with the run's one tokenizer, or taken from `like`, the row's other recorded
+    stream (the same tokens), rather than decoded again."""
+    n = len(row.response_ids)
+    cols = StepColumns(
+        {
+            "position": list(range(n)),
+            "token_id": list(row.response_ids),
+            "text": [""] * n,
+            "logprob": logprobs,
+            "rank": [None] * n,
+            "top_n": [0] * n,
+            "top_token_id": [],
+            "top_logprob": [],
+            "top_text": [],
+        }
+    )
+    res = SideResult(side=side, prompt_index=i, token_ids=list(row.response_ids), steps=cols, finish_reason="recorded")
+    if like is None:
+        decode_result(tokenizer, res)
+    else:
+        other = cast(StepColumns, like.steps)
+        cols.text, cols.raw = other.text, other.raw
+        res.text = like.text
+    return res
+
+
 def replay_headline(report: WorkloadReport) -> str:
     """One line: rows replayed, the run's own pair (by its name) with the figure that decided its verdict
     (its floor and interval: analysis.verdict_basis), and its band share beside the floor's."""
@@ -505,8 +528,9 @@ def replay_headline(report: WorkloadReport) -> str:
     share = _band_share(main)
     floor = f" (the floor's {_band_share(report.floor_figures)})" if report.floor_figures and main.verdict else ""
     basis = verdict_basis(main.verdict)
+    how = ", recorded only, no engine" if r is not None and r.recorded_only else ""
     return (
-        f"replay of {report.done}/{report.n_prompts} rows ({r.format if r else '?'}), {t.pairs} tokens "
+        f"replay of {report.done}/{report.n_prompts} rows ({r.format if r else '?'}{how}), {t.pairs} tokens "
         f"({r.masked if r else 0} masked): {main.side}, "
         + (f"{basis}; " if basis else "")
         + f"ρ outside [0.8, 1.2] {share}{floor}"

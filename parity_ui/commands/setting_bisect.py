@@ -50,6 +50,7 @@ from ..core.bisect_record import (
     TRIAL_KIND,
     BisectReport,
     Estimate,
+    Factor,
     Trial,
     show_value,
     trial_figures,
@@ -61,7 +62,7 @@ from ..core.pooled import WorkloadStats
 from ..core.runlog import EventCallback, RunEvent, new_run
 from ..core.settings import reported
 from ..core.sides import SideSpec
-from ..core.types import ModelInfo, Run, SideInfo
+from ..core.types import ModelInfo, Run, RunStatus, SideInfo
 from ..core.workload_record import WorkloadOptions
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec
@@ -197,7 +198,7 @@ class Search:
         self.rec.run.prompts = new_run(self.rec.run.id, stored.model.name, stored.config, self.prompts).prompts
         self.rec.begin(self.prompts)
         n = len(self.keys)
-        report.estimate = Estimate(
+        report.estimate = estimate = Estimate(
             factors=n,
             best=2 + best_case_trials(n),
             worst=2 + worst_case_trials(n),
@@ -207,7 +208,7 @@ class Search:
             raise ParityError(
                 f"--max-trials {req.max_trials} is too small: the search runs the side as it ran and "
                 "with every setting flipped before anything else",
-                f"give --max-trials {report.estimate.worst} (ddmin's most for {n} settings) or leave it out",
+                f"give --max-trials {estimate.worst} (ddmin's most for {n} settings) or leave it out",
             )
         report.oracle = trial_oracle.describe(self.cfg.greedy)
         self._say(
@@ -221,10 +222,10 @@ class Search:
         )
         self._say(
             "estimate: "
-            + report.estimate.line()
+            + estimate.line()
             + (f"; the run itself took {stored.duration_ms / 1000:.1f} s" if stored.duration_ms else "")
         )
-        self._search()
+        self._search(estimate)
 
     def _pair(self) -> tuple[str, str]:
         stored, req = self.stored, self.req
@@ -395,11 +396,12 @@ class Search:
         t = Trial(index=index, flipped=names, purpose=purpose, outcome=FAILED, run_id=run.id, prompts=len(self.prompts))
         trial_info = run.side(side)
         if trial_info is not None and trial_info.load_s is not None:  # loaded: its resolved settings are in
-            t.checks = [check_flip(self.report.factor(k), trial_info, self.ref_info, self.side_info) for k in names]
+            t.checks = [check_flip(_factor(self.report, k), trial_info, self.ref_info, self.side_info) for k in names]
         figures = run.workload.sides.get(side) if run.workload is not None else None
         if run.status not in ("ok", "diverged") or figures is None or not figures.stats.sequences.n:
             t.error = run.error or "the trial made no figures"
             return t
+        assert run.workload is not None, "the figures came from the run's workload"
         if first:
             floor = run.workload.floor_figures
             if floor is None:
@@ -414,6 +416,7 @@ class Search:
                 "stats": floor.stats.to_dict(),
             }
         ref_info = run.side(self.ref.name)
+        assert self.floor is not None, "the first trial measured the floor"
         v = trial_oracle.judge(
             figures.stats, self.floor, exact=trial_oracle.exact_pair(self.cfg.greedy, ref_info, trial_info)
         )
@@ -425,7 +428,7 @@ class Search:
 
     # -- the search itself ---------------------------------------------------------------------------
 
-    def _search(self) -> None:
+    def _search(self, estimate: Estimate) -> None:
         report, keys = self.report, self.keys
         base = self.trial(frozenset(), "as it ran")
         if base.outcome == FAILED:
@@ -440,9 +443,9 @@ class Search:
                 f"{how} the reference {report.reference} ({trial_figures(base)})",
                 "give more prompts (--prompts N) if the run diverged on others; else the sides agree",
             )
-        report.estimate.seconds_per_trial = base.seconds
+        estimate.seconds_per_trial = base.seconds
         self._say(
-            "estimate: " + report.estimate.line() + " (the first trial also started the reference and "
+            "estimate: " + estimate.line() + " (the first trial also started the reference and "
             "measured its noise floor: later ones take less)"
         )
         whole = self.trial(frozenset(keys), "every setting flipped")
@@ -474,7 +477,7 @@ class Search:
             self.rec.save_header()
             raise ParityError(
                 report.summary + ".",
-                f"run it again with --max-trials {report.estimate.worst} (ddmin's most for {len(keys)} "
+                f"run it again with --max-trials {estimate.worst} (ddmin's most for {len(keys)} "
                 "settings) or leave --max-trials out",
                 code="bisect-budget",
             )
@@ -523,7 +526,7 @@ class Search:
             )
         self._finish("ok" if alone else "diverged")
 
-    def _finish(self, status: str) -> None:
+    def _finish(self, status: RunStatus) -> None:
         report = self.report
         report.elapsed_s = round(time.perf_counter() - self.t0, 3)
         self.rec.run.status = status
@@ -557,6 +560,14 @@ def nothing_to_flip(run_id: str, ref: str, side: str, fixed: list) -> ParityErro
     )
 
 
+def _factor(report: BisectReport, key: str) -> Factor:
+    """Setting `key` of the bisect (every key a trial flips or a result names is one of its factors)."""
+    f = report.factor(key)
+    if f is None:
+        raise KeyError(f"{key} is not a setting of bisect {report.side} vs {report.reference}")
+    return f
+
+
 def _names(keys: Any) -> str:
     keys = list(keys)
     return ", ".join(keys[:-1]) + f" and {keys[-1]}" if len(keys) > 1 else (keys[0] if keys else "")
@@ -564,7 +575,7 @@ def _names(keys: Any) -> str:
 
 def _found(report: BisectReport, minimal: tuple[str, ...]) -> str:
     values = "; ".join(
-        f"{k}: {show_value(report.factor(k).side)} -> {show_value(report.factor(k).reference)}" for k in minimal
+        f"{k}: {show_value(_factor(report, k).side)} -> {show_value(_factor(report, k).reference)}" for k in minimal
     )
     proof = next((t for t in reversed(report.trials) if t.restores and set(t.flipped) == set(minimal)), None)
     where = f" (trial {proof.index})" if proof else ""

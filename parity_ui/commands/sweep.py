@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..core.config import build_config
 from ..core.errors import ConfigError, ParityError
+from ..core.runlog import EventCallback
 from ..core.types import Run
 from ..inputs.prompts import PromptSpec
 from ..run.prepare import RunRequest
 from ..store.runs import new_run_id
+
+if TYPE_CHECKING:
+    from .service_api import Service
 
 MAX_POINTS = 32  # each point may reload vLLM (tens of seconds on CPU): keep grids small
 # Keys that change no side's load: varied innermost, so warm workers are reused. Side options
@@ -89,7 +93,7 @@ def _override(key: str, value: Any) -> str:
 
 
 def run_sweep(
-    service: Any,
+    service: Service,
     model: str,
     prompt: PromptSpec,
     grid: dict[str, list[Any]],
@@ -99,7 +103,7 @@ def run_sweep(
     base: dict[str, Any] | None = None,
     sides: list[str] | None = None,
     trust_remote_code: bool = False,
-    emit: Any = None,
+    emit: EventCallback | None = None,
 ) -> Sweep:
     """Run every grid point as a stored run of kind "sweep" sharing one group_id.
 

@@ -54,7 +54,10 @@ from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..run.plan import RunRequest
 
 if TYPE_CHECKING:
+    from ..core.config import ParityConfig
+    from ..core.types import ModelInfo
     from ..run.pipeline import Sides
+    from ..run.recorder import RunRecorder
     from .service_api import Service
 
 REF, FRESH, PUSHED, SERVER = "ref", "fresh", "updated", "server"
@@ -109,7 +112,7 @@ class WeightsCheckRequest:
         return out
 
 
-def check_request(req: WeightsCheckRequest) -> tuple[Any, Any]:
+def check_request(req: WeightsCheckRequest) -> tuple[ModelInfo, ModelInfo | None]:
     """The request's models resolved and checked before any engine loads: (B's ModelInfo, A's or None).
     Raises WeightsError naming another architecture or shape, unknown or reshaped tensors."""
     if bool(req.start_from) == bool(req.url):
@@ -147,12 +150,12 @@ def check_request(req: WeightsCheckRequest) -> tuple[Any, Any]:
 
 @dataclass
 class _Plan:
-    model: Any  # B's ModelInfo
-    start: Any  # A's, or None (a server)
+    model: ModelInfo  # B's
+    start: ModelInfo | None  # A's, or None (a server)
     names: list[str]  # B's tensor names
     seqs: list[list[int]]  # the probe's sequences
     prompts: list[PromptSpec]
-    config: Any  # the ParityConfig of the sides
+    config: ParityConfig  # the sides' config
 
 
 def _plan(req: WeightsCheckRequest) -> _Plan:
@@ -224,7 +227,7 @@ def run_weights(
 
 
 def _run(
-    service: Service, req: WeightsCheckRequest, plan: _Plan, report: WeightReport, rec: Any, emit: EventCallback
+    service: Service, req: WeightsCheckRequest, plan: _Plan, report: WeightReport, rec: RunRecorder, emit: EventCallback
 ) -> None:
     report.model, report.start_from = plan.model.path, plan.start.path if plan.start else None
     prep = service.prepare(

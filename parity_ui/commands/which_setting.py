@@ -60,6 +60,8 @@ class BisectChoice:
 
 def _differing_sides(store: Store, run: Run) -> list[str]:
     ref = run.reference
+    if ref is None:  # a run with no side: nothing differs
+        return []
     if run.workload is not None:
         out = []
         for name, figs in run.workload.sides.items():
@@ -121,7 +123,9 @@ def bisect_choice(store: Store, run_id: str) -> BisectChoice:
         choice.problem = f"run {run.id} has {len(run.sides)} side: a bisect needs two sides that differ"
         choice.fix = "run a comparison with two sides, e.g. the reference and the setup you suspect"
         return choice
-    differ = [(run.reference, s) for s in _differing_sides(store, run)]
+    ref = run.reference
+    assert ref is not None, "a run of two sides or more has a reference (its first side)"
+    differ = [(ref, s) for s in _differing_sides(store, run)]
     unflippable = {pair: e for pair in differ if (e := _nothing_to_flip(run, *pair)) is not None}
     choice.pairs = [pair for pair in differ if pair not in unflippable]
     if not choice.pairs and unflippable:
@@ -149,7 +153,7 @@ def checked_request(
     choice = bisect_choice(store, run_id)
     if not choice.pairs:
         raise choice.error()
-    pair = parse_pair(sides) or choice.default
+    pair = parse_pair(sides) or choice.pairs[0]  # (the default pair)
     if pair not in choice.pairs:
         offered = "; ".join(f"{a} vs {b}" for a, b in choice.pairs)
         raise ParityError(

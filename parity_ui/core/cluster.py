@@ -106,7 +106,8 @@ class ClusterRecord:
     block: int  # prompts handed to a replica at a time
     placement: str  # how replicas were placed, for people
     retried_blocks: int = 0
-    lost_replicas: list[str] = field(default_factory=list)  # "side#r: why"
+    lost_replicas: list[str] = field(default_factory=list)  # "side#r: why" (a replacement that failed too)
+    replaced_replicas: list[str] = field(default_factory=list)  # "side#r", each lost replica started again
     note: str = BATCH_NOTE
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +121,7 @@ class ClusterRecord:
             "placement": self.placement,
             "retried_blocks": self.retried_blocks,
             "lost_replicas": list(self.lost_replicas),
+            "replaced_replicas": list(self.replaced_replicas),
             "note": self.note,
         }
 
@@ -127,7 +129,8 @@ class ClusterRecord:
         sides = ", ".join(f"{s} x{n}" for s, n in self.replicas.items())
         where = f"{self.nodes} node{'s' if self.nodes != 1 else ''}, {self.cpus:g} CPUs, {self.gpus:g} GPUs"
         lost = (
-            f"; {len(self.lost_replicas)} replica(s) lost, {self.retried_blocks} block(s) retried"
+            f"; {len(self.lost_replicas)} replica(s) lost, {len(self.replaced_replicas)} replaced, "
+            f"{self.retried_blocks} block(s) retried"
             if self.lost_replicas or self.retried_blocks
             else ""
         )

@@ -178,7 +178,11 @@ def kv_per_token(model: ModelInfo, dtype_bytes: int, tp: int = 1, pp: int = 1) -
     (head_size + head_size_v) x num_kv_heads x dtype bytes per layer, summed over the layers. None
     when the model's geometry is unknown or its cache is not plain attention KV (`kv_layout`)."""
     layers, kv, hd = model.num_hidden_layers, model.num_key_value_heads, model.head_dim
-    if model.kv_layout != "standard" or not all(isinstance(x, int) and x > 0 for x in (layers, kv, hd)):
+    if (
+        model.kv_layout != "standard"
+        or not (isinstance(layers, int) and isinstance(kv, int) and isinstance(hd, int))
+        or min(layers, kv, hd) <= 0
+    ):
         return None
     return KvPerToken(
         layers=-(-layers // max(pp, 1)),

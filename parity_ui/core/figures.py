@@ -23,6 +23,9 @@ from dataclasses import dataclass
 RHO_BANDS: tuple[tuple[float, float], ...] = ((0.9, 1.1), (0.99, 1.01), (0.999, 1.002), (0.8, 1.2))
 
 RHO = "ρ = p_ref / p_side of a token: the importance ratio (reference = trainer); 1 = the sides agree"
+# Truncated importance sampling's cap C on ρ (verl's algorithm.rollout_is_threshold default): the
+# clipped-ratio family (core.clipped) counts what a clip at C changes and what it leaves unseen (ρ < 1/C).
+RHO_CLIP = 2.0
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class Figure:
     kind: str = "number"  # "number" (3 significant digits), "share" (a percentage), "index" (a token index)
     unit: str = ""  # "nats", "" (a ratio or a share)
     family: str = "tokens"  # "sequences" and "tokens" (the logprob gap), "sampling" (kept mass and support),
-    # "routing" (mixture-of-experts routes), "distribution" (the full next-token rows)
+    # "routing" (mixture-of-experts routes), "distribution" (the full next-token rows), "clipped" (a
+    # replay's importance ratio as the trainer clips it)
 
     def format(self, x: float | None, missing: str = "–") -> str:
         """The value as every view prints it."""
@@ -259,6 +263,34 @@ _SAMPLING: list[Figure] = [
     ),
 ]
 _ALL += _SAMPLING
+
+# -- the clipped-ratio family: a replay pair's ρ = p_trainer / p_rollout as truncated importance sampling
+# uses it (core.clipped). Keys match ClipStats.figures().
+_CLIPPED: list[Figure] = [
+    Figure(
+        "rho_clipped_mean",
+        "ratio ρ clipped, mean",
+        f"mean of min(ρ, {RHO_CLIP:g}): the importance ratio as truncated importance sampling uses it",
+        higher_is_worse=False,
+        family="clipped",
+    ),
+    Figure(
+        "rho_clipped_share",
+        f"ρ > {RHO_CLIP:g} (clipped)",
+        f"share of tokens whose ratio the clip at {RHO_CLIP:g} changed",
+        kind="share",
+        family="clipped",
+    ),
+    Figure(
+        "rho_low_share",
+        f"ρ < {1 / RHO_CLIP:g} (not clipped)",
+        f"share of tokens whose ratio is below {1 / RHO_CLIP:g}: the gradient starvation a clip at "
+        f"{RHO_CLIP:g} leaves unseen (TRL #5243, rllm #760)",
+        kind="share",
+        family="clipped",
+    ),
+]
+_ALL += _CLIPPED
 
 # -- the distribution family: the sides' FULL next-token rows compared per position (core.distribution;
 # full_distribution=true), pooled as llama.cpp's --kl-divergence reports them. Keys match

@@ -224,6 +224,20 @@ class HfOptions(SideOptions):
         "order too), and show the figures before and after",
         one_of("off", "ids", "ids+weights"),
     )
+    score_batch: str = option(
+        "auto",
+        "how this side teacher-forces many sequences (a replay, a scored workload, cross-scoring): padded "
+        "(rows by length, right-padded, several a forward), same-length (only rows of one length share a "
+        "forward), one-row (one row a forward), auto (checked at load: padded where padding gives the "
+        "same bits as one row alone here, else same-length where that does, else one-row)",
+        one_of("auto", "padded", "same-length", "one-row"),
+    )
+    score_tokens: int | None = option(
+        None,
+        "most tokens one scoring forward holds (rows x the longest, padding included); unset: 8192 on a "
+        "GPU, 4096 on the CPU, fewer where the logits would pass 2 GiB",
+        number_in(1, 10**7, "a number of tokens"),
+    )
 
 
 @dataclass
@@ -284,6 +298,15 @@ class Kind:
     gpu_memory: str = "estimate"  # "share": a gpu_memory_utilization the plan fills; "estimate"; "none" (remote)
     tokenizes_itself: bool = False  # a server: check its tokenizer and limits before generating
     head_start: bool = False  # its worker imports heavy libraries: start it while the parent prepares the run
+    # score_batch gives every row the bits it gets scored alone (HF: rows share a forward only where that
+    # was checked to keep them, parity_ui.engines.hf_score), so callers may hand it any grouping; without
+    # it a batch may move a row's numbers (vLLM's prompt logprobs), so it is batched only where the run
+    # already batches it.
+    scores_rows_alone: bool = False
+    # A module run as `python -m MODULE MODEL_FOLDER` beside the worker's start on a GPU host (head start):
+    # it fills a per-model cache the engine would otherwise fill on the critical path (its `needed(folder,
+    # env)` says whether there is anything to do, from the files alone). "" for none.
+    prewarm: str = ""
 
 
 KINDS: dict[str, Kind] = {
@@ -299,6 +322,7 @@ KINDS: dict[str, Kind] = {
         gpu_memory="share",
         head_start=True,
         can_record_routes=True,
+        prewarm="parity_ui.engines.vllm_prewarm",
         rows_when_generating=True,  # its rows-writing logits processor; its scoring is prompt logprobs (top-k)
     ),
     "hf": Kind(
@@ -311,6 +335,7 @@ KINDS: dict[str, Kind] = {
         accepts_images=True,
         head_start=True,
         can_record_routes=True,
+        scores_rows_alone=True,
         can_replay_routes=True,
         rows_when_generating=True,
         rows_when_scoring=True,

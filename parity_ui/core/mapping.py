@@ -151,6 +151,8 @@ class HfArgs:
     used: dict[str, list[NativeArg]] = field(default_factory=dict)
     image_pixels: dict[str, int] | None = None  # images_kwargs for the processor (vision models)
     shared_seed: dict[str, Any] | None = None  # the shared-seed sampler's settings (sampling=shared-seed)
+    score_batch: str = "auto"  # how score_batch packs rows (parity_ui.engines.hf_score)
+    score_tokens: int | None = None  # tokens a scoring forward holds; None: the engine's default
 
 
 @dataclass
@@ -300,8 +302,17 @@ def _visible_gpus(device: str) -> str | None:
 
 def default_capture_size(batch_size: int) -> int:
     """The largest CUDA-graph batch a side captures when the user does not say: the run's batch size,
-    at least 16 (determinism probes batch a few copies), rounded up to a multiple of 8."""
-    return max(16, -(-batch_size // 8) * 8)
+    at least 16 (determinism probes batch a few copies), rounded up to a power of two up to vLLM's own
+    512 (above it, to a multiple of 8).
+
+    Why a power of two: the size is part of vLLM's compile-cache key (CompilationConfig.compute_hash),
+    so every new size compiles the model again (21-22 s on an H100, docs/performance.md); buckets let
+    runs of nearby batch sizes reuse one compile. The numerics stay vLLM's default ones: the sizes
+    captured are vLLM's own list (1, 2, 4, 8, 16, 24, ...) cut at this size, so a batch runs padded to
+    the same captured size whatever the cut, as long as the cut is not below it."""
+    if batch_size > 512:
+        return -(-batch_size // 8) * 8
+    return max(16, 1 << (batch_size - 1).bit_length())
 
 
 def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> VllmArgs:
@@ -716,6 +727,8 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec("chat", "runtime", "input_ids", "the ids parity-ui tokenized")
     rec("batch_size", "runtime", "rows per generate call (left padded)", cfg.batch_size)
     rec("cross_score", "runtime", "one forward pass over prompt + tokens", True)
+    rec(p + "score_batch", "runtime", "teacher-forced rows a forward (hf_score)", h.score_batch)
+    rec(p + "score_tokens", "runtime", "tokens a scoring forward holds", h.score_tokens or "the device's default")
     rec("routes", "runtime", "forward hooks on the MoE gates", cfg.routes)
     rec(
         "full_distribution",
@@ -766,6 +779,8 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         used=used,
         image_pixels=px,
         shared_seed=shared,
+        score_batch=h.score_batch,
+        score_tokens=h.score_tokens,
     )
 
 

@@ -83,8 +83,10 @@ FULL_ROWS = MeasureSpec(
     columns=DISTRIBUTION_COLUMNS,
 )
 REPLAY_PAIRS = MeasureSpec("replay_pairs", "a replay's recorded pairs")
+# A replay pair's importance ratio as the trainer clips it (core.clipped): pooled, not judged.
+CLIPPED = MeasureSpec("clipped", "the importance ratio as the trainer clips it", pooled=True)
 
-SPECS: tuple[MeasureSpec, ...] = (TOKENS, ROUTING, SAMPLING, FULL_ROWS, REPLAY_PAIRS)
+SPECS: tuple[MeasureSpec, ...] = (TOKENS, ROUTING, SAMPLING, FULL_ROWS, REPLAY_PAIRS, CLIPPED)
 RECORDS: dict[str, RecordKey[Any]] = {r.key: r for s in SPECS for r in s.records}
 POOLED: tuple[str, ...] = tuple(s.key for s in SPECS if s.pooled)  # WorkloadStats.families' keys
 STEP_COLUMNS: tuple[str, ...] = tuple(c for s in SPECS for c in s.columns)  # TokenStep's optional columns

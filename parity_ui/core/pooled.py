@@ -26,7 +26,7 @@ one seed, so a side and its floor measured on the same prompts resample the same
 bootstrap). A figure "exceeds" only when the excess holds in 97.5% of the resamples; a point factor
 over the limit whose interval reaches it is "too few prompts to tell". Everything here is pure, deterministic and standard library only: the parent process never
 imports numpy or torch. Exact quantiles (linear interpolation between order statistics, numpy's
-default) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB; pooling them
+default; core.stats holds them and the Wilson intervals) from values held in array('d'): 10,000 prompts x 128 tokens hold ~20 MB; pooling them
 took ~3 s of CPU before the bootstrap and ~6 s with it on a busy 2-core machine (the test's timing).
 
 The bands test rho itself, as TRL and maxtext do; crossscore.gap_stats's one-prompt
@@ -41,20 +41,26 @@ from __future__ import annotations
 
 import math
 import random
-import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from itertools import accumulate, islice, repeat
+from itertools import islice, repeat
 from operator import le, mul, neg, sub
-from statistics import NormalDist, median, median_low
-from typing import Any
+from statistics import median, median_low
+from typing import Any, TypeGuard, cast
 
 from .figures import BAND_KEYS, RHO_BANDS, display_name
 from .findings import MASKED_LOGPROB
 from .measures import POOLED
+
+# The exact statistics live in core.stats; the names imported "as" themselves lived here before and
+# their callers import them from here still.
+from .stats import ONE_SIDED_CONFIDENCE as ONE_SIDED_CONFIDENCE
+from .stats import WILSON_Z as WILSON_Z
+from .stats import WeightedRanks, abs_quantile, interval_quantile, weighted_quantile, wilson, wilson_lower
+from .stats import quantile as quantile
 
 # Position buckets: each value starts a bucket, the last one is open-ended.
 DEFAULT_BUCKETS: tuple[int, ...] = (0, 16, 64, 256)
@@ -67,9 +73,6 @@ BOOTSTRAP_SEED = 20260331
 BOOTSTRAP_ALPHA = 0.05
 BOOTSTRAP_MAX_GAPS = 50_000
 BOOTSTRAP_MAX_UNITS = 400
-# The design notes' z for the two-sided 95% interval, and vLLM's accuracy gate's one-sided bound.
-WILSON_Z = 1.96
-ONE_SIDED_CONFIDENCE = 0.95
 # Ratios saturate at e^600 (~3.8e260) rather than crossscore's e^700: a mean of 1.28M saturated
 # ratios must still sum to a finite float (fsum raises on overflow) and stay valid JSON.
 EXP_CAP = 600.0
@@ -96,8 +99,13 @@ class PairSample:
     positions: Sequence[int]  # generated-token index of each pair (for the position buckets)
 
     def max_abs_gap(self) -> float | None:
-        """The largest |logp_side - logp_ref| over the pairs the figures pool (both scorable), else None."""
-        gaps = [abs(a - b) for a, b in zip(self.logp_side, self.logp_ref) if scorable(a) and scorable(b)]
+        """The largest |logp_side - logp_ref| over the pairs the figures pool (both scorable), else None.
+        Where every pair is scorable (the usual case) found at C speed: the store's prompt table and a
+        replay's worst tokens ask it of every row."""
+        side, ref = self.logp_side, self.logp_ref
+        if all_scorable(side) and all_scorable(ref):
+            return max(map(abs, map(sub, side, ref)), default=None)
+        gaps = [abs(a - b) for a, b in zip(side, ref) if scorable(a) and scorable(b)]
         return max(gaps) if gaps else None
 
 
@@ -260,28 +268,7 @@ def _tokens_from_dict(t: Mapping[str, Any]) -> TokenStats:
 
 
 # ---------------------------------------------------------------------------------------------
-# Small exact helpers
-
-
-def wilson(k: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
-    """The Wilson score interval for k successes in n trials (the design notes' formula), clamped
-    to [0, 1]. Raises ValueError when n < 1 or k is outside 0..n."""
-    if n < 1 or not 0 <= k <= n:
-        raise ValueError(f"wilson needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    p = k / n
-    z2 = z * z
-    denom = 1 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def wilson_lower(k: int, n: int, confidence: float = ONE_SIDED_CONFIDENCE) -> float:
-    """The one-sided Wilson lower bound at `confidence` (z = Phi^-1(confidence), 1.645 at 95%),
-    as vLLM's accuracy gate computes it. Raises ValueError like `wilson`."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    return wilson(k, n, NormalDist().inv_cdf(confidence))[0]
+# Small exact helpers (the statistics themselves are core.stats')
 
 
 def routing_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None) -> str | None:
@@ -304,28 +291,21 @@ def wilson_interval(k: int, n: int) -> Wilson:
     return Wilson(low=low, high=high, lower_one_sided=wilson_lower(k, n))
 
 
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """The exact q-quantile of ascending values, interpolating linearly between order statistics
-    (numpy's default). Raises ValueError on no values or q outside [0, 1]."""
-    n = len(sorted_values)
-    if n == 0 or not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile needs values and 0 <= q <= 1, got {n} values, q={q}")
-    h = (n - 1) * q
-    lo = math.floor(h)
-    frac = h - lo
-    if frac == 0.0:
-        return float(sorted_values[lo])
-    a, b = sorted_values[lo], sorted_values[lo + 1]
-    return a + (b - a) * frac
-
-
 def _exp(x: float) -> float:
     return math.exp(min(x, EXP_CAP))
 
 
-def scorable(x: float | None) -> bool:
+def scorable(x: float | None) -> TypeGuard[float]:
     """A logprob the figures pool: present, finite and not masked (MASKED_LOGPROB)."""
     return x is not None and math.isfinite(x) and x > MASKED_LOGPROB
+
+
+def all_scorable(xs: Sequence[float | None]) -> TypeGuard[Sequence[float]]:
+    """Every logprob present, finite and not masked (scorable, each), checked at C speed."""
+    if None in xs:
+        return False
+    vals = cast("Sequence[float]", xs)  # no None: checked just above
+    return all(map(math.isfinite, vals)) and (not len(vals) or min(vals) > MASKED_LOGPROB)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,14 +401,7 @@ class Accumulator:
     ) -> tuple[Sequence[float], Sequence[float], Sequence[int], Counter[int]]:
         """The scorable pairs in ascending position order, and the skipped ones counted per bucket."""
         # Fast path (the common case): everything scorable and in order, checked at C speed.
-        if (
-            None not in ls
-            and None not in lr
-            and all(map(math.isfinite, ls))
-            and all(map(math.isfinite, lr))
-            and (len(ls) == 0 or min(ls) > MASKED_LOGPROB and min(lr) > MASKED_LOGPROB)
-            and all(map(le, pos, islice(pos, 1, None)))
-        ):
+        if all_scorable(ls) and all_scorable(lr) and all(map(le, pos, islice(pos, 1, None))):
             if len(pos) and pos[0] < 0:
                 raise ValueError(f"{where}: position {pos[0]} is negative")
             if len(ls) and max(max(ls), max(lr)) > LOGPROB_SLACK:
@@ -445,12 +418,12 @@ class Accumulator:
             if not (scorable(a) and scorable(b)):
                 skipped[bisect_right(self.buckets, p) - 1] += 1
                 continue
-            if a > LOGPROB_SLACK or b > LOGPROB_SLACK:  # type: ignore[operator]
+            if a > LOGPROB_SLACK or b > LOGPROB_SLACK:
                 raise ValueError(
-                    f"{where}: a logprob above 0 ({max(a, b)}) is not a "  # type: ignore[type-var]
+                    f"{where}: a logprob above 0 ({max(a, b)}) is not a "
                     f"log-probability; pass the log-softmax value of the chosen token"
                 )
-            kept.append((p, a, b))  # type: ignore[arg-type]
+            kept.append((p, a, b))
         kept.sort(key=lambda t: t[0])
         return [t[1] for t in kept], [t[2] for t in kept], [t[0] for t in kept], skipped
 
@@ -474,11 +447,13 @@ class Accumulator:
             BucketStats(start=start, end=end, tokens=_figures([part]))
             for start, end, part in zip(self.buckets, ends, parts)
         ]
+        by_first, by_gap = self._worst(top_n)
         return WorkloadStats(
             sequences=self._sequence_stats(),
             tokens=_figures(parts),
             by_position=by_position,
-            **self._worst(top_n),
+            worst_by_divergence=by_first,
+            worst_by_gap=by_gap,
             resamples=self._resamples(),
         )
 
@@ -512,7 +487,8 @@ class Accumulator:
             if not math.isnan(r):
                 v = min(r, EXP_CAP) if r > 0 else min(-r, _LOG_TINY)
                 u = unit_of[slot]
-                seq_lr[u] = v if seq_lr[u] is None else max(seq_lr[u], v)
+                held = seq_lr[u]
+                seq_lr[u] = v if held is None else max(held, v)
         # The pooled |dlogp| (every k-th above BOOTSTRAP_MAX_GAPS: a systematic sample), ascending,
         # with each one's unit.
         total = sum(map(len, self._ls))
@@ -528,7 +504,7 @@ class Accumulator:
             offset += len(self._ls[b])
         pairs = sorted(zip(map(abs, map(sub, ls, lr)), map(unit_of.__getitem__, sl)))
         sorted_gaps = [g for g, _ in pairs]
-        ranks = _WeightedRanks([u for _, u in pairs], units)
+        ranks = WeightedRanks([u for _, u in pairs], units)
         rng = random.Random(BOOTSTRAP_SEED)
         out: dict[str, list[float | None]] = {name: [] for name in FLOOR_FIGURE_NAMES}
         draw = range(units)
@@ -537,8 +513,8 @@ class Accumulator:
             drawn, half = Counter(picks), Counter(picks[: (units + 1) // 2])
             w = list(map(drawn.get, draw, repeat(0)))
             w_half = list(map(half.get, draw, repeat(0)))
-            for name, v in _resampled_figures(w, w_half, sums, sorted_gaps, ranks, seq_lr).items():
-                out[name].append(None if v is None else float(f"{v:.6g}"))
+            for name, fig in _resampled_figures(w, w_half, sums, sorted_gaps, ranks, seq_lr).items():
+                out[name].append(None if fig is None else float(f"{fig:.6g}"))
         return out
 
     def _sequence_stats(self) -> SequenceStats:
@@ -576,7 +552,8 @@ class Accumulator:
             without_pairs=sum(1 for r in self._log_ratio if math.isnan(r)),
         )
 
-    def _worst(self, top_n: int) -> dict[str, list[WorstPrompt]]:
+    def _worst(self, top_n: int) -> tuple[list[WorstPrompt], list[WorstPrompt]]:
+        """The `top_n` prompts that diverged earliest, and those with the largest max |dlogp|."""
         rows = [
             WorstPrompt(
                 prompt_index=i, first_divergence=None if f < 0 else f, max_abs_dlogp=None if math.isnan(m) else m
@@ -586,8 +563,9 @@ class Accumulator:
         by_first = sorted(
             (w for w in rows if w.first_divergence is not None), key=lambda w: (w.first_divergence, w.prompt_index)
         )
-        by_gap = sorted((w for w in rows if w.max_abs_dlogp), key=lambda w: (-w.max_abs_dlogp, w.prompt_index))
-        return {"worst_by_divergence": by_first[:top_n], "worst_by_gap": by_gap[:top_n]}
+        # `or 0.0` never applies (the filter keeps a nonzero gap): it tells the type checker so.
+        by_gap = sorted((w for w in rows if w.max_abs_dlogp), key=lambda w: (-(w.max_abs_dlogp or 0.0), w.prompt_index))
+        return by_first[:top_n], by_gap[:top_n]
 
 
 def workload_stats(
@@ -662,75 +640,12 @@ def _prompt_sums(ls: Sequence[float], lr: Sequence[float]) -> tuple[float, ...]:
     )
 
 
-# Gaps per block of _WeightedRanks: a rank search costs ~log2(gaps / block) sums over the units and
-# one walk of a block.
-RANK_BLOCK = 512
-
-
-class _WeightedRanks:
-    """Where rank k falls among the sorted gaps, each repeated by its unit's weight in a resample:
-    bisect_right(cum, k), cum being the running total of the weights over the gaps, without making
-    cum (BOOTSTRAP_MAX_GAPS values) in every resample. Each unit's gap count before every block's
-    start is counted once; a resample's weight before a block is then one sum over the units, a
-    binary search over the blocks finds the one holding rank k, and only that block is walked.
-    The same index as bisect_right over cum (integer weights: exact), at ~1/10 of the cost."""
-
-    def __init__(self, gap_units: Sequence[int], units: int, block: int = RANK_BLOCK):
-        self.gap_units, self.block = gap_units, block
-        counts = [0] * units
-        self.before: list[list[int]] = []  # before[b][u]: unit u's gaps before index b * block
-        for start in range(0, len(gap_units), block):
-            self.before.append(counts.copy())
-            for u in gap_units[start : start + block]:
-                counts[u] += 1
-        self.before.append(counts)  # past the last gap
-        self.w: Sequence[int] = []
-        self._at: dict[int, int] = {}
-
-    def weigh(self, w: Sequence[int]) -> int:
-        """Start a resample (its units' weights); returns the total weight (cum[-1], 0 without gaps)."""
-        self.w, self._at = w, {}
-        return self._weight_before(len(self.before) - 1)
-
-    def _weight_before(self, b: int) -> int:
-        t = self._at.get(b)
-        if t is None:
-            t = self._at[b] = sum(map(mul, self.w, self.before[b]))
-        return t
-
-    def index(self, k: int) -> int:
-        """bisect_right(cum, k) for 0 <= k < the total weight: the first gap whose running total exceeds k."""
-        lo, hi = 0, len(self.before) - 1  # weight before lo <= k < weight before hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._weight_before(mid) <= k:
-                lo = mid
-            else:
-                hi = mid
-        start = lo * self.block
-        run = list(
-            accumulate(
-                map(self.w.__getitem__, self.gap_units[start : start + self.block]), initial=self._weight_before(lo)
-            )
-        )
-        return start + bisect_right(run, k) - 1
-
-
-def _weighted_quantile(sorted_gaps: Sequence[float], ranks: _WeightedRanks, total: int, q: float) -> float:
-    """`quantile` of the gaps each repeated by its weight (`ranks` weighed for this resample; total: the weights' sum)."""
-    h = (total - 1) * q
-    k = math.floor(h)
-    a = sorted_gaps[ranks.index(k)]
-    frac = h - k
-    return a if frac == 0.0 else a + (sorted_gaps[ranks.index(k + 1)] - a) * frac
-
-
 def _resampled_figures(
     w: list[int],
     w_half: list[int],
     sums: Mapping[str, Sequence[float]],
     sorted_gaps: Sequence[float],
-    ranks: _WeightedRanks,
+    ranks: WeightedRanks,
     seq_lr: Sequence[float | None],
 ) -> dict[str, float | None]:
     """The floor figures of one resample: each unit counted w[unit] times. A largest value (the
@@ -743,7 +658,7 @@ def _resampled_figures(
 
     n = tot("n")
     few = [i for i, k in enumerate(w_half) if k]
-    lrs = [seq_lr[i] for i in few if seq_lr[i] is not None]
+    lrs = [r for i in few if (r := seq_lr[i]) is not None]
     out: dict[str, float | None] = {name: None for name in FLOOR_FIGURE_NAMES}
     out["seq_abs_log_ratio_max"] = max(lrs) if lrs else None
     if not n:
@@ -751,7 +666,7 @@ def _resampled_figures(
     total = ranks.weigh(w)
     if total:
         for name, q in (("abs_dlogp_p50", 0.50), ("abs_dlogp_p95", 0.95), ("abs_dlogp_p99", 0.99)):
-            out[name] = _weighted_quantile(sorted_gaps, ranks, total, q)
+            out[name] = weighted_quantile(sorted_gaps, ranks, total, q)
     has = [i for i in few if sums["n"][i]]
     out["abs_dlogp_mean"] = tot("abs_d") / n
     out["abs_dlogp_max"] = max((sums["max_abs"][i] for i in has), default=None)
@@ -891,9 +806,9 @@ def _figures(parts: list[_Partial]) -> TokenStats:
         pairs=n,
         skipped=skipped,
         abs_dlogp_mean=total("sum_abs_d") / n,
-        abs_dlogp_p50=_abs_quantile(runs, n, 0.50),
-        abs_dlogp_p95=_abs_quantile(runs, n, 0.95),
-        abs_dlogp_p99=_abs_quantile(runs, n, 0.99),
+        abs_dlogp_p50=abs_quantile(runs, n, 0.50),
+        abs_dlogp_p95=abs_quantile(runs, n, 0.95),
+        abs_dlogp_p99=abs_quantile(runs, n, 0.99),
         abs_dlogp_max=max(-d_min, d_max) + 0.0,  # no -0.0
         abs_dprob_mean=total("sum_dp") / n,
         abs_dprob_max=max(p.max_dp for p in parts),
@@ -918,37 +833,6 @@ def _count_outside(runs: list[array], lo: float, hi: float) -> int:
         count += len(r) - bisect_left(r, True, key=lambda x: _exp(-x) < lo)  # large gaps: rho < lo
         count += bisect_left(r, True, key=lambda x: _exp(-x) <= hi)  # negative gaps: rho > hi
     return count
-
-
-def _float(bits: int) -> float:
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
-
-
-_INF_BITS = struct.unpack("<q", struct.pack("<d", math.inf))[0]
-
-
-def _kth_abs(runs: list[array], k: int) -> float:
-    """The k-th smallest (0-based) |dlogp| over ascending runs, without merging them: the bit
-    patterns of non-negative floats are ordered like the floats, so a binary search over them
-    (64 steps, each counting |dlogp| <= t by bisection in every run) lands on an element."""
-    lo, hi = 0, _INF_BITS
-    while lo < hi:
-        mid = (lo + hi) // 2
-        t = _float(mid)
-        if sum(bisect_right(r, t) - bisect_left(r, -t) for r in runs) > k:
-            hi = mid
-        else:
-            lo = mid + 1
-    return _float(lo)
-
-
-def _abs_quantile(runs: list[array], n: int, q: float) -> float:
-    """`quantile` of |dlogp| over the runs (linear interpolation between order statistics)."""
-    h = (n - 1) * q
-    k = math.floor(h)
-    frac = h - k
-    a = _kth_abs(runs, k)
-    return a if frac == 0.0 else a + (_kth_abs(runs, k + 1) - a) * frac
 
 
 def _pearson(parts: list[_Partial], n: int) -> float | None:
@@ -1142,15 +1026,6 @@ def _ratio(side: float, floor: float) -> float:
     return side / floor
 
 
-def _interval_quantile(sorted_values: Sequence[float], q: float) -> float:
-    h = (len(sorted_values) - 1) * q
-    lo = math.floor(h)
-    a = sorted_values[lo]
-    if h == lo or a == sorted_values[lo + 1]:
-        return a
-    return a + (sorted_values[lo + 1] - a) * (h - lo)
-
-
 def _bootstrap(
     check: FigureCheck, side: Sequence[float | None] | None, floor: Sequence[float | None] | None
 ) -> FigureCheck:
@@ -1162,8 +1037,8 @@ def _bootstrap(
     if len(pairs) < len(side) / 2:
         return check
     factors = sorted(_ratio(s, f) for s, f in pairs)
-    check.factor_low = _interval_quantile(factors, BOOTSTRAP_ALPHA / 2)
-    check.factor_high = _interval_quantile(factors, 1 - BOOTSTRAP_ALPHA / 2)
+    check.factor_low = interval_quantile(factors, BOOTSTRAP_ALPHA / 2)
+    check.factor_high = interval_quantile(factors, 1 - BOOTSTRAP_ALPHA / 2)
     if check.exceeds:
         held = sum(1 for s, f in pairs if _ratio(s, f) > check.limit and s - f > check.epsilon)
         if held < (1 - BOOTSTRAP_ALPHA / 2) * len(side):

@@ -18,6 +18,7 @@ Names, one each, the same in the CLI, `--json`, the app and the report:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,10 @@ RECORDED_ENGINE_PAIR = "recorded-engine"  # the recorded logprobs against an eng
 RECORDED_TRAINER_PAIR = "recorded-trainer"  # the recorded rollout against the dump's own trainer logprobs
 ROUTE_REPLAY_PAIR = "route-replay"  # R3: the trainer routing with the rollout's recorded experts, against it
 FLOOR_PAIR = "floor"  # the trainer against itself under a change that must not matter
+# The run's own pair, in order of preference (ReplayRecord.main, .own): the recorded rollout against the
+# trainer; without recorded logprobs an engine re-run against it; with no engine at all (a recorded-only
+# replay: parity_ui.commands.replay_recorded) the recorded rollout against the dump's own trainer logprobs.
+OWN_KINDS = (RECORDED_PAIR, ENGINE_PAIR, RECORDED_TRAINER_PAIR)
 
 
 @dataclass
@@ -109,6 +114,9 @@ class ReplayRecord:
     worst_tokens: list[WorstToken] = field(default_factory=list)  # the worst first
     forced: dict[str, str] = field(default_factory=dict)  # side -> how it forced the tokens
     score_s: dict[str, float] = field(default_factory=dict)  # side -> seconds spent scoring
+    # No engine ran: the dump's own pair pooled from its recorded logprobs alone (a recorded-only replay,
+    # parity_ui.commands.replay_recorded); it is run again, not resumed
+    recorded_only: bool = False
 
     def pair(self, name: str) -> ReplayPair | None:
         """A pair by its name, or by its key before schema 3 (an alias for one schema version)."""
@@ -119,9 +127,14 @@ class ReplayRecord:
     @property
     def main(self) -> ReplayPair | None:
         """The run's own pair: the recorded rollout against the trainer; without recorded logprobs the
-        first engine re-run against it."""
-        return next((p for p in self.pairs if p.kind == RECORDED_PAIR), None) or next(
-            (p for p in self.pairs if p.kind == ENGINE_PAIR), None
+        first engine re-run against it; recorded-only, the recorded rollout against the recorded trainer."""
+        return self.own(None)
+
+    def own(self, have: Container[str] | None) -> ReplayPair | None:
+        """The run's own pair (OWN_KINDS' order) among the pairs named in `have` (a row's: those it has
+        both ends of); None: among all of them."""
+        return next(
+            (p for kind in OWN_KINDS for p in self.pairs if p.kind == kind and (have is None or p.name in have)), None
         )
 
     def to_json(self) -> dict[str, Any]:

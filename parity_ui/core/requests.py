@@ -6,7 +6,7 @@ build them. Defined here, below both, so a command can ask without importing an 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -110,6 +110,26 @@ class CaptureRequest:
     positions: list[int]
     noise_eps: float | None = None  # rounding-level noise after every layer (the noise-floor run)
     seed: int = 0
+
+
+@dataclass
+class OpTraceRequest:
+    """The op map (parity_ui.core.op_map, parity_ui.engines.op_trace): one teacher-forced forward pass over
+    `ids`. With `dump_to`, the reference: every op's output written there (a safetensors file) at the
+    `window` positions, k and v and `full_ops` at every position. With `reference`, a side compared
+    with that file: per op and window position its cumulative and added error (statistics only).
+    `noise_eps`: the reference against itself with rounding-level noise (the floor). `swap`: [layer,
+    op] whose output is replaced by the reference's at every position (the causal check)."""
+
+    ids: list[int]
+    window: list[int]
+    dump_to: str | None = None
+    reference: str | None = None
+    full_ops: list[str] = field(default_factory=list)
+    noise_eps: float | None = None
+    seed: int = 0
+    swap: list[Any] | None = None
+    added: bool = True  # compute the added error (a swap's after-run needs the cumulative only)
 
 
 @dataclass

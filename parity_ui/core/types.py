@@ -643,6 +643,7 @@ class Localisation:
     error: str | None = None  # a localisation that could not run is stored too, with why
     seconds: float = 0.0
     routes: dict[str, Any] | None = None  # MoE: both routers at the captured positions (commands.layer_routes)
+    op_map: dict[str, Any] | None = None  # --ops: every layer x op x token (core.op_map.OpMap.to_dict)
     id: str = ""
     created_utc: str = ""
 

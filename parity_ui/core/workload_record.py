@@ -14,8 +14,7 @@ from itertools import repeat
 from operator import sub, truediv
 from typing import Any
 
-from .findings import MASKED_LOGPROB
-from .pooled import EXCEEDS, TOO_FEW, WITHIN, FloorVerdict, WorkloadStats, scorable
+from .pooled import EXCEEDS, TOO_FEW, WITHIN, FloorVerdict, WorkloadStats, all_scorable, scorable
 from .replay_record import ReplayRecord, replay_record_from_json
 
 MODES = ("free", "scored", "replay")  # replay: a dump's tokens forced (parity_ui.commands.replay)
@@ -75,7 +74,7 @@ class DlogpHistogram:
     def add(self, logp_side: Sequence[float | None], logp_ref: Sequence[float | None]) -> None:
         """Count one sample's pairs; a pair with a missing, non-finite or masked logprob is skipped,
         as the token figures skip it."""
-        if _all_scorable(logp_side) and _all_scorable(logp_ref):  # the usual case: at C speed
+        if all_scorable(logp_side) and all_scorable(logp_ref):  # the usual case: at C speed
             gaps = list(map(abs, map(sub, logp_side, logp_ref)))
         else:
             gaps = [abs(a - b) for a, b in zip(logp_side, logp_ref) if scorable(a) and scorable(b)]
@@ -110,11 +109,6 @@ class DlogpHistogram:
                 above=d["above"],
             )
         )
-
-
-def _all_scorable(xs: Sequence[float | None]) -> bool:
-    """Every logprob present, finite and not masked (pooled.scorable of each), checked at C speed."""
-    return None not in xs and all(map(math.isfinite, xs)) and (not len(xs) or min(xs) > MASKED_LOGPROB)
 
 
 @dataclass
@@ -214,18 +208,22 @@ class WorkloadReport:
     @property
     def first_divergence(self) -> int | None:
         firsts = [
-            f.stats.worst_by_divergence[0].first_divergence for f in self.sides.values() if f.stats.worst_by_divergence
+            x
+            for f in self.sides.values()
+            if f.stats.worst_by_divergence and (x := f.stats.worst_by_divergence[0].first_divergence) is not None
         ]
-        firsts = [x for x in firsts if x is not None]
         return min(firsts) if firsts else None
 
     @property
     def within_noise(self) -> bool | None:
         """Every side within the floor (None without a floor or figures)."""
         verdicts = [f.verdict for f in self.sides.values()]
-        if not verdicts or any(v is None for v in verdicts):
+        if not verdicts:
             return None
-        return all(v.verdict == WITHIN for v in verdicts)
+        judged = [v for v in verdicts if v is not None]
+        if len(judged) < len(verdicts):
+            return None
+        return all(v.verdict == WITHIN for v in judged)
 
     @property
     def too_few_to_tell(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.requests import (  # noqa: F401
@@ -17,6 +17,7 @@ from ..core.requests import (  # noqa: F401
     GenerateRequest,
     InputCheck,
     LoadRequest,
+    OpTraceRequest,
     Problem,
     RouteReplayRequest,  # what an engine is asked: defined in core, used here
     RoutesRequest,
@@ -75,10 +76,11 @@ class Engine(ABC):
     def score(self, req: ScoreRequest) -> list[TokenStep]:
         """One TokenStep per continuation token, scored with this engine's forward pass."""
 
-    def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
-        """Each item's steps, in order (one forward pass per item: the same numbers as `score`).
-        Stops between items when the run is stopped (the parent then reports the Stop)."""
-        out = []
+    def score_batch(self, req: ScoreBatch) -> Sequence[Sequence[TokenStep]]:
+        """Each item's steps, in order (one forward pass per item: the same numbers as `score`): a list
+        of steps, or their columns (StepColumns, what the worker sends anyway). Stops between items
+        when the run is stopped (the parent then reports the Stop)."""
+        out: list[Sequence[TokenStep]] = []
         for item in req.items:
             if self.should_stop():
                 break
@@ -89,6 +91,11 @@ class Engine(ABC):
         """Per-layer activations at the asked positions (parity_ui.commands.layers). Engines that cannot
         hook their layers raise NotImplementedError with the reason."""
         raise NotImplementedError(f"{self.kind} cannot capture layer activations")
+
+    def op_trace(self, req: OpTraceRequest) -> dict[str, Any]:
+        """One pass of the op map (parity_ui.engines.op_trace): the reference's dump, or a side's figures
+        against it. Engines that cannot hook their layers raise NotImplementedError with the reason."""
+        raise NotImplementedError(f"{self.kind} cannot trace its ops (the op map needs the model in process)")
 
     def routes(self, req: RoutesRequest) -> Any:
         """Mixture-of-experts routes at the asked positions (parity_ui.engines.routes): a
@@ -151,6 +158,8 @@ def make_step(
 
 def append_step(res: SideResult, step: TokenStep, elapsed: float) -> None:
     """Add a generated token to a result; the first one stamps the time to the first token."""
+    # An engine builds its result's steps as a list; columns (StepColumns) are a stored run's, read-only.
+    assert isinstance(res.steps, list), "append_step on a stored result's columns"
     res.steps.append(step)
     res.token_ids.append(step.token_id)
     if res.timings.prefill_s is None:

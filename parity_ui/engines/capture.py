@@ -88,6 +88,7 @@ class _Recorder:
     def noise(self, t: Any) -> Any:
         import torch
 
+        assert self.noise_eps is not None, "noise() is only called on a noise-floor run (noise_eps set)"
         u = (torch.rand(t.shape, generator=self.gen) * 2 - 1).to(t.device, t.dtype)
         return t * (1 + self.noise_eps * u)
 

@@ -125,8 +125,9 @@ class ReadAhead:
             self._submit(i)
 
     def _submit(self, i: int) -> None:
-        if i < len(self.paths) and self.paths[i] and i not in self.futures:
-            self.futures[i] = self.ex.submit(read_rows, self.paths[i], self.pin)
+        path = self.paths[i] if i < len(self.paths) else None
+        if path and i not in self.futures:
+            self.futures[i] = self.ex.submit(read_rows, path, self.pin)
 
     def take(self, i: int) -> Any:
         """Item i's rows on the host (None: it reads none); raises what the read raised."""
@@ -139,12 +140,12 @@ class ReadAhead:
         self.futures.clear()
 
 
-def load_rows(path: str, n: int, device: Any, host: Any) -> Any:
+def load_rows(path: str | None, n: int, device: Any, host: Any) -> Any:
     """The first n rows of a rows file, read into `host` (read_rows), on `device`: one host-to-device
     copy (the bfloat16 bits, where the writer narrowed them, move as they are and become bfloat16
-    there)."""
+    there). `path` names the file in the error (None: the rows were handed over already read)."""
     if host.dim() != 2 or host.shape[0] < n:
-        raise RowsMissing(f"{path} holds {host.shape[0] if host.dim() == 2 else 0} rows, {n} needed")
+        raise RowsMissing(f"{path or 'the rows read'} holds {host.shape[0] if host.dim() == 2 else 0} rows, {n} needed")
     on = host[:n].to(device, non_blocking=host.is_pinned())
     return on.view(torch.bfloat16) if host.dtype == torch.int16 else on
 

@@ -25,7 +25,6 @@ from .base import (
     ScoreRequest,
     ShouldStop,
     StepCallback,
-    clean_logprob,
     make_step,
     result,
 )
@@ -61,6 +60,7 @@ class HfEngine(Engine):
         self.model_path = ""
         self._image_processor: Any = None
         self._greedy: Any = None  # the decode=graphed loop, kept: it holds the last captured graph
+        self._scorer: Any = None  # score_batch's packing (hf_score.BatchScorer), set at load
 
     def preload(self) -> None:
         import torch  # noqa: F401 - the import is the work
@@ -201,6 +201,7 @@ class HfEngine(Engine):
             )
         _enable_sdpa_kernels(a.get("sdpa_kernels"))
         warmup_s = self._warm_up(model)
+        score_batch = self._set_up_scoring(model)
         dev = str(model.device)
         if dev.startswith("cuda"):
             dev = f"{dev} ({torch.cuda.get_device_name(model.device)})"
@@ -236,6 +237,7 @@ class HfEngine(Engine):
                 "torch": torch.__version__,
                 "python": sys.version.split()[0],
                 "warmup_s": warmup_s,
+                "score_batch": score_batch,
             },
         )
 
@@ -261,6 +263,25 @@ class HfEngine(Engine):
                 self._decoder(5).decode([0] * 8, 4, set(), lambda i, tid: None, lambda: False)
         torch.cuda.synchronize()
         return round(time.perf_counter() - t, 3)
+
+    def _set_up_scoring(self, model: Any) -> str:
+        """How score_batch packs its rows (parity_ui.engines.hf_score): the side's score_batch, `auto`
+        decided here on a GPU by scoring a few rows alone and together; what was decided, as recorded."""
+        from .hf_score import BatchScorer, check, describe, token_budget
+
+        asked = self.args.get("score_batch") or "auto"
+        head = model.get_output_embeddings().weight
+        budget = token_budget(self.args.get("score_tokens"), str(model.device), head.shape[0], head.element_size())
+        found = None
+        if asked in ("auto", "padded") and model.device.type == "cuda":  # padded: to name what it moves
+            try:
+                found = check(model)
+            except Exception as e:  # noqa: BLE001 - a model the check cannot drive scores one row a forward
+                self._scorer = BatchScorer(model, "one-row", budget, False, _log)
+                return f"one row per forward (auto: the check could not run: {type(e).__name__}: {str(e)[:120]})"
+        mode = (found.mode() if found is not None else "same-length") if asked == "auto" else asked
+        self._scorer = BatchScorer(model, mode, budget, asked == "auto" and mode != "one-row", _log)
+        return describe(mode, budget, found, asked)
 
     def _decoder(self, k: int) -> GreedyDecoder:
         from .hf_greedy import GreedyDecoder
@@ -469,7 +490,7 @@ class HfEngine(Engine):
         grid = enc["image_grid_thw"]
         expected = int((grid.prod(-1) // (merge * merge)).sum())
         ids = list(req.prompts[i])
-        got = ids.count(req.image_token_id)
+        got = ids.count(req.image_token_id) if req.image_token_id is not None else 0
         if got != expected:
             from .base import EngineFault
 
@@ -493,25 +514,33 @@ class HfEngine(Engine):
         return list(self._score_columns(req))
 
     def score_batch(self, req: ScoreBatch) -> list[StepColumns]:
-        """Each item's steps as columns, built from the tensors (the worker sends columns anyway):
-        no TokenStep and TopLogprob per position, which with the per-position indexing before cost
-        the trainer side of a replay ~1.5x bare teacher-forcing on the GPU (bench/replay.py)."""
-        out = []
+        """Each item's steps as columns, built from the tensors (the worker sends columns anyway): no
+        TokenStep and TopLogprob per position. Rows without full rows to write or meet are packed by
+        length into forwards of up to a token budget (parity_ui.engines.hf_score: how, and what
+        padding does to the bits); the others go one forward each, their rows read ahead."""
         reads = [it.rows.read if it.rows is not None else None for it in req.items]
         ahead = None
         if any(reads):  # full_distribution: the other side's rows read ahead while this side's forwards run
             from .full_distribution import ReadAhead
 
             ahead = ReadAhead(reads, pin=self.model.device.type == "cuda")
+
+        def alone(i: int) -> StepColumns:
+            take = (lambda: ahead.take(i)) if ahead is not None and reads[i] else None
+            return self._score_columns(req.items[i], take)
+
         try:
-            for i, item in enumerate(req.items):
-                if self.should_stop():
-                    break
-                out.append(self._score_columns(item, (lambda i=i: ahead.take(i)) if ahead and reads[i] else None))
+            return self._batch_scorer().score(req.items, self.should_stop, alone)
         finally:
             if ahead is not None:
                 ahead.close()
-        return out
+
+    def _batch_scorer(self) -> Any:
+        if self._scorer is None:  # an engine loaded before batching was configured: one row a forward
+            from .hf_score import BatchScorer
+
+            self._scorer = BatchScorer(self.model, "one-row", 1, False, lambda m: None)
+        return self._scorer
 
     def _score_columns(self, req: ScoreRequest, ahead: Any = None) -> StepColumns:
         """One teacher-forced forward pass; the continuation's steps: each token's logprob (float32
@@ -519,39 +548,23 @@ class HfEngine(Engine):
         with four device-to-host copies in all."""
         import torch
 
+        from .hf_score import columns
+
         ids = torch.tensor([req.prompt + req.continuation], device=self.model.device)
         with torch.inference_mode():
             logits = self.model(input_ids=ids).logits[0]
         base = len(req.prompt)
+        tokens, k = req.continuation, max(req.logprobs, 1)
+        n = len(tokens)
+        # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j. One slice,
+        # not a view per position stacked again (n small tensor ops per row, ~2x the forward on a GPU).
+        own = logits[base - 1 : base - 1 + n]
         with torch.inference_mode():
-            tokens, k = req.continuation, max(req.logprobs, 1)
-            n = len(tokens)
-            # logits[j] predicts ids[j + 1]: continuation token j is predicted at base - 1 + j. One slice,
-            # not a view per position stacked again (n small tensor ops per row, ~2x the forward on a GPU).
-            own = logits[base - 1 : base - 1 + n]
-            lp = torch.log_softmax(own.float(), dim=-1)
-            chosen = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])  # [n, 1]
-            ranks = ((lp > chosen).sum(dim=-1) + 1).tolist()
-            top_v, top_i = torch.topk(lp, k, dim=-1)
-            chosen_l, top_v_l, top_i_l = chosen[:, 0].tolist(), top_v.flatten().tolist(), top_i.flatten().tolist()
             # full_distribution: this side's rows written and/or met with the other side's, per position.
             from .full_distribution import columns_for
 
             dist = columns_for(own, req.rows, n, ahead) if req.rows is not None and n else {}
-        return StepColumns(
-            {
-                "position": list(range(n)),
-                "token_id": list(tokens),
-                "text": [""] * n,
-                "logprob": list(map(clean_logprob, chosen_l)),
-                "rank": ranks,
-                "top_n": [k] * n,
-                "top_token_id": top_i_l,
-                "top_logprob": list(map(clean_logprob, top_v_l)),
-                "top_text": [""] * (n * k),
-                **dist,
-            }
-        )
+        return columns(own, list(tokens), k, dist)
 
     def routes(self, req: RoutesRequest) -> Any:
         from .routes import routes_hf
@@ -577,6 +590,8 @@ class HfEngine(Engine):
                 )
             return out
         g = req.generate
+        if g is None:
+            raise ValueError("a route replay request holds neither prompts to generate nor items to score")
         for i, (prompt, routes) in enumerate(zip(g.prompts, req.routes)):
             one = _replace(g, prompts=[prompt], batch_size=1, stream=False)
             with ForcedRoutes(self.model, routes, 0, req.mode):
@@ -589,6 +604,17 @@ class HfEngine(Engine):
         from .capture import capture_hf
 
         return capture_hf(self.model, req, getattr(self.model.config, "num_hidden_layers", None), req.noise_eps)
+
+    def op_trace(self, req: Any) -> dict[str, Any]:
+        from .op_hooks import hf_ops
+        from .op_trace import run_pass
+
+        return run_pass(hf_ops(self.model), req)
+
+
+def _log(message: str) -> None:
+    """A line in the worker's log (its stderr)."""
+    print(f"parity-ui: {message}", file=sys.stderr, flush=True)
 
 
 def _config(req: LoadRequest) -> Any:

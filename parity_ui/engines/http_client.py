@@ -14,7 +14,7 @@ import socket
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -63,7 +63,7 @@ class HttpClient:
         with self._request("POST", url, body, self.timeout_s) as resp:
             return _json(url, _read(url, resp))
 
-    def stream(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def stream(self, path: str, body: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """Server-sent events of a streamed completion, one parsed JSON object each. Raises an
         EngineFault when the stream ends before the server's [DONE] (the server died or the
         connection dropped)."""

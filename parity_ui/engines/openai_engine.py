@@ -79,6 +79,15 @@ class OpenAIEngine(Engine):
 
     # -- connecting ---------------------------------------------------------------------------
 
+    @property
+    def http(self) -> HttpClient:
+        """The server's client, made when the side connects (preflight or load)."""
+        if self.client is None:
+            raise EngineFault(
+                "the server side is used before it connected", "load the side (or run its preflight) first"
+            )
+        return self.client
+
     def _client(self, conn: dict[str, Any]) -> HttpClient:
         key = None
         if conn.get("api_key_env"):
@@ -96,7 +105,7 @@ class OpenAIEngine(Engine):
         data = models.get("data") if isinstance(models, dict) else None
         if not isinstance(data, list) or not data:
             raise EngineFault(
-                f"{self.client.base}/models lists no model: {str(models)[:200]}",
+                f"{self.http.base}/models lists no model: {str(models)[:200]}",
                 "point url= at a vLLM OpenAI-compatible server's /v1 base",
             )
         names = [str(m.get("id")) for m in data]
@@ -129,7 +138,7 @@ class OpenAIEngine(Engine):
     def _connect(self, req: LoadRequest) -> list[Problem]:
         self.conn = req.args["connection"]
         self.client = self._client(self.conn)
-        models = self.client.get("/models")
+        models = self.http.get("/models")
         model, problems = self._served(models, self.conn.get("served_model"), req.model_path)
         self.model_name = str(model["id"])
         self.max_model_len = model.get("max_model_len")
@@ -145,7 +154,7 @@ class OpenAIEngine(Engine):
         self._connect(req)
         version = self._version()
         resolved = {
-            "server": self.client.base,
+            "server": self.http.base,
             "served_model": self.model_name,
             "max_model_len": self.max_model_len,
             "engine": f"vLLM {version}" if version else "unknown",
@@ -156,7 +165,7 @@ class OpenAIEngine(Engine):
         return EngineInfo(
             kind=self.kind,
             version=version or "unknown",
-            device=f"server {self.client.base}",
+            device=f"server {self.http.base}",
             dtype=str(resolved.get("dtype", "unknown (the server does not say)")),
             versions={"vllm": version or "unknown"},
             resolved=resolved,
@@ -175,7 +184,7 @@ class OpenAIEngine(Engine):
         if self.client is None:
             return SideWeights(readable=False, why="the server is not connected", how="POST /weight_checker")
         try:
-            got = self.client.post("/weight_checker", {"action": "checksum"}, root=True)
+            got = self.http.post("/weight_checker", {"action": "checksum"}, root=True)
         except EngineFault as e:
             version = self._version() or "unknown"
             return SideWeights(
@@ -198,7 +207,7 @@ class OpenAIEngine(Engine):
 
     def _version(self) -> str | None:
         try:
-            return str(self.client.get("/version", root=True).get("version"))
+            return str(self.http.get("/version", root=True).get("version"))
         except EngineFault:
             return None  # not every OpenAI-compatible server has /version
 
@@ -206,7 +215,7 @@ class OpenAIEngine(Engine):
         """What the server says of its engine setup. vLLM exposes its full config at /server_info
         only in its development mode (VLLM_SERVER_DEV_MODE=1); otherwise we say so."""
         try:
-            info = self.client.get("/server_info?config_format=json", root=True)
+            info = self.http.get("/server_info?config_format=json", root=True)
         except EngineFault:
             return {"engine_config": "not exposed (start the server with VLLM_SERVER_DEV_MODE=1 to record it)"}
         vc = info.get("vllm_config") if isinstance(info, dict) else None
@@ -230,7 +239,7 @@ class OpenAIEngine(Engine):
             return problems
         for i, (text, ids) in enumerate(zip(req.texts, req.text_ids)):
             try:
-                got = self.client.post(
+                got = self.http.post(
                     "/tokenize", {"model": self.model_name, "prompt": text, "add_special_tokens": False}, root=True
                 )
             except EngineFault as e:
@@ -271,7 +280,7 @@ class OpenAIEngine(Engine):
             chunk = list(range(start, min(start + req.batch_size, len(req.prompts))))
             prompt = [req.prompts[i] for i in chunk] if len(chunk) > 1 else req.prompts[chunk[0]]
             t0 = time.perf_counter()
-            events = self.client.stream("/completions", self._body(prompt, req.sampling, stream=True))
+            events = self.http.stream("/completions", self._body(prompt, req.sampling, stream=True))
             try:
                 for event in events:
                     if should_stop():
@@ -343,7 +352,7 @@ class OpenAIEngine(Engine):
             {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "return_tokens_as_token_ids": True},
             prompt_logprobs=max(req.logprobs, 1),
         )
-        answer = self.client.post("/completions", body)
+        answer = self.http.post("/completions", body)
         choices = answer.get("choices") if isinstance(answer, dict) else None
         lps = choices[0].get("prompt_logprobs") if choices else None
         if not isinstance(lps, list) or len(lps) != len(ids):

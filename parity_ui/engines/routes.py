@@ -11,7 +11,12 @@ routing weights and the router margin at the top-k boundary are kept (parity_ui.
   weights and ids its kernel then uses). The CPU build's own capture (`enable_return_routed_experts`)
   refuses there ("AuxOutput Connector requires Model Runner V2", which "requires Triton"); hooks
   do not fire inside CUDA graphs or compiled graphs, so on a GPU the built-in capture gives the ids
-  (the V1 model runner) and the hooks, when the side runs eager, the weights and margins.
+  (the V1 model runner) and the hooks, when the side runs eager, the weights and margins. Not eager,
+  a side's generate keeps the ids its own tokens were routed with, and the routes of those tokens
+  are answered from them (VllmEngine.routes): no prefill again, one sequence at a time.
+
+Hooks keep what they see on the device and copy it to the host once per request (_Keeper): a copy
+per layer made the forward wait for the host at every MoE layer.
 
 Route forcing (replay): the gate's forward is patched so that the rows of recorded positions take
 the recorded experts: "ids" keeps this side's own weights for them (its router's scores at the
@@ -73,18 +78,19 @@ def choice_scores(spec: RouterSpec, logits: Any) -> tuple[Any, Any]:
 
 
 def margins_of(spec: RouterSpec, logits: Any) -> Any:
-    """Per row: the k-th minus the (k+1)-th choice score (inf with no (k+1)-th expert)."""
+    """Per row: the k-th minus the (k+1)-th choice score (inf with no (k+1)-th expert), float32, on
+    the logits' device (no copy to the host: see _Keeper)."""
     import torch
 
     scores, plain = choice_scores(spec, logits)
     k = spec.top_k
     if scores.shape[-1] <= k:
-        return torch.full((scores.shape[0],), float("inf"))
+        return torch.full((scores.shape[0],), float("inf"), device=scores.device)
     top = scores.topk(k + 1, dim=-1)[0]
     beyond = top[:, k]
     fallback = plain.topk(k + 1, dim=-1)[0][:, k]
     beyond = torch.where(torch.isfinite(beyond), beyond, torch.minimum(fallback, top[:, k - 1]))
-    return (top[:, k - 1] - beyond).float().cpu()
+    return (top[:, k - 1] - beyond).float()
 
 
 def weights_for(spec: RouterSpec, logits: Any, ids: Any) -> Any:
@@ -136,7 +142,13 @@ def hf_gates(model: Any) -> list[tuple[int, Any]]:
 
 
 class _Keeper:
-    """Rows of every MoE layer, in call order: concatenated, row i is position i (one sequence)."""
+    """Rows of every MoE layer, in call order: concatenated, row i is position i (one sequence).
+
+    Kept on the device where the router ran: a copy to the host inside a hook waits for the forward
+    to reach that layer, so a copy per layer (ids, weights and margins: three per layer) serialised
+    the forward against the host (issue 44: routes=true took a scored workload's generate phase
+    1.84x). The rows are gathered on the device at the end and cross to the host in one copy per
+    request (`routes`)."""
 
     def __init__(self, n_layers: int):
         self.ids: list[list[Any]] = [[] for _ in range(n_layers)]
@@ -144,10 +156,9 @@ class _Keeper:
         self.margins: list[list[Any]] = [[] for _ in range(n_layers)]
 
     def keep(self, j: int, spec: RouterSpec, logits: Any, weights: Any, ids: Any) -> None:
-        import torch
-
-        self.ids[j].append(ids.detach().to("cpu", dtype=torch.int64))
-        self.weights[j].append(weights.detach().float().cpu() if weights is not None else None)
+        # Copies on the device (no wait): the router's tensors may be buffers the next layer reuses.
+        self.ids[j].append(ids.detach().clone())
+        self.weights[j].append(weights.detach().clone() if weights is not None else None)
         self.margins[j].append(margins_of(spec, logits.detach()) if logits is not None else None)
 
     def routes(self, layer_ids: list[int], spec: RouterSpec, positions: list[int], source: str) -> Routes:
@@ -159,18 +170,32 @@ class _Keeper:
                 "inside CUDA graphs or compiled graphs)",
                 "record routes with enforce_eager=true",
             )
-        ids = torch.stack([torch.cat(r)[positions] for r in self.ids], dim=1)  # [n, L, k]
+        dev = self.ids[0][0].device
+        at = torch.tensor(positions, dtype=torch.long, device=dev)
+
+        def gathered(rows: list[list[Any]], dtype: Any) -> Any:  # [n, layers, k] (or [n, layers]), one device op
+            return torch.stack([torch.cat([x.to(dev, dtype) for x in r]).index_select(0, at) for r in rows], dim=1)
+
         has_w = all(w is not None for rows in self.weights for w in rows)
         has_m = all(m is not None for rows in self.margins for m in rows)
-        weights = torch.stack([torch.cat(r)[positions] for r in self.weights], dim=1) if has_w else None
-        margins = torch.stack([torch.cat(r)[positions] for r in self.margins], dim=1) if has_m else None
+        parts = [gathered(self.ids, torch.float64)]  # float64 holds any expert id exactly
+        if has_w:
+            parts.append(gathered(self.weights, torch.float64))
+        if has_m:
+            parts.append(gathered(self.margins, torch.float64)[..., None])
+        n = len(positions)
+        host = torch.cat([p.reshape(n, -1) for p in parts], dim=1).cpu()  # the one copy to the host
+        k, layers = spec.top_k, len(self.ids)
+        ids = host[:, : layers * k]
+        weights = host[:, layers * k : 2 * layers * k] if has_w else None
+        margins = host[:, host.shape[1] - layers :] if has_m else None
         return Routes(
             layers=layer_ids,
             top_k=spec.top_k,
             num_experts=spec.num_experts,
-            ids=ids.reshape(-1).tolist(),
-            weights=None if weights is None else weights.reshape(-1).tolist(),
-            margins=None if margins is None else margins.reshape(-1).tolist(),
+            ids=ids.to(torch.int64).reshape(-1).tolist(),
+            weights=None if weights is None else weights.to(torch.float32).reshape(-1).tolist(),
+            margins=None if margins is None else margins.to(torch.float32).reshape(-1).tolist(),
             source=source,
         )
 
@@ -254,20 +279,26 @@ class ForcedRoutes:
             rows = idx.shape[0]
             first = self.seen[j]
             self.seen[j] += rows
+            # The call's recorded rows replaced at once: one host-to-device copy of their ids (and
+            # weights), not one per row.
+            sel = [(row, rec) for row in range(rows) if 0 <= (rec := first + row - self.start) < r.rows]
+            if not sel:
+                return logits, weights, idx
+            at = torch.tensor([row for row, _ in sel], device=idx.device)
+            offsets = [(rec * n_layers + j) * k for _, rec in sel]
+            ids = torch.tensor([r.ids[o + t] for o in offsets for t in range(k)], device=idx.device, dtype=idx.dtype)
+            ids = ids.view(len(sel), k)
             new_idx, new_w = idx.clone(), weights.clone()
-            for row in range(rows):
-                rec = first + row - self.start
-                if not 0 <= rec < r.rows:
-                    continue
-                o = (rec * n_layers + j) * k
-                ids = torch.tensor(r.ids[o : o + k], device=idx.device, dtype=idx.dtype)
-                new_idx[row] = ids
-                if self.mode == "ids+weights":
-                    new_w[row] = torch.tensor(r.weights[o : o + k], device=weights.device, dtype=weights.dtype)
-                else:
-                    new_w[row] = weights_for(spec, logits[row : row + 1], ids[None])[0].to(weights.dtype)
-                if j == 0:
-                    self.forced += 1
+            new_idx[at] = ids
+            if self.mode == "ids+weights":
+                rw = r.weights
+                assert rw is not None, "ids+weights is refused for routes without weights (__init__)"
+                w = [rw[o + t] for o in offsets for t in range(k)]
+                new_w[at] = torch.tensor(w, device=weights.device, dtype=weights.dtype).view(len(sel), k)
+            else:
+                new_w[at] = weights_for(spec, logits[at], ids).to(weights.dtype)
+            if j == 0:
+                self.forced += len(sel)
             return logits, new_w, new_idx
 
         return forward
@@ -358,21 +389,30 @@ def routes_vllm(llm: Any, ids: list[int], positions: list[int]) -> Routes:
             out.source = f"hooks; vLLM built-in {_agree(out, routed, positions)}"
         return out
     if routed is None:
-        if not routers and not _builtin_on(engine):
+        if not routers and not builtin_on(engine):
             raise EngineFault(*MOE_UNSUPPORTED)
         raise EngineFault(
             "vLLM returned no routed experts and its routers' hooks did not fire (a compiled model or CUDA graphs)",
             "record routes with enforce_eager=true on this side",
         )
+    return routes_generated(engine, routed, positions, "vllm built-in")
+
+
+def routes_generated(
+    engine: Any, routed: Any, positions: list[int], source: str = "vllm built-in (as generated)"
+) -> Routes:
+    """Routes from vLLM's built-in capture, `routed` [positions fed, layers, k] (prompt + output - 1
+    rows): the ids only (no weights, no margins). From a generate, these are the experts the side
+    routed its own tokens with, in the batches it decoded them in."""
     import numpy as np
 
-    arr = np.asarray(routed)[positions]  # [n, layers, k]: rows for prompt + output - 1 positions
+    arr = np.asarray(routed)[positions]  # [n, layers, k]
     return Routes(
         layers=list(range(arr.shape[1])),
         top_k=int(arr.shape[2]),
         num_experts=_num_experts(engine),
         ids=arr.reshape(-1).astype(int).tolist(),
-        source="vllm built-in",
+        source=source,
     )
 
 
@@ -402,7 +442,7 @@ def _agree(hooked: Routes, routed: Any, positions: list[int]) -> str:
     )
 
 
-def _builtin_on(engine: Any) -> bool:
+def builtin_on(engine: Any) -> bool:
     for where in ("aux_output_config", "model_config"):
         cfg = getattr(engine.vllm_config, where, None)
         if cfg is not None and getattr(cfg, "enable_return_routed_experts", False):

@@ -23,8 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.types import EngineInfo
-from .base import CancelledByUser, EngineFault, GenerateRequest, LoadRequest, Problem, ShouldStop, StepCallback
+from ..core.types import EngineInfo, SideResult, TokenStep
+from .base import (
+    CancelledByUser,
+    EngineFault,
+    GenerateRequest,
+    LoadRequest,
+    Problem,
+    ScoreRequest,
+    ShouldStop,
+    StepCallback,
+)
 from .openai_engine import OpenAIEngine
 
 POLL_S = 0.5
@@ -76,21 +85,23 @@ def engine_config_from_log(text: str) -> dict[str, Any]:
         m = re.search(rf"[ ,]{key}=([^,]+)", line)
         return m.group(1).strip().strip("'") if m else None
 
+    def num(key: str) -> int | None:
+        v = val(key)
+        return int(v) if v is not None and v.isdigit() else None
+
     graphs = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", line)
     eager = val("enforce_eager") == "True"
     out: dict[str, Any] = {
         "dtype": (val("dtype") or "").replace("torch.", "") or None,
-        "max_model_len": int(val("max_seq_len")) if (val("max_seq_len") or "").isdigit() else None,
-        "tensor_parallel": int(val("tensor_parallel_size")) if (val("tensor_parallel_size") or "").isdigit() else None,
-        "pipeline_parallel": int(val("pipeline_parallel_size"))
-        if (val("pipeline_parallel_size") or "").isdigit()
-        else None,
+        "max_model_len": num("max_seq_len"),
+        "tensor_parallel": num("tensor_parallel_size"),
+        "pipeline_parallel": num("pipeline_parallel_size"),
         "prefix_caching": {"True": True, "False": False}.get(val("enable_prefix_caching") or ""),
         "chunked_prefill": {"True": True, "False": False}.get(val("enable_chunked_prefill") or ""),
         "cuda_graphs": "off"
         if eager or (graphs and graphs.group(1) == "NONE")
         else (graphs.group(1) if graphs else None),
-        "seed": int(val("seed")) if (val("seed") or "").isdigit() else None,
+        "seed": num("seed"),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -175,9 +186,9 @@ class VllmServerEngine(OpenAIEngine):
             log.write(("$ " + " ".join(argv) + "\n").encode())
             # Same process group as the worker: the worker's watchdog kills both when the tool dies.
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
-        self._wait_ready(port, timeout_s)
+        self._wait_ready(self.proc, port, timeout_s)
 
-    def _wait_ready(self, port: int, timeout_s: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, port: int, timeout_s: float) -> None:
         import urllib.error
         import urllib.request
 
@@ -186,7 +197,7 @@ class VllmServerEngine(OpenAIEngine):
             if self.should_stop():
                 self.close()
                 raise CancelledByUser("stopped while vllm serve was starting")
-            code = self.proc.poll()
+            code = proc.poll()
             if code is not None:
                 tail = self._tail(25)
                 what, fix = why_not_started(tail, code)
@@ -224,13 +235,13 @@ class VllmServerEngine(OpenAIEngine):
         except OSError:
             return ""
 
-    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop):  # type: ignore[override]
+    def generate(self, req: GenerateRequest, on_step: StepCallback, should_stop: ShouldStop) -> list[SideResult]:
         try:
             return super().generate(req, on_step, should_stop)
         except EngineFault as e:
             raise self._if_dead(e) from None
 
-    def score(self, req: Any) -> Any:
+    def score(self, req: ScoreRequest) -> list[TokenStep]:
         try:
             return super().score(req)
         except EngineFault as e:

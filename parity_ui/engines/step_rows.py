@@ -32,7 +32,7 @@ import numpy as np
 INDEX = ".steps.json"  # a sequence's index: path + INDEX
 BITS, WIDE = 0, 1
 SUFFIX = {BITS: ".steps", WIDE: ".steps.f32"}
-DTYPE = {BITS: np.dtype(np.int16), WIDE: np.dtype(np.float32)}
+DTYPE: dict[int, np.dtype] = {BITS: np.dtype(np.int16), WIDE: np.dtype(np.float32)}
 
 
 def narrowed(host: np.ndarray) -> np.ndarray:
@@ -98,7 +98,7 @@ class StepLog:
         """Block rows [first, first + len(block)) of file `kind` (one system call; the lock is Python's
         only for the call's start and end)."""
         size = DTYPE[kind].itemsize * self.vocab
-        os.pwrite(self.fds[kind], memoryview(np.ascontiguousarray(block, dtype=DTYPE[kind])).cast("B"), first * size)
+        os.pwrite(self.fds[kind], np.ascontiguousarray(block, dtype=DTYPE[kind]).data.cast("B"), first * size)
 
     def append_wide(self, path: str, position: int, row: np.ndarray) -> None:
         """One float32 row for `path` at `position` (it replaces the row a bits block gave it)."""

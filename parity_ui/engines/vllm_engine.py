@@ -140,6 +140,9 @@ class VllmEngine(Engine):
         self.llm: Any = None
         self.args: dict[str, Any] = {}
         self.forced = PROMPT  # how score_batch forces tokens: TRACE (decode steps) or PROMPT (prompt logprobs)
+        # vLLM's built-in routed-experts capture (routes=true on a GPU): the last generate call's expert
+        # ids per sequence (prompt + its tokens), which `routes` answers from instead of a prefill again.
+        self._routed: dict[tuple[int, ...], Any] = {}
 
     def preload(self) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -225,6 +228,8 @@ class VllmEngine(Engine):
         shared = "extra_args" in req.sampling
         par = engine.vllm_config.parallel_config
         in_process = par.tensor_parallel_size * par.pipeline_parallel_size == 1
+        self._routed = {}
+        keep_routes = self._routes_from_generate()
         for start in range(0, len(req.prompts), req.batch_size):
             chunk = range(start, min(start + req.batch_size, len(req.prompts)))
             if req.fresh_cache:
@@ -249,9 +254,9 @@ class VllmEngine(Engine):
                                 results[i].finish_reason = "cancelled"
                         break
                     for out in engine.step():
-                        i = rid_to_idx.get(out.request_id)
-                        if i is None:
+                        if out.request_id not in rid_to_idx:
                             continue
+                        i = rid_to_idx[out.request_id]
                         if req.images_of(i) and out.request_id not in checked and out.prompt_token_ids is not None:
                             checked.add(out.request_id)
                             if list(out.prompt_token_ids) != list(req.prompts[i]):
@@ -278,6 +283,8 @@ class VllmEngine(Engine):
                         if out.finished:
                             res.finish_reason = comp.finish_reason
                             res.timings.total_s = now
+                            if keep_routes and getattr(comp, "routed_experts", None) is not None:
+                                self._keep_routed(req.prompts[i], res.token_ids, comp.routed_experts)
             finally:  # the batch's rows closed even when it failed: the next batch starts its own log
                 _close_rows([r.write for i in chunk if (r := req.rows_of(i)) is not None and r.write])
         return results
@@ -332,7 +339,12 @@ class VllmEngine(Engine):
             return self._trace_batch(req)
         engine = self.llm.llm_engine
         k = max(max(r.logprobs for r in req.items), 1)
-        sp = self._sampling({"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False}, prompt_logprobs=k)
+        # detokenize off, as in `score`: vLLM would otherwise decode the token of every prompt position's
+        # logprobs (a replay's 1,000 x 512 tokens: 512k decodes) for a text parity-ui never reads.
+        sp = self._sampling(
+            {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
+            prompt_logprobs=k,
+        )
         rids = {}
         for i, r in enumerate(req.items):
             rid = f"score-{next(_ids)}"
@@ -401,9 +413,9 @@ class VllmEngine(Engine):
                 engine.abort_request(list(rids))
                 return []
             for out in engine.step():
-                i = rids.get(out.request_id)
-                if i is None:
+                if out.request_id not in rids:
                     continue
+                i = rids[out.request_id]
                 comp = out.outputs[0]
                 ids.setdefault(i, []).extend(comp.token_ids)
                 got.setdefault(i, []).extend(comp.logprobs or [None] * len(comp.token_ids))
@@ -418,9 +430,28 @@ class VllmEngine(Engine):
             steps.append([_step_from_logprobs(j, tid, got[i][j], r.logprobs) for j, tid in enumerate(r.continuation)])
         return steps
 
-    def routes(self, req: RoutesRequest) -> Any:
-        from .routes import routes_vllm
+    def _routes_from_generate(self) -> bool:
+        """Whether this side's generate keeps vLLM's built-in expert ids for `routes`: where the capture
+        is on and the router hooks cannot fire anyway (CUDA graphs or a compiled model: not eager), so
+        a prefill again would give the same ids, recomputed, at the cost of one more forward per
+        sequence, one sequence at a time. Eager keeps the prefill with hooks (weights and margins)."""
+        from .routes import builtin_on
 
+        return not self.args.get("llm", {}).get("enforce_eager", True) and builtin_on(self.llm.llm_engine)
+
+    def _keep_routed(self, prompt: list[int], tokens: list[int], routed: Any) -> None:
+        import numpy as np
+
+        arr = np.asarray(routed)
+        if arr.ndim == 3 and arr.shape[0] == len(prompt) + len(tokens) - 1:  # every position fed to the model
+            self._routed[tuple(prompt) + tuple(tokens)] = arr
+
+    def routes(self, req: RoutesRequest) -> Any:
+        from .routes import routes_generated, routes_vllm
+
+        kept = self._routed.get(tuple(req.ids))
+        if kept is not None and all(0 <= p < kept.shape[0] for p in req.positions):
+            return routes_generated(self.llm.llm_engine, kept, req.positions)
         return routes_vllm(self.llm, req.ids, req.positions)
 
     # -- weights (issue 41): every rank's live tensors, through collective_rpc ---------------------------
@@ -465,3 +496,11 @@ class VllmEngine(Engine):
         hf_config = self.llm.llm_engine.model_config.hf_config
         text_config = getattr(hf_config, "text_config", hf_config)
         return capture_vllm(self.llm, req, getattr(text_config, "num_hidden_layers", None), req.noise_eps)
+
+    def op_trace(self, req: Any) -> dict[str, Any]:
+        from .op_hooks import vllm_ops
+        from .op_trace import run_pass
+
+        hf_config = self.llm.llm_engine.model_config.hf_config
+        text_config = getattr(hf_config, "text_config", hf_config)
+        return run_pass(vllm_ops(self.llm, getattr(text_config, "num_hidden_layers", None)), req)

@@ -174,12 +174,14 @@ def _global_experts(module: Any, local: int) -> list[int]:
 
 
 def _expert_names(module: Any, names: set[str] | None, base: str, g: int) -> tuple[str, str, str]:
-    own = tuple(getattr(module, f"ckpt_{w}_proj_name", None) for w in ("gate", "up", "down"))
-    families = ([own] if all(own) else []) + list(_EXPERT_FAMILIES)
+    gate, up, down = (getattr(module, f"ckpt_{w}_proj_name", None) for w in ("gate", "up", "down"))
+    families: list[tuple[str, str, str]] = list(_EXPERT_FAMILIES)
+    if gate and up and down:  # the module names its own checkpoint names: tried first
+        families.insert(0, (gate, up, down))
     for fam in families:
         if names is None or f"{base}.{g}.{fam[0]}.weight" in names:
-            return fam  # type: ignore[return-value]
-    return families[0]  # type: ignore[return-value]
+            return fam
+    return families[0]
 
 
 def _experts(mod_name: str, module: Any, pname: str, tensor: Any, names: set[str] | None) -> list[Unit]:

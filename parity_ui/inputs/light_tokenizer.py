@@ -15,12 +15,21 @@ The subset of the transformers tokenizer API parity-ui uses is implemented: call
 decode, convert_ids_to_tokens, apply_chat_template (rendered exactly as transformers renders it:
 the same sandboxed jinja2 environment, filters and globals), the special tokens, len().
 
+The first verification of a tokenizer needs transformers, and importing it cold took 15.2 s on the
+GPU machine, all of it before any worker started (issue 44). A process that has not imported
+transformers yet therefore verifies in another process (`Verification`: `python -m
+parity_ui.inputs.light_tokenizer FOLDER`) while it goes on with the light tokenizer, and the run
+settles the verdict before any engine is handed a token (parity_ui.inputs.prompts.settle_tokenizers).
+
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime
 from functools import lru_cache
 from importlib import metadata
@@ -319,3 +328,55 @@ def verify(model_path: str, full: Any) -> list[str]:
     except OSError:
         pass  # a read-only cache: the next process verifies again
     return diffs
+
+
+class Verification:
+    """verify() of one tokenizer folder in a process of its own (this interpreter, this parity_ui),
+    started now and waited for by `wait`: the import of transformers (and torch) it needs then runs
+    beside the caller's own work instead of before it. Its verdict lands in the cache, as verify()'s."""
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+        root = str(Path(__file__).resolve().parents[2])  # holds parity_ui/
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # Fixed arguments only: the folder is a path the caller already opened, passed as one argument.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "parity_ui.inputs.light_tokenizer", model_path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def wait(self, timeout: float = 600.0) -> str | None:
+        """Wait for the verdict; None when it was kept (read it with `verified`), else why none was."""
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return f"the verification took over {timeout:.0f} s"
+        if self.proc.returncode != 0:
+            return f"the verification failed: {(err or b'').decode(errors='replace').strip()[-300:]}"
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Verify the tokenizer of one folder against transformers' and keep the verdict (Verification)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m parity_ui.inputs.light_tokenizer MODEL_FOLDER", file=sys.stderr)
+        return 2
+    from transformers import AutoTokenizer
+
+    diffs = verify(args[0], AutoTokenizer.from_pretrained(args[0], trust_remote_code=False))
+    print("equal" if not diffs else "differs: " + "; ".join(diffs[:3]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..core.errors import PromptError
 from . import light_tokenizer
@@ -314,20 +315,60 @@ class PromptTokenizer:
         # A tokenizer verified equal to transformers' loads without it (light_tokenizer: ~0.1 s instead
         # of the 4-10 s transformers and torch take to import); any other loads through transformers,
         # and the first load of a candidate verifies it for the next process.
+        # A candidate not verified yet, in a process that has not imported transformers (a fresh CLI
+        # process): the light tokenizer at once, verified in another process meanwhile; the run waits
+        # for that verdict before any engine gets a token (settle, settle_tokenizers).
         light = not trust_remote_code and light_tokenizer.candidate(model_path)
         self.light = light and light_tokenizer.verified(model_path)
-        if self.light:
+        self.model_path, self.trust_remote_code = model_path, trust_remote_code
+        self.pending: light_tokenizer.Verification | None = None
+        self._encoded: list[tuple[PromptSpec, bool, list[int]]] = []  # while pending: what was encoded
+        if not self.light and light and not _transformers_imported():
+            self.light = True
             self.tok: Any = light_tokenizer.LightTokenizer(model_path)
+            self.pending = light_tokenizer.Verification(model_path)
+            with _pending_lock:
+                _pending.append(self)
+        elif self.light:
+            self.tok = light_tokenizer.LightTokenizer(model_path)
         else:
-            with _import_lock:  # transformers' first import is not thread-safe
-                from transformers import AutoTokenizer  # lazy: pulls in torch (no CUDA is touched)
-
-                self.tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+            self.tok = _transformers_tokenizer(model_path, trust_remote_code)
             if light:
                 light_tokenizer.verify(model_path, self.tok)
         self._decode_lock = threading.Lock()
         self._cache: dict[int, str] = {}
         self._raw_cache: dict[int, str] = {}
+
+    def settle(self) -> None:
+        """Wait for a verification started in another process. Verified: nothing changes. Else (it
+        differs, or could not run) transformers' tokenizer takes over, after it was checked to give
+        every prompt encoded so far the same ids; PromptError when it does not (the run's prompts were
+        tokenized wrong; the verdict is kept, so the next run tokenizes with transformers)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        why = pending.wait()
+        if why is None and light_tokenizer.verified(self.model_path):
+            self._encoded = []
+            return
+        full = _transformers_tokenizer(self.model_path, self.trust_remote_code)
+        if why is not None:  # no verdict came back: verify here, now that transformers is loaded anyway
+            light_tokenizer.verify(self.model_path, full)
+        light, self.tok, self.light = self.tok, full, False
+        with self._decode_lock:
+            self._cache.clear()
+            self._raw_cache.clear()
+        for n, (spec, chat, ids) in enumerate(self._encoded):
+            again = self.encode(spec, chat).token_ids
+            if again != ids:
+                self.tok = light  # what the run's prompts were made with, for what is left of this process
+                raise PromptError(
+                    f"the fast tokenizer parity-ui used for this model ({self.model_path}) gave prompt {n} "
+                    f"other token ids than transformers' ({len(ids)} against {len(again)} tokens); a check "
+                    "that ran beside the run found the two differ, and transformers' is used from now on",
+                    "run again: the next run tokenizes with transformers",
+                )
+        self._encoded = []
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -348,6 +389,7 @@ class PromptTokenizer:
                 "an image prompt reached the text tokenizer",
                 "image prompts are encoded with the model's processor (VisionProcessor)",
             )
+        messages: list[dict[str, Any]] | None
         if spec.messages is not None:
             if not self.has_chat_template:
                 raise PromptError(
@@ -374,6 +416,10 @@ class PromptTokenizer:
             ids = self.tok(text, add_special_tokens=True)["input_ids"]
         if not ids:
             raise PromptError("the prompt tokenizes to no tokens", "give a non-empty prompt")
+        if self.pending is not None and self.pending.done():
+            self.settle()  # the verdict is in: settle now, and stop keeping what was encoded (a long-lived app)
+        if self.pending is not None:
+            self._encoded.append((spec, chat, list(ids)))
         return EncodedPrompt(spec=spec, token_ids=list(ids), text=decode_as_is(self.tok, ids))
 
     def ids_of_text(self, text: str) -> list[int]:
@@ -395,9 +441,9 @@ class PromptTokenizer:
         """token_text of every id: one cache lookup each at C speed (a workload decodes every position's
         top-k, ~10^5-10^6 ids a chunk); the tokenizer runs only for ids not seen yet."""
         out = list(map(self._cache.get, ids))
-        if None in out:
-            out = [t if t is not None else self.token_text(i) for t, i in zip(out, ids)]
-        return out
+        if None not in out:
+            return cast("list[str]", out)  # every id was cached: no None, checked just above
+        return [t if t is not None else self.token_text(i) for t, i in zip(out, ids)]
 
     def decode(self, ids: list[int]) -> str:
         return decode_as_is(self.tok, ids)
@@ -457,6 +503,33 @@ _BYTE_DECODER = {ch: b for b, ch in _bytes_to_unicode().items()}
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _tokenizer_lock = threading.Lock()
 _import_lock = threading.Lock()
+_pending_lock = threading.Lock()
+_settle_lock = threading.Lock()
+_pending: list[PromptTokenizer] = []  # tokenizers whose verification runs in another process
+
+
+def _transformers_imported() -> bool:
+    """Whether this process imported transformers already (a verification here then costs ~0.1 s)."""
+    return "transformers" in sys.modules
+
+
+def _transformers_tokenizer(model_path: str, trust_remote_code: bool) -> Any:
+    with _import_lock:  # transformers' first import is not thread-safe
+        from transformers import AutoTokenizer  # lazy: pulls in torch (no CUDA is touched)
+
+        return AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+
+
+def settle_tokenizers() -> None:
+    """Every tokenizer's verification that runs in another process, waited for (PromptTokenizer.settle):
+    called before an engine is handed a token. Raises PromptError where a run's prompts were tokenized
+    other than transformers would have."""
+    with _settle_lock:  # a second caller waits for the first one's verdicts
+        with _pending_lock:
+            todo = list(_pending)
+            _pending.clear()
+        for tok in todo:
+            tok.settle()
 
 
 @lru_cache(maxsize=4)
@@ -471,7 +544,7 @@ def import_tokenizers_ahead(model: str | None = None) -> threading.Thread | None
     `model` is a local folder (or the demo) whose tokenizer loads without transformers: the import would
     only take the CPU from the work that needs it."""
     if model is not None and _light_ready(model):
-        return None
+        return None  # a light tokenizer (verified, or verified in another process: PromptTokenizer)
 
     def go() -> None:
         with _import_lock:
@@ -486,8 +559,9 @@ def import_tokenizers_ahead(model: str | None = None) -> threading.Thread | None
 
 
 def _light_ready(model: str) -> bool:
-    """Whether `model` (as the user named it) is a local folder whose tokenizer is verified light,
-    found from the name alone: no download, no conversion, no hub lookup."""
+    """Whether `model` (as the user named it) is a local folder whose tokenizer loads light (a candidate:
+    verified already, or verified in another process while this one goes on), found from the name
+    alone: no download, no conversion, no hub lookup."""
     from .demo_model import DEMO_NAME, demo_model_dir
 
     if model in ("", DEMO_NAME):
@@ -495,11 +569,7 @@ def _light_ready(model: str) -> bool:
     else:
         folder = Path(model).expanduser()
     try:
-        return (
-            folder.is_dir()
-            and light_tokenizer.candidate(str(folder.resolve()))
-            and light_tokenizer.verified(str(folder.resolve()))
-        )
+        return folder.is_dir() and light_tokenizer.candidate(str(folder.resolve()))
     except OSError:
         return False
 
@@ -593,7 +663,7 @@ def vision_for(model_path: str, trust_remote_code: bool = False) -> VisionProces
         return _vision_for(model_path, trust_remote_code)
 
 
-def collapse_image_runs(ids: list[int], image_token_id: int) -> list[int]:
+def collapse_image_runs(ids: list[int], image_token_id: int | None) -> list[int]:
     """Each run of image tokens back to ONE placeholder: what vLLM takes (it expands it itself; ids
-    already expanded would be expanded again, silently)."""
+    already expanded would be expanded again, silently). No image token id: the ids as they are."""
     return [t for i, t in enumerate(ids) if not (t == image_token_id and i > 0 and ids[i - 1] == image_token_id)]

@@ -45,10 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ParityError
 from ..core.types import Finding
+from . import slime_dump
 
-FORMATS = ("parity", "nemo-rl", "verl", "slime")
+# The row types live in rollout_rows (the framework readers import them, and this module them): read from here too.
+from .rollout_rows import BadRow, DumpError, RolloutRow, floats, ints, jsonl_records, routes_array
+from .step_dumps import detect_step_format, nemo_unbatched, open_step
+
+FORMATS = ("parity", "nemo-rl", "verl", "slime", "prime-rl", "verl-dp")
 
 # What each format needs (required) and reads when present (optional): shown for an unknown format.
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -61,6 +65,14 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("generation_logprobs", "prev_logprobs", "sample_loss_mask", "content", "rewards", "advantages"),
     ),
     "verl": (("input", "output"), ("gts", "score", "step")),
+    "prime-rl": (
+        ("schema_version", "token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs"),
+        ("step", "export_step", "rank", "micro_step", "run_id", "env_name", "position_ids"),
+    ),
+    "verl-dp": (
+        ("batch.prompts", "batch.responses", "batch.attention_mask"),
+        ("batch.response_mask", "batch.rollout_log_probs", "batch.routed_experts", "meta.json global_steps"),
+    ),
     "slime": (
         ("samples[].tokens", "samples[].response_length"),
         (
@@ -69,6 +81,10 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "samples[].weight_versions",
             "samples[].rollout_routed_experts",
             "samples[].status",
+            "samples[].rollout_top_p_token_ids / _offsets",
+            "samples[].prefix_cache_info",
+            "samples[].spec_info",
+            "train_data/{id}.pt samples[].log_probs (train dump v2, joined on sample_index)",
         ),
     ),
 }
@@ -77,6 +93,8 @@ FORMAT_NAMES = {
     "nemo-rl": "NeMo-RL train_data_step*.jsonl",
     "verl": "verl rollout_data_dir jsonl (text only)",
     "slime": "slime / miles rollout_{id}.pt",
+    "prime-rl": "prime-rl token_exports/step_N/rank_R.jsonl",
+    "verl-dp": "verl rollout skip dump <step>/gen_batch.dp (a DataProto pickle)",
 }
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")
 LOGPROB_SLACK = 1e-3
@@ -89,37 +107,6 @@ def describe_formats() -> str:
         req, opt = FIELDS[f]
         lines.append(f"  --format {f}: {FORMAT_NAMES[f]}; needs {', '.join(req)}; reads {', '.join(opt)}")
     return "\n".join(lines)
-
-
-@dataclass
-class RolloutRow:
-    """One sample of the run, as the replay needs it. Per-token columns have the response's length."""
-
-    index: int  # the row's position in the dump (after skipped rows: still the dump's)
-    where: str  # "line 3", "row 3", "sample 3": for messages
-    prompt_ids: list[int]
-    response_ids: list[int]
-    rollout_logprobs: list[float] | None = None  # the rollout engine's, as recorded
-    trainer_logprobs: list[float] | None = None  # the trainer's recompute, when recorded
-    loss_mask: list[int] | None = None  # 1 = the token is trained on; None: every token
-    sampling: dict[str, Any] | None = None  # temperature, top_p, top_k, min_p, logprobs_mode (None: not recorded)
-    policy_version: str | None = None
-    has_routed_experts: bool = False
-    # MoE: the rollout engine's expert ids, an integer array [len(prompt) + len(response) - 1, layers,
-    # top_k]: row i is the routing at input position i (the forward that predicted token i + 1), as
-    # vLLM's enable_return_routed_experts and slime's rollout_routed_experts give them
-    routed_experts: Any = None
-    reconstructed: bool = False  # ids re-tokenised from text (verl)
-    text_note: str | None = None  # why this row's text does not survive decode -> encode (verl)
-
-    def mask(self) -> list[int]:
-        return self.loss_mask if self.loss_mask is not None else [1] * len(self.response_ids)
-
-
-@dataclass
-class BadRow:
-    where: str
-    message: str
 
 
 @dataclass
@@ -139,10 +126,6 @@ class RolloutDump:
 
     def describe(self) -> str:
         return f"{self.path} ({FORMAT_NAMES[self.format]})"
-
-
-class DumpError(ParityError):
-    code = "rollout-dump"
 
 
 # -- detection ---------------------------------------------------------------------------------------
@@ -167,6 +150,8 @@ def _format_of_keys(keys: set[str]) -> str | None:
         return "nemo-rl"
     if {"input", "output"} <= keys:
         return "verl"
+    if {"schema_version", "inference_logprobs", "trainer_logprobs"} <= keys:
+        return "prime-rl"
     return None
 
 
@@ -176,6 +161,9 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise DumpError(f"no rollout dump at {p}", "give the path of a .jsonl, .parquet or .pt dump")
+    step_fmt = detect_step_format(p)  # a step of prime-rl's or verl's: a directory or gen_batch.dp
+    if step_fmt is not None:
+        return step_fmt
     suffix = p.suffix.lower()
     if suffix in (".pt", ".pth", ".pkl"):
         return "slime"
@@ -222,10 +210,16 @@ def open_dump(
     if on_bad not in ("stop", "skip"):
         raise DumpError(f"on_bad is {on_bad!r}", "use stop or skip")
     dump = RolloutDump(str(p), fmt, rows_fn=lambda: iter(()))
+    if fmt in ("prime-rl", "verl-dp"):  # a step of theirs: its own module (all ranks joined; a pickle refused)
+        step = open_step(fmt, p, trust_pickle=trust_pickle)
+        dump.path, dump.notes = step.path, step.notes
+        dump.rows_fn = lambda: _guarded(dump, on_bad, step.records(), step.make)
+        return dump
     if fmt == "parity":
         dump.rows_fn = lambda: _guarded(dump, on_bad, _parity_records(p), _parity_row)
     elif fmt == "nemo-rl":
-        dump.rows_fn = lambda: _guarded(dump, on_bad, _jsonl_records(p), _nemo_row)
+        # NeMo-RL writes each field as a one-row batch
+        dump.rows_fn = lambda: _guarded(dump, on_bad, nemo_unbatched(jsonl_records(p)), _nemo_row)
     elif fmt == "verl":
         if tokenizer is None:
             raise DumpError(
@@ -239,12 +233,15 @@ def open_dump(
             + ", not read; there are no recorded logprobs"
         )
         dump.rows_fn = lambda: _guarded(
-            dump, on_bad, _jsonl_records(p), lambda rec, i, w: _verl_row(rec, i, w, tokenizer, chat_template)
+            dump, on_bad, jsonl_records(p), lambda rec, i, w: _verl_row(rec, i, w, tokenizer, chat_template)
         )
     else:
         samples = _load_pickle(p, trust_pickle)
+        joined = slime_dump.join_train_dump(
+            p, samples, trust_pickle, dump.notes
+        )  # the trainer's logprobs, where dumped
         dump.rows_fn = lambda: _guarded(
-            dump, on_bad, ((i, f"sample {i}", s) for i, s in enumerate(samples)), _slime_row
+            dump, on_bad, ((i, f"sample {i}", (s, t)) for i, (s, t) in enumerate(joined)), slime_dump.sample_row
         )
     return dump
 
@@ -266,35 +263,9 @@ def _guarded(
             dump.bad.append(BadRow(where, e.message))
 
 
-def _jsonl_records(p: Path) -> Iterator[tuple[int, str, Any]]:
-    i = 0
-    with p.open("rb") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except ValueError as e:
-                yield (
-                    i,
-                    f"line {n}",
-                    BadRow(
-                        f"line {n}",
-                        f"not valid JSON ({e.msg} at column {e.colno}); "
-                        "a truncated line (the dump was cut while written?)",
-                    ),
-                )
-                i += 1
-                continue
-            if not isinstance(obj, dict):
-                obj = BadRow(f"line {n}", f"a JSON {type(obj).__name__}, not an object")
-            yield i, f"line {n}", obj
-            i += 1
-
-
 def _parity_records(p: Path) -> Iterator[tuple[int, str, Any]]:
     if p.suffix.lower() != ".parquet":
-        yield from _jsonl_records(p)
+        yield from jsonl_records(p)
         return
     import pyarrow.parquet as pq
 
@@ -306,46 +277,6 @@ def _parity_records(p: Path) -> Iterator[tuple[int, str, Any]]:
 
 
 # -- each format's row ---------------------------------------------------------------------------------
-
-
-def _ints(v: Any, name: str) -> list[int]:
-    if hasattr(v, "tolist"):
-        v = v.tolist()
-    if not isinstance(v, (list, tuple)) or not all(isinstance(x, (int, float)) and float(x).is_integer() for x in v):
-        raise DumpError(f"{name} is not a list of token ids", f"write {name} as a list of integers")
-    return [int(x) for x in v]
-
-
-def _floats(v: Any, name: str) -> list[float] | None:
-    if v is None:
-        return None
-    if hasattr(v, "tolist"):
-        v = v.tolist()
-    if not isinstance(v, (list, tuple)) or not all(isinstance(x, (int, float)) or x is None for x in v):
-        raise DumpError(f"{name} is not a list of numbers", f"write {name} as a list of floats (one per token)")
-    return [float(x) if x is not None else math.nan for x in v]
-
-
-def _routes_array(v: Any, name: str) -> Any:
-    """A recorded routes column as an integer array [positions, layers, top_k]; None when absent."""
-    if v is None:
-        return None
-    import numpy as np
-
-    if hasattr(v, "detach"):  # a torch tensor (slime)
-        v = v.detach().cpu().numpy()
-    try:
-        a = np.asarray(v)
-    except ValueError:
-        a = None
-    if a is None or a.ndim != 3 or a.dtype.kind not in "iu":
-        shape = "ragged" if a is None else ("x".join(map(str, a.shape)) or "a scalar") + f" {a.dtype}"
-        raise DumpError(
-            f"{name} is {shape}, not integers [prompt+response-1 positions, layers, top_k]",
-            f"write {name} as the engine returns it (vLLM enable_return_routed_experts, slime "
-            "rollout_routed_experts): one row per input position but the last",
-        )
-    return a
 
 
 def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
@@ -360,15 +291,15 @@ def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     return RolloutRow(
         index=i,
         where=where,
-        prompt_ids=_ints(rec["prompt_ids"], "prompt_ids"),
-        response_ids=_ints(rec["response_ids"], "response_ids"),
-        rollout_logprobs=_floats(rec.get("rollout_logprobs"), "rollout_logprobs"),
-        trainer_logprobs=_floats(rec.get("trainer_logprobs"), "trainer_logprobs"),
-        loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
+        prompt_ids=ints(rec["prompt_ids"], "prompt_ids"),
+        response_ids=ints(rec["response_ids"], "response_ids"),
+        rollout_logprobs=floats(rec.get("rollout_logprobs"), "rollout_logprobs"),
+        trainer_logprobs=floats(rec.get("trainer_logprobs"), "trainer_logprobs"),
+        loss_mask=ints(mask, "loss_mask") if mask is not None else None,
         sampling=dict(sampling) if sampling else None,
         policy_version=None if version is None else str(version),
         has_routed_experts=rec.get("routed_experts") is not None,
-        routed_experts=_routes_array(rec.get("routed_experts"), "routed_experts"),
+        routed_experts=routes_array(rec.get("routed_experts"), "routed_experts"),
     )
 
 
@@ -404,11 +335,11 @@ def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
             f"no {', '.join(missing)} (a NeMo-RL train_data_step*.jsonl row has them)",
             "use the train_data_step*.jsonl of a NeMo-RL version that logs token_ids",
         )
-    ids = _ints(rec["token_ids"], "token_ids")
+    ids = ints(rec["token_ids"], "token_ids")
     n = int(rec["input_lengths"])
     if not 0 < n <= len(ids):
         raise DumpError(f"input_lengths {n} is outside token_ids' {len(ids)} tokens", "")
-    tmask = _ints(rec["token_loss_mask"], "token_loss_mask")
+    tmask = ints(rec["token_loss_mask"], "token_loss_mask")
     if len(tmask) < n:
         raise DumpError(
             f"token_loss_mask has {len(tmask)} entries for {n} tokens (input_lengths)",
@@ -421,7 +352,7 @@ def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     smask = 1 if smask is None else int(smask)
 
     def cut(v: Any, name: str) -> list[float] | None:
-        col = _floats(v, name)
+        col = floats(v, name)
         if col is None:
             return None
         if len(col) < n:
@@ -480,37 +411,6 @@ def _verl_row(rec: dict[str, Any], i: int, where: str, tok: Any, chat_template: 
         reconstructed=True,
         text_note="; ".join(notes) or None,
         policy_version=str(rec["step"]) if rec.get("step") is not None else None,
-    )
-
-
-def _get(s: Any, k: str) -> Any:
-    return s.get(k) if isinstance(s, dict) else getattr(s, k, None)
-
-
-def _slime_row(s: Any, i: int, where: str) -> RolloutRow:
-    tokens, rl = _get(s, "tokens"), _get(s, "response_length")
-    if tokens is None or rl is None:
-        raise DumpError("no tokens / response_length (a slime Sample has both)", "")
-    ids = _ints(tokens, "tokens")
-    rl = int(rl)
-    if not 0 < rl < len(ids):
-        raise DumpError(f"response_length {rl} does not fit its {len(ids)} tokens", "")
-    versions = _get(s, "weight_versions") or []
-    mask = _get(s, "loss_mask")
-    status = _get(s, "status")
-    status = getattr(status, "value", status)
-    return RolloutRow(
-        index=i,
-        where=where,
-        prompt_ids=ids[:-rl],
-        response_ids=ids[-rl:],
-        rollout_logprobs=_floats(_get(s, "rollout_log_probs"), "rollout_log_probs"),
-        trainer_logprobs=None,
-        loss_mask=_ints(mask, "loss_mask") if mask is not None else None,
-        sampling=None,
-        policy_version=",".join(str(v) for v in dict.fromkeys(versions)) or None,
-        has_routed_experts=_get(s, "rollout_routed_experts") is not None,
-        routed_experts=_routes_array(_get(s, "rollout_routed_experts"), "rollout_routed_experts"),
     )
 
 
@@ -613,7 +513,7 @@ def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
             ) from None
     except EOFError:
         raise DumpError(f"{p.name} ends early (a truncated pickle)", "copy the whole file again") from None
-    samples = _get(data, "samples") if not isinstance(data, list) else data
+    samples = slime_dump.sample_field(data, "samples") if not isinstance(data, list) else data
     if not isinstance(samples, (list, tuple)):
         raise DumpError(
             f"{p.name} holds no list of samples",

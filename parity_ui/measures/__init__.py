@@ -19,6 +19,7 @@ from ..core.runlog import EventCallback, phase
 from ..core.types import Run, SideResult, TokenStep
 from ..run.sideset import SideSet
 from .base import Made, Measure, MeasureRun, Mode, PairSeen, Plan, ScoreAsk
+from .clipped import Clipped
 from .distribution import Distribution
 from .replay_pairs import ReplayPairs, RowSeen
 from .routes import Routing
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 # In the order the runners call them: the tokens' pair sample first (a route replay's figures are
 # measured against it), then the families.
-MEASURES: tuple[Measure, ...] = (Tokens(), Routing(), Sampling(), Distribution(), ReplayPairs())
+MEASURES: tuple[Measure, ...] = (Tokens(), Routing(), Sampling(), Distribution(), ReplayPairs(), Clipped())
 
 
 class Active:

@@ -13,20 +13,24 @@ The pairs, declared from what the dump records (the replay's record: core.replay
 - "<floor> vs <trainer>": the trainer against itself under another kernel.
 Each pair's samples are stored under its name (the floor's under the floor side, as a workload's) and
 pooled as the token figures are (parity_ui.measures.tokens.pool_tokens).
+
+A recorded-only replay (parity_ui.commands.replay_recorded: no engine, so no Plan) samples its one pair,
+counts its rows' tokens and keeps its worst tokens with the same pieces (`recorded_trainer_pair`,
+`sample_row`, `WorstTokens`, `cleaned`), so its figures equal an engine replay's same pair to the digit.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.config import ParityConfig
 from ..core.mapping import route_replay_mode
 from ..core.measures import REPLAY_PAIRS
-from ..core.pooled import PairSample
+from ..core.pooled import PairSample, scorable
 from ..core.replay_record import (
     ENGINE_PAIR,
     FLOOR_PAIR,
@@ -101,15 +105,7 @@ def declare(plan: Plan, record: ReplayRecord) -> list[ReplayPair]:
                 )
             )
     if record.with_trainer:
-        out.append(
-            ReplayPair(
-                RECORDED_TRAINER_PAIR,
-                RECORDED_TRAINER,
-                RECORDED,
-                "the recorded rollout against the run's own recorded trainer logprobs",
-                key="recorded~trainer",
-            )
-        )
+        out.append(recorded_trainer_pair())
     r3 = r3_side(plan, record)
     if r3 is not None and record.with_logprobs:
         out.append(
@@ -134,6 +130,13 @@ def declare(plan: Plan, record: ReplayRecord) -> list[ReplayPair]:
             )
         )
     return out
+
+
+def recorded_trainer_pair(
+    meaning: str = "the recorded rollout against the run's own recorded trainer logprobs",
+) -> ReplayPair:
+    """ "recorded vs trainer (recorded)": the dump's own pair, both ends as the run recorded them."""
+    return ReplayPair(RECORDED_TRAINER_PAIR, RECORDED_TRAINER, RECORDED, meaning, key="recorded~trainer")
 
 
 def r3_side(plan: Plan, record: ReplayRecord) -> str | None:
@@ -168,10 +171,7 @@ class ReplayPairsRun(MeasureRun):
         self.r3_name = r3_side(plan, record)
         self.shape = route_shape(plan.prep.model.path) if self.r3_name is not None else None
         self.r3: dict[int, list[float | None]] = {}  # R3's logprobs by row j (a chunk's, until it is stored)
-        # The worst tokens so far (a resumed replay goes on from its stored ones): a bounded heap.
-        self.worst: list[tuple[float, int, WorstToken]] = []
-        for w in record.worst_tokens:
-            heapq.heappush(self.worst, (abs(w.dlogp), -(w.prompt_index * 1_000_000 + w.position), w))
+        self.worst = WorstTokens(record.worst_tokens)  # a resumed replay goes on from its stored ones
 
     def pairs(self) -> list[str]:
         return [p.stored for p in self.record.pairs if p.kind != FLOOR_PAIR]
@@ -192,72 +192,114 @@ class ReplayPairsRun(MeasureRun):
         row, i = seen.row, seen.index
         lp = {name: _logprobs(r.steps) for name, r in seen.results.items()}
         if row.trainer_logprobs is not None:
-            lp[RECORDED_TRAINER] = [clean(x) for x in row.trainer_logprobs]
+            lp[RECORDED_TRAINER] = cleaned(row.trainer_logprobs)
         if seen.j in self.r3 and self.r3_name is not None:
             lp[self.r3_name] = self.r3.pop(seen.j)
-        mask = row.mask()
-        keep = [t for t in range(len(row.response_ids)) if t < len(mask) and mask[t]]
-        self.record.tokens += len(row.response_ids)
-        self.record.masked += len(row.response_ids) - len(keep)
-        for pair in self.record.pairs:
-            if pair.a not in lp or pair.b not in lp:
-                continue
-            la, lb = lp[pair.a], lp[pair.b]
-            seen.samples.setdefault(pair.stored, []).append(
-                PairSample(
-                    prompt_index=i,
-                    identical=True,
-                    first_divergence=None,
-                    length=len(row.response_ids),
-                    verdict=None,
-                    logp_side=[lb[t] for t in keep],
-                    logp_ref=[la[t] for t in keep],
-                    positions=keep,
-                )
-            )
-        self._note_worst(i, row, lp, keep)
+        made = sample_row(self.record, i, row, lp, seen.samples)
+        own = self.record.own(made)
+        if own is not None:
+            engines = {e: lp[e] for e in (p.name for p in self.prep.sides[1:]) if e in lp}
+            self.worst.see(i, row, own, made[own.name], self.prep.tokenizer.token_text, engines)
 
     def end_chunk(self, chunk: Sequence[int]) -> None:
-        self.record.worst_tokens = [w for _, _, w in sorted(self.worst, key=lambda x: (-x[0], x[1]))]
+        self.record.worst_tokens = self.worst.worst()
         for j in chunk:
             self.r3.pop(j, None)
 
-    def _note_worst(self, i: int, row: Any, lp: dict[str, list[float | None]], keep: list[int]) -> None:
-        """The worst tokens of the run's own pair, kept as a bounded heap."""
-        main = self.record.main
-        side = RECORDED if RECORDED in lp else next((p.name for p in self.prep.sides[1:]), None)
-        if side is None:
-            return
-        trainer = self.prep.reference.name
-        pair = next((p.name for p in self.record.pairs if p.b == side and p.a == trainer), main.name if main else "")
-        engines = [p.name for p in self.prep.sides[1:]]
-        la, lb = lp[trainer], lp[side]
-        for t in keep:
-            a, b = la[t], lb[t]
-            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+
+def kept_positions(row: Any) -> list[int]:
+    """The response positions the row's loss mask keeps (every one without a mask)."""
+    mask = row.mask()
+    return [t for t in range(len(row.response_ids)) if t < len(mask) and mask[t]]
+
+
+def sample_row(
+    record: ReplayRecord,
+    i: int,
+    row: Any,
+    lp: dict[str, list[float | None]],
+    samples: dict[str, list[PairSample]],
+) -> dict[str, PairSample]:
+    """A row's sample of every pair of the record both of whose ends `lp` (logprobs by side, NaN as None)
+    has, on the tokens its loss mask keeps, appended to `samples` by where each pair is stored; the row's
+    tokens and masked tokens counted on the record. Returns the samples made, by pair name."""
+    keep = kept_positions(row)
+    n = len(row.response_ids)
+    record.tokens += n
+    record.masked += n - len(keep)
+    made = {}
+    for pair in record.pairs:
+        if pair.a not in lp or pair.b not in lp:
+            continue
+        la, lb = lp[pair.a], lp[pair.b]
+        made[pair.name] = s = PairSample(
+            prompt_index=i,
+            identical=True,
+            first_divergence=None,
+            length=n,
+            verdict=None,
+            logp_side=[lb[t] for t in keep],
+            logp_ref=[la[t] for t in keep],
+            positions=keep,
+        )
+        samples.setdefault(pair.stored, []).append(s)
+    return made
+
+
+class WorstTokens:
+    """The worst tokens of the run's own pair (the largest |Δ| = |trainer − rollout|, masked and unscorable
+    tokens left out, as the figures leave them out), kept as a bounded heap of WORST_TOKENS."""
+
+    def __init__(self, kept: Sequence[WorstToken] = ()):
+        self.heap: list[tuple[float, int, WorstToken]] = []
+        for w in kept:
+            heapq.heappush(self.heap, (abs(w.dlogp), -(w.prompt_index * 1_000_000 + w.position), w))
+
+    def see(
+        self,
+        i: int,
+        row: Any,
+        pair: ReplayPair,
+        s: PairSample,
+        text: Callable[[int], str],
+        engines: dict[str, list[float | None]],
+    ) -> None:
+        """Row i's sample `s` of the run's own `pair` (its positions, trainer and rollout logprobs);
+        `text`: a token id's text (decoded only for an entry made); `engines`: each engine re-run's
+        logprobs of the row, shown beside it."""
+        if len(self.heap) >= WORST_TOKENS:  # a row whose largest gap cannot enter is passed over at C speed
+            top = s.max_abs_gap()
+            if top is None or top < self.heap[0][0]:
+                return
+        for t, a, b in zip(s.positions, s.logp_ref, s.logp_side):
+            if not (scorable(a) and scorable(b)):
                 continue
             d = a - b
             key = (abs(d), -(i * 1_000_000 + t))
-            full = len(self.worst) >= WORST_TOKENS
-            if full and key <= self.worst[0][:2]:
+            full = len(self.heap) >= WORST_TOKENS
+            if full and key <= self.heap[0][:2]:
                 continue  # not among the worst: no entry (its text decoded) made for it
             entry = WorstToken(
                 prompt_index=i,
                 row=row.where,
                 position=t,
                 token_id=row.response_ids[t],
-                text=self.prep.tokenizer.token_text(row.response_ids[t]),
-                pair=pair,
-                side=side,
+                text=text(row.response_ids[t]),
+                pair=pair.name,
+                side=pair.b,
                 trainer=a,
                 rollout=b,
                 dlogp=d,
-                engines={e: lp[e][t] for e in engines if e in lp},
+                engines={e: lps[t] for e, lps in engines.items()},
             )
             if full:
-                heapq.heapreplace(self.worst, (*key, entry))
+                heapq.heapreplace(self.heap, (*key, entry))
             else:
-                heapq.heappush(self.worst, (*key, entry))
+                heapq.heappush(self.heap, (*key, entry))
+
+    def worst(self) -> list[WorstToken]:
+        """The worst first."""
+        return [w for _, _, w in sorted(self.heap, key=lambda x: (-x[0], x[1]))]
 
 
 def _logprobs(steps: Any) -> list[float | None]:
@@ -266,3 +308,14 @@ def _logprobs(steps: Any) -> list[float | None]:
 
 def clean(v: float | None) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def cleaned(xs: Sequence[float | None]) -> list[float | None]:
+    """A recorded logprob column with NaN (not recorded) as None, as a side's columns hold it: the list
+    itself where it holds none (the usual case: its sum is NaN iff some value is, found at C speed)."""
+    total: float
+    try:
+        total = sum(xs)  # type: ignore[arg-type]
+    except TypeError:  # a None among them
+        total = math.nan
+    return xs if total == total and isinstance(xs, list) else [clean(x) for x in xs]

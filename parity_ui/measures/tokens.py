@@ -131,14 +131,30 @@ def as_result(side: SideResult, scored: Sequence[TokenStep]) -> SideResult:
 # -- pooling: from the store, one prompt at a time ----------------------------------------------------
 
 
+class PairPool:
+    """A pair's token figures and its |dlogp| histogram, pooled one sample at a time: from the store
+    (side_figures) or, in a recorded-only replay, as its rows come (parity_ui.commands.replay_recorded),
+    so both give the same figures to the digit."""
+
+    def __init__(self) -> None:
+        self.acc, self.hist = Accumulator(), DlogpHistogram()
+
+    def add(self, sample: PairSample) -> None:
+        self.acc.add(sample)
+        self.hist.add(sample.logp_side, sample.logp_ref)
+
+    def figures(self, name: str) -> SideFigures:
+        """The pooled figures (no verdict)."""
+        return SideFigures(name, self.acc.result(), hist=self.hist)
+
+
 def side_figures(store: Store, run_id: str, side: str) -> SideFigures:
     """A pair's pooled token figures and its |dlogp| histogram, in one read of its stored pair samples
     (one prompt at a time); no verdict."""
-    acc, hist = Accumulator(), DlogpHistogram()
+    pool = PairPool()
     for sample in store.pair_samples(run_id, side):
-        acc.add(sample)
-        hist.add(sample.logp_side, sample.logp_ref)
-    return SideFigures(side, acc.result(), hist=hist)
+        pool.add(sample)
+    return pool.figures(side)
 
 
 def pool_tokens(store: Store, run_id: str, report: WorkloadReport, names: list[str]) -> None:

@@ -107,6 +107,10 @@ CSS = """
 .rt-na { background:#f4f4f5; color:#a1a1aa; } .rt-fork { outline:2px solid #2563eb; }
 .rt-flip { outline:2px solid #dc2626; font-weight:700; }
 .pc-routes summary { cursor:pointer; color:#3f3f46; }
+/* The op map (parity_ui.ui.op_map_view, render.op_map) */
+.om-cell div { font-family: ui-monospace, monospace; font-size:12px; white-space:pre-wrap; }
+.om-svg { display:block; margin:4px 0; background:#fff; }
+.om-swap { margin-top:6px; }
 /* A card under the upload button (a workload described, a file refused) takes the row's whole width. */
 div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 #prompt-count:has(.pc-card) { flex:1 1 100% !important; min-width:100% !important; }
@@ -166,6 +170,11 @@ div:has(> #prompt-count .pc-card) { flex-wrap:wrap; }
 .au-grid td.why { white-space:normal; max-width:420px; color:#52525b; }
 .au-axis { margin:6px 0; } .au-axis code { font-size:12px; }
 .au-ev { font-size:12px; } .au-ev td { vertical-align:top; padding:1px 8px 1px 0; }
+
+/* A run's trend over its steps (render.trend): small charts side by side, the jumping step's row marked. */
+.tr-charts { display:flex; gap:10px; flex-wrap:wrap; margin:8px 0; }
+.tr-steps tr.div td { background:#fef2f2; }
+.tr-jumps li { margin:2px 0; } .tr-chart a { cursor:pointer; }
 """
 
 JS_TEMPLATE = r"""
@@ -453,7 +462,30 @@ JS_TEMPLATE = r"""
       if (tr) pickRow(table, tr);
     });
   }
+  // The op map (ui.op_map_view): a click on a cell writes "LOC|row|col" into the view's hidden box and
+  // presses its button; the server answers with the cell's figures and the panes at that token. Plotly
+  // re-creates its event emitter (gd._ev) when a figure is drawn anew: bind once per emitter.
+  function initOpMap(el) {
+    if (!el.on || (el._ev && el._omBound === el._ev)) return;
+    el._omBound = el._ev;
+    el.on('plotly_click', (ev) => {
+      const pt = ev && ev.points && ev.points[0];
+      const meta = el.layout && el.layout.meta;
+      if (!pt || !meta || !meta.loc || pt.data.name === 'router margin') return;
+      const at = Array.isArray(pt.pointNumber) ? pt.pointNumber : pt.pointIndex;
+      if (!Array.isArray(at)) return;
+      const wrap = el.closest('[id$="-opmap"]');
+      const pick = wrap ? wrap.id.replace(/-opmap$/, '') : '';
+      const box = document.querySelector(`#${pick}-om-pick textarea, #${pick}-om-pick input`);
+      const btn = document.querySelector(`#${pick}-om-open`);
+      if (!box || !btn) return;
+      box.value = `${meta.loc}|${at[0]}|${at[1]}`;
+      box.dispatchEvent(new Event('input', {bubbles: true}));
+      btn.click();
+    });
+  }
   const scan = () => {
+    document.querySelectorAll('[id$="-opmap"] .js-plotly-plot').forEach(initOpMap);
     document.querySelectorAll('.pt-root:not([data-init])').forEach(init);
     document.querySelectorAll('.pc-summary[data-reveal]:not([data-revealed]), .pc-workload[data-reveal]:not([data-revealed])').forEach(reveal);
     document.querySelectorAll('table.wl-table:not([data-init])').forEach(initTable);

@@ -209,6 +209,10 @@ def stored_html_report(stored: Any) -> str | None:
         from .audit import audit_page_html
 
         return audit_page_html(stored.audit, stored.run.id)
+    if getattr(stored, "trend", None) is not None:  # a run's trend over its steps: its own page
+        from .trend import trend_page
+
+        return trend_page(stored.trend, stored.run)
     rows = None
     if stored.pairs is not None:
         from .workload import prompt_rows

@@ -100,8 +100,9 @@ def _svg_curve(loc: Localisation, width: int = 420, height: int = 110) -> str:
     )
 
 
-def localisation_html(loc: Localisation) -> str:
-    """One layer localisation: the verdict, how the floor was measured, a curve and every figure."""
+def localisation_html(loc: Localisation, heatmaps: bool = True) -> str:
+    """One layer localisation: the verdict, how the floor was measured, a curve and every figure; with an
+    op map, its section (without its static heatmaps where the page draws the map itself: the app)."""
     when = esc(loc.created_utc or "")
     if loc.error:
         return (
@@ -122,6 +123,12 @@ def localisation_html(loc: Localisation) -> str:
         for f in loc.per_layer
     )
     notes = "".join(f"<li>{esc(n)}</li>" for n in loc.notes)
+    if loc.op_map:
+        from .op_map import op_map_html
+
+        extra = op_map_html(loc, heatmaps)
+    else:
+        extra = ""
     return (
         f'<div class="pc-card pc-layers"><b>Where inside the model: {esc(loc.b)} vs {esc(loc.a)}</b> '
         f"<span class=pc-muted>prompt {loc.prompt_index}, generated token {loc.position}, {when}</span>"
@@ -130,7 +137,7 @@ def localisation_html(loc: Localisation) -> str:
         f"{_svg_curve(loc)}<p class=pc-muted>Noise floor: {esc(loc.noise_floor.get('method', ''))}</p>"
         f"<details><summary>every layer and block ({len(loc.per_layer)})</summary>"
         '<table class="pc-setting-table"><tr><th>layer</th><th>block</th><th>rel L2</th><th>floor</th>'
-        f"<th>cosine</th></tr>{rows}</table></details></div>"
+        f"<th>cosine</th></tr>{rows}</table></details>{extra}</div>"
     )
 
 

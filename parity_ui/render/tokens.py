@@ -18,6 +18,7 @@ import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.bulk import gc_paused
 from ..core.types import StepColumns, TokenStep, step_column
@@ -136,6 +137,12 @@ def _pane(
     return "".join(parts)
 
 
+def _optional(c: StepColumns, name: str) -> list[Any] | None:
+    """A measure's optional step column (core.measures STEP_COLUMNS), None where the side recorded none.
+    StepColumns declares these per measure at run time, so they are read by name."""
+    return getattr(c, name)
+
+
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
 
@@ -161,8 +168,8 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
         # From the columns (a stored run's steps are columns already): no TokenStep per position.
         c = StepColumns.from_steps(steps)
         starts, top_id, top_lp, top_text = c.top_starts(), c.top_token_id, c.top_logprob, c.top_text
-        kept, margin, mass = c.kept, c.margin, c.kept_mass  # None: the side recorded no draws
-        kl, kl_rev, tv = c.kl, c.kl_rev, c.tv  # None: no full rows met here
+        kept, margin, mass = _optional(c, "kept"), _optional(c, "margin"), _optional(c, "kept_mass")  # None: no draws
+        kl, kl_rev, tv = _optional(c, "kl"), _optional(c, "kl_rev"), _optional(c, "tv")  # None: no full rows met here
         rows = []
         for i in range(lo, len(c) if hi is None else min(hi, len(c))):
             tid = c.token_id[i]
@@ -197,7 +204,7 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
             rows.append(row)
         return rows
 
-    data = {
+    data: dict[str, Any] = {
         "sides": [s.name for s in streams],
         "labels": [s.label for s in streams],
         "steps": {s.name: enc(s.steps) for s in streams},
@@ -259,9 +266,9 @@ def _panes_html(
 ) -> str:
     ref, others = streams[0], list(streams[1:])
     ref_ids = step_column(ref.steps, "token_id")
-    diverged = [s for s in others if s.divergence is not None]
+    diverged = [(s.divergence, k) for k, s in enumerate(others) if s.divergence is not None]
     sel = next((s for s in others if s.name == selected), None) or (
-        min(diverged, key=lambda s: s.divergence) if diverged else (others[0] if others else None)
+        others[min(diverged)[1]] if diverged else (others[0] if others else None)
     )
     sel_div = sel.divergence if sel else None
     eager = [_eager_blocks(len(s.steps), sel_div if focus is None else focus, live) for s in streams]
@@ -284,7 +291,7 @@ def _panes_html(
     attrs += f' data-sel="{html.escape(sel.name)}"' if sel else ""
     attrs += ' data-live="1"' if live else ""
     window = _window(streams, eager) if details_src and not live else None
-    if window is not None:
+    if window is not None and details_src:  # (a window is only made with a details source)
         attrs += f' data-src="{html.escape(details_src)}"'
     hint = (
         "Hover a token to see its id, bytes, logprob, rank and every side's top-k alternatives at that "

@@ -5,14 +5,18 @@ side-set contract, parity_ui.run.sideset.SideSet: `generate`, `score_batch`, `ro
 `replay_routes`, `capture`...) by handing each request to an idle replica of that side.
 
 No scheduler: Ray places the actors (a placement group per replica group where the cluster has
-GPUs, so that one replica of every side shares a GPU exactly as an in-process run's sides share one;
-spread over the nodes otherwise) and the caller (parity_ui.commands.workload.blocks) hands blocks of
+GPUs, so that one replica of every side shares a GPU exactly as an in-process run's sides share one,
+and a TP/PP side's group of GPUs is shared with the other sides as in process, they on its first
+GPU; spread over the nodes otherwise) and the caller (parity_ui.commands.workload.blocks) hands blocks of
 prompts to threads that each run the workload's own chunk function. The driver alone writes the store.
 
 The driver lock: a block's Python (comparing, explaining, storing) runs with `lock` held, so the
 workload's state is touched by one block at a time; a verb releases it while a replica works, which
 is when the blocks overlap. A replica that fails (its actor or node died, its engine crashed) is
-retired and reported as ReplicaLost, so the caller can run its block again on another replica.
+retired and reported as ReplicaLost, so the caller can run its block again on another replica; a
+replacement is started in its place (the same placement and resources), at most as many per side as
+the side started with (ReplacementBudget), and serves once loaded. A replacement that does not come
+up is a lost replica too; the run goes on with the side's others, and stops when it has none.
 
 Ray's connection is process-wide (ray.init): `connect` keeps the one this process made.
 """
@@ -33,6 +37,7 @@ from ..core.requests import CaptureRequest, GenerateRequest, RouteReplayRequest,
 from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, StepColumns, TokenStep
+from ..inputs.prompts import settle_tokenizers
 from .pipeline import CapabilityError, load_request
 from .plan import SidePlan
 from .sideset import Loaded, SideSet
@@ -42,6 +47,10 @@ from .workers import PROJECT_ROOT, EnginePool
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20  # results are small columns: a block's tokens, not tensors
 POLL_S = 0.25  # how often a waiting verb looks at Stop
 COUNTS_EVERY_S = 1.0  # how often it asks its replica for token counts (progress)
+# How long a replacement may take to be placed and start its worker (its load is not timed: a large
+# model takes what it takes). Past it the cluster has no room for it (a lost node's GPUs), and a side
+# with no other replica must not wait for ever.
+REPLACE_START_S = 600.0
 REPLICA_CONCURRENCY = 4  # a replica answers cancel and counts while it generates
 
 _connected: dict[str, Any] = {}  # the address this process joined (Ray allows one connection per process)
@@ -56,8 +65,8 @@ class ReplicaLost(EngineError):
     def __init__(self, side: str, index: int, why: str):
         super().__init__(
             f"side {side}: replica {index} was lost: {why}",
-            "its block runs again on another replica; resume the run with 'parity resume' "
-            "if every replica of a side is lost",
+            "its block runs again on another replica or on its replacement; resume the run with "
+            "'parity resume' if every replica of a side is lost",
         )
         self.side, self.index, self.why = side, index, why
 
@@ -147,6 +156,29 @@ def gpus_per_replica(plan: SidePlan) -> int:
     return found.get("tensor_parallel_size", 1) * found.get("pipeline_parallel_size", 1)
 
 
+def group_layout(widths: dict[str, int]) -> tuple[int, dict[str, tuple[float, int]]]:
+    """How a replica group of these sides (side -> its GPUs per replica: 1, or a TP x PP group) sits
+    on its GPUs, as an in-process run's sides sit on a machine's: (the group's GPUs, side -> (the GPUs
+    it asks Ray for, how many of the group's GPUs its worker sees)).
+
+    Every side on one GPU: the group is that GPU, each side a share of it, Ray's to assign. A TP/PP
+    side: the group is the widest side's GPUs and every side runs on the first of them (a side of
+    width w on the first w), as in process, where the reference shares GPU 0 with a TP group's rank
+    0. Ray cannot give one GPU to a fraction and whole GPUs to another actor at once, so there the
+    sides ask Ray for none and are given the group's GPUs by name (ClusterSides._group_devices); the
+    placement group keeps them from anyone else."""
+    need = max(widths.values(), default=1)
+    if need == 1:
+        return 1, {s: (1 / len(widths), 1) for s in widths}
+    return need, {s: (0.0, w) for s, w in widths.items()}
+
+
+def _gpus_of_this_task() -> list[str]:
+    """What Ray made visible to a task placed in a replica group with all of its GPUs: their names
+    as CUDA_VISIBLE_DEVICES gives them (run on the group's node, by ClusterSides._group_devices)."""
+    return [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+
+
 @dataclass
 class Handle:
     """One started replica: its side, index, actor, and whether it serves."""
@@ -157,6 +189,7 @@ class Handle:
     actor: Any
     alive: bool = True
     busy: bool = False
+    starting: bool = False  # a replacement being started: not serving yet, but the side will have it
     host: str = ""
     why: str = ""
     info: Any = None  # what its engine resolved, once loaded
@@ -167,12 +200,37 @@ class Handle:
 
 
 @dataclass
+class ReplacementBudget:
+    """How many lost replicas of each side one run starts again: at most as many as the side started
+    with. A replacement is counted when it is started, whether or not it comes up, so a side whose
+    engine dies on load (or at its first request) is not started again and again: once its budget is
+    spent, the run goes on with the replicas left, and stops when the side has none."""
+
+    allowed: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+
+    def take(self, side: str) -> bool:
+        """Count one replacement of `side` if its budget has room; False when it has none left."""
+        if self.used.get(side, 0) >= self.allowed.get(side, 0):
+            return False
+        self.used[side] = self.used.get(side, 0) + 1
+        return True
+
+    def describe(self, side: str) -> str:
+        return f"{self.used.get(side, 0)} of {self.allowed.get(side, 0)}"
+
+
+_ABANDONED = object()  # a replacement's wait given up (the run ended or was stopped)
+
+
+@dataclass
 class Replicas:
     """The replicas a cluster keeps warm between runs (like EnginePool's workers), by side setup."""
 
     key: tuple[tuple[str, int], ...] = ()
     handles: dict[tuple[str, int], Handle] = field(default_factory=dict)  # (load key, index)
     groups: list[Any] = field(default_factory=list)  # placement groups, one per replica group
+    devices: list[list[str]] = field(default_factory=list)  # each TP/PP group's GPUs, by name (group_layout)
     placement: str = ""
 
     def clear(self, ray: Any) -> None:
@@ -188,6 +246,7 @@ class Replicas:
                 pass
         self.handles.clear()
         self.groups.clear()
+        self.devices.clear()
         self.key = ()
 
 
@@ -242,6 +301,10 @@ class ClusterSides:
         self.by_side: dict[str, list[Handle]] = {}
         self.loaded: dict[str, Loaded] = {}
         self.lost: list[str] = []
+        self.replaced: list[str] = []  # replicas started again in a lost one's place, and up
+        self.budget = ReplacementBudget(self.counts())
+        self._replacing: list[threading.Thread] = []
+        self._closing = threading.Event()
         self.retried = 0
 
     # -- bringing them up -----------------------------------------------------------------------------
@@ -260,7 +323,7 @@ class ClusterSides:
         if key != reps.key:  # another set of sides: the warm replicas go, their GPUs with them
             reps.clear(ray)
             reps.key = key
-            reps.groups, reps.placement = self._placement(max(counts.values()))
+            reps.groups, reps.devices, reps.placement = self._placement(max(counts.values()))
         fresh: list[tuple[SidePlan, Handle]] = []
         named: set[int] = set()
         for p in self.plans:
@@ -292,13 +355,20 @@ class ClusterSides:
             if self.timings is not None:
                 self.timings["start"] = round(time.perf_counter() - t0, 4)
 
-    def _placement(self, groups: int) -> tuple[list[Any], str]:
-        """Where replicas go: with GPUs, a placement group per replica group (one GPU, or a side's TP x
-        PP group, holding one replica of every side, as one GPU holds every side in process); without,
-        spread over the nodes."""
+    def _placement(self, groups: int) -> tuple[list[Any], list[list[str]], str]:
+        """Where replicas go: with GPUs, a placement group per replica group (one GPU, or the widest
+        side's TP x PP GPUs, on one node: group_layout), holding one replica of every side; without,
+        spread over the nodes. (the placement groups, each TP/PP group's GPUs by name, a line)"""
         if not self.gpu:
-            return [], "spread over the nodes by Ray (no GPUs asked)"
+            return [], [], "spread over the nodes by Ray (no GPUs asked)"
         need = self._group_gpus()
+        most = max((n.get("Resources", {}).get("GPU", 0) for n in self.ray.nodes() if n.get("Alive")), default=0)
+        if most < need:  # Ray would wait for ever for a group no node can hold
+            raise CapabilityError(
+                f"a replica group needs {need} GPUs on one node (the widest side's tensor_parallel_size x "
+                f"pipeline_parallel_size), but the cluster's largest node has {most:g}",
+                f"lower the side's parallel sizes to at most {most:g} GPUs, or join a cluster with larger nodes",
+            )
         from ray.util import placement_group
 
         groups_ = [placement_group([{"GPU": float(need)}], strategy="STRICT_PACK") for _ in range(groups)]
@@ -306,36 +376,78 @@ class ClusterSides:
             [g.ready() for g in groups_],
             what=(f"waiting for {groups} replica group(s) of {need} GPU(s) each on the cluster"),
         )
-        how = (
-            "shared by one replica of every side"
-            if need == 1
-            else "one replica of every side, each on its own GPU(s) (a TP/PP side on its group)"
+        if need == 1:
+            return (
+                groups_,
+                [],
+                f"{groups} replica group(s) of 1 GPU(s) on one node each, shared by one replica of every side",
+            )
+        devices = self._group_devices(groups_, need)
+        return (
+            groups_,
+            devices,
+            f"{groups} replica group(s) of {need} GPUs on one node each "
+            f"({'; '.join(','.join(d) for d in devices)}), one replica of every side: a TP/PP side on all "
+            "of them, the others on the first",
         )
-        return groups_, f"{groups} replica group(s) of {need} GPU(s) on one node each, {how}"
 
     def _group_gpus(self) -> int:
-        """A replica group's GPUs: one shared by every side, or, when a side needs a TP/PP group, each
-        side its own (a fraction of a GPU cannot be given together with whole GPUs)."""
-        needs = [gpus_per_replica(p) for p in self.plans]
-        return 1 if max(needs) == 1 else sum(needs)
+        """A replica group's GPUs (group_layout)."""
+        return group_layout({p.name: gpus_per_replica(p) for p in self.plans})[0]
+
+    def _group_devices(self, groups: list[Any], need: int) -> list[list[str]]:
+        """Each TP/PP replica group's GPUs by name: what Ray makes visible to a task given all of the
+        group's GPUs (a placement group's bundle keeps the GPUs it reserved, so every replica placed
+        in it later runs on these)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        probe = _remote(self.ray, _gpus_of_this_task)
+        refs = [
+            probe.options(
+                num_cpus=0,
+                num_gpus=need,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=g, placement_group_bundle_index=0),
+            ).remote()
+            for g in groups
+        ]
+        devices = self._wait_for(refs, what="reading each replica group's GPUs")
+        for d in devices:
+            if len(d) != need:
+                raise EngineError(
+                    f"a replica group of {need} GPUs sees {len(d)} ({','.join(d) or 'none'})",
+                    "check that the nodes' CUDA_VISIBLE_DEVICES (when Ray started) name their GPUs",
+                )
+        return [list(d) for d in devices]
 
     def _actor(self, p: SidePlan, index: int, reps: Replicas) -> Any:
         from .replica import Replica
 
         opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": REPLICA_CONCURRENCY, "max_restarts": 0}
+        devices: str | None = None
         if reps.groups:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            # One GPU shared by the group's sides: a fraction each, so Ray packs one of each on it.
-            opts["num_gpus"] = 1 / len(self.plans) if self._group_gpus() == 1 else gpus_per_replica(p)
+            group = index % len(reps.groups)
+            asked, width = group_layout({q.name: gpus_per_replica(q) for q in self.plans})[1][p.name]
+            opts["num_gpus"] = asked
+            if reps.devices:  # a TP/PP group: the side's GPUs by name (group_layout says why)
+                devices = ",".join(reps.devices[group][:width])
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=reps.groups[index % len(reps.groups)], placement_group_bundle_index=0
+                placement_group=reps.groups[group], placement_group_bundle_index=0
             )
         else:
             opts["scheduling_strategy"] = "SPREAD"
         actor = _remote(self.ray, Replica).options(**opts)
         req = load_request(p)
-        return actor.remote(p.name, p.kind.engine, p.python, dict(p.worker_env), req, os.environ.get("OMP_NUM_THREADS"))
+        return actor.remote(
+            p.name,
+            p.kind.engine,
+            p.python,
+            dict(p.worker_env),
+            req,
+            os.environ.get("OMP_NUM_THREADS"),
+            devices,
+        )
 
     def _bring_up(self, fresh: list[tuple[SidePlan, Handle]]) -> None:
         if fresh:
@@ -420,7 +532,9 @@ class ClusterSides:
         return max(1, sum(1 for hs in self.by_side.values() for h in hs if h.alive))
 
     def alive(self, side: str) -> int:
-        return sum(1 for h in self.by_side.get(side, []) if h.alive)
+        """The side's replicas that serve or will: a replacement being started counts (a block that
+        lost its replica waits for it when no other replica of the side is free)."""
+        return sum(1 for h in self.by_side.get(side, []) if h.alive or h.starting)
 
     def busy(self) -> list[str]:
         return [h.name for hs in self.by_side.values() for h in hs if h.busy]
@@ -432,12 +546,14 @@ class ClusterSides:
         on_token: Any = None,
         on_counts: Callable[[dict[int, int]], None] | None = None,
     ) -> list[SideResult]:
+        settle_tokenizers()  # the run's tokenizer verdict in before an engine is handed a token
         results = self._call(side, "generate", req, on_counts)
         for r in results:
             r.side = side
         return results
 
     def score_batch(self, side: str, items: list[ScoreRequest]) -> list[list[TokenStep]]:
+        settle_tokenizers()
         return self._call(side, "score_batch", items, None)
 
     def score(self, side: str, req: ScoreRequest) -> list[TokenStep]:
@@ -470,7 +586,7 @@ class ClusterSides:
             if self.pool.cancelled:
                 raise CancelledError("the run was stopped", "")
             live = [h for h in self.by_side.get(side, []) if h.alive]
-            if not live:
+            if not live and not self.alive(side):
                 raise EngineError(
                     f"side {side}: every replica was lost ({'; '.join(self.lost)})",
                     "the finished blocks are stored: start the replicas again with 'parity resume RUN_ID'",
@@ -488,7 +604,8 @@ class ClusterSides:
         h = self._acquire(side)
         try:
             ref = getattr(h.actor, method).remote(payload)
-            cancelled, last_counts, failed, out = False, time.monotonic(), None, None
+            cancelled, last_counts, failed = False, time.monotonic(), None
+            out: Any = None  # the verb's answer, as the actor returned it
             with self._released():
                 while True:
                     done, _ = ray.wait([ref], timeout=POLL_S)
@@ -525,17 +642,116 @@ class ClusterSides:
             self.idle.notify_all()
 
     def _lost(self, h: Handle, why: str) -> ReplicaLost:
+        """Retire `h` and start its replacement when the side's budget has room (the caller holds
+        `lock`); the ReplicaLost to raise, so the caller runs the block again."""
         self._retire(h, why)
         self.lost.append(f"{h.name}: {why}")
-        self.emit(
-            RunEvent(
-                "status",
-                f"{h.name}: replica lost ({why}); {self.alive(h.side)} of the side's replicas "
-                "left; its block runs again",
-                side=h.side,
+        serving = sum(1 for x in self.by_side.get(h.side, []) if x.alive)
+        left = f"{self.alive(h.side)} of the side's replicas left"
+        if not self.budget.take(h.side):
+            what = f"not replaced (side {h.side} has had {self.budget.describe(h.side)} replacements); {left}"
+        elif self._replace(h) is None:
+            what = f"Ray did not start its replacement ({self.lost[-1]}); {left}"
+        else:
+            what = (
+                f"replacing it (replacement {self.budget.describe(h.side)} for side {h.side}); "
+                f"{serving} other replica(s) of the side serve meanwhile"
             )
-        )
+        self.emit(RunEvent("status", f"replica {h.name} lost ({why}); {what}", side=h.side))
         return ReplicaLost(h.side, h.index, why)
+
+    def _replace(self, old: Handle) -> Handle | None:
+        """A new replica in `old`'s place: its index (so its placement group, its share of the GPUs),
+        its side and setup, started and loaded by a thread of its own while the run goes on; it serves
+        once loaded (`_bring_back`). None (and the loss recorded) when Ray refuses the actor."""
+        plan = next(p for p in self.plans if p.name == old.side)
+        reps = self.cluster.replicas
+        try:
+            actor = self._actor(plan, old.index, reps)
+        except Exception as e:  # noqa: BLE001 - Ray refused it: the run goes on with the others
+            self.lost.append(f"{old.name} (replacement): not started: {type(e).__name__}: {e}"[:1500])
+            return None
+        new = Handle(old.side, old.index, old.key, actor, alive=False, starting=True)
+        reps.handles[(old.key, old.index)] = new
+        for hs in self.by_side.values():  # every side that shares the setup (the floor "order") gets it
+            for i, x in enumerate(hs):
+                if x is old:
+                    hs[i] = new
+        t = threading.Thread(target=self._bring_back, args=(new,), name=f"parity-replace-{new.name}", daemon=True)
+        self._replacing.append(t)
+        t.start()
+        return new
+
+    def _bring_back(self, h: Handle) -> None:
+        """Start and load the replacement `h` (its own thread, the driver lock free), then let it serve;
+        a replacement that fails is retired and recorded as lost, one still starting when the run ends
+        is stopped (as a half-started replica at start())."""
+        t0, why = time.perf_counter(), ""
+        got: Any = _ABANDONED  # the load's (info, seconds)
+        try:
+            started = self._await(h.actor.start.remote(), REPLACE_START_S)
+            if started is not _ABANDONED:
+                h.host = started["host"]
+                errors = [pb.message for pb in started["problems"] if pb.severity == "error"]
+                if errors:
+                    why = "; ".join(errors)
+                else:
+                    got = self._await(h.actor.load.remote(), None)
+        except TimeoutError:
+            why = f"it was not placed and started within {REPLACE_START_S:.0f} s (no room on the cluster?)"
+        except self.ray.exceptions.RayError as e:
+            cause = getattr(e, "cause", None)
+            why = (f"{type(cause).__name__}: {cause}" if isinstance(cause, Exception) else type(e).__name__)[:1500]
+        except Exception as e:  # noqa: BLE001 - reported as the replacement's loss, not raised in a thread
+            why = f"{type(e).__name__}: {e}"[:1500]
+        with self.lock:
+            h.starting = False
+            if why:
+                self._retire(h, why)
+                self.lost.append(f"{h.name} (replacement): did not start: {why}")
+                self.emit(
+                    RunEvent(
+                        "status",
+                        f"replica {h.name}: its replacement did not start ({why}); "
+                        f"{self.alive(h.side)} of the side's replicas left",
+                        side=h.side,
+                    )
+                )
+            elif got is _ABANDONED:
+                self._retire(h, "the run ended before it was ready")
+            else:
+                h.info, h.alive = got[0], True
+                self.replaced.append(h.name)
+                self.emit(
+                    RunEvent(
+                        "status",
+                        f"replica {h.name} replaced: loaded in {time.perf_counter() - t0:.1f} s"
+                        + (f" on {h.host}" if h.host else ""),
+                        side=h.side,
+                    )
+                )
+            self.idle.notify_all()
+
+    def _await(self, ref: Any, timeout: float | None) -> Any:
+        """A replacement's Ray call, waited for until it answers, the run ends (`close`) or is stopped
+        (_ABANDONED), or `timeout` seconds pass (TimeoutError). Raises Ray's errors."""
+        ray, t0 = self.ray, time.monotonic()
+        while not (self._closing.is_set() or self.pool.cancelled):
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                raise TimeoutError
+            try:
+                return ray.get(ref, timeout=POLL_S)
+            except ray.exceptions.GetTimeoutError:
+                continue
+        return _ABANDONED
+
+    def close(self) -> None:
+        """The run is over: no replacement is waited for (one still starting is stopped; one that
+        loaded stays warm for the next run). Call without `lock` held."""
+        self._closing.set()
+        for t in self._replacing:
+            t.join()
+        self._replacing.clear()
 
     def _retire(self, h: Handle, why: str) -> None:
         h.alive, h.why = False, why
@@ -556,17 +772,18 @@ class ClusterSides:
             placement=self.cluster.replicas.placement,
             retried_blocks=self.retried,
             lost_replicas=list(self.lost),
+            replaced_replicas=list(self.replaced),
         )
 
 
 _actor_class: dict[int, Any] = {}
 
 
-def _remote(ray: Any, cls: type) -> Any:
-    """The Ray actor class of `cls`, made once per process."""
-    if id(cls) not in _actor_class:
-        _actor_class[id(cls)] = ray.remote(cls)
-    return _actor_class[id(cls)]
+def _remote(ray: Any, what: Any) -> Any:
+    """The Ray actor class of a class, or the Ray task of a function, made once per process."""
+    if id(what) not in _actor_class:
+        _actor_class[id(what)] = ray.remote(what)
+    return _actor_class[id(what)]
 
 
 def _as_results(results: list[SideResult]) -> list[SideResult]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.context import KvPerToken, kv_bytes, kv_per_token, pool_bytes, tokens_that_fit
 from ..core.errors import ConfigError, SideError
+from ..core.mapping import option
 from ..core.types import Finding
 from .hardware import gpus
 
@@ -43,7 +44,7 @@ def side_gpus(plan: SidePlan) -> list[int]:
         return [int(x) for x in device.split(":", 1)[1].split(",")]
     width = 1
     if plan.kind.gpu_memory == "share":
-        width = plan.spec.options.tensor_parallel_size * plan.spec.options.pipeline_parallel_size
+        width = int(option(plan.spec, "tensor_parallel_size", 1)) * int(option(plan.spec, "pipeline_parallel_size", 1))
     return list(range(width))
 
 

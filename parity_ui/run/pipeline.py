@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.errors import CancelledError, EngineError, ParityError
 from ..core.requests import (
@@ -34,6 +35,7 @@ from ..core.requests import (
     GenerateRequest,
     InputCheck,
     LoadRequest,
+    OpTraceRequest,
     Problem,
     RouteReplayRequest,
     RoutesRequest,
@@ -43,6 +45,7 @@ from ..core.requests import (
 from ..core.routes import Routes
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import EngineInfo, Finding, SideResult, TokenStep
+from ..inputs.prompts import settle_tokenizers
 from .plan import SidePlan
 from .sideset import Loaded, SideSet
 from .worker_client import Capture, CountsCallback, EngineClient, TokenCallback
@@ -219,7 +222,9 @@ class Sides:
 
     def _first_call(self, side: str) -> None:
         """Say that a side's first call after it loaded in this set warms up (kernels compile or are
-        picked on first use, caches are allocated): its first tokens take longer than the rest."""
+        picked on first use, caches are allocated): its first tokens take longer than the rest. Before
+        any engine is handed a token, the run's tokenizer verdict is in (settle_tokenizers)."""
+        settle_tokenizers()
         with self._lock:
             if side in self._called:
                 return
@@ -236,12 +241,18 @@ class Sides:
             )
 
     def capture(self, side: str, req: CaptureRequest) -> Capture:
+        settle_tokenizers()
         return self.client(side).capture(req)
 
+    def op_trace(self, side: str, req: OpTraceRequest) -> dict[str, Any]:
+        return self.client(side).op_trace(req)
+
     def routes(self, side: str, req: RoutesRequest) -> Routes:
+        settle_tokenizers()
         return self.client(side).routes(req)
 
     def replay_routes(self, side: str, req: RouteReplayRequest) -> list[SideResult]:
+        settle_tokenizers()
         results = self.client(side).replay_routes(req)
         for r in results:
             r.side = side
@@ -280,10 +291,11 @@ class Sides:
                 futures = [ex.submit(self._pipeline, p) for p in unique]
                 try:
                     for f in as_completed(futures):
-                        if f.exception() is not None:
+                        failed = f.exception()
+                        if failed is not None:
                             if not errors:
                                 stop_the_others()
-                            errors.append(f.exception())
+                            errors.append(failed)
                 except BaseException:
                     stop_the_others()  # Ctrl-C: before the executor waits for the sides
                     raise
@@ -412,9 +424,9 @@ class Sides:
                 self._loading = p.name
             self._say(p.name, "loading the weights")
             t = time.perf_counter()
+            name = p.name
             client.worker.info = client.load(
-                load_request(p),
-                on_progress=lambda m, name=p.name: self.emit(RunEvent("status", f"{name}: {m}", side=name)),
+                load_request(p), on_progress=lambda m: self.emit(RunEvent("status", f"{name}: {m}", side=name))
             )
             took = time.perf_counter() - t
             if shared:

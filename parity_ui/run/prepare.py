@@ -7,6 +7,8 @@ the side where a side is at fault. It reads small files and runs tokenizers; it 
 
 from __future__ import annotations
 
+import importlib
+
 from ..core.config import ParityConfig, routes_for
 from ..core.context import check_context, max_context
 from ..core.errors import ConfigError, PromptError, SideError
@@ -32,6 +34,7 @@ from .preflight import run_preflight
 __all__ = [
     "prepare",
     "likely_workers",
+    "likely_prewarms",
     "plan_side",
     "plan_sides",
     "max_context",
@@ -229,6 +232,30 @@ def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict
             out.append((spec.name, kind.engine, this_python(), env))
         return out
     except Exception:  # noqa: BLE001 - prepare() reports the same problem, with its fix
+        return []
+
+
+def likely_prewarms(req: RunRequest, gpu: bool) -> list[tuple[str, str, dict[str, str], str]]:
+    """(module, interpreter, environment, model folder) of each prewarm (Kind.prewarm) the run's sides
+    would want now, on a GPU host only: its own process imports the engine's library once more, which
+    a 2-core machine pays in the workers' start. Nothing when the request would not prepare, or the
+    cache it fills is there already."""
+    if not gpu:
+        return []
+    try:
+        model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+        check_chat_template(model.path, req.prompts, req.config.chat)
+        resolved = resolve(model, [], gpu)
+        out = []
+        for spec in req.config.sides:
+            kind = get_kind(spec.kind)
+            if spec.python or not kind.prewarm or spec.model:
+                continue
+            env = dict(getattr(map_side(req.config, spec, resolved, model), "env", {}) or {})
+            if importlib.import_module(kind.prewarm).needed(model.path, env):
+                out.append((kind.prewarm, this_python(), env, model.path))
+        return list({(m, p, tuple(sorted(e.items())), f): (m, p, e, f) for m, p, e, f in out}.values())
+    except Exception:  # noqa: BLE001 - prepare() reports the same problem; the worker inspects as before
         return []
 
 

@@ -98,6 +98,13 @@ class RunRecorder:
             save_run_row(self.db, run)
             save_prompt_rows(self.db, run)
 
+    def keep_prompts(self) -> None:
+        """The run's row and its prompts' rows as they now stand (a run that fills its prompts' token
+        ids itself, without a Prepared: a recorded-only replay)."""
+        with self._write, self.db.atomic():
+            save_run_row(self.db, self.run)
+            save_prompt_rows(self.db, self.run)
+
     def loaded(self, side: str, engine: EngineInfo, load_s: float) -> None:
         """A side's engine as it loaded: versions, device, dtype and its resolved settings."""
         info = self.run.side(side)

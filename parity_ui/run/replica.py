@@ -29,7 +29,9 @@ from ..core.requests import (
     ScoreBatch,
     ScoreRequest,
 )
-from .worker_client import EngineClient
+from ..core.routes import Routes
+from ..core.types import SideResult, TokenStep
+from .worker_client import Capture, EngineClient
 from .workers import CancelFlag, EngineWorker
 
 
@@ -44,6 +46,7 @@ class Replica:
         env: dict[str, str],
         load: LoadRequest,
         omp_threads: str | None = None,
+        devices: str | None = None,
     ):
         self.label, self.load_req = label, load
         # Ray sets OMP_NUM_THREADS=1 in an actor that reserves no CPU: the engine would run on one
@@ -53,7 +56,9 @@ class Replica:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = omp_threads
-        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # the GPUs Ray gave this replica win over a side's pinned device
+        if devices is not None:  # its replica group's GPUs, named by the driver (cluster.group_layout)
+            env = {**env, "CUDA_VISIBLE_DEVICES": devices}
+        elif os.environ.get("CUDA_VISIBLE_DEVICES"):  # the GPUs Ray gave this replica win over a side's pinned device
             env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
         self.flag = CancelFlag()
         self.worker = EngineWorker(label, engine, python, env, self.flag)
@@ -71,7 +76,7 @@ class Replica:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "worker_pid": self.worker.pid,
-            "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "devices": self.worker.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")),
         }
 
     def load(self) -> tuple[Any, float]:
@@ -85,19 +90,19 @@ class Replica:
         self._counts = {}
         return self.client.generate(req, on_counts=self._counts.update)
 
-    def score_batch(self, items: list[ScoreRequest]) -> list[Any]:
+    def score_batch(self, items: list[ScoreRequest]) -> list[list[TokenStep]]:
         self.flag.clear()
         return self.client.score_batch(ScoreBatch(items))
 
-    def routes(self, req: RoutesRequest) -> Any:
+    def routes(self, req: RoutesRequest) -> Routes:
         self.flag.clear()
         return self.client.routes(req)
 
-    def replay_routes(self, req: RouteReplayRequest) -> list[Any]:
+    def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
         self.flag.clear()
         return self.client.replay_routes(req)
 
-    def capture(self, req: CaptureRequest) -> Any:
+    def capture(self, req: CaptureRequest) -> Capture:
         self.flag.clear()
         return self.client.capture(req)
 

@@ -19,6 +19,7 @@ from ..core.requests import (
     GenerateRequest,
     InputCheck,
     LoadRequest,
+    OpTraceRequest,
     Problem,
     RouteReplayRequest,
     RoutesRequest,
@@ -28,7 +29,7 @@ from ..core.requests import (
 from ..core.routes import Routes
 from ..core.types import EngineInfo, SideResult, TokenStep
 from ..core.weights import DiffFigure, DiffRequest, DumpRequest, SideWeights, WeightsRequest
-from .workers import EngineWorker
+from .workers import EngineWorker, EventCallback
 
 TokenCallback = Callable[[int, TokenStep], None]  # (prompt index, step), in the order the engine made them
 CountsCallback = Callable[[dict[int, int]], None]  # {prompt index: tokens so far}, for the prompts that moved
@@ -81,6 +82,7 @@ class EngineClient:
         """Every prompt's result, in prompt order; tokens stream to `on_token` as they are made (or,
         with req.counts and not req.stream, each prompt's token count to `on_counts`, a few times a
         second). Raises CancelledError when the run is stopped, EngineError when the engine fails."""
+        on_event: EventCallback | None
         if req.counts and not req.stream:
             on_event = on_counts
         else:
@@ -105,6 +107,12 @@ class EngineClient:
     def replay_routes(self, req: RouteReplayRequest) -> list[SideResult]:
         """Every prompt generated again, routing with the recorded experts."""
         return self.worker.request("replay_routes", req, what="replaying expert routes")
+
+    def op_trace(self, req: OpTraceRequest) -> dict[str, Any]:
+        """One pass of the op map (parity_ui.engines.op_trace): the reference's dump written to a file, or a
+        side's figures against one, as plain data (float32 bytes)."""
+        what = "dumping every op's output" if req.dump_to else "tracing every op against the reference"
+        return self.worker.request("op_trace", req, what=what)
 
     def weights(self, req: WeightsRequest) -> SideWeights:
         """Its live weights digested unit by unit (issue 41), or readable=False with the reason."""

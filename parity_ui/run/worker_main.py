@@ -140,6 +140,7 @@ def serve(conn: Any, engine: Any, should_stop: Any) -> None:
         "score": engine.score,
         "score_batch": lambda p: [StepColumns.from_steps(steps) for steps in engine.score_batch(p)],
         "capture": engine.capture,
+        "op_trace": engine.op_trace,
         "routes": engine.routes,
         "replay_routes": lambda p: _as_columns(engine.replay_routes(p)),
         "weights": engine.weights,

@@ -385,7 +385,17 @@ class EngineWorker:
         # leaves the engine usable: keep the warm worker. Anything unexplained stops it.
         keep = (
             kind
-            in ("generate", "score", "score_batch", "check_input", "capture", "weights", "weights_dump", "weights_diff")
+            in (
+                "generate",
+                "score",
+                "score_batch",
+                "check_input",
+                "capture",
+                "op_trace",
+                "weights",
+                "weights_dump",
+                "weights_diff",
+            )
             and self.info is not None
         )
         _, result = self._wait(
@@ -431,6 +441,27 @@ class EngineWorker:
 
 def load_key(*parts: Any) -> str:
     return json.dumps(parts, sort_keys=True, default=repr)
+
+
+def start_prewarm(module: str, python: str, env: dict[str, str], model_path: str) -> None:
+    """`python -m MODULE MODEL_FOLDER` with a side's environment (Kind.prewarm), left to finish on its
+    own: it fills a cache the side's engine reads when it loads, and nothing waits for it. Its output
+    goes to a log beside the workers'."""
+    full = {**os.environ, **env}
+    full["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [full.get("PYTHONPATH")])])
+    full.setdefault("VLLM_NO_USAGE_STATS", "1")
+    full.setdefault("DO_NOT_TRACK", "1")
+    log_path = _log_dir() / f"prewarm-{int(time.time() * 1000)}.log"
+    with open(log_path, "ab", buffering=0) as log:
+        # Fixed arguments: a module named by the kinds registry and the model folder prepare resolved.
+        subprocess.Popen(
+            [python, "-m", module, model_path],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=full,
+            **OWN_PROCESS_GROUP,
+        )
 
 
 class EnginePool:

@@ -29,7 +29,7 @@ def save_check(
 ) -> None:
     """The check's results, its cases' rows and its run's headline, in one transaction."""
     with db.atomic():
-        db["gate_checks"].insert(
+        db.table("gate_checks").insert(
             {
                 "run_id": run_id,
                 "group_id": group_id,
@@ -41,7 +41,7 @@ def save_check(
             pk="run_id",
             replace=True,
         )
-        db["gate_cases"].insert_all(
+        db.table("gate_cases").insert_all(
             ({"check_run_id": run_id, "datetime_utc": created, **c} for c in cases),
             pk=("check_run_id", "case_name"),
             replace=True,

@@ -7,7 +7,7 @@ failure leaves the file as it was. Columns follow one convention: `*_json` holds
 Tables: `runs` (one row a run, its sides in `sides_json`), `prompt_results` (one a prompt),
 `side_results` (one per prompt and side; its generated steps as columns in `steps_json`), `comparisons` (one per prompt and non-reference side),
 `localisations` (layer localisations, several per run); a bisect's record is a run of kind "bisect"
-(`runs.bisect_json`).
+(`runs.bisect_json`); a trend's, a run of kind "trend" (`trends`).
 Datasette reads the file as it is.
 """
 
@@ -393,6 +393,19 @@ def m011_weight_checks(db: Database) -> None:
         if_not_exists=True,
     )
     table.create_index(["datetime_utc"], if_not_exists=True)
+
+
+@migrations()
+def m012_trends(db: Database) -> None:
+    """A run's trend over its steps (parity_ui.commands.replay_steps): a run of kind "trend" whose
+    record is here (`trend_json`: core.trend.TrendReport), one row per trend, its steps' replays runs
+    of kind "replay" with the trend's id as their group_id (parity_ui.store.trends)."""
+    db.table("trends").create(
+        {"run_id": str, "root": str, "format": str, "headline": str, "trend_json": str},
+        pk="run_id",
+        foreign_keys=[("run_id", "runs", "id")],
+        if_not_exists=True,
+    )
 
 
 PACKED = "top_logprob"  # five floats a step: most of a stored run's bytes and of its parse time

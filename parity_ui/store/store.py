@@ -23,9 +23,10 @@ from sqlite_utils import Database
 
 from ..core.audit_record import AuditReport
 from ..core.pooled import PairSample
+from ..core.trend import TrendReport
 from ..core.types import Localisation, Run
 from ..inputs.prompts import PromptSpec
-from . import audits, bisects, checks, runs, weights, workloads
+from . import audits, bisects, checks, runs, trends, weights, workloads
 
 
 @dataclass
@@ -41,6 +42,7 @@ class StoredReport:
     pairs: list[dict[str, Any]] | None = None
     excerpts: dict[int, str] | None = None
     audit: AuditReport | None = None  # an audit run's record (parity_ui.store.audits)
+    trend: TrendReport | None = None  # a trend run's record
 
 
 class Store:
@@ -153,6 +155,8 @@ class Store:
             return None
         if run.kind == "audit":  # its record is the page; its prompts' base streams are not shown
             return StoredReport(run, [], self.image_bytes, audit=self.audit_of(run_id))
+        if run.kind == "trend":
+            return StoredReport(run, [], self.image_bytes, trend=self.trend(run_id))
         if run.workload is None:
             return StoredReport(self.get_run(run_id) or run, self.localisations_of(run_id), self.image_bytes)
         return StoredReport(
@@ -162,6 +166,21 @@ class Store:
             self.pair_rows(run_id),
             self.prompt_excerpts(run_id),
         )
+
+    # -- trends --------------------------------------------------------------------------------------
+
+    def save_trend(self, run_id: str, report: TrendReport) -> None:
+        """A trend's record as it now stands, in one transaction."""
+        with self.db.atomic():
+            trends.save_trend(self.db, run_id, report)
+
+    def trend(self, run_id: str) -> TrendReport | None:
+        """The trend run's record, or None."""
+        return trends.trend(self.db, run_id)
+
+    def trend_lines(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        """{trend run id: (its directory, its headline)}: what History lists a trend with."""
+        return trends.trend_lines(self.db, ids)
 
     # -- the gate's checks ----------------------------------------------------------------------------
 

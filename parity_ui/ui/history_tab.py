@@ -125,13 +125,14 @@ def history_rows(
     listed = [r for r in runs if r.kind == "bisect"]
     bisects = {r.id: bisect_line(r) for r in store.bisect_lines([r.id for r in listed])}
     trials = store.trial_counts([r.group_id for r in listed if r.group_id])
+    trends = store.trend_lines([r.id for r in runs if r.kind == "trend"])  # {id: (directory, headline)}
     return [
         [
             r.status,
-            _result(r, bisects, trials),
+            trends[r.id][1] if r.id in trends else _result(r, bisects, trials),
             model_cell(r.model),
             r.sides,
-            _excerpt(r.prompt_excerpt),
+            _excerpt(trends[r.id][0] if r.id in trends else r.prompt_excerpt),
             r.dtype or "",
             r.datetime_utc[:19].replace("T", " "),
             r.id,
@@ -251,7 +252,7 @@ class HistoryTab:
             if not wanted():
                 return
             run = self._load(run_id)
-            if run is not None and run.kind in ("bisect", AUDIT_KIND):
+            if run is not None and run.kind in ("bisect", "trend", AUDIT_KIND):
                 return  # its record is the whole view: nothing to build ahead
             if run is not None and run.workload is not None:
                 if wanted():
@@ -329,6 +330,13 @@ class HistoryTab:
 
             report = self.service.weight_report(run_id, self.service.reader)
             return self.view.cleared(weights_html(report) if report is not None else run.error or "no report stored")
+        if run.kind == "trend":  # its record: the steps, the charts, the jumps; a step opens its replay
+            from ..render.trend import trend_html
+
+            report = self.store.trend(run.id)
+            if report is None:
+                return self.view.error_values(f"trend {run.id} has no record", "run parity replay DIR again")
+            return self.view.cleared(trend_html(report, run.id))
         if run.workload is not None:  # its view shows above (`wview.show`); a prompt's tokens on a click there
             return self.view.values(
                 None, message="A workload run: pick a prompt in its table above to see its tokens here."
@@ -394,7 +402,11 @@ class HistoryTab:
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-export-")) / f"parity-run-{run.id}.json"
-        out.write_text(json.dumps(run_json(run), indent=2), encoding="utf-8")
+        data = run_json(run)
+        trend = self.store.trend(run.id) if run.kind == "trend" else None
+        if trend is not None:  # as `parity runs show ID --json` prints it
+            data["trend"] = trend.to_json()
+        out.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
         return gr.File(value=str(out), visible=True)
 
     def report(self, run_id: str) -> Any:
@@ -402,7 +414,9 @@ class HistoryTab:
 
         run = self._stored(run_id)
         out = Path(tempfile.mkdtemp(prefix="parity-report-")) / f"parity-run-{run.id}.html"
-        if run.workload is not None:
+        if run.kind == "trend":
+            page = stored_html_report(self.store.for_report(run.id, workload_report_prompts)) or ""
+        elif run.workload is not None:
             page = stored_html_report(self.store.for_report(run.id, workload_report_prompts))
         else:
             page = html_report(run, self.store.localisations_of(run.id), self.store.image_bytes)

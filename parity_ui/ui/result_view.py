@@ -15,6 +15,7 @@ from ..render.images import images_html
 from ..render.report_parts import localisation_html
 from ..render.tokens import Stream, details_json, panes_html
 from . import plots
+from .op_map_view import cell_html, op_map_figure, swap_target
 from .recent import Recent
 
 
@@ -118,9 +119,15 @@ def pane_details(get_run: Callable[[str], Run | None], src: str) -> str:
 def layers_parts(locs: list[Localisation], prompt_index: int) -> tuple[str, Any]:
     """The stored localisations of one prompt (newest first) and the newest one's plot."""
     mine = [x for x in locs if x.prompt_index == prompt_index][::-1]
-    html = "".join(localisation_html(x) for x in mine)
+    html = "".join(localisation_html(x, heatmaps=False) for x in mine)  # the op map is drawn by plotly
     newest = next((x for x in mine if not x.error), None)
     return html, plots.layers_figure(newest) if newest is not None else None
+
+
+def op_map_part(locs: list[Localisation], prompt_index: int) -> Any:
+    """The newest op map of one prompt as a figure (None without one)."""
+    newest = next((x for x in locs[::-1] if x.prompt_index == prompt_index and x.op_map and not x.error), None)
+    return op_map_figure(newest) if newest is not None else None
 
 
 @dataclass
@@ -179,8 +186,37 @@ class ResultView:
             self.layers_btn = gr.Button(
                 "Find the layer", visible=False, size="sm", variant="secondary", elem_id=f"{self.prefix}-layers-btn"
             )
+            self.ops_box = gr.Checkbox(
+                value=True,
+                label="op map: every op x token",
+                visible=False,
+                elem_id=f"{self.prefix}-om-ops",
+                info="the error each op adds, fed the reference's input (parity layers --ops)",
+            )
+            self.window_box = gr.Textbox(
+                label="positions",
+                placeholder="all, N (the last N) or A:B",
+                visible=False,
+                elem_id=f"{self.prefix}-om-window",
+                max_lines=1,
+            )
         self.layers_html = gr.HTML(elem_id=f"{self.prefix}-layers")
         self.layers_plot = gr.Plot(visible=False, show_label=False)
+        self.opmap_plot = gr.Plot(visible=False, show_label=False, elem_id=f"{self.prefix}-opmap")
+        self.om_cell = gr.HTML(elem_id=f"{self.prefix}-om-cell")
+        self.swap_btn = gr.Button(
+            "Swap in the reference's output here and run the rest",
+            visible=False,
+            size="sm",
+            elem_id=f"{self.prefix}-om-swap",
+        )
+        # A cell clicked in the map writes "LOC|row|col" here and presses the button (the page's script;
+        # both off screen): one server call shows the cell and opens the panes at its token.
+        self.om_pick = gr.Textbox(
+            show_label=False, container=False, elem_id=f"{self.prefix}-om-pick", elem_classes=["pc-offscreen"]
+        )
+        self.om_open = gr.Button("open the cell", elem_id=f"{self.prefix}-om-open", elem_classes=["pc-offscreen"])
+        self.om_target = gr.State(None)  # (localisation id, "LAYER.OP") a swap would run
 
     @property
     def outputs(self) -> list[Any]:
@@ -196,6 +232,11 @@ class ResultView:
             self.layers_btn,
             self.layers_html,
             self.layers_plot,
+            self.ops_box,
+            self.window_box,
+            self.opmap_plot,
+            self.om_cell,
+            self.swap_btn,
         ]
 
     def layer_values(self, run: Run | None, prompt_index: int) -> dict[Any, Any]:
@@ -204,17 +245,30 @@ class ResultView:
             self.layers_btn: gr.Button(visible=False),
             self.layers_html: "",
             self.layers_plot: gr.Plot(visible=False, value=None),
+            self.ops_box: gr.Checkbox(visible=False),
+            self.window_box: gr.Textbox(visible=False),
+            self.opmap_plot: gr.Plot(visible=False, value=None),
+            self.om_cell: "",
+            self.swap_btn: gr.Button(visible=False),
         }
         if run is None or run.status not in ("ok", "diverged") or len(run.sides) < 2:
             return hidden
         from ..core.kinds import KINDS
 
         capturable = [s for s in run.sides if KINDS.get(s.kind) is not None and KINDS[s.kind].can_capture_layers]
-        html, fig = layers_parts(self.localisations(run.id), prompt_index)
+        locs = self.localisations(run.id)
+        html, fig = layers_parts(locs, prompt_index)
+        om = op_map_part(locs, prompt_index)
+        can = len(capturable) >= 2
         return {
-            self.layers_btn: gr.Button(visible=len(capturable) >= 2),
+            self.layers_btn: gr.Button(visible=can),
             self.layers_html: html,
             self.layers_plot: gr.Plot(value=fig, visible=fig is not None),
+            self.ops_box: gr.Checkbox(visible=can),
+            self.window_box: gr.Textbox(visible=can),
+            self.opmap_plot: gr.Plot(value=om, visible=om is not None),
+            self.om_cell: "",
+            self.swap_btn: gr.Button(visible=False),
         }
 
     def cleared(self, summary: str = "") -> dict[Any, Any]:
@@ -283,23 +337,96 @@ class ResultView:
         """ "Find the layer": localise the picked comparison's divergence (parity_ui.commands.layers), store it,
         show every localisation of this prompt. Queued with the runs: it uses the same engines."""
 
-        def find(run_id: str | None, index: int | None, side: str | None) -> Any:
+        shown = [self.layers_html, self.layers_plot, self.opmap_plot, self.om_cell, self.swap_btn]
+
+        def after(loc: Localisation) -> dict[Any, Any]:
+            locs = self.localisations(loc.run_id)
+            html, fig = layers_parts(locs, loc.prompt_index)
+            om = op_map_part(locs, loc.prompt_index)
+            return {
+                self.layers_html: html,
+                self.layers_plot: gr.Plot(value=fig, visible=fig is not None),
+                self.opmap_plot: gr.Plot(value=om, visible=om is not None),
+                self.om_cell: "",
+                self.swap_btn: gr.Button(visible=False),
+            }
+
+        def find(run_id: str | None, index: int | None, side: str | None, ops: bool, window: str | None) -> Any:
             if not run_id:
                 return gr.skip()
             run_id = str(run_id).strip()
             run = runner.get_run(run_id, prompts=[])
             # the picked side against the reference (None: the reference and the first that diverged)
             pair = (run.reference, side) if run and side and run.reference and side != run.reference else None
-            loc = runner.localise(run_id, int(index or 0), None, pair)
-            html, fig = layers_parts(self.localisations(loc.run_id), loc.prompt_index)
-            return {self.layers_html: html, self.layers_plot: gr.Plot(value=fig, visible=fig is not None)}
+            loc = runner.localise(
+                run_id, int(index or 0), None, pair, ops=bool(ops), window=(window or "").strip() or None
+            )
+            return after(loc)
 
         self.layers_btn.click(
             find,
-            picks,
-            [self.layers_html, self.layers_plot],
+            [*picks, self.ops_box, self.window_box],
+            shown,
             api_name=False,
             concurrency_limit=1,
             concurrency_id="engines",
             show_progress="full",
         )
+
+        def open_cell(run_id: str | None, side: str | None, pick: str | None) -> Any:
+            """A clicked cell: its figures, and the panes opened at its token (a generated one)."""
+            loc_id, r, t = _cell_pick(pick)
+            run_id = (run_id or "").strip()
+            loc = next((x for x in self.localisations(run_id) if x.id == loc_id), None)
+            if loc is None or not loc.op_map:
+                raise gr.Error(f"no stored op map {loc_id!r} for run {run_id!r}: press Find the layer again")
+            out: dict[Any, Any] = {self.om_cell: cell_html(loc, r, t)}
+            target = swap_target(loc, r)
+            out[self.swap_btn] = gr.Button(visible=target is not None)
+            out[self.om_target] = (loc.id, target)
+            positions, prompt_len = loc.op_map["positions"], int(loc.op_map["prompt_len"])
+            at = positions[t] if 0 <= t < len(positions) else -1
+            run = runner.get_run(run_id)
+            if run is not None and at >= prompt_len:
+                out[self.panes] = self.parts(run, loc.prompt_index, side, focus=at - prompt_len)["panes"]
+            return out
+
+        self.om_open.click(
+            open_cell,
+            [picks[0], picks[2], self.om_pick],
+            [self.om_cell, self.swap_btn, self.om_target, self.panes],
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
+
+        def swap(run_id: str | None, target: Any) -> Any:
+            if not run_id or not target or not target[1]:
+                return gr.skip()
+            loc = next((x for x in self.localisations(str(run_id).strip()) if x.id == target[0]), None)
+            if loc is None or not loc.op_map:
+                raise gr.Error("the op map to swap in was not found: press Find the layer again")
+            positions = loc.op_map["positions"]
+            window = f"{positions[0]}:{positions[-1] + 1}"
+            new = runner.localise(
+                loc.run_id, loc.prompt_index, loc.position, (loc.a, loc.b), ops=True, window=window, swap=target[1]
+            )
+            return after(new)
+
+        self.swap_btn.click(
+            swap,
+            [picks[0], self.om_target],
+            shown,
+            api_name=False,
+            concurrency_limit=1,
+            concurrency_id="engines",
+            show_progress="full",
+        )
+
+
+def _cell_pick(pick: str | None) -> tuple[str, int, int]:
+    """ "LOC|row|col" (the page script's message for a clicked cell) -> its parts; gr.Error when garbled."""
+    parts = (pick or "").split("|")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise gr.Error(f"not a cell of the op map: {pick!r}")
+    return parts[0], int(parts[1]), int(parts[2])

@@ -1,7 +1,7 @@
 """Workloads on a local Ray instance with the real engines (HF reference, vLLM on the CPU), on the shared
 tiny Llama in float32, 2 replicas a side: a scored and a free-running workload give the tokens and the
-figures of the in-process path, and a replica killed mid-run loses nothing. One Ray instance for the
-module (the service's), stopped after it; 6 prompts of 16 tokens."""
+figures of the in-process path, and replicas killed mid-run are replaced and lose nothing. One Ray
+instance for the module (the service's), stopped after it; 6 prompts of 16 tokens."""
 from __future__ import annotations
 
 import pytest
@@ -66,7 +66,7 @@ def _differ(a, b, path="", tol=1e-5) -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_killed_replica_loses_nothing(
+def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_killed_replicas_are_replaced(
         on_ray, tiny_llama, in_process):
     import ray
 
@@ -82,17 +82,20 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_a_kil
 
     killed: list[str] = []
 
-    def kill_the_first_vllm_replica(e):
+    def kill_every_vllm_replica(e):
         # At the run's first progress line: the blocks are handed out, b#0 is (or is about to be) asked
-        # for the first block's tokens; the driver learns of its death from that call.
+        # for the first block's tokens; the driver learns of each death from its next call. With both
+        # of b's replicas gone, every block waits for their replacements: none is left to go on with.
         if e.kind == "progress" and not killed:
-            h = next(h for h in service._cluster.replicas.handles.values() if h.side == "b" and h.index == 0)
-            killed.append(h.name)
-            ray.kill(h.actor)
+            for h in [h for h in service._cluster.replicas.handles.values() if h.side == "b"]:
+                killed.append(h.name)
+                ray.kill(h.actor)
 
-    again = _run(service, tiny_llama, "scored", cluster="local", emit=kill_the_first_vllm_replica)
-    assert killed and again.workload.cluster["retried_blocks"] >= 1, again.workload.cluster
-    assert _tokens(service, again) == _tokens(service, here["scored"])
+    again = _run(service, tiny_llama, "scored", cluster="local", emit=kill_every_vllm_replica)
+    c = again.workload.cluster
+    assert sorted(killed) == ["b#0", "b#1"] and c["retried_blocks"] >= 2, c
+    assert len(c["lost_replicas"]) == 2 and sorted(c["replaced_replicas"]) == ["b#0", "b#1"], c
+    assert _tokens(service, again) == _tokens(service, here["scored"])  # the replacements' tokens are b's
     rows = list(pair_samples(service.db, again.id, "b"))
     assert sorted(s.prompt_index for s in rows) == list(range(len(PROMPTS)))  # each prompt stored once
 

@@ -9,17 +9,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from parity_ui.engines.hf_greedy import GreedyDecoder, graph_problem  # noqa: E402
-from tiny_models import build_model  # noqa: E402
 
 
 PROMPT = list(range(5, 40))
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    path = build_model(tmp_path_factory.mktemp("greedy") / "qwen2", "qwen2", seed=3)
+    path = build_tiny("qwen2", seed=3)
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     m.generation_config = GenerationConfig(pad_token_id=0)
     return m
@@ -121,7 +120,7 @@ def test_sliding_window_caches_are_named_as_not_graphable():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: run on the lent H100")
-def test_on_a_gpu_graph_replay_equals_the_uncaptured_loop_across_reuse_and_changes(tmp_path):
+def test_on_a_gpu_graph_replay_equals_the_uncaptured_loop_across_reuse_and_changes(build_tiny):
     """The captured graph against the same loop run eagerly on the same GPU: the same kernels, so the
     same tokens and logprobs exactly, across a reused cache, a new max_new and a new top-k, with the
     float32 lm_head hook that fp32_logits adds."""
@@ -129,7 +128,7 @@ def test_on_a_gpu_graph_replay_equals_the_uncaptured_loop_across_reuse_and_chang
 
     from parity_ui.engines.hf_engine import _fp32_head
 
-    path = build_model(tmp_path / "llama", "llama", seed=5, dtype="bfloat16")
+    path = build_tiny("llama", seed=5, dtype="bfloat16")
     m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to("cuda").eval()
     _fp32_head(m)
     graphed = GreedyDecoder(m, 3)

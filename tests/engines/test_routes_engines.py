@@ -24,13 +24,13 @@ PROMPT = "def main(args):"
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory):
+def planted(build_tiny, tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from tiny_models import build_moe_model, plant_router_tie
+    from tiny_models import plant_router_tie
 
     root = tmp_path_factory.mktemp("moe")
-    src = build_moe_model(root / "src", "qwen3_moe", num_hidden_layers=2, seed=3)
+    src = build_tiny("src", arch="qwen3_moe", num_hidden_layers=2, seed=3)
     ids = AutoTokenizer.from_pretrained(src).encode(PROMPT)
     info = plant_router_tie(src, root / "near", root / "flipped", ids, max_new_tokens=12)
     return root / "near", root / "flipped", info
@@ -160,10 +160,8 @@ def test_a_dumps_recorded_routes_replay_against_the_trainers_and_r3_removes_the_
 
 
 @pytest.fixture(scope="module")
-def glm(tmp_path_factory):
-    from tiny_models import build_moe_model
-
-    return build_moe_model(tmp_path_factory.mktemp("glm") / "glm4_moe", "glm4_moe", num_hidden_layers=2)
+def glm(build_tiny):
+    return build_tiny("glm4_moe", num_hidden_layers=2)
 
 
 def test_grouped_sigmoid_router_with_shared_expert_routes_alike_on_both_engines(service, glm):

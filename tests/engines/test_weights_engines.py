@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_models import build_moe_model, copy_model, perturb_weights
+from tiny_models import copy_model, perturb_weights
 
 from parity_ui.commands.weights import WeightsCheckRequest
 
@@ -103,10 +103,9 @@ def test_the_gate_demands_weights_equal_after_the_update_and_its_control_fails(s
 
 
 @pytest.fixture(scope="module")
-def moe(tmp_path_factory):
-    root = tmp_path_factory.mktemp("weights-moe")
-    a = build_moe_model(root / "A", "qwen3_moe")
-    b = copy_model(a, root / "B")
+def moe(build_tiny, tmp_path_factory):
+    a = build_tiny("A", arch="qwen3_moe")  # test_weights_loop.py's A too
+    b = copy_model(a, tmp_path_factory.mktemp("weights-moe") / "B")
     for t in MOE_CHANGED:
         perturb_weights(b, t, scale=0.5)
     return {"A": str(a), "B": str(b)}

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tiny_models import build_moe_model, copy_model, perturb_weights
+from tiny_models import copy_model, perturb_weights
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the in-loop check reads the engine in process
 
@@ -85,10 +85,10 @@ def test_a_training_loop_checks_its_push_between_steps(tiny_llama, tmp_path, in_
     assert bad.differing[0].live_zero and not bad.probe.at_floor
 
 
-def test_on_vllm_cpu_a_moe_updated_in_flight_leaves_the_floor_which_only_the_probe_sees(tmp_path, in_process):
+def test_on_vllm_cpu_a_moe_updated_in_flight_leaves_the_floor_which_only_the_probe_sees(build_tiny, in_process):
     from parity_ui.weights import WeightChecker, push
 
-    a = build_moe_model(tmp_path / "A", "qwen3_moe")
+    a = build_tiny("A", arch="qwen3_moe")  # test_weights_engines.py's A too: read, never changed
     state = _state(a)
     llm, trainer = in_process(a), _trainer(a)
     checker = WeightChecker(llm, trainer=trainer)

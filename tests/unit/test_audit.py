@@ -290,9 +290,9 @@ def test_audit_outcomes_pass_only_at_zero():
 # -- the command on the fake engine ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=512))
+        yield str(build_tiny("fake", max_position_embeddings=512))
 
 
 @pytest.fixture

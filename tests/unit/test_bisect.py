@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.commands.setting_bisect import BisectRequest, bisect_run
 from parity_ui.core.bisect_factors import check_flip, differences
 from parity_ui.core.bisect_record import (APPLIED, BUDGET, DIVERGES, ENGINE, FAILED, FOUND, NO_VISIBLE_DIFFERENCE,
@@ -136,9 +136,9 @@ def test_differences_are_taken_as_asked_with_the_runs_values_filled_in():
 # -- whole searches on the fake kind -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=256))
+        yield str(build_tiny("fake", max_position_embeddings=256))
 
 
 @pytest.fixture

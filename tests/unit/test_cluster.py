@@ -1,7 +1,8 @@
 """A workload on a Ray cluster, above the engines: the --cluster and --replicas rules; the blocks'
 hand-out, retry and progress on a stand-in for the replicas (no Ray); and, on a real local Ray instance
 with the fake engine kind in real worker processes, the same run as in process, a replica killed
-mid-run that loses nothing, and Stop then resume. The real engines run on Ray in
+mid-run that loses nothing, a lost replica replaced (and the replacements bounded), and Stop then
+resume. The real engines run on Ray in
 tests/engines/test_cluster_engines.py."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from parity_ui.core.errors import CancelledError, ConfigError, EngineError
 from parity_ui.core.workload_record import WorkloadOptions, WorkloadReport, FloorSpec
 from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.render.workload import workload_card_html
-from parity_ui.run.cluster import ReplicaLost
+from parity_ui.run.cluster import ReplacementBudget, ReplicaLost
 from parity_ui.store.runs import pair_samples
 
 # -- the options ----------------------------------------------------------------------------------
@@ -58,6 +59,18 @@ def test_the_record_says_where_it_ran_and_that_batches_differ():
     line = rec.describe()
     assert "ref x2, b x2" in line and "1 node, 2 CPUs, 0 GPUs" in line and "1 block(s) retried" in line
     assert "batch composition differs per replica" in rec.to_dict()["note"]
+    rec.replaced_replicas = ["b#0"]
+    assert "1 replica(s) lost, 1 replaced, 1 block(s) retried" in rec.describe()
+    assert rec.to_dict()["replaced_replicas"] == ["b#0"]
+
+
+def test_a_side_is_replaced_at_most_as_often_as_it_has_replicas_failed_starts_counted():
+    budget = ReplacementBudget({"ref": 1, "b": 2})
+    assert budget.take("b") and budget.take("b")  # each take is a replacement started, up or not
+    assert not budget.take("b") and not budget.take("b")  # spent: a dying engine is not started again and again
+    assert budget.describe("b") == "2 of 2"
+    assert budget.take("ref") and not budget.take("ref")  # the sides' budgets are their own
+    assert not ReplacementBudget({"b": 1}).take("c")  # a side it was not given: none
 
 
 # -- the blocks, on a stand-in for the replicas ---------------------------------------------------------
@@ -214,6 +227,73 @@ def test_on_ray_a_killed_replica_loses_nothing_and_stop_then_resume_finishes(ray
     resumed = resume_workload(svc, stopped.id)
     assert resumed.status == "diverged" and resumed.workload.done == len(PROMPTS)
     assert resumed.workload.cluster is not None  # it went on on the cluster
+    assert _by_prompt(svc, resumed) == _by_prompt(svc, here)
+
+
+def _one_replica_each(svc, model, b_options: str, emit=None):
+    """12 prompts, blocks of 3, one replica of each side: a lost b replica leaves none to go on with,
+    so every later block waits for its replacement (what the replacement tests need to be exact)."""
+    cfg = build_config(None, ["max_new_tokens=8"], sides=["ref=fake", f"b=fake,shift=0.1,swap_at=5{b_options}"])
+    opts = WorkloadOptions(chunk=3, floor="none", cluster="local", replicas={ALL: 1})
+    return run_workload(svc, WorkloadRequest(model=model, prompts=PROMPTS, config=cfg, options=opts), emit)
+
+
+def test_on_ray_a_lost_replica_is_replaced_and_its_block_runs_on_the_replacement(ray_service):
+    """b's only replica crashes at its 7th prompt (fail_after: its third block): a replacement starts
+    in its place, the block runs again on it, and the run finishes as an unbroken one, 1 lost and 1
+    replaced. Without replacement, the side has no replica left and the run stops."""
+    svc, model = ray_service
+    here = _run(svc, model, cluster=None, replicas={})
+    events = []
+    run = _one_replica_each(svc, model, ",fail_after=6", emit=events.append)
+    assert run.status == "diverged", run.error
+    c = run.workload.cluster
+    assert run.workload.done == len(PROMPTS) and c["replicas"] == {"ref": 1, "b": 1}
+    assert len(c["lost_replicas"]) == 1 and "crashed after 6 prompts" in c["lost_replicas"][0], c
+    assert c["replaced_replicas"] == ["b#0"] and c["retried_blocks"] == 1, c
+    said = [e.message for e in events if e.kind == "status"]
+    assert any(m.startswith("replica b#0 lost (") and "replacing it" in m for m in said), said
+    assert any(m.startswith("replica b#0 replaced: loaded in") for m in said), said
+    assert _by_prompt(svc, run) == _by_prompt(svc, here)  # every prompt once, the unbroken run's figures
+    assert "1 replica(s) lost, 1 replaced" in workload_card_html(svc.get_run(run.id, prompts=[]))
+
+
+def test_on_ray_a_side_that_keeps_dying_is_replaced_once_a_replica_then_the_run_stops(ray_service):
+    """An engine that crashes at every request: its one replica is replaced once (the side started with
+    one), the replacement dies too and is not replaced, and the run stops with an error naming the side
+    instead of starting replicas for ever."""
+    svc, model = ray_service
+    run = _one_replica_each(svc, model, ",fail_after=0")
+    assert run.status == "error" and "no replica of b is left" in run.error, run.error
+    c = run.workload.cluster
+    assert c["replaced_replicas"] == ["b#0"] and len(c["lost_replicas"]) == 2, c
+    assert run.workload.done == 0
+
+
+def test_on_ray_a_replacement_that_does_not_start_stops_the_run_and_resume_finishes_it(ray_service):
+    """The replacement itself dies while it starts (its actor killed): it is a lost replica too, b has
+    none left, and the run stops with the 6 prompts of its finished blocks stored; resume goes on."""
+    import ray
+
+    svc, model = ray_service
+    here = _run(svc, model, cluster=None, replicas={})
+    killed: list[str] = []
+
+    def kill_the_replacement(e):
+        if e.kind == "status" and "replacing it" in e.message and not killed:
+            new = next(h for h in svc._cluster.replicas.handles.values() if h.side == "b" and h.starting)
+            killed.append(new.name)
+            ray.kill(new.actor)
+
+    run = _one_replica_each(svc, model, ",fail_after=6", emit=kill_the_replacement)
+    assert killed and run.status == "error", run.error
+    assert "every replica was lost" in run.error, run.error
+    c = run.workload.cluster
+    assert c["replaced_replicas"] == [] and len(c["lost_replicas"]) == 2, c
+    assert any("(replacement): did not start" in x for x in c["lost_replicas"]), c
+    assert run.workload.done == 6  # the two blocks b#0 finished before it crashed
+    resumed = resume_workload(svc, run.id)
+    assert resumed.status == "diverged" and resumed.workload.done == len(PROMPTS), resumed.error
     assert _by_prompt(svc, resumed) == _by_prompt(svc, here)
 
 

@@ -278,7 +278,14 @@ def test_service_compares_every_side_with_the_reference():
     run = Run(id="r", created_utc="", model=ModelInfo(name="m", path="/m"), config={}, status="running",
               prompts=[pr], sides=sides)
 
-    finish_comparisons(prep, RunRecorder(open_db(":memory:"), run), SimpleNamespace(score=score), lambda e: None)
+    batches = []
+
+    def score_batch(side, items):  # a scorer that keeps each row's bits in any grouping gets one call
+        batches.append((side, len(items)))
+        return [score(side, r) for r in items]
+
+    finish_comparisons(prep, RunRecorder(open_db(":memory:"), run), SimpleNamespace(score=score, score_batch=score_batch),
+                       lambda e: None)
 
     assert [(c.a, c.b) for c in pr.comparisons] == [("ref", "same"), ("ref", "fork")]
     same, fork = pr.comparisons
@@ -286,6 +293,7 @@ def test_service_compares_every_side_with_the_reference():
     assert set(same.cross_scores.directions) == {"same_by_ref", "ref_by_same"}
     assert set(fork.cross_scores.directions) == {"fork_by_ref"}  # fork's kind cannot score the reference's tokens
     assert sorted(calls) == sorted([("ref", (5, 6, 7, 8)), ("same", (5, 6, 7, 8)), ("ref", (5, 9, 7))])
+    assert batches == [("ref", 2)]  # the HF reference's two sequences in one call; vLLM's one row a call
     assert same.explanation.sides == ["ref", "same"] and same.explanation.verdict == "identical"
     assert fork.explanation.sides == ["ref", "fork"]
     assert "dtype" in fork.explanation.differing_settings

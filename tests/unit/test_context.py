@@ -31,7 +31,6 @@ from parity_ui.core.mapping import mapping_table, resolve
 from parity_ui.run.prepare import RunRequest, prepare
 from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.core.types import ModelInfo
-from tiny_models import build_model
 
 GIB = 2**30
 PROMPT = "def main(args):"
@@ -142,11 +141,11 @@ def test_caches_that_are_not_plain_kv_are_not_estimated():
 # -- prepare: tiny model folders, tokenizer only ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def long_model(tmp_path_factory):
+def long_model(build_tiny):
     """131,072 positions; 12 KiB of float32 KV a token: its whole context needs 1.5 GiB, over a CPU
     vLLM side's default 1 GiB (what made vLLM refuse to start before the context was sized)."""
-    return build_model(tmp_path_factory.mktemp("ctx") / "long", "llama", max_position_embeddings=131072,
-                       num_hidden_layers=3, num_key_value_heads=4, head_dim=128)
+    return build_tiny("long", arch="llama", max_position_embeddings=131072, num_hidden_layers=3,
+                      num_key_value_heads=4, head_dim=128)
 
 
 def _prepare(model, *overrides, prompts=(PROMPT,), sides=None, gpu=False, min_context=0):
@@ -174,8 +173,8 @@ def test_a_longer_need_from_the_caller_counts(long_model):
     assert prep.resolved.context_need["vllm"] == 3000 and prep.side("vllm").args.llm["max_model_len"] == 4096
 
 
-def test_max_model_len_past_the_models_positions_is_refused_before_loading(tmp_path):
-    short = build_model(tmp_path / "short", "llama", max_position_embeddings=512)
+def test_max_model_len_past_the_models_positions_is_refused_before_loading(build_tiny):
+    short = build_tiny("short", arch="llama", max_position_embeddings=512)
     with pytest.raises(ConfigError) as e:
         _prepare(short, "max_model_len=2100")
     assert e.value.key == "max_model_len"
@@ -190,8 +189,8 @@ def test_max_model_len_past_the_models_positions_is_refused_before_loading(tmp_p
     assert _prepare(short, "max_model_len=2100", sides=["a=hf", "b=hf"]).max_context == 2100
 
 
-def test_vllms_own_switch_lets_a_context_past_the_positions_through(tmp_path, monkeypatch):
-    short = build_model(tmp_path / "short", "llama", max_position_embeddings=512)
+def test_vllms_own_switch_lets_a_context_past_the_positions_through(build_tiny, monkeypatch):
+    short = build_tiny("short", arch="llama", max_position_embeddings=512)
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     assert _prepare(short, "max_model_len=2100").side("vllm").args.llm["max_model_len"] == 2100
 
@@ -252,8 +251,8 @@ def test_a_run_whose_own_need_overflows_the_kv_cache_is_refused(long_model):
     assert prep.side("vllm").args.llm["max_model_len"] >= prep.resolved.context_need["vllm"]
 
 
-def test_a_prompt_past_the_context_is_the_same_check_the_app_shows(tmp_path):
-    short = build_model(tmp_path / "short", "llama", max_position_embeddings=64)
+def test_a_prompt_past_the_context_is_the_same_check_the_app_shows(build_tiny):
+    short = build_tiny("short", arch="llama", max_position_embeddings=64)
     with pytest.raises(PromptError) as e:
         _prepare(short, "max_new_tokens=8", prompts=(_long_prompt(200),))
     from parity_ui.inputs.prompts import tokenizer_for

@@ -12,15 +12,14 @@ from parity_ui.core.workload_record import WorkloadOptions
 from parity_ui.inputs.prompts import PromptSpec
 from parity_ui.run import memory_plan
 from parity_ui.run.prepare import RunRequest, prepare
-from tiny_models import build_model
 
 GIB = 2**30
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return build_model(tmp_path_factory.mktemp("floor-mem") / "m", "llama", max_position_embeddings=4096,
-                       num_hidden_layers=2, num_key_value_heads=4, head_dim=64)
+def model(build_tiny):
+    return build_tiny("m", arch="llama", max_position_embeddings=4096, num_hidden_layers=2, num_key_value_heads=4,
+                      head_dim=64)
 
 
 def _gpu(monkeypatch, gib: float, hf_gib: float | None = None):

@@ -25,9 +25,9 @@ XSD = Path(__file__).resolve().parents[1] / "fixtures" / "junit-ant.xsd"
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=64))
+        yield str(build_tiny("fake", max_position_embeddings=64))
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +105,15 @@ def test_yaml_syntax_errors_env_vars_and_duplicates_have_lines():
     spec = parse_spec("cases:\n  - name: a\n    model: ${M:-demo}\n    prompts: {texts: [x], limit: \"${L:-2}\"}\n"
                       "    thresholds: {share_identical: 1}\n", env={})
     assert spec.cases[0].model == "demo" and spec.cases[0].prompts.limit == 2  # typed after substitution
+
+
+def test_a_null_whole_number_takes_its_default():
+    # `floor_batch_size: ~` once reached the case as None (the default applied only to an absent key)
+    spec = parse_spec("cases:\n  - name: c\n    model: demo\n    prompts: {file: p.jsonl, seed: ~}\n"
+                      "    thresholds: {share_identical: 0.9}\n    floor: batch\n    floor_batch_size: ~\n",
+                      "gate.yaml", env={})
+    (case,) = spec.cases
+    assert case.floor_batch_size == 8 and case.prompts.seed == 0
 
 
 def test_bad_spec_exits_2_and_writes_nothing(tmp_path, model, prompts):

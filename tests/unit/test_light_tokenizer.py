@@ -110,3 +110,95 @@ def test_a_fresh_process_tokenizes_without_importing_transformers_or_torch(folde
     assert out.returncode == 0, out.stderr
     n, light, transformers, torch = out.stdout.split()
     assert int(n) > 0 and (light, transformers, torch) == ("True", "False", "False")
+
+
+def test_a_fresh_process_tokenizes_at_once_and_verifies_in_another_process(folders, cache):
+    """Issue 44: the first use of a tokenizer in a process without transformers does not wait for
+    transformers' import: the light tokenizer answers, a verification runs in another process, and the
+    run settles its verdict before an engine is handed a token (this process never imports torch)."""
+    folder = folders[0]
+    assert not lt.verified(folder)
+    code = ("import sys, time; from parity_ui.inputs.prompts import PromptSpec, tokenizer_for, settle_tokenizers; "
+            f"t0 = time.perf_counter(); t = tokenizer_for({folder!r}); "
+            "ids = t.encode(PromptSpec(text='Name a prime.'), True).token_ids; took = time.perf_counter() - t0; "
+            "pending = t.pending is not None; settle_tokenizers(); "
+            "print(len(ids), t.light, pending, t.pending is None, 'transformers' in sys.modules, "
+            "'torch' in sys.modules, round(took, 2))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env={**os.environ, "PARITY_CACHE_DIR": str(cache)})
+    assert out.returncode == 0, out.stderr
+    n, light, pending, settled, transformers, torch, took = out.stdout.split()
+    assert int(n) > 0 and (light, pending, settled) == ("True", "True", "True")
+    assert (transformers, torch) == ("False", "False")
+    assert lt.verified(folder)  # the other process kept its verdict: equal
+    assert PromptTokenizer(folder).encode(PromptSpec(text="Name a prime."), True).token_ids == \
+        PromptTokenizer(folder, trust_remote_code=True).encode(PromptSpec(text="Name a prime."), True).token_ids
+
+
+class _Verdict:
+    """A verification that 'ran elsewhere' and kept the given verdict."""
+
+    def __init__(self, model_path: str, equal: bool = False):
+        self.model_path = model_path
+        fp = lt.fingerprint(model_path)
+        path = lt._verdict_path(fp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"equal": equal, "model": model_path, "differences": ["made up by the test"]}))
+
+    def wait(self, timeout: float = 600.0):
+        return None
+
+    def done(self) -> bool:
+        return False  # still running, as far as the encodes before settle_tokenizers() know
+
+
+def test_a_verdict_that_differs_hands_over_to_transformers_when_the_run_s_ids_agree(folders, cache, monkeypatch):
+    import parity_ui.inputs.prompts as prompts
+
+    folder = folders[0]
+    monkeypatch.setattr(prompts, "_transformers_imported", lambda: False)
+    monkeypatch.setattr(lt, "Verification", _Verdict)
+    tok = PromptTokenizer(folder)
+    assert tok.light and tok.pending is not None
+    spec = PromptSpec(text="Name a prime.")
+    ids = tok.encode(spec, True).token_ids
+    prompts.settle_tokenizers()
+    assert tok.pending is None and tok.light is False  # transformers' tokenizer from now on
+    assert tok.encode(spec, True).token_ids == ids
+    assert prompts._pending == []
+
+
+def test_a_verdict_that_differs_on_the_run_s_own_prompt_ids_stops_the_run_with_the_fix(folders, cache, monkeypatch):
+    import parity_ui.inputs.prompts as prompts
+    from parity_ui.core.errors import PromptError
+
+    folder = folders[0]
+    monkeypatch.setattr(prompts, "_transformers_imported", lambda: False)
+    monkeypatch.setattr(lt, "Verification", _Verdict)
+    tok = PromptTokenizer(folder)
+    spec = PromptSpec(text="Name a prime.")
+    ids = tok.encode(spec, True).token_ids
+    tok._encoded[-1] = (spec, True, ids + [7])  # as if the light tokenizer had made another id
+    with pytest.raises(PromptError) as e:
+        prompts.settle_tokenizers()
+    assert "other token ids than transformers" in str(e.value) and "run again" in e.value.fix
+
+
+def test_a_verdict_that_came_in_is_settled_by_the_next_encode_and_nothing_more_is_kept(folders, cache, monkeypatch):
+    """A long-lived process (the app) that tokenizes without running: once the other process is done,
+    the next encode settles it, so the prompts encoded meanwhile are not kept for ever."""
+    import parity_ui.inputs.prompts as prompts
+
+    class Done(_Verdict):
+        def __init__(self, model_path: str):
+            super().__init__(model_path, equal=True)
+
+        def done(self) -> bool:
+            return True
+
+    monkeypatch.setattr(prompts, "_transformers_imported", lambda: False)
+    monkeypatch.setattr(lt, "Verification", Done)
+    tok = PromptTokenizer(folders[0])
+    assert tok.pending is not None
+    tok.encode(PromptSpec(text="Name a prime."), True)
+    assert tok.pending is None and tok._encoded == [] and tok.light  # verified equal: light it stays

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.commands.workload.run import WorkloadRequest, run_workload
 from parity_ui.core.config import build_config
 from parity_ui.core.runlog import RunEvent
@@ -21,9 +21,9 @@ PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(8
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake")))
+        yield str(build_tiny("fake"))
 
 
 @pytest.fixture

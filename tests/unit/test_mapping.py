@@ -149,6 +149,8 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.attn_implementation": (set(), {"from_pretrained.attn_implementation"}),
     "hf.decode": (set(), {"generate.cache_implementation", "runtime.torch.compile"}),
     "hf.sdpa_kernels": (set(), {"runtime.scaled_dot_product_attention"}),
+    "hf.score_batch": (set(), {"runtime.teacher-forced rows a forward (hf_score)"}),
+    "hf.score_tokens": (set(), {"runtime.tokens a scoring forward holds"}),
     # image prompts (the keys show for a vision model)
     "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
     "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),
@@ -738,3 +740,12 @@ def test_full_distribution_lists_the_rows_processor_before_the_shared_seed_one()
     assert v.llm["async_scheduling"] is False and v.env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     _, _, v, _ = args({})
     assert "logits_processors" not in v.llm
+
+
+def test_graph_capture_sizes_fall_in_buckets_that_share_a_compile():
+    """The capture size is part of vLLM's compile-cache key: runs of nearby batch sizes get one size."""
+    from parity_ui.core.mapping import default_capture_size
+
+    assert [default_capture_size(b) for b in (1, 16, 17, 24, 32, 33, 100, 128, 200, 512)] == \
+        [16, 16, 32, 32, 32, 64, 128, 128, 256, 512]
+    assert default_capture_size(600) == 600 and default_capture_size(601) == 608  # past vLLM's own 512

@@ -175,23 +175,23 @@ def test_the_histogram_counts_as_one_pair_at_a_time(seed):
 
 @pytest.mark.parametrize("block", [1, 3, 512])
 def test_weighted_ranks_find_what_bisect_over_the_running_total_finds(block):
-    """The bootstrap's rank search (pooled._WeightedRanks) against the running total it replaces,
+    """The bootstrap's rank search (core.stats.WeightedRanks) against the running total it replaces,
     every rank of resamples with zero weights, on blocks of 1, 3 and 512 gaps."""
     from bisect import bisect_right
     from itertools import accumulate
 
-    from parity_ui.core.pooled import _WeightedRanks
+    from parity_ui.core.stats import WeightedRanks
 
     rng = random.Random(block)
     units = 37
     gap_units = [rng.randrange(units) for _ in range(700)]
-    ranks = _WeightedRanks(gap_units, units, block)
+    ranks = WeightedRanks(gap_units, units, block)
     for _ in range(20):
         w = [rng.choice([0, 0, 1, 1, 2, 5]) for _ in range(units)]
         cum = list(accumulate(w[u] for u in gap_units))
         assert ranks.weigh(w) == cum[-1]
         assert [ranks.index(k) for k in range(cum[-1])] == [bisect_right(cum, k) for k in range(cum[-1])]
-    assert _WeightedRanks([], units).weigh([1] * units) == 0
+    assert WeightedRanks([], units).weigh([1] * units) == 0
 
 
 # The resamples of 120 prompts of side "c" with the bootstrap walking every 21st / 4th gap (a cap of

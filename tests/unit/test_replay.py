@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.core.config import build_config
 from parity_ui.core.errors import ParityError
 from parity_ui.service import ReplayRequest
@@ -20,9 +20,9 @@ N = 20
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=256))
+        yield str(build_tiny("fake", max_position_embeddings=256))
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.commands.workload.run import WorkloadRequest, resume_workload, run_workload
 from parity_ui.core.config import build_config
 from parity_ui.core.workload_record import WorkloadOptions
@@ -18,9 +18,9 @@ NEW = 8
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=64))
+        yield str(build_tiny("fake", max_position_embeddings=64))
 
 
 @pytest.fixture

@@ -193,3 +193,26 @@ def test_routing_figures_are_judged_against_the_floor_and_named_by_the_gate():
     stats = SimpleNamespace(family={"routing": {"route_same_set": 0.9}}.get)
     assert same.get(stats) == 0.9 and differ.get(stats) is None  # not recorded: the check cannot pass
     assert same.get(SimpleNamespace(family={}.get)) is None
+
+
+def test_vllm_answers_routes_of_its_own_generated_tokens_from_its_built_in_capture():
+    """Issue 44: with vLLM's built-in capture (a GPU, not eager), the expert ids a generate kept for a
+    sequence (prompt + its tokens) answer a routes request on exactly those tokens, aligned by input
+    position; anything else (other ids, an array of the wrong length) is not kept or not answered."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from parity_ui.core.requests import RoutesRequest
+    from parity_ui.engines.vllm_engine import VllmEngine
+
+    eng = VllmEngine()
+    eng.llm = SimpleNamespace(llm_engine=SimpleNamespace(model_config=SimpleNamespace(get_num_experts=lambda: 8)))
+    prompt, tokens = [5, 6, 7], [8, 9]
+    routed = np.arange(4 * 2 * 2).reshape(4, 2, 2) % 8  # prompt + tokens - 1 positions, 2 layers, top-2
+    eng._keep_routed(prompt, tokens, routed)
+    eng._keep_routed([1], [2, 3], routed)  # 4 rows for 2 positions fed: not a capture of this sequence
+    assert list(eng._routed) == [(5, 6, 7, 8, 9)]
+    got = eng.routes(RoutesRequest(ids=prompt + tokens, positions=[2, 3]))  # the positions predicting the tokens
+    assert got.source == "vllm built-in (as generated)" and got.num_experts == 8 and got.top_k == 2
+    assert got.ids == routed[[2, 3]].reshape(-1).tolist()

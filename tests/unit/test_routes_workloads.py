@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.commands.workload.run import WorkloadRequest, resume_workload, run_workload
 from parity_ui.core.config import build_config
 from parity_ui.core.workload_record import WorkloadOptions
@@ -17,9 +17,9 @@ NEW = 10
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=64))
+        yield str(build_tiny("fake", max_position_embeddings=64))
 
 
 @pytest.fixture
@@ -104,13 +104,13 @@ VOCAB = 0  # the fake MoE model's vocabulary (set by its fixture)
 
 
 @pytest.fixture(scope="module")
-def moe_model(tmp_path_factory):
+def moe_model(build_tiny):
     import json
     from pathlib import Path
 
     global VOCAB
     with registered():
-        path = fake_model(tmp_path_factory.mktemp("fake-moe"), max_position_embeddings=256, moe=True)
+        path = build_tiny("fake-moe", arch="fake", max_position_embeddings=256, moe=True)
         VOCAB = json.loads((Path(path) / "config.json").read_text())["vocab_size"]
         yield str(path)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.run import recorder as recorder_mod
 from parity_ui.core.config import build_config
 from parity_ui.engines.base import GenerateRequest, ScoreRequest
@@ -24,9 +24,9 @@ PROMPTS = [PromptSpec(text="def parse(args):"), PromptSpec(text="import os\nimpo
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake")))
+        yield str(build_tiny("fake"))
 
 
 @pytest.fixture

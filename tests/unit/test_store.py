@@ -102,7 +102,7 @@ def test_migrations_apply_twice_safely(tmp_path):
     assert [r["name"] for r in applied] == ["m001_runs", "m002_sides", "m003_localisations", "m004_images",
                                             "m005_step_columns", "m006_workloads", "m007_bisect", "m008_gate",
                                             "m009_replay_pair_names", "m010_audits",
-                                            "m011_weight_checks"]
+                                            "m011_weight_checks", "m012_trends"]
     assert to_dict(get_run(db, "01FULLRUN")) == to_dict(full_run())  # the data survived
     db.close()
 

@@ -476,7 +476,9 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     def shape(name):
         return ([p["parameter_name"] for p in eps[name]["parameters"]], [r["component"] for r in eps[name]["returns"]])
 
-    view = ["Html", "Dropdown", "Dropdown", "Html", "Plot", "Plot", "Plot", "Html", "Plot"]
+    # ... then the op map's (issue 42), appended: its checkbox and window, the heatmap and a clicked cell
+    view = ["Html", "Dropdown", "Dropdown", "Html", "Plot", "Plot", "Plot", "Html", "Plot",
+            "Checkbox", "Textbox", "Plot", "Html"]
     assert shape("/compare_runs") == (["a", "b"], ["Html"])  # two stored runs side by side (#33 item 12)
     assert shape("/run") == (["model", "trust", "prompt", "cfg_text", "images"], ["Html", *view])
     assert shape("/open_run") == (["run_id"], view)

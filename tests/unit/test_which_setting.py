@@ -14,7 +14,7 @@ pytest.importorskip("gradio")
 
 import gradio as gr  # noqa: E402
 
-from fake_engine import fake_model, registered, registered_other  # noqa: E402
+from fake_engine import registered, registered_other  # noqa: E402
 from parity_ui.store import runs as store  # noqa: E402
 from parity_ui.core.config import build_config  # noqa: E402
 from parity_ui.core.errors import ParityError  # noqa: E402
@@ -33,9 +33,9 @@ DIVERGED = ["ref=fake,dtype=float32", "same=fake,dtype=float32", "b=fake,dtype=f
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered(), registered_other():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=256))
+        yield str(build_tiny("fake", max_position_embeddings=256))
 
 
 @pytest.fixture(scope="module")

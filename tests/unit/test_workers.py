@@ -149,3 +149,22 @@ def test_a_pool_keeps_no_idle_worker_by_default_nor_when_memory_is_short():
             assert not pool.workers and not w.alive
         finally:
             pool.close()
+
+
+def test_vllm_s_model_class_inspection_is_prewarmed_on_a_gpu_host_only_while_its_cache_lacks_it(tmp_path,
+                                                                                                monkeypatch):
+    """Issue 44: a GPU host's head start also runs vLLM's model-class inspection in a process of its own
+    (Kind.prewarm) while vLLM's cache lacks the model's class; never on the CPU, never twice."""
+    from parity_ui.inputs.models import describe_model
+    from parity_ui.run.prepare import likely_prewarms
+
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm"))
+    cfg = build_config(None, ["dtype=float32"], sides=["hf=hf", "vllm=vllm", "b=vllm,enforce_eager=true"])
+    req = RunRequest(model="demo", prompts=[PromptSpec(text="hello")], config=cfg)
+    assert likely_prewarms(req, gpu=False) == []
+    got = likely_prewarms(req, gpu=True)
+    folder = describe_model("demo").path
+    assert [(m, f) for m, _, _, f in got] == [("parity_ui.engines.vllm_prewarm", folder)] * len(got) and got
+    (tmp_path / "vllm" / "modelinfos").mkdir(parents=True)
+    (tmp_path / "vllm" / "modelinfos" / "vllm-model_executor-models-llama-LlamaForCausalLM.json").write_text("{}")
+    assert likely_prewarms(req, gpu=True) == []  # kept already: nothing to start

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fake_engine import fake_model, fake_service, registered
+from fake_engine import fake_service, registered
 from parity_ui.cli import main
 from parity_ui.core.config import build_config
 from parity_ui.inputs.prompts import PromptSpec
@@ -20,9 +20,9 @@ PROMPTS = [PromptSpec(text=f"def f{i}(x):\n    return x * {i}") for i in range(3
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=64))
+        yield str(build_tiny("fake", max_position_embeddings=64))
 
 
 @pytest.fixture

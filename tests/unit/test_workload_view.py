@@ -14,7 +14,7 @@ pytest.importorskip("gradio")
 
 import gradio as gr  # noqa: E402
 
-from fake_engine import fake_model, registered  # noqa: E402
+from fake_engine import registered  # noqa: E402
 from parity_ui.store import runs as store  # noqa: E402
 from parity_ui.core.config import build_config  # noqa: E402
 from parity_ui.inputs.prompts import PromptSpec  # noqa: E402
@@ -33,9 +33,9 @@ SIDES = ["ref=fake", "b=fake,shift=0.2,swap_at=5", "c=fake"]
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(build_tiny):
     with registered():
-        yield str(fake_model(tmp_path_factory.mktemp("fake"), max_position_embeddings=64))
+        yield str(build_tiny("fake", max_position_embeddings=64))
 
 
 @pytest.fixture(scope="module")

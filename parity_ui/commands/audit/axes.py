@@ -85,7 +85,7 @@ def not_running(axis: str, spec: SideSpec, kind: Kind, machine: Machine, model: 
     if axis == "prefix":
         if not _has(spec, "enable_prefix_caching"):
             return NOT_APPLICABLE, f"kind {kind.name} keeps no prefix cache across requests"
-        if not spec.options.enable_prefix_caching:  # type: ignore[attr-defined]
+        if not option(spec, "enable_prefix_caching"):
             return (
                 NOT_APPLICABLE,
                 f"prefix caching is off in this setup (enable_prefix_caching=false): audit side "
@@ -98,9 +98,9 @@ def not_running(axis: str, spec: SideSpec, kind: Kind, machine: Machine, model: 
     if axis == "instance" and not kind.in_worker:
         return NOT_APPLICABLE, "a server at a URL: parity-ui cannot start a second instance of it"
     if axis in ("graphs", "async", "tp"):
-        option = {"graphs": "enforce_eager", "async": "async_scheduling", "tp": "tensor_parallel_size"}[axis]
-        if not _has(spec, option) or not kind.in_worker:
-            return NOT_APPLICABLE, f"kind {kind.name} has no {option} setting"
+        setting = {"graphs": "enforce_eager", "async": "async_scheduling", "tp": "tensor_parallel_size"}[axis]
+        if not _has(spec, setting) or not kind.in_worker:
+            return NOT_APPLICABLE, f"kind {kind.name} has no {setting} setting"
         if not machine.on_gpu:
             why = {
                 "graphs": "the CPU: vLLM's CPU build runs eager, there are no CUDA graphs",
@@ -109,7 +109,7 @@ def not_running(axis: str, spec: SideSpec, kind: Kind, machine: Machine, model: 
             }[axis]
             return NOT_APPLICABLE, why
         if axis == "tp":
-            if machine.gpus < 2 and spec.options.tensor_parallel_size < 2:  # type: ignore[attr-defined]
+            if machine.gpus < 2 and int(option(spec, "tensor_parallel_size", 1)) < 2:
                 return NOT_APPLICABLE, f"TP 2 needs two GPUs; this machine has {machine.gpus}"
             heads = model.num_attention_heads
             if heads and heads % 2:

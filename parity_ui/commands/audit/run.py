@@ -75,6 +75,7 @@ from .pairs import store_pair
 from .passes import Passes, Stream
 
 if TYPE_CHECKING:
+    from ...run.recorder import RunRecorder
     from ..service_api import Service
 
 STOPPED = "stopped before it ran"
@@ -125,7 +126,7 @@ def run_audit(
 
 
 class _Auditor:
-    def __init__(self, service: Service, req: AuditRequest, rec: Any, report: AuditReport, emit: EventCallback):
+    def __init__(self, service: Service, req: AuditRequest, rec: RunRecorder, report: AuditReport, emit: EventCallback):
         self.service, self.req, self.rec, self.report, self.emit = service, req, rec, report, emit
         self.t0 = time.perf_counter()
         self.prep: Prepared | None = None

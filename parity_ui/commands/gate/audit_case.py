@@ -7,10 +7,11 @@ case cannot pass."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core.audit_record import BROKEN, ERROR, IDENTICAL, VACUOUS, AuditReport, axis_label
 from ...core.config import ParityConfig
+from ...core.runlog import EventCallback
 from ...core.types import Run
 from ...inputs.prompts import PromptSpec
 from ..audit.run import AuditRequest, run_audit
@@ -86,7 +87,7 @@ def run_audit_case(
     source: str,
     trust_remote_code: bool,
     group: str,
-    emit: Any,
+    emit: EventCallback | None,
 ) -> AuditCase:
     """The case's audit run (stored in the check's group) and judged at zero."""
     out = run_audit(

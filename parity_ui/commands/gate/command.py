@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
+from ...core.errors import ParityError
+from ...core.runlog import EventCallback
 from ..service_api import Service
 from .check import CheckResult, prepare_cases, run_check, select
 from .junit import junit_xml, write_atomic
@@ -32,7 +33,7 @@ def run_gate(
     junit: str | None = None,
     markdown: str | None = None,
     say: Callable[[str], None] | None = None,
-    emit: Any = None,
+    emit: EventCallback | None = None,
 ) -> CheckResult:
     """The spec at `spec_path` (or the built-in self-test on `self_test_model`) checked, its cases run
     in `service`, judged and stored; JUnit and Markdown written where asked (and the Markdown
@@ -42,6 +43,10 @@ def run_gate(
         from .selftest import self_test_spec
 
         spec = self_test_spec(self_test_model, gpu=service.on_gpu)
+    elif spec_path is None:
+        raise ParityError(
+            "no gate spec given", "give a spec file (parity check examples/gate.yaml) or --self-test", code="spec"
+        )
     else:
         spec = load_spec(spec_path)
     cases = prepare_cases(service, spec, select(spec, only), overrides=overrides or [], limit=limit)

@@ -58,6 +58,7 @@ def judge(report: WorkloadReport, sides: list[str], thresholds: list[Threshold],
 
 def _metric(stats: WorkloadStats, side: str, t: Threshold, where: str) -> Outcome:
     m = METRICS[t.metric]
+    assert t.limit is not None, "a metric's threshold always has a limit (only a per-figure floor has none)"
     value = m.get(stats)
     n = stats.sequences.n
     if value is None:
@@ -96,6 +97,7 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
     if floor is None:
         return Outcome("floor", t.label(), side, "error", f"the run measured no noise floor{where}", line=t.line)
     if not t.figures:
+        assert t.limit is not None, "a floor threshold without per-figure factors has the tolerance"
         v = compare_to_floor(stats, floor.stats, tolerance=t.limit)
         if v.verdict == "within noise":
             return Outcome("floor", t.label(), side, "pass", f"side {side}: {v.summary}", None, t.limit, t.line)
@@ -115,13 +117,14 @@ def _floor(report: WorkloadReport, stats: WorkloadStats, side: str, t: Threshold
             t.limit,
             t.line,
         )
-    failed, passed = [], []
+    failed: list[str] = []
+    passed: list[str] = []
     for name, factor in t.figures.items():
         v = compare_to_floor(stats, floor.stats, tolerance=factor)
         c = next(c for c in v.figures if c.name == name)
         text = _figure_text(c, v, factor)
         (failed if c.exceeds or c.uncertain or c.note == "not comparable" else passed).append(text)
-    status = "fail" if failed else "pass"
+    status: Status = "fail" if failed else "pass"
     return Outcome(
         "floor",
         t.label(),

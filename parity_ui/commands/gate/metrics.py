@@ -42,6 +42,11 @@ def _band(i: int) -> Callable[[WorkloadStats], float | None]:
     return lambda s: s.tokens.outside[i].outside if i < len(s.tokens.outside) else None
 
 
+def _family_figure(family: str, key: str) -> Callable[[WorkloadStats], float | None]:
+    """Figure `key` of a family (None: the workload did not measure that family)."""
+    return lambda s: (s.family(family) or {}).get(key)
+
+
 def _wilson_lower(s: WorkloadStats) -> float | None:
     ci = s.sequences.identical_ci
     return None if ci is None else ci.lower_one_sided
@@ -108,7 +113,7 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.family("routing") or {}).get(key)),
+            _family_figure("routing", key),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["routing"]
@@ -118,7 +123,7 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.family("distribution") or {}).get(key)),
+            _family_figure("distribution", key),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["distribution"]
@@ -128,7 +133,7 @@ _LIST: list[Metric] = [
         Metric(
             key,
             not FIGURES[key].higher_is_worse,
-            (lambda s, key=key: (s.family("sampling") or {}).get(key)),
+            _family_figure("sampling", key),
             FIGURES[key].meaning,
         )
         for key in FAMILIES["sampling"]

@@ -94,7 +94,7 @@ def _build(src: Path, dst: Path, layer: int, scale: float, seed: int) -> None:  
     from safetensors.torch import save_file
 
     shards = sorted(src.glob("*.safetensors"))
-    found: dict[Path, list[str]] = {}
+    found: dict[Path, list[tuple[str, int]]] = {}  # each shard's layer tensors: (name, layer)
     layers: set[int] = set()
     for shard in shards:
         with safe_open(str(shard), framework="pt") as f:
@@ -102,7 +102,7 @@ def _build(src: Path, dst: Path, layer: int, scale: float, seed: int) -> None:  
                 m = _LAYER.search(name)
                 if m:
                     layers.add(int(m.group(1)))
-                    found.setdefault(shard, []).append(name)
+                    found.setdefault(shard, []).append((name, int(m.group(1))))
     if not layers:
         raise SystemExit(f"no decoder layer found in {src} (no tensor named ...layers.N...)")
     if layer < 0:
@@ -117,7 +117,7 @@ def _build(src: Path, dst: Path, layer: int, scale: float, seed: int) -> None:  
         if item.is_file():
             shutil.copy2(item, dst / item.name)
     for shard in shards:
-        names = [n for n in found.get(shard, []) if int(_LAYER.search(n).group(1)) == layer]
+        names = [n for n, k in found.get(shard, []) if k == layer]
         if not names:
             os.symlink(shard.resolve(), dst / shard.name)
             continue

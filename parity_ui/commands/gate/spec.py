@@ -46,7 +46,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ...core.config import SIDE_PRESETS
 from ...core.errors import ParityError
@@ -376,7 +376,8 @@ class _Validator:
                 "give a list: cases: [{name: ..., model: ..., prompts: ..., thresholds: ...}]",
             )
             return GateSpec(self.path, [], dict(doc))
-        out, seen = [], {}
+        out: list[CaseSpec] = []
+        seen: dict[str, int] = {}
         for i, raw in enumerate(cases):
             self.case = None
             if not isinstance(raw, Map):
@@ -700,10 +701,17 @@ class _Validator:
             return default
         return v
 
+    @overload
+    def integer(self, m: Map, key: str, default: int, lo: int, hi: int) -> int: ...
+
+    @overload
+    def integer(self, m: Map, key: str, default: None, lo: int, hi: int) -> int | None: ...
+
     def integer(self, m: Map, key: str, default: int | None, lo: int, hi: int) -> int | None:
-        v = m.get(key, default)
+        """`key`'s whole number in [lo, hi]; `default` where it is absent or null (or wrong: said)."""
+        v = m.get(key)
         if v is None:
-            return None
+            return default
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             self.bad(m.line_of(key), f"{key} is {v!r}, must be a whole number from {lo} to {hi}", f"e.g. {key}: {lo}")
             return default

@@ -4,8 +4,9 @@
 Before, a scored chunk ran strictly one after the other: the scorer scored every sequence, then the
 parent decoded and compared them all while the engines sat idle (issue 33: the scored workload's
 work was 1.33x the bare engines'). Here the scoring calls run in order on one background thread,
-PIECE sequences per call where the scorer scores each sequence alone (an HF side: one forward pass
-per item, so the numbers are the same in any grouping); a scorer that batches what it is handed
+PIECE sequences per call where the scorer gives each sequence the bits it gets alone (an HF side: its
+engine packs a call's rows into forwards only where that keeps them, parity_ui.engines.hf_score, so the
+numbers are the same in any grouping); a scorer that batches what it is handed
 (vLLM's prompt logprobs: batch composition may move its numbers) keeps one call for the chunk, as
 before. Only the scoring runs on the thread: the parent's work and the store stay on the caller's
 thread. A Stop or an engine failure in a call reaches the caller when it asks for that piece.

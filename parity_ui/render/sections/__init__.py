@@ -9,18 +9,29 @@ render.workload) loop over SECTIONS and name no family themselves.
 
 from __future__ import annotations
 
+from ...core.workload_record import WorkloadReport
 from .base import Section
+from .clipped import ClippedSection
 from .distribution import DistributionSection
 from .replay_pairs import ReplayPairsSection
 from .routing import RoutingSection
 from .sampling import SamplingSection
 
-SECTIONS: tuple[Section, ...] = (RoutingSection(), DistributionSection(), SamplingSection(), ReplayPairsSection())
+SECTIONS: tuple[Section, ...] = (
+    RoutingSection(),
+    DistributionSection(),
+    SamplingSection(),
+    ClippedSection(),
+    ReplayPairsSection(),
+)
 
 
-def workload_html(report: object, pick: str | None = None) -> str:
-    """Every measure's own part of a workload's view (a replay's pairs and worst tokens)."""
-    return "".join(s.workload_html(report, pick) for s in SECTIONS)  # type: ignore[arg-type]
+def workload_html(report: WorkloadReport | None, pick: str | None = None) -> str:
+    """Every measure's own part of a workload's view (a replay's pairs and worst tokens); "" for a run
+    without workload figures."""
+    if report is None:
+        return ""
+    return "".join(s.workload_html(report, pick) for s in SECTIONS)
 
 
 __all__ = ["SECTIONS", "Section", "workload_html"]

@@ -82,3 +82,18 @@ def family_rows(
     out.append(row(count_label, [str(int(g.get(count_key) or 0)) if g else "–" for g in got]))
     out += [row(FIGURES[k].name, [FIGURES[k].format(g.get(k)) for g in got], key=k) for k in keys]
     return out
+
+
+def family_text_rows(
+    stats: Sequence[WorkloadStats], key: str, keys: Sequence[str], count_key: str, count_label: str
+) -> list[tuple[str, list[str]]]:
+    """A pooled family's rows of the CLI's figures table: its figures by display name, then its count;
+    none where no column recorded it."""
+    from ...core.figures import FIGURES
+
+    got = [x.family(key) for x in stats]
+    if not any(got):
+        return []
+    rows = [(FIGURES[k].name, [FIGURES[k].format((g or {}).get(k), "-") for g in got]) for k in keys]
+    rows.append((count_label, [str(int((g or {}).get(count_key) or 0)) for g in got]))
+    return rows

@@ -15,7 +15,7 @@ from ...core.types import Comparison, SideResult, step_column
 from ...core.workload_record import SideFigures, WorkloadReport
 from ..charts import figure_sets, label, side_colors, svg_frame
 from ..markup import esc
-from .base import Row, Section, family_rows
+from .base import Row, Section, family_rows, family_text_rows
 
 
 def _pct(x: float | None) -> str:
@@ -36,12 +36,7 @@ class DistributionSection(Section):
         return {}
 
     def text_rows(self, stats: Sequence[WorkloadStats]) -> list[tuple[str, list[str]]]:
-        got = [x.family(self.key) for x in stats]
-        if not any(got):
-            return []
-        rows = [(FIGURES[k].name, [FIGURES[k].format((g or {}).get(k), "-") for g in got]) for k in DISTRIBUTION_ROWS]
-        rows.append(("positions, full rows met", [str(int((g or {}).get("positions") or 0)) for g in got]))
-        return rows
+        return family_text_rows(stats, self.key, DISTRIBUTION_ROWS, "positions", "positions, full rows met")
 
     def html_rows(self, sets: Sequence[SideFigures], row: Row) -> list[str]:
         return family_rows(sets, row, self.key, DISTRIBUTION_ROWS, self.title, "positions", "positions compared")

@@ -13,7 +13,7 @@ from ...core.measures import KEPT_MASS, SAMPLING
 from ...core.pooled import WorkloadStats, pool_kept_mass
 from ...core.types import Run, SideResult, step_column
 from ...core.workload_record import SideFigures
-from .base import Row, Section, family_rows
+from .base import Row, Section, family_rows, family_text_rows
 
 
 class SamplingSection(Section):
@@ -33,12 +33,7 @@ class SamplingSection(Section):
         return {"sampling": sampling_figures(run)}
 
     def text_rows(self, stats: Sequence[WorkloadStats]) -> list[tuple[str, list[str]]]:
-        got = [x.family(self.key) for x in stats]
-        if not any(got):
-            return []
-        rows = [(FIGURES[k].name, [FIGURES[k].format((g or {}).get(k), "-") for g in got]) for k in SAMPLING_ROWS]
-        rows.append(("tokens drawn on both sides", [str(int((g or {}).get("tokens") or 0)) for g in got]))
-        return rows
+        return family_text_rows(stats, self.key, SAMPLING_ROWS, "tokens", "tokens drawn on both sides")
 
     def html_rows(self, sets: Sequence[SideFigures], row: Row) -> list[str]:
         return family_rows(sets, row, self.key, SAMPLING_ROWS, self.title, "tokens", "tokens drawn on both sides")

@@ -2,7 +2,7 @@
 # The rest of gpu_wings.sh on a 2-GPU machine, in parallel where the GPUs allow: sampling and the replay
 # on GPU 1 while gpu_wings.sh's MoE step holds GPU 0; then the 2-replica cluster run over both GPUs.
 # Writes into the same /tmp/res; touch /tmp/res/stop first so gpu_wings.sh stops after its current step.
-R=/tmp/res; cd "$(dirname "$0")/.."
+R=/tmp/res; cd "$(dirname "$0")/../../.."  # the project root
 export PARITY_DB=$R/runs2.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 log() { echo "$(date +%s) $*" >> $R/steps.txt; }
 step() { local name=$1 t=$2; shift 2; log "$name start"; timeout "$t" "$@" > $R/$name.out 2> $R/$name.err; log "$name end rc=$?"; }

@@ -3,7 +3,7 @@
 # (under setsid, so it outlives one 10-minute call): results in /tmp/res, one file per step, steps.txt
 # with their times and exit codes. Needs device-env.sh sourced. `touch /tmp/res/stop` skips steps not
 # started yet. First the step that needs both GPUs; then two chains in parallel, one per GPU.
-source "$(dirname "$0")/gpu_steps.sh"  # R, log, step
+source "$(dirname "$0")/../../gpu_steps.sh"  # R, log, step (bench/gpu_steps.sh; cd to the project root)
 mkdir -p $R/free
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch, ray; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"; nproc; } > $R/env.txt 2>&1

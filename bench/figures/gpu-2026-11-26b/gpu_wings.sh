@@ -3,7 +3,7 @@
 # bench/gpu_go.sh under setsid, so it outlives a 10-minute call): results in /tmp/res, one file per step,
 # steps.txt with their times and exit codes. Most important first: a chain cut short keeps what ran.
 # `touch /tmp/res/stop` skips the steps not started yet. Needs device-env.sh sourced.
-source "$(dirname "$0")/gpu_steps.sh"  # R, log, step
+source "$(dirname "$0")/../../gpu_steps.sh"  # R, log, step (bench/gpu_steps.sh; cd to the project root)
 mkdir -p $R/free $R/moe-tiny $R/moe-a3b
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch, ray; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"; nproc; } > $R/env.txt 2>&1

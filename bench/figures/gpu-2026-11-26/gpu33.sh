@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 33's GPU checks in one background chain on the lent GPU machine (started by bench/gpu33-go.sh
+# Issue 33's GPU checks in one background chain on the lent GPU machine (started by gpu33-go.sh beside it
 # under setsid, so it outlives a 10-minute call): results in /tmp/res. `touch /tmp/res/stop` skips
 # the items not started yet. Needs device-env.sh sourced.
-R=/tmp/res; mkdir -p $R; cd "$(dirname "$0")/.."
+R=/tmp/res; mkdir -p $R; cd "$(dirname "$0")/../../.."  # the project root
+H=bench/figures/gpu-2026-11-26  # this chain's folder: its CLI wrapper and prompt files
 export PARITY_DB=$R/runs.db HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 log() { echo "$(date +%s) $*" >> $R/steps.txt; }
 jid() { python3 -c "import json,sys
@@ -13,14 +14,14 @@ log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"; nproc; } > $R/env.txt 2>&1
 # item 1: HF fp32 reference vs vLLM bf16 + CUDA graphs + prefix caching, 8 chat prompts x 64 tokens; then bisect
 log a-compare-start
-timeout 420 python3 bench/gpu33_cli.py compare --model demo --prompt-file bench/gpu33-chat-prompts.jsonl --chat \
+timeout 420 python3 $H/gpu33_cli.py compare --model demo --prompt-file $H/gpu33-chat-prompts.jsonl --chat \
   --set max_new_tokens=64 --side ref=hf,dtype=float32 \
   --side b=vllm,dtype=bfloat16,enforce_eager=false,enable_prefix_caching=true --json > $R/a-compare.json 2> $R/a-compare.err
 log a-compare-end rc=$?
 RUN=$(jid $R/a-compare.json run_id)
 if [ -n "$RUN" ]; then
   log a-bisect-start $RUN
-  timeout 1100 python3 bench/gpu33_cli.py bisect $RUN --max-trials 8 --json > $R/a-bisect.json 2> $R/a-bisect.err
+  timeout 1100 python3 $H/gpu33_cli.py bisect $RUN --max-trials 8 --json > $R/a-bisect.json 2> $R/a-bisect.err
   log a-bisect-end rc=$?
   BID=$(jid $R/a-bisect.json bisect_id)
   python3 -m parity_ui.cli runs show $BID --json > $R/a-bisect-show.json 2>&1
@@ -36,7 +37,7 @@ log b-build-end rc=$?
 nvidia-smi --query-gpu=timestamp,memory.used,memory.total --format=csv,noheader,nounits -lms 500 > $R/b-smi.csv 2>&1 &
 SMI=$!
 log b-compare-start
-timeout 560 python3 bench/gpu33_cli.py compare --model /tmp/llama8b --prompt-file bench/gpu33-scored-prompts.jsonl \
+timeout 560 python3 $H/gpu33_cli.py compare --model /tmp/llama8b --prompt-file $H/gpu33-scored-prompts.jsonl \
   --mode scored --set max_new_tokens=32 --json > $R/b-compare.json 2> $R/b-compare.err
 log b-compare-end rc=$?
 sleep 2; kill $SMI

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/gpu33-go.sh DEADLINE_EPOCH: start bench/gpu33.sh in its own session once, wait until it is done
+# bench/figures/gpu-2026-11-26/gpu33-go.sh DEADLINE_EPOCH: start gpu33.sh (beside it) in its own session once, wait until it is done
 # or the deadline, then pack /tmp/res into $OUT/res.tgz and print where it stands.
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the project root
 mkdir -p /tmp/res
 if [ ! -f /tmp/res/launched ]; then
   touch /tmp/res/launched
-  setsid nohup bash bench/gpu33.sh > /tmp/res/master.log 2>&1 < /dev/null &
+  setsid nohup bash bench/figures/gpu-2026-11-26/gpu33.sh > /tmp/res/master.log 2>&1 < /dev/null &
 fi
 while [ ! -f /tmp/res/done ] && [ "$(date +%s)" -lt "$1" ]; do sleep 3; done
 tar czf "$OUT/res.tgz" -C /tmp res
