@@ -137,7 +137,9 @@ def _progress(event: Any) -> None:
 
 
 def _emit(args: argparse.Namespace) -> Any:
-    return _progress if not args.json and not args.quiet else None
+    """The progress printer: lines on stderr unless --quiet. --json keeps them (its object is on stdout;
+    a long replay or workload was silent under it: issue 46 item 10)."""
+    return _progress if not args.quiet else None
 
 
 def _is_workload_file(path: str | None) -> bool:
@@ -184,26 +186,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     service = _service(args)
     try:
-        try:
-            source = _workload(args)
-            prompts = [] if source is not None else _prompts(args)
-            cfg = _config(args)
-            options = _workload_options(args)
-        except ParityError as e:
-            return _report(
-                service.record_failure(
-                    args.model,
-                    _as_given(args),
-                    _raw_config(args),
-                    e,
-                    kind="workload" if _is_workload_file(args.prompt_file) else "compare",
-                ),
-                args,
-            )
+        # Refused before anything runs (a bad config, prompt or workload file): the error and its fix
+        # on stderr, rc 2, nothing stored, as the app (issue 46 item 5); main() prints it.
+        source = _workload(args)
+        prompts = [] if source is not None else _prompts(args)
+        cfg = _config(args)
+        options = _workload_options(args)
         req = plan_request(
             args.model, cfg, prompts, source=source, options=options, trust_remote_code=args.trust_remote_code
         )
-        if isinstance(req, WorkloadRequest) and not args.json and not args.quiet:
+        if isinstance(req, WorkloadRequest) and not args.quiet:
             print(f"[parity] workload: {source.describe()}", file=sys.stderr)
             for bad in source.skipped[:5]:
                 print(f"[parity] skipped {bad.where}: {bad.message}", file=sys.stderr)
@@ -610,7 +602,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    quiet = args.quiet or args.json
+    quiet = args.quiet  # --json's object goes to stdout; progress stays on stderr
 
     def say(message: str) -> None:
         if not quiet:
@@ -666,13 +658,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     service = _service(args)
     try:
-        try:
-            prompts, source = _audit_prompts(args)
-            cfg = build_config(args.config, _overrides(args), base=_base(args), sides=args.sides, min_sides=1)
-        except ParityError as e:
-            return _report(
-                service.record_failure(args.model, _as_given(args), _raw_config(args), e, kind="audit"), args
-            )
+        # Refused before anything runs (bad prompts, settings or sides; later, in the audit, a model not
+        # found or a prompt over the context): the error and its fix on stderr, rc 2, nothing stored
+        # (issue 46 item 5, as compare); main() prints it.
+        prompts, source = _audit_prompts(args)
+        cfg = build_config(args.config, _overrides(args), base=_base(args), sides=args.sides, min_sides=1)
         req = AuditRequest(
             model=args.model,
             config=cfg,
@@ -685,7 +675,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             trust_remote_code=args.trust_remote_code,
             seed=args.seed,
         )
-        out = service.audit(req, on_event=_emit(args))
+        out = service.audit(req, on_event=_emit(args), refuse=True)
     finally:
         service.close()
     run, report = out.run, out.report
@@ -698,7 +688,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         js, page = base.with_name(base.name + ".json"), base.with_name(base.name + ".html")
         js.write_text(json.dumps(certificate_json(report, run.id), indent=1, default=str), encoding="utf-8")
         page.write_text(audit_page_html(report, run.id), encoding="utf-8")
-        if not args.json and not args.quiet:
+        if not args.quiet:  # stderr: --json's object is alone on stdout
             print(f"[parity] evidence: {js} and {page}", file=sys.stderr)
     if args.json:
         print(json.dumps(certificate_json(report, run.id), default=str))
@@ -746,7 +736,8 @@ def cmd_weights(args: argparse.Namespace) -> int:
     )
     service = _service(args)
     try:
-        report = service.weights(req, on_event=_emit(args))
+        # Bad input refused before an engine starts: main() prints it, rc 2, nothing stored (issue 46 item 5).
+        report = service.weights(req, on_event=_emit(args), refuse=True)
     finally:
         service.close()
     if report.error:
@@ -760,7 +751,7 @@ def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(p)
@@ -849,7 +840,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     c.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code")
-    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     c.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(c)
@@ -932,7 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--idle-exit", type=float, help="--follow: end after this many seconds without a new step")
     t.add_argument("--until-step", type=int, help="--follow: end once this step is replayed")
     _add_cluster_args(rp)
-    rp.add_argument("--json", action="store_true", help="print one JSON object")
+    rp.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
     rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     rp.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(rp)
@@ -1096,7 +1087,11 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--seed", type=int, default=0, help="the shuffled pass's order (default 0)")
     au.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     au.add_argument("--trust-remote-code", action="store_true")
-    au.add_argument("--json", action="store_true", help="print the certificate as one JSON object")
+    au.add_argument(
+        "--json",
+        action="store_true",
+        help="print the certificate as one JSON object (on stdout; progress stays on stderr)",
+    )
     au.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     au.add_argument("--db", default=argparse.SUPPRESS)
     _add_config_args(au)
@@ -1182,7 +1177,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="an option of both vLLM sides (e.g. enforce_eager=true, tensor_parallel_size=2); repeatable",
     )
     wt.add_argument("--trust-remote-code", action="store_true")
-    wt.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    wt.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object (on stdout; progress stays on stderr)"
+    )
     wt.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     wt.add_argument("--db", default=argparse.SUPPRESS)
     wt.set_defaults(func=cmd_weights)

@@ -32,6 +32,7 @@ from .commands.replay import ReplayRequest
 from .commands.replay_steps import TrendRequest
 from .commands.weights import WeightsCheckRequest
 from .commands.workload.run import WorkloadRequest
+from .core.config import routes_for
 from .core.mapping import mapping_table, resolve
 from .core.requests import InputCheck
 from .core.runlog import EventCallback, RunEvent, new_run
@@ -98,6 +99,16 @@ def plan_request(
     )
 
 
+def is_refusal(e: BaseException, run: Run) -> bool:
+    """The user's input refused before any side of `run` started (a model not found, no chat template,
+    a bad config, side or prompt, a context too long): a ConfigError, ModelError or PromptError raised
+    while preparing. Not a run that failed: an engine that crashed or refused its setup
+    (EngineError, CapabilityError), a Stop."""
+    from .core.errors import ConfigError, ModelError, PromptError
+
+    return isinstance(e, (ConfigError, ModelError, PromptError)) and "start" not in (run.timings or {})
+
+
 def open_store(db_path: str | None = None) -> Store:
     """The run database for reading what is stored (`parity runs`, `parity report`), without the
     engines' workers a ParityService owns."""
@@ -145,7 +156,7 @@ class ParityService:
     def mapping(self, model: str, cfg: Any, trust_remote_code: bool = False) -> list[Any]:
         info = describe_model(model, trust_remote_code=trust_remote_code)
         tok = tokenizer_for(info.path, trust_remote_code)
-        return mapping_table(cfg, resolve(info, tok.eos_token_ids, self.on_gpu))
+        return mapping_table(routes_for(cfg, info.num_experts), resolve(info, tok.eos_token_ids, self.on_gpu))
 
     def head_start(self, req: RunRequest) -> None:
         """Start the workers a run will most likely need before preparing it: their engines'
@@ -186,12 +197,17 @@ class ParityService:
         kind: str = "compare",
         group_id: str | None = None,
         resume: Run | None = None,
+        refuse: bool = False,
     ) -> Iterator[RunRecorder]:
         """A new run, stored as it starts (or `resume`, a stored run taken up again by this process).
         An Exception raised in the block becomes the run's status ("error", or "cancelled" on Stop)
         with its message, is stored, and does NOT propagate: read `rec.run.status`. Ctrl-C is stored
         as "interrupted", then raised. A Stop pressed before the command began is not for it; one
-        pressed during it stops every recording nested in it (`command`)."""
+        pressed during it stops every recording nested in it (`command`). With `refuse` (a run the
+        user asked for: the app's Run, `parity compare`), a ParityError raised before any side
+        started (a model not found, no chat template, a prompt over the context...) is a refusal:
+        the run's rows go and the error propagates (issue 46 item 5: nothing stored, as the app's
+        other refusals)."""
         with self.command():
             if resume is not None:
                 rec = RunRecorder(self.db, resume)
@@ -204,6 +220,9 @@ class ParityService:
                 yield rec
             except BaseException as e:  # noqa: BLE001 - stored, then re-raised only for Ctrl-C
                 self.pool.drop_spares()  # workers started ahead for a run that failed before taking them
+                if refuse and resume is None and is_refusal(e, rec.run):
+                    rec.forget()
+                    raise
                 rec.fail(e)
                 if not isinstance(e, Exception):
                     rec.finish()
@@ -298,30 +317,36 @@ class ParityService:
 
     def run(self, req: Request, on_event: EventCallback | None = None) -> Run:
         """The request `plan_request` made: a comparison (`compare`) or a workload (`workload`); or
-        a replay (the app's uploaded rollout dump: `replay`)."""
+        a replay (the app's uploaded rollout dump: `replay`). What the user asked for (the app's Run,
+        `parity compare`): a refusal before any side starts raises ParityError, nothing stored."""
         if isinstance(req, WorkloadRequest):
-            return self.workload(req, on_event)
+            return self.workload(req, on_event, refuse=True)
         if isinstance(req, ReplayRequest):
             return self.replay(req, on_event)
-        return self.compare(req, on_event)
+        return self.compare(req, on_event, refuse=True)
 
-    def compare(self, req: RunRequest, on_event: EventCallback | None = None) -> Run:
+    def compare(self, req: RunRequest, on_event: EventCallback | None = None, *, refuse: bool = False) -> Run:
         """Run every side, compare, store (parity_ui.commands.compare). Always returns the stored Run;
-        never raises for a user or engine error (the run's status is then "error" with the message)."""
+        never raises for a user or engine error (the run's status is then "error" with the message),
+        except, with `refuse`, for a refusal before any side started (recording() says which): then
+        it raises that ParityError and stores nothing."""
         from .commands.compare import compare_sides
 
         emit = on_event or (lambda e: None)
-        with self.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id) as rec:
+        with self.recording(
+            req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id, refuse=refuse
+        ) as rec:
             compare_sides(self, rec, req, emit)
         emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
         return rec.run
 
-    def workload(self, req: WorkloadRequest, on_event: EventCallback | None = None) -> Run:
+    def workload(self, req: WorkloadRequest, on_event: EventCallback | None = None, *, refuse: bool = False) -> Run:
         """Many prompts as one run, judged against the reference's noise floor
-        (parity_ui.commands.workload.run). Stored as it goes; never raises for a user or engine error."""
+        (parity_ui.commands.workload.run). Stored as it goes; never raises for a user or engine error,
+        except a refusal with `refuse` (as compare)."""
         from .commands.workload.run import run_workload
 
-        return run_workload(self, req, on_event)
+        return run_workload(self, req, on_event, refuse=refuse)
 
     def resume(
         self,
@@ -546,31 +571,36 @@ class ParityService:
                 emit=emit,
             )
 
-    def audit(self, req: Any, on_event: EventCallback | None = None) -> Any:
+    def audit(self, req: Any, on_event: EventCallback | None = None, *, refuse: bool = False) -> Any:
         """Certify zero (parity_ui.commands.audit): every invariance axis of every side, bit for bit, with
         a control that must fail; `req` an AuditRequest. Returns an AuditOutcome (the stored run of kind
         "audit" and its record). Never raises for a user or engine error: the run is stored with status
-        "error" and the axes finished before it."""
+        "error" and the axes finished before it; except, with `refuse` (the app's Run audit, `parity
+        audit`), a refusal before any side started (a model not found, a prompt over the context, a bad
+        side or setting): it raises and nothing is stored (issue 46 item 5, as compare)."""
         from .commands.audit import run_audit
 
         with self.command():  # one Stop ends every axis, and keeps those finished
-            return run_audit(self, req, on_event)
+            return run_audit(self, req, on_event, refuse=refuse)
 
     def audit_report(self, run_id: str, store: Store | None = None) -> Any:
         """A stored audit's record (parity_ui.core.audit_record.AuditReport), or None. `store`: the
         caller's read connection (the app's per thread)."""
         return (store or self.store).audit_of(run_id)
 
-    def weights(self, req: WeightsCheckRequest, on_event: EventCallback | None = None) -> Any:
+    def weights(self, req: WeightsCheckRequest, on_event: EventCallback | None = None, *, refuse: bool = False) -> Any:
         """Did the weights land? A vLLM that started from one checkpoint and received `req.model` in flight
         (or a server at req.url updated elsewhere) checked tensor by tensor against the same checkpoint
         loaded fresh by the same engine, and by a teacher-forced probe against the noise floor
         (parity_ui.commands.weights). Returns the WeightReport, stored with its run (kind "weights");
-        never raises for a user or engine error (the report then has its error, exit code 2)."""
+        never raises for a user or engine error (the report then has its error, exit code 2); except,
+        with `refuse` (the app's Check weights, `parity weights`), bad input named before any engine
+        starts (another architecture, a regex matching no tensor, a model not found): it raises and
+        nothing is stored (issue 46 item 5, as compare)."""
         from .commands.weights import run_weights
 
         with self.command():
-            return run_weights(self, req, on_event)
+            return run_weights(self, req, on_event, refuse=refuse)
 
     def weight_report(self, run_id: str, store: Store | None = None) -> Any:
         """A stored weight check's report (core.weights.WeightReport), or None. `store`: the caller's

@@ -5,7 +5,8 @@ the comparison, and the settings in which the two sides differ). It returns an E
 (parity_ui.core.findings):
 
 - `verdict`: "identical" | "numerical near-tie" | "real disagreement" | "masked token" | "length"
-  | "sampling" | "error"
+  | "sampling" | "error"; shared-seed sampling also "kept-set near-tie" | "kept sets differ" (the sides
+  drew from different kept sets at the fork)
 - `summary`: one or two sentences for a human, naming the sides
 - `a`, `b`: per side the chosen token, its top-1/top-2 margin, its margin over the other side's
   token, its rank of the other's token; `noise_before`: the largest gap before the fork;
@@ -40,6 +41,9 @@ _IDENTITY = {"engine", "torch", "python", "environment", "model", "kv_cache_bloc
 # differ are not the ONLY difference (issue 33: "differ only in attention backend" above a finding
 # "only in engine (hf vs vllm)"), and each engine resolved its own settings.
 _STACK = ("engine", "model", "environment", "python", "torch")
+# A shared-seed draw records this sampling margin (or more) when one token was kept and nothing was
+# drawn (engines.shared_seed.NO_RUNNER_UP, 1e30: finite for JSON): no margin, never a number to print.
+ONE_KEPT = 1e29
 
 
 def _step(res: SideResult | None, i: int) -> TokenStep | None:
@@ -177,7 +181,7 @@ def explain(
     out = replace(base, a=side_a, b=side_b, accepted_by_vllm_rule=d.accepted if d else None)
     at = f"at token {i}, {c.a} chose {side_a.text!r} and {c.b} {side_b.text!r}"
     if cfg.shared_seed:
-        return _shared_seed_verdict(out, at, d, noise, cfg, note)
+        return _kept_set_fork(out, at, sa, sb, noise, cfg, note) or _shared_seed_verdict(out, at, d, noise, cfg, note)
     if not cfg.greedy:
         return replace(
             out,
@@ -267,7 +271,11 @@ def _shared_seed_verdict(
     the two sides' gaps between the two tokens is their logprob drift / T, so a margin within the
     near-tie bound (over T) is a flip of rounding, the sampled counterpart of a greedy near-tie."""
     sa, sb = out.a, out.b
-    margins = [m for m in (sa.sampling_margin if sa else None, sb.sampling_margin if sb else None) if m is not None]
+    margins = [
+        m
+        for m in (sa.sampling_margin if sa else None, sb.sampling_margin if sb else None)
+        if m is not None and m < ONE_KEPT
+    ]
     bound = (
         max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) else NEAR_TIE_NATS
     ) / cfg.temperature
@@ -307,4 +315,96 @@ def _shared_seed_verdict(
         + ": the sides' distributions differ there, not just their rounding."
         + drawn
         + note,
+    )
+
+
+def _prefix_mass(step: TokenStep, k: int) -> float | None:
+    """The raw (T=1) probability of the side's own k most likely tokens, from its recorded top-k;
+    None when it recorded fewer than k."""
+    if len(step.top) < k:
+        return None
+    return math.fsum(math.exp(t.logprob) for t in step.top[:k])
+
+
+def _kept_set_fork(
+    out: Explanation,
+    at: str,
+    sa: TokenStep | None,
+    sb: TokenStep | None,
+    noise: float | None,
+    cfg: ParityConfig,
+    note: str,
+) -> Explanation | None:
+    """Shared-seed sides whose kept sets differ at the fork drew from different sets: the same noise
+    cannot give the same token, so the fork is the sets' doing, not the draw's (issue 46 item 3: a
+    top-p cut that fell between the sides' top-token masses, 0.7825 and 0.8029 around 0.8, was called
+    a real disagreement with a sampling margin of 1e+30, the one-token placeholder). Named as such,
+    with both sides' masses at the boundary; a near-tie when they are within the near-tie bound in
+    nats (the sampled counterpart of two logits a rounding apart). None when the sets agree."""
+    if sa is None or sb is None or out.a is None or out.b is None:
+        return None
+    if sa.kept_hash is None or sb.kept_hash is None or sa.kept_hash == sb.kept_hash:
+        return None  # the same set (or no fingerprints to tell by: a run stored before they were recorded)
+    a, b = out.a, out.b
+    sizes = [
+        f"{s.name} kept {s.kept:,} token{'s' if s.kept != 1 else ''} (S = {s.kept_mass:.4g})"
+        for s in (a, b)
+        if s.kept is not None and s.kept_mass is not None
+    ]
+    sets = f"the kept sets differ at the fork ({', '.join(sizes)})" if sizes else "the kept sets differ at the fork"
+    bound = max(NEAR_TIE_NATS, NOISE_MULTIPLE * noise) if noise is not None and math.isfinite(noise) else NEAR_TIE_NATS
+    out = replace(out, tie_bound=bound)
+    tail = ": the same noise over different sets draws different tokens." + note
+    if sa.kept is None or sb.kept is None or sa.kept == sb.kept:
+        return replace(
+            out,
+            verdict="kept sets differ",
+            summary=f"{at}: {sets}, with other members: a token sat inside the cut on one side and outside "
+            "it on the other" + tail,
+        )
+    few, many = (a, b) if sa.kept < sb.kept else (b, a)
+    k = few.kept
+    top_p_alone = cfg.top_p < 1.0 and cfg.min_p == 0.0 and cfg.top_k == 0
+    if top_p_alone and cfg.temperature == 1.0:
+        # Top-p keeps each side's own most likely tokens until their mass reaches top_p: the side that
+        # kept k reached it with k, the other did not. Their k-token masses are the boundary, from the
+        # recorded top-k (raw logprobs; at T=1 the cut's distribution is the raw one).
+        m_few = _prefix_mass(sa if few is a else sb, k)
+        m_many = _prefix_mass(sb if few is a else sa, k)
+        if m_few is not None and m_many is not None and 0 < m_few < 1 and 0 < m_many < 1:
+            # In log-odds: moving the kept tokens' logits together by d moves log(m / (1 - m)) by d,
+            # so this gap is the logit shift between the two sides' boundaries, on the near-tie's scale.
+            gap = abs(math.log(m_few / (1 - m_few)) - math.log(m_many / (1 - m_many)))
+            out = replace(out, largest_margin=gap)
+            top = "the top token" if k == 1 else f"the top {k} tokens"
+            boundary = (
+                f"{top} held {m_few:.4f} of {few.name}'s distribution (at or over top_p {cfg.top_p:g}: "
+                f"{'it' if k == 1 else 'they'} alone kept) and {m_many:.4f} of {many.name}'s (under it: more "
+                "kept)"
+            )
+            if gap <= bound:
+                return replace(
+                    out,
+                    verdict="kept-set near-tie",
+                    summary=f"{at}: a top-p boundary near-tie; {sets}: {boundary}, {gap:.3g} nats "
+                    f"apart in log-odds (bound {bound:.3g}), so rounding alone moved the cut" + tail,
+                )
+            return replace(
+                out,
+                verdict="real disagreement",
+                summary=f"{at}: {sets}: {boundary}, {gap:.3g} nats apart in log-odds (near-tie bound "
+                f"{bound:.3g}): the distributions differ there, not just their rounding" + tail,
+            )
+    cuts = [c for c, on in (("min_p", cfg.min_p > 0), ("top_k", cfg.top_k > 0), ("top_p", cfg.top_p < 1)) if on]
+    if cfg.temperature != 1.0:
+        unknown = f"at T={cfg.temperature:g} the cut is on the tempered distribution, which the recorded raw top-k cannot rebuild"
+    elif not top_p_alone:
+        unknown = "the boundary of a min_p or top_k cut is not a mass the recorded top-k shows"
+    else:
+        unknown = f"the recorded top-{len(sa.top)} is shorter than the kept set"
+    return replace(
+        out,
+        verdict="kept sets differ",
+        summary=f"{at}: {sets}; the {'/'.join(cuts) or 'kept-set'} cut fell between them ({unknown}, so the "
+        "masses at the boundary are not known)" + tail,
     )

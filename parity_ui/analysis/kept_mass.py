@@ -1,7 +1,8 @@
 """Kept mass and support of one comparison's sampled tokens (core.kept_mass has the record and the ratios'
 definitions). Pure: reads the two sides' steps over their shared prefix (the same tokens, the same
 context), where both recorded the draw: the kept set's size, mass S, fingerprint and the processed logprob
-(shared-seed sampling records them on every side; parity_ui.engines.shared_seed).
+(shared-seed sampling records them on every side; parity_ui.engines.shared_seed). The kept sets are
+compared at the fork too: its context is still the same, and where the sets differ there, they made it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def kept_mass(c: Comparison, ref: SideResult, side: SideResult) -> KeptMass | No
         if None in (lr, ls, pr, ps, sr, ss):
             continue
         out.tokens += 1
+        out.sets_compared += 1
         out.kept_ref += cols["ref", "kept"][i] or 0
         out.kept_side += cols["side", "kept"][i] or 0
         out.mass_ref += sr
@@ -53,4 +55,10 @@ def kept_mass(c: Comparison, ref: SideResult, side: SideResult) -> KeptMass | No
                 out.naive_outside[key] = out.naive_outside.get(key, 0) + 1
             if not lo <= renorm <= hi:
                 out.renorm_outside[key] = out.renorm_outside.get(key, 0) + 1
-    return out if out.tokens else None
+    fork = c.first_divergence
+    if fork is not None and fork < min(len(cols["ref", "kept_hash"]), len(cols["side", "kept_hash"])):
+        hr, hs = cols["ref", "kept_hash"][fork], cols["side", "kept_hash"][fork]
+        if hr is not None and hs is not None:
+            out.sets_compared += 1
+            out.sets_differ += hr != hs
+    return out if out.tokens or out.sets_compared else None

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ..analysis.compare import compare
-from ..core.config import ParityConfig, config_from_dict
+from ..analysis.verdict_basis import verdict_basis
+from ..core.config import ParityConfig, config_from_dict, routes_for
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import get_kind
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
@@ -43,7 +44,7 @@ from ..core.replay_record import RECORDED, ReplayRecord
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, new_run
 from ..core.types import Comparison, Finding, SideInfo, SideResult, StepColumns, TokenStep
-from ..core.workload_record import WorkloadOptions, WorkloadReport
+from ..core.workload_record import SideFigures, WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..inputs.rollouts import Preflight, RolloutRow, open_dump, preflight
@@ -147,7 +148,7 @@ def read_dump(
     prompts: list[PromptSpec] = []
     longest = 0
 
-    routes = DumpRoutesCheck(info.path, req.config.routes)  # MoE: the recorded routes
+    routes = DumpRoutesCheck(info.path, bool(routes_for(req.config, info.num_experts).routes))  # MoE: recorded routes
 
     def keep(row: RolloutRow) -> None:
         nonlocal longest
@@ -516,18 +517,26 @@ def recorded_result(
 
 
 def replay_headline(report: WorkloadReport) -> str:
-    """One line: rows replayed, and the run's own pair's band share and verdict (by its name)."""
+    """One line: rows replayed, the run's own pair (by its name) with the figure that decided its verdict
+    (its floor and interval: analysis.verdict_basis), and its band share beside the floor's."""
     r = report.replay
     own = r.main if r is not None else None
     main = (report.sides.get(own.name) if own is not None else None) or next(iter(report.sides.values()), None)
     if main is None:
         return f"replay of {report.done}/{report.n_prompts} rows: no figures yet"
     t = main.stats.tokens
-    band = next((b for b in t.outside if (b.low, b.high) == (0.8, 1.2)), None)
-    share = "-" if band is None or band.outside is None else f"{100 * band.outside:.1f}%"
-    verdict = f" ({main.verdict.verdict})" if main.verdict else ""
+    share = _band_share(main)
+    floor = f" (the floor's {_band_share(report.floor_figures)})" if report.floor_figures and main.verdict else ""
+    basis = verdict_basis(main.verdict)
     how = ", recorded only, no engine" if r is not None and r.recorded_only else ""
     return (
         f"replay of {report.done}/{report.n_prompts} rows ({r.format if r else '?'}{how}), {t.pairs} tokens "
-        f"({r.masked if r else 0} masked): {main.side}, ρ outside [0.8, 1.2] {share}{verdict}"
+        f"({r.masked if r else 0} masked): {main.side}, "
+        + (f"{basis}; " if basis else "")
+        + f"ρ outside [0.8, 1.2] {share}{floor}"
     )
+
+
+def _band_share(f: SideFigures) -> str:
+    band = next((b for b in f.stats.tokens.outside if (b.low, b.high) == (0.8, 1.2)), None)
+    return "-" if band is None or band.outside is None else f"{100 * band.outside:.2g}%"

@@ -47,6 +47,7 @@ class Service(Protocol):
         kind: str = "compare",
         group_id: str | None = None,
         resume: Run | None = None,
+        refuse: bool = False,
     ) -> AbstractContextManager[RunRecorder]: ...
 
     def sides(

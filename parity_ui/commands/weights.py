@@ -176,9 +176,14 @@ def _plan(req: WeightsCheckRequest) -> _Plan:
     return _Plan(model, start, tensor_index(model.path).names, seqs, prompts, cfg)
 
 
-def run_weights(service: Service, req: WeightsCheckRequest, emit: EventCallback | None = None) -> WeightReport:
+def run_weights(
+    service: Service, req: WeightsCheckRequest, emit: EventCallback | None = None, *, refuse: bool = False
+) -> WeightReport:
     """The whole check, stored (a run of kind "weights" and its report). Never raises for a user or
-    engine error: the report then carries the error (exit 2) and the run is stored as an error."""
+    engine error: the report then carries the error (exit 2) and the run is stored as an error. With
+    `refuse` (a check the user asked for: the app, `parity weights`), bad input named before any engine
+    starts raises instead and nothing is stored (issue 46 item 5: a refusal stores nothing); a gate's
+    weights case keeps it as its run's error."""
     emit = emit or (lambda e: None)
     report = WeightReport(
         model=req.model,
@@ -191,13 +196,15 @@ def run_weights(service: Service, req: WeightsCheckRequest, emit: EventCallback 
     early: ParityError | None = None
     try:
         plan = _plan(req)
-    except ParityError as e:  # stored below as the run's error, like any other
+    except ParityError as e:  # stored below as the run's error, like any other, unless refused
+        if refuse:
+            raise
         early = e
     config = {"weights": {k: v for k, v in req.__dict__.items() if k != "group_id"}}
     if plan is not None:
         config = {**plan.config.to_dict(), **config}
     prompts = plan.prompts if plan is not None else []
-    with service.recording(req.model, config, prompts, kind="weights", group_id=req.group_id) as rec:
+    with service.recording(req.model, config, prompts, kind="weights", group_id=req.group_id, refuse=refuse) as rec:
         report.run_id = rec.run.id
         try:
             if plan is None:

@@ -91,10 +91,11 @@ class ParityConfig:
         True,
         "after generating, each side re-scores the reference's tokens and the reference each side's (teacher forcing)",
     )
-    routes: bool = option(
-        False,
+    routes: bool | None = option(
+        None,
         "mixture-of-experts models: record which experts every MoE layer chose for each "
-        "token on every side that can, and compare them layer by layer",
+        "token on every side that can, and compare them layer by layer; unset (null): on for a "
+        "model whose config names experts, off for a dense one",
     )
     full_distribution: bool = option(
         False,
@@ -242,6 +243,40 @@ def config_from_dict(data: dict[str, Any] | None, min_sides: int = 2) -> ParityC
     cfg.sides = build_sides(raw_sides, sections, set(TOP_KEYS), min_sides)
     _check_shared_seed(cfg)
     return cfg
+
+
+def routes_for(cfg: ParityConfig, num_experts: int | None) -> ParityConfig:
+    """`routes` follows the model where it is unset (issue 46 item 12): on for a mixture-of-experts
+    model (`num_experts`, from its config.json: parity_ui.inputs.models), off for a dense one; a
+    value the user set stays."""
+    if cfg.routes is not None:
+        return cfg
+    return dataclasses.replace(cfg, routes=bool(num_experts))
+
+
+def decoding_text(config: Any) -> str:
+    """How the tokens were chosen, in words, from a config or a stored run's config dict: "greedy";
+    "shared-seed sampling (seed 0), T=1, top_p 0.8"; "native sampling (each side its own random
+    stream), T=0.7". Sampled runs must never read as greedy (issue 46 item 11)."""
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    t = float(get("temperature", 0.0) or 0.0)
+    if t == 0.0:
+        return "greedy"
+    cuts = [
+        f"{k} {v:g}"
+        for k, v, off in (
+            ("top_p", get("top_p", 1.0), 1.0),
+            ("top_k", get("top_k", 0), 0),
+            ("min_p", get("min_p", 0.0), 0.0),
+        )
+        if v is not None and v != off
+    ]
+    how = (
+        f"shared-seed sampling (seed {get('seed', 0)})"
+        if get("sampling", "native") == "shared-seed"
+        else "native sampling (each side its own random stream)"
+    )
+    return ", ".join([how, f"T={t:g}", *cuts])
 
 
 def _check_shared_seed(cfg: ParityConfig) -> None:

@@ -49,6 +49,7 @@ class SideAtFork:
 @dataclass
 class Explanation:
     """The verdict on one comparison's first divergence: "identical" | "numerical near-tie" | "router near-tie" |
+    "kept-set near-tie" | "kept sets differ" (shared-seed sampling: the sides drew from different kept sets) |
     "real disagreement" | "masked token" | "length" | "sampling" | "error", a summary for a human,
     and the figures it rests on (those of other verdicts stay None)."""
 

@@ -42,7 +42,11 @@ class KeptMass:
     mass_ref: float = 0.0  # sum of the reference's kept mass S (under its raw distribution)
     mass_side: float = 0.0  # sum of the side's S
     mass_side_min: float | None = None
-    sets_differ: int = 0  # tokens whose kept sets differ (fingerprints)
+    sets_differ: int = 0  # positions whose kept sets differ (fingerprints), the fork's included
+    # Positions whose kept sets were compared: the tokens above and the fork (its context is the same on
+    # both sides, so its sets compare, and a fork of the sets is the one that matters: issue 46 item 3).
+    # 0 in a record stored before: `tokens` then.
+    sets_compared: int = 0
     naive_rho: float = 0.0  # sum of the naive ratios
     renorm_rho: float = 0.0  # sum of the renormalised ratios
     raw_minus_processed: float = 0.0  # sum over the side's tokens of logp_raw − logp_processed (= log S at T=1)
@@ -62,14 +66,17 @@ class KeptMass:
     def figures(self) -> dict[str, float | None]:
         """The sampling family's figures (core.figures: the `sampling` family), None where no token counts."""
         n = self.tokens
-        if n == 0:
-            return {key: None for key in SAMPLING_FIGURE_KEYS}
+        if n == 0:  # a fork at the first token: only its kept sets compare
+            out0: dict[str, float | None] = {key: None for key in SAMPLING_FIGURE_KEYS}
+            if self.sets_compared:
+                out0["kept_sets_differ"] = self.sets_differ / self.sets_compared
+            return out0
         out: dict[str, float | None] = {
             "kept_mass_mean": self.mass_side / n,
             "kept_mass_min": self.mass_side_min,
             "kept_mass_ref_mean": self.mass_ref / n,
             "kept_size_mean": self.kept_side / n,
-            "kept_sets_differ": self.sets_differ / n,
+            "kept_sets_differ": self.sets_differ / (self.sets_compared or n),
             "naive_rho_mean": self.naive_rho / n,
             "renorm_rho_mean": self.renorm_rho / n,
             "raw_minus_processed_mean": self.raw_minus_processed / n,

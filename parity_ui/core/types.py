@@ -412,6 +412,9 @@ class ModelInfo:
     kv_layout: str = "standard"  # "standard" (K and V per KV head), "mla" or "hybrid": parity_ui.core.context
     vision: bool = False  # a vision-language model (its config has a vision_config)
     image_token_id: int | None = None
+    # Mixture of experts (its config.json names them): experts per MoE layer and how many each token uses
+    num_experts: int | None = None
+    experts_per_token: int | None = None
 
 
 @dataclass

@@ -18,6 +18,17 @@ from ..core.errors import ModelError
 from ..core.types import ModelInfo
 from .demo_model import DEMO_NAME, ensure_demo_model
 
+# config.json keys naming the expert count and top-k, by model family
+EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts")
+
+
+def moe_shape_of(cfg: dict[str, Any]) -> tuple[int, int] | None:
+    """(experts, top-k) of a (text) config.json dict; None for a dense model."""
+    experts = next((cfg[k] for k in EXPERT_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 1), None)
+    top_k = next((cfg[k] for k in TOPK_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
+    return (experts, top_k) if experts and top_k else None
+
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
@@ -58,7 +69,7 @@ def _locate(name: str) -> Path:
     if p.exists() or name.startswith((".", "/", "~")):
         if not p.is_dir():
             raise ModelError(
-                f"model path {name!r} does not exist or is not a folder",
+                f"model {name!r} not found: the folder {p.absolute()} does not exist or is not a folder",
                 "give a folder holding config.json and the weights, or 'demo'",
             )
         if not (p / "config.json").is_file():
@@ -69,14 +80,54 @@ def _locate(name: str) -> Path:
         return p.resolve()
     if name.count("/") != 1:
         raise ModelError(
-            f"model {name!r} is neither a folder nor a Hugging Face id (org/name)",
+            f"model {name!r} not found: there is no folder {p.absolute()}, and it is not a Hugging Face id (org/name)",
             "give 'demo', a local folder, or an id such as HuggingFaceTB/SmolLM2-135M-Instruct",
         )
     return _from_hub(name)
 
 
+FIX_NOT_FOUND = (
+    "check the id (org/name, as on huggingface.co); where there is network, download it (hf download ID) "
+    "and give its folder; or give 'demo'"
+)
+
+
+def _hub_cache() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except Exception:  # noqa: BLE001 - only named in a message
+        return "the Hugging Face cache"
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    """A library's message cut at its first sentence (or line), never mid-word."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = first.split(". ")[0].rstrip(".")
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0] + " …"
+    return first
+
+
+def hub_reason(e: BaseException) -> str:
+    """Why the hub gave no model, in words: the library's exception told apart by its kind."""
+    kinds = {type(c).__name__ for c in (e, e.__cause__, e.__context__) if c is not None}
+    if "GatedRepoError" in kinds:
+        return "the hub keeps that model gated: accept its terms on huggingface.co and log in (hf auth login)"
+    if kinds & {"RepositoryNotFoundError", "RevisionNotFoundError"}:
+        return "the hub has no model by that id (or it is private: log in with hf auth login)"
+    if kinds & {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError"}:
+        return "the hub could not be reached (no network here?)"
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return "the hub could not be reached (no network here?)"
+    said = _first_sentence(str(e))
+    return f"the hub answered {type(e).__name__}" + (f": {said}" if said else "")
+
+
 def _from_hub(repo_id: str) -> Path:
-    """A hub id: the local HF cache first, the hub only if the machine allows it."""
+    """A hub id: the local HF cache first, the hub only if the machine allows it. Not found: a
+    ModelError naming each place tried."""
     from huggingface_hub import snapshot_download  # ships with transformers
 
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -84,19 +135,13 @@ def _from_hub(repo_id: str) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:
         pass
+    tried = f"model {repo_id!r} not found: there is no folder {Path(repo_id).absolute()}, it is not in {_hub_cache()}"
     if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ModelError(
-            f"model {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
-            "download it where there is network (huggingface-cli download) or give a local folder",
-        )
+        raise ModelError(f"{tried}, and HF_HUB_OFFLINE=1 keeps the hub from being asked", FIX_NOT_FOUND)
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
-    except Exception as e:  # network, auth, missing repo: all the same to the user
-        raise ModelError(
-            f"model {repo_id!r} is not in the local cache and could not be downloaded: "
-            f"{type(e).__name__}: {str(e)[:200]}",
-            "check the id and the network, or give a local folder",
-        ) from None
+    except Exception as e:  # network, auth, missing repo: told apart in words, never the library's raw text
+        raise ModelError(f"{tried}, and {hub_reason(e)}", FIX_NOT_FOUND) from None
 
 
 def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
@@ -115,6 +160,7 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         rope = None  # transformers 5 writes rope_parameters even for plain RoPE
     eos = list(dict.fromkeys(_ids(gen.get("eos_token_id")) + _ids(text_cfg.get("eos_token_id"))))
     archs = cfg.get("architectures") or []
+    moe = moe_shape_of(text_cfg)
     if not archs and not trust_remote_code:
         raise ModelError(
             f"{folder}/config.json names no architectures",
@@ -145,6 +191,8 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         kv_layout=kv_layout(text_cfg),
         vision=isinstance(cfg.get("vision_config"), dict),
         image_token_id=cfg.get("image_token_id") if isinstance(cfg.get("image_token_id"), int) else None,
+        num_experts=moe[0] if moe else None,
+        experts_per_token=moe[1] if moe else None,
     )
 
 

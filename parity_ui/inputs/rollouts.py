@@ -303,6 +303,31 @@ def _parity_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     )
 
 
+def _nemo_cut_error(tmask: list[int], n: int, total: int, start: int | None) -> DumpError:
+    """Why a NeMo-RL row has no response inside its input_lengths, naming the field and the cut:
+    NeMo-RL writes input_lengths as the unpadded prompt + response length, token_loss_mask 1 over
+    the response (issue 46 item 7: a row whose input_lengths covered only the prompt read "marks no
+    generated token after a prompt", naming neither)."""
+    marked = [k for k, m in enumerate(tmask) if m]
+    if start == 0:
+        return DumpError(
+            "token_loss_mask marks token 0, so no prompt comes before the response",
+            "token_loss_mask is 0 over the prompt and 1 over the response tokens (NeMo-RL's own)",
+        )
+    if marked:  # the mask marks tokens, all of them at or past the cut
+        return DumpError(
+            f"input_lengths is {n}, but token_loss_mask marks no token before it (its first marked token is "
+            f"token {marked[0]} of token_ids' {total}): input_lengths covers only the prompt. NeMo-RL writes "
+            "there the unpadded prompt + response length",
+            f"write input_lengths as the prompt + response length ({marked[-1] + 1} here, one past the last "
+            "token token_loss_mask marks), or --on-bad skip to leave the row out",
+        )
+    return DumpError(
+        f"token_loss_mask marks no token (all {len(tmask)} are 0): the row has no response to replay",
+        "drop the row, or --on-bad skip to leave such rows out",
+    )
+
+
 def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
     missing = [k for k in FIELDS["nemo-rl"][0] if rec.get(k) is None]
     if missing:
@@ -322,9 +347,7 @@ def _nemo_row(rec: dict[str, Any], i: int, where: str) -> RolloutRow:
         )
     start = next((k for k in range(n) if tmask[k]), None)
     if start is None or start == 0:
-        raise DumpError(
-            "token_loss_mask marks no generated token after a prompt", "the row has no response to replay; drop it"
-        )
+        raise _nemo_cut_error(tmask, n, len(ids), start)
     smask = rec.get("sample_loss_mask", 1)
     smask = 1 if smask is None else int(smask)
 
@@ -391,9 +414,81 @@ def _verl_row(rec: dict[str, Any], i: int, where: str, tok: Any, chat_template: 
     )
 
 
+class _RecordType(type):
+    """The type of PickledRecord's stand-ins: a class nested in an absent one (slime's Sample.Status)
+    is pickled (protocol 2) as getattr(Sample, "Status"), so an attribute of a stand-in class is a
+    stand-in class too."""
+
+    def __getattr__(cls, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        nested = _RecordType(attr, (PickledRecord,), {"_pickled_as": f"{cls._pickled_as}.{attr}"})
+        setattr(cls, attr, nested)
+        return nested
+
+
+class PickledRecord(metaclass=_RecordType):
+    """A stand-in for a class the pickle names that does not import here (slime's Sample on a machine
+    without slime): its fields become attributes, read as any object's. Made per class name by
+    `lenient_pickle` (issue 46 item 8: the user passed --trust-pickle; needing the framework too
+    refused a file whose fields are all plain data)."""
+
+    _pickled_as = "?"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) == 1 and not kwargs:
+            self.value = args[0]  # an Enum member pickled as Status("completed")
+        elif args:
+            self.args = args
+        self.__dict__.update(kwargs)
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
+            for part in state:
+                if isinstance(part, dict):
+                    self.__dict__.update(part)
+        elif isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.state = state
+
+    def __repr__(self) -> str:
+        return f"<{self._pickled_as} read as a record: {', '.join(self.__dict__)}>"
+
+
+def lenient_pickle() -> Any:
+    """A pickle module for torch.load whose unpickler imports each class the file names where it
+    imports, and maps one that does not (its module absent: the framework is not installed here) to a
+    PickledRecord. Unpickling still runs what the classes that do import run: only ever called when
+    the user passed --trust-pickle."""
+    import pickle
+    import types
+
+    records: dict[tuple[str, str], type] = {}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            try:
+                return super().find_class(module, name)
+            except (ImportError, AttributeError):
+                key = (module, name)
+                if key not in records:
+                    records[key] = _RecordType(
+                        name.rsplit(".", 1)[-1], (PickledRecord,), {"_pickled_as": f"{module}.{name}"}
+                    )
+                return records[key]
+
+    mod = types.ModuleType("parity_lenient_pickle")
+    mod.Unpickler = Unpickler  # type: ignore[attr-defined]
+    mod.load = lambda f, **kw: Unpickler(f, **kw).load()  # type: ignore[attr-defined]
+    mod.__dict__.update({k: getattr(pickle, k) for k in ("UnpicklingError", "HIGHEST_PROTOCOL", "dump", "dumps")})
+    return mod
+
+
 def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
     """slime's torch.save(dict(rollout_id, samples)). weights_only=True first (plain containers and
-    tensors only: no code runs); a file that needs any other class is refused without trust_pickle."""
+    tensors only: no code runs); a file that needs any other class is refused without trust_pickle,
+    and with it loaded whole, a class absent here read as a record (lenient_pickle)."""
     import pickle
 
     import torch
@@ -409,13 +504,12 @@ def _load_pickle(p: Path, trust_pickle: bool) -> list[Any]:
                 "if you trust the file (you wrote it), pass --trust-pickle; or convert it to "
                 "parity-ui's rollout format (docs/rollouts.md)",
             ) from None
-        try:
-            data = torch.load(p, map_location="cpu", weights_only=False)
-        except Exception as e2:  # noqa: BLE001 - e.g. the classes it names are not importable here
+        try:  # the user said yes: its classes are imported where they exist, read as records where not
+            data = torch.load(p, map_location="cpu", weights_only=False, pickle_module=lenient_pickle())
+        except Exception as e2:  # noqa: BLE001 - a damaged file, or a class whose own code fails
             raise DumpError(
                 f"{p.name} could not be unpickled ({type(e2).__name__}: {str(e2)[:200]})",
-                "install the framework whose classes it names (slime / miles) in this environment, "
-                "or convert the dump to parity-ui's rollout format",
+                "convert the dump to parity-ui's rollout format (docs/rollouts.md)",
             ) from None
     except EOFError:
         raise DumpError(f"{p.name} ends early (a truncated pickle)", "copy the whole file again") from None
@@ -450,6 +544,10 @@ class Preflight:
         return [f for f in self.findings if f.severity == "error"]
 
 
+def _nonfinite_name(x: float) -> str:
+    return "NaN" if math.isnan(x) else ("-inf" if x < 0 else "+inf")
+
+
 def _first(rows: list[str], n: int = 3) -> str:
     more = f" and {len(rows) - n} more" if len(rows) > n else ""
     return ", ".join(rows[:n]) + more
@@ -471,6 +569,8 @@ def preflight(
     lp_len_bad: list[str] = []
     shifted: list[str] = []
     positive: list[str] = []
+    nonfinite: list[str] = []  # rows with NaN / inf recorded logprobs on kept tokens: which, where
+    nonfinite_tokens = 0
     after_eos: list[str] = []
     t_not_1: Counter = Counter()
     processed: Counter = Counter()
@@ -498,6 +598,14 @@ def preflight(
                 )
             elif any(x > LOGPROB_SLACK for x in col if not math.isnan(x)):
                 positive.append(f"{row.where} ({name})")
+            else:
+                mask = row.mask()
+                bad = [(i, x) for i, x in enumerate(col) if not math.isfinite(x) and (i >= len(mask) or mask[i])]
+                if bad:
+                    nonfinite_tokens += len(bad)
+                    shown = ", ".join(f"token {i} {_nonfinite_name(x)}" for i, x in bad[:3])
+                    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+                    nonfinite.append(f"{row.where} ({name}: {shown}{more})")
         pf.with_logprobs += row.rollout_logprobs is not None
         pf.with_trainer += row.trainer_logprobs is not None
         pf.with_routes += row.has_routed_experts
@@ -580,6 +688,18 @@ def preflight(
                 f"{len(positive)} rows have 'logprobs' above 0: "
                 f"{_first(positive)}; these are not log-probabilities (logits? probabilities?)",
                 "record log-probabilities (vLLM logprobs_mode raw_logprobs)",
+            )
+        )
+    if nonfinite:
+        add(
+            Finding(
+                "replay-nonfinite",
+                "warning",
+                f"{nonfinite_tokens} recorded logprobs of kept tokens are NaN or infinite, in {len(nonfinite)} "
+                f"rows: {_first(nonfinite)}; those tokens are left out of every figure (a row counts only its "
+                "finite tokens)",
+                "record finite logprobs: a NaN is a failed computation, -inf a token the rollout engine's "
+                "sampler had masked (check its top-k/top-p/min-p and logprobs_mode); or mask those tokens",
             )
         )
     if after_eos:

@@ -55,7 +55,7 @@ class Routing:
     spec = ROUTING
 
     def wanted(self, cfg: ParityConfig, mode: Mode) -> bool:
-        return cfg.routes
+        return bool(cfg.routes)  # resolved by then (core.config.routes_for): unset follows the model
 
     def preflight(self, plan: Plan) -> list[Finding]:
         """routes=true with a side whose kind cannot record routes (a server: its routers are in another

@@ -6,6 +6,12 @@ inlined into the static report."""
 from .tokens import BLOCK
 
 CSS = """
+/* Issue 46 item 15. Gradio's bundled "Source Sans Pro" has, at weight 600, a few glyphs only (capital
+   A among them): bold text mixed two fonts, capitals small ("CAncelled"). The system's sans-serif has
+   every weight of every glyph. */
+:root, .gradio-container { --font: ui-sans-serif, system-ui, "DejaVu Sans", sans-serif; }
+/* A dropdown's text stops before its arrow (the kind of a side ran into it). */
+.gradio-container .secondary-wrap > input { padding-right: 28px; text-overflow: ellipsis; }
 .pc-offscreen { position:absolute !important; left:-10000px; top:0; width:120px; height:60px; overflow:hidden; }
 .pt-root { --m:#e8f0ea; --m-b:#cfe0d4; --d:#dc2626; --a:#fdecec; --a-b:#f5c2c2; font-size: 13px; }
 .pt-legend { display:flex; gap:8px; align-items:center; margin:2px 0 6px; color:#555; }
@@ -302,10 +308,15 @@ JS_TEMPLATE = r"""
       bodies.forEach((o) => { if (o !== b) o.scrollTop = b.scrollTop; });
       requestAnimationFrame(() => { syncing = false; });
     }, {passive: true}));
-    root.addEventListener('mouseover', (e) => {
+    // Hover follows the pointer's own moves, never content moving under a resting pointer: a scroll
+    // (the view revealed at a run's end, the panes opened at the fork) fires mouseover there but no
+    // mousemove, and the details showed another position than the fork (issue 46 item 11).
+    root.addEventListener('mousemove', (e) => {
       const c = e.target.closest('.pt-body .t');
-      if (c && root._pin === undefined) render(root, indexOf(c));
-    });
+      if (!c || root._pin !== undefined) return;
+      const i = indexOf(c);
+      if (i !== root._hover) { root._hover = i; render(root, i); }
+    }, {passive: true});
     root.addEventListener('click', (e) => {
       const c = e.target.closest('.pt-body .t');
       if (!c) return;

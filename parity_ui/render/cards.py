@@ -4,6 +4,7 @@ everything escaped. Shared by the app and the static report."""
 from __future__ import annotations
 
 from ..analysis.crossscore import key as cross_key
+from ..core.config import decoding_text
 from ..core.figures import count
 from ..core.fixes import Place, fix_text
 from ..core.runlog import PHASES
@@ -53,6 +54,15 @@ def model_html(info: ModelInfo, label: str = "") -> str:
         ("chat template", "yes" if info.has_chat_template else "no"),
         ("folder", info.path),
     ]
+    if info.num_experts:  # routes follow the model: on here unless the config sets them off
+        rows.insert(
+            1,
+            (
+                "experts",
+                f"mixture of experts ({info.num_experts} experts, top-{info.experts_per_token}): "
+                "routes recorded unless routes is off",
+            ),
+        )
     cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     warn = (
         '<div class="pc-warn">trust_remote_code is ON: this model\'s own Python code will run.</div>'
@@ -85,9 +95,10 @@ def _tok(text: str) -> str:
     return f'<code class="pc-tok">{esc(repr(text))}</code>'
 
 
-def divergence_line(c: Comparison, forced: bool = False) -> str:
+def divergence_line(c: Comparison, forced: bool = False, sampled: bool = False) -> str:
     """One pair's line; `forced`: a replay's row, every side scoring the run's own tokens, so "identical
-    tokens" says nothing and the logprob gap is the finding."""
+    tokens" says nothing and the logprob gap is the finding; `sampled`: drawn tokens, where vLLM's
+    greedy top-k acceptance rule says nothing (a sampled token is seldom in the other's top-k)."""
     pair = f"<b>{esc(c.b)}</b> vs <b>{esc(c.a)}</b>"
     if forced:
         gap = f"; max |logprob gap| {c.max_abs_gap:.3g}" if c.max_abs_gap is not None else ""
@@ -105,7 +116,7 @@ def divergence_line(c: Comparison, forced: bool = False) -> str:
             f"tokens, {esc(c.b)} {c.lengths[1]}.{gap}</div>"
         )
     rule = ""
-    if d.accepted is not None:
+    if d.accepted is not None and not sampled:
         rule = (
             " Each token is in the other side's top-k (vLLM's own test rule accepts this)."
             if d.accepted
@@ -124,7 +135,7 @@ def _explanation(c: Comparison) -> str:
     return f'<div class="pc-verdict"><b>{esc(e.verdict)}</b> {esc(e.summary)}</div>'
 
 
-def _cross_scores(c: Comparison) -> str:
+def _cross_scores(c: Comparison, sampled: bool = False) -> str:
     cs = c.cross_scores
     if cs is None or not (cs.directions or cs.error):
         return ""
@@ -137,10 +148,14 @@ def _cross_scores(c: Comparison) -> str:
             continue
         r = s.importance_ratio
         ratio = f"ratio {r.min:.3f}..{r.max:.3f}, " if r is not None else ""
+        # Greedy only: where the scorer's argmax is another token. Sampling draws, so its argmax means nothing.
+        argmax = (
+            "" if sampled else f", {count(s.other_disagrees, 'position')} where {esc(scorer)} would pick another token"
+        )
         rows.append(
             f"<tr><th>{esc(gen)}'s tokens scored by {esc(scorer)}</th><td>RMS gap {s.rms_gap:.3g}, "
-            f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside [0.9, 1.1], "
-            f"{ratio}{count(s.other_disagrees, 'position')} where {esc(scorer)} would pick another token</td></tr>"
+            f"max {s.max_abs_gap:.3g} nats, {100 * (s.share_outside_band or 0):.1f}% outside [0.9, 1.1]"
+            f"{', ' + ratio.rstrip(', ') if ratio else ''}{argmax}</td></tr>"
         )
     if not rows:
         return ""
@@ -242,6 +257,9 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
         meta.append("sides " + " · ".join(esc(s.name) + (" (ref)" if s.reference else "") for s in run.sides))
     if run.device:
         meta.append(f"device {esc(run.device)}")
+    sampled = float(run.config.get("temperature") or 0.0) > 0.0
+    if sampled:  # never read as greedy: the decoding is named on the card
+        meta.append(esc(decoding_text(run.config)))
     body = [f'<div class="pc-head">{_badge(run)}<span class="pc-meta">{" · ".join(meta)}</span></div>']
     if run.status in ("error", "cancelled", "interrupted") and run.error:
         msg, fix = split_fix(run.error)
@@ -252,7 +270,12 @@ def run_summary_html(run: Run, prompt_index: int = 0, reveal: bool = False) -> s
         if len(run.prompts) > 1:
             body.append(f"<div>Prompt {prompt_index} of {len(run.prompts)}.</div>")
         for c in p.comparisons:
-            body += [divergence_line(c, run.kind == "replay"), _explanation(c), _cross_scores(c), _sections(c)]
+            body += [
+                divergence_line(c, run.kind == "replay", sampled),
+                _explanation(c),
+                _cross_scores(c, sampled),
+                _sections(c),
+            ]
         body.append(
             f'<details class="pc-timings"><summary>per side and per phase timings</summary>{_timings(p)}'
             f"{phases_html(run)}</details>"
@@ -273,6 +296,16 @@ def finish_card(run: Run, body: list[str], label: str, css: str, reveal: bool) -
     return (
         f'<div class="pc-card {css}" data-run="{esc(run.id)}" data-status="{esc(run.status)}"{attrs}>'
         f"{''.join(body)}</div>"
+    )
+
+
+def status_progress_html(phase: str, lines: list[str], elapsed: float) -> str:
+    """A command that tells where it is in status lines (an audit's axes, a weight check's steps), in
+    progress: its phase, the time so far, its last lines."""
+    log = "".join(f"<li>{esc(x)}</li>" for x in lines)
+    return (
+        f'<div class="pc-card pc-progress pc-status-progress"><div class="pc-title">{esc(phase)} '
+        f'<span class="pp-time">{elapsed:.1f}s</span></div><ul class="pp-log">{log}</ul></div>'
     )
 
 

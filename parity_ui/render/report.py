@@ -76,7 +76,7 @@ def format_summary(run: Run, prompts: bool = True) -> str:
                         f"    {c.a} chose {d.texts[0]!r} (id {d.token_ids[0]}), "
                         f"{c.b} chose {d.texts[1]!r} (id {d.token_ids[1]})"
                     )
-                    if d.accepted is not None:
+                    if d.accepted is not None and not float(run.config.get("temperature") or 0.0):  # greedy only
                         lines.append(
                             f"    each in the other's top-k (vLLM's acceptance rule): {'yes' if d.accepted else 'no'}"
                         )

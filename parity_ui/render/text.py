@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.verdict_basis import deciding
 from ..core.cluster import describe_record
 from ..core.figures import BAND_KEYS, FIGURE_ROWS, FIGURES, LEGEND, count
 from ..core.pooled import EXCEEDS, TOO_FEW, FloorVerdict, factor_text
@@ -89,10 +90,7 @@ def verdict_line(v: FloorVerdict, most: int = 4) -> str:
     each with its 95% interval over the prompts), or too few prompts to tell."""
     if v.verdict not in (EXCEEDS, TOO_FEW):
         return v.summary
-    over = sorted(
-        (c for c in v.figures if (c.exceeds if v.verdict == EXCEEDS else c.uncertain)),
-        key=lambda c: -(c.factor if c.factor is not None else 0),
-    )
+    over = deciding(v)
     shown = [f"{FIGURES[c.name].name} {_g(c.side)} vs {_g(c.floor)} ({factor_text(c)})" for c in over[:most]]
     more = f" and {len(over) - most} more" if len(over) > most else ""
     if v.verdict == TOO_FEW:

@@ -538,7 +538,7 @@ def workload_progress_html(
     each side is doing (`states`), the last status lines."""
     share = fraction if fraction is not None else (done / n_prompts if n_prompts else 0.0)
     pct = min(100.0, 100.0 * share)
-    line = eta or f"{done:,}/{n_prompts:,} prompts done"
+    line = eta or f"{done:,}/{n_prompts:,} prompts stored"
     if states:
         src = (source + " · " if source else "") + " · ".join(f"{n}: {s}" for n, s in states.items())
         source = src

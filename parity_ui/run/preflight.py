@@ -352,6 +352,13 @@ def check_sampling(prepared: Prepared) -> list[Finding]:
 # -- dtype and logits (causes 1, 10) --------------------------------------------------------------
 
 
+def _streams(cfg: Any) -> str:
+    """What forks at a near-tie, as the run decodes: greedy streams, or shared-seed samples."""
+    if getattr(cfg, "greedy", True):
+        return "greedy streams"
+    return "shared-seed samples" if getattr(cfg, "shared_seed", False) else "sampled streams (each its own draws)"
+
+
 def check_dtype(prepared: Prepared) -> list[Finding]:
     cfg = prepared.config
     out: list[Finding] = []
@@ -377,8 +384,8 @@ def check_dtype(prepared: Prepared) -> list[Finding]:
             Finding(
                 code="low-precision",
                 severity="info",
-                message=f"{low[0]}: the engines' kernels round differently, so greedy streams usually fork "
-                "within tens of tokens at near-ties; float32 makes them (nearly) identical.",
+                message=f"{low[0]}: the engines' kernels round differently, so {_streams(prepared.config)} usually "
+                "fork within tens of tokens at near-ties; float32 makes them (nearly) identical.",
                 fix="run in float32 to see whether a divergence is numerical",
                 setting=_setting("dtype", "float32"),
             )

@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.types import Finding
+from ..inputs.models import moe_shape_of
 
 if TYPE_CHECKING:
     from .plan import Prepared
-
-# config.json keys naming the expert count and top-k, by model family
-EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
-TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts")
 
 
 def moe_shape(path: str) -> tuple[int, int] | None:
@@ -32,10 +29,7 @@ def moe_shape(path: str) -> tuple[int, int] | None:
         cfg: dict[str, Any] = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    cfg = cfg.get("text_config") or cfg
-    experts = next((cfg[k] for k in EXPERT_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 1), None)
-    top_k = next((cfg[k] for k in TOPK_KEYS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
-    return (experts, top_k) if experts and top_k else None
+    return moe_shape_of(cfg.get("text_config") or cfg)
 
 
 def check_moe(prepared: Prepared) -> list[Finding]:

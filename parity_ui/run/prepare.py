@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..core.config import ParityConfig
+from ..core.config import ParityConfig, routes_for
 from ..core.context import check_context, max_context
 from ..core.errors import ConfigError, PromptError, SideError
 from ..core.kinds import Kind, get_kind
@@ -153,6 +153,7 @@ def plan_sides(
     """Every side's plan for `cfg` on a model, without prompts (a layer capture replays ids it already
     has; `context_need` is the positions it feeds). Raises ParityError like prepare()."""
     model = describe_model(model_name, trust_remote_code=trust_remote_code)
+    cfg = routes_for(cfg, model.num_experts)
     resolved = resolve(model, tokenizer_for(model.path, trust_remote_code).eos_token_ids, gpu)
     if context_need is not None:
         resolved.context_need = {s.name: context_need for s in cfg.sides}
@@ -226,7 +227,8 @@ def likely_workers(req: RunRequest, gpu: bool) -> list[tuple[str, str, str, dict
             kind = get_kind(spec.kind)
             if spec.python or not kind.head_start:
                 continue
-            env = dict(getattr(map_side(req.config, spec, resolved, model), "env", {}) or {})
+            cfg = routes_for(req.config, model.num_experts)
+            env = dict(getattr(map_side(cfg, spec, resolved, model), "env", {}) or {})
             out.append((spec.name, kind.engine, this_python(), env))
         return out
     except Exception:  # noqa: BLE001 - prepare() reports the same problem, with its fix
@@ -262,8 +264,8 @@ def prepare(req: RunRequest, gpu: bool) -> Prepared:
     context sized to the run and checked against its KV cache), preflight."""
     if not req.prompts:
         raise PromptError("no prompt was given", "type a prompt or upload a prompt file")
-    cfg = req.config
     model = describe_model(req.model, trust_remote_code=req.trust_remote_code)
+    cfg = routes_for(req.config, model.num_experts)  # routes unset: on for a MoE model
     check_chat_template(model.path, req.prompts, cfg.chat)  # from the files: before transformers imports
     tok = tokenizer_for(model.path, req.trust_remote_code)
     vision = _check_images(req, model)

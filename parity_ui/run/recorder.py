@@ -24,7 +24,14 @@ from ..core.pooled import PairSample
 from ..core.runlog import EventCallback, RunEvent, finish, record_failure, this_owner
 from ..core.types import EngineInfo, PromptResult, Run, SideInfo, SideResult, StepColumns, TokenStep
 from ..inputs.prompts import PromptTokenizer
-from ..store.runs import save_comparisons, save_images, save_prompt_rows, save_run_row, save_side_result
+from ..store.runs import (
+    forget_run,
+    save_comparisons,
+    save_images,
+    save_prompt_rows,
+    save_run_row,
+    save_side_result,
+)
 from ..store.workloads import save_chunk
 from .plan import Prepared, SidePlan
 
@@ -182,6 +189,11 @@ class RunRecorder:
 
     def fail(self, exc: BaseException) -> None:
         record_failure(self.run, exc)
+
+    def forget(self) -> None:
+        """The run was refused before anything ran: its rows go (nothing stored)."""
+        with self._write:
+            forget_run(self.db, self.run.id)
 
     def finish(self) -> None:
         """Stamp the duration, release the run (owner none) and write its row."""

@@ -606,6 +606,18 @@ def save_run(db: Database, run: Run) -> None:
             save_comparisons(db, run.id, p)
 
 
+def forget_run(db: Database, run_id: str) -> None:
+    """Remove a run and every row that names it (a run refused before anything ran leaves nothing:
+    issue 46 item 5), and the image bytes no run names any more."""
+    with db.atomic():
+        for table in db.tables:
+            if table.name != "runs" and "run_id" in table.columns_dict:
+                db.execute(f"DELETE FROM [{table.name}] WHERE run_id = ?", [run_id])
+        db.execute("DELETE FROM runs WHERE id = ?", [run_id])
+        if "images" in db.table_names() and "run_images" in db.table_names():
+            db.execute("DELETE FROM images WHERE sha256 NOT IN (SELECT sha256 FROM run_images)")
+
+
 def save_run_row(db: Database, run: Run) -> None:
     """The run's own row (status, figures, config, sides, timings): what every flush writes."""
     db["runs"].upsert(
@@ -894,6 +906,7 @@ class RunSummary:
     error_code: str | None = None
     sides: str = ""
     headline: str | None = None  # a workload's one line (its prompts, each side's share identical and verdict)
+    decoding: str = "greedy"  # how tokens were chosen (core.config.decoding_text): a sampled run says so
 
 
 def list_runs(
@@ -951,9 +964,17 @@ def list_runs(
             error_code=r["error_code"],
             sides=r["sides"] or "",
             headline=r.get("headline"),
+            decoding=_decoding(r.get("config_json")),
         )
         for r in db.query(sql, params)
     ]
+
+
+def _decoding(config_json: str | None) -> str:
+    from ..core.config import decoding_text
+
+    config = _loads(config_json) if config_json else None
+    return decoding_text(config) if isinstance(config, dict) else "greedy"
 
 
 def distinct_models(db: Database) -> list[str]:

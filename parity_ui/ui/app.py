@@ -17,8 +17,9 @@ import gradio as gr
 
 from ..render.assets import CSS, JS
 from . import plots
+from .active_run import ActiveRunBar, RunGate
 from .audit_tab import AuditTab
-from .compare_tab import CompareTab, RunGate
+from .compare_tab import CompareTab
 from .config_tab import ConfigTab
 from .history_tab import HistoryTab
 from .runner import AppService
@@ -38,14 +39,16 @@ def create_app(service: AppService) -> gr.Blocks:
     compare = CompareTab(service, gate)
     config = ConfigTab(service)
     history = HistoryTab(service, gate)
+    bar = ActiveRunBar(gate)  # a run another tab started (or whose tab went away): seen, and stopped, from any tab
     audit = AuditTab(service, gate)
-    weights = WeightsTab(service)
+    weights = WeightsTab(service, gate)
     with gr.Blocks(title=TITLE) as app:
         gr.Markdown(
             f"## {TITLE}\nRun the same prompt through every side (vLLM, HF transformers, other settings, "
             "versions or checkpoints) with one canonical config, and see the first token where a side "
             "leaves the reference."
         )
+        bar.create_ui()
         with gr.Tabs() as tabs:
             compare.create_ui()
             config.create_ui()
@@ -76,15 +79,17 @@ def create_app(service: AppService) -> gr.Blocks:
         after_yaml(compare.commit_sides)  # Run wrote the panel's last edits into the YAML
         for event in config.validations:  # the YAML editor left, a form field, a preset: a new config
             compare.recount(event)
+            compare.clear_stale(event)  # a "Not run" card whose problem the new config fixed goes
         for event in config.yaml_rewrites:  # presets, reset, a loaded file: redraw the Sides panel
             event.then(
                 compare.sides.from_yaml,
-                [config.yaml, compare.sides.counter.edits],
+                [config.yaml],
                 compare.sides.redrawn,
                 api_name=False,
                 trigger_mode="always_last",
             )
         history.create_event_handlers(tabs=tabs, app=app)
+        bar.create_event_handlers(app)
         audit.create_event_handlers()
         weights.create_event_handlers(app)
         # A long view's page script fetches the rest of its hover details here once it shows.

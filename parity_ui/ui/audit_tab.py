@@ -11,11 +11,8 @@ only move values in and out.
 from __future__ import annotations
 
 import json
-import queue
-import sys
+import os
 import tempfile
-import threading
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,23 +22,21 @@ import gradio as gr
 from ..core.audit_record import AXES, AXIS_KEYS
 from ..core.config import build_config
 from ..core.errors import ParityError, PromptError
-from ..core.runlog import RunEvent
 from ..inputs.audit_prompts import builtin_prompts, describe_builtin
 from ..inputs.demo_model import DEMO_NAME
 from ..inputs.prompts import read_prompt_file
 from ..render import cards
 from ..render.audit import audit_page_html, certificate_json
-from ..render.markup import esc
 from ..service import AuditOutcome, AuditRequest
+from .active_run import session_of
 from .audit_view import AuditView
-from .live import follow
+from .live import StatusLive, follow
 from .result_view import ResultView
 
 THROTTLE_S = 0.5
 DEFAULT_SIDES = "ref=hf,dtype=float32\nb=vllm,dtype=float32,enable_prefix_caching=true"
 DEFAULT_SETTINGS = "max_new_tokens=32"
 AXIS_CHOICES = [(f"{label}: {what}", key) for key, (label, what) in AXES.items()]
-PROGRESS_LINES = 14
 
 
 def audit_request(
@@ -154,7 +149,8 @@ class AuditTab:
                     value=False,
                 )
                 self.run_btn = gr.Button("Run audit", variant="primary", elem_id="aud-run", scale=1)
-                self.stop_btn = gr.Button("Stop", variant="stop", elem_id="aud-stop", scale=1)
+                # Not red while nothing runs (issue 46 item 15, as the Compare tab's): it stops the app's run.
+                self.stop_btn = gr.Button("Stop", variant="secondary", elem_id="aud-stop", scale=1)
             self.progress = gr.HTML(elem_id="aud-progress")
             self.audit.create_ui()
             self.evidence = gr.File(label="Certificate (JSON and HTML)", visible=False, file_count="multiple")
@@ -185,30 +181,30 @@ class AuditTab:
                 self.evidence: gr.File(visible=False),
             }
             return
-        session = request.session_hash if request is not None else "api"
-        events: queue.Queue = queue.Queue()
-        lines: list[str] = []
-        worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-audit")
-        self.gate.begin(session)
+        # One of the app's runs (active_run.RunGate.launch): it runs on a worker thread, goes on if this tab
+        # goes, and every tab sees it (the bar above the tabs, its Stop); a run ahead of it is named.
+        names = ", ".join(s.name for s in req.config.sides)
+        live = StatusLive(f"Auditing {names}")
+        active, events = self.gate.launch(
+            session_of(request),
+            f"an audit of {names} on {_model_name(req.model)}",
+            live,
+            lambda emit: self.service.audit(req, emit, refuse=True),
+        )
         try:
-            worker.start()
             yield {
-                self.progress: cards.notice_html(f"Auditing {', '.join(s.name for s in req.config.sides)}..."),
+                self.progress: self.gate.draw(active, lambda live: live.progress()),
                 **self.audit.hidden(),
                 **self.view.cleared(),
                 self.evidence: gr.File(visible=False),
             }
-
-            def feed(ev: RunEvent) -> None:
-                if ev.kind == "status":
-                    lines.append(ev.message)
-                    del lines[:-PROGRESS_LINES]
-                self.gate.command_began()
-
-            for item in follow(events, feed, THROTTLE_S):
+            for item in follow(events, lambda ev: None, THROTTLE_S):
                 if item is None:
-                    yield {self.progress: _progress_html(lines)}
+                    yield {self.progress: self.gate.draw(active, lambda live: live.progress())}
                     continue
+                if isinstance(item, ParityError):  # refused before any side started: shown, not stored
+                    yield {self.progress: cards.error_html(item.message, item.fix, "Audit refused")}
+                    return
                 if not isinstance(item, AuditOutcome):
                     yield {
                         self.progress: cards.error_html(
@@ -231,21 +227,12 @@ class AuditTab:
                     self.evidence: gr.File(value=write_certificate(report, run.id), visible=bool(report.results)),
                 }
                 return
-        finally:
-            self.gate.end(session)
-
-    def _work(self, req: AuditRequest, events: queue.Queue) -> None:
-        try:
-            events.put(self.service.audit(req, events.put))
-        except BaseException as e:  # the audit stores user and engine errors itself: a bug guard
-            traceback.print_exc(file=sys.stderr)
-            events.put(e)
+        finally:  # the run goes on if this tab went away: every tab's bar then shows it
+            self.gate.unfollow(active)
 
     def stop(self, request: gr.Request | None = None) -> str:
-        session = request.session_hash if request is not None else "api"
-        if self.gate.stop(session):
-            return cards.notice_html("Stopping: the axes finished so far are kept.")
-        return cards.notice_html("Nothing of yours is running.")
+        """Stop the run on the engines, whichever tab started it (an audit keeps the axes it finished)."""
+        return cards.notice_html(self.gate.stop(session_of(request)))
 
     def create_event_handlers(self) -> None:
         inputs = [
@@ -273,5 +260,5 @@ class AuditTab:
         self.audit.create_event_handlers()
 
 
-def _progress_html(lines: list[str]) -> str:
-    return '<div class="pc-progress au-muted">' + "<br>".join(esc(x) for x in lines) + "</div>"
+def _model_name(model: str) -> str:
+    return os.path.basename(str(model).rstrip("/")) or str(model)

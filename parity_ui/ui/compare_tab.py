@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
-import threading
-import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +18,7 @@ import gradio as gr
 
 from ..core.config import ParityConfig
 from ..core.context import max_context
-from ..core.errors import ConfigError, ParityError, PromptError
+from ..core.errors import ConfigError, ModelError, ParityError, PromptError
 from ..core.types import Run
 from ..core.workload_record import FLOORS
 from ..inputs.demo_model import DEMO_LABEL, DEMO_NAME
@@ -30,6 +27,7 @@ from ..inputs.models import local_models
 from ..inputs.prompts import PROMPT_FILE_TYPES, PromptSpec, check_upload_size, parse_prompt_bytes, tokenizer_for
 from ..render import cards
 from ..service import ReplayRequest, Request, RunRequest, plan_request
+from .active_run import RunGate, session_of, waiting_text
 from .config_tab import config_from_text, config_summary_html, default_yaml
 from .live import LiveRun, WorkloadLive, follow
 from .replay_input import replay_request
@@ -58,60 +56,16 @@ def _pick(workload: Any) -> WorkloadPick:
     return workload if isinstance(workload, WorkloadPick) else WorkloadPick()
 
 
-class RunGate:
-    """Which session's run holds the engines, so Stop in one browser tab never cancels another's."""
-
-    def __init__(self, service: Any):
-        self.service = service
-        self._lock = threading.Lock()
-        self.session: str | None = None
-        self.stop_requested = False
-        self._passed_on = False
-        self._clicked: set[str] = set()  # sessions whose Run click is queued or running
-
-    def claim(self, session: str) -> bool:
-        """A Run click: True when the session has no run queued or running. Gradio drops a second
-        click of the same event while the first is pending (trigger_mode "once") without a word; the
-        page says so instead (CompareTab.click_note)."""
-        with self._lock:
-            if session in self._clicked:
-                return False
-            self._clicked.add(session)
-            return True
-
-    def release(self, session: str) -> None:
-        with self._lock:
-            self._clicked.discard(session)
-
-    def holder(self) -> str | None:
-        with self._lock:
-            return self.session
-
-    def begin(self, session: str) -> None:
-        with self._lock:
-            self.session, self.stop_requested, self._passed_on = session, False, False
-
-    def end(self, session: str) -> None:
-        with self._lock:
-            if self.session == session:
-                self.session, self.stop_requested = None, False
-
-    def stop(self, session: str) -> bool:
-        with self._lock:
-            if self.session != session:
-                return False
-            self.stop_requested = True
-        self.service.cancel()
-        return True
-
-    def command_began(self) -> None:
-        """Called at each event of the run (events come from inside the service's command). The
-        service lowers the Stop flag when a command begins (a Stop is for one command), so a Stop
-        pressed between the click and that moment is passed on here, once; a later Stop reaches the
-        command directly, and nested work (trials, chunks) inherits it: nothing re-arms it."""
-        if self.stop_requested and not self._passed_on:
-            self._passed_on = True
-            self.service.cancel()
+def _what(req: Request) -> str:
+    """A run for people, as the other tabs name it: "a comparison on demo (hf vs vllm)"."""
+    sides = " vs ".join(s.name for s in req.config.sides)
+    model = os.path.basename(str(req.model).rstrip("/")) or str(req.model)
+    if isinstance(req, ReplayRequest):
+        return f"a replay on {model} ({sides})"
+    if isinstance(req, RunRequest):
+        n = len(req.prompts)
+        return f"a comparison of {n} prompt{'s' if n != 1 else ''} on {model} ({sides})"
+    return f"a workload of {len(req.prompts)} prompts on {model} ({sides})"
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -252,7 +206,7 @@ class CompareTab:
             file_types=list(IMAGE_TYPES),
             type="filepath",
             elem_id="prompt-images",
-            height=120,
+            height=170,  # the floating label clears the upload icon (at 120 it sat over it, clipped)
         )
         self.image_info = gr.HTML(elem_id="image-info", container=False)
         self.file_prompts = gr.State(None)
@@ -299,7 +253,8 @@ class CompareTab:
     def _render_run(self) -> None:
         with gr.Row():
             self.run_btn = gr.Button("Run every side", variant="primary", elem_id="run-btn", scale=3)
-            self.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1)
+            # Not red while nothing runs (issue 46 item 15): Stop is a plain button; what it stops is said.
+            self.stop_btn = gr.Button("Stop", variant="secondary", elem_id="stop-btn", scale=1)
         self.stop_note = gr.HTML(elem_id="stop-note")
         self.progress = gr.HTML(elem_id="progress")
         self.run_id = gr.State(None)
@@ -337,6 +292,8 @@ class CompareTab:
             ]
         except ConfigError:
             return ""  # the config line under the prompt already names the problem
+        except ModelError:
+            return ""  # the model card beside the prompt names it (not a problem of the prompt)
         except ParityError as e:
             return cards.error_html(e.message, e.fix, "Prompt not usable")
         source = "Uploaded file: " if file_prompts else ""
@@ -514,21 +471,18 @@ class CompareTab:
             }
             return
         cfg = req.config
-        session = request.session_hash if request is not None else "api"
-        events: queue.Queue = queue.Queue()
-        worker = threading.Thread(target=self._work, args=(req, events), daemon=True, name="parity-run")
+        session = session_of(request)
         if isinstance(req, RunRequest):
             live: Any = LiveRun([side.name for side in cfg.sides], len(req.prompts), cfg.max_new_tokens)
         elif isinstance(req, ReplayRequest):
             live = WorkloadLive(pick.prompts if pick is not None else 0, pick.description if pick is not None else "")
         else:
             live = WorkloadLive(len(req.prompts), req.options.source.get("description", ""))
-        self.gate.begin(session)
+        active, events = self.gate.launch(session, _what(req), live, lambda emit: self.service.run(req, emit))
         try:
-            worker.start()
-            yield from self._stream(live, events)
-        finally:
-            self.gate.end(session)
+            yield from self._stream(active, events)
+        finally:  # the run goes on if this tab went away: every tab's bar then shows it (active_run)
+            self.gate.unfollow(active)
 
     def _workload_request(self, pick: WorkloadPick, model: str, trust: bool, cfg_text: str, images: Any) -> Request:
         """The picked file read again (as it runs), as the service's plan_request makes it: a workload, or
@@ -563,30 +517,17 @@ class CompareTab:
             source_name=pick.name,
         )
 
-    def _work(self, req: Request, events: queue.Queue) -> None:
-        try:
-            events.put(self.service.run(req, events.put))
-        except ParityError as e:  # a replay's dump refused by its preflight, before any engine loads
-            events.put(e)
-        except BaseException as e:  # service.run stores user errors itself; this is a bug guard
-            traceback.print_exc(file=sys.stderr)
-            events.put(e)
-
     def _finished(self, run: Run) -> dict[Any, Any]:
         if run.workload is not None:  # its view follows (workload_view), a prompt's tokens on a click there
             note = "Pick a prompt in the workload's table above to see its tokens here."
             return {self.progress: "", **self.view.values(None, message=note), self.run_id: run.id}
         return {self.progress: "", **self.view.values(run, reveal=True), self.run_id: run.id}
 
-    def _stream(self, live: Any, events: queue.Queue) -> Iterator[dict[Any, Any]]:
-        """The live view (a LiveRun, or a WorkloadLive: progress only) until the run is done."""
-        yield {**self.view.cleared(), self.progress: live.progress()}
-
-        def feed(ev: Any) -> None:
-            live.feed(ev)
-            self.gate.command_began()
-
-        for item in follow(events, feed, THROTTLE_S):
+    def _stream(self, active: Any, events: queue.Queue) -> Iterator[dict[Any, Any]]:
+        """The live view (a LiveRun, or a WorkloadLive: progress only) until the run is done. The worker
+        thread feeds it (RunGate.launch); this draws it."""
+        yield {**self.view.cleared(), self.progress: self.gate.draw(active, lambda live: live.progress())}
+        for item in follow(events, lambda ev: None, THROTTLE_S):
             if isinstance(item, Run):
                 yield self._finished(item)
                 return
@@ -606,31 +547,71 @@ class CompareTab:
                     self.run_id: None,
                 }
                 return
-            yield {self.progress: live.progress(), **({self.view.panes: live.panes()} if live.streams_tokens else {})}
+            yield self.gate.draw(
+                active,
+                lambda live: {
+                    self.progress: live.progress(),
+                    **({self.view.panes: live.panes()} if live.streams_tokens else {}),
+                },
+            )
 
     def click_note(self, request: gr.Request = None) -> str:
         """Run pressed: nothing to say, unless this tab's run is still queued or running (the click
-        starts nothing: gradio lets one run per event at a time) or another tab's run holds the engines
-        (this one waits for it)."""
-        session = request.session_hash if request is not None else "api"
+        starts nothing: gradio lets one run per event at a time) or another run holds the engines
+        (this one waits for it: which one, and Stop ends it)."""
+        session = session_of(request)
         if not self.gate.claim(session):
             return cards.notice_html(
                 "A run of this tab is still under way, so this click started nothing. "
                 "Wait for it to end, or press Stop, then press Run again."
             )
-        holder = self.gate.holder()
-        if holder is not None and holder != session:
-            return cards.notice_html("Another tab's run holds the engines: this run starts when that one ends.")
+        head = self.gate.head()
+        if head is not None and head.session != session:
+            return cards.notice_html(waiting_text(head, session) + ": this run starts when that one ends.")
         return ""
 
+    def stale_refusal(
+        self,
+        summary: str | None,
+        model: str,
+        trust: bool,
+        prompt: str,
+        file_prompts: list[dict] | None,
+        cfg_text: str,
+        refused_file: Any = None,
+        workload: WorkloadPick | None = None,
+    ) -> Any:
+        """After an input changed (the config checked, reset or loaded, a model picked, a file given or
+        cleared): a "Not run" card whose problem is gone goes (issue 46 item 6: it stayed, even after
+        Reset to defaults). It stays while the page would refuse the run again."""
+        if REFUSED not in (summary or ""):
+            return gr.skip()
+        pick = _pick(workload)
+        if run_refusal(cfg_text, refused_file, pick) is not None:
+            return gr.skip()
+        try:
+            self.service.describe(model or DEMO_NAME, bool(trust))
+            if not pick.active:
+                _specs(prompt, file_prompts)
+        except ParityError:
+            return gr.skip()
+        return {self.view.summary: ""}
+
+    def clear_stale(self, event: Any) -> None:
+        """Chain `stale_refusal` after `event`."""
+        event.then(
+            self.stale_refusal,
+            [self.view.summary, *self.count_inputs[:5], self.refused_file, self.workload],
+            [self.view.summary],
+            api_name=False,
+            show_progress="hidden",
+        )
+
     def release_click(self, request: gr.Request = None) -> None:
-        self.gate.release(request.session_hash if request is not None else "api")
+        self.gate.release(session_of(request))
 
     def stop(self, request: gr.Request) -> str:
-        session = request.session_hash if request is not None else "api"
-        if self.gate.stop(session):
-            return cards.notice_html("Stopping: the run is stored as cancelled.")
-        return cards.notice_html("Nothing of yours is running (a queued run starts when the engines are free).")
+        return cards.notice_html(self.gate.stop(session_of(request)))
 
     # -- events --------------------------------------------------------------------------------
 
@@ -640,7 +621,9 @@ class CompareTab:
         queued up on a busy machine. A new config recounts it through `recount`."""
         ctx = [self.model, self.trust]
         self.count_inputs = [*ctx, self.prompt, self.file_prompts, cfg_yaml, self.workload]
-        self.recount(self.model.change(self.describe, ctx, self.model_info, api_name="describe_model"))
+        described = self.model.change(self.describe, ctx, self.model_info, api_name="describe_model")
+        self.recount(described)
+        self.clear_stale(described)
         self.trust.change(self.describe, ctx, self.model_info, api_name=False)
         gr.on(
             [self.prompt.blur, self.prompt.submit],
@@ -654,16 +637,20 @@ class CompareTab:
             concurrency_id="count",
         )
         file_outputs = [self.file_prompts, self.clear_file_btn, self.prompt_info, self.workload, self.refused_file]
-        self.prompt_file.upload(
+        uploaded_file = self.prompt_file.upload(
             self.upload, [self.prompt_file, self.workload], file_outputs, api_name="upload_prompts"
-        ).then(
+        )
+        self.clear_stale(uploaded_file)
+        uploaded_file.then(
             self.count_file,
             [*ctx, self.file_prompts, cfg_yaml],
             self.prompt_info,
             api_name=False,
             show_progress="hidden",
         )
-        self.recount(self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False))
+        cleared_file = self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False)
+        self.recount(cleared_file)
+        self.clear_stale(cleared_file)
         # Workload options: a pick at once, a typed one when it is left (or on Enter).
         options = [
             self.workload,
@@ -707,7 +694,7 @@ class CompareTab:
         self.commit_sides = self.run_btn.click(
             self.sides.commit,
             [cfg_yaml, *self.sides.state],
-            [cfg_yaml, self.sides.error, self.sides.counter.synced],
+            [cfg_yaml, self.sides.error, self.sides.drawn],
             api_name=False,
             queue=False,
             show_progress="hidden",

@@ -14,11 +14,10 @@ from typing import Any
 import gradio as gr
 import yaml
 
-from ..core.config import PRESETS, ParityConfig, config_from_dict, parse_config_text
+from ..core.config import PRESETS, ParityConfig, config_from_dict, decoding_text, parse_config_text
 from ..core.errors import ConfigError, ParityError
 from ..core.kinds import DTYPES
 from ..render import cards
-from .edits import EditCounter, pending
 
 MAX_CONFIG_BYTES = 1 * 2**20
 CONFIG_FILE_TYPES = (".yaml", ".yml", ".json")
@@ -42,7 +41,16 @@ FORM_KEYS: dict[str, tuple[str, str]] = {
     "max_model_len": ("max_model_len", "context limit; empty = the model's own"),
     "batch_size": ("batch_size", "prompts per generate call"),
     "chat": ("chat template", "apply the model's chat template once (both engines get the same ids)"),
+    "routes": (
+        "MoE routes",
+        "record and compare which experts each token used; 'follow the model': on for a mixture-of-experts "
+        "model, off for a dense one (what it costs: the docs' MoE routes page)",
+    ),
 }
+# The routes field's choices and their YAML values (null: follow the model).
+ROUTES_CHOICES = [("follow the model (on for MoE models)", "auto"), ("on", "on"), ("off", "off")]
+ROUTES_VALUE = {"auto": None, "on": True, "off": False}
+ROUTES_SHOWN = {None: "auto", True: "on", False: "off"}
 
 
 def config_from_text(text: str) -> ParityConfig:
@@ -85,7 +93,7 @@ def app_defaults_note() -> str:
 
 
 def config_summary_html(cfg: ParityConfig) -> str:
-    mode = "greedy" if cfg.greedy else f"sampling, temperature {cfg.temperature}"
+    mode = html.escape(decoding_text(cfg))
     sides = " vs ".join(html.escape(s.describe()) for s in cfg.sides)
     chat_note = cli_default_note("chat", cfg.chat)
     parts = [
@@ -129,9 +137,11 @@ def _raw_form_values(text: str) -> dict[str, Any]:
         v = data.get(key)
         if key == "chat" and isinstance(v, bool):
             out[key] = v
+        elif key == "routes" and (v is None or isinstance(v, bool)):
+            out[key] = v
         elif key == "dtype" and v in DTYPES:
             out[key] = v
-        elif key not in ("chat", "dtype") and isinstance(v, (int, float)) and not isinstance(v, bool):
+        elif key not in ("chat", "dtype", "routes") and isinstance(v, (int, float)) and not isinstance(v, bool):
             out[key] = v
     return out
 
@@ -145,7 +155,14 @@ class ConfigTab:
     def create_ui(self) -> None:
         with gr.Tab("Config", id="config"):
             with gr.Row():
-                self.preset = gr.Dropdown(label="Preset", choices=list(PRESETS), value=None, scale=3)
+                self.preset = gr.Dropdown(
+                    label="Config preset",
+                    info=f"a ready config ({', '.join(PRESETS)}): pick one, then Apply preset",
+                    choices=list(PRESETS),
+                    value=None,
+                    scale=3,
+                    elem_id="cfg-preset",
+                )
                 self.apply_preset_btn = gr.Button("Apply preset", scale=1)
                 self.reset_btn = gr.Button("Reset to defaults", scale=1)
             gr.HTML(app_defaults_note(), elem_id="cfg-app-defaults")
@@ -195,8 +212,14 @@ class ConfigTab:
                 value=d.batch_size, precision=0, label="batch_size", info=FORM_KEYS["batch_size"][1]
             ),
             "chat": gr.Checkbox(value=APP_DEFAULTS["chat"], label="chat template", info=FORM_KEYS["chat"][1]),
+            "routes": gr.Dropdown(
+                choices=ROUTES_CHOICES,
+                value=ROUTES_SHOWN[d.routes],
+                label="MoE routes",
+                info=FORM_KEYS["routes"][1],
+                elem_id="cfg-routes",
+            ),
         }
-        self.counter = EditCounter("form")
 
     @property
     def field_list(self) -> list[Any]:
@@ -214,7 +237,7 @@ class ConfigTab:
                 "elem_classes": ["field-error"] if bad else [],
             }
             if data is not None and key in data:
-                kw["value"] = data[key]
+                kw["value"] = ROUTES_SHOWN.get(data[key], "auto") if key == "routes" else data[key]
             out[comp] = type(comp)(**kw)
         return out
 
@@ -242,28 +265,30 @@ class ConfigTab:
     def yaml_changed(self, text: str, model: str, trust: bool) -> dict[Any, Any]:
         return self._validate(text, model, trust, set_fields=True)
 
-    def form_changed(
-        self, text: str, edits: int | None, synced: int | None, model: str, trust: bool, *values: Any
-    ) -> Any:
-        """A form field was left (or Enter pressed, or a dtype or chat picked) after an edit: write
-        every form value into the YAML (keeping the other keys). Leaving a field unedited writes
-        nothing (the YAML keeps its own formatting and comments)."""
-        if not pending(edits, synced):
-            return gr.skip()
+    def form_changed(self, text: str, model: str, trust: bool, *values: Any) -> Any:
+        """A form field was left (or Enter pressed, or a dtype or chat picked): when a value differs
+        from the YAML's, write every form value into the YAML (keeping the other keys). A field left
+        unedited writes nothing (the YAML keeps its own formatting and comments). Decided by content,
+        not by counting keystrokes in the page: the count of a paste left at once arrived after the
+        write it should have caused (issue 46 item 1)."""
         try:
             data = parse_config_text(text, "YAML")
         except ConfigError as e:
             return {self.error: cards.error_html(e.message, "fix the YAML first, then use the form", "Invalid config")}
+        form = {}
         for key, value in zip(self.fields, values):
             if isinstance(value, float) and value.is_integer() and key not in ("temperature", "top_p"):
                 value = int(value)
-            data[key] = value
+            form[key] = ROUTES_VALUE.get(value) if key == "routes" else value
+        try:
+            current = config_from_text(text).to_dict()
+            if all(current.get(k) == v for k, v in form.items()):
+                return gr.skip()
+        except ConfigError:
+            pass  # the YAML is not a valid config: the form's values may be its fix
+        data.update(form)
         new_text = yaml.safe_dump(data, sort_keys=False)
-        return {
-            self.yaml: new_text,
-            self.counter.synced: edits,
-            **self._validate(new_text, model, trust, set_fields=False),
-        }
+        return {self.yaml: new_text, **self._validate(new_text, model, trust, set_fields=False)}
 
     def apply_preset(self, name: str | None, model: str, trust: bool) -> dict[Any, Any]:
         text = preset_yaml(name) if name in PRESETS else default_yaml()
@@ -326,13 +351,12 @@ class ConfigTab:
         ]
         numbers = [c for c in self.field_list if isinstance(c, gr.Number)]
         picks = [c for c in self.field_list if not isinstance(c, gr.Number)]
-        self.counter.count(self.field_list)  # before the write: a pick triggers both
         self.validations.append(
             gr.on(
                 [*[c.blur for c in numbers], *[c.submit for c in numbers], *[c.input for c in picks]],
                 self.form_changed,
-                [self.yaml, self.counter.edits, self.counter.synced, *ctx, *self.field_list],
-                [self.yaml, self.counter.synced, *checked],
+                [self.yaml, *ctx, *self.field_list],
+                [self.yaml, *checked],
                 api_name=False,
                 trigger_mode="always_last",
                 show_progress="hidden",

@@ -90,9 +90,11 @@ def _result(r: Any, bisects: dict[str, str], trials: dict[str, int]) -> str:
         return "error: " + (r.error or "")[:80]
     if r.status in ("cancelled", "interrupted", "running"):
         return r.status
+    # A sampled run says so (issue 46 item 11): "identical" means another thing under sampling.
+    drawn = "" if r.decoding == "greedy" else f" ({r.decoding})"
     if r.identical:
-        return "identical"
-    return f"diverged at token {r.first_divergence}"
+        return "identical" + drawn
+    return f"diverged at token {r.first_divergence}" + drawn
 
 
 def _excerpt(text: str) -> str:
@@ -145,7 +147,7 @@ class HistoryTab:
     QUIET_S = 2.0  # nor when a run was opened this shortly before the list: its page is still being built
 
     def __init__(self, service: Any, gate: Any = None):
-        from .compare_tab import RunGate
+        from .active_run import RunGate
 
         self.service = service
         self.gate = gate if gate is not None else RunGate(service)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from ..core.runlog import RunEvent
 from ..core.types import TokenStep
-from ..render.cards import progress_html
+from ..render.cards import progress_html, status_progress_html
 from ..render.report_parts import bisect_progress_html
 from ..render.tokens import Stream, first_difference, panes_html
 from ..render.workload import workload_progress_html
@@ -30,6 +30,13 @@ class SideStates:
         self.state: dict[str, tuple[str, float]] = {}
 
     def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "progress":
+            # A workload's sides take turns in each chunk: the side of this line works now, and one that
+            # generated or scored before it has done its part (issue 46 item 14: it read "generating" on).
+            # A line with no side is between calls: nobody works.
+            for side, (what, _) in list(self.state.items()):
+                if side != ev.side and what in ("generating", "scoring"):
+                    self.state[side] = ("its part of the chunk done", time.monotonic())
         if ev.side is None:
             return
         if ev.kind in ("token", "progress"):
@@ -123,7 +130,7 @@ class WorkloadLive:
         self.n_prompts = n_prompts
         self.source = source
         self.done = 0
-        self.eta = ""  # the newest progress line: "128/1000 prompts done, 2.1 prompts/s, about 6 min left"
+        self.eta = ""  # the newest progress line (commands.workload.blocks.progress_line)
         self.fraction: float | None = None  # the share of the work done, inside a chunk too
         self.phase = "Queued: waiting for the engines"
         self.log: list[str] = []
@@ -173,6 +180,32 @@ class WorkloadLive:
             self.fraction,
             self.states.now(),
         )
+
+
+class StatusLive:
+    """A command in progress that says where it is in status lines (an audit: each axis as it starts
+    and ends; a weight check: the digests, the probe): its phase and its last LINES lines. Until its
+    first event the phase is its title, or, while it waits for another run, which run
+    (active_run.RunGate.draw sets it)."""
+
+    streams_tokens = False
+    LINES = 14
+
+    def __init__(self, title: str):
+        self.title = title
+        self.phase = title
+        self.log: list[str] = []
+        self.t0 = time.monotonic()
+
+    def feed(self, ev: RunEvent) -> None:
+        if ev.kind == "token" or not ev.message:
+            return
+        self.phase = self.title
+        self.log.append(ev.message.strip())
+        del self.log[: -self.LINES]
+
+    def progress(self) -> str:
+        return status_progress_html(self.phase, self.log, time.monotonic() - self.t0)
 
 
 class BisectLive:

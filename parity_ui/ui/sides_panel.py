@@ -4,10 +4,19 @@ and a YAML edit redraws the panel.
 
 The conversions are pure functions (tested without a browser); `SidesPanel` builds the components
 and wires them.
+
+Which is newer, the slots or the YAML, is decided by content, never by counting events: a hidden
+field (`drawn`) holds the sides the slots and the YAML last agreed on (set in the same reply that
+sets the YAML or redraws the slots, so the page holds the two together). Slots that differ from it
+were edited since, and win; slots equal to it were not, and the YAML (perhaps newer, its redraw of
+the slots still on its way) stands. Run reads the slots as they are at the click. Counting
+keystrokes in the page lagged: a paste and a Tab at once reached the server before the count of the
+paste did, so the paste was taken for no edit and the run used the old sides (issue 46 item 1).
 """
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import Any
 
@@ -18,7 +27,7 @@ from ..core.config import SIDE_PRESET_LABELS, SIDE_PRESETS, parse_config_text
 from ..core.errors import ConfigError
 from ..core.kinds import KINDS
 from ..core.sides import DEFAULT_SIDES, SIDE_KEYS, parse_side_arg
-from .edits import EditCounter, WriteOrder, pending
+from .edits import EditCounter, WriteOrder
 
 MAX_UI_SIDES = 4  # slots on the page; the YAML and the CLI take up to parity_ui.core.sides.MAX_SIDES
 FIELDS = ("name", "kind", "options", "model", "python")
@@ -66,6 +75,13 @@ def sides_from_slots(count: int, values: list[str]) -> list[dict[str, Any]]:
     return sides
 
 
+def agreed(sides: list[dict[str, Any]]) -> str:
+    """The sides as the slots would give them back once drawn (at most MAX_UI_SIDES, options as the
+    slots parse them), in one canonical JSON text: equal texts, the same sides."""
+    count, values = slots_from_sides(sides)
+    return json.dumps(sides_from_slots(count, values), sort_keys=True)
+
+
 def yaml_with_sides(text: str, sides: list[dict[str, Any]]) -> str:
     """The config YAML with its sides replaced (and the legacy per-side sections folded in)."""
     data = parse_config_text(text, "YAML")
@@ -94,14 +110,16 @@ def sides_in_yaml(text: str) -> list[dict[str, Any]]:
 
 class SidesPanel:
     """The slots. A slot writes into the YAML when it is left (or on Enter, or a kind is picked),
-    not on every key (parity_ui.ui.edits says why); the edit counter says whether the panel is
-    newer than the YAML when Run is pressed straight from a slot."""
+    not on every key (parity_ui.ui.edits says why); Run writes whatever the slots hold that the YAML
+    has not had (the module docstring says how that is told). The page's edit counter only orders
+    two writes in flight (WriteOrder)."""
 
     def create_ui(self) -> None:
         with gr.Accordion("Sides: what is compared (the first is the reference)", open=False, elem_id="sides-panel"):
             with gr.Row():
                 self.preset = gr.Dropdown(
-                    label="Preset",
+                    label="Sides preset",
+                    info="a ready pair of sides: pick one, then Use preset (it replaces the sides below)",
                     choices=[(v, k) for k, v in SIDE_PRESET_LABELS.items()],
                     value=None,
                     scale=3,
@@ -155,6 +173,8 @@ class SidesPanel:
                 self.slots += [name, kind, opts, model, python]
                 self.remove_btns.append(rm)
             self.error = gr.HTML(elem_id="sides-error")
+            # The sides the slots and the YAML last agreed on (the module docstring says why).
+            self.drawn = gr.Textbox(agreed([dict(s) for s in DEFAULT_SIDES]), visible=False, elem_id="sides-drawn")
             self.counter = EditCounter("sides")
             self.order = WriteOrder()
 
@@ -172,50 +192,66 @@ class SidesPanel:
         from ..render.cards import error_html
 
         try:
-            return {self.yaml: yaml_with_sides(text, sides_from_slots(count, values)), self.error: ""}
+            sides = sides_from_slots(count, values)
+            return {self.yaml: yaml_with_sides(text, sides), self.error: "", self.drawn: agreed(sides)}
         except ConfigError as e:
             return {self.error: error_html(e.message, e.fix, "Sides not usable")}
 
-    def from_yaml(self, text: str, edits: int | None) -> Any:
-        """A YAML edit (or preset, reset, load): redraw the slots from its sides (so the panel is
-        as new as the YAML: `synced` catches up with `edits`)."""
+    def from_yaml(self, text: str) -> Any:
+        """A YAML edit (or preset, reset, load): redraw the slots from its sides, and note them as
+        agreed."""
         try:
             sides = sides_in_yaml(text)
         except ConfigError:
             return gr.skip()
         count, values = slots_from_sides(sides)
-        return {**self._show(count, values), self.counter.synced: edits}
+        try:
+            drawn = agreed(sides)
+        except ConfigError:
+            drawn = ""  # sides the slots cannot give back (one has no name): whatever the slots hold differs
+        return {**self._show(count, values), self.drawn: drawn}
+
+    def agreed_in(self, text: str) -> Any:
+        """After a write of the slots whole (add, remove, a preset; their outputs are an API's):
+        the YAML's sides, noted as agreed. Until it lands the slots differ from the old note, so
+        a Run between writes them again: the same sides."""
+        try:
+            return agreed(sides_in_yaml(text))
+        except ConfigError:
+            return gr.skip()
 
     def flush(
-        self, request: gr.Request, text: str, edits: int | None, synced: int | None, count: int, *values: str
+        self, request: gr.Request, text: str, drawn: str | None, edits: int | None, count: int, *values: str
     ) -> Any:
-        """A slot was left (or Enter pressed, or a kind picked): its edits since the last write go
-        into the YAML, or the error box says what is wrong (and they stay pending). A write that
-        read older slots than one already written is dropped (WriteOrder says why)."""
-        if not pending(edits, synced):
-            return gr.skip()
+        """A slot was left (or Enter pressed, or a kind picked): slots edited since they last agreed
+        with the YAML go into it, or the error box says what is wrong. A write that read older slots
+        than one already written is dropped (WriteOrder says why)."""
+        try:
+            edited = agreed(sides_from_slots(count, list(values))) != drawn
+        except ConfigError:
+            edited = True  # _written names the problem
+        if not edited:
+            return {self.error: ""}  # left unedited (or edited back): the YAML keeps its own formatting
         if not self.order.newer(getattr(request, "session_hash", None), edits):
             return gr.skip()
-        out = self._written(text, count, list(values))
-        if self.yaml in out:
-            out[self.counter.synced] = edits  # after the YAML in `outputs`: a Run reading between sees it pending
-        return out
+        return self._written(text, count, list(values))
 
-    def commit(self, text: str, edits: int | None, synced: int | None, count: int, *values: str) -> Any:
-        """Before a run: edits the YAML has not had yet go in. Pressing Run straight from a slot
-        leaves it, but that write is still on its way when the run reads the YAML. Raises gr.Error
-        when those edits do not make valid sides (the run would otherwise use the old ones)."""
-        if not pending(edits, synced):
-            return gr.skip()
+    def commit(self, text: str, drawn: str | None, edits: int | None, count: int, *values: str) -> Any:
+        """Run pressed: the slots as they are at the click, where they were edited since they last
+        agreed with the YAML, go into it before the run reads it (the write of a slot just left may
+        still be on its way, or not started). Raises gr.Error when those slots do not make valid
+        sides (the run would otherwise use the old ones)."""
         try:
             sides = sides_from_slots(count, list(values))
         except ConfigError as e:
             raise gr.Error(f"Sides not usable: {e.message}. Fix: {e.fix}", title="Sides not usable") from None
+        if agreed(sides) == drawn:
+            return gr.skip()  # not edited: the YAML is as new (or newer: its redraw of the slots is on its way)
         try:
             text = yaml_with_sides(text, sides)
         except ConfigError:
             return gr.skip()  # the YAML itself does not parse: the run says so, and stores it
-        return {self.yaml: text, self.error: "", self.counter.synced: edits}
+        return {self.yaml: text, self.error: "", self.drawn: agreed(sides)}
 
     def add(self, text: str, count: int, *values: str) -> Any:
         if count >= MAX_UI_SIDES:
@@ -238,7 +274,9 @@ class SidesPanel:
         vals = list(values)
         del vals[5 * index : 5 * index + 5]
         vals += ["", "vllm", "", "", ""]
-        return {**self._written(text, count - 1, vals), **self._show(count - 1, vals)}
+        written = self._written(text, count - 1, vals)
+        written.pop(self.drawn, None)
+        return {**written, **self._show(count - 1, vals)}
 
     def apply_preset(self, name: str | None, text: str) -> Any:
         if name not in SIDE_PRESETS:
@@ -255,43 +293,38 @@ class SidesPanel:
         shown = [self.count, *self.rows, *self.slots]
         texts = [c for c in self.slots if isinstance(c, gr.Textbox)]
         kinds = [c for c in self.slots if not isinstance(c, gr.Textbox)]
-        self.counter.count(self.slots)  # before `flush`: a kind's pick triggers both
+        self.counter.count(self.slots)  # orders two writes in flight (WriteOrder); decides nothing else
         after_yaml(
             gr.on(
                 [*[c.blur for c in texts], *[c.submit for c in texts], *[c.input for c in kinds]],
                 self.flush,
                 [cfg_yaml, *self.state],
-                [cfg_yaml, self.error, self.counter.synced],
+                [cfg_yaml, self.error, self.drawn],
                 api_name=False,
                 trigger_mode="always_last",
                 show_progress="hidden",
             )
         )
-        rewrites = [
-            self.add_btn.click(self.add, [cfg_yaml, self.count, *self.slots], [cfg_yaml, *shown], api_name="add_side")
-        ]
+        written = [cfg_yaml, *shown]
+        rewrites = [self.add_btn.click(self.add, [cfg_yaml, self.count, *self.slots], written, api_name="add_side")]
         rewrites += [
             btn.click(
                 partial(self.remove, i),
                 [cfg_yaml, self.count, *self.slots],
-                [cfg_yaml, *shown, self.error],
+                [*written, self.error],
                 api_name=False,
             )
             for i, btn in enumerate(self.remove_btns)
         ]
         rewrites.append(
-            self.apply_btn.click(
-                self.apply_preset, [self.preset, cfg_yaml], [cfg_yaml, *shown], api_name="sides_preset"
-            )
+            self.apply_btn.click(self.apply_preset, [self.preset, cfg_yaml], written, api_name="sides_preset")
         )
         for event in rewrites:
-            event.then(
-                self.counter.caught_up, [self.counter.edits], [self.counter.synced], api_name=False, queue=False
-            )  # the slots were written whole: nothing is pending
+            event.then(self.agreed_in, [cfg_yaml], [self.drawn], api_name=False, queue=False)
             after_yaml(event)
         cfg_yaml.blur(
             self.from_yaml,
-            [cfg_yaml, self.counter.edits],
+            [cfg_yaml],
             self.redrawn,
             api_name=False,
             trigger_mode="always_last",
@@ -300,8 +333,9 @@ class SidesPanel:
 
     @property
     def state(self) -> list[Any]:
-        """What `flush` and `commit` read after the YAML: the two counters, the slots."""
-        return [self.counter.edits, self.counter.synced, self.count, *self.slots]
+        """What `flush` and `commit` read after the YAML: the agreed sides, the page's edit count
+        (for ordering only), the slots."""
+        return [self.drawn, self.counter.edits, self.count, *self.slots]
 
     @property
     def shown(self) -> list[Any]:
@@ -309,5 +343,5 @@ class SidesPanel:
 
     @property
     def redrawn(self) -> list[Any]:
-        """What `from_yaml` sets: the slots shown, and the counter of edits written."""
-        return [*self.shown, self.counter.synced]
+        """What `from_yaml` sets: the slots shown, and the sides noted as agreed."""
+        return [*self.shown, self.drawn]

@@ -8,10 +8,6 @@ Which pairs are offered and what is refused: parity_ui.commands.which_setting.
 
 from __future__ import annotations
 
-import queue
-import sys
-import threading
-import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +18,7 @@ from ..core.errors import ParityError
 from ..core.types import Run
 from ..render import cards
 from ..render.report_parts import bisect_html
+from .active_run import session_of
 from .live import BisectLive, follow
 
 THROTTLE_S = 0.25
@@ -153,27 +150,26 @@ class WhichSettingView:
             shown = " vs ".join(parse_pair(pair) or ())
         except ParityError:
             shown = str(pair)
-        session = request.session_hash if request is not None else "api"
-        events: queue.Queue = queue.Queue()
         live = BisectLive(shown)
-        worker = threading.Thread(
-            target=self._work, args=(run_id, pair, prompts, events), daemon=True, name="parity-bisect"
+        active, events = self.gate.launch(
+            session_of(request),
+            f"Which setting? {shown}",
+            live,
+            lambda emit: self.runner.which_setting(run_id, pair, prompts, emit),
         )
-        self.gate.begin(session)
         try:
-            worker.start()
             yield {
                 self.btn: gr.Button(interactive=False),
                 self.stop_btn: gr.Button(visible=True),
-                self.progress: live.progress(),
+                self.progress: self.gate.draw(active, lambda live: live.progress()),
                 self.result: "",
             }
             done = {self.btn: gr.Button(interactive=True), self.stop_btn: gr.Button(visible=False), self.progress: ""}
-            for item in follow(events, lambda ev: self._feed(live, ev), THROTTLE_S):
+            for item in follow(events, lambda ev: None, THROTTLE_S):
                 if isinstance(item, Run):
                     yield {**done, self.result: bisect_result_html(item)}
                     return
-                if isinstance(item, ParityError):
+                if isinstance(item, ParityError):  # refused before it started: nothing stored
                     yield {**done, self.result: cards.error_html(item.message, item.fix, "Which setting? cannot start")}
                     return
                 if isinstance(item, BaseException):
@@ -185,30 +181,18 @@ class WhichSettingView:
                         ),
                     }
                     return
-                out = {self.progress: live.progress()}
-                if live.take_changed() and live.bisect_id:  # a trial was stored: its row joins the table
+                progress, changed = self.gate.draw(active, lambda live: (live.progress(), live.take_changed()))
+                out = {self.progress: progress}
+                if changed and live.bisect_id:  # a trial was stored: its row joins the table
                     so_far = self.runner.reader.get_run(live.bisect_id, prompts=[])
                     if so_far is not None and so_far.bisect is not None:
                         out[self.result] = bisect_html(so_far)
                 yield out
-        finally:
-            self.gate.end(session)
-
-    def _feed(self, live: BisectLive, ev: Any) -> None:
-        live.feed(ev)
-        self.gate.command_began()
-
-    def _work(self, run_id: str, pair: Any, prompts: Any, events: queue.Queue) -> None:
-        try:
-            events.put(self.runner.which_setting(run_id, pair, prompts, events.put))
-        except ParityError as e:  # refused before it started: nothing stored
-            events.put(e)
-        except BaseException as e:  # the bisect stores user and engine errors itself: a bug guard
-            traceback.print_exc(file=sys.stderr)
-            events.put(e)
+        finally:  # the search goes on if this tab went away: the bar above the tabs shows it
+            self.gate.unfollow(active)
 
     def stop(self, request: gr.Request = None) -> None:
-        self.gate.stop(request.session_hash if request is not None else "api")
+        self.gate.stop(session_of(request))
 
     # -- events ---------------------------------------------------------------------------------
 

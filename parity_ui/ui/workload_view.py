@@ -11,10 +11,6 @@ sorted in the page (parity_ui.render.assets), not by a server call per click.
 from __future__ import annotations
 
 import dataclasses
-import queue
-import sys
-import threading
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +35,7 @@ from ..render.workload import (
     survival_svg,
     workload_card_html,
 )
+from .active_run import session_of
 from .live import WorkloadLive, follow
 from .recent import Recent
 from .result_view import ResultView
@@ -312,23 +309,21 @@ class WorkloadView:
             return
         before = self.parts(run_id)
         w = before["run"].workload if before else None
-        session = request.session_hash if request is not None else "api"
-        events: queue.Queue = queue.Queue()
         live = WorkloadLive(w.n_prompts if w else 0, (w.options.source.get("description") or "") if w else "")
-        worker = threading.Thread(target=self._resume_work, args=(run_id, events), daemon=True, name="parity-resume")
-        self.gate.begin(session)
+        active, events = self.gate.launch(
+            session_of(request), f"the resumed workload {run_id}", live, lambda emit: self.runner.resume(run_id, emit)
+        )
         try:
-            worker.start()
             yield {
                 self.resume_btn: gr.Button(visible=False),
                 self.stop_btn: gr.Button(visible=True),
-                self.progress: live.progress(),
+                self.progress: self.gate.draw(active, lambda live: live.progress()),
             }
-            for item in follow(events, lambda ev: self._feed(live, ev), THROTTLE_S):
+            for item in follow(events, lambda ev: None, THROTTLE_S):
                 if isinstance(item, Run):
                     yield self.values(item.id)
                     return
-                if isinstance(item, ParityError):
+                if isinstance(item, ParityError):  # nothing to resume (finished, running elsewhere, not a workload)
                     yield {
                         self.resume_btn: gr.Button(visible=True),
                         self.stop_btn: gr.Button(visible=False),
@@ -344,25 +339,12 @@ class WorkloadView:
                         ),
                     }
                     return
-                yield {self.progress: live.progress()}
-        finally:
-            self.gate.end(session)
-
-    def _feed(self, live: WorkloadLive, ev: Any) -> None:
-        live.feed(ev)
-        self.gate.command_began()
-
-    def _resume_work(self, run_id: str, events: queue.Queue) -> None:
-        try:
-            events.put(self.runner.resume(run_id, events.put))
-        except ParityError as e:  # nothing to resume (finished, running elsewhere, not a workload)
-            events.put(e)
-        except BaseException as e:  # resume_workload stores engine and user errors itself: a bug guard
-            traceback.print_exc(file=sys.stderr)
-            events.put(e)
+                yield {self.progress: self.gate.draw(active, lambda live: live.progress())}
+        finally:  # the resume goes on if this tab went away: the bar above the tabs shows it
+            self.gate.unfollow(active)
 
     def stop(self, request: gr.Request = None) -> None:
-        self.gate.stop(request.session_hash if request is not None else "api")
+        self.gate.stop(session_of(request))
 
     # -- events ---------------------------------------------------------------------------------
 

@@ -154,3 +154,39 @@ def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(t
         page.wait_for_selector(f"#hist-summary:has-text('Prompt {want[0]} of workload')", timeout=PAGE_MS)
         page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=PAGE_MS)
         page.locator("#hist-wl").screenshot(path=str(ARTIFACTS / "19-history-workload-sorted.png"))
+
+
+def test_a_sampled_run_says_so_and_its_details_stay_at_the_fork_until_the_pointer_moves(tmp_path_factory):
+    """Issue 46 item 11: History and the card name a sampled run's decoding (not greedy wording), and the
+    details box opens at the fork and stays there while content moves under a resting pointer (a scroll
+    fires mouseover, not mousemove: the box showed position 40 for a fork at 54); a real move shows the
+    token under the pointer."""
+    from history_runs import _run
+
+    from parity_ui.store.runs import open_db, save_run
+
+    path = tmp_path_factory.mktemp("sampled") / "runs.db"
+    run = _run("01SAMPLED", "2026-01-02T10:00:00.000+00:00", b_ids=(1, 2, 9, 9))
+    run.config = {"dtype": "bfloat16", "temperature": 1.0, "sampling": "shared-seed", "seed": 0, "top_p": 0.8}
+    d = open_db(path)
+    save_run(d, run)
+    d.close()
+    with running_app(path, ARTIFACTS / "browser-sampled.log") as url, chromium() as browser:
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page.set_default_timeout(PAGE_MS)
+        page.goto(url + "?run=01SAMPLED")
+        card = page.wait_for_selector("#hist-summary .pc-summary[data-run='01SAMPLED']", timeout=PAGE_MS)
+        assert "shared-seed sampling (seed 0), T=1, top_p 0.8" in card.inner_text()
+        assert "top-k" not in card.inner_text()  # vLLM's greedy acceptance rule says nothing of drawn tokens
+        assert "diverged at token 2 (shared-seed sampling" in page.locator("#hist-table").inner_text()
+        page.wait_for_selector("#hist-panes .pt-root[data-init]", timeout=PAGE_MS)
+        info = page.locator("#hist-panes .pt-info .pos")
+        assert info.inner_text().startswith("Position 2")
+        # Content moving under a resting pointer: the browser fires mouseover on the chip now under it.
+        page.evaluate("""() => document.querySelector("#hist-panes [data-side='b'] .pt-body .t")
+                         .dispatchEvent(new MouseEvent('mouseover', {bubbles: true}))""")
+        page.wait_for_timeout(300)
+        assert info.inner_text().startswith("Position 2"), info.inner_text()
+        page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(0).hover()  # the pointer's own move
+        page.wait_for_function("() => document.querySelector('#hist-panes .pt-info .pos').innerText.startsWith('Position 0')",
+                               timeout=PAGE_MS)

@@ -76,3 +76,24 @@ def test_route_grid_shows_the_flip_next_to_the_fork(db):
         box = grid.bounding_box()
         assert box is not None and box["width"] > 0 and box["height"] > 40  # drawn, not collapsed
         page.screenshot(path=str(ARTIFACTS / "30-route-grid.png"))
+        # Issue 46 item 12: routes follow the model. A MoE model's card says so, and the Config tab has
+        # the control (follow the model / on / off), written into the YAML.
+        from fake_engine import fake_model
+
+        moe = str(fake_model(db.parent / "fake-moe", max_position_embeddings=256, moe=True))
+        page.get_by_role("tab", name="Compare").click()
+        box = page.locator("#model-pick input")
+        box.click()
+        box.fill(moe)
+        box.press("Enter")
+        card = page.wait_for_selector(f"#model-info:has-text('{moe}')", timeout=PAGE_MS).inner_text()
+        assert "mixture of experts (8 experts, top-2)" in card and "routes recorded" in card, card
+        page.get_by_role("tab", name="Config").click()
+        field = page.locator("#cfg-routes input")
+        assert field.input_value() == "follow the model (on for MoE models)"
+        field.click()
+        page.get_by_role("option", name="off", exact=True).click()
+        page.wait_for_selector("#cfg-yaml .cm-content:has-text('routes: false')", timeout=PAGE_MS)
+        field.click()
+        page.get_by_role("option", name="follow the model (on for MoE models)").click()
+        page.wait_for_selector("#cfg-yaml .cm-content:has-text('routes: null')", timeout=PAGE_MS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -152,11 +153,14 @@ def test_two_checkpoints_perturbed_weights_diverge_identical_copies_do_not(servi
 
 def test_a_side_model_with_another_tokenizer_is_refused_before_loading(service, models, tmp_path):
     other = build_model(tmp_path / "other-tok", "llama", seed=3, vocab_size=512)
-    run = _run(service, models["llama"], [CODE_PROMPT], "dtype=float32",
-               sides=["ref=hf", f"b=vllm,model={other}"])
-    assert run.status == "error" and run.error_code == "side"
-    assert "side 'b'" in run.error and "tokenizer" in run.error and "Fix:" in run.error
-    assert run.timings.get("load") is None  # nothing loaded
+    from parity_ui.core.errors import SideError
+    from parity_ui.store.runs import list_runs
+
+    before = len(list_runs(service.db))
+    with pytest.raises(SideError) as e:  # refused before any side starts: nothing stored (issue 46 item 5)
+        _run(service, models["llama"], [CODE_PROMPT], "dtype=float32", sides=["ref=hf", f"b=vllm,model={other}"])
+    assert "side 'b'" in str(e.value) and "tokenizer" in str(e.value) and "Fix:" in str(e.value)
+    assert len(list_runs(service.db)) == before
 
 
 def test_hf_in_another_environment_with_another_transformers(service, models, alt_env):
@@ -373,6 +377,29 @@ def test_demo_model_bfloat16_diverges_and_the_index_is_reported(service):
     assert p.comparisons[0].first_divergence == _first_mismatch(p.results["hf"].token_ids,
                                                                 p.results["vllm"].token_ids)
     assert run.side("vllm").dtype == run.side("hf").dtype == "bfloat16"
+
+
+def test_the_readme_caption_is_what_the_apps_demo_run_shows_on_this_machine(service):
+    """Issue 46 item 16: the README's screenshot caption (scripts/readme_screenshot.py writes both from the
+    app's run) named token 27 where a fresh clone forks at 21 on this CPU. The app's Run with its own
+    defaults (the default prompt and config) on the demo model must give the caption README.md and
+    docs/index.md carry."""
+    import importlib.util
+
+    from parity_ui.service import plan_request
+    from parity_ui.ui.compare_tab import DEFAULT_PROMPT
+    from parity_ui.ui.config_tab import config_from_text, default_yaml
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("readme_screenshot", root / "scripts" / "readme_screenshot.py")
+    shot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shot)
+    run = service.run(plan_request("demo", config_from_text(default_yaml()), [PromptSpec(text=DEFAULT_PROMPT)]))
+    assert run.status in ("ok", "diverged"), run.error
+    want = shot.caption_for(run)
+    for page in shot.PAGES:
+        (said,) = shot.captions_in(page.read_text(encoding="utf-8"))
+        assert " ".join(said.split()) == want, f"{page.name}: run scripts/readme_screenshot.py\n{said}\n{want}"
 
 
 def test_a_cold_run_imports_its_engines_while_it_tokenizes_and_generates_while_the_slower_side_loads(models, tmp_path):

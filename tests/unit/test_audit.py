@@ -305,13 +305,13 @@ def svc(tmp_path, model):
         s.close()
 
 
-def _audit(svc, model, sides, axes=None, n=3, words=40, tokens=6, emit=None, **more):
+def _audit(svc, model, sides, axes=None, n=3, words=40, tokens=6, emit=None, refuse=False, **more):
     from parity_ui.inputs.audit_prompts import builtin_prompts
     from parity_ui.service import AuditRequest
 
     cfg = build_config(None, [f"max_new_tokens={tokens}"], sides=sides, min_sides=1)
     return svc.audit(AuditRequest(model=model, config=cfg, prompts=builtin_prompts(n, words), axes=axes,
-                                  source="test", **more), emit)
+                                  source="test", **more), emit, refuse=refuse)
 
 
 def test_a_batch_variant_side_breaks_the_batch_axis_only_and_the_control_is_detected(svc, model):
@@ -385,6 +385,29 @@ def test_prompts_over_the_context_are_named_before_anything_loads(svc, tmp_path)
     assert out.run.status == "error" and out.run.error_code == "prompt"
     assert "do not fit the context of 64" in out.run.error and "prompt 3 (" in out.run.error
     assert not out.run.sides and not svc.pool.workers  # nothing loaded, no worker started
+
+
+def test_an_audit_the_user_asked_for_is_refused_before_anything_loads_and_stores_nothing(svc, tmp_path, capsys):
+    """Issue 46 item 5's rule for the app's Run audit and `parity audit`: a refusal before any side
+    started raises (the app shows it) or exits 2 with the problem and its fix, and stores nothing."""
+    from parity_ui.cli import main
+    from parity_ui.core.errors import PromptError
+
+    small = str(fake_model(tmp_path / "small", max_position_embeddings=64))
+    with pytest.raises(PromptError, match="do not fit the context of 64"):
+        _audit(svc, small, ["ref=fake"], n=4, words=200, refuse=True)
+    assert svc.store.list_runs() == [] and not svc.pool.workers
+    db = tmp_path / "cli.db"
+    with registered():
+        code = main(["--db", str(db), "audit", "--model", small, "--side", "ref=fake", "--prompts", "4",
+                     "--longest", "200", "--json"])
+        batch = main(["--db", str(db), "audit", "--model", small, "--side", "ref=fake", "--batch", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "do not fit the context of 64" in err and "Fix:" in err
+    assert batch == 2 and "--batch 1" in err
+    from parity_ui.store import Store
+
+    assert Store.open(db).list_runs() == []
 
 
 def test_an_audit_case_in_the_gate_passes_at_zero_and_fails_on_a_break(tmp_path, model, capsys):

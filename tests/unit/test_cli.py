@@ -23,6 +23,16 @@ def _only_run(db):
     return rows[0]
 
 
+def _nothing_stored(db):
+    """A refusal before anything ran stores nothing, as the app (issue 46 item 5): no run, and no row
+    of any table names one."""
+    d = open_db(db)
+    assert list_runs(d) == []
+    for table in d.tables:
+        if "run_id" in table.columns_dict:
+            assert table.count == 0, table.name
+
+
 @pytest.mark.parametrize("setting, needle", [
     ("top_p=1.5", "config key 'top_p'"),
     ("max_new_tokens=0", "config key 'max_new_tokens'"),
@@ -34,8 +44,7 @@ def test_invalid_config_values(tmp_path, setting, needle):
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", "demo", "--prompt", "hi", "--set", setting, db=db)
     _assert_clean_error(proc, needle)
-    row = _only_run(db)
-    assert row.status == "error" and needle in row.error
+    _nothing_stored(db)
 
 
 @pytest.mark.parametrize("sides, needle", [
@@ -46,13 +55,12 @@ def test_invalid_config_values(tmp_path, setting, needle):
     (["a=hf", "b=vllm,python=/no/such/python"], "side 'b': '/no/such/python' is not an executable file"),
     (["a=hf", "b=vllm,python=/bin/sh"], "side 'b'"),
 ])
-def test_bad_sides_name_the_side_and_are_stored(tmp_path, tiny, sides, needle):
+def test_bad_sides_name_the_side_and_store_nothing(tmp_path, tiny, sides, needle):
     db = tmp_path / "runs.db"
     args = [a for s in sides for a in ("--side", s)]
     proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--set", "max_new_tokens=8", *args, db=db)
     _assert_clean_error(proc, needle)
-    row = _only_run(db)
-    assert row.status == "error" and needle in row.error
+    _nothing_stored(db)
 
 
 def test_a_python_without_the_kinds_engine_is_refused_before_anything_loads(tmp_path, tiny):
@@ -65,21 +73,47 @@ def test_a_python_without_the_kinds_engine_is_refused_before_anything_loads(tmp_
     proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--set", "max_new_tokens=8",
                   "--side", "ref=hf", "--side", f"b=vllm,python={bare}/bin/python", db=db)
     _assert_clean_error(proc, "side 'b'", "has no vllm installed")
-    run = get_run(open_db(db), _only_run(db).id)
-    assert "start" not in run.timings  # refused before any worker started
+    _nothing_stored(db)  # refused before any worker started
 
 
 def test_missing_model_path(tmp_path):
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(tmp_path / "nope"), "--prompt", "hi", db=db)
-    _assert_clean_error(proc, "does not exist")
-    assert _only_run(db).status == "error"
+    _assert_clean_error(proc, "not found", "does not exist")
+    _nothing_stored(db)
+
+
+def test_a_model_id_neither_a_folder_nor_reachable_is_not_found_and_nothing_is_stored(tmp_path, monkeypatch):
+    """Issue 46 item 5: said as "not found" with each place tried, no raw hub-library text; nothing stored."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "runs.db"
+    proc = parity("compare", "--model", "no-such-org/no-such-model", "--prompt", "hi", db=db)
+    _assert_clean_error(proc, "model 'no-such-org/no-such-model' not found", "there is no folder",
+                        "it is not in", "HF_HUB_OFFLINE=1", "hf download")
+    _nothing_stored(db)
+
+
+def test_a_chat_run_of_a_model_without_a_chat_template_stores_nothing(tmp_path, tiny):
+    import json
+    import shutil
+
+    bare = tmp_path / "no-template"
+    shutil.copytree(tiny, bare)
+    cfg = json.loads((bare / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    db = tmp_path / "runs.db"
+    proc = parity("compare", "--model", str(bare), "--prompt", "def f(x):", "--chat", db=db)
+    _assert_clean_error(proc, "chat=true but the model has no chat template")
+    _nothing_stored(db)
 
 
 def test_empty_prompt(tmp_path):
     db = tmp_path / "runs.db"
     _assert_clean_error(parity("compare", "--prompt", "   ", db=db), "the prompt is empty")
-    assert _only_run(db).status == "error"
+    _nothing_stored(db)
 
 
 def test_non_utf8_prompt_file(tmp_path):
@@ -87,15 +121,14 @@ def test_non_utf8_prompt_file(tmp_path):
     f.write_bytes("caf\xe9".encode("latin-1"))
     db = tmp_path / "runs.db"
     _assert_clean_error(parity("compare", "--prompt-file", str(f), db=db), "is not UTF-8")
-    assert _only_run(db).error_code == "prompt"
+    _nothing_stored(db)
 
 
 def test_prompt_longer_than_the_context(tmp_path, tiny):
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x): return x + 1\n" * 20, db=db)
     _assert_clean_error(proc, "over the context of 64")
-    row = _only_run(db)
-    assert row.status == "error" and row.error_code == "prompt"
+    _nothing_stored(db)
 
 
 def test_max_model_len_past_the_models_positions_is_refused_before_anything_loads(tmp_path):
@@ -106,8 +139,7 @@ def test_max_model_len_past_the_models_positions_is_refused_before_anything_load
     _assert_clean_error(proc, "config key 'max_model_len': 2,100 is over the 512 positions",
                         "lower max_model_len to 512 or less")
     assert "worker log" not in proc.stderr
-    run = get_run(open_db(db), _only_run(db).id)
-    assert run.status == "error" and run.error_code == "config" and "load" not in run.timings
+    _nothing_stored(db)  # refused before anything loaded
 
 
 def test_max_model_len_over_a_cpu_sides_kv_cache_is_refused_before_anything_loads(tmp_path):
@@ -120,8 +152,7 @@ def test_max_model_len_over_a_cpu_sides_kv_cache_is_refused_before_anything_load
                         "over this side's kv_cache_gib=1", "lower max_model_len to 87,168",
                         "--set vllm.kv_cache_gib=1.51")
     assert "worker log" not in proc.stderr
-    run = get_run(open_db(db), _only_run(db).id)
-    assert run.status == "error" and run.error_code == "side" and "load" not in run.timings
+    _nothing_stored(db)  # refused before anything loaded
 
 
 @pytest.mark.parametrize("command", [["probe", "--n", "2", "--batch", "2"], ["sweep", "--grid", "dtype=float32,bfloat16"]])
@@ -156,3 +187,25 @@ def test_config_show_yaml_lists_the_sides(tmp_path):
     proc = parity("config", "show", "--yaml", "--sides-preset", "eager-vs-graphs", db=tmp_path / "x.db")
     assert proc.returncode == 0, proc.stderr
     assert "name: eager" in proc.stdout and "enforce_eager: false" in proc.stdout
+
+
+def test_json_keeps_the_progress_on_stderr_and_quiet_drops_it(tmp_path, capsys):
+    """Issue 46 item 10: under --json no progress reached stderr at all (long replays and workloads were
+    silent). The object is alone on stdout; the progress lines stay on stderr unless --quiet. In this
+    process on the fake kind (its workers in seconds)."""
+    import json
+
+    from fake_engine import fake_model, registered
+    from parity_ui.cli import main
+
+    with registered():
+        model = str(fake_model(tmp_path / "fake", max_position_embeddings=64))
+        args = ["compare", "--model", model, "--prompt", "def f(x):", "--side", "ref=fake", "--side", "b=fake",
+                "--set", "max_new_tokens=4"]
+        assert main(["--db", str(tmp_path / "a.db"), *args, "--json"]) == 0
+        out = capsys.readouterr()
+        assert json.loads(out.out)["status"] == "ok"  # stdout: the object alone
+        assert "[parity] preparing" in out.err and "[parity] stored run" in out.err, out.err
+        assert main(["--db", str(tmp_path / "b.db"), *args, "--json", "--quiet"]) == 0
+        out = capsys.readouterr()
+        assert json.loads(out.out)["status"] == "ok" and "[parity]" not in out.err

@@ -341,6 +341,6 @@ def test_the_cli_runs_a_workload_on_ray_and_its_screen_says_where(ray_service, t
     assert "block(s) under way on" in out.err and "left" in out.err  # progress across the replicas, with an ETA
     bad = main(["--db", str(tmp_path / "cli.db"), "compare", "--model", model, "--prompt-file", str(f),
                 "--side", "ref=fake", "--side", "b=fake", "--cluster", "local", "--replicas", "c=2", "--quiet"])
-    assert bad == 2  # an error run, stored with the fix
+    assert bad == 2  # refused with the fix, nothing stored (issue 46 item 5)
     err = capsys.readouterr().err
-    assert "not a side of this run" in err and "stored as run" in err
+    assert "not a side of this run" in err and "Fix:" in err and "stored as run" not in err

@@ -72,6 +72,26 @@ def test_the_readme_is_short_and_links_every_docs_page():
     assert not missing, f"the README does not link: {missing}"
 
 
+def test_the_docs_home_page_starts_every_page():
+    """Issue 46 item 18: docs/index.md's "Start here" missed the rollouts, sampling, cluster and MoE pages."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    start = index[index.index("## Start here"):]
+    pages = sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md")
+    missing = [p for p in pages if f"]({p})" not in start]
+    assert not missing, f"docs/index.md's Start here does not link: {missing}"
+
+
+def test_every_test_path_the_docs_name_exists():
+    """Issue 46 item 18: docs/architecture.md named tests/test_architecture.py (it is under tests/unit/)."""
+    import re
+
+    named = {(p.name, m) for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+             for m in re.findall(r"`(tests/[\w/.-]+\.py)`", p.read_text())}
+    assert named
+    missing = sorted(f"{page}: {path}" for page, path in named if not (ROOT / path).is_file())
+    assert not missing, missing
+
+
 def test_the_docs_build_in_strict_mode(tmp_path):
     """`mkdocs build --strict` (mkdocs.yml sets strict and validates links and anchors between pages)."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

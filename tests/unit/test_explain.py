@@ -305,3 +305,41 @@ def test_a_shared_seed_fork_past_the_margin_is_a_real_disagreement():
     # Native sampling keeps its verdict: the sides drew from their own streams.
     native = build_config(None, ["temperature=1"])
     assert run_explain(*sides(a, b), cfg=native)["verdict"] == "sampling"
+
+
+def test_a_shared_seed_fork_of_the_kept_sets_is_named_with_both_sides_boundary_masses():
+    """Issue 46 item 3: bf16, top_p 0.8, a fork at token 3 where the top token held 0.7825 of one side's
+    distribution and 0.8029 of the other's: the cut kept it alone on one side (no draw: its margin the
+    1e30 placeholder) and two tokens on the other. A top-p boundary near-tie, not a real disagreement."""
+    import math
+
+    a, b = shared(3)
+    for i in range(3):
+        a[i].kept, a[i].kept_mass, a[i].kept_hash, a[i].margin = 2, 0.9, 7, 1.0
+        b[i].kept, b[i].kept_mass, b[i].kept_hash, b[i].margin = 2, 0.9, 7, 1.0
+    a.append(step(3, 51, [(50, math.log(0.7825)), (51, math.log(0.16)), (52, math.log(0.02))]))
+    b.append(step(3, 50, [(50, math.log(0.8029)), (51, math.log(0.15)), (52, math.log(0.02))]))
+    a[3].kept, a[3].kept_mass, a[3].kept_hash, a[3].margin = 2, 0.9425, 11, 0.4
+    b[3].kept, b[3].kept_mass, b[3].kept_hash, b[3].margin = 1, 0.8029, 12, 1e30
+    out = run_explain(*sides(a, b), cfg=SHARED_SEED)
+    assert out["verdict"] == "kept-set near-tie" and out["index"] == 3, out
+    s = out["summary"]
+    assert "top-p boundary near-tie" in s and "the kept sets differ at the fork" in s, s
+    assert f"{A} kept 2 tokens (S = 0.9425), {B} kept 1 token (S = 0.8029)" in s, s
+    assert f"the top token held 0.8029 of {B}'s distribution (at or over top_p 0.8" in s, s
+    assert f"0.7825 of {A}'s (under it" in s, s
+    assert "1e+30" not in s and "e+29" not in s
+    assert out["largest_margin"] == pytest.approx(math.log(0.8029 / 0.1971) - math.log(0.7825 / 0.2175))
+    # Far apart around the cut: the sets differ because the distributions do.
+    b[3] = step(3, 50, [(50, math.log(0.97)), (51, math.log(0.02)), (52, math.log(0.005))])
+    b[3].kept, b[3].kept_mass, b[3].kept_hash, b[3].margin = 1, 0.97, 12, 1e30
+    out = run_explain(*sides(a, b), cfg=SHARED_SEED)
+    assert out["verdict"] == "real disagreement" and "0.9700" in out["summary"] and "1e+30" not in out["summary"]
+    # At another temperature the cut's masses cannot be rebuilt from the raw top-k: said so, not guessed.
+    hot = build_config(None, ["sampling=shared-seed", "temperature=0.7", "top_p=0.8"])
+    out = run_explain(*sides(a, b), cfg=hot)
+    assert out["verdict"] == "kept sets differ" and "tempered distribution" in out["summary"]
+    # One side kept one token where the sets agree elsewhere: its margin is never printed as a number.
+    a[3].kept_hash = b[3].kept_hash = 12
+    out = run_explain(*sides(a, b), cfg=SHARED_SEED)
+    assert "1e+30" not in out["summary"] and out["largest_margin"] == pytest.approx(0.4)

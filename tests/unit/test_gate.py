@@ -125,7 +125,7 @@ def test_bad_spec_exits_2_and_writes_nothing(tmp_path, model, prompts):
 
 
 @pytest.mark.parametrize("change,expect", [
-    ("model: /nowhere/model", "case 'c': model '/nowhere/model': model path '/nowhere/model' does not exist"),
+    ("model: /nowhere/model", "case 'c': model '/nowhere/model': model '/nowhere/model' not found: the folder /nowhere/model does not exist"),
     ("prompts: {file: missing.jsonl}", "case 'c': prompts:"),
     ("config: {max_new_tokens: -3}", "config key 'max_new_tokens': is -3"),
     ("check_sides: [zz]", "check_sides names 'zz', which is not a compared side"),

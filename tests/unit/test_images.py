@@ -241,25 +241,26 @@ def test_text_prompts_on_a_vision_model_map_no_pixels(vlm):
 
 # -- bad input through the service and the CLI: stored as failed runs, the service still usable --------
 
-def test_bad_image_runs_are_stored_as_failed_and_the_service_goes_on(tmp_path, tiny_llama, vlm, pic):
+def test_bad_image_runs_are_refused_storing_nothing_and_the_service_goes_on(tmp_path, tiny_llama, vlm, pic):
+    """Refused before any side starts (issue 46 item 5): the error names the problem, nothing is stored,
+    not even the image's bytes, and the service takes the next run."""
+    from parity_ui.core.errors import PromptError
+
     svc = ParityService(db_path=str(tmp_path / "runs.db"))
     try:
         img = read_image(pic)
         cfg = build_config(None, ["max_images_per_prompt=1"])
-        r1 = svc.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text="x", images=[img])], config=cfg))
-        r2 = svc.run(RunRequest(model=str(vlm), prompts=[PromptSpec(text="x", images=[img, img])], config=cfg,
-                                trust_remote_code=True))
-        for run, needle in ((r1, "text-only"), (r2, "max_images_per_prompt=1")):
-            assert run.status == "error" and needle in run.error and run.error_code == "prompt"
-            stored = get_run(svc.db, run.id)
-            assert stored.status == "error" and stored.prompts[0].images[0]["sha256"] == img.sha256
-        assert image_bytes(svc.db, img.sha256) == (pic.read_bytes(), "PNG")
-        assert len(list_runs(svc.db)) == 2
+        with pytest.raises(PromptError, match="text-only"):
+            svc.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text="x", images=[img])], config=cfg))
+        with pytest.raises(PromptError, match="max_images_per_prompt=1"):
+            svc.run(RunRequest(model=str(vlm), prompts=[PromptSpec(text="x", images=[img, img])], config=cfg,
+                               trust_remote_code=True))
+        assert list_runs(svc.db) == [] and image_bytes(svc.db, img.sha256) is None
     finally:
         svc.close()
 
 
-def test_cli_image_errors_name_the_file_and_store_the_run(tmp_path, capsys):
+def test_cli_image_errors_name_the_file_and_store_nothing(tmp_path, capsys):
     from parity_ui.cli import main
 
     bad = tmp_path / "notes.png"
@@ -267,11 +268,10 @@ def test_cli_image_errors_name_the_file_and_store_the_run(tmp_path, capsys):
     db = tmp_path / "runs.db"
     code = main(["--db", str(db), "compare", "--model", "demo", "--prompt", "hi", "--image", str(bad), "--quiet"])
     err = capsys.readouterr().err
-    assert code != 0 and "notes.png" in err and "not an image" in err
+    assert code == 2 and "notes.png" in err and "not an image" in err and "Fix:" in err
     from parity_ui.store.runs import open_db
 
-    (r,) = list_runs(open_db(db))
-    assert r.status == "error" and "notes.png" in r.error and "notes.png" in r.prompt_excerpt
+    assert list_runs(open_db(db)) == []
 
 
 def test_cli_image_goes_with_prompt_not_prompt_file(tmp_path, pic, capsys):

@@ -108,3 +108,31 @@ def test_a_cold_start_says_who_waits_for_whom_and_that_a_first_call_warms_up(ser
         if e.kind == "token" and e.side == "b":
             break
     assert 'data-side="b"' in live.progress() and "· generating" in live.progress()
+
+
+def test_a_one_chunk_workload_shows_its_work_moving_and_a_side_done_with_its_part_says_so(monkeypatch):
+    """Issue 46 item 14: "0/12 prompts done" stood for the whole of a one-chunk run (prompts are stored
+    when their chunk ends), and a side that had generated its part read "generating" on."""
+    from parity_ui.commands.workload.run import Progress
+    from parity_ui.core.workload_record import FloorSpec, WorkloadOptions, WorkloadReport
+    from parity_ui.ui.live import WorkloadLive
+
+    live = WorkloadLive(12)
+    report = WorkloadReport(options=WorkloadOptions(), floor=FloorSpec("none", None, ""), n_prompts=12)
+    progress = Progress(live.feed, report, todo=12, max_new=8, n_chunks=1)
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)
+    progress.chunk(0, 12, 2)  # one chunk of all 12 prompts, two calls: ref's generate, b's
+    progress.call("ref", "generating")
+    progress.counts({i: 8 for i in range(12)})
+    assert live.eta.startswith("50% of the work") and "0/12 prompts stored" in live.eta, live.eta
+    progress.call_done()
+    progress.call("b", "generating")
+    progress.counts({i: 4 for i in range(12)})
+    assert live.eta.startswith("75% of the work"), live.eta
+    states = live.states.now()
+    assert states["b"].startswith("generating") and states["ref"].startswith("its part of the chunk done"), states
+    progress.call_done()
+    report.done, report.rate = 12, 1.5
+    progress.chunk_done(12)
+    assert live.eta.startswith("100% of the work") and "12/12 prompts stored, 1.50 prompts/s" in live.eta
+    assert all(s.startswith("its part of the chunk done") for s in live.states.now().values())

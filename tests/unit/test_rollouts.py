@@ -49,6 +49,24 @@ def test_nemo_rl_rows_are_cut_at_the_first_trained_token(tmp_path):
     assert b.loss_mask == [0, 0]  # a sample the trainer dropped: every token masked
 
 
+def test_a_nemo_rl_row_whose_input_lengths_covers_only_the_prompt_names_the_field_and_the_cut(tmp_path):
+    """Issue 46 item 7: NeMo-RL's input_lengths is the unpadded prompt + response length; a row where it
+    stops at the prompt's end is refused naming input_lengths, where the marked tokens are, and the fix."""
+    rec = {"input_lengths": 3, "token_ids": [1, 10, 11, 20, 21, 3, 3], "token_loss_mask": [0, 0, 0, 1, 1, 0, 0],
+           "generation_logprobs": [0, 0, 0, -0.4, -0.6, 0, 0]}
+    path = _write_jsonl(tmp_path / "train_data_step1.jsonl", [rec])
+    with pytest.raises(DumpError) as e:
+        list(open_dump(path, "nemo-rl").rows())
+    msg = str(e.value)
+    assert "input_lengths is 3" in msg and "covers only the prompt" in msg, msg
+    assert "first marked token is token 3" in msg and "prompt + response length" in msg, msg
+    assert "write input_lengths as the prompt + response length (5 here" in msg, msg
+    # A mask that marks nothing at all: said so, and not blamed on input_lengths.
+    path = _write_jsonl(tmp_path / "train_data_step2.jsonl", [{**rec, "input_lengths": 7, "token_loss_mask": [0] * 7}])
+    with pytest.raises(DumpError, match="marks no token \\(all 7 are 0\\)"):
+        list(open_dump(path, "nemo-rl").rows())
+
+
 def test_truncated_jsonl_line_is_named_or_skipped(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(PARITY[0]) + "\n" + json.dumps(PARITY[1])[:25] + "\n")
@@ -93,6 +111,27 @@ def test_preflight_names_each_trap(tmp_path):
     assert "processed_logprobs" in codes["replay-processed"].message
 
 
+def test_nan_and_infinite_recorded_logprobs_are_named_with_their_rows_tokens_and_count(tmp_path):
+    """Issue 46 item 9: a row [-0.5, NaN, -0.2] was counted as 2 tokens without a word."""
+    nan, inf = float("nan"), float("inf")
+    rows = [{"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-0.5, nan, -0.2]},
+            {"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-0.5, -0.1, -0.2],
+             "trainer_logprobs": [-inf, -0.1, -0.2]},
+            {"prompt_ids": [1, 5], "response_ids": [6, 7, 8], "rollout_logprobs": [-0.5, -0.1, nan],
+             "loss_mask": [1, 1, 0]},  # a masked token's NaN is never scored: not counted
+            {"prompt_ids": [1, 5], "response_ids": [6, 7], "rollout_logprobs": [-0.5, -0.1]}]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # NaN and -Infinity, as Python writes them
+    pf = preflight(open_dump(path).rows(), vocab_size=100)
+    codes = {f.code: f for f in pf.findings}
+    f = codes["replay-nonfinite"]
+    assert f.severity == "warning"
+    assert "2 recorded logprobs of kept tokens are NaN or infinite, in 2 rows" in f.message, f.message
+    assert "line 1 (rollout: token 1 NaN)" in f.message and "line 2 (trainer: token 0 -inf)" in f.message
+    assert "line 3" not in f.message and "left out of every figure" in f.message
+    assert "-inf a token the rollout engine's sampler had masked" in f.fix
+
+
 class _Sample:  # stands for slime's Sample class, which a safe load may not build
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -128,6 +167,57 @@ def test_a_pickle_that_needs_code_is_refused_without_the_flag(tmp_path):
     assert "--trust-pickle" in str(e.value) and "runs whatever code" in str(e.value)
     rows = list(open_dump(path, trust_pickle=True).rows())
     assert rows[0].response_ids == [20, 21]
+
+
+def test_a_slime_pickle_of_classes_absent_here_is_read_as_records_with_the_flag_only(tmp_path):
+    """Issue 46 item 8: a slime .pt of Sample objects, on a machine without slime, with --trust-pickle:
+    the classes' module does not exist here, so their fields are read as plain records; without the
+    flag it is still refused."""
+    import dataclasses
+    import enum
+    import sys
+    import types
+
+    import torch
+
+    name = "slime_not_installed_here.utils.types"
+    mod = types.ModuleType(name)
+
+    @dataclasses.dataclass
+    class Sample:
+        class Status(enum.Enum):
+            COMPLETED = "completed"
+            TRUNCATED = "truncated"
+
+        tokens: list
+        response_length: int
+        rollout_log_probs: list
+        loss_mask: list
+        status: "Sample.Status"
+        weight_versions: list
+
+    Sample.__module__ = Sample.Status.__module__ = name
+    Sample.__qualname__, Sample.Status.__qualname__ = "Sample", "Sample.Status"
+    mod.Sample = Sample
+    parts = name.split(".")
+    packages = {".".join(parts[:i]): types.ModuleType(".".join(parts[:i])) for i in range(1, len(parts))}
+    sys.modules.update({**packages, name: mod})  # as if slime were installed, only while it is saved
+    path = tmp_path / "rollout_3.pt"
+    try:
+        torch.save(dict(rollout_id=3, samples=[Sample([1, 10, 11, 20, 21], 2, [-0.3, -0.2], [1, 1],
+                                                      Sample.Status.TRUNCATED, ["7"])]), path)
+    finally:
+        for m in (*packages, name):
+            del sys.modules[m]  # the framework is not installed here
+    with pytest.raises(ModuleNotFoundError):
+        __import__(name)
+    with pytest.raises(DumpError) as e:
+        open_dump(path)  # no flag: refused, nothing of it runs
+    assert "--trust-pickle" in str(e.value)
+    (row,) = list(open_dump(path, trust_pickle=True).rows())
+    assert row.prompt_ids == [1, 10, 11] and row.response_ids == [20, 21]
+    assert row.rollout_logprobs == [-0.3, -0.2] and row.loss_mask == [1, 1] and row.policy_version == "7"
+    assert name not in sys.modules  # read without importing (or faking) the framework
 
 
 def test_truncated_pickle_is_named(tmp_path):

@@ -54,6 +54,15 @@ def test_kept_mass_naive_and_renormalised_ratios_from_the_draws():
     # Only the shared prefix counts (the same context): a fork at 2 leaves 2 tokens.
     forked = side("b", [*sid.steps[:2], drawn(2, 99, -1.0, -0.9, 0.8), drawn(3, 98, -1.0, -0.9, 0.8)])
     assert kept_mass(compare(ref, forked), ref, forked).tokens == 2
+    # The fork's own kept sets compare (the same context), and there they differ (issue 46 item 3:
+    # "kept sets differ 0%" stopped before the one difference that made the fork).
+    same_before = side("b", [drawn(i, 5 + i, math.log(0.41), math.log(0.5), 0.8) for i in range(2)])
+    forked = side("b", [*same_before.steps, drawn(2, 99, -1.0, -0.9, 0.8, h=3), drawn(3, 98, -1.0, -0.9, 0.8)])
+    k = kept_mass(compare(ref, forked), ref, forked)
+    assert k.tokens == 2 and k.sets_compared == 3 and k.figures()["kept_sets_differ"] == pytest.approx(1 / 3)
+    at_first = side("b", [drawn(0, 99, -1.0, -0.9, 0.8, h=3)])
+    k = kept_mass(compare(ref, at_first), ref, at_first)
+    assert k.tokens == 0 and k.figures()["kept_sets_differ"] == 1.0
     # No draws recorded (greedy, native sampling): no record.
     plain = side("b", [TokenStep(i, 5 + i, "", -1.0, 1) for i in range(4)])
     assert kept_mass(compare(ref, plain), ref, plain) is None

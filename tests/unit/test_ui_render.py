@@ -483,7 +483,9 @@ def test_the_api_keeps_its_endpoints_and_their_outputs(built_app):
     assert shape("/run") == (["model", "trust", "prompt", "cfg_text", "images"], ["Html", *view])
     assert shape("/open_run") == (["run_id"], view)
     assert shape("/count_tokens") == (["model", "trust", "prompt", "cfg_text"], ["Html"])
-    form = ["Dropdown", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Checkbox"]
+    # the form; routes appended last (issue 46 item 12): the earlier outputs keep their places
+    form = ["Dropdown", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Number", "Checkbox",
+            "Dropdown"]
     assert shape("/validate_config") == (["text", "model", "trust"], ["Html", "Html", "Html", *form])
     assert shape("/upload_prompts") == (["path"], ["Html"])
     slots = ["Textbox", "Dropdown", "Textbox", "Textbox", "Textbox"] * 4
@@ -533,43 +535,57 @@ def test_a_sides_slot_writes_the_yaml_when_left_and_only_after_an_edit():
     import gradio as gr
 
     from parity_ui.ui.config_tab import default_yaml
+    from parity_ui.ui.sides_panel import agreed, sides_in_yaml
 
     panel = _sides_panel()
     text = default_yaml() + "# my note\n"
+    drawn = agreed(sides_in_yaml(text))
     count, values = _slot_values([{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}])
     # Left without an edit: nothing is written (the YAML keeps its comment), nothing else changes.
-    assert panel.flush(None, text, 3, 3, count, *values) == gr.skip()
-    values[7] = "dtype=float32"  # side 2's options, typed: 13 keystrokes counted by the page
-    out = panel.flush(None, text, 16, 3, count, *values)
-    assert "dtype: float32" in out[panel.yaml] and out[panel.error] == "" and out[panel.counter.synced] == 16
-    assert list(out) == [panel.yaml, panel.error, panel.counter.synced]  # the count lands after the YAML
-    values[5] = ""  # side 2's name, cleared: the error box says so and the edits stay pending
-    out = panel.flush(None, text, 17, 16, count, *values)
-    assert panel.yaml not in out and panel.counter.synced not in out and "has no name" in out[panel.error]
+    assert panel.flush(None, text, drawn, 3, count, *values) == {panel.error: ""}
+    values[7] = "dtype=float32"  # side 2's options, pasted: the page's count of it may not be in yet
+    out = panel.flush(None, text, drawn, 3, count, *values)
+    assert "dtype: float32" in out[panel.yaml] and out[panel.error] == ""
+    assert out[panel.drawn] == agreed(sides_in_yaml(out[panel.yaml]))  # the slots and the YAML agree again
+    values[5] = ""  # side 2's name, cleared: the error box says so and the YAML is left as it was
+    out = panel.flush(None, text, out[panel.drawn], 4, count, *values)
+    assert panel.yaml not in out and panel.drawn not in out and "has no name" in out[panel.error]
 
 
-def test_run_takes_the_slots_edits_the_yaml_has_not_had_yet():
+def test_run_takes_the_slots_as_they_are_at_the_click():
+    """Issue 46 item 1: whether the slots hold edits the YAML has not had is told by their content
+    (against the sides they last agreed on), not by a count of edits that lags the click."""
     import gradio as gr
 
     from parity_ui.ui.config_tab import config_from_text, default_yaml
+    from parity_ui.ui.sides_panel import agreed, sides_in_yaml
 
     panel = _sides_panel()
     text = default_yaml()
+    drawn = agreed(sides_in_yaml(text))
     count, values = _slot_values([{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}])
-    values[7] = "dtype=float32"
-    assert panel.commit(text, 5, 5, count, *values) == gr.skip()  # written already: the YAML is as new
-    out = panel.commit(text, 6, 5, count, *values)  # Run pressed while the box still had the focus
-    assert config_from_text(out[panel.yaml]).side("vllm").options.dtype == "float32"
-    assert out[panel.counter.synced] == 6
+    assert panel.commit(text, drawn, 0, count, *values) == gr.skip()  # nothing edited: the YAML stands
+    values[5], values[7] = "fp32", "dtype=float32"  # renamed, then options pasted, Run clicked at once
+    out = panel.commit(text, drawn, 0, count, *values)  # the page had counted no edit yet
+    assert config_from_text(out[panel.yaml]).side("fp32").options.dtype == "float32"
+    assert out[panel.drawn] == agreed(sides_in_yaml(out[panel.yaml]))
+    # The rename alone reached the YAML first (its write landed), the paste did not: still written.
+    renamed = panel.flush(None, text, drawn, 1, count, *[*values[:7], "", *values[8:]])
+    out = panel.commit(renamed[panel.yaml], renamed[panel.drawn], 1, count, *values)
+    assert config_from_text(out[panel.yaml]).side("fp32").options.dtype == "float32"
     values[5] = ""
     with pytest.raises(gr.Error, match="has no name"):
-        panel.commit(text, 7, 6, count, *values)  # no run with the old sides while the panel says otherwise
-    # A YAML edit redraws the panel, so the panel is as new as the YAML.
-    redrawn = panel.from_yaml(text, 9)
-    assert redrawn[panel.counter.synced] == 9 and redrawn[panel.slots[5]] == "vllm"
+        panel.commit(text, drawn, 2, count, *values)  # no run with the old sides while the panel says otherwise
+    # The YAML edited in the Config tab while the slots are unedited: the YAML stands (its redraw of
+    # the slots may still be on its way), and the redraw notes its sides as agreed.
+    edited = text.replace("kind: vllm", "kind: hf")
+    count, values = _slot_values([{"name": "hf", "kind": "hf"}, {"name": "vllm", "kind": "vllm"}])
+    assert panel.commit(edited, drawn, 3, count, *values) == gr.skip()
+    redrawn = panel.from_yaml(edited)
+    assert redrawn[panel.drawn] == agreed(sides_in_yaml(edited)) and redrawn[panel.slots[6]] == "hf"
 
 
-def test_the_form_writes_the_yaml_only_after_an_edit(tmp_path):
+def test_the_form_writes_the_yaml_only_when_a_value_differs(tmp_path):
     import gradio as gr
 
     from parity_ui.ui.config_tab import ConfigTab, default_yaml
@@ -583,10 +599,10 @@ def test_the_form_writes_the_yaml_only_after_an_edit(tmp_path):
         tab.create_event_handlers(model, trust, line)
     text = default_yaml() + "# kept\n"
     values = [comp.value for comp in tab.field_list]
-    assert tab.form_changed(text, 2, 2, "demo", False, *values) == gr.skip()  # a field left unedited
-    values[1] = 8  # max_new_tokens
-    out = tab.form_changed(text, 3, 2, "demo", False, *values)
-    assert "max_new_tokens: 8" in out[tab.yaml] and out[tab.counter.synced] == 3
+    assert tab.form_changed(text, "demo", False, *values) == gr.skip()  # a field left unedited
+    values[1] = 8  # max_new_tokens, whatever the page had counted of the edit
+    out = tab.form_changed(text, "demo", False, *values)
+    assert "max_new_tokens: 8" in out[tab.yaml]
     assert "max_new_tokens 8" in out[line]
     runner.close()
 
@@ -613,8 +629,6 @@ def test_the_app_says_where_its_defaults_differ_from_a_bare_cli_run():
 def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
     """While tokens stream, each update sets the progress and the panes only (the rest is left as it
     is); the end sets the whole view and the run id."""
-    import queue
-
     import gradio as gr
 
     from parity_ui.ui import compare_tab
@@ -630,10 +644,12 @@ def test_a_running_compare_sends_only_what_changed(monkeypatch, tmp_path):
         tab.create_ui()
     monkeypatch.setattr(compare_tab, "THROTTLE_S", 0.0)
     run = _run({"hf": SAME, "vllm": SAME})
-    events: queue.Queue = queue.Queue()
-    events.put(RunEvent("token", side="hf", prompt_index=0, step=_step(0, 10, "The")))
-    events.put(run)
-    first, *streaming, last = list(tab._stream(LiveRun(["hf", "vllm"], 1, 8), events))
+    def work(emit):
+        emit(RunEvent("token", side="hf", prompt_index=0, step=_step(0, 10, "The")))
+        return run
+
+    active, events = tab.gate.launch("s", "a comparison", LiveRun(["hf", "vllm"], 1, 8), work)
+    first, *streaming, last = list(tab._stream(active, events))
     assert tab.run_id not in first and first[tab.view.panes] == "" and tab.progress in first
     assert streaming and all(set(u) == {tab.progress, tab.view.panes} for u in streaming)
     assert 'data-live="1"' in streaming[-1][tab.view.panes]

@@ -276,14 +276,31 @@ def test_a_workload_runs_from_the_compare_tab_with_its_progress_and_opens_in_the
     # Chunks of 5 prompts (the app runs 64 at a time): progress lines to see in 20 prompts.
     monkeypatch.setattr(WorkloadPick, "options",
                         lambda self: WorkloadOptions(mode=self.mode, floor=self.floor, chunk=5))
+    # Every progress line the run makes, as its live view is fed them (issue 46 item 20: the test read
+    # the throttled page updates, and passed or failed on which of two wordings one happened to carry).
+    from parity_ui.ui.live import WorkloadLive
+
+    lines: list[tuple[int, float | None, str]] = []
+    feed = WorkloadLive.feed
+
+    def recording(self, ev):
+        if ev.kind == "progress":
+            lines.append((ev.prompt_index, ev.fraction, ev.message))
+        feed(self, ev)
+
+    monkeypatch.setattr(WorkloadLive, "feed", recording)
     tab = _compare(runner)
     pick = tab.upload(_jsonl(tmp_path / "w.jsonl", 20), WorkloadPick())[tab.workload]
     pick = tab.workload_options(pick, "free", "order", "", None, None, False)[tab.workload]
     cfg = build_config(None, ["max_new_tokens=8", "batch_size=4"], sides=["ref=fake,delay_ms=1", "b=fake,swap_at=3"])
     updates = list(tab.run(model, False, "", None, cfg.to_yaml(), None, pick))
-    progress = [u[tab.progress] for u in updates[1:-1]]
-    assert progress and all(set(u) == {tab.progress} for u in updates[1:-1])  # no token panes to send
-    assert any(re.search(r"\d+/20 prompts done, [\d.]+ prompts/s, about .* left", p) for p in progress), progress[-1]
+    assert all(set(u) == {tab.progress} for u in updates[1:-1])  # no token panes to send
+    # One wording inside a chunk and between chunks; each chunk's calls and its end are told.
+    one = re.compile(r"^\d+% of the work, (about .* left|time left: after the first tokens); \d+/20 prompts stored"
+                     r"(, [\d.]+ prompts/s)?(; chunk [1-4] of 4: (ref|b|floor) (generating|scoring).*)?$")
+    assert lines and all(one.match(m) for _, _, m in lines), [m for _, _, m in lines if not one.match(m)]
+    assert [d for d, _, m in lines if "chunk" not in m] == [5, 10, 15, 20]  # each chunk's end, in order
+    assert lines[-1][1] == 1.0 and lines[-1][2].startswith("100% of the work") and "20/20 prompts stored" in lines[-1][2]
     last = updates[-1]
     run = store.get_run(runner.db, last[tab.run_id], prompts=[])
     assert run.kind == "workload" and run.status == "diverged" and run.workload.n_prompts == 20
@@ -329,7 +346,9 @@ def test_the_live_card_shows_prompts_done_and_the_time_left():
     live = WorkloadLive(1000, "all 1,000 prompts from w.jsonl (field 'prompt')")
     live.feed(RunEvent("status", "preparing 1000 prompts"))
     assert "Preparing" in live.progress()
-    live.feed(RunEvent("progress", "128/1000 prompts done, 2.10 prompts/s, about 7 min left", prompt_index=128))
+    live.feed(RunEvent("progress", "13% of the work, about 7 min left; 128/1000 prompts stored, 2.10 prompts/s",
+                       prompt_index=128))
     html = live.progress()
-    assert "128/1000 prompts done, 2.10 prompts/s, about 7 min left" in html and 'data-done="128"' in html
+    assert "13% of the work, about 7 min left; 128/1000 prompts stored, 2.10 prompts/s" in html
+    assert 'data-done="128"' in html
     assert "width:13%" in html and "w.jsonl" in html

@@ -51,7 +51,7 @@ from ...core.audit_record import (
     axis_label,
 )
 from ...core.config import ParityConfig
-from ...core.errors import CancelledError, ParityError, PromptError
+from ...core.errors import CancelledError, ConfigError, ParityError, PromptError
 from ...core.runlog import EventCallback, RunEvent, utcnow
 from ...core.types import Run, SideInfo
 from ...inputs.prompts import PromptSpec
@@ -102,12 +102,18 @@ class AuditOutcome:
     report: AuditReport
 
 
-def run_audit(service: Service, req: AuditRequest, emit: EventCallback | None = None) -> AuditOutcome:
+def run_audit(
+    service: Service, req: AuditRequest, emit: EventCallback | None = None, *, refuse: bool = False
+) -> AuditOutcome:
     """Run the audit, store it, return the run and its record. Never raises for a user or engine error:
     the run is stored with status "error" (its message names the problem and the fix) and the axes
-    finished before it are kept; Ctrl-C is stored, then raised."""
+    finished before it are kept; Ctrl-C is stored, then raised. With `refuse`, a refusal before any
+    side started (a ConfigError, ModelError or PromptError while preparing: service.recording) raises
+    and stores nothing, its audit record included."""
     report = AuditReport(sides=[s.name for s in req.config.sides], axes=[], source=req.source)
-    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=KIND, group_id=req.group_id) as rec:
+    with service.recording(
+        req.model, req.config.to_dict(), req.prompts, kind=KIND, group_id=req.group_id, refuse=refuse
+    ) as rec:
         auditor = _Auditor(service, req, rec, report, emit or (lambda e: None))
         try:
             auditor.run()
@@ -237,7 +243,7 @@ class _Auditor:
         axes = parse_axes(req.axes)
         report.axes = axes
         if req.batch_size is not None and req.batch_size < 2:
-            raise ParityError(
+            raise ConfigError(  # a setting refused before anything runs
                 f"--batch {req.batch_size}: the batch axis needs a batch of at least 2 prompts",
                 "give --batch 2 or more, or leave it out (every prompt in one batch)",
             )

@@ -187,13 +187,23 @@ class BlockProgress:
         spent = now - self.t0
         left = time_left_text(spent, f)
         busy = self.busy()
-        line = (
-            f"{r.done}/{r.n_prompts} prompts done; {len(self.blocks)} of {self.n_blocks} block(s) under way on "
-            f"{len(busy)} of {self.replicas} replica(s)"
+        doing = (
+            f"{len(self.blocks)} of {self.n_blocks} block(s) under way on {len(busy)} of {self.replicas} replica(s)"
             + (f" ({', '.join(busy)})" if busy else "")
-            + f"; {100 * f:.0f}% of the work, {left}"
         )
+        line = progress_line(r.done, r.n_prompts, f, left, r.rate, doing)
         self.emit(RunEvent("progress", line, prompt_index=r.done, fraction=f))
+
+
+def progress_line(done: int, n: int, fraction: float, left: str, rate: float | None, doing: str = "") -> str:
+    """A workload's progress, in the one wording every progress event uses (in process and on a
+    cluster, inside a chunk and between chunks: issue 46 item 20 had two, and a test caught whichever
+    a throttle let through): the share of the work and the time left first (they move inside a chunk;
+    the prompts stored move only when one ends: item 14's "0/12 prompts done" for a whole one-chunk
+    run), then the prompts stored with their rate, then what runs now.
+    "40% of the work, about 2 min left; 128/1000 prompts stored, 2.10 prompts/s; chunk 3 of 16: b generating"."""
+    stored = f"{done}/{n} prompts stored" + (f", {rate:.2f} prompts/s" if rate else "")
+    return f"{100 * fraction:.0f}% of the work, {left}; {stored}" + (f"; {doing}" if doing else "")
 
 
 def duration_text(seconds: float) -> str:

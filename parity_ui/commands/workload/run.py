@@ -50,7 +50,7 @@ from ...run.plan import Prepared, RunRequest, SidePlan
 from ...run.prepare import plan_extra_side
 from ...run.recorder import RunRecorder, decode_result, side_info
 from ...run.sideset import SideSet
-from .blocks import time_left_text
+from .blocks import progress_line, time_left_text
 from .pieces import pieces, scored_in_pieces
 from .report import headline, pool_tokens
 
@@ -71,12 +71,17 @@ class WorkloadRequest:
     kind: str = "workload"  # the stored run's kind ("bisect-trial": a trial of parity_ui.commands.setting_bisect)
 
 
-def run_workload(service: Service, req: WorkloadRequest, emit: EventCallback | None = None) -> Run:
+def run_workload(
+    service: Service, req: WorkloadRequest, emit: EventCallback | None = None, *, refuse: bool = False
+) -> Run:
     """Run the workload and store it as a run of kind "workload" (or `req.kind`; run.workload: the
     report). Never raises for a user or engine error: the run is stored with its status, its finished
-    prompts and their pooled figures."""
+    prompts and their pooled figures; with `refuse`, a refusal before any side started raises and
+    stores nothing (service.recording)."""
     emit = emit or (lambda e: None)
-    with service.recording(req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id) as rec:
+    with service.recording(
+        req.model, req.config.to_dict(), req.prompts, kind=req.kind, group_id=req.group_id, refuse=refuse
+    ) as rec:
         check_options(req.options, req.config)
         Workload(service, rec, req, emit).run(done=set())
     emit(RunEvent("status", f"stored run {rec.run.id}: {rec.run.status}"))
@@ -603,15 +608,11 @@ class Progress:
             return
         self.last = now
         r, f = self.report, self.fraction()
-        spent = now - self.t0
-        left = time_left_text(spent, f)
-        line = f"{r.done}/{r.n_prompts} prompts done"
+        left = time_left_text(now - self.t0, f)
+        doing = ""
         if self.what:
-            made = sum(self.tokens.values())
-            doing = f"{self.side} {self.what}"
+            doing = f"chunk {self.k + 1} of {self.n_chunks}: {self.side} {self.what}"
             if self.what == "generating":
-                doing += f" ({made:,} tokens of up to {self.size * self.max_new:,})"
-            line += f"; chunk {self.k + 1} of {self.n_chunks}: {doing}; {100 * f:.0f}% of the work, {left}"
-        else:
-            line += f", {r.rate:.2f} prompts/s, {left} ({100 * f:.0f}% of the work)"
+                doing += f" ({sum(self.tokens.values()):,} tokens of up to {self.size * self.max_new:,})"
+        line = progress_line(r.done, r.n_prompts, f, left, r.rate, doing)
         self.emit(RunEvent("progress", line, prompt_index=r.done, side=self.side if self.what else None, fraction=f))

@@ -7,7 +7,8 @@ over the stored run's header (its WorkloadReport and its ReplayRecord): no logpr
 
 from __future__ import annotations
 
-from ...core.figures import BAND_KEYS, FIGURES
+from ...analysis.verdict_basis import deciding, verdict_basis
+from ...core.figures import BAND_KEYS, FIGURES, display_name
 from ...core.measures import REPLAY_PAIRS
 from ...core.replay_record import FLOOR_PAIR, ReplayPair, ReplayRecord, ReplayRow, WorstToken
 from ...core.workload_record import SideFigures, WorkloadReport
@@ -75,7 +76,12 @@ def pairs_html(report: WorkloadReport) -> str:
             continue
         is_floor = p.kind == FLOOR_PAIR
         verdict = "the floor" if is_floor else (f.verdict.verdict if f.verdict else "–")
+        why = "" if is_floor or f.verdict is None else verdict_basis(f.verdict)
+        decided = [] if is_floor or f.verdict is None else deciding(f.verdict)
+        if decided:  # the figure that decided it (issue 46 item 2), all of it on hover
+            verdict += f" ({display_name(decided[0].name)})"
         cls = ' class="div"' if not is_floor and f.verdict is not None and f.verdict.verdict != "within noise" else ""
+        cls += f' title="{esc(why)}"' if why else ""
         rows.append(
             f'<tr data-pair="{esc(p.name)}" title="{esc(p.meaning)}"><td>{esc(p.name)}</td>'
             f"<td>{f.stats.tokens.pairs:,}</td>"
