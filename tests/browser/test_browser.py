@@ -321,19 +321,24 @@ def _lossy_run(run_id: str):
 
 
 def test_byte_tokens_show_their_bytes_on_hover_and_as_bytes_on_demand(app, page):
+    from playwright.sync_api import expect
+
     from parity_ui.store.runs import open_db, save_run
 
     save_run(open_db(app["db"]), _lossy_run("01BYTES"))
     page.goto(app["url"] + "?run=01BYTES")
     page.wait_for_selector("#hist-summary .pc-summary[data-run='01BYTES']", timeout=PAGE_MS)
-    chip = page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(1)
-    assert chip.inner_text() == "\ufffd"
+    # The panes build their token chips in blocks after the summary shows (a long run's DOM stays
+    # small): wait for each text rather than read a chip that may not be filled yet (it read "" once).
+    chips = page.locator("#hist-panes [data-side='b'] .pt-body .t")
+    chip = chips.nth(1)
+    expect(chip).to_have_text("\ufffd", use_inner_text=True, timeout=PAGE_MS)
     chip.hover()
-    assert "bytes e2" in page.locator("#hist-panes .pt-info").inner_text()
+    expect(page.locator("#hist-panes .pt-info")).to_contain_text("bytes e2", timeout=PAGE_MS)
     page.locator("#hist-panes .pt-bytes-cb").check()
-    assert chip.inner_text() == "e2"
-    assert page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(2).inner_text() == "80 a2"
-    assert page.locator("#hist-panes [data-side='b'] .pt-body .t").nth(3).inner_text() == "·b"  # text stays text
+    expect(chip).to_have_text("e2", use_inner_text=True, timeout=PAGE_MS)
+    expect(chips.nth(2)).to_have_text("80 a2", use_inner_text=True, timeout=PAGE_MS)
+    expect(chips.nth(3)).to_have_text("·b", use_inner_text=True, timeout=PAGE_MS)  # text stays text
     _shot(page, "11-byte-view", "#hist-panes")
 
 
