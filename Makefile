@@ -3,9 +3,8 @@
 #   make test   check parity_ui/ (scripts/lint.sh), then run the whole test suite
 .PHONY: app test setup test-fast bench lint
 PY := .venv/bin/python
-# mypy in `make lint` / `make test`: off until `.venv/bin/mypy` is clean on parity_ui/ (issue 45 item 4;
-# files being rewritten on another branch still fail). Switch it on here (MYPY ?= 1), or once: make lint MYPY=1.
-MYPY ?= 0
+# mypy in `make lint` / `make test`: on, parity_ui/ is clean (issue 45 item 4). Skip it once: make test MYPY=0.
+MYPY ?= 1
 
 setup:
 	@bash scripts/setup.sh

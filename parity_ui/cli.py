@@ -143,7 +143,9 @@ def _emit(args: argparse.Namespace) -> Any:
 
 
 def _is_workload_file(path: str | None) -> bool:
-    return bool(path) and Path(path).suffix.lower() in (".jsonl", ".parquet")
+    if not path:
+        return False
+    return Path(path).suffix.lower() in (".jsonl", ".parquet")
 
 
 def _workload(args: argparse.Namespace) -> Any:

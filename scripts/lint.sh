@@ -2,7 +2,7 @@
 # The checks `make test` runs before the tests (issue 45): parity_ui/ formatted, linted and typed,
 # with the configs in pyproject.toml ([tool.ruff], [tool.mypy]). tests/ is not formatted (main keeps it as written).
 #   scripts/lint.sh           ruff format --check, ruff check, then mypy where MYPY=1
-#   MYPY=1 scripts/lint.sh    the same with mypy (the Makefile's default once mypy is clean on parity_ui/)
+#   MYPY=1 scripts/lint.sh    the same with mypy (the Makefile's default: make lint and make test run it)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=.venv/bin

@@ -46,8 +46,8 @@ _STACK = ("engine", "model", "environment", "python", "torch")
 ONE_KEPT = 1e29
 
 
-def _step(res: SideResult | None, i: int) -> TokenStep | None:
-    if res is None or i >= len(res.steps):
+def _step(res: SideResult | None, i: int | None) -> TokenStep | None:
+    if res is None or i is None or i >= len(res.steps):
         return None
     return res.steps[i]
 
@@ -211,7 +211,8 @@ def explain(
     if flip and is_router_near_tie(routes):
         # The routing that made the forked token (or an earlier one) chose other experts at a router near-tie:
         # the cause sits in the router, before any logit.
-        f = routes.first_flip
+        f = routes.first_flip if routes else None
+        assert f is not None  # flip_summary names a flip only when there is one
         return replace(
             out,
             verdict="router near-tie",
@@ -223,7 +224,8 @@ def explain(
             "(replay_routes) tells how much of the gap they explain." + note,
         )
     if flip:
-        f = routes.first_flip
+        f = routes.first_flip if routes else None
+        assert f is not None  # flip_summary names a flip only when there is one
         out = replace(
             out,
             route_layer=f.layer,
@@ -364,6 +366,7 @@ def _kept_set_fork(
         )
     few, many = (a, b) if sa.kept < sb.kept else (b, a)
     k = few.kept
+    assert k is not None  # few is out.a or out.b, whose kept is sa.kept or sb.kept: both checked above
     top_p_alone = cfg.top_p < 1.0 and cfg.min_p == 0.0 and cfg.top_k == 0
     if top_p_alone and cfg.temperature == 1.0:
         # Top-p keeps each side's own most likely tokens until their mass reaches top_p: the side that

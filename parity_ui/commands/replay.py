@@ -38,12 +38,12 @@ from ..analysis.compare import compare
 from ..analysis.verdict_basis import verdict_basis
 from ..core.config import ParityConfig, config_from_dict, routes_for
 from ..core.errors import ConfigError, ParityError
-from ..core.kinds import get_kind
+from ..core.kinds import VllmOptions, get_kind
 from ..core.pooled import EXCEEDS, TOO_FEW, PairSample
 from ..core.replay_record import RECORDED, ReplayRecord
 from ..core.requests import ScoreRequest
 from ..core.runlog import EventCallback, RunEvent, new_run
-from ..core.types import Comparison, Finding, SideInfo, SideResult, StepColumns, TokenStep
+from ..core.types import Comparison, Finding, RunStatus, SideInfo, SideResult, StepColumns, TokenStep
 from ..core.workload_record import SideFigures, WorkloadOptions, WorkloadReport
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
@@ -122,7 +122,8 @@ def replay_sides(cfg: ParityConfig) -> list[Any]:
     made them; elsewhere it scores them as prompt logprobs, and the run says which ran."""
     out = []
     for side in cfg.sides:
-        if hasattr(side.options, "forced_tokens") and side.options.forced_tokens is None:
+        # (forced_tokens is a vLLM option: VllmOptions and its server and updated kinds)
+        if isinstance(side.options, VllmOptions) and side.options.forced_tokens is None:
             side = dataclasses.replace(side, options=dataclasses.replace(side.options, forced_tokens="auto"))
         out.append(side)
     return out
@@ -223,6 +224,7 @@ def resume_replay(
         service, run_id, "replay", "row", "start a new replay to measure again", lambda r: r.done >= r.n_prompts
     )
     report = stored.workload
+    assert report is not None  # stored_to_resume refuses a run without its report
     src, o = report.options.source, report.options
     go_on_where(o, cluster, replicas)
     cfg = config_from_dict(stored.config)
@@ -468,7 +470,7 @@ class Replay(Workload):
         self.active.pool(self.service.store, self.rec.run.id, report)
         report.headline = replay_headline(report)
 
-    def _status(self) -> str:
+    def _status(self) -> RunStatus:
         report = self.rec.run.workload
         assert report is not None
         # ok: every pair within the floor (or no floor); a pair over it, even within sampling error, is not ok.

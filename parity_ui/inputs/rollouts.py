@@ -600,11 +600,13 @@ def preflight(
                 positive.append(f"{row.where} ({name})")
             else:
                 mask = row.mask()
-                bad = [(i, x) for i, x in enumerate(col) if not math.isfinite(x) and (i >= len(mask) or mask[i])]
-                if bad:
-                    nonfinite_tokens += len(bad)
-                    shown = ", ".join(f"token {i} {_nonfinite_name(x)}" for i, x in bad[:3])
-                    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+                nonfinite_at = [
+                    (i, x) for i, x in enumerate(col) if not math.isfinite(x) and (i >= len(mask) or mask[i])
+                ]
+                if nonfinite_at:
+                    nonfinite_tokens += len(nonfinite_at)
+                    shown = ", ".join(f"token {i} {_nonfinite_name(x)}" for i, x in nonfinite_at[:3])
+                    more = f" and {len(nonfinite_at) - 3} more" if len(nonfinite_at) > 3 else ""
                     nonfinite.append(f"{row.where} ({name}: {shown}{more})")
         pf.with_logprobs += row.rollout_logprobs is not None
         pf.with_trainer += row.trainer_logprobs is not None

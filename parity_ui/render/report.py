@@ -123,7 +123,7 @@ def _comparison(c: Any, prompt: int) -> dict[str, Any]:
 def run_json(run: Run) -> dict[str, Any]:
     """The --json object: stable top-level keys; `sides` as they ran, `comparisons` (one per prompt
     and non-reference side), per-side streams under `prompts`."""
-    prompts = []
+    prompts: list[dict[str, Any]] = []
     for p in run.prompts:
         prompts.append(
             {

@@ -72,7 +72,8 @@ def badge_html(run: Run) -> str:
         if w is not None and w.too_few_to_tell:
             cls, text = "cancel", "TOO FEW PROMPTS TO TELL"
         elif within is True:  # a replay forces the same tokens on every side: never "identical"
-            cls, text = "ok", "WITHIN NOISE" if not run.identical or w.replay else "IDENTICAL"
+            # (within is True only with a report: w is not None here)
+            cls, text = "ok", "WITHIN NOISE" if not run.identical or (w is not None and w.replay) else "IDENTICAL"
         elif within is False:
             cls, text = "div", "EXCEEDS NOISE"
         elif w is not None and w.replay:
@@ -91,8 +92,7 @@ def check_rows(v: FloorVerdict) -> str:
     )
     rows = []
     for c in over:
-        if c.name == NOT_IDENTICAL and v.identical.side_ci and v.identical.floor_ci:
-            i = v.identical
+        if c.name == NOT_IDENTICAL and (i := v.identical).side_ci and i.floor_ci:
             side = f"{_pct(i.side_share)} identical [{_pct(i.side_ci.low)}–{_pct(i.side_ci.high)}]"
             floor = f"{_pct(i.floor_share)} [{_pct(i.floor_ci.low)}–{_pct(i.floor_ci.high)}]"
             factor = "95% intervals apart"
@@ -391,6 +391,7 @@ def survival_points(f: SideFigures, max_k: int) -> list[tuple[float, float]] | N
 
 def survival_max_k(run: Run) -> int:
     """The survival curve's x range: the tokens each side was asked for, else the last fork."""
+    assert run.workload is not None  # the survival curve is a workload's (a run with a report)
     n = run.config.get("max_new_tokens") if isinstance(run.config, dict) else None
     forks = [k for f in figure_sets(run.workload) if f.stats.sequences.survival for k in f.stats.sequences.survival.at]
     return int(n) if isinstance(n, int) and n > 0 else max(forks, default=0) + 1
@@ -406,6 +407,7 @@ def histogram_shares(h: DlogpHistogram) -> tuple[list[float], list[float]]:
 def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
     """Share of prompts still identical after k tokens, each side and the floor (dashed)."""
     report = run.workload
+    assert report is not None  # the survival curve is a workload's (a run with a report)
     max_k = max(survival_max_k(run), 1)
     colors = side_colors(report)
     x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
@@ -445,24 +447,24 @@ def survival_svg(run: Run, width: int = 560, height: int = 240) -> str:
 def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -> str:
     """Each side's |dlogp| distribution against the floor's (dashed): the share of its pairs per
     quarter decade of |dlogp|; exact zeros are counted in the legend (no logarithm)."""
-    sets = [f for f in figure_sets(report) if f.hist is not None and f.hist.total]
+    sets = [(f, f.hist) for f in figure_sets(report) if f.hist is not None and f.hist.total]
     if not sets:
         return ""
     colors = side_colors(report)
-    h0 = sets[0].hist
+    h0 = sets[0][1]
     lo, hi = h0.low, h0.low + h0.width * len(h0.counts)
-    top = max(max(histogram_shares(f.hist)[1]) for f in sets) or 1.0
+    top = max(max(histogram_shares(h)[1]) for _, h in sets) or 1.0
     x0, x1, y0, y1 = 46.0, width - 12.0, 26.0, height - 36.0
 
     def xy(x: float, s: float) -> str:
         return f"{x0 + (x1 - x0) * (x - lo) / (hi - lo):.1f},{y1 - (y1 - y0) * s / top:.1f}"
 
     lines, legend = [], []
-    for f in sets:
-        edges, shares = histogram_shares(f.hist)
+    for f, h in sets:
+        edges, shares = histogram_shares(h)
         pts = [xy(lo, 0.0)]
         for e, s in zip(edges, shares):
-            pts += [xy(e, s), xy(e + f.hist.width, s)]
+            pts += [xy(e, s), xy(e + h.width, s)]
         pts.append(xy(hi, 0.0))
         floor = f.side == (report.floor.side or "")
         dash = ' stroke-dasharray="5 4"' if floor else ""
@@ -470,7 +472,7 @@ def histogram_svg(report: WorkloadReport, width: int = 560, height: int = 240) -
             f'<polyline fill="none" stroke="{colors[f.side]}" stroke-width="1.6"{dash} '
             f'points="{" ".join(pts)}" data-side="{esc(f.side)}"/>'
         )
-        zeros = f" ({_pct(f.hist.zero / f.hist.total)} exactly 0)" if f.hist.zero else ""
+        zeros = f" ({_pct(h.zero / h.total)} exactly 0)" if h.zero else ""
         legend.append((label(report, f.side) + zeros, colors[f.side], floor))
     xticks = [
         (x0 + (x1 - x0) * (e - lo) / (hi - lo), f"1e{e:+.0f}".replace("+", ""))

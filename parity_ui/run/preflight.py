@@ -541,6 +541,7 @@ def check_batching(prepared: Prepared) -> list[Finding]:
         )
     for p in _sides_of(prepared, "vllm"):
         o = p.spec.options
+        assert isinstance(o, VllmOptions)  # _sides_of(..., "vllm") keeps only those
         if o.enable_prefix_caching:
             out.append(
                 Finding(
@@ -673,7 +674,8 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
     ref = prepared.reference
     out = []
     for p in prepared.sides[1:]:
-        diffs, inert = [], []
+        diffs: list[str] = []
+        inert: list[str] = []
         if p.kind.name != ref.kind.name:
             diffs.append(f"engine ({ref.kind.name} vs {p.kind.name})")
         # The dtype each side loads (a side's own, else the run's): as resolved, not as written.

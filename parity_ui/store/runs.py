@@ -89,7 +89,7 @@ def _loads(text: str | None) -> Any:
 
 @migrations()
 def m001_runs(db: Database) -> None:
-    db["runs"].create(
+    db.table("runs").create(
         {
             "id": str,
             "datetime_utc": str,
@@ -116,9 +116,9 @@ def m001_runs(db: Database) -> None:
         },
         pk="id",
     )
-    db["runs"].create_index(["datetime_utc"])
-    db["runs"].create_index(["group_id"])
-    db["prompt_results"].create(
+    db.table("runs").create_index(["datetime_utc"])
+    db.table("runs").create_index(["group_id"])
+    db.table("prompt_results").create(
         {
             "run_id": str,
             "idx": int,
@@ -140,7 +140,7 @@ def m001_runs(db: Database) -> None:
 def m002_sides(db: Database) -> None:
     """The fixed vLLM/HF pair becomes sides: a row per (prompt, side) and per comparison instead of
     a column per engine. Old rows are rewritten once into the new shapes (parity_ui.store.legacy)."""
-    db["side_results"].create(
+    db.table("side_results").create(
         {
             "run_id": str,
             "prompt_idx": int,
@@ -153,7 +153,7 @@ def m002_sides(db: Database) -> None:
         pk=("run_id", "prompt_idx", "side"),
         foreign_keys=[("run_id", "runs", "id")],
     )
-    db["comparisons"].create(
+    db.table("comparisons").create(
         {
             "run_id": str,
             "prompt_idx": int,
@@ -170,9 +170,9 @@ def m002_sides(db: Database) -> None:
         foreign_keys=[("run_id", "runs", "id")],
     )
     for col in ("sides", "sides_json", "timings_json", "owner_json"):
-        db["runs"].add_column(col, str)
+        db.table("runs").add_column(col, str)
     runs = {r["id"]: r for r in db.query("SELECT id, model_path, config_json, engines_json, probes_json FROM runs")}
-    load_s: dict[str, dict[str, float]] = {}
+    load_s: dict[str, dict[str, float | None]] = {}
     for p in list(db.query("SELECT * FROM prompt_results")):
         for side, column in (("hf", "hf_json"), ("vllm", "vllm_json")):
             res = _loads(p[column])
@@ -180,7 +180,7 @@ def m002_sides(db: Database) -> None:
                 continue
             res["side"] = res.pop("engine", side)
             load_s.setdefault(p["run_id"], {}).setdefault(side, (res.get("timings") or {}).get("load_s"))
-            db["side_results"].insert(
+            db.table("side_results").insert(
                 {  # the steps stay in result_json until m005 moves them
                     "run_id": p["run_id"],
                     "prompt_idx": p["idx"],
@@ -212,17 +212,17 @@ def m002_sides(db: Database) -> None:
                 run_id,
             ],
         )
-    db["runs"].transform(drop={"engines_json"})
-    db["prompt_results"].transform(
+    db.table("runs").transform(drop={"engines_json"})
+    db.table("prompt_results").transform(
         drop={"vllm_json", "hf_json", "comparison_json", "explanation_json", "cross_scores_json"}
     )
-    db["runs"].create_index(["status"])
+    db.table("runs").create_index(["status"])
 
 
 @migrations()
 def m003_localisations(db: Database) -> None:
     """Layer localisations (parity_ui.commands.layers): several per run, each with its figures."""
-    db["localisations"].create(
+    db.table("localisations").create(
         {
             "id": str,
             "run_id": str,
@@ -238,7 +238,7 @@ def m003_localisations(db: Database) -> None:
         pk="id",
         foreign_keys=[("run_id", "runs", "id")],
     )
-    db["localisations"].create_index(["run_id"])
+    db.table("localisations").create_index(["run_id"])
 
 
 MAX_STORED_IMAGE_BYTES = 20 * 2**20  # an image over this keeps its record (hash, size) but not its bytes
@@ -248,23 +248,23 @@ MAX_STORED_IMAGE_BYTES = 20 * 2**20  # an image over this keeps its record (hash
 def m004_images(db: Database) -> None:
     """Image prompts: each image's bytes once per content hash (`images`), which prompt of which run used
     it (`run_images`), and each prompt's image records (`prompt_results.images_json`)."""
-    db["images"].create(
+    db.table("images").create(
         {"sha256": str, "format": str, "width": int, "height": int, "n_bytes": int, "data": bytes}, pk="sha256"
     )
-    db["run_images"].create(
+    db.table("run_images").create(
         {"run_id": str, "prompt_idx": int, "position": int, "sha256": str, "name": str},
         pk=("run_id", "prompt_idx", "position"),
         foreign_keys=[("run_id", "runs", "id")],
     )
-    db["run_images"].create_index(["sha256"])
-    db["prompt_results"].add_column("images_json", str)
+    db.table("run_images").create_index(["sha256"])
+    db.table("prompt_results").add_column("images_json", str)
 
 
 @migrations()
 def m005_step_columns(db: Database) -> None:
     """A side's steps move out of `result_json` into `steps_json`, as columns (types.StepColumns):
     a stored 16k-token pair reads back in a few hundredths of a second instead of ~0.6 s."""
-    db["side_results"].add_column("steps_json", str)
+    db.table("side_results").add_column("steps_json", str)
     # One row at a time: a database of long runs holds gigabytes of steps.
     for (rowid,) in db.execute("SELECT rowid FROM side_results WHERE result_json IS NOT NULL").fetchall():
         res = _loads(db.execute("SELECT result_json FROM side_results WHERE rowid = ?", [rowid]).fetchone()[0])
@@ -280,10 +280,10 @@ def m006_workloads(db: Database) -> None:
     """Workload runs: each (prompt, side) pair's logprobs against the reference's, packed
     (`pair_samples`: what the pooled figures are computed from, read back one row at a time), and on
     the run its pooled report (`workload_json`) and a one-line headline for the history list."""
-    db["runs"].add_column("workload_json", str)
-    db["runs"].add_column("headline", str)
-    db["prompt_results"].add_column("given_json", str)  # the prompt as the user gave it (text, messages)
-    db["pair_samples"].create(
+    db.table("runs").add_column("workload_json", str)
+    db.table("runs").add_column("headline", str)
+    db.table("prompt_results").add_column("given_json", str)  # the prompt as the user gave it (text, messages)
+    db.table("pair_samples").create(
         {
             "run_id": str,
             "side": str,
@@ -305,7 +305,7 @@ def m006_workloads(db: Database) -> None:
 @migrations()
 def m007_bisect(db: Database) -> None:
     """A bisect (parity_ui.commands.setting_bisect) is a run of kind "bisect": its trials and answer in `bisect_json`."""
-    db["runs"].add_column("bisect_json", str)
+    db.table("runs").add_column("bisect_json", str)
 
 
 @migrations()
@@ -313,12 +313,12 @@ def m008_gate(db: Database) -> None:
     """The gate's tables (parity_ui.store.checks): a check's results (`gate_checks`) and one row per
     case (`gate_cases`, what "baseline: last-pass" looks up). A file the gate used before they joined
     this list has them already (from the gate's own migration set), hence "if not exists"."""
-    db["gate_checks"].create(
+    db.table("gate_checks").create(
         {"run_id": str, "group_id": str, "datetime_utc": str, "spec_path": str, "exit_code": int, "result_json": str},
         pk="run_id",
         if_not_exists=True,
     )
-    db["gate_cases"].create(
+    db.table("gate_cases").create(
         {
             "check_run_id": str,
             "case_name": str,
@@ -334,7 +334,7 @@ def m008_gate(db: Database) -> None:
         pk=("check_run_id", "case_name"),
         if_not_exists=True,
     )
-    db["gate_cases"].create_index(["case_name", "passed", "datetime_utc"], if_not_exists=True)
+    db.table("gate_cases").create_index(["case_name", "passed", "datetime_utc"], if_not_exists=True)
 
 
 @migrations()
@@ -451,7 +451,7 @@ def save_images(db: Database, run_id: str, prompts: list[Any]) -> None:
     with db.atomic():
         for i, k, img in rows:
             keep = len(img.data) <= MAX_STORED_IMAGE_BYTES
-            db["images"].insert(
+            db.table("images").insert(
                 {
                     "sha256": img.sha256,
                     "format": img.format,
@@ -463,7 +463,7 @@ def save_images(db: Database, run_id: str, prompts: list[Any]) -> None:
                 pk="sha256",
                 ignore=True,
             )
-            db["run_images"].insert(
+            db.table("run_images").insert(
                 {"run_id": run_id, "prompt_idx": i, "position": k, "sha256": img.sha256, "name": img.name},
                 pk=("run_id", "prompt_idx", "position"),
                 replace=True,
@@ -483,7 +483,7 @@ def save_localisation(db: Database, loc: Localisation) -> Localisation:
     loc.id = loc.id or new_run_id()
     loc.created_utc = loc.created_utc or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with db.conn:
-        db["localisations"].insert(
+        db.table("localisations").insert(
             {
                 "id": loc.id,
                 "run_id": loc.run_id,
@@ -511,7 +511,7 @@ def _insert_side_result(db: Database, run_id: str, idx: int, res: SideResult) ->
     # The steps go to `steps_json` as columns straight from the steps: no dict per step and top-k
     # entry on the way to JSON.
     row = to_dict(replace(res, steps=[]))
-    db["side_results"].insert(
+    db.table("side_results").insert(
         {
             "run_id": run_id,
             "prompt_idx": idx,
@@ -530,7 +530,7 @@ def _insert_side_result(db: Database, run_id: str, idx: int, res: SideResult) ->
 def _insert_comparison(db: Database, run_id: str, idx: int, comp: dict[str, Any]) -> None:
     explanation = comp.pop("explanation", None)
     cross = comp.pop("cross_scores", None)
-    db["comparisons"].insert(
+    db.table("comparisons").insert(
         {
             "run_id": run_id,
             "prompt_idx": idx,
@@ -620,7 +620,7 @@ def forget_run(db: Database, run_id: str) -> None:
 
 def save_run_row(db: Database, run: Run) -> None:
     """The run's own row (status, figures, config, sides, timings): what every flush writes."""
-    db["runs"].upsert(
+    db.table("runs").upsert(
         {
             "id": run.id,
             "datetime_utc": run.created_utc,
@@ -658,7 +658,7 @@ def save_run_row(db: Database, run: Run) -> None:
 def save_prompt_rows(db: Database, run: Run, indices: Any = None) -> None:
     """The prompts' rows (text, token ids, messages, images): all, or those at `indices`."""
     prompts = run.prompts if indices is None else [run.prompts[i] for i in indices]
-    db["prompt_results"].insert_all(
+    db.table("prompt_results").insert_all(
         (
             {
                 "run_id": run.id,
@@ -724,7 +724,8 @@ def _get_run(db: Database, run_id: str, only: list[int] | None = None) -> Run | 
     if not rows:
         return None
     r = rows[0]
-    where, params = "", [run_id]
+    where = ""
+    params: list[str | int] = [run_id]
     if only is not None:
         where = f"AND {{col}} IN ({', '.join('?' * len(only))})"
         params += [int(i) for i in only]
@@ -814,7 +815,7 @@ def _unpack(data: bytes | None, code: str) -> list[Any]:
 def save_pair_samples(db: Database, run_id: str, side: str, samples: list[PairSample]) -> None:
     """One row per (prompt, side): the side's and the reference's logprobs of the same tokens as
     float64 (a missing one as NaN), with the first divergence and the verdict."""
-    db["pair_samples"].insert_all(
+    db.table("pair_samples").insert_all(
         (
             {
                 "run_id": run_id,
@@ -925,7 +926,8 @@ def list_runs(
     """Newest first. `search` matches the id, model, sides, prompt excerpt and error; `since`/`until`
     are ISO dates compared against datetime_utc; runs of `exclude_kinds` are left out (History
     folds a bisect's trials under their bisect)."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[str | int] = []
     if exclude_kinds:
         where.append(f"coalesce(kind, 'compare') NOT IN ({', '.join('?' * len(exclude_kinds))})")
         params += list(exclude_kinds)

@@ -415,7 +415,7 @@ class CompareTab:
         images: Any = None,
         workload: WorkloadPick | None = None,
         refused_file: Any = None,
-        request: gr.Request = None,
+        request: gr.Request | None = None,
     ) -> Iterator[dict[Any, Any]]:
         """Run every side; yields the progress card, the view and the run id as tokens arrive
         (each yield sets only what changed). With a workload file: the workload, its progress with
@@ -436,7 +436,7 @@ class CompareTab:
         images: Any,
         workload: WorkloadPick | None,
         refused_file: Any,
-        request: gr.Request,
+        request: gr.Request | None,
     ) -> Iterator[dict[Any, Any]]:
         refusal = run_refusal(cfg_text, refused_file, workload)
         if refusal is not None:
@@ -448,9 +448,8 @@ class CompareTab:
             }
             return
         model = model or DEMO_NAME
-        pick: WorkloadPick | None = _pick(workload)
-        if not pick.active:
-            pick = None
+        given = _pick(workload)
+        pick = given if given.active else None
         try:
             if pick is not None:
                 req: Request = self._workload_request(pick, model, bool(trust), cfg_text, images)
@@ -496,6 +495,7 @@ class CompareTab:
                 "name the images in the .jsonl file, or press 'Use the text box'",
             )
         if pick.rollout is not None:  # a rollout dump: a replay (parity_ui.ui.replay_input)
+            assert pick.path is not None  # an active pick has its file: _run passes only those
             return replay_request(
                 pick.path,
                 pick.rollout,
@@ -555,7 +555,7 @@ class CompareTab:
                 },
             )
 
-    def click_note(self, request: gr.Request = None) -> str:
+    def click_note(self, request: gr.Request | None = None) -> str:
         """Run pressed: nothing to say, unless this tab's run is still queued or running (the click
         starts nothing: gradio lets one run per event at a time) or another run holds the engines
         (this one waits for it: which one, and Stop ends it)."""
@@ -607,7 +607,7 @@ class CompareTab:
             show_progress="hidden",
         )
 
-    def release_click(self, request: gr.Request = None) -> None:
+    def release_click(self, request: gr.Request | None = None) -> None:
         self.gate.release(session_of(request))
 
     def stop(self, request: gr.Request) -> str:
@@ -624,7 +624,7 @@ class CompareTab:
         described = self.model.change(self.describe, ctx, self.model_info, api_name="describe_model")
         self.recount(described)
         self.clear_stale(described)
-        self.trust.change(self.describe, ctx, self.model_info, api_name=False)
+        self.trust.change(self.describe, ctx, self.model_info, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         gr.on(
             [self.prompt.blur, self.prompt.submit],
             self.count_tokens,
@@ -648,7 +648,7 @@ class CompareTab:
             api_name=False,
             show_progress="hidden",
         )
-        cleared_file = self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False)
+        cleared_file = self.clear_file_btn.click(self.clear_file, [self.workload], file_outputs, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         self.recount(cleared_file)
         self.clear_stale(cleared_file)
         # Workload options: a pick at once, a typed one when it is left (or on Enter).
@@ -688,14 +688,14 @@ class CompareTab:
             concurrency_limit=1,
             concurrency_id="wl-options",
         )
-        self.images.change(self.check_images, [self.images], self.image_info, api_name=False, show_progress="hidden")
+        self.images.change(self.check_images, [self.images], self.image_info, api_name=False, show_progress="hidden")  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         # Edits of the Sides panel the YAML has not had yet go in first (Run pressed straight from
         # a slot); then one run at a time on the engines, every other click waiting in gradio's queue.
         self.commit_sides = self.run_btn.click(
             self.sides.commit,
             [cfg_yaml, *self.sides.state],
             [cfg_yaml, self.sides.error, self.sides.drawn],
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             queue=False,
             show_progress="hidden",
         )
@@ -714,14 +714,14 @@ class CompareTab:
         # Which setting? under a stored run whose sides differ (hidden for any other).
         ran.then(self.which.show, [self.run_id], self.which.outputs, api_name=False, show_progress="hidden")
         self.stop_btn.click(self.stop, None, self.stop_note, api_name="stop", queue=False)
-        self.run_btn.click(self.click_note, None, self.stop_note, api_name=False, queue=False)
+        self.run_btn.click(self.click_note, None, self.stop_note, api_name=False, queue=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         # Sides that cannot run raise in commit (a toast): the run never starts, so the click is over.
         self.commit_sides.failure(self.release_click, None, None, api_name=False, queue=False)
-        self.run_btn.click(self.wview.hidden, None, self.wview.outputs, api_name=False, queue=False)
-        self.run_btn.click(self.which.hidden, None, self.which.outputs, api_name=False, queue=False)
+        self.run_btn.click(self.wview.hidden, None, self.wview.outputs, api_name=False, queue=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+        self.run_btn.click(self.which.hidden, None, self.which.outputs, api_name=False, queue=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
-        self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
-        self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
+        self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+        self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         self.view.wire_layers(self.service, picks)
         self.wview.create_event_handlers()
         self.which.create_event_handlers()

@@ -16,7 +16,7 @@ import time
 import traceback
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gradio as gr
 
@@ -36,8 +36,8 @@ PERIODS = {"any time": None, "last 24 hours": 1, "last 7 days": 7, "last 30 days
 # sides, the prompt; then dtype, time and the id (what a click opens).
 COLUMNS = ["status", "result", "model", "sides (reference first)", "prompt", "dtype", "time (UTC)", "id"]
 STATUS, RESULT, MODEL, SIDES, PROMPT, DTYPE, TIME, ID = range(len(COLUMNS))
-DATATYPES = ["str", "str", "markdown", "str", "str", "str", "str", "str"]
-COLUMN_WIDTHS = ["84px", "28%", "13%", "15%", "22%", "72px", "140px", "120px"]
+DATATYPES: list[Literal["str", "markdown"]] = ["str", "str", "markdown", "str", "str", "str", "str", "str"]
+COLUMN_WIDTHS: list[str | int] = ["84px", "28%", "13%", "15%", "22%", "72px", "140px", "120px"]
 PROMPT_CHARS = 90
 _RUN_ID = re.compile(r"^[0-9A-Za-z]{1,64}$")
 _HF_CACHE = re.compile(r"models--([^/]+?)--([^/]+)")
@@ -417,7 +417,9 @@ class HistoryTab:
         if run.kind == "trend":
             page = stored_html_report(self.store.for_report(run.id, workload_report_prompts)) or ""
         elif run.workload is not None:
-            page = stored_html_report(self.store.for_report(run.id, workload_report_prompts))
+            stored = stored_html_report(self.store.for_report(run.id, workload_report_prompts))
+            assert stored is not None  # the run was just read (_stored): for_report finds it
+            page = stored
         else:
             page = html_report(run, self.store.localisations_of(run.id), self.store.image_bytes)
         out.write_text(page, encoding="utf-8")
@@ -457,10 +459,10 @@ class HistoryTab:
         filters = [self.search, self.model, self.status, self.period]
         listing = [self.table, self.model]
         self.tab.select(self.refresh, filters, listing, api_name="history")
-        self.refresh_btn.click(self.refresh, filters, listing, api_name=False)
-        self.search.submit(self.refresh, filters, listing, api_name=False)
+        self.refresh_btn.click(self.refresh, filters, listing, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+        self.search.submit(self.refresh, filters, listing, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         for f in (self.model, self.status, self.period):
-            f.input(self.refresh, filters, listing, api_name=False)
+            f.input(self.refresh, filters, listing, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         picks = [self.run_id, self.view.prompt_pick, self.view.side_pick]
 
         def then_figures(event: Any) -> None:  # the last run opened wins (its figures, not an earlier one's)
@@ -474,25 +476,33 @@ class HistoryTab:
             )
 
         # Every way to open a run is one event (open_all), its figures chained after the panes show.
-        picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)
+        picked = self.table.select(self.select, [self.table], [self.run_id], api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         then_figures(
             picked.then(self.open_all, [self.run_id], self.open_outputs, api_name=False, trigger_mode="always_last")
         )
-        then_figures(self.open_btn.click(self.open_all, [self.run_id], self.open_outputs, api_name=False))
-        then_figures(self.run_id.submit(self.open_all, [self.run_id], self.open_outputs, api_name=False))
+        then_figures(self.open_btn.click(self.open_all, [self.run_id], self.open_outputs, api_name=False))  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+        then_figures(self.run_id.submit(self.open_all, [self.run_id], self.open_outputs, api_name=False))  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         # API clients keep /open_run with its inputs and outputs (the token view's parts).
         self.api_open.click(self.open, [self.run_id], self.view.outputs, api_name="open_run")
         self.export_btn.click(self.export, [self.run_id], [self.export_file], api_name="export_run")
         self.report_btn.click(self.report, [self.run_id], [self.export_file], api_name="report_run")
         self.use_a.click(
-            lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_a], api_name=False, queue=False
+            lambda run_id: (run_id or "").strip(),
+            [self.run_id],
+            [self.pair_a],
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+            queue=False,
         )
         self.use_b.click(
-            lambda run_id: (run_id or "").strip(), [self.run_id], [self.pair_b], api_name=False, queue=False
+            lambda run_id: (run_id or "").strip(),
+            [self.run_id],
+            [self.pair_b],
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+            queue=False,
         )
         self.pair_btn.click(self.compare_pair, [self.pair_a, self.pair_b], [self.pair_out], api_name="compare_runs")
-        self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
-        self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)
+        self.view.prompt_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
+        self.view.side_pick.input(self.switch_view, picks, self.view.outputs, api_name=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
         self.view.wire_layers(self.service, picks)
         self.wview.create_event_handlers()
         self.which.create_event_handlers()

@@ -3,12 +3,14 @@ Figure out."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from ..core.types import Comparison, Localisation, Run, SideResult, StepColumns, step_column
+from ..core.types import Comparison, Localisation, Run, SideResult, StepColumns, TokenStep, step_column
 
 REF_COLOR, SIDE_COLOR, DIV_COLOR = "#ea580c", "#2563eb", "#dc2626"
 
@@ -17,7 +19,7 @@ REF_COLOR, SIDE_COLOR, DIV_COLOR = "#ea580c", "#2563eb", "#dc2626"
 pio.templates.default = "plotly_white"
 
 
-def _steps(r: SideResult | None) -> list:
+def _steps(r: SideResult | None) -> Sequence[TokenStep]:
     return r.steps if r is not None else []
 
 

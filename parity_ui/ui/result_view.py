@@ -91,8 +91,8 @@ def _picked_side(run: Run, idx: int, side: str | None) -> str | None:
     comps = run.prompts[idx].comparisons
     if side in {c.b for c in comps} or not comps:
         return side
-    diverged = [c for c in comps if c.first_divergence is not None]
-    return (min(diverged, key=lambda c: c.first_divergence) if diverged else comps[0]).b
+    diverged = [(c.first_divergence, c) for c in comps if c.first_divergence is not None]
+    return (min(diverged, key=lambda d: d[0])[1] if diverged else comps[0]).b
 
 
 def _streams(run: Run, idx: int) -> list[Stream]:
@@ -111,7 +111,7 @@ def pane_details(get_run: Callable[[str], Run | None], src: str) -> str:
     run_id, _, index = (src or "").partition(":")
     run = get_run(run_id) if run_id and index.isdigit() else None
     pos = _position(run, int(index)) if run is not None else None
-    if pos is None:
+    if run is None or pos is None:  # (pos is None whenever run is)
         raise gr.Error(f"no stored view {src!r}: reopen the run from the History tab")
     return details_json(_streams(run, pos))
 
@@ -367,7 +367,7 @@ class ResultView:
             find,
             [*picks, self.ops_box, self.window_box],
             shown,
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             concurrency_limit=1,
             concurrency_id="engines",
             show_progress="full",
@@ -395,7 +395,7 @@ class ResultView:
             open_cell,
             [picks[0], picks[2], self.om_pick],
             [self.om_cell, self.swap_btn, self.om_target, self.panes],
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             show_progress="hidden",
             trigger_mode="always_last",
         )
@@ -417,7 +417,7 @@ class ResultView:
             swap,
             [picks[0], self.om_target],
             shown,
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             concurrency_limit=1,
             concurrency_id="engines",
             show_progress="full",

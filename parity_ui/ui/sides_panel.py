@@ -102,7 +102,8 @@ def sides_in_yaml(text: str) -> list[dict[str, Any]]:
         else [dict(s) for s in DEFAULT_SIDES]
     )
     for s in sides:
-        section = data.get(s.get("name"))
+        name = s.get("name")
+        section = data.get(name) if name is not None else None  # a nameless side has no section
         if isinstance(section, dict):
             s.update(section)
     return sides

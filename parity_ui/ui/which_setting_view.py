@@ -140,7 +140,7 @@ class WhichSettingView:
     # -- the search -----------------------------------------------------------------------------
 
     def search(
-        self, run_id: str | None, pair: str | None, prompts: Any, request: gr.Request = None
+        self, run_id: str | None, pair: str | None, prompts: Any, request: gr.Request | None = None
     ) -> Iterator[dict[Any, Any]]:
         """Start the bisect of `run_id`'s `pair` on its `prompts` worst prompts; yields its progress, then
         its stored record. A request refused before it starts (no such run, no pair that differs, a
@@ -191,7 +191,7 @@ class WhichSettingView:
         finally:  # the search goes on if this tab went away: the bar above the tabs shows it
             self.gate.unfollow(active)
 
-    def stop(self, request: gr.Request = None) -> None:
+    def stop(self, request: gr.Request | None = None) -> None:
         self.gate.stop(session_of(request))
 
     # -- events ---------------------------------------------------------------------------------
@@ -203,9 +203,9 @@ class WhichSettingView:
             self.search,
             [self.run_id, self.pair, self.prompts],
             [self.btn, self.stop_btn, self.progress, self.result],
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             concurrency_limit=1,
             concurrency_id="engines",
             show_progress="minimal",
         )
-        self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
+        self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API

@@ -129,11 +129,11 @@ def select(pick: WorkloadPick) -> WorkloadPick:
 def _dump(pick: WorkloadPick, fmt: str) -> WorkloadPick:
     """The pick of a rollout dump: its rows counted, or why it is refused (too large: the CLI)."""
     pick = dataclasses.replace(pick, rollout=fmt)
+    path = pick.path
+    assert path is not None  # select() reads a dump only when a file was given
     try:
-        check_upload_size(pick.name, os.path.getsize(pick.path), "rollout dump")
-        d = replay_input.read_dump(
-            pick.path, pick.name, fmt, skip_bad=pick.skip_bad, limit=pick.limit, shown=SKIPPED_SHOWN
-        )
+        check_upload_size(pick.name, os.path.getsize(path), "rollout dump")
+        d = replay_input.read_dump(path, pick.name, fmt, skip_bad=pick.skip_bad, limit=pick.limit, shown=SKIPPED_SHOWN)
     except ParityError as e:
         fix = replay_input.too_large_fix() if "upload limit" in e.message else e.fix
         return dataclasses.replace(pick, error=e.message, fix=fix)

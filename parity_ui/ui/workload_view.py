@@ -202,6 +202,7 @@ class WorkloadView:
             if data is None:
                 return None
             run, w = data.run, data.run.workload
+            assert w is not None  # read_workload returns only a workload with a report
             floor = w.floor_figures.side if w.floor_figures else None
             return {
                 "run": run,
@@ -300,7 +301,7 @@ class WorkloadView:
 
     # -- Resume ---------------------------------------------------------------------------------
 
-    def resume(self, run_id: str | None, request: gr.Request = None) -> Iterator[dict[Any, Any]]:
+    def resume(self, run_id: str | None, request: gr.Request | None = None) -> Iterator[dict[Any, Any]]:
         """Go on with a stopped or failed workload (workload.run.resume_workload) in a worker thread,
         its progress shown as it goes; then the view of the run as it now stands."""
         run_id = str(run_id or "").strip()
@@ -343,7 +344,7 @@ class WorkloadView:
         finally:  # the resume goes on if this tab went away: the bar above the tabs shows it
             self.gate.unfollow(active)
 
-    def stop(self, request: gr.Request = None) -> None:
+    def stop(self, request: gr.Request | None = None) -> None:
         self.gate.stop(session_of(request))
 
     # -- events ---------------------------------------------------------------------------------
@@ -355,7 +356,7 @@ class WorkloadView:
             self.open_prompt,
             [self.run_id, self.pick],
             self.result_view.outputs,
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             show_progress="hidden",
             trigger_mode="always_last",
         )
@@ -373,12 +374,12 @@ class WorkloadView:
             self.resume,
             [self.run_id],
             self.outputs,
-            api_name=False,
+            api_name=False,  # type: ignore[arg-type]  # gradio: False keeps it out of the API
             concurrency_limit=1,
             concurrency_id="engines",
             show_progress="minimal",
         )
-        self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)
+        self.stop_btn.click(self.stop, None, None, api_name=False, queue=False)  # type: ignore[arg-type]  # gradio: False keeps it out of the API
 
 
 def replay_row(run: Any, i: int) -> ReplayRow:

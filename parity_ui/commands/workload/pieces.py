@@ -14,7 +14,7 @@ thread. A Stop or an engine failure in a call reaches the caller when it asks fo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -31,7 +31,7 @@ def pieces(n: int, per_item: bool, piece: int = PIECE) -> list[range]:
 
 def scored_in_pieces(
     calls: Sequence[Callable[[range], Any]], parts: list[range], threaded: bool = True
-) -> Iterator[tuple[range, list[Any]]]:
+) -> Generator[tuple[range, list[Any]], None, None]:  # a generator: closing() stops it early
     """For each part, in order: (part, [call(part) for call in calls]), the calls of every part made in
     order on one background thread, running ahead of the caller. An exception a call raised is raised
     here when its part is reached; leaving early cancels the calls not started yet (the running one

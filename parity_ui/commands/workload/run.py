@@ -36,11 +36,12 @@ from ...analysis.explain import explain
 from ...core.cluster import check_sides, parse_cluster
 from ...core.config import ParityConfig, config_from_dict
 from ...core.errors import ConfigError, ParityError
+from ...core.kinds import HfOptions
 from ...core.pooled import PairSample
 from ...core.requests import GenerateRequest, ScoreRequest
 from ...core.runlog import EventCallback, RunEvent, new_run, phase
 from ...core.settings import differing
-from ...core.types import Comparison, Run, SideResult
+from ...core.types import Comparison, Run, RunStatus, SideResult
 from ...core.workload_record import FLOORS, MODES, FloorSpec, WorkloadOptions, WorkloadReport
 from ...inputs.prompts import PromptSpec
 from ...measures import Made, Mode, PairSeen, Plan, ScoreAsk
@@ -111,6 +112,7 @@ def resume_workload(
         lambda r: r.done + len(r.skipped_too_long) >= r.n_prompts,
     )
     report = stored.workload
+    assert report is not None  # stored_to_resume refuses a run without its report
     go_on_where(report.options, cluster, replicas)
     prompts = given_prompts(service, run_id)
     req = WorkloadRequest(
@@ -230,7 +232,9 @@ def floor_plan(prep: Prepared, o: WorkloadOptions) -> tuple[SidePlan | None, Flo
                 f"{ref.name} is {ref.kind.label}",
                 "use --floor batch or order, or none",
             )
-        now = ref.spec.options.sdpa_kernels
+        hf_options = ref.spec.options
+        assert isinstance(hf_options, HfOptions)  # an HF side's options (checked just above)
+        now = hf_options.sdpa_kernels
         other = "math" if now != "math" else "auto"
         spec = dataclasses.replace(ref.spec.replace(sdpa_kernels=other), name=name)
         desc = f"the reference {ref.name} with SDPA kernels {other!r} instead of {now!r}"
@@ -345,13 +349,14 @@ class Workload:
         self.active.pool(self.service.store, self.rec.run.id, report)
         report.headline = headline(report)
 
-    def _status(self) -> str:
+    def _status(self) -> RunStatus:
         return "ok" if self.rec.run.identical else "diverged"
 
     # -- the chunks ---------------------------------------------------------------------------------
 
     def _chunks(self, sides: SideSet, todo: list[int]) -> None:
         report = self.rec.run.workload
+        assert report is not None  # run() set the report before any chunk
         t0, finished = time.perf_counter(), 0
         size = self.opts.chunk
         n_chunks = -(-len(todo) // size) if todo else 0
