@@ -93,6 +93,7 @@ def tool(args, dump: Path, db: str) -> dict:
            "forced": rep.forced, "tokens": rep.tokens, "headline": run.workload.headline}
     if not args.memory:
         rows: dict[int, list[float]] = {}
+        side: dict[int, list[float]] = {}
         pair = next(p for p in rep.pairs if p.b == other and p.a == run.reference)  # "<other> vs <trainer>"
         for s in pair_samples(svc.db, run.id, pair.stored):
             rows[s.prompt_index] = list(s.logp_ref)  # the pair's a: the trainer
