@@ -748,14 +748,30 @@ def cmd_weights(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+JSON_HELP = "print one JSON object (on stdout; progress stays on stderr)"
+
+
+def _add_output_args(
+    p: argparse.ArgumentParser, json_help: str | None = None, progress: bool = True, as_json: bool = True
+) -> None:
+    """The options the subcommands share, defined once: --json (one object on stdout, progress on
+    stderr), --quiet (no progress lines; only where there is progress) and --db (the top-level option
+    repeated after the subcommand; SUPPRESS keeps a top-level --db when this one is not given)."""
+    if as_json:
+        p.add_argument(
+            "--json", action="store_true", help=json_help or (JSON_HELP if progress else "print one JSON object")
+        )
+    if progress:
+        p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--db", default=argparse.SUPPRESS, help="run database (as the top-level --db, after the command)")
+
+
 def _add_single_prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="demo", help="'demo', a folder, or an HF id")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(p)
     _add_config_args(p)
 
 
@@ -842,9 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     c.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code")
-    c.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
-    c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    c.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(c)
     _add_config_args(c)
     _add_workload_args(c)
     c.set_defaults(func=cmd_compare)
@@ -925,19 +939,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--idle-exit", type=float, help="--follow: end after this many seconds without a new step")
     t.add_argument("--until-step", type=int, help="--follow: end once this step is replayed")
     _add_cluster_args(rp)
-    rp.add_argument("--json", action="store_true", help="print one JSON object (on stdout; progress stays on stderr)")
-    rp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    rp.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(rp)
     _add_config_args(rp)
     rp.set_defaults(func=cmd_replay)
 
     rs = sub.add_parser("resume", help="go on with a stopped, failed or interrupted workload or replay run")
     rs.add_argument("id", help="the workload or replay run's id")
-    rs.add_argument("--json", action="store_true")
-    rs.add_argument("--quiet", action="store_true")
     rs.add_argument("--per-prompt", action="store_true", help="also list every prompt")
     _add_cluster_args(rs)
-    rs.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(rs)
     rs.set_defaults(func=cmd_resume)
 
     cfg = sub.add_parser("config", help="the canonical config")
@@ -956,20 +966,18 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--model")
     ls.add_argument("--status", choices=["ok", "diverged", "error", "cancelled", "interrupted", "running"])
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--json", action="store_true")
-    ls.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(ls, progress=False)
     ls.set_defaults(func=cmd_runs_list)
     sh = runs_sub.add_parser("show", help="one run")
     sh.add_argument("id")
     sh.add_argument("--prompt", type=int, help="only this prompt (a workload's: its token-level comparison)")
-    sh.add_argument("--json", action="store_true")
-    sh.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(sh, progress=False)
     sh.set_defaults(func=cmd_runs_show)
 
     rp = sub.add_parser("report", help="write a stored run as one self-contained HTML page")
     rp.add_argument("id")
     rp.add_argument("-o", "--output", help="file to write (default parity-run-ID.html)")
-    rp.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(rp, as_json=False, progress=False)
     rp.set_defaults(func=cmd_report)
 
     ly = sub.add_parser(
@@ -999,9 +1007,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the causal check: run side b again with side a's output of this op (e.g. 3.q, 0.down, final.norm) "
         "swapped in; does the divergence disappear? implies --ops",
     )
-    ly.add_argument("--json", action="store_true")
-    ly.add_argument("--quiet", action="store_true")
-    ly.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(ly)
     ly.set_defaults(func=cmd_layers)
 
     bi = sub.add_parser(
@@ -1021,9 +1027,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="stop after this many trials (the best set so far and what is undecided are reported)",
     )
-    bi.add_argument("--json", action="store_true")
-    bi.add_argument("--quiet", action="store_true")
-    bi.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(bi)
     bi.set_defaults(func=cmd_bisect)
 
     pr = sub.add_parser("probe", help="determinism: one prompt N times alone and N times in batches, per side")
@@ -1089,13 +1093,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--seed", type=int, default=0, help="the shuffled pass's order (default 0)")
     au.add_argument("--chat", action="store_true", help="apply the model's chat template (once)")
     au.add_argument("--trust-remote-code", action="store_true")
-    au.add_argument(
-        "--json",
-        action="store_true",
-        help="print the certificate as one JSON object (on stdout; progress stays on stderr)",
-    )
-    au.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    au.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(au, json_help="print the certificate as one JSON object (on stdout; progress stays on stderr)")
     _add_config_args(au)
     au.set_defaults(func=cmd_audit)
 
@@ -1134,9 +1132,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config key in every case (e.g. max_new_tokens=8); repeatable",
     )
     ck.add_argument("--limit", type=int, help="at most N prompts per case (a quick local run of a CI spec)")
-    ck.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    ck.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    ck.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(ck, json_help="print the results as one JSON object")
     ck.set_defaults(func=cmd_check)
 
     wt = sub.add_parser(
@@ -1179,17 +1175,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="an option of both vLLM sides (e.g. enforce_eager=true, tensor_parallel_size=2); repeatable",
     )
     wt.add_argument("--trust-remote-code", action="store_true")
-    wt.add_argument(
-        "--json", action="store_true", help="print the report as one JSON object (on stdout; progress stays on stderr)"
-    )
-    wt.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    wt.add_argument("--db", default=argparse.SUPPRESS)
+    _add_output_args(wt, json_help="print the report as one JSON object (on stdout; progress stays on stderr)")
     wt.set_defaults(func=cmd_weights)
     return ap
 
 
 AHEAD = {
     "compare",
+    "replay",
     "resume",
     "layers",
     "bisect",

@@ -209,3 +209,31 @@ def test_json_keeps_the_progress_on_stderr_and_quiet_drops_it(tmp_path, capsys):
         assert main(["--db", str(tmp_path / "b.db"), *args, "--json", "--quiet"]) == 0
         out = capsys.readouterr()
         assert json.loads(out.out)["status"] == "ok" and "[parity]" not in out.err
+
+
+def test_the_shared_output_options_are_defined_once_and_mean_the_same_on_every_subcommand():
+    """--json/--quiet/--db come from one helper (cli._add_output_args): --db after any subcommand
+    overrides the top-level one, and a subcommand without it keeps the top-level one."""
+    from parity_ui.cli import build_parser
+
+    parser = build_parser()
+    commands = {
+        ("compare",): ["--prompt", "p"], ("replay",): ["d.jsonl", "--model", "m"], ("resume",): ["ID"], ("runs", "list"): [],
+        ("runs", "show"): ["ID"], ("report",): ["ID"], ("layers",): ["ID"], ("bisect",): ["ID"],
+        ("probe",): ["--prompt", "p"], ("sweep",): ["--prompt", "p", "--grid", "dtype=float32"],
+        ("audit",): [], ("check",): ["gate.yaml"], ("weights",): ["--model", "B"],
+    }
+    for words, rest in commands.items():
+        try:
+            after = parser.parse_args(["--db", "top.db", *words, *rest, "--db", "mine.db"])
+            kept = parser.parse_args(["--db", "top.db", *words, *rest])
+        except SystemExit as e:  # a required option this table does not give: name it
+            raise AssertionError(f"{' '.join(words)}: {e}") from e
+        assert after.db == "mine.db", words
+        assert kept.db == "top.db", words
+        if words != ("report",):
+            assert parser.parse_args([*words, *rest, "--json"]).json is True, words
+    assert parser.parse_args(["audit", "--quiet"]).quiet is True
+    assert not hasattr(parser.parse_args(["runs", "list"]), "quiet")  # nothing to quieten: no progress
+    with pytest.raises(SystemExit):
+        parser.parse_args(["report", "ID", "--json"])
