@@ -167,7 +167,9 @@ class HfEngine(Engine):
         self.model_path = req.model_path
         auto: Any = AutoModelForCausalLM
         if getattr(config, "vision_config", None) is not None:  # a vision-language model (Qwen2-VL...)
-            from transformers import AutoModelForImageTextToText as auto
+            from transformers import AutoModelForImageTextToText
+
+            auto = AutoModelForImageTextToText
         if a["device"] == "balanced":
             model = auto.from_pretrained(req.model_path, config=config, device_map="balanced", **kwargs)
         else:

@@ -69,13 +69,11 @@ def _convert(gguf: Path, out: Path) -> None:
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # The GGUF is dequantized on load; drop the quantizer so the folder saves as plain weights.
-    # (transformers' stubs type every Module attribute Tensor | Module, via nn.Module.__getattr__)
-    model.hf_quantizer = None  # type: ignore[assignment]
+    model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     # bf16, like the folder on the GPU machine, so figures taken here and there are comparable.
-    # (transformers wraps to() in a decorator whose stub loses the bound self)
-    model.to(torch.bfloat16).save_pretrained(out)  # type: ignore[arg-type]
+    model.to(torch.bfloat16).save_pretrained(out)
     tok.save_pretrained(out)
 
 

@@ -35,7 +35,7 @@ def _text(m: OpMap, kind: str) -> Any:
     other = m.stats["cum_rel" if kind == "add" else "add_rel"]
     labels = [m.label(r) for r in range(R)]
     toks = [repr(t)[1:-1][:16] for t in m.token_text]
-    out = np.empty((R, T), dtype=object)
+    out: Any = np.empty((R, T), dtype=object)
     for r in range(R):
         for t in range(T):
             out[r, t] = (
