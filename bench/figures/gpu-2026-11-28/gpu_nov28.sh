@@ -6,7 +6,7 @@
 # the sizes are cut to fit; a step that would start after BUDGET_S is named "skipped (budget)".
 #   STEPS="weights opmap audit-bi tp2 audit replay-256 routes-ab"   which steps, in order
 #   BUDGET_S=1260   no step starts after this many seconds of the chain (the calls after the install)
-source "$(dirname "$0")/gpu_steps.sh"  # R, log, step (and cd to the project root)
+source "$(dirname "$0")/../../gpu_steps.sh"  # R, log, step (bench/gpu_steps.sh; cd to the project root)
 STEPS=${STEPS:-"weights opmap audit-bi tp2 audit replay-256 routes-ab"}
 BUDGET_S=${BUDGET_S:-1260}
 T0=$(date +%s)
