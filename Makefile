@@ -5,6 +5,10 @@
 PY := .venv/bin/python
 # mypy in `make lint` / `make test`: on, parity_ui/ is clean (issue 45 item 4). Skip it once: make test MYPY=0.
 MYPY ?= 1
+# Test processes (pytest-xdist): the suite's time is mostly one process waiting on engine starts and
+# Python imports, so two use a 2-core machine's second core (tests/conftest.py schedules by module).
+# TEST_PROCS=0 runs one process, as before.
+TEST_PROCS ?= 2
 
 setup:
 	@bash scripts/setup.sh
@@ -15,7 +19,7 @@ app: setup
 test:
 	@bash scripts/setup.sh --test
 	@MYPY=$(MYPY) bash scripts/lint.sh
-	$(PY) -m pytest tests --durations=30
+	$(PY) -m pytest tests -n $(TEST_PROCS) --durations=30
 
 # ruff (format check + lint) on parity_ui/, and mypy where MYPY=1: what `make test` checks first.
 lint: setup

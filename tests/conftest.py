@@ -38,6 +38,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(marker)
 
 
+# `make test` runs two test processes (pytest -n 2, pytest-xdist): a module's tests stay in one process,
+# in order, so its module-scoped fixtures (a warm engine, an audit its tests read, an app) are made
+# once as in one process; each process has its own session service and warm workers. The modules that
+# start a real Ray instance share one scope (one process, one after the other): two local Ray clusters
+# on a 2-core machine at once fight over it. (xdist's own `xdist_group` marker renames node ids in a
+# way pytest 9 ignores, hence a scheduler.)
+RAY_MODULES = {"test_cluster.py", "test_cluster_engines.py", "test_cluster_placement.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByModule(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "ray" if Path(module).name in RAY_MODULES else module
+
+    return ByModule(config, log)
+
+
 def pytest_configure(config):
     cache = Path(os.environ.get("PARITY_CACHE_DIR") or Path.home() / ".cache" / "parity-ui")
     # vLLM/inductor write compiled helpers here; keep them out of /tmp defaults shared with others.

@@ -98,12 +98,13 @@ def test_killing_the_cli_while_its_server_starts_leaves_no_server(tmp_path, tiny
     cmd = [sys.executable, "-m", "parity_ui.cli", "--db", str(tmp_path / "runs.db"), "compare", "--model",
            str(tiny_llama), "--prompt", "def f(x):", "--set", "dtype=float32", "--side", "a=hf",
            "--side", "s=vllm-server", "--quiet"]
-    before = {p.pid for p in _servers()}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
-    started = []
+    started: list[psutil.Process] = []
     while time.monotonic() < deadline and not started:
-        started = [p for p in _servers() if p.pid not in before]
+        # this CLI's own server: another test process may start one at the same time (pytest -n 2)
+        mine = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        started = [p for p in _servers() if p.pid in mine]
         time.sleep(0.2)
     assert started, "vllm serve never started"
     family = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
