@@ -47,14 +47,39 @@ def pytest_collection_modifyitems(config, items):
 RAY_MODULES = {"test_cluster.py", "test_cluster_engines.py", "test_cluster_placement.py"}
 
 
+# The order modules are handed out in: the long ones first (a real Ray instance, then the engines, then
+# the browser), the unit modules (many, short) last, to fill the tail so both processes end together.
+# xdist would otherwise put the scopes with the most tests first: the unit modules, leaving the engine
+# modules for the end.
+SCOPE_RANK = {"ray": 0, "engines": 1, "browser": 2}
+
+
+def _scope(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0].split("@", 1)[0]
+    return "ray" if Path(module).name in RAY_MODULES else module
+
+
+def _scope_rank(scope: str) -> int:
+    return SCOPE_RANK.get("ray" if scope == "ray" else Path(scope).parent.name, 3)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
     class ByModule(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "ray" if Path(module).name in RAY_MODULES else module
+            return _scope(nodeid)
+
+        def __init__(self, config, log=None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # collection order within a rank
+
+        def _assign_work_unit(self, node) -> None:
+            # the best-ranked scope left goes next (the first of them in collection order)
+            best = min(self.workqueue, key=_scope_rank)
+            self.workqueue.move_to_end(best, last=False)
+            super()._assign_work_unit(node)
 
     return ByModule(config, log)
 
