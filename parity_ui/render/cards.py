@@ -104,7 +104,14 @@ def divergence_line(c: Comparison, forced: bool = False, sampled: bool = False) 
         gap = f"; max |logprob gap| {c.max_abs_gap:.3g}" if c.max_abs_gap is not None else ""
         return f"<div>{pair}: {c.compared} forced tokens (the run's own, on every side){gap}.</div>"
     if c.identical:
-        gap = f"; max |logprob gap| {c.max_abs_gap:.3g}" if c.max_abs_gap is not None else ""
+        # Equal ids are not equal bits: say which, so "identical" never hides a logprob that moved
+        # (an audit's broken axis often has every id held and the bits apart).
+        if c.max_abs_gap is None:
+            gap = ""
+        elif c.max_abs_gap == 0:
+            gap = "; their logprobs equal too (max |logprob gap| 0)"
+        else:
+            gap = f"; their logprobs are not: max |logprob gap| {c.max_abs_gap:.3g}"
         return f"<div>{pair}: all {c.compared} generated tokens identical{gap}.</div>"
     d = c.divergence
     gap = f" Max |logprob gap| before it: {c.max_abs_gap:.3g}." if c.max_abs_gap is not None else ""

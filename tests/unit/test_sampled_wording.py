@@ -76,3 +76,19 @@ def test_history_says_a_run_was_sampled(tmp_path, config, said):
     save_run(store.db, _run(config))
     (row,) = history_rows(store)
     assert row[RESULT] == said
+
+
+def test_identical_tokens_say_whether_their_logprobs_are_equal_too():
+    """Equal token ids with logprobs apart (an audit's usual break) must not read as plain "identical"."""
+    from parity_ui.analysis.compare import compare
+    from parity_ui.core.types import SideResult, TokenStep
+    from parity_ui.render.cards import divergence_line
+
+    def side(name, lps):
+        steps = [TokenStep(position=i, token_id=7 + i, text="x", logprob=lp, rank=1) for i, lp in enumerate(lps)]
+        return SideResult(side=name, prompt_index=0, token_ids=[7 + i for i in range(len(lps))], steps=steps)
+
+    same = divergence_line(compare(side("ref", [-0.5, -1.0]), side("b", [-0.5, -1.0])))
+    assert "2 generated tokens identical" in same and "logprobs equal too" in same
+    apart = divergence_line(compare(side("ref", [-0.5, -1.0]), side("b", [-0.5, -1.0000001])))
+    assert "2 generated tokens identical" in apart and "logprobs are not" in apart and "equal too" not in apart
