@@ -25,9 +25,9 @@ test:
 lint: setup
 	@MYPY=$(MYPY) bash scripts/lint.sh
 
-# Unit tests only (no engines, no browser): seconds.
+# Unit tests only (no engines, no browser): about 2.5 minutes on 2 cores.
 test-fast: setup
-	$(PY) -m pytest tests -m "not engines and not browser"
+	$(PY) -m pytest tests -n $(TEST_PROCS) -m "not engines and not browser"
 
 bench: setup
 	$(PY) bench/overhead.py
