@@ -11,8 +11,6 @@ source "$(dirname "$0")/gpu_steps.sh"  # R, log, step (and cd to the project roo
 STEPS=${STEPS:-"first-run cold-start replay-256 routes-ab replay-1000 vllm-load workload"}
 BUDGET_S=${BUDGET_S:-480}
 T0=$(date +%s)
-want() { [[ " $STEPS " == *" $1 "* ]] || return 1
-  (( $(date +%s) - T0 < BUDGET_S )) || { log "$1 skipped (budget)"; return 1; }; }
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"; nproc; free -g; uptime; } > $R/env.txt 2>&1
 MODEL="$PARITY_DEMO_MODEL"

@@ -11,8 +11,6 @@ source "$(dirname "$0")/../../gpu_steps.sh"  # R, log, step (bench/gpu_steps.sh;
 STEPS=${STEPS:-"weights-8b cert first-run replay-256 routes-ab cold-start audit-hf audit-8b replay-1000"}
 BUDGET_S=${BUDGET_S:-1380}
 T0=$(date +%s)
-want() { [[ " $STEPS " == *" $1 "* ]] || return 1
-  (( $(date +%s) - T0 < BUDGET_S )) || { log "$1 skipped (budget)"; return 1; }; }
 log start
 { nvidia-smi; python3 -c "import vllm, transformers, torch; print('vllm', vllm.__version__, 'transformers', transformers.__version__, 'torch', torch.__version__)"; nproc; free -g; } > $R/env.txt 2>&1
 MODEL="$PARITY_DEMO_MODEL"
