@@ -55,7 +55,7 @@ SCOPE_RANK = {"ray": 0, "engines": 1, "browser": 2}
 
 
 def _scope(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0].split("@", 1)[0]
+    module = nodeid.split("::", 1)[0]
     return "ray" if Path(module).name in RAY_MODULES else module
 
 
