@@ -3,8 +3,11 @@ that paid for it, so a slow test file shows which engine starts it could share.
 
     PARITY_WORKER_LOG=/tmp/w.tsv python -m pytest tests/engines/test_x.py -p tests.worker_timing --durations=0
 
-Each line: test id, what (start|load), side label, engine, seconds. Only workers of this pytest process
-(the session service and services made in tests) are seen; a CLI subprocess's own are not."""
+Each line: test id, what (start|load), side label, engine, seconds, the test process (xdist's gw0,
+gw1, ...; "main" without -n) and, for a load, the model's folder and dtype: a model loaded in both
+processes shows which modules could share one (tests/conftest.py's SHARED_SCOPES). Only workers of
+this pytest process (the session service and services made in tests) are seen; a CLI subprocess's
+own are not."""
 from __future__ import annotations
 
 import os
@@ -15,11 +18,12 @@ import pytest
 _current = {"test": "(collection)"}
 
 
-def _log(what: str, worker, seconds: float) -> None:
+def _log(what: str, worker, seconds: float, loaded: str = "") -> None:
     path = os.environ.get("PARITY_WORKER_LOG")
     if path:
+        proc = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(path, "a") as f:
-            f.write(f"{_current['test']}\t{what}\t{worker.label}\t{worker.engine}\t{seconds:.1f}\n")
+            f.write(f"{_current['test']}\t{what}\t{worker.label}\t{worker.engine}\t{seconds:.1f}\t{proc}\t{loaded}\n")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -46,6 +50,7 @@ def pytest_configure(config):
             return request(self, kind, payload, *args, **kwargs)
         finally:
             if kind == "load":
-                _log("load", self, time.perf_counter() - t)
+                dtype = (getattr(payload, "args", None) or {}).get("dtype", "")
+                _log("load", self, time.perf_counter() - t, f"{getattr(payload, 'model_path', '')} {dtype}")
 
     EngineWorker.start, EngineWorker.request = timed_start, timed_request
