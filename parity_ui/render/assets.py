@@ -280,7 +280,12 @@ JS_TEMPLATE = r"""
     const sel = root.dataset.sel;
     const tag = div === null ? '' : (i === div ? ` — <b style="color:#dc2626">first divergence of ${esc(sel)}</b>` : (i > div ? ' — after the divergence (contexts differ)' : ' — same token on the compared sides'));
     const xs = d.sides.map((n) => side(d, n, i));
-    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${fmt(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}${x.draw ? `; drawn from ${x.draw[1]} kept tokens (kept mass S ${fmt(x.draw[2])}), sampling margin ${x.draw[0] >= 1e29 ? 'none (one token kept)' : fmt(x.draw[0])}` : ''}${x.dist ? `; whole distribution against the reference: KL(ref‖side) ${fmt(x.dist[0])}, KL(side‖ref) ${fmt(x.dist[1])}, total variation ${fmt(x.dist[2])}` : ''}` : `<b>${esc(n)}</b>: no token here`;
+    // Logprobs that differ in their bits but read alike at 4 decimals (an audit's break is often a few
+    // ulp): shown to 9 significant digits, enough to tell any two float32 values apart.
+    const lps = xs.filter((x) => x && x.lp !== null && x.lp !== undefined).map((x) => x.lp);
+    const fine = lps.some((a) => lps.some((b) => a !== b && fmt(a) === fmt(b)));
+    const lpText = (v) => (fine && v !== null && v !== undefined) ? Number(v).toPrecision(9) : fmt(v);
+    const head = (x, n) => x ? `<b>${esc(n)}</b> chose <code>${esc(show(x.text))}</code> id ${x.id} <span class="pt-hex">bytes ${bytesOf(d, x.id)}</span>, logprob ${lpText(x.lp)}, rank ${x.rank ?? '–'}${x.ties.length ? ` <b class="pt-tie">= exact tie with rank ${x.ties.join(', ')} (same logprob)</b>` : ''}${x.draw ? `; drawn from ${x.draw[1]} kept tokens (kept mass S ${fmt(x.draw[2])}), sampling margin ${x.draw[0] >= 1e29 ? 'none (one token kept)' : fmt(x.draw[0])}` : ''}${x.dist ? `; whole distribution against the reference: KL(ref‖side) ${fmt(x.dist[0])}, KL(side‖ref) ${fmt(x.dist[1])}, total variation ${fmt(x.dist[2])}` : ''}` : `<b>${esc(n)}</b>: no token here`;
     const k = Math.max(0, ...xs.map((x) => x ? x.top.length : 0));
     let rows = '';
     for (let r = 0; r < k; r++) {
@@ -295,7 +300,8 @@ JS_TEMPLATE = r"""
     }
     const th = d.sides.map((n) => `<th>${esc(n)} top-k</th><th>logprob</th>`).join('');
     const table = k ? `<table><tr><th>rank</th>${th}</tr>${rows}</table>` : '';
-    root.querySelector('.pt-info').innerHTML = `<div class="pos">Position ${i}${tag} <span class="pt-refnote">(reference: ${esc(ref)})</span></div>` + xs.map((x, j) => `<div>${head(x, d.sides[j])}</div>`).join('') + table;
+    const fineNote = fine ? ' <span class="pt-refnote">(logprobs equal to 4 decimals but not in their bits: 9 digits shown)</span>' : '';
+    root.querySelector('.pt-info').innerHTML = `<div class="pos">Position ${i}${tag} <span class="pt-refnote">(reference: ${esc(ref)})</span>${fineNote}</div>` + xs.map((x, j) => `<div>${head(x, d.sides[j])}</div>`).join('') + table;
     root.querySelectorAll('.t.hl').forEach((c) => c.classList.remove('hl'));
     root.querySelectorAll('.pt-pane').forEach((p) => { const c = chipAt(p, i); if (c) c.classList.add('hl'); });
   }

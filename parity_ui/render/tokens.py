@@ -147,6 +147,13 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
 
 
+def _bits(x: float | None) -> float | None:
+    """The chosen token's logprob to 9 significant digits: enough to tell any two float32 values apart,
+    so a pair a few ulp apart (an audit's break, an equal token with other bits) still differs in the
+    details; five decimals would read them alike."""
+    return None if x is None else float(f"{x:.9g}")
+
+
 def _sig(x: float | None) -> float | None:
     """A KL near the floor is 1e-12, not 0: four significant digits, not five decimals."""
     return None if x is None else float(f"{x:.4g}")
@@ -154,7 +161,8 @@ def _sig(x: float | None) -> float | None:
 
 def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = None) -> str:
     """Per-position details for the hover handler, compact: token texts (and bytes where the text
-    cannot show them) once in a vocabulary, each step as [id, logprob, rank, [top id, logprob, ...]]
+    cannot show them) once in a vocabulary, each step as [id, logprob (9 digits), rank, [top id, logprob
+    (5 decimals), ...]]
     and, where the chosen token ties others exactly, a fifth item: their ranks; a sampled token's draw
     is a sixth, [sampling margin, kept set size, kept mass S] (the fifth then [] when nothing ties); the whole
     distribution against the reference a seventh, [KL(ref‖side), KL(side‖ref), TV] (full_distribution).
@@ -190,7 +198,7 @@ def details_json(streams: Sequence[Stream], window: tuple[int, int] | None = Non
                 if k in c.top_raw:
                     raw.setdefault(top_id[k], c.top_raw[k])
                 flat += [top_id[k], _round(top_lp[k])]
-            row = [tid, _round(lp), c.rank[i], flat, ties] if ties else [tid, _round(lp), c.rank[i], flat]
+            row = [tid, _bits(lp), c.rank[i], flat, ties] if ties else [tid, _bits(lp), c.rank[i], flat]
             if kept is not None and kept[i] is not None:
                 # A sampled token's draw (shared-seed sampling): [sampling margin, kept set size, kept mass S].
                 row += [[]] * (5 - len(row)) + [
