@@ -704,7 +704,7 @@ class _NondeterministicOps:
             import warnings
 
             self._keep = warnings.catch_warnings(record=True)
-            self._seen = self._keep.__enter__() or []
+            self._seen = self._keep.__enter__()  # the list warnings land in (empty now: not `or []`)
             warnings.simplefilter("always")
         return self
 

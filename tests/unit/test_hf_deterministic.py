@@ -112,3 +112,26 @@ def test_with_deterministic_on_the_hint_names_the_ops_torch_has_no_deterministic
     assert "ran with deterministic algorithms" in h and "index_add_cuda_, scatter_add_cuda_kernel" in h
     assert "--set" not in h
     assert axis_hint("replay", side, {"deterministic": "on (warn_only)", "nondeterministic_ops": []}) == ""
+
+
+TORCH_ALERT = ("{op} does not have a deterministic implementation, but you set "
+               "'torch.use_deterministic_algorithms(True, warn_only=True)'. You can file an issue at ...")
+
+
+def test_the_worker_names_each_op_torch_warns_has_no_deterministic_kernel_and_lets_other_warnings_through():
+    """The HF worker's recorder (torch warns through Python's warnings with warn_only; on the CPU no op
+    this engine runs warns, so torch's wording is planted here)."""
+    import warnings
+
+    from parity_ui.engines.hf_engine import _NondeterministicOps
+
+    with pytest.warns(UserWarning, match="something else"):
+        with _NondeterministicOps(True) as met:
+            for op in ("index_add_cuda_", "scatter_add_cuda_kernel", "index_add_cuda_"):
+                warnings.warn(TORCH_ALERT.format(op=op))
+            warnings.warn("something else")  # not torch's alert: shown as before
+    assert met.ops == ["index_add_cuda_", "scatter_add_cuda_kernel"]
+    with pytest.warns(UserWarning, match="does not have a deterministic"):
+        with _NondeterministicOps(False) as off:  # the side did not ask: nothing watched, nothing swallowed
+            warnings.warn(TORCH_ALERT.format(op="index_add_cuda_"))
+    assert off.ops == []
