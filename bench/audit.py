@@ -6,6 +6,8 @@ doing the audit's two main passes (every prompt alone, and the full batch) in on
     python3 bench/audit.py --setup vllm    --prompts 32  --tokens 512 --axes replay,batch   # the bare's ratio
     python3 bench/audit.py --setup hf      --prompts 16  --tokens 128             # HF bf16 (padded batches, kernels)
     python3 bench/audit.py --setup hf-det  --prompts 16  --tokens 128             # the same, deterministic=true
+    python3 bench/audit.py --setup hf --setup hf-det --setup hf-det-nocudnn --prompts 16 --tokens 128 \
+        --axes replay,instance          # the two same-setup axes only: three HF setups side by side in one command
     python3 bench/audit.py --setup vllm-8b --model /tmp/llama8b --prompts 24 --tokens 256 --no-bare   # 8B-shaped
     python bench/audit.py --small                                         # CPU, tiny, here: vllm and hf
 
@@ -17,6 +19,9 @@ is measured at 32 prompts). Setups (one side each, audited alone):
 - hf:      ref=hf, dtype: batch 1 against a left-padded batch, eager against sdpa, decode against prefill;
 - hf-det:  the same with deterministic=true (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's deterministic
   algorithms, cuDNN deterministic): does the HF replay axis then hold on the GPU?
+- hf-det-nocudnn: hf-det without cuDNN's attention (sdpa_kernels=no-cudnn), the next suspect if hf-det
+  still breaks replay: cuDNN builds an attention plan per KV length, and the 2026-11-28b replay's first
+  pass took 13.1 s against 4.0 s for the second;
 - vllm-8b: `vllm` on --model (bench/gpu33_build_llama8b.py builds the 8B-shaped model), where the
   kernels change with the batch.
 Prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts), --prompts of up to --longest
@@ -53,6 +58,7 @@ SETUPS = {
     "vllm-bi": "b=vllm,dtype={dtype},enable_prefix_caching=true,batch_invariant=true",
     "hf": "ref=hf,dtype={dtype}",
     "hf-det": "ref=hf,dtype={dtype},deterministic=true",
+    "hf-det-nocudnn": "ref=hf,dtype={dtype},deterministic=true,sdpa_kernels=no-cudnn",
     "vllm-8b": "b=vllm,dtype={dtype},enable_prefix_caching=true",
 }
 GOAL_S = 600.0
