@@ -5,6 +5,9 @@ doing the audit's two main passes (every prompt alone, and the full batch) in on
     python3 bench/audit.py --setup vllm-bi --prompts 128 --tokens 512 --no-bare   # the same, VLLM_BATCH_INVARIANT=1
     python3 bench/audit.py --setup vllm    --prompts 32  --tokens 512 --axes replay,batch   # the bare's ratio
     python3 bench/audit.py --setup hf      --prompts 16  --tokens 128             # HF bf16 (padded batches, kernels)
+    python3 bench/audit.py --setup hf-det  --prompts 16  --tokens 128             # the same, deterministic=true
+    python3 bench/audit.py --setup hf --setup hf-det --setup hf-det-nocudnn --prompts 16 --tokens 128 \
+        --axes replay,instance          # the two same-setup axes only: three HF setups side by side in one command
     python3 bench/audit.py --setup vllm-8b --model /tmp/llama8b --prompts 24 --tokens 256 --no-bare   # 8B-shaped
     python bench/audit.py --small                                         # CPU, tiny, here: vllm and hf
 
@@ -14,6 +17,11 @@ is measured at 32 prompts). Setups (one side each, audited alone):
 - vllm:    b=vllm, dtype (bfloat16), enable_prefix_caching=true, CUDA graphs (vLLM's default on a GPU);
 - vllm-bi: the same with batch_invariant=true (VLLM_BATCH_INVARIANT=1);
 - hf:      ref=hf, dtype: batch 1 against a left-padded batch, eager against sdpa, decode against prefill;
+- hf-det:  the same with deterministic=true (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's deterministic
+  algorithms, cuDNN deterministic): does the HF replay axis then hold on the GPU?
+- hf-det-nocudnn: hf-det without cuDNN's attention (sdpa_kernels=no-cudnn), the next suspect if hf-det
+  still breaks replay: cuDNN builds an attention plan per KV length, and the 2026-11-28b replay's first
+  pass took 13.1 s against 4.0 s for the second;
 - vllm-8b: `vllm` on --model (bench/gpu33_build_llama8b.py builds the 8B-shaped model), where the
   kernels change with the batch.
 Prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts), --prompts of up to --longest
@@ -49,6 +57,8 @@ SETUPS = {
     "vllm": "b=vllm,dtype={dtype},enable_prefix_caching=true",
     "vllm-bi": "b=vllm,dtype={dtype},enable_prefix_caching=true,batch_invariant=true",
     "hf": "ref=hf,dtype={dtype}",
+    "hf-det": "ref=hf,dtype={dtype},deterministic=true",
+    "hf-det-nocudnn": "ref=hf,dtype={dtype},deterministic=true,sdpa_kernels=no-cudnn",
     "vllm-8b": "b=vllm,dtype={dtype},enable_prefix_caching=true",
 }
 GOAL_S = 600.0
@@ -155,9 +165,13 @@ def run_tool(args, setup: str) -> dict:
         "passes_s": report.passes,
         "axes": {r.axis: {"status": r.status, "seconds": r.seconds, "prompts": r.prompts, "broke": r.broken,
                           "tokens": r.tokens, "cached_tokens": r.cached_tokens, "settings": r.settings,
-                          "first": r.first.describe() if r.first else None, "reason": r.reason}
+                          "first": r.first.describe() if r.first else None, "reason": r.reason,
+                          "hint": r.hint}
                  for r in report.results},
         "controls": [{"kind": c.kind, "detected": c.detected, "description": c.description} for c in report.controls],
+        # what the side's worker made of torch's determinism (hf sides: off, or on with the ops it warned about)
+        "determinism": {k: v for k, v in ((report.evidence.get("sides") or {}).get(side, {}).get("resolved") or {}).items()
+                        if k.startswith("determin") or k == "nondeterministic_ops"},
         "_alone": alone,
     }
 
@@ -207,7 +221,8 @@ def main() -> int:
               + ", ".join(f"{k} {v['status']} {v['seconds']:.1f}s" for k, v in r["axes"].items()
                           if v["status"] not in ("not applicable", "not run"))
               + (f"; bare alone {r['bare']['alone_s']:.1f}s batch {r['bare']['batch_s']:.1f}s, ratio {r.get('ratio')}"
-                 if "bare" in r else ""))
+                 if "bare" in r else "")
+              + (f"; {r['determinism']}" if r.get("determinism") else ""))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "audit-" + "-".join(setups) + ("-small" if args.small else "") + ".json"

@@ -60,6 +60,10 @@ class FakeOptions(SideOptions):
                                 "shared-seed sampler does: the sampling family without a sampler")
     distribution: bool = option(False, "scoring puts the whole-distribution scalars (KL, TV, top-1/top-k) on "
                                        "each position, as a reference meeting full rows does")
+    replay_noise: float = option(0.0, "every logprob moved by this much times the generate calls this worker made "
+                                      "before (a GPU's run-to-run nondeterminism), unless deterministic",
+                                 number_in(0, 10))
+    deterministic: bool = option(False, "the kind's deterministic switch (Kind.can_deterministic): replay_noise off")
 
 
 # The other fake kind's own numerics: every logprob moved by this much (an engine that differs by itself).
@@ -89,7 +93,7 @@ def to_fake(cfg: Any, side: Any, r: Any, model: Any) -> FakeArgs:
     load = {k: getattr(o, k) for k in ("shift", "noise", "swap_at", "eos_at", "delay_ms", "fail_at", "load_s",
                                         "fail_load", "refuse", "flag", "ignored_flag", "batch_noise", "fail_after",
                                         "fail_with_flag", "route_flip_every", "draws",
-                                        "distribution")}
+                                        "distribution", "replay_noise", "deterministic")}
     load["vocab_size"] = model.vocab_size or 1024
     load["dtype"] = o.dtype or cfg.dtype
     sampling = {"max_new_tokens": cfg.max_new_tokens, "ignore_eos": cfg.ignore_eos, "temperature": cfg.temperature,
@@ -102,7 +106,7 @@ def fake_kind() -> Any:
     from parity_ui.core.kinds import Kind
 
     return Kind("fake", "fake engine (tests only)", FakeOptions, "fake_engine:FakeEngine", "", head_start=False,
-                can_record_routes=True, can_replay_routes=True)
+                can_record_routes=True, can_replay_routes=True, can_deterministic=True)
 
 
 class registered:
@@ -201,12 +205,15 @@ class FakeEngine(Engine):
             resolved["flag"] = a["flag"]
         if "graphs_gap" in a:  # the other kind reports its own option
             resolved["graphs_gap"] = a["graphs_gap"]
+        if a.get("deterministic"):
+            resolved["deterministic"] = "on"
         return EngineInfo(kind="fake", version="0", device="cpu (fake)", dtype=a["dtype"],
                           versions={"fake": "0", "pid": str(os.getpid())}, resolved=resolved)
 
     # -- the "model" ---------------------------------------------------------------------------------
 
     made = 0  # prompts this worker has generated (fail_after)
+    calls = 0  # generate calls this worker has served (replay_noise)
 
     def _top(self, ctx: list[int], pos: int, k: int, batched: bool = False) -> list[tuple[int, float]]:
         a = self.args
@@ -225,6 +232,8 @@ class FakeEngine(Engine):
     def generate(self, req: GenerateRequest, on_step: Any, should_stop: Any) -> list[SideResult]:
         a, s = self.args, req.sampling
         out = []
+        drift = 0.0 if a.get("deterministic") else a.get("replay_noise", 0.0) * FakeEngine.calls
+        FakeEngine.calls += 1
         for i, prompt in enumerate(req.prompts):
             if a["fail_after"] is not None and FakeEngine.made >= a["fail_after"]:
                 raise RuntimeError(f"the fake engine crashed after {FakeEngine.made} prompts, as it was told to")
@@ -238,6 +247,8 @@ class FakeEngine(Engine):
                 if a["fail_at"] is not None and pos == a["fail_at"]:
                     raise RuntimeError(f"the fake engine crashed at token {pos}, as it was told to")
                 top = self._top(ctx, pos, req.logprobs, batched=req.batch_size > 1)
+                if drift:  # every logprob moved alike: the same tokens, other bits
+                    top = [(t, x - drift) for t, x in top]
                 token, lp = top[0]
                 if a["eos_at"] is not None and pos == a["eos_at"] and s["eos_token_ids"]:
                     token, lp = s["eos_token_ids"][0], -0.01

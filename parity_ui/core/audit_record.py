@@ -122,6 +122,7 @@ class AxisResult:
     digests: dict[str, str] = field(default_factory=dict)  # "a"/"b": sha256 of the streams' ids and logprob bits
     settings: dict[str, list[Any]] = field(default_factory=dict)  # what the two streams' engines differ in
     commands: list[str] = field(default_factory=list)  # parity layers / bisect on the pair run
+    hint: str = ""  # a broken axis: the setup's own switch that may make it hold, as the CLI takes it
 
     @property
     def applicable(self) -> bool:

@@ -238,6 +238,13 @@ class HfOptions(SideOptions):
         "GPU, 4096 on the CPU, fewer where the logits would pass 2 GiB",
         number_in(1, 10**7, "a number of tokens"),
     )
+    deterministic: bool = option(
+        False,
+        "torch's deterministic algorithms in this side's worker: CUBLAS_WORKSPACE_CONFIG=:4096:8, "
+        "torch.use_deterministic_algorithms(True, warn_only=True), cudnn.deterministic on and "
+        "cudnn.benchmark off (a GPU's replay of the same batch then gives the same bits; an op without a "
+        "deterministic implementation is named in the resolved settings)",
+    )
 
 
 @dataclass
@@ -288,6 +295,7 @@ class Kind:
     can_stream: bool = True
     can_score: bool = True  # teacher-forced scoring (cross-scores)
     can_batch_invariant: bool = False
+    can_deterministic: bool = False  # torch's deterministic algorithms in its worker (its deterministic option)
     can_capture_layers: bool = False
     can_record_routes: bool = False  # MoE routes by hooks on its routers (parity_ui.engines.routes)
     can_replay_routes: bool = False  # MoE: routes forced from recorded experts (its replay_routes option)
@@ -303,11 +311,23 @@ class Kind:
     # it a batch may move a row's numbers (vLLM's prompt logprobs), so it is batched only where the run
     # already batches it.
     scores_rows_alone: bool = False
+    # Another kind's option a user may reach for on this kind, and this kind's own way to what it does
+    # (option, advice): the error that refuses it names the way (core.sides.build_side).
+    instead: tuple[tuple[str, str], ...] = ()
     # A module run as `python -m MODULE MODEL_FOLDER` beside the worker's start on a GPU host (head start):
     # it fills a per-model cache the engine would otherwise fill on the critical path (its `needed(folder,
     # env)` says whether there is anything to do, from the files alone). "" for none.
     prewarm: str = ""
 
+
+# A vLLM side asked for HF's deterministic algorithms: vLLM's own switch is another one.
+_VLLM_DETERMINISTIC = (
+    (
+        "deterministic",
+        "vLLM's own switch for bitwise-reproducible batches is batch_invariant=true (VLLM_BATCH_INVARIANT=1, "
+        "on a GPU of compute capability >= 8.0): set it instead of deterministic",
+    ),
+)
 
 KINDS: dict[str, Kind] = {
     "vllm": Kind(
@@ -317,6 +337,7 @@ KINDS: dict[str, Kind] = {
         "parity_ui.engines.vllm_engine:VllmEngine",
         "vllm",
         can_batch_invariant=True,
+        instead=_VLLM_DETERMINISTIC,
         can_capture_layers=True,
         accepts_images=True,
         gpu_memory="share",
@@ -331,6 +352,7 @@ KINDS: dict[str, Kind] = {
         HfOptions,
         "parity_ui.engines.hf_engine:HfEngine",
         "transformers",
+        can_deterministic=True,
         can_capture_layers=True,
         accepts_images=True,
         head_start=True,
@@ -347,6 +369,7 @@ KINDS: dict[str, Kind] = {
         "parity_ui.engines.server_engine:VllmServerEngine",
         "vllm",
         can_batch_invariant=True,
+        instead=_VLLM_DETERMINISTIC,
         gpu_memory="share",
         tokenizes_itself=True,
     ),
@@ -366,6 +389,7 @@ KINDS: dict[str, Kind] = {
         "parity_ui.engines.vllm_updated:VllmUpdatedEngine",
         "vllm",
         can_batch_invariant=True,
+        instead=_VLLM_DETERMINISTIC,
         can_capture_layers=True,
         gpu_memory="share",
         head_start=True,

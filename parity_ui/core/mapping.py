@@ -153,6 +153,7 @@ class HfArgs:
     shared_seed: dict[str, Any] | None = None  # the shared-seed sampler's settings (sampling=shared-seed)
     score_batch: str = "auto"  # how score_batch packs rows (parity_ui.engines.hf_score)
     score_tokens: int | None = None  # tokens a scoring forward holds; None: the engine's default
+    deterministic: bool = False  # torch's deterministic algorithms in the worker (its env carries cuBLAS's)
 
 
 @dataclass
@@ -671,6 +672,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     if env:
         rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
     env = {**env, **_cpu_threads_env(rec, p, device == "cpu")}
+    env.update(_deterministic(rec, p, h))
     rec(p + "fp32_logits", "runtime", "lm_head in float32, input upcast", h.fp32_logits)
     rec(p + "batch_size", "runtime", "rows per generate call (this side; left padded)", side.batch_size(cfg.batch_size))
     _sdpa_kernels(rec, side, h)
@@ -781,7 +783,29 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
         shared_seed=shared,
         score_batch=h.score_batch,
         score_tokens=h.score_tokens,
+        deterministic=h.deterministic,
     )
+
+
+# cuBLAS picks its reduction split per call from a shared workspace unless told a fixed one: the same
+# matmul can round differently between two calls on a GPU. torch's deterministic mode refuses (or, with
+# warn_only, warns about) cuBLAS without one of these two settings, read when the CUDA context starts.
+CUBLAS_WORKSPACE = ":4096:8"
+_CUBLAS_WORKSPACES = (":4096:8", ":16:8")
+
+
+def _deterministic(rec: _Recorder, p: str, h: HfOptions) -> dict[str, str]:
+    """deterministic=true: the worker's environment gets cuBLAS's fixed workspace (before torch starts
+    CUDA: the worker is spawned with it) and the engine turns torch's switches on as it loads. A value
+    of the user's own that torch accepts is kept."""
+    if not h.deterministic:
+        rec(p + "deterministic", "runtime", "torch.use_deterministic_algorithms", False)
+        return {}
+    rec(p + "deterministic", "runtime", "torch.use_deterministic_algorithms", "True, warn_only=True")
+    rec(p + "deterministic", "runtime", "torch.backends.cudnn", "deterministic=True, benchmark=False")
+    own = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    value = own if own in _CUBLAS_WORKSPACES else CUBLAS_WORKSPACE
+    return {"CUBLAS_WORKSPACE_CONFIG": rec(p + "deterministic", "env", "CUBLAS_WORKSPACE_CONFIG", value)}
 
 
 def _sdpa_kernels(rec: _Recorder, side: SideSpec, h: HfOptions) -> None:
@@ -1013,6 +1037,12 @@ def route_replay_mode(side: SideSpec) -> str:
     """The side's replay_routes mode (off, ids, ids+weights): "off" unless its kind can force routes
     (Kind.can_replay_routes)."""
     return str(option(side, "replay_routes", "off")) if get_kind(side.kind).can_replay_routes else "off"
+
+
+def deterministic_off(side: SideSpec) -> bool:
+    """Whether the side's kind could run with deterministic algorithms (Kind.can_deterministic) and this
+    side does not: what an audit's hint offers when the side's own replay breaks."""
+    return get_kind(side.kind).can_deterministic and not option(side, "deterministic", False)
 
 
 def register_kind(

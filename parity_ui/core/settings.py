@@ -29,6 +29,7 @@ LABELS: dict[str, str] = {
     "chunked_prefill": "chunked prefill",
     "async_scheduling": "async scheduling",
     "batch_invariant": "batch invariant",
+    "deterministic": "deterministic algorithms",
     "logprobs_mode": "logprobs mode",
     "forced_tokens": "forced tokens",
     "generation_config": "generation_config.json",

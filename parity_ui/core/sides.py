@@ -98,6 +98,18 @@ def parse_side_arg(text: str) -> dict[str, Any]:
     return out
 
 
+def side_arg(side: SideSpec) -> str:
+    """The `--side` argument that gives `side` back (parse_side_arg's inverse): NAME=KIND, then what
+    differs from the defaults, values written as YAML scalars (true, 0.5)."""
+    parts = [f"{side.name}={side.kind}"]
+    for key, value in side.to_dict().items():
+        if key in ("name", "kind"):
+            continue
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+        parts.append(f"{key}={text.removesuffix('...').strip()}")
+    return ",".join(parts)
+
+
 def _continues(item: str) -> bool:
     """A value that a bare `,N` continues: a GPU list such as device=cuda:0,1."""
     key, _, value = item.partition("=")
@@ -140,11 +152,17 @@ def build_side(raw: Any, where: str, reserved: set[str]) -> SideSpec:
     known = ", ".join(sorted([*(f.name for f in dataclasses.fields(kind.options)), "model", "python"]))
     unknown = sorted(set(opts) - {f.name for f in dataclasses.fields(kind.options)})
     if unknown:
+        key = unknown[0]
+        # Another kind's option (HF's deterministic on a vLLM side): say whose it is, and this kind's own
+        # way to the same end where it has one.
+        owners = [k.name for k in KINDS.values() if any(f.name == key for f in dataclasses.fields(k.options))]
+        whose = f" (it is an option of kind {', '.join(owners)})" if owners else ""
+        advice = dict(kind.instead).get(key)
         raise SideError(
             name,
-            unknown[0],
-            f"{unknown[0]!r} is not an option of kind {kind.name}",
-            f"options of kind {kind.name}: {known}",
+            key,
+            f"{key!r} is not an option of kind {kind.name}{whose}",
+            (f"{advice}; " if advice else "") + f"options of kind {kind.name}: {known}",
         )
     try:
         options = build(kind.options, opts, "")

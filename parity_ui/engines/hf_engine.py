@@ -157,11 +157,23 @@ class HfEngine(Engine):
         return []
 
     def load(self, req: LoadRequest) -> EngineInfo:
+        a = self.args = req.args
+        deterministic = bool(a.get("deterministic"))
+        if deterministic:
+            _deterministic_on()  # before the weights land and the warm-up's first kernels run
+        with _NondeterministicOps(deterministic) as met:
+            info = self._load(req)
+            if deterministic:
+                self._determinism_probe(info)
+        info.resolved.update(_deterministic_state(met.ops if deterministic else None))
+        return info
+
+    def _load(self, req: LoadRequest) -> EngineInfo:
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, GenerationConfig
 
-        a = self.args = req.args
+        a = self.args
         config = _config(req)
         kwargs = {**a["load"], "dtype": getattr(torch, a["load"]["dtype"])}
         self.model_path = req.model_path
@@ -242,6 +254,31 @@ class HfEngine(Engine):
                 "score_batch": score_batch,
             },
         )
+
+    def _determinism_probe(self, info: EngineInfo) -> None:
+        """A 2-token generate of a left-padded batch of two rows, so that the ops a run's generate meets
+        (its padded prefill, its decode steps) name themselves here, at load, where torch has no
+        deterministic implementation of them (the load's own warm-up and scoring check already ran).
+        A model the probe cannot drive is named, not refused: the run would meet the same error."""
+        import torch
+        from transformers import GenerationConfig
+
+        model = self.model
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        pad = self.args["sampling"].get("pad_token_id")
+        pad = int(pad) if isinstance(pad, int) and 0 <= pad < vocab else 0
+        ids = torch.tensor([[pad, *(i % vocab for i in (11, 12, 13))], [i % vocab for i in (21, 22, 23, 24)]])
+        mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+        gen = GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=pad, eos_token_id=None)
+        try:
+            with torch.inference_mode():
+                model.generate(
+                    input_ids=ids.to(model.device), attention_mask=mask.to(model.device), generation_config=gen
+                )
+        except Exception as e:  # noqa: BLE001 - named in the resolved settings, the run goes on
+            info.resolved["deterministic_probe"] = f"could not run: {type(e).__name__}: {str(e)[:160]}"
+        else:
+            info.resolved["deterministic_probe"] = "a 2-token generate of a padded batch of 2, at load"
 
     def _warm_up(self, model: Any) -> float | None:
         """One short forward pass on a GPU at load time: the CUDA context, cuBLAS handles and kernel
@@ -633,6 +670,80 @@ def _version() -> str:
     import transformers
 
     return transformers.__version__
+
+
+# torch's warning (use_deterministic_algorithms with warn_only) for an op with no deterministic kernel:
+# "<op> does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(...)".
+_NO_DETERMINISTIC = " does not have a deterministic implementation"
+
+
+def _deterministic_on() -> None:
+    """torch's deterministic algorithms in this worker (process-wide; the worker serves this side alone).
+    warn_only: an op torch has no deterministic kernel for warns (and is named in the resolved settings)
+    instead of failing the run. cuBLAS's fixed workspace is in the worker's environment already
+    (core.mapping, set before the CUDA context exists); cuDNN's autotuner would pick kernels by timing."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+class _NondeterministicOps:
+    """Records torch's no-deterministic-implementation warnings raised inside it (`ops`: the ops, in the
+    order met), and lets every other warning through as before. Off: records nothing, changes nothing."""
+
+    def __init__(self, on: bool):
+        self.on = on
+        self.ops: list[str] = []
+        self._keep: Any = None
+        self._seen: list[Any] = []
+
+    def __enter__(self) -> _NondeterministicOps:
+        if self.on:
+            import warnings
+
+            self._keep = warnings.catch_warnings(record=True)
+            self._seen = self._keep.__enter__()  # the list warnings land in (empty now: not `or []`)
+            warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.on:
+            return
+        import warnings
+
+        seen = self._seen
+        self._keep.__exit__(*exc)
+        for w in seen:
+            text = str(w.message)
+            if _NO_DETERMINISTIC in text:
+                op = text.split(_NO_DETERMINISTIC, 1)[0].strip()
+                if op not in self.ops:
+                    self.ops.append(op)
+            else:  # not ours: shown as it would have been
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _deterministic_state(ops: list[str] | None) -> dict[str, Any]:
+    """The resolved settings of torch's determinism in this worker, read back from torch itself (what
+    took effect, not what was asked). `ops`: the ops met at load with no deterministic implementation
+    (None: the side did not ask for determinism, nothing was watched)."""
+    import os
+
+    import torch
+
+    on = torch.are_deterministic_algorithms_enabled()
+    warn_only = on and torch.is_deterministic_algorithms_warn_only_enabled()
+    out: dict[str, Any] = {"deterministic": ("on (warn_only)" if warn_only else "on") if on else "off"}
+    if ops is not None:
+        out["deterministic_settings"] = (
+            f"torch.use_deterministic_algorithms({on}{', warn_only=True' if warn_only else ''}); "
+            f"cudnn.deterministic={torch.backends.cudnn.deterministic}, cudnn.benchmark={torch.backends.cudnn.benchmark}; "
+            f"CUBLAS_WORKSPACE_CONFIG={os.environ.get('CUBLAS_WORKSPACE_CONFIG') or 'unset'}"
+        )
+        out["nondeterministic_ops"] = list(ops)
+    return out
 
 
 SDPA_SWITCHES = {"flash": "flash", "efficient": "mem_efficient", "math": "math", "cudnn": "cudnn"}

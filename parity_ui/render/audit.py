@@ -168,6 +168,8 @@ def axes_detail_html(report: AuditReport) -> str:
             )
         if r.reason:
             lines.append(esc(r.reason))
+        if r.hint:
+            lines.append(esc(r.hint))
         if r.cached_tokens is not None:
             lines.append(f"cached tokens over the warm requests: {r.cached_tokens:,}")
         if r.pair_run:
@@ -282,6 +284,8 @@ def format_audit(report: AuditReport, run_id: str = "") -> str:
             lines.append(head)
             if r.reason:
                 lines.append(f"        {r.reason}")
+            if r.hint:
+                lines.append(f"        {r.hint}")
             if r.pair_run:
                 lines.append(f"        the two streams: run {r.pair_run}")
             lines.extend(f"        {c}" for c in r.commands)

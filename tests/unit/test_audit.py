@@ -362,6 +362,23 @@ def test_a_setting_control_that_changes_nothing_makes_the_audit_void(svc, model)
     assert "shift=0.25" in shifted.report.controls[1].description and shifted.run.status == "ok"
 
 
+def test_a_replay_that_breaks_without_determinism_says_which_switch_to_turn_on(svc, model):
+    """The fake kind can run deterministically (Kind.can_deterministic) and drifts between calls without
+    it: its replay breaks, and the axis's hint is the option to re-run with; with it on, replay holds."""
+    from parity_ui.render.audit import axes_detail_html, format_audit
+
+    out = _audit(svc, model, ["b=fake,replay_noise=0.01"], axes="replay,batch")
+    replay = out.report.result("b", "replay")
+    assert replay.status == BROKEN and replay.first.kind == "logprob"
+    assert "--set b.deterministic=true" in replay.hint and "--side b=fake,replay_noise=0.01,deterministic=true" in replay.hint
+    assert out.report.result("b", "batch").hint == ""  # not an axis determinism is about
+    assert replay.hint in format_audit(out.report, out.run.id) and "b.deterministic=true" in axes_detail_html(out.report)
+    assert svc.store.audit_of(out.run.id).result("b", "replay").hint == replay.hint  # stored, in --json's record
+    fixed = _audit(svc, model, ["b=fake,replay_noise=0.01,deterministic=true"], axes="replay")
+    again = fixed.report.result("b", "replay")
+    assert again.status == IDENTICAL and again.hint == "" and fixed.report.certified
+
+
 def test_a_stop_keeps_the_finished_axes(svc, model):
     done = threading.Event()
 

@@ -52,6 +52,9 @@ def test_invalid_config_values(tmp_path, setting, needle):
     (["a=vllm", "a=hf"], "side 'a': two sides have this name"),
     (["only=vllm"], "has 1 side; a comparison needs two or more"),
     (["a=hf,enforce_eager=true", "b=vllm"], "side 'a': 'enforce_eager' is not an option of kind hf"),
+    (["a=hf", "b=vllm,deterministic=true"], "side 'b': 'deterministic' is not an option of kind vllm (it is an "
+                                            "option of kind hf) Fix: vLLM's own switch for bitwise-reproducible "
+                                            "batches is batch_invariant=true"),
     (["a=hf", "b=vllm,python=/no/such/python"], "side 'b': '/no/such/python' is not an executable file"),
     (["a=hf", "b=vllm,python=/bin/sh"], "side 'b'"),
 ])

@@ -84,7 +84,7 @@ EVERYTHING = {
              "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
            "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral",
-           "replay_routes": "ids", "logprobs_mode": "processed_logprobs"},
+           "replay_routes": "ids", "logprobs_mode": "processed_logprobs", "deterministic": True},
     "routes": True, "full_distribution": True, "full_distribution_budget_mb": 512,
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
@@ -151,6 +151,8 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.sdpa_kernels": (set(), {"runtime.scaled_dot_product_attention"}),
     "hf.score_batch": (set(), {"runtime.teacher-forced rows a forward (hf_score)"}),
     "hf.score_tokens": (set(), {"runtime.tokens a scoring forward holds"}),
+    "hf.deterministic": (set(), {"runtime.torch.use_deterministic_algorithms", "runtime.torch.backends.cudnn",
+                                 "env.CUBLAS_WORKSPACE_CONFIG"}),
     # image prompts (the keys show for a vision model)
     "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
     "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),

@@ -18,8 +18,8 @@ from typing import Any
 from ...core.audit_record import AXES, AXIS_KEYS, NOT_APPLICABLE
 from ...core.errors import ConfigError
 from ...core.kinds import Kind
-from ...core.mapping import option
-from ...core.sides import SideSpec
+from ...core.mapping import deterministic_off, option
+from ...core.sides import SideSpec, side_arg
 from ...core.types import ModelInfo
 
 SHARED = ("replay", "batch", "order", "prefix", "prefill_decode")
@@ -211,3 +211,31 @@ def control_variant(spec: SideSpec, dtype_now: str, setting: str | None = None) 
         return Variant(changed, {}, f"{key}={value}")
     other = "bfloat16" if dtype_now == "float32" else "float32"
     return Variant(dataclasses.replace(spec.replace(dtype=other), name=name), {}, f"dtype={other} (base: {dtype_now})")
+
+
+# The axes whose two streams are the same requests in the same setup: what breaks them is the engine
+# picking other kernels or reduction orders from one call (or process) to the next.
+SAME_SETUP = ("replay", "instance")
+
+
+def axis_hint(axis: str, spec: SideSpec, resolved: dict[str, Any]) -> str:
+    """What may make broken `axis` hold on this setup, where its kind has a switch for it (a capability,
+    core.kinds), with the exact option the CLI takes; "" where there is none to offer."""
+    if axis not in SAME_SETUP:
+        return ""
+    label = AXES[axis][0]
+    if deterministic_off(spec):
+        on = spec.replace(deterministic=True)
+        return (
+            f"side {spec.name} runs without torch's deterministic algorithms: on a GPU the same batch may take "
+            "other kernels or reduction orders from one call to the next (cuBLAS's workspace, atomic adds). "
+            f"Re-run the audit with them on, adding --set {spec.name}.deterministic=true (or --side {side_arg(on)}); "
+            f"if the {label} axis then holds, that was the cause"
+        )
+    ops = resolved.get("nondeterministic_ops")
+    if option(spec, "deterministic", False) and ops:
+        return (
+            f"side {spec.name} ran with deterministic algorithms, and torch has no deterministic implementation "
+            f"of {', '.join(map(str, ops))} here (met at load): the {label} axis may break there"
+        )
+    return ""

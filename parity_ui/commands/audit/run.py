@@ -62,6 +62,7 @@ from .axes import (
     VARIANT,
     Machine,
     Variant,
+    axis_hint,
     chunk_budget,
     control_variant,
     gpu_count,
@@ -439,6 +440,7 @@ class _Auditor:
             )
             result.pair_prompts = sorted(compared)
             result.commands = _commands(result, axis)
+            result.hint = axis_hint(axis, plan.spec, dict(info.resolved) if info is not None else {})
         return result
 
     # -- the passes the other axes compare with, and the control ---------------------------------------
