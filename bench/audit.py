@@ -18,10 +18,11 @@ is measured at 32 prompts). Setups (one side each, audited alone):
 - vllm-bi: the same with batch_invariant=true (VLLM_BATCH_INVARIANT=1);
 - hf:      ref=hf, dtype: batch 1 against a left-padded batch, eager against sdpa, decode against prefill;
 - hf-det:  the same with deterministic=true (CUBLAS_WORKSPACE_CONFIG=:4096:8, torch's deterministic
-  algorithms, cuDNN deterministic): does the HF replay axis then hold on the GPU?
-- hf-det-nocudnn: hf-det without cuDNN's attention (sdpa_kernels=no-cudnn), the next suspect if hf-det
-  still breaks replay: cuDNN builds an attention plan per KV length, and the 2026-11-28b replay's first
-  pass took 13.1 s against 4.0 s for the second;
+  algorithms, cuDNN deterministic and, since the third 2026-11-28 lease, cuDNN's attention off): does
+  the HF replay axis then hold on the GPU? (It did: bench/figures/gpu-2026-11-28c/det-*.)
+- hf-det-nocudnn: hf-det with sdpa_kernels=no-cudnn spelled out. In that lease, before deterministic=true
+  switched cuDNN's attention off, hf-det broke replay and a second instance as plain hf did, and this
+  setup was certified: cuDNN's attention was the cause;
 - vllm-8b: `vllm` on --model (bench/gpu33_build_llama8b.py builds the 8B-shaped model), where the
   kernels change with the batch.
 Prompts: the built-in mixed-length set (parity_ui.inputs.audit_prompts), --prompts of up to --longest

@@ -237,7 +237,9 @@ class HfEngine(Engine):
                 "dtype": str(model.dtype).replace("torch.", ""),
                 "device": dev if not device_map else f"spread: {sorted(set(map(str, device_map.values())))}",
                 "attention": getattr(model.config, "_attn_implementation", None),
-                "sdpa_kernels": _sdpa_kernels_enabled() if a.get("sdpa_kernels") else "torch's choice",
+                "sdpa_kernels": (
+                    _sdpa_kernels_enabled() if a.get("sdpa_kernels") or a.get("deterministic") else "torch's choice"
+                ),
                 "logits_dtype": str(head.weight.dtype).replace("torch.", ""),
                 "kv_cache": "static" if a["decode"] != "eager" else "dynamic",
                 "decode": a["decode"],
@@ -681,12 +683,17 @@ def _deterministic_on() -> None:
     """torch's deterministic algorithms in this worker (process-wide; the worker serves this side alone).
     warn_only: an op torch has no deterministic kernel for warns (and is named in the resolved settings)
     instead of failing the run. cuBLAS's fixed workspace is in the worker's environment already
-    (core.mapping, set before the CUDA context exists); cuDNN's autotuner would pick kernels by timing."""
+    (core.mapping, set before the CUDA context exists); cuDNN's autotuner would pick kernels by timing.
+    cuDNN's attention is switched off too: torch's flag does not cover it, and on an H200 (torch 2.11,
+    bf16, sdpa) the same padded batch twice still differed with the flag alone and held bit for bit
+    without cuDNN's attention (bench/figures/gpu-2026-11-28c). An explicit sdpa_kernels choice, applied
+    after this at load, still wins."""
     import torch
 
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 class _NondeterministicOps:
@@ -739,7 +746,8 @@ def _deterministic_state(ops: list[str] | None) -> dict[str, Any]:
     if ops is not None:
         out["deterministic_settings"] = (
             f"torch.use_deterministic_algorithms({on}{', warn_only=True' if warn_only else ''}); "
-            f"cudnn.deterministic={torch.backends.cudnn.deterministic}, cudnn.benchmark={torch.backends.cudnn.benchmark}; "
+            f"cudnn.deterministic={torch.backends.cudnn.deterministic}, cudnn.benchmark={torch.backends.cudnn.benchmark}, "
+            f"cuDNN attention {'on' if torch.backends.cuda.cudnn_sdp_enabled() else 'off'}; "
             f"CUBLAS_WORKSPACE_CONFIG={os.environ.get('CUBLAS_WORKSPACE_CONFIG') or 'unset'}"
         )
         out["nondeterministic_ops"] = list(ops)

@@ -2,7 +2,7 @@
 worker's environment, torch's switches at load), that it is a load-time setting (another worker), that a
 vLLM side given it is refused with vLLM's own switch named, and the audit's hint when an hf side's
 replay or second instance breaks without it (the exact option the CLI takes, checked by parsing it).
-The worker applying it is tests/engines/test_hf_deterministic.py."""
+The worker applying it is tests/engines/test_hf_deterministic_engines.py."""
 from __future__ import annotations
 
 import dataclasses

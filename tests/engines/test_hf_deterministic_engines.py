@@ -21,7 +21,8 @@ def test_deterministic_is_applied_in_its_own_worker_and_changes_no_bit_on_the_cp
     assert plain["deterministic"] == "off" and "nondeterministic_ops" not in plain
     assert det["deterministic"] == "on (warn_only)"  # torch.are_deterministic_algorithms_enabled() in the worker
     assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in det["deterministic_settings"]
-    assert "cudnn.deterministic=True, cudnn.benchmark=False" in det["deterministic_settings"]
+    assert "cudnn.deterministic=True, cudnn.benchmark=False, cuDNN attention off" in det["deterministic_settings"]
+    assert "cudnn" not in det["sdpa_kernels"] and plain["sdpa_kernels"] == "torch's choice"
     assert det["nondeterministic_ops"] == [] and det["deterministic_probe"].startswith("a 2-token generate")
     workers = service.pool.by_side()
     assert workers["hf"].pid != workers["det"].pid  # a load-time setting: two processes
