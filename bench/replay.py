@@ -4,6 +4,8 @@ while a large dump streams through.
     python bench/replay.py --rows 1000 --tokens 512 [--model demo] [--dtype bfloat16]      # (a) GPU: time
     python bench/replay.py --memory --rows 10000 --tokens 2000 --model TINY_MODEL_FOLDER    # (b) CPU: memory
     python bench/replay.py --small                                                          # both, tiny, here
+    python bench/replay.py --model TINY --dtype float32 --rows 512 --tokens 256 --score-batch padded \
+        --bare-tokens 4096                                     # (a) on the CPU: the per-token costs show
 
 (a) The tool: `run_replay` on a fresh ParityService over a synthetic dump in parity-ui's rollout
 format (--rows rows: a prompt of the bench's chat prompts, --tokens response ids drawn from the
@@ -71,7 +73,10 @@ def write_dump(path: Path, model: str, rows: int, tokens: int, seed: int = 0) ->
 def _sides(args) -> list[str]:
     if args.memory:
         return [f"trainer=hf,dtype={args.dtype}", f"again=hf,dtype={args.dtype},attn_implementation=eager"]
-    return [f"trainer=hf,dtype={args.dtype}", f"rollout=vllm,dtype={args.dtype}"]
+    # --score-batch: the trainer's packing as asked (on the CPU, padded is what auto resolves to on a GPU
+    # where padding keeps the bits, and what bare HF does: like for like; auto there is same-length).
+    packing = f",score_batch={args.score_batch}" if getattr(args, "score_batch", None) else ""
+    return [f"trainer=hf,dtype={args.dtype}{packing}", f"rollout=vllm,dtype={args.dtype}"]
 
 
 def tool(args, dump: Path, db: str) -> dict:
@@ -263,6 +268,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=0, help="rows replayed and stored together (0: the replay's default)")
+    ap.add_argument("--score-batch", choices=["auto", "padded", "same-length", "one-row"],
+                    help="the trainer side's score_batch (unset: the side's default, auto)")
     ap.add_argument("--bare-tokens", type=int, default=8192,
                     help="the bare HF's tokens a forward (rows x the longest, padding included)")
     ap.add_argument("--memory", action="store_true", help="(b): the parent's peak memory only (HF sides, no bare run)")
