@@ -4,6 +4,9 @@ while a large dump streams through.
     python bench/replay.py --rows 1000 --tokens 512 [--model demo] [--dtype bfloat16]      # (a) GPU: time
     python bench/replay.py --memory --rows 10000 --tokens 2000 --model TINY_MODEL_FOLDER    # (b) CPU: memory
     python bench/replay.py --small                                                          # both, tiny, here
+    python bench/replay.py --breakdown --rows 1000 --tokens 512 [--breakdown-chunks 16,64]  # (c) where it goes
+    python bench/replay.py --model TINY --dtype float32 --rows 512 --tokens 256 --score-batch padded \
+        --bare-tokens 4096                                     # (a) on the CPU: the per-token costs show
 
 (a) The tool: `run_replay` on a fresh ParityService over a synthetic dump in parity-ui's rollout
 format (--rows rows: a prompt of the bench's chat prompts, --tokens response ids drawn from the
@@ -26,6 +29,13 @@ wall times together.
 (b) The parent process's peak memory (ru_maxrss, and tracemalloc's peak of Python allocations) while
 a dump of --rows x --tokens streams through a replay (sides: two HF sides on the CPU, float32, no
 floor; the dump is written first, streamed, so writing it costs the parent nothing).
+
+(c) Where each side's scoring time goes: each side's engine alone in a fresh process (no pipe, no other
+side on the device), scoring the dump's rows chunk by chunk as the replay's worker does, with the
+engine's score_batch, the worker's from_steps, the pipe's pickling and the parent's unpickling timed
+apart (HF: the forwards the packing makes, those of one row), for each of --breakdown-chunks; then the
+bare engine's batched work on the same loaded model, its logprobs met with the tool's. Against (a): what
+the full replay spends beyond these is the pipe, the parent and the two sides sharing one device.
 
 Writes the figures as JSON to --out (or $OUT/replay.json when $OUT is set) and prints them.
 """
@@ -71,7 +81,10 @@ def write_dump(path: Path, model: str, rows: int, tokens: int, seed: int = 0) ->
 def _sides(args) -> list[str]:
     if args.memory:
         return [f"trainer=hf,dtype={args.dtype}", f"again=hf,dtype={args.dtype},attn_implementation=eager"]
-    return [f"trainer=hf,dtype={args.dtype}", f"rollout=vllm,dtype={args.dtype}"]
+    # --score-batch: the trainer's packing as asked (on the CPU, padded is what auto resolves to on a GPU
+    # where padding keeps the bits, and what bare HF does: like for like; auto there is same-length).
+    packing = f",score_batch={args.score_batch}" if getattr(args, "score_batch", None) else ""
+    return [f"trainer=hf,dtype={args.dtype}{packing}", f"rollout=vllm,dtype={args.dtype}"]
 
 
 def tool(args, dump: Path, db: str) -> dict:
@@ -202,6 +215,132 @@ def bare_vllm(args, q) -> None:
     q.put({"logprobs": lps, "work_s": time.perf_counter() - t, "wall_s": time.perf_counter() - t0})
 
 
+def breakdown_side(args, q) -> None:
+    """(c) One side's engine (args.side: trainer or rollout) loaded in this process with the tool's own
+    arguments, scoring the dump's rows a chunk at a time as the replay's worker does, each part timed:
+    the engine's score_batch, the worker's from_steps, the pipe's pickling and the parent's unpickling
+    (no pipe, no other side on the device); then the bare engine's batched work on the same loaded
+    model (as bare_hf and bare_vllm), its logprobs met with the tool's."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    prep = _prep(args)
+    plan = prep.side(args.side)
+    from parity_ui.core.requests import ScoreBatch, ScoreRequest
+    from parity_ui.engines import load_engine
+    from parity_ui.run.pipeline import load_request
+
+    eng = load_engine(plan.kind.engine)
+    eng.should_stop, eng.progress = (lambda: False), (lambda message: None)
+    eng.load(load_request(plan))
+    rows = [json.loads(line) for line in open(args.dump_path)]
+    items = [ScoreRequest(r["prompt_ids"], r["response_ids"], 1) for r in rows]
+    eng.score_batch(ScoreBatch(items[:2]))  # the first calls' one-time costs
+    out: dict = {"side": args.side, "tokens": sum(len(r["response_ids"]) for r in rows), "chunks": {}, "bare_s": None}
+    tool_lps = None
+    # Each repeat: every chunk size, then the bare work; each figure the fastest of the repeats (a shared
+    # machine's noise only ever adds time).
+    for _ in range(args.repeats):
+        for chunk in args.breakdown_chunks:
+            tool_lps = _tool_pass(eng, items, chunk, out)
+        bare, bare_s, out["bare_forwards"] = _bare_pass(args, eng, rows)
+        out["bare_s"] = bare_s if out["bare_s"] is None else min(out["bare_s"], bare_s)
+    out["tool_vs_bare_max_abs_diff"] = _worst(tool_lps, bare)
+    for parts in out["chunks"].values():
+        parts["over_bare"] = parts["total_s"] / out["bare_s"]
+    q.put(out)
+
+
+def _tool_pass(eng, items: list, chunk: int, out: dict) -> list:
+    """The replay's scoring of every row, `chunk` rows a call, as the worker and the parent do it; each
+    part's time kept in out["chunks"] (the fastest pass so far). Returns the logprobs."""
+    import pickle
+
+    from parity_ui.core.requests import ScoreBatch
+    from parity_ui.core.types import StepColumns
+
+    parts = dict.fromkeys(("score_batch_s", "from_steps_s", "pickle_s", "unpickle_s"), 0.0)
+    got_all: list = []
+    for s in range(0, len(items), chunk):
+        t = time.perf_counter()
+        got = eng.score_batch(ScoreBatch(items[s: s + chunk]))
+        parts["score_batch_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        got = [StepColumns.from_steps(steps) for steps in got]  # the worker's handler
+        parts["from_steps_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        blob = pickle.dumps(("result", got))
+        parts["pickle_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        got_all += pickle.loads(blob)[1]
+        parts["unpickle_s"] += time.perf_counter() - t
+    parts["total_s"] = sum(parts.values())
+    scorer = getattr(eng, "_scorer", None)
+    if scorer is not None:  # HF: its forwards as packed (hf_score.pack), chunk by chunk
+        from parity_ui.engines.hf_score import pack
+
+        lengths = [len(it.prompt) + len(it.continuation) for it in items]
+        packs = [g for s in range(0, len(items), chunk) for g in pack(lengths[s: s + chunk], scorer.budget,
+                                                                       scorer.mode == "same-length")]
+        parts["forwards"], parts["one_row_forwards"] = len(packs), sum(len(g) == 1 for g in packs)
+    best = out["chunks"].get(str(chunk))
+    if best is None or parts["total_s"] < best["total_s"]:
+        out["chunks"][str(chunk)] = parts
+    return [list(c.logprob) for c in got_all]
+
+
+def _bare_pass(args, eng, rows: list) -> tuple[list, float, int | None]:
+    """The bare engine's batched work on the tool's loaded model (as bare_hf and bare_vllm): (logprobs,
+    seconds, HF's forwards)."""
+    if args.side == "trainer":
+        import torch
+
+        model, dev = eng.model, str(eng.model.device)
+        seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
+        order = sorted(range(len(rows)), key=lambda i: -len(seqs[i]))
+        batches, cur = [], []
+        for i in order:
+            if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        batches.append(cur)
+        bare: list = [None] * len(rows)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            for b in batches:
+                w = len(seqs[b[0]])
+                ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
+                mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
+                logits = model(input_ids=ids, attention_mask=mask).logits
+                for x, i in enumerate(b):
+                    base, resp = len(rows[i]["prompt_ids"]), rows[i]["response_ids"]
+                    lp = torch.log_softmax(logits[x][base - 1: base - 1 + len(resp)].float(), dim=-1)
+                    bare[i] = lp.gather(1, torch.tensor(resp, device=dev)[:, None])[:, 0].tolist()
+        return bare, time.perf_counter() - t, len(batches)
+    else:
+        from vllm import SamplingParams
+
+        sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
+        t = time.perf_counter()
+        outs = eng.llm.generate([{"prompt_token_ids": r["prompt_ids"] + r["response_ids"]} for r in rows], sp,
+                                use_tqdm=False)
+        bare = [[o.prompt_logprobs[len(r["prompt_ids"]) + j][tid].logprob for j, tid in enumerate(r["response_ids"])]
+                for r, o in zip(rows, outs)]
+    return bare, time.perf_counter() - t, None
+
+
+def breakdown(args, work: Path) -> dict:
+    dump = work / "dump.jsonl"
+    write_dump(dump, args.model, args.rows, args.tokens)
+    args.dump_path = str(dump)
+    prep = _prep(args)
+    out = {"rows": args.rows, "tokens": args.tokens, "dtype": args.dtype, "model": args.model}
+    for side in ("trainer", "rollout"):
+        print(f"breakdown: {side}, chunks of {args.breakdown_chunks} rows, then bare", flush=True)
+        args.side = side
+        out[side] = in_fresh_process(breakdown_side, args, prep.side(side).worker_env)
+    return out
+
+
 def _worst(a: list, b: list) -> float:
     assert len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b)), "the rows do not line up"
     return max((abs(x - y) for p, r in zip(a, b) for x, y in zip(p, r)), default=0.0)
@@ -263,11 +402,17 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--chunk", type=int, default=0, help="rows replayed and stored together (0: the replay's default)")
+    ap.add_argument("--score-batch", choices=["auto", "padded", "same-length", "one-row"],
+                    help="the trainer side's score_batch (unset: the side's default, auto)")
     ap.add_argument("--bare-tokens", type=int, default=8192,
                     help="the bare HF's tokens a forward (rows x the longest, padding included)")
     ap.add_argument("--memory", action="store_true", help="(b): the parent's peak memory only (HF sides, no bare run)")
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false",
                     help="with --memory: peak RSS only, without tracing Python's allocations (which slows the run)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="(c): each side's engine in its own process, the replay's scoring part by part, chunk by chunk")
+    ap.add_argument("--breakdown-chunks", default="16,64", help="with --breakdown: the chunk sizes to time, comma-separated")
+    ap.add_argument("--repeats", type=int, default=1, help="with --breakdown: passes (each figure the fastest)")
     ap.add_argument("--small", action="store_true", help="a tiny model built here, both parts at a few rows (the CPU)")
     ap.add_argument("--work", default="/tmp/parity-bench-replay", help="a folder for the dumps and databases")
     ap.add_argument("--out", help="write the figures as JSON here (default $OUT/replay.json when $OUT is set)")
@@ -288,6 +433,9 @@ def main() -> None:
         figures["memory"] = memory(args, work)
     elif args.memory:
         figures = {"memory": memory(args, work)}
+    elif args.breakdown:
+        args.breakdown_chunks = [int(c) for c in args.breakdown_chunks.split(",")]
+        figures = {"breakdown": breakdown(args, work)}
     else:
         figures = {"speed": speed(args, work)}
     text = json.dumps(figures, indent=2)

@@ -31,6 +31,7 @@ logits rows, the chosen token's logprob and rank, the top-k.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,15 +92,22 @@ def columns(own: Any, tokens: list[int], k: int, dist: dict[str, list[Any]] | No
             "position": list(range(n)),
             "token_id": list(tokens),
             "text": [""] * n,
-            "logprob": list(map(clean_logprob, chosen_l)),
+            "logprob": _cleaned(chosen_l),
             "rank": ranks,
             "top_n": [k] * n,
             "top_token_id": top_i_l,
-            "top_logprob": list(map(clean_logprob, top_v_l)),
+            "top_logprob": _cleaned(top_v_l),
             "top_text": [""] * (n * k),
             **(dist or {}),
         }
     )
+
+
+def _cleaned(values: list[float]) -> list[float]:
+    """clean_logprob over a row's values, without a Python call per value where every value is finite
+    (nearly always): their sum is finite exactly when each is (an inf or a NaN anywhere makes it inf
+    or NaN; finite floats cannot overflow a float64 sum of this length)."""
+    return values if math.isfinite(sum(values)) else list(map(clean_logprob, values))
 
 
 def forward(model: Any, rows: list[list[int]]) -> Any:

@@ -12,6 +12,7 @@ import itertools
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.types import EngineInfo, SideResult, TokenStep
@@ -54,6 +55,15 @@ def _step_from_logprobs(position: int, token_id: int, entry: dict[int, Any] | No
     ranked = sorted(entry.items(), key=lambda kv: kv[1].rank if kv[1].rank is not None else 1 << 30)
     top = [(tid, lp.logprob) for tid, lp in ranked if lp.rank is not None and lp.rank <= k][:k]
     return make_step(position, token_id, chosen.logprob if chosen else None, chosen.rank if chosen else None, top)
+
+
+def _flat_logprobs() -> dict[str, bool]:
+    """flat_logprobs=True where this vLLM's SamplingParams has it (vLLM keeps a request's logprobs in a
+    few flat lists instead of a dict and a Logprob per position: the same numbers), else nothing."""
+    from vllm import SamplingParams
+
+    fields = getattr(SamplingParams, "__struct_fields__", None) or getattr(SamplingParams, "__annotations__", {})
+    return {"flat_logprobs": True} if "flat_logprobs" in fields else {}
 
 
 def _tagged(sampling: dict[str, Any], rid: str) -> dict[str, Any]:
@@ -330,13 +340,17 @@ class VllmEngine(Engine):
             for j in range(len(req.continuation))
         ]
 
-    def score_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
+    def score_batch(self, req: ScoreBatch) -> Sequence[Sequence[TokenStep]]:
         """Every item as its own request, scheduled together (prompt_logprobs are per request, so
-        each item's numbers are those `score` gives it alone, up to vLLM's batch variance)."""
+        each item's numbers are those `score` gives it alone, up to vLLM's batch variance). Each item's
+        steps as columns, read from vLLM's flat prompt logprobs (parity_ui.engines.prompt_logprobs: the
+        values `score` gives, without a dict, a TokenStep and its top-k per position)."""
         if not req.items:
             return []
         if self.forced == TRACE:
             return self._trace_batch(req)
+        from .prompt_logprobs import PromptLogprobs
+
         engine = self.llm.llm_engine
         k = max(max(r.logprobs for r in req.items), 1)
         # detokenize off, as in `score`: vLLM would otherwise decode the token of every prompt position's
@@ -344,32 +358,30 @@ class VllmEngine(Engine):
         sp = self._sampling(
             {"max_tokens": 1, "temperature": 0.0, "skip_special_tokens": False, "detokenize": False},
             prompt_logprobs=k,
+            **_flat_logprobs(),
         )
         rids = {}
         for i, r in enumerate(req.items):
             rid = f"score-{next(_ids)}"
             rids[rid] = i
             engine.add_request(rid, engine_input(engine, r.prompt + r.continuation), sp)
-        got: dict[int, list[Any]] = {}
+        got: dict[int, PromptLogprobs] = {}
         while engine.has_unfinished_requests():
             if self.should_stop():
                 engine.abort_request(list(rids))
                 return []
             for out in engine.step():
                 if out.request_id in rids and out.prompt_logprobs is not None:
-                    got.setdefault(rids[out.request_id], []).extend(out.prompt_logprobs)
-        steps = []
+                    i = rids[out.request_id]
+                    if i not in got:
+                        got[i] = PromptLogprobs()
+                    got[i].add(out.prompt_logprobs)
+        cols = []
         for i, r in enumerate(req.items):
             if i not in got:
                 raise RuntimeError(f"vLLM returned no prompt_logprobs for item {i}")
-            base = len(r.prompt)
-            steps.append(
-                [
-                    _step_from_logprobs(j, r.continuation[j], got[i][base + j], r.logprobs)
-                    for j in range(len(r.continuation))
-                ]
-            )
-        return steps
+            cols.append(got[i].columns(len(r.prompt), list(r.continuation), r.logprobs))
+        return cols
 
     def _trace_batch(self, req: ScoreBatch) -> list[list[TokenStep]]:
         """Each item's continuation forced through decode steps (trace_decode_token_ids): the prompt

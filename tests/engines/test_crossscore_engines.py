@@ -72,3 +72,27 @@ def test_both_engines_agree_on_an_unlikely_continuation(service, run, tiny_llama
     for a, b in zip(v, h):
         assert a.logprob == pytest.approx(b.logprob, abs=1e-3)
         assert [t.token_id for t in a.top] == [t.token_id for t in b.top]
+
+
+def test_vllm_score_batch_columns_are_its_score_steps_bit_for_bit(service, run, tiny_llama):
+    """score_batch reads vLLM's flat prompt logprobs straight into columns (parity_ui.engines.prompt_logprobs),
+    `score` its dict per position: the same steps, every logprob's bits, on the greedy tokens (rank 1: the
+    scored token listed twice, in its own place and in the top-k) and on unlikely ones."""
+    from parity_ui.core.types import StepColumns
+    from parity_ui.engines.base import ScoreRequest
+    from parity_ui.run.prepare import plan_sides
+
+    pr = run.prompts[0]
+    plans = plan_sides(str(tiny_llama), build_config(overrides=FP32), service.on_gpu,
+                       context_need=len(pr.prompt_token_ids) + 16)
+    with service.sides(plans) as sides:
+        for tokens, k in ((pr.results["vllm"].token_ids, 5), (pr.results["vllm"].token_ids, 1),
+                          (list(reversed(pr.prompt_token_ids))[:16], 1)):  # k=1: a replay's
+            item = ScoreRequest(list(pr.prompt_token_ids), list(tokens), k)
+            alone = StepColumns.from_steps(sides.score("vllm", item))
+            (batched,) = sides.score_batch("vllm", [item])
+            assert isinstance(batched, StepColumns)
+            assert batched.columns() == alone.columns()
+            assert [x.hex() for x in batched.logprob] == [x.hex() for x in alone.logprob]
+            assert [x.hex() for x in batched.top_logprob] == [x.hex() for x in alone.top_logprob]
+            assert batched.top_n == [k] * len(tokens)
