@@ -43,3 +43,28 @@ def in_fresh_process(fn: Any, args: Any, env: dict[str, str] | None = None) -> d
     res = q.get()
     p.join()
     return res
+
+
+def length_batches(seqs: list[list[int]], budget: int) -> list[list[int]]:
+    """Row indices the way a user batches teacher-forcing: longest first, as many rows a forward as fit
+    `budget` tokens (rows x the batch's longest, its padded size)."""
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(len(seqs)), key=lambda i: -len(seqs[i])):
+        if cur and (len(cur) + 1) * len(seqs[cur[0]]) > budget:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    batches.append(cur)
+    return batches
+
+
+def padded_logits(model: Any, seqs: list[list[int]], batch: list[int], device: str) -> Any:
+    """One forward of `batch` (from length_batches: its first row the longest), right-padded with an
+    attention mask: the logits, [rows, longest, vocab]."""
+    import torch
+
+    w = len(seqs[batch[0]])
+    ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in batch], device=device)
+    mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in batch], device=device)
+    return model(input_ids=ids, attention_mask=mask).logits

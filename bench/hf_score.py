@@ -35,6 +35,7 @@ from pathlib import Path
 
 # PARITY_TREE: measure another checkout's parity_ui with this script (bench/gpu_perf.sh: main's, before).
 sys.path.insert(0, os.environ.get("PARITY_TREE") or str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bare_engines
 
 
 def _engine(model: str, dtype: str, score_batch: str = "auto"):
@@ -75,6 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    from bare_engines import length_batches, padded_logits
+
     from parity_ui.core.requests import ScoreBatch, ScoreRequest
     from parity_ui.core.types import StepColumns
 
@@ -111,21 +114,10 @@ def main() -> None:
 
     def bare_batched() -> list[list[float]]:
         seqs = [p + c for p, c in rows]
-        order = sorted(range(len(rows)), key=lambda i: -len(seqs[i]))
-        batches, cur = [], []
-        for i in order:
-            if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
-                batches.append(cur)
-                cur = []
-            cur.append(i)
-        batches.append(cur)
         out: list = [None] * len(rows)
         with torch.inference_mode():
-            for b in batches:
-                w = len(seqs[b[0]])
-                ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
-                mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
-                logits = model(input_ids=ids, attention_mask=mask).logits
+            for b in length_batches(seqs, args.bare_tokens):
+                logits = padded_logits(model, seqs, b, dev)
                 for x, i in enumerate(b):
                     p, c = rows[i]
                     lp = torch.log_softmax(logits[x, len(p) - 1: len(p) - 1 + len(c)].float(), dim=-1)

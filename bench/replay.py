@@ -139,7 +139,7 @@ def bare_hf(args, q) -> None:
     t0 = time.perf_counter()
     import torch
 
-    from bare_engines import load_bare_hf
+    from bare_engines import length_batches, load_bare_hf, padded_logits
 
     rows = [json.loads(line) for line in open(args.dump_path)]
     prep = _prep(args)
@@ -163,24 +163,14 @@ def bare_hf(args, q) -> None:
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
 
-    order = sorted(range(len(rows)), key=lambda i: -len(seqs[i]))
-    batches, cur = [], []
-    for i in order:  # longest first, as many rows as fit --bare-tokens (rows x the longest)
-        if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    batches.append(cur)
+    batches = length_batches(seqs, args.bare_tokens)
     with torch.inference_mode():
         model(input_ids=torch.tensor([seqs[0][:8]], device=dev))  # the first call's one-time costs
         sync()
         t = time.perf_counter()
         batched: list = [None] * len(rows)
         for b in batches:
-            w = len(seqs[b[0]])
-            ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
-            mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
-            logits = model(input_ids=ids, attention_mask=mask).logits
+            logits = padded_logits(model, seqs, b, dev)
             for x, i in enumerate(b):
                 batched[i] = logprobs_of(logits[x], rows[i])
         sync()
@@ -294,23 +284,15 @@ def _bare_pass(args, eng, rows: list) -> tuple[list, float, int | None]:
         import torch
 
         model, dev = eng.model, str(eng.model.device)
+        from bare_engines import length_batches, padded_logits
+
         seqs = [r["prompt_ids"] + r["response_ids"] for r in rows]
-        order = sorted(range(len(rows)), key=lambda i: -len(seqs[i]))
-        batches, cur = [], []
-        for i in order:
-            if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
-                batches.append(cur)
-                cur = []
-            cur.append(i)
-        batches.append(cur)
+        batches = length_batches(seqs, args.bare_tokens)
         bare: list = [None] * len(rows)
         t = time.perf_counter()
         with torch.inference_mode():
             for b in batches:
-                w = len(seqs[b[0]])
-                ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
-                mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
-                logits = model(input_ids=ids, attention_mask=mask).logits
+                logits = padded_logits(model, seqs, b, dev)
                 for x, i in enumerate(b):
                     base, resp = len(rows[i]["prompt_ids"]), rows[i]["response_ids"]
                     lp = torch.log_softmax(logits[x][base - 1: base - 1 + len(resp)].float(), dim=-1)

@@ -106,7 +106,7 @@ def bare_hf(args, q) -> None:
     t0 = time.perf_counter()
     import torch
 
-    from bare_engines import load_bare_hf
+    from bare_engines import length_batches, load_bare_hf, padded_logits
 
     prep = _prepare(args, args.mode)
     model, _, gc = load_bare_hf(_as_hf(prep))
@@ -128,20 +128,10 @@ def bare_hf(args, q) -> None:
                 lp = torch.log_softmax(logits[base - 1: base - 1 + len(cont)].float(), dim=-1)
                 return lp.gather(1, torch.tensor(cont, device=dev)[:, None])[:, 0].tolist()
 
-            order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-            batches, cur = [], []
-            for i in order:  # longest first, as many as fit --bare-tokens (rows x the longest)
-                if cur and (len(cur) + 1) * len(seqs[cur[0]]) > args.bare_tokens:
-                    batches.append(cur)
-                    cur = []
-                cur.append(i)
-            batches.append(cur)
+            batches = length_batches(seqs, args.bare_tokens)  # longest first, as many as fit --bare-tokens
             out["logprobs"] = [None] * len(seqs)
             for b in batches:
-                w = len(seqs[b[0]])
-                ids = torch.tensor([seqs[i] + [0] * (w - len(seqs[i])) for i in b], device=dev)
-                mask = torch.tensor([[1] * len(seqs[i]) + [0] * (w - len(seqs[i])) for i in b], device=dev)
-                logits = model(input_ids=ids, attention_mask=mask).logits
+                logits = padded_logits(model, seqs, b, dev)
                 for x, i in enumerate(b):
                     out["logprobs"][i] = lp_of(logits[x], i)
             if dev.startswith("cuda"):
