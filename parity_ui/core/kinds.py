@@ -241,8 +241,8 @@ class HfOptions(SideOptions):
     deterministic: bool = option(
         False,
         "torch's deterministic algorithms in this side's worker: CUBLAS_WORKSPACE_CONFIG=:4096:8, "
-        "torch.use_deterministic_algorithms(True, warn_only=True), cudnn.deterministic on and "
-        "cudnn.benchmark off (a GPU's replay of the same batch then gives the same bits; an op without a "
+        "torch.use_deterministic_algorithms(True, warn_only=True), cudnn.deterministic on, "
+        "cudnn.benchmark off and cuDNN's attention kernel off unless sdpa_kernels names it (a GPU's replay of the same batch then gives the same bits; an op without a "
         "deterministic implementation is named in the resolved settings)",
     )
 

@@ -803,6 +803,7 @@ def _deterministic(rec: _Recorder, p: str, h: HfOptions) -> dict[str, str]:
         return {}
     rec(p + "deterministic", "runtime", "torch.use_deterministic_algorithms", "True, warn_only=True")
     rec(p + "deterministic", "runtime", "torch.backends.cudnn", "deterministic=True, benchmark=False")
+    rec(p + "deterministic", "runtime", "torch.backends.cuda.enable_cudnn_sdp", False)  # unless sdpa_kernels says
     own = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     value = own if own in _CUBLAS_WORKSPACES else CUBLAS_WORKSPACE
     return {"CUBLAS_WORKSPACE_CONFIG": rec(p + "deterministic", "env", "CUBLAS_WORKSPACE_CONFIG", value)}

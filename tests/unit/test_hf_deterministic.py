@@ -39,6 +39,7 @@ def test_deterministic_sets_cublas_workspace_in_the_workers_env_and_is_a_load_ti
     used = {f"{x.where}.{x.name}": x.value for x in det.used["det.deterministic"]}
     assert used == {"runtime.torch.use_deterministic_algorithms": "True, warn_only=True",
                     "runtime.torch.backends.cudnn": "deterministic=True, benchmark=False",
+                    "runtime.torch.backends.cuda.enable_cudnn_sdp": False,
                     "env.CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     # What a warm worker must have loaded (run.plan.SidePlan.load_key: the args but sampling, and the env):
     # the two sides differ in it, so they never share a worker.

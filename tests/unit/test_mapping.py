@@ -152,7 +152,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "hf.score_batch": (set(), {"runtime.teacher-forced rows a forward (hf_score)"}),
     "hf.score_tokens": (set(), {"runtime.tokens a scoring forward holds"}),
     "hf.deterministic": (set(), {"runtime.torch.use_deterministic_algorithms", "runtime.torch.backends.cudnn",
-                                 "env.CUBLAS_WORKSPACE_CONFIG"}),
+                                 "runtime.torch.backends.cuda.enable_cudnn_sdp", "env.CUBLAS_WORKSPACE_CONFIG"}),
     # image prompts (the keys show for a vision model)
     "image_min_pixels": ({"LLM.mm_processor_kwargs.min_pixels"}, {"processor.images_kwargs.min_pixels"}),
     "image_max_pixels": ({"LLM.mm_processor_kwargs.max_pixels"}, {"processor.images_kwargs.max_pixels"}),

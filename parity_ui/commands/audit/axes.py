@@ -228,7 +228,7 @@ def axis_hint(axis: str, spec: SideSpec, resolved: dict[str, Any]) -> str:
         on = spec.replace(deterministic=True)
         return (
             f"side {spec.name} runs without torch's deterministic algorithms: on a GPU the same batch may take "
-            "other kernels or reduction orders from one call to the next (cuBLAS's workspace, atomic adds). "
+            "other kernels or reduction orders from one call to the next (cuBLAS's workspace, cuDNN's attention). "
             f"Re-run the audit with them on, adding --set {spec.name}.deterministic=true (or --side {side_arg(on)}); "
             f"if the {label} axis then holds, that was the cause"
         )
