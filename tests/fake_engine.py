@@ -333,3 +333,11 @@ class FakeEngine(Engine):
                 s.top1, s.topk = int(h % 9 != 0), int(h % 23 != 0)
             ctx.append(token)
         return steps
+
+
+class PreloadFailsEngine(FakeEngine):
+    """An engine whose libraries cannot be imported ahead (tests/unit/test_fork_server.py): a worker
+    started on its own says so in its log and answers; a fork server of it cannot start."""
+
+    def preload(self) -> None:
+        raise RuntimeError("this engine's libraries cannot be imported ahead")

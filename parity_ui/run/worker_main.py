@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import mmap
 import os
+import select
 import signal
 import sys
 import threading
@@ -28,14 +29,19 @@ from ..core.types import StepColumns, plain
 WATCH_S = 0.5
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(parent: int, parent_pidfd: int | None = None) -> None:
     """Kill this worker's whole process group (the engine and whatever it started, e.g. vLLM's
     tensor-parallel workers) as soon as the parent is gone, also when it was SIGKILLed: no orphaned
-    engine holds a GPU. (PR_SET_PDEATHSIG would fire when the parent's starting *thread* ends.)"""
+    engine holds a GPU. (PR_SET_PDEATHSIG would fire when the parent's starting *thread* ends.)
+    A worker forked by a fork server is that server's child: it watches the parent it serves through
+    `parent_pidfd` (a pidfd, readable once that process ended), so a server that ends takes no worker along."""
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(WATCH_S)
+        if parent_pidfd is not None:
+            select.select([parent_pidfd], [], [])
+        else:
+            while os.getppid() == parent:
+                time.sleep(WATCH_S)
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, name="parity-parent-watch", daemon=True).start()
@@ -184,17 +190,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parent", type=int, required=True)
     ap.add_argument("--preload", action="store_true", help="import the engine's libraries before answering ready")
     args = ap.parse_args(argv)
-    # Ctrl-C in a terminal reaches the whole process group; the parent decides when we stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent(args.parent)
-    conn = Connection(args.fd)
     from ..engines import load_engine
 
     engine = load_engine(args.engine)
-    should_stop = CancelFlag(args.cancel_fd)
+    run(engine, args.fd, args.cancel_fd, args.parent, args.preload)
+
+
+def run(engine: Any, fd: int, cancel_fd: int, parent: int, preload: bool, parent_pidfd: int | None = None) -> None:
+    """Serve `engine` over the socket `fd` until shutdown, then end the process (never returns). A
+    worker started on its own (main) and one forked by parity_ui.run.fork_server_main both come here."""
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent, parent_pidfd)
+    conn = Connection(fd)
+    should_stop = CancelFlag(cancel_fd)
     engine.should_stop = should_stop
     engine.progress = lambda message: conn.send(("progress", message))
-    if args.preload:
+    if preload:
         try:
             engine.preload()
         except Exception:  # noqa: BLE001 - the check or load request that needs it reports it, with its fix

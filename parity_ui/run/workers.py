@@ -28,6 +28,7 @@ from typing import Any
 
 from ..core.errors import CancelledError, EngineError
 from ..core.paths import cache_dir
+from . import fork_server
 
 EventCallback = Callable[[Any], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # holds parity_ui/: put on a worker's PYTHONPATH
@@ -175,7 +176,7 @@ class EngineWorker:
         self.label = label  # the side's name, for messages
         self.engine, self.python, self.env, self.cancel_flag = engine, python, env, cancel
         self.start_timeout, self.load_timeout, self.request_timeout = start_timeout, load_timeout, request_timeout
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | fork_server.ForkedProcess | None = None
         self._conn: Connection | None = None
         self._oom_before: int | None = None
         self.ready: dict[str, Any] = {}
@@ -256,33 +257,51 @@ class EngineWorker:
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
         self._oom_before = oom_kill_count()
+        # A fork server of this setup imported the engine's libraries once: its fork starts in a
+        # fraction of a second (parity_ui.run.fork_server). Waiting for its imports is a load's wait.
+        server = None
+        if fork_server.enabled():
+            server = fork_server.server_for(
+                self.python,
+                self.engine,
+                env,
+                _log_dir() / f"fork-server-{self.label}-{int(time.time() * 1000)}.log",
+                self.load_timeout,
+            )
         with open(self.log_path, "ab", buffering=0) as log, self._spawn_lock:
             if preload and self._abandoned:  # abandon() came first: this start ahead is not wanted
                 raise EngineError(f"side {self.label}: the worker started ahead was not needed", "")
             self._abandoned = False  # a start asked for now (a later run) stands
-            # Fixed arguments only; the interpreter path was checked (parity_ui.run.environments).
-            self._proc = subprocess.Popen(
-                [
-                    self.python,
-                    "-m",
-                    "parity_ui.run.worker_main",
-                    "--engine",
-                    self.engine,
-                    "--fd",
-                    str(child.fileno()),
-                    "--cancel-fd",
-                    str(self.cancel_flag.fd),
-                    "--parent",
-                    str(os.getpid()),
-                ]
-                + (["--preload"] if preload else []),
-                pass_fds=[child.fileno(), self.cancel_flag.fd],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-                **OWN_PROCESS_GROUP,
-            )
+            self._proc = None
+            if server is not None:
+                try:
+                    self._proc = server.fork(child.fileno(), self.cancel_flag.fd, log.fileno(), preload, env)
+                except fork_server.ForkServerError:
+                    self._proc = None  # started on its own below
+            if self._proc is None:
+                # Fixed arguments only; the interpreter path was checked (parity_ui.run.environments).
+                self._proc = subprocess.Popen(
+                    [
+                        self.python,
+                        "-m",
+                        "parity_ui.run.worker_main",
+                        "--engine",
+                        self.engine,
+                        "--fd",
+                        str(child.fileno()),
+                        "--cancel-fd",
+                        str(self.cancel_flag.fd),
+                        "--parent",
+                        str(os.getpid()),
+                    ]
+                    + (["--preload"] if preload else []),
+                    pass_fds=[child.fileno(), self.cancel_flag.fd],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    **OWN_PROCESS_GROUP,
+                )
         child.close()
         self._conn = Connection(parent.detach())
         # Importing an engine's libraries takes minutes on a slow disk or a busy machine.
