@@ -42,6 +42,10 @@ class ForkServerError(RuntimeError):
 
 
 def enabled() -> bool:
+    # A forked worker's exit is watched through a pidfd (Linux 5.3, Python 3.9): elsewhere a server
+    # could not serve, and each setup would pay a server's imports before falling back.
+    if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds") or sys.platform != "linux":
+        return False
     said = os.environ.get("PARITY_FORK_SERVER", "").strip().lower()
     if said in ("1", "true", "yes", "on"):
         return True

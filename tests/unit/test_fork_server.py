@@ -77,6 +77,11 @@ def test_a_setup_whose_server_cannot_start_starts_its_workers_on_their_own(forki
 
 
 def test_off_means_every_worker_starts_on_its_own(monkeypatch):
+    monkeypatch.setenv("PARITY_FORK_SERVER", "1")
+    assert fork_server.enabled()
+    monkeypatch.delattr(os, "pidfd_open")  # a system without pidfds (not Linux): never, even when asked
+    assert not fork_server.enabled()
+    monkeypatch.undo()
     monkeypatch.setenv("PARITY_FORK_SERVER", "0")
     assert not fork_server.enabled()
     pool = EnginePool()
