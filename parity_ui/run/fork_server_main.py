@@ -55,7 +55,12 @@ def _child(sock: socket.socket, engine_spec: str, fds: list[int], parent: int, p
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
-        random.seed()  # a fresh process seeds from the OS; a forked one would repeat its siblings' draws
+        # A fresh process seeds these from the OS; a forked one would repeat its siblings' draws. (torch's
+        # default generator starts from the same fixed seed in every process, forked or not.)
+        random.seed()
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed()
         from ..engines import load_engine
         from .worker_main import run
 
