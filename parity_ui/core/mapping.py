@@ -201,10 +201,19 @@ class _Recorder:
 CPU_SPINCOUNT = "10000"
 
 
-def _cpu_threads_env(rec: _Recorder, p: str, on_cpu: bool) -> dict[str, str]:
-    if not on_cpu or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+def _cpu_threads_env(rec: _Recorder, p: str, on_cpu: bool, threads: int | None) -> dict[str, str]:
+    if not on_cpu:
+        if threads is not None:
+            rec(p + "cpu_threads", "runtime", "(not used on a GPU)", threads)
         return {}
-    return {"GOMP_SPINCOUNT": rec(p + "device", "env", "GOMP_SPINCOUNT", CPU_SPINCOUNT)}
+    env: dict[str, str] = {}
+    if threads is not None:
+        # Read by libgomp and torch when the worker starts (vLLM's CPU worker respects it too): the
+        # worker's key holds its env, so a side of another thread count never reuses this one's worker.
+        env["OMP_NUM_THREADS"] = rec(p + "cpu_threads", "env", "OMP_NUM_THREADS", str(threads))
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        env["GOMP_SPINCOUNT"] = rec(p + "device", "env", "GOMP_SPINCOUNT", CPU_SPINCOUNT)
+    return env
 
 
 def _known_dtype(d: str) -> str:
@@ -430,7 +439,7 @@ def to_vllm(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) ->
     gpus = _visible_gpus(v.device)
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", gpus)
-    env.update(_cpu_threads_env(rec, p, not r.on_gpu))
+    env.update(_cpu_threads_env(rec, p, not r.on_gpu, v.cpu_threads))
 
     stops = stop_ids(cfg, r)
     sampling: dict[str, Any] = {
@@ -671,7 +680,7 @@ def to_hf(cfg: ParityConfig, side: SideSpec, r: Resolved, model: ModelInfo) -> H
     rec(p + "device", "runtime", "device_map" if device == "balanced" else "model.to", device)
     if env:
         rec(p + "device", "env", "CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
-    env = {**env, **_cpu_threads_env(rec, p, device == "cpu")}
+    env = {**env, **_cpu_threads_env(rec, p, device == "cpu", h.cpu_threads)}
     env.update(_deterministic(rec, p, h))
     rec(p + "fp32_logits", "runtime", "lm_head in float32, input upcast", h.fp32_logits)
     rec(p + "batch_size", "runtime", "rows per generate call (this side; left padded)", side.batch_size(cfg.batch_size))

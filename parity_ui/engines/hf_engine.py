@@ -236,6 +236,7 @@ class HfEngine(Engine):
             resolved={
                 "dtype": str(model.dtype).replace("torch.", ""),
                 "device": dev if not device_map else f"spread: {sorted(set(map(str, device_map.values())))}",
+                "cpu_threads": torch.get_num_threads() if dev.startswith("cpu") else None,
                 "attention": getattr(model.config, "_attn_implementation", None),
                 "sdpa_kernels": (
                     _sdpa_kernels_enabled() if a.get("sdpa_kernels") or a.get("deterministic") else "torch's choice"

@@ -240,6 +240,8 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
     out = {
         "dtype": _name(_get(mc, "dtype")),
         "device": device_name(),
+        # the CPU's thread count splits reductions (it changes bits there); a GPU's kernels don't use it
+        "cpu_threads": torch.get_num_threads() if device_name().startswith("cpu") else None,
         "attention": _attention_backend(llm),
         "logits_dtype": head_dtype,
         "cuda_graphs": "off" if eager or str(graphs).upper() == "NONE" else (graphs or "on"),

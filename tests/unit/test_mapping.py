@@ -81,10 +81,10 @@ EVERYTHING = {
     "vllm": {"max_num_seqs": 4, "max_num_batched_tokens": 256, "batch_invariant": True, "attention_backend": "FLASH_ATTN",
              "async_scheduling": True, "pipeline_parallel_size": 2, "device": "cuda:1", "fp32_logits": True,
              "max_cudagraph_capture_size": 8, "image_min_pixels": 3136, "image_max_pixels": 12544,
-             "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto"},
+             "generation_config": "model", "model_impl": "transformers", "forced_tokens": "auto", "cpu_threads": 3},
     "hf": {"attn_implementation": "sdpa", "decode": "compiled", "device": "cuda:0,1", "fp32_logits": True,
            "image_min_pixels": 3136, "image_max_pixels": 12544, "generation_config": "neutral",
-           "replay_routes": "ids", "logprobs_mode": "processed_logprobs", "deterministic": True},
+           "replay_routes": "ids", "logprobs_mode": "processed_logprobs", "deterministic": True, "cpu_threads": 3},
     "routes": True, "full_distribution": True, "full_distribution_budget_mb": 512,
     "image_min_pixels": 3136, "image_max_pixels": 50176, "max_images_per_prompt": 2,
 }
@@ -127,6 +127,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "eos_token_ids": ({"SamplingParams.stop_token_ids"}, {"generate.eos_token_id"}),
     "vllm.device": ({"env.CUDA_VISIBLE_DEVICES", "env.GOMP_SPINCOUNT"}, set()),
     "vllm.fp32_logits": ({"LLM.hf_overrides"}, set()),
+    "vllm.cpu_threads": ({"env.OMP_NUM_THREADS", "runtime.(not used on a GPU)"}, set()),
     "vllm.enforce_eager": ({"LLM.enforce_eager"}, set()),
     "vllm.attention_backend": ({"LLM.attention_backend"}, set()),
     "vllm.enable_prefix_caching": ({"LLM.enable_prefix_caching"}, set()),
@@ -145,6 +146,7 @@ TABLE: dict[str, tuple[set[str], set[str]]] = {
     "vllm.forced_tokens": ({"LLM.enable_trace_replay"}, set()),
     "hf.device": (set(), {"runtime.device_map", "env.CUDA_VISIBLE_DEVICES"}),
     "hf.fp32_logits": (set(), {"runtime.lm_head in float32, input upcast"}),
+    "hf.cpu_threads": (set(), {"runtime.(not used on a GPU)"}),  # EVERYTHING's HF side is on GPUs; the CPU: below
     "hf.batch_size": (set(), {"runtime.rows per generate call (this side; left padded)"}),
     "hf.attn_implementation": (set(), {"from_pretrained.attn_implementation"}),
     "hf.decode": (set(), {"generate.cache_implementation", "runtime.torch.compile"}),
@@ -442,6 +444,16 @@ def test_cpu_defaults():
     # Short OpenMP spinning on a CPU (mapping.CPU_SPINCOUNT), recorded like any other native argument.
     assert v.env == h.env == {"GOMP_SPINCOUNT": mapping.CPU_SPINCOUNT}
     assert [a.name for a in h.used["hf.device"] if a.where == "env"] == ["GOMP_SPINCOUNT"]
+
+
+def test_cpu_threads_reach_each_sides_worker_on_the_cpu_only():
+    sides = {"sides": [{"name": "hf", "kind": "hf", "cpu_threads": 1}, {"name": "vllm", "kind": "vllm", "cpu_threads": 2}]}
+    _, _, v, h = args(sides, on_gpu=False)
+    assert h.env["OMP_NUM_THREADS"] == "1" and v.env["OMP_NUM_THREADS"] == "2"
+    assert [(a.where, a.name, a.value) for a in v.used["vllm.cpu_threads"]] == [("env", "OMP_NUM_THREADS", "2")]
+    _, _, v, h = args(sides, on_gpu=True)
+    assert "OMP_NUM_THREADS" not in v.env and "OMP_NUM_THREADS" not in h.env
+    assert [a.name for a in h.used["hf.cpu_threads"]] == ["(not used on a GPU)"]
 
 
 @pytest.mark.parametrize("user_choice", ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT"])
