@@ -107,6 +107,11 @@ def connect(address: str) -> Any:
                 log_to_driver=False,
                 namespace="parity-ui",
                 runtime_env={"env_vars": {"PYTHONPATH": path}},
+                # Ray starts its workers at nice 15, and the replicas' engines inherit it: beside any
+                # other work at nice 0 they got a few percent of a core (a replica's vLLM load took
+                # minutes on 2 cores with two busy processes). A replica is the run's engine, not
+                # background work: the same priority as an in-process worker.
+                _system_config={"worker_niceness": 0},
             )
         else:
             ray.init(

@@ -35,6 +35,20 @@ from .worker_client import Capture, EngineClient
 from .workers import CancelFlag, EngineWorker
 
 
+def niceness_problem(niceness: int) -> Problem | None:
+    """A warning where this replica runs below normal priority: Ray starts its workers at nice 15 unless
+    the cluster says otherwise (parity_ui.run.cluster.connect does for a local instance)."""
+    if niceness <= 0:
+        return None
+    return Problem(
+        code="replica_niceness",
+        severity="warning",
+        message=f"this replica and its engine run at nice {niceness} (Ray's worker_niceness): beside other "
+        "work on its node they get a small share of the CPU",
+        fix="start the cluster's nodes with RAY_worker_niceness=0 in their environment (ray start)",
+    )
+
+
 class Replica:
     """A side's engine in its own worker process, hosted by this (Ray actor) process."""
 
@@ -70,6 +84,9 @@ class Replica:
         worker's "ready" facts, the problems, and where this replica runs."""
         ready = self.worker.ensure_started()
         problems: list[Problem] = self.client.check(self.load_req)
+        low = niceness_problem(os.nice(0))
+        if low is not None:
+            problems.append(low)
         return {
             "ready": ready,
             "problems": problems,

@@ -230,6 +230,30 @@ def test_on_ray_a_killed_replica_loses_nothing_and_stop_then_resume_finishes(ray
     assert _by_prompt(svc, resumed) == _by_prompt(svc, here)
 
 
+def test_replicas_and_their_engines_run_at_normal_priority(ray_service):
+    """Ray starts its workers at nice 15 and their engines inherit it: beside other work they got a few
+    percent of a core. A local instance started by parity-ui runs them at nice 0; a replica below
+    normal priority (another cluster's setting) warns and says how to fix it."""
+    import os
+
+    import ray
+
+    from parity_ui.run.replica import niceness_problem
+
+    svc, model = ray_service
+    _run(svc, model)
+    handles = list(svc._cluster.replicas.handles.values())
+    assert handles
+    for h in handles:
+        got = ray.get(h.actor.start.remote())
+        assert os.getpriority(os.PRIO_PROCESS, got["pid"]) == 0
+        assert os.getpriority(os.PRIO_PROCESS, got["worker_pid"]) == 0
+        assert not [p for p in got["problems"] if p.code == "replica_niceness"]
+    assert niceness_problem(0) is None
+    low = niceness_problem(15)
+    assert low.severity == "warning" and "nice 15" in low.message and "RAY_worker_niceness=0" in low.fix
+
+
 def _one_replica_each(svc, model, b_options: str, emit=None):
     """12 prompts, blocks of 3, one replica of each side: a lost b replica leaves none to go on with,
     so every later block waits for its replacement (what the replacement tests need to be exact)."""
