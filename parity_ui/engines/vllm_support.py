@@ -237,11 +237,12 @@ def resolved_settings(llm: Any) -> dict[str, Any]:
     head_dtype = _name(_get(mc, "head_dtype")) or _name(_get(mc, "dtype"))
     sizes = _get(comp, "cudagraph_capture_sizes")
     logprobs_mode = str(_name(_get(mc, "logprobs_mode")) or "")
+    device = device_name()
     out = {
         "dtype": _name(_get(mc, "dtype")),
-        "device": device_name(),
+        "device": device,
         # the CPU's thread count splits reductions (it changes bits there); a GPU's kernels don't use it
-        "cpu_threads": torch.get_num_threads() if device_name().startswith("cpu") else None,
+        "cpu_threads": torch.get_num_threads() if device.startswith("cpu") else None,
         "attention": _attention_backend(llm),
         "logits_dtype": head_dtype,
         "cuda_graphs": "off" if eager or str(graphs).upper() == "NONE" else (graphs or "on"),

@@ -36,6 +36,15 @@ from typing import Any
 NOT_IN_KEY = ("PYTEST_CURRENT_TEST", "PARITY_DB")
 EXITED_UNKNOWN = 255  # poll()'s answer for a worker that exited after its server died: not running, code lost
 
+# Each worker (and each fork server) leads its own process group, so a terminal's Ctrl-C (sent to
+# the foreground group) is the parent's to handle and the worker's group can be killed whole (vLLM's
+# TP workers too). It stays in the parent's *session*: with the kernel's autogroup scheduling (on in
+# most desktop and many server kernels) a new session is a new scheduling group that gets one share
+# of the CPU for all its threads. Under a busy machine the engine's OpenMP threads then took turns on
+# that one share and spun at every barrier: HF generate went from 11 s to 115 s with one busy process
+# on 2 cores (bench/overhead.py --contention 1 showed it as a 16x overhead).
+OWN_PROCESS_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+
 
 class ForkServerError(RuntimeError):
     pass
@@ -123,7 +132,7 @@ class ForkServer:
                 stdout=log,
                 stderr=log,
                 env=env,
-                **({"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}),
+                **OWN_PROCESS_GROUP,
             )
         theirs.close()
         self._sock = ours

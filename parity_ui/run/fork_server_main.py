@@ -50,7 +50,7 @@ def _child(sock: socket.socket, engine_spec: str, fds: list[int], parent: int, p
         sock.close()
         os.environ.clear()  # the environment of this worker's own start (the parent's now)
         os.environ.update(req.get("env") or {})
-        os.setpgid(0, 0)  # its own process group, in the parent's session (parity_ui.run.workers.OWN_PROCESS_GROUP)
+        os.setpgid(0, 0)  # its own process group, in the parent's session (parity_ui.run.fork_server.OWN_PROCESS_GROUP)
         conn_fd, cancel_fd, log_fd = fds
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)

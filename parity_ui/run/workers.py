@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -116,14 +115,8 @@ def describe_exit(code: int | None, oom_before: int | None, oom_after: int | Non
 
 # -- the cancel flag ---------------------------------------------------------------------------
 
-# Each worker leads its own process group, so a terminal's Ctrl-C (sent to the foreground group)
-# is the parent's to handle and the worker's group can be killed whole (vLLM's TP workers too). It
-# stays in the parent's *session*: with the kernel's autogroup scheduling (on in most desktop and
-# many server kernels) a new session is a new scheduling group that gets one share of the CPU for
-# all its threads. Under a busy machine the engine's OpenMP threads then took turns on that one
-# share and spun at every barrier: HF generate went from 11 s to 115 s with one busy process on 2
-# cores (bench/overhead.py --contention 1 showed it as a 16x overhead).
-OWN_PROCESS_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+# Each worker leads its own process group in the parent's session: fork_server.OWN_PROCESS_GROUP says why.
+OWN_PROCESS_GROUP = fork_server.OWN_PROCESS_GROUP
 
 
 class CancelFlag:

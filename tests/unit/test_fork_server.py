@@ -42,7 +42,7 @@ def test_workers_of_one_setup_are_forked_by_one_server_and_are_workers_like_any_
     assert a.ensure_started()["pid"] == a.pid and b.ensure_started()["pid"] == b.pid and a.pid != b.pid
     server = _server_of(a.pid)
     assert _server_of(b.pid).pid == server.pid and server.ppid() == os.getpid()
-    for w in (a, b):  # as parity_ui.run.workers.OWN_PROCESS_GROUP makes a worker started on its own
+    for w in (a, b):  # as parity_ui.run.fork_server.OWN_PROCESS_GROUP makes a worker started on its own
         assert os.getpgid(w.pid) == w.pid and os.getsid(w.pid) == os.getsid(0)
     other = forking.worker("k3", "c", ENGINE, sys.executable, {"PARITY_T": "fork-2"})  # another environment
     other.ensure_started()
