@@ -25,3 +25,17 @@ def test_prewarm_keeps_vllm_s_inspection_of_the_model_class(tiny_llama, tmp_path
     info = json.loads(kept.read_text())
     assert info["hash"] and info["modelinfo"]["is_text_generation_model"] is True
     assert not needed(str(tiny_llama), env)  # the next head start starts nothing
+
+
+def test_a_vllm_preload_on_the_cpu_asks_the_vector_instruction_sets_once_for_every_fork():
+    """VllmEngine.preload (a fork server's imports) leaves inductor's probe of the CPU's vector
+    instruction sets answered in the process, so a worker forked from it does not build and load the five
+    test libraries again at its first generate (bench/figures/cpu-2026-11-28-isa)."""
+    probe = ("from parity_ui.engines.vllm_engine import VllmEngine\n"
+             "from torch._inductor import cpu_vec_isa\n"
+             "before = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize\n"
+             "VllmEngine().preload()\n"
+             "print(before, cpu_vec_isa.valid_vec_isa_list.cache_info().currsize)\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["0", "1"]
