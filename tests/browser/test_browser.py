@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytestmark = pytest.mark.engines  # starts the real app's engines too; browser/ sets `browser`
 
@@ -42,12 +42,6 @@ def app(tmp_path_factory, tiny_model):
     db = tmp_path_factory.mktemp("db") / "runs.db"
     with running_app(db, ARTIFACTS / "browser-app.log") as url:
         yield {"url": url, "db": db, "model": tiny_model}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture
@@ -449,11 +443,10 @@ def test_a_stored_workload_opens_in_history_sorts_in_the_page_and_a_row_opens_it
     _shot(page, "15-workload-prompt", "#hist-panes")
 
 
-def test_a_login_is_required_when_auth_is_set(tmp_path_factory, browser):
-    # The module's browser: a second sync Playwright cannot start inside the first one's loop.
+def test_a_login_is_required_when_auth_is_set(tmp_path_factory, new_page):
     db = tmp_path_factory.mktemp("auth-db") / "runs.db"
-    with running_app(db, ARTIFACTS / "browser-auth.log", env={"PARITY_AUTH": "team:s3cret-demo"}) as url:
-        pg = browser.new_page()
+    with running_app(db, ARTIFACTS / "browser-auth.log", env={"PARITY_AUTH": "team:s3cret-demo"}) as url, \
+            new_page() as pg:
         pg.set_default_timeout(PAGE_MS)
         pg.goto(url)
         pg.wait_for_selector("input[type='password']", timeout=PAGE_MS)

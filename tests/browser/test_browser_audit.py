@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -23,14 +23,12 @@ AUDIT_MS = 240_000  # the fake sides' workers started, every axis's passes, a se
 FAKE_APP = Path(__file__).resolve().parents[1] / "fake_app.py"
 
 
-def test_an_audit_runs_from_its_tab_and_a_broken_cell_opens_its_tokens(tmp_path):
+def test_an_audit_runs_from_its_tab_and_a_broken_cell_opens_its_tokens(tmp_path, new_page):
     from fake_engine import fake_model
 
     ARTIFACTS.mkdir(exist_ok=True)
     model = str(fake_model(tmp_path / "fake", max_position_embeddings=1024))
-    with running_app(tmp_path / "runs.db", ARTIFACTS / "browser-audit.log", script=FAKE_APP) as url, \
-            chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(tmp_path / "runs.db", ARTIFACTS / "browser-audit.log", script=FAKE_APP) as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url)
         page.get_by_role("tab", name="Audit").click()

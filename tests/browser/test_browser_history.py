@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -38,10 +38,9 @@ def _row(page, run_id: str):
     return page.locator(f"#hist-table [data-testid^='cell-'][data-col='{ID}']").filter(has_text=run_id).first
 
 
-def test_history_shows_what_matters_first_and_compares_two_runs(db):
+def test_history_shows_what_matters_first_and_compares_two_runs(db, new_page):
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(db, ARTIFACTS / "browser-history.log") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(db, ARTIFACTS / "browser-history.log") as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url)
         page.get_by_role("tab", name="History").click()
@@ -100,7 +99,7 @@ def test_history_shows_what_matters_first_and_compares_two_runs(db):
         page.locator("#hist-pair").screenshot(path=str(ARTIFACTS / "18-history-two-runs.png"))
 
 
-def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(tmp_path_factory):
+def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(tmp_path_factory, new_page):
     """#33 item 6: a workload opened by its link (`?run=ID`: the page selects the History tab itself)
     shows its view; a sort of its 250-row prompt table orders every row, lays out only the first 100
     (the rest wait in the table's <template>, in order) and moves the rest in as the table is
@@ -119,8 +118,7 @@ def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(t
     d.close()
     want = sorted(forks, key=lambda i: (1e12 if forks[i] is None else forks[i], i))
     table = "#hist-wl-prompts table.wl-table[data-init]"
-    with running_app(path, ARTIFACTS / "browser-history-workload.log") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(path, ARTIFACTS / "browser-history-workload.log") as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url + f"?run={run.id}")
         page.wait_for_selector(f"#hist-wl-card .pc-workload[data-run='{run.id}']", timeout=PAGE_MS)
@@ -156,7 +154,7 @@ def test_a_deep_linked_workload_sorts_all_its_rows_and_lays_out_only_the_first(t
         page.locator("#hist-wl").screenshot(path=str(ARTIFACTS / "19-history-workload-sorted.png"))
 
 
-def test_a_sampled_run_says_so_and_its_details_stay_at_the_fork_until_the_pointer_moves(tmp_path_factory):
+def test_a_sampled_run_says_so_and_its_details_stay_at_the_fork_until_the_pointer_moves(tmp_path_factory, new_page):
     """Issue 46 item 11: History and the card name a sampled run's decoding (not greedy wording), and the
     details box opens at the fork and stays there while content moves under a resting pointer (a scroll
     fires mouseover, not mousemove: the box showed position 40 for a fork at 54); a real move shows the
@@ -171,8 +169,7 @@ def test_a_sampled_run_says_so_and_its_details_stay_at_the_fork_until_the_pointe
     d = open_db(path)
     save_run(d, run)
     d.close()
-    with running_app(path, ARTIFACTS / "browser-sampled.log") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(path, ARTIFACTS / "browser-sampled.log") as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url + "?run=01SAMPLED")
         card = page.wait_for_selector("#hist-summary .pc-summary[data-run='01SAMPLED']", timeout=PAGE_MS)

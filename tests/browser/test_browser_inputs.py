@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -27,12 +27,6 @@ def app(tmp_path_factory):
     db = tmp_path_factory.mktemp("db") / "runs.db"
     with running_app(db, ARTIFACTS / "browser-inputs.log", script=FAKE_APP) as url:
         yield {"url": url, "db": db}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture
@@ -162,7 +156,7 @@ def test_a_run_whose_tab_closed_is_seen_waited_for_and_stopped_from_another_tab(
     model = str(fake_model(tmp_path / "fake", max_position_embeddings=256))
     before = {r.id for r in list_runs(open_db(app["db"]))}
     slow = "max_new_tokens: 100\nsides: [{name: ref, kind: fake, delay_ms: 300}, {name: b, kind: fake}]\n"
-    a = browser.new_context(viewport={"width": 1400, "height": 1000})
+    a = browser.new_context(viewport={"width": 1400, "height": 1000})  # tab A: closed below, as a user closes it
     pa = a.new_page()
     pa.set_default_timeout(PAGE_MS)
     pa.goto(app["url"])

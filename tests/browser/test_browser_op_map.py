@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytestmark = pytest.mark.engines  # real engines, in this process and in the app's
 
@@ -58,7 +58,7 @@ CELL_XY = """([pos, label]) => {
 }"""
 
 
-def test_the_map_shows_the_planted_op_a_click_opens_the_cell_and_the_swap_removes_it(stored):
+def test_the_map_shows_the_planted_op_a_click_opens_the_cell_and_the_swap_removes_it(stored, new_page):
     from parity_ui.core.op_map import op_map_from_dict
     from parity_ui.store.runs import localisations_of, open_db
 
@@ -66,8 +66,7 @@ def test_the_map_shows_the_planted_op_a_click_opens_the_cell_and_the_swap_remove
     r, t = m.first_over("add")
     assert m.rows[r] == (1, "q")
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(stored["db"], ARTIFACTS / "browser-op-map.log") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1100}).new_page()
+    with running_app(stored["db"], ARTIFACTS / "browser-op-map.log") as url, new_page(1400, 1100) as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url + f"?run={stored['run'].id}")
         page.wait_for_selector("#hist-opmap .js-plotly-plot .heatmaplayer", timeout=PAGE_MS)

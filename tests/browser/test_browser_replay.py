@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -34,14 +34,12 @@ def _dump(path: Path) -> Path:
     return path
 
 
-def test_an_uploaded_dump_replays_and_its_worst_token_opens_with_the_recorded_rollout(tmp_path):
+def test_an_uploaded_dump_replays_and_its_worst_token_opens_with_the_recorded_rollout(tmp_path, new_page):
     from fake_engine import fake_model
 
     ARTIFACTS.mkdir(exist_ok=True)
     model = str(fake_model(tmp_path / "fake", max_position_embeddings=256))
-    with running_app(tmp_path / "runs.db", ARTIFACTS / "browser-replay.log", script=FAKE_APP) as url, \
-            chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(tmp_path / "runs.db", ARTIFACTS / "browser-replay.log", script=FAKE_APP) as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url)
         page.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)

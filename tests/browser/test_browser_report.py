@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import chromium, chromium_available  # noqa: E402
+from conftest_browser import chromium_available  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -40,13 +40,12 @@ def _run():
                       for i, n in enumerate(["alone", "batched"])], versions={"parity_ui": "0.2.0"})
 
 
-def test_logprobs_a_few_ulp_apart_show_their_digits_where_4_decimals_read_alike(tmp_path):
+def test_logprobs_a_few_ulp_apart_show_their_digits_where_4_decimals_read_alike(tmp_path, new_page):
     from parity_ui.render.report import html_report
 
     page_file = tmp_path / "run.html"
     page_file.write_text(html_report(_run()))
-    with chromium() as browser:
-        page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    with new_page(1200, 900) as page:
         page.goto(page_file.as_uri())
         info = page.locator(".pt-root .pt-info").first
         chips = page.locator(".pt-root .pt-pane[data-side='batched'] .pt-body .t")

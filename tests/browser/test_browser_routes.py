@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -53,10 +53,9 @@ def db(tmp_path_factory):
     return path
 
 
-def test_route_grid_shows_the_flip_next_to_the_fork(db):
+def test_route_grid_shows_the_flip_next_to_the_fork(db, new_page):
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(db, ARTIFACTS / "browser-routes.log") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(db, ARTIFACTS / "browser-routes.log") as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url + "?run=01MOE")
         grid = page.locator("#hist-summary [data-testid='route-grid']")

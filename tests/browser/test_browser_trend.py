@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -20,7 +20,7 @@ PAGE_MS = 180_000
 FAKE_APP = Path(__file__).resolve().parents[1] / "fake_app.py"
 
 
-def test_a_trend_opens_by_its_link_and_a_step_opens_its_replay(tmp_path):
+def test_a_trend_opens_by_its_link_and_a_step_opens_its_replay(tmp_path, new_page):
     from fake_engine import fake_model
     from parity_ui.core.config import build_config
     from parity_ui.service import ParityService, TrendRequest
@@ -38,8 +38,7 @@ def test_a_trend_opens_by_its_link_and_a_step_opens_its_replay(tmp_path):
     finally:
         svc.close()
     step3 = report.step(3).run_id
-    with running_app(db, ARTIFACTS / "browser-trend.log", script=FAKE_APP) as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(db, ARTIFACTS / "browser-trend.log", script=FAKE_APP) as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url + f"?run={trend.id}")
         view = page.wait_for_selector(f"#hist-summary .tr-view[data-run='{trend.id}']", timeout=PAGE_MS)

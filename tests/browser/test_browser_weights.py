@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 pytest.importorskip("playwright")
 if not chromium_available():
@@ -48,10 +48,9 @@ def stored(tmp_path_factory):
     return {"db": db, "run_id": report.run_id}
 
 
-def test_the_weights_tab_shows_a_stored_check_with_the_differing_tensor_first(stored):
+def test_the_weights_tab_shows_a_stored_check_with_the_differing_tensor_first(stored, new_page):
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(stored["db"], ARTIFACTS / "browser-weights.log") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    with running_app(stored["db"], ARTIFACTS / "browser-weights.log") as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url)
         page.get_by_role("tab", name="Weights").click()

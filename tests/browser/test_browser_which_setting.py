@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-from conftest_browser import ARTIFACTS, chromium, chromium_available, running_app  # noqa: E402
+from conftest_browser import ARTIFACTS, chromium_available, running_app  # noqa: E402
 
 
 pytest.importorskip("playwright")
@@ -44,11 +44,10 @@ def stored(tmp_path_factory):
     return {"db": db, "run_id": run.id}
 
 
-def test_which_setting_names_the_planted_setting(stored):
+def test_which_setting_names_the_planted_setting(stored, new_page):
     ARTIFACTS.mkdir(exist_ok=True)
     with running_app(stored["db"], ARTIFACTS / "browser-which-setting.log",
-                     script=Path(__file__).resolve().parents[1] / "fake_app.py") as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+                     script=Path(__file__).resolve().parents[1] / "fake_app.py") as url, new_page() as page:
         page.set_default_timeout(PAGE_MS)
         page.goto(url + f"?run={stored['run_id']}")
         page.wait_for_selector(f"#hist-summary .pc-summary[data-run='{stored['run_id']}']", timeout=PAGE_MS)
