@@ -10,6 +10,7 @@ import pytest
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # the shared helpers (tiny_models, fake_engine, ...) for every folder
+from scheduling import scope, scope_rank  # noqa: E402 - the scopes of the scheduler below
 
 # The folder is the marker: tests/unit/ runs no engine and no browser, tests/engines/ starts real vLLM
 # and transformers engines, tests/browser/ drives the app in headless Chromium (a browser test that also
@@ -38,42 +39,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(marker)
 
 
-# `make test` runs two test processes (pytest -n 2, pytest-xdist): a module's tests stay in one process,
-# in order, so its module-scoped fixtures (a warm engine, an audit its tests read, an app) are made
-# once as in one process; each process has its own session service and warm workers. The modules that
-# start a real Ray instance share one scope (one process, one after the other): two local Ray clusters
-# on a 2-core machine at once fight over it. So do modules that share costly warm workers (SHARED_SCOPES). (xdist's own `xdist_group` marker renames node ids in a
-# way pytest 9 ignores, hence a scheduler.)
-RAY_MODULES = {"test_cluster.py", "test_cluster_engines.py", "test_cluster_placement.py"}
-# Modules that share one process because they share warm workers that cost most to start: the demo
-# model's (SmolLM2-135M: its vLLM and HF workers in float32) serve test_engines.py's demo tests and then,
-# still warm (KEEP_IDLE), test_gate_engines.py's gate cases; in two processes both would start them.
-SHARED_SCOPES = {"test_engines.py": "demo", "test_gate_engines.py": "demo", **dict.fromkeys(RAY_MODULES, "ray")}
-
-
-# The order modules are handed out in: the long ones first (a real Ray instance, then the engines, then
-# the browser), the unit modules (many, short) last, to fill the tail so both processes end together.
-# xdist would otherwise put the scopes with the most tests first: the unit modules, leaving the engine
-# modules for the end.
-SCOPE_RANK = {"ray": 0, "demo": 1, "engines": 1, "browser": 2}
-
-
-def _scope(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0]
-    return SHARED_SCOPES.get(Path(module).name, module)
-
-
-def _scope_rank(scope: str) -> int:
-    return SCOPE_RANK.get(scope if scope in SCOPE_RANK else Path(scope).parent.name, 3)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadFileScheduling
 
     class ByModule(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _scope(nodeid)
+            return scope(nodeid)
 
         def __init__(self, config, log=None) -> None:
             super().__init__(config, log)
@@ -81,7 +53,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _assign_work_unit(self, node) -> None:
             # the best-ranked scope left goes next (the first of them in collection order)
-            best = min(self.workqueue, key=_scope_rank)
+            best = min(self.workqueue, key=scope_rank)
             self.workqueue.move_to_end(best, last=False)
             super()._assign_work_unit(node)
 

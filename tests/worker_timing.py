@@ -5,7 +5,7 @@ that paid for it, so a slow test file shows which engine starts it could share.
 
 Each line: test id, what (start|load), side label, engine, seconds, the test process (xdist's gw0,
 gw1, ...; "main" without -n) and, for a load, the model's folder and dtype: a model loaded in both
-processes shows which modules could share one (tests/conftest.py's SHARED_SCOPES). Only workers of
+processes shows which modules could share one (tests/scheduling.py's SHARED_SCOPES). Only workers of
 this pytest process (the session service and services made in tests) are seen; a CLI subprocess's
 own are not.
 
