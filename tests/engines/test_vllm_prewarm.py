@@ -36,6 +36,9 @@ def test_a_vllm_preload_on_the_cpu_asks_the_vector_instruction_sets_once_for_eve
              "before = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize\n"
              "VllmEngine().preload()\n"
              "print(before, cpu_vec_isa.valid_vec_isa_list.cache_info().currsize)\n")
+    from parity_ui.run.hardware import on_gpu
+
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-2:] == ["0", "1"]
+    # on a GPU vLLM's sampler does not go through inductor's CPU code: nothing is asked there
+    assert out.stdout.split()[-2:] == (["0", "0"] if on_gpu() else ["0", "1"])
