@@ -115,9 +115,6 @@ def describe_exit(code: int | None, oom_before: int | None, oom_after: int | Non
 
 # -- the cancel flag ---------------------------------------------------------------------------
 
-# Each worker leads its own process group in the parent's session: fork_server.OWN_PROCESS_GROUP says why.
-OWN_PROCESS_GROUP = fork_server.OWN_PROCESS_GROUP
-
 
 class CancelFlag:
     """One byte shared with every worker (parity_ui.run.worker_main.CancelFlag reads it). The file is
@@ -293,7 +290,7 @@ class EngineWorker:
                     stdout=log,
                     stderr=log,
                     env=env,
-                    **OWN_PROCESS_GROUP,
+                    **fork_server.OWN_PROCESS_GROUP,
                 )
         child.close()
         self._conn = Connection(parent.detach())
@@ -472,7 +469,7 @@ def start_prewarm(module: str, python: str, env: dict[str, str], model_path: str
             stdout=log,
             stderr=log,
             env=full,
-            **OWN_PROCESS_GROUP,
+            **fork_server.OWN_PROCESS_GROUP,
         )
 
 

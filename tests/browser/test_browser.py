@@ -45,12 +45,10 @@ def app(tmp_path_factory, tiny_model):
 
 
 @pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.set_default_timeout(PAGE_MS)  # clicks and reads wait for their element: a page may still be loading
-    yield pg
-    ctx.close()
+def page(new_page):
+    with new_page() as pg:
+        pg.set_default_timeout(PAGE_MS)  # clicks and reads wait for their element: a page may still be loading
+        yield pg
 
 
 @pytest.fixture(scope="module")

@@ -30,14 +30,12 @@ def app(tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser, app):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.set_default_timeout(PAGE_MS)
-    pg.goto(app["url"])
-    pg.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)
-    yield pg
-    ctx.close()
+def page(new_page, app):
+    with new_page() as pg:
+        pg.set_default_timeout(PAGE_MS)
+        pg.goto(app["url"])
+        pg.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)
+        yield pg
 
 
 def _yaml_text(page) -> str:
@@ -145,7 +143,7 @@ def test_a_second_run_click_while_a_run_is_under_way_says_so_and_the_next_one_ru
     assert "started nothing" not in page.locator("#stop-note").inner_text()
 
 
-def test_a_run_whose_tab_closed_is_seen_waited_for_and_stopped_from_another_tab(browser, app, tmp_path):
+def test_a_run_whose_tab_closed_is_seen_waited_for_and_stopped_from_another_tab(new_page, app, tmp_path):
     """Issue 46 item 4: runs belong to the app, not the tab. Tab A starts a long run and closes; tab B
     sees it above the tabs (its progress, "started in another tab", in History too), a run of B's
     says what it waits for, and Stop in B ends A's run (stored as cancelled), after which B's runs."""
@@ -156,39 +154,36 @@ def test_a_run_whose_tab_closed_is_seen_waited_for_and_stopped_from_another_tab(
     model = str(fake_model(tmp_path / "fake", max_position_embeddings=256))
     before = {r.id for r in list_runs(open_db(app["db"]))}
     slow = "max_new_tokens: 100\nsides: [{name: ref, kind: fake, delay_ms: 300}, {name: b, kind: fake}]\n"
-    a = browser.new_context(viewport={"width": 1400, "height": 1000})  # tab A: closed below, as a user closes it
-    pa = a.new_page()
-    pa.set_default_timeout(PAGE_MS)
-    pa.goto(app["url"])
-    pa.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)
-    _fake_run_setup(pa, model, slow)
-    pa.click("#run-btn")
-    pa.wait_for_selector("#progress .pp-row[data-side='ref'] .pp-n:not(:has-text('0 / '))", timeout=REPLY_MS)
-    assert pa.locator("#active-run").is_hidden()  # its own tab draws it where it was started
-    a.close()  # the tab goes; the run goes on
-    b = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pb = b.new_page()
-    pb.set_default_timeout(PAGE_MS)
-    pb.goto(app["url"])
-    bar = pb.wait_for_selector("#active-run:has-text('started in another tab')", timeout=REPLY_MS)
-    assert "fake" in bar.inner_text() and "ref vs b" in bar.inner_text()
-    pb.wait_for_selector("#active-run .pp-row[data-side='ref']", timeout=REPLY_MS)  # its progress, live
-    pb.get_by_role("tab", name="History").click()
-    assert pb.locator("#active-run").is_visible()  # above the tabs: History sees it too
-    pb.get_by_role("tab", name="Compare").click()
-    _fake_run_setup(pb, model, "max_new_tokens: 8\nsides: [{name: ref, kind: fake}, {name: b, kind: fake}]\n")
-    pb.click("#run-btn")
-    waiting = pb.wait_for_selector("#progress:has-text('Queued: waiting for')", timeout=REPLY_MS).inner_text()
-    assert "started in another tab" in waiting and "ref vs b" in waiting and "Stop ends it" in waiting, waiting
-    pb.click("#active-stop")
-    note = pb.wait_for_selector("#active-note:has-text('Stopping')", timeout=REPLY_MS).inner_text()
-    assert "started in another tab" in note, note
-    done = pb.wait_for_selector("#cmp-summary .pc-summary[data-run]", timeout=REPLY_MS)
-    pb.wait_for_selector("#active-run", state="hidden", timeout=REPLY_MS)
-    new = {r.id: r.status for r in list_runs(open_db(app["db"])) if r.id not in before}
-    mine = done.get_attribute("data-run")
-    assert new.pop(mine) in ("ok", "diverged") and list(new.values()) == ["cancelled"], new
-    b.close()
+    with new_page() as pa:  # tab A: closed at the block's end, as a user closes it
+        pa.set_default_timeout(PAGE_MS)
+        pa.goto(app["url"])
+        pa.wait_for_selector("#model-info .pc-model", timeout=PAGE_MS)
+        _fake_run_setup(pa, model, slow)
+        pa.click("#run-btn")
+        pa.wait_for_selector("#progress .pp-row[data-side='ref'] .pp-n:not(:has-text('0 / '))", timeout=REPLY_MS)
+        assert pa.locator("#active-run").is_hidden()  # its own tab draws it where it was started
+    # the tab went; the run goes on
+    with new_page() as pb:
+        pb.set_default_timeout(PAGE_MS)
+        pb.goto(app["url"])
+        bar = pb.wait_for_selector("#active-run:has-text('started in another tab')", timeout=REPLY_MS)
+        assert "fake" in bar.inner_text() and "ref vs b" in bar.inner_text()
+        pb.wait_for_selector("#active-run .pp-row[data-side='ref']", timeout=REPLY_MS)  # its progress, live
+        pb.get_by_role("tab", name="History").click()
+        assert pb.locator("#active-run").is_visible()  # above the tabs: History sees it too
+        pb.get_by_role("tab", name="Compare").click()
+        _fake_run_setup(pb, model, "max_new_tokens: 8\nsides: [{name: ref, kind: fake}, {name: b, kind: fake}]\n")
+        pb.click("#run-btn")
+        waiting = pb.wait_for_selector("#progress:has-text('Queued: waiting for')", timeout=REPLY_MS).inner_text()
+        assert "started in another tab" in waiting and "ref vs b" in waiting and "Stop ends it" in waiting, waiting
+        pb.click("#active-stop")
+        note = pb.wait_for_selector("#active-note:has-text('Stopping')", timeout=REPLY_MS).inner_text()
+        assert "started in another tab" in note, note
+        done = pb.wait_for_selector("#cmp-summary .pc-summary[data-run]", timeout=REPLY_MS)
+        pb.wait_for_selector("#active-run", state="hidden", timeout=REPLY_MS)
+        new = {r.id: r.status for r in list_runs(open_db(app["db"])) if r.id not in before}
+        mine = done.get_attribute("data-run")
+        assert new.pop(mine) in ("ok", "diverged") and list(new.values()) == ["cancelled"], new
 
 
 def test_a_model_not_found_is_said_so_where_the_model_is_and_run_stores_nothing(page, app):
