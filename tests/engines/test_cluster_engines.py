@@ -81,8 +81,11 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_kille
         assert any(f.code == "cluster-batches" for f in there.warnings)
 
     killed: list[str] = []
+    status: list[str] = []
 
     def kill_every_vllm_replica(e):
+        if e.kind == "status":
+            status.append(e.message)
         # At the run's first progress line: the blocks are handed out, b#0 is (or is about to be) asked
         # for the first block's tokens; the driver learns of each death from its next call. With both
         # of b's replicas gone, every block waits for their replacements: none is left to go on with.
@@ -94,7 +97,13 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_kille
     again = _run(service, tiny_llama, "scored", cluster="local", emit=kill_every_vllm_replica)
     c = again.workload.cluster
     assert sorted(killed) == ["b#0", "b#1"] and c["retried_blocks"] >= 2, c
-    assert len(c["lost_replicas"]) == 2 and sorted(c["replaced_replicas"]) == ["b#0", "b#1"], c
+    # Both lost replicas get a replacement started; each serves once loaded. The first one loaded may
+    # run every waiting block before the second is ready, and a replacement still loading when the run
+    # ends is stopped, not counted as replaced (cluster.py, _bring_back): which of them made it is a race.
+    assert len(c["lost_replicas"]) == 2, c
+    assert sorted(n for n in ("b#0", "b#1") if any(m.startswith(f"replica {n} lost") and "replacing it" in m
+                                                     for m in status)) == ["b#0", "b#1"], status
+    assert c["replaced_replicas"] and set(c["replaced_replicas"]) <= {"b#0", "b#1"}, c
     assert _tokens(service, again) == _tokens(service, here["scored"])  # the replacements' tokens are b's
     rows = list(pair_samples(service.db, again.id, "b"))
     assert sorted(s.prompt_index for s in rows) == list(range(len(PROMPTS)))  # each prompt stored once
