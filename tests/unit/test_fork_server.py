@@ -64,7 +64,10 @@ def test_a_forked_worker_killed_by_another_process_is_named_so_and_the_next_star
     assert _server_of(w.pid).pid == server.pid  # forked again, by the same server
 
 
-def test_a_setup_whose_server_cannot_start_starts_its_workers_on_their_own(forking):
+def test_a_setup_whose_server_cannot_start_starts_its_workers_on_their_own(forking, tmp_path, monkeypatch):
+    # Logs in a folder of this test's: the shared one also holds the other test process's servers of a
+    # side "a", one of which may be the newest (seen in a fresh-clone run: an empty log read instead).
+    monkeypatch.setenv("PARITY_CACHE_DIR", str(tmp_path))
     env = {"PYTHONPATH": str(TESTS), "PARITY_T": "fork-4"}
     w = forking.worker("k1", "a", "fake_engine:PreloadFailsEngine", sys.executable, env)
     assert w.ensure_started()["pid"] == w.pid
