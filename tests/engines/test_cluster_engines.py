@@ -111,7 +111,10 @@ def test_scored_and_free_on_ray_give_the_in_process_tokens_and_figures_and_kille
 
 def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, in_process, tmp_path):
     """A dump of the tiny model's own greedy rollouts (its vLLM side's tokens and logprobs), replayed in
-    process and on the replicas the workload test left warm: every pair's figures the same."""
+    process and on the replicas the workload test left warm: every pair's figures the same, and no engine
+    started. The vLLM side forces tokens through prompt logprobs, as the workloads' does (a replay's
+    default, forced_tokens=auto, is another engine setup: it would load trace replay where vLLM has it;
+    tests/engines/test_replay_engines.py runs that default)."""
     import json
 
     from parity_ui.service import ReplayRequest
@@ -125,10 +128,18 @@ def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, in_pro
             f.write(json.dumps({"prompt_ids": list(p.prompt_token_ids), "response_ids": list(b.token_ids),
                                 "rollout_logprobs": [s.logprob for s in b.steps],
                                 "loss_mask": [1] * len(b.token_ids)}) + "\n")
-    cfg = build_config(None, ["dtype=float32", "ignore_eos=true"], sides=["ref=hf", "b=vllm"])
+    cfg = build_config(None, ["dtype=float32", "ignore_eos=true"], sides=["ref=hf", "b=vllm,forced_tokens=prompt"])
+    status: list[str] = []
+
+    def note(e):
+        if e.kind == "status":
+            status.append(e.message)
+
     runs = [service.replay(ReplayRequest(dump=str(dump), model=str(tiny_llama), config=cfg, chunk=3, floor="none",
-                                         cluster=cluster, replicas={ALL: 2} if cluster else {}))
+                                         cluster=cluster, replicas={ALL: 2} if cluster else {}), note)
             for cluster in (None, "local")]
+    started = [m for m in status if m.startswith("starting") or "starting its engine process" in m]
+    assert not started, started  # the workloads' warm workers and replicas served the replay
     for run in runs:
         assert run.kind == "replay" and run.status in ("ok", "diverged"), run.error
         assert run.workload.done == len(PROMPTS)
