@@ -669,6 +669,11 @@ def check_logprobs(prepared: Prepared) -> list[Finding]:
 # -- what the sides differ in --------------------------------------------------------------------
 
 
+def _option_text(value: object) -> str:
+    """An option as a user wrote it; unset (None) is the engine's own default, not Python's None."""
+    return "default" if value is None else repr(value)
+
+
 def check_side_differences(prepared: Prepared) -> list[Finding]:
     """Name what each side changes against the reference, so a divergence can be read against it."""
     ref = prepared.reference
@@ -690,7 +695,7 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
         for k in sorted((set(mine) | set(theirs)) & shared - {"dtype"}):
             a, b = ref_opts[k], side_opts[k]
             if a != b:
-                (inert if k in _INERT_OPTIONS else diffs).append(f"{k} ({a!r} vs {b!r})")
+                (inert if k in _INERT_OPTIONS else diffs).append(f"{k} ({_option_text(a)} vs {_option_text(b)})")
         if p.model.path != ref.model.path:
             diffs.append(f"model folder ({ref.model.path} vs {p.model.path})")
         if p.python != ref.python:

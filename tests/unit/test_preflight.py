@@ -347,7 +347,12 @@ def test_sides_that_differ_in_an_option(base):
 def test_sides_that_differ_only_in_settings_that_keep_the_tokens(base):
     f = findings(base, sides=["a=vllm", "b=vllm,device=cpu,gpu_memory_utilization=0.3,max_num_seqs=2"])["sides-differ"]
     assert "only in settings that should not change its tokens" in f.message
-    assert "device ('auto' vs 'cpu')" in f.message and "gpu_memory_utilization (None vs 0.3)" in f.message
+    assert "device ('auto' vs 'cpu')" in f.message and "gpu_memory_utilization (default vs 0.3)" in f.message
+
+
+def test_an_option_left_unset_reads_as_the_engines_default_not_pythons_none(base):
+    f = findings(base, sides=["a=hf", "b=hf,cpu_threads=1"])["sides-differ"]
+    assert "cpu_threads (default vs 1)" in f.message and "None" not in f.message
 
 
 def test_every_side_is_described_against_the_reference(base):
