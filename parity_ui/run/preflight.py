@@ -62,8 +62,29 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "eta_cutoff": (0.0, None),
     "encoder_repetition_penalty": (1.0, None),
 }
-# Options that tell sides apart without changing their numbers.
-_INERT_OPTIONS = {"gpu_memory_utilization", "kv_cache_gib", "max_num_seqs", "device"}
+# Options that change only how a side's requests are scheduled: how much KV cache it holds and how
+# many sequences share a step. They change which requests share a batch (and, short of cache, whether
+# one is preempted and recomputed), so they keep the tokens only where the engine is batch invariant.
+_SCHEDULING_OPTIONS = {"gpu_memory_utilization", "kv_cache_gib", "max_num_seqs"}
+
+
+def _placement(device: str, on_gpu: bool) -> str:
+    """Where a side's numbers are made, as far as they depend on it: the CPU, one GPU, or N GPUs.
+    "auto" is the first GPU where there is one; cuda:0 and cuda:1 are the same kernels."""
+    if device == "cpu" or (device == "auto" and not on_gpu):
+        return "the CPU"
+    n = len(device.split(":", 1)[1].split(",")) if device.startswith("cuda:") else 1
+    return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
+def _batch_invariant(prepared: Prepared, p: SidePlan) -> bool:
+    """Whether the side runs in its engine's batch-invariant mode (asked, and in effect here)."""
+    return (
+        p.kind.can_batch_invariant
+        and bool(option(p.spec, "batch_invariant", False))
+        and batch_invariant_support(prepared.resolved.on_gpu)[0]
+    )
+
 
 Check = Callable[["Prepared"], list[Finding]]
 
@@ -692,10 +713,31 @@ def check_side_differences(prepared: Prepared) -> list[Finding]:
         }
         mine, theirs = non_default(p.spec.options), non_default(ref.spec.options)
         ref_opts, side_opts = ref.spec.all_options(), p.spec.all_options()
+        # Scheduling settings keep the tokens only where both sides are batch invariant; elsewhere they
+        # are named as a difference, with what they change (the batches), not waved through as inert.
+        invariant = _batch_invariant(prepared, ref) and _batch_invariant(prepared, p)
+        scheduling: list[str] = []
         for k in sorted((set(mine) | set(theirs)) & shared - {"dtype"}):
             a, b = ref_opts[k], side_opts[k]
-            if a != b:
-                (inert if k in _INERT_OPTIONS else diffs).append(f"{k} ({_option_text(a)} vs {_option_text(b)})")
+            if a == b:
+                continue
+            text = f"{k} ({_option_text(a)} vs {_option_text(b)})"
+            if k == "device":
+                on_gpu = prepared.resolved.on_gpu
+                where = _placement(str(a), on_gpu), _placement(str(b), on_gpu)
+                # The CPU against a GPU, or one GPU against several, are other kernels: other numbers.
+                (inert if where[0] == where[1] else diffs).append(
+                    text if where[0] == where[1] else f"device ({where[0]} vs {where[1]})"
+                )
+            elif k in _SCHEDULING_OPTIONS:
+                (inert if invariant else scheduling).append(text)
+            else:
+                diffs.append(text)
+        if scheduling:
+            diffs.append(
+                "scheduling: " + ", ".join(scheduling) + ", which change which requests share a batch, and so "
+                "the numbers of an engine that is not batch invariant (batch_invariant=true on a supported GPU)"
+            )
         if p.model.path != ref.model.path:
             diffs.append(f"model folder ({ref.model.path} vs {p.model.path})")
         if p.python != ref.python:

@@ -345,9 +345,42 @@ def test_sides_that_differ_in_an_option(base):
 
 
 def test_sides_that_differ_only_in_settings_that_keep_the_tokens(base):
-    f = findings(base, sides=["a=vllm", "b=vllm,device=cpu,gpu_memory_utilization=0.3,max_num_seqs=2"])["sides-differ"]
-    assert "only in settings that should not change its tokens" in f.message
-    assert "device ('auto' vs 'cpu')" in f.message and "gpu_memory_utilization (default vs 0.3)" in f.message
+    # On the CPU plan, device auto is the CPU: the same kernels.
+    f = findings(base, sides=["a=vllm", "b=vllm,device=cpu"])["sides-differ"]
+    assert "only in settings that should not change its tokens (device ('auto' vs 'cpu'))" in f.message
+
+
+def test_scheduling_settings_are_a_difference_unless_both_sides_are_batch_invariant(base, monkeypatch):
+    # max_num_seqs and the KV cache's size change which requests share a batch: on an engine that is
+    # not batch invariant (vLLM-CPU never is) that changes bits, so they are not called inert.
+    f = findings(base, sides=["a=vllm", "b=vllm,gpu_memory_utilization=0.3,max_num_seqs=2"])["sides-differ"]
+    assert "should not change" not in f.message
+    assert "only in scheduling: gpu_memory_utilization (default vs 0.3), max_num_seqs (default vs 2), which " \
+           "change which requests share a batch" in f.message
+    # Both sides batch invariant where that mode is in effect: the same settings keep the tokens.
+    monkeypatch.setattr(preflight, "batch_invariant_support", lambda gpu: (True, "supported"))
+    p = prepared(base, sides=["a=vllm,batch_invariant=true", "b=vllm,batch_invariant=true,max_num_seqs=2"])
+    (f,) = [f for f in preflight.check_side_differences(p) if f.side == "b"]
+    assert "only in settings that should not change its tokens (max_num_seqs (default vs 2))" in f.message
+    # One side batch invariant and one not: a difference (and batch_invariant itself is named).
+    p = prepared(base, sides=["a=vllm", "b=vllm,batch_invariant=true,max_num_seqs=2"])
+    (f,) = [f for f in preflight.check_side_differences(p) if f.side == "b"]
+    assert "batch_invariant (False vs True)" in f.message and "scheduling: max_num_seqs" in f.message
+
+
+def test_a_side_on_the_cpu_against_one_on_a_gpu_is_a_difference_not_inert(base):
+    # The CPU plan cannot resolve a GPU; the check reads only the plan's on_gpu, so a GPU plan is that flag.
+    import dataclasses
+
+    def on_gpu(sides):
+        p = prepared(base, sides=sides)
+        p = dataclasses.replace(p, resolved=dataclasses.replace(p.resolved, on_gpu=True))
+        (f,) = [f for f in preflight.check_side_differences(p) if f.side == "b"]
+        return f.message
+
+    assert "only in device (1 GPU vs the CPU)" in on_gpu(["a=hf", "b=hf,device=cpu"])
+    assert "only in device (1 GPU vs 2 GPUs)" in on_gpu(["a=hf,device=cuda:0", "b=hf,device=cuda:0,1"])
+    assert "should not change its tokens (device ('auto' vs 'cuda:1'))" in on_gpu(["a=hf", "b=hf,device=cuda:1"])
 
 
 def test_an_option_left_unset_reads_as_the_engines_default_not_pythons_none(base):
