@@ -128,6 +128,8 @@ def _interpreter(spec: SideSpec, kind: Kind) -> tuple[str, PythonEnv | None]:
         return this_python(), None
     env = describe_python(spec.python, spec.name)
     require_package(env, kind.package, spec.name, kind.name)
+    if kind.package:  # every engine's worker runs on torch: a transformers without it fails at import
+        require_package(env, "torch", spec.name, kind.name)
     return spec.python, env
 
 

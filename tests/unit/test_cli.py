@@ -79,6 +79,24 @@ def test_a_python_without_the_kinds_engine_is_refused_before_anything_loads(tmp_
     _nothing_stored(db)  # refused before any worker started
 
 
+def test_a_python_with_the_kinds_package_but_no_torch_is_refused_before_anything_loads(tmp_path, tiny):
+    """An environment where transformers is installed but torch is not (a .pth into a venv since
+    deleted, a half-done install): refused by name, not a worker's ModuleNotFoundError."""
+    import venv
+
+    bare = tmp_path / "no-torch-env"
+    venv.create(bare, with_pip=False)
+    site = next((bare / "lib").glob("python3*/site-packages"))
+    dist = site / "transformers-5.0.0.dist-info"  # what importlib.metadata reads: the package is "installed"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 5.0.0\n")
+    db = tmp_path / "runs.db"
+    proc = parity("compare", "--model", str(tiny), "--prompt", "def f(x):", "--set", "max_new_tokens=8",
+                  "--side", "ref=hf", "--side", f"b=hf,python={bare}/bin/python", db=db)
+    _assert_clean_error(proc, "side 'b'", "has no torch installed, which kind hf needs")
+    _nothing_stored(db)
+
+
 def test_missing_model_path(tmp_path):
     db = tmp_path / "runs.db"
     proc = parity("compare", "--model", str(tmp_path / "nope"), "--prompt", "hi", db=db)
