@@ -221,13 +221,19 @@ def _known_dtype(d: str) -> str:
     return d if d in ("float32", "bfloat16", "float16") else "float32"
 
 
+def auto_dtype(model: ModelInfo) -> str:
+    """What dtype=auto loads, resolved once for every side: the config's dtype, else the weights'
+    (transformers 5 and vLLM both read the checkpoint when config.json names none), else float32.
+    (vLLM alone would then downcast a float32 checkpoint to bfloat16: preflight says so.)"""
+    return _known_dtype(model.config_dtype or model.weights_dtype)
+
+
 def side_dtype(cfg: ParityConfig, side: SideSpec, model: ModelInfo) -> str:
-    """The explicit dtype a side loads its weights in: its own, else the run's; 'auto' from the
-    model's config (HF's rule: float32 when the config says nothing)."""
+    """The explicit dtype a side loads its weights in: its own, else the run's; 'auto' as auto_dtype."""
     if not hasattr(side.options, "dtype"):
         return "as served"  # a server's own dtype: recorded from what it reports
     asked = side.options.dtype or cfg.dtype
-    return _known_dtype(model.config_dtype) if asked == "auto" else asked
+    return auto_dtype(model) if asked == "auto" else asked
 
 
 def side_logprobs_mode(cfg: ParityConfig, side: SideSpec) -> str | None:

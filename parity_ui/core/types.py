@@ -394,6 +394,7 @@ class ModelInfo:
     model_type: str = ""
     num_parameters: int | None = None
     config_dtype: str = ""
+    weights_dtype: str = ""  # the safetensors' one floating dtype ("" when none or mixed)
     max_position_embeddings: int | None = None
     vocab_size: int | None = None
     has_chat_template: bool = False

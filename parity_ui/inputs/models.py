@@ -48,18 +48,39 @@ def _ids(value: Any) -> list[int]:
     return [int(v) for v in value if isinstance(v, int)]
 
 
-def count_parameters(folder: Path) -> int | None:
-    """Sum of tensor sizes from the safetensors headers (8-byte length + JSON), without loading."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
+# safetensors' names of the floating dtypes a checkpoint's weights may be stored in.
+_FLOAT_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _headers(folder: Path) -> list[dict[str, Any]]:
+    """Each .safetensors file's header (8-byte length + JSON), without loading a tensor."""
+    out = []
+    for f in sorted(folder.glob("*.safetensors")):
         with open(f, "rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        total += sum(prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
+            out.append(json.loads(fh.read(n)))
+    return out
+
+
+def count_parameters(folder: Path, headers: list[dict[str, Any]] | None = None) -> int | None:
+    """Sum of tensor sizes from the safetensors headers."""
+    headers = _headers(folder) if headers is None else headers
+    if not headers:
+        return None
+    return sum(prod(v["shape"]) for h in headers for k, v in h.items() if k != "__metadata__")
+
+
+def weights_dtype(headers: list[dict[str, Any]]) -> str:
+    """The one floating dtype the weights are stored in ("" when there are none, or several): what
+    both engines load a checkpoint in when its config.json names no dtype and dtype is auto
+    (transformers 5 reads the weights; vLLM reads the safetensors metadata)."""
+    found = {
+        _FLOAT_DTYPES[v["dtype"]]
+        for h in headers
+        for k, v in h.items()
+        if k != "__metadata__" and isinstance(v, dict) and v.get("dtype") in _FLOAT_DTYPES
+    }
+    return found.pop() if len(found) == 1 else ""
 
 
 def _locate(name: str) -> Path:
@@ -161,6 +182,7 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
     eos = list(dict.fromkeys(_ids(gen.get("eos_token_id")) + _ids(text_cfg.get("eos_token_id"))))
     archs = cfg.get("architectures") or []
     moe = moe_shape_of(text_cfg)
+    headers = _headers(folder)
     if not archs and not trust_remote_code:
         raise ModelError(
             f"{folder}/config.json names no architectures",
@@ -171,8 +193,9 @@ def describe_model(name: str, *, trust_remote_code: bool = False) -> ModelInfo:
         path=str(folder),
         architecture=archs[0] if archs else "",
         model_type=str(cfg.get("model_type", "")),
-        num_parameters=count_parameters(folder),
+        num_parameters=count_parameters(folder, headers),
         config_dtype=str(text_cfg.get("torch_dtype") or text_cfg.get("dtype") or cfg.get("torch_dtype") or ""),
+        weights_dtype=weights_dtype(headers),
         max_position_embeddings=text_cfg.get("max_position_embeddings"),
         vocab_size=text_cfg.get("vocab_size"),
         has_chat_template=has_template,

@@ -49,7 +49,10 @@ def model_html(info: ModelInfo, label: str = "") -> str:
     rows = [
         ("architecture", info.architecture or info.model_type or "unknown"),
         ("parameters", _params(info.num_parameters)),
-        ("dtype in config", info.config_dtype or "not stated"),
+        (
+            "dtype in config",
+            info.config_dtype or ("not stated" + (f" (weights: {info.weights_dtype})" if info.weights_dtype else "")),
+        ),
         ("max context", f"{info.max_position_embeddings:,}" if info.max_position_embeddings else "not stated"),
         ("chat template", "yes" if info.has_chat_template else "no"),
         ("folder", info.path),

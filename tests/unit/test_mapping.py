@@ -391,6 +391,18 @@ def test_dtype_auto_resolves_from_model_config(config_dtype, expected):
     assert v.llm["dtype"] == expected and h.load["dtype"] == expected
 
 
+@pytest.mark.parametrize("config_dtype, weights_dtype, expected", [
+    ("", "bfloat16", "bfloat16"), ("", "float16", "float16"), ("", "", "float32"), ("float32", "bfloat16", "float32"),
+])
+def test_dtype_auto_without_a_config_dtype_reads_the_weights(config_dtype, weights_dtype, expected):
+    """Both engines load a dtype-less checkpoint in its weights' dtype (transformers 5's dtype="auto",
+    vLLM's safetensors metadata); the config's dtype, where it names one, wins."""
+    model = model_info(config_dtype=config_dtype, weights_dtype=weights_dtype)
+    cfg, _, v, h = args(model=model, on_gpu=True)
+    assert {side_dtype(cfg, s, model) for s in cfg.sides} == {expected}
+    assert v.llm["dtype"] == expected and h.load["dtype"] == expected
+
+
 def test_explicit_dtype_wins_over_model_config():
     _, _, v, h = args({"dtype": "float16"}, model=model_info(config_dtype="bfloat16"))
     assert v.llm["dtype"] == h.load["dtype"] == "float16"
