@@ -35,8 +35,10 @@ NEAR_TIE_NATS = 0.25
 # sides showed on the same context before the fork: the noise they demonstrably have.
 NOISE_MULTIPLE = 2.0
 # Rows of the settings diff that are not a setting the note names: what the sides are (engine, its
-# software, the model folder) and sizes that do not change numbers.
-_IDENTITY = {"engine", "torch", "python", "environment", "model", "kv_cache_blocks", "max_num_seqs", "device"}
+# software, the model folder, the device as each engine names it) and the KV cache's size, which
+# follows from the dtype and the memory given. max_num_seqs is named: it changes which requests share
+# a batch, and so the numbers of an engine that is not batch invariant.
+_IDENTITY = {"engine", "torch", "python", "environment", "model", "kv_cache_blocks", "device"}
 # Of those, the ones that make the two sides different stacks: while one differs, the settings that
 # differ are not the ONLY difference (issue 33: "differ only in attention backend" above a finding
 # "only in engine (hf vs vllm)"), and each engine resolved its own settings.

@@ -130,9 +130,12 @@ def check_eos(prepared: Prepared) -> list[Finding]:
     tokenizer = prepared.tokenizer.eos_token_ids
     gen_file = _ids(prepared.model.generation_config.get("eos_token_id"))
     config = _ids(_model_config(prepared).get("eos_token_id"))
-    # vLLM alone: the tokenizer's EOS plus generation_config's (it falls back to config.json when
-    # the file is absent). HF generate alone: model.generation_config only, never the tokenizer's.
-    gen_effective = gen_file or config
+    # vLLM alone: the tokenizer's EOS plus generation_config's. HF generate alone: model.generation_config
+    # only, never the tokenizer's. Both fall back to config.json only when generation_config.json is
+    # ABSENT (GenerationConfig.from_pretrained raising OSError): a file without eos_token_id leaves HF
+    # with no EOS at all.
+    has_gen_file = (Path(prepared.model.path) / "generation_config.json").is_file()
+    gen_effective = gen_file if has_gen_file else config
     vllm_alone = sorted(set(tokenizer) | set(gen_effective))
     hf_alone = sorted(set(gen_effective))
     sources = {
@@ -151,7 +154,8 @@ def check_eos(prepared: Prepared) -> list[Finding]:
                 severity="warning" if vllm_alone != hf_alone else "info",
                 message=(
                     f"EOS ids differ by source ({said}): alone, vLLM would stop on {vllm_alone} and HF "
-                    f"generate on {hf_alone}; parity-ui passes {union} to every side"
+                    f"generate on {hf_alone or 'none (generation_config.json names no eos_token_id)'}; "
+                    f"parity-ui passes {union} to every side"
                     + (" (ignored: ignore_eos=true)" if cfg.ignore_eos else "")
                     + "."
                 ),
@@ -341,10 +345,25 @@ def check_sampling(prepared: Prepared) -> list[Finding]:
                 Finding(
                     code="top-k-top-p-order",
                     severity="info",
-                    message="top_k and top_p together: the engines apply them in different orders and break "
-                    "ties differently (vllm #718); tokens near the cut-off can be kept by one only.",
+                    message="top_k and top_p together: HF and vLLM's PyTorch sampler both apply top-k, then top-p "
+                    "on the renormalised rest, but vLLM's FlashInfer sampler (GPU) draws from them jointly and "
+                    "older releases ordered them otherwise (vllm #718); tokens near the cut-off can be kept by "
+                    "one only.",
                     fix="use one of top_k / top_p when comparing sampled runs",
                     setting=_setting("top_k", 0),
+                )
+            )
+        if cfg.min_p > 0 and (cfg.top_p < 1.0 or cfg.top_k > 0):
+            out.append(
+                Finding(
+                    code="min-p-order",
+                    severity="warning",
+                    message=f"min_p={cfg.min_p} with top_p/top_k: vLLM applies min_p first (top-p then runs on the "
+                    "min_p-renormalised set), HF generate applies it after top-k and top-p, so the two keep "
+                    "different sets (probabilities 0.5, 0.3, 0.1, 0.1 with min_p=0.3, top_p=0.6: vLLM keeps one "
+                    "token, HF two).",
+                    fix="use min_p alone, or top_k/top_p without min_p, when comparing sampled runs",
+                    setting=_setting("min_p", 0),
                 )
             )
     elif cfg.top_k > 0 or cfg.top_p < 1.0 or cfg.min_p > 0:
@@ -384,16 +403,27 @@ def check_dtype(prepared: Prepared) -> list[Finding]:
     cfg = prepared.config
     out: list[Finding] = []
     declared = (prepared.model.config_dtype or "").replace("torch.", "")
+    stored = prepared.model.weights_dtype
     auto = [
         p for p in prepared.sides if hasattr(p.spec.options, "dtype") and (p.spec.options.dtype or cfg.dtype) == "auto"
     ]
-    if auto and declared in ("", "float32"):
+    # What both engines start from under auto: the config's dtype, else the weights' (transformers 5
+    # and vLLM both read the checkpoint then). From a float32 one vLLM alone downcasts (to bfloat16, on a
+    # GPU and on x86/Arm CPUs alike: its platforms' first supported dtype); HF keeps float32.
+    start = declared or stored
+    if auto and start in ("", "float32"):
+        what = (
+            f"a {declared} checkpoint"
+            if declared
+            else "a checkpoint whose config.json names no dtype and whose weights are "
+            + (f"{stored}" if stored else "of no single floating dtype parity-ui could read")
+        )
         out.append(
             Finding(
                 code="dtype-auto",
                 severity="info",
-                message=f"dtype=auto with a {declared or 'dtype-less'} checkpoint: vLLM alone would load it as "
-                "bfloat16 on a GPU, HF as float32; parity-ui resolved 'auto' once, to "
+                message=f"dtype=auto with {what}: vLLM alone would downcast it to bfloat16 (on a GPU and on the "
+                "CPU), HF would keep it in float32; parity-ui resolved 'auto' once, to "
                 f"{auto[0].dtype}, for {', '.join(p.name for p in auto)}.",
                 fix="set dtype explicitly (float32 for identical streams, bfloat16 to match serving)",
             )
@@ -458,8 +488,9 @@ def check_rope(prepared: Prepared) -> list[Finding]:
                 code="rope-legacy-type",
                 severity="info",
                 message=f"config.json spells rope_scaling with 'type' ({legacy['type']!r}), the pre-4.45 key; "
-                "transformers 5 reads rope_parameters.rope_type and vLLM normalises its own way.",
-                fix="rename 'type' to 'rope_type' in config.json, or set rope_scaling in the canonical config",
+                "transformers 5 maps it to rope_type, and vLLM reads the config through transformers (and "
+                "maps it too), so the engines scale alike; a reader of the raw file may not.",
+                fix="rename 'type' to 'rope_type' in config.json so the file says what runs",
             )
         )
     if legacy and params and _rope_kind(params) not in (None, "default"):
@@ -470,10 +501,11 @@ def check_rope(prepared: Prepared) -> list[Finding]:
                 Finding(
                     code="rope-conflict",
                     severity="warning",
-                    message=f"config.json holds rope_scaling {a} and rope_parameters {b}: transformers 5 reads "
-                    "rope_parameters, older readers rope_scaling, so engines can scale differently.",
-                    fix="keep one of them in config.json, or set rope_scaling in the canonical config (every side "
-                    "then gets the same dict)",
+                    message=f"config.json holds rope_scaling {a} and rope_parameters {b}: transformers (4.x and "
+                    "5.x) uses rope_scaling and drops rope_parameters, and vLLM reads the config through "
+                    "transformers; a tool or engine that reads rope_parameters itself scales otherwise.",
+                    fix="keep one of them in config.json (rope_scaling is what runs today), or set rope_scaling "
+                    "in the canonical config (every side then gets the same dict)",
                 )
             )
     scaling = cfg.rope_scaling or prepared.model.rope_scaling or {}
@@ -629,19 +661,27 @@ def check_logprobs_mode_mismatch(prepared: Prepared) -> list[Finding]:
     processed = [n for n, m in modes.items() if m == "processed_logprobs"]
     raw = [n for n, m in modes.items() if m == "raw_logprobs"]
     filters = cfg.top_p < 1.0 or cfg.top_k > 0 or cfg.min_p > 0 or cfg.temperature not in (0.0, 1.0)
-    effect = (
-        "their logprobs differ by the temperature and log S of the kept set at every sampled token"
-        if filters and not cfg.greedy
-        else "under these settings the two agree, but any temperature, top_p, top_k or min_p puts log S (the "
-        "kept mass) into every gap"
-    )
+    # Processed logprobs are after the penalties too (vLLM's sampler and HF's scores both), greedy or not.
+    penalty = cfg.repetition_penalty != 1.0
+    if filters and not cfg.greedy:
+        effect = "their logprobs differ by the temperature and log S of the kept set at every sampled token"
+    elif penalty:
+        effect = (
+            f"the processed ones are after repetition_penalty={cfg.repetition_penalty}, so they differ at "
+            "every token the penalty touches"
+        )
+    else:
+        effect = (
+            "under these settings the two agree, but any temperature, top_p, top_k or min_p puts log S (the "
+            "kept mass) into every gap, and any penalty its own shift"
+        )
     return [
         Finding(
             code="logprobs-mode-mismatch",
             severity="warning",
             side=processed[0],
             message=f"logprobs_mode differs between sides: {', '.join(processed)} report processed logprobs (after "
-            f"temperature/top-k/top-p, renormalised over the kept set) and {', '.join(raw)} raw ones; {effect}, "
+            f"penalties, temperature and top-k/top-p/min-p, renormalised over the kept set) and {', '.join(raw)} raw ones; {effect}, "
             "which reads as a numerics gap that is not one.",
             fix="give every side the same logprobs_mode (raw compares the models; processed compares what a sampler saw)",
             setting=_setting(f"{processed[0]}.logprobs_mode", "raw_logprobs"),

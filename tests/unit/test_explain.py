@@ -273,6 +273,20 @@ def test_the_verdict_and_the_finding_below_it_do_not_contradict_each_other():
     assert one["summary"].endswith(" The sides differ only in attention backend.")
 
 
+def test_max_num_seqs_is_named_as_a_difference_and_the_kv_cache_size_is_not():
+    """max_num_seqs changes which requests share a batch (the numbers of an engine that is not batch
+    invariant): two vLLM sides that differ in it and in the attention backend do not differ 'only' in
+    the backend. The KV cache's size follows from dtype and memory and is left out of the note."""
+    pair = [SideInfo(name="x", kind="vllm", reference=True,
+                     resolved={"engine": "vllm", "attention": "TRITON_ATTN", "max_num_seqs": 256, "kv_cache_blocks": 90}),
+            SideInfo(name="y", kind="vllm",
+                     resolved={"engine": "vllm", "attention": "FLASH_ATTN", "max_num_seqs": 2, "kv_cache_blocks": 40})]
+    a, b, _ = near_tie()
+    out = run_explain(*sides(a, b, names=("x", "y")), differing_keys=differing(pair, "x", "y"))
+    assert "max_num_seqs" in out["summary"] and "attention backend" in out["summary"]
+    assert "KV cache" not in out["summary"] and "kv_cache" not in out["summary"]
+
+
 SHARED_SEED = build_config(None, ["sampling=shared-seed", "temperature=1", "top_p=0.8"])
 
 

@@ -109,6 +109,18 @@ def test_eos_sources_that_differ_but_engines_agree_is_info(variant):
     assert f.severity == "info"
 
 
+def test_a_generation_config_without_eos_leaves_hf_alone_without_one(variant, tmp_path):
+    # Both engines fall back to config.json's EOS only when generation_config.json is absent: a file
+    # that names none leaves HF generate with none (it runs to max_new_tokens), vLLM with the tokenizer's.
+    model = variant(generation={"eos_token_id": None})
+    f = findings(model)["eos-mismatch"]
+    assert f.severity == "warning"
+    assert "vLLM would stop on [2]" in f.message and "HF generate on none" in f.message
+    # No file at all: both read config.json's, which agrees with the tokenizer: nothing to say.
+    (model / "generation_config.json").unlink()
+    assert "eos-mismatch" not in findings(model)
+
+
 def test_eos_mismatch_says_when_ignore_eos_makes_it_moot(variant):
     model = variant(generation={"eos_token_id": 4})
     assert "ignored: ignore_eos=true" in findings(model, "ignore_eos=true")["eos-mismatch"].message
@@ -191,6 +203,12 @@ def test_sampling_semantics(base):
     assert "top_k=50" in sampled["top-k-off"].message
     both = findings(base, "temperature=0.8", "top_k=40", "top_p=0.9")
     assert "top-k-top-p-order" in both and "top-k-off" not in both
+    assert "FlashInfer" in both["top-k-top-p-order"].message and "min-p-order" not in both
+    # min_p with top_p: vLLM applies min_p first, HF after: the kept sets differ (a warning).
+    minp = findings(base, "temperature=0.8", "min_p=0.1", "top_p=0.9")
+    assert minp["min-p-order"].severity == "warning" and "vLLM applies min_p first" in minp["min-p-order"].message
+    assert "min-p-order" not in findings(base, "temperature=0.8", "min_p=0.1")
+    assert "min-p-order" not in findings(base, "min_p=0.1", "top_p=0.9")  # greedy: no filter runs
     assert "greedy-ignores-filters" in findings(base, "top_k=5")
     assert "PROMPT" in findings(base, "repetition_penalty=1.2")["repetition-penalty"].message
     assert not {"sampled-streams", "top-k-off", "greedy-ignores-filters", "repetition-penalty"} & \
@@ -206,6 +224,30 @@ def test_dtype_auto_on_a_float32_checkpoint(base, variant):
     bf16 = variant(config={"dtype": "bfloat16"})
     found = findings(bf16, "dtype=auto")
     assert "dtype-auto" not in found and "low-precision" in found
+
+
+def test_dtype_auto_on_a_checkpoint_without_a_config_dtype_reads_its_weights(base, tmp_path):
+    import json
+
+    from tiny_models import build_model
+
+    def dtype_less(folder):
+        cfg = json.loads((folder / "config.json").read_text())
+        for key in ("dtype", "torch_dtype"):
+            cfg.pop(key, None)
+        (folder / "config.json").write_text(json.dumps(cfg))
+        return folder
+
+    # bfloat16 weights, no dtype in config.json: both engines load bfloat16, and so does 'auto' here.
+    bf16 = dtype_less(build_model(tmp_path / "bf16", dtype="bfloat16"))
+    p = prepared(bf16, "dtype=auto")
+    assert p.model.config_dtype == "" and p.model.weights_dtype == "bfloat16"
+    assert {s.dtype for s in p.sides} == {"bfloat16"}
+    assert "dtype-auto" not in findings(bf16, "dtype=auto")
+    # float32 weights: vLLM alone would downcast; parity-ui loads both in float32 and says so.
+    f32 = dtype_less(build_model(tmp_path / "f32"))
+    f = findings(f32, "dtype=auto")["dtype-auto"]
+    assert "names no dtype and whose weights are float32" in f.message and "to float32, for hf, vllm" in f.message
 
 
 def test_dtype_auto_names_only_the_sides_left_at_auto(base):
@@ -254,7 +296,8 @@ def test_rope_legacy_spelling(variant):
 def test_rope_scaling_and_rope_parameters_that_disagree(variant):
     model = variant(config={"rope_scaling": {"rope_type": "linear", "factor": 2.0},
                             "rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0}})
-    assert findings(model)["rope-conflict"].severity == "warning"
+    f = findings(model)["rope-conflict"]
+    assert f.severity == "warning" and "uses rope_scaling and drops rope_parameters" in f.message
     same = variant(config={"rope_scaling": {"rope_type": "linear", "factor": 2.0},
                            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}})
     assert "rope-conflict" not in findings(same)
@@ -449,6 +492,9 @@ def test_a_logprobs_mode_mismatch_between_sides_is_named_as_a_trap(base):
     # Greedy: no gap yet, and the finding says what would put one there.
     assert "any temperature" in findings(base, sides=sides)["logprobs-mode-mismatch"].message
     assert "logprobs-mode-mismatch" not in findings(base, "temperature=1", "top_p=0.8")
+    # Greedy with a repetition penalty: processed logprobs are after it, so they do not agree.
+    pen = findings(base, "repetition_penalty=1.2", sides=sides)["logprobs-mode-mismatch"].message
+    assert "after repetition_penalty=1.2" in pen and "the two agree" not in pen
 
 
 def test_shared_seed_is_said_and_at_temperature_0_is_greedy(base):
