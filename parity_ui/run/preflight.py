@@ -345,10 +345,10 @@ def check_sampling(prepared: Prepared) -> list[Finding]:
                 Finding(
                     code="top-k-top-p-order",
                     severity="info",
-                    message="top_k and top_p together: HF and vLLM's PyTorch sampler both apply top-k, then top-p "
-                    "on the renormalised rest, but vLLM's FlashInfer sampler (GPU) draws from them jointly and "
-                    "older releases ordered them otherwise (vllm #718); tokens near the cut-off can be kept by "
-                    "one only.",
+                    message="top_k and top_p together: HF and vLLM both apply top-k, then top-p on the renormalised "
+                    "rest (older vLLM releases did not, vllm #718); vLLM's FlashInfer sampler (GPU) draws by "
+                    "rejection sampling, the same set statistically but other draws; a token at a cut-off can "
+                    "be kept by one side only when their numbers differ there.",
                     fix="use one of top_k / top_p when comparing sampled runs",
                     setting=_setting("top_k", 0),
                 )

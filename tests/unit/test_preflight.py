@@ -203,7 +203,7 @@ def test_sampling_semantics(base):
     assert "top_k=50" in sampled["top-k-off"].message
     both = findings(base, "temperature=0.8", "top_k=40", "top_p=0.9")
     assert "top-k-top-p-order" in both and "top-k-off" not in both
-    assert "FlashInfer" in both["top-k-top-p-order"].message and "min-p-order" not in both
+    assert "both apply top-k, then top-p" in both["top-k-top-p-order"].message and "min-p-order" not in both
     # min_p with top_p: vLLM applies min_p first, HF after: the kept sets differ (a warning).
     minp = findings(base, "temperature=0.8", "min_p=0.1", "top_p=0.9")
     assert minp["min-p-order"].severity == "warning" and "vLLM applies min_p first" in minp["min-p-order"].message
