@@ -82,7 +82,9 @@ def first_break(
         ta, tb = a_ids[i], b_ids[i]
         la = a_lps[i] if i < len(a_lps) else None
         lb = b_lps[i] if i < len(b_lps) else None
-        if ta == tb and bits(la) == bits(lb):
+        # A logprob missing on either side (both too) is a break, never a match: bits were promised,
+        # and a side that hands over none (a server asked for no logprobs) cannot be certified on ids.
+        if ta == tb and la is not None and lb is not None and bits(la) == bits(lb):
             continue
         out = Break(prompt=prompt, token=i, kind="token" if ta != tb else "logprob", a_token=ta, b_token=tb)
         if la is None or lb is None:

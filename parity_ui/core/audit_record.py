@@ -78,7 +78,8 @@ class Break:
         if self.kind == "length":
             return f"{where}: one stream ended ({_n(self.a_token)} vs {_n(self.b_token)})"
         if self.kind == "missing":
-            return f"{where}: one side recorded no logprob"
+            who = "neither side" if self.a_logprob is None and self.b_logprob is None else "one side"
+            return f"{where}: {who} recorded a logprob, so its bits cannot be compared"
         size = f"|d logprob| {self.abs_diff:.3g}, {self.ulps:,} ulp" if self.abs_diff is not None else ""
         if self.kind == "token":
             return f"{where}: token {self.a_token} vs {self.b_token}" + (f" ({size})" if size else "")

@@ -59,6 +59,9 @@ def test_first_break_names_token_logprob_length_and_missing():
     assert (n.token, n.kind, n.a_token, n.b_token) == (2, "length", 3, None)
     m = first_break(0, a, lp, a, [lp[0], None, lp[2]])
     assert (m.token, m.kind) == (1, "missing")
+    # Neither side recorded logprobs (a server asked for none): not certified on the ids alone.
+    none = first_break(0, a, [None] * 3, a, [None] * 3)
+    assert (none.token, none.kind) == (0, "missing") and "neither side" in none.describe()
 
 
 def test_digests_change_with_one_ulp_and_not_otherwise():
@@ -96,8 +99,37 @@ def test_no_cache_hit_is_vacuous_never_identical():
     assert r.status == VACUOUS and r.prompts == 0 and [c.status for c in r.cells] == ["vacuous", "vacuous"]
     part = judge_axis("s", "prefix", a, {0: b[0], 1: _stream([2], lp, cached=128)}, 2, vacuous={0})
     assert part.status == IDENTICAL and part.prompts == 1
+    # Two empty streams (nothing generated) are no evidence: vacuous, not identical.
+    empty = judge_axis("s", "batch", {0: _stream([], [])}, {0: _stream([], [])}, 1)
+    assert empty.status == VACUOUS and empty.cells[0].note == "no token generated: nothing to test"
     skipped = judge_axis("s", "chunked", a, b, 2, skipped={0: "short"})
     assert skipped.cells[0].status == "skipped" and skipped.cells[0].note == "short"
+
+
+def test_a_prefix_cell_whose_cold_request_was_already_served_from_the_cache_is_vacuous():
+    """vLLM caches blocks as it allocates them: in the cold batch, a prompt sharing a first block with
+    an earlier one reads it from the cache too. Where the warm request read no more cached tokens than
+    the cold one, cold and warm were served alike: that cell tests nothing."""
+    from types import SimpleNamespace
+
+    from parity_ui.commands.audit.run import _Auditor
+
+    lp = [f32(-1.0), f32(-2.0)]
+    cold = {0: _stream([1, 2], lp, cached=0), 1: _stream([3, 4], lp, cached=16), 2: _stream([5, 6], lp, cached=16)}
+    warm = {0: _stream([1, 2], lp, cached=32), 1: _stream([3, 4], lp, cached=16), 2: _stream([5, 6], lp, cached=32)}
+    passes = SimpleNamespace(sides=SimpleNamespace(info=lambda name: SimpleNamespace(resolved={"block_size": 16})),
+                             batch=lambda: cold, warm=lambda block: (warm, {0: 32, 1: 16, 2: 32}))
+    auditor = object.__new__(_Auditor)
+    auditor.prep = SimpleNamespace(prompts=[0, 1, 2])
+    r = auditor._prefix(SimpleNamespace(name="b"), passes)
+    assert r.status == IDENTICAL and r.prompts == 2  # prompts 0 and 2 read more cached tokens warm
+    assert r.cells[1].status == "vacuous" and "already read 16 cached tokens" in r.cells[1].note
+    assert "1 prompt(s) where the warm request read no more cached tokens than the cold" in r.reason
+    # Every cell so: the axis is vacuous, and says why (not "0 cached tokens").
+    same = {i: _stream(s.ids, s.logprobs, cached=16) for i, s in cold.items()}
+    passes.batch, passes.warm = (lambda: same), (lambda block: (dict(same), {0: 16, 1: 16, 2: 16}))
+    v = auditor._prefix(SimpleNamespace(name="b"), passes)
+    assert v.status == VACUOUS and "every cold request read as many cached tokens" in v.reason
 
 
 # -- the verdict ---------------------------------------------------------------------------------------

@@ -45,6 +45,11 @@ def judge_axis(
         if i in vacuous:
             cells.append(Cell(i, CELL_VACUOUS, slot=sb.slot, cached=sb.cached, note="no cached token: nothing to test"))
             continue
+        if not sa.ids and not sb.ids:  # two empty streams agree on nothing: no evidence either way
+            cells.append(
+                Cell(i, CELL_VACUOUS, slot=sb.slot, cached=sb.cached, note="no token generated: nothing to test")
+            )
+            continue
         compared += 1
         brk = first_break(i, sa.ids, sa.logprobs, sb.ids, sb.logprobs)
         n = min(len(sa.ids), len(sb.ids)) if brk is None else brk.token + (brk.kind != "length")

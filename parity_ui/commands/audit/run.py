@@ -366,7 +366,11 @@ class _Auditor:
             return AxisResult(
                 "prefix", plan.name, NOT_APPLICABLE, "this side's engine reports no cached-token count per request"
             )
-        vacuous = {i for i, s in warm.items() if not s.cached}
+        # A cell tests the cache only where the warm request read MORE cached tokens than the cold one: vLLM
+        # caches blocks as it allocates them, so in a cold batch a prompt that shares a prefix with an
+        # earlier one (a few-shot header, a chat template's first block) is served from the cache too, and
+        # cold and warm were then served alike.
+        vacuous = {i for i, s in warm.items() if (s.cached or 0) <= (cold[i].cached or 0) if i in cold}
         result = self._judged(
             plan,
             "prefix",
@@ -380,6 +384,13 @@ class _Auditor:
         )
         result.cached_tokens = sum(s.cached or 0 for s in warm.values())
         for c in result.cells:
+            read_cold = cold[c.prompt].cached if c.prompt in cold else None
+            if c.prompt in vacuous and read_cold and warm[c.prompt].cached:
+                c.note = (
+                    f"the cold request already read {read_cold} cached tokens (an earlier prompt in its batch "
+                    f"shares its prefix), the warm one {warm[c.prompt].cached}: both were served from the cache"
+                )
+                continue
             if c.prompt in vacuous:
                 k = prefix.get(c.prompt, 0)
                 c.note = (
@@ -387,19 +398,25 @@ class _Auditor:
                     if k == 0
                     else f"no cached token although a {k}-token prefix was served first"
                 )
-            if cold[c.prompt].cached:
+            if read_cold:
                 c.note = (
                     c.note + "; " if c.note else ""
                 ) + f"the cold request read {cold[c.prompt].cached} cached tokens"
-        if result.status == VACUOUS:
+        if result.status == VACUOUS and not result.cached_tokens:
             result.reason = (
                 f"no request was served from the cache (0 cached tokens over {len(warm)} prompts): the axis could "
                 f"not have seen a difference; give prompts longer than one KV block ({block} tokens)"
             )
+        elif result.status == VACUOUS:
+            result.reason = (
+                f"every cold request read as many cached tokens as its warm one (the prompts share a prefix, "
+                f"which the cold batch cached for itself): the axis could not have seen a difference; give "
+                f"prompts that share no first KV block ({block} tokens)"
+            )
         elif vacuous:
             result.reason = (
                 result.reason + "; " if result.reason else ""
-            ) + f"{len(vacuous)} prompt(s) without a cache hit (vacuous)"
+            ) + f"{len(vacuous)} prompt(s) where the warm request read no more cached tokens than the cold (vacuous)"
         return result
 
     def _judged(
