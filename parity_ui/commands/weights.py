@@ -48,7 +48,7 @@ from ..core.weights import (
     checked_regex,
     probe_sequences,
 )
-from ..inputs.checkpoints import compatibility, tensor_index
+from ..inputs.checkpoints import changed_tensors, compatibility, tensor_index
 from ..inputs.models import describe_model
 from ..inputs.prompts import PromptSpec, tokenizer_for
 from ..run.plan import RunRequest
@@ -145,6 +145,18 @@ def check_request(req: WeightsCheckRequest) -> tuple[ModelInfo, ModelInfo | None
                     f"(they are named like {', '.join(index.names[:3])})",
                     f"give a regex over the checkpoint's tensor names, e.g. --{key} 'layers\\.0\\.mlp\\.down_proj'",
                 )
+        skip_rx = checked_regex("skip", req.skip)
+        skipped = [n for n in index.names if skip_rx is not None and skip_rx.search(n)]
+        if skipped and not changed_tensors(start.path, model.path, skipped):
+            # A tensor left out of the push keeps A's value (or whatever the reload left): where A and B hold
+            # the same bytes the check cannot tell, and a planted fault that cannot be seen proves nothing.
+            raise WeightsError(
+                f"--skip {req.skip!r} matches {len(skipped)} tensor(s) ({', '.join(skipped[:3])}"
+                f"{' ...' if len(skipped) > 3 else ''}) that hold the same bytes in {start.path} and {model.path}: "
+                "leaving them out of the push changes nothing the check could see",
+                "skip a tensor that the pushed checkpoint changed (a layer the training step updated), or use "
+                "--zero, which always changes what the engine holds",
+            )
     return model, start
 
 

@@ -37,7 +37,10 @@ READ_NONE = "none"  # not readable here
 # A unit's status in the check
 EQUAL = "equal"
 DIFFERS = "differs"
-TOLERATED = "within tolerance"  # quantised: bytes differ, the dequantised values agree within the format's tolerance
+# Quantised: bytes differ, the dequantised values within one step of the format. NOT landed: a fresh
+# load of the same checkpoint by the same engine holds the same bytes, and a tensor left stale by a
+# small update (an RL step moves most fp8 values by at most one step) reads exactly so.
+TOLERATED = "within one quantisation step"
 MISSING = "missing"  # on one side only (another layout, another model)
 UNREADABLE = "not readable"
 _ORDER = {DIFFERS: 0, MISSING: 1, UNREADABLE: 2, TOLERATED: 3, EQUAL: 4}
@@ -227,6 +230,11 @@ class ProbeRecord:
     note: str = ""
 
     @property
+    def judged(self) -> bool:
+        """Whether any comparison is part of the verdict (none is where no floor was measured)."""
+        return any(c.judged for c in self.comparisons)
+
+    @property
     def at_floor(self) -> bool:
         judged = [c for c in self.comparisons if c.judged]
         return bool(judged) and all(c.at_floor for c in judged)
@@ -256,12 +264,13 @@ class WeightReport:
 
     @property
     def differing(self) -> list[TensorFigure]:
-        return [t for t in self.tensors if t.status in (DIFFERS, MISSING)]
+        return [t for t in self.tensors if t.status in (DIFFERS, MISSING, TOLERATED)]
 
     @property
     def tensors_equal(self) -> bool:
-        """Every unit read on both sides is equal (or within a quantised format's tolerance), none missing."""
-        checked = any(t.status in (EQUAL, TOLERATED) for t in self.tensors)
+        """Every unit read on both sides is equal bit for bit, none missing (a quantised unit within one
+        step of the format is not: see TOLERATED)."""
+        checked = any(t.status == EQUAL for t in self.tensors)
         return self.readable and checked and not self.differing and not self.unknown
 
     @property
@@ -274,10 +283,13 @@ class WeightReport:
         1: a tensor differs or the probe is above the floor; 2: the check could not run."""
         if self.error:
             return EXIT_ERROR
-        if self.probe is None and not self.readable:
+        # A probe shown but not judged (no floor measured) counts for nothing either way: not a failure
+        # of the weights, and no evidence where the tensors cannot be read.
+        judged_probe = self.probe is not None and self.probe.judged
+        if not judged_probe and not self.readable:
             return EXIT_ERROR
         tensors_ok = self.tensors_equal if self.readable else True
-        probe_ok = self.probe_at_floor if self.probe is not None else True
+        probe_ok = self.probe_at_floor if judged_probe else True
         return EXIT_OK if tensors_ok and probe_ok else EXIT_DIFFERS
 
     @property
@@ -299,9 +311,17 @@ class WeightReport:
                 parts[-1] += f" ({unchecked} not checked)"
             if d:
                 parts[-1] += ": " + ", ".join(t.label for t in d[:3]) + (" ..." if len(d) > 3 else "")
+            near = sum(t.status == TOLERATED for t in d)
+            if near:
+                parts.append(
+                    f"{near} of them within one quantisation step (a fresh load holds the same bytes; a tensor "
+                    "stale by a small update reads so)"
+                )
             if self.unknown:
                 parts.append(f"{len(self.unknown)} checkpoint tensors unknown to the engine")
-        if self.probe is not None:
+        if self.probe is not None and not self.probe.judged:
+            parts.append("probe shown, not judged (no floor measured)")
+        elif self.probe is not None:
             parts.append("probe at the floor" if self.probe.at_floor else "probe above the floor")
         return f"{self.verdict}: " + "; ".join(parts)
 
@@ -334,6 +354,9 @@ class WeightReport:
         update = d.get("update")
         out = only(cls, d)
         out.tensors = [only(TensorFigure, {k: _number(v) for k, v in t.items()}) for t in d.get("tensors") or []]
+        for t in out.tensors:
+            if t.status == "within tolerance":  # schema 1's name, read by the rule of now (not landed)
+                t.status = TOLERATED
         out.probe = probe
         out.update = only(UpdateRecord, update) if update else None
         return out

@@ -81,6 +81,43 @@ def tensor_index(folder: str | Path) -> TensorIndex:
     return TensorIndex(str(p), tensors, [str(f) for f in files])
 
 
+def _locations(folder: str | Path) -> dict[str, tuple[str, int, int]]:
+    """name -> (file, first byte, end byte) of every tensor's data in a checkpoint's .safetensors files."""
+    out = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for k, v in header.items():
+            if k != "__metadata__":
+                begin, end = v["data_offsets"]
+                out[k] = (str(f), 8 + n + int(begin), 8 + n + int(end))
+    return out
+
+
+def changed_tensors(a: str | Path, b: str | Path, names: list[str], chunk: int = 1 << 24) -> list[str]:
+    """Which of `names` hold other bytes in checkpoint `b` than in `a` (a tensor only one holds counts as
+    changed). Reads only those tensors' bytes, in chunks."""
+    where_a, where_b = _locations(a), _locations(b)
+    changed = []
+    for name in names:
+        la, lb = where_a.get(name), where_b.get(name)
+        if la is None or lb is None or la[2] - la[1] != lb[2] - lb[1]:
+            changed.append(name)
+            continue
+        with open(la[0], "rb") as fa, open(lb[0], "rb") as fb:
+            fa.seek(la[1])
+            fb.seek(lb[1])
+            left = la[2] - la[1]
+            while left > 0:
+                size = min(chunk, left)
+                if fa.read(size) != fb.read(size):
+                    changed.append(name)
+                    break
+                left -= size
+    return changed
+
+
 def _config(folder: str | Path) -> dict[str, Any]:
     try:
         cfg = json.loads((Path(folder) / "config.json").read_text())

