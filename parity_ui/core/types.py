@@ -286,6 +286,11 @@ class EngineInfo:
     # Runtime settings as the engine actually resolved them, in parity-ui's common vocabulary
     # (see parity_ui.core.settings): what to diff between sides.
     resolved: dict[str, Any] = field(default_factory=dict)
+    # Load options whose other values this loaded engine serves exactly alike: option -> {value: the
+    # resolved row a side asking for that value reads}. The pool hands such a side this warm worker
+    # (SidePlan.stand_ins) instead of loading another (vLLM forced_tokens=auto where trace replay is
+    # not offered is forced_tokens=prompt).
+    serves_also: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass

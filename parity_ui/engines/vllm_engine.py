@@ -34,6 +34,7 @@ from .base import (
     same_prompt_error,
 )
 from .vllm_support import (
+    AUTO,
     PROMPT,
     TRACE,
     check_vllm,
@@ -43,6 +44,7 @@ from .vllm_support import (
     resolved_settings,
     trace_refusal,
     trace_unavailable,
+    trace_unavailable_here,
 )
 
 _ids = itertools.count()
@@ -185,6 +187,7 @@ class VllmEngine(Engine):
         mc = self.llm.llm_engine.model_config
         resolved = resolved_settings(self.llm)
         resolved["forced_tokens"] = forced_tokens_label(self.forced, why)
+        serves_also = self._serves_also(req.args.get("forced_tokens") or PROMPT)
         if req.args.get("fp32_logits") and resolved.get("logits_dtype") != "float32":
             raise RuntimeError(
                 f"fp32_logits was asked for, but vLLM {vllm.__version__} did not take head_dtype=float32 "
@@ -204,7 +207,20 @@ class VllmEngine(Engine):
             dtype=str(mc.dtype).replace("torch.", ""),
             versions={"vllm": vllm.__version__, "torch": torch.__version__, "python": sys.version.split()[0]},
             resolved=resolved,
+            serves_also=serves_also,
         )
+
+    def _serves_also(self, mode: str) -> dict[str, dict[str, str]]:
+        """The forced_tokens values this engine serves alike (EngineInfo.serves_also): loaded for "auto"
+        and fallen back to prompt logprobs, it is a "prompt" engine; loaded for "prompt" where trace
+        replay cannot run here, it is what "auto" would load."""
+        if mode == AUTO and self.forced == PROMPT:
+            return {"forced_tokens": {PROMPT: forced_tokens_label(PROMPT, None)}}
+        if mode == PROMPT:
+            why = trace_unavailable_here()
+            if why is not None:
+                return {"forced_tokens": {AUTO: forced_tokens_label(PROMPT, why)}}
+        return {}
 
     def _load_llm(self, LLM: Any, args: dict[str, Any]) -> tuple[Any, str | None]:
         """The LLM, with trace replay enabled where the side asks for it ("trace", or "auto" in a

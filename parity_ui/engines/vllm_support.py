@@ -321,6 +321,7 @@ def engine_input(engine: Any, ids: list[int] | dict[str, Any]) -> Any:
 
 TRACE = "trace"
 PROMPT = "prompt"
+AUTO = "auto"  # trace where this vLLM runs it, else prompt (the engine decides at load)
 
 
 def trace_unavailable() -> str | None:
@@ -341,6 +342,20 @@ def trace_unavailable() -> str | None:
     if "enable_trace_replay" not in getattr(EngineArgs, "__dataclass_fields__", {}):
         return f"vLLM {vllm.__version__} has no enable_trace_replay engine option"
     return None
+
+
+def trace_unavailable_here() -> str | None:
+    """trace_unavailable(), and what vLLM would refuse at load without trying: Model Runner V2 (which
+    trace replay runs on) needs Triton. Only where this says no is an engine loaded with prompt logprobs
+    the same as one asked for "auto" (EngineInfo.serves_also)."""
+    why = trace_unavailable()
+    if why is not None:
+        return why
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:  # pragma: no cover - layout of another vLLM
+        return None
+    return None if HAS_TRITON else "trace replay needs Model Runner V2, which needs Triton; this vLLM build has none"
 
 
 def trace_refusal(error: BaseException) -> str | None:

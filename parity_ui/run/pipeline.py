@@ -186,6 +186,7 @@ class Sides:
         self._lock = threading.Lock()
         self._called: set[str] = set()  # sides asked to generate or score at least once
         self._loading: str | None = None  # the vLLM side loading under the GPU lock
+        self._keys: dict[str, str] = {}  # side -> the load key of the worker serving it (_assign_workers)
 
     # -- the verbs ----------------------------------------------------------------------------------
 
@@ -315,7 +316,8 @@ class Sides:
     def _assign_workers(self) -> list[SidePlan]:
         """Give every side its worker: a warm one, one started ahead, or a new one (not started).
         Returns one plan per distinct setup (sides with the same setup share one worker)."""
-        keys = {p.name: p.load_key for p in self.plans}
+        # A warm worker of another setup may serve a side alike (SidePlan.stand_ins): then it is reused.
+        self._keys = keys = {p.name: self.pool.stand_in(p.load_key, p.stand_ins()) for p in self.plans}
         self.pool.retain(set(keys.values()))  # free what this set does not need before loading
         for p in self.plans:
             self.clients[p.name] = EngineClient(
@@ -343,14 +345,15 @@ class Sides:
         if self.pool.cancelled:  # another side failed, or Stop: load nothing more
             raise CancelledError(STOPPED_LOADING, "")
         got = self._load(p, client)
-        mine = [s for s in self.plans if s.load_key == p.load_key]
+        key = self._keys[p.name]
+        mine = [s for s in self.plans if self._keys[s.name] == key]  # the sides this worker serves
+        theirs = {s.name: Loaded(s.served_info(got.info, key), got.load_s) for s in mine}
         with self._lock:
             self._n_loaded += 1
-            for s in mine:
-                self.loaded[s.name] = got
+            self.loaded.update(theirs)
         if self._on_loaded is not None:
             for s in mine:
-                self._on_loaded(s, got)
+                self._on_loaded(s, theirs[s.name])
         self._check_inputs(mine)
         if self.gated and self._then is not None:
             with self._lock:

