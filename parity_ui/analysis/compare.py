@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.pooled import scorable
 from ..core.types import Comparison, Divergence, SideResult, TokenStep, step_column, top_ids
 
 
@@ -60,7 +61,13 @@ def compare(a: SideResult, b: SideResult) -> Comparison:
         else:
             overlaps.append(len(set(ta) & set(tb)) / max(len(ta), len(tb)))
 
-    finite = [abs(g) for g in gaps if g is not None and math.isfinite(g)]
+    # The figures leave out infinite gaps and those of a masked logprob (-inf, kept as -1e30 for JSON,
+    # a gap of ~1e30): the noise before a fork would be 1e30, and every fork a "near-tie" within it.
+    finite = [
+        abs(lb[i] - la[i])
+        for i, g in enumerate(gaps)
+        if g is not None and math.isfinite(g) and scorable(la[i]) and scorable(lb[i])
+    ]
     return Comparison(
         a=a.side,
         b=b.side,

@@ -237,7 +237,7 @@ _SAMPLING: list[Figure] = [
     Figure(
         "raw_minus_processed_mean",
         "raw − processed logprob mean",
-        "mean of the side's raw minus processed logprob of its token (−log S at temperature 1)",
+        "mean of the side's raw minus processed logprob of its token (log S at temperature 1, <= 0: S the kept mass)",
         unit="nats",
         family="sampling",
     ),

@@ -1119,8 +1119,11 @@ def compare_to_floor(
     checks.append(_identical_check(ident, tolerance))
     exceeded = [c.name for c in checks if c.exceeds]
     uncertain = [c.name for c in checks if c.uncertain]
-    comparable = any(c.note != "not comparable" for c in checks)
-    verdict = NOT_COMPARABLE if not comparable else EXCEEDS if exceeded else TOO_FEW if uncertain else WITHIN
+    # "Within noise" needs a token figure measured on both sides: the share identical alone is no
+    # evidence of closeness (a replay's rows are identical by construction; a floor with no scorable
+    # token has none). It can still show a side worse than its floor.
+    token_figures = any(c.note != "not comparable" for c in checks[:-1])
+    verdict = EXCEEDS if exceeded else NOT_COMPARABLE if not token_figures else TOO_FEW if uncertain else WITHIN
     return FloorVerdict(
         verdict=verdict,
         tolerance=tolerance,
@@ -1158,7 +1161,8 @@ def _x(f: float) -> str:
 def _summary(verdict: str, tolerance: float, checks: list[FigureCheck], ident: IdenticalCheck, n: int) -> str:
     if verdict == NOT_COMPARABLE:
         return (
-            "not comparable: no figure is defined for both the side and the floor (no prompts or no scorable tokens)."
+            "not comparable: no token figure is defined for both the side and the floor (no prompts or no "
+            "scorable tokens); the share of identical streams alone says nothing of how close they are."
         )
     if verdict == WITHIN:
         return f"within noise: no figure is more than {tolerance:g}x the floor's (beyond its epsilon)."
@@ -1192,17 +1196,21 @@ SAMPLING_FLOOR_SHARES: tuple[str, ...] = ("renorm_outside_0.9_1.1", "kept_sets_d
 
 def sampling_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, Any] | None) -> str | None:
     """The sampling family judged against the floor: the renormalised ratio's share outside [0.9, 1.1]
-    and the share of kept sets that differ, each by the 95% Wilson intervals over the tokens drawn (as
+    and the share of kept sets that differ, each by the 95% Wilson intervals over its own count (as
     routing_against_floor); None without both. The naive ratio is not judged: it carries log S by
     construction (a setup trap named elsewhere), not numerics."""
     from .figures import FIGURES
 
     if not side or not floor or not side.get("tokens") or not floor.get("tokens"):
         return None
-    ns, nf, parts, over = int(side["tokens"]), int(floor["tokens"]), [], []
+    parts, over = [], []
     for key in SAMPLING_FLOOR_SHARES:
         if side.get(key) is None or floor.get(key) is None:
             continue
+        # Each share over its own count: kept sets are compared at every token and at each fork, so
+        # kept_sets_differ is over sets_compared (an interval over the tokens alone would be too wide).
+        over_key = "sets_compared" if key == "kept_sets_differ" else "tokens"
+        ns, nf = int(side.get(over_key) or side["tokens"]), int(floor.get(over_key) or floor["tokens"])
         ks, kf = round(side[key] * ns), round(floor[key] * nf)
         (lo_s, hi_s), (lo_f, hi_f) = wilson(ks, ns), wilson(kf, nf)
         name = FIGURES[key].name
@@ -1213,7 +1221,9 @@ def sampling_against_floor(side: Mapping[str, Any] | None, floor: Mapping[str, A
         if lo_s > hi_f:
             over.append(name)
     where = f"above the floor ({', '.join(over)})" if over else "within the floor"
-    return f"sampled tokens ({ns:,} drawn on both sides): {where}: " + "; ".join(parts)
+    ts, tf = int(side["tokens"]), int(floor["tokens"])
+    drawn = f"{ts:,} drawn on both sides" if ts == tf else f"{ts:,} and the floor's {tf:,} drawn"
+    return f"sampled tokens ({drawn}): {where}: " + "; ".join(parts)
 
 
 def pool_kept_mass(records: Iterable[Any]) -> Any:

@@ -142,8 +142,10 @@ class GateRule:
     limit: float
 
     def breached(self, value: float | None) -> bool:
+        """Whether a step's value fails the rule. A figure the step could not measure (no scorable token,
+        a figure this mode does not compute) fails it: a gate that cannot measure must not pass."""
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            return False
+            return True
         return value > self.limit if self.op == ">" else value < self.limit
 
     def text(self) -> str:

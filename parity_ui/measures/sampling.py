@@ -66,6 +66,11 @@ def sampling_report(report: WorkloadReport, kept: Mapping[str, KeptMass]) -> Non
 
     def figures(name: str) -> dict[str, Any] | None:
         k = kept.get(name)
-        return {"tokens": k.tokens, **k.figures()} if k is not None and k.tokens else None
+        # sets_compared: kept_sets_differ's own count (tokens and the forks' sets), what its interval is over
+        return (
+            {"tokens": k.tokens, "sets_compared": k.sets_compared, **k.figures()}
+            if k is not None and k.tokens
+            else None
+        )
 
     put_family(report, "sampling", figures, sampling_against_floor)

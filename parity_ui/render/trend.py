@@ -91,10 +91,12 @@ def breach_line(report: TrendReport) -> str:
     """The line a training script greps for: the gate failed, at which step, on what."""
     b = report.breach or {}
     value = b.get("value")
-    return (
-        f"PARITY GATE FAILED at step {b.get('step')}: {b.get('rule')} "
-        f"({b.get('figure')} = {_fmt(b.get('figure', 'k3'), value)})"
+    said = (
+        f"{b.get('figure')} not measured at this step: a gate that cannot measure fails"
+        if value is None or value != value  # None, or NaN
+        else f"{b.get('figure')} = {_fmt(b.get('figure', 'k3'), value)}"
     )
+    return f"PARITY GATE FAILED at step {b.get('step')}: {b.get('rule')} ({said})"
 
 
 def trend_text(report: TrendReport, run_id: str | None = None) -> str:

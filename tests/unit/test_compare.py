@@ -49,6 +49,14 @@ def test_gap_sign_is_b_minus_a():
     assert c.max_abs_gap == pytest.approx(0.6) and c.mean_abs_gap == pytest.approx(0.45)
 
 
+def test_a_masked_logprob_has_no_gap_and_does_not_become_the_noise():
+    """-inf is stored as -1e30 (JSON carries no inf): it is masked, not a 1e30-nat gap, which would
+    have made every later fork a 'near-tie' within the noise before it."""
+    c = compare(stream("ref", [5, 6, 7], [-1e30, -0.2, -0.3]), stream("cand", [5, 6, 7], [-0.1, -0.25, -0.3]))
+    assert c.logprob_gaps[1:] == pytest.approx([-0.05, 0.0])  # the series keeps the masked position's
+    assert c.max_abs_gap == pytest.approx(0.05) and c.mean_abs_gap == pytest.approx(0.025)
+
+
 def test_empty_streams_are_identical():
     c = compare(stream("ref", []), stream("cand", []))
     assert c.identical is True and c.compared == 0 and c.lengths == [0, 0]

@@ -201,6 +201,12 @@ def test_the_sampling_family_is_judged_against_the_floor_by_wilson_intervals():
     over = sampling_against_floor({**floor, "tokens": 1000, "renorm_outside_0.9_1.1": 0.2}, floor)
     assert "above the floor (renormalised ratio outside [0.9, 1.1])" in over and "1,000 drawn" in over
     assert sampling_against_floor(floor, None) is None
+    # kept_sets_differ is over the sets compared (every token and every fork's): 30/120 against 6/120 is
+    # above the floor, which an interval over the 20 tokens alone hid.
+    side_k = {"tokens": 20, "sets_compared": 120, "kept_sets_differ": 30 / 120}
+    floor_k = {"tokens": 20, "sets_compared": 120, "kept_sets_differ": 6 / 120}
+    got = sampling_against_floor(side_k, floor_k)
+    assert "above the floor (" in got and "25.0% [18.1-33.4%]" in got and "5.0% [2.3-10.5%]" in got
 
 
 def _plan(mode, *kinds, cross=True, findings=None, floor=None, chunk=1):

@@ -57,7 +57,7 @@ def test_the_low_precision_finding_speaks_of_samples_when_sampled():
     def prepared(cfg):
         sides = [SimpleNamespace(name=n, dtype="bfloat16", spec=SimpleNamespace(options=SimpleNamespace(dtype="bfloat16")))
                  for n in ("hf", "vllm")]
-        return SimpleNamespace(config=cfg, model=SimpleNamespace(config_dtype="bfloat16"), sides=sides)
+        return SimpleNamespace(config=cfg, model=SimpleNamespace(config_dtype="bfloat16", weights_dtype=""), sides=sides)
 
     (low,) = [f for f in check_dtype(prepared(SHARED)) if f.code == "low-precision"]
     assert "shared-seed samples usually fork" in low.message and "greedy" not in low.message

@@ -56,7 +56,10 @@ def test_a_jump_is_named_at_its_first_step_with_its_size_and_a_flat_or_drifting_
 
 def test_gate_rules_parse_and_name_the_unknown():
     (rule,) = parse_gate(["k3 > 0.001"])
-    assert rule.breached(0.002) and not rule.breached(0.0005) and not rule.breached(None)
+    assert rule.breached(0.002) and not rule.breached(0.0005)
+    # A step that could not measure the figure (no scorable token; a figure its mode never computes)
+    # fails the gate: a training script reading the exit code must not go on as if it passed.
+    assert rule.breached(None) and rule.breached(float("nan"))
     assert parse_gate(["rho_mean<0.9"])[0].breached(0.8)
     with pytest.raises(ValueError, match="unknown figure 'kk'"):
         parse_gate(["kk>1"])

@@ -398,6 +398,18 @@ def test_share_identical_is_judged_by_wilson_intervals():
     assert compare_to_floor(run(8400, 10_000), run(9000, 10_000)).exceeded == ["not_identical"]
 
 
+def test_a_floor_without_scorable_tokens_is_not_comparable_even_where_the_shares_identical_agree():
+    """A replay's rows are identical by construction: with no token figure on the floor, the share
+    identical alone would have called a side 0.25 nats off 'within noise'."""
+    side = workload_stats([gapped(i, [0.25] * 4, identical=True) for i in range(100)])
+    floor = workload_stats([sample(i, [None] * 4, [None] * 4, identical=True) for i in range(100)])
+    v = compare_to_floor(side, floor)
+    assert v.verdict == "not comparable" and "share of identical streams alone" in v.summary
+    # A side worse than its floor on the share identical still exceeds, token figures or not.
+    worse = workload_stats([sample(i, [None] * 4, [None] * 4, first=0) for i in range(100)])
+    assert compare_to_floor(worse, floor).verdict == "exceeds noise"
+
+
 def test_empty_stats_are_not_comparable():
     v = compare_to_floor(workload_stats([]), workload_stats([]))
     assert v.verdict == "not comparable" and v.exceeded == []
