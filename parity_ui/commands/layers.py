@@ -22,6 +22,7 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..analysis.compare import first_mismatch
 from ..core.config import config_from_dict
 from ..core.errors import ParityError
 from ..core.kinds import VllmOptions, get_kind
@@ -146,7 +147,9 @@ def _logits(cap_a: Capture, cap_b: Capture, tokens: tuple[int | None, int | None
     out: dict[str, Any] = {"argmax_a": ta, "argmax_b": tb, "rel_l2": rel_l2(la, lb)}
     x, y = tokens
     if x is not None and y is not None and x != y:
-        out.update(margin_a=la[x] - la[y], margin_b=lb[x] - lb[y], reproduces=(ta == x and tb == y))
+        out.update(
+            margin_a=la[x] - la[y], margin_b=lb[x] - lb[y], reproduces=(ta == x and tb == y), token_a=x, token_b=y
+        )
     return out
 
 
@@ -190,6 +193,14 @@ def summarise(
                 f". The two tokens are tied exactly in {tied}'s teacher-forced logits (margin "
                 f"{m['margin_a']:+.3g} / {m['margin_b']:+.3g}): which one wins is decided by rounding in the "
                 "kernels the run used and by argmax taking the lower id, so the fork is a tie, not drift"
+            )
+        elif m["argmax_a"] != m["argmax_b"]:
+            # They part here too, at other tokens: the engines differ under one eager prefill at batch 1,
+            # so batching or scheduling is not needed to explain it.
+            head += (
+                f". The teacher-forced logits part here too, at other tokens ({a} picks {m['argmax_a']}, {b} "
+                f"{m['argmax_b']}; the run had {a} {m.get('token_a')} and {b} {m.get('token_b')}): the engines "
+                "differ under one eager prefill at batch 1"
             )
         else:
             head += (
@@ -283,7 +294,8 @@ def plan(run: Run, prompt_index: int, position: int | None, sides: tuple[str, st
             )
     ra, rb = pr.results[a], pr.results[b]
     comp = next((c for c in pr.comparisons if {c.a, c.b} == {a, b}), None)
-    d = comp.first_divergence if comp is not None else None
+    # A run compares each side with its reference only: a pair of two other sides is compared here.
+    d = comp.first_divergence if comp is not None else first_mismatch(ra.token_ids, rb.token_ids)
     diverged = d is not None
     if position is None and run.kind == "replay":
         position = _worst_position(run, prompt_index)

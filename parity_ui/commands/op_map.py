@@ -453,6 +453,11 @@ def summarise(
                 head += f". The teacher-forced logits reproduce the divergence ({a} picks {x}, {b} picks {y})"
                 if first is None:
                     head += ": with every op within the floor, a near-tie that rounding alone can flip"
+            elif ra != rb:
+                head += (
+                    f". The teacher-forced logits part here too, at other tokens ({a} picks {ra}, {b} {rb}; the run "
+                    f"had {x} and {y}): the engines differ under one eager prefill at batch 1"
+                )
             else:
                 head += (
                     ". The teacher-forced logits do not reproduce the divergence here (one prefill at batch 1, eager): "

@@ -252,7 +252,11 @@ def run_pass(ops: Any, req: OpTraceRequest) -> dict[str, Any]:
                     "as a CUDA graph)",
                     "map with enforce_eager=true on this side",
                 )
-            own_logits = ops.logits(own_norm[p.win])
+            # The logits the forward computed: with the final norm swapped, from the reference's rows (the
+            # norm hook kept this side's own output before swapping; logits from that would show the
+            # swapped-out error still there, and the swap as doing nothing).
+            swapped_norm = p.swap == (final, "norm")
+            own_logits = ops.logits(p.ref_rows(final, "norm") if swapped_norm else own_norm[p.win])
             p.own[key(final, "logits")] = _spread(own_logits, p)
             added: dict[str, Any] = {}
             if p.trace and req.added:

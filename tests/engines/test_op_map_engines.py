@@ -152,3 +152,16 @@ def test_three_way_against_an_fp32_side_says_which_op_is_beyond_the_dtype_roundi
     beyond = m.beyond_fp32("add")
     assert beyond[m.row_of(1, "q")].mean() > 0.5 and "Three-way against the fp32 side f32" in loc.summary
     assert beyond[m.row_of(0, "q")].mean() < 0.5  # layer 0's q rounds as the reference's does
+
+
+def test_a_fault_in_the_final_norm_is_removed_by_swapping_it(service, tiny_llama, tmp_path):
+    """The final norm feeds the logits, which the map computes from the norm's rows itself: with the norm
+    swapped they must be computed from the swapped rows (they were from the side's own, so the swap
+    looked as if it removed nothing)."""
+    from tiny_models import copy_model, perturb_relative
+
+    folder = perturb_relative(copy_model(tiny_llama, tmp_path / "final-norm"), "model.norm.weight", scale=1e-2, seed=5)
+    run = _run(service, tiny_llama, ["ref=vllm", f"b=hf,model={folder}"])
+    loc, m = _map(service, run, swap="final.norm")
+    assert m.swap["before"]["logits_over"] > 0, loc.summary  # the fault reaches the logits
+    assert m.swap["removes"] and m.swap["after"]["logits_over"] == 0, loc.summary

@@ -89,6 +89,19 @@ def test_plan_teacher_forces_the_prompt_and_the_common_prefix():
     assert p.diverged
 
 
+def test_a_pair_without_the_reference_is_compared_by_its_own_tokens():
+    """A run compares each side with its reference only: b and c part at 2 although neither is the
+    reference (it said 'never diverged', and a --position past the fork was taken)."""
+    run = _run()
+    pr = run.prompts[0]
+    pr.results["c"] = SideResult(side="c", prompt_index=0, token_ids=[5, 6, 7, 4])
+    run.sides.append(SideInfo(name="c", kind="hf"))
+    p = plan(run, 0, None, ("b", "c"))
+    assert (p.position, p.tokens, p.diverged) == (2, (9, 7), True)
+    with pytest.raises(LayersError, match="after the divergence at 2"):
+        plan(run, 0, 3, ("b", "c"))
+
+
 @pytest.mark.parametrize("kw,needle,fix", [
     (dict(run=_run(div=None, b_ids=(5, 6, 7, 8))), "never diverged", "--position"),
     (dict(position=3), "after the divergence at 2", "from 0 to 2"),
@@ -125,6 +138,11 @@ def test_an_exact_tie_that_the_capture_does_not_reproduce_is_called_a_tie():
     drift = {"argmax_a": 3, "argmax_b": 3, "margin_a": 0.4, "margin_b": 0.2, "reproduces": False}
     _, _, text = summarise(figs, drift, "hf", "vllm", diverged=True)
     assert "do not reproduce the fork" in text and "eagerly at batch 1" in text
+    # They part under the capture too, but at other tokens: not "both pick the same token", not batching.
+    other = {"argmax_a": 3, "argmax_b": 11, "margin_a": 0.4, "margin_b": 0.3, "reproduces": False,
+             "token_a": 3, "token_b": 4}
+    _, _, text = summarise(figs, other, "hf", "vllm", diverged=True)
+    assert "part here too, at other tokens (hf picks 3, vllm 11" in text and "batched" not in text
     fork = {"argmax_a": 3, "argmax_b": 4, "margin_a": 0.4, "margin_b": -0.2, "reproduces": True}
     _, _, text = summarise(figs, fork, "hf", "vllm", diverged=True)
     assert "reproduce the fork" in text and "near-tie that rounding alone can flip" in text

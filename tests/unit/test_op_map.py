@@ -120,6 +120,19 @@ def test_the_first_cell_over_the_floor_is_in_forward_order_and_min_rel_guards_a_
     assert cell["add_over"] and cell["label"] == "L0 q" and cell["generated"] and cell["token"] == "t4"
 
 
+def test_the_summary_says_whether_the_teacher_forced_logits_part_and_where():
+    from parity_ui.commands.op_map import Pair, summarise
+
+    m, pair = _map(), Pair("a", "b", None)
+    argmax = {"a": [1, 2, 3, 4, 7], "b": [1, 2, 3, 4, 11]}  # examined token 14: the last position
+    _, _, text = summarise(m, pair, argmax, (7, 9), True)  # the run had 7 and 9; the capture 7 and 11
+    assert "part here too, at other tokens (a picks 7, b 11; the run had 7 and 9)" in text and "batched" not in text
+    same = {"a": [1, 2, 3, 4, 7], "b": [1, 2, 3, 4, 7]}
+    assert "how the run was batched" in summarise(m, pair, same, (7, 9), True)[2]
+    fork = {"a": [1, 2, 3, 4, 7], "b": [1, 2, 3, 4, 9]}
+    assert "reproduce the divergence (a picks 7, b picks 9)" in summarise(m, pair, fork, (7, 9), True)[2]
+
+
 def test_the_stored_form_round_trips_and_json_has_no_nan():
     m = _map(over=[(2, 0)])
     m.routers = {0: {"margin_a": [0.1] * 5, "margin_b": [0.1] * 5, "same": [1.0] * 5}}
