@@ -315,6 +315,13 @@ def test_audit_outcomes_pass_only_at_zero():
     r = _report({"replay": IDENTICAL, "batch": BROKEN, "graphs": NOT_APPLICABLE, "prefix": VACUOUS})
     assert [o.status for o in audit_outcomes(r, "R")] == ["pass", "fail", "skipped", "fail"]
     assert control_outcome(r).status == "pass"
+    # An asked axis that could not run (one prompt for a batch) fails; a case with no axis judged fails.
+    r1 = _report({"batch": NOT_RUN, "order": NOT_RUN})
+    for res in r1.results:
+        res.reason = "it needs at least 2 prompts"
+    got = audit_outcomes(r1, "R")
+    assert [o.status for o in got] == ["fail", "fail", "fail"] and "checked nothing" in got[-1].message
+    assert [o.status for o in audit_outcomes(_report({"replay": IDENTICAL, "tp": NOT_RUN}), "R")] == ["pass", "skipped"]
     assert control_outcome(_report({"replay": IDENTICAL}, detected=False)).status == "fail"
     assert "VOID" in control_outcome(_report({"replay": IDENTICAL}, detected=None)).message
 

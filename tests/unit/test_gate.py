@@ -407,3 +407,17 @@ def test_the_examples_validate_and_the_ci_gate_page_embeds_them_verbatim():
     job = yaml.safe_load((ROOT / "examples" / "github-actions-gate.yml").read_text())
     steps = [s.get("run", "") for j in job["jobs"].values() for s in j["steps"]]
     assert any("parity check examples/gate.yaml" in s and "--junit" in s for s in steps)
+
+
+def test_a_corridor_on_a_metric_neither_run_measured_fails_unless_none_is_the_best():
+    """route_same_set on a side that records no routes: neither run has it, and the corridor checked
+    nothing (it passed); median_first_divergence missing in both means nothing diverged: a pass."""
+    from parity_ui.commands.gate.judge import _corridor
+    from parity_ui.commands.gate.spec import Slack
+    from parity_ui.core.pooled import workload_stats
+
+    empty = workload_stats([])
+    got = _corridor(empty, empty, "b", Slack("route_same_set", 0.01, False, 7), "B1", "baseline")
+    assert got.status == "fail" and "checked nothing" in got.message
+    ok = _corridor(empty, empty, "b", Slack("median_first_divergence", 2, False, 8), "B1", "baseline")
+    assert ok.status == "pass"

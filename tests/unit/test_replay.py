@@ -142,6 +142,41 @@ def test_a_gate_case_can_be_a_replay_with_thresholds_on_its_pairs(service, model
     assert cases["engine-rerun"]["status"] == "pass" and cases["the-run"]["status"] == "fail", cases
 
 
+def test_a_replay_case_refuses_sequence_metrics_and_its_control_replays_the_dump(service, model, tmp_path):
+    """Every replay row is identical by construction (the dump's tokens are forced): share_identical on a
+    replay cannot fail and is refused. A replay case's control replays its dump with the control's
+    change (it ran a workload of no prompts, which has no pair to judge: always an error)."""
+    from parity_ui.cli import main
+    from parity_ui.commands.gate.spec import SpecError, parse_spec
+    from parity_ui.store.checks import check_result
+    from parity_ui.store.runs import list_runs, open_db
+
+    with pytest.raises(SpecError, match="share_identical cannot fail on a replay"):
+        parse_spec(f"cases:\n  - name: r\n    model: {model}\n    replay: r.jsonl\n"
+                   "    thresholds: {share_identical: 0.99}\n", base=tmp_path)
+    _dump(tmp_path / "rollouts.jsonl", n=4)
+    spec = tmp_path / "gate.yaml"
+    spec.write_text(f"""cases:
+  - name: rerun
+    model: {model}
+    sides: [{{name: ref, kind: fake}}, {{name: b, kind: fake}}]
+    replay: rollouts.jsonl
+    check_sides: [b]
+    thresholds: {{abs_dlogp_max: 0.001}}
+    control: {{set: {{b.shift: 0.5}}}}
+""")
+    db = str(tmp_path / "gate.db")
+    main(["--db", db, "check", str(spec), "--quiet", "--json"])
+    check = check_result(open_db(db), next(r.id for r in list_runs(open_db(db)) if r.kind == "check"))
+    (case,) = check["cases"]
+    # The control was judged on a replay of its own (the fake scores the dump's made-up tokens alike
+    # whatever its shift, so this control cannot make the case fail: said as such, not as an error).
+    control = case["control"]
+    assert control["outcome"]["status"] == "fail" and "the gate cannot fail" in control["outcome"]["message"]
+    assert [o["check"] for o in control["outcomes"]] == ["abs_dlogp_max <= 0.001"]
+    assert sum(r.kind == "replay" for r in list_runs(open_db(db))) == 2  # the case's replay and its control's
+
+
 def test_full_distribution_on_a_replay_names_the_sides_without_rows_and_goes_on(service, model, tmp_path):
     """full_distribution on a replay whose sides (the fake kind) cannot give full rows: each is named,
     the replay's own figures stand, and no pair has distribution figures (not recorded, never 0)."""

@@ -476,3 +476,14 @@ def test_a_skip_of_tensors_the_pushed_checkpoint_did_not_change_is_refused_befor
     assert "hold the same bytes" in str(e.value) and "--zero" in e.value.fix
     model, start = check_request(WeightsCheckRequest(model=str(b), start_from=str(a), skip=r"b\.weight"))
     assert start is not None and model.path == str(b.resolve())
+
+
+def test_a_weights_gate_case_that_checked_nothing_is_an_error_not_a_pass():
+    """A server whose tensors cannot be read and no judged probe (probe: false, or no floor): the gate
+    said PASS with every check skipped."""
+    from parity_ui.commands.gate.check import _weights_outcomes
+
+    r = WeightReport(model="B", start_from=None, updated="server", fresh="fresh", reference=None,
+                     readable=False, not_readable="no /weight_checker on this server")
+    (o,) = _weights_outcomes(r, 3)
+    assert o.status == "error" and "nothing could be checked" in o.message and "weight_checker" in o.message

@@ -1,6 +1,7 @@
 """A gate case that is an invariance audit (`audit:` in a spec; parity_ui.commands.audit): the case
-passes only at zero. Each (side, axis) is one check: identical passes; broken, vacuous or an error
-fails; an axis the setup does not have (or that the case left out) is skipped, its reason said. The
+passes only at zero. Each (side, axis) is one check: identical passes; broken, vacuous, an error or an
+asked-for axis that did not run fails; an axis the setup does not have (or that the case left out) is
+skipped, its reason said; a case where no axis was judged fails. The
 audit's own control is the case's control: detected passes; not detected, the audit is VOID and the
 case cannot pass."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...core.audit_record import BROKEN, ERROR, IDENTICAL, VACUOUS, AuditReport, axis_label
+from ...core.audit_record import BROKEN, ERROR, IDENTICAL, NOT_ASKED, NOT_RUN, VACUOUS, AuditReport, axis_label
 from ...core.config import ParityConfig
 from ...core.runlog import EventCallback
 from ...core.types import Run
@@ -39,9 +40,24 @@ def audit_outcomes(report: AuditReport, run_id: str, line: int | None = None) ->
             )
         elif r.status == ERROR:
             status, message = "error", f"{r.reason} (run {run_id})"
+        elif r.status == NOT_RUN and not r.reason.startswith(NOT_ASKED):
+            # Asked for and not run (too few prompts, a prompt too short to chunk): not checked, so not
+            # passed, as the audit's own certificate reads it.
+            status, message = "fail", f"{r.status}: {r.reason}: asked for and not checked (run {run_id})"
         else:
             status, message = "skipped", f"{r.status}: {r.reason}"
         out.append(Outcome("audit", check, r.side, status, message, value=float(r.broken), limit=0.0, line=line))
+    if not any(o.status == "pass" for o in out):  # nothing was identical because nothing was judged
+        out.append(
+            Outcome(
+                "audit",
+                "at least one axis judged",
+                None,
+                "fail",
+                f"no axis was judged identical (run {run_id}): the case checked nothing",
+                line=line,
+            )
+        )
     return out
 
 

@@ -667,6 +667,18 @@ def _weights_outcomes(report: WeightReport, line: int) -> list[Outcome]:
     judged), the probe at the floor."""
     if report.error:
         return [Outcome("run", "the weights check runs", None, "error", report.error, line=line)]
+    if report.verdict == "ERROR":  # no tensor readable and no judged probe: nothing was checked
+        return [
+            Outcome(
+                "run",
+                "the weights check runs",
+                None,
+                "error",
+                f"nothing could be checked: tensors not readable ({report.not_readable}) and no probe judged "
+                "against a floor",
+                line=line,
+            )
+        ]
     out = []
     if report.readable:
         d = report.differing
@@ -823,7 +835,12 @@ def _control(service: Service, case: PreparedCase, group: str, say: Say, emit: E
             desc, None, Outcome("control", label, None, "error", f"control ({desc}): {e}", line=spec.line)
         )
     say(f"case {case.name}: control: {desc}")
-    run = _workload(service, case, cfg, group, emit)
+    try:  # a replay case's control replays its dump too (a workload of no prompts has no pair to judge)
+        run = (_replay if case.spec.replay is not None else _workload)(service, case, cfg, group, emit)
+    except ParityError as e:
+        return ControlResult(
+            desc, None, Outcome("control", label, None, "error", f"control ({desc}): {e}", line=spec.line)
+        )
     judged = _judged(case, run)
     outcome = _control_outcome(desc, label, judged, run.id, spec.line)
     say(

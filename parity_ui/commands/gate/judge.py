@@ -194,7 +194,17 @@ def _corridor(stats: WorkloadStats, base: WorkloadStats, side: str, s: Slack, ba
     m = METRICS[s.metric]
     value, ref = m.get(stats), m.get(base)
     if value is None and ref is None:
-        return Outcome("baseline", label, side, "pass", f"{s.metric}: none in this run and the baseline", line=s.line)
+        # None for a metric where none is good (nothing diverged, in both): a pass. Otherwise neither run
+        # measured it, and a gate that cannot measure fails, as a threshold does.
+        return Outcome(
+            "baseline",
+            label,
+            side,
+            "pass" if m.none_passes else "fail",
+            f"{s.metric}: none in this run and the baseline"
+            + ("" if m.none_passes else ": neither measured it, so the corridor checked nothing"),
+            line=s.line,
+        )
     if value is None or ref is None:
         if m.none_passes and value is None:  # e.g. nothing diverged now: better than any baseline
             return Outcome("baseline", label, side, "pass", f"{s.metric}: none now (baseline {fmt(ref)})", line=s.line)

@@ -77,6 +77,8 @@ CASE_KEYS = (
 )
 AUDIT_KEYS = ("axes", "batch", "prompts", "longest", "control_setting", "control_set", "seed")
 # What an audit case may not have: it is judged at zero, by its own control.
+# Metrics of the token streams' identity: on a replay (forced tokens) they hold by construction.
+SEQUENCE_METRICS = ("share_identical", "identical_wilson_lower", "median_first_divergence")
 NOT_WITH_AUDIT = ("thresholds", "baseline", "control", "replay", "mode", "floor", "floor_batch_size", "check_sides")
 PROMPT_KEYS = ("file", "field", "limit", "sample", "seed", "texts")
 REPLAY_KEYS = ("file", "format", "limit", "policy_version")
@@ -441,6 +443,15 @@ class _Validator:
         trust = self.boolean(m, "trust_remote_code")
         check_sides = self.names(m, "check_sides")
         thresholds = self.thresholds(m, floor)
+        if replay is not None:  # a replay's pairs score the dump's own tokens: every row is "identical"
+            for t in thresholds:
+                if t.metric in SEQUENCE_METRICS:
+                    self.bad(
+                        t.line,
+                        f"{t.metric} cannot fail on a replay: the pairs teacher-force the dump's own tokens, so "
+                        "every row is identical by construction",
+                        "judge a replay by its logprob figures (abs_dlogp_p99, k3, outside_0.8_1.2, within_floor)",
+                    )
         baseline = self.baseline(m)
         control = self.control(m)
         if not thresholds and baseline is None and audit is None:
