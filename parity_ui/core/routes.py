@@ -235,3 +235,15 @@ def replay_from_json(data: dict[str, Any] | RouteReplay | None) -> RouteReplay |
         return data
     names = {f.name for f in dataclasses.fields(RouteReplay)}
     return RouteReplay(**{k: v for k, v in data.items() if k in names})
+
+
+def moe_layer_indices(
+    n: int, first_k_dense_replace: int = 0, mlp_only_layers: Any = (), sparse_step: int = 1
+) -> list[int]:
+    """The decoder layers of `n` that route to experts: all but the first `first_k_dense_replace` (DeepSeek,
+    GLM-4-MoE), the `mlp_only_layers` and those off the `decoder_sparse_step` (Qwen-MoE). One rule for a
+    config.json (measures.routes.route_shape) and for vLLM's built-in capture, which has a row for every
+    decoder layer (dense ones left zero) where hooks record the MoE layers only."""
+    dense = set(mlp_only_layers or ())
+    step = max(int(sparse_step or 1), 1)
+    return [i for i in range(n) if i >= int(first_k_dense_replace or 0) and i not in dense and (i + 1) % step == 0]

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.routes import Routes
+from ..core.routes import Routes, moe_layer_indices
 from .base import EngineFault
 
 MOE_UNSUPPORTED = (
@@ -407,8 +407,19 @@ def routes_generated(
     import numpy as np
 
     arr = np.asarray(routed)[positions]  # [n, layers, k]
+    # vLLM's capture has a row for every decoder layer (indexed by layer_id), the dense ones left zero:
+    # keep the MoE layers, as the hooks and a dump's routes do, or dense rows would compare as agreeing.
+    cfg = getattr(engine.model_config, "hf_text_config", None) or getattr(engine.model_config, "hf_config", None)
+    layers = moe_layer_indices(
+        int(arr.shape[1]),
+        getattr(cfg, "first_k_dense_replace", 0) or 0,
+        getattr(cfg, "mlp_only_layers", None) or [],
+        getattr(cfg, "decoder_sparse_step", 1) or 1,
+    )
+    if len(layers) != arr.shape[1]:
+        arr = arr[:, layers, :]
     return Routes(
-        layers=list(range(arr.shape[1])),
+        layers=layers,
         top_k=int(arr.shape[2]),
         num_experts=_num_experts(engine),
         ids=arr.reshape(-1).astype(int).tolist(),

@@ -36,7 +36,7 @@ from ..core.measures import ROUTE_REPLAY, ROUTES, ROUTING
 from ..core.pooled import PairSample, routing_against_floor
 from ..core.replay_record import RECORDED
 from ..core.requests import GenerateRequest, RouteReplayRequest, RoutesRequest
-from ..core.routes import RouteReplay, Routes, agreement_from_json
+from ..core.routes import RouteReplay, Routes, agreement_from_json, moe_layer_indices
 from ..core.runlog import EventCallback, RunEvent
 from ..core.types import Comparison, Finding, Run, SideResult, TokenStep
 from ..core.workload_record import put_family
@@ -617,10 +617,9 @@ def route_shape(model_path: str) -> RouteShape | None:
         return None
     cfg = cfg.get("text_config") or cfg
     n = int(cfg.get("num_hidden_layers") or 0)
-    first = int(cfg.get("first_k_dense_replace") or 0)
-    dense = set(cfg.get("mlp_only_layers") or [])
-    step = int(cfg.get("decoder_sparse_step") or 1)
-    layers = [i for i in range(n) if i >= first and i not in dense and (i + 1) % step == 0]
+    layers = moe_layer_indices(
+        n, cfg.get("first_k_dense_replace") or 0, cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step") or 1
+    )
     return RouteShape(layers=layers, hidden_layers=n, top_k=shape[1], experts=shape[0])
 
 

@@ -216,3 +216,22 @@ def test_vllm_answers_routes_of_its_own_generated_tokens_from_its_built_in_captu
     got = eng.routes(RoutesRequest(ids=prompt + tokens, positions=[2, 3]))  # the positions predicting the tokens
     assert got.source == "vllm built-in (as generated)" and got.num_experts == 8 and got.top_k == 2
     assert got.ids == routed[[2, 3]].reshape(-1).tolist()
+
+
+def test_vllms_built_in_capture_keeps_the_moe_layers_only():
+    """vLLM's routed-experts buffer has a row for every decoder layer (indexed by layer_id), the dense
+    ones left zero: as DeepSeek's first_k_dense_replace layers. Those rows compared as 'the same experts'
+    and counted in every share; the hooks and a dump's routes hold the MoE layers only."""
+    import numpy as np
+
+    from parity_ui.engines.routes import routes_generated
+
+    cfg = SimpleNamespace(first_k_dense_replace=1, mlp_only_layers=None, decoder_sparse_step=1)
+    engine = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=cfg, get_num_experts=lambda: 8))
+    routed = np.zeros((4, 3, 2), dtype=np.int32)  # 4 positions, 3 decoder layers, top-2
+    routed[:, 1:, :] = [[1, 2], [3, 4]]
+    r = routes_generated(engine, routed, [1, 2, 3])
+    assert r.layers == [1, 2] and r.top_k == 2 and len(r.ids) == 3 * 2 * 2 and 0 not in r.ids
+    # every layer routed (no dense ones): all kept
+    all_moe = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=SimpleNamespace(), get_num_experts=lambda: 8))
+    assert routes_generated(all_moe, routed, [0]).layers == [0, 1, 2]
