@@ -141,6 +141,31 @@ def _div(run: Run) -> float:
     return float("inf") if fd is None else float(fd)
 
 
+def _span(run: Run) -> int:
+    """How many tokens every comparison of an identical run agreed over: a fork past it was not looked at."""
+    return min((c.compared for pr in run.prompts for c in pr.comparisons), default=0)
+
+
+def _moved(a: Run, b: Run) -> bool:
+    """Whether two runs' first divergences differ as far as both looked: an identical run says "no fork
+    within its span", so a fork in the other past that span (a longer max_new_tokens) is no move."""
+    da, db = _div(a), _div(b)
+    if da == db:
+        return False
+    if da == float("inf"):
+        return db < _span(a)
+    if db == float("inf"):
+        return da < _span(b)
+    return True
+
+
+def _earliest(run: Run) -> Any:
+    """The comparison that parts first (over every prompt, batch copy and side): the one whose verdict
+    and gap a point shows beside the run's first divergence; the first comparison where none parts."""
+    comps = [c for pr in run.prompts for c in pr.comparisons]
+    return min(comps, key=lambda c: (c.first_divergence is None, c.first_divergence or 0), default=None)
+
+
 def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
     """Per point: settings, run id, status, first divergence, verdict. Per grid key: whether changing
     that key alone (every other key fixed) moved the first divergence, and the divergence by value.
@@ -148,7 +173,7 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
     points = []
     for p in sweep.points:
         r = p.run
-        comp = r.prompts[0].comparisons[0] if r.prompts and r.prompts[0].comparisons else None
+        comp = _earliest(r)
         expl = comp.explanation if comp else None
         stats = comp.cross_scores.get(f"{comp.b}_by_{comp.a}") if comp and comp.cross_scores else None
         rms = stats.rms_gap if stats is not None else None
@@ -170,7 +195,7 @@ def summarize_sweep(sweep: Sweep) -> dict[str, Any]:
         moved = False
         for a, b in itertools.combinations(ok, 2):
             same_rest = all(a.settings[k] == b.settings[k] for k in sweep.grid if k != key)
-            if same_rest and a.settings[key] != b.settings[key] and _div(a.run) != _div(b.run):
+            if same_rest and a.settings[key] != b.settings[key] and _moved(a.run, b.run):
                 moved = True
         effects.append({"key": key, "moves_divergence": moved, "first_divergence_by_value": by_value})
     return {

@@ -74,6 +74,29 @@ def test_summary_says_which_key_moves_the_divergence():
     assert [p["cross_rms_gap"] for p in s["points"]] == [0.001, 0.001, 0.5, 0.5]
 
 
+def test_a_run_that_stopped_before_the_fork_did_not_move_it():
+    """max_new_tokens=16 is identical over its 16 tokens, 64 forks at 30: the shorter run never reached
+    token 30, so the key did not move the divergence. A fork within the identical run's span did."""
+    import dataclasses
+
+    short, long = _run(None, "ok"), _run(30)
+    short.prompts[0].comparisons[0].compared = 16
+    grid = {"max_new_tokens": [16, 64]}
+    s = summarize_sweep(Sweep(group_id="g", grid=grid, points=[SweepPoint({"max_new_tokens": 16}, short),
+                                                               SweepPoint({"max_new_tokens": 64}, long)]))
+    assert s["effects"][0]["moves_divergence"] is False
+    early = _run(12)
+    s = summarize_sweep(Sweep(group_id="g", grid=grid, points=[SweepPoint({"max_new_tokens": 16}, short),
+                                                               SweepPoint({"max_new_tokens": 64}, early)]))
+    assert s["effects"][0]["moves_divergence"] is True
+    # Three sides: b identical, c forks at 5: the point shows c's verdict and gap beside divergence 5.
+    three = _run(None, "diverged")
+    fork = dataclasses.replace(_run(5).prompts[0].comparisons[0], b="c")
+    three.prompts[0].comparisons.append(fork)
+    (point,) = summarize_sweep(Sweep(group_id="g", grid={"x": [1]}, points=[SweepPoint({"x": 1}, three)]))["points"]
+    assert point["first_divergence"] == 5 and point["verdict"] == "numerical near-tie"
+
+
 def test_error_points_do_not_count_as_effects():
     grid = {"batch_size": [1, 2]}
     sweep = Sweep(group_id="g", grid=grid, points=[SweepPoint({"batch_size": 1}, _run(3)),
