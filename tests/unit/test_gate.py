@@ -162,6 +162,13 @@ def test_a_baseline_of_another_model_or_other_prompts_is_refused(tmp_path, model
                  .replace("{file: prompts.jsonl}", "{file: prompts.jsonl, limit: 3}"))
     assert _check(tmp_path, spec)[0] == 2
     assert "ran other prompts (content hash" in capsys.readouterr().err
+    # A run that did not finish (stopped after some prompts) is no baseline: its figures cover only those.
+    db_ = open_db(db)
+    db_.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", [run_id])
+    db_.conn.commit()
+    spec = _spec(tmp_path, "cases:\n" + _case(model, extra=f"    baseline: {{run: {run_id}, slack: {{share_identical: 0.1}}}}\n"))
+    assert _check(tmp_path, spec)[0] == 2
+    assert f"baseline run {run_id} did not finish (cancelled" in capsys.readouterr().err
 
 
 # -- thresholds, JUnit, Markdown, storage ---------------------------------------------------------------

@@ -515,6 +515,16 @@ def _baseline(
             "give the id of a workload run (a case's run from an earlier parity check)",
         )
         return None
+    if stored.status not in ("ok", "diverged") or stored.workload.done < stored.workload.n_prompts:
+        # A stopped or failed run's figures are over the prompts it finished: a corridor around 3 of 200
+        # prompts is not this case's baseline.
+        bad(
+            b.line,
+            f"baseline run {run_id} did not finish ({stored.status}: {stored.workload.done} of "
+            f"{stored.workload.n_prompts} prompts)",
+            f"give a run that finished every prompt (go on with it: parity resume {run_id}), or use run: last-pass",
+        )
+        return None
     if stored.model.name not in (case.model, model) and stored.model.path not in (model, model_path):
         bad(
             b.line,
