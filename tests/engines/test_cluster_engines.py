@@ -144,7 +144,7 @@ def test_a_replay_on_ray_gives_the_in_process_figures(on_ray, tiny_llama, in_pro
     started = [m for m in status if (m.startswith("starting") and "replica(s)" not in m) or "starting its engine" in m]
     assert not started, started  # the workloads' warm in-process workers served the replay
     replicas = {n for m in status if "replica(s) on the Ray cluster (" in m
-                for n in m.split("(", 1)[1].split(")", 1)[0].split(", ")}
+                for n in m.split("on the Ray cluster (", 1)[1].split(")", 1)[0].split(", ")}
     assert replicas <= down, (replicas, down)  # and their warm replicas, but for any the kill left down
     for run in runs:
         assert run.kind == "replay" and run.status in ("ok", "diverged"), run.error
