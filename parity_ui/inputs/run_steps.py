@@ -36,6 +36,14 @@ SETTLE_S = 5.0  # a file no longer written to for this long (and whole) is compl
 MAX_DEPTH = 6  # how deep a run directory is searched
 _NEMO = re.compile(r"^train_data_step(\d+)\.jsonl$")
 _NUMBER = re.compile(r"(\d+)")
+_STEP_NUMBER = re.compile(r"(?:step|rollout|iter|global_step)[_-]?(\d+)", re.IGNORECASE)
+
+
+def step_of(stem: str) -> int:
+    """The step a file's name says: the number after "step" (or rollout, iter: step_7_bf16 is step 7,
+    step1_qwen3 step 1, not 16 and 3), else its last number (gen-0005 is step 5)."""
+    m = _STEP_NUMBER.search(stem)
+    return int(m.group(1)) if m else int(_NUMBER.findall(stem)[-1])
 
 
 @dataclass
@@ -163,7 +171,7 @@ def scan_run(root: str | Path, fmt: str = "auto") -> RunLayout:
                 numbers = _NUMBER.findall(p.stem)
                 f = _file_format(p) if numbers else None
                 if f is not None:
-                    found.setdefault(f, []).append(StepSource(step=int(numbers[-1]), format=f, path=p, files=[p]))
+                    found.setdefault(f, []).append(StepSource(step=step_of(p.stem), format=f, path=p, files=[p]))
     if fmt != "auto":
         for other, steps in found.items():
             if other != fmt:

@@ -103,7 +103,13 @@ def join_train_dump(path: Path, samples: list[Any], trust_pickle: bool, notes: l
         notes.append(f"{e.message}: not joined (no trainer logprobs)")
         return [(s, None) for s in samples]
     by_index = {t.get("sample_index"): t for t in train if t.get("sample_index") is not None}
-    if samples and all(sample_field(s, "index") is not None for s in samples) and by_index:
+    indices = [sample_field(s, "index") for s in samples]
+    # sample_index names one sample only where no two share it (on either side): a duplicate would hand
+    # every rollout row of that index the last train sample's logprobs. Else the rollout position.
+    unique = len(set(indices)) == len(indices) and len(by_index) == sum(
+        t.get("sample_index") is not None for t in train
+    )
+    if samples and all(i is not None for i in indices) and by_index and unique:
         key, pairs = "sample_index", [(s, by_index.get(sample_field(s, "index"))) for s in samples]
         extra = len(set(by_index) - {sample_field(s, "index") for s in samples})
     else:  # no indices: the rollout position slime orders its train samples by

@@ -78,6 +78,26 @@ def test_slime_dict_dump_reads_its_kept_sets_and_joins_the_train_dump_v2_on_samp
     assert got[1].kept_ids == [[21, 5], [21], [22, 7, 9], []] and got[0].kept_ids is None
 
 
+def test_slime_samples_sharing_an_index_are_joined_by_their_rollout_position(tmp_path):
+    """Two samples of one index (a custom generate returning several samples of one prompt): a join on
+    sample_index gave both the last one's trainer logprobs; the rollout position tells them apart."""
+    rows = _rows(3, shift=0.2)
+    rows[1]["trainer"] = [x - 0.7 for x in rows[1]["rollout"]]
+    rows[1]["index"] = rows[0]["index"]
+    dump = open_dump(write_slime_step(tmp_path, 3, rows))
+    got = list(dump.rows())
+    assert any("joined on rollout_position" in n for n in dump.notes), dump.notes
+    for row, want in zip(got, rows):
+        assert row.trainer_logprobs == pytest.approx(want["trainer"], abs=1e-6)
+
+
+def test_a_run_directory_names_each_file_step_by_the_number_after_step():
+    from parity_ui.inputs.run_steps import step_of
+
+    assert [step_of(s) for s in ("step_7_bf16", "step1_qwen3", "rollout_12", "gen-0005", "run2_step_40")] == \
+        [7, 1, 12, 5, 40]
+
+
 def test_a_train_dump_before_v2_is_named_and_not_joined(tmp_path):
     import torch
 
