@@ -190,10 +190,11 @@ class WeightChecker:
         differing: dict[str, Any] = {}
         for u in units:
             want, why = _expected(u, state_dict)
+            expected = _digest(want) if want is not None else None  # once: it hashes the whole tensor
             if u.key in self.unmapped:
-                status, why = self._since_calibration(u.key, u.digest, _digest(want) if want is not None else None)
+                status, why = self._since_calibration(u.key, u.digest, expected)
             else:
-                status = UNREADABLE if want is None else (EQUAL if _digest(want) == u.digest else DIFFERS)
+                status = UNREADABLE if expected is None else (EQUAL if expected == u.digest else DIFFERS)
             f = TensorFigure(
                 key=u.key,
                 rank=u.rank,
@@ -204,7 +205,7 @@ class WeightChecker:
                 dtype=u.dtype,
                 status=status,
                 live_digest=u.digest,
-                ref_digest=_digest(want) if want is not None else None,
+                ref_digest=expected,
                 read=u.read,
                 norm_live=u.norm,
                 note=why if status == UNREADABLE or u.key in self.unmapped else "",

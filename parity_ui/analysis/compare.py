@@ -64,9 +64,7 @@ def compare(a: SideResult, b: SideResult) -> Comparison:
     # The figures leave out infinite gaps and those of a masked logprob (-inf, kept as -1e30 for JSON,
     # a gap of ~1e30): the noise before a fork would be 1e30, and every fork a "near-tie" within it.
     finite = [
-        abs(lb[i] - la[i])
-        for i, g in enumerate(gaps)
-        if g is not None and math.isfinite(g) and scorable(la[i]) and scorable(lb[i])
+        abs(g) for i, g in enumerate(gaps) if g is not None and math.isfinite(g) and scorable(la[i]) and scorable(lb[i])
     ]
     return Comparison(
         a=a.side,

@@ -351,11 +351,15 @@ def trace_unavailable_here() -> str | None:
     why = trace_unavailable()
     if why is not None:
         return why
+    return None if _has_triton() else "trace replay needs Model Runner V2, which needs Triton; this vLLM build has none"
+
+
+def _has_triton() -> bool:
     try:
         from vllm.triton_utils import HAS_TRITON
     except ImportError:  # pragma: no cover - layout of another vLLM
-        return None
-    return None if HAS_TRITON else "trace replay needs Model Runner V2, which needs Triton; this vLLM build has none"
+        return True
+    return bool(HAS_TRITON)
 
 
 def trace_refusal(error: BaseException) -> str | None:
@@ -366,11 +370,7 @@ def trace_refusal(error: BaseException) -> str | None:
         return None
     line = next((ln.strip() for ln in text.splitlines() if "trace replay" in ln.lower()), text.strip())
     line = line.split("[type=")[0].strip().removeprefix("Value error, ")
-    try:
-        from vllm.triton_utils import HAS_TRITON
-    except ImportError:  # pragma: no cover - layout of another vLLM
-        HAS_TRITON = True
-    return line + ("; Model Runner V2 needs Triton, which this vLLM build lacks" if not HAS_TRITON else "")
+    return line + ("; Model Runner V2 needs Triton, which this vLLM build lacks" if not _has_triton() else "")
 
 
 def forced_tokens_label(path: str, why: str | None) -> str:

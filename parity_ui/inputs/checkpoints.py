@@ -53,6 +53,14 @@ class TensorIndex:
         return list(self.tensors)
 
 
+def read_header(path: str | Path) -> tuple[int, dict[str, Any]]:
+    """A .safetensors file's header: (its length n, the JSON) from its first 8 + n bytes; the tensors'
+    data start at byte 8 + n."""
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        return n, json.loads(fh.read(n))
+
+
 def tensor_index(folder: str | Path) -> TensorIndex:
     """Every tensor of a checkpoint folder's .safetensors files. Raises ModelError for a folder without
     them (PyTorch .bin files are pickles: parity-ui does not open them)."""
@@ -68,9 +76,7 @@ def tensor_index(folder: str | Path) -> TensorIndex:
     tensors: dict[str, tuple[str, list[int]]] = {}
     for f in files:
         try:
-            with open(f, "rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                header = json.loads(fh.read(n))
+            _, header = read_header(f)
         except (OSError, struct.error, ValueError) as e:
             raise ModelError(
                 f"{f} is not a readable safetensors file ({e})", "give a checkpoint saved with safetensors"
@@ -85,9 +91,7 @@ def _locations(folder: str | Path) -> dict[str, tuple[str, int, int]]:
     """name -> (file, first byte, end byte) of every tensor's data in a checkpoint's .safetensors files."""
     out = {}
     for f in sorted(Path(folder).glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
+        n, header = read_header(f)
         for k, v in header.items():
             if k != "__metadata__":
                 begin, end = v["data_offsets"]

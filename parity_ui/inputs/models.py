@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from ..core.context import kv_layout
 from ..core.errors import ModelError
 from ..core.types import ModelInfo
+from .checkpoints import read_header
 from .demo_model import DEMO_NAME, ensure_demo_model
 
 # config.json keys naming the expert count and top-k, by model family
@@ -54,12 +54,7 @@ _FLOAT_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "
 
 def _headers(folder: Path) -> list[dict[str, Any]]:
     """Each .safetensors file's header (8-byte length + JSON), without loading a tensor."""
-    out = []
-    for f in sorted(folder.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            out.append(json.loads(fh.read(n)))
-    return out
+    return [read_header(f)[1] for f in sorted(folder.glob("*.safetensors"))]
 
 
 def count_parameters(folder: Path, headers: list[dict[str, Any]] | None = None) -> int | None:

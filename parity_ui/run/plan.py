@@ -61,26 +61,34 @@ class SidePlan:
     def load_key(self) -> str:
         """What a warm worker must have loaded to serve this side. The sampling settings travel with
         every generate request, so changing max_new_tokens or temperature reuses the worker."""
+        return self._key_of(self._loaded_args())
+
+    def _loaded_args(self) -> dict[str, Any]:
         args = self.load_args()
         args.pop("sampling", None)
+        return args
+
+    def _key_of(self, args: dict[str, Any]) -> str:
         return load_key(self.kind.name, self.python, self.worker_env, self.model.path, args)
 
     def stand_ins(self) -> list[tuple[str, str, str]]:
         """Other setups whose warm worker may serve this side: (their load key, the option, this side's
         value of it); the worker serves it where its EngineInfo.serves_also says so for that value.
         Today one option: vLLM's forced_tokens, "auto" and "prompt" (alike where trace replay cannot run)."""
-        args = self.load_args()
-        args.pop("sampling", None)
+        args = self._loaded_args()
         mine = args.get("forced_tokens")
         if mine not in ("auto", "prompt"):
             return []
-        other = {**args, "forced_tokens": "prompt" if mine == "auto" else "auto"}
-        return [(load_key(self.kind.name, self.python, self.worker_env, self.model.path, other), "forced_tokens", mine)]
+        return [
+            (self._key_of({**args, "forced_tokens": "prompt" if mine == "auto" else "auto"}), "forced_tokens", mine)
+        ]
 
     def served_info(self, info: EngineInfo, key: str) -> EngineInfo:
         """What this side reads of the engine behind worker `key`: the engine's own info, or, where the
         worker stands in for this side's setup (stand_ins), that info with the rows the engine resolves
         for this side's values (EngineInfo.serves_also)."""
+        if not info.serves_also:  # the common case: the side's own worker, or an engine that serves nothing else
+            return info
         for alt, option, value in self.stand_ins():
             row = info.serves_also.get(option, {}).get(value) if alt == key else None
             if row is not None:

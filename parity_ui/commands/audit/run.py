@@ -370,7 +370,7 @@ class _Auditor:
         # caches blocks as it allocates them, so in a cold batch a prompt that shares a prefix with an
         # earlier one (a few-shot header, a chat template's first block) is served from the cache too, and
         # cold and warm were then served alike.
-        vacuous = {i for i, s in warm.items() if (s.cached or 0) <= (cold[i].cached or 0) if i in cold}
+        vacuous = {i for i, s in warm.items() if i in cold and (s.cached or 0) <= (cold[i].cached or 0)}
         result = self._judged(
             plan,
             "prefix",
